@@ -1,0 +1,9 @@
+"""Errors that reach the user as one clear sentence (the CLI prints them without a traceback)."""
+
+
+class ProfviewError(Exception):
+    """A user-facing failure: bad input, a foreign directory, a misuse. The message is one sentence."""
+
+
+class ProfilerUsageWarning(UserWarning):
+    """The profiler was used in a way that cannot give correct data; the call was ignored or adjusted."""

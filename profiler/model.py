@@ -1,0 +1,149 @@
+"""The in-memory run model: the tables every source produces and every analysis consumes.
+
+A `Run` is what the raw store, the Kineto importer, the Ascend device-log parser and the
+MindSpore importer all turn into. Analysis functions take its DataFrames and return DataFrames;
+the exporters write the profview output directory from it.
+
+Time: every `*_ns` column is int64 nanoseconds on the run's own clock, counted from the run's
+origin (`info["origin_unix_ns"]` is the Unix time of that origin, so absolute time =
+origin_unix_ns + t). Columns keep a fixed order and dtype so that output files are
+deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: One op schema (every source): host ops, user ops, device kernels, memcpy, collectives.
+OP_COLUMNS: dict[str, str] = {
+    "device": "object",       # "cpu", "cuda:0", "npu:1", ...
+    "stream": "object",       # host thread name, or device stream id as text ("7")
+    "name": "object",         # op name as the source reports it (kernel name, aten::conv2d, full op name)
+    "op_type": "object",      # op type (Conv2D, aten::conv2d, MatMul, nccl:all_reduce, Memcpy HtoD ...)
+    "category": "object",     # compute | comm | memcpy | memset | host | user
+    "start_ns": "int64",
+    "dur_ns": "int64",
+    "self_ns": "int64",       # dur_ns minus time of ops nested inside it on the same lane (== dur_ns for leaves)
+    "step": "int64",          # step the op started in, -1 when outside every step
+    "shapes": "object",       # input shapes as text when recorded, else ""
+    "correlation": "int64",   # host-launch <-> device-kernel correlation id, -1 when none
+    "source": "object",       # marker | torch | kineto | ascend | mindspore
+}
+
+#: Named host spans that are not ops: phases (forward, backward, tail, all_reduce, ...) and user spans.
+SPAN_COLUMNS: dict[str, str] = {
+    "tid": "int64",           # profview thread index (see threads table)
+    "kind": "object",         # phase | span | overhead
+    "name": "object",
+    "start_ns": "int64",
+    "dur_ns": "int64",
+    "depth": "int64",         # nesting depth on its thread, 0 = outermost
+}
+
+#: Point events: marks (fp_start, bp_end, ...) and user instants.
+INSTANT_COLUMNS: dict[str, str] = {
+    "tid": "int64",
+    "kind": "object",         # mark | instant
+    "name": "object",
+    "time_ns": "int64",
+}
+
+#: Step boundaries as recorded or imported. fp/bp columns are -1 when the source has none;
+#: their *_source is then recomputed by analysis (inferred / missing).
+STEP_COLUMNS: dict[str, str] = {
+    "step": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "fp_start_ns": "int64",
+    "bp_end_ns": "int64",
+    "overhead_ns": "int64",   # profiler's own time spent inside this step (calls + flushes)
+}
+
+#: Sampled counters: host (psutil), GPU (NVML), user counters (profiler.counter).
+COUNTER_COLUMNS: dict[str, str] = {
+    "source": "object",       # host | nvml | user | queue
+    "device": "object",       # "host", "cuda:0", ...
+    "metric": "object",       # cpu_percent, rss_bytes, gpu_util_percent, ...
+    "time_ns": "int64",
+    "value": "float64",
+}
+
+#: Data-queue probe events: one row per put / get.
+QUEUE_COLUMNS: dict[str, str] = {
+    "queue": "object",
+    "time_ns": "int64",
+    "event": "object",        # put | get
+    "size": "int64",          # queue size right after the event
+    "capacity": "int64",      # 0 = unbounded
+    "wait_ns": "int64",       # how long the put / get blocked
+}
+
+#: Threads / lanes of the host side.
+THREAD_COLUMNS: dict[str, str] = {
+    "tid": "int64",           # profview thread index, stable within a run
+    "os_tid": "int64",        # the OS / Python thread identifier
+    "name": "object",
+}
+
+
+def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
+    """An empty DataFrame with the given schema."""
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
+def conform(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """Return `df` with exactly the schema's columns, in order and with the schema's dtypes.
+
+    Missing columns are filled with the type's neutral value ("" / -1 / 0.0).
+    """
+    out = {}
+    n = len(df)
+    for col, dtype in columns.items():
+        if col in df.columns:
+            s = df[col]
+            if dtype == "object":
+                s = s.fillna("").astype(str)
+            else:
+                s = s.astype(dtype)
+            out[col] = s.to_numpy()
+        elif dtype == "object":
+            out[col] = np.full(n, "", dtype=object)
+        elif dtype == "float64":
+            out[col] = np.zeros(n, dtype=np.float64)
+        else:
+            out[col] = np.full(n, -1, dtype=np.int64)
+    return pd.DataFrame(out, columns=list(columns))
+
+
+@dataclass
+class Run:
+    """Everything known about one rank of one profiled run, as tables."""
+
+    info: dict[str, Any] = field(default_factory=dict)
+    ops: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_COLUMNS))
+    spans: pd.DataFrame = field(default_factory=lambda: empty_frame(SPAN_COLUMNS))
+    instants: pd.DataFrame = field(default_factory=lambda: empty_frame(INSTANT_COLUMNS))
+    steps: pd.DataFrame = field(default_factory=lambda: empty_frame(STEP_COLUMNS))
+    counters: pd.DataFrame = field(default_factory=lambda: empty_frame(COUNTER_COLUMNS))
+    queues: pd.DataFrame = field(default_factory=lambda: empty_frame(QUEUE_COLUMNS))
+    threads: pd.DataFrame = field(default_factory=lambda: empty_frame(THREAD_COLUMNS))
+
+    @property
+    def rank(self) -> int:
+        return int(self.info.get("rank", 0))
+
+    def conformed(self) -> "Run":
+        """The same run with every table coerced to its schema."""
+        return Run(
+            info=dict(self.info),
+            ops=conform(self.ops, OP_COLUMNS),
+            spans=conform(self.spans, SPAN_COLUMNS),
+            instants=conform(self.instants, INSTANT_COLUMNS),
+            steps=conform(self.steps, STEP_COLUMNS),
+            counters=conform(self.counters, COUNTER_COLUMNS),
+            queues=conform(self.queues, QUEUE_COLUMNS),
+            threads=conform(self.threads, THREAD_COLUMNS),
+        )

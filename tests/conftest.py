@@ -1,0 +1,22 @@
+"""Shared fixtures: where the real captures in ../shared/data live."""
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _shared_data() -> Path:
+    return Path(os.environ.get("PROFVIEW_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only real captures (Kineto, Ascend, MindSpore). Required in CI, skipped elsewhere."""
+    path = _shared_data()
+    if not path.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"shared data not found at {path}")
+        pytest.skip(f"shared data not found at {path}")
+    return path
