@@ -1,0 +1,124 @@
+"""Building a `Run` from device-side tables, shared by the Ascend log parser and the MindSpore importer.
+
+Both sources end with the same three tables on one device clock: op executions, steps and
+all-reduce intervals. This module places them on the run's origin (the earliest timestamp, so
+every time is >= 0), assigns ops to steps and lays all-reduce intervals out as phase spans.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, THREAD_COLUMNS, Run, conform
+
+#: Op types that are collective communication rather than compute.
+COMM_OP_TYPES = frozenset({
+    "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "AllToAllv", "Send", "Receive",
+    "HcomAllReduce", "HcomAllGather", "HcomReduceScatter", "HcomBroadcast", "HcomSend", "HcomReceive",
+})
+
+#: One Ascend syscnt tick (the 100 MHz system counter) in ns.
+SYSCNT_TICK_NS = 10
+
+#: Span name of an all-reduce interval (a `phase` span, one lane per device stream).
+ALL_REDUCE_SPAN = "all_reduce"
+
+_OP_NUMBER_SUFFIX = re.compile(r"-op\d+$")
+
+
+def op_type_from_name(full_name: str) -> str:
+    """An op's type guessed from its name when no description gives it: `.../MatMul-op12` -> `MatMul`."""
+    return _OP_NUMBER_SUFFIX.sub("", full_name.rsplit("/", 1)[-1])
+
+
+def op_categories(op_type: pd.Series) -> np.ndarray:
+    """`comm` for collective op types, `compute` for everything else."""
+    return np.where(op_type.isin(COMM_OP_TYPES).to_numpy(), "comm", "compute").astype(object)
+
+
+def shapes_text(shapes: list[list[int]]) -> str:
+    """Input shapes as our `shapes` text: a JSON list of lists, e.g. `[[16000, 80], []]`."""
+    return json.dumps(shapes)
+
+
+def dims(text: str) -> list[int]:
+    """`"16000,80"` / `"[32, 3]"` / `""` -> [16000, 80] / [32, 3] / []."""
+    inner = text.strip().strip('"').strip("[]")
+    return [int(d) for d in inner.split(",") if d.strip().lstrip("-").isdigit()]
+
+
+def input_shapes(op_info: dict[str, Any]) -> str:
+    """The shapes text of a graph_desc / framework_raw op_info dict (its `input_<k>` tensors)."""
+    inputs = sorted((int(k.split("_")[1]), v) for k, v in op_info.items() if k.startswith("input_"))
+    return shapes_text([dims(str(v.get("shape", ""))) for _, v in inputs]) if inputs else ""
+
+
+def reduce_spans(device: str, reduces: pd.DataFrame) -> pd.DataFrame:
+    """All-reduce intervals (stream_id, start_ns, end_ns) as phase spans on one lane per stream."""
+    return pd.DataFrame({
+        "lane": [f"{device} stream {s} all_reduce" for s in reduces["stream_id"].tolist()],
+        "lane_id": reduces["stream_id"].to_numpy(dtype=np.int64),
+        "kind": "phase",
+        "name": ALL_REDUCE_SPAN,
+        "start_ns": reduces["start_ns"].to_numpy(dtype=np.int64),
+        "dur_ns": (reduces["end_ns"] - reduces["start_ns"]).to_numpy(dtype=np.int64),
+        "depth": 0,
+    })
+
+
+def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The step whose [start, end) holds each time, -1 outside every step."""
+    if steps.empty:
+        return np.full(len(times), -1, dtype=np.int64)
+    order = np.argsort(steps["start_ns"].to_numpy(), kind="stable")
+    starts = steps["start_ns"].to_numpy()[order]
+    ends = steps["end_ns"].to_numpy()[order]
+    i = np.searchsorted(starts, times, side="right") - 1
+    inside = (i >= 0) & (times < ends[np.maximum(i, 0)])
+    return np.where(inside, steps["step"].to_numpy()[order][np.maximum(i, 0)], -1)
+
+
+def _lanes(spans: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The threads table of the span lanes (tid in order of lane_id) and each span's tid."""
+    lanes = spans[["lane_id", "lane"]].drop_duplicates("lane").sort_values("lane_id", kind="stable")
+    tid_of = {lane: tid for tid, lane in enumerate(lanes["lane"].tolist())}
+    threads = pd.DataFrame({"tid": np.arange(len(lanes)), "os_tid": lanes["lane_id"].to_numpy(),
+                            "name": lanes["lane"].to_numpy()})
+    return threads, np.array([tid_of[x] for x in spans["lane"].tolist()], dtype=np.int64)
+
+
+def _earliest(*times: np.ndarray) -> int:
+    present = [t.min() for t in times if len(t)]
+    return int(min(present)) if present else 0
+
+
+def device_run(info: dict[str, Any], ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame,
+               clock_unix_ns: int | None) -> Run:
+    """A Run from absolute device-clock tables, with the origin at the earliest timestamp.
+
+    ops: device, stream, name, op_type, start_ns, dur_ns, shapes, source. steps: step, start_ns,
+    end_ns, fp_start_ns, bp_end_ns (-1 when absent). spans: lane, lane_id, kind, name, start_ns,
+    dur_ns, depth. `clock_unix_ns` is the Unix time of device-clock zero, None when unknown
+    (origin_unix_ns is then 0). `info` gets the clock.
+    """
+    origin = _earliest(ops["start_ns"].to_numpy(), steps["start_ns"].to_numpy(), spans["start_ns"].to_numpy())
+    steps = steps.assign(**{c: np.where(steps[c].to_numpy() >= 0, steps[c].to_numpy() - origin, -1)
+                            for c in ("start_ns", "end_ns", "fp_start_ns", "bp_end_ns")}, overhead_ns=0)
+    op_start = ops["start_ns"].to_numpy(dtype=np.int64) - origin
+    ops = ops.assign(start_ns=op_start, self_ns=ops["dur_ns"], category=op_categories(ops["op_type"]),
+                     step=_step_of(op_start, steps), correlation=-1).sort_values("start_ns", kind="stable")
+    threads, tids = _lanes(spans)
+    spans = spans.assign(tid=tids, start_ns=spans["start_ns"].to_numpy(dtype=np.int64) - origin)
+    spans = spans.sort_values(["start_ns", "tid"], kind="stable")
+    info = dict(info)
+    info["clock"] = {
+        "origin_unix_ns": 0 if clock_unix_ns is None else clock_unix_ns + origin,
+        "origin_device_ns": origin,
+        **info.get("clock", {}),
+    }
+    return Run(info=info, ops=conform(ops, OP_COLUMNS), steps=conform(steps, STEP_COLUMNS),
+               spans=conform(spans, SPAN_COLUMNS), threads=conform(threads, THREAD_COLUMNS))

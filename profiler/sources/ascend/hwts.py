@@ -1,0 +1,144 @@
+"""The HWTS task log: 64-byte device records, decoded and paired into op executions.
+
+Decoding is one `np.frombuffer` over the joined slices with a structured dtype; filtering, key
+building and Start/End pairing are array operations (RAW_FORMATS.md, sections 1 and 6).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profiler.sources.ascend.slices import Joined
+
+HWTS_RECORD_BYTES = 64
+
+#: The fields of a record this package uses, at their byte offsets. The syscnt of type 0-3
+#: records is the u64 at 8, that of a PMU record (type 4) the u64 at 24; stream id is always at 16.
+HWTS_DTYPE = np.dtype({
+    "names": ["head", "core_id", "block_id", "task_id", "syscnt", "stream_id", "pmu_syscnt"],
+    "formats": ["u1", "u1", "<u2", "<u2", "<u8", "<u4", "<u8"],
+    "offsets": [0, 1, 4, 6, 8, 16, 24],
+    "itemsize": HWTS_RECORD_BYTES,
+})
+
+HWTS_COLUMNS = ["log_type", "cnt", "flag", "core_id", "block_id", "task_id", "stream_id", "syscnt"]
+
+TASK_START, TASK_END, BLOCK_PMU = 0, 1, 4
+LOG_TYPE_NAMES = ("Start of task", "End of task", "Start of block", "End of block", "Block PMU")
+
+#: Task ids at or above this are unique on their own; below it they are unique per stream.
+GLOBAL_TASK_ID_MIN = 25000
+
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True
+
+
+def _blank_rows(records: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """Mask of records made only of ASCII whitespace (padding the writer skipped)."""
+    candidates = np.flatnonzero(_WHITESPACE[records["head"]])
+    blank = np.zeros(len(records), dtype=bool)
+    if len(candidates):
+        rows = raw[: len(records) * HWTS_RECORD_BYTES].reshape(-1, HWTS_RECORD_BYTES)[candidates]
+        blank[candidates] = _WHITESPACE[rows].all(axis=1)
+    return blank
+
+
+def decode_hwts(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
+    """Decode HWTS records into columns (log_type, cnt, flag, core_id, block_id, task_id, stream_id, syscnt).
+
+    Whitespace-only records are skipped; records of invalid type (5-7) and a trailing partial
+    record are skipped with a warning. syscnt is -1 for PMU records whose flag says it is absent.
+    """
+    raw = joined.data
+    whole = len(raw) // HWTS_RECORD_BYTES
+    problems = []
+    if len(raw) % HWTS_RECORD_BYTES:
+        problems.append(
+            f"{joined.locate(whole * HWTS_RECORD_BYTES)}: {len(raw) % HWTS_RECORD_BYTES} trailing bytes "
+            f"do not form a whole {HWTS_RECORD_BYTES}-byte HWTS record and were ignored"
+        )
+    records = np.frombuffer(raw, dtype=HWTS_DTYPE, count=whole)
+    head = records["head"]
+    log_type = head & 7
+    keep = ~_blank_rows(records, raw)
+    invalid = keep & (log_type > BLOCK_PMU)
+    if invalid.any():
+        first = int(np.argmax(invalid))
+        problems.append(
+            f"{joined.locate(first * HWTS_RECORD_BYTES)}: {int(invalid.sum())} HWTS record(s) of invalid "
+            f"type {sorted(set(log_type[invalid].tolist()))} skipped (first here)"
+        )
+    keep &= ~invalid
+    flag = (head >> 3) & 1
+    syscnt = records["syscnt"].astype(np.int64)
+    pmu = log_type == BLOCK_PMU
+    if pmu.any():
+        syscnt = np.where(pmu, np.where(flag == 0, records["pmu_syscnt"].astype(np.int64), -1), syscnt)
+    columns = {
+        "log_type": log_type,
+        "cnt": head >> 4,
+        "flag": flag,
+        "core_id": records["core_id"],
+        "block_id": records["block_id"],
+        "task_id": records["task_id"],
+        "stream_id": records["stream_id"],
+        "syscnt": syscnt,
+    }
+    if not keep.all():
+        columns = {name: values[keep] for name, values in columns.items()}
+    else:
+        columns = {name: np.ascontiguousarray(values) for name, values in columns.items()}
+    return pd.DataFrame(columns, copy=False), problems
+
+
+def task_keys(task_id: np.ndarray, stream_id: np.ndarray) -> np.ndarray:
+    """The task key as one int64: the task id when >= 25000, else (stream id, task id) packed.
+
+    Packed keys are >= 2**16 so they never collide with a bare task id.
+    """
+    task = task_id.astype(np.int64)
+    return np.where(task >= GLOBAL_TASK_ID_MIN, task, ((stream_id.astype(np.int64) + 1) << 16) | task)
+
+
+def task_key_text(key: np.ndarray) -> list[str]:
+    """The MindSpore text form of task keys: `"<task_id>"` or `"<stream_id>_<task_id>"`."""
+    return [str(k) if k < 1 << 16 else f"{(k >> 16) - 1}_{k & 0xFFFF}" for k in key.tolist()]
+
+
+def pair_executions(log_type: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """Indices of the Start records that open an execution, given the mapped records in file order.
+
+    A Start followed immediately by an End of the same op is one execution. Two candidates
+    never overlap (the second record of a pair is an End), so the sequential walk of the 2020
+    parser is exactly this mask.
+    """
+    if len(log_type) < 2:
+        return np.zeros(0, dtype=np.int64)
+    opens = (log_type[:-1] == TASK_START) & (log_type[1:] == TASK_END) & (op[:-1] == op[1:])
+    return np.flatnonzero(opens)
+
+
+def executions(records: pd.DataFrame, desc_keys: np.ndarray, desc_ops: np.ndarray) -> pd.DataFrame:
+    """Op executions (op, key, stream_id, start, dur in ticks) from decoded records, in file order.
+
+    `desc_keys` (sorted, unique) and `desc_ops` map task keys to op indices; records whose key
+    is not described belong to device tasks without a framework op and are left out.
+    """
+    task_records = records[records["log_type"].to_numpy() <= TASK_END]
+    keys = task_keys(task_records["task_id"].to_numpy(), task_records["stream_id"].to_numpy())
+    if len(desc_keys) == 0:
+        keys = keys[:0]
+    pos = np.minimum(np.searchsorted(desc_keys, keys), max(len(desc_keys) - 1, 0))
+    mapped = desc_keys[pos] == keys if len(desc_keys) else np.zeros(0, dtype=bool)
+    keys, op = keys[mapped], desc_ops[pos[mapped]]
+    log_type = task_records["log_type"].to_numpy()[mapped]
+    syscnt = task_records["syscnt"].to_numpy()[mapped]
+    stream = task_records["stream_id"].to_numpy()[mapped]
+    opens = pair_executions(log_type, op)
+    return pd.DataFrame({
+        "op": op[opens],
+        "key": keys[opens],
+        "stream_id": stream[opens].astype(np.int64),
+        "start": syscnt[opens],
+        "dur": syscnt[opens + 1] - syscnt[opens],
+    })

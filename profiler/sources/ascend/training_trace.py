@@ -1,0 +1,137 @@
+"""The training-trace log: 20-byte step points, assembled into steps and all-reduce intervals.
+
+Step assembly follows RAW_FORMATS.md section 5, vectorised: records are cut into segments at
+step markers; a segment that reaches ITER_END is one step candidate whose fp / bp / reduce
+points are those recorded before its first ITER_END.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profiler.sources.ascend.slices import Joined
+
+TRACE_RECORD_BYTES = 20
+TRACE_DTYPE = np.dtype([("tag", "<u8"), ("task_id", "<u2"), ("stream_id", "<u2"), ("syscnt", "<u8")])
+
+FP_START_TAG, BP_END_TAG = 1, 2
+#: ITER_END was tag 255 until late 2020 and 65535 after; a file using 65535 marks the new form.
+ITER_END_TAGS = (255, 65535)
+
+STEP_TABLE_COLUMNS = ["step_num", "start", "end", "fp", "bp"]
+REDUCE_TABLE_COLUMNS = ["step_num", "stream_id", "k", "start", "end", "start_tag", "end_tag"]
+
+
+def decode_training_trace(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
+    """Decode training-trace records into columns (tag, task_id, stream_id, syscnt)."""
+    raw = joined.data
+    whole = len(raw) // TRACE_RECORD_BYTES
+    problems = []
+    if len(raw) % TRACE_RECORD_BYTES:
+        problems.append(
+            f"{joined.locate(whole * TRACE_RECORD_BYTES)}: {len(raw) % TRACE_RECORD_BYTES} trailing bytes "
+            f"do not form a whole {TRACE_RECORD_BYTES}-byte training-trace record and were ignored"
+        )
+    records = np.frombuffer(raw, dtype=TRACE_DTYPE, count=whole)
+    frame = pd.DataFrame({
+        "tag": records["tag"].astype(np.int64),
+        "task_id": records["task_id"].astype(np.int64),
+        "stream_id": records["stream_id"].astype(np.int64),
+        "syscnt": records["syscnt"].astype(np.int64),
+    })
+    return frame, problems
+
+
+def _last_per_segment(segment: np.ndarray, values: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
+    """Per segment, the value of the last masked record (-1 when none)."""
+    out = np.full(n, -1, dtype=np.int64)
+    out[segment[mask]] = values[mask]  # later writes win, as in the sequential parser
+    return out
+
+
+def assemble_steps(trace: pd.DataFrame, skip_first: bool, source: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Steps (step_num, start, end, fp, bp) and reduce pairs (step_num, stream_id, k, start, end, tags), in ticks.
+
+    Step start is the previous segment's ITER_END (fp for the first step); step numbers count
+    every candidate, including those dropped for lacking a point. `skip_first` drops the first
+    candidate without numbering it (the dataset-init step of some jobs). `source` names the
+    files in messages.
+    """
+    if trace.empty:
+        return (pd.DataFrame({c: np.zeros(0, np.int64) for c in STEP_TABLE_COLUMNS}),
+                pd.DataFrame({c: np.zeros(0, np.int64) for c in REDUCE_TABLE_COLUMNS}), [])
+    tag = trace["tag"].to_numpy()
+    syscnt = trace["syscnt"].to_numpy()
+    stream = trace["stream_id"].to_numpy()
+    end_tag = ITER_END_TAGS[1] if (tag == ITER_END_TAGS[1]).any() else ITER_END_TAGS[0]
+    is_end = tag == end_tag
+    is_marker = ((tag == 0) | (tag > 255)) & ~is_end
+    segment = np.cumsum(is_marker)
+    n_seg = int(segment[-1]) + 1
+    index = np.arange(len(tag))
+
+    first_end = np.full(n_seg, len(tag), dtype=np.int64)
+    np.minimum.at(first_end, segment[is_end], index[is_end])
+    before_end = index <= first_end[segment]
+    has_end = first_end < len(tag)
+    end = np.where(has_end, syscnt[np.minimum(first_end, len(tag) - 1)], -1)
+    fp = _last_per_segment(segment, syscnt, before_end & (tag == FP_START_TAG), n_seg)
+    bp = _last_per_segment(segment, syscnt, before_end & (tag == BP_END_TAG), n_seg)
+    previous_end = np.concatenate([[-1], end[:-1]])
+    start = np.where(previous_end >= 0, previous_end, fp)
+    start[0] = -1  # records before the first step marker have no step start
+
+    problems = []
+    late = ~before_end & ~is_marker
+    if late.any():
+        problems.append(f"{source}: {int(late.sum())} training-trace record(s) after a step's ITER_END were ignored")
+    candidates = np.flatnonzero(has_end)
+    if skip_first and len(candidates):
+        candidates = candidates[1:]
+    step_num = np.arange(1, len(candidates) + 1)
+    complete = (start[candidates] >= 0) & (fp[candidates] >= 0) & (bp[candidates] >= 0)
+    if not complete.all():
+        problems.append(
+            f"{source}: {int((~complete).sum())} step(s) lacking a start, FP_START or BP_END point were dropped "
+            f"(step numbers {step_num[~complete][:5].tolist()}{'...' if (~complete).sum() > 5 else ''})"
+        )
+    kept = candidates[complete]
+    steps = pd.DataFrame({
+        "step_num": step_num[complete], "start": start[kept], "end": end[kept], "fp": fp[kept], "bp": bp[kept],
+    })
+    reduce_mask = before_end & ~is_marker & ~is_end & (tag != FP_START_TAG) & (tag != BP_END_TAG)
+    step_of_segment = np.full(n_seg, -1, dtype=np.int64)
+    step_of_segment[kept] = steps["step_num"].to_numpy()
+    reduces, odd = _reduce_pairs(step_of_segment[segment], stream, tag, syscnt, reduce_mask)
+    if odd:
+        problems.append(f"{source}: {odd} step/stream group(s) with an odd number of all-reduce points were left out")
+    return steps, reduces, problems
+
+
+def _reduce_pairs(step_num: np.ndarray, stream: np.ndarray, tag: np.ndarray, syscnt: np.ndarray,
+                  mask: np.ndarray) -> tuple[pd.DataFrame, int]:
+    """All-reduce (start, end) pairs per step and stream, streams in order of first appearance.
+
+    Points of one stream pair up in record order (0-1, 2-3, ...); a stream with an odd number of
+    points in a step is left out for that step. Returns the pairs and the number left out.
+    """
+    mask = mask & (step_num >= 0)
+    points = pd.DataFrame({"step_num": step_num[mask], "stream_id": stream[mask],
+                           "tag": tag[mask], "syscnt": syscnt[mask]})
+    groups = points.groupby(["step_num", "stream_id"], sort=False)
+    points["group"] = groups.ngroup().to_numpy()
+    points["position"] = groups.cumcount().to_numpy()
+    even = groups["tag"].transform("size").to_numpy() % 2 == 0
+    odd_groups = int(groups.ngroups - points.loc[even, "group"].nunique())
+    points = points[even].sort_values(["group", "position"], kind="stable")
+    first, second = points.iloc[0::2], points.iloc[1::2]
+    pairs = pd.DataFrame({
+        "step_num": first["step_num"].to_numpy(),
+        "stream_id": first["stream_id"].to_numpy(),
+        "k": first["position"].to_numpy() // 2,
+        "start": first["syscnt"].to_numpy(),
+        "end": second["syscnt"].to_numpy(),
+        "start_tag": first["tag"].to_numpy(),
+        "end_tag": second["tag"].to_numpy(),
+    })
+    return pairs, odd_groups
