@@ -79,6 +79,7 @@ QUEUE_COLUMNS: dict[str, str] = {
     "size": "int64",          # queue size right after the event
     "capacity": "int64",      # 0 = unbounded
     "wait_ns": "int64",       # how long the put / get blocked
+    "tid": "int64",           # thread that did the put / get (-1 when unknown)
 }
 
 #: Threads / lanes of the host side.

@@ -1,0 +1,87 @@
+"""analyse: raw store -> Run -> analysis -> output files. The I/O edge of the analysis pipeline.
+
+`Profiler.analyse()` and `profview analyse DIR` both call `analyse_directory`, so a crashed
+run's raw store is analysed exactly like a clean one.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Iterable, Optional
+
+import numpy as np
+import pandas as pd
+
+from .analysis.results import Analysis, analyse_run
+from .errors import ProfilerUsageWarning, ProfviewError
+from .export.outputs import write_outputs
+from .model import Run, STEP_COLUMNS
+from .progress import Progress
+from .store.interpret import assign_steps, interpret
+from .store.load import rank_raw_files, raw_ranks, read_raw_tables
+
+BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
+
+
+def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None) -> Run:
+    """The Run recorded for `rank` in `directory/raw`."""
+    paths = rank_raw_files(directory, rank)
+    if not paths:
+        raise ProfviewError(f"no raw data for rank {rank} in {directory / 'raw'}")
+    tables = read_raw_tables(paths, progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None)
+    if progress:
+        progress.stage(f"interpreting {len(tables.ev_t) + len(tables.sm):,} records")
+    return ensure_steps(interpret(tables))
+
+
+def ensure_steps(run: Run) -> Run:
+    """A run without any step() call is analysed as one step spanning the recording, with a warning."""
+    if len(run.steps):
+        return run
+    times = np.concatenate([run.spans["start_ns"], run.spans["start_ns"] + run.spans["dur_ns"],
+                            run.ops["start_ns"], run.ops["start_ns"] + run.ops["dur_ns"],
+                            run.instants["time_ns"]]).astype(np.int64)
+    if len(times) == 0:
+        raise ProfviewError("nothing was recorded: no step, span or op (call profiler.step() at the end of "
+                            "each iteration and mark phases with profiler.phase())")
+    message = ("no profiler.step() call was recorded: the whole recording is analysed as one step "
+               "(call profiler.step() at the end of each iteration for a per-step breakdown)")
+    warnings.warn(message, ProfilerUsageWarning, stacklevel=3)
+    run.info.setdefault("warnings", []).append(message)
+    run.steps = pd.DataFrame({"step": [0], "start_ns": [times.min()], "end_ns": [times.max()],
+                              "fp_start_ns": [-1], "bp_end_ns": [-1], "overhead_ns": [0]})[list(STEP_COLUMNS)]
+    run.ops["step"] = assign_steps(run.ops["start_ns"].to_numpy(), run.steps)
+    return run
+
+
+def check_directory(directory: Path) -> None:
+    if not directory.exists():
+        raise ProfviewError(f"{directory} does not exist")
+    if not directory.is_dir():
+        raise ProfviewError(f"{directory} is not a directory")
+    if not raw_ranks(directory):
+        raise ProfviewError(f"{directory} has no raw store ({directory / 'raw'} with *.pvraw files): "
+                            "it is not a profview recording, or nothing was flushed before the run ended")
+
+
+def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress: bool = True,
+                      gzip_timeline: bool = False) -> list[Path]:
+    """Analyse the raw store of `directory` (all ranks, or `ranks`) and write the outputs there."""
+    directory = Path(directory)
+    check_directory(directory)
+    ranks = list(ranks) if ranks is not None else raw_ranks(directory)
+    big = sum(p.stat().st_size for r in ranks for p in rank_raw_files(directory, r)) > BIG_STORE_BYTES
+    written: list[Path] = []
+    with Progress("analysing", enabled=progress and big) as p:
+        for rank in ranks:
+            run = load_rank(directory, rank, p)
+            p.stage(f"rank {rank}: step trace and op tables")
+            analysis = analyse_run(run)
+            p.stage(f"rank {rank}: writing outputs")
+            written += write_outputs(analysis, directory, gzip_timeline=gzip_timeline)
+    return written
+
+
+def analyse_loaded(run: Run) -> Analysis:
+    """Analysis of an already loaded run (importers use this before writing a directory)."""
+    return analyse_run(ensure_steps(run))

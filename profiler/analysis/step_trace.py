@@ -1,0 +1,162 @@
+"""The step trace: per step, iteration gap / fp_bp / tail, all-reduce, data wait and profiler overhead.
+
+    step start -- iteration gap -- fp start -- forward+backward -- bp end -- tail -- step end
+
+fp start and bp end come, in order of preference, from the source itself (a device's step
+points, hooks), marks (`mark("fp_start")`), forward / backward phases (all `marked`), or are
+inferred from the ops and spans recorded on the stepping thread inside the step (`inferred`);
+with none of these they are `missing` and the split puts everything into fp_bp.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .intervals import covered_ns
+from ..store.interpret import assign_steps
+
+GAP_PHASES = ("data",)                              # host work that belongs to the iteration gap
+TAIL_PHASES = ("tail", "optimizer", "all_reduce")  # work after the last backward compute
+
+STEP_TRACE_COLUMNS = [
+    "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
+    "all_reduce_overlap_ms", "data_wait_ms", "profiler_overhead_ms", "start_unix_ns", "fp_start_unix_ns",
+    "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source",
+]
+
+
+def first_per_step(times: np.ndarray, steps: pd.DataFrame, how: str) -> np.ndarray:
+    """Per step (in `steps` order) the min or max of the times falling inside it; -1 where none."""
+    out = np.full(len(steps), -1, dtype=np.int64)
+    s = assign_steps(times, steps)
+    ok = s >= 0
+    if not ok.any():
+        return out
+    agg = pd.Series(times[ok]).groupby(s[ok]).agg(how)
+    pos = pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())
+    out[pos] = agg.to_numpy()
+    return out
+
+
+def marked_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """fp start / bp end per step from the source, marks and forward / backward phases (-1 when none)."""
+    fp = steps["fp_start_ns"].to_numpy().copy()
+    bp = steps["bp_end_ns"].to_numpy().copy()
+    marks = instants[instants["kind"] == "mark"]
+    fwd = spans[(spans["kind"] == "phase") & (spans["name"] == "forward")]
+    bwd = spans[(spans["kind"] == "phase") & (spans["name"] == "backward")]
+    fp_mark = _combine_min(first_per_step(marks.loc[marks["name"] == "fp_start", "time_ns"].to_numpy(), steps, "min"),
+                           first_per_step(fwd["start_ns"].to_numpy(), steps, "min"))
+    bwd_end = (bwd["start_ns"] + bwd["dur_ns"]).to_numpy()
+    bp_mark = np.maximum(first_per_step(marks.loc[marks["name"] == "bp_end", "time_ns"].to_numpy(), steps, "max"),
+                         _max_end_per_step(bwd["start_ns"].to_numpy(), bwd_end, steps))
+    fp = np.where(fp >= 0, fp, fp_mark)
+    bp = np.where(bp >= 0, bp, bp_mark)
+    return fp, bp
+
+
+def _combine_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise min ignoring -1 (absent)."""
+    big = np.iinfo(np.int64).max
+    m = np.minimum(np.where(a >= 0, a, big), np.where(b >= 0, b, big))
+    return np.where(m == big, -1, m)
+
+
+def _max_end_per_step(starts: np.ndarray, ends: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """Per step the latest end of the intervals that start inside it (-1 when none)."""
+    out = np.full(len(steps), -1, dtype=np.int64)
+    s = assign_steps(starts, steps)
+    ok = s >= 0
+    if ok.any():
+        agg = pd.Series(ends[ok]).groupby(s[ok]).max()
+        out[pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())] = agg.to_numpy()
+    return out
+
+
+def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFrame,
+                        step_lane: str = "", step_tid: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """fp start / bp end per step from the compute recorded inside it (-1 when there is none).
+
+    Compute = ops, plus spans and phases that are neither gap work (`data`) nor tail work
+    (`tail`, `optimizer`, `all_reduce`), on the stepping thread (when known). bp end is the last
+    compute end before the step's first tail phase begins.
+    """
+    sp = spans if step_tid < 0 else spans[spans["tid"] == step_tid]
+    host_ops = ops[ops["device"] == "cpu"]
+    if step_lane:
+        host_ops = host_ops[host_ops["stream"] == step_lane]
+    compute = sp[~sp["name"].isin(GAP_PHASES + TAIL_PHASES) | (sp["kind"] != "phase")]
+    starts = np.concatenate([compute["start_ns"].to_numpy(), host_ops["start_ns"].to_numpy()])
+    ends = np.concatenate([(compute["start_ns"] + compute["dur_ns"]).to_numpy(),
+                           (host_ops["start_ns"] + host_ops["dur_ns"]).to_numpy()])
+    fp = first_per_step(starts, steps, "min")
+    tails = sp[(sp["kind"] == "phase") & sp["name"].isin(TAIL_PHASES)]
+    tail_start = first_per_step(tails["start_ns"].to_numpy(), steps, "min")
+    step_of = assign_steps(starts, steps)
+    limit = np.where(tail_start >= 0, tail_start, np.iinfo(np.int64).max)
+    pos = pd.Index(steps["step"].to_numpy()).get_indexer(step_of[step_of >= 0])
+    ok = np.zeros(len(starts), dtype=bool)
+    ok[step_of >= 0] = ends[step_of >= 0] <= limit[pos]
+    bp = _max_end_per_step(starts[ok], ends[ok], steps)
+    return fp, bp
+
+
+def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame, ops: pd.DataFrame,
+               queues: pd.DataFrame, step_tid: int = -1, step_lane: str = "",
+               origin_unix_ns: int = 0) -> pd.DataFrame:
+    """One row per step with the phases of DESIGN.md's step trace; gap + fp_bp + tail == total exactly."""
+    steps = steps.sort_values("step", kind="stable").reset_index(drop=True)
+    start = steps["start_ns"].to_numpy()
+    end = steps["end_ns"].to_numpy()
+    fp_m, bp_m = marked_boundaries(steps, spans, instants)
+    fp_i, bp_i = inferred_boundaries(steps, spans, ops, step_lane, step_tid)
+    fp_src = np.where(fp_m >= 0, "marked", np.where(fp_i >= 0, "inferred", "missing"))
+    bp_src = np.where(bp_m >= 0, "marked", np.where(bp_i >= 0, "inferred", "missing"))
+    fp = np.clip(np.where(fp_m >= 0, fp_m, np.where(fp_i >= 0, fp_i, start)), start, end)
+    bp = np.clip(np.where(bp_m >= 0, bp_m, np.where(bp_i >= 0, bp_i, end)), fp, end)
+    ar_s, ar_e = _comm_intervals(spans, ops)
+    all_reduce = covered_ns(ar_s, ar_e, start, end)
+    overlap = covered_ns(ar_s, ar_e, fp, bp)
+    wait = _data_wait(queues, steps, step_tid)
+    ms = 1e-6
+    return pd.DataFrame({
+        "step": steps["step"].to_numpy(),
+        "start_ms": start * ms,
+        "iteration_gap_ms": (fp - start) * ms,
+        "fp_bp_ms": (bp - fp) * ms,
+        "tail_ms": (end - bp) * ms,
+        "total_ms": (end - start) * ms,
+        "all_reduce_ms": all_reduce * ms,
+        "all_reduce_overlap_ms": overlap * ms,
+        "data_wait_ms": wait * ms,
+        "profiler_overhead_ms": steps["overhead_ns"].to_numpy() * ms,
+        "start_unix_ns": start + origin_unix_ns,
+        "fp_start_unix_ns": fp + origin_unix_ns,
+        "bp_end_unix_ns": bp + origin_unix_ns,
+        "end_unix_ns": end + origin_unix_ns,
+        "fp_start_source": fp_src,
+        "bp_end_source": bp_src,
+    }, columns=STEP_TRACE_COLUMNS)
+
+
+def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """All-reduce phases and communication ops, as intervals."""
+    ar = spans[(spans["kind"] == "phase") & (spans["name"] == "all_reduce")]
+    comm = ops[ops["category"] == "comm"]
+    s = np.concatenate([ar["start_ns"].to_numpy(), comm["start_ns"].to_numpy()])
+    e = np.concatenate([(ar["start_ns"] + ar["dur_ns"]).to_numpy(), (comm["start_ns"] + comm["dur_ns"]).to_numpy()])
+    return s.astype(np.int64), e.astype(np.int64)
+
+
+def _data_wait(queues: pd.DataFrame, steps: pd.DataFrame, step_tid: int) -> np.ndarray:
+    """Per step, the time the stepping thread spent blocked in probed queue gets."""
+    gets = queues[queues["event"] == "get"]
+    if step_tid >= 0:
+        gets = gets[gets["tid"] == step_tid]
+    out = np.zeros(len(steps), dtype=np.int64)
+    s = assign_steps(gets["time_ns"].to_numpy(), steps)
+    ok = s >= 0
+    if ok.any():
+        agg = pd.Series(gets["wait_ns"].to_numpy()[ok]).groupby(s[ok]).sum()
+        out[pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())] = agg.to_numpy()
+    return out

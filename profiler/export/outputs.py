@@ -1,0 +1,84 @@
+"""Write an analysed run as the profview output directory (docs/formats.md)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.results import Analysis
+from ..store.interpret import assign_steps
+from .chrome_trace import write_chrome_trace
+
+FLOAT_FORMAT = "%.6f"
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> Path:
+    """Deterministic CSV: header, '\\n' line ends, 6-decimal floats; written atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_csv(tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(obj: Any, path: Path) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _jsonable(o: Any):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def queue_table(a: Analysis) -> pd.DataFrame:
+    q = a.run.queues
+    return pd.DataFrame({
+        "queue": q["queue"], "time_ms": q["time_ns"] / 1e6, "event": q["event"], "size": q["size"],
+        "capacity": q["capacity"], "wait_ms": q["wait_ns"] / 1e6,
+        "step": assign_steps(q["time_ns"].to_numpy(), a.run.steps),
+    })
+
+
+def counter_table(a: Analysis) -> pd.DataFrame:
+    c = a.run.counters
+    return pd.DataFrame({"source": c["source"], "device": c["device"], "metric": c["metric"],
+                         "time_ms": c["time_ns"] / 1e6, "value": c["value"]})
+
+
+def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False) -> list[Path]:
+    """Write every output file of one rank; returns the paths in the order written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    r = a.run.rank
+    written = [write_csv(a.step_trace, out_dir / f"step_trace_{r}.csv")]
+    if len(a.run.ops):
+        written.append(write_csv(a.op_type, out_dir / f"op_type_{r}.csv"))
+        written.append(write_csv(a.op_detail, out_dir / f"op_detail_{r}.csv"))
+    if len(a.run.queues):
+        written.append(write_csv(queue_table(a), out_dir / f"data_queue_{r}.csv"))
+    if len(a.run.counters):
+        written.append(write_csv(counter_table(a), out_dir / f"device_counters_{r}.csv"))
+    for stem, doc in a.extra_json.items():
+        written.append(write_json(doc, out_dir / f"{stem}_{r}.json"))
+    written.append(write_chrome_trace(a.run, out_dir / f"timeline_{r}.json", gzip_output=gzip_timeline))
+    info_path = out_dir / f"profiler_info_{r}.json"
+    info = dict(a.run.info)
+    info["steps"] = {"count": int(len(a.step_trace)),
+                     "first": int(a.step_trace["step"].min()) if len(a.step_trace) else None,
+                     "last": int(a.step_trace["step"].max()) if len(a.step_trace) else None}
+    info["overhead"] = {**info.get("overhead", {}),
+                        "total_ms": float(a.step_trace["profiler_overhead_ms"].sum()) if len(a.step_trace) else 0.0}
+    info["outputs"] = [p.name for p in written] + [info_path.name]
+    written.append(write_json(info, info_path))
+    return written

@@ -1,0 +1,457 @@
+"""`Profiler`: the public recording API.
+
+    profiler = Profiler()                 # starts recording into ./profiler_data
+    for batch in loader:
+        with profiler.phase("forward"): ...
+        with profiler.phase("backward"): ...
+        profiler.step()                   # end of the iteration
+    profiler.analyse()                    # stops, analyses, writes CSV / JSON / Chrome trace
+
+Recording is cheap: a span is two (time, code) records written by the hot path
+(profiler/record); everything else happens in `analyse()`.
+"""
+from __future__ import annotations
+
+import atexit
+import difflib
+import functools
+import json
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from ._version import __version__
+from .errors import ProfilerUsageWarning, ProfviewError
+from .record.recorder import (
+    HOT_PATH_IMPL, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP, COUNTER,
+    Recorder, hot, now_ns,
+)
+from .schedule import ProfilerAction, Schedule, always_record, as_action
+from .sources.base import Source
+from .store.raw import RawWriter, raw_file_name
+
+#: phase names the step trace understands; anything else is a free-form span (profiler.span)
+KNOWN_PHASES = ("forward", "backward", "tail", "all_reduce", "optimizer", "data")
+#: marks the step trace understands; anything else is an instant (profiler.instant)
+KNOWN_MARKS = ("fp_start", "bp_end")
+
+_active_profiler: Optional["Profiler"] = None     # the hot path is process-wide: one recording at a time
+
+
+class _SpanCache(dict):
+    """name -> reusable span; misses create (and validate) the span once."""
+
+    def __init__(self, make: Callable[[str], Any]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, name: str):
+        span = self[name] = self._make(name)
+        return span
+
+
+def _decorating(span_cls):
+    """A span class usable both as `with span:` and as a decorator `@span`."""
+
+    class DecoratingSpan(span_cls):
+        __slots__ = ()
+
+        def __call__(self, fn: Callable) -> Callable:
+            @functools.wraps(fn)
+            def wrapper(*args, **kwargs):
+                with self:
+                    return fn(*args, **kwargs)
+            return wrapper
+
+    return DecoratingSpan
+
+
+_Span = _decorating(hot.Span)
+
+
+class Profiler:
+    """Records a step trace, user phases / ops / counters and the enabled sources of one process.
+
+    Args:
+        output_path: directory for the raw store and the analysed outputs.
+        start_profile: start recording now (else call `start()`).
+        schedule: which steps to record, e.g. `profiler.schedule(wait=1, warmup=1, active=3)`;
+            default: every step.
+        on_trace_ready: called with this profiler each time an active window of the schedule
+            completes (its data is flushed to the raw store by then).
+        rank, world_size: this process's rank; default: detected from torch.distributed or the
+            RANK / WORLD_SIZE environment, else 0 / 1.
+        memory_budget_mb: cap on the memory the recording buffers may hold between flushes;
+            records beyond it are counted as dropped (profiler_info says how many).
+        flush_interval_s: how often the background flusher moves records to the raw store
+            (a SIGKILLed run loses at most about this much).
+        host_counters, gpu_counters: sample psutil / NVML counters every `counter_interval_s`.
+        sources: extra `Source` objects to start and stop with the recording.
+        gzip_timeline: write timeline_{rank}.json.gz instead of .json.
+    """
+
+    def __init__(
+        self,
+        output_path: str | os.PathLike = "./profiler_data",
+        start_profile: bool = True,
+        schedule: Optional[Schedule] = None,
+        on_trace_ready: Optional[Callable[["Profiler"], Any]] = None,
+        *,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        memory_budget_mb: float = 64,
+        flush_interval_s: float = 0.2,
+        host_counters: bool = True,
+        gpu_counters: bool = True,
+        counter_interval_s: float = 0.1,
+        sources: Iterable[Source] = (),
+        gzip_timeline: bool = False,
+    ) -> None:
+        self.output_path = Path(output_path)
+        self.schedule = schedule or always_record
+        self.on_trace_ready = on_trace_ready
+        self.rank, self.world_size = _detect_rank(rank, world_size)
+        self.memory_budget_bytes = int(memory_budget_mb * (1 << 20))
+        self.flush_interval_s = flush_interval_s
+        self.gzip_timeline = gzip_timeline
+        self.sources: list[Source] = self._default_sources(host_counters, gpu_counters, counter_interval_s)
+        self.sources += list(sources)
+        self.step_num = 0                       # the step now running (0-based, counts every step())
+        self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
+        self._action = ProfilerAction.NONE
+        self._window_first = 0
+        self._recorder: Optional[Recorder] = None
+        self._writer: Optional[RawWriter] = None
+        self._step_thread: Optional[int] = None
+        self._step_overhead_ns = 0
+        self._warned: set[str] = set()
+        self._stopped = False
+        # Fast paths: `profiler.phase(name)` / `profiler.span(name)` are a dict lookup that
+        # returns a cached C span (see the methods of the same name for the documentation).
+        self._phases = _SpanCache(self._make_phase)
+        self._spans = _SpanCache(lambda name: self._new_span(SPAN, name))
+        self._ops: dict[tuple[str, Optional[str]], Any] = {}
+        self.phase = self._phases.__getitem__
+        self.span = self._spans.__getitem__
+        if start_profile:
+            self.start()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> "Profiler":
+        """Start recording (no-op when already recording)."""
+        global _active_profiler
+        if self._recorder is not None:
+            return self
+        if self._stopped:
+            raise ProfviewError("this Profiler was stopped; create a new Profiler to record again")
+        if _active_profiler is not None and _active_profiler is not self:
+            raise ProfviewError(
+                "another Profiler is already recording in this process; stop it before starting a new one"
+            )
+        _active_profiler = self
+        self._writer = RawWriter(self.output_path / "raw" / raw_file_name(self.rank, os.getpid()))
+        self._recorder = Recorder(self._writer, self.memory_budget_bytes, self.flush_interval_s)
+        self._step_code = self._recorder.point_code(STEP, "step")
+        self._start_code = self._recorder.point_code(WINDOW_START, "window")
+        self._stop_code = self._recorder.point_code(WINDOW_STOP, "window")
+        per_event_ns = _calibrate_event_cost(self._recorder)
+        origin_mono, origin_unix = _clock_anchor()
+        self._writer.append_json("meta", self._meta(origin_mono, origin_unix, per_event_ns))
+        for source in self.sources:
+            source.start(self._recorder)
+        self._write_source_status()
+        self._recorder.start()
+        atexit.register(self._atexit)
+        self._enter_step(self.step_num, now_ns())
+        return self
+
+    def stop(self) -> None:
+        """Stop recording and close the raw store (idempotent). Data recorded so far is kept."""
+        global _active_profiler
+        if self._recorder is None:
+            return
+        t = now_ns()
+        if self._action.records:
+            hot.sample(t, self._stop_code, self.step_num, 0)
+        hot.set_enabled(False)
+        for source in self.sources:
+            source.stop()
+        self._write_source_status()
+        self._recorder.close({"stopped_cleanly": True, "steps": self.step_num, "stop_ns": t})
+        self._recorder = None
+        self._stopped = True
+        _active_profiler = None
+        atexit.unregister(self._atexit)
+
+    def _atexit(self) -> None:
+        """At interpreter exit, close the raw store so `profview analyse` finds a complete recording."""
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "Profiler":
+        return self.start()
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+    @property
+    def recording(self) -> bool:
+        """Whether records are being taken right now (started, and the schedule says record)."""
+        return self._recorder is not None and self._action.records
+
+    # ---- steps -----------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """End the current iteration: step k runs from the previous step() (or the start) to this call."""
+        t0 = now_ns()
+        if self._recorder is None:
+            self._warn_once("step-stopped", "profiler.step() called while the profiler is not running; ignored")
+            return
+        ident = threading.get_ident()
+        if self._step_thread is None:
+            self._step_thread = ident
+        elif ident != self._step_thread:
+            self._warn_once(
+                "step-thread",
+                "profiler.step() called from a second thread; steps must be driven by one thread "
+                f"(the first caller, {_thread_name(self._step_thread)}); this call was ignored",
+            )
+            return
+        hot.sample(t0, self._step_code, self.step_num, self._step_overhead_ns)
+        ended = self.step_num
+        self.step_num += 1
+        self._enter_step(self.step_num, t0, ended_action=self._action, ended=ended)
+        self._step_overhead_ns = now_ns() - t0   # step()'s own cost belongs to the step it begins
+
+    def _enter_step(self, step: int, t: int, ended_action: ProfilerAction = ProfilerAction.NONE,
+                    ended: int = -1) -> None:
+        """Apply the schedule's action for `step`: open / close recording windows, notify sources."""
+        action = as_action(self.schedule(step))
+        window_ends = ended_action == ProfilerAction.RECORD_AND_SAVE or (ended_action.records and not action.records)
+        if window_ends:
+            hot.sample(t, self._stop_code, step, 0)
+            hot.set_enabled(False)
+            self.last_window = (self._window_first, ended)
+        self._action = action
+        for source in self.sources:
+            source.on_step(step, action)
+        if window_ends and self.on_trace_ready is not None:
+            self._recorder.flush()
+            self.on_trace_ready(self)
+        if action.records and (window_ends or not ended_action.records):
+            self._window_first = step
+            hot.set_enabled(True)
+            hot.sample(now_ns(), self._start_code, step, 0)
+
+    # ---- markers ---------------------------------------------------------------------------
+
+    def phase(self, name: str):  # replaced per instance by a cached lookup (see __init__)
+        """A step phase as a context manager: "forward", "backward", "tail", "all_reduce", "optimizer", "data"."""
+        return self._phases[name]
+
+    def span(self, name: str):  # replaced per instance by a cached lookup (see __init__)
+        """A free-form named span (context manager or decorator); not part of the step trace."""
+        return self._spans[name]
+
+    def op(self, name: Any, op_type: Optional[str] = None):
+        """A user op timed like a device op (op tables, timeline): `with profiler.op("MatMul"):` or `@profiler.op("MatMul")`.
+
+        `op_type` groups ops in op_type_{rank}.csv; it defaults to the name. Used bare as a decorator
+        (`@profiler.op`), the op is named after the function.
+        """
+        if callable(name):
+            fn = name
+            return self.op(fn.__qualname__)(fn)
+        key = (name, op_type)
+        span = self._ops.get(key)
+        if span is None:
+            span = self._ops[key] = self._new_span(OP, str(name), str(op_type or name))
+        return span
+
+    def mark(self, name: str) -> None:
+        """A step boundary where a `with` block does not fit: mark("fp_start"), mark("bp_end")."""
+        if name not in KNOWN_MARKS:
+            self._warn_unknown("mark", name, KNOWN_MARKS, "profiler.instant(name)")
+        hot.emit(self._point(MARK, name))
+
+    def instant(self, name: str) -> None:
+        """A named point in time on the calling thread (shown in the timeline)."""
+        hot.emit(self._point(INSTANT, name))
+
+    def counter(self, name: str, value: float) -> None:
+        """Record a counter value (loss, learning rate, queue depth, ...) at the current time."""
+        hot.sample(now_ns(), self._point(COUNTER, name, "user|host"), 0, float(value))
+
+    def _point(self, kind: str, name: str, extra: str = "") -> int:
+        rec = self._recorder
+        if rec is None:
+            return 0      # not started: hot.emit / hot.sample are disabled, the code is unused
+        return rec.point_code(kind, name, extra)
+
+    def _new_span(self, kind: str, name: str, extra: str = ""):
+        if self._recorder is None:
+            raise ProfviewError("the Profiler is not started; call profiler.start() before recording spans")
+        d = self._recorder.intern(kind, name, extra)
+        return _Span(2 * d, 2 * d + 1)
+
+    def _make_phase(self, name: str):
+        if name not in KNOWN_PHASES:
+            self._warn_unknown("phase", name, KNOWN_PHASES, "profiler.span(name)")
+        return self._new_span(PHASE, name)
+
+    # ---- flushing and analysis -------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Move everything recorded so far to the raw store now."""
+        if self._recorder is not None:
+            self._recorder.flush()
+
+    def analyse(self, stop: bool = True, progress: bool = True) -> list[Path]:
+        """Stop recording (unless stop=False), analyse the raw store and write the outputs. Returns their paths."""
+        from .analyse import analyse_directory
+
+        if stop:
+            self.stop()
+            return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
+                                     gzip_timeline=self.gzip_timeline)
+        if self._recorder is None:
+            return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
+                                     gzip_timeline=self.gzip_timeline)
+        self._recorder.flush()
+        with self._recorder._lock:     # no flush may append while the store is read
+            return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
+                                     gzip_timeline=self.gzip_timeline)
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _default_sources(self, host: bool, gpu: bool, interval_s: float) -> list[Source]:
+        from .sources.host import HostCounters
+        from .sources.nvml import NvmlCounters
+
+        out: list[Source] = []
+        if host:
+            out.append(HostCounters(interval_s))
+        if gpu:
+            out.append(NvmlCounters(interval_s))
+        return out
+
+    def _write_source_status(self) -> None:
+        status = {"markers": {"status": "ok", "hot_path": HOT_PATH_IMPL}}
+        status.update({s.name: s.info() for s in self.sources})
+        self._writer.append_json("sources", status)
+
+    def _meta(self, origin_mono: int, origin_unix: int, per_event_ns: float) -> dict:
+        return {
+            "tool": "profview",
+            "tool_version": __version__,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "framework_versions": _framework_versions(),
+            "clock": {"origin_monotonic_ns": origin_mono, "origin_unix_ns": origin_unix,
+                      "clock": "perf_counter_ns"},
+            "per_event_cost_ns": per_event_ns,
+            "config": {
+                "output_path": str(self.output_path),
+                "schedule": getattr(self.schedule, "__qualname__", repr(self.schedule)),
+                "memory_budget_bytes": self.memory_budget_bytes,
+                "flush_interval_s": self.flush_interval_s,
+                "sources": [s.name for s in self.sources],
+                "gzip_timeline": self.gzip_timeline,
+            },
+        }
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, ProfilerUsageWarning, stacklevel=3)
+
+    def _warn_unknown(self, what: str, name: str, known: tuple[str, ...], alternative: str) -> None:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        self._warn_once(
+            f"{what}:{name}",
+            f"unknown {what} {name!r}: {hint}the step trace knows {', '.join(known)}; "
+            f"it is recorded but does not move step boundaries (use {alternative} for free-form names)",
+        )
+
+
+def _detect_rank(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
+    """rank / world size: explicit, else torch.distributed when initialised, else the environment."""
+    if rank is None or world_size is None:
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank() if rank is None else rank
+            world_size = dist.get_world_size() if world_size is None else world_size
+    if rank is None:
+        rank = int(os.environ.get("RANK", 0))
+    if world_size is None:
+        world_size = int(os.environ.get("WORLD_SIZE", 1))
+    return int(rank), int(world_size)
+
+
+def _clock_anchor() -> tuple[int, int]:
+    """A (monotonic ns, unix ns) pair read as close together as possible (best of 5)."""
+    best = None
+    for _ in range(5):
+        a = now_ns()
+        u = time.time_ns()
+        b = now_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, (a + b) // 2, u)
+    return best[1], best[2]
+
+
+def _calibrate_event_cost(recorder: Recorder, spans: int = 2000) -> float:
+    """Measured cost of one recorded event (half a span) on this machine, in ns.
+
+    Used to estimate the profiler's own time per step (events in the step x this cost); the
+    calibration records into a throw-away descriptor and discards what it recorded.
+    """
+    d = recorder.intern("calibration", "calibration")
+    span = _Span(2 * d, 2 * d + 1)
+    was = hot.is_enabled()
+    hot.drain()
+    hot.set_enabled(True)
+    best = float("inf")
+    for _ in range(3):
+        t0 = now_ns()
+        for _ in range(spans):
+            with span:
+                pass
+        t1 = now_ns()
+        for _ in range(spans):   # the bare loop, subtracted
+            pass
+        t2 = now_ns()
+        best = min(best, ((t1 - t0) - (t2 - t1)) / (2 * spans))
+    hot.set_enabled(was)
+    hot.drain()
+    return max(best, 0.0)
+
+
+def _framework_versions() -> dict:
+    import numpy
+
+    versions = {"python": platform.python_version(), "numpy": numpy.__version__}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        versions["torch"] = torch.__version__
+    return versions
+
+
+def _thread_name(ident: int) -> str:
+    for t in threading.enumerate():
+        if t.ident == ident:
+            return t.name
+    return f"thread {ident}"

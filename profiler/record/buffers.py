@@ -1,0 +1,138 @@
+"""Pure-Python recording buffers: the same API as the C `_hotpath` module, used when it is not built.
+
+Each recording thread appends to its own `array('q')` buffers (events: [t, code] pairs,
+samples: [t, code, a, b] quads). A record is appended with one `extend` call, which holds the
+GIL for its whole duration, so the flusher's `drain()` never sees half a record: it takes whole
+records from the front of each buffer and deletes them in place (`del buf[:n]`), while the owner
+keeps appending at the back.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from array import array
+from time import perf_counter_ns as now
+
+_local = threading.local()
+_buffers: list["_ThreadBuffer"] = []     # every thread that ever recorded
+_registry_lock = threading.Lock()
+_state = {"enabled": False, "budget": 64 << 20, "callback": None}
+_double_bits = struct.Struct("<d")
+_int_bits = struct.Struct("<q")
+
+
+class _ThreadBuffer:
+    __slots__ = ("ident", "events", "samples", "dropped")
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        self.events = array("q")
+        self.samples = array("q")
+        self.dropped = 0
+
+
+def _register() -> _ThreadBuffer:
+    """Slow path: the calling thread records for the first time."""
+    tb = _ThreadBuffer(threading.get_ident())
+    with _registry_lock:
+        _buffers.append(tb)
+    _local.tb = tb
+    callback = _state["callback"]
+    if callback is not None:
+        callback()
+    return tb
+
+
+def _over_budget() -> bool:
+    return held_bytes() > _state["budget"]
+
+
+class Span:
+    """Span(begin_code, end_code): a reusable context manager recording begin / end events."""
+
+    __slots__ = ("begin_code", "end_code")
+
+    def __init__(self, begin_code: int, end_code: int) -> None:
+        self.begin_code = begin_code
+        self.end_code = end_code
+
+    def __enter__(self) -> None:
+        if _state["enabled"]:
+            try:
+                tb = _local.tb
+            except AttributeError:
+                tb = _register()
+            tb.events.extend((now(), self.begin_code))
+
+    def __exit__(self, exc_type, exc, tb_) -> bool:
+        if _state["enabled"]:
+            try:
+                tb = _local.tb
+            except AttributeError:
+                tb = _register()
+            tb.events.extend((now(), self.end_code))
+        return False
+
+
+def emit(code: int) -> None:
+    """Record a point event now in the calling thread."""
+    if _state["enabled"]:
+        try:
+            tb = _local.tb
+        except AttributeError:
+            tb = _register()
+        tb.events.extend((now(), code))
+
+
+def sample(t: int, code: int, a: int, b) -> None:
+    """Record a 4-word sample; a float `b` is stored as its IEEE-754 bits."""
+    if not _state["enabled"]:
+        return
+    try:
+        tb = _local.tb
+    except AttributeError:
+        tb = _register()
+    if _over_budget():
+        tb.dropped += 1
+        return
+    if isinstance(b, float):
+        b = _int_bits.unpack(_double_bits.pack(b))[0]
+    tb.samples.extend((t, code, a, b))
+
+
+def set_enabled(on: bool) -> None:
+    _state["enabled"] = bool(on)
+
+
+def is_enabled() -> bool:
+    return _state["enabled"]
+
+
+def set_budget(nbytes: int) -> None:
+    _state["budget"] = int(nbytes)
+
+
+def held_bytes() -> int:
+    return sum((len(tb.events) + len(tb.samples)) * 8 for tb in list(_buffers))
+
+
+def set_thread_callback(fn) -> None:
+    _state["callback"] = fn
+
+
+def drain() -> list[tuple[int, bytes, bytes, int]]:
+    """Take every thread's whole records since the last drain: [(ident, events, samples, dropped)]."""
+    out = []
+    for tb in list(_buffers):
+        n_ev = len(tb.events) & ~1
+        n_sm = len(tb.samples) & ~3
+        dropped = tb.dropped
+        if not (n_ev or n_sm or dropped):
+            continue
+        events = tb.events[:n_ev].tobytes()
+        del tb.events[:n_ev]
+        samples = tb.samples[:n_sm].tobytes()
+        del tb.samples[:n_sm]
+        tb.dropped -= dropped
+        out.append((tb.ident, events, samples, dropped))
+    return out

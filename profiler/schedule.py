@@ -1,0 +1,62 @@
+"""Which steps are recorded: `schedule(wait=, warmup=, active=, repeat=, skip_first=)`, as in torch.profiler."""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Callable
+
+
+class ProfilerAction(Enum):
+    """What the profiler does during a step."""
+
+    NONE = 0              # not recorded
+    WARMUP = 1            # sources warm up (e.g. torch's Kineto); the step trace is not recorded
+    RECORD = 2            # recorded
+    RECORD_AND_SAVE = 3   # recorded, and the last step of an active window: on_trace_ready fires after it
+
+    @property
+    def records(self) -> bool:
+        return self in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+Schedule = Callable[[int], ProfilerAction]
+
+
+def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0) -> Schedule:
+    """Skip `skip_first` steps, then cycle: `wait` idle steps, `warmup` steps, `active` recorded steps.
+
+    `repeat` bounds the number of cycles (0 = until the loop ends). Step numbers are 0-based and
+    count every `step()` call, as in torch.profiler.schedule.
+    """
+    if min(wait, warmup, skip_first, repeat) < 0 or active < 1:
+        raise ValueError("schedule: wait, warmup, repeat and skip_first must be >= 0 and active >= 1")
+    cycle = wait + warmup + active
+
+    def action(step: int) -> ProfilerAction:
+        if step < skip_first:
+            return ProfilerAction.NONE
+        k = step - skip_first
+        if repeat and k // cycle >= repeat:
+            return ProfilerAction.NONE
+        pos = k % cycle
+        if pos < wait:
+            return ProfilerAction.NONE
+        if pos < wait + warmup:
+            return ProfilerAction.WARMUP
+        return ProfilerAction.RECORD if pos < cycle - 1 else ProfilerAction.RECORD_AND_SAVE
+
+    return action
+
+
+def always_record(step: int) -> ProfilerAction:
+    """The default: every step from start() to stop() is recorded as one window."""
+    return ProfilerAction.RECORD
+
+
+def as_action(value: object) -> ProfilerAction:
+    """Accept our ProfilerAction or torch.profiler's (matched by name) from a user schedule."""
+    if isinstance(value, ProfilerAction):
+        return value
+    name = getattr(value, "name", None)
+    if name in ProfilerAction.__members__:
+        return ProfilerAction[name]
+    raise TypeError(f"schedule returned {value!r}; expected a ProfilerAction")

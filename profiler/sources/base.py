@@ -1,0 +1,105 @@
+"""What a source of events is: something the Profiler starts, steps and stops.
+
+Sources record through the same hot path as the markers (so their data lands in the raw store
+with everything else) and report their status for `profiler_info` (`ok`, `off`, `absent: why`).
+"""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from ..record.recorder import COUNTER, hot, now_ns
+
+if TYPE_CHECKING:
+    from ..record.recorder import Recorder
+    from ..schedule import ProfilerAction
+
+
+class Source:
+    """Base class: override what you need. `status` is reported in profiler_info."""
+
+    name = "source"
+
+    def __init__(self) -> None:
+        self.status = "ok"
+        self.details: dict = {}
+
+    def start(self, recorder: "Recorder") -> None:
+        """Called when recording starts."""
+
+    def on_step(self, step: int, action: "ProfilerAction") -> None:
+        """Called by Profiler.step() with the number and action of the step that begins."""
+
+    def stop(self) -> None:
+        """Called when recording stops; must be idempotent."""
+
+    def info(self) -> dict:
+        return {"status": self.status, **self.details}
+
+
+class Sampler(Source):
+    """A background thread that reads counters every `interval_s` and records them as samples."""
+
+    source = "sampler"
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.details["interval_s"] = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._codes: dict[tuple[str, str], int] = {}
+        self._recorder: "Recorder | None" = None
+
+    def open(self) -> list[tuple[str, str]]:
+        """Prepare reading; return the (device, metric) pairs this sampler produces. Raise to mark it absent."""
+        raise NotImplementedError
+
+    def read(self) -> list[tuple[str, str, float]]:
+        """One reading: [(device, metric, value), ...]."""
+        raise NotImplementedError
+
+    def start(self, recorder: "Recorder") -> None:
+        self._recorder = recorder
+        try:
+            pairs = self.open()
+        except Exception as exc:  # a missing driver or library is an expected state, not an error
+            self.status = f"absent: {exc}".strip()
+            return
+        for device, metric in pairs:
+            self._code(device, metric)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"profview-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _code(self, device: str, metric: str) -> int:
+        code = self._codes.get((device, metric))
+        if code is None:
+            code = self._recorder.point_code(COUNTER, metric, f"{self.source}|{device}")
+            self._codes[(device, metric)] = code
+        return code
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            t = now_ns()
+            try:
+                for device, metric, value in self.read():
+                    hot.sample(t, self._code(device, metric), 0, float(value))
+                failures = 0
+            except Exception as exc:      # one failed reading is skipped; persistent failure stops the sampler
+                failures += 1
+                if failures >= 10:
+                    self.status = f"absent: stopped after repeated read failures ({exc})"
+                    return
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.close()
+
+    def close(self) -> None:
+        """Release what open() acquired."""

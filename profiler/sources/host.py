@@ -1,0 +1,32 @@
+"""Host counters from psutil: process and system CPU %, resident memory, thread count."""
+from __future__ import annotations
+
+import os
+
+from .base import Sampler
+
+HOST_METRICS = ("process_cpu_pct", "system_cpu_pct", "rss_bytes", "threads")
+
+
+class HostCounters(Sampler):
+    name = "host_counters"
+    source = "host"
+
+    def open(self) -> list[tuple[str, str]]:
+        import psutil
+
+        self._psutil = psutil
+        self._proc = psutil.Process(os.getpid())
+        self._proc.cpu_percent(None)        # the first call only sets the baseline
+        psutil.cpu_percent(None)
+        return [("host", m) for m in HOST_METRICS]
+
+    def read(self) -> list[tuple[str, str, float]]:
+        p = self._proc
+        with p.oneshot():
+            return [
+                ("host", "process_cpu_pct", p.cpu_percent(None)),
+                ("host", "system_cpu_pct", self._psutil.cpu_percent(None)),
+                ("host", "rss_bytes", p.memory_info().rss),
+                ("host", "threads", p.num_threads()),
+            ]
