@@ -229,12 +229,28 @@ static PyObject *mod_set_enabled(PyObject *m, PyObject *arg)
 
 static PyObject *mod_is_enabled(PyObject *m, PyObject *Py_UNUSED(x)) { return PyBool_FromLong(enabled); }
 
+/* Set the budget, and give back the capacity of empty buffers so that a new recording starts
+ * within its own budget rather than inheriting what an earlier one grew. */
 static PyObject *mod_set_budget(PyObject *m, PyObject *arg)
 {
     long long v = PyLong_AsLongLong(arg);
     if (v == -1 && PyErr_Occurred())
         return NULL;
     budget_bytes = v;
+    for (ThreadBuffer *tb = all_buffers; tb != NULL; tb = tb->next) {
+        if (tb->n_events == 0 && tb->cap_events) {
+            held_bytes -= (int64_t)tb->cap_events * 8;
+            PyMem_RawFree(tb->events);
+            tb->events = NULL;
+            tb->cap_events = 0;
+        }
+        if (tb->n_samples == 0 && tb->cap_samples) {
+            held_bytes -= (int64_t)tb->cap_samples * 8;
+            PyMem_RawFree(tb->samples);
+            tb->samples = NULL;
+            tb->cap_samples = 0;
+        }
+    }
     Py_RETURN_NONE;
 }
 

@@ -66,6 +66,7 @@ class Recorder:
         self._flush_code = 2 * self.intern(FLUSH, "flush")
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
+        hot.drain()                      # nothing of an earlier recording may leak into this one
         hot.set_budget(budget_bytes)
         hot.set_thread_callback(self._on_new_thread)
 

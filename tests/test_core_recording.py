@@ -1,0 +1,223 @@
+"""Recording: schedule windows, concurrent threads, memory budget, misuse, both hot-path implementations."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler import Profiler, ProfilerUsageWarning, ProfviewError, schedule
+from profiler.record.recorder import HOT_PATH_IMPL
+
+
+def _quiet(out, **kw):
+    return Profiler(output_path=out, host_counters=False, gpu_counters=False, **kw)
+
+
+def test_hot_path_is_the_c_extension():
+    """The package builds its C hot path here; the pure-Python one is the fallback."""
+    assert HOT_PATH_IMPL == "c"
+
+
+def test_schedule_records_exactly_the_active_steps(tmp_path):
+    windows = []
+    sched = schedule(skip_first=1, wait=1, warmup=1, active=2, repeat=2)
+    p = _quiet(tmp_path, schedule=sched, on_trace_ready=lambda prof: windows.append(prof.last_window))
+    for _ in range(12):
+        with p.phase("forward"):
+            time.sleep(0.001)
+        p.step()
+    p.analyse(progress=False)
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    # skip 0; cycle 1: wait 1, warmup 2, active 3-4; cycle 2: wait 5, warmup 6, active 7-8; then nothing
+    assert list(st["step"]) == [3, 4, 7, 8]
+    assert windows == [(3, 4), (7, 8)]
+    # nothing outside the windows reached the trace
+    trace = json.load(open(tmp_path / "timeline_0.json"))
+    fwd = [e for e in trace["traceEvents"] if e.get("name") == "forward"]
+    assert len(fwd) == 4
+
+
+def test_schedule_windows_start_where_the_previous_step_ended(tmp_path):
+    p = _quiet(tmp_path, schedule=schedule(wait=2, warmup=0, active=3))
+    for _ in range(10):
+        time.sleep(0.002)
+        p.step()
+    p.analyse(progress=False)
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    assert list(st["step"]) == [2, 3, 4, 7, 8, 9]
+    assert (st["total_ms"] > 1.5).all()      # first step of each window is whole, not truncated
+
+
+def test_eight_threads_record_concurrently(tmp_path):
+    n_threads, n_ops = 8, 3000
+    p = _quiet(tmp_path, flush_interval_s=0.05)
+    barrier = threading.Barrier(n_threads)
+
+    def worker(i):
+        barrier.wait()
+        outer = p.op(f"outer-{i}", op_type="Outer")
+        inner = p.op(f"inner-{i}", op_type="Inner")
+        for _ in range(n_ops):
+            with outer:
+                with inner:
+                    pass
+
+    threads = [threading.Thread(target=worker, args=(i,), name=f"worker-{i}") for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    p.step()
+    p.analyse(progress=False)
+    detail = pd.read_csv(tmp_path / "op_detail_0.csv")
+    counts = dict(zip(detail["name"], detail["count"]))
+    for i in range(n_threads):
+        assert counts[f"outer-{i}"] == n_ops and counts[f"inner-{i}"] == n_ops
+    info = json.load(open(tmp_path / "profiler_info_0.json"))
+    assert info["recording"]["dropped_events"] == 0
+    assert info["recording"]["unmatched_span_events"] == 0
+    # no misattribution: each thread's lane carries only its own ops
+    trace = json.load(open(tmp_path / "timeline_0.json"))
+    names = {e["args"]["name"]: e["tid"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X" and e.get("cat") == "user":
+            i = e["name"].split("-")[1]
+            assert e["tid"] == names[f"worker-{i}"]
+    # self time: outer = total - inner, exactly
+    outer = detail[detail["op_type"] == "Outer"]
+    inner = detail[detail["op_type"] == "Inner"].set_index(detail[detail["op_type"] == "Inner"]["name"].str[6:])
+    for _, row in outer.iterrows():
+        i = row["name"][6:]
+        assert row["self_ms"] == pytest.approx(row["total_ms"] - inner.loc[i, "total_ms"], abs=1e-5)
+
+
+def test_memory_budget_drops_are_counted_not_silent(tmp_path):
+    n = 50_000
+    p = _quiet(tmp_path, memory_budget_mb=0.1, flush_interval_s=30)
+    span = p.op("burst")
+    for _ in range(n):
+        with span:
+            pass
+    p.step()
+    p.analyse(progress=False)
+    info = json.load(open(tmp_path / "profiler_info_0.json"))
+    dropped = info["recording"]["dropped_events"]
+    assert dropped > 0
+    detail = pd.read_csv(tmp_path / "op_detail_0.csv")
+    kept = int(detail.loc[detail["name"] == "burst", "count"].iloc[0])
+    # every begin/end either reached the store or was counted (one span may be split at the edge)
+    assert abs(2 * kept + dropped - 2 * n) <= 2
+    assert kept * 16 * 2 <= 0.1 * (1 << 20) * 1.01
+
+
+def test_step_from_a_second_thread_warns_and_is_ignored(tmp_path):
+    p = _quiet(tmp_path)
+    p.step()
+    with pytest.warns(ProfilerUsageWarning, match="second thread"):
+        t = threading.Thread(target=p.step)
+        t.start()
+        t.join()
+    p.step()
+    p.analyse(progress=False)
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    assert list(st["step"]) == [0, 1]
+
+
+def test_unknown_phase_warns_with_a_suggestion(tmp_path):
+    p = _quiet(tmp_path)
+    with pytest.warns(ProfilerUsageWarning, match="did you mean 'forward'"):
+        with p.phase("forwrd"):
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with p.phase("forwrd"):        # warned once only
+            pass
+        with p.span("my region"):      # free-form spans never warn
+            pass
+    p.stop()
+
+
+def test_analyse_before_any_step_warns_and_analyses_one_step(tmp_path):
+    p = _quiet(tmp_path)
+    with p.phase("forward"):
+        time.sleep(0.003)
+    with pytest.warns(ProfilerUsageWarning, match="no profiler.step"):
+        p.analyse(progress=False)
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    assert len(st) == 1
+
+
+def test_analyse_with_nothing_recorded_is_a_clear_error(tmp_path):
+    p = _quiet(tmp_path)
+    with pytest.raises(ProfviewError, match="nothing was recorded"):
+        p.analyse(progress=False)
+
+
+def test_one_recording_at_a_time(tmp_path):
+    p = _quiet(tmp_path / "a")
+    with pytest.raises(ProfviewError, match="already recording"):
+        _quiet(tmp_path / "b")
+    p.stop()
+    _quiet(tmp_path / "c").stop()
+
+
+def test_context_manager_decorator_counter_instant(tmp_path):
+    with _quiet(tmp_path) as p:
+        @p.op("Decorated", op_type="Fn")
+        def f(x):
+            return x + 1
+
+        @p.op
+        def bare():
+            return 2
+
+        for i in range(3):
+            assert f(i) == i + 1 and bare() == 2
+            p.counter("loss", 1.0 / (i + 1))
+            p.instant("checkpoint")
+            p.step()
+    p.analyse(progress=False)
+    detail = pd.read_csv(tmp_path / "op_detail_0.csv")
+    assert dict(zip(detail["name"], detail["count"])) == {"Decorated": 3, "test_context_manager_decorator_counter_instant.<locals>.bare": 3}
+    counters = pd.read_csv(tmp_path / "device_counters_0.csv")
+    assert list(counters.loc[counters["metric"] == "loss", "value"]) == pytest.approx([1.0, 0.5, 1 / 3])
+    trace = json.load(open(tmp_path / "timeline_0.json"))
+    assert sum(1 for e in trace["traceEvents"] if e["ph"] == "i" and e["name"] == "checkpoint") == 3
+
+
+PURE_PYTHON_LOOP = r"""
+import sys, time
+from profiler import Profiler
+from profiler.record.recorder import HOT_PATH_IMPL
+assert HOT_PATH_IMPL == "python", HOT_PATH_IMPL
+p = Profiler(output_path=sys.argv[1], host_counters=False, gpu_counters=False)
+for _ in range(4):
+    time.sleep(0.01)
+    with p.phase("forward"):
+        with p.op("MatMul"):
+            time.sleep(0.005)
+    with p.phase("backward"):
+        time.sleep(0.005)
+    p.counter("lr", 0.1)
+    p.step()
+p.analyse(progress=False)
+"""
+
+
+def test_pure_python_fallback_gives_the_same_outputs(tmp_path):
+    env = dict(os.environ, PROFVIEW_PURE_PYTHON="1")
+    subprocess.run([sys.executable, "-c", PURE_PYTHON_LOOP, str(tmp_path)], env=env, check=True, timeout=120)
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    assert len(st) == 4
+    assert np.all(np.abs(st["iteration_gap_ms"][1:] - 10) < 2)
+    assert np.all(np.abs(st["fp_bp_ms"] - 10) < 2)
+    detail = pd.read_csv(tmp_path / "op_detail_0.csv")
+    assert int(detail.loc[detail["name"] == "MatMul", "count"].iloc[0]) == 4
+    info = json.load(open(tmp_path / "profiler_info_0.json"))
+    assert info["sources"]["markers"]["hot_path"] == "python"
