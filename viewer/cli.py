@@ -1,0 +1,177 @@
+"""The `profview` command: view a profiled run, re-run its analysis, and (later) import and compare.
+
+    profview DIR                 build the HTML report and serve it on 127.0.0.1
+    profview DIR --output F      write the report to F only
+    profview DIR --summary       print the step breakdown, top ops and verdict
+    profview analyse DIR         re-run analysis from DIR/raw and rewrite the output files
+
+Subcommands live in COMMANDS: adding one (import-kineto, import-ascend, compare) is one entry.
+Every failure the user can fix is reported as one sentence on stderr with a non-zero exit.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from profiler._version import __version__
+from profiler.errors import ProfviewError
+from viewer.errors import InputError
+from viewer.progress import Progress
+
+DEFAULT_COMMAND = "view"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its one-line help, how to declare its arguments, and what it runs."""
+
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def parse_steps(text: str) -> tuple[Optional[int], Optional[int]]:
+    """`A:B` (inclusive, either side optional) or a single step `A`."""
+    first, sep, last = text.partition(":")
+    try:
+        a = int(first) if first.strip() else None
+        b = (int(last) if last.strip() else None) if sep else a
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps wants A:B (step numbers, e.g. 10:20), not {text!r}") from None
+    if a is not None and b is not None and b < a:
+        raise argparse.ArgumentTypeError(f"--steps {text}: the last step comes before the first")
+    return a, b
+
+
+def _configure_view(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", type=Path, help="a profview output directory (e.g. ./profiler_data)")
+    out = p.add_argument_group("what to produce (default: build the report and serve it)")
+    out.add_argument("-o", "--output", metavar="FILE", type=Path,
+                     help="write the self-contained HTML report to FILE and exit (no server)")
+    out.add_argument("-s", "--summary", action="store_true",
+                     help="print a text summary (step breakdown, top ops, verdict) and exit")
+    sel = p.add_argument_group("what to show")
+    sel.add_argument("-r", "--rank", type=int, metavar="R", help="the rank to show (default: the lowest found)")
+    sel.add_argument("--steps", type=parse_steps, metavar="A:B",
+                     help="only steps A to B (inclusive); also the timeline's detailed window")
+    srv = p.add_argument_group("serving")
+    srv.add_argument("--host", default="127.0.0.1",
+                     help="address to serve on (default 127.0.0.1; anything else is reachable from other machines)")
+    srv.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
+    srv.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+
+
+def run_view(args: argparse.Namespace) -> int:
+    """Load DIR, then print a summary, write the report, or serve it."""
+    from viewer.report import Context, Options, build_report
+    from viewer.sources import load_input
+    from viewer.summary import render
+
+    progress = Progress(enabled=sys.stderr.isatty())
+    started = time.monotonic()
+    ctx = Context(load_input(args.dir), Options(rank=args.rank, steps=args.steps), progress)
+    ctx.run  # noqa: B018 -- validates --rank before any work
+    if args.summary:
+        sys.stdout.write(render(ctx))
+        if args.output is None:
+            return 0
+    html = build_report(ctx).encode("utf-8")
+    progress.done()
+    if args.output is not None:
+        try:
+            args.output.write_bytes(html)
+        except OSError as exc:
+            raise InputError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        print(f"profview: wrote {args.output} ({len(html) / 1e6:.1f} MB in {time.monotonic() - started:.1f} s)",
+              file=sys.stderr)
+        return 0
+    from viewer.server import serve
+    serve(html, args.host, args.port, open_browser=not args.no_browser,
+          announce=lambda line: print(line, file=sys.stderr, flush=True))
+    return 0
+
+
+def _configure_analyse(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", type=Path, help="a profview directory with a raw/ store")
+
+
+def run_analyse(args: argparse.Namespace) -> int:
+    """Re-run analysis from DIR/raw (profiler.analyse.analyse_directory) and list the files written."""
+    try:
+        from profiler.analyse import analyse_directory
+    except ImportError as exc:
+        raise InputError(f"this profview install cannot analyse ({exc})") from None
+    if not args.dir.is_dir():
+        raise InputError(f"{args.dir} does not exist or is not a directory")
+    for path in analyse_directory(args.dir):
+        print(path)
+    return 0
+
+
+#: Every subcommand. Importers and comparison (import-kineto, import-ascend, compare) are added here.
+COMMANDS: dict[str, Command] = {
+    DEFAULT_COMMAND: Command("build the HTML report of DIR and serve it (the default: `profview DIR`)",
+                             _configure_view, run_view),
+    "analyse": Command("re-run the analysis of DIR from its raw store and rewrite the output files",
+                       _configure_analyse, run_analyse),
+}
+
+EPILOG = """examples:
+  profview ./profiler_data                    report in your browser (served on 127.0.0.1)
+  profview ./profiler_data -o report.html     write a self-contained report file
+  profview ./profiler_data --summary          text summary in the terminal
+  profview ./profiler_data --rank 1 --steps 100:110
+  profview analyse ./profiler_data            re-run analysis from ./profiler_data/raw
+
+`profview COMMAND --help` describes a command's options. docs/viewer.md has more."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every command of COMMANDS."""
+    parser = argparse.ArgumentParser(
+        prog="profview", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="See where every millisecond of every training step went, and what to fix first.\n\n"
+                    "usage forms:\n  profview DIR [options]      same as `profview view DIR`\n"
+                    "  profview COMMAND ...")
+    parser.add_argument("--version", action="version", version=f"profview {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.help, description=command.help[0].upper() + command.help[1:] + ".")
+        command.configure(p)
+        p.set_defaults(run=command.run)
+    return parser
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    """`profview DIR ...` means `profview view DIR ...`."""
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        return [DEFAULT_COMMAND] + argv
+    return argv
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the `profview` console script; returns the exit status."""
+    args_list = _with_default_command(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    if not args_list:
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(args_list)
+    try:
+        return args.run(args)
+    except ProfviewError as exc:
+        print(f"profview: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("profview: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per report tab; each exposes `build(ctx) -> str`, the tab's HTML body."""

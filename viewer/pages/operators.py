@@ -1,0 +1,68 @@
+"""Operators: which op types take each device's time, and every op in a sortable table."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from viewer.html import absent, esc, plot_text, section
+from viewer.report import Context
+from viewer.stats import shares_with_other
+from viewer.theme import OTHER, PALETTE, styled
+
+#: Columns of the detail table: (op_detail column, header, kind).
+DETAIL_COLUMNS = [("device", "device", "text"), ("name", "name", "text"), ("op_type", "type", "text"),
+                  ("category", "category", "text"), ("count", "count", "num"), ("total_ms", "total ms", "num"),
+                  ("self_ms", "self ms", "num"), ("avg_ms", "avg ms", "num"), ("min_ms", "min ms", "num"),
+                  ("max_ms", "max ms", "num"), ("share_pct", "share %", "num"), ("shapes", "shapes", "text")]
+
+
+def type_shares(op_type, device: str, top: int) -> go.Figure:
+    """Horizontal bars of a device's op-type shares: the top types, then "other"."""
+    rows = shares_with_other(op_type, device, top).iloc[::-1]
+    colors = [OTHER if name.startswith("other (") else PALETTE[0] for name in rows["op_type"]]
+    labels = [plot_text(name) for name in rows["op_type"]]
+    fig = go.Figure(go.Bar(
+        x=rows["share_pct"], y=labels, orientation="h", marker_color=colors,
+        customdata=list(zip(rows["total_ms"], rows["count"])),
+        text=[f"{v:.1f} %" for v in rows["share_pct"]], textposition="outside", cliponaxis=False,
+        hovertemplate="%{y}<br>%{x:.1f} % of device time<br>%{customdata[0]:.2f} ms in %{customdata[1]} calls"
+                      "<extra></extra>"))
+    height = max(220, 26 * len(rows) + 80)
+    return styled(fig, height=height, xaxis_title="share of device self time (%)",
+                  yaxis=dict(type="category", automargin=True), margin=dict(l=10, r=50, t=20, b=44))
+
+
+def _detail_table(ctx: Context, op_detail) -> str:
+    """The op detail table: rows as an escaped JSON payload, sorted and filtered in the page."""
+    present = [(c, h, k) for c, h, k in DETAIL_COLUMNS if c in op_detail.columns]
+    rows = op_detail[[c for c, _, _ in present]].astype(object).where(op_detail[[c for c, _, _ in present]].notna(), "")
+    payload = {"columns": [h for _, h, _ in present], "kinds": [k for _, _, k in present],
+               "rows": rows.to_numpy().tolist(), "limit": ctx.options.table_rows,
+               "sort": [c for c, _, _ in present].index("total_ms"), "device": 0}
+    source = ctx.data(payload)
+    devices = sorted(op_detail["device"].unique())
+    options = '<option value="">all devices</option>' + "".join(
+        f'<option value="{esc(d)}">{esc(d)}</option>' for d in devices)
+    return (f'<div class="sortable" data-source="{source}"><div class="table-tools">'
+            f'<input type="search" placeholder="filter by name, type, shape…" aria-label="filter">'
+            f'<select aria-label="device">{options}</select><span class="count"></span></div>'
+            f'<div class="table-scroll"><table class="data sortable"><thead></thead><tbody></tbody></table></div></div>')
+
+
+def build(ctx: Context) -> str:
+    """The operators tab."""
+    run = ctx.run
+    parts = []
+    if run.op_type is not None and len(run.op_type):
+        figs = []
+        for device in sorted(run.op_type["device"].unique()):
+            figs.append(section(f"Op types on {device}", ctx.figure(type_shares(run.op_type, device, ctx.options.top_ops)),
+                                f"Top {ctx.options.top_ops} types by share of self time; the rest as 'other'."))
+        parts.append('<div class="grid2">' + "".join(figs) + "</div><br>")
+    else:
+        parts.append(section("Op types", absent("No op-type table (op_type csv) in this run.")))
+    if run.op_detail is not None and len(run.op_detail):
+        parts.append(section("Op details", _detail_table(ctx, run.op_detail),
+                             "Click a header to sort; type to filter. Times are summed over the profiled steps."))
+    else:
+        parts.append(section("Op details", absent("No op detail table (op_detail csv) in this run.")))
+    return "".join(parts)

@@ -1,0 +1,133 @@
+"""Overview: where each step's time went, how steps vary, and the verdict."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
+from viewer.report import Context
+from viewer.stats import findings, number, outliers, phase_table, select_steps
+from viewer.theme import ALL_REDUCE, PHASES, styled
+
+SEVERITY_CLASS = {"high": "sev-high", "critical": "sev-high", "medium": "sev-medium", "low": "sev-low"}
+
+
+def step_bars(steps: pd.DataFrame) -> go.Figure:
+    """Stacked bars per step (gap / fp_bp / tail), all-reduce as markers on top."""
+    fig = go.Figure()
+    x = steps["step"].to_numpy()
+    for col, label, color in PHASES:
+        fig.add_bar(x=x, y=steps[col], name=label, marker_color=color,
+                    hovertemplate=f"step %{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
+    col, label, color = ALL_REDUCE
+    if col in steps and steps[col].any():
+        fig.add_scatter(x=x, y=steps[col], name=label, mode="markers",
+                        marker=dict(color=color, symbol="diamond", size=6),
+                        hovertemplate=f"step %{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
+    bargap = 0.15 if len(steps) < 200 else 0
+    return styled(fig, barmode="stack", bargap=bargap, xaxis_title="step", yaxis_title="ms")
+
+
+def distribution(steps: pd.DataFrame) -> go.Figure:
+    """Histogram of step time with a box above it, so spread and outliers read at a glance."""
+    fig = go.Figure()
+    fig.add_histogram(x=steps["total_ms"], name="steps", marker_color="#3366A8", opacity=0.85,
+                      hovertemplate="%{x} ms: %{y} steps<extra></extra>", yaxis="y")
+    fig.add_box(x=steps["total_ms"], name="step time", marker_color="#3366A8", boxpoints="outliers",
+                yaxis="y2", customdata=steps["step"], hovertemplate="step %{customdata}: %{x:.2f} ms<extra></extra>")
+    return styled(fig, showlegend=False, xaxis_title="step time (ms)",
+                  yaxis=dict(domain=[0, 0.75], title="steps"), yaxis2=dict(domain=[0.8, 1], visible=False))
+
+
+def _phase_section(steps: pd.DataFrame) -> str:
+    phases = phase_table(steps)
+    rows = [(r.phase, fmt_ms(r.mean_ms), fmt_ms(r.median_ms), fmt_ms(r.p95_ms), fmt_ms(r.max_ms),
+             fmt_pct(r.share_pct)) for r in phases.itertuples()]
+    return table(["phase", "mean", "median", "p95", "max", "share of step time"], rows,
+                 [False, True, True, True, True, True])
+
+
+def _outlier_section(steps: pd.DataFrame) -> str:
+    slow = outliers(steps)
+    if not len(slow):
+        return '<p class="note">No outlier steps (none above Q3 + 1.5 IQR).</p>'
+    median = float(steps["total_ms"].median())
+    rows = [(int(r.step), fmt_ms(r.total_ms), f"{r.total_ms / median:.2f}x", fmt_ms(r.iteration_gap_ms),
+             fmt_ms(r.fp_bp_ms), fmt_ms(r.tail_ms)) for r in slow.head(15).itertuples()]
+    more = f" (15 of {len(slow)} shown)" if len(slow) > 15 else ""
+    return (f'<p class="note">{len(slow)} step(s) above Q3 + 1.5 IQR{esc(more)}.</p>'
+            + table(["step", "time", "vs median", "iteration gap", "forward + backward", "tail"], rows,
+                    [True] * 6))
+
+
+def _findings_section(ctx: Context) -> str:
+    verdict, items = findings(ctx.run.report)
+    if not verdict and not items:
+        return absent("No bottleneck report (report_{rank}.json) in this directory.".replace(
+            "{rank}", str(ctx.run.rank)))
+    head = f'<div class="verdict">{esc(verdict)}</div>' if verdict else ""
+    rows = []
+    for f in items:
+        sev = str(f["severity"]).lower()
+        badge = f'<span class="sev {SEVERITY_CLASS.get(sev, "sev-info")}">{esc(f["severity"] or "info")}</span>'
+        stake = _stake(f)
+        rows.append(f"<tr><td>{badge}</td><td><b>{esc(f['title'])}</b><br>"
+                    f'<span class="note">{esc(f["kind"])}</span></td><td class="num">{esc(stake)}</td>'
+                    f"<td>{esc(f['evidence'])}<br><span class=\"note\">threshold: {esc(f['threshold'])}</span></td>"
+                    f"<td>{esc(f['suggestion'])}</td></tr>")
+    body = ("<table class=\"data\"><thead><tr><th>severity</th><th>finding</th><th class=\"num\">at stake</th>"
+            f"<th>evidence</th><th>suggestion</th></tr></thead><tbody>{''.join(rows)}</tbody></table>") if rows else ""
+    return head + body
+
+
+def _stake(finding: dict) -> str:
+    """ "2.10 ms / step · 4.0 %" from whatever of at_stake_ms / at_stake_pct is a number."""
+    ms, pct = number(finding["at_stake_ms"]), number(finding["at_stake_pct"])
+    return " · ".join(([fmt_ms(ms) + " / step"] if ms is not None else [])
+                      + ([fmt_pct(pct)] if pct is not None else []))
+
+
+def _recording_note(ctx: Context) -> str:
+    """Dropped events, torn chunks and warnings: never hidden."""
+    info = ctx.run.info
+    rec = info.get("recording", {}) if isinstance(info.get("recording"), dict) else {}
+    notes = []
+    if rec.get("dropped_events"):
+        notes.append(f"{rec['dropped_events']:,} events were dropped while recording ({rec.get('dropped_reason', '')}).")
+    if rec.get("torn_chunks"):
+        notes.append(f"{rec['torn_chunks']} raw-store chunk(s) were cut short by a crash and skipped.")
+    notes += [str(w) for w in info.get("warnings", []) if w]
+    sources = info.get("sources", {}) if isinstance(info.get("sources"), dict) else {}
+    off = [f"{name}: {s.get('status')}" for name, s in sources.items()
+           if isinstance(s, dict) and str(s.get("status", "ok")) != "ok"]
+    if off:
+        notes.append("Sources not recorded — " + "; ".join(off) + ".")
+    return "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
+
+
+def build(ctx: Context) -> str:
+    """The overview tab."""
+    run = ctx.run
+    parts = [section("Verdict and findings", _findings_section(ctx) + _recording_note(ctx))]
+    if run.step_trace is None or not len(run.step_trace):
+        return "".join(parts) + section("Step breakdown", absent("No step trace (step_trace csv): no step() "
+                                                                   "calls were recorded."))
+    steps = select_steps(run.step_trace, ctx.options.steps)
+    if not len(steps):
+        return "".join(parts) + section("Step breakdown", absent("No steps in the selected --steps range."))
+    total = steps["total_ms"].to_numpy()
+    kpis = [("steps", f"{len(steps):,}"), ("mean step", fmt_ms(total.mean())), ("median step", fmt_ms(np.median(total))),
+            ("p95 step", fmt_ms(np.percentile(total, 95))), ("slowest step", fmt_ms(total.max()))]
+    share = phase_table(steps).set_index("phase")["share_pct"]
+    kpis += [(f"{label} share", fmt_pct(share[label])) for _, label, _ in PHASES]
+    note = ("Each step: iteration gap (previous step end to first forward compute), forward + backward, "
+            "tail (last backward compute to step end). All-reduce is part of these and shown separately.")
+    parts += [section("Key figures", cards(kpis)),
+              section("Step breakdown", ctx.figure(step_bars(steps)), note),
+              '<div class="grid2">',
+              section("Averages and shares", _phase_section(steps)),
+              section("Step-time distribution", ctx.figure(distribution(steps))),
+              "</div>", "<br>",
+              section("Outlier steps", _outlier_section(steps))]
+    return "".join(parts)

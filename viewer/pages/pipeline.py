@@ -1,0 +1,110 @@
+"""Data pipeline: how full each probed queue was over time, and which stage starves the next."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from viewer.html import absent, esc, fmt_pct, plot_text, section, table
+from viewer.report import Context
+from viewer.series import add_line
+from viewer.stats import number
+from viewer.theme import PALETTE, styled
+
+PREFERRED = ["queue", "capacity", "empty_ratio", "full_ratio", "mean_size", "get_wait_ms"]
+
+
+def occupancy(queues: pd.DataFrame) -> tuple[go.Figure, list[str]]:
+    """One row per queue: size over time (step line), capacity dashed. Returns notes on thinning."""
+    names = sorted(queues["queue"].unique())
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[plot_text(n) for n in names])
+    notes = []
+    for i, (name, color) in enumerate(zip(names, PALETTE * len(names)), start=1):
+        q = queues[queues["queue"] == name]
+        note = add_line(fig, q["time_ms"].to_numpy(), q["size"].to_numpy(), plot_text(name), color, i,
+                        "size %{y:.1f}", shape="hv")
+        if note:
+            notes.append(note)
+        capacity = int(q["capacity"].max())
+        if capacity > 0:
+            fig.add_hline(y=capacity, line=dict(color="#9AA5B1", dash="dash", width=1), row=i, col=1)
+        fig.update_yaxes(title_text="size", rangemode="tozero", row=i, col=1)
+    fig.update_xaxes(title_text="time (ms)", row=len(names), col=1)
+    return styled(fig, height=max(260, 170 * len(names)), showlegend=False), notes
+
+
+def summary_rows(summary: dict[str, Any] | None, queues: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """Per-queue statistics from queue_summary json (any reasonable shape), else from the csv."""
+    raw = summary.get("queues", summary) if isinstance(summary, dict) else None
+    if isinstance(raw, dict):
+        raw = [dict(v, queue=k) for k, v in raw.items() if isinstance(v, dict)]
+    if isinstance(raw, list) and any(isinstance(r, dict) for r in raw):
+        return [r for r in raw if isinstance(r, dict)]
+    if queues is None:
+        return []
+    rows = []
+    for name, q in queues.groupby("queue", sort=True):
+        capacity = int(q["capacity"].max())
+        rows.append({"queue": name, "capacity": capacity, "empty_ratio": float((q["size"] == 0).mean()),
+                     "full_ratio": float((q["size"] >= capacity).mean()) if capacity > 0 else 0.0,
+                     "mean_size": float(q["size"].mean()),
+                     "get_wait_ms": float(q["wait_ms"].sum()) if "wait_ms" in q else 0.0})
+    return rows
+
+
+def ratio_bars(rows: list[dict[str, Any]]) -> go.Figure:
+    """Empty and full ratios per queue, side by side."""
+    names = [plot_text(r.get("queue", "?")) for r in rows]
+    fig = go.Figure()
+    for key, label, color in (("empty_ratio", "empty", "#C0392B"), ("full_ratio", "full", "#6BA368")):
+        values = [100 * (number(r.get(key)) or 0.0) for r in rows]
+        fig.add_bar(x=names, y=values, name=label, marker_color=color,
+                    hovertemplate=f"%{{x}}<br>{label} %{{y:.1f}} % of the time<extra></extra>")
+    return styled(fig, barmode="group", yaxis=dict(title="% of probes", range=[0, 100]),
+                  xaxis=dict(type="category"))
+
+
+def _cell(key: str, value: Any) -> str:
+    v = number(value)
+    if key.endswith("_ratio") and v is not None:
+        return fmt_pct(100 * v)
+    if v is not None and not isinstance(value, bool):
+        return f"{v:,.2f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _verdict(summary: dict[str, Any] | None) -> str:
+    """Top-level text fields of the summary (verdict, bottleneck stage, ...), as given."""
+    if not isinstance(summary, dict):
+        return ""
+    lines = [f"<p><b>{esc(k.replace('_', ' '))}:</b> {esc(v)}</p>" for k, v in summary.items()
+             if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+    return "".join(lines)
+
+
+def build(ctx: Context) -> str:
+    """The data pipeline tab."""
+    run = ctx.run
+    rows = summary_rows(run.queue_summary, run.data_queue)
+    if run.data_queue is None and not rows:
+        return section("Data pipeline", absent("No data-queue probes were recorded in this run "
+                                                "(no data_queue csv or queue_summary json)."))
+    parts = []
+    keys = [k for k in PREFERRED if any(k in r for r in rows)]
+    keys += sorted({k for r in rows for k in r if k not in keys and not isinstance(r[k], (dict, list))})
+    source = "queue_summary json" if run.queue_summary else "computed from the data_queue csv"
+    parts.append(section("Queue statistics", _verdict(run.queue_summary) + table(
+        [k.replace("_", " ") for k in keys], [[_cell(k, r.get(k, "")) for k in keys] for r in rows],
+        [k != "queue" for k in keys]) + "<br>" + ctx.figure(ratio_bars(rows)),
+        f"Empty: a get found the queue empty (the producer is too slow). Full: a put found it full "
+        f"(the consumer is too slow). Source: {source}."))
+    if run.data_queue is not None and len(run.data_queue):
+        fig, notes = occupancy(run.data_queue)
+        parts.append(section("Queue occupancy over time", ctx.figure(fig), "; ".join(notes)))
+    else:
+        parts.append(section("Queue occupancy over time", absent("No data_queue csv: occupancy over time "
+                                                                "is not available.")))
+    return "".join(parts)

@@ -1,0 +1,98 @@
+"""Numbers shared by the report pages and the terminal summary: step phases, outliers, top ops,
+findings. Pure functions over the loaded tables, so both outputs always agree.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from viewer.theme import ALL_REDUCE, PHASES
+
+StepRange = Optional[tuple[Optional[int], Optional[int]]]
+
+
+def select_steps(steps: pd.DataFrame, window: StepRange) -> pd.DataFrame:
+    """The steps inside an inclusive `(first, last)` range (either end open)."""
+    if window is None:
+        return steps
+    first, last = window
+    keep = np.ones(len(steps), dtype=bool)
+    if first is not None:
+        keep &= steps["step"].to_numpy() >= first
+    if last is not None:
+        keep &= steps["step"].to_numpy() <= last
+    return steps[keep]
+
+
+def phase_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per phase (and step total, all-reduce): mean, median, p95, max in ms and share of step time."""
+    total = float(steps["total_ms"].sum()) or 1.0
+    rows = []
+    for col, label, _ in PHASES + [ALL_REDUCE, ("total_ms", "step", "")]:
+        if col not in steps:
+            continue
+        values = steps[col].to_numpy(dtype=np.float64)
+        rows.append({"phase": label, "mean_ms": values.mean(), "median_ms": np.median(values),
+                     "p95_ms": np.percentile(values, 95), "max_ms": values.max(),
+                     "share_pct": 100.0 * values.sum() / total})
+    return pd.DataFrame(rows)
+
+
+def outliers(steps: pd.DataFrame) -> pd.DataFrame:
+    """Steps slower than Q3 + 1.5 IQR of step time (Tukey's fence), slowest first."""
+    total = steps["total_ms"].to_numpy(dtype=np.float64)
+    q1, q3 = np.percentile(total, [25, 75])
+    fence = q3 + 1.5 * (q3 - q1)
+    return steps[total > fence].sort_values("total_ms", ascending=False)
+
+
+def dominant_phase(steps: pd.DataFrame) -> tuple[str, float]:
+    """The phase with the largest share of step time, and that share."""
+    table = phase_table(steps)
+    phases = table[table["phase"].isin([label for _, label, _ in PHASES])]
+    best = phases.loc[phases["share_pct"].idxmax()]
+    return str(best["phase"]), float(best["share_pct"])
+
+
+def top_ops(op_detail: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The `n` ops with the most total time on each device, by device."""
+    ordered = op_detail.sort_values(["device", "total_ms"], ascending=[True, False])
+    return ordered.groupby("device", sort=True).head(n)
+
+
+def shares_with_other(op_type: pd.DataFrame, device: str, n: int) -> pd.DataFrame:
+    """A device's op types by share: the top `n`, then one "other" row for the rest."""
+    rows = op_type[op_type["device"] == device].sort_values("share_pct", ascending=False)
+    head, rest = rows.head(n), rows.iloc[n:]
+    out = head[["op_type", "share_pct", "total_ms", "count"]].reset_index(drop=True)
+    if len(rest):
+        other = {"op_type": f"other ({len(rest)} types)", "share_pct": rest["share_pct"].sum(),
+                 "total_ms": rest["total_ms"].sum(), "count": rest["count"].sum()}
+        out = pd.concat([out, pd.DataFrame([other])], ignore_index=True)
+    return out
+
+
+FINDING_FIELDS = ("kind", "severity", "title", "at_stake_ms", "at_stake_pct", "evidence", "threshold", "suggestion")
+
+
+def findings(report: Optional[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The verdict and findings of a report_{rank}.json, tolerating missing or odd fields."""
+    if not report:
+        return "", []
+    verdict = report.get("verdict", "")
+    items = report.get("findings", [])
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            out.append({key: item.get(key, "") for key in FINDING_FIELDS})
+    return ("" if verdict is None else str(verdict)), out
+
+
+def number(value: Any) -> Optional[float]:
+    """A float, or None when the value is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,85 @@
+"""The terminal summary (`profview DIR --summary`): step breakdown, top ops and the verdict as text,
+in the spirit of torch.profiler's key_averages().table().
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from viewer.report import Context
+from viewer.stats import findings, number, outliers, phase_table, select_steps, top_ops
+
+NAME_WIDTH = 44
+
+
+def clean(value: object, width: int = 0) -> str:
+    """A user string made safe for a terminal (no control characters) and cut to `width`."""
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]], numeric: Sequence[bool]) -> str:
+    """A plain aligned table with a rule under the header."""
+    cells = [[clean(h) for h in headers]] + [[clean(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row):
+        return "  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(row, widths, numeric)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
+
+
+def _steps_block(ctx: Context) -> list[str]:
+    run = ctx.run
+    if run.step_trace is None or not len(run.step_trace):
+        return ["No step trace in this run (no step() calls recorded)."]
+    steps = select_steps(run.step_trace, ctx.options.steps)
+    if not len(steps):
+        return ["No steps in the selected --steps range."]
+    table = phase_table(steps)
+    rows = [(r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}",
+             f"{r.share_pct:.1f}") for r in table.itertuples()]
+    slow = outliers(steps)
+    lines = [f"Step breakdown over {len(steps)} step(s), ms:",
+             text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5)]
+    if len(slow):
+        listed = ", ".join(f"{int(s)} ({t:.1f} ms)" for s, t in zip(slow["step"].head(5), slow["total_ms"].head(5)))
+        lines.append(f"Outlier steps ({len(slow)}): {listed}{' …' if len(slow) > 5 else ''}")
+    return lines
+
+
+def _ops_block(ctx: Context) -> list[str]:
+    detail = ctx.run.op_detail
+    if detail is None or not len(detail):
+        return ["No op table in this run."]
+    lines = []
+    top = top_ops(detail, 10)
+    for device, ops in top.groupby("device", sort=True):
+        rows = [(clean(r.name, NAME_WIDTH), clean(r.op_type, 24), int(r.count), f"{r.total_ms:.3f}",
+                 f"{r.avg_ms:.3f}", f"{r.share_pct:.1f}") for r in ops.itertuples()]
+        lines += ["", f"Top ops on {clean(device)} by total time:",
+                  text_table(["name", "type", "count", "total ms", "avg ms", "share %"], rows,
+                             [False, False, True, True, True, True])]
+    return lines
+
+
+def _verdict_block(ctx: Context) -> list[str]:
+    verdict, items = findings(ctx.run.report)
+    if not verdict and not items:
+        return ["", "No bottleneck report (report json) in this run."]
+    lines = ["", f"Verdict: {clean(verdict)}" if verdict else "Findings:"]
+    for i, f in enumerate(items, start=1):
+        stake = number(f["at_stake_ms"])
+        at = f" — {stake:.2f} ms/step at stake" if stake is not None else ""
+        lines.append(f"  {i}. [{clean(f['severity'] or 'info')}] {clean(f['title'])}{at}")
+        if f["suggestion"]:
+            lines.append(f"     fix: {clean(f['suggestion'])}")
+    return lines
+
+
+def render(ctx: Context) -> str:
+    """The whole summary as text."""
+    run = ctx.run
+    head = f"profview summary — {clean(run.directory)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
+    return "\n".join([head, "=" * min(len(head), 100), *_steps_block(ctx), *_ops_block(ctx),
+                      *_verdict_block(ctx)]) + "\n"

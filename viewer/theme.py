@@ -1,0 +1,39 @@
+"""One look for every figure: phase and category colours, fonts, margins.
+
+Phases keep their colour on every page (overview bars, cluster bars, the timeline), so a
+reader learns once that orange is the iteration gap.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+PHASES = [  # (step_trace column, label, colour)
+    ("iteration_gap_ms", "iteration gap", "#E39B3B"),
+    ("fp_bp_ms", "forward + backward", "#3366A8"),
+    ("tail_ms", "tail", "#6BA368"),
+]
+ALL_REDUCE = ("all_reduce_ms", "all-reduce", "#C0392B")
+
+CATEGORY_COLORS = {
+    "compute": "#3366A8", "comm": "#C0392B", "memcpy": "#8E6CB8", "memset": "#B08BD6",
+    "host": "#7A8B99", "user": "#2A9D8F", "phase": "#9DB4D3", "span": "#E39B3B", "step": "#B0B7BF",
+}
+PALETTE = ["#3366A8", "#E39B3B", "#6BA368", "#C0392B", "#8E6CB8", "#2A9D8F", "#B5651D", "#7A8B99",
+           "#D4A017", "#5DA5DA"]
+OTHER = "#C9CED4"
+FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
+
+
+def category_color(category: str, index: int = 0) -> str:
+    """The colour of an op category; unknown categories take palette colours in turn."""
+    return CATEGORY_COLORS.get(category, PALETTE[index % len(PALETTE)])
+
+
+def styled(fig: go.Figure, height: int = 360, **layout) -> go.Figure:
+    """Apply the report's common layout (overridable through `layout`) to a figure and return it."""
+    base = dict(
+        template="plotly_white", height=height, font=dict(family=FONT, size=12, color="#1F2933"),
+        margin=dict(l=60, r=20, t=36, b=44), hoverlabel=dict(font=dict(family=FONT, size=12)),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0), colorway=PALETTE)
+    fig.update_layout(**{**base, **layout})
+    return fig
