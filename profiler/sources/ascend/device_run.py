@@ -113,7 +113,7 @@ def device_run(info: dict[str, Any], ops: pd.DataFrame, steps: pd.DataFrame, spa
                      step=_step_of(op_start, steps), correlation=-1).sort_values("start_ns", kind="stable")
     threads, tids = _lanes(spans)
     spans = spans.assign(tid=tids, start_ns=spans["start_ns"].to_numpy(dtype=np.int64) - origin)
-    spans = spans.sort_values(["start_ns", "tid"], kind="stable")
+    spans = spans.sort_values(["start_ns", "tid", "depth"], kind="stable")
     info = dict(info)
     info["clock"] = {
         "origin_unix_ns": 0 if clock_unix_ns is None else clock_unix_ns + origin,
