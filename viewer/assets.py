@@ -18,6 +18,7 @@ main { padding:20px 28px 40px; max-width:1500px; }
 section { background:#fff; border:1px solid var(--line); border-radius:8px; padding:16px 20px; margin-bottom:18px; }
 section h2 { font-size:15px; margin:0 0 10px; font-weight:600; }
 .note { color:var(--muted); font-size:12.5px; margin:-4px 0 10px; }
+table + .note { margin-top:10px; }
 .absent { color:var(--muted); font-style:italic; }
 .cards { display:flex; flex-wrap:wrap; gap:12px; }
 .card { background:var(--bg); border-radius:6px; padding:10px 16px; min-width:140px; }
@@ -90,6 +91,7 @@ JS = r"""
   });
 
   function cellText(value, kind) {
+    if (kind === "int") { return typeof value === "number" ? value.toLocaleString() : ""; }
     if (kind === "num") {
       if (typeof value !== "number") { return ""; }
       return Math.abs(value) >= 100 ? value.toFixed(1) : Math.abs(value) >= 1 ? value.toFixed(3) : value.toPrecision(3);
@@ -107,9 +109,9 @@ JS = r"""
     var tr = document.createElement("tr");
     cols.forEach(function (c, i) {
       var th = document.createElement("th");
-      th.textContent = c; th.className = kinds[i] === "num" ? "num" : "";
+      th.textContent = c; th.className = kinds[i] !== "text" ? "num" : "";
       th.addEventListener("click", function () {
-        if (state.key === i) { state.desc = !state.desc; } else { state.key = i; state.desc = kinds[i] === "num"; }
+        if (state.key === i) { state.desc = !state.desc; } else { state.key = i; state.desc = kinds[i] !== "text"; }
         draw();
       });
       tr.appendChild(th);
@@ -128,14 +130,14 @@ JS = r"""
         var row = document.createElement("tr");
         r.forEach(function (v, i) {
           var td = document.createElement("td");
-          td.textContent = cellText(v, kinds[i]); td.className = kinds[i] === "num" ? "num" : "";
+          td.textContent = cellText(v, kinds[i]); td.className = kinds[i] !== "text" ? "num" : "";
           row.appendChild(td);
         });
         frag.appendChild(row);
       });
       tbody.appendChild(frag);
       thead.querySelectorAll("th").forEach(function (th, i) {
-        th.className = (kinds[i] === "num" ? "num " : "") + (i === k ? (state.desc ? "sorted-desc" : "sorted-asc") : "");
+        th.className = (kinds[i] !== "text" ? "num " : "") + (i === k ? (state.desc ? "sorted-desc" : "sorted-asc") : "");
       });
       count.textContent = "showing " + Math.min(limit, shown.length).toLocaleString() + " of " +
         shown.length.toLocaleString() + " matching rows (" + rows.length.toLocaleString() + " in all)";

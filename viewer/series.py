@@ -51,7 +51,7 @@ def thin(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> Series:
 
 
 def add_line(fig, x: np.ndarray, y: np.ndarray, name: str, color: str, row: int, hover: str,
-             shape: str = "linear") -> str:
+             shape: str = "linear", legend: bool = False) -> str:
     """Add a thinned line (with its min-max band when binned) to subplot `row`; returns the thinning note.
 
     `name` must already be escaped for plotly; `hover` is the y part of the hover template.
@@ -62,7 +62,7 @@ def add_line(fig, x: np.ndarray, y: np.ndarray, name: str, color: str, row: int,
                         hoverinfo="skip", row=row, col=1)
         fig.add_scatter(x=s.x, y=s.low, mode="lines", line=dict(width=0), fill="tonexty",
                         fillcolor="rgba(122,139,153,0.22)", showlegend=False, hoverinfo="skip", row=row, col=1)
-    fig.add_scatter(x=s.x, y=s.y, mode="lines", name=name, showlegend=False,
+    fig.add_scatter(x=s.x, y=s.y, mode="lines", name=name, showlegend=legend,
                     line=dict(color=color, width=1.5, shape=shape),
                     hovertemplate=f"{name}<br>%{{x:.1f}} ms: {hover}<extra></extra>", row=row, col=1)
     return f"{name}: {s.note}" if s.binned_from else ""

@@ -34,6 +34,6 @@ def styled(fig: go.Figure, height: int = 360, **layout) -> go.Figure:
     base = dict(
         template="plotly_white", height=height, font=dict(family=FONT, size=12, color="#1F2933"),
         margin=dict(l=60, r=20, t=36, b=44), hoverlabel=dict(font=dict(family=FONT, size=12)),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0), colorway=PALETTE)
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"), colorway=PALETTE)
     fig.update_layout(**{**base, **layout})
     return fig

@@ -10,7 +10,7 @@ from viewer.theme import OTHER, PALETTE, styled
 
 #: Columns of the detail table: (op_detail column, header, kind).
 DETAIL_COLUMNS = [("device", "device", "text"), ("name", "name", "text"), ("op_type", "type", "text"),
-                  ("category", "category", "text"), ("count", "count", "num"), ("total_ms", "total ms", "num"),
+                  ("category", "category", "text"), ("count", "count", "int"), ("total_ms", "total ms", "num"),
                   ("self_ms", "self ms", "num"), ("avg_ms", "avg ms", "num"), ("min_ms", "min ms", "num"),
                   ("max_ms", "max ms", "num"), ("share_pct", "share %", "num"), ("shapes", "shapes", "text")]
 

@@ -12,10 +12,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viewer.html import absent, esc, section
+from viewer.html import absent, esc, plot_text, section
 from viewer.lod import Busy, Window, busy_bins, depths, step_windows, window_events
 from viewer.report import Context
-from viewer.html import plot_text
 from viewer.series import add_line
 from viewer.theme import PALETTE, category_color, styled
 from viewer.trace import Trace, read_trace
@@ -47,12 +46,13 @@ def overview_figure(trace: Trace, busy: Busy, steps: Optional[pd.DataFrame],
             capacity = q["capacity"].to_numpy()
             fill = np.where(capacity > 0, 100.0 * q["size"] / np.maximum(capacity, 1), q["size"])
             add_line(fig, q["time_ms"].to_numpy(), fill, plot_text(name), PALETTE[i % len(PALETTE)], 2,
-                     "%{y:.0f} % full", shape="hv")
+                     "%{y:.0f} % full", shape="hv", legend=True)
         fig.update_yaxes(title_text="queue fill %", row=2, col=1)
     fig.update_yaxes(type="category", autorange="reversed", automargin=True, row=1, col=1)
     fig.update_xaxes(title_text="time (ms)", row=2 if with_queues else 1, col=1)
     height = 120 + 28 * (len(labels) + 1) + (180 if with_queues else 0)
-    return styled(fig, height=max(320, height), showlegend=False, margin=dict(l=10, r=20, t=20, b=44))
+    return styled(fig, height=max(320, height), showlegend=with_queues, margin=dict(l=10, r=20, t=20, b=44),
+                  legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0))
 
 
 def _step_of(events: list[dict[str, Any]], start_ms: np.ndarray, steps: Optional[pd.DataFrame]) -> list:
