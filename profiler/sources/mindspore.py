@@ -24,7 +24,7 @@ import pandas as pd
 
 from profiler.errors import ProfviewError
 from profiler.model import Run
-from profiler.sources.ascend.device_run import (SYSCNT_TICK_NS, device_run, dims, input_shapes,
+from profiler.sources.ascend.device_run import (SYSCNT_TICK_NS, device_run, dims, input_shapes, lookup,
                                                 op_type_from_name, reduce_spans, shapes_text)
 
 _ASCEND_FILES = {
@@ -271,15 +271,14 @@ def _timeline_ops(files: dict[str, Path], device: str, problems: _Problems) -> p
         start_ms = start_ms + counter / 1e5
     described = _op_descriptions(files.get("framework"), problems)
     names = frame["name"].astype(object)
-    op_type = names.map(described["op_type"]).fillna(names.map(op_type_from_name))
     return pd.DataFrame({
         "device": device,
         "stream": frame["stream"].str.strip().to_numpy(dtype=object),
         "name": names.to_numpy(),
-        "op_type": op_type.to_numpy(dtype=object),
+        "op_type": lookup(names, described["op_type"], op_type_from_name).to_numpy(dtype=object),
         "start_ns": np.rint(start_ms * 1e6).astype(np.int64),
         "dur_ns": np.rint(dur_ms * 1e6).astype(np.int64),
-        "shapes": names.map(described["shapes"]).fillna("").to_numpy(dtype=object),
+        "shapes": lookup(names, described["shapes"], "").to_numpy(dtype=object),
         "source": "mindspore",
     })
 
@@ -396,7 +395,7 @@ def _read_cpu_outputs(directory: Path, rank: int, files: dict[str, Path], proble
         "device": "cpu",
         "stream": launches["tid"].astype(str).to_numpy(dtype=object),
         "name": names.to_numpy(),
-        "op_type": names.map(types).fillna(names.map(op_type_from_name)).to_numpy(dtype=object),
+        "op_type": lookup(names, types, op_type_from_name).to_numpy(dtype=object),
         "start_ns": launches["start_ns"].to_numpy(np.int64),
         "dur_ns": launches["dur_ns"].to_numpy(np.int64),
         "shapes": _launch_shapes(files.get("framework"), names.map(lambda n: n.rsplit("/", 1)[-1]).to_numpy(),

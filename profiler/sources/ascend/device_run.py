@@ -35,6 +35,16 @@ def op_type_from_name(full_name: str) -> str:
     return _OP_NUMBER_SUFFIX.sub("", full_name.rsplit("/", 1)[-1])
 
 
+def lookup(keys: pd.Series, table: pd.Series, fallback) -> pd.Series:
+    """`table[key]` for each key; where absent or empty, `fallback(key)` (a function) or `fallback` itself."""
+    values = keys.map(table).astype(object) if len(table) else pd.Series(None, index=keys.index, dtype=object)
+    missing = values.isna() | (values == "")
+    if not missing.any():
+        return values
+    filler = keys.map(fallback).astype(object) if callable(fallback) else fallback
+    return values.where(~missing, filler)
+
+
 def op_categories(op_type: pd.Series) -> np.ndarray:
     """`comm` for collective op types, `compute` for everything else."""
     return np.where(op_type.isin(COMM_OP_TYPES).to_numpy(), "comm", "compute").astype(object)

@@ -16,8 +16,8 @@ import pandas as pd
 from profiler.errors import ProfviewError
 from profiler.model import Run
 from profiler.sources.ascend import framework_desc, hwts, training_trace
-from profiler.sources.ascend.device_run import (SYSCNT_TICK_NS, device_run, input_shapes, op_type_from_name,
-                                                reduce_spans)
+from profiler.sources.ascend.device_run import (SYSCNT_TICK_NS, device_run, input_shapes, lookup,
+                                                op_type_from_name, reduce_spans)
 from profiler.sources.ascend.slices import SLICE_NAMES, Slice, find_host_start, find_slices, join_slices
 
 #: Ops whose presence marks a first step that only initialises the dataset queue (dropped).
@@ -176,9 +176,8 @@ def _job_ops(job: AscendJob, device: str) -> pd.DataFrame:
     """The job's op executions in our op columns, on the absolute device clock (ns)."""
     described = job.graph.drop_duplicates("full_name", keep="last").set_index("full_name")
     names = pd.Series(job.op_names, dtype=object).iloc[job.executions["op"].to_numpy()].reset_index(drop=True)
-    op_type = names.map(described["op_type"]) if len(described) else pd.Series(pd.NA, index=names.index)
-    op_type = op_type.where(op_type.notna() & (op_type != ""), names.map(op_type_from_name))
-    shapes = names.map(described["op_info"].map(input_shapes)) if len(described) else ""
+    op_type = lookup(names, described["op_type"], op_type_from_name)
+    shapes = lookup(names, described["op_info"].map(input_shapes), "")
     return pd.DataFrame({
         "device": device,
         "stream": job.executions["stream_id"].astype(str).to_numpy(dtype=object),
@@ -186,7 +185,7 @@ def _job_ops(job: AscendJob, device: str) -> pd.DataFrame:
         "op_type": op_type.to_numpy(dtype=object),
         "start_ns": job.executions["start"].to_numpy() * SYSCNT_TICK_NS,
         "dur_ns": job.executions["dur"].to_numpy() * SYSCNT_TICK_NS,
-        "shapes": pd.Series(shapes, index=names.index).fillna("").to_numpy(dtype=object),
+        "shapes": shapes.to_numpy(dtype=object),
         "source": "ascend",
     })
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend.device_run import op_type_from_name
+from profiler.sources.ascend.device_run import lookup, op_type_from_name
 from profiler.sources.ascend.job import AscendJob
 
 #: Syscnt ticks per ms, the 2020 parser's unit conversion factor.
@@ -170,7 +170,7 @@ def aicore_detail_csv(ops: pd.DataFrame) -> str:
 def _op_types(job: AscendJob, names: pd.Series) -> pd.Series:
     """graph_desc op type of each full name (guessed from the name when undescribed)."""
     described = job.graph.drop_duplicates("full_name", keep="last").set_index("full_name")["op_type"]
-    return names.map(described).fillna(names.map(op_type_from_name)) if len(described) else names.map(op_type_from_name)
+    return lookup(names, described, op_type_from_name)
 
 
 def aicore_type_csv(job: AscendJob, ops: pd.DataFrame) -> str:
