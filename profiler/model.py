@@ -19,6 +19,7 @@ import pandas as pd
 
 #: One op schema (every source): host ops, user ops, device kernels, memcpy, collectives.
 OP_COLUMNS: dict[str, str] = {
+    # String columns are "object" or pandas categoricals (sources with many rows use categoricals).
     "device": "object",       # "cpu", "cuda:0", "npu:1", ...
     "stream": "object",       # host thread name, or device stream id as text ("7")
     "name": "object",         # op name as the source reports it (kernel name, aten::conv2d, full op name)
@@ -106,10 +107,12 @@ def conform(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
         if col in df.columns:
             s = df[col]
             if dtype == "object":
-                s = s.fillna("").astype(str)
+                # categoricals stay categorical: millions of rows share a few hundred names
+                if not isinstance(s.dtype, pd.CategoricalDtype):
+                    s = s.fillna("").astype(str).astype(object)
+                out[col] = s.array
             else:
-                s = s.astype(dtype)
-            out[col] = s.to_numpy()
+                out[col] = s.astype(dtype).to_numpy()
         elif dtype == "object":
             out[col] = np.full(n, "", dtype=object)
         elif dtype == "float64":

@@ -17,14 +17,14 @@ class Spans:
     unmatched: int
 
 
-def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray, order: np.ndarray) -> Spans:
+def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray) -> Spans:
     """Match span begins and ends per (thread, window), all at once.
 
     Within one thread and window, a begin at nesting depth d is closed by the next end that
     returns to depth d. Depth is a cumulative sum of +1 (begin) / -1 (end); grouping events by
     (thread, window, level) leaves sequences E? (B E)* B? where a leading E began before the
     window and a trailing B had not ended when it closed: those are counted as unmatched.
-    `order` is each event's position in recording order within its thread.
+    Events must be given in recording order within each thread.
     """
     n = len(code)
     if n == 0:
@@ -32,7 +32,9 @@ def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray, order: 
         return Spans(z, z, z, 0)
     is_end = (code & 1).astype(bool)
     step = np.where(is_end, -1, 1)
-    key = np.lexsort((order, window, thread))
+    # a stable sort by (thread, window) keeps each thread's recording order
+    n_win = int(window.max()) + 2
+    key = _stable_order(thread * n_win + (window + 1))
     th, wi, st = thread[key], window[key], step[key]
     group_start = np.ones(n, dtype=bool)
     group_start[1:] = (th[1:] != th[:-1]) | (wi[1:] != wi[:-1])
@@ -47,7 +49,7 @@ def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray, order: 
     group_id = np.cumsum(group_start) - 1
     min_level = np.minimum.reduceat(level, np.flatnonzero(group_start))
     level = level - min_level[group_id]
-    k2 = np.lexsort((np.arange(n), level, group_id))   # stable: recording order within a level
+    k2 = _stable_order(group_id * (int(level.max()) + 1) + level)   # recording order within a level
     ev = key[k2]
     lv = level[k2]
     gid = group_id[k2]
@@ -62,6 +64,15 @@ def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray, order: 
     ends = ev[1:][pair[:-1]]
     unmatched = n - 2 * len(begins)
     return Spans(begins, ends, lv[:-1][pair[:-1]], unmatched)
+
+
+def _stable_order(key: np.ndarray) -> np.ndarray:
+    """Stable argsort; skipped when already sorted, radix sort when the keys fit in 16 bits."""
+    if len(key) < 2 or bool(np.all(key[1:] >= key[:-1])):
+        return np.arange(len(key))
+    if key.min() >= 0 and key.max() < 2**15:
+        key = key.astype(np.int16)          # numpy sorts <= 16-bit integers with a stable radix sort
+    return np.argsort(key, kind="stable")
 
 
 def self_time(start: np.ndarray, dur: np.ndarray, lane: np.ndarray, level: np.ndarray) -> np.ndarray:

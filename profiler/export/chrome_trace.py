@@ -23,30 +23,38 @@ TS_WIDTH = 14                 # µs with 3 decimals: up to ~115 days of trace
 DUR_WIDTH = 12
 
 
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+_TRIPLETS = np.array([list(f"{i:03d}".encode()) for i in range(1000)], dtype=np.uint8)   # "000".."999"
+
+
 def fixed_decimal(ns: np.ndarray, width: int) -> np.ndarray:
-    """ns values as right-aligned µs decimals with 3 fraction digits, space-padded: (n, width) uint8."""
+    """ns values as right-aligned µs decimals with 3 fraction digits, space-padded: (n, width) uint8.
+
+    Digits are produced three at a time from a lookup table, then leading zeros are blanked.
+    """
     v = np.asarray(ns, dtype=np.int64)
     neg = v < 0
-    a = np.abs(v)
-    out = np.full((len(a), width), ord(" "), dtype=np.uint8)
-    digits = width - 1                      # one column is the decimal point
-    rest = a.copy()
-    col = width - 1
-    for k in range(digits):
-        if k == 3:
-            out[:, col] = ord(".")
-            col -= 1
-        d = (rest % 10).astype(np.uint8)
-        rest //= 10
-        keep = (k <= 3) | (rest > 0) | (d > 0)     # no leading zeros beyond "0.xxx"
-        out[:, col] = np.where(keep, d + ord("0"), ord(" "))
-        col -= 1
-        if col < 0:
-            break
+    rest = np.abs(v)
+    n_int = width - 4                                   # integer digits that fit (width - ".xxx")
+    groups = -(-n_int // 3)
+    digits = np.empty((len(v), groups * 3 + 4), dtype=np.uint8)
+    digits[:, -3:] = _TRIPLETS[rest % 1000]
+    digits[:, -4] = ord(".")
+    rest //= 1000
+    for g in range(groups):                              # integer part, least significant triplet first
+        lo = digits.shape[1] - 4 - 3 * (g + 1)
+        digits[:, lo:lo + 3] = _TRIPLETS[rest % 1000]
+        rest //= 1000
     if (rest > 0).any():
         raise ValueError("a time does not fit the trace's fixed-width field")
-    if neg.any():                                   # put '-' right before the first digit
-        first = np.argmax(out != ord(" "), axis=1)
+    out = digits[:, -width:].copy()
+    # blank leading zeros, keeping at least "0.xxx" (and one column for a minus sign)
+    n_digits = np.maximum(np.searchsorted(_POW10, np.abs(v) // 1000, side="right"), 1)
+    first = width - 4 - n_digits                         # column of the first significant digit
+    if (first < 0).any() or (neg & (first < 1)).any():
+        raise ValueError("a time does not fit the trace's fixed-width field")
+    out[np.arange(width)[None, :] < first[:, None]] = ord(" ")
+    if neg.any():
         rows = np.flatnonzero(neg)
         out[rows, first[rows] - 1] = ord("-")
     return out
@@ -96,11 +104,37 @@ def write_block(f: BinaryIO, block: EventBlock) -> int:
     return n
 
 
-def _keys(*cols: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
-    """Dense key per row for the distinct combinations of the given columns (first-seen order)."""
-    df = pd.DataFrame({f"c{i}": c for i, c in enumerate(cols)})
-    codes, uniques = pd.MultiIndex.from_frame(df).factorize() if len(df) else (np.empty(0, np.int64), [])
-    return np.asarray(codes, dtype=np.int64), list(uniques)
+def _codes(col) -> tuple[np.ndarray, np.ndarray]:
+    """(integer code per row, the distinct values): free for categoricals, a hash pass otherwise."""
+    if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
+        return np.asarray(col.cat.codes, dtype=np.int64), np.asarray(col.cat.categories, dtype=object)
+    codes, uniques = pd.factorize(np.asarray(col), sort=False)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
+def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
+    """Dense key per row for the distinct combinations of the given columns, with those combinations."""
+    n = len(cols[0]) if cols else 0
+    if n == 0:
+        return np.empty(0, np.int64), []
+    combined = np.zeros(n, dtype=np.int64)
+    decoded = []
+    for col in cols:
+        codes, uniques = _codes(col)
+        combined = combined * (len(uniques) + 1) + codes
+        decoded.append((codes, uniques))
+    key, first = _dense(combined)
+    combos = [tuple(u[c[i]] for c, u in decoded) for i in first]
+    return key, combos
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes for int64 values (first-seen order) and the row of each code's first occurrence."""
+    codes, uniques = pd.factorize(values, sort=False)
+    first = np.full(len(uniques), -1, dtype=np.int64)
+    order = np.arange(len(codes))[::-1]
+    first[codes[::-1]] = order                            # last write wins = first occurrence
+    return codes.astype(np.int64), first
 
 
 class Lanes:
@@ -149,8 +183,7 @@ class Lanes:
 
 def op_block(run: Run, lanes: Lanes) -> EventBlock:
     ops = run.ops
-    key, uniq = _keys(ops["device"].to_numpy(), ops["stream"].to_numpy(), ops["category"].to_numpy(),
-                      ops["name"].to_numpy(), ops["op_type"].to_numpy())
+    key, uniq = _keys(ops["device"], ops["stream"], ops["category"], ops["name"], ops["op_type"])
     heads = []
     for device, stream, cat, name, op_type in uniq:
         pid, tid = lanes.lane(str(device), str(stream))
@@ -161,7 +194,7 @@ def op_block(run: Run, lanes: Lanes) -> EventBlock:
 
 def span_block(run: Run, lanes: Lanes) -> EventBlock:
     sp = run.spans
-    key, uniq = _keys(sp["tid"].to_numpy(), sp["kind"].to_numpy(), sp["name"].to_numpy())
+    key, uniq = _keys(sp["tid"], sp["kind"], sp["name"])
     heads = [_head("X", lanes.host_pid, int(tid), str(kind), str(name)) for tid, kind, name in uniq]
     return EventBlock(heads, key, sp["start_ns"].to_numpy(), sp["dur_ns"].to_numpy())
 
@@ -175,7 +208,7 @@ def step_block(run: Run, lanes: Lanes) -> EventBlock:
 
 def instant_block(run: Run, lanes: Lanes) -> EventBlock:
     ins = run.instants
-    key, uniq = _keys(ins["tid"].to_numpy(), ins["kind"].to_numpy(), ins["name"].to_numpy())
+    key, uniq = _keys(ins["tid"], ins["kind"], ins["name"])
     heads = [_head("i", lanes.host_pid, int(tid), str(kind), str(name), extra=',"s":"t"') for tid, kind, name in uniq]
     return EventBlock(heads, key, ins["time_ns"].to_numpy(), None)
 
@@ -184,13 +217,13 @@ def counter_blocks(run: Run, lanes: Lanes) -> Iterable[EventBlock]:
     """C events: one series per (source, device, metric); queue sizes as `queue <name>` series."""
     c = run.counters
     if len(c):
-        key, uniq = _keys(c["source"].to_numpy(), c["device"].to_numpy(), c["metric"].to_numpy())
+        key, uniq = _keys(c["source"], c["device"], c["metric"])
         vals = c["value"].to_numpy()
         yield from _value_blocks(lanes, key, uniq, c["time_ns"].to_numpy(), vals,
                                  lambda u: (f"{u[2]} ({u[1]})" if u[1] not in ("", "host") else str(u[2]), "value"))
     q = run.queues
     if len(q):
-        key, uniq = _keys(q["queue"].to_numpy())
+        key, uniq = _keys(q["queue"])
         yield from _value_blocks(lanes, key, uniq, q["time_ns"].to_numpy(), q["size"].to_numpy().astype(np.float64),
                                  lambda u: (f"queue {u[0]}", "size"))
 

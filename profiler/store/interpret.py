@@ -19,50 +19,49 @@ def interpret(t: RawTables) -> Run:
     kind_of, name_of, extra_of = descriptor_columns(t.descriptors)
     windows = windows_from_samples(t.sm, kind_of)
     tid_of_ident, threads = _threads(t)
+    is_span_desc = np.isin(kind_of, K.SPAN_KINDS)
+    is_op_desc = kind_of == K.OP
+    is_point_desc = np.isin(kind_of, (K.MARK, K.INSTANT))
 
     ev_desc = t.ev_code >> 1
-    ev_kind = kind_of[ev_desc] if len(ev_desc) else np.empty(0, dtype=object)
     ev_win = window_of(t.ev_t, windows)
     ev_tid = _map(t.ev_thread, tid_of_ident)
     keep = ev_win >= 0                                     # events racing a window edge are not data
-    spans_mask = keep & np.isin(ev_kind, K.SPAN_KINDS)
-    idx = np.flatnonzero(spans_mask)
-    order = np.arange(len(t.ev_t))[idx]                     # concatenation order = per-thread recording order
-    pairs = pair_spans(ev_tid[idx], ev_win[idx], t.ev_code[idx], order)
+    idx = np.flatnonzero(keep & is_span_desc[ev_desc]) if len(ev_desc) else np.empty(0, np.int64)
+    pairs = pair_spans(ev_tid[idx], ev_win[idx], t.ev_code[idx])
     b, e = idx[pairs.begin], idx[pairs.end]
+    d = ev_desc[b]
     span_start = t.ev_t[b] - origin
     span_dur = t.ev_t[e] - t.ev_t[b]
-    span_lane = ev_tid[b] * (len(windows) + 1) + ev_win[b]
-    span_self = self_time(span_start, span_dur, span_lane, pairs.level)
-    span_kind = ev_kind[b]
+    span_self = self_time(span_start, span_dur, ev_tid[b] * (len(windows) + 1) + ev_win[b], pairs.level)
 
     sm_desc = t.sm[:, 1] >> 1
     sm_kind = kind_of[sm_desc] if len(sm_desc) else np.empty(0, dtype=object)
     sm_tid = _map(t.sm_thread, tid_of_ident)
-
     steps, step_tid = _steps(t, sm_kind, sm_tid, windows, origin)
-    lane_names = dict(zip(threads["tid"], threads["name"]))
-    is_op = span_kind == K.OP
+
+    is_op = is_op_desc[d]
+    n_ops = int(is_op.sum())
     ops = pd.DataFrame({
-        "device": "cpu",
-        "stream": [lane_names[x] for x in ev_tid[b][is_op]] if is_op.any() else [],
-        "name": name_of[ev_desc[b][is_op]],
-        "op_type": extra_of[ev_desc[b][is_op]],
-        "category": "user",
+        "device": constant("cpu", n_ops),
+        "stream": by_code(ev_tid[b][is_op], threads["name"].to_numpy()),
+        "name": by_code(d[is_op], name_of),
+        "op_type": by_code(d[is_op], extra_of),
+        "category": constant("user", n_ops),
         "start_ns": span_start[is_op],
         "dur_ns": span_dur[is_op],
         "self_ns": span_self[is_op],
         "step": assign_steps(span_start[is_op], steps),
-        "source": "marker",
+        "source": constant("marker", n_ops),
     })
-    not_op = ~is_op
+    other = ~is_op
     spans = pd.DataFrame({
-        "tid": ev_tid[b][not_op], "kind": span_kind[not_op], "name": name_of[ev_desc[b][not_op]],
-        "start_ns": span_start[not_op], "dur_ns": span_dur[not_op], "depth": pairs.level[not_op],
+        "tid": ev_tid[b][other], "kind": by_code(d[other], kind_of), "name": by_code(d[other], name_of),
+        "start_ns": span_start[other], "dur_ns": span_dur[other], "depth": pairs.level[other],
     })
-    pt = keep & np.isin(ev_kind, (K.MARK, K.INSTANT))
-    instants = pd.DataFrame({"tid": ev_tid[pt], "kind": ev_kind[pt], "name": name_of[ev_desc[pt]],
-                             "time_ns": t.ev_t[pt] - origin})
+    pt = np.flatnonzero(keep & is_point_desc[ev_desc]) if len(ev_desc) else np.empty(0, np.int64)
+    instants = pd.DataFrame({"tid": ev_tid[pt], "kind": by_code(ev_desc[pt], kind_of),
+                             "name": by_code(ev_desc[pt], name_of), "time_ns": t.ev_t[pt] - origin})
     counters = _counters(t, sm_kind, sm_desc, name_of, extra_of, origin)
     queues = _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin)
     info = _info(t, pairs.unmatched, int((~keep).sum()), step_tid, len(steps))
@@ -70,6 +69,16 @@ def interpret(t: RawTables) -> Run:
                instants=conform(instants, INSTANT_COLUMNS), steps=conform(steps, STEP_COLUMNS),
                counters=conform(counters, COUNTER_COLUMNS), queues=conform(queues, QUEUE_COLUMNS),
                threads=conform(threads, THREAD_COLUMNS))
+
+
+def by_code(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
+    """labels[codes] as a categorical: one string per distinct label, not one object per row."""
+    cats, inverse = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
+    return pd.Categorical.from_codes(inverse[codes] if len(codes) else np.empty(0, np.int64), categories=cats)
+
+
+def constant(label: str, n: int) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[label])
 
 
 def _map(idents: np.ndarray, lut: dict[int, int]) -> np.ndarray:
@@ -123,8 +132,9 @@ def _flush_overlap(t: RawTables, sm_kind: np.ndarray, start: np.ndarray, end: np
 
 def _event_cost(t: RawTables, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Events recorded inside each step times the calibrated cost of one event."""
-    times = np.sort(np.concatenate([t.ev_t, t.sm[:, 0]]))
-    n = np.searchsorted(times, end, side="left") - np.searchsorted(times, start, side="left")
+    steps = pd.DataFrame({"step": np.arange(len(start)), "start_ns": start, "end_ns": end})
+    s = assign_steps(np.concatenate([t.ev_t, t.sm[:, 0]]), steps)
+    n = np.bincount(s[s >= 0], minlength=len(start))
     return n * float(t.meta.get("per_event_cost_ns", 0.0))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend.slices import Joined
+from profiler.sources.ascend.slices import Joined, whole_records
 
 HWTS_RECORD_BYTES = 64
 
@@ -24,7 +24,6 @@ HWTS_DTYPE = np.dtype({
 HWTS_COLUMNS = ["log_type", "cnt", "flag", "core_id", "block_id", "task_id", "stream_id", "syscnt"]
 
 TASK_START, TASK_END, BLOCK_PMU = 0, 1, 4
-LOG_TYPE_NAMES = ("Start of task", "End of task", "Start of block", "End of block", "Block PMU")
 
 #: Task ids at or above this are unique on their own; below it they are unique per stream.
 GLOBAL_TASK_ID_MIN = 25000
@@ -50,13 +49,7 @@ def decode_hwts(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     record are skipped with a warning. syscnt is -1 for PMU records whose flag says it is absent.
     """
     raw = joined.data
-    whole = len(raw) // HWTS_RECORD_BYTES
-    problems = []
-    if len(raw) % HWTS_RECORD_BYTES:
-        problems.append(
-            f"{joined.locate(whole * HWTS_RECORD_BYTES)}: {len(raw) % HWTS_RECORD_BYTES} trailing bytes "
-            f"do not form a whole {HWTS_RECORD_BYTES}-byte HWTS record and were ignored"
-        )
+    whole, problems = whole_records(joined, HWTS_RECORD_BYTES, "HWTS")
     records = np.frombuffer(raw, dtype=HWTS_DTYPE, count=whole)
     head = records["head"]
     log_type = head & 7
@@ -100,11 +93,6 @@ def task_keys(task_id: np.ndarray, stream_id: np.ndarray) -> np.ndarray:
     return np.where(task >= GLOBAL_TASK_ID_MIN, task, ((stream_id.astype(np.int64) + 1) << 16) | task)
 
 
-def task_key_text(key: np.ndarray) -> list[str]:
-    """The MindSpore text form of task keys: `"<task_id>"` or `"<stream_id>_<task_id>"`."""
-    return [str(k) if k < 1 << 16 else f"{(k >> 16) - 1}_{k & 0xFFFF}" for k in key.tolist()]
-
-
 def pair_executions(log_type: np.ndarray, op: np.ndarray) -> np.ndarray:
     """Indices of the Start records that open an execution, given the mapped records in file order.
 
@@ -118,27 +106,32 @@ def pair_executions(log_type: np.ndarray, op: np.ndarray) -> np.ndarray:
     return np.flatnonzero(opens)
 
 
+def op_of_keys(keys: np.ndarray, desc_keys: np.ndarray, desc_ops: np.ndarray) -> np.ndarray:
+    """The op index of each task key given the sorted described keys, -1 where not described."""
+    if len(desc_keys) == 0:
+        return np.full(len(keys), -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(desc_keys, keys), len(desc_keys) - 1)
+    return np.where(desc_keys[pos] == keys, desc_ops[pos], -1)
+
+
 def executions(records: pd.DataFrame, desc_keys: np.ndarray, desc_ops: np.ndarray) -> pd.DataFrame:
     """Op executions (op, key, stream_id, start, dur in ticks) from decoded records, in file order.
 
     `desc_keys` (sorted, unique) and `desc_ops` map task keys to op indices; records whose key
     is not described belong to device tasks without a framework op and are left out.
     """
-    task_records = records[records["log_type"].to_numpy() <= TASK_END]
-    keys = task_keys(task_records["task_id"].to_numpy(), task_records["stream_id"].to_numpy())
-    if len(desc_keys) == 0:
-        keys = keys[:0]
-    pos = np.minimum(np.searchsorted(desc_keys, keys), max(len(desc_keys) - 1, 0))
-    mapped = desc_keys[pos] == keys if len(desc_keys) else np.zeros(0, dtype=bool)
-    keys, op = keys[mapped], desc_ops[pos[mapped]]
-    log_type = task_records["log_type"].to_numpy()[mapped]
-    syscnt = task_records["syscnt"].to_numpy()[mapped]
-    stream = task_records["stream_id"].to_numpy()[mapped]
-    opens = pair_executions(log_type, op)
+    log_type = records["log_type"].to_numpy()
+    task = log_type <= TASK_END
+    keys = task_keys(records["task_id"].to_numpy()[task], records["stream_id"].to_numpy()[task])
+    op = op_of_keys(keys, desc_keys, desc_ops)
+    mapped = np.flatnonzero(task)[op >= 0]
+    keys, op = keys[op >= 0], op[op >= 0]
+    syscnt = records["syscnt"].to_numpy()[mapped]
+    opens = pair_executions(log_type[mapped], op)
     return pd.DataFrame({
         "op": op[opens],
         "key": keys[opens],
-        "stream_id": stream[opens].astype(np.int64),
+        "stream_id": records["stream_id"].to_numpy()[mapped[opens]].astype(np.int64),
         "start": syscnt[opens],
         "dur": syscnt[opens + 1] - syscnt[opens],
     })

@@ -108,6 +108,15 @@ class Joined:
         return ", ".join(p.name for p in self.paths)
 
 
+def whole_records(joined: Joined, record_bytes: int, what: str) -> tuple[int, list[str]]:
+    """How many whole records the joined bytes hold, and a problem naming the trailing partial record, if any."""
+    whole, rest = divmod(len(joined.data), record_bytes)
+    if not rest:
+        return whole, []
+    return whole, [f"{joined.locate(whole * record_bytes)}: {rest} trailing bytes do not form a whole "
+                   f"{record_bytes}-byte {what} record and were ignored"]
+
+
 def join_slices(paths: list[Path]) -> Joined:
     """Read the slice files (in the given order) into one byte array."""
     parts = [np.fromfile(p, dtype=np.uint8) for p in paths]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend.slices import Joined
+from profiler.sources.ascend.slices import Joined, whole_records
 
 TRACE_RECORD_BYTES = 20
 TRACE_DTYPE = np.dtype([("tag", "<u8"), ("task_id", "<u2"), ("stream_id", "<u2"), ("syscnt", "<u8")])
@@ -25,13 +25,7 @@ REDUCE_TABLE_COLUMNS = ["step_num", "stream_id", "k", "start", "end", "start_tag
 def decode_training_trace(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     """Decode training-trace records into columns (tag, task_id, stream_id, syscnt)."""
     raw = joined.data
-    whole = len(raw) // TRACE_RECORD_BYTES
-    problems = []
-    if len(raw) % TRACE_RECORD_BYTES:
-        problems.append(
-            f"{joined.locate(whole * TRACE_RECORD_BYTES)}: {len(raw) % TRACE_RECORD_BYTES} trailing bytes "
-            f"do not form a whole {TRACE_RECORD_BYTES}-byte training-trace record and were ignored"
-        )
+    whole, problems = whole_records(joined, TRACE_RECORD_BYTES, "training-trace")
     records = np.frombuffer(raw, dtype=TRACE_DTYPE, count=whole)
     frame = pd.DataFrame({
         "tag": records["tag"].astype(np.int64),
@@ -85,6 +79,9 @@ def assemble_steps(trace: pd.DataFrame, skip_first: bool, source: str) -> tuple[
     late = ~before_end & ~is_marker
     if late.any():
         problems.append(f"{source}: {int(late.sum())} training-trace record(s) after a step's ITER_END were ignored")
+    unfinished = int((~has_end[1:]).sum())
+    if unfinished:
+        problems.append(f"{source}: {unfinished} step(s) without ITER_END (profiling stopped mid-step) were left out")
     candidates = np.flatnonzero(has_end)
     if skip_first and len(candidates):
         candidates = candidates[1:]

@@ -1,0 +1,652 @@
+"""Import of PyTorch profiler (Kineto) Chrome traces into a profview `Run`.
+
+`read_kineto_trace(path)` reads a trace saved by `torch.profiler` (`.json` or `.json.gz`);
+`run_from_kineto_trace(trace)` is the same conversion on an already parsed trace object, for
+callers that hold one (the in-process torch capture converts the trace torch exports with it).
+See docs/kineto.md for what becomes what, the clock rule and the known limits.
+
+Everything is columnar: the events are read into numpy columns once (kineto_events), classified
+per distinct (phase, category) pair, and every table is built with array operations; nesting
+and self time come from kineto_nesting.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from profiler.errors import ProfviewError
+from profiler.model import (
+    COUNTER_COLUMNS,
+    INSTANT_COLUMNS,
+    OP_COLUMNS,
+    SPAN_COLUMNS,
+    STEP_COLUMNS,
+    THREAD_COLUMNS,
+    Run,
+)
+from profiler.sources.kineto_events import (
+    EventColumns,
+    dumps_compact,
+    event_columns,
+    gc_paused,
+    load_trace_object,
+    looks_like_kineto,
+    map_unique,
+    to_int,
+)
+from profiler.sources.kineto_nesting import enclosing_parents, nesting_depths, self_times
+
+SOURCE = "kineto"
+
+#: Kineto categories imported as host ops, with their op category. CUDA runtime / driver calls
+#: get their own category so that launch overhead can be told apart from framework time.
+HOST_OP_CATEGORIES = {
+    "cpu_op": "host",
+    "python_function": "host",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+}
+#: Kineto categories imported as device ops, with their op category (NCCL kernels become "comm").
+DEVICE_OP_CATEGORIES = {
+    "kernel": "compute",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+    "gpu_user_annotation": "user",
+}
+#: Device ops that are executions (self time == duration); the others may contain them.
+DEVICE_ACTIVITIES = ("compute", "comm", "memcpy", "memset", "sync")
+
+# Event kinds.
+HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER = range(8)
+METADATA, FLOW, PROFILER, UNKNOWN, MALFORMED = range(8, 13)
+_TIMED_KINDS = (HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER, PROFILER)
+_LANE_KINDS = (HOST_OP, DEVICE_OP, SPAN, STEP, INSTANT)
+_THREAD_KINDS = (HOST_OP, SPAN, STEP, INSTANT)
+#: Kinds that are not imported, by the name info["kineto"]["not_imported"] counts them under.
+_NOT_IMPORTED = {METADATA: "metadata", FLOW: "flow", PROFILER: "profiler"}
+
+_STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+_NCCL_COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_CAMEL_WORD = re.compile(r"(?<!^)(?=[A-Z])")
+_MEMCPY_KIND = re.compile(r"Memcpy [A-Za-z]+")
+#: Unix time in microseconds of 2001-09-09: older traces without baseTimeNanoseconds write
+#: Unix-epoch microseconds, which are all above this.
+_UNIX_US_FLOOR = 1e15
+#: torch.cuda.memory / Kineto "[memory]" instant events: device type codes (c10::DeviceType).
+_MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def read_kineto_trace(path: "str | os.PathLike[str]") -> Run:
+    """Import one saved PyTorch profiler trace (.json or .json.gz) as a `Run`.
+
+    Raises ProfviewError with one sentence naming the file when it is missing, unreadable,
+    not (gzip) JSON, not a trace, or has no usable event. Malformed single events are skipped
+    and counted in info["warnings"].
+    """
+    with gc_paused():
+        run = run_from_kineto_trace(load_trace_object(path), label=str(path))
+    run.info["source_path"] = str(path)
+    return run
+
+
+def read_kineto_traces(paths: Iterable["str | os.PathLike[str]"]) -> list[Run]:
+    """Import the traces of several ranks, one `Run` per file in the given order.
+
+    The rank of each comes from its distributedInfo; ranks claimed by two files are reported
+    in both runs' warnings.
+    """
+    runs = [read_kineto_trace(p) for p in paths]
+    by_rank = Counter(run.rank for run in runs)
+    for run in runs:
+        if by_rank[run.rank] > 1:
+            run.info["warnings"].append(
+                f"rank {run.rank} is claimed by {by_rank[run.rank]} of the imported traces"
+            )
+    return runs
+
+
+def is_kineto_trace(path: "str | os.PathLike[str]") -> bool:
+    """True when `path` is a file that looks like a Kineto trace (reads at most its first MiB)."""
+    return os.path.isfile(path) and looks_like_kineto(path)
+
+
+def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace") -> Run:
+    """Convert a parsed Kineto trace object ({"traceEvents": [...], ...}) into a `Run`.
+
+    `label` names the trace in error messages. Pure: reads `trace`, changes nothing.
+    """
+    events = trace.get("traceEvents")
+    if not isinstance(events, list):
+        raise ProfviewError(f"{label} is not a Kineto trace: it has no traceEvents list.")
+    with gc_paused():
+        cols, not_objects = event_columns(events)
+        kind = _classify(cols)
+        timed = np.isin(kind, _TIMED_KINDS)
+        if not timed.any():
+            raise ProfviewError(
+                f"Kineto trace {label} has no usable events: none of its {len(events)} events "
+                "has a name, a numeric ts and (for complete events) a numeric dur."
+            )
+        return _build_run(trace, cols, kind, not_objects)
+
+
+# ----------------------------------------------------------------------------- classification
+
+
+def _kind_of(ph: Any, cat: Any) -> int:
+    """The event kind of a (phase, category) pair."""
+    if ph == "X":
+        if cat in HOST_OP_CATEGORIES:
+            return HOST_OP
+        if cat in DEVICE_OP_CATEGORIES:
+            return DEVICE_OP
+        if cat == "user_annotation":
+            return SPAN
+        if cat == "overhead":
+            return OVERHEAD
+        if cat == "Trace":
+            return PROFILER
+        return UNKNOWN
+    if ph in ("i", "I"):
+        return INSTANT
+    if ph == "C":
+        return COUNTER
+    if ph == "M":
+        return METADATA
+    if ph in ("s", "t", "f"):
+        return FLOW
+    return UNKNOWN
+
+
+def _classify(cols: EventColumns) -> np.ndarray:
+    """Event kind per row: by (ph, cat), then refined by name and validated.
+
+    ProfilerStep#N annotations become STEP, "[memory]" instants MEMORY, instants on Kineto's
+    own text lanes ("Traces") PROFILER. Events that lack what their kind needs are MALFORMED.
+    """
+    kind = map_unique(_kind_of, cols.ph, cols.cat, dtype=np.int64)
+    is_str = map_unique(lambda v: isinstance(v, str), cols.name, dtype=bool)
+    annotated = np.flatnonzero(np.isin(kind, (HOST_OP, SPAN)) & is_str)
+    is_step = map_unique(lambda v: _STEP_NAME.match(v) is not None, cols.name[annotated], dtype=bool)
+    kind[annotated[is_step]] = STEP
+    instant = kind == INSTANT
+    kind[instant & (cols.name == "[memory]")] = MEMORY
+    kind[instant & np.isnan(cols.pid)] = PROFILER
+
+    has_time = np.isfinite(cols.ts_us)
+    has_dur = np.isfinite(cols.dur_us) & (cols.dur_us >= 0)
+    has_lane = np.isfinite(cols.pid) & np.isfinite(cols.tid)
+    timed = np.isin(kind, _TIMED_KINDS)
+    valid = (
+        (~timed | (has_time & is_str))
+        & (~(timed & (cols.ph == "X")) | has_dur)
+        & (~np.isin(kind, _LANE_KINDS) | has_lane)
+    )
+    kind[~valid] = MALFORMED
+    return kind
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, not_objects: int) -> Run:
+    """Assemble every table of the run from the classified columns."""
+    warnings: list[str] = _event_warnings(cols, kind, not_objects)
+    origin_us = math.floor(float(np.min(cols.ts_us[np.isin(kind, _TIMED_KINDS)])))
+    clock = _Clock(origin_us)
+
+    thread_rows = np.flatnonzero(np.isin(kind, _THREAD_KINDS))
+    thread_of, threads = _threads(cols, kind, thread_rows)
+    steps, step_warnings = _steps(cols, np.flatnonzero(kind == STEP), clock)
+    warnings += step_warnings
+    spans = _spans(cols, np.flatnonzero(kind == SPAN), thread_of, clock)
+    steps = _with_phase_bounds(steps, spans)
+    steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
+    ops = _ops(cols, kind, thread_of, threads, steps, clock)
+    if steps.empty:
+        warnings.append("no ProfilerStep#N annotations (the trace was not recorded with a "
+                        "torch.profiler schedule and prof.step()): every op has step -1")
+    info = _info(trace, cols, kind, clock, warnings)
+    return Run(
+        info=info,
+        ops=ops,
+        spans=spans.drop(columns=["end_ns"]),
+        instants=_instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock),
+        steps=steps,
+        counters=_counters(cols, kind, clock),
+        threads=threads,
+    )
+
+
+class _Clock:
+    """Converts Kineto microseconds (float) into int64 ns counted from the run's origin.
+
+    The origin is a whole microsecond, so `ts - origin` is exact in float64 and the rounding
+    to ns recovers the 3 decimals Kineto writes.
+    """
+
+    def __init__(self, origin_us: int):
+        self.origin_us = origin_us
+
+    def ns(self, ts_us: np.ndarray) -> np.ndarray:
+        return np.rint((ts_us - self.origin_us) * 1000.0).astype(np.int64)
+
+    @staticmethod
+    def dur_ns(dur_us: np.ndarray) -> np.ndarray:
+        return np.rint(dur_us * 1000.0).astype(np.int64)
+
+
+def _event_warnings(cols: EventColumns, kind: np.ndarray, not_objects: int) -> list[str]:
+    """Warnings for the events that are skipped: malformed ones and unknown categories."""
+    warnings = []
+    malformed = int(np.count_nonzero(kind == MALFORMED)) + not_objects
+    if malformed:
+        warnings.append(
+            f"skipped {malformed} malformed events (not an object, or missing a name, a numeric "
+            "ts / dur, or a numeric pid / tid)"
+        )
+    unknown = Counter(f"{ph}/{cat}" for ph, cat in zip(cols.ph[kind == UNKNOWN], cols.cat[kind == UNKNOWN]))
+    if unknown:
+        listed = ", ".join(f"{key} ({n})" for key, n in sorted(unknown.items()))
+        warnings.append(f"skipped {sum(unknown.values())} events of unknown phase/category: {listed}")
+    return warnings
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def _threads(cols: EventColumns, kind: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+    """Thread index of every host-side row (-1 elsewhere) and the threads table.
+
+    Threads are the distinct (pid, tid) pairs, numbered in (pid, tid) order; the name is the
+    last `thread_name` metadata Kineto wrote for the pair ("thread 4037 (python3.8)"), else
+    "thread <tid>".
+    """
+    thread_of = np.full(len(cols), -1, dtype=np.int64)
+    pairs = np.stack([cols.pid[rows], cols.tid[rows]], axis=1).astype(np.int64)
+    unique_pairs, index = np.unique(pairs, axis=0, return_inverse=True)
+    thread_of[rows] = index.reshape(-1)
+    names = _thread_names(cols, np.flatnonzero(kind == METADATA))
+    threads = pd.DataFrame(
+        {
+            "tid": np.arange(len(unique_pairs), dtype=np.int64),
+            "os_tid": unique_pairs[:, 1],
+            "name": [names.get((pid, tid), f"thread {tid}") for pid, tid in unique_pairs.tolist()],
+        },
+        columns=list(THREAD_COLUMNS),
+    )
+    return thread_of, threads
+
+
+def _thread_names(cols: EventColumns, rows: np.ndarray) -> dict[tuple[int, int], str]:
+    """{(pid, tid): name} from the `thread_name` metadata events (a few dozen per trace)."""
+    names = {}
+    labels = cols.arg("name", rows)
+    for row, label in zip(rows.tolist(), labels):
+        pid, tid = cols.pid[row], cols.tid[row]
+        if cols.name[row] == "thread_name" and isinstance(label, str) and np.isfinite(pid) and np.isfinite(tid):
+            names[(int(pid), int(tid))] = label
+    return names
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def _steps(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> tuple[pd.DataFrame, list[str]]:
+    """One row per ProfilerStep#N annotation (step = N), in time order.
+
+    fp_start_ns / bp_end_ns are filled later from phase annotations; overhead_ns from
+    Kineto's own overhead events.
+    """
+    start = clock.ns(cols.ts_us[rows])
+    frame = pd.DataFrame(
+        {
+            "step": map_unique(lambda v: int(_STEP_NAME.match(v).group(1)), cols.name[rows], dtype=np.int64),
+            "start_ns": start,
+            "end_ns": start + clock.dur_ns(cols.dur_us[rows]),
+        }
+    ).sort_values(["start_ns", "step"], kind="stable")
+    duplicated = frame["step"].duplicated()
+    warnings = []
+    if duplicated.any():
+        warnings.append(f"ignored {int(duplicated.sum())} repeated ProfilerStep annotations "
+                        "(the first of each step number is kept)")
+    frame = frame[~duplicated]
+    steps = pd.DataFrame(
+        {
+            "step": frame["step"].to_numpy(),
+            "start_ns": frame["start_ns"].to_numpy(),
+            "end_ns": frame["end_ns"].to_numpy(),
+            "fp_start_ns": np.full(len(frame), -1, dtype=np.int64),
+            "bp_end_ns": np.full(len(frame), -1, dtype=np.int64),
+            "overhead_ns": np.zeros(len(frame), dtype=np.int64),
+        },
+        columns=list(STEP_COLUMNS),
+    )
+    return steps, warnings
+
+
+def step_of(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """Index (row of `steps`, which is in time order) of the step whose window
+    [start_ns, end_ns) holds each time, -1 when none does."""
+    if steps.empty:
+        return np.full(len(times_ns), -1, dtype=np.int64)
+    starts = steps["start_ns"].to_numpy()
+    ends = steps["end_ns"].to_numpy()
+    row = np.searchsorted(starts, times_ns, side="right") - 1
+    inside = (row >= 0) & (times_ns < ends[np.maximum(row, 0)])
+    return np.where(inside, row, -1)
+
+
+def _phase_of(name: Any) -> str:
+    """"forward" / "backward" for the phase annotations that mark a training step's compute:
+    record_function("## forward ##") style names (torchrec and many training loops) and
+    DistributedDataParallel.forward (torch's own); "" for every other annotation."""
+    if not isinstance(name, str):
+        return ""
+    if name == "DistributedDataParallel.forward":
+        return "forward"
+    word = name.strip("# ").lower()
+    return word if word in ("forward", "backward") else ""
+
+
+def _with_phase_bounds(steps: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
+    """fp_start_ns = start of the first forward annotation that starts in the step,
+    bp_end_ns = end of the last backward annotation that starts in it (-1 without one)."""
+    if steps.empty or spans.empty:
+        return steps
+    phase = map_unique(_phase_of, spans["name"].to_numpy())
+    frame = pd.DataFrame(
+        {
+            "row": step_of(spans["start_ns"].to_numpy(), steps),
+            "phase": phase,
+            "start_ns": spans["start_ns"].to_numpy(),
+            "end_ns": spans["end_ns"].to_numpy(),
+        }
+    )
+    frame = frame[(frame["row"] >= 0) & (frame["phase"] != "")]
+    fp = frame[frame["phase"] == "forward"].groupby("row")["start_ns"].min()
+    bp = frame[frame["phase"] == "backward"].groupby("row")["end_ns"].max()
+    steps = steps.copy()
+    steps.loc[fp.index, "fp_start_ns"] = fp.to_numpy()
+    steps.loc[bp.index, "bp_end_ns"] = bp.to_numpy()
+    return steps
+
+
+def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
+    """overhead_ns = summed duration of Kineto's own overhead events starting in the step."""
+    if steps.empty or rows.size == 0:
+        return steps
+    row = step_of(clock.ns(cols.ts_us[rows]), steps)
+    inside = row >= 0
+    steps = steps.copy()
+    steps["overhead_ns"] = np.bincount(
+        row[inside], weights=clock.dur_ns(cols.dur_us[rows])[inside], minlength=len(steps)
+    ).astype(np.int64)
+    return steps
+
+
+# ----------------------------------------------------------------------------- spans, instants
+
+
+def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
+    """User annotations (record_function ranges) other than ProfilerStep, with their nesting
+    depth among the annotations of their thread. Keeps end_ns for the step phase bounds."""
+    tid = thread_of[rows]
+    start = clock.ns(cols.ts_us[rows])
+    end = start + clock.dur_ns(cols.dur_us[rows])
+    return pd.DataFrame(
+        {
+            "tid": tid,
+            "kind": np.full(len(rows), "span", dtype=object),
+            "name": cols.name[rows],
+            "start_ns": start,
+            "dur_ns": end - start,
+            "depth": nesting_depths(enclosing_parents(tid, start, end)),
+            "end_ns": end,
+        },
+        columns=[*SPAN_COLUMNS, "end_ns"],
+    )
+
+
+def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
+    """Instant events of the program's threads (Kineto's own markers are not imported)."""
+    return pd.DataFrame(
+        {
+            "tid": thread_of[rows],
+            "kind": np.full(len(rows), "instant", dtype=object),
+            "name": cols.name[rows],
+            "time_ns": clock.ns(cols.ts_us[rows]),
+        },
+        columns=list(INSTANT_COLUMNS),
+    )
+
+
+# ----------------------------------------------------------------------------- ops
+
+
+def _ops(
+    cols: EventColumns,
+    kind: np.ndarray,
+    thread_of: np.ndarray,
+    threads: pd.DataFrame,
+    steps: pd.DataFrame,
+    clock: _Clock,
+) -> pd.DataFrame:
+    """Host ops and device ops in one table, in start order, with self time and step."""
+    host = np.flatnonzero(kind == HOST_OP)
+    dev = np.flatnonzero(kind == DEVICE_OP)
+    rows = np.concatenate([host, dev])
+    device_id = _arg_or_lane(cols, dev, "device", cols.pid)
+    stream_id = _arg_or_lane(cols, dev, "stream", cols.tid)
+    dev_category, dev_op_type = _device_category_and_type(cols.cat[dev], cols.name[dev])
+    dev_lane = _dense_ids(device_id, stream_id)
+
+    start = clock.ns(cols.ts_us[rows])
+    dur = clock.dur_ns(cols.dur_us[rows])
+    lane = np.concatenate([thread_of[host], len(threads) + dev_lane])
+    category = np.concatenate([map_unique(HOST_OP_CATEGORIES.get, cols.cat[host]), dev_category])
+    self_ns = np.where(
+        np.isin(category, DEVICE_ACTIVITIES),
+        dur,
+        self_times(enclosing_parents(lane, start, start + dur), dur),
+    )
+    ops = pd.DataFrame(
+        {
+            "device": np.concatenate([np.full(len(host), "cpu", dtype=object),
+                                      map_unique(lambda d: f"cuda:{d}", device_id)]),
+            "stream": np.concatenate([threads["name"].to_numpy(dtype=object)[thread_of[host]],
+                                      map_unique(str, stream_id)]),
+            "name": cols.name[rows],
+            "op_type": np.concatenate([cols.name[host], dev_op_type]),
+            "category": category,
+            "start_ns": start,
+            "dur_ns": dur,
+            "self_ns": self_ns,
+            "step": np.append(steps["step"].to_numpy(), -1)[step_of(start, steps)],
+            "shapes": np.concatenate([_shapes(cols, host), np.full(len(dev), "", dtype=object)]),
+            "correlation": to_int(cols.arg("correlation", rows), default=-1),
+            "source": np.full(len(rows), SOURCE, dtype=object),
+        },
+        columns=list(OP_COLUMNS),
+    )
+    order = np.argsort(start, kind="stable")
+    return ops.take(order).reset_index(drop=True)
+
+
+def _arg_or_lane(cols: EventColumns, rows: np.ndarray, key: str, lane: np.ndarray) -> np.ndarray:
+    """Integer args[key] (device / stream) of device events, else their pid / tid."""
+    value = to_int(cols.arg(key, rows), default=-1)
+    return np.where(value >= 0, value, lane[rows].astype(np.int64))
+
+
+def _dense_ids(*keys: np.ndarray) -> np.ndarray:
+    """Dense 0-based ids of the distinct key tuples, in sorted key order."""
+    if len(keys[0]) == 0:
+        return np.zeros(0, dtype=np.int64)
+    _, index = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
+    return index.reshape(-1)
+
+
+def _device_category_and_type(cat: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Op category and op type of device events, computed once per distinct (cat, name)."""
+    pairs = map_unique(_device_category_type, cat, name)
+    category = np.fromiter((p[0] for p in pairs), dtype=object, count=len(pairs))
+    op_type = np.fromiter((p[1] for p in pairs), dtype=object, count=len(pairs))
+    return category, op_type
+
+
+def _device_category_type(cat: str, name: str) -> tuple[str, str]:
+    """(category, op_type) of one device event.
+
+    NCCL kernels ("ncclKernel_AllReduce_RING_LL_Sum_float(...)", "ncclDevKernel_SendRecv(...)")
+    are "comm" with op type "nccl:<collective in snake case>", like torch's own
+    record_function names (nccl:all_reduce); memcpy op type is its direction ("Memcpy HtoD");
+    memset is "Memset"; other kernels keep their full name as op type.
+    """
+    category = DEVICE_OP_CATEGORIES[cat]
+    if category == "compute" and (name.startswith("nccl") or "ncclKernel" in name or "ncclDevKernel" in name):
+        collective = _NCCL_COLLECTIVE.search(name)
+        if collective is None:
+            return "comm", name
+        return "comm", "nccl:" + _CAMEL_WORD.sub("_", collective.group(1)).lower()
+    if category == "memcpy":
+        kind = _MEMCPY_KIND.match(name)
+        return category, kind.group(0) if kind else name
+    if category == "memset":
+        return category, "Memset"
+    return category, name
+
+
+def _shapes(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
+    """Input shapes ("Input Dims", recorded with record_shapes=True) as compact JSON text."""
+    dims = cols.arg("Input Dims", rows)
+    return np.fromiter(("" if d is None else dumps_compact(d) for d in dims), dtype=object, count=len(dims))
+
+
+# ----------------------------------------------------------------------------- counters
+
+
+def _counters(cols: EventColumns, kind: np.ndarray, clock: _Clock) -> pd.DataFrame:
+    """Memory counters from "[memory]" instants and the series of "C" counter events."""
+    frames = [_memory_counters(cols, np.flatnonzero(kind == MEMORY), clock),
+              _chrome_counters(cols, np.flatnonzero(kind == COUNTER), clock)]
+    return pd.concat(frames, ignore_index=True).sort_values(
+        ["time_ns", "device", "metric"], kind="stable", ignore_index=True
+    )
+
+
+def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
+    """allocated_bytes / reserved_bytes after every allocation Kineto recorded
+    (profile_memory=True), per device ("host" for CPU memory, "cuda:N")."""
+    dev_type = to_int(cols.arg("Device Type", rows), default=-1)
+    dev_id = to_int(cols.arg("Device Id", rows), default=-1)
+    device = map_unique(_memory_device, dev_type, dev_id)
+    time_ns = clock.ns(cols.ts_us[rows])
+    frames = [
+        pd.DataFrame(
+            {
+                "source": np.full(len(rows), SOURCE, dtype=object),
+                "device": device,
+                "metric": np.full(len(rows), metric, dtype=object),
+                "time_ns": time_ns,
+                "value": pd.to_numeric(pd.Series(cols.arg(key, rows), dtype=object), errors="coerce")
+                .to_numpy(np.float64),
+            },
+            columns=list(COUNTER_COLUMNS),
+        )
+        for metric, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
+    ]
+    return pd.concat(frames, ignore_index=True).dropna(subset=["value"])
+
+
+def _memory_device(dev_type: int, dev_id: int) -> str:
+    prefix = _MEMORY_DEVICE_PREFIX.get(dev_type, f"device_type_{dev_type}")
+    return prefix if prefix == "host" else f"{prefix}:{dev_id}"
+
+
+def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
+    """One row per numeric series value of "C" events: metric "<event name>.<series>"."""
+    times = clock.ns(cols.ts_us[rows]).tolist()
+    metric, time_ns, value = [], [], []
+    for row, t in zip(rows.tolist(), times):
+        args = cols.args[row]
+        for series, v in (args.items() if isinstance(args, dict) else ()):
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                metric.append(f"{cols.name[row]}.{series}")
+                time_ns.append(t)
+                value.append(float(v))
+    return pd.DataFrame(
+        {
+            "source": np.full(len(metric), SOURCE, dtype=object),
+            "device": np.full(len(metric), "host", dtype=object),
+            "metric": np.array(metric, dtype=object),
+            "time_ns": np.array(time_ns, dtype=np.int64),
+            "value": np.array(value, dtype=np.float64),
+        },
+        columns=list(COUNTER_COLUMNS),
+    )
+
+
+# ----------------------------------------------------------------------------- info
+
+
+def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock: _Clock,
+          warnings: list[str]) -> dict[str, Any]:
+    """Run metadata: rank / world size, clock origin, devices, versions, import counts."""
+    dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
+    origin_unix_ns, clock_rule = _origin_unix_ns(trace, clock.origin_us)
+    if origin_unix_ns is None:
+        warnings.append("the trace gives no absolute time (no baseTimeNanoseconds and ts is not "
+                        "Unix time): origin_unix_ns is 0")
+        origin_unix_ns = 0
+    host_pids = cols.pid[kind == HOST_OP]
+    versions = {}
+    if dist.get("nccl_version") not in (None, "", "unknown"):
+        versions["nccl"] = str(dist["nccl_version"])
+    kinds, counts = np.unique(kind, return_counts=True)
+    by_kind = dict(zip(kinds.tolist(), counts.tolist()))
+    return {
+        "data_origin": SOURCE,
+        "rank": int(dist.get("rank", 0)),
+        "world_size": int(dist.get("world_size", 1)),
+        "distributed_backend": str(dist.get("backend", "")),
+        "host": str(trace.get("host_name", "")),
+        "pid": int(pd.Series(host_pids).mode().iloc[0]) if host_pids.size else -1,
+        "framework_versions": versions,
+        "origin_unix_ns": origin_unix_ns,
+        "clock": {"origin_unix_ns": origin_unix_ns, "clock": f"kineto: {clock_rule}",
+                  "origin_ts_us": clock.origin_us},
+        "devices": [dict(d) for d in trace.get("deviceProperties") or [] if isinstance(d, dict)],
+        "kineto": {
+            "schema_version": trace.get("schemaVersion"),
+            "trace_name": str(trace.get("traceName", "")),
+            "events": int(len(cols)),
+            "not_imported": {label: by_kind.get(k, 0) for k, label in _NOT_IMPORTED.items()},
+        },
+        "warnings": warnings,
+    }
+
+
+def _origin_unix_ns(trace: Mapping[str, Any], origin_us: int) -> tuple[int | None, str]:
+    """Unix time (ns) of the origin, and which rule gave it.
+
+    Kineto since 2023 writes ts relative to `baseTimeNanoseconds` (ts_us * 1000 + base = Unix
+    ns); older traces write Unix-epoch microseconds directly.
+    """
+    base = trace.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and not isinstance(base, bool):
+        return int(base) + origin_us * 1000, "baseTimeNanoseconds + ts"
+    if origin_us >= _UNIX_US_FLOOR:
+        return origin_us * 1000, "ts is Unix time in us"
+    return None, "unknown"
