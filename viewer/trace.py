@@ -174,6 +174,9 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
 
 def _read_lines(buffer, progress: Progress):
     """The fast path: one event per line."""
+    tail = bytes(buffer[max(0, len(buffer) - 256):]).rstrip()
+    if not tail.endswith((b"}", b"]")):
+        raise LayoutError("the file does not end its JSON (truncated?)")
     parts = []
     total = len(buffer)
     for start, end in _chunks(buffer):

@@ -1,0 +1,151 @@
+"""The profview command on bad input: one clear sentence on stderr, a non-zero exit, no traceback."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from viewer_fixtures import Spec, write_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def profview(*args: str) -> subprocess.CompletedProcess:
+    """Run the CLI as a user would, in a subprocess."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "viewer.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=REPO)
+
+
+def assert_one_sentence(result: subprocess.CompletedProcess, *fragments: str, code: int = 1) -> None:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("profview: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> Path:
+    return write_run(tmp_path_factory.mktemp("good") / "run", Spec(steps=12, ops_per_step=5))
+
+
+def copy_run(good: Path, dest: Path) -> Path:
+    dest.mkdir()
+    for f in good.iterdir():
+        (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
+def test_missing_directory(tmp_path):
+    assert_one_sentence(profview(tmp_path / "nope"), "does not exist")
+
+
+def test_empty_directory(tmp_path):
+    assert_one_sentence(profview(tmp_path), "is empty")
+
+
+def test_foreign_directory(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    assert_one_sentence(profview(tmp_path), "not a profview output directory")
+
+
+def test_raw_store_without_outputs(tmp_path):
+    (tmp_path / "raw").mkdir()
+    assert_one_sentence(profview(tmp_path), "raw store", "profview analyse")
+
+
+def test_partially_written_directory(good, tmp_path):
+    run = copy_run(good, tmp_path / "run")
+    (run / "op_detail_0.csv").unlink()
+    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "incomplete", "op_detail_0.csv")
+
+
+def test_truncated_info_json(good, tmp_path):
+    run = copy_run(good, tmp_path / "run")
+    info = run / "profiler_info_0.json"
+    info.write_text(info.read_text()[:50])
+    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "profiler_info_0.json", "not valid JSON")
+
+
+def test_newer_schema(good, tmp_path):
+    run = copy_run(good, tmp_path / "run")
+    info = run / "profiler_info_0.json"
+    info.write_text(json.dumps(dict(json.loads(info.read_text()), schema_version=2)))
+    assert_one_sentence(profview(run, "--summary"), "schema version 2", "upgrade")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("step,start_ms\n0,1\n", "missing column(s)"),
+    ("", "is empty"),
+    ("step,start_ms,iteration_gap_ms,fp_bp_ms,tail_ms,total_ms,all_reduce_ms\n0,1,2,3,4,abc,0\n", "non-numeric"),
+    ('step,start_ms,iteration_gap_ms,fp_bp_ms,tail_ms,total_ms,all_reduce_ms\n0,1,2,"3\n', "not a valid CSV"),
+])
+def test_malformed_csv(good, tmp_path, content, message):
+    run = copy_run(good, tmp_path / "run")
+    (run / "step_trace_0.csv").write_text(content)
+    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "step_trace_0.csv", message)
+
+
+def test_malformed_summary_json(good, tmp_path):
+    run = copy_run(good, tmp_path / "run")
+    (run / "queue_summary_0.json").write_text('{"queues": [')
+    assert_one_sentence(profview(run, "--summary"), "queue_summary_0.json", "not valid JSON")
+
+
+def test_truncated_timeline(good, tmp_path):
+    run = copy_run(good, tmp_path / "run")
+    timeline = run / "timeline_0.json"
+    data = timeline.read_bytes()
+    timeline.write_bytes(data[: len(data) // 2])
+    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "timeline_0.json", "not valid JSON")
+
+
+def test_unknown_rank(good):
+    assert_one_sentence(profview(good, "--rank", "5", "--summary"), "rank 5 is not in")
+
+
+def test_bad_steps_is_a_usage_error(good):
+    result = profview(good, "--steps", "x:y")
+    assert result.returncode == 2 and "--steps wants A:B" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unwritable_output(good, tmp_path):
+    assert_one_sentence(profview(good, "-o", tmp_path / "missing" / "r.html"), "cannot write")
+
+
+def test_trace_file_is_recognised(tmp_path):
+    trace = tmp_path / "run.pt.trace.json"
+    trace.write_text('{"traceEvents": []}')
+    assert_one_sentence(profview(trace), "Kineto trace", "not supported yet")
+
+
+def test_mindspore_directory_is_recognised(tmp_path):
+    (tmp_path / "ASCEND_PROFILER_OUTPUT").mkdir()
+    assert_one_sentence(profview(tmp_path), "MindSpore", "not supported yet")
+
+
+def test_analyse_missing_directory(tmp_path):
+    result = profview("analyse", tmp_path / "nope")
+    assert_one_sentence(result, "does not exist")
+
+
+def test_no_arguments_prints_help():
+    result = profview()
+    assert result.returncode == 2 and "usage: profview" in result.stderr
+
+
+def test_help_is_complete():
+    top = profview("--help")
+    assert top.returncode == 0
+    for word in ("view", "analyse", "examples:", "--summary", "profview DIR"):
+        assert word in top.stdout
+    view = profview("view", "--help")
+    for option in ("--output", "--summary", "--rank", "--steps", "--host", "--port", "--no-browser"):
+        assert option in view.stdout
