@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create ./.venv with profview and everything its tests need (shared by demo.sh, test.sh and CI).
+# PyTorch is pinned to the CPU build 2.13.0: an unpinned torch would pull gigabytes of CUDA wheels.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet "torch==2.13.0"
+.venv/bin/python -m pip install --quiet -e ".[test]"
