@@ -104,7 +104,8 @@ def test_truncated_training_trace_drops_the_incomplete_last_step(job_copy: Path)
     job = _read_with_warnings(job_copy)
     name = Path(TRACE).name
     assert job.warnings == [f"{name} at byte {len(data) - 20}: 13 trailing bytes do not form a whole "
-                            "20-byte training-trace record and were ignored"]
+                            "20-byte training-trace record and were ignored",
+                            f"{name}: 1 step(s) without ITER_END (profiling stopped mid-step) were left out"]
     assert len(job.steps) == 321 and job.steps["step_num"].max() == 321
 
 

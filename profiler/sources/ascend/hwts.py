@@ -32,13 +32,18 @@ _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True
 
 
-def _blank_rows(records: np.ndarray, raw: np.ndarray) -> np.ndarray:
-    """Mask of records made only of ASCII whitespace (padding the writer skipped)."""
-    candidates = np.flatnonzero(_WHITESPACE[records["head"]])
-    blank = np.zeros(len(records), dtype=bool)
-    if len(candidates):
-        rows = raw[: len(records) * HWTS_RECORD_BYTES].reshape(-1, HWTS_RECORD_BYTES)[candidates]
-        blank[candidates] = _WHITESPACE[rows].all(axis=1)
+def _blank_rows(head: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """Mask of records made only of ASCII whitespace (padding the writer skipped).
+
+    Records whose head byte is whitespace are candidates; a few more bytes reject most of them
+    cheaply before the whole 64 bytes of the rest are checked.
+    """
+    candidates = np.flatnonzero(_WHITESPACE[head])
+    for byte in (1, 8, HWTS_RECORD_BYTES - 1):
+        candidates = candidates[_WHITESPACE[raw[candidates * HWTS_RECORD_BYTES + byte]]]
+    blank = np.zeros(len(head), dtype=bool)
+    rows = raw[: len(head) * HWTS_RECORD_BYTES].reshape(-1, HWTS_RECORD_BYTES)[candidates]
+    blank[candidates] = _WHITESPACE[rows].all(axis=1)
     return blank
 
 
@@ -53,7 +58,7 @@ def decode_hwts(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     records = np.frombuffer(raw, dtype=HWTS_DTYPE, count=whole)
     head = records["head"]
     log_type = head & 7
-    keep = ~_blank_rows(records, raw)
+    keep = ~_blank_rows(head, raw)
     invalid = keep & (log_type > BLOCK_PMU)
     if invalid.any():
         first = int(np.argmax(invalid))
@@ -114,6 +119,24 @@ def op_of_keys(keys: np.ndarray, desc_keys: np.ndarray, desc_ops: np.ndarray) ->
     return np.where(desc_keys[pos] == keys, desc_ops[pos], -1)
 
 
+def op_of_records(task_id: np.ndarray, stream_id: np.ndarray, desc_keys: np.ndarray,
+                  desc_ops: np.ndarray) -> np.ndarray:
+    """The op index of each record's task, -1 where not described.
+
+    Bare task-id keys (>= 25000) are looked up in a dense 16-bit table; only records with a
+    smaller task id need their packed (stream, task) key built and searched.
+    """
+    bare = desc_keys < 1 << 16
+    op_of_task_id = np.full(1 << 16, -1, dtype=np.int64)
+    op_of_task_id[desc_keys[bare]] = desc_ops[bare]
+    op = op_of_task_id[task_id]
+    per_stream = np.flatnonzero(task_id < GLOBAL_TASK_ID_MIN) if not bare.all() else np.zeros(0, dtype=np.int64)
+    if len(per_stream):
+        keys = task_keys(task_id[per_stream], stream_id[per_stream])
+        op[per_stream] = op_of_keys(keys, desc_keys[~bare], desc_ops[~bare])
+    return op
+
+
 def executions(records: pd.DataFrame, desc_keys: np.ndarray, desc_ops: np.ndarray) -> pd.DataFrame:
     """Op executions (op, key, stream_id, start, dur in ticks) from decoded records, in file order.
 
@@ -121,17 +144,17 @@ def executions(records: pd.DataFrame, desc_keys: np.ndarray, desc_ops: np.ndarra
     is not described belong to device tasks without a framework op and are left out.
     """
     log_type = records["log_type"].to_numpy()
-    task = log_type <= TASK_END
-    keys = task_keys(records["task_id"].to_numpy()[task], records["stream_id"].to_numpy()[task])
-    op = op_of_keys(keys, desc_keys, desc_ops)
-    mapped = np.flatnonzero(task)[op >= 0]
-    keys, op = keys[op >= 0], op[op >= 0]
-    syscnt = records["syscnt"].to_numpy()[mapped]
-    opens = pair_executions(log_type[mapped], op)
+    task_id = records["task_id"].to_numpy()
+    stream_id = records["stream_id"].to_numpy()
+    op = op_of_records(task_id, stream_id, desc_keys, desc_ops)
+    rows = np.flatnonzero((op >= 0) & (log_type <= TASK_END))
+    opens = pair_executions(log_type[rows], op[rows])
+    start_rows, end_rows = rows[opens], rows[opens + 1]
+    start = records["syscnt"].to_numpy()[start_rows]
     return pd.DataFrame({
-        "op": op[opens],
-        "key": keys[opens],
-        "stream_id": records["stream_id"].to_numpy()[mapped[opens]].astype(np.int64),
-        "start": syscnt[opens],
-        "dur": syscnt[opens + 1] - syscnt[opens],
+        "op": op[start_rows],
+        "key": task_keys(task_id[start_rows], stream_id[start_rows]),
+        "stream_id": stream_id[start_rows].astype(np.int64),
+        "start": start,
+        "dur": records["syscnt"].to_numpy()[end_rows] - start,
     })
