@@ -1,0 +1,139 @@
+"""Data-queue probes: record the size of an input-pipeline queue at every put and get.
+
+A probe writes one 4-word sample per event through the recording hot path:
+
+    (t_ns, code, size_after_event, wait_ns)      code = descriptor (queue_put | queue_get, name, str(capacity))
+
+so `analyse()` sees, per queue, the size step function (every change of size is an event) and how
+long each put / get was blocked. A probe costs a clock read and one `hot.sample` call, well under
+a microsecond; it records only while the Profiler records (the hot path drops samples otherwise).
+
+Queue names carry the pipeline structure (docs/data-pipeline.md): `host_queue`, `device_queue`,
+or `producer->consumer` for a connector between two named stages.
+
+`ProfiledQueue` is a `queue.Queue` that probes itself from inside its own mutex (in `_put` /
+`_get`, where the size is exact), so probing takes no lock the queue does not already take.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Optional
+
+from .. import profiler as _api
+from ..record.recorder import QUEUE_GET, QUEUE_PUT, hot, now_ns
+
+PUT, GET = 0, 1          # event index for QueueProbe.record / record_at
+ARROW = "->"             # connector queue names: "producer->consumer"
+POLL_S = 0.05            # how often a cancellable blocking put / get looks at its cancel event
+
+
+class Cancelled(Exception):
+    """A cancellable put / get gave up because its pipeline is shutting down."""
+
+
+def connector_name(producer: str, consumer: str) -> str:
+    """The name of the queue between two pipeline stages: `producer->consumer`."""
+    for stage in (producer, consumer):
+        if not stage or ARROW in stage:
+            raise ValueError(f"stage name {stage!r} must be non-empty and must not contain {ARROW!r}")
+    return f"{producer}{ARROW}{consumer}"
+
+
+class QueueProbe:
+    """Records the puts and gets of one named queue of a given capacity (0 = unbounded).
+
+    Use it to instrument a queue of your own: after each put / get, in the region where the
+    queue's size is known, call `record(PUT or GET, size_after, since_ns)` with the
+    `time.perf_counter_ns()` the call began (its wait is measured from there), or
+    `record_at(event, t_ns, size_after, wait_ns)` when the time is known already.
+    """
+
+    __slots__ = ("name", "capacity", "_recorder", "_codes")
+
+    def __init__(self, name: str, capacity: int = 0) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a queue name must be a non-empty string, not {name!r}")
+        self.name = name
+        self.capacity = max(int(capacity), 0)
+        self._recorder: Any = None
+        self._codes = (0, 0)
+
+    def _active_codes(self) -> Optional[tuple[int, int]]:
+        """(put code, get code) in the active recording, None when no Profiler is recording."""
+        prof = _api._active_profiler
+        rec = prof._recorder if prof is not None else None
+        if rec is not self._recorder:
+            self._recorder = rec
+            if rec is not None:       # descriptors are per recording: intern them again
+                extra = str(self.capacity)
+                self._codes = (rec.point_code(QUEUE_PUT, self.name, extra), rec.point_code(QUEUE_GET, self.name, extra))
+        return self._codes if rec is not None else None
+
+    def record(self, event: int, size: int, since_ns: int) -> None:
+        """Record a put / get that completes now, leaving `size` items; it began at `since_ns`."""
+        codes = self._active_codes()
+        if codes is not None:
+            t = now_ns()
+            hot.sample(t, codes[event], size, t - since_ns)
+
+    def record_at(self, event: int, t_ns: int, size: int, wait_ns: int = 0) -> None:
+        """Record a put / get that completed at `t_ns` (perf_counter_ns), leaving `size` items."""
+        codes = self._active_codes()
+        if codes is not None:
+            hot.sample(t_ns, codes[event], size, wait_ns)
+
+
+class ProfiledQueue(queue.Queue):
+    """A FIFO `queue.Queue` that records every put and get (size after it, wait) under its name.
+
+    The sample is taken in `_put` / `_get`, which `queue.Queue` runs while holding its own
+    mutex, so the recorded size is exact and no extra lock is taken. The wait of a put / get is
+    measured from the moment it was called (blocked on a full / empty queue, or on the mutex).
+    """
+
+    def __init__(self, maxsize: int = 0, name: str = "queue") -> None:
+        self.probe = QueueProbe(name, maxsize)
+        self._calls = threading.local()      # per thread: when its current put / get began
+        super().__init__(maxsize)
+
+    @property
+    def name(self) -> str:
+        return self.probe.name
+
+    def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        self._calls.t0 = now_ns()
+        super().put(item, block, timeout)
+
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+        self._calls.t0 = now_ns()
+        return super().get(block, timeout)
+
+    def _put(self, item: Any) -> None:        # runs under self.mutex
+        self.queue.append(item)
+        self.probe.record(PUT, len(self.queue), self._calls.t0)
+
+    def _get(self) -> Any:                    # runs under self.mutex
+        item = self.queue.popleft()
+        self.probe.record(GET, len(self.queue), self._calls.t0)
+        return item
+
+    def put_unless(self, item: Any, cancel: threading.Event) -> None:
+        """Blocking put that raises `Cancelled` once `cancel` is set; its wait counts from the first attempt."""
+        self._calls.t0 = now_ns()
+        while True:
+            try:
+                return queue.Queue.put(self, item, True, POLL_S)
+            except queue.Full:
+                if cancel.is_set():
+                    raise Cancelled(self.name) from None
+
+    def get_unless(self, cancel: threading.Event) -> Any:
+        """Blocking get that raises `Cancelled` once `cancel` is set and the queue is empty."""
+        self._calls.t0 = now_ns()
+        while True:
+            try:
+                return queue.Queue.get(self, True, POLL_S)
+            except queue.Empty:
+                if cancel.is_set():
+                    raise Cancelled(self.name) from None
