@@ -17,6 +17,7 @@ from .errors import ProfilerUsageWarning, ProfviewError
 from .export.outputs import write_outputs
 from .model import Run, STEP_COLUMNS
 from .progress import Progress
+from .sources.torch_capture import merge_torch_traces
 from .store.interpret import assign_steps, interpret
 from .store.load import rank_raw_files, raw_ranks, read_raw_tables
 
@@ -24,14 +25,14 @@ BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
 
 
 def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None) -> Run:
-    """The Run recorded for `rank` in `directory/raw`."""
+    """The Run recorded for `rank` in `directory/raw`, with its torch op capture merged in."""
     paths = rank_raw_files(directory, rank)
     if not paths:
         raise ProfviewError(f"no raw data for rank {rank} in {directory / 'raw'}")
     tables = read_raw_tables(paths, progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None)
     if progress:
         progress.stage(f"interpreting {len(tables.ev_t) + len(tables.sm):,} records")
-    return ensure_steps(interpret(tables))
+    return merge_torch_traces(ensure_steps(interpret(tables)), directory, rank)
 
 
 def ensure_steps(run: Run) -> Run:

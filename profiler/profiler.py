@@ -94,6 +94,12 @@ class Profiler:
         host_counters, gpu_counters: sample psutil / NVML counters every `counter_interval_s`.
         sources: extra `Source` objects to start and stop with the recording.
         gzip_timeline: write timeline_{rank}.json.gz instead of .json.
+        framework: "torch" captures per-operator timings through torch.profiler (docs/pytorch.md);
+            `attach(model, optimizer)` does too, and adds fp / bp / step-end hooks.
+        ops_schedule: which steps capture ops (default: the `schedule`); e.g. record the step
+            trace every step and ops on `schedule(wait=95, warmup=2, active=3)` only.
+        record_shapes, profile_memory, with_stack: torch.profiler's options for op capture;
+            off by default, as each costs memory and time.
     """
 
     def __init__(
@@ -112,7 +118,14 @@ class Profiler:
         counter_interval_s: float = 0.1,
         sources: Iterable[Source] = (),
         gzip_timeline: bool = False,
+        framework: Optional[str] = None,
+        ops_schedule: Optional[Schedule] = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
     ) -> None:
+        if framework not in (None, "torch"):
+            raise ValueError(f"framework={framework!r}: the supported framework is 'torch' (or None)")
         self.output_path = Path(output_path)
         self.schedule = schedule or always_record
         self.on_trace_ready = on_trace_ready
@@ -120,8 +133,16 @@ class Profiler:
         self.memory_budget_bytes = int(memory_budget_mb * (1 << 20))
         self.flush_interval_s = flush_interval_s
         self.gzip_timeline = gzip_timeline
+        self.framework = framework
+        self.ops_schedule = ops_schedule
+        self.torch_options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
+                              "with_stack": with_stack}
+        self._steps_from_hooks = False          # attach(optimizer) ends the steps
         self.sources: list[Source] = self._default_sources(host_counters, gpu_counters, counter_interval_s)
         self.sources += list(sources)
+        if framework == "torch":
+            from .sources.torch_capture import TorchCapture
+            self.sources.append(TorchCapture.for_profiler(self))
         self.step_num = 0                       # the step now running (0-based, counts every step())
         self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
         self._action = ProfilerAction.NONE
@@ -213,6 +234,13 @@ class Profiler:
 
     def step(self) -> None:
         """End the current iteration: step k runs from the previous step() (or the start) to this call."""
+        if self._steps_from_hooks:
+            self._warn_once("step-attached", "profiler.step() ignored: the optimizer hook installed by "
+                            "attach() ends each step (pass step_on_optimizer=False to attach() to call step() yourself)")
+            return
+        self._end_step()
+
+    def _end_step(self) -> None:
         t0 = now_ns()
         if self._recorder is None:
             self._warn_once("step-stopped", "profiler.step() called while the profiler is not running; ignored")
@@ -252,6 +280,31 @@ class Profiler:
             self._window_first = step
             hot.set_enabled(True)
             hot.sample(now_ns(), self._start_code, step, 0)
+
+    # ---- sources ---------------------------------------------------------------------------
+
+    def add_source(self, source: Source) -> None:
+        """Add a source; when recording already, it starts now and joins at the current step."""
+        self.sources.append(source)
+        if self._recorder is not None:
+            source.start(self._recorder)
+            source.on_step(self.step_num, self._action)
+            self._write_source_status()
+
+    def attach(self, model: Any, optimizer: Any = None, *, ops: bool = True,
+               step_on_optimizer: bool = True) -> "Profiler":
+        """PyTorch: fp start / bp end / step end from hooks on `model` and `optimizer` (docs/pytorch.md).
+
+        The root module's forward marks fp start, the end of its backward pass marks bp end,
+        `optimizer.step()` is the `optimizer` tail phase and, with `step_on_optimizer`, ends the
+        profiler step (do not call profiler.step() then). `ops` also captures per-operator
+        timings through torch.profiler, on `ops_schedule` (else the schedule).
+        """
+        from .sources.torch_hooks import attach
+
+        hooks = attach(self, model, optimizer, ops=ops, step_on_optimizer=step_on_optimizer)
+        self._steps_from_hooks = self._steps_from_hooks or hooks.step_on_optimizer
+        return self
 
     # ---- markers ---------------------------------------------------------------------------
 
@@ -369,6 +422,9 @@ class Profiler:
                 "flush_interval_s": self.flush_interval_s,
                 "sources": [s.name for s in self.sources],
                 "gzip_timeline": self.gzip_timeline,
+                "framework": self.framework,
+                "ops_schedule": getattr(self.ops_schedule, "__qualname__", repr(self.ops_schedule)),
+                **self.torch_options,
             },
         }
 

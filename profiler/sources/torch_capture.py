@@ -1,0 +1,313 @@
+"""Per-operator capture through torch.profiler (Kineto), driven by the Profiler's schedule.
+
+Recording side (`TorchCapture`, a Source). torch's own profiler does the capture — host ops on
+the CPU and, on a CUDA machine, kernels, memcpy / memset and launch correlations through CUPTI —
+and its own schedule machinery is driven from `Profiler.step()`: the op schedule (`ops_schedule=`,
+else the Profiler's schedule) is handed to `torch.profiler.profile(schedule=...)`, so WARMUP steps
+warm Kineto up and RECORD steps record. Each completed capture window is exported by torch (its C++
+writer) as a sidecar of the raw store, `raw/r{rank}-p{pid}-torch-{window}.json`, which a background
+thread then compresses to `.json.gz` (off the training thread: compression is most of an export's
+cost); one line describing the window is appended to `raw/r{rank}-p{pid}-torch.jsonl` (file,
+steps, a fresh clock anchor, the thread names), so a crashed run keeps every exported window.
+
+Analysis side (`merge_torch_traces`, pure apart from reading the sidecars). Each trace is
+converted by the Kineto importer (`sources.kineto`) and its ops join the run's op table on the
+run's clock. Clock rule (torch >= 2.4, verified in tests/test_torch_capture.py):
+Kineto writes `ts` in microseconds relative to the trace's `baseTimeNanoseconds`, and
+`ts * 1000 + baseTimeNanoseconds` is Unix time (CLOCK_REALTIME) in ns. The recorder runs on
+`perf_counter_ns` (CLOCK_MONOTONIC), so each window stores a (perf_counter_ns, time_ns) pair
+read back to back at export; an op's run time is `unix - anchor_unix + anchor_mono - origin_mono`.
+A per-window anchor keeps NTP slewing between the two clocks out of long runs.
+
+torch is imported only when a capture starts; `import profiler` never imports it.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import numpy as np
+import pandas as pd
+
+from ..model import OP_COLUMNS, Run, conform
+from ..schedule import ProfilerAction, Schedule, as_action
+from .base import Source
+
+if TYPE_CHECKING:
+    from ..profiler import Profiler
+    from ..record.recorder import Recorder
+
+TRACE_SUFFIX = ".json"
+INDEX_SUFFIX = "-torch.jsonl"
+#: Collective annotations torch.distributed records around the real work (on the backend's
+#: worker thread for gloo, around the launch for NCCL); they become `comm` ops.
+COMM_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
+#: torch's message when a new capture cycle starts; expected here, every window is exported.
+_CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
+
+
+def torch_schedule(schedule: Schedule, offset: int, actions: Any) -> Callable[[int], Any]:
+    """torch.profiler's view of our op schedule: torch step k is our step `offset + k`.
+
+    `actions` is torch's ProfilerAction enum. The last RECORD step before a non-recording step
+    becomes RECORD_AND_SAVE, so every window ends the way torch expects (no "incorrect schedule"
+    warning) and is exported at its end.
+    """
+    def action(k: int) -> Any:
+        ours = as_action(schedule(offset + k))
+        if ours == ProfilerAction.RECORD and not as_action(schedule(offset + k + 1)).records:
+            ours = ProfilerAction.RECORD_AND_SAVE
+        return actions[ours.name]
+
+    return action
+
+
+class TorchCapture(Source):
+    """torch.profiler capture following a profview schedule; one trace sidecar per window.
+
+    Args:
+        schedule: which steps capture ops (NONE / WARMUP / RECORD / RECORD_AND_SAVE per step).
+        record_shapes, profile_memory, with_stack: passed to torch.profiler (all cost memory
+            and time; off by default).
+    """
+
+    name = "torch"
+
+    def __init__(self, schedule: Schedule, record_shapes: bool = False, profile_memory: bool = False,
+                 with_stack: bool = False) -> None:
+        super().__init__()
+        self.schedule = schedule
+        self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
+                        "with_stack": with_stack}
+        self.torch_profiler: Any = None     # the torch.profiler.profile doing the capture (key_averages())
+        self.windows_saved = 0
+        self._stem: Optional[Path] = None   # raw/r{rank}-p{pid}
+        self._step = 0
+        self._window_first: Optional[int] = None
+        self._stopped = False
+        self._compressors: list[threading.Thread] = []
+        self.details.update(self.options)
+
+    @classmethod
+    def for_profiler(cls, profiler: "Profiler") -> "TorchCapture":
+        """The capture a Profiler's options ask for (its ops_schedule, else its schedule)."""
+        return cls(profiler.ops_schedule or profiler.schedule, **profiler.torch_options)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self, recorder: "Recorder") -> None:
+        try:
+            import torch
+            import torch.profiler as tprof
+        except ImportError as exc:
+            self.status = f"absent: torch is not importable ({exc})"
+            return
+        self._torch = torch
+        self._tprof = tprof
+        path = Path(recorder.writer.path)
+        self._stem = path.with_name(path.name[: -len(path.suffix)] if path.suffix else path.name)
+        activities = [tprof.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(tprof.ProfilerActivity.CUDA)
+        self._activities = activities
+        self.details.update({"torch": torch.__version__, "activities": [a.name for a in activities],
+                             "traces": f"{self._stem.name}-torch-*{TRACE_SUFFIX}.gz"})
+
+    def on_step(self, step: int, action: ProfilerAction) -> None:
+        if self.status != "ok" or self._stopped:
+            return
+        self._step = step
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_CYCLE_WARNING)
+            if self.torch_profiler is None:
+                self.torch_profiler = self._tprof.profile(
+                    activities=self._activities,
+                    schedule=torch_schedule(self.schedule, step, self._tprof.ProfilerAction),
+                    on_trace_ready=self._save_window, **self.options)
+                self.torch_profiler.start()
+            else:
+                self.torch_profiler.step()
+        if self._window_first is None and as_action(self.schedule(step)).records:
+            self._window_first = step
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.torch_profiler is not None:
+            self.torch_profiler.stop()       # a window still open is exported now
+        for thread in self._compressors:
+            thread.join()
+        self.details["windows"] = self.windows_saved
+
+    # ---- export ----------------------------------------------------------------------------
+
+    def _save_window(self, prof: Any) -> None:
+        """torch's on_trace_ready: export the window's trace and index it with a clock anchor."""
+        from ..profiler import _clock_anchor
+
+        first = self._window_first if self._window_first is not None else self._step
+        last = self._step - 1 if not self._stopped else self._step
+        self._window_first = None
+        name = f"{self._stem.name}-torch-{self.windows_saved}{TRACE_SUFFIX}"
+        path = self._stem.with_name(name)
+        t0 = time.perf_counter_ns()
+        try:
+            prof.export_chrome_trace(str(path))
+        except (OSError, RuntimeError) as exc:       # a full disk must not stop the training loop
+            self.details.setdefault("errors", []).append(f"window {self.windows_saved}: {exc}")
+            return
+        mono, unix = _clock_anchor()
+        entry = {"file": name, "window": self.windows_saved, "first_step": first, "last_step": max(first, last),
+                 "anchor": {"monotonic_ns": mono, "unix_ns": unix},
+                 "threads": {str(t.native_id): t.name for t in threading.enumerate() if t.native_id},
+                 "export_ms": (time.perf_counter_ns() - t0) / 1e6}
+        with open(f"{self._stem}{INDEX_SUFFIX}", "a", encoding="utf-8") as index:
+            index.write(json.dumps(entry, sort_keys=True) + "\n")
+        self.windows_saved += 1
+        thread = threading.Thread(target=_compress, args=(path,), name="profview-torch-gzip", daemon=True)
+        thread.start()
+        self._compressors.append(thread)
+
+
+def _compress(path: Path) -> None:
+    """path -> path.gz (fast level), then remove path; the reader accepts either."""
+    partial = path.with_name(path.name + ".gz.part")
+    try:
+        with open(path, "rb") as src, gzip.open(partial, "wb", compresslevel=1) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(partial, path.with_name(path.name + ".gz"))
+        os.remove(path)
+    except OSError:
+        pass            # the plain .json stays, and is read as it is
+
+
+def trace_file(path: Path) -> Path:
+    """The exported trace on disk: compressed when compression finished, else the plain JSON."""
+    gz = path.with_name(path.name + ".gz")
+    return gz if gz.exists() else path
+
+
+# ---- analysis side ----------------------------------------------------------------------------
+
+
+def torch_index_entries(directory: Path, rank: int) -> list[tuple[Path, dict]]:
+    """(trace path, index entry) of every exported window of `rank`, in a stable order.
+
+    A torn last line (a crash while appending) is skipped.
+    """
+    out = []
+    for index in sorted((Path(directory) / "raw").glob(f"r{rank}-p*{INDEX_SUFFIX}")):
+        for line in index.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            out.append((trace_file(index.with_name(entry["file"])), entry))
+    return out
+
+
+def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
+    """`run` with the ops (and memory counters) of every torch trace captured for `rank`.
+
+    Ops are moved onto the run's clock (see the module docstring), their host threads renamed to
+    the run's thread names, their steps re-assigned from the run's own steps (torch's
+    ProfilerStep annotations are not used), and collective annotations (`gloo:all_reduce`, ...)
+    added as `comm` ops so that the step trace counts them as all-reduce.
+    """
+    from ..errors import ProfviewError
+    from ..store.interpret import assign_steps
+    from .kineto import read_kineto_trace
+
+    entries = torch_index_entries(directory, rank)
+    if not entries:
+        return run
+    origin_mono = int(run.info["clock"]["origin_monotonic_ns"])
+    ops, counters = [run.ops], [run.counters]
+    warns = run.info.setdefault("warnings", [])
+    for path, entry in entries:
+        try:
+            trace = read_kineto_trace(path)
+        except ProfviewError as exc:
+            warns.append(f"torch capture window {entry.get('window')} was not merged: {exc}")
+            continue
+        anchor = entry["anchor"]
+        shift = (int(trace.info["clock"]["origin_unix_ns"]) - int(anchor["unix_ns"])
+                 + int(anchor["monotonic_ns"]) - origin_mono)
+        names = _thread_names(trace, entry.get("threads", {}), set(run.threads["name"].astype(str)))
+        window_ops = pd.concat([trace.ops, _comm_ops(trace)], ignore_index=True)
+        window_ops = collapse_redispatch(conform(window_ops, OP_COLUMNS))
+        window_ops["start_ns"] += shift
+        window_ops["stream"] = window_ops["stream"].astype(object).map(lambda s: names.get(s, s))
+        window_ops["source"] = "torch"
+        ops.append(window_ops)
+        memory = trace.counters.copy()
+        memory["time_ns"] += shift
+        memory["source"] = "torch"
+        counters.append(memory)
+    merged = conform(pd.concat(ops, ignore_index=True), OP_COLUMNS)
+    merged["step"] = assign_steps(merged["start_ns"].to_numpy(), run.steps)
+    run.ops = merged.sort_values("start_ns", kind="stable", ignore_index=True)
+    run.counters = pd.concat(counters, ignore_index=True)
+    run.info.setdefault("sources", {}).setdefault("torch", {})["windows_merged"] = len(ops) - 1
+    return run
+
+
+def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
+    """Host ops without the redispatch copies torch nests in them, as `key_averages()` counts them.
+
+    An op whose only child on its thread has its own name (aten::div inside aten::div) is one
+    operator dispatched twice; torch's tables keep the outer one and give it the inner one's self
+    time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
+    visible: the two intervals coincide up to the dispatch cost).
+    """
+    from .kineto_nesting import enclosing_parents
+
+    while True:
+        host = np.flatnonzero((ops["device"] == "cpu").to_numpy())
+        lane = pd.factorize(ops["stream"].to_numpy()[host])[0]
+        start = ops["start_ns"].to_numpy()[host]
+        parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
+        child = np.flatnonzero(parent >= 0)
+        names = ops["name"].to_numpy()[host]
+        only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
+        dup = np.zeros(len(host), dtype=bool)
+        dup[child] = only_child & (names[parent[child]] == names[child])
+        dup[child] &= ~dup[parent[child]]            # chains collapse one level per round
+        if not dup.any():
+            return ops
+        self_ns = ops["self_ns"].to_numpy().copy()
+        np.add.at(self_ns, host[parent[dup]], self_ns[host[dup]])
+        keep = np.ones(len(ops), dtype=bool)
+        keep[host[dup]] = False
+        ops = ops.assign(self_ns=self_ns)[keep].reset_index(drop=True)
+
+
+def _thread_names(trace: Run, native: dict, known: set) -> dict:
+    """Kineto host-thread name -> the run's name of the same OS thread (when it recorded too)."""
+    out = {}
+    for os_tid, name in zip(trace.threads["os_tid"], trace.threads["name"]):
+        ours = native.get(str(int(os_tid)))
+        if ours in known:
+            out[name] = ours
+    return out
+
+
+def _comm_ops(trace: Run) -> pd.DataFrame:
+    """Collective annotations of the trace (record_function ranges) as `comm` host ops."""
+    spans = trace.spans
+    comm = spans[spans["name"].astype(str).str.startswith(COMM_PREFIXES)]
+    lane = dict(zip(trace.threads["tid"], trace.threads["name"]))
+    return pd.DataFrame({
+        "device": "cpu", "stream": comm["tid"].map(lane).to_numpy(dtype=object),
+        "name": comm["name"].to_numpy(dtype=object), "op_type": comm["name"].to_numpy(dtype=object),
+        "category": "comm", "start_ns": comm["start_ns"].to_numpy(), "dur_ns": comm["dur_ns"].to_numpy(),
+        "self_ns": comm["dur_ns"].to_numpy(), "correlation": np.full(len(comm), -1, dtype=np.int64),
+    })
