@@ -25,7 +25,7 @@ from viewer.progress import Progress
 
 CHUNK_BYTES = 64 << 20
 NUMBER_WIDTH = 32
-#: The keys read on the fast path, with the 4 bytes that end each (searched as one uint32).
+#: The keys read on the fast path.
 KEYS = {"ph": b'"ph":', "ts": b'"ts":', "dur": b'"dur":', "pid": b'"pid":', "tid": b'"tid":'}
 
 
@@ -89,57 +89,79 @@ def _chunks(buffer, size: int = CHUNK_BYTES):
         start = end
 
 
-def _key_positions(a: np.ndarray, key: bytes) -> np.ndarray:
-    """Offsets just after every occurrence of `key` in `a`, found through uint32 views."""
-    pattern = np.frombuffer(key[-4:], dtype=np.uint32)[0]
+def _colons(a: np.ndarray) -> np.ndarray:
+    """Offsets of every `":` (the end of every object key) in `a`, sorted, via two uint16 views."""
+    pattern = np.frombuffer(b'":', dtype=np.uint16)[0]
     hits = []
-    for shift in range(4):
-        n = (len(a) - shift) // 4
-        view = a[shift:shift + 4 * n].view(np.uint32)
-        hits.append(np.flatnonzero(view == pattern) * 4 + shift)
-    end = np.sort(np.concatenate(hits)) + 4
-    head = key[:-4]
-    ok = end - len(key) >= 0
-    for i, byte in enumerate(head):
-        ok &= a[np.maximum(end - len(key) + i, 0)] == byte
-    return end[ok]
+    for shift in range(2):
+        n = (len(a) - shift) // 2
+        hits.append(np.flatnonzero(a[shift:shift + 2 * n].view(np.uint16) == pattern) * 2 + shift)
+    return np.sort(np.concatenate(hits))
 
 
-def _windows(a: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """The `width` bytes after each position (padded with spaces past the end)."""
-    idx = pos[:, None] + np.arange(width)
-    w = a[np.minimum(idx, len(a) - 1)]
-    w[idx >= len(a)] = 32
-    return w
+def _key_positions(a: np.ndarray, colons: np.ndarray, key: bytes) -> np.ndarray:
+    """Offsets just after every `key` (e.g. b'"ts":'), picked from the `":` offsets."""
+    ok = colons >= len(key) - 2
+    for back, byte in enumerate(reversed(key[:-2]), start=1):
+        ok &= a[np.maximum(colons - back, 0)] == byte
+    return colons[ok] + 2
+
+
+#: Byte classes for the number parser: digits are their value, then '.', '-', ' ', exponent chars, other.
+DOT, MINUS, SPACE, EXPONENT, OTHER = 10, 11, 12, 13, 14
+BYTE_CLASS = np.full(256, OTHER, dtype=np.int64)
+BYTE_CLASS[48:58] = np.arange(10)
+BYTE_CLASS[[46, 45, 32, 101, 69, 43]] = [DOT, MINUS, SPACE, EXPONENT, EXPONENT, EXPONENT]
 
 
 def parse_numbers(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Parse the JSON number starting (after optional spaces) at each position, vectorised.
 
-    Plain decimals are summed digit by digit; anything else (exponents) goes through float().
-    Raises LayoutError when a value is not a number (a string thread id, say).
+    Walks the values one byte column at a time (Horner's rule on an int64 mantissa), working
+    only on the values not finished yet, so the cost is a few array operations per character.
+    Exponents and over-long values go through float(); a value that is not a number (a string
+    thread id) raises LayoutError.
     """
-    w = _windows(a, pos, NUMBER_WIDTH)
-    digit = (w >= 48) & (w <= 57)
-    numeric = digit | (w == 46) | (w == 45) | (w == 43) | (w == 101) | (w == 69) | (w == 32)
-    stop = np.argmin(numeric, axis=1)
-    cols = np.arange(NUMBER_WIDTH)
-    inside = cols < stop[:, None]
-    if not (stop > 0).all() or not digit[inside.any(axis=1)].any():
-        raise LayoutError("a value is not a number")
-    digit &= inside
-    dot_here = (w == 46) & inside
-    dot = np.where(dot_here.any(axis=1), np.argmax(dot_here, axis=1), stop)
-    power = dot[:, None] - cols - (cols < dot[:, None])
-    values = (np.where(digit, (w.astype(np.float64) - 48) * 10.0 ** power, 0.0)).sum(axis=1)
-    values[((w == 45) & inside).any(axis=1)] *= -1
-    odd = (((w == 101) | (w == 69) | (w == 43)) & inside).any(axis=1) | ~digit.any(axis=1)
+    n = len(pos)
+    mantissa = np.zeros(n, dtype=np.int64)
+    digits = np.zeros(n, dtype=np.int64)
+    last_digit = np.zeros(n, dtype=np.int64)
+    dot_at = np.full(n, -1, dtype=np.int64)
+    negative = np.zeros(n, dtype=bool)
+    odd = np.zeros(n, dtype=bool)
+    rows = np.arange(n)
+    end = len(a) - 1
+    for col in range(NUMBER_WIDTH):
+        v = BYTE_CLASS[a[np.minimum(pos[rows] + col, end)]]
+        digit = v < 10
+        hit = rows[digit]
+        mantissa[hit] = mantissa[hit] * 10 + v[digit]
+        digits[hit] += 1
+        last_digit[hit] = col
+        dot_at[rows[v == DOT]] = col
+        negative[rows[v == MINUS]] = True
+        odd[rows[v == EXPONENT]] = True
+        stop = (v == OTHER) | (v == EXPONENT) | ((v == SPACE) & (digits[rows] > 0))
+        rows = rows[~stop]
+        if not len(rows):
+            break
+    odd[rows] = True
+    odd |= (digits == 0) | (digits > 18)
+    decimals = np.where(dot_at >= 0, np.maximum(last_digit - dot_at, 0), 0)
+    values = mantissa / 10.0 ** decimals
+    values[negative] *= -1
     for i in np.flatnonzero(odd):
-        try:
-            values[i] = float(w[i, :stop[i]].tobytes())
-        except ValueError:
-            raise LayoutError("a value is not a number") from None
+        values[i] = _slow_number(a, int(pos[i]))
     return values
+
+
+def _slow_number(a: np.ndarray, pos: int) -> float:
+    """One number the vectorised parser could not take (exponent, very long, or not a number)."""
+    text = bytes(a[pos:pos + 64]).split(b",")[0].split(b"}")[0].split(b"]")[0].strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise LayoutError("a value is not a number") from None
 
 
 def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
@@ -149,8 +171,9 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
     if not len(newlines) or newlines[-1] != len(a) - 1:
         newlines = np.append(newlines, len(a))
     keys = {}
+    colons = _colons(a)
     for name, key in KEYS.items():
-        pos = _key_positions(a, key)
+        pos = _key_positions(a, colons, key)
         line = np.searchsorted(newlines, pos)
         if len(line) > 1 and (np.diff(line) == 0).any():
             raise LayoutError(f"several {name!r} keys on one line")
@@ -158,9 +181,13 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
     ph_pos, ph_line = keys["ph"]
     line_start = np.concatenate([[0], newlines[:-1] + 1])
     out = {"start": line_start[ph_line] + start, "end": newlines[ph_line] + start}
-    quote = _windows(a, ph_pos, 8)
-    first = np.argmax(quote == 34, axis=1)
-    out["ph"] = quote[np.arange(len(ph_pos)), np.minimum(first + 1, 7)]
+    at = ph_pos.copy()
+    for _ in range(8):  # skip spaces up to the opening quote
+        spaces = a[np.minimum(at, len(a) - 1)] == 32
+        if not spaces.any():
+            break
+        at += spaces
+    out["ph"] = a[np.minimum(at + 1, len(a) - 1)]
     for name in ("ts", "dur", "pid", "tid"):
         pos, line = keys[name]
         row = np.searchsorted(ph_line, line)
@@ -234,11 +261,18 @@ def _read_json(buffer, path: Path):
     return columns, (lambda index: [complete[i] for i in index]), meta
 
 
-def _lane_id(value: Any) -> Any:
-    """A pid / tid as JSON wrote it: integral floats from the fast path become ints."""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return int(value)
-    return value
+def _lane_keys(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
+    """Codes of each event's (pid, tid) and the distinct pairs, in first-seen order.
+
+    Numeric ids (the fast path) are factorised as one int64 key; anything else pair by pair.
+    """
+    if pid.dtype.kind == "f" and np.isfinite(pid).all() and np.isfinite(tid).all() \
+            and (pid == np.round(pid)).all() and (tid == np.round(tid)).all():
+        key = pid.astype(np.int64) * (1 << 32) + tid.astype(np.int64)
+        codes, uniques = pd.factorize(key)
+        return codes, [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in uniques]
+    codes, uniques = pd.factorize(pd.Series(list(zip(pid, tid)), dtype=object))
+    return codes, list(uniques)
 
 
 def _sort_key(lane: tuple) -> tuple:
@@ -248,7 +282,7 @@ def _sort_key(lane: tuple) -> tuple:
 
 def _lane_table(pid: np.ndarray, tid: np.ndarray, meta: list[dict[str, Any]]) -> tuple[np.ndarray, pd.DataFrame]:
     """Lane index per event, and the lanes sorted by process then thread, named from M events."""
-    codes, uniques = pd.factorize(pd.Series(list(zip(map(_lane_id, pid), map(_lane_id, tid))), dtype=object))
+    codes, uniques = _lane_keys(pid, tid)
     order = sorted(range(len(uniques)), key=lambda i: _sort_key(uniques[i]))
     rank = np.empty(len(order), dtype=np.int32)
     rank[order] = np.arange(len(order), dtype=np.int32)
