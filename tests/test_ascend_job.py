@@ -135,3 +135,31 @@ def test_ops_are_assigned_to_the_step_containing_their_start(run):
 def test_detectors(job3: Path, gold: Path, tmp_path: Path):
     assert is_ascend_job_dir(job3) and ascend_job_devices(job3) == [1]
     assert not is_ascend_job_dir(gold) and not is_ascend_job_dir(tmp_path) and not is_ascend_job_dir(tmp_path / "x")
+
+
+def _union_ticks(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Length of the union of [start, end) intervals clipped to [lo, hi)."""
+    covered, reach = 0, lo
+    for start, end in sorted(intervals):
+        start, end = max(start, reach), min(end, hi)
+        if end > start:
+            covered += end - start
+            reach = end
+    return covered
+
+
+def test_step_trace_analysis_of_the_run_matches_the_device_step_trace(run, gold: Path):
+    from profiler.analysis.step_trace import step_trace
+
+    trace = step_trace(run.steps, run.spans, run.instants, run.ops, run.queues)
+    rows, _ = _gold_steps(gold)
+    blocks = [c for c in rows[0] if c.startswith("stream_") and not c.endswith("_point")]
+    assert len(trace) == 322
+    assert set(trace["fp_start_source"]) == {"marked"} and set(trace["bp_end_source"]) == {"marked"}
+    for row, got in zip(rows, trace.itertuples()):
+        assert got.iteration_gap_ms == pytest.approx(row["iteration_interval"] / 1e5, abs=1e-9)
+        assert got.fp_bp_ms == pytest.approx(row["fp_and_bp"] / 1e5, abs=1e-9)
+        assert got.tail_ms == pytest.approx(row["tail"] / 1e5, abs=1e-9)
+        union = _union_ticks([(row[f"{c}_start_point"], row[f"{c}_end_point"]) for c in blocks if row[c]],
+                             row["start_point"], row["end_point"])
+        assert got.all_reduce_ms == pytest.approx(union / 1e5, abs=1e-9)
