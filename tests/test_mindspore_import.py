@@ -228,3 +228,16 @@ def test_detectors(gold: Path, cpu_dir: Path, shared_data: Path, tmp_path: Path)
     assert len(read_mindspore_dir(cpu_dir.parent)) == 1
     assert not is_mindspore_dir(shared_data / "ascend" / "JOB3") and not is_mindspore_dir(tmp_path)
     assert not is_mindspore_dir(tmp_path / "missing")
+
+
+def test_an_unusable_rank_is_skipped_with_a_warning(gold: Path, tmp_path: Path):
+    good, bad = tmp_path / "rank_1", tmp_path / "rank_0"
+    good.mkdir(), bad.mkdir()
+    shutil.copyfile(gold / STEP_TRACE, good / STEP_TRACE)
+    (bad / "step_trace_raw_0_detail_time.csv").write_text("step_num,start_point,end_point,fp_point\r\n1,2,x,4\r\n")
+    with pytest.warns(UserWarning) as caught:
+        runs = read_mindspore_dir(tmp_path)
+    assert [r.info["rank"] for r in runs] == [1] and len(runs[0].steps) == 322
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("skipped rank_0 ascend 0: ") and "step_trace_raw_0_detail_time.csv: unreadable" in m
+               for m in messages)

@@ -109,7 +109,7 @@ def read_mindspore_dir(path: str | Path) -> list[Run]:
         for layout, ident, files in _layouts(directory):
             problems = _Problems()
             reader = _read_ascend_outputs if layout == "ascend" else _read_cpu_outputs
-            run = reader(directory, ident, files, problems)
+            run = reader(ident, files, problems)
             for problem in problems:
                 warnings.warn(problem, UserWarning, stacklevel=2)
             if run.ops.empty and run.steps.empty:
@@ -119,6 +119,8 @@ def read_mindspore_dir(path: str | Path) -> list[Run]:
     if not runs:
         reason = "; ".join(skipped) if skipped else "no MindSpore profiler output files were found"
         raise ProfviewError(f"MindSpore profiler directory {path} yields no usable run ({reason}).")
+    for unusable in skipped:
+        warnings.warn(f"skipped {unusable}", UserWarning, stacklevel=2)
     return runs
 
 
@@ -172,7 +174,7 @@ def _run_info(layout: str, ident: int, device: str, files: dict[str, Path], prob
         "device_id": ident,
         "mindspore": {"layout": layout, "device": device},
         "sources": {kind: {"status": "ok", "files": [str(p)]} for kind, p in files.items()},
-        "warnings": problems,
+        "warnings": list(problems),
     }
 
 
@@ -283,7 +285,7 @@ def _timeline_ops(files: dict[str, Path], device: str, problems: _Problems) -> p
     })
 
 
-def _read_ascend_outputs(directory: Path, dev: int, files: dict[str, Path], problems: _Problems) -> Run:
+def _read_ascend_outputs(dev: int, files: dict[str, Path], problems: _Problems) -> Run:
     """A Run from the Ascend device outputs of one device (times on the device syscnt clock)."""
     device = f"npu:{dev}"
     ops = _timeline_ops(files, device, problems)
@@ -383,7 +385,7 @@ def _trace_view_shift(events: pd.DataFrame, launches: pd.DataFrame) -> int:
     return int(np.median(cpu - starts)) if len(cpu) == len(starts) and len(cpu) else 0
 
 
-def _read_cpu_outputs(directory: Path, rank: int, files: dict[str, Path], problems: _Problems) -> Run:
+def _read_cpu_outputs(rank: int, files: dict[str, Path], problems: _Problems) -> Run:
     """A Run from the MindSpore 2.x CPU outputs of one rank (host clock, Unix ns)."""
     events = _trace_view_events(files.get("trace_view"), problems)
     launches = _cpu_launches(files, events, problems).sort_values("start_ns", kind="stable")
