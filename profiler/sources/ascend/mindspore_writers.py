@@ -42,6 +42,12 @@ def _sequential_sums(groups: np.ndarray, values: np.ndarray, n_groups: int) -> n
     return np.array([np.cumsum(ordered[a:b])[-1] if b > a else 0.0 for a, b in zip(bounds[:-1], bounds[1:])])
 
 
+def _op_order(executions: pd.DataFrame) -> np.ndarray:
+    """Per execution, its op's rank in order of first execution (the 2020 parser's op order)."""
+    first_ops = executions.drop_duplicates("op")["op"].to_numpy()
+    return pd.Series(np.arange(len(first_ops)), index=first_ops).loc[executions["op"].to_numpy()].to_numpy()
+
+
 def op_statistics(job: AscendJob) -> pd.DataFrame:
     """Per op in order of first execution: full_name, stream_id, count, total_ms, avg_ms.
 
@@ -50,8 +56,7 @@ def op_statistics(job: AscendJob) -> pd.DataFrame:
     """
     ex = job.executions
     first = ex.drop_duplicates("op")
-    rank = pd.Series(np.arange(len(first)), index=first["op"].to_numpy())
-    group = rank.loc[ex["op"].to_numpy()].to_numpy()
+    group = _op_order(ex)
     dur_ms = ex["dur"].to_numpy() / TICKS_PER_MS
     total = _sequential_sums(group, dur_ms, len(first))
     same_key = ex["key"].to_numpy() == first["key"].to_numpy()[group]
@@ -71,8 +76,7 @@ def timeline_rows(job: AscendJob, ops: pd.DataFrame) -> pd.DataFrame:
     Rows start grouped by op (op order, then execution order) before the sort, which decides ties.
     """
     ex = job.executions
-    rank = pd.Series(np.arange(len(ops)), index=pd.Index(ex.drop_duplicates("op")["op"].to_numpy()))
-    group = rank.loc[ex["op"].to_numpy()].to_numpy()
+    group = _op_order(ex)
     start_ms = ex["start"].to_numpy() / TICKS_PER_MS
     order = np.lexsort((np.arange(len(ex)), group, start_ms))
     return pd.DataFrame({
@@ -85,8 +89,8 @@ def timeline_rows(job: AscendJob, ops: pd.DataFrame) -> pd.DataFrame:
 
 def min_cycle_counter(job: AscendJob) -> float:
     """The smallest execution start (ticks, as float), ignoring ops named `assign...`; inf without any."""
-    names = np.array(job.op_names, dtype=object)[job.executions["op"].to_numpy()]
-    counted = ~np.array([n.startswith("assign") for n in names], dtype=bool)
+    assign_op = np.array([n.startswith("assign") for n in job.op_names], dtype=bool)
+    counted = ~assign_op[job.executions["op"].to_numpy()]
     starts = job.executions["start"].to_numpy()[counted]
     return float(starts.min()) if len(starts) else float("inf")
 
