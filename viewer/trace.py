@@ -90,13 +90,13 @@ def _chunks(buffer, size: int = CHUNK_BYTES):
 
 
 def _colons(a: np.ndarray) -> np.ndarray:
-    """Offsets of every `":` (the end of every object key) in `a`, sorted, via two uint16 views."""
+    """Offsets of every `":` (the end of every object key) in `a`, via two uint16 views (unsorted)."""
     pattern = np.frombuffer(b'":', dtype=np.uint16)[0]
     hits = []
     for shift in range(2):
         n = (len(a) - shift) // 2
         hits.append(np.flatnonzero(a[shift:shift + 2 * n].view(np.uint16) == pattern) * 2 + shift)
-    return np.sort(np.concatenate(hits))
+    return np.concatenate(hits)
 
 
 def _key_positions(a: np.ndarray, colons: np.ndarray, key: bytes) -> np.ndarray:
@@ -165,37 +165,46 @@ def _slow_number(a: np.ndarray, pos: int) -> float:
 
 
 def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
-    """Columns of the events in one chunk of lines (byte offsets are global)."""
+    """Columns of the events in one chunk of lines (byte offsets are global).
+
+    Values are placed by line number, so that an event missing a key (a metadata event has no
+    `ts`) simply has NaN there; a key twice on one line means the layout is not one event per line.
+    """
     a = np.frombuffer(buffer, dtype=np.uint8, count=end - start, offset=start)
     newlines = np.flatnonzero(a == 10)
     if not len(newlines) or newlines[-1] != len(a) - 1:
         newlines = np.append(newlines, len(a))
-    keys = {}
+    lines = len(newlines)
     colons = _colons(a)
+    found = {}
     for name, key in KEYS.items():
         pos = _key_positions(a, colons, key)
         line = np.searchsorted(newlines, pos)
-        if len(line) > 1 and (np.diff(line) == 0).any():
+        if len(line) and np.bincount(line, minlength=lines).max() > 1:
             raise LayoutError(f"several {name!r} keys on one line")
-        keys[name] = (pos, line)
-    ph_pos, ph_line = keys["ph"]
+        found[name] = (pos, line)
+    ph_pos, ph_line = found["ph"]
+    event = np.zeros(lines, dtype=bool)
+    event[ph_line] = True
+    rows = np.flatnonzero(event)
     line_start = np.concatenate([[0], newlines[:-1] + 1])
-    out = {"start": line_start[ph_line] + start, "end": newlines[ph_line] + start}
+    out = {"start": line_start[rows] + start, "end": newlines[rows] + start}
     at = ph_pos.copy()
     for _ in range(8):  # skip spaces up to the opening quote
         spaces = a[np.minimum(at, len(a) - 1)] == 32
         if not spaces.any():
             break
         at += spaces
-    out["ph"] = a[np.minimum(at + 1, len(a) - 1)]
+    ph = np.zeros(lines, dtype=np.uint8)
+    ph[ph_line] = a[np.minimum(at + 1, len(a) - 1)]
+    out["ph"] = ph[rows]
     for name in ("ts", "dur", "pid", "tid"):
-        pos, line = keys[name]
-        row = np.searchsorted(ph_line, line)
-        if len(row) and ((row >= len(ph_line)) | (ph_line[np.minimum(row, len(ph_line) - 1)] != line)).any():
+        pos, line = found[name]
+        if not event[line].all():
             raise LayoutError(f"a {name!r} key outside an event line")
-        column = np.full(len(ph_line), np.nan)
-        column[row] = parse_numbers(a, pos)
-        out[name] = column
+        column = np.full(lines, np.nan)
+        column[line] = parse_numbers(a, pos)
+        out[name] = column[rows]
     return out
 
 
