@@ -53,10 +53,10 @@ def test_phases_match_ground_truth(tmp_path, marks):
     assert np.all(np.abs(st["iteration_gap_ms"][1:] - gap_true[1:]) < TOL_MS)
     assert np.all(np.abs(st["fp_bp_ms"] - fpbp_true) < TOL_MS)
     assert np.all(np.abs(st["tail_ms"] - tail_true) < TOL_MS)
-    # and the injected values themselves (sleep overshoots a little, never undershoots)
-    assert abs(st["iteration_gap_ms"][1:].median() - GAP * 1e3) < TOL_MS
-    assert abs(st["fp_bp_ms"].median() - (FWD + BWD) * 1e3) < TOL_MS
-    assert abs(st["tail_ms"].median() - TAIL * 1e3) < TOL_MS
+    # and the injected values themselves: sleep never undershoots; it may overshoot on a loaded machine
+    assert 0 <= st["iteration_gap_ms"][1:].median() - GAP * 1e3 < 3 * TOL_MS
+    assert 0 <= st["fp_bp_ms"].median() - (FWD + BWD) * 1e3 < 3 * TOL_MS
+    assert 0 <= st["tail_ms"].median() - TAIL * 1e3 < 3 * TOL_MS
     assert set(st["fp_start_source"]) == {"marked"} and set(st["bp_end_source"]) == {"marked"}
 
 
@@ -72,20 +72,28 @@ def test_phases_sum_to_total_and_steps_tile(tmp_path):
 def test_boundaries_inferred_from_ops(tmp_path):
     """A loop that only calls step(): fp / bp come from the ops inside the step."""
     p = Profiler(output_path=tmp_path, host_counters=False, gpu_counters=False)
+    truth = []
+    t_step = time.perf_counter_ns()
     for _ in range(4):
         time.sleep(0.010)                      # gap: no op recorded
+        t_fp = time.perf_counter_ns()
         with p.op("Conv2D"):
             time.sleep(0.008)
         with p.op("MatMul"):
             time.sleep(0.004)
+        t_bp = time.perf_counter_ns()
         time.sleep(0.006)                      # tail: no op recorded
+        t_end = time.perf_counter_ns()
         p.step()
+        truth.append((t_step, t_fp, t_bp, t_end))
+        t_step = t_end
     p.analyse(progress=False)
     st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    truth = np.array(truth) * 1e-6
     assert set(st["fp_start_source"]) == {"inferred"} and set(st["bp_end_source"]) == {"inferred"}
-    assert abs(st["iteration_gap_ms"][1:].median() - 10) < TOL_MS
-    assert abs(st["fp_bp_ms"].median() - 12) < TOL_MS
-    assert abs(st["tail_ms"].median() - 6) < TOL_MS
+    assert np.all(np.abs(st["iteration_gap_ms"][1:] - (truth[1:, 1] - truth[1:, 0])) < TOL_MS)
+    assert np.all(np.abs(st["fp_bp_ms"] - (truth[:, 2] - truth[:, 1])) < TOL_MS)
+    assert np.all(np.abs(st["tail_ms"] - (truth[:, 3] - truth[:, 2])) < TOL_MS)
 
 
 def test_boundaries_missing_are_labelled(tmp_path):
