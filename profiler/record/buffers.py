@@ -43,6 +43,14 @@ def _register() -> _ThreadBuffer:
     return tb
 
 
+def _buffer() -> _ThreadBuffer:
+    """The calling thread's buffer (registered on first use)."""
+    try:
+        return _local.tb
+    except AttributeError:
+        return _register()
+
+
 def _over_budget() -> bool:
     return held_bytes() > _state["budget"]
 
@@ -58,40 +66,25 @@ class Span:
 
     def __enter__(self) -> None:
         if _state["enabled"]:
-            try:
-                tb = _local.tb
-            except AttributeError:
-                tb = _register()
-            tb.events.extend((now(), self.begin_code))
+            _buffer().events.extend((now(), self.begin_code))
 
     def __exit__(self, exc_type, exc, tb_) -> bool:
         if _state["enabled"]:
-            try:
-                tb = _local.tb
-            except AttributeError:
-                tb = _register()
-            tb.events.extend((now(), self.end_code))
+            _buffer().events.extend((now(), self.end_code))
         return False
 
 
 def emit(code: int) -> None:
     """Record a point event now in the calling thread."""
     if _state["enabled"]:
-        try:
-            tb = _local.tb
-        except AttributeError:
-            tb = _register()
-        tb.events.extend((now(), code))
+        _buffer().events.extend((now(), code))
 
 
 def sample(t: int, code: int, a: int, b) -> None:
     """Record a 4-word sample; a float `b` is stored as its IEEE-754 bits."""
     if not _state["enabled"]:
         return
-    try:
-        tb = _local.tb
-    except AttributeError:
-        tb = _register()
+    tb = _buffer()
     if _over_budget():
         tb.dropped += 1
         return
