@@ -13,34 +13,10 @@ from pathlib import Path
 import pytest
 
 from viewer_browser import ALL_TABS_DRAWN, close_driver, console_errors, new_driver, screenshot
-from viewer_fixtures import XSS, Spec, write_run
+from viewer_fixtures import XSS, Spec, profile_loop, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
-
-
-def profile_loop(directory: Path, rank: int, steps: int = 30) -> None:
-    """A small torch training loop under the real Profiler, one rank of a two-rank job."""
-    import torch
-    from profiler import Profiler
-
-    torch.manual_seed(rank)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    profiler = Profiler(output_path=directory, rank=rank, world_size=2)
-    for step in range(steps):
-        x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
-        time.sleep(0.001 * (1 + rank) + (0.01 if step % 10 == 5 else 0))
-        with profiler.phase("forward"):
-            with profiler.op("MatMul"):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-        with profiler.phase("backward"):
-            loss.backward()
-        with profiler.op(XSS):
-            optimizer.step()
-            optimizer.zero_grad()
-        profiler.step()
-    profiler.analyse(progress=False)
 
 
 @pytest.fixture(scope="module")

@@ -253,3 +253,33 @@ def write_run(directory: Path, spec: Spec = Spec()) -> Path:
                 "warnings": [], "outputs": sorted(names)}
         write_json(directory / f"profiler_info_{rank}.json", info)
     return directory
+
+
+def profile_loop(directory: Path, rank: int = 0, world_size: int = 2, steps: int = 30) -> Path:
+    """A small torch training loop under the real Profiler (one rank of a job); returns `directory`.
+
+    Phases, a user op with the XSS name, and a periodic slow step, analysed into `directory`.
+    """
+    import time
+
+    import torch
+    from profiler import Profiler
+
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    profiler = Profiler(output_path=directory, rank=rank, world_size=world_size)
+    for step in range(steps):
+        x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+        time.sleep(0.001 * (1 + rank) + (0.01 if step % 10 == 5 else 0))
+        with profiler.phase("forward"):
+            with profiler.op("MatMul"):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+        with profiler.phase("backward"):
+            loss.backward()
+        with profiler.op(XSS):
+            optimizer.step()
+            optimizer.zero_grad()
+        profiler.step()
+    profiler.analyse(progress=False)
+    return directory

@@ -100,11 +100,11 @@ def _colons(a: np.ndarray) -> np.ndarray:
 
 
 def _key_positions(a: np.ndarray, colons: np.ndarray, key: bytes) -> np.ndarray:
-    """Offsets just after every `key` (e.g. b'"ts":'), picked from the `":` offsets."""
-    ok = colons >= len(key) - 2
+    """Offsets just after every `key` (e.g. b'"ts":'), picked from the `":` offsets byte by byte."""
+    candidates = colons[colons >= len(key) - 2]
     for back, byte in enumerate(reversed(key[:-2]), start=1):
-        ok &= a[np.maximum(colons - back, 0)] == byte
-    return colons[ok] + 2
+        candidates = candidates[a[candidates - back] == byte]
+    return candidates + 2
 
 
 #: Byte classes for the number parser: digits are their value, then '.', '-', ' ', exponent chars, other.
@@ -117,36 +117,39 @@ BYTE_CLASS[[46, 45, 32, 101, 69, 43]] = [DOT, MINUS, SPACE, EXPONENT, EXPONENT, 
 def parse_numbers(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Parse the JSON number starting (after optional spaces) at each position, vectorised.
 
-    Walks the values one byte column at a time (Horner's rule on an int64 mantissa), working
-    only on the values not finished yet, so the cost is a few array operations per character.
-    Exponents and over-long values go through float(); a value that is not a number (a string
-    thread id) raises LayoutError.
+    Skips the padding, then walks the digits one byte column at a time (Horner's rule on an
+    int64 mantissa), working only on the values not finished yet. Exponents and over-long
+    values go through float(); a value that is not a number (a string thread id) raises LayoutError.
     """
+    end = len(a) - 1
+    start = pos.copy()
+    padded = np.flatnonzero(a[np.minimum(start, end)] == 32)
+    while len(padded):
+        start[padded] += 1
+        padded = padded[a[np.minimum(start[padded], end)] == 32]
+    negative = a[np.minimum(start, end)] == 45
+    start += negative
     n = len(pos)
     mantissa = np.zeros(n, dtype=np.int64)
-    digits = np.zeros(n, dtype=np.int64)
-    last_digit = np.zeros(n, dtype=np.int64)
+    last_digit = np.full(n, -1, dtype=np.int64)
     dot_at = np.full(n, -1, dtype=np.int64)
-    negative = np.zeros(n, dtype=bool)
-    odd = np.zeros(n, dtype=bool)
+    stop_at = np.full(n, NUMBER_WIDTH, dtype=np.int64)
     rows = np.arange(n)
-    end = len(a) - 1
     for col in range(NUMBER_WIDTH):
-        v = BYTE_CLASS[a[np.minimum(pos[rows] + col, end)]]
+        v = BYTE_CLASS[a[np.minimum(start[rows] + col, end)]]
         digit = v < 10
         hit = rows[digit]
         mantissa[hit] = mantissa[hit] * 10 + v[digit]
-        digits[hit] += 1
         last_digit[hit] = col
         dot_at[rows[v == DOT]] = col
-        negative[rows[v == MINUS]] = True
-        odd[rows[v == EXPONENT]] = True
-        stop = (v == OTHER) | (v == EXPONENT) | ((v == SPACE) & (digits[rows] > 0))
+        stop = v > DOT
+        stop_at[rows[stop]] = col
         rows = rows[~stop]
         if not len(rows):
             break
-    odd[rows] = True
-    odd |= (digits == 0) | (digits > 18)
+    after = a[np.minimum(start + stop_at, end)]
+    digits = last_digit + 1 - (dot_at >= 0) * (dot_at < last_digit)
+    odd = (last_digit < 0) | (digits > 18) | (stop_at >= NUMBER_WIDTH) | (after == 101) | (after == 69)
     decimals = np.where(dot_at >= 0, np.maximum(last_digit - dot_at, 0), 0)
     values = mantissa / 10.0 ** decimals
     values[negative] *= -1
