@@ -9,5 +9,9 @@ from ._version import __version__
 from .errors import ProfilerUsageWarning, ProfviewError
 from .profiler import Profiler
 from .schedule import ProfilerAction, schedule
+from .sources.pipeline import Pipeline, device_prefetch, prefetch
+from .sources.queues import ProfiledQueue, QueueProbe
+from .sources.torch_data import ProfiledDataLoader, TorchDeviceCopy
 
-__all__ = ["Profiler", "ProfilerAction", "ProfilerUsageWarning", "ProfviewError", "schedule", "__version__"]
+__all__ = ["Pipeline", "ProfiledDataLoader", "ProfiledQueue", "Profiler", "ProfilerAction", "ProfilerUsageWarning",
+           "ProfviewError", "QueueProbe", "TorchDeviceCopy", "device_prefetch", "prefetch", "schedule", "__version__"]

@@ -345,6 +345,17 @@ class Profiler:
         """Record a counter value (loss, learning rate, queue depth, ...) at the current time."""
         hot.sample(now_ns(), self._point(COUNTER, name, "user|host"), 0, float(value))
 
+    def prefetch(self, iterable: Iterable, depth: int = 2, name: str = "host_queue", workers: int = 1) -> Iterable:
+        """Read `iterable` ahead of the loop in background threads, through a probed queue `name`.
+
+        It both measures the loop's data wait and fixes a data-bound loop (docs/data-pipeline.md):
+        `for batch in profiler.prefetch(loader, depth=4, workers=4): ...`. workers > 1 needs a
+        map-style source (len() and [i]) and keeps its order. See `profiler.sources.pipeline.prefetch`.
+        """
+        from .sources.pipeline import prefetch
+
+        return prefetch(iterable, depth=depth, name=name, workers=workers)
+
     def _point(self, kind: str, name: str, extra: str = "") -> int:
         rec = self._recorder
         if rec is None:

@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from .queues import POLL_S, Cancelled, ProfiledQueue, connector_name
+from .queues import DEVICE_QUEUE, HOST_QUEUE, POLL_S, Cancelled, ProfiledQueue, connector_name
 
 JOIN_TIMEOUT_S = 2.0      # close() waits this long for threads busy in user code, then leaves them (daemons)
 
@@ -273,7 +273,7 @@ class Pipeline:
     runs once (build a new one per epoch).
     """
 
-    def __init__(self, source: Iterable, name: str = "source", depth: int = 4, output: str = "host_queue") -> None:
+    def __init__(self, source: Iterable, name: str = "source", depth: int = 4, output: str = HOST_QUEUE) -> None:
         self.depth = depth
         self.output = output
         self._specs = [_Spec(name, 1, _read_source(source))]
@@ -325,7 +325,7 @@ def _claim_indices(n: int) -> Take:
     return take
 
 
-def prefetch(source: Iterable, depth: int = 2, name: str = "host_queue", workers: int = 1) -> PipelineIterator:
+def prefetch(source: Iterable, depth: int = 2, name: str = HOST_QUEUE, workers: int = 1) -> PipelineIterator:
     """Read `source` ahead of the consumer in background threads, through a probed queue `name`.
 
     workers == 1: one thread iterates `source` (any iterable). workers > 1: `source` must be
@@ -349,7 +349,7 @@ def prefetch(source: Iterable, depth: int = 2, name: str = "host_queue", workers
 
 
 def device_prefetch(batches: Iterable, to_device: Callable[[Any], Any], depth: int = 2,
-                    name: str = "device_queue") -> PipelineIterator:
+                    name: str = DEVICE_QUEUE) -> PipelineIterator:
     """Stage batches on the device ahead of compute: a thread applies `to_device` and fills queue `name`.
 
     `to_device(batch)` runs in the stage's thread (a host->device copy, e.g.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from threading import get_ident
 from typing import Any, Optional
 
 from .. import profiler as _api
@@ -25,6 +26,8 @@ from ..record.recorder import QUEUE_GET, QUEUE_PUT, hot, now_ns
 
 PUT, GET = 0, 1          # event index for QueueProbe.record / record_at
 ARROW = "->"             # connector queue names: "producer->consumer"
+HOST_QUEUE = "host_queue"        # the host pipeline's output: batches ready on the host
+DEVICE_QUEUE = "device_queue"    # batches already staged on the device, waiting for compute
 POLL_S = 0.05            # how often a cancellable blocking put / get looks at its cancel event
 
 
@@ -43,10 +46,10 @@ def connector_name(producer: str, consumer: str) -> str:
 class QueueProbe:
     """Records the puts and gets of one named queue of a given capacity (0 = unbounded).
 
-    Use it to instrument a queue of your own: after each put / get, in the region where the
-    queue's size is known, call `record(PUT or GET, size_after, since_ns)` with the
-    `time.perf_counter_ns()` the call began (its wait is measured from there), or
-    `record_at(event, t_ns, size_after, wait_ns)` when the time is known already.
+    Use it to instrument a queue of your own: after each put / get, where the queue's size is
+    known (under the queue's own lock, if it has one), call `record(PUT or GET, size_after,
+    wait_ns)`, or `record_at(event, t_ns, size_after, wait_ns)` when the event's time
+    (`time.perf_counter_ns()`) is known already.
     """
 
     __slots__ = ("name", "capacity", "_recorder", "_codes")
@@ -59,8 +62,8 @@ class QueueProbe:
         self._recorder: Any = None
         self._codes = (0, 0)
 
-    def _active_codes(self) -> Optional[tuple[int, int]]:
-        """(put code, get code) in the active recording, None when no Profiler is recording."""
+    def _bound(self) -> bool:
+        """Whether a Profiler records now; (re)intern the codes when the recording changed."""
         prof = _api._active_profiler
         rec = prof._recorder if prof is not None else None
         if rec is not self._recorder:
@@ -68,20 +71,38 @@ class QueueProbe:
             if rec is not None:       # descriptors are per recording: intern them again
                 extra = str(self.capacity)
                 self._codes = (rec.point_code(QUEUE_PUT, self.name, extra), rec.point_code(QUEUE_GET, self.name, extra))
-        return self._codes if rec is not None else None
+        return rec is not None
 
-    def record(self, event: int, size: int, since_ns: int) -> None:
-        """Record a put / get that completes now, leaving `size` items; it began at `since_ns`."""
-        codes = self._active_codes()
-        if codes is not None:
-            t = now_ns()
-            hot.sample(t, codes[event], size, t - since_ns)
+    def record(self, event: int, size: int, wait_ns: int = 0) -> None:
+        """Record a put / get completing now that leaves `size` items, after being blocked `wait_ns`."""
+        prof = _api._active_profiler
+        if (prof is not None and prof._recorder is self._recorder) or self._bound():
+            hot.sample(now_ns(), self._codes[event], size, wait_ns)
 
     def record_at(self, event: int, t_ns: int, size: int, wait_ns: int = 0) -> None:
         """Record a put / get that completed at `t_ns` (perf_counter_ns), leaving `size` items."""
-        codes = self._active_codes()
-        if codes is not None:
-            hot.sample(t_ns, codes[event], size, wait_ns)
+        if self._bound():
+            hot.sample(t_ns, self._codes[event], size, wait_ns)
+
+
+class _TimedCondition(threading.Condition):
+    """A queue's not_empty / not_full condition that adds each waiting thread's blocked time to `waits`.
+
+    Only threads that block run this; the put / get that follows takes the total out of
+    `waits` (so the waits of timed-out attempts by the same thread add up).
+    """
+
+    def __init__(self, lock: Any, waits: dict[int, int]) -> None:
+        super().__init__(lock)
+        self._waits = waits
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        t0 = now_ns()
+        try:
+            return super().wait(timeout)
+        finally:
+            ident = get_ident()
+            self._waits[ident] = self._waits.get(ident, 0) + now_ns() - t0
 
 
 class ProfiledQueue(queue.Queue):
@@ -89,38 +110,36 @@ class ProfiledQueue(queue.Queue):
 
     The sample is taken in `_put` / `_get`, which `queue.Queue` runs while holding its own
     mutex, so the recorded size is exact and no extra lock is taken. The wait of a put / get is
-    measured from the moment it was called (blocked on a full / empty queue, or on the mutex).
+    the time it was blocked on a full / empty queue (its not_full / not_empty condition times
+    its own waits; a put or get that does not block reads no clock for it).
     """
 
     def __init__(self, maxsize: int = 0, name: str = "queue") -> None:
-        self.probe = QueueProbe(name, maxsize)
-        self._calls = threading.local()      # per thread: when its current put / get began
         super().__init__(maxsize)
+        self.probe = QueueProbe(name, maxsize)
+        self._waits: dict[int, int] = {}          # thread ident -> ns blocked in its current put / get
+        self.not_empty = _TimedCondition(self.mutex, self._waits)
+        self.not_full = _TimedCondition(self.mutex, self._waits)
 
     @property
     def name(self) -> str:
         return self.probe.name
 
-    def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        self._calls.t0 = now_ns()
-        super().put(item, block, timeout)
-
-    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
-        self._calls.t0 = now_ns()
-        return super().get(block, timeout)
-
     def _put(self, item: Any) -> None:        # runs under self.mutex
         self.queue.append(item)
-        self.probe.record(PUT, len(self.queue), self._calls.t0)
+        wait = self._waits.pop(get_ident(), 0) if self._waits else 0
+        if _api._active_profiler is not None:
+            self.probe.record(PUT, len(self.queue), wait)
 
     def _get(self) -> Any:                    # runs under self.mutex
         item = self.queue.popleft()
-        self.probe.record(GET, len(self.queue), self._calls.t0)
+        wait = self._waits.pop(get_ident(), 0) if self._waits else 0
+        if _api._active_profiler is not None:
+            self.probe.record(GET, len(self.queue), wait)
         return item
 
     def put_unless(self, item: Any, cancel: threading.Event) -> None:
-        """Blocking put that raises `Cancelled` once `cancel` is set; its wait counts from the first attempt."""
-        self._calls.t0 = now_ns()
+        """Blocking put that raises `Cancelled` once `cancel` is set (its wait adds up over the retries)."""
         while True:
             try:
                 return queue.Queue.put(self, item, True, POLL_S)
@@ -130,7 +149,6 @@ class ProfiledQueue(queue.Queue):
 
     def get_unless(self, cancel: threading.Event) -> Any:
         """Blocking get that raises `Cancelled` once `cancel` is set and the queue is empty."""
-        self._calls.t0 = now_ns()
         while True:
             try:
                 return queue.Queue.get(self, True, POLL_S)
