@@ -1,0 +1,520 @@
+"""The advisor: ranked bottleneck findings with evidence and a fix (report_{rank}.json).
+
+Pure: the analysed tables of one rank (step trace, op tables, the run's ops, the queue summary)
+and a set of thresholds in, a JSON-ready report out. Each rule looks at one symptom of
+DESIGN.md's table (input pipeline, operators, host / launch overhead, tail, communication,
+outlier steps, the profiler itself) and returns a finding only when its documented threshold
+fires, so a run with no problem gets the verdict "balanced" instead of an invented one.
+
+Every finding says how much of the step is at stake (ms per step and % of the mean step), the
+numbers it rests on and the output files they come from, the threshold that fired, and a
+suggestion in the terms of the framework that produced the run (torch / mindspore / plain
+Python). `straggler_findings` is the multi-rank rule: the cluster analysis calls it on the
+ranks' step traces and stores its findings in cluster_summary.json (docs/formats.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ProfviewError
+from .advice_text import OP_FAMILIES, SUGGESTIONS
+from .intervals import covered_ns
+
+REPORT_SCHEMA_VERSION = 1
+
+#: Every threshold, its default and what it means (docs/formats.md "report", docs/tuning-guide.md).
+THRESHOLD_DOCS: dict[str, tuple[float, str]] = {
+    "warmup_steps": (1, "first steps left out of every statistic (lazy initialisation, allocator warm-up)"),
+    "severity_high_pct": (20.0, "a finding with at least this % of the mean step at stake is high severity"),
+    "severity_medium_pct": (8.0, "... at least this % is medium severity (below: low)"),
+    "input_gap_pct": (10.0, "iteration gap share of step time that makes the run input-bound"),
+    "op_hotspot_pct": (20.0, "share of a device's op time taken by an avoidable op family "
+                             "(Cast, BatchNorm / normalisation, layout transforms)"),
+    "op_dominant_pct": (50.0, "share of op time taken by one op type that is reported (as low severity)"),
+    "host_idle_pct": (30.0, "share of forward + backward that no op covers (device idle / framework overhead)"),
+    "launch_short_op_us": (50.0, "median op duration below which ops count as tiny (launch-bound)"),
+    "tail_pct": (15.0, "tail share of step time (without exposed communication) that makes the run tail-bound"),
+    "comm_exposed_pct": (10.0, "share of step time spent in communication not overlapped with compute"),
+    "outlier_min_pct": (20.0, "how far above the median step a step must be to count as an outlier"),
+    "outlier_excess_pct": (5.0, "share of step time that outlier steps add above the median"),
+    "straggler_pct": (10.0, "how far a rank's busy time (step minus exposed communication) may exceed "
+                            "the ranks' median before it is a straggler"),
+    "profiler_overhead_pct": (5.0, "share of step time the profiler itself took"),
+}
+DEFAULT_THRESHOLDS: dict[str, float] = {name: value for name, (value, _) in THRESHOLD_DOCS.items()}
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+BALANCED = "balanced"
+
+@dataclass(frozen=True)
+class AdvisorInput:
+    """What the rules read: one rank's analysed tables and the thresholds in force."""
+
+    steps: pd.DataFrame                       # the step trace without the warm-up steps
+    op_type: pd.DataFrame
+    ops: pd.DataFrame                         # the run's op executions (for idle time)
+    queue_summary: Optional[Mapping[str, Any]]
+    framework: str                            # torch | mindspore | plain
+    rank: int
+    step_lane: str                            # host thread that called step()
+    thresholds: Mapping[str, float]
+    skipped_steps: int = 0
+
+    @property
+    def mean_step_ms(self) -> float:
+        return float(self.steps["total_ms"].mean()) if len(self.steps) else 0.0
+
+    def typical(self, column: str) -> float:
+        """A phase's median over the analysed steps: the steady state (outlier steps have their own rule)."""
+        return float(self.steps[column].median()) if column in self.steps and len(self.steps) else 0.0
+
+    def file(self, stem: str, ext: str = "csv") -> str:
+        return f"{stem}_{self.rank}.{ext}"
+
+
+@dataclass
+class Finding:
+    """One ranked problem; `to_json` gives the report_{rank}.json entry."""
+
+    kind: str
+    title: str
+    at_stake_ms: float
+    at_stake_pct: float
+    evidence: str
+    threshold: str
+    suggestion: str
+    files: list[str]
+    metrics: dict[str, float] = field(default_factory=dict)
+    severity: str = ""
+    rank: Optional[int] = None
+    key: str = ""                             # what makes two runs' findings the same problem (compare)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "key": self.key or self.kind, "severity": self.severity, "title": self.title,
+               "at_stake_ms": round(float(self.at_stake_ms), 3), "at_stake_pct": round(float(self.at_stake_pct), 2),
+               "evidence": self.evidence, "threshold": self.threshold, "suggestion": self.suggestion,
+               "files": self.files, "metrics": {k: round(float(v), 4) for k, v in self.metrics.items()}}
+        if self.rank is not None:
+            out["rank"] = int(self.rank)
+        return out
+
+
+# ----------------------------------------------------------------------------- thresholds
+
+
+def resolve_thresholds(*overrides: Optional[Mapping[str, Any]]) -> dict[str, float]:
+    """The defaults with each override applied in turn; an unknown name or a non-number is a ProfviewError."""
+    out = dict(DEFAULT_THRESHOLDS)
+    for layer in overrides:
+        for name, value in (layer or {}).items():
+            if name not in DEFAULT_THRESHOLDS:
+                raise ProfviewError(f"unknown advisor threshold {name!r} (known: {', '.join(DEFAULT_THRESHOLDS)})")
+            try:
+                out[name] = float(str(value).rstrip("%"))
+            except ValueError:
+                raise ProfviewError(f"advisor threshold {name} wants a number, not {value!r}") from None
+    return out
+
+
+def parse_threshold(text: str) -> tuple[str, float]:
+    """`name=value` (a trailing % is allowed) from the command line."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ProfviewError(f"--threshold wants name=value (e.g. input_gap_pct=15), not {text!r}")
+    name = name.strip()
+    return name, resolve_thresholds({name: value.strip()})[name]
+
+
+def severity_of(pct: float, thresholds: Mapping[str, float]) -> str:
+    """high / medium / low from the share of the mean step at stake."""
+    if pct >= thresholds["severity_high_pct"]:
+        return "high"
+    return "medium" if pct >= thresholds["severity_medium_pct"] else "low"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def framework_of(info: Mapping[str, Any]) -> str:
+    """torch / mindspore / plain: whose terms the suggestions use."""
+    origin = str(info.get("data_origin", "profview"))
+    config = info.get("config") if isinstance(info.get("config"), Mapping) else {}
+    if origin == "kineto" or config.get("framework") == "torch":
+        return "torch"
+    if origin in ("mindspore", "ascend"):
+        return "mindspore"
+    return "plain"
+
+
+def analysed_steps(steps: pd.DataFrame, warmup: int) -> tuple[pd.DataFrame, int]:
+    """The steps the statistics use: without the first `warmup` ones when at least 3 steps remain."""
+    warmup = max(int(warmup), 0)
+    if len(steps) - warmup < 3:
+        return steps, 0
+    return steps.iloc[warmup:], warmup
+
+
+def _share(part_ms: float, inp: AdvisorInput) -> float:
+    mean = inp.mean_step_ms
+    return 100.0 * part_ms / mean if mean > 0 else 0.0
+
+
+def _finding(inp: AdvisorInput, kind: str, stake_ms: float, **kw: Any) -> Finding:
+    return Finding(kind=kind, at_stake_ms=stake_ms, at_stake_pct=_share(stake_ms, inp), **kw)
+
+
+def _suggest(kind: str, inp: AdvisorInput) -> str:
+    return SUGGESTIONS[kind][inp.framework]
+
+
+def _pct(value: float) -> str:
+    return f"{value:.1f} %"
+
+
+def _steps_note(inp: AdvisorInput) -> str:
+    skipped = f", first {inp.skipped_steps} left out as warm-up" if inp.skipped_steps else ""
+    return f"median over {len(inp.steps)} steps{skipped}"
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+#: queue_summary verdict kinds (analysis/queues.py) -> the advisor's finding kind.
+QUEUE_KINDS = {"data_process": "input_bound", "data_transmission": "transmission_bound", "compute": BALANCED}
+
+
+def queue_verdict(summary: Optional[Mapping[str, Any]]) -> tuple[Optional[str], str]:
+    """(input_bound / transmission_bound / balanced, the queue analysis's reason) from queue_summary; None without one."""
+    verdict = summary.get("verdict") if isinstance(summary, Mapping) else None
+    if not isinstance(verdict, Mapping):
+        return None, ""
+    return QUEUE_KINDS.get(str(verdict.get("kind"))), str(verdict.get("reason", ""))
+
+
+def input_rule(inp: AdvisorInput) -> list[Finding]:
+    """input_bound / transmission_bound from the queue verdict, else from the iteration gap's share."""
+    gap = inp.typical("iteration_gap_ms")
+    wait = inp.typical("data_wait_ms")
+    share = _share(gap, inp)
+    limit = inp.thresholds["input_gap_pct"]
+    if share < limit:
+        return []
+    verdict, reason = queue_verdict(inp.queue_summary)
+    files = [inp.file("step_trace")]
+    evidence = (f"iteration gap {gap:.2f} ms against a mean step of {inp.mean_step_ms:.2f} ms ({_pct(share)}), "
+                f"{_steps_note(inp)}; threads waited {wait:.2f} ms per step in probed queue gets "
+                f"[{files[0]}: iteration_gap_ms, total_ms, data_wait_ms]")
+    if verdict is not None:
+        files.append(inp.file("queue_summary", "json"))
+        evidence += f"; queues: {reason} [{files[1]}: verdict]"
+    threshold = f"iteration gap share >= {limit:g} % (input_gap_pct)"
+    metrics = {"iteration_gap_ms": gap, "gap_share_pct": share, "data_wait_ms": wait}
+    if verdict == BALANCED:
+        return [_finding(inp, "host_bound", gap, title=f"Host work between steps takes {_pct(share)} of the step "
+                         "(the data queues keep up)", evidence=evidence, threshold=threshold,
+                         suggestion=_suggest("host_gap", inp), files=files, metrics=metrics)]
+    kind = verdict or "input_bound"
+    title = (f"Input pipeline: the step waits for data {_pct(share)} of the time" if kind == "input_bound"
+             else f"Data transfer: batches reach the device late ({_pct(share)} of the step)")
+    return [_finding(inp, kind, gap, title=title, evidence=evidence, threshold=threshold,
+                     suggestion=_suggest(kind, inp), files=files, metrics=metrics)]
+
+
+def _exposed_comm(steps: pd.DataFrame) -> pd.Series:
+    return (steps["all_reduce_ms"] - steps["all_reduce_overlap_ms"]).clip(lower=0)
+
+
+def comm_rule(inp: AdvisorInput) -> list[Finding]:
+    """comm_bound: communication that does not overlap forward + backward."""
+    exposed = float(_exposed_comm(inp.steps).median())
+    share = _share(exposed, inp)
+    limit = inp.thresholds["comm_exposed_pct"]
+    if share < limit:
+        return []
+    comm, overlap = inp.typical("all_reduce_ms"), inp.typical("all_reduce_overlap_ms")
+    f = inp.file("step_trace")
+    return [_finding(
+        inp, "comm_bound", exposed, title=f"Communication not hidden behind compute: {_pct(share)} of the step",
+        evidence=(f"all-reduce {comm:.2f} ms per step, of which {overlap:.2f} ms overlaps forward + backward and "
+                  f"{exposed:.2f} ms is exposed ({_steps_note(inp)}) [{f}: all_reduce_ms, all_reduce_overlap_ms]"),
+        threshold=f"exposed communication >= {limit:g} % of step time (comm_exposed_pct)",
+        suggestion=_suggest("comm_bound", inp), files=[f],
+        metrics={"all_reduce_ms": comm, "overlap_ms": overlap, "exposed_ms": exposed})]
+
+
+def tail_rule(inp: AdvisorInput) -> list[Finding]:
+    """tail_bound: bp end -> step end, without the exposed communication comm_rule reports."""
+    tail = float((inp.steps["tail_ms"] - _exposed_comm(inp.steps)).clip(lower=0).median())
+    share = _share(tail, inp)
+    limit = inp.thresholds["tail_pct"]
+    if share < limit:
+        return []
+    f = inp.file("step_trace")
+    return [_finding(
+        inp, "tail_bound", tail, title=f"Tail after backward (optimizer, logging, saving) takes {_pct(share)}",
+        evidence=(f"tail {tail:.2f} ms without exposed communication, against a mean step of {inp.mean_step_ms:.2f} ms "
+                  f"({_steps_note(inp)}) [{f}: tail_ms, all_reduce_ms, total_ms]"),
+        threshold=f"tail share >= {limit:g} % of step time (tail_pct)",
+        suggestion=_suggest("tail_bound", inp), files=[f], metrics={"tail_ms": tail, "tail_share_pct": share})]
+
+
+def _ops_per_step(inp: AdvisorInput) -> float:
+    """Op-table totals cover every step recorded: divide by all steps, warm-up included."""
+    return float(len(inp.steps) + inp.skipped_steps) or 1.0
+
+
+def op_family_rule(inp: AdvisorInput) -> list[Finding]:
+    """op_hotspot: an avoidable op family (Cast, normalisation, layout) above op_hotspot_pct of a device's op time."""
+    table = inp.op_type
+    if table is None or not len(table):
+        return []
+    limit = inp.thresholds["op_hotspot_pct"]
+    out = []
+    names = table["op_type"].astype(str)
+    for family, (pattern, label, suggestion) in OP_FAMILIES.items():
+        member = names.str.contains(pattern)
+        for device, rows in table[member].groupby("device", sort=True):
+            share = float(rows["share_pct"].sum())
+            if share < limit:
+                continue
+            stake = float(rows["self_ms"].sum()) / _ops_per_step(inp)
+            top = rows.sort_values("self_ms", ascending=False).head(4)
+            listed = ", ".join(f"{r.op_type} {r.share_pct:.1f} %" for r in top.itertuples())
+            f = inp.file("op_type")
+            out.append(_finding(
+                inp, "op_hotspot", stake, title=f"{label} ops take {_pct(share)} of {device} op time",
+                key=f"op_hotspot:{family}:{device}",
+                evidence=(f"{listed} of {device} self time; {stake:.2f} ms per step "
+                          f"[{f}: op_type, self_ms, share_pct]"),
+                threshold=f"{family} family share >= {limit:g} % of op time (op_hotspot_pct)",
+                suggestion=suggestion[inp.framework], files=[f, inp.file("op_detail")],
+                metrics={"share_pct": share, "self_ms_per_step": stake}))
+    return out
+
+
+def dominant_op_rule(inp: AdvisorInput) -> list[Finding]:
+    """op_hotspot (low): one ordinary op type with most of a device's op time — where compute goes, not a fault."""
+    table = inp.op_type
+    if table is None or not len(table):
+        return []
+    limit = inp.thresholds["op_dominant_pct"]
+    names = table["op_type"].astype(str)
+    avoidable = np.zeros(len(table), dtype=bool)
+    for pattern, _, _ in OP_FAMILIES.values():
+        avoidable |= names.str.contains(pattern).to_numpy()
+    big = table[(~avoidable) & (table["share_pct"] >= limit)]
+    out = []
+    for r in big.itertuples():
+        stake = float(r.self_ms) / _ops_per_step(inp)
+        f = inp.file("op_type")
+        finding = _finding(
+            inp, "op_hotspot", stake, title=f"{r.op_type} does most of the work on {r.device} ({_pct(r.share_pct)})",
+            key=f"op_hotspot:{r.op_type}:{r.device}",
+            evidence=f"{r.op_type}: {r.count} calls, {r.self_ms:.2f} ms self time [{f}: share_pct, self_ms]",
+            threshold=f"one op type >= {limit:g} % of op time (op_dominant_pct; reported as low severity)",
+            suggestion=("this is where the compute goes: make it cheaper (a larger or better-shaped batch, mixed "
+                        "precision, a faster kernel / library, torch.compile or graph mode) if the step must be faster"),
+            files=[f], metrics={"share_pct": float(r.share_pct), "self_ms_per_step": stake})
+        finding.severity = "low"
+        out.append(finding)
+    return out
+
+
+def lane_ops(ops: pd.DataFrame, step_lane: str) -> pd.DataFrame:
+    """The ops whose gaps mean idle time: device ops when there are any, else framework host ops on the stepping thread."""
+    if ops is None or not len(ops):
+        return ops
+    device = ops[ops["device"].astype(str) != "cpu"]
+    if len(device):
+        return device
+    host = ops[(ops["source"].astype(str) != "marker")]
+    return host[host["stream"].astype(str) == step_lane] if step_lane else host
+
+
+def host_rule(inp: AdvisorInput) -> list[Finding]:
+    """host_bound: forward + backward is mostly time between tiny ops (launch / dispatch overhead)."""
+    ops = lane_ops(inp.ops, inp.step_lane)
+    if ops is None or not len(ops):
+        return []
+    fp = np.round((inp.steps["start_ms"] + inp.steps["iteration_gap_ms"]).to_numpy() * 1e6).astype(np.int64)
+    bp = fp + np.round(inp.steps["fp_bp_ms"].to_numpy() * 1e6).astype(np.int64)
+    starts = ops["start_ns"].to_numpy(np.int64)
+    busy = covered_ns(starts, starts + ops["dur_ns"].to_numpy(np.int64), fp, bp)
+    window = float((bp - fp).sum())
+    if window <= 0:
+        return []
+    idle_share = 100.0 * (1.0 - busy.sum() / window)
+    median_us = float(np.median(ops["dur_ns"].to_numpy())) / 1e3
+    per_step = len(ops) / _ops_per_step(inp)
+    idle_limit, short = inp.thresholds["host_idle_pct"], inp.thresholds["launch_short_op_us"]
+    if idle_share < idle_limit or median_us >= short:
+        return []
+    idle_ms = (window - busy.sum()) / 1e6 / len(inp.steps)
+    where = "the device" if (ops["device"].astype(str) != "cpu").any() else f"thread {inp.step_lane}"
+    return [_finding(
+        inp, "host_bound", idle_ms, title=f"Launch-bound: {_pct(idle_share)} of forward + backward runs no op",
+        evidence=(f"{per_step:.0f} ops per step with a median duration of {median_us:.1f} µs; ops on {where} cover "
+                  f"{100 - idle_share:.1f} % of forward + backward, {idle_ms:.2f} ms per step is framework / "
+                  f"launch overhead [{inp.file('step_trace')}: fp_bp_ms; {inp.file('timeline', 'json')}: ops]"),
+        threshold=(f"idle share of forward + backward >= {idle_limit:g} % (host_idle_pct) and median op "
+                   f"< {short:g} µs (launch_short_op_us)"),
+        suggestion=_suggest("host_bound", inp), files=[inp.file("step_trace"), inp.file("timeline", "json")],
+        metrics={"idle_share_pct": idle_share, "median_op_us": median_us, "ops_per_step": per_step})]
+
+
+def _period(steps: np.ndarray) -> Optional[int]:
+    """The common distance between outlier step numbers, when at least 60 % of the gaps share it."""
+    if len(steps) < 3:
+        return None
+    gaps = np.diff(np.sort(steps))
+    values, counts = np.unique(gaps, return_counts=True)
+    best = int(np.argmax(counts))
+    return int(values[best]) if counts[best] >= 0.6 * len(gaps) and values[best] > 1 else None
+
+
+def outlier_steps(steps: pd.DataFrame, min_pct: float) -> pd.DataFrame:
+    """Steps above both Tukey's fence (Q3 + 1.5 IQR) and the median + `min_pct` %."""
+    total = steps["total_ms"].to_numpy(dtype=np.float64)
+    q1, median, q3 = np.percentile(total, [25, 50, 75])
+    fence = max(q3 + 1.5 * (q3 - q1), median * (1 + min_pct / 100.0))
+    return steps[total > fence]
+
+
+def outlier_rule(inp: AdvisorInput) -> list[Finding]:
+    """step_outliers: a few slow (often periodic) steps that add up to a real share of the run."""
+    slow = outlier_steps(inp.steps, inp.thresholds["outlier_min_pct"])
+    if not len(slow):
+        return []
+    median = inp.steps.median(numeric_only=True)
+    excess = float((slow["total_ms"] - median["total_ms"]).sum()) / len(inp.steps)
+    share = _share(excess, inp)
+    limit = inp.thresholds["outlier_excess_pct"]
+    if share < limit:
+        return []
+    grown = {col: float(slow[col].mean() - median[col]) for col in ("iteration_gap_ms", "fp_bp_ms", "tail_ms")}
+    phase = max(grown, key=grown.get)
+    period = _period(slow["step"].to_numpy())
+    every = f", every {period} steps" if period else ""
+    listed = ", ".join(str(int(s)) for s in slow["step"].head(8)) + (" …" if len(slow) > 8 else "")
+    f = inp.file("step_trace")
+    return [_finding(
+        inp, "step_outliers", excess, title=f"{len(slow)} slow steps{every} add {_pct(share)} to the run",
+        evidence=(f"steps {listed} take {slow['total_ms'].mean():.2f} ms on average against a median of "
+                  f"{median['total_ms']:.2f} ms; the extra time is mostly in {phase[:-3]} (+{grown[phase]:.2f} ms) "
+                  f"[{f}: step, total_ms, {phase}]"),
+        threshold=(f"outlier steps (> median + {inp.thresholds['outlier_min_pct']:g} % and Q3 + 1.5 IQR) add "
+                   f">= {limit:g} % of step time (outlier_excess_pct)"),
+        suggestion=_suggest("step_outliers", inp), files=[f],
+        metrics={"outliers": float(len(slow)), "period_steps": float(period or 0), "excess_ms_per_step": excess})]
+
+
+def overhead_rule(inp: AdvisorInput) -> list[Finding]:
+    """profiler_overhead: the profiler's own measured time inside the steps."""
+    overhead = inp.typical("profiler_overhead_ms")
+    share = _share(overhead, inp)
+    limit = inp.thresholds["profiler_overhead_pct"]
+    if share < limit:
+        return []
+    f = inp.file("step_trace")
+    return [_finding(
+        inp, "profiler_overhead", overhead, title=f"The profiler itself takes {_pct(share)} of each step",
+        evidence=f"profiler_overhead_ms {overhead:.3f} ms per step ({_steps_note(inp)}) [{f}: profiler_overhead_ms]",
+        threshold=f"profiler overhead >= {limit:g} % of step time (profiler_overhead_pct)",
+        suggestion=_suggest("profiler_overhead", inp), files=[f], metrics={"overhead_ms": overhead})]
+
+
+RULES: tuple[Callable[[AdvisorInput], list[Finding]], ...] = (
+    input_rule, comm_rule, tail_rule, op_family_rule, dominant_op_rule, host_rule, outlier_rule, overhead_rule)
+
+
+# ----------------------------------------------------------------------------- multi-rank
+
+
+def straggler_findings(cluster_steps: pd.DataFrame, thresholds: Optional[Mapping[str, float]] = None,
+                       framework: str = "plain") -> list[dict[str, Any]]:
+    """straggler_rank findings from the ranks' step traces (one table, a `rank` column added).
+
+    A rank's busy time is its median step minus exposed communication: in synchronous training
+    every rank's step lasts as long as the slowest one's, and the others spend the difference
+    waiting in the all-reduce. A rank whose busy time exceeds the ranks' median by
+    `straggler_pct` is the one the others wait for; the phase that grew says why.
+    """
+    th = resolve_thresholds(thresholds)
+    steps = cluster_steps.assign(busy_ms=cluster_steps["total_ms"] - _exposed_comm(cluster_steps))
+    per_rank = steps.groupby("rank", sort=True)[["busy_ms", "total_ms", "iteration_gap_ms", "fp_bp_ms",
+                                                 "tail_ms"]].median()
+    if len(per_rank) < 2:
+        return []
+    typical = per_rank.median()
+    step_ms = float(typical["total_ms"]) or 1.0
+    limit = th["straggler_pct"]
+    out = []
+    for rank, row in per_rank.iterrows():
+        excess = float(row["busy_ms"] - typical["busy_ms"])
+        if excess < typical["busy_ms"] * limit / 100.0:
+            continue
+        grown = {col: float(row[col] - typical[col]) for col in ("iteration_gap_ms", "fp_bp_ms", "tail_ms")}
+        phase = max(grown, key=grown.get)
+        pct = 100.0 * excess / step_ms
+        finding = Finding(
+            kind="straggler_rank", rank=int(rank), at_stake_ms=excess, at_stake_pct=pct,
+            title=f"Rank {rank} is a straggler: {excess:.2f} ms slower per step than the median rank",
+            evidence=(f"rank {rank} is busy {row['busy_ms']:.2f} ms per step (median step minus exposed "
+                      f"communication) against {typical['busy_ms']:.2f} ms for the median rank; the extra time is in "
+                      f"{phase[:-3]} (+{grown[phase]:.2f} ms) [step_trace_{rank}.csv: total_ms, {phase}, all_reduce_ms]"),
+            threshold=f"busy time > median rank + {limit:g} % (straggler_pct)",
+            suggestion=(f"look at rank {rank} alone (profview DIR --rank {rank}): "
+                        + ("its input pipeline is slower — give it more loader workers or local data"
+                           if phase == "iteration_gap_ms" else
+                           "it computes longer — check its device (clocks, thermal, another job) and the data "
+                           "shard sizes (uneven batches or sequence lengths)")),
+            files=[f"step_trace_{rank}.csv"], metrics={"busy_ms": float(row["busy_ms"]), "excess_ms": excess})
+        finding.severity = severity_of(pct, th)
+        out.append(finding.to_json())
+    return sorted(out, key=lambda f: -f["at_stake_ms"])
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def rank_findings(findings: list[Finding], thresholds: Mapping[str, float]) -> list[Finding]:
+    """Give each finding its severity (unless a rule fixed it) and order them: severity, then time at stake."""
+    for f in findings:
+        f.severity = f.severity or severity_of(f.at_stake_pct, thresholds)
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], -f.at_stake_ms, f.kind))
+
+
+def headline(verdict: str, findings: list[Finding], steps: pd.DataFrame) -> str:
+    """One sentence for the top of the report."""
+    shares = {col: 100.0 * steps[col].sum() / (steps["total_ms"].sum() or 1.0)
+              for col in ("iteration_gap_ms", "fp_bp_ms", "tail_ms")}
+    split = (f"iteration gap {shares['iteration_gap_ms']:.0f} %, forward + backward {shares['fp_bp_ms']:.0f} %, "
+             f"tail {shares['tail_ms']:.0f} % of a {steps['total_ms'].median():.2f} ms median step")
+    if verdict == BALANCED:
+        return f"Balanced: no high-severity bottleneck ({split})."
+    return f"{findings[0].title} — fix this first ({split})."
+
+
+def advise(inp: AdvisorInput) -> dict[str, Any]:
+    """Run every rule and return report_{rank}.json: verdict, headline, ranked findings, thresholds."""
+    if not len(inp.steps):
+        return {"schema_version": REPORT_SCHEMA_VERSION, "verdict": BALANCED, "headline": "No steps to analyse.",
+                "framework": inp.framework, "findings": [], "thresholds": dict(inp.thresholds),
+                "steps": {"analysed": 0, "warmup_skipped": 0}}
+    found = rank_findings([f for rule in RULES for f in rule(inp)], inp.thresholds)
+    verdict = found[0].kind if found and found[0].severity == "high" else BALANCED
+    total = inp.steps["total_ms"]
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "verdict": verdict,
+        "headline": headline(verdict, found, inp.steps),
+        "framework": inp.framework,
+        "steps": {"analysed": int(len(inp.steps)), "warmup_skipped": int(inp.skipped_steps),
+                  "mean_ms": round(float(total.mean()), 4), "median_ms": round(float(total.median()), 4)},
+        "thresholds": dict(inp.thresholds),
+        "findings": [f.to_json() for f in found],
+    }
