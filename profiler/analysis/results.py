@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from ..model import Run
+from .advisor import AdvisorInput, advise, analysed_steps, framework_of, resolve_thresholds
 from .ops import op_detail_table, op_type_table
 from .queues import with_queue_summary
 from .step_trace import step_trace
@@ -30,9 +31,25 @@ def step_lane(run: Run) -> str:
     return str(names.iloc[0]) if len(names) else ""
 
 
-def analyse_run(run: Run) -> Analysis:
-    """The step trace and op tables of a run (pure: the run in, tables out)."""
+def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Analysis:
+    """The step trace, op tables, queue summary and advisor report of a run (pure: the run in, tables out).
+
+    `thresholds` override the advisor's, on top of the run's own (config.advisor_thresholds).
+    """
     trace = step_trace(run.steps, run.spans, run.instants, run.ops, run.queues,
                        step_tid=int(run.info.get("step_tid", -1)), step_lane=step_lane(run),
                        origin_unix_ns=int(run.info.get("clock", {}).get("origin_unix_ns", 0)))
-    return with_queue_summary(Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops)))
+    analysis = with_queue_summary(Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops),
+                                           op_detail=op_detail_table(run.ops)))
+    analysis.extra_json["report"] = report(analysis, thresholds)
+    return analysis
+
+
+def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """The advisor's report_{rank}.json (after every other extra_json document: it reads the queue summary)."""
+    config = a.run.info.get("config") if isinstance(a.run.info.get("config"), dict) else {}
+    th = resolve_thresholds(config.get("advisor_thresholds"), thresholds)
+    steps, skipped = analysed_steps(a.step_trace, int(th["warmup_steps"]))
+    return advise(AdvisorInput(steps=steps, op_type=a.op_type, ops=a.run.ops,
+                               queue_summary=a.extra_json.get("queue_summary"), framework=framework_of(a.run.info),
+                               rank=a.run.rank, step_lane=step_lane(a.run), thresholds=th, skipped_steps=skipped))
