@@ -242,7 +242,8 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
         shift = (int(trace.info["clock"]["origin_unix_ns"]) - int(anchor["unix_ns"])
                  + int(anchor["monotonic_ns"]) - origin_mono)
         names = _thread_names(trace, entry.get("threads", {}), set(run.threads["name"].astype(str)))
-        window_ops = pd.concat([trace.ops, _comm_ops(trace)], ignore_index=True)
+        window_ops = pd.concat([conform(trace.ops, OP_COLUMNS), conform(_comm_ops(trace), OP_COLUMNS)],
+                               ignore_index=True)
         window_ops = collapse_redispatch(conform(window_ops, OP_COLUMNS))
         window_ops["start_ns"] += shift
         window_ops["stream"] = window_ops["stream"].astype(object).map(lambda s: names.get(s, s))

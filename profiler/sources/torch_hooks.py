@@ -115,9 +115,13 @@ def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool
 
     Returns the hooks source (already started when the profiler is recording).
     """
+    from ..errors import ProfviewError
     from .torch_capture import TorchCapture
 
     hooks = TorchHooks(profiler, model, optimizer, step_on_optimizer)
+    if hooks.step_on_optimizer and any(isinstance(s, TorchHooks) and s.step_on_optimizer for s in profiler.sources):
+        raise ProfviewError("an optimizer attached earlier already ends the steps; attach this one "
+                            "with step_on_optimizer=False")
     new: list[Source] = [hooks]
     if ops and not any(isinstance(s, TorchCapture) for s in profiler.sources):
         new.append(TorchCapture.for_profiler(profiler))
