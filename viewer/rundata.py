@@ -43,6 +43,9 @@ CSV_COLUMNS: dict[str, tuple[list[str], list[str]]] = {
     ),
 }
 
+#: Columns read as text whatever they look like (an op named "1" stays "1").
+TEXT_DTYPES = {c: str for c in ("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source")}
+
 #: Text columns that may be absent in a file and are then filled with "".
 OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "event")
 
@@ -101,10 +104,7 @@ def read_csv(path: Path, kind: str) -> pd.DataFrame:
     """Read one of the output CSVs and check the columns the pages rely on."""
     required, numeric = CSV_COLUMNS[kind]
     try:
-        frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"name": str, "queue": str,
-                                                                             "op_type": str, "device": str,
-                                                                             "metric": str, "shapes": str,
-                                                                             "scope": str})
+        frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=TEXT_DTYPES)
     except pd.errors.EmptyDataError:
         raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:

@@ -34,10 +34,11 @@ def type_shares(op_type, device: str, top: int) -> go.Figure:
 def _detail_table(ctx: Context, op_detail) -> str:
     """The op detail table: rows as an escaped JSON payload, sorted and filtered in the page."""
     present = [(c, h, k) for c, h, k in DETAIL_COLUMNS if c in op_detail.columns]
-    rows = op_detail[[c for c, _, _ in present]].astype(object).where(op_detail[[c for c, _, _ in present]].notna(), "")
+    names = [c for c, _, _ in present]
+    frame = op_detail[names].astype(object)
     payload = {"columns": [h for _, h, _ in present], "kinds": [k for _, _, k in present],
-               "rows": rows.to_numpy().tolist(), "limit": ctx.options.table_rows,
-               "sort": [c for c, _, _ in present].index("total_ms"), "device": 0}
+               "rows": frame.where(frame.notna(), "").to_numpy().tolist(), "limit": ctx.options.table_rows,
+               "sort": names.index("total_ms"), "device": names.index("device")}
     source = ctx.data(payload)
     devices = sorted(op_detail["device"].unique())
     options = '<option value="">all devices</option>' + "".join(
