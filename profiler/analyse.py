@@ -14,9 +14,11 @@ import pandas as pd
 
 from .analysis.results import Analysis, analyse_run
 from .errors import ProfilerUsageWarning, ProfviewError
+from .export.cluster import write_cluster_outputs
 from .export.outputs import write_outputs
 from .model import Run, STEP_COLUMNS
 from .progress import Progress
+from .sources.distributed import with_collectives
 from .sources.torch_capture import merge_torch_traces
 from .store.interpret import assign_steps, interpret
 from .store.load import rank_raw_files, raw_ranks, read_raw_tables
@@ -25,14 +27,14 @@ BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
 
 
 def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None) -> Run:
-    """The Run recorded for `rank` in `directory/raw`, with its torch op capture merged in."""
+    """The Run recorded for `rank` in `directory/raw`, with its collectives and torch op capture merged in."""
     paths = rank_raw_files(directory, rank)
     if not paths:
         raise ProfviewError(f"no raw data for rank {rank} in {directory / 'raw'}")
     tables = read_raw_tables(paths, progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None)
     if progress:
         progress.stage(f"interpreting {len(tables.ev_t) + len(tables.sm):,} records")
-    return merge_torch_traces(ensure_steps(interpret(tables)), directory, rank)
+    return merge_torch_traces(with_collectives(ensure_steps(interpret(tables)), tables), directory, rank)
 
 
 def ensure_steps(run: Run) -> Run:
@@ -66,21 +68,44 @@ def check_directory(directory: Path) -> None:
 
 
 def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress: bool = True,
-                      gzip_timeline: bool = False) -> list[Path]:
-    """Analyse the raw store of `directory` (all ranks, or `ranks`) and write the outputs there."""
+                      gzip_timeline: bool = False, leave_out_failed: bool = False) -> list[Path]:
+    """Analyse the raw store of `directory` (all ranks, or `ranks`) and write the outputs there.
+
+    Analysing all ranks of a multi-rank directory also writes the cluster files. When several
+    ranks (or `leave_out_failed`) are analysed, a rank whose store cannot be analysed (it recorded
+    nothing before it died) is left out with a warning; the cluster files report it missing.
+    """
     directory = Path(directory)
     check_directory(directory)
+    every_rank = ranks is None
     ranks = list(ranks) if ranks is not None else raw_ranks(directory)
     big = sum(p.stat().st_size for r in ranks for p in rank_raw_files(directory, r)) > BIG_STORE_BYTES
     written: list[Path] = []
     with Progress("analysing", enabled=progress and big) as p:
         for rank in ranks:
-            run = load_rank(directory, rank, p)
+            try:
+                run = load_rank(directory, rank, p)
+            except ProfviewError as exc:
+                if len(ranks) == 1 and not leave_out_failed:
+                    raise
+                warnings.warn(f"rank {rank} is left out: {exc}", ProfilerUsageWarning, stacklevel=2)
+                continue
             p.stage(f"rank {rank}: step trace and op tables")
             analysis = analyse_run(run)
             p.stage(f"rank {rank}: writing outputs")
             written += write_outputs(analysis, directory, gzip_timeline=gzip_timeline)
+    if every_rank:
+        written += write_cluster_outputs(directory, load_rank)
     return written
+
+
+def analyse_cluster(directory) -> list[Path]:
+    """Rank 0's end of a distributed run: analyse ranks that recorded but were not analysed (they died),
+    then write the cluster files from every rank's outputs."""
+    directory = Path(directory)
+    pending = [r for r in raw_ranks(directory) if not (directory / f"profiler_info_{r}.json").is_file()]
+    written = analyse_directory(directory, ranks=pending, progress=False, leave_out_failed=True) if pending else []
+    return written + write_cluster_outputs(directory, load_rank)
 
 
 def analyse_loaded(run: Run) -> Analysis:

@@ -34,6 +34,10 @@ from .record.recorder import (
 )
 from .schedule import ProfilerAction, Schedule, always_record, as_action
 from .sources.base import Source
+from .sources.distributed import (
+    COMM, DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
+    wait_for_ranks,
+)
 from .store.raw import RawWriter, raw_file_name
 
 #: phase names the step trace understands; anything else is a free-form span (profiler.span)
@@ -86,7 +90,14 @@ class Profiler:
         on_trace_ready: called with this profiler each time an active window of the schedule
             completes (its data is flushed to the raw store by then).
         rank, world_size: this process's rank; default: detected from torch.distributed or the
-            RANK / WORLD_SIZE environment, else 0 / 1.
+            RANK / WORLD_SIZE / LOCAL_RANK environment, else 0 / 1 (docs/distributed.md).
+        ranks: profile only these ranks; on the others the Profiler records nothing (a cheap
+            no-op) but still takes part in the collective calls of start() and analyse().
+        clock_sync: with torch.distributed initialised, measure this rank's clock offset to
+            rank 0 at start (a few all_gather rounds: a collective call, every rank must construct
+            its Profiler at the same point; pass False when only some ranks create one).
+        collectives: time torch.distributed collectives (and DDP buckets, through `attach`) as
+            `comm` ops with their bytes.
         memory_budget_mb: cap on the memory the recording buffers may hold between flushes;
             records beyond it are counted as dropped (profiler_info says how many).
         flush_interval_s: how often the background flusher moves records to the raw store
@@ -100,6 +111,8 @@ class Profiler:
             trace every step and ops on `schedule(wait=95, warmup=2, active=3)` only.
         record_shapes, profile_memory, with_stack: torch.profiler's options for op capture;
             off by default, as each costs memory and time.
+        advisor_thresholds: overrides of the advisor's thresholds (name -> value, see
+            docs/formats.md "report"), stored in the config and used by every analysis of the run.
     """
 
     def __init__(
@@ -118,18 +131,27 @@ class Profiler:
         counter_interval_s: float = 0.1,
         sources: Iterable[Source] = (),
         gzip_timeline: bool = False,
+        ranks: Optional[Iterable[int]] = None,
+        clock_sync: bool = True,
+        collectives: bool = True,
         framework: Optional[str] = None,
         ops_schedule: Optional[Schedule] = None,
         record_shapes: bool = False,
         profile_memory: bool = False,
         with_stack: bool = False,
+        advisor_thresholds: Optional[dict[str, float]] = None,
     ) -> None:
         if framework not in (None, "torch"):
             raise ValueError(f"framework={framework!r}: the supported framework is 'torch' (or None)")
         self.output_path = Path(output_path)
+        self.advisor_thresholds = _checked_thresholds(advisor_thresholds)
         self.schedule = schedule or always_record
         self.on_trace_ready = on_trace_ready
-        self.rank, self.world_size = _detect_rank(rank, world_size)
+        self.rank, self.world_size = detect_rank(rank, world_size)
+        self.ranks = sorted(int(r) for r in ranks) if ranks is not None else None
+        self.active = self.ranks is None or self.rank in self.ranks   # False: records nothing
+        self.clock_sync = clock_sync
+        self._clock_offset: dict = {}
         self.memory_budget_bytes = int(memory_budget_mb * (1 << 20))
         self.flush_interval_s = flush_interval_s
         self.gzip_timeline = gzip_timeline
@@ -140,6 +162,8 @@ class Profiler:
         self._steps_from_hooks = False          # attach(optimizer) ends the steps
         self.sources: list[Source] = self._default_sources(host_counters, gpu_counters, counter_interval_s)
         self.sources += list(sources)
+        if collectives and initialised_dist() is not None:
+            self.sources.append(CollectiveCapture())
         if framework == "torch":
             from .sources.torch_capture import TorchCapture
             self.sources.append(TorchCapture.for_profiler(self))
@@ -172,6 +196,10 @@ class Profiler:
             return self
         if self._stopped:
             raise ProfviewError("this Profiler was stopped; create a new Profiler to record again")
+        if not self._clock_offset:     # a collective call: every rank, recording or not
+            self._clock_offset = exchange_clock_offsets() if self.clock_sync else {"offset_method": "off"}
+        if not self.active:
+            return self
         if _active_profiler is not None and _active_profiler is not self:
             raise ProfviewError(
                 "another Profiler is already recording in this process; stop it before starting a new one"
@@ -234,6 +262,9 @@ class Profiler:
 
     def step(self) -> None:
         """End the current iteration: step k runs from the previous step() (or the start) to this call."""
+        if not self.active:
+            self.step_num += 1
+            return
         if self._steps_from_hooks:
             self._warn_once("step-attached", "profiler.step() ignored: the optimizer hook installed by "
                             "attach() ends each step (pass step_on_optimizer=False to attach() to call step() yourself)")
@@ -302,6 +333,10 @@ class Profiler:
         """
         from .sources.torch_hooks import attach
 
+        if not self.active:
+            return self
+        if is_ddp(model) and any(isinstance(s, CollectiveCapture) for s in self.sources):
+            instrument_ddp(model, lambda: self._point(COMM, DDP_BUCKET, "all_reduce"))
         hooks = attach(self, model, optimizer, ops=ops, step_on_optimizer=step_on_optimizer)
         self._steps_from_hooks = self._steps_from_hooks or hooks.step_on_optimizer
         return self
@@ -363,6 +398,8 @@ class Profiler:
         return rec.point_code(kind, name, extra)
 
     def _new_span(self, kind: str, name: str, extra: str = ""):
+        if not self.active:
+            return _Span(0, 1)      # never recorded: this rank's hot path stays disabled
         if self._recorder is None:
             raise ProfviewError("the Profiler is not started; call profiler.start() before recording spans")
         d = self._recorder.intern(kind, name, extra)
@@ -380,14 +417,24 @@ class Profiler:
         if self._recorder is not None:
             self._recorder.flush()
 
-    def analyse(self, stop: bool = True, progress: bool = True) -> list[Path]:
-        """Stop recording (unless stop=False), analyse the raw store and write the outputs. Returns their paths."""
-        from .analyse import analyse_directory
+    def analyse(self, stop: bool = True, progress: bool = True, cluster_timeout_s: float = 120.0) -> list[Path]:
+        """Stop recording (unless stop=False), analyse the raw store and write the outputs. Returns their paths.
+
+        In a torch.distributed job every rank calls it: each analyses its own data, then rank 0
+        waits (at most `cluster_timeout_s`) for the others and writes the cluster files
+        (docs/distributed.md).
+        """
+        from .analyse import analyse_cluster, analyse_directory
 
         if stop:
             self.stop()
-            return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
-                                     gzip_timeline=self.gzip_timeline)
+            written = (analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
+                                         gzip_timeline=self.gzip_timeline) if self.active else [])
+            if initialised_dist() is not None:
+                wait_for_ranks(cluster_timeout_s)
+                if self.rank == 0:
+                    written += analyse_cluster(self.output_path)
+            return written
         if self._recorder is None:
             return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
                                      gzip_timeline=self.gzip_timeline)
@@ -424,10 +471,11 @@ class Profiler:
             "pid": os.getpid(),
             "framework_versions": _framework_versions(),
             "clock": {"origin_monotonic_ns": origin_mono, "origin_unix_ns": origin_unix,
-                      "clock": "perf_counter_ns"},
+                      "clock": "perf_counter_ns", **self._clock_offset},
             "per_event_cost_ns": per_event_ns,
             "config": {
                 "output_path": str(self.output_path),
+                "ranks": self.ranks,
                 "schedule": getattr(self.schedule, "__qualname__", repr(self.schedule)),
                 "memory_budget_bytes": self.memory_budget_bytes,
                 "flush_interval_s": self.flush_interval_s,
@@ -436,6 +484,7 @@ class Profiler:
                 "framework": self.framework,
                 "ops_schedule": getattr(self.ops_schedule, "__qualname__", repr(self.ops_schedule)),
                 **self.torch_options,
+                "advisor_thresholds": self.advisor_thresholds,
             },
         }
 
@@ -454,18 +503,14 @@ class Profiler:
         )
 
 
-def _detect_rank(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int]:
-    """rank / world size: explicit, else torch.distributed when initialised, else the environment."""
-    if rank is None or world_size is None:
-        dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            rank = dist.get_rank() if rank is None else rank
-            world_size = dist.get_world_size() if world_size is None else world_size
-    if rank is None:
-        rank = int(os.environ.get("RANK", 0))
-    if world_size is None:
-        world_size = int(os.environ.get("WORLD_SIZE", 1))
-    return int(rank), int(world_size)
+def _checked_thresholds(thresholds: Optional[dict[str, float]]) -> dict[str, float]:
+    """The advisor overrides as given, after checking their names and values (a typo fails now, not at analyse())."""
+    if not thresholds:
+        return {}
+    from .analysis.advisor import resolve_thresholds
+
+    resolved = resolve_thresholds(thresholds)
+    return {name: resolved[name] for name in thresholds}
 
 
 def _clock_anchor() -> tuple[int, int]:

@@ -1,0 +1,107 @@
+"""Write the cluster files of a multi-rank directory (docs/formats.md, "Cluster files").
+
+    cluster_summary.json      ranks present / missing / stopped early, clock alignment, per-rank
+                              means, the straggler, communication shares, findings
+    cluster_step_trace.csv    one row per (rank, step), on one time axis
+    cluster_timeline.json     Chrome trace: one process per rank (steps, phases, spans, collectives),
+                              shifted by the measured clock offsets so the ranks line up
+
+The summary and the step table come from the per-rank outputs (step_trace_{rank}.csv,
+profiler_info_{rank}.json: small files, read for every rank); the timeline needs each rank's
+events and reads the raw store of at most TIMELINE_RANKS ranks (docs/architecture.md, "Scale").
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.cluster import cluster_summary, timeline_ranks
+from ..errors import ProfviewError
+from ..model import Run
+from .chrome_trace import Lanes, op_block, span_block, step_block, write_block
+from .outputs import write_csv, write_json
+
+SUMMARY = "cluster_summary.json"
+STEP_TABLE = "cluster_step_trace.csv"
+TIMELINE = "cluster_timeline.json"
+TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
+
+
+def read_rank_outputs(directory: Path) -> tuple[dict[int, dict], dict[int, pd.DataFrame]]:
+    """profiler_info and step trace of every analysed rank in `directory` (a rank without a step trace gets an empty one)."""
+    infos: dict[int, dict] = {}
+    traces: dict[int, pd.DataFrame] = {}
+    for path in sorted(directory.glob("profiler_info_*.json")):
+        suffix = path.stem.rsplit("_", 1)[-1]
+        if not suffix.isdigit():
+            continue
+        rank = int(suffix)
+        try:
+            infos[rank] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ProfviewError(f"cannot read {path}: {exc}") from None
+        trace = directory / f"step_trace_{rank}.csv"
+        traces[rank] = pd.read_csv(trace) if trace.is_file() else pd.DataFrame()
+    return infos, traces
+
+
+def is_cluster(infos: Mapping[int, dict]) -> bool:
+    """More than one rank wrote here, or the one that did belongs to a larger job."""
+    return len(infos) > 1 or any(int(i.get("world_size", 1) or 1) > 1 for i in infos.values())
+
+
+def write_cluster_outputs(directory: Path, load_run: Callable[[Path, int], Run]) -> list[Path]:
+    """Analyse the ranks' outputs in `directory` together and write the cluster files; [] for a single-rank run."""
+    directory = Path(directory)
+    infos, traces = read_rank_outputs(directory)
+    if not is_cluster(infos):
+        return []
+    doc, table = cluster_summary(infos, traces)
+    runs = [load_run(directory, r) for r in timeline_ranks(doc, TIMELINE_RANKS)]
+    return write_cluster_files(directory, doc, table, runs)
+
+
+def write_cluster_files(directory: Path, doc: dict, table: pd.DataFrame, runs: Sequence[Run]) -> list[Path]:
+    """Write the step table, the merged timeline of `runs` and the summary (listing the outputs)."""
+    shifts = {int(r): int(c["shift_ns"]) for r, c in doc["clock"].get("per_rank", {}).items()}
+    written = [write_csv(table, directory / STEP_TABLE)]
+    if runs:
+        written.append(write_cluster_timeline(runs, shifts, directory / TIMELINE, doc["clock"]))
+    doc = {**doc, "timeline_ranks": [r.rank for r in runs], "outputs": [p.name for p in written] + [SUMMARY]}
+    written.append(write_json(doc, directory / SUMMARY))
+    return written
+
+
+def cluster_view(run: Run) -> Run:
+    """What the merged timeline shows of a rank: steps, phases and spans, marks, and its collectives."""
+    comm = run.ops[run.ops["category"].astype(str) == "comm"]
+    return Run(info=run.info, ops=comm.reset_index(drop=True), spans=run.spans, instants=run.instants,
+               steps=run.steps, threads=run.threads)
+
+
+def write_cluster_timeline(runs: Sequence[Run], shifts_ns: Mapping[int, int], path: Path,
+                           clock: Optional[dict] = None) -> Path:
+    """One Chrome trace with a process per rank (pid = rank), each rank's times shifted onto the common axis."""
+    tmp = path.with_name(path.name + ".tmp")
+    meta: list[dict] = []
+    with open(tmp, "wb") as f:
+        f.write(b'{"traceEvents":[\n')
+        for run in runs:
+            view = cluster_view(run)
+            lanes = Lanes(view)
+            shift = np.int64(shifts_ns.get(run.rank, 0))
+            for block in (step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)):
+                block.ts_ns = np.asarray(block.ts_ns, dtype=np.int64) + shift
+                write_block(f, block)
+            meta += lanes.meta
+            meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
+                         "args": {"labels": str(run.info.get("host", ""))}})
+        f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in meta).encode())
+        other = {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs], "clock": clock or {}}
+        f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
+    tmp.replace(path)
+    return path
