@@ -4,6 +4,7 @@
     profview DIR --output F      write the report to F only
     profview DIR --summary       print the step breakdown, top ops and verdict
     profview analyse DIR         re-run analysis from DIR/raw and rewrite the output files
+    profview compare BASE NEW    BASE -> NEW: step-time, op and queue deltas, findings, a CI verdict
 
 Subcommands live in COMMANDS: adding one (import-kineto, import-ascend, compare) is one entry.
 Every failure the user can fix is reported as one sentence on stderr with a non-zero exit.
@@ -58,6 +59,8 @@ def _configure_view(p: argparse.ArgumentParser) -> None:
     sel.add_argument("-r", "--rank", type=int, metavar="R", help="the rank to show (default: the lowest found)")
     sel.add_argument("--steps", type=parse_steps, metavar="A:B",
                      help="only steps A to B (inclusive); also the timeline's detailed window")
+    sel.add_argument("--compare", metavar="NEW", type=Path,
+                     help="add a Compare tab: DIR (BASE) against NEW (a profview directory or a trace)")
     srv = p.add_argument_group("serving")
     srv.add_argument("--host", default="127.0.0.1",
                      help="address to serve on (default 127.0.0.1; anything else is reachable from other machines)")
@@ -73,26 +76,84 @@ def run_view(args: argparse.Namespace) -> int:
 
     progress = Progress(enabled=sys.stderr.isatty())
     started = time.monotonic()
-    ctx = Context(load_input(args.dir), Options(rank=args.rank, steps=args.steps), progress)
+    ctx = Context(load_input(args.dir), Options(rank=args.rank, steps=args.steps), progress,
+                  compare=load_input(args.compare) if args.compare is not None else None)
     ctx.run  # noqa: B018 -- validates --rank before any work
     if args.summary:
         sys.stdout.write(render(ctx))
         if args.output is None:
             return 0
+    if args.output is not None:
+        write_report(ctx, args.output, started)
+        return 0
     html = build_report(ctx).encode("utf-8")
     progress.done()
-    if args.output is not None:
-        try:
-            args.output.write_bytes(html)
-        except OSError as exc:
-            raise InputError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-        print(f"profview: wrote {args.output} ({len(html) / 1e6:.1f} MB in {time.monotonic() - started:.1f} s)",
-              file=sys.stderr)
-        return 0
     from viewer.server import serve
     serve(html, args.host, args.port, open_browser=not args.no_browser,
           announce=lambda line: print(line, file=sys.stderr, flush=True))
     return 0
+
+
+def write_report(ctx, path: Path, started: float) -> None:
+    """Build the HTML report of `ctx` and write it to `path`, saying how big and how long."""
+    from viewer.report import build_report
+
+    html = build_report(ctx).encode("utf-8")
+    ctx.progress.done()
+    try:
+        path.write_bytes(html)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    print(f"profview: wrote {path} ({len(html) / 1e6:.1f} MB in {time.monotonic() - started:.1f} s)", file=sys.stderr)
+
+
+def parse_percent(text: str) -> float:
+    """`5%` or `5` for --fail-if-slower."""
+    from profiler.analysis.compare import parse_percent as parse
+
+    try:
+        return parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fail-if-slower wants a percentage such as 5% , not {text!r}") from None
+
+
+def _configure_compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", metavar="BASE", type=Path, help="the run before (a profview directory or a Kineto trace)")
+    p.add_argument("new", metavar="NEW", type=Path, help="the run after")
+    p.add_argument("--fail-if-slower", metavar="PCT", type=parse_percent, dest="fail_if_slower",
+                   help="exit 1 when NEW's median step is more than PCT %% slower than BASE's (a CI gate)")
+    p.add_argument("--json", metavar="FILE", type=Path,
+                   help="write the comparison as JSON to FILE ('-': stdout, instead of the text)")
+    p.add_argument("-o", "--output", metavar="FILE", type=Path,
+                   help="also write an HTML report of BASE with a Compare tab")
+    p.add_argument("-r", "--rank", type=int, metavar="R", help="the rank to compare (default: the lowest found)")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Print (or write as JSON) BASE -> NEW and return the verdict's exit code: 1 when the gate fails."""
+    import json
+
+    from viewer.pages.compare import comparison, render_text
+    from viewer.report import Context, Options
+    from viewer.sources import load_input
+
+    started = time.monotonic()
+    base, new = load_input(args.base), load_input(args.new)
+    result = comparison(base, new, args.rank, args.fail_if_slower)
+    doc = json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n"
+    if args.json is not None and str(args.json) == "-":
+        sys.stdout.write(doc)
+    else:
+        sys.stdout.write(render_text(result))
+        if args.json is not None:
+            try:
+                args.json.write_text(doc)
+            except OSError as exc:
+                raise InputError(f"cannot write {args.json}: {exc.strerror or exc}") from None
+    if args.output is not None:
+        options = Options(rank=args.rank, fail_if_slower_pct=args.fail_if_slower)
+        write_report(Context(base, options, Progress(enabled=sys.stderr.isatty()), compare=new), args.output, started)
+    return int(result.verdict["exit_code"])
 
 
 def _configure_analyse(p: argparse.ArgumentParser) -> None:
@@ -118,6 +179,8 @@ COMMANDS: dict[str, Command] = {
                              _configure_view, run_view),
     "analyse": Command("re-run the analysis of DIR from its raw store and rewrite the output files",
                        _configure_analyse, run_analyse),
+    "compare": Command("compare two runs, BASE -> NEW: step phases, ops, queues, findings; exit 1 when "
+                       "--fail-if-slower is exceeded", _configure_compare, run_compare),
 }
 
 EPILOG = """examples:
@@ -126,6 +189,9 @@ EPILOG = """examples:
   profview ./profiler_data --summary          text summary in the terminal
   profview ./profiler_data --rank 1 --steps 100:110
   profview analyse ./profiler_data            re-run analysis from ./profiler_data/raw
+  profview compare before/ after/ --fail-if-slower 5%
+                                              CI gate: exit 1 when after/ is >5 % slower
+  profview before/ --compare after/           report of before/ with a Compare tab
 
 `profview COMMAND --help` describes a command's options. docs/viewer.md has more."""
 

@@ -32,6 +32,7 @@ class Options:
     top_ops: int = 12
     table_rows: int = 500
     detail_events: int = 4000
+    fail_if_slower_pct: Optional[float] = None     # the compare tab's CI gate, when one was given
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Context:
     runs: list[RunData]
     options: Options = field(default_factory=Options)
     progress: Progress = field(default_factory=Progress.silent)
+    compare: Optional[list[RunData]] = None         # NEW run(s) of the compare tab (`--compare`); the runs are BASE
     figures: dict[str, str] = field(default_factory=dict)
     data_blocks: dict[str, str] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=itertools.count)
@@ -81,10 +83,11 @@ class Page:
     build: Callable[[Context], str]
 
 
-def pages() -> list[Page]:
-    """The report's tabs, in order."""
-    from viewer.pages import cluster, counters, operators, overview, pipeline, timeline
-    return [Page("overview", "Overview", overview.build), Page("operators", "Operators", operators.build),
+def pages(ctx: Optional[Context] = None) -> list[Page]:
+    """The report's tabs, in order (a compare tab second when `ctx` has a run to compare with)."""
+    from viewer.pages import cluster, compare, counters, operators, overview, pipeline, timeline
+    diff = [Page("compare", "Compare", compare.build)] if ctx is not None and ctx.compare else []
+    return [Page("overview", "Overview", overview.build), *diff, Page("operators", "Operators", operators.build),
             Page("pipeline", "Data pipeline", pipeline.build), Page("timeline", "Timeline", timeline.build),
             Page("counters", "Counters", counters.build), Page("cluster", "Cluster", cluster.build)]
 
@@ -101,7 +104,7 @@ def _header(ctx: Context) -> str:
 def build_report(ctx: Context) -> str:
     """The complete HTML document for `ctx`."""
     bodies = []
-    tabs = pages()
+    tabs = pages(ctx)
     for i, page in enumerate(tabs):
         ctx.progress.update("building report", i, len(tabs))
         bodies.append(f'<div class="page" id="page-{page.key}">{page.build(ctx)}</div>')

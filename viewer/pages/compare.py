@@ -1,0 +1,212 @@
+"""Compare: BASE -> NEW, where the step time moved (the `compare` command's tab and its text form).
+
+The numbers come from `profiler.analysis.compare.compare_runs` on the two runs' loaded tables;
+this module only lays them out, as an HTML tab and as the terminal text of `profview compare`.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from profiler.analysis.compare import Comparison, RunTables, compare_runs
+from viewer.errors import InputError
+from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, plot_text, section, table
+from viewer.report import Context
+from viewer.rundata import RunData
+from viewer.summary import clean, text_table
+from viewer.theme import styled
+
+BASE_COLOR, NEW_COLOR = "#9AA5B1", "#3366A8"
+FASTER, SLOWER = "#6BA368", "#C0392B"
+TOP_OPS = 15
+
+
+def tables_of(run: RunData) -> RunTables:
+    """A loaded run as one side of a comparison (warm-up as its own report counted it)."""
+    report = run.report or {}
+    warmup = (report.get("thresholds") or {}).get("warmup_steps", 1) if isinstance(report, dict) else 1
+    if run.step_trace is None or not len(run.step_trace):
+        raise InputError(f"{run.directory} has no step trace: there is no step time to compare")
+    return RunTables(label=str(run.directory), step_trace=run.step_trace, op_type=run.op_type,
+                     op_detail=run.op_detail, queue_summary=run.queue_summary, report=run.report,
+                     warmup_steps=int(warmup))
+
+
+def pick_rank(runs: list[RunData], rank: Optional[int]) -> RunData:
+    """The run of `rank` (default: the lowest rank) among one input's ranks."""
+    if rank is None:
+        return runs[0]
+    for run in runs:
+        if run.rank == rank:
+            return run
+    raise InputError(f"rank {rank} is not in {runs[0].directory} (ranks: {', '.join(str(r.rank) for r in runs)})")
+
+
+def comparison(base: list[RunData], new: list[RunData], rank: Optional[int] = None,
+               fail_if_slower_pct: Optional[float] = None) -> Comparison:
+    """BASE -> NEW for one rank of each input."""
+    return compare_runs(tables_of(pick_rank(base, rank)), tables_of(pick_rank(new, rank)), fail_if_slower_pct)
+
+
+def _signed_ms(value: float) -> str:
+    return ("+" if value > 0 else "") + fmt_ms(value)
+
+
+def _signed_pct(value: Any) -> str:
+    return "n/a" if value is None or value != value else f"{value:+.1f} %"
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def phase_bars(c: Comparison) -> go.Figure:
+    """Median ms per phase, BASE next to NEW."""
+    rows = c.phases[c.phases["column"] != "total_ms"]
+    fig = go.Figure()
+    for side, name, color in (("base", "BASE", BASE_COLOR), ("new", "NEW", NEW_COLOR)):
+        fig.add_bar(x=rows["phase"], y=rows[f"{side}_median_ms"], name=name, marker_color=color,
+                    hovertemplate=f"{name} %{{x}}: %{{y:.2f}} ms (median)<extra></extra>")
+    return styled(fig, barmode="group", yaxis_title="median ms per step", xaxis=dict(type="category"))
+
+
+def step_histograms(base: pd.DataFrame, new: pd.DataFrame) -> go.Figure:
+    """Both runs' step-time distributions, overlaid."""
+    fig = go.Figure()
+    for steps, name, color in ((base, "BASE", BASE_COLOR), (new, "NEW", NEW_COLOR)):
+        fig.add_histogram(x=steps["total_ms"], name=name, marker_color=color, opacity=0.65,
+                          hovertemplate=f"{name} %{{x}} ms: %{{y}} steps<extra></extra>")
+    return styled(fig, barmode="overlay", xaxis_title="step time (ms)", yaxis_title="steps")
+
+
+def op_delta_bars(ops: pd.DataFrame, label: str) -> go.Figure:
+    """The largest per-step changes, green when NEW is faster, red when slower."""
+    top = ops.head(TOP_OPS).iloc[::-1]
+    names = [plot_text(f"{n} ({d})") for n, d in zip(top[label], top["device"])]
+    colors = [SLOWER if v > 0 else FASTER for v in top["delta_per_step_ms"]]
+    fig = go.Figure(go.Bar(x=top["delta_per_step_ms"], y=names, orientation="h", marker_color=colors,
+                           hovertemplate="%{y}: %{x:+.3f} ms per step<extra></extra>"))
+    return styled(fig, height=max(260, 24 * len(top) + 80), xaxis_title="NEW - BASE, self ms per step",
+                  yaxis=dict(type="category", automargin=True), showlegend=False)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def verdict_cards(c: Comparison) -> str:
+    v = c.verdict
+    items = [("BASE median step", fmt_ms(v["base_median_step_ms"])), ("NEW median step", fmt_ms(v["new_median_step_ms"])),
+             ("change", f"{_signed_ms(v['delta_ms'])} ({_signed_pct(v['delta_pct'])})"), ("verdict", v["outcome"])]
+    if v["fail_if_slower_pct"] is not None:
+        items.append(("CI gate", f"{'FAIL' if v['failed'] else 'pass'} (limit +{v['fail_if_slower_pct']:g} %)"))
+    return cards(items)
+
+
+def findings_html(c: Comparison) -> str:
+    f = c.findings
+    rows = ([("resolved", x["severity"], x["title"], fmt_ms(x["at_stake_ms"] or 0), "—") for x in f["resolved"]]
+            + [("introduced", x["severity"], x["title"], "—", fmt_ms(x["at_stake_ms"] or 0)) for x in f["introduced"]]
+            + [("persisting", f"{x['base_severity']} → {x['severity']}", x["title"],
+                fmt_ms(x["base_at_stake_ms"] or 0), fmt_ms(x["at_stake_ms"] or 0)) for x in f["persisting"]])
+    verdicts = f.get("verdicts") or [None, None]
+    head = f'<p class="note">Advisor verdict: {esc(verdicts[0] or "none")} → {esc(verdicts[1] or "none")}.</p>'
+    if not rows:
+        return head + absent("Neither run has advisor findings (report json).")
+    return head + table(["change", "severity", "finding", "BASE at stake / step", "NEW at stake / step"], rows,
+                        [False, False, False, True, True])
+
+
+def phases_html(c: Comparison) -> str:
+    rows = [(r.phase, fmt_ms(r.base_median_ms), fmt_ms(r.new_median_ms), _signed_ms(r.delta_ms), _signed_pct(r.delta_pct),
+             fmt_pct(r.base_share_pct), fmt_pct(r.new_share_pct)) for r in c.phases.itertuples()]
+    return table(["phase", "BASE median", "NEW median", "change", "change %", "BASE share", "NEW share"], rows,
+                 [False] + [True] * 6)
+
+
+def distribution_html(c: Comparison) -> str:
+    rows = [(r.statistic, f"{r.base_ms:,.2f}", f"{r.new_ms:,.2f}", f"{r.delta_ms:+,.2f}") for r in c.distribution.itertuples()]
+    return table(["step time (ms)", "BASE", "NEW", "change"], rows, [False, True, True, True])
+
+
+def ops_html(ops: pd.DataFrame, label: str, limit: int) -> str:
+    rows = [(r.device, getattr(r, label), r.status, int(r.base_count), int(r.new_count), f"{r.base_per_step_ms:.3f}",
+             f"{r.new_per_step_ms:.3f}", f"{r.delta_per_step_ms:+.3f}", _signed_pct(r.delta_pct),
+             f"{r.delta_total_ms:+.3f}") for r in ops.head(limit).itertuples()]
+    return table(["device", label.replace("_", " "), "status", "BASE calls", "NEW calls", "BASE ms/step",
+                  "NEW ms/step", "change ms/step", "change %", "change total ms"], rows,
+                 [False, False, False] + [True] * 7)
+
+
+def queues_html(c: Comparison) -> str:
+    if not len(c.queues):
+        return absent("Neither run probed a data queue.")
+    rows = []
+    for r in c.queues.to_dict("records"):
+        if r["queue"] == "(verdict)":
+            rows.append(("pipeline verdict", r.get("base_verdict"), r.get("new_verdict"), "", "", "", "", "", ""))
+            continue
+        rows.append((r["queue"], *(_ratio(r.get(f"{s}_{k}")) for k in ("empty_ratio", "full_ratio") for s in ("base", "new")),
+                     *(_num(r.get(f"{s}_{k}")) for k in ("mean_size", "get_wait_ms") for s in ("base", "new"))))
+    return table(["queue", "BASE empty", "NEW empty", "BASE full", "NEW full", "BASE mean size", "NEW mean size",
+                  "BASE get wait ms", "NEW get wait ms"], rows, [False] + [True] * 8)
+
+
+def _ratio(v: Any) -> str:
+    return "—" if v is None else fmt_pct(100 * float(v))
+
+
+def _num(v: Any) -> str:
+    return "—" if v is None else f"{float(v):,.2f}"
+
+
+def build(ctx: Context) -> str:
+    """The compare tab: the shown run (BASE) against --compare's run (NEW)."""
+    if not ctx.compare:
+        return section("Comparison", absent("No run to compare with (profview BASE --compare NEW)."))
+    c = comparison(ctx.runs, ctx.compare, ctx.options.rank, ctx.options.fail_if_slower_pct)
+    base, new = tables_of(pick_rank(ctx.runs, ctx.options.rank)), tables_of(pick_rank(ctx.compare, ctx.options.rank))
+    parts = [section(f"{c.base}  →  {c.new}", verdict_cards(c),
+                     "Medians over the analysed steps (warm-up left out). Negative changes are faster."),
+             section("Findings resolved and introduced", findings_html(c)),
+             '<div class="grid2">',
+             section("Step phases", ctx.figure(phase_bars(c)) + phases_html(c)),
+             section("Step-time distribution", ctx.figure(step_histograms(base.steps(), new.steps())) + distribution_html(c)),
+             "</div><br>"]
+    if len(c.op_types):
+        parts += [section("Op types: largest changes", ctx.figure(op_delta_bars(c.op_types, "op_type"))
+                          + ops_html(c.op_types, "op_type", 30),
+                          "Self time per step (the runs may have recorded different numbers of steps)."),
+                  section("Ops: largest changes", ops_html(c.ops, "name", 40))]
+    else:
+        parts.append(section("Ops", absent("Neither run has an op table.")))
+    parts.append(section("Data queues", queues_html(c)))
+    return "".join(parts)
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def render_text(c: Comparison, top: int = 8) -> str:
+    """The comparison in the terminal: verdict, phases, largest op-type changes, findings."""
+    v = c.verdict
+    lines = [f"profview compare — BASE {clean(c.base)} -> NEW {clean(c.new)}",
+             f"Median step {v['base_median_step_ms']:.3f} ms -> {v['new_median_step_ms']:.3f} ms: "
+             f"{v['delta_ms']:+.3f} ms ({_signed_pct(v['delta_pct'])}), {v['outcome']}", ""]
+    rows = [(r.phase, f"{r.base_median_ms:.3f}", f"{r.new_median_ms:.3f}", f"{r.delta_ms:+.3f}", _signed_pct(r.delta_pct))
+            for r in c.phases.itertuples()]
+    lines += ["Step phases (median ms):", text_table(["phase", "BASE", "NEW", "change", "change %"], rows,
+                                                     [False, True, True, True, True])]
+    if len(c.op_types):
+        rows = [(clean(r.op_type, 44), clean(r.device), r.status, f"{r.base_per_step_ms:.3f}", f"{r.new_per_step_ms:.3f}",
+                 f"{r.delta_per_step_ms:+.3f}") for r in c.op_types.head(top).itertuples()]
+        lines += ["", "Largest op-type changes (self ms per step):",
+                  text_table(["op type", "device", "status", "BASE", "NEW", "change"], rows,
+                             [False, False, False, True, True, True])]
+    f = c.findings
+    for label, items in (("Resolved", f["resolved"]), ("Introduced", f["introduced"])):
+        lines += [f"{label}: " + ("; ".join(f"[{x['severity']}] {clean(x['title'])}" for x in items) or "none")]
+    if v["fail_if_slower_pct"] is not None:
+        lines.append(f"CI gate (--fail-if-slower {v['fail_if_slower_pct']:g}%): "
+                     + ("FAIL, exit 1" if v["failed"] else "pass"))
+    return "\n".join(lines) + "\n"
