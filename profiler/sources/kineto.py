@@ -31,13 +31,15 @@ from profiler.model import (
     Run,
 )
 from profiler.sources.kineto_events import (
+    Coded,
     EventColumns,
+    dense_ids,
     dumps_compact,
     event_columns,
     gc_paused,
     load_trace_object,
     looks_like_kineto,
-    map_unique,
+    combine,
     to_int,
 )
 from profiler.sources.kineto_nesting import enclosing_parents, nesting_depths, self_times
@@ -60,6 +62,8 @@ DEVICE_OP_CATEGORIES = {
     "cuda_sync": "sync",
     "gpu_user_annotation": "user",
 }
+#: Op columns stored as categoricals (few distinct values, many rows); shapes stay text.
+CATEGORICAL_OP_COLUMNS = ("device", "stream", "name", "op_type", "category", "source")
 #: Device ops that are executions (self time == duration); the others may contain them.
 DEVICE_ACTIVITIES = ("compute", "comm", "memcpy", "memset", "sync")
 
@@ -174,13 +178,12 @@ def _classify(cols: EventColumns) -> np.ndarray:
     ProfilerStep#N annotations become STEP, "[memory]" instants MEMORY, instants on Kineto's
     own text lanes ("Traces") PROFILER. Events that lack what their kind needs are MALFORMED.
     """
-    kind = map_unique(_kind_of, cols.ph, cols.cat, dtype=np.int64)
-    is_str = map_unique(lambda v: isinstance(v, str), cols.name, dtype=bool)
-    annotated = np.flatnonzero(np.isin(kind, (HOST_OP, SPAN)) & is_str)
-    is_step = map_unique(lambda v: _STEP_NAME.match(v) is not None, cols.name[annotated], dtype=bool)
-    kind[annotated[is_step]] = STEP
+    kind = combine(cols.ph, cols.cat).map(lambda pair: _kind_of(*pair), dtype=np.int64)
+    is_str = cols.name.map(lambda v: isinstance(v, str), dtype=bool)
+    is_step = cols.name.map(lambda v: isinstance(v, str) and _STEP_NAME.match(v) is not None, dtype=bool)
+    kind[np.isin(kind, (HOST_OP, SPAN)) & is_step] = STEP
     instant = kind == INSTANT
-    kind[instant & (cols.name == "[memory]")] = MEMORY
+    kind[instant & cols.name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
     kind[instant & np.isnan(cols.pid)] = PROFILER
 
     has_time = np.isfinite(cols.ts_us)
@@ -189,7 +192,7 @@ def _classify(cols: EventColumns) -> np.ndarray:
     timed = np.isin(kind, _TIMED_KINDS)
     valid = (
         (~timed | (has_time & is_str))
-        & (~(timed & (cols.ph == "X")) | has_dur)
+        & (~(timed & cols.ph.map(lambda v: v == "X", dtype=bool)) | has_dur)
         & (~np.isin(kind, _LANE_KINDS) | has_lane)
     )
     kind[~valid] = MALFORMED
@@ -255,7 +258,8 @@ def _event_warnings(cols: EventColumns, kind: np.ndarray, not_objects: int) -> l
             f"skipped {malformed} malformed events (not an object, or missing a name, a numeric "
             "ts / dur, or a numeric pid / tid)"
         )
-    unknown = Counter(f"{ph}/{cat}" for ph, cat in zip(cols.ph[kind == UNKNOWN], cols.cat[kind == UNKNOWN]))
+    rows = kind == UNKNOWN
+    unknown = Counter(f"{ph}/{cat}" for ph, cat in zip(cols.ph[rows].decoded(), cols.cat[rows].decoded()))
     if unknown:
         listed = ", ".join(f"{key} ({n})" for key, n in sorted(unknown.items()))
         warnings.append(f"skipped {sum(unknown.values())} events of unknown phase/category: {listed}")
@@ -273,15 +277,14 @@ def _threads(cols: EventColumns, kind: np.ndarray, rows: np.ndarray) -> tuple[np
     "thread <tid>".
     """
     thread_of = np.full(len(cols), -1, dtype=np.int64)
-    pairs = np.stack([cols.pid[rows], cols.tid[rows]], axis=1).astype(np.int64)
-    unique_pairs, index = np.unique(pairs, axis=0, return_inverse=True)
-    thread_of[rows] = index.reshape(-1)
+    pid, tid = cols.pid[rows].astype(np.int64), cols.tid[rows].astype(np.int64)
+    thread_of[rows], first = dense_ids(pid, tid)
     names = _thread_names(cols, np.flatnonzero(kind == METADATA))
     threads = pd.DataFrame(
         {
-            "tid": np.arange(len(unique_pairs), dtype=np.int64),
-            "os_tid": unique_pairs[:, 1],
-            "name": [names.get((pid, tid), f"thread {tid}") for pid, tid in unique_pairs.tolist()],
+            "tid": np.arange(len(first), dtype=np.int64),
+            "os_tid": tid[first],
+            "name": [names.get(key, f"thread {key[1]}") for key in zip(pid[first].tolist(), tid[first].tolist())],
         },
         columns=list(THREAD_COLUMNS),
     )
@@ -291,10 +294,9 @@ def _threads(cols: EventColumns, kind: np.ndarray, rows: np.ndarray) -> tuple[np
 def _thread_names(cols: EventColumns, rows: np.ndarray) -> dict[tuple[int, int], str]:
     """{(pid, tid): name} from the `thread_name` metadata events (a few dozen per trace)."""
     names = {}
-    labels = cols.arg("name", rows)
-    for row, label in zip(rows.tolist(), labels):
-        pid, tid = cols.pid[row], cols.tid[row]
-        if cols.name[row] == "thread_name" and isinstance(label, str) and np.isfinite(pid) and np.isfinite(tid):
+    events = zip(cols.name[rows].decoded(), cols.arg("name", rows), cols.pid[rows], cols.tid[rows])
+    for event, label, pid, tid in events:
+        if event == "thread_name" and isinstance(label, str) and np.isfinite(pid) and np.isfinite(tid):
             names[(int(pid), int(tid))] = label
     return names
 
@@ -311,7 +313,7 @@ def _steps(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> tuple[pd.Data
     start = clock.ns(cols.ts_us[rows])
     frame = pd.DataFrame(
         {
-            "step": map_unique(lambda v: int(_STEP_NAME.match(v).group(1)), cols.name[rows], dtype=np.int64),
+            "step": cols.name[rows].map(_step_number, dtype=np.int64),
             "start_ns": start,
             "end_ns": start + clock.dur_ns(cols.dur_us[rows]),
         }
@@ -334,6 +336,12 @@ def _steps(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> tuple[pd.Data
         columns=list(STEP_COLUMNS),
     )
     return steps, warnings
+
+
+def _step_number(name: Any) -> int:
+    """N of "ProfilerStep#N" (-1 for other names)."""
+    match = _STEP_NAME.match(name) if isinstance(name, str) else None
+    return int(match.group(1)) if match else -1
 
 
 def step_of(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -365,7 +373,7 @@ def _with_phase_bounds(steps: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame
     bp_end_ns = end of the last backward annotation that starts in it (-1 without one)."""
     if steps.empty or spans.empty:
         return steps
-    phase = map_unique(_phase_of, spans["name"].to_numpy())
+    phase = Coded.of(spans["name"].to_numpy(dtype=object)).map(_phase_of)
     frame = pd.DataFrame(
         {
             "row": step_of(spans["start_ns"].to_numpy(), steps),
@@ -409,7 +417,7 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _
         {
             "tid": tid,
             "kind": np.full(len(rows), "span", dtype=object),
-            "name": cols.name[rows],
+            "name": cols.name[rows].decoded(),
             "start_ns": start,
             "dur_ns": end - start,
             "depth": nesting_depths(enclosing_parents(tid, start, end)),
@@ -425,7 +433,7 @@ def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock
         {
             "tid": thread_of[rows],
             "kind": np.full(len(rows), "instant", dtype=object),
-            "name": cols.name[rows],
+            "name": cols.name[rows].decoded(),
             "time_ns": clock.ns(cols.ts_us[rows]),
         },
         columns=list(INSTANT_COLUMNS),
@@ -447,63 +455,72 @@ def _ops(
     host = np.flatnonzero(kind == HOST_OP)
     dev = np.flatnonzero(kind == DEVICE_OP)
     rows = np.concatenate([host, dev])
-    device_id = _arg_or_lane(cols, dev, "device", cols.pid)
-    stream_id = _arg_or_lane(cols, dev, "stream", cols.tid)
-    dev_category, dev_op_type = _device_category_and_type(cols.cat[dev], cols.name[dev])
-    dev_lane = _dense_ids(device_id, stream_id)
+    host_part = _host_op_columns(cols, host, thread_of, threads)
+    dev_part = _device_op_columns(cols, dev)
+    dev_part["lane"] += len(threads)
+    part = {key: np.concatenate([host_part[key], dev_part[key]]) for key in host_part}
 
     start = clock.ns(cols.ts_us[rows])
     dur = clock.dur_ns(cols.dur_us[rows])
-    lane = np.concatenate([thread_of[host], len(threads) + dev_lane])
-    category = np.concatenate([map_unique(HOST_OP_CATEGORIES.get, cols.cat[host]), dev_category])
-    self_ns = np.where(
-        np.isin(category, DEVICE_ACTIVITIES),
-        dur,
-        self_times(enclosing_parents(lane, start, start + dur), dur),
-    )
-    ops = pd.DataFrame(
-        {
-            "device": np.concatenate([np.full(len(host), "cpu", dtype=object),
-                                      map_unique(lambda d: f"cuda:{d}", device_id)]),
-            "stream": np.concatenate([threads["name"].to_numpy(dtype=object)[thread_of[host]],
-                                      map_unique(str, stream_id)]),
-            "name": cols.name[rows],
-            "op_type": np.concatenate([cols.name[host], dev_op_type]),
-            "category": category,
-            "start_ns": start,
-            "dur_ns": dur,
-            "self_ns": self_ns,
-            "step": np.append(steps["step"].to_numpy(), -1)[step_of(start, steps)],
-            "shapes": np.concatenate([_shapes(cols, host), np.full(len(dev), "", dtype=object)]),
-            "correlation": to_int(cols.arg("correlation", rows), default=-1),
-            "source": np.full(len(rows), SOURCE, dtype=object),
-        },
+    parent = enclosing_parents(part["lane"], start, start + dur)
+    columns = {
+        "device": part["device"],
+        "stream": part["stream"],
+        "name": cols.name[rows].decoded(),
+        "op_type": part["op_type"],
+        "category": part["category"],
+        "start_ns": start,
+        "dur_ns": dur,
+        "self_ns": np.where(part["leaf"], dur, self_times(parent, dur)),
+        "step": np.append(steps["step"].to_numpy(), -1)[step_of(start, steps)],
+        "shapes": part["shapes"],
+        "correlation": to_int(cols.arg("correlation", rows), default=-1),
+        "source": np.full(len(rows), SOURCE, dtype=object),
+    }
+    order = np.argsort(start, kind="stable")
+    return pd.DataFrame(
+        {key: pd.Categorical(value[order]) if key in CATEGORICAL_OP_COLUMNS else value[order]
+         for key, value in columns.items()},
         columns=list(OP_COLUMNS),
     )
-    order = np.argsort(start, kind="stable")
-    return ops.take(order).reset_index(drop=True)
+
+
+def _host_op_columns(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray,
+                     threads: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Columns of host ops: device "cpu", the thread's name as stream, the name as op type."""
+    return {
+        "device": np.full(len(rows), "cpu", dtype=object),
+        "stream": threads["name"].to_numpy(dtype=object)[thread_of[rows]],
+        "op_type": cols.name[rows].decoded(),
+        "category": cols.cat[rows].map(HOST_OP_CATEGORIES.get),
+        "shapes": _shapes(cols, rows),
+        "lane": thread_of[rows],
+        "leaf": np.zeros(len(rows), dtype=bool),
+    }
+
+
+def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Columns of device ops: "cuda:<device>", stream id as text, category and op type by
+    `_device_category_type`; lane = dense id of the (device, stream) pair."""
+    device_id = _arg_or_lane(cols, rows, "device", cols.pid)
+    stream_id = _arg_or_lane(cols, rows, "stream", cols.tid)
+    kinds = combine(cols.cat[rows], cols.name[rows])
+    category = kinds.map(lambda pair: _device_category_type(*pair)[0])
+    return {
+        "device": Coded.of(device_id).map(lambda d: f"cuda:{d}"),
+        "stream": Coded.of(stream_id).map(str),
+        "op_type": kinds.map(lambda pair: _device_category_type(*pair)[1]),
+        "category": category,
+        "shapes": np.full(len(rows), "", dtype=object),
+        "lane": dense_ids(device_id, stream_id)[0],
+        "leaf": kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool),
+    }
 
 
 def _arg_or_lane(cols: EventColumns, rows: np.ndarray, key: str, lane: np.ndarray) -> np.ndarray:
     """Integer args[key] (device / stream) of device events, else their pid / tid."""
     value = to_int(cols.arg(key, rows), default=-1)
     return np.where(value >= 0, value, lane[rows].astype(np.int64))
-
-
-def _dense_ids(*keys: np.ndarray) -> np.ndarray:
-    """Dense 0-based ids of the distinct key tuples, in sorted key order."""
-    if len(keys[0]) == 0:
-        return np.zeros(0, dtype=np.int64)
-    _, index = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
-    return index.reshape(-1)
-
-
-def _device_category_and_type(cat: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Op category and op type of device events, computed once per distinct (cat, name)."""
-    pairs = map_unique(_device_category_type, cat, name)
-    category = np.fromiter((p[0] for p in pairs), dtype=object, count=len(pairs))
-    op_type = np.fromiter((p[1] for p in pairs), dtype=object, count=len(pairs))
-    return category, op_type
 
 
 def _device_category_type(cat: str, name: str) -> tuple[str, str]:
@@ -551,7 +568,7 @@ def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
     (profile_memory=True), per device ("host" for CPU memory, "cuda:N")."""
     dev_type = to_int(cols.arg("Device Type", rows), default=-1)
     dev_id = to_int(cols.arg("Device Id", rows), default=-1)
-    device = map_unique(_memory_device, dev_type, dev_id)
+    device = combine(Coded.of(dev_type), Coded.of(dev_id)).map(lambda pair: _memory_device(*pair))
     time_ns = clock.ns(cols.ts_us[rows])
     frames = [
         pd.DataFrame(
@@ -577,13 +594,12 @@ def _memory_device(dev_type: int, dev_id: int) -> str:
 
 def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
     """One row per numeric series value of "C" events: metric "<event name>.<series>"."""
-    times = clock.ns(cols.ts_us[rows]).tolist()
     metric, time_ns, value = [], [], []
-    for row, t in zip(rows.tolist(), times):
-        args = cols.args[row]
+    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.args[rows])
+    for name, t, args in events:
         for series, v in (args.items() if isinstance(args, dict) else ()):
             if isinstance(v, (int, float)) and not isinstance(v, bool):
-                metric.append(f"{cols.name[row]}.{series}")
+                metric.append(f"{name}.{series}")
                 time_ns.append(t)
                 value.append(float(v))
     return pd.DataFrame(

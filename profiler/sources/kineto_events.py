@@ -30,6 +30,7 @@ except ImportError:  # orjson is an optional speed-up
     orjson = None
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_NAN = float("nan")
 #: How much of a file `looks_like_kineto` reads: the trace header and its first events.
 _SNIFF_BYTES = 1 << 20
 #: Markers only Kineto writes: its header key and its event categories.
@@ -119,50 +120,122 @@ def looks_like_kineto(path: "str | os.PathLike[str]") -> bool:
 
 
 @dataclass(frozen=True)
+class Coded:
+    """A column as dense integer codes into its distinct values.
+
+    Names, categories and stream ids repeat heavily in a trace (a million kernels have a few
+    hundred distinct names), so a column is factorised once and any per-value Python work
+    (`map`, also over `combine`d columns) is paid per distinct value, then spread back with one gather.
+    """
+
+    codes: np.ndarray  # int64 index into `values`
+    values: list       # the distinct values (`of` adds None last: missing / unhashable items)
+
+    @classmethod
+    def of(cls, column: "list | np.ndarray") -> "Coded":
+        """Factorise a list of JSON values or a numeric array (missing values share one code)."""
+        if isinstance(column, list):
+            column = _object_array(column)
+        try:
+            codes, uniques = pd.factorize(column)
+        except TypeError:  # unhashable items (lists, dicts) in malformed events count as missing
+            hashable = (v if v.__hash__ is not None else None for v in column)
+            codes, uniques = pd.factorize(np.fromiter(hashable, dtype=object, count=len(column)))
+        values = list(uniques) + [None]
+        return cls(np.where(codes < 0, len(values) - 1, codes).astype(np.int64), values)
+
+    def __getitem__(self, rows: np.ndarray) -> "Coded":
+        return Coded(self.codes[rows], self.values)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def map(self, func: Callable[[Any], Any], dtype: Any = object) -> np.ndarray:
+        """func(value) for every row, computed once per distinct value."""
+        return _spread([func(v) for v in self.values], dtype)[self.codes]
+
+    def decoded(self) -> np.ndarray:
+        """The values themselves, as an object array."""
+        return _spread(self.values, object)[self.codes]
+
+
+def _spread(results: list, dtype: Any) -> np.ndarray:
+    out = np.empty(len(results), dtype=dtype)
+    for i, r in enumerate(results):  # per distinct value: tuples must not become array rows
+        out[i] = r
+    return out
+
+
+def combine(*columns: Coded) -> Coded:
+    """The rows' tuples of values of several equal-length coded columns, as one coded column."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        key = key * len(column.values) + column.codes
+    codes, keys = pd.factorize(key)
+    values: list = []
+    for k in keys.tolist():
+        parts = []
+        for column in reversed(columns):
+            k, code = divmod(k, len(column.values))
+            parts.append(column.values[code])
+        values.append(tuple(reversed(parts)))
+    return Coded(codes.astype(np.int64), values)
+
+
+def dense_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids of the distinct rows of the integer columns, numbered in sorted order, and
+    the index of one row per id (to read the distinct values back)."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        codes, uniques = pd.factorize(column, sort=True)
+        key = key * max(len(uniques), 1) + codes
+    ids, _ = pd.factorize(key, sort=True)
+    first = np.zeros(ids.max(initial=-1) + 1, dtype=np.int64)
+    first[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)
+    return ids.astype(np.int64), first
+
+
+@dataclass(frozen=True)
 class EventColumns:
     """The trace's events as parallel columns, one row per event object."""
 
-    ph: np.ndarray      # object: "X", "i", "C", "M", "s", "f", ...
-    cat: np.ndarray     # object: Kineto category, None when absent
-    name: np.ndarray    # object
+    ph: Coded           # "X", "i", "C", "M", "s", "f", ...
+    cat: Coded          # Kineto category ("cpu_op", "kernel", ...), None when absent
+    name: Coded
     pid: np.ndarray     # float64: process id (host) or device id; NaN for Kineto's text lanes ("Spans")
     tid: np.ndarray     # float64: thread id (host) or stream id; NaN when not a number
     ts_us: np.ndarray   # float64 microseconds, NaN when absent or not a number
     dur_us: np.ndarray  # float64 microseconds, NaN when absent or not a number
-    args: list          # the events' args dicts (None when absent)
+    args: np.ndarray    # object: the events' args dicts (None when absent)
 
     def __len__(self) -> int:
-        return len(self.ph)
+        return len(self.ts_us)
 
     def arg(self, key: str, rows: np.ndarray, default: Any = None) -> list:
         """The value of `args[key]` for the given rows (`default` where absent)."""
-        args = self.args
-        return [
-            a.get(key, default) if a.__class__ is dict else default
-            for a in (args[i] for i in rows.tolist())
-        ]
+        return [a.get(key, default) if a.__class__ is dict else default for a in self.args[rows]]
 
 
-def _values(events: Sequence[dict], key: str) -> list:
-    return [e.get(key) for e in events]
+def _values(events: Sequence[dict], key: str, default: Any = None) -> list:
+    return [e.get(key, default) for e in events]
 
 
-def _objects(values: list) -> np.ndarray:
+def _object_array(values: list) -> np.ndarray:
     """A 1-d object array (np.array would build 2-d arrays from equal-length lists)."""
     return np.fromiter(values, dtype=object, count=len(values))
 
 
-def to_float(values: "Sequence[Any] | np.ndarray") -> np.ndarray:
-    """Numbers as float64; anything else (None, text that is not a number, lists) as NaN."""
+def _numbers(values: list) -> np.ndarray:
+    """Numbers as float64; anything else (None, text, lists, booleans) as NaN."""
     try:
         return np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+        return np.asarray([v if v.__class__ in (int, float) else _NAN for v in values], dtype=np.float64)
 
 
-def to_int(values: "Sequence[Any] | np.ndarray", default: int) -> np.ndarray:
-    """Integers as int64; anything else as `default`."""
-    numbers = to_float(values)
+def to_int(values: list, default: int) -> np.ndarray:
+    """Integers as int64; anything that is not a number as `default`."""
+    numbers = _numbers(values)
     return np.where(np.isfinite(numbers), numbers, default).astype(np.int64)
 
 
@@ -175,40 +248,13 @@ def event_columns(events: Sequence[Any]) -> tuple[EventColumns, int]:
         columns, _ = event_columns(objects)
         return columns, len(events) - len(objects)
     columns = EventColumns(
-        ph=_objects(ph),
-        cat=_objects(_values(events, "cat")),
-        name=_objects(_values(events, "name")),
-        pid=to_float(_values(events, "pid")),
-        tid=to_float(_values(events, "tid")),
-        ts_us=to_float(_values(events, "ts")),
-        dur_us=to_float(_values(events, "dur")),
-        args=_values(events, "args"),
+        ph=Coded.of(ph),
+        cat=Coded.of(_values(events, "cat")),
+        name=Coded.of(_values(events, "name")),
+        pid=_numbers(_values(events, "pid", _NAN)),
+        tid=_numbers(_values(events, "tid", _NAN)),
+        ts_us=_numbers(_values(events, "ts", _NAN)),
+        dur_us=_numbers(_values(events, "dur", _NAN)),
+        args=_object_array(_values(events, "args")),
     )
     return columns, 0
-
-
-def _factorize(values: np.ndarray) -> np.ndarray:
-    """Dense codes of the values, missing values (None, NaN) included as one more code."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object))
-    return np.where(codes < 0, len(uniques), codes)
-
-
-def map_unique(func: Callable[..., Any], *columns: np.ndarray, dtype: Any = object) -> np.ndarray:
-    """`func(*values)` computed once per distinct combination of the columns' values, spread
-    back over all rows.
-
-    Names, categories and stream ids repeat heavily in a trace (a million kernels have a few
-    hundred distinct names), so the per-value Python work is paid per distinct value only.
-    """
-    n = len(columns[0])
-    try:
-        key = np.zeros(n, dtype=np.int64)
-        for column in columns:
-            codes = _factorize(column)
-            key = key * (int(codes.max(initial=0)) + 1) + codes
-    except TypeError:  # unhashable items (lists, dicts) in malformed events
-        return np.array([func(*values) for values in zip(*columns)], dtype=dtype)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    mapped = np.empty(len(first), dtype=dtype)
-    mapped[:] = [func(*(column[i] for column in columns)) for i in first]
-    return mapped[inverse]
