@@ -13,7 +13,7 @@ STEPS = 200
 
 
 def test_ten_million_events(tmp_path):
-    per_step = (EVENTS - 3 * STEPS) // (2 * STEPS)
+    per_step = -(-(EVENTS - 3 * STEPS) // (2 * STEPS))  # round up: at least EVENTS events
     directory = write_run(tmp_path / "big", Spec(steps=STEPS, ops_per_step=per_step, queues=False, counters=False))
     started = time.perf_counter()
     html = build_report(Context(load_input(directory)))
