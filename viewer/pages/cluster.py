@@ -1,13 +1,66 @@
-"""Cluster: every rank's step breakdown side by side, and the slowest rank."""
+"""Cluster: every rank's step breakdown side by side, the straggler and the wait it causes.
+
+With the cluster files of a multi-rank directory (cluster_summary.json, cluster_step_trace.csv,
+written by `profiler.analyse()` on rank 0 or `profview analyse DIR`) the page shows the ranks
+present / missing, the straggler, a rank x step heatmap of busy time (step minus the wait at the
+collectives: the straggler is the bright row), per-rank stacked bars that separate compute from
+communication and waiting, and the cluster's findings. Without them it falls back to the ranks'
+own step traces.
+"""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from viewer.html import absent, cards, fmt_ms, section, table
+from viewer.errors import InputError
+from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
 from viewer.report import Context
-from viewer.stats import select_steps
-from viewer.theme import PALETTE, PHASES, styled
+from viewer.rundata import read_json
+from viewer.stats import findings, number, select_steps
+from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
+
+#: cluster_step_trace.csv columns the page reads (all numeric)
+CLUSTER_COLUMNS = ["rank", "step", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "comm_ms",
+                   "comm_overlap_ms", "exposed_comm_ms", "wait_ms", "busy_ms", "fp_bp_excl_comm_ms",
+                   "tail_excl_comm_ms", "slowest_rank"]
+
+#: the per-rank stacked bar: what a mean step is made of (sums to the step when waits are exposed)
+STACK = [
+    ("iteration_gap_ms", "iteration gap", PHASES[0][2]),
+    ("fp_bp_excl_comm_ms", "forward + backward (no comm in flight)", PHASES[1][2]),
+    ("comm_overlap_ms", "communication overlapping fp + bp", "#9DB4D3"),
+    ("tail_excl_comm_ms", "tail without communication", PHASES[2][2]),
+    ("transfer_ms", "exposed communication (transfer)", ALL_REDUCE[2]),
+    ("wait_ms", "waiting for slower ranks", "#F1A9A0"),
+]
+
+
+def load_cluster(directory: Path) -> tuple[Optional[dict[str, Any]], Optional[pd.DataFrame]]:
+    """cluster_summary.json and cluster_step_trace.csv of `directory`, None where absent."""
+    summary_path, table_path = directory / "cluster_summary.json", directory / "cluster_step_trace.csv"
+    summary = read_json(summary_path) if summary_path.is_file() else None
+    if summary is not None and not isinstance(summary, dict):
+        raise InputError(f"{summary_path} is malformed: expected a JSON object")
+    if not table_path.is_file():
+        return summary, None
+    try:
+        frame = pd.read_csv(table_path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError):
+        raise InputError(f"{table_path} is not a valid CSV file (re-run `profview analyse {directory}`)") from None
+    missing = [c for c in CLUSTER_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"{table_path} is malformed: missing column(s) {', '.join(missing)}")
+    for col in CLUSTER_COLUMNS:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    if frame[CLUSTER_COLUMNS].isna().any().any():
+        raise InputError(f"{table_path} is malformed: a non-numeric or empty value")
+    return summary, frame
+
+
+# ---- from the ranks' own step traces (no cluster files) ---------------------------------------
 
 
 def rank_means(ctx: Context) -> pd.DataFrame:
@@ -23,11 +76,11 @@ def rank_means(ctx: Context) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def breakdown(means: pd.DataFrame) -> go.Figure:
-    """Stacked mean phase times, one bar per rank."""
+def stacked(means: pd.DataFrame, parts: list[tuple[str, str, str]]) -> go.Figure:
+    """Stacked mean times (`parts`: column, label, colour), one bar per rank."""
     fig = go.Figure()
-    x = [f"rank {r}" for r in means["rank"]]
-    for col, label, color in PHASES:
+    x = [f"rank {int(r)}" for r in means["rank"]]
+    for col, label, color in parts:
         fig.add_bar(x=x, y=means[col], name=label, marker_color=color,
                     hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
     return styled(fig, barmode="stack", yaxis_title="mean ms per step", xaxis=dict(type="category"))
@@ -44,8 +97,99 @@ def step_lines(ctx: Context) -> go.Figure:
     return styled(fig, xaxis_title="step", yaxis_title="step time (ms)")
 
 
+def _rank_table(means: pd.DataFrame) -> str:
+    rows = [[int(r["rank"]), int(r["steps"])] + [fmt_ms(r[c]) for c, _, _ in PHASES] + [fmt_ms(r["total_ms"])]
+            for _, r in means.iterrows()]
+    headers = ["rank", "steps"] + [label for _, label, _ in PHASES] + ["step"]
+    return table(headers, rows, [True] * len(headers))
+
+
+# ---- from the cluster files -------------------------------------------------------------------
+
+
+def busy_heatmap(steps: pd.DataFrame) -> go.Figure:
+    """Rank x step heatmap of busy time (step minus wait): the rank the others wait for is the bright row."""
+    grid = steps.pivot(index="rank", columns="step", values="busy_ms").sort_index()
+    wait = steps.pivot(index="rank", columns="step", values="wait_ms").reindex_like(grid)
+    fig = go.Figure(go.Heatmap(
+        z=grid.to_numpy(), x=grid.columns.to_numpy(), y=[f"rank {int(r)}" for r in grid.index],
+        customdata=wait.to_numpy(), colorscale="YlOrRd", colorbar=dict(title="busy ms"),
+        hovertemplate="%{y}, step %{x}<br>busy %{z:.2f} ms<br>waiting %{customdata:.2f} ms<extra></extra>"))
+    return styled(fig, height=max(260, 60 + 22 * len(grid)), xaxis_title="step",
+                  yaxis=dict(type="category", autorange="reversed"))
+
+
+def cluster_means(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank mean of the stacked parts; exposed communication split into transfer and waiting."""
+    means = steps.groupby("rank", sort=True)[CLUSTER_COLUMNS[2:13]].mean().reset_index()
+    means["transfer_ms"] = (means["exposed_comm_ms"] - means["wait_ms"]).clip(lower=0)
+    means["steps"] = steps.groupby("rank", sort=True).size().to_numpy()
+    return means
+
+
+def _coverage_cards(summary: dict[str, Any], means: pd.DataFrame) -> str:
+    ranks = summary.get("ranks", {}) if isinstance(summary.get("ranks"), dict) else {}
+    comm = summary.get("communication") or {}
+    straggler = summary.get("straggler") or {}
+    present = ranks.get("present", list(means["rank"]))
+    items = [("ranks with data", f"{len(present)} of {ranks.get('world_size', len(present))}")]
+    if ranks.get("missing"):
+        items.append(("missing ranks", str(len(ranks["missing"]))))
+    if straggler:
+        items.append(("straggler", f"rank {straggler.get('rank')}"))
+        excess = number(straggler.get("excess_ms"))
+        if excess is not None:
+            items.append(("it is slower by", fmt_ms(excess) + " / step"))
+    for key, label in (("comm_share_pct", "communication share"), ("wait_share_pct", "waiting share")):
+        value = number(comm.get(key))
+        if value is not None:
+            items.append((label, fmt_pct(value)))
+    return cards(items)
+
+
+def _notes(summary: dict[str, Any]) -> str:
+    warnings = [str(w) for w in summary.get("warnings", []) if w] if isinstance(summary.get("warnings"), list) else []
+    clock = summary.get("clock", {}) if isinstance(summary.get("clock"), dict) else {}
+    method = {"offset_to_rank0": "measured clock offsets to rank 0",
+              "unix_clock": "the ranks' Unix clocks (no offset was measured)"}.get(clock.get("method"))
+    if method:
+        unc = number(clock.get("max_uncertainty_ns"))
+        warnings.append(f"Ranks are aligned by {method}" + (f", uncertainty up to {fmt_ms(unc / 1e6)}." if unc else "."))
+    return "".join(f'<p class="note">{esc(w)}</p>' for w in warnings)
+
+
+def _findings_table(summary: dict[str, Any]) -> str:
+    _, items = findings(summary)
+    if not items:
+        return absent("No cluster finding: no straggler, and communication is hidden behind compute.")
+    rows = [[f["severity"], f["title"], f["evidence"], f["suggestion"]] for f in items]
+    return table(["severity", "finding", "evidence", "suggestion"], rows)
+
+
+def _cluster_page(summary: dict[str, Any], steps: pd.DataFrame, ctx: Context) -> str:
+    steps = select_steps(steps, ctx.options.steps)
+    if not len(steps):
+        return section("Cluster", absent("No step of the cluster step trace is in the selected range."))
+    means = cluster_means(steps)
+    rows = [[int(r["rank"]), int(r["steps"])] + [fmt_ms(r[c]) for c in ("total_ms", "busy_ms", "comm_ms", "wait_ms")]
+            for _, r in means.iterrows()]
+    headers = ["rank", "steps", "step", "busy", "communication", "waiting"]
+    return (section("Ranks", _coverage_cards(summary, means) + _notes(summary))
+            + section("Findings", _findings_table(summary))
+            + section("Busy time per rank and step", ctx.figure(busy_heatmap(steps)),
+                      "busy = step time minus the time spent waiting for other ranks at the collectives")
+            + '<div class="grid2">'
+            + section("Mean step per rank", ctx.figure(stacked(means, STACK)))
+            + section("Step time per rank", ctx.figure(step_lines(ctx)))
+            + "</div><br>"
+            + section("Per-rank averages", table(headers, rows, [True] * len(headers))))
+
+
 def build(ctx: Context) -> str:
     """The cluster tab."""
+    summary, steps = load_cluster(ctx.runs[0].directory)
+    if summary is not None and steps is not None and len(steps):
+        return _cluster_page(summary, steps, ctx)
     if len(ctx.runs) < 2:
         return section("Cluster", absent("Only one rank wrote to this directory; the cluster view compares "
                                          "ranks of a multi-process job."))
@@ -57,12 +201,9 @@ def build(ctx: Context) -> str:
     spread = slow["total_ms"] - fast["total_ms"]
     kpis = [("ranks", str(len(means))), ("slowest rank", f"rank {int(slow['rank'])}"),
             ("its mean step", fmt_ms(slow["total_ms"])), ("spread slowest − fastest", fmt_ms(spread))]
-    rows = [[int(r["rank"]), int(r["steps"])] + [fmt_ms(r[c]) for c, _, _ in PHASES] + [fmt_ms(r["total_ms"])]
-            for _, r in means.iterrows()]
-    headers = ["rank", "steps"] + [label for _, label, _ in PHASES] + ["step"]
     return (section("Ranks", cards(kpis))
             + '<div class="grid2">'
-            + section("Mean step breakdown per rank", ctx.figure(breakdown(means)))
+            + section("Mean step breakdown per rank", ctx.figure(stacked(means, PHASES)))
             + section("Step time per rank", ctx.figure(step_lines(ctx)))
             + "</div><br>"
-            + section("Per-rank averages", table(headers, rows, [True] * len(headers))))
+            + section("Per-rank averages", _rank_table(means)))
