@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 import numpy as np
 import pandas as pd
@@ -68,8 +68,11 @@ def check_directory(directory: Path) -> None:
 
 
 def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress: bool = True,
-                      gzip_timeline: bool = False, leave_out_failed: bool = False) -> list[Path]:
+                      gzip_timeline: bool = False, leave_out_failed: bool = False,
+                      thresholds: Optional[Mapping[str, float]] = None) -> list[Path]:
     """Analyse the raw store of `directory` (all ranks, or `ranks`) and write the outputs there.
+
+    `thresholds` override the advisor's (report_{rank}.json), on top of those the run was recorded with.
 
     Analysing all ranks of a multi-rank directory also writes the cluster files. When several
     ranks (or `leave_out_failed`) are analysed, a rank whose store cannot be analysed (it recorded
@@ -91,7 +94,7 @@ def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress
                 warnings.warn(f"rank {rank} is left out: {exc}", ProfilerUsageWarning, stacklevel=2)
                 continue
             p.stage(f"rank {rank}: step trace and op tables")
-            analysis = analyse_run(run)
+            analysis = analyse_run(run, thresholds)
             p.stage(f"rank {rank}: writing outputs")
             written += write_outputs(analysis, directory, gzip_timeline=gzip_timeline)
     if every_rank:

@@ -156,8 +156,21 @@ def run_compare(args: argparse.Namespace) -> int:
     return int(result.verdict["exit_code"])
 
 
+def parse_threshold(text: str) -> tuple[str, float]:
+    """`name=value` for --threshold (names and defaults: docs/formats.md, "report")."""
+    from profiler.analysis.advisor import parse_threshold as parse
+
+    try:
+        return parse(text)
+    except ProfviewError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _configure_analyse(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", type=Path, help="a profview directory with a raw/ store")
+    p.add_argument("--threshold", metavar="NAME=VALUE", type=parse_threshold, action="append", default=[],
+                   help="override an advisor threshold, e.g. --threshold input_gap_pct=20 (repeatable; "
+                        "docs/formats.md lists them)")
 
 
 def run_analyse(args: argparse.Namespace) -> int:
@@ -168,7 +181,7 @@ def run_analyse(args: argparse.Namespace) -> int:
         raise InputError(f"this profview install cannot analyse ({exc})") from None
     if not args.dir.is_dir():
         raise InputError(f"{args.dir} does not exist or is not a directory")
-    for path in analyse_directory(args.dir):
+    for path in analyse_directory(args.dir, thresholds=dict(args.threshold)):
         print(path)
     return 0
 

@@ -31,7 +31,7 @@ OP_FAMILIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
          "plain": "fuse the normalisation with its neighbouring ops, or compute it in a lower precision"},
     ),
     "layout": (
-        re.compile(r"(?i)(?:transdata|^transpose|aten::(?:contiguous|permute|transpose)$)"),
+        re.compile(r"(?i)(?:transdata|^transpose|aten::contiguous$)"),
         "layout transforms (TransData / transpose)",
         {"torch": "keep one memory format end to end (model.to(memory_format=torch.channels_last) together with "
                   "the inputs) so tensors are not re-laid out between ops",

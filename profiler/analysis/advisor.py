@@ -9,8 +9,9 @@ fires, so a run with no problem gets the verdict "balanced" instead of an invent
 Every finding says how much of the step is at stake (ms per step and % of the mean step), the
 numbers it rests on and the output files they come from, the threshold that fired, and a
 suggestion in the terms of the framework that produced the run (torch / mindspore / plain
-Python). `straggler_findings` is the multi-rank rule: the cluster analysis calls it on the
-ranks' step traces and stores its findings in cluster_summary.json (docs/formats.md).
+Python). Multi-rank findings (straggler_rank, the cluster's comm_bound) have the same shape plus
+a `rank`; the cluster analysis (cluster.py) makes them with `Finding` and stores them in
+cluster_summary.json (docs/formats.md).
 """
 from __future__ import annotations
 
@@ -367,13 +368,27 @@ def host_rule(inp: AdvisorInput) -> list[Finding]:
 
 
 def _period(steps: np.ndarray) -> Optional[int]:
-    """The common distance between outlier step numbers, when at least 60 % of the gaps share it."""
+    """The period of the slow steps, if one explains them: every p-th step from some step on.
+
+    Each candidate p (a distance between two slow steps) is scored by the slow steps it
+    explains (step % p is the common residue) times its coverage (explained / occurrences
+    expected between the first and last explained step); it needs >= 3 explained steps, at
+    least 60 % of the slow ones and 75 % coverage, so one unrelated hiccup does not hide the period.
+    """
+    steps = np.unique(steps.astype(np.int64))
     if len(steps) < 3:
         return None
-    gaps = np.diff(np.sort(steps))
-    values, counts = np.unique(gaps, return_counts=True)
-    best = int(np.argmax(counts))
-    return int(values[best]) if counts[best] >= 0.6 * len(gaps) and values[best] > 1 else None
+    best, best_score = None, 0.0
+    for p in np.unique(np.diff(steps)):
+        if p < 2:
+            continue
+        residues, counts = np.unique(steps % p, return_counts=True)
+        hits = steps[steps % p == residues[np.argmax(counts)]]
+        coverage = len(hits) / ((hits[-1] - hits[0]) // p + 1)
+        score = len(hits) * coverage
+        if len(hits) >= 3 and len(hits) >= 0.6 * len(steps) and coverage >= 0.75 and score > best_score:
+            best, best_score = int(p), score
+    return best
 
 
 def outlier_steps(steps: pd.DataFrame, min_pct: float) -> pd.DataFrame:
@@ -429,53 +444,6 @@ def overhead_rule(inp: AdvisorInput) -> list[Finding]:
 
 RULES: tuple[Callable[[AdvisorInput], list[Finding]], ...] = (
     input_rule, comm_rule, tail_rule, op_family_rule, dominant_op_rule, host_rule, outlier_rule, overhead_rule)
-
-
-# ----------------------------------------------------------------------------- multi-rank
-
-
-def straggler_findings(cluster_steps: pd.DataFrame, thresholds: Optional[Mapping[str, float]] = None,
-                       framework: str = "plain") -> list[dict[str, Any]]:
-    """straggler_rank findings from the ranks' step traces (one table, a `rank` column added).
-
-    A rank's busy time is its median step minus exposed communication: in synchronous training
-    every rank's step lasts as long as the slowest one's, and the others spend the difference
-    waiting in the all-reduce. A rank whose busy time exceeds the ranks' median by
-    `straggler_pct` is the one the others wait for; the phase that grew says why.
-    """
-    th = resolve_thresholds(thresholds)
-    steps = cluster_steps.assign(busy_ms=cluster_steps["total_ms"] - _exposed_comm(cluster_steps))
-    per_rank = steps.groupby("rank", sort=True)[["busy_ms", "total_ms", "iteration_gap_ms", "fp_bp_ms",
-                                                 "tail_ms"]].median()
-    if len(per_rank) < 2:
-        return []
-    typical = per_rank.median()
-    step_ms = float(typical["total_ms"]) or 1.0
-    limit = th["straggler_pct"]
-    out = []
-    for rank, row in per_rank.iterrows():
-        excess = float(row["busy_ms"] - typical["busy_ms"])
-        if excess < typical["busy_ms"] * limit / 100.0:
-            continue
-        grown = {col: float(row[col] - typical[col]) for col in ("iteration_gap_ms", "fp_bp_ms", "tail_ms")}
-        phase = max(grown, key=grown.get)
-        pct = 100.0 * excess / step_ms
-        finding = Finding(
-            kind="straggler_rank", rank=int(rank), at_stake_ms=excess, at_stake_pct=pct,
-            title=f"Rank {rank} is a straggler: {excess:.2f} ms slower per step than the median rank",
-            evidence=(f"rank {rank} is busy {row['busy_ms']:.2f} ms per step (median step minus exposed "
-                      f"communication) against {typical['busy_ms']:.2f} ms for the median rank; the extra time is in "
-                      f"{phase[:-3]} (+{grown[phase]:.2f} ms) [step_trace_{rank}.csv: total_ms, {phase}, all_reduce_ms]"),
-            threshold=f"busy time > median rank + {limit:g} % (straggler_pct)",
-            suggestion=(f"look at rank {rank} alone (profview DIR --rank {rank}): "
-                        + ("its input pipeline is slower — give it more loader workers or local data"
-                           if phase == "iteration_gap_ms" else
-                           "it computes longer — check its device (clocks, thermal, another job) and the data "
-                           "shard sizes (uneven batches or sequence lengths)")),
-            files=[f"step_trace_{rank}.csv"], metrics={"busy_ms": float(row["busy_ms"]), "excess_ms": excess})
-        finding.severity = severity_of(pct, th)
-        out.append(finding.to_json())
-    return sorted(out, key=lambda f: -f["at_stake_ms"])
 
 
 # ----------------------------------------------------------------------------- the report
