@@ -1,8 +1,8 @@
 """Import of PyTorch profiler (Kineto) Chrome traces into a profview `Run`.
 
-`read_kineto_trace(path)` reads a trace saved by `torch.profiler` (`.json` or `.json.gz`);
-`run_from_kineto_trace(trace)` is the same conversion on an already parsed trace object, for
-callers that hold one (the in-process torch capture converts the trace torch exports with it).
+`read_kineto_trace(path)` reads a trace saved by `torch.profiler` (`.json` or `.json.gz`), be it
+a user's file or one exported by profview's own torch capture (torch_capture merges its ops);
+`run_from_kineto_trace(trace)` is the same conversion on an already parsed trace object.
 See docs/kineto.md for what becomes what, the clock rule and the known limits.
 
 Everything is columnar: the events are read into numpy columns once (kineto_events), classified
@@ -15,6 +15,7 @@ import math
 import os
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -33,13 +34,13 @@ from profiler.model import (
 from profiler.sources.kineto_events import (
     Coded,
     EventColumns,
+    combine,
     dense_ids,
     dumps_compact,
     event_columns,
     gc_paused,
     load_trace_object,
     looks_like_kineto,
-    combine,
     to_int,
 )
 from profiler.sources.kineto_nesting import enclosing_parents, nesting_depths, self_times
@@ -62,8 +63,6 @@ DEVICE_OP_CATEGORIES = {
     "cuda_sync": "sync",
     "gpu_user_annotation": "user",
 }
-#: Op columns stored as categoricals (few distinct values, many rows); shapes stay text.
-CATEGORICAL_OP_COLUMNS = ("device", "stream", "name", "op_type", "category", "source")
 #: Device ops that are executions (self time == duration); the others may contain them.
 DEVICE_ACTIVITIES = ("compute", "comm", "memcpy", "memset", "sync")
 
@@ -83,7 +82,7 @@ _MEMCPY_KIND = re.compile(r"Memcpy [A-Za-z]+")
 #: Unix time in microseconds of 2001-09-09: older traces without baseTimeNanoseconds write
 #: Unix-epoch microseconds, which are all above this.
 _UNIX_US_FLOOR = 1e15
-#: torch.cuda.memory / Kineto "[memory]" instant events: device type codes (c10::DeviceType).
+#: "Device Type" of Kineto's "[memory]" instant events (c10::DeviceType codes) -> device prefix.
 _MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 
 
@@ -135,8 +134,7 @@ def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace") -> Run
     with gc_paused():
         cols, not_objects = event_columns(events)
         kind = _classify(cols)
-        timed = np.isin(kind, _TIMED_KINDS)
-        if not timed.any():
+        if not np.isin(kind, _TIMED_KINDS).any():
             raise ProfviewError(
                 f"Kineto trace {label} has no usable events: none of its {len(events)} events "
                 "has a name, a numeric ts and (for complete events) a numeric dur."
@@ -205,24 +203,24 @@ def _classify(cols: EventColumns) -> np.ndarray:
 def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, not_objects: int) -> Run:
     """Assemble every table of the run from the classified columns."""
     warnings: list[str] = _event_warnings(cols, kind, not_objects)
-    origin_us = math.floor(float(np.min(cols.ts_us[np.isin(kind, _TIMED_KINDS)])))
-    clock = _Clock(origin_us)
+    clock = _Clock.of(trace, math.floor(float(np.min(cols.ts_us[np.isin(kind, _TIMED_KINDS)]))))
+    if clock.rule == "unknown":
+        warnings.append("the trace gives no absolute time (no baseTimeNanoseconds and ts is not "
+                        "Unix time): origin_unix_ns is 0")
 
     thread_rows = np.flatnonzero(np.isin(kind, _THREAD_KINDS))
     thread_of, threads = _threads(cols, kind, thread_rows)
     steps, step_warnings = _steps(cols, np.flatnonzero(kind == STEP), clock)
     warnings += step_warnings
-    spans = _spans(cols, np.flatnonzero(kind == SPAN), thread_of, clock)
-    steps = _with_phase_bounds(steps, spans)
-    steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
-    ops = _ops(cols, kind, thread_of, threads, steps, clock)
     if steps.empty:
         warnings.append("no ProfilerStep#N annotations (the trace was not recorded with a "
                         "torch.profiler schedule and prof.step()): every op has step -1")
-    info = _info(trace, cols, kind, clock, warnings)
+    spans = _spans(cols, np.flatnonzero(kind == SPAN), thread_of, clock)
+    steps = _with_phase_bounds(steps, spans)
+    steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
     return Run(
-        info=info,
-        ops=ops,
+        info=_info(trace, cols, kind, clock, warnings),
+        ops=_ops(cols, kind, thread_of, threads, steps, clock),
         spans=spans.drop(columns=["end_ns"]),
         instants=_instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock),
         steps=steps,
@@ -231,15 +229,28 @@ def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, n
     )
 
 
+@dataclass(frozen=True)
 class _Clock:
-    """Converts Kineto microseconds (float) into int64 ns counted from the run's origin.
+    """The run's origin, and the conversion of Kineto microseconds into int64 ns from it.
 
     The origin is a whole microsecond, so `ts - origin` is exact in float64 and the rounding
     to ns recovers the 3 decimals Kineto writes.
     """
 
-    def __init__(self, origin_us: int):
-        self.origin_us = origin_us
+    origin_us: int
+    origin_unix_ns: int
+    rule: str  # how origin_unix_ns was found
+
+    @classmethod
+    def of(cls, trace: Mapping[str, Any], origin_us: int) -> "_Clock":
+        """Kineto since 2023 writes ts relative to `baseTimeNanoseconds` (Unix ns =
+        base + ts_us * 1000); older traces write Unix-epoch microseconds directly."""
+        base = trace.get("baseTimeNanoseconds")
+        if isinstance(base, (int, float)) and not isinstance(base, bool):
+            return cls(origin_us, int(base) + origin_us * 1000, "baseTimeNanoseconds + ts")
+        if origin_us >= _UNIX_US_FLOOR:
+            return cls(origin_us, origin_us * 1000, "ts is Unix time in us")
+        return cls(origin_us, 0, "unknown")
 
     def ns(self, ts_us: np.ndarray) -> np.ndarray:
         return np.rint((ts_us - self.origin_us) * 1000.0).astype(np.int64)
@@ -458,15 +469,18 @@ def _ops(
     host_part = _host_op_columns(cols, host, thread_of, threads)
     dev_part = _device_op_columns(cols, dev)
     dev_part["lane"] += len(threads)
-    part = {key: np.concatenate([host_part[key], dev_part[key]]) for key in host_part}
-
+    part = {
+        key: Coded.concat(value, dev_part[key]) if isinstance(value, Coded) else np.concatenate([value, dev_part[key]])
+        for key, value in host_part.items()
+    }
     start = clock.ns(cols.ts_us[rows])
     dur = clock.dur_ns(cols.dur_us[rows])
     parent = enclosing_parents(part["lane"], start, start + dur)
+    order = np.argsort(start, kind="stable")
     columns = {
         "device": part["device"],
         "stream": part["stream"],
-        "name": cols.name[rows].decoded(),
+        "name": cols.name[rows],
         "op_type": part["op_type"],
         "category": part["category"],
         "start_ns": start,
@@ -475,42 +489,40 @@ def _ops(
         "step": np.append(steps["step"].to_numpy(), -1)[step_of(start, steps)],
         "shapes": part["shapes"],
         "correlation": to_int(cols.arg("correlation", rows), default=-1),
-        "source": np.full(len(rows), SOURCE, dtype=object),
+        "source": Coded.constant(SOURCE, len(rows)),
     }
-    order = np.argsort(start, kind="stable")
     return pd.DataFrame(
-        {key: pd.Categorical(value[order]) if key in CATEGORICAL_OP_COLUMNS else value[order]
+        {key: value[order].categorical() if isinstance(value, Coded) else value[order]
          for key, value in columns.items()},
         columns=list(OP_COLUMNS),
     )
 
 
 def _host_op_columns(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray,
-                     threads: pd.DataFrame) -> dict[str, np.ndarray]:
+                     threads: pd.DataFrame) -> dict[str, Any]:
     """Columns of host ops: device "cpu", the thread's name as stream, the name as op type."""
     return {
-        "device": np.full(len(rows), "cpu", dtype=object),
-        "stream": threads["name"].to_numpy(dtype=object)[thread_of[rows]],
-        "op_type": cols.name[rows].decoded(),
-        "category": cols.cat[rows].map(HOST_OP_CATEGORIES.get),
+        "device": Coded.constant("cpu", len(rows)),
+        "stream": Coded(thread_of[rows], threads["name"].tolist()),
+        "op_type": cols.name[rows],
+        "category": cols.cat[rows].mapped(HOST_OP_CATEGORIES.get),
         "shapes": _shapes(cols, rows),
         "lane": thread_of[rows],
         "leaf": np.zeros(len(rows), dtype=bool),
     }
 
 
-def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, np.ndarray]:
+def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, Any]:
     """Columns of device ops: "cuda:<device>", stream id as text, category and op type by
     `_device_category_type`; lane = dense id of the (device, stream) pair."""
     device_id = _arg_or_lane(cols, rows, "device", cols.pid)
     stream_id = _arg_or_lane(cols, rows, "stream", cols.tid)
     kinds = combine(cols.cat[rows], cols.name[rows])
-    category = kinds.map(lambda pair: _device_category_type(*pair)[0])
     return {
-        "device": Coded.of(device_id).map(lambda d: f"cuda:{d}"),
-        "stream": Coded.of(stream_id).map(str),
-        "op_type": kinds.map(lambda pair: _device_category_type(*pair)[1]),
-        "category": category,
+        "device": Coded.of(device_id).mapped(lambda d: f"cuda:{d}"),
+        "stream": Coded.of(stream_id).mapped(str),
+        "op_type": kinds.mapped(lambda pair: _device_category_type(*pair)[1]),
+        "category": kinds.mapped(lambda pair: _device_category_type(*pair)[0]),
         "shapes": np.full(len(rows), "", dtype=object),
         "lane": dense_ids(device_id, stream_id)[0],
         "leaf": kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool),
@@ -621,11 +633,6 @@ def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock:
           warnings: list[str]) -> dict[str, Any]:
     """Run metadata: rank / world size, clock origin, devices, versions, import counts."""
     dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
-    origin_unix_ns, clock_rule = _origin_unix_ns(trace, clock.origin_us)
-    if origin_unix_ns is None:
-        warnings.append("the trace gives no absolute time (no baseTimeNanoseconds and ts is not "
-                        "Unix time): origin_unix_ns is 0")
-        origin_unix_ns = 0
     host_pids = cols.pid[kind == HOST_OP]
     versions = {}
     if dist.get("nccl_version") not in (None, "", "unknown"):
@@ -634,14 +641,14 @@ def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock:
     by_kind = dict(zip(kinds.tolist(), counts.tolist()))
     return {
         "data_origin": SOURCE,
-        "rank": int(dist.get("rank", 0)),
-        "world_size": int(dist.get("world_size", 1)),
+        "rank": _int_or(dist.get("rank"), 0),
+        "world_size": _int_or(dist.get("world_size"), 1),
         "distributed_backend": str(dist.get("backend", "")),
         "host": str(trace.get("host_name", "")),
         "pid": int(pd.Series(host_pids).mode().iloc[0]) if host_pids.size else -1,
         "framework_versions": versions,
-        "origin_unix_ns": origin_unix_ns,
-        "clock": {"origin_unix_ns": origin_unix_ns, "clock": f"kineto: {clock_rule}",
+        "origin_unix_ns": clock.origin_unix_ns,
+        "clock": {"origin_unix_ns": clock.origin_unix_ns, "clock": f"kineto: {clock.rule}",
                   "origin_ts_us": clock.origin_us},
         "devices": [dict(d) for d in trace.get("deviceProperties") or [] if isinstance(d, dict)],
         "kineto": {
@@ -654,15 +661,9 @@ def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock:
     }
 
 
-def _origin_unix_ns(trace: Mapping[str, Any], origin_us: int) -> tuple[int | None, str]:
-    """Unix time (ns) of the origin, and which rule gave it.
-
-    Kineto since 2023 writes ts relative to `baseTimeNanoseconds` (ts_us * 1000 + base = Unix
-    ns); older traces write Unix-epoch microseconds directly.
-    """
-    base = trace.get("baseTimeNanoseconds")
-    if isinstance(base, (int, float)) and not isinstance(base, bool):
-        return int(base) + origin_us * 1000, "baseTimeNanoseconds + ts"
-    if origin_us >= _UNIX_US_FLOOR:
-        return origin_us * 1000, "ts is Unix time in us"
-    return None, "unknown"
+def _int_or(value: Any, default: int) -> int:
+    """`value` as an int (distributedInfo numbers may be written as text), else `default`."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

@@ -150,13 +150,37 @@ class Coded:
     def __len__(self) -> int:
         return len(self.codes)
 
+    @classmethod
+    def constant(cls, value: Any, n: int) -> "Coded":
+        return cls(np.zeros(n, dtype=np.int64), [value])
+
+    @classmethod
+    def concat(cls, *parts: "Coded") -> "Coded":
+        """The parts one after the other (values seen in several parts are merged)."""
+        offsets = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
+        codes = np.concatenate([p.codes + offset for p, offset in zip(parts, offsets)])
+        return cls(codes, [v for p in parts for v in p.values])._deduplicated()
+
+    def _deduplicated(self) -> "Coded":
+        remap, uniques = pd.factorize(_object_array(self.values), use_na_sentinel=False)
+        return Coded(remap[self.codes], list(uniques))
+
     def map(self, func: Callable[[Any], Any], dtype: Any = object) -> np.ndarray:
         """func(value) for every row, computed once per distinct value."""
         return _spread([func(v) for v in self.values], dtype)[self.codes]
 
+    def mapped(self, func: Callable[[Any], Any]) -> "Coded":
+        """The coded column of func(value), computed once per distinct value."""
+        return Coded(self.codes, [func(v) for v in self.values])._deduplicated()
+
     def decoded(self) -> np.ndarray:
         """The values themselves, as an object array."""
         return _spread(self.values, object)[self.codes]
+
+    def categorical(self) -> pd.Categorical:
+        """The column as a pandas categorical of the values that occur in it."""
+        codes, used = pd.factorize(self.codes)
+        return pd.Categorical.from_codes(codes, categories=[self.values[u] for u in used])
 
 
 def _spread(results: list, dtype: Any) -> np.ndarray:
