@@ -1,7 +1,6 @@
 """Real PyTorch training loops on the CPU for the torch capture / hooks tests and the benchmark."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -43,14 +42,15 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[torch
             step_end()
 
 
-def profiled_cnn_run(out: Path, steps: int = 6, load_s: float = 0.0, **profiler_kwargs) -> Profiler:
+def profiled_cnn_run(out: Path, steps: int = 6, load: Callable[[], None] = lambda: None,
+                     **profiler_kwargs) -> Profiler:
     """Train the CNN for `steps` steps under a Profiler attached to it, and analyse."""
     torch.manual_seed(0)
     model = small_cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     profiler = Profiler(out, host_counters=False, gpu_counters=False, **profiler_kwargs)
     profiler.attach(model, optimizer)
-    train(model, optimizer, cifar_batch(), steps, load=(lambda: time.sleep(load_s)) if load_s else (lambda: None))
+    train(model, optimizer, cifar_batch(), steps, load=load)
     profiler.analyse(progress=False)
     return profiler
 

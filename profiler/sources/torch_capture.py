@@ -53,19 +53,13 @@ COMM_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
 _CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
 
 
-def torch_schedule(schedule: Schedule, offset: int, actions: Any) -> Callable[[int], Any]:
-    """torch.profiler's view of our op schedule: torch step k is our step `offset + k`.
-
-    `actions` is torch's ProfilerAction enum. The last RECORD step before a non-recording step
-    becomes RECORD_AND_SAVE, so every window ends the way torch expects (no "incorrect schedule"
-    warning) and is exported at its end.
-    """
-    def action(k: int) -> Any:
-        ours = as_action(schedule(offset + k))
-        if ours == ProfilerAction.RECORD and not as_action(schedule(offset + k + 1)).records:
-            ours = ProfilerAction.RECORD_AND_SAVE
-        return actions[ours.name]
-
+def op_action(schedule: Schedule, step: int) -> ProfilerAction:
+    """The op-capture action of `step`: the schedule's, except that the last RECORD step before a
+    non-recording step becomes RECORD_AND_SAVE, so that every window ends the way torch expects
+    (no "incorrect schedule" warning) and is exported at its end."""
+    action = as_action(schedule(step))
+    if action == ProfilerAction.RECORD and not as_action(schedule(step + 1)).records:
+        return ProfilerAction.RECORD_AND_SAVE
     return action
 
 
@@ -91,6 +85,7 @@ class TorchCapture(Source):
         self._stem: Optional[Path] = None   # raw/r{rank}-p{pid}
         self._step = 0
         self._window_first: Optional[int] = None
+        self._action = ProfilerAction.NONE       # op action of the step now running
         self._stopped = False
         self._compressors: list[threading.Thread] = []
         self.details.update(self.options)
@@ -121,20 +116,26 @@ class TorchCapture(Source):
                              "traces": f"{self._stem.name}-torch-*{TRACE_SUFFIX}.gz"})
 
     def on_step(self, step: int, action: ProfilerAction) -> None:
+        """Drive torch.profiler into `step`'s op action.
+
+        torch's schedule is given our action of the step now beginning (torch's own step count is
+        not used), so prof.step() is called only when the action is or was not NONE: a long run
+        with sampled op capture pays ~1 us a step outside the sampled windows.
+        """
         if self.status != "ok" or self._stopped:
             return
-        self._step = step
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_CYCLE_WARNING)
-            if self.torch_profiler is None:
-                self.torch_profiler = self._tprof.profile(
-                    activities=self._activities,
-                    schedule=torch_schedule(self.schedule, step, self._tprof.ProfilerAction),
-                    on_trace_ready=self._save_window, **self.options)
-                self.torch_profiler.start()
-            else:
-                self.torch_profiler.step()
-        if self._window_first is None and as_action(self.schedule(step)).records:
+        previous, self._step = self._action, step
+        self._action = op_action(self.schedule, step)
+        if self.torch_profiler is None:
+            self.torch_profiler = self._tprof.profile(
+                activities=self._activities, on_trace_ready=self._save_window,
+                schedule=lambda _k: self._tprof.ProfilerAction[self._action.name], **self.options)
+            _quietly(self.torch_profiler.start)
+        elif self._action != previous:
+            _quietly(self.torch_profiler.step)
+        elif self._action != ProfilerAction.NONE:
+            self.torch_profiler.step()
+        if self._window_first is None and self._action.records:
             self._window_first = step
 
     def stop(self) -> None:
@@ -175,6 +176,14 @@ class TorchCapture(Source):
         thread = threading.Thread(target=_compress, args=(path,), name="profview-torch-gzip", daemon=True)
         thread.start()
         self._compressors.append(thread)
+
+
+def _quietly(transition: Callable[[], None]) -> None:
+    """Run a torch.profiler transition without torch's warning that a new cycle drops the last one's
+    events (expected here: every window is exported before the next begins)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_CYCLE_WARNING)
+        transition()
 
 
 def _compress(path: Path) -> None:

@@ -4,14 +4,17 @@
 
 - **fp start** — a forward pre-hook marks `fp_start` at the first forward of each step (later
   forwards in the same step, e.g. gradient-accumulation micro-batches, cost one integer compare).
-- **bp end** — a forward hook registers a gradient hook on the model's outputs that require grad.
-  When backward reaches the first of them, it queues a callback on the autograd engine
-  (`queue_callback`, the mechanism DDP uses to finalise its buckets), which runs once the whole
-  backward pass has executed, and marks `bp_end` there. This is robust where per-parameter hooks are
-  not: frozen or unused parameters, several outputs, any loss; and it costs one event per backward.
+- **bp end** — every parameter that requires grad gets a post-accumulate-grad hook (installed once).
+  The first of them to fire in a backward pass queues a callback on the autograd engine
+  (`queue_callback`, the mechanism DDP uses to finalise its buckets); the engine runs it once the
+  whole backward pass has executed, and it marks `bp_end`. So bp end is the end of backward, not
+  the last gradient some hook happened to see: frozen or unused parameters, several outputs or any
+  loss do not move it, and it costs one event per backward pass. (Per-forward hooks on the model's
+  outputs would do the same at ~4x the cost: registering a tensor hook is ~15 us a step.)
   Several backward passes in one step (micro-batches) give several marks; the step trace keeps the
-  last. DDP queues its own finalise callback (which waits for the gradient all-reduce) later than
-  ours, so that wait lands in the tail, as the step trace defines it.
+  last. DDP queues its own finalise callback (which waits for the gradient all-reduce) after ours,
+  so that wait lands in the tail, as the step trace defines it. `torch.autograd.grad()` without
+  `.backward()` accumulates nothing and so marks no bp end (the step trace then infers it).
 - **tail / step end** — the optimizer's step pre / post hooks wrap `optimizer.step()` in an
   `optimizer` phase (a tail phase), and the post hook ends the profiler step
   (`step_on_optimizer=True`, the default): the training loop needs no `profiler.step()`.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..record.recorder import MARK, PHASE, hot
 from .base import Source
 
 if TYPE_CHECKING:
@@ -58,12 +62,13 @@ class TorchHooks(Source):
         import torch
 
         self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
-        self._tree_leaves = torch.utils._pytree.tree_leaves
-        self._tensor = torch.Tensor
-        self._is_grad_enabled = torch.is_grad_enabled
+        self._fp_code = recorder.point_code(MARK, "fp_start")      # the codes profiler.mark() records
+        self._bp_code = recorder.point_code(MARK, "bp_end")
+        self._optimizer_phase = recorder.span(PHASE, "optimizer")   # = profiler.phase("optimizer")
         model = self._model
-        self._handles = [model.register_forward_pre_hook(self._on_forward),
-                         model.register_forward_hook(self._on_forward_done)]
+        self._handles = [model.register_forward_pre_hook(self._on_forward)]
+        self._handles += [p.register_post_accumulate_grad_hook(self._on_gradient)
+                          for p in model.parameters() if p.requires_grad]
         if self._optimizer is not None:
             self._handles += [self._optimizer.register_step_pre_hook(self._on_optimizer_start),
                               self._optimizer.register_step_post_hook(self._on_optimizer_done)]
@@ -79,34 +84,24 @@ class TorchHooks(Source):
         step = self._profiler.step_num
         if step != self._fp_step:
             self._fp_step = step
-            self._profiler.mark("fp_start")
+            hot.emit(self._fp_code)
 
-    def _on_forward_done(self, module: Any, args: Any, output: Any) -> None:
-        if not self._is_grad_enabled():
-            return
-        for leaf in self._tree_leaves(output):
-            if isinstance(leaf, self._tensor) and leaf.requires_grad:
-                leaf.register_hook(self._on_backward_start)
-
-    def _on_backward_start(self, grad: Any) -> None:
+    def _on_gradient(self, param: Any) -> None:
         if not self._bp_queued:
             self._bp_queued = True
             self._queue_callback(self._on_backward_done)
 
     def _on_backward_done(self) -> None:
         self._bp_queued = False
-        self._profiler.mark("bp_end")
+        hot.emit(self._bp_code)
 
     def _on_optimizer_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._optimizer_phase().__enter__()
+        self._optimizer_phase.__enter__()
 
     def _on_optimizer_done(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._optimizer_phase().__exit__(None, None, None)
+        self._optimizer_phase.__exit__(None, None, None)
         if self.step_on_optimizer:
             self._profiler._end_step()
-
-    def _optimizer_phase(self):
-        return self._profiler.phase("optimizer")
 
 
 def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool = True,
