@@ -36,4 +36,5 @@ def styled(fig: go.Figure, height: int = 360, **layout) -> go.Figure:
         margin=dict(l=60, r=20, t=36, b=44), hoverlabel=dict(font=dict(family=FONT, size=12)),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"), colorway=PALETTE)
     fig.update_layout(**{**base, **layout})
+    fig.update_annotations(font=dict(size=13, color="#3E4C59"))  # subplot titles
     return fig
