@@ -34,7 +34,9 @@ THRESHOLD_DOCS: dict[str, tuple[float, str]] = {
     "severity_medium_pct": (8.0, "... at least this % is medium severity (below: low)"),
     "input_gap_pct": (10.0, "iteration gap share of step time that makes the run input-bound"),
     "op_hotspot_pct": (20.0, "share of a device's op time taken by an avoidable op family "
-                             "(Cast, BatchNorm / normalisation, layout transforms)"),
+                             "(BatchNorm / normalisation, layout transforms)"),
+    "cast_hotspot_pct": (8.0, "share of a device's op time taken by dtype conversions (Cast): pure "
+                               "overhead, so a lower line"),
     "op_dominant_pct": (50.0, "share of op time taken by one op type that is reported (as low severity)"),
     "host_idle_pct": (30.0, "share of forward + backward that no op covers (device idle / framework overhead)"),
     "launch_short_op_us": (50.0, "median op duration below which ops count as tiny (launch-bound)"),
@@ -273,10 +275,11 @@ def op_family_rule(inp: AdvisorInput) -> list[Finding]:
     table = inp.op_type
     if table is None or not len(table):
         return []
-    limit = inp.thresholds["op_hotspot_pct"]
     out = []
     names = table["op_type"].astype(str)
     for family, (pattern, label, suggestion) in OP_FAMILIES.items():
+        limit_name = "cast_hotspot_pct" if family == "cast" else "op_hotspot_pct"
+        limit = inp.thresholds[limit_name]
         member = names.str.contains(pattern)
         for device, rows in table[member].groupby("device", sort=True):
             share = float(rows["share_pct"].sum())
@@ -291,7 +294,7 @@ def op_family_rule(inp: AdvisorInput) -> list[Finding]:
                 key=f"op_hotspot:{family}:{device}",
                 evidence=(f"{listed} of {device} self time; {stake:.2f} ms per step "
                           f"[{f}: op_type, self_ms, share_pct]"),
-                threshold=f"{family} family share >= {limit:g} % of op time (op_hotspot_pct)",
+                threshold=f"{family} family share >= {limit:g} % of op time ({limit_name})",
                 suggestion=suggestion[inp.framework], files=[f, inp.file("op_detail")],
                 metrics={"share_pct": share, "self_ms_per_step": stake}))
     return out

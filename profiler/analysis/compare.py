@@ -211,13 +211,18 @@ def finding_key(finding: Mapping[str, Any]) -> str:
     return f"{key}@rank{finding['rank']}" if finding.get("rank") is not None else str(key)
 
 
+#: findings that count as problems in a comparison; low ones are information (where compute goes)
+PROBLEM_SEVERITIES = ("high", "medium")
+
+
 def _findings(report: Optional[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     items = report.get("findings") if isinstance(report, Mapping) else None
-    return {finding_key(f): f for f in items or [] if isinstance(f, Mapping)}
+    return {finding_key(f): f for f in items or []
+            if isinstance(f, Mapping) and f.get("severity") in PROBLEM_SEVERITIES}
 
 
 def finding_changes(base: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Findings resolved (BASE only), introduced (NEW only) and persisting (both, with the time at stake in each)."""
+    """Problems (high / medium findings) resolved (BASE only), introduced (NEW only) and persisting (both)."""
     b, n = _findings(base), _findings(new)
 
     def brief(f: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,217 @@
+"""A small ResNet on synthetic CIFAR-10-sized data (PyTorch, CPU), tuned in four profiled stages.
+
+    python sample_runs/resnet_cifar_torch.py [--out profiler_data/resnet] [--steps 30] [--stages abcd]
+    profview profiler_data/resnet/a_one_worker --compare profiler_data/resnet/b_prefetch
+
+The story of MindSpore's ResNet-50 migration / performance-tuning guide, on a CPU:
+
+  a_one_worker   one DataLoader worker reads and augments every image from a slow file store
+                 (its latency is set so that a batch takes twice the compute) and cannot keep up: the loader queue is empty at every get and
+                 the iteration gap is about half the step. The advisor says input_bound.
+  b_prefetch     four workers with prefetch_factor=4 (the advisor's suggestion): the queue stays
+                 full, the gap collapses and the step time drops.
+  c_float64      a "numerically careful" variant computes every BatchNorm in float64: a cast in,
+                 a cast out, forward and backward. Cast (aten::to / _to_copy / copy_) and
+                 BatchNorm dominate op time; the advisor points at both.
+  d_fixed        BatchNorm in float32 again: balanced.
+
+Each stage is a profile directory under --out; the script prints each stage's step breakdown,
+the advisor's verdict and the change against the previous stage, computed exactly as
+`profview compare PREVIOUS STAGE` computes it. The model runs on one thread (torch.set_num_threads(1))
+so that on a two-core machine the loader workers have the other core.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
+from profiler import ProfiledDataLoader, Profiler  # noqa: E402
+from viewer.pages.compare import comparison  # noqa: E402
+from viewer.sources import load_input  # noqa: E402
+
+BATCH = 32
+LOAD_TO_COMPUTE = 2.0  # one worker needs this many times the compute time to load a batch (stage a)
+MEAN = np.array([0.49, 0.48, 0.45], dtype=np.float32).reshape(3, 1, 1)
+STD = np.array([0.25, 0.24, 0.26], dtype=np.float32).reshape(3, 1, 1)
+
+
+class SyntheticCIFAR(Dataset):
+    """CIFAR-10-sized images (3x32x32 uint8, 10 classes) made once; each read pays the store's latency
+    and does the usual augmentation (pad-4 random crop, horizontal flip, normalise) in numpy."""
+
+    def __init__(self, n: int, read_ms: float, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.images = rng.integers(0, 256, size=(n, 3, 32, 32), dtype=np.uint8)
+        self.labels = rng.integers(0, 10, size=n)
+        self.read_ms = read_ms
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        time.sleep(self.read_ms / 1e3)
+        rng = np.random.default_rng(i)
+        padded = np.pad(self.images[i], ((0, 0), (4, 4), (4, 4)), mode="reflect")
+        y, x = rng.integers(0, 9, size=2)
+        img = padded[:, y:y + 32, x:x + 32]
+        if rng.random() < 0.5:
+            img = img[:, :, ::-1]
+        img = (img.astype(np.float32) / 255.0 - MEAN) / STD
+        return torch.from_numpy(np.ascontiguousarray(img)), int(self.labels[i])
+
+
+class Float64BatchNorm(nn.BatchNorm2d):
+    """BatchNorm computed in float64 "for stability": the mistake stage c makes on purpose."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.double()).float()
+
+
+def float64_norm(channels: int) -> nn.Module:
+    return Float64BatchNorm(channels).double()
+
+
+class Block(nn.Module):
+    """ResNet basic block: conv-bn-relu-conv-bn plus the shortcut."""
+
+    def __init__(self, cin: int, cout: int, stride: int, norm: Callable[[int], nn.Module]) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), norm(cout), nn.ReLU(inplace=True),
+                                  nn.Conv2d(cout, cout, 3, 1, 1, bias=False), norm(cout))
+        self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm(cout))
+                      if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.short(x))
+
+
+def resnet8(norm: Callable[[int], nn.Module] = nn.BatchNorm2d) -> nn.Module:
+    """A CIFAR ResNet with one basic block per stage (16, 32, 64 channels)."""
+    return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), norm(16), nn.ReLU(inplace=True),
+                         Block(16, 16, 1, norm), Block(16, 32, 2, norm), Block(32, 64, 2, norm),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+
+#: stage -> (directory name, what it changes, loader options, norm layer)
+STAGES: dict[str, tuple[str, str, dict, Callable[[int], nn.Module]]] = {
+    "a": ("a_one_worker", "one loader worker, no prefetch to speak of",
+          {"num_workers": 1, "prefetch_factor": 2}, nn.BatchNorm2d),
+    "b": ("b_prefetch", "4 loader workers, prefetch_factor=4",
+          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, nn.BatchNorm2d),
+    "c": ("c_float64", "BatchNorm computed in float64 (casts around every norm)",
+          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, float64_norm),
+    "d": ("d_fixed", "BatchNorm back in float32",
+          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, nn.BatchNorm2d),
+}
+
+
+def store_latency_ms(batches: int = 6) -> float:
+    """Per-image latency of the simulated file store: one worker then loads a batch in about
+    LOAD_TO_COMPUTE times this machine's forward + backward time, so stage a is input-bound
+    (gap ~ half the step) on a fast machine and a slow one alike."""
+    model = resnet8()
+    x, y = torch.randn(BATCH, 3, 32, 32), torch.randint(0, 10, (BATCH,))
+    times = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        nn.functional.cross_entropy(model(x), y).backward()
+        times.append(time.perf_counter() - t0)
+    return LOAD_TO_COMPUTE * float(np.median(times[1:])) * 1e3 / BATCH
+
+
+def train_stage(out: Path, steps: int, loader_options: dict, norm: Callable[[int], nn.Module],
+                read_ms: float) -> Path:
+    """Profile `steps` training steps of resnet8 with the given loader and norm layer into `out` (emptied first)."""
+    shutil.rmtree(out, ignore_errors=True)      # a raw store holds one recording: start afresh
+    torch.manual_seed(0)
+    model = resnet8(norm)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loader = ProfiledDataLoader(DataLoader(SyntheticCIFAR(BATCH * (steps + 1), read_ms), batch_size=BATCH, shuffle=False,
+                                           **loader_options))
+    profiler = Profiler(output_path=out, framework="torch", gpu_counters=False)
+    profiler.attach(model, optimizer)           # fp start, bp end and the step end come from hooks
+    for i, (x, y) in enumerate(loader):
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()                        # ends the profiler step (attach)
+        if i + 1 == steps:
+            break
+    profiler.analyse(progress=False)
+    return out
+
+
+def stage_line(name: str, what: str, directory: Path) -> str:
+    """Median step, its split, and the advisor's verdict, from the files analyse() wrote."""
+    run = load_input(directory)[0]
+    st = run.step_trace.iloc[1:]
+    m = st.median(numeric_only=True)
+    gap_pct = 100 * st["iteration_gap_ms"].sum() / st["total_ms"].sum()
+    report = run.report or {}
+    top = (report.get("findings") or [{}])[0]
+    lines = [f"[{name}] {what}:",
+             f"    median step {m['total_ms']:.1f} ms — iteration gap {m['iteration_gap_ms']:.1f} ms "
+             f"({gap_pct:.0f} % of step time), forward+backward {m['fp_bp_ms']:.1f} ms, tail {m['tail_ms']:.1f} ms",
+             f"    advisor: {report.get('verdict')} — {top.get('title', 'no finding')}"]
+    queue = (run.queue_summary or {}).get("verdict") or {}
+    if queue:
+        stats = {q["queue"]: q for q in run.queue_summary.get("queues", [])}
+        feed = stats.get(queue.get("feed_queue"), {})
+        lines.append(f"    loader queue: empty at {100 * (feed.get('empty_ratio') or 0):.0f} % of gets, "
+                     f"full at {100 * (feed.get('full_ratio') or 0):.0f} % (queue verdict: {queue.get('kind')})")
+    if run.op_type is not None and len(run.op_type):
+        shares = run.op_type.set_index("op_type")["share_pct"]
+        cast = shares[shares.index.str.contains(r"aten::(?:to|_to_copy|copy_)$", regex=True)].sum()
+        norm = shares[shares.index.str.contains("batch_?norm", case=False, regex=True)].sum()
+        lines.append(f"    op time: Cast {cast:.0f} %, BatchNorm {norm:.0f} %")
+    return "\n".join(lines)
+
+
+def change_line(previous: Path, current: Path) -> str:
+    """The change against the previous stage, as `profview compare previous current` reports it."""
+    c = comparison(load_input(previous), load_input(current))
+    v = c.verdict
+    phases = c.phases.set_index("column")
+    resolved = ", ".join(f["kind"] for f in c.findings["resolved"]) or "none"
+    introduced = ", ".join(f["kind"] for f in c.findings["introduced"]) or "none"
+    return (f"    vs {previous.name}: median step {v['base_median_step_ms']:.1f} -> {v['new_median_step_ms']:.1f} ms "
+            f"({v['delta_pct']:+.0f} %, {v['outcome']}); iteration gap {phases.at['iteration_gap_ms', 'delta_ms']:+.1f} ms, "
+            f"forward+backward {phases.at['fp_bp_ms', 'delta_ms']:+.1f} ms; findings resolved: {resolved}; "
+            f"introduced: {introduced}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("profiler_data/resnet"))
+    ap.add_argument("--steps", type=int, default=30, help="profiled steps per stage (default 30)")
+    ap.add_argument("--stages", default="abcd", help="which stages to run, in order (default abcd)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    # 4 workers on 2 cores is deliberate: they spend most of their time waiting for the file store
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    read_ms = store_latency_ms()
+    print(f"simulated file store: {read_ms:.2f} ms per image ({read_ms * BATCH:.0f} ms per batch of {BATCH})")
+    previous = None
+    for key in args.stages:
+        name, what, options, norm = STAGES[key]
+        directory = train_stage(args.out / name, args.steps, options, norm, read_ms)
+        print(stage_line(name, what, directory))
+        if previous is not None:
+            print(change_line(previous, directory))
+        previous = directory
+    print(f"See: profview {args.out / STAGES[args.stages[0]][0]}   (or add --compare DIR for the diff page)")
+
+
+if __name__ == "__main__":
+    main()

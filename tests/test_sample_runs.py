@@ -1,0 +1,109 @@
+"""The sample runs, run as a user runs them (a subprocess, fewer steps): their printed conclusions
+tell the tuning story, the numbers they print are the ones in the files, and `profview compare`
+on the before / after prefetch stages reports the gap delta, the resolved finding and the CI gate.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from viewer.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+STAGE = re.compile(r"^\[(?P<name>\w+)\].*?\n\s+median step (?P<step>[\d.]+) ms — iteration gap (?P<gap>[\d.]+) ms "
+                   r"\((?P<gap_pct>\d+) % of step time\).*?\n\s+advisor: (?P<verdict>\w+) — (?P<top>[^\n]*)", re.M | re.S)
+
+
+def run_sample(script: str, *args: str) -> str:
+    """Run sample_runs/`script` like a user would; return what it printed."""
+    done = subprocess.run([sys.executable, str(REPO / "sample_runs" / script), *args], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def stages(stdout: str) -> dict[str, dict[str, str]]:
+    """The printed stage blocks, by stage name."""
+    return {m["name"]: {**m.groupdict(), "block": stdout[m.start():].split("\n[", 1)[0]} for m in STAGE.finditer(stdout)}
+
+
+def gap_share(directory: Path) -> float:
+    """Iteration gap share of step time from the step trace (warm-up step left out, as printed)."""
+    st = pd.read_csv(directory / "step_trace_0.csv").iloc[1:]
+    return 100 * st["iteration_gap_ms"].sum() / st["total_ms"].sum()
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]], str]:
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("resnet")
+    stdout = run_sample("resnet_cifar_torch.py", "--out", str(out), "--steps", "12")
+    return out, stages(stdout), stdout
+
+
+def test_resnet_tuning_story(resnet):
+    out, st, stdout = resnet
+    assert list(st) == ["a_one_worker", "b_prefetch", "c_float64", "d_fixed"], stdout
+    a, b, c, d = (st[k] for k in st)
+    # (a) one worker: the gap is about half the step, the loader queue is empty, the advisor says input_bound
+    assert float(a["gap_pct"]) > 40 and a["verdict"] == "input_bound"
+    assert re.search(r"loader queue: empty at (9\d|100) % of gets.*data_process", a["block"])
+    # (b) four workers: the gap collapses, the step is faster, input_bound is resolved
+    assert float(b["gap_pct"]) < 15 and float(b["step"]) < 0.8 * float(a["step"])
+    assert re.search(r"vs a_one_worker: .*faster.*findings resolved: [^;]*input_bound", b["block"])
+    # (c) float64 BatchNorm: Cast and BatchNorm are the advisor's top findings
+    assert c["verdict"] == "op_hotspot" and "BatchNorm" in c["top"]
+    cast, norm = map(float, re.search(r"op time: Cast (\d+) %, BatchNorm (\d+) %", c["block"]).groups())
+    assert cast >= 8 and norm >= 20
+    report = json.loads((out / "c_float64" / "report_0.json").read_text())
+    titles = [f["title"] for f in report["findings"] if f["kind"] == "op_hotspot" and f["severity"] != "low"]
+    assert any(t.startswith("Cast") for t in titles) and any(t.startswith("BatchNorm") for t in titles)
+    assert re.search(r"vs b_prefetch: .*slower.*introduced: op_hotspot", c["block"])
+    # (d) fixed: no high-severity op hotspot, and c's hotspots are resolved
+    assert d["verdict"] != "op_hotspot" and float(d["step"]) < float(c["step"])
+    assert re.search(r"vs c_float64: .*faster.*findings resolved: op_hotspot", d["block"])
+    # the printed numbers are the files' numbers
+    for name in st:
+        assert float(st[name]["gap_pct"]) == pytest.approx(gap_share(out / name), abs=0.51)
+
+
+def test_compare_before_after_prefetch(resnet, tmp_path, capsys):
+    out, _, _ = resnet
+    a, b = out / "a_one_worker", out / "b_prefetch"
+    verdict_file = tmp_path / "compare.json"
+    assert main(["compare", str(a), str(b), "--json", str(verdict_file), "--fail-if-slower", "5%",
+                 "-o", str(tmp_path / "compare.html")]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(verdict_file.read_text())
+    phases = {p["column"]: p for p in doc["phases"]}
+    base, new = (pd.read_csv(d / "step_trace_0.csv").iloc[1:] for d in (a, b))
+    expected_gap = new["iteration_gap_ms"].median() - base["iteration_gap_ms"].median()
+    assert phases["iteration_gap_ms"]["delta_ms"] == pytest.approx(expected_gap, abs=1e-3)
+    assert expected_gap < -0.3 * base["total_ms"].median()
+    assert doc["verdict"]["outcome"] == "faster" and doc["verdict"]["exit_code"] == 0
+    assert doc["verdict"]["delta_pct"] == pytest.approx(
+        100 * (new["total_ms"].median() / base["total_ms"].median() - 1), abs=1e-2)
+    assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
+    assert "Resolved: [high] Input pipeline" in text and "CI gate (--fail-if-slower 5%): pass" in text
+    html = (tmp_path / "compare.html").read_text()
+    assert 'data-page="compare"' in html and "Findings resolved and introduced" in html
+    # the other way round NEW is slower: the gate fails with exit code 1
+    assert main(["compare", str(b), str(a), "--fail-if-slower", "5%", "--json", "-"]) == 1
+    gate = json.loads(capsys.readouterr().out)["verdict"]
+    assert gate["failed"] and gate["outcome"] == "slower" and gate["delta_pct"] > 5
+    assert main(["compare", str(b), str(a)]) == 0            # no gate: slower is reported, not failed
+
+
+def test_numpy_mlp_conclusion(tmp_path):
+    stdout = run_sample("numpy_mlp.py", "--out", str(tmp_path), "--steps", "20")
+    m = re.search(r"median step ([\d.]+) ms: iteration gap ([\d.]+) ms \((\d+) %", stdout)
+    assert m, stdout
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    assert float(m[1]) == pytest.approx(st["total_ms"].median(), abs=0.051)
+    assert (tmp_path / "report_0.json").is_file()
