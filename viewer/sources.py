@@ -9,6 +9,9 @@ they are, rather than "not a profview directory".
 """
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -44,12 +47,26 @@ def _is_mindspore_dir(path: Path) -> bool:
                               or any(path.glob("*/ASCEND_PROFILER_OUTPUT")))
 
 
+def load_kineto_trace(path: Path) -> list[RunData]:
+    """A PyTorch profiler (Kineto) trace: imported (profiler.sources.kineto), analysed like a recording,
+    written to a temporary directory that lives as long as this process, and read from there."""
+    from profiler.analyse import analyse_loaded
+    from profiler.export.outputs import write_outputs
+    from profiler.sources.kineto import read_kineto_trace
+
+    run = read_kineto_trace(path)
+    out = Path(tempfile.mkdtemp(prefix="profview-kineto-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    write_outputs(analyse_loaded(run), out)
+    return load_profview_dir(out)
+
+
 #: Recognised inputs, tried in order. Add importers here.
 SOURCES: list[Source] = [
     Source("profview output directory", _is_profview_dir, load_profview_dir),
     Source("Ascend profiling JOB directory", _is_ascend_job),
     Source("MindSpore profiler output directory", _is_mindspore_dir),
-    Source("Chrome / Kineto trace file", _is_kineto_trace),
+    Source("Chrome / Kineto trace file", _is_kineto_trace, load_kineto_trace),
 ]
 
 

@@ -154,6 +154,8 @@ def op_deltas(base: Optional[pd.DataFrame], new: Optional[pd.DataFrame], key: li
     empty = pd.DataFrame(columns=cols)
     b = _op_side(base if base is not None else empty, cols)
     n = _op_side(new if new is not None else empty, cols)
+    if "device" in key:
+        b["device"], n["device"] = same_devices(b["device"], n["device"])
     merged = b.merge(n, on=key, how="outer", suffixes=("_base", "_new"), indicator=True)
     out = merged[key].copy()
     for side, steps in (("base", base_steps), ("new", new_steps)):
@@ -167,6 +169,23 @@ def op_deltas(base: Optional[pd.DataFrame], new: Optional[pd.DataFrame], key: li
     out["status"] = merged["_merge"].map({"both": "both", "left_only": "gone", "right_only": "new"}).astype(str)
     order = out["delta_per_step_ms"].abs().sort_values(ascending=False, kind="stable").index
     return out.loc[order].reset_index(drop=True)
+
+
+def same_devices(base: pd.Series, new: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """Device names made comparable: a kind with one device on each side compares by kind.
+
+    A single-GPU job recorded on cuda:3 and again on cuda:1 is the same job: both become
+    `cuda`. With several devices of a kind on either side the names are kept as they are.
+    """
+    def single(devices: pd.Series) -> dict[str, str]:
+        kinds = pd.Series(devices.unique()).str.split(":").str[0]
+        counts = kinds.value_counts()
+        return {d: k for d, k in zip(devices.unique(), kinds) if ":" in d and counts[k] == 1}
+
+    b, n = single(base), single(new)
+    shared = set(b.values()) & set(n.values())
+    return (base.map(lambda d: b[d] if b.get(d) in shared else d),
+            new.map(lambda d: n[d] if n.get(d) in shared else d))
 
 
 def _op_side(table: pd.DataFrame, cols: list[str]) -> pd.DataFrame:

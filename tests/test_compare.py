@@ -1,0 +1,148 @@
+"""`profview compare`: real runs before / after a fix, real Kineto traces before / after a change.
+
+The Kineto pair (diff_control -> diff_test, a GPU workload before and after a change) is compared
+through the viewer's input dispatch, and every per-kernel delta is checked against totals
+computed here straight from the raw trace JSON.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler import Profiler
+from profiler.analysis.compare import RunTables, compare_runs, phase_deltas, verdict
+from viewer.cli import main
+from viewer.pages.compare import comparison
+from viewer.sources import load_input
+
+
+def loop(out: Path, prefetch: bool, steps: int = 14) -> Path:
+    """A plain loop whose batches take 6 ms to load; with prefetch they load during the step."""
+    def batches():
+        for i in range(steps + 4):
+            time.sleep(0.006)
+            yield i
+
+    p = Profiler(output_path=out, host_counters=False, gpu_counters=False)
+    source = p.prefetch(batches(), depth=4) if prefetch else batches()
+    for i, _ in zip(range(steps), source):
+        with p.phase("forward"):
+            time.sleep(0.004)
+        with p.phase("backward"):
+            time.sleep(0.004)
+        p.step()
+    p.analyse(progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def before_after(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("prefetch")
+    return loop(root / "before", prefetch=False), loop(root / "after", prefetch=True)
+
+
+def test_plain_loop_before_after_prefetch(before_after, tmp_path, capsys):
+    before, after = before_after
+    out = tmp_path / "verdict.json"
+    assert main(["compare", str(before), str(after), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    phases = {p["column"]: p for p in doc["phases"]}
+    assert phases["iteration_gap_ms"]["delta_ms"] < -4          # ~6 ms of loading moved off the step
+    assert abs(phases["fp_bp_ms"]["delta_ms"]) < 2
+    assert [f["kind"] for f in doc["findings"]["resolved"]] == ["input_bound"]
+    assert doc["findings"]["introduced"] == []
+    assert doc["verdict"]["outcome"] == "faster" and doc["verdict"]["delta_pct"] < -25
+    stats = {r["statistic"]: r for r in doc["step_time_distribution"]}
+    assert stats["median"]["new_ms"] == doc["verdict"]["new_median_step_ms"]
+    assert stats["steps"]["base_ms"] == 13                      # the warm-up step is left out
+    assert "Median step" in capsys.readouterr().out
+    # the gate: after -> before is slower than 5 %, exit 1; a generous limit passes
+    assert main(["compare", str(after), str(before), "--fail-if-slower", "5%"]) == 1
+    assert main(["compare", str(after), str(before), "--fail-if-slower", "500"]) == 0
+
+
+def test_view_with_compare_tab(before_after, tmp_path):
+    before, after = before_after
+    report = tmp_path / "r.html"
+    assert main([str(before), "--compare", str(after), "-o", str(report)]) == 0
+    html = report.read_text()
+    assert html.index('data-page="overview"') < html.index('data-page="compare"') < html.index('data-page="operators"')
+    assert "Step phases" in html and "Data queues" in html
+    assert main([str(before), "-o", str(tmp_path / "plain.html")]) == 0
+    assert 'data-page="compare"' not in (tmp_path / "plain.html").read_text()
+
+
+def test_bad_inputs(before_after, tmp_path, capsys):
+    before, _ = before_after
+    assert main(["compare", str(before), str(tmp_path / "missing")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(before), str(before), "--fail-if-slower", "lots"])
+    assert exc.value.code == 2
+
+
+def test_verdict_and_phase_arithmetic():
+    base = pd.DataFrame({"total_ms": [10.0, 10.0, 12.0], "iteration_gap_ms": [4.0, 5.0, 6.0], "fp_bp_ms": [5.0, 4.0, 5.0],
+                         "tail_ms": [1.0, 1.0, 1.0]})
+    new = base.assign(total_ms=[10.4, 10.4, 10.4])
+    v = verdict(base, new, fail_if_slower_pct=3)
+    assert (v["delta_pct"], v["outcome"], v["failed"], v["exit_code"]) == (4.0, "slower", True, 1)
+    assert verdict(base, new, fail_if_slower_pct=5)["exit_code"] == 0
+    assert verdict(base, base)["outcome"] == "unchanged"
+    phases = phase_deltas(base, new).set_index("column")
+    assert phases.at["total_ms", "delta_ms"] == pytest.approx(0.4)
+    assert phases.at["iteration_gap_ms", "base_share_pct"] == pytest.approx(100 * 15 / 32)
+    ops_b = pd.DataFrame({"device": ["cpu", "cpu"], "op_type": ["A", "B"], "count": [3, 1], "total_ms": [3.0, 1.0],
+                          "self_ms": [3.0, 1.0]})
+    ops_n = pd.DataFrame({"device": ["cpu", "cpu"], "op_type": ["A", "C"], "count": [3, 2], "total_ms": [1.5, 2.0],
+                          "self_ms": [1.5, 2.0]})
+    c = compare_runs(RunTables("b", base, op_type=ops_b, warmup_steps=0),
+                     RunTables("n", new, op_type=ops_n, warmup_steps=0))
+    rows = c.op_types.set_index("op_type")
+    assert rows.at["A", "delta_per_step_ms"] == pytest.approx(-0.5) and rows.at["A", "status"] == "both"
+    assert rows.at["B", "status"] == "gone" and rows.at["C", "status"] == "new"
+    assert list(c.op_types["op_type"]) == ["C", "A", "B"]       # largest per-step change first
+
+
+# ----------------------------------------------------------------------------- Kineto
+
+
+def kernel_totals(path: Path) -> dict[str, tuple[int, float]]:
+    """(count, total ms) per kernel name, straight from the trace JSON."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    out: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            out[e["name"]][0] += 1
+            out[e["name"]][1] += float(e["dur"]) / 1e3
+    return {k: (n, ms) for k, (n, ms) in out.items()}
+
+
+def test_kineto_diff_control_vs_test(shared_data, tmp_path):
+    control, test = shared_data / "kineto" / "diff_control.json.gz", shared_data / "kineto" / "diff_test.json.gz"
+    c = comparison(load_input(control), load_input(test))
+    base, new = kernel_totals(control), kernel_totals(test)
+    assert set(c.ops["device"]) == {"cpu", "cuda"}     # one GPU each (cuda:3, then cuda:1): compared by kind
+    device_ops = c.ops[c.ops["device"] == "cuda"]
+    kernels = device_ops.groupby("name")[["base_count", "new_count", "delta_total_ms"]].sum()
+    names = set(base) | set(new)
+    assert names <= set(kernels.index)
+    for name in names:
+        (bn, bms), (nn, nms) = base.get(name, (0, 0.0)), new.get(name, (0, 0.0))
+        row = kernels.loc[name]
+        assert (row["base_count"], row["new_count"]) == (bn, nn), name
+        assert row["delta_total_ms"] == pytest.approx(nms - bms, abs=1e-3), name
+    biggest = max(names, key=lambda n: abs(new.get(n, (0, 0.0))[1] - base.get(n, (0, 0.0))[1]))
+    top_cuda = kernels.loc[sorted(names)].sort_values("delta_total_ms", key=abs, ascending=False).index[0]
+    assert top_cuda == biggest
+    out = tmp_path / "kineto.json"
+    assert main(["compare", str(control), str(test), "--json", str(out)]) in (0, 1)
+    doc = json.loads(out.read_text())
+    assert doc["verdict"]["base_steps"] > 0 and doc["ops"]
