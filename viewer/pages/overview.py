@@ -5,13 +5,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from viewer.findings import render as render_findings
 from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
 from viewer.report import Context
-from viewer.stats import findings, number, outliers, phase_table, select_steps
+from viewer.stats import findings, outliers, phase_table, select_steps
 from viewer.theme import ALL_REDUCE, PHASES, styled
-
-SEVERITY_CLASS = {"high": "sev-high", "critical": "sev-high", "medium": "sev-medium", "low": "sev-low"}
-
 
 def step_bars(steps: pd.DataFrame) -> go.Figure:
     """Stacked bars per step (gap / fp_bp / tail), all-reduce as markers on top."""
@@ -64,28 +62,8 @@ def _outlier_section(steps: pd.DataFrame) -> str:
 def _findings_section(ctx: Context) -> str:
     verdict, items = findings(ctx.run.report)
     if not verdict and not items:
-        return absent("No bottleneck report (report_{rank}.json) in this directory.".replace(
-            "{rank}", str(ctx.run.rank)))
-    head = f'<div class="verdict">{esc(verdict)}</div>' if verdict else ""
-    rows = []
-    for f in items:
-        sev = str(f["severity"]).lower()
-        badge = f'<span class="sev {SEVERITY_CLASS.get(sev, "sev-info")}">{esc(f["severity"] or "info")}</span>'
-        stake = _stake(f)
-        rows.append(f"<tr><td>{badge}</td><td><b>{esc(f['title'])}</b><br>"
-                    f'<span class="note">{esc(f["kind"])}</span></td><td class="num">{esc(stake)}</td>'
-                    f"<td>{esc(f['evidence'])}<br><span class=\"note\">threshold: {esc(f['threshold'])}</span></td>"
-                    f"<td>{esc(f['suggestion'])}</td></tr>")
-    body = ("<table class=\"data\"><thead><tr><th>severity</th><th>finding</th><th class=\"num\">at stake</th>"
-            f"<th>evidence</th><th>suggestion</th></tr></thead><tbody>{''.join(rows)}</tbody></table>") if rows else ""
-    return head + body
-
-
-def _stake(finding: dict) -> str:
-    """ "2.10 ms / step · 4.0 %" from whatever of at_stake_ms / at_stake_pct is a number."""
-    ms, pct = number(finding["at_stake_ms"]), number(finding["at_stake_pct"])
-    return " · ".join(([fmt_ms(ms) + " / step"] if ms is not None else [])
-                      + ([fmt_pct(pct)] if pct is not None else []))
+        return absent(f"No bottleneck report (report_{ctx.run.rank}.json) in this directory.")
+    return render_findings(verdict, items)
 
 
 def _recording_note(ctx: Context) -> str:
