@@ -44,7 +44,7 @@ QUEUE_STATS_COLUMNS = [
     "put_full_ratio", "time_empty_ratio", "time_full_ratio", "mean_size", "max_size", "span_ms",
     "get_wait_ms", "get_wait_mean_ms", "get_wait_per_step_ms", "put_wait_ms",
 ]
-STAGE_COLUMNS = ["stage", "depth", "input_queue", "output_queue", "input_full_ratio", "output_empty_ratio", "bottleneck"]
+STAGE_COLUMNS = ["stage", "depth", "input_queue", "output_queue", "input_full_ratio", "output_empty_ratio", "slow"]
 STEP_WAIT_COLUMNS = ["step", "iteration_gap_ms", "data_wait_ms", "gap_wait_ms", "gap_wait_pct"]
 
 
@@ -181,11 +181,13 @@ def _depths(inputs: dict[str, str], producer_of: dict[str, str]) -> dict[str, in
 
 
 def pipeline_stages(stats: pd.DataFrame) -> pd.DataFrame:
-    """The stages named by connector queues ("a->b"), upstream first, with the bottleneck flagged.
+    """The stages named by connector queues ("a->b"), upstream first, with the slow ones flagged.
 
-    A stage is the bottleneck when its input queue is mostly full (>= FULL_RATIO_LINE of the
-    gets found it at capacity) while its output queue is starved (>= EMPTY_RATIO_WARNING of
-    the gets found it empty); a source stage (no input queue) when its output is starved.
+    A stage is slow when its input queue is mostly full (>= FULL_RATIO_LINE of the gets found
+    it at capacity) while its output queue is starved (>= EMPTY_RATIO_WARNING of the gets found
+    it empty); a source stage (no input queue) when its output is starved. A slow stage is the
+    pipeline's bottleneck only when the pipeline limits the loop (verdict data_process): in a
+    compute-bound loop the slowest stage is still fast enough.
     """
     named = stats[stats["producer"] != ""]
     if len(named) == 0:
@@ -204,14 +206,14 @@ def pipeline_stages(stats: pd.DataFrame) -> pd.DataFrame:
         starved = q.empty_ratio >= EMPTY_RATIO_WARNING
         rows.append({"stage": q.producer, "depth": depth[q.producer], "input_queue": inp, "output_queue": q.queue,
                      "input_full_ratio": in_full, "output_empty_ratio": q.empty_ratio,
-                     "bottleneck": bool(starved and (not inp or in_full >= FULL_RATIO_LINE))})
+                     "slow": bool(starved and (not inp or in_full >= FULL_RATIO_LINE))})
     return pd.DataFrame(rows, columns=STAGE_COLUMNS).sort_values(["depth", "stage", "output_queue"], kind="stable",
                                                                   ignore_index=True)
 
 
-def bottleneck_stage(stages: pd.DataFrame) -> Optional[str]:
-    """The flagged stage whose output is starved most often (the most upstream one on a tie)."""
-    flagged = stages[stages["bottleneck"]]
+def slowest_stage(stages: pd.DataFrame) -> Optional[str]:
+    """The slow stage whose output is starved most often (the most upstream one on a tie)."""
+    flagged = stages[stages["slow"]]
     if len(flagged) == 0:
         return None
     best = flagged.sort_values(["output_empty_ratio", "depth"], ascending=[False, True], kind="stable")
@@ -325,13 +327,13 @@ def queue_summary(queues: pd.DataFrame, trace: pd.DataFrame, step_tid: int = -1,
     consumer = queues["tid"] == step_tid if step_tid >= 0 else queues["queue"] == roles["feed_queue"]
     waits = gap_waits(queues, trace, origin_unix_ns, consumer)
     stages = pipeline_stages(stats)
-    stage = bottleneck_stage(stages)
+    decision = verdict(stats, roles, slowest_stage(stages))
     return {
         "schema_version": 1,
         "thresholds": THRESHOLDS,
-        "verdict": verdict(stats, roles, stage),
+        "verdict": decision,
         "queues": _records(stats),
-        "pipeline": {"stages": _records(stages), "bottleneck_stage": stage},
+        "pipeline": {"stages": _records(stages), "bottleneck_stage": decision["bottleneck_stage"]},
         "totals": _totals(waits),
         "steps": _step_rows(waits, get_wait_per_step(queues, steps)),
     }

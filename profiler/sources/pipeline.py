@@ -328,19 +328,19 @@ def _claim_indices(n: int) -> Take:
 def prefetch(source: Iterable, depth: int = 2, name: str = HOST_QUEUE, workers: int = 1) -> PipelineIterator:
     """Read `source` ahead of the consumer in background threads, through a probed queue `name`.
 
-    workers == 1: one thread iterates `source` (any iterable). workers > 1: `source` must be
-    map-style (`len()` and `[i]`, e.g. a torch Dataset); each worker claims the next index and
-    reads `source[i]`, and the outputs are put in index order, so the consumer sees exactly
-    `source[0], source[1], ...`. At most `depth` items wait in the queue, plus one finished item
+    A map-style source (`len()` and `[i]`, e.g. a torch Dataset) is read by index: each of the
+    `workers` threads claims the next index and reads `source[i]`, and the outputs are put in
+    index order, so the consumer sees exactly `source[0], ..., source[len - 1]`. Any other
+    iterable is iterated by one thread (workers must be 1). At most `depth` items wait in the queue, plus one finished item
     per worker waiting for its turn. An exception in the producer is raised in the consumer
     after every item before it. Threads start now; `close()` or leaving the loop stops them.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, not {workers}")
-    if workers == 1:
-        spec = _Spec(name, 1, _read_source(source))
-    elif _is_map_style(source):
+    if _is_map_style(source):
         spec = _Spec(name, workers, _apply(source.__getitem__), take=_claim_indices(len(source)))
+    elif workers == 1:
+        spec = _Spec(name, 1, _read_source(source))
     else:
         raise ValueError(f"prefetch(workers={workers}) needs a map-style source (len() and [i]) to read in "
                          f"parallel and keep the order; {type(source).__name__} can only be read by one thread "

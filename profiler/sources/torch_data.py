@@ -144,7 +144,7 @@ class ProfiledDataLoader:
             return
         occupancy = _Occupancy(self._log, self.probe)
         probing = True
-        for t0, t1, batch in _timed(iter(self.loader)):
+        for t0, t1, batch in _timed(self.loader):
             if probing and not occupancy.got(t0, t1):
                 probing = False
                 warnings.warn("ProfiledDataLoader: the loader's workers were started before it was wrapped; "
@@ -153,11 +153,14 @@ class ProfiledDataLoader:
             yield batch
 
 
-def _timed(it: Iterator) -> Iterator[tuple[int, int, Any]]:
-    """(call time, return time, item) for each next() on `it`."""
+def _timed(iterable: Any) -> Iterator[tuple[int, int, Any]]:
+    """(call time, return time, item) for each next(); the first call includes iter() (worker start-up)."""
+    it = None
     while True:
         t0 = now_ns()
         try:
+            if it is None:
+                it = iter(iterable)
             item = next(it)
         except StopIteration:
             return
