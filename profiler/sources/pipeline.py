@@ -81,6 +81,16 @@ class _Stage:
         if self._turns is not None:
             self._turns.advance()
 
+    def put_result(self, seq: int, fn: Callable[[Any], Any], arg: Any) -> bool:
+        """Put fn(arg) in source order; when fn raises, send the exception instead and return False."""
+        try:
+            result = fn(arg)
+        except BaseException as exc:          # re-raised in the consumer (SystemExit too: never hang it)
+            self.fail(seq, exc)
+            return False
+        self.put(seq, result)
+        return True
+
     def fail(self, seq: int, exc: BaseException) -> None:
         """Send `exc` at position `seq` (after every earlier output) and halt the stage."""
         if self._turns is not None:
@@ -136,12 +146,8 @@ def _apply(fn: Callable[[Any], Any]) -> Callable[[Take, _Stage], None]:
             if type(payload) is _End:
                 stage.worker_done(seq, payload)
                 return
-            try:
-                result = fn(payload)
-            except BaseException as exc:
-                stage.fail(seq, exc)
+            if not stage.put_result(seq, fn, payload):
                 return
-            stage.put(seq, result)
     return run
 
 
@@ -156,12 +162,8 @@ def _batcher(size: int, collate: Callable[[list], Any], drop_last: bool) -> Call
             if end is None:
                 items.append(payload)
             if items and (len(items) == size or (end is not None and end.error is None and not drop_last)):
-                try:
-                    batch = collate(items)
-                except BaseException as exc:
-                    stage.fail(n, exc)
+                if not stage.put_result(n, collate, items):
                     return
-                stage.put(n, batch)
                 n, items = n + 1, []
             if end is not None:
                 stage.worker_done(n, end)
