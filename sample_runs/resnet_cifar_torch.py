@@ -131,7 +131,7 @@ def store_latency_ms(batches: int = 6) -> float:
 
 
 def train_stage(out: Path, steps: int, loader_options: dict, norm: Callable[[int], nn.Module],
-                read_ms: float) -> Path:
+                read_ms: float, gzip_timeline: bool = False) -> Path:
     """Profile `steps` training steps of resnet8 with the given loader and norm layer into `out` (emptied first)."""
     shutil.rmtree(out, ignore_errors=True)      # a raw store holds one recording: start afresh
     torch.manual_seed(0)
@@ -139,7 +139,7 @@ def train_stage(out: Path, steps: int, loader_options: dict, norm: Callable[[int
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = ProfiledDataLoader(DataLoader(SyntheticCIFAR(BATCH * (steps + 1), read_ms), batch_size=BATCH, shuffle=False,
                                            **loader_options))
-    profiler = Profiler(output_path=out, framework="torch", gpu_counters=False)
+    profiler = Profiler(output_path=out, framework="torch", gpu_counters=False, gzip_timeline=gzip_timeline)
     profiler.attach(model, optimizer)           # fp start, bp end and the step end come from hooks
     for i, (x, y) in enumerate(loader):
         loss = nn.functional.cross_entropy(model(x), y)
@@ -196,6 +196,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("profiler_data/resnet"))
     ap.add_argument("--steps", type=int, default=30, help="profiled steps per stage (default 30)")
     ap.add_argument("--stages", default="abcd", help="which stages to run, in order (default abcd)")
+    ap.add_argument("--gzip-timeline", action="store_true", help="write timeline_0.json.gz (smaller)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     # 4 workers on 2 cores is deliberate: they spend most of their time waiting for the file store
@@ -205,7 +206,7 @@ def main() -> None:
     previous = None
     for key in args.stages:
         name, what, options, norm = STAGES[key]
-        directory = train_stage(args.out / name, args.steps, options, norm, read_ms)
+        directory = train_stage(args.out / name, args.steps, options, norm, read_ms, args.gzip_timeline)
         print(stage_line(name, what, directory))
         if previous is not None:
             print(change_line(previous, directory))

@@ -82,6 +82,8 @@ def findings(report: Optional[dict[str, Any]]) -> tuple[str, list[dict[str, Any]
     if not report:
         return "", []
     verdict = report.get("verdict", "")
+    if verdict and report.get("headline"):          # the advisor's one-sentence reason
+        verdict = f"{verdict} — {report['headline']}"
     items = report.get("findings", [])
     out = []
     for item in items if isinstance(items, list) else []:

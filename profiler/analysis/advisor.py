@@ -418,10 +418,13 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
     period = _period(slow["step"].to_numpy())
     every = f", every {period} steps" if period else ""
     listed = ", ".join(str(int(s)) for s in slow["step"].head(8)) + (" …" if len(slow) > 8 else "")
+    one = len(slow) == 1
     f = inp.file("step_trace")
     return [_finding(
-        inp, "step_outliers", excess, title=f"{len(slow)} slow steps{every} add {_pct(share)} to the run",
-        evidence=(f"steps {listed} take {slow['total_ms'].mean():.2f} ms on average against a median of "
+        inp, "step_outliers", excess,
+        title=f"{'One slow step adds' if one else f'{len(slow)} slow steps{every} add'} {_pct(share)} to the run",
+        evidence=(f"{'step' if one else 'steps'} {listed} {'takes' if one else 'take'} "
+                  f"{slow['total_ms'].mean():.2f} ms{'' if one else ' on average'} against a median of "
                   f"{median['total_ms']:.2f} ms; the extra time is mostly in {phase[:-3]} (+{grown[phase]:.2f} ms) "
                   f"[{f}: step, total_ms, {phase}]"),
         threshold=(f"outlier steps (> median + {inp.thresholds['outlier_min_pct']:g} % and Q3 + 1.5 IQR) add "
@@ -466,8 +469,8 @@ def headline(verdict: str, findings: list[Finding], steps: pd.DataFrame) -> str:
     split = (f"iteration gap {shares['iteration_gap_ms']:.0f} %, forward + backward {shares['fp_bp_ms']:.0f} %, "
              f"tail {shares['tail_ms']:.0f} % of a {steps['total_ms'].median():.2f} ms median step")
     if verdict == BALANCED:
-        return f"Balanced: no high-severity bottleneck ({split})."
-    return f"{findings[0].title} — fix this first ({split})."
+        return f"no high-severity bottleneck ({split})"
+    return f"{findings[0].title}: fix this first ({split})"
 
 
 def advise(inp: AdvisorInput) -> dict[str, Any]:
