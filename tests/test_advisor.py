@@ -321,3 +321,9 @@ def test_threshold_errors():
         parse_threshold("tail_pct=lots")
     with pytest.raises(ProfviewError, match="name=value"):
         parse_threshold("tail_pct")
+
+
+def test_every_threshold_is_documented_with_its_default():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text()
+    for name, value in DEFAULT_THRESHOLDS.items():
+        assert f"| `{name}` | {value:g} |" in text, name
