@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import time
 from collections import Counter, defaultdict
@@ -533,6 +532,10 @@ def test_is_kineto_trace(tmp_path: Path, kineto_dir: Path) -> None:
     profview_timeline = tmp_path / "timeline_0.json"
     profview_timeline.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "compute", "name": "k", "pid": 0, "tid": 0, "ts": 0, "dur": 1}], "otherData": {}}))
+    old_torch = tmp_path / "old.pt.trace.json"  # torch 1.8: no schemaVersion header yet
+    old_torch.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 1}]}))
+    assert is_kineto_trace(old_torch)
     not_json = tmp_path / "notes.txt"
     not_json.write_text("hello")
     assert not is_kineto_trace(profview_timeline)

@@ -1,7 +1,7 @@
 """Reading a Kineto (PyTorch profiler) Chrome trace file and turning its events into columns.
 
-The per-event Python work is the JSON parse itself plus one list comprehension per field that is
-needed; everything after that runs on whole numpy / pandas columns. Parsing uses orjson when it
+The per-event Python work is the JSON parse itself plus one pass that pulls the fields out of
+every event; everything after that runs on whole numpy / pandas columns. Parsing uses orjson when it
 is installed (an optional speed-up) and the standard json module otherwise, with the cyclic
 garbage collector paused: a trace of a million events allocates millions of dicts, and letting
 the collector re-scan them while they are built makes parsing about three times slower.
@@ -33,9 +33,10 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _NAN = float("nan")
 #: How much of a file `looks_like_kineto` reads: the trace header and its first events.
 _SNIFF_BYTES = 1 << 20
-#: Markers only Kineto writes: its header key and its event categories.
-_KINETO_MARKER = re.compile(
-    rb'"schemaVersion"|"cat"\s*:\s*"(?:cpu_op|kernel|cuda_runtime|user_annotation|python_function|gpu_memcpy)"'
+#: Kineto's header key (it comes before traceEvents) and the categories only Kineto writes.
+_KINETO_HEADER = b'"schemaVersion"'
+_KINETO_CATEGORY = re.compile(
+    rb'"cat"\s*:\s*"(?:cpu_op|kernel|cuda_runtime|user_annotation|python_function|gpu_memcpy)"'
 )
 
 
@@ -104,7 +105,7 @@ def load_trace_object(path: "str | os.PathLike[str]") -> dict[str, Any]:
 
 def looks_like_kineto(path: "str | os.PathLike[str]") -> bool:
     """True when the file (plain or gzip) starts like a Kineto trace: a JSON object with
-    `traceEvents` and Kineto's `schemaVersion` header or one of its event categories.
+    Kineto's `schemaVersion` header, or with `traceEvents` of a category only Kineto writes.
 
     Reads at most the first MiB, so it is cheap enough for a CLI to probe any file.
     """
@@ -112,11 +113,9 @@ def looks_like_kineto(path: "str | os.PathLike[str]") -> bool:
         head = _read_bytes(Path(path), _SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
         return False
-    return (
-        head.lstrip()[:1] == b"{"
-        and b'"traceEvents"' in head
-        and _KINETO_MARKER.search(head) is not None
-    )
+    if head.lstrip()[:1] != b"{":
+        return False
+    return _KINETO_HEADER in head or (b'"traceEvents"' in head and _KINETO_CATEGORY.search(head) is not None)
 
 
 @dataclass(frozen=True)
@@ -129,20 +128,22 @@ class Coded:
     """
 
     codes: np.ndarray  # int64 index into `values`
-    values: list       # the distinct values (`of` adds None last: missing / unhashable items)
+    values: list       # the distinct values
 
     @classmethod
-    def of(cls, column: "list | np.ndarray") -> "Coded":
-        """Factorise a list of JSON values or a numeric array (missing values share one code)."""
-        if isinstance(column, list):
-            column = _object_array(column)
-        try:
-            codes, uniques = pd.factorize(column)
-        except TypeError:  # unhashable items (lists, dicts) in malformed events count as missing
-            hashable = (v if v.__hash__ is not None else None for v in column)
-            codes, uniques = pd.factorize(np.fromiter(hashable, dtype=object, count=len(column)))
-        values = list(uniques) + [None]
-        return cls(np.where(codes < 0, len(values) - 1, codes).astype(np.int64), values)
+    def of(cls, column: "Sequence[Any] | np.ndarray") -> "Coded":
+        """Factorise a sequence of JSON values (unhashable ones count as None) or a numeric array."""
+        if isinstance(column, np.ndarray) and column.dtype != object:
+            codes, uniques = pd.factorize(column, use_na_sentinel=False)
+            return cls(codes.astype(np.int64), list(uniques))
+        index: dict = {}
+        add = index.setdefault
+        try:  # a dict beats pd.factorize on Python strings (their hashes are cached)
+            codes = [add(v, len(index)) for v in column]
+        except TypeError:  # lists or dicts in malformed events
+            index.clear()
+            codes = [add(v if v.__hash__ is not None else None, len(index)) for v in column]
+        return cls(np.asarray(codes, dtype=np.int64), list(index))
 
     def __getitem__(self, rows: np.ndarray) -> "Coded":
         return Coded(self.codes[rows], self.values)
@@ -240,24 +241,39 @@ class EventColumns:
         return [a.get(key, default) if a.__class__ is dict else default for a in self.args[rows]]
 
 
-def _values(events: Sequence[dict], key: str, default: Any = None) -> list:
-    return [e.get(key, default) for e in events]
+def _fields(events: Sequence[Any]) -> list[tuple]:
+    """The fields every event may have, as one tuple per field (numbers NaN when absent).
+
+    One pass building a tuple per event, then a transpose: about 40% faster than one list
+    comprehension per field. Raises AttributeError on an item that is not an object.
+    """
+    nan = _NAN
+    rows = [
+        (e.get("ph"), e.get("cat"), e.get("name"), e.get("pid", nan), e.get("tid", nan),
+         e.get("ts", nan), e.get("dur", nan), e.get("args"))
+        for e in events
+    ]
+    return list(zip(*rows)) or [()] * 8
 
 
-def _object_array(values: list) -> np.ndarray:
+def _object_array(values: Sequence[Any]) -> np.ndarray:
     """A 1-d object array (np.array would build 2-d arrays from equal-length lists)."""
     return np.fromiter(values, dtype=object, count=len(values))
 
 
-def _numbers(values: list) -> np.ndarray:
+def _numbers(values: Sequence[Any]) -> np.ndarray:
     """Numbers as float64; anything else (None, text, lists, booleans) as NaN."""
     try:
         return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        return np.asarray([v if v.__class__ in (int, float) else _NAN for v in values], dtype=np.float64)
+    except (TypeError, ValueError):  # e.g. Kineto's text pids ("Spans"): convert per distinct value
+        return Coded.of(values).map(_number_or_nan, dtype=np.float64)
 
 
-def to_int(values: list, default: int) -> np.ndarray:
+def _number_or_nan(value: Any) -> float:
+    return float(value) if value.__class__ in (int, float) else _NAN
+
+
+def to_int(values: Sequence[Any], default: int) -> np.ndarray:
     """Integers as int64; anything that is not a number as `default`."""
     numbers = _numbers(values)
     return np.where(np.isfinite(numbers), numbers, default).astype(np.int64)
@@ -266,19 +282,19 @@ def to_int(values: list, default: int) -> np.ndarray:
 def event_columns(events: Sequence[Any]) -> tuple[EventColumns, int]:
     """Columns of the event objects, and how many list items were not objects (skipped)."""
     try:
-        ph = _values(events, "ph")
+        ph, cat, name, pid, tid, ts, dur, args = _fields(events)
     except AttributeError:  # an item that is not a JSON object
         objects = [e for e in events if isinstance(e, dict)]
         columns, _ = event_columns(objects)
         return columns, len(events) - len(objects)
     columns = EventColumns(
         ph=Coded.of(ph),
-        cat=Coded.of(_values(events, "cat")),
-        name=Coded.of(_values(events, "name")),
-        pid=_numbers(_values(events, "pid", _NAN)),
-        tid=_numbers(_values(events, "tid", _NAN)),
-        ts_us=_numbers(_values(events, "ts", _NAN)),
-        dur_us=_numbers(_values(events, "dur", _NAN)),
-        args=_object_array(_values(events, "args")),
+        cat=Coded.of(cat),
+        name=Coded.of(name),
+        pid=_numbers(pid),
+        tid=_numbers(tid),
+        ts_us=_numbers(ts),
+        dur_us=_numbers(dur),
+        args=_object_array(args),
     )
     return columns, 0
