@@ -135,8 +135,15 @@ def _queue_summary(queues: pd.DataFrame) -> dict:
         stats.append({"queue": name, "capacity": cap, "empty_ratio": float((q["size"] == 0).mean()),
                       "full_ratio": float((q["size"] >= cap).mean()), "mean_size": float(q["size"].mean()),
                       "get_wait_ms": float(q["wait_ms"].sum())})
-    return {"queues": stats, "bottleneck": "host_queue",
-            "verdict": "the host queue is often empty: data loading is the bottleneck"}
+    return {"schema_version": 1,
+            "verdict": {"kind": "data_process", "reason": "the consumer found host_queue empty at 31 % of its gets",
+                        "feed_queue": "host_queue", "host_queue": "host_queue", "device_queue": "device_queue",
+                        "bottleneck_stage": "decode"},
+            "queues": stats,
+            "pipeline": {"stages": [{"stage": "decode", "depth": 1, "input_queue": "read->decode",
+                                     "output_queue": "decode->batch", "input_full_ratio": 0.9,
+                                     "output_empty_ratio": 0.05, "slow": True}],
+                         "bottleneck_stage": "decode"}}
 
 
 def _counters(spec: Spec, rng: np.random.Generator, end_ms: float) -> pd.DataFrame:
@@ -258,7 +265,8 @@ def write_run(directory: Path, spec: Spec = Spec()) -> Path:
 def profile_loop(directory: Path, rank: int = 0, world_size: int = 2, steps: int = 30) -> Path:
     """A small torch training loop under the real Profiler (one rank of a job); returns `directory`.
 
-    Phases, a user op with the XSS name, and a periodic slow step, analysed into `directory`.
+    Batches come through `profiler.prefetch` (a probed queue) from a loader that is slow every
+    tenth batch; phases, a user op with the XSS name; analysed into `directory`.
     """
     import time
 
@@ -269,9 +277,13 @@ def profile_loop(directory: Path, rank: int = 0, world_size: int = 2, steps: int
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     profiler = Profiler(output_path=directory, rank=rank, world_size=world_size)
-    for step in range(steps):
-        x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
-        time.sleep(0.001 * (1 + rank) + (0.01 if step % 10 == 5 else 0))
+
+    def loader():
+        for step in range(steps):
+            time.sleep(0.001 * (1 + rank) + (0.01 if step % 10 == 5 else 0))
+            yield torch.randn(16, 32), torch.randint(0, 4, (16,))
+
+    for x, y in profiler.prefetch(loader()):
         with profiler.phase("forward"):
             with profiler.op("MatMul"):
                 loss = torch.nn.functional.cross_entropy(model(x), y)

@@ -13,7 +13,10 @@ from viewer.series import add_line
 from viewer.stats import number
 from viewer.theme import PALETTE, styled
 
-PREFERRED = ["queue", "capacity", "empty_ratio", "full_ratio", "mean_size", "get_wait_ms"]
+#: Queue statistics shown, in order (queue_summary json has more; docs/formats.md lists them).
+PREFERRED = ["queue", "role", "capacity", "empty_ratio", "full_ratio", "time_empty_ratio", "time_full_ratio",
+             "mean_size", "max_size", "get_wait_ms", "get_wait_per_step_ms", "put_wait_ms"]
+STAGE_COLUMNS = ["stage", "input_queue", "output_queue", "input_full_ratio", "output_empty_ratio", "slow"]
 
 
 def occupancy(queues: pd.DataFrame) -> tuple[go.Figure, list[str]]:
@@ -63,26 +66,60 @@ def ratio_bars(rows: list[dict[str, Any]]) -> go.Figure:
         values = [100 * (number(r.get(key)) or 0.0) for r in rows]
         fig.add_bar(x=names, y=values, name=label, marker_color=color,
                     hovertemplate=f"%{{x}}<br>{label} %{{y:.1f}} % of the time<extra></extra>")
-    return styled(fig, barmode="group", yaxis=dict(title="% of probes", range=[0, 100]),
-                  xaxis=dict(type="category"))
+    return styled(fig, barmode="group", bargap=0.55 if len(rows) < 3 else 0.3,
+                  yaxis=dict(title="% of probes", range=[0, 100]), xaxis=dict(type="category"))
 
 
 def _cell(key: str, value: Any) -> str:
+    """A statistic as text: ratios as percentages, numbers trimmed, null as a dash."""
+    if value is None or value == "":
+        return "—"
     v = number(value)
-    if key.endswith("_ratio") and v is not None:
+    if isinstance(value, bool) or v is None:
+        return str(value)
+    if key.endswith("_ratio"):
         return fmt_pct(100 * v)
-    if v is not None and not isinstance(value, bool):
-        return f"{v:,.2f}".rstrip("0").rstrip(".")
-    return str(value)
+    return f"{v:,.2f}".rstrip("0").rstrip(".")
+
+
+def _stat_table(rows: list[dict[str, Any]], preferred: list[str]) -> str:
+    """The preferred columns that the rows have (every scalar column when they have none of them)."""
+    keys = [k for k in preferred if any(k in r for r in rows)]
+    if len(keys) < 2:
+        keys = sorted({k for r in rows for k, v in r.items() if not isinstance(v, (dict, list))})
+    return table([k.replace("_", " ") for k in keys], [[_cell(k, r.get(k)) for k in keys] for r in rows],
+                 [k not in ("queue", "role", "stage", "input_queue", "output_queue") for k in keys])
 
 
 def _verdict(summary: dict[str, Any] | None) -> str:
-    """Top-level text fields of the summary (verdict, bottleneck stage, ...), as given."""
+    """The summary's verdict (kind and reason) and bottleneck stage, however they are given."""
     if not isinstance(summary, dict):
         return ""
-    lines = [f"<p><b>{esc(k.replace('_', ' '))}:</b> {esc(v)}</p>" for k, v in summary.items()
-             if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
-    return "".join(lines)
+    verdict = summary.get("verdict")
+    if isinstance(verdict, dict):
+        kind, reason = verdict.get("kind"), verdict.get("reason")
+        kind = str(kind or "").replace("_", " ")
+        text = f"{kind}: {reason}" if kind and reason else str(reason or kind)
+        stage = verdict.get("bottleneck_stage")
+    else:
+        text, stage = str(verdict or ""), None
+    pipeline = summary.get("pipeline") if isinstance(summary.get("pipeline"), dict) else {}
+    stage = stage or pipeline.get("bottleneck_stage") or summary.get("bottleneck_stage") or summary.get("bottleneck")
+    html = f'<div class="verdict">{esc(text)}</div>' if text else ""
+    if stage:
+        html += f"<p><b>Slowest stage:</b> {esc(stage)}</p>"
+    return html
+
+
+def _stages(summary: dict[str, Any] | None) -> str:
+    """The pipeline stages table (input full, output empty: the slow stage), when the summary has one."""
+    pipeline = summary.get("pipeline") if isinstance(summary, dict) else None
+    stages = pipeline.get("stages") if isinstance(pipeline, dict) else None
+    rows = [r for r in stages if isinstance(r, dict)] if isinstance(stages, list) else []
+    if not rows:
+        return ""
+    return section("Pipeline stages", _stat_table(rows, STAGE_COLUMNS),
+                   "A stage whose input queue is full while its output queue is empty is the slow one.")
 
 
 def build(ctx: Context) -> str:
@@ -92,15 +129,12 @@ def build(ctx: Context) -> str:
     if run.data_queue is None and not rows:
         return section("Data pipeline", absent("No data-queue probes were recorded in this run "
                                                 "(no data_queue csv or queue_summary json)."))
-    parts = []
-    keys = [k for k in PREFERRED if any(k in r for r in rows)]
-    keys += sorted({k for r in rows for k in r if k not in keys and not isinstance(r[k], (dict, list))})
     source = "queue_summary json" if run.queue_summary else "computed from the data_queue csv"
-    parts.append(section("Queue statistics", _verdict(run.queue_summary) + table(
-        [k.replace("_", " ") for k in keys], [[_cell(k, r.get(k, "")) for k in keys] for r in rows],
-        [k != "queue" for k in keys]) + "<br>" + ctx.figure(ratio_bars(rows)),
-        f"Empty: a get found the queue empty (the producer is too slow). Full: a put found it full "
-        f"(the consumer is too slow). Source: {source}."))
+    parts = [section("Queue statistics", _verdict(run.queue_summary) + _stat_table(rows, PREFERRED) + "<br>"
+                     + ctx.figure(ratio_bars(rows)),
+                     f"Empty: a get found the queue empty (the producer is too slow). Full: a put found it full "
+                     f"(the consumer is too slow). Source: {source}."),
+             _stages(run.queue_summary)]
     if run.data_queue is not None and len(run.data_queue):
         fig, notes = occupancy(run.data_queue)
         parts.append(section("Queue occupancy over time", ctx.figure(fig), "; ".join(notes)))
