@@ -201,6 +201,18 @@ def test_fp_bp_from_phase_annotations(kineto_dir: Path, trace: str) -> None:
         assert step.start_ns < step.fp_start_ns < step.bp_end_ns <= step.end_ns
 
 
+def test_repeated_step_annotation_keeps_the_first(tmp_path: Path, kineto_dir: Path) -> None:
+    raw = raw_trace(kineto_dir / "sampled_rank-0.json.gz")
+    first = next(e for e in raw["traceEvents"] if e.get("name") == "ProfilerStep#551")
+    raw["traceEvents"].append(dict(first, ts=first["ts"] + 10, tid=23695))
+    path = tmp_path / "repeated.json"
+    path.write_text(json.dumps(raw))
+    run = read_kineto_trace(path)
+    pd.testing.assert_frame_equal(run.steps, imported(kineto_dir / "sampled_rank-0.json.gz").steps)
+    assert run.info["warnings"] == [
+        "ignored 1 repeated ProfilerStep annotations (the first of each step number is kept)"]
+
+
 def test_steps_without_phase_annotations_leave_fp_bp_to_analysis(kineto_dir: Path) -> None:
     steps = imported(kineto_dir / "cpu_only.json.gz").steps
     assert steps[["fp_start_ns", "bp_end_ns"]].to_numpy().tolist() == [[-1, -1]]

@@ -355,7 +355,7 @@ def _step_number(name: Any) -> int:
     return int(match.group(1)) if match else -1
 
 
-def step_of(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+def _step_rows(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     """Index (row of `steps`, which is in time order) of the step whose window
     [start_ns, end_ns) holds each time, -1 when none does."""
     if steps.empty:
@@ -387,7 +387,7 @@ def _with_phase_bounds(steps: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame
     phase = Coded.of(spans["name"].to_numpy(dtype=object)).map(_phase_of)
     frame = pd.DataFrame(
         {
-            "row": step_of(spans["start_ns"].to_numpy(), steps),
+            "row": _step_rows(spans["start_ns"].to_numpy(), steps),
             "phase": phase,
             "start_ns": spans["start_ns"].to_numpy(),
             "end_ns": spans["end_ns"].to_numpy(),
@@ -406,7 +406,7 @@ def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, cl
     """overhead_ns = summed duration of Kineto's own overhead events starting in the step."""
     if steps.empty or rows.size == 0:
         return steps
-    row = step_of(clock.ns(cols.ts_us[rows]), steps)
+    row = _step_rows(clock.ns(cols.ts_us[rows]), steps)
     inside = row >= 0
     steps = steps.copy()
     steps["overhead_ns"] = np.bincount(
@@ -486,7 +486,7 @@ def _ops(
         "start_ns": start,
         "dur_ns": dur,
         "self_ns": np.where(part["leaf"], dur, self_times(parent, dur)),
-        "step": np.append(steps["step"].to_numpy(), -1)[step_of(start, steps)],
+        "step": np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)],
         "shapes": part["shapes"],
         "correlation": to_int(cols.arg("correlation", rows), default=-1),
         "source": Coded.constant(SOURCE, len(rows)),
