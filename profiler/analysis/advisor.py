@@ -170,6 +170,17 @@ def _finding(inp: AdvisorInput, kind: str, stake_ms: float, **kw: Any) -> Findin
     return Finding(kind=kind, at_stake_ms=stake_ms, at_stake_pct=_share(stake_ms, inp), **kw)
 
 
+def _fires(inp: AdvisorInput, ms: float, threshold: str) -> Optional[float]:
+    """The share of the mean step `ms` is, when it reaches the threshold `threshold` (a % of step time); else None."""
+    share = _share(ms, inp)
+    return share if share >= inp.thresholds[threshold] else None
+
+
+def _rule_text(inp: AdvisorInput, what: str, threshold: str) -> str:
+    """The `threshold` field: "<what> >= <value> % (<name>)"."""
+    return f"{what} >= {inp.thresholds[threshold]:g} % ({threshold})"
+
+
 def _suggest(kind: str, inp: AdvisorInput) -> str:
     return SUGGESTIONS[kind][inp.framework]
 
@@ -202,9 +213,8 @@ def input_rule(inp: AdvisorInput) -> list[Finding]:
     """input_bound / transmission_bound from the queue verdict, else from the iteration gap's share."""
     gap = inp.typical("iteration_gap_ms")
     wait = inp.typical("data_wait_ms")
-    share = _share(gap, inp)
-    limit = inp.thresholds["input_gap_pct"]
-    if share < limit:
+    share = _fires(inp, gap, "input_gap_pct")
+    if share is None:
         return []
     verdict, reason = queue_verdict(inp.queue_summary)
     files = [inp.file("step_trace")]
@@ -214,7 +224,7 @@ def input_rule(inp: AdvisorInput) -> list[Finding]:
     if verdict is not None:
         files.append(inp.file("queue_summary", "json"))
         evidence += f"; queues: {reason} [{files[1]}: verdict]"
-    threshold = f"iteration gap share >= {limit:g} % (input_gap_pct)"
+    threshold = _rule_text(inp, "iteration gap share", "input_gap_pct")
     metrics = {"iteration_gap_ms": gap, "gap_share_pct": share, "data_wait_ms": wait}
     if verdict == BALANCED:
         return [_finding(inp, "host_bound", gap, title=f"Host work between steps takes {_pct(share)} of the step "
@@ -234,9 +244,8 @@ def _exposed_comm(steps: pd.DataFrame) -> pd.Series:
 def comm_rule(inp: AdvisorInput) -> list[Finding]:
     """comm_bound: communication that does not overlap forward + backward."""
     exposed = float(_exposed_comm(inp.steps).median())
-    share = _share(exposed, inp)
-    limit = inp.thresholds["comm_exposed_pct"]
-    if share < limit:
+    share = _fires(inp, exposed, "comm_exposed_pct")
+    if share is None:
         return []
     comm, overlap = inp.typical("all_reduce_ms"), inp.typical("all_reduce_overlap_ms")
     f = inp.file("step_trace")
@@ -244,7 +253,7 @@ def comm_rule(inp: AdvisorInput) -> list[Finding]:
         inp, "comm_bound", exposed, title=f"Communication not hidden behind compute: {_pct(share)} of the step",
         evidence=(f"all-reduce {comm:.2f} ms per step, of which {overlap:.2f} ms overlaps forward + backward and "
                   f"{exposed:.2f} ms is exposed ({_steps_note(inp)}) [{f}: all_reduce_ms, all_reduce_overlap_ms]"),
-        threshold=f"exposed communication >= {limit:g} % of step time (comm_exposed_pct)",
+        threshold=_rule_text(inp, "exposed communication, % of step time", "comm_exposed_pct"),
         suggestion=_suggest("comm_bound", inp), files=[f],
         metrics={"all_reduce_ms": comm, "overlap_ms": overlap, "exposed_ms": exposed})]
 
@@ -252,16 +261,15 @@ def comm_rule(inp: AdvisorInput) -> list[Finding]:
 def tail_rule(inp: AdvisorInput) -> list[Finding]:
     """tail_bound: bp end -> step end, without the exposed communication comm_rule reports."""
     tail = float((inp.steps["tail_ms"] - _exposed_comm(inp.steps)).clip(lower=0).median())
-    share = _share(tail, inp)
-    limit = inp.thresholds["tail_pct"]
-    if share < limit:
+    share = _fires(inp, tail, "tail_pct")
+    if share is None:
         return []
     f = inp.file("step_trace")
     return [_finding(
         inp, "tail_bound", tail, title=f"Tail after backward (optimizer, logging, saving) takes {_pct(share)}",
         evidence=(f"tail {tail:.2f} ms without exposed communication, against a mean step of {inp.mean_step_ms:.2f} ms "
                   f"({_steps_note(inp)}) [{f}: tail_ms, all_reduce_ms, total_ms]"),
-        threshold=f"tail share >= {limit:g} % of step time (tail_pct)",
+        threshold=_rule_text(inp, "tail share of step time", "tail_pct"),
         suggestion=_suggest("tail_bound", inp), files=[f], metrics={"tail_ms": tail, "tail_share_pct": share})]
 
 
@@ -409,9 +417,8 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
         return []
     median = inp.steps.median(numeric_only=True)
     excess = float((slow["total_ms"] - median["total_ms"]).sum()) / len(inp.steps)
-    share = _share(excess, inp)
-    limit = inp.thresholds["outlier_excess_pct"]
-    if share < limit:
+    share = _fires(inp, excess, "outlier_excess_pct")
+    if share is None:
         return []
     grown = {col: float(slow[col].mean() - median[col]) for col in ("iteration_gap_ms", "fp_bp_ms", "tail_ms")}
     phase = max(grown, key=grown.get)
@@ -427,8 +434,8 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
                   f"{slow['total_ms'].mean():.2f} ms{'' if one else ' on average'} against a median of "
                   f"{median['total_ms']:.2f} ms; the extra time is mostly in {phase[:-3]} (+{grown[phase]:.2f} ms) "
                   f"[{f}: step, total_ms, {phase}]"),
-        threshold=(f"outlier steps (> median + {inp.thresholds['outlier_min_pct']:g} % and Q3 + 1.5 IQR) add "
-                   f">= {limit:g} % of step time (outlier_excess_pct)"),
+        threshold=_rule_text(inp, f"time outlier steps (> median + {inp.thresholds['outlier_min_pct']:g} % and "
+                                  "Q3 + 1.5 IQR) add, % of step time", "outlier_excess_pct"),
         suggestion=_suggest("step_outliers", inp), files=[f],
         metrics={"outliers": float(len(slow)), "period_steps": float(period or 0), "excess_ms_per_step": excess})]
 
@@ -436,15 +443,14 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
 def overhead_rule(inp: AdvisorInput) -> list[Finding]:
     """profiler_overhead: the profiler's own measured time inside the steps."""
     overhead = inp.typical("profiler_overhead_ms")
-    share = _share(overhead, inp)
-    limit = inp.thresholds["profiler_overhead_pct"]
-    if share < limit:
+    share = _fires(inp, overhead, "profiler_overhead_pct")
+    if share is None:
         return []
     f = inp.file("step_trace")
     return [_finding(
         inp, "profiler_overhead", overhead, title=f"The profiler itself takes {_pct(share)} of each step",
         evidence=f"profiler_overhead_ms {overhead:.3f} ms per step ({_steps_note(inp)}) [{f}: profiler_overhead_ms]",
-        threshold=f"profiler overhead >= {limit:g} % of step time (profiler_overhead_pct)",
+        threshold=_rule_text(inp, "profiler overhead, % of step time", "profiler_overhead_pct"),
         suggestion=_suggest("profiler_overhead", inp), files=[f], metrics={"overhead_ms": overhead})]
 
 
