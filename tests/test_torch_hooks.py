@@ -19,6 +19,16 @@ def _quiet_profiler(out, **kwargs) -> Profiler:
     return Profiler(out, host_counters=False, gpu_counters=False, **kwargs)
 
 
+def _attached(out, **attach_kwargs):
+    """A fresh CNN, its SGD optimizer, one batch, and a Profiler attached to them (no op capture)."""
+    torch.manual_seed(0)
+    model, batch = small_cnn(), cifar_batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    p = _quiet_profiler(out)
+    p.attach(model, optimizer, ops=False, **attach_kwargs)
+    return model, optimizer, batch, p
+
+
 def test_phases_sum_to_total_from_hooks_alone(tmp_path):
     profiled_cnn_run(tmp_path, steps=6)
     trace = read_csv(tmp_path, "step_trace")
@@ -31,11 +41,7 @@ def test_phases_sum_to_total_from_hooks_alone(tmp_path):
 
 def test_boundaries_match_ground_truth(tmp_path):
     """fp start = the forward call, bp end = backward() returning, step end = optimizer.step() returning."""
-    torch.manual_seed(0)
-    model, (x, y) = small_cnn(), cifar_batch()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    p = _quiet_profiler(tmp_path)
-    p.attach(model, optimizer, ops=False)
+    model, optimizer, (x, y), p = _attached(tmp_path)
     truth = []
     t_prev = time.perf_counter_ns()
     for _ in range(8):
@@ -80,18 +86,14 @@ def test_injected_data_loading_sleep_shows_as_iteration_gap(tmp_path):
     base = read_csv(profiled_cnn_run(tmp_path / "base", steps=8).output_path, "step_trace")
     slow = read_csv(profiled_cnn_run(tmp_path / "slow", steps=8, load=slow_loading).output_path, "step_trace")
     extra_gap = slow["iteration_gap_ms"][1:].median() - base["iteration_gap_ms"][1:].median()
-    assert extra_gap == pytest.approx(np.median(slept[1:]), abs=1.0)
-    assert (slow["iteration_gap_ms"][1:] >= 20.0).all()
+    assert extra_gap == pytest.approx(np.median(slept[1:]), abs=2.0)
+    assert (slow["iteration_gap_ms"][1:].to_numpy() >= np.array(slept[1:])).all()   # each step's own sleep
 
 
 def test_gradient_accumulation_spans_all_micro_batches(tmp_path):
     """Two forward/backward micro-batches per optimizer step: fp start is the first forward,
     bp end the last backward, and steps are optimizer steps."""
-    torch.manual_seed(0)
-    model, (x, y) = small_cnn(), cifar_batch()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    p = _quiet_profiler(tmp_path)
-    p.attach(model, optimizer, ops=False)
+    model, optimizer, (x, y), p = _attached(tmp_path)
     spans = []
     for _ in range(8):
         optimizer.zero_grad()
@@ -109,11 +111,7 @@ def test_gradient_accumulation_spans_all_micro_batches(tmp_path):
 
 
 def test_explicit_step_is_ignored_with_one_warning(tmp_path):
-    torch.manual_seed(0)
-    model, (x, y) = small_cnn(), cifar_batch()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    p = _quiet_profiler(tmp_path)
-    p.attach(model, optimizer, ops=False)
+    model, optimizer, (x, y), p = _attached(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
@@ -129,11 +127,7 @@ def test_explicit_step_is_ignored_with_one_warning(tmp_path):
 
 
 def test_step_on_optimizer_false_leaves_steps_to_the_loop(tmp_path):
-    torch.manual_seed(0)
-    model, (x, y) = small_cnn(), cifar_batch()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    p = _quiet_profiler(tmp_path)
-    p.attach(model, optimizer, ops=False, step_on_optimizer=False)
+    model, optimizer, (x, y), p = _attached(tmp_path, step_on_optimizer=False)
     for i in range(6):
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
@@ -147,10 +141,7 @@ def test_step_on_optimizer_false_leaves_steps_to_the_loop(tmp_path):
 
 
 def test_hooks_are_removed_when_the_profiler_stops(tmp_path):
-    model = small_cnn()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    p = _quiet_profiler(tmp_path)
-    p.attach(model, optimizer, ops=False)
+    model, optimizer, _, p = _attached(tmp_path)
     assert model._forward_pre_hooks and optimizer._optimizer_step_post_hooks
     p.stop()
     assert not model._forward_pre_hooks and not model._forward_hooks
@@ -185,10 +176,7 @@ def test_inference_and_tuple_outputs(tmp_path):
 
 
 def test_second_attach_that_also_steps_is_refused(tmp_path):
-    model = small_cnn()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    p = _quiet_profiler(tmp_path)
-    p.attach(model, optimizer, ops=False)
+    model, optimizer, _, p = _attached(tmp_path)
     with pytest.raises(Exception, match="already"):
         p.attach(model, optimizer, ops=False)
     p.stop()

@@ -36,9 +36,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
+from ..errors import ProfviewError
 from ..model import OP_COLUMNS, Run, conform
+from ..profiler import _clock_anchor
 from ..schedule import ProfilerAction, Schedule, as_action
+from ..store.interpret import assign_steps
 from .base import Source
+from .kineto import read_kineto_trace
+from .kineto_nesting import enclosing_parents
 
 if TYPE_CHECKING:
     from ..profiler import Profiler
@@ -104,7 +109,6 @@ class TorchCapture(Source):
         except ImportError as exc:
             self.status = f"absent: torch is not importable ({exc})"
             return
-        self._torch = torch
         self._tprof = tprof
         path = Path(recorder.writer.path)
         self._stem = path.with_name(path.name[: -len(path.suffix)] if path.suffix else path.name)
@@ -152,8 +156,6 @@ class TorchCapture(Source):
 
     def _save_window(self, prof: Any) -> None:
         """torch's on_trace_ready: export the window's trace and index it with a clock anchor."""
-        from ..profiler import _clock_anchor
-
         first = self._window_first if self._window_first is not None else self._step
         last = self._step - 1 if not self._stopped else self._step
         self._window_first = None
@@ -175,7 +177,7 @@ class TorchCapture(Source):
         self.windows_saved += 1
         thread = threading.Thread(target=_compress, args=(path,), name="profview-torch-gzip", daemon=True)
         thread.start()
-        self._compressors.append(thread)
+        self._compressors = [t for t in self._compressors if t.is_alive()] + [thread]
 
 
 def _quietly(transition: Callable[[], None]) -> None:
@@ -231,10 +233,6 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
     ProfilerStep annotations are not used), and collective annotations (`gloo:all_reduce`, ...)
     added as `comm` ops so that the step trace counts them as all-reduce.
     """
-    from ..errors import ProfviewError
-    from ..store.interpret import assign_steps
-    from .kineto import read_kineto_trace
-
     entries = torch_index_entries(directory, rank)
     if not entries:
         return run
@@ -278,8 +276,6 @@ def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
     time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
     visible: the two intervals coincide up to the dispatch cost).
     """
-    from .kineto_nesting import enclosing_parents
-
     while True:
         host = np.flatnonzero((ops["device"] == "cpu").to_numpy())
         lane = pd.factorize(ops["stream"].to_numpy()[host])[0]
