@@ -107,3 +107,21 @@ def test_numpy_mlp_conclusion(tmp_path):
     st = pd.read_csv(tmp_path / "step_trace_0.csv")
     assert float(m[1]) == pytest.approx(st["total_ms"].median(), abs=0.051)
     assert (tmp_path / "report_0.json").is_file()
+
+
+def test_example_profile_tells_the_story(capsys):
+    example = REPO / "sample_runs" / "example_profile"
+    verdicts = {d.name: json.loads((d / "report_0.json").read_text())["verdict"] for d in sorted(example.iterdir())}
+    assert verdicts == {"a_one_worker": "input_bound", "b_prefetch": "balanced", "c_float64": "op_hotspot"}
+    assert main(["compare", str(example / "a_one_worker"), str(example / "b_prefetch"), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["findings"]["resolved"][0]["kind"] == "input_bound" and doc["verdict"]["outcome"] == "faster"
+    assert sum(f.stat().st_size for f in example.rglob("*") if f.is_file()) < 512_000
+
+
+def test_docs_images_exist():
+    guide = (REPO / "docs" / "tuning-guide.md").read_text()
+    images = re.findall(r"\]\((img/[^)]+\.png)\)", guide)
+    assert len(images) >= 4
+    for image in images:
+        assert (REPO / "docs" / image).is_file(), image

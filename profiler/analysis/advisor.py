@@ -469,11 +469,10 @@ def rank_findings(findings: list[Finding], thresholds: Mapping[str, float]) -> l
 
 
 def headline(verdict: str, findings: list[Finding], steps: pd.DataFrame) -> str:
-    """One sentence for the top of the report."""
-    shares = {col: 100.0 * steps[col].sum() / (steps["total_ms"].sum() or 1.0)
-              for col in ("iteration_gap_ms", "fp_bp_ms", "tail_ms")}
-    split = (f"iteration gap {shares['iteration_gap_ms']:.0f} %, forward + backward {shares['fp_bp_ms']:.0f} %, "
-             f"tail {shares['tail_ms']:.0f} % of a {steps['total_ms'].median():.2f} ms median step")
+    """One sentence for the top of the report: the top problem (or none) and the median step's split."""
+    m = steps[["total_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms"]].median()
+    split = (f"median step {m['total_ms']:.2f} ms: iteration gap {m['iteration_gap_ms']:.2f} ms, "
+             f"forward + backward {m['fp_bp_ms']:.2f} ms, tail {m['tail_ms']:.2f} ms")
     if verdict == BALANCED:
         return f"no high-severity bottleneck ({split})"
     return f"{findings[0].title}: fix this first ({split})"

@@ -75,7 +75,7 @@ def step_histograms(base: pd.DataFrame, new: pd.DataFrame) -> go.Figure:
     """Both runs' step-time distributions, overlaid."""
     fig = go.Figure()
     for steps, name, color in ((base, "BASE", BASE_COLOR), (new, "NEW", NEW_COLOR)):
-        fig.add_histogram(x=steps["total_ms"], name=name, marker_color=color, opacity=0.65,
+        fig.add_histogram(x=steps["total_ms"], name=name, marker_color=color, opacity=0.65, bingroup="steps",
                           hovertemplate=f"{name} %{{x}} ms: %{{y}} steps<extra></extra>")
     return styled(fig, barmode="overlay", xaxis_title="step time (ms)", yaxis_title="steps")
 
