@@ -161,17 +161,16 @@ def test_concurrent_puts_and_gets_are_recorded_exactly(tmp_path):
 def test_get_wait_is_the_time_blocked(tmp_path):
     p = Profiler(output_path=tmp_path, host_counters=False, gpu_counters=False)
     q = ProfiledQueue(1, name="waited")
-    timer = threading.Timer(0.05, q.put, args=("x",))
+    threading.Timer(0.05, q.put, args=("x",)).start()
     t0 = time.perf_counter_ns()
-    timer.start()
     q.get()
-    truth_ms = (time.perf_counter_ns() - t0) / 1e6
+    truth_ms = (time.perf_counter_ns() - t0) / 1e6       # the whole get() call: the blocked time and a little more
     q.put("y")
     q.get()
     p.step()
     p.analyse(progress=False)
     gets = _recorded(tmp_path).query("event == 'get'")
-    assert abs(gets["wait_ms"].iloc[0] - truth_ms) < 2 and truth_ms >= 50
+    assert truth_ms - 5 < gets["wait_ms"].iloc[0] <= truth_ms and gets["wait_ms"].iloc[0] > 40
     assert gets["wait_ms"].iloc[1] == 0                    # a get that did not block reads no clock for it
 
 

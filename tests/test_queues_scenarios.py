@@ -172,15 +172,16 @@ def _loader(delay_s, n=30):
 
 
 def test_dataloader_occupancy_and_slow_getitem(tmp_path):
-    # slow __getitem__: 30 ms per batch over 2 workers, 2 ms step -> the loop waits for data
-    slow, trace, events, true_waits = run_loop(tmp_path / "slow", lambda: _loader(0.030), 0.002)
+    # slow __getitem__: 50 ms per batch over 2 workers, 2 ms step -> the loop waits for data
+    slow, trace, events, true_waits = run_loop(tmp_path / "slow", lambda: _loader(0.050), 0.002)
     q = slow["queues"][0]
     assert q["queue"] == "host_queue" and q["capacity"] == 4        # 2 workers x prefetch_factor 2
     assert q["puts"] == q["gets"] == 30                              # every batch logged by a worker, every get seen
     assert slow["verdict"]["kind"] == "data_process"
-    assert q["empty_ratio"] >= 0.5 and q["mean_size"] < 1
+    # the two workers finish in step, so about every other get finds the second batch of a pair ready
+    assert q["empty_ratio"] >= 0.3 and q["mean_size"] < 1
     assert np.all(np.abs(trace["data_wait_ms"].to_numpy() - true_waits) < TOL_MS)
-    assert trace["data_wait_ms"].iloc[1:].mean() > 8                 # ~15 ms per batch - 2 ms step
+    assert trace["data_wait_ms"].iloc[1:].mean() > 15                # ~25 ms per batch - 2 ms step
 
     # fast __getitem__, 10 ms step -> the workers stay ahead, the prefetch is (nearly) full
     fast, _, _, _ = run_loop(tmp_path / "fast", lambda: _loader(0.001), 0.010)

@@ -88,8 +88,8 @@ class QueueProbe:
 class _TimedCondition(threading.Condition):
     """A queue's not_empty / not_full condition that adds each waiting thread's blocked time to `waits`.
 
-    Only threads that block run this; the put / get that follows takes the total out of
-    `waits` (so the waits of timed-out attempts by the same thread add up).
+    Only threads that block run this; the put (not_full) / get (not_empty) that follows takes
+    the total out of `waits` (so the waits of a thread's timed-out attempts add up).
     """
 
     def __init__(self, lock: Any, waits: dict[int, int]) -> None:
@@ -117,9 +117,10 @@ class ProfiledQueue(queue.Queue):
     def __init__(self, maxsize: int = 0, name: str = "queue") -> None:
         super().__init__(maxsize)
         self.probe = QueueProbe(name, maxsize)
-        self._waits: dict[int, int] = {}          # thread ident -> ns blocked in its current put / get
-        self.not_empty = _TimedCondition(self.mutex, self._waits)
-        self.not_full = _TimedCondition(self.mutex, self._waits)
+        self._get_waits: dict[int, int] = {}      # thread ident -> ns blocked in its current get
+        self._put_waits: dict[int, int] = {}      # ... in its current put
+        self.not_empty = _TimedCondition(self.mutex, self._get_waits)
+        self.not_full = _TimedCondition(self.mutex, self._put_waits)
 
     @property
     def name(self) -> str:
@@ -127,13 +128,13 @@ class ProfiledQueue(queue.Queue):
 
     def _put(self, item: Any) -> None:        # runs under self.mutex
         self.queue.append(item)
-        wait = self._waits.pop(get_ident(), 0) if self._waits else 0
+        wait = self._put_waits.pop(get_ident(), 0) if self._put_waits else 0
         if _api._active_profiler is not None:
             self.probe.record(PUT, len(self.queue), wait)
 
     def _get(self) -> Any:                    # runs under self.mutex
         item = self.queue.popleft()
-        wait = self._waits.pop(get_ident(), 0) if self._waits else 0
+        wait = self._get_waits.pop(get_ident(), 0) if self._get_waits else 0
         if _api._active_profiler is not None:
             self.probe.record(GET, len(self.queue), wait)
         return item
