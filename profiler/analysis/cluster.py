@@ -174,10 +174,10 @@ class Straggler:
 
     rank: int
     slowest_share: float                 # share of the contested steps in which it was the slowest
-    excess_ms: float                     # its mean busy time minus the other ranks' median
+    excess_ms: float                     # its median busy time minus the other ranks' median
     phase: str                           # the phase (communication taken out) it exceeds most in
-    phase_excess_ms: dict[str, float]    # per phase: its mean minus the other ranks' median
-    others_wait_ms: float                # mean wait of the other ranks per step
+    phase_excess_ms: dict[str, float]    # per phase: its median minus the other ranks' median
+    others_wait_ms: float                # median wait of the other ranks per step
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "slowest_share_pct": round(100.0 * self.slowest_share, 2),
@@ -186,23 +186,29 @@ class Straggler:
                 "others_wait_ms": round(self.others_wait_ms, 4)}
 
 
-def find_straggler(ranks: pd.DataFrame, straggler_pct: float) -> Optional[Straggler]:
-    """The rank slowest in most contested steps and busier than the other ranks' median by `straggler_pct` %; else None."""
+def find_straggler(table: pd.DataFrame, ranks: pd.DataFrame, straggler_pct: float) -> Optional[Straggler]:
+    """The rank slowest in most contested steps and busier than the other ranks' median by `straggler_pct` %; else None.
+
+    Times are each rank's median over its steps: a few steps disturbed by something else (start-up,
+    a descheduled process) do not make or hide a straggler.
+    """
     contested = int(ranks["slowest_steps"].sum())
     if len(ranks) < 2 or contested == 0:
         return None
-    top = ranks.loc[ranks["slowest_steps"].idxmax()]
-    others = ranks[ranks["rank"] != top["rank"]]
-    share = float(top["slowest_steps"]) / contested
+    typical_steps = table.groupby("rank", sort=True)[["busy_ms", "wait_ms", *PHASES_EXCL_COMM]].median()
+    rank = int(ranks.loc[ranks["slowest_steps"].idxmax(), "rank"])
+    top = typical_steps.loc[rank]
+    others = typical_steps.drop(index=rank)
+    share = float(ranks.loc[ranks["rank"] == rank, "slowest_steps"].iloc[0]) / contested
     typical = float(others["busy_ms"].median())
     excess = float(top["busy_ms"]) - typical
     margin = max(STRAGGLER_MIN_EXCESS_MS, straggler_pct / 100.0 * typical)
     if share < STRAGGLER_MIN_SLOWEST_SHARE or excess < margin:
         return None
     phase_excess = {p: float(top[p] - others[p].median()) for p in PHASES_EXCL_COMM}
-    return Straggler(rank=int(top["rank"]), slowest_share=share, excess_ms=excess,
+    return Straggler(rank=rank, slowest_share=share, excess_ms=excess,
                      phase=max(phase_excess, key=phase_excess.get), phase_excess_ms=phase_excess,
-                     others_wait_ms=float(others["wait_ms"].mean()))
+                     others_wait_ms=float(others["wait_ms"].median()))
 
 
 def communication(ranks: pd.DataFrame) -> dict[str, float]:
@@ -289,7 +295,7 @@ def cluster_summary(infos: Mapping[int, Mapping[str, Any]], traces: Mapping[int,
         doc["devices"] = _records(device_breakdown(ops_by_rank))
     if not len(ranks):
         return doc, table
-    straggler = find_straggler(ranks, th["straggler_pct"])
+    straggler = find_straggler(table, ranks, th["straggler_pct"])
     comm = communication(ranks)
     framework = framework_of(next(iter(infos.values()), {}))
     findings = ([straggler_finding(straggler, ranks, th)] if straggler else []) + \
