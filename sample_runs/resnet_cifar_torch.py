@@ -6,14 +6,15 @@
 The story of MindSpore's ResNet-50 migration / performance-tuning guide, on a CPU:
 
   a_one_worker   one DataLoader worker reads and augments every image from a slow file store
-                 (its latency is set so that a batch takes twice the compute) and cannot keep up: the loader queue is empty at every get and
+                 (its latency is set so that a batch takes 2.5 times the compute) and cannot keep
+                 up: the loader queue is empty at every get and
                  the iteration gap is about half the step. The advisor says input_bound.
   b_prefetch     four workers with prefetch_factor=4 (the advisor's suggestion): the queue stays
                  full, the gap collapses and the step time drops.
-  c_float64      a "numerically careful" variant computes every BatchNorm in float64: a cast in,
-                 a cast out, forward and backward. Cast (aten::to / _to_copy / copy_) and
+  c_float64      a "numerically careful" variant computes every BatchNorm and residual sum in
+                 float64: casts in, casts out, forward and backward. Cast (aten::to / _to_copy / copy_) and
                  BatchNorm dominate op time; the advisor points at both.
-  d_fixed        BatchNorm in float32 again: balanced.
+  d_fixed        float32 throughout again: balanced.
 
 Each stage is a profile directory under --out; the script prints each stage's step breakdown,
 the advisor's verdict and the change against the previous stage, computed exactly as
@@ -41,7 +42,7 @@ from viewer.pages.compare import comparison  # noqa: E402
 from viewer.sources import load_input  # noqa: E402
 
 BATCH = 32
-LOAD_TO_COMPUTE = 2.0  # one worker needs this many times the compute time to load a batch (stage a)
+LOAD_TO_COMPUTE = 2.5  # one worker needs this many times the compute time to load a batch (stage a)
 MEAN = np.array([0.49, 0.48, 0.45], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.25, 0.24, 0.26], dtype=np.float32).reshape(3, 1, 1)
 
@@ -72,47 +73,54 @@ class SyntheticCIFAR(Dataset):
 
 
 class Float64BatchNorm(nn.BatchNorm2d):
-    """BatchNorm computed in float64 "for stability": the mistake stage c makes on purpose."""
+    """BatchNorm computed in float64 "for stability" (stage c's mistake): a cast in, a cast out."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x.double()).float()
 
 
-def float64_norm(channels: int) -> nn.Module:
-    return Float64BatchNorm(channels).double()
+def norm_layer(careful: bool) -> Callable[[int], nn.Module]:
+    """BatchNorm2d, or the float64 one with its statistics and parameters in float64."""
+    return (lambda channels: Float64BatchNorm(channels).double()) if careful else nn.BatchNorm2d
 
 
 class Block(nn.Module):
-    """ResNet basic block: conv-bn-relu-conv-bn plus the shortcut."""
+    """ResNet basic block: conv-bn-relu-conv-bn plus the shortcut; `careful` does the norms and the
+    residual sum in float64 (stage c)."""
 
-    def __init__(self, cin: int, cout: int, stride: int, norm: Callable[[int], nn.Module]) -> None:
+    def __init__(self, cin: int, cout: int, stride: int, careful: bool = False) -> None:
         super().__init__()
+        norm = norm_layer(careful)
+        self.careful = careful
         self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), norm(cout), nn.ReLU(inplace=True),
                                   nn.Conv2d(cout, cout, 3, 1, 1, bias=False), norm(cout))
         self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm(cout))
                       if stride != 1 or cin != cout else nn.Identity())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.body(x) + self.short(x))
+        body, short = self.body(x), self.short(x)
+        if self.careful:
+            return torch.relu(body.double() + short.double()).float()
+        return torch.relu(body + short)
 
 
-def resnet8(norm: Callable[[int], nn.Module] = nn.BatchNorm2d) -> nn.Module:
+def resnet8(careful: bool = False) -> nn.Module:
     """A CIFAR ResNet with one basic block per stage (16, 32, 64 channels)."""
-    return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), norm(16), nn.ReLU(inplace=True),
-                         Block(16, 16, 1, norm), Block(16, 32, 2, norm), Block(32, 64, 2, norm),
+    return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), norm_layer(careful)(16), nn.ReLU(inplace=True),
+                         Block(16, 16, 1, careful), Block(16, 32, 2, careful), Block(32, 64, 2, careful),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
 
 
-#: stage -> (directory name, what it changes, loader options, norm layer)
-STAGES: dict[str, tuple[str, str, dict, Callable[[int], nn.Module]]] = {
+#: stage -> (directory name, what it changes, loader options, float64 "care")
+STAGES: dict[str, tuple[str, str, dict, bool]] = {
     "a": ("a_one_worker", "one loader worker, no prefetch to speak of",
-          {"num_workers": 1, "prefetch_factor": 2}, nn.BatchNorm2d),
+          {"num_workers": 1, "prefetch_factor": 2}, False),
     "b": ("b_prefetch", "4 loader workers, prefetch_factor=4",
-          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, nn.BatchNorm2d),
-    "c": ("c_float64", "BatchNorm computed in float64 (casts around every norm)",
-          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, float64_norm),
-    "d": ("d_fixed", "BatchNorm back in float32",
-          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, nn.BatchNorm2d),
+          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, False),
+    "c": ("c_float64", "BatchNorm and residual sums in float64 (casts around each)",
+          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, True),
+    "d": ("d_fixed", "back to float32 throughout",
+          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, False),
 }
 
 
@@ -130,12 +138,13 @@ def store_latency_ms(batches: int = 6) -> float:
     return LOAD_TO_COMPUTE * float(np.median(times[1:])) * 1e3 / BATCH
 
 
-def train_stage(out: Path, steps: int, loader_options: dict, norm: Callable[[int], nn.Module],
-                read_ms: float, gzip_timeline: bool = False) -> Path:
-    """Profile `steps` training steps of resnet8 with the given loader and norm layer into `out` (emptied first)."""
+def train_stage(out: Path, steps: int, loader_options: dict, careful: bool, read_ms: float,
+                gzip_timeline: bool = False) -> Path:
+    """Profile `steps` training steps of resnet8 (float64 `careful` or not) with the given loader into `out`
+    (emptied first)."""
     shutil.rmtree(out, ignore_errors=True)      # a raw store holds one recording: start afresh
     torch.manual_seed(0)
-    model = resnet8(norm)
+    model = resnet8(careful)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = ProfiledDataLoader(DataLoader(SyntheticCIFAR(BATCH * (steps + 1), read_ms), batch_size=BATCH, shuffle=False,
                                            **loader_options))
@@ -205,8 +214,8 @@ def main() -> None:
     print(f"simulated file store: {read_ms:.2f} ms per image ({read_ms * BATCH:.0f} ms per batch of {BATCH})")
     previous = None
     for key in args.stages:
-        name, what, options, norm = STAGES[key]
-        directory = train_stage(args.out / name, args.steps, options, norm, read_ms, args.gzip_timeline)
+        name, what, options, careful = STAGES[key]
+        directory = train_stage(args.out / name, args.steps, options, careful, read_ms, args.gzip_timeline)
         print(stage_line(name, what, directory))
         if previous is not None:
             print(change_line(previous, directory))
