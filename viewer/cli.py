@@ -5,8 +5,11 @@
     profview DIR --summary       print the step breakdown, top ops and verdict
     profview analyse DIR         re-run analysis from DIR/raw and rewrite the output files
     profview compare BASE NEW    BASE -> NEW: step-time, op and queue deltas, findings, a CI verdict
+    profview import-ascend JOB -o OUT    an Ascend JOB directory -> profview (and/or MindSpore) outputs
+    profview import-kineto TRACE -o OUT  a PyTorch profiler (Kineto) trace -> profview outputs
 
-Subcommands live in COMMANDS: adding one (import-kineto, import-ascend, compare) is one entry.
+`profview DIR` also opens a Kineto trace, an Ascend JOB directory or a MindSpore profiler output
+directory directly (viewer/sources.py). Subcommands live in COMMANDS: adding one is one entry.
 Every failure the user can fix is reported as one sentence on stderr with a non-zero exit.
 """
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Callable, Optional, Sequence
 
 from profiler._version import __version__
 from profiler.errors import ProfviewError
+from profiler.importers import ASCEND_FORMATS
 from viewer.errors import InputError
 from viewer.progress import Progress
 
@@ -186,7 +190,42 @@ def run_analyse(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Every subcommand. Importers and comparison (import-kineto, import-ascend, compare) are added here.
+def _configure_import_ascend(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", metavar="JOB_DIR", type=Path,
+                   help="an Ascend profiling JOB directory (hwts.log.data..., training_trace..., Framework...), "
+                        "or a directory of JOB* directories")
+    p.add_argument("-o", "--output", metavar="OUT_DIR", type=Path, required=True, help="where to write the outputs")
+    p.add_argument("--format", choices=sorted(ASCEND_FORMATS), default="profview",
+                   help="profview: one rank per device (default); mindspore: the MindSpore/MindInsight 2020 "
+                        "files of each device; both")
+
+
+def run_import_ascend(args: argparse.Namespace) -> int:
+    """Import an Ascend JOB directory (profiler.importers.import_ascend_job) and list the files written."""
+    from profiler.importers import import_ascend_job
+
+    return _print_paths(import_ascend_job(args.job, args.output, ASCEND_FORMATS[args.format]))
+
+
+def _configure_import_kineto(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", metavar="TRACE", type=Path, help="a PyTorch profiler trace (.json or .json.gz)")
+    p.add_argument("-o", "--output", metavar="OUT_DIR", type=Path, required=True, help="where to write the outputs")
+
+
+def run_import_kineto(args: argparse.Namespace) -> int:
+    """Import a Kineto trace (profiler.importers.import_kineto_trace) and list the files written."""
+    from profiler.importers import import_kineto_trace
+
+    return _print_paths(import_kineto_trace(args.trace, args.output))
+
+
+def _print_paths(paths: Sequence[Path]) -> int:
+    for path in paths:
+        print(path)
+    return 0
+
+
+#: Every subcommand.
 COMMANDS: dict[str, Command] = {
     DEFAULT_COMMAND: Command("build the HTML report of DIR and serve it (the default: `profview DIR`)",
                              _configure_view, run_view),
@@ -194,6 +233,10 @@ COMMANDS: dict[str, Command] = {
                        _configure_analyse, run_analyse),
     "compare": Command("compare two runs, BASE -> NEW: step phases, ops, queues, findings; exit 1 when "
                        "--fail-if-slower is exceeded", _configure_compare, run_compare),
+    "import-ascend": Command("import an Ascend profiling JOB directory into a profview (and/or MindSpore) output "
+                             "directory", _configure_import_ascend, run_import_ascend),
+    "import-kineto": Command("import a PyTorch profiler (Kineto) trace into a profview output directory",
+                             _configure_import_kineto, run_import_kineto),
 }
 
 EPILOG = """examples:
@@ -205,6 +248,10 @@ EPILOG = """examples:
   profview compare before/ after/ --fail-if-slower 5%
                                               CI gate: exit 1 when after/ is >5 % slower
   profview before/ --compare after/           report of before/ with a Compare tab
+  profview import-ascend JOB3 -o out --format both
+                                              Ascend JOB -> profview + MindSpore files
+  profview import-kineto trace.json.gz -o out a PyTorch profiler trace -> profview files
+  profview JOB3 -o report.html                (also a trace or a MindSpore directory) report directly
 
 `profview COMMAND --help` describes a command's options. docs/viewer.md has more."""
 

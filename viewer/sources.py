@@ -1,11 +1,11 @@
 """What the viewer can open, and the one place to add more: `load_input(path) -> list[RunData]`.
 
 Each `Source` recognises a kind of input by looking at it (cheaply, without parsing it all)
-and loads it into `RunData`. Today the viewer reads profview output directories; importers
-(Kineto / PyTorch profiler traces, Ascend JOB directories, MindSpore profiler output) plug in
-here by giving their `Source` a `load` that runs the importer and then reads the directory it
-wrote. Until they exist, such inputs are recognised and refused with a sentence that says what
-they are, rather than "not a profview directory".
+and loads it into `RunData`. Besides profview output directories, the viewer opens Kineto /
+PyTorch profiler traces, Ascend JOB directories and MindSpore profiler output directories: their
+`load` runs the importer (profiler.importers) into a temporary directory and reads that. An input
+that is recognised but has no loader is refused with a sentence that says what it is, rather
+than "not a profview directory".
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from profiler.importers import ascend_job_dirs, import_ascend_job, import_kineto_trace, import_mindspore_dir
 from viewer.errors import InputError
 from viewer.rundata import RunData, info_files, load_profview_dir
 
@@ -39,33 +40,44 @@ def _is_kineto_trace(path: Path) -> bool:
 
 
 def _is_ascend_job(path: Path) -> bool:
-    return path.is_dir() and (any(path.glob("hwts.log.data.*")) or any(path.glob("JOB*/hwts.log.data.*")))
+    return bool(ascend_job_dirs(path))
 
 
 def _is_mindspore_dir(path: Path) -> bool:
+    """MindSpore's output files (profiler.sources.mindspore), or just its directory layout (an empty
+    or broken output is then refused by the importer with a sentence that names MindSpore)."""
+    from profiler.sources.mindspore import is_mindspore_dir
+
     return path.is_dir() and ((path / "ASCEND_PROFILER_OUTPUT").is_dir() or (path / "FRAMEWORK").is_dir()
-                              or any(path.glob("*/ASCEND_PROFILER_OUTPUT")))
+                              or any(path.glob("*/ASCEND_PROFILER_OUTPUT")) or is_mindspore_dir(path))
 
 
-def load_kineto_trace(path: Path) -> list[RunData]:
-    """A PyTorch profiler (Kineto) trace: imported (profiler.sources.kineto), analysed like a recording,
-    written to a temporary directory that lives as long as this process, and read from there."""
-    from profiler.analyse import analyse_loaded
-    from profiler.export.outputs import write_outputs
-    from profiler.sources.kineto import read_kineto_trace
+def _imported(importer: Callable[[Path, Path], object], kind: str) -> Callable[[Path], list[RunData]]:
+    """A loader that imports its input with `importer(path, out_dir)` into a temporary directory
+    that lives as long as this process, and reads the profview outputs from there."""
 
-    run = read_kineto_trace(path)
-    out = Path(tempfile.mkdtemp(prefix="profview-kineto-"))
-    atexit.register(shutil.rmtree, out, ignore_errors=True)
-    write_outputs(analyse_loaded(run), out)
-    return load_profview_dir(out)
+    def load(path: Path) -> list[RunData]:
+        out = Path(tempfile.mkdtemp(prefix=f"profview-{kind}-"))
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
+        importer(path, out)
+        return load_profview_dir(out)
+
+    return load
+
+
+#: A PyTorch profiler (Kineto) trace, imported, analysed like a recording and read back.
+load_kineto_trace = _imported(import_kineto_trace, "kineto")
+#: An Ascend JOB directory (every device: one rank each), imported and read back.
+load_ascend_job = _imported(import_ascend_job, "ascend")
+#: A MindSpore / MindInsight profiler output directory (one rank per device), imported and read back.
+load_mindspore_dir = _imported(import_mindspore_dir, "mindspore")
 
 
 #: Recognised inputs, tried in order. Add importers here.
 SOURCES: list[Source] = [
     Source("profview output directory", _is_profview_dir, load_profview_dir),
-    Source("Ascend profiling JOB directory", _is_ascend_job),
-    Source("MindSpore profiler output directory", _is_mindspore_dir),
+    Source("Ascend profiling JOB directory", _is_ascend_job, load_ascend_job),
+    Source("MindSpore profiler output directory", _is_mindspore_dir, load_mindspore_dir),
     Source("Chrome / Kineto trace file", _is_kineto_trace, load_kineto_trace),
 ]
 
