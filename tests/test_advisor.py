@@ -129,6 +129,24 @@ def test_transmission_bound_from_queue_verdict(tmp_path):
     assert "host->device" in f["evidence"]
 
 
+def test_host_work_between_steps_when_the_queues_keep_up(tmp_path):
+    state = {}
+
+    def body(p, i):
+        if i == 0:
+            state["it"] = iter(p.prefetch(range(10_000), depth=4))     # data is always ready
+        next(state["it"])
+        time.sleep(0.006)                  # per-step host work (metrics, logging) before the forward
+        fwd_bwd(p, 4.0)
+
+    report = train(tmp_path, 16, body)
+    state["it"].close()
+    f = first(report)
+    assert (f["kind"], f["severity"]) == ("host_bound", "high")
+    assert f["title"].startswith("Host work between steps") and "queue_summary_0.json" in f["files"]
+    assert not [x for x in report["findings"] if x["kind"] == "input_bound"]
+
+
 def test_tail_bound(tmp_path):
     big = RNG.standard_normal(2_000_000).astype(np.float32)
 
