@@ -345,3 +345,34 @@ def test_every_threshold_is_documented_with_its_default():
     text = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text()
     for name, value in DEFAULT_THRESHOLDS.items():
         assert f"| `{name}` | {value:g} |" in text, name
+
+
+# ----------------------------------------------------------------------------- real captures
+
+
+def test_real_ascend_capture(shared_data):
+    """WideDeep on an Ascend 910 (MindInsight's JOB3): exposed all-reduce, in MindSpore's terms.
+
+    Only 9 AI Core tasks a step are in its HWTS log, so the device's idle time inside forward +
+    backward is not called launch-bound (launch_ops_per_step)."""
+    from viewer.sources import load_input
+
+    run = load_input(shared_data / "ascend" / "JOB3")[0]
+    report = run.report
+    assert report["framework"] == "mindspore" and report["verdict"] == "comm_bound"
+    f = report["findings"][0]
+    steps = run.step_trace.iloc[1:]
+    exposed = (steps["all_reduce_ms"] - steps["all_reduce_overlap_ms"]).clip(lower=0).median()
+    assert f["at_stake_ms"] == pytest.approx(exposed, abs=1e-3)
+    assert f["at_stake_pct"] == pytest.approx(100 * exposed / steps["total_ms"].mean(), abs=0.01)
+    assert "all_reduce_fusion_config" in f["suggestion"]
+    assert "host_bound" not in [x["kind"] for x in report["findings"]]
+
+
+def test_real_mindspore_cpu_capture_is_balanced(shared_data):
+    from viewer.sources import load_input
+
+    report = load_input(shared_data / "mindspore_cpu")[0].report
+    assert report["verdict"] == "balanced" and report["framework"] == "mindspore"
+    low = [f for f in report["findings"] if f["kind"] == "op_hotspot"]
+    assert low and low[0]["severity"] == "low" and "Conv2D" in low[0]["title"] and "amp_level" in low[0]["suggestion"]

@@ -76,6 +76,14 @@ SUGGESTIONS: dict[str, dict[str, str]] = {
                      "batch, so the host launches fewer, larger ops",
         "plain": "the step is dominated by per-op overhead: batch the work into fewer, larger array operations",
     },
+    "op_dominant": {
+        "torch": "this is where the compute goes: to go faster make it cheaper — mixed precision (torch.autocast), "
+                 "channels_last, torch.compile, a better-shaped batch, or faster hardware",
+        "mindspore": "this is where the compute goes: to go faster make it cheaper — mixed precision (amp_level="
+                     "'O2'), graph mode with graph-kernel fusion, a better-shaped batch, or faster hardware",
+        "plain": "this is where the compute goes: to go faster make it cheaper — a faster library or kernel, lower "
+                 "precision, better-shaped arrays, or faster hardware",
+    },
     "tail_bound": {
         "torch": "the time after backward is the optimizer and per-step extras: use a fused / foreach optimizer "
                  "(torch.optim.AdamW(..., fused=True)), and log, sync (.item()) or checkpoint less often",

@@ -40,6 +40,8 @@ THRESHOLD_DOCS: dict[str, tuple[float, str]] = {
     "op_dominant_pct": (50.0, "share of op time taken by one op type that is reported (as low severity)"),
     "host_idle_pct": (30.0, "share of forward + backward that no op covers (device idle / framework overhead)"),
     "launch_short_op_us": (50.0, "median op duration below which ops count as tiny (launch-bound)"),
+    "launch_ops_per_step": (50, "ops per step below which a run is not launch-bound (its idle time is something "
+                                "the ops do not show)"),
     "tail_pct": (15.0, "tail share of step time (without exposed communication) that makes the run tail-bound"),
     "comm_exposed_pct": (10.0, "share of step time spent in communication not overlapped with compute"),
     "outlier_min_pct": (20.0, "how far above the median step a step must be to count as an outlier"),
@@ -328,8 +330,7 @@ def dominant_op_rule(inp: AdvisorInput) -> list[Finding]:
             key=f"op_hotspot:{r.op_type}:{r.device}",
             evidence=f"{r.op_type}: {r.count} calls, {r.self_ms:.2f} ms self time [{f}: share_pct, self_ms]",
             threshold=f"one op type >= {limit:g} % of op time (op_dominant_pct; reported as low severity)",
-            suggestion=("this is where the compute goes: make it cheaper (a larger or better-shaped batch, mixed "
-                        "precision, a faster kernel / library, torch.compile or graph mode) if the step must be faster"),
+            suggestion=_suggest("op_dominant", inp),
             files=[f], metrics={"share_pct": float(r.share_pct), "self_ms_per_step": stake})
         finding.severity = "low"
         out.append(finding)
@@ -363,7 +364,7 @@ def host_rule(inp: AdvisorInput) -> list[Finding]:
     median_us = float(np.median(ops["dur_ns"].to_numpy())) / 1e3
     per_step = len(ops) / _ops_per_step(inp)
     idle_limit, short = inp.thresholds["host_idle_pct"], inp.thresholds["launch_short_op_us"]
-    if idle_share < idle_limit or median_us >= short:
+    if idle_share < idle_limit or median_us >= short or per_step < inp.thresholds["launch_ops_per_step"]:
         return []
     idle_ms = (window - busy.sum()) / 1e6 / len(inp.steps)
     where = "the device" if (ops["device"].astype(str) != "cpu").any() else f"thread {inp.step_lane}"
@@ -372,8 +373,9 @@ def host_rule(inp: AdvisorInput) -> list[Finding]:
         evidence=(f"{per_step:.0f} ops per step with a median duration of {median_us:.1f} µs; ops on {where} cover "
                   f"{100 - idle_share:.1f} % of forward + backward, {idle_ms:.2f} ms per step is framework / "
                   f"launch overhead [{inp.file('step_trace')}: fp_bp_ms; {inp.file('timeline', 'json')}: ops]"),
-        threshold=(f"idle share of forward + backward >= {idle_limit:g} % (host_idle_pct) and median op "
-                   f"< {short:g} µs (launch_short_op_us)"),
+        threshold=(f"idle share of forward + backward >= {idle_limit:g} % (host_idle_pct), median op "
+                   f"< {short:g} µs (launch_short_op_us), >= {inp.thresholds['launch_ops_per_step']:g} ops per step "
+                   "(launch_ops_per_step)"),
         suggestion=_suggest("host_bound", inp), files=[inp.file("step_trace"), inp.file("timeline", "json")],
         metrics={"idle_share_pct": idle_share, "median_op_us": median_us, "ops_per_step": per_step})]
 
