@@ -419,8 +419,9 @@ def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, cl
 
 
 def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
-    """User annotations (record_function ranges) other than ProfilerStep, with their nesting
-    depth among the annotations of their thread. Keeps end_ns for the step phase bounds."""
+    """User annotations (record_function ranges) other than ProfilerStep, in start order, with
+    their nesting depth among the annotations of their thread. Keeps end_ns for the step phase
+    bounds."""
     tid = thread_of[rows]
     start = clock.ns(cols.ts_us[rows])
     end = start + clock.dur_ns(cols.dur_us[rows])
@@ -435,7 +436,7 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _
             "end_ns": end,
         },
         columns=[*SPAN_COLUMNS, "end_ns"],
-    )
+    ).sort_values("start_ns", kind="stable", ignore_index=True)
 
 
 def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
