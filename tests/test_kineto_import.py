@@ -426,6 +426,22 @@ def test_json_fallback_gives_the_same_run(kineto_dir: Path, monkeypatch) -> None
     assert fast.info == plain.info
 
 
+def test_counter_events(tmp_path: Path, kineto_dir: Path) -> None:
+    """"C" events become one counter row per numeric series, on the run's clock."""
+    raw = raw_trace(kineto_dir / "sampled_rank-0.json.gz")
+    t0 = min(e["ts"] for e in raw["traceEvents"] if e.get("ph") != "M")
+    raw["traceEvents"] += [
+        {"ph": "C", "name": "Memory", "pid": 4037, "tid": 4037, "ts": t0 + 5, "args": {"used": 10, "note": "x"}},
+        {"ph": "C", "name": "Memory", "pid": 4037, "tid": 4037, "ts": t0 + 7, "args": {"used": 12.5}},
+    ]
+    path = tmp_path / "counters.json"
+    path.write_text(json.dumps(raw))
+    counters = read_kineto_trace(path).counters
+    assert counters[["metric", "time_ns", "value"]].values.tolist() == [
+        ["Memory.used", 5000, 10.0], ["Memory.used", 7000, 12.5]]
+    assert set(counters["source"]) == {"kineto"} and set(counters["device"]) == {"host"}
+
+
 # --------------------------------------------------------------------------- a live torch trace
 
 

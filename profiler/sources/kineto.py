@@ -243,7 +243,7 @@ class _Clock:
 
     @classmethod
     def of(cls, trace: Mapping[str, Any], origin_us: int) -> "_Clock":
-        """Kineto since 2023 writes ts relative to `baseTimeNanoseconds` (Unix ns =
+        """Newer Kineto writes ts relative to `baseTimeNanoseconds` (Unix ns =
         base + ts_us * 1000); older traces write Unix-epoch microseconds directly."""
         base = trace.get("baseTimeNanoseconds")
         if isinstance(base, (int, float)) and not isinstance(base, bool):
