@@ -156,6 +156,11 @@ def test_concurrent_puts_and_gets_are_recorded_exactly(tmp_path):
     assert ev["size"].between(0, 3).all()
     step = np.where(ev["event"] == "put", 1, -1)
     assert (np.diff(ev["size"].to_numpy()) == step[1:]).all()
+    # the timeline has the same sizes as a counter track (one C event per put / get)
+    trace = json.loads((tmp_path / "timeline_0.json").read_text())["traceEvents"]
+    track = sorted((e["ts"], e["args"]["size"]) for e in trace if e.get("ph") == "C" and e["name"] == "queue shared")
+    assert [size for _, size in track] == list(ev["size"])
+    assert np.allclose([ts for ts, _ in track], ev["time_ms"].to_numpy() * 1000, atol=1e-3)
 
 
 def test_get_wait_is_the_time_blocked(tmp_path):
