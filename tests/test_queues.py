@@ -3,6 +3,7 @@ import json
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -144,11 +145,9 @@ def test_concurrent_puts_and_gets_are_recorded_exactly(tmp_path):
         for _ in range(n * producers // consumers):
             q.get()
 
-    threads = [threading.Thread(target=f) for f in [produce] * producers + [consume] * consumers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(producers + consumers) as pool:
+        for done in [pool.submit(f) for f in [produce] * producers + [consume] * consumers]:
+            done.result()
     p.step()
     p.analyse(progress=False)
     ev = _recorded(tmp_path).sort_values("time_ms", kind="stable")
