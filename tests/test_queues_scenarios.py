@@ -173,7 +173,7 @@ def _loader(delay_s, n=30):
 
 def test_dataloader_occupancy_and_slow_getitem(tmp_path):
     # slow __getitem__: 50 ms per batch over 2 workers, 2 ms step -> the loop waits for data
-    slow, trace, events, true_waits = run_loop(tmp_path / "slow", lambda: _loader(0.050), 0.002)
+    slow, trace, _, true_waits = run_loop(tmp_path / "slow", lambda: _loader(0.050), 0.002)
     q = slow["queues"][0]
     assert q["queue"] == "host_queue" and q["capacity"] == 4        # 2 workers x prefetch_factor 2
     assert q["puts"] == q["gets"] == 30                              # every batch logged by a worker, every get seen
