@@ -18,6 +18,7 @@ from .export.cluster import write_cluster_outputs
 from .export.outputs import write_outputs
 from .model import Run, STEP_COLUMNS
 from .progress import Progress
+from .sources.ascend.device_merge import merge_ascend_devices
 from .sources.distributed import with_collectives
 from .sources.torch_capture import merge_torch_traces
 from .store.interpret import assign_steps, interpret
@@ -27,14 +28,16 @@ BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
 
 
 def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None) -> Run:
-    """The Run recorded for `rank` in `directory/raw`, with its collectives and torch op capture merged in."""
+    """The Run recorded for `rank` in `directory/raw`, with its reference Ascend devices (their steps
+    first: the device's step trace is the truth when it has one), collectives and torch op capture merged in."""
     paths = rank_raw_files(directory, rank)
     if not paths:
         raise ProfviewError(f"no raw data for rank {rank} in {directory / 'raw'}")
     tables = read_raw_tables(paths, progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None)
     if progress:
         progress.stage(f"interpreting {len(tables.ev_t) + len(tables.sm):,} records")
-    return merge_torch_traces(with_collectives(ensure_steps(interpret(tables)), tables), directory, rank)
+    run = ensure_steps(merge_ascend_devices(interpret(tables), directory, rank))
+    return merge_torch_traces(with_collectives(run, tables), directory, rank)
 
 
 def ensure_steps(run: Run) -> Run:
