@@ -24,7 +24,7 @@ OP_COLUMNS: dict[str, str] = {
     "stream": "object",       # host thread name, or device stream id as text ("7")
     "name": "object",         # op name as the source reports it (kernel name, aten::conv2d, full op name)
     "op_type": "object",      # op type (Conv2D, aten::conv2d, MatMul, nccl:all_reduce, Memcpy HtoD ...)
-    "category": "object",     # compute | comm | memcpy | memset | host | user
+    "category": "object",     # compute | comm | memcpy | memset | host | runtime | sync | user
     "start_ns": "int64",
     "dur_ns": "int64",
     "self_ns": "int64",       # dur_ns minus time of ops nested inside it on the same lane (== dur_ns for leaves)
