@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -227,3 +228,15 @@ def test_ddp_collectives_count_as_all_reduce(tmp_path):
     assert "gloo:all_reduce" in set(comm["op_type"])
     info = json.loads((tmp_path / "out" / "profiler_info_0.json").read_text())
     assert info["world_size"] == 1
+
+
+def test_op_capture_follows_the_profiler_schedule_by_default(tmp_path):
+    """No ops_schedule: ops are captured exactly on the steps the step trace records."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiled_cnn_run(tmp_path, steps=9, schedule=schedule(wait=1, warmup=1, active=2))
+    assert caught == []
+    trace = read_csv(tmp_path, "step_trace")
+    assert list(trace["step"]) == [2, 3, 6, 7]
+    run = load_rank(tmp_path, 0)
+    assert sorted(set(run.ops["step"])) == [2, 3, 6, 7]
