@@ -45,6 +45,7 @@ KNOWN_PHASES = ("forward", "backward", "tail", "all_reduce", "optimizer", "data"
 #: marks the step trace understands; anything else is an instant (profiler.instant)
 KNOWN_MARKS = ("fp_start", "bp_end")
 
+_RECORDING = frozenset((ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE))
 _active_profiler: Optional["Profiler"] = None     # the hot path is process-wide: one recording at a time
 
 
@@ -294,20 +295,27 @@ class Profiler:
 
     def _enter_step(self, step: int, t: int, ended_action: ProfilerAction = ProfilerAction.NONE,
                     ended: int = -1) -> None:
-        """Apply the schedule's action for `step`: open / close recording windows, notify sources."""
-        action = as_action(self.schedule(step))
-        window_ends = ended_action == ProfilerAction.RECORD_AND_SAVE or (ended_action.records and not action.records)
+        """Apply the schedule's action for `step`: open / close recording windows, notify sources.
+
+        Runs once per step on the training thread, so it avoids Enum properties and no-op calls.
+        """
+        action = self.schedule(step)
+        if type(action) is not ProfilerAction:
+            action = as_action(action)
+        records, recorded = action in _RECORDING, ended_action in _RECORDING
+        window_ends = ended_action is ProfilerAction.RECORD_AND_SAVE or (recorded and not records)
         if window_ends:
             hot.sample(t, self._stop_code, step, 0)
             hot.set_enabled(False)
             self.last_window = (self._window_first, ended)
         self._action = action
         for source in self.sources:
-            source.on_step(step, action)
+            if type(source).on_step is not Source.on_step:
+                source.on_step(step, action)
         if window_ends and self.on_trace_ready is not None:
             self._recorder.flush()
             self.on_trace_ready(self)
-        if action.records and (window_ends or not ended_action.records):
+        if records and (window_ends or not recorded):
             self._window_first = step
             hot.set_enabled(True)
             hot.sample(now_ns(), self._start_code, step, 0)
