@@ -128,3 +128,16 @@ def test_docs_images_exist():
     assert len(images) >= 4
     for image in images:
         assert (REPO / "docs" / image).is_file(), image
+
+
+def test_ascend_reference_device_feed_vs_sink(tmp_path, capsys):
+    """Sink mode on the reference Ascend-style device: compare resolves the input finding."""
+    stdout = run_sample("ascend_reference_device.py", "--out", str(tmp_path), "--steps", "12")
+    assert "sink mode hides" in stdout
+    assert main(["compare", str(tmp_path / "feed"), str(tmp_path / "sink"), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
+    gap = {p["column"]: p for p in doc["phases"]}["iteration_gap_ms"]
+    assert gap["base_median_ms"] > 10 and gap["new_median_ms"] < 2
+    assert doc["verdict"]["outcome"] == "faster"
+    assert set(pd.read_csv(tmp_path / "sink" / "op_type_0.csv")["device"]) >= {"npu:0"}
