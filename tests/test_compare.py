@@ -67,13 +67,15 @@ def test_plain_loop_before_after_prefetch(before_after, tmp_path, capsys):
     assert main(["compare", str(after), str(before), "--fail-if-slower", "500"]) == 0
 
 
-def test_view_with_compare_tab(before_after, tmp_path):
+def test_view_with_compare_tab(before_after, tmp_path, capsys):
     before, after = before_after
     report = tmp_path / "r.html"
     assert main([str(before), "--compare", str(after), "-o", str(report)]) == 0
     html = report.read_text()
     assert html.index('data-page="overview"') < html.index('data-page="compare"') < html.index('data-page="operators"')
     assert "Step phases" in html and "Data queues" in html
+    assert main([str(before), "--compare", str(after), "--summary"]) == 0
+    assert "profview compare — BASE" in capsys.readouterr().out
     assert main([str(before), "-o", str(tmp_path / "plain.html")]) == 0
     assert 'data-page="compare"' not in (tmp_path / "plain.html").read_text()
 

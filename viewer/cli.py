@@ -85,6 +85,9 @@ def run_view(args: argparse.Namespace) -> int:
     ctx.run  # noqa: B018 -- validates --rank before any work
     if args.summary:
         sys.stdout.write(render(ctx))
+        if ctx.compare:
+            from viewer.pages.compare import comparison, render_text
+            sys.stdout.write("\n" + render_text(comparison(ctx.runs, ctx.compare, args.rank)))
         if args.output is None:
             return 0
     if args.output is not None:
