@@ -8,7 +8,8 @@ to the host, and reports exactly as an Ascend device does (docs/ascend.md, "Refe
   100 MHz system counter (`syscnt`, derived from `time.perf_counter_ns`), task ids >= 25000
   (one per distinct op: the ops launched form one graph, re-executed every iteration);
 * `fp_start()`, `bp_end()`, `all_reduce()` and `iter_end()` are points in the training trace,
-  stamped when the stream reaches them;
+  stamped when the stream reaches them (HWTS Start / End of a task are written adjacent, when it
+  ends, so the log pairs correctly when streams overlap);
 * task_desc / graph_desc / point files describe the graph (names, types, tensor shapes);
 * a clock-sync file pairs host time and syscnt, so analysis can put device time on the host's.
 
@@ -20,7 +21,7 @@ to the host, and reports exactly as an Ascend device does (docs/ascend.md, "Refe
         dev.bp_end()
         g = dev.all_reduce("Default/AllReduce-op9", average, grad, stream=1)
         dev.launch("Default/ApplyMomentum-op10", "ApplyMomentum", update, w, g)
-        dev.iter_end()
+        dev.iter_end().result()                          # the host waits for the iteration
         profiler.step()
     profiler.analyse()      # closes the device; its log is parsed and merged into the run
 

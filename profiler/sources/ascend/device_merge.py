@@ -191,8 +191,7 @@ def merge_ascend_devices(run: Run, directory: Path, rank: int) -> Run:
     merged = conform(pd.concat(ops, ignore_index=True), OP_COLUMNS)
     merged["step"] = assign_steps(merged["start_ns"].to_numpy(), run.steps)
     run.ops = merged.sort_values("start_ns", kind="stable", ignore_index=True)
-    run.spans = conform(pd.concat(spans, ignore_index=True), SPAN_COLUMNS).sort_values(
-        ["start_ns", "tid", "depth"], kind="stable", ignore_index=True)
+    run.spans = conform(pd.concat(spans, ignore_index=True), SPAN_COLUMNS)
     run.threads = conform(pd.concat(threads, ignore_index=True), THREAD_COLUMNS)
     run.info["ascend_devices"] = [_device_info(d) for d in devices]
     run.info["steps_from"] = f"npu:{stepping.device_id}" if stepping is not None else "host"
