@@ -39,7 +39,7 @@ table.data td { overflow-wrap:anywhere; }
 .table-scroll { max-height:560px; overflow:auto; border:1px solid var(--line); border-radius:4px; }
 .verdict { font-size:16px; font-weight:600; padding:10px 14px; border-left:4px solid var(--accent);
            background:#EEF3FA; border-radius:4px; margin-bottom:12px; }
-.sev { display:inline-block; padding:1px 8px; border-radius:10px; font-size:11.5px; font-weight:600; color:#fff; }
+.sev { display:inline-block; padding:1px 8px; border-radius:10px; font-size:11.5px; font-weight:600; color:#fff; white-space:nowrap; }
 .sev-high { background:#C0392B; } .sev-medium { background:#E39B3B; } .sev-low { background:#6BA368; }
 .sev-info { background:#7A8B99; }
 .grid2 { display:grid; grid-template-columns: 1fr 1fr; gap:18px; }
