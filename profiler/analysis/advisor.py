@@ -55,6 +55,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {name: value for name, (value, _) in THRE
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 BALANCED = "balanced"
 
+
 @dataclass(frozen=True)
 class AdvisorInput:
     """What the rules read: one rank's analysed tables and the thresholds in force."""
@@ -71,6 +72,7 @@ class AdvisorInput:
 
     @property
     def mean_step_ms(self) -> float:
+        """The mean analysed step: the denominator of every share, so shares add up over the run."""
         return float(self.steps["total_ms"].mean()) if len(self.steps) else 0.0
 
     def typical(self, column: str) -> float:
@@ -78,6 +80,7 @@ class AdvisorInput:
         return float(self.steps[column].median()) if column in self.steps and len(self.steps) else 0.0
 
     def file(self, stem: str, ext: str = "csv") -> str:
+        """This rank's output file `stem`, as the evidence names it."""
         return f"{stem}_{self.rank}.{ext}"
 
 
