@@ -17,8 +17,12 @@ from .model import Run
 ASCEND_FORMATS = {"profview": ("profview",), "mindspore": ("mindspore",), "both": ("profview", "mindspore")}
 
 
-def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]") -> list[Path]:
-    """Analyse each run and write its outputs into `out_dir` (one rank each; ranks must differ)."""
+def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
+               source: "str | os.PathLike[str] | None" = None) -> list[Path]:
+    """Analyse each run and write its outputs into `out_dir` (one rank each; ranks must differ).
+
+    `source` (what was imported) is kept as `source_path` in profiler_info, for the viewer's titles.
+    """
     from .analyse import analyse_loaded
     from .export.outputs import write_outputs
 
@@ -29,6 +33,8 @@ def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]") -> list[P
                             "so they cannot share one output directory")
     written: list[Path] = []
     for run in runs:
+        if source is not None:
+            run.info.setdefault("source_path", str(source))
         written += _writing(out_dir, lambda: write_outputs(analyse_loaded(run), Path(out_dir)))
     return written
 
@@ -75,7 +81,7 @@ def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.Path
         for job in jobs:
             written += _writing(out, lambda: write_mindspore_outputs(job, out))
     if "profview" in formats:
-        written += write_runs([to_run(job) for job in jobs], out)
+        written += write_runs([to_run(job) for job in jobs], out, source=job_dir)
     return written
 
 
@@ -83,11 +89,11 @@ def import_kineto_trace(trace: "str | os.PathLike[str]", out_dir: "str | os.Path
     """Import a PyTorch profiler (Kineto) trace file into `out_dir` (its rank from the trace)."""
     from .sources.kineto import read_kineto_trace
 
-    return write_runs([read_kineto_trace(trace)], out_dir)
+    return write_runs([read_kineto_trace(trace)], out_dir, source=trace)
 
 
 def import_mindspore_dir(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
     """Import a MindSpore / MindInsight profiler output directory into `out_dir` (one rank per device)."""
     from .sources.mindspore import read_mindspore_dir
 
-    return write_runs(read_mindspore_dir(path), out_dir)
+    return write_runs(read_mindspore_dir(path), out_dir, source=path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,6 +283,11 @@ def _with_default_command(argv: list[str]) -> list[str]:
     return argv
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings from the analysis reach the terminal as one line, without source locations."""
+    print(f"profview: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the `profview` console script; returns the exit status."""
     args_list = _with_default_command(list(sys.argv[1:] if argv is None else argv))
@@ -290,6 +296,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     args = parser.parse_args(args_list)
+    warnings.showwarning = _show_warning
     try:
         return args.run(args)
     except ProfviewError as exc:

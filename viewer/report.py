@@ -95,9 +95,9 @@ def pages(ctx: Optional[Context] = None) -> list[Page]:
 def _header(ctx: Context) -> str:
     run = ctx.run
     info = run.info
-    bits = [str(run.directory), f"rank {run.rank} of {len(ctx.runs)} rank(s) here",
+    bits = [str(run.shown_path), f"rank {run.rank} of {len(ctx.runs)} rank(s) here",
             f"host {info.get('host', '?')}", f"data from {info.get('data_origin', 'profview')}"]
-    return (f"<h1>profview — {esc(run.directory.name)}</h1>"
+    return (f"<h1>profview — {esc(run.shown_path.name)}</h1>"
             f'<div class="meta">{" · ".join(esc(b) for b in bits)}</div>')
 
 
@@ -116,7 +116,7 @@ def build_report(ctx: Context) -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta name=\"generator\" content=\"profview {esc(__version__)}\">"
-        f"<title>profview report — {esc(ctx.run.directory.name)}</title>"
+        f"<title>profview report — {esc(ctx.run.shown_path.name)}</title>"
         f"<style>{assets.CSS}</style>"
         f"<script>{get_plotlyjs()}</script></head><body>"
         f"<header>{_header(ctx)}<nav>{nav}</nav></header><main>{''.join(bodies)}</main>"

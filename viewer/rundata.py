@@ -69,9 +69,14 @@ class RunData:
     timeline_path: Optional[Path] = None
 
     @property
+    def shown_path(self) -> Path:
+        """What the user opened: the imported trace / JOB directory, else the profview directory."""
+        return Path(self.info.get("source_path") or self.directory)
+
+    @property
     def label(self) -> str:
-        """A short human name for the run: directory and rank."""
-        return f"{self.directory.name} rank {self.rank}"
+        """A short human name for the run: what was opened, and the rank."""
+        return f"{self.shown_path.name} rank {self.rank}"
 
 
 def info_files(directory: Path) -> dict[int, Path]:

@@ -80,6 +80,6 @@ def _verdict_block(ctx: Context) -> list[str]:
 def render(ctx: Context) -> str:
     """The whole summary as text."""
     run = ctx.run
-    head = f"profview summary — {clean(run.directory)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
+    head = f"profview summary — {clean(run.shown_path)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
     return "\n".join([head, "=" * min(len(head), 100), *_steps_block(ctx), *_ops_block(ctx),
                       *_verdict_block(ctx)]) + "\n"

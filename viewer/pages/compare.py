@@ -29,7 +29,7 @@ def tables_of(run: RunData) -> RunTables:
     warmup = (report.get("thresholds") or {}).get("warmup_steps", 1) if isinstance(report, dict) else 1
     if run.step_trace is None or not len(run.step_trace):
         raise InputError(f"{run.directory} has no step trace: there is no step time to compare")
-    return RunTables(label=str(run.info.get("source_path") or run.directory), step_trace=run.step_trace, op_type=run.op_type,
+    return RunTables(label=str(run.shown_path), step_trace=run.step_trace, op_type=run.op_type,
                      op_detail=run.op_detail, queue_summary=run.queue_summary, report=run.report,
                      warmup_steps=int(warmup))
 
