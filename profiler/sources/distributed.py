@@ -292,13 +292,15 @@ def _future_of(work: Any) -> Any:
 
 
 def instrument_ddp(model: Any, code_of: Callable[[], int], hook: Optional[Callable] = None,
-                   state: Any = None) -> None:
+                   state: Any = None) -> bool:
     """Time every DDP gradient bucket's all-reduce through a communication hook (bytes = bucket size).
 
     `code_of()` gives the sample code of the bucket collective in the current recording (the
     recorder interns it; 0 while nothing records, when the hot path drops the sample anyway).
     `hook` / `state` are the communication hook DDP should run (default: its plain all-reduce,
-    `allreduce_hook`); the timing wraps it. DDP accepts one hook, registered before training.
+    `allreduce_hook`); the timing wraps it. DDP accepts one hook, registered before training:
+    when the model already has one, nothing is registered and False is returned (its buckets are
+    then timed only through the collective calls its hook makes).
     """
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
@@ -314,7 +316,11 @@ def instrument_ddp(model: Any, code_of: Callable[[], int], hook: Optional[Callab
             _inside_hook.active = False
         return future.then(functools.partial(_bucket_done, code_of(), t0, nbytes))
 
-    model.register_comm_hook(state, timed_hook)
+    try:
+        model.register_comm_hook(state, timed_hook)
+    except RuntimeError:        # "register_comm_hook can only be called once"
+        return False
+    return True
 
 
 def _bucket_done(code: int, t0: int, nbytes: int, fut: Any) -> Any:
