@@ -38,7 +38,7 @@ from .sources.distributed import (
     COMM, DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
     wait_for_ranks,
 )
-from .store.raw import RawWriter, raw_file_name
+from .store.raw import RawWriter, archive_previous_recording, raw_file_name
 
 #: phase names the step trace understands; anything else is a free-form span (profiler.span)
 KNOWN_PHASES = ("forward", "backward", "tail", "all_reduce", "optimizer", "data")
@@ -206,6 +206,11 @@ class Profiler:
                 "another Profiler is already recording in this process; stop it before starting a new one"
             )
         _active_profiler = self
+        archived = archive_previous_recording(self.output_path, self.rank)
+        if archived is not None:
+            warnings.warn(f"{self.output_path} already held a recording of rank {self.rank}; it was moved to "
+                          f"{archived} (use a fresh output_path to keep runs apart)", ProfilerUsageWarning,
+                          stacklevel=2)
         self._writer = RawWriter(self.output_path / "raw" / raw_file_name(self.rank, os.getpid()))
         self._recorder = Recorder(self._writer, self.memory_budget_bytes, self.flush_interval_s)
         self._step_code = self._recorder.point_code(STEP, "step")

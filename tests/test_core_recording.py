@@ -228,3 +228,21 @@ def test_pure_python_fallback_gives_the_same_outputs(tmp_path):
     assert int(detail.loc[detail["name"] == "MatMul", "count"].iloc[0]) == 4
     info = json.load(open(tmp_path / "profiler_info_0.json"))
     assert info["sources"]["markers"]["hot_path"] == "python"
+
+
+def test_second_recording_into_the_same_directory_keeps_the_first(tmp_path):
+    def record(steps):
+        p = _quiet(tmp_path)
+        for _ in range(steps):
+            with p.phase("forward"):
+                pass
+            p.step()
+        p.analyse(progress=False)
+
+    record(3)
+    with pytest.warns(ProfilerUsageWarning, match="already held a recording"):
+        record(5)
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    assert list(st["step"]) == [0, 1, 2, 3, 4]                 # the second recording only
+    previous = list((tmp_path / "raw" / "previous").glob("*/*.pvraw"))
+    assert len(previous) == 1                                   # the first one, kept

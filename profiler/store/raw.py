@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,3 +144,23 @@ def find_raw_files(directory: Path) -> list[Path]:
     """Raw files in `directory/raw`, in a stable order."""
     raw = directory / "raw"
     return sorted(raw.glob(f"*{RAW_SUFFIX}")) if raw.is_dir() else []
+
+
+def archive_previous_recording(directory: Path, rank: int) -> Path | None:
+    """Move an earlier recording of `rank` (raw files and sidecars, `raw/r{rank}-*`) into
+    `raw/previous/<time>/`, so a new recording into the same directory starts clean without
+    losing the old one. Returns the archive folder, or None when there was nothing to move."""
+    raw = directory / "raw"
+    old = sorted(raw.glob(f"r{rank}-*")) if raw.is_dir() else []
+    if not old:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = raw / "previous" / stamp
+    n = 1
+    while target.exists():
+        n += 1
+        target = raw / "previous" / f"{stamp}-{n}"
+    target.mkdir(parents=True)
+    for path in old:
+        path.rename(target / path.name)
+    return target
