@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+
+from profiler.analysis.intervals import covered_before, union
 import pandas as pd
 
 from viewer.trace import Trace
@@ -38,25 +40,8 @@ def merged_intervals(lane: np.ndarray, start: np.ndarray, end: np.ndarray, strid
     Lanes are laid end to end (lane k shifted by k * stride) so one sort and one running max
     merge every lane at once.
     """
-    s = start + lane * stride
-    e = end + lane * stride
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:], len(s)) - 1
-    return s[first], reach[last]
+    return union(start + lane * stride, end + lane * stride)
 
-
-def covered(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Total length of the disjoint sorted intervals that lies before each x."""
-    lengths = ends - starts
-    before = np.concatenate([[0.0], np.cumsum(lengths)])
-    k = np.searchsorted(starts, x, side="right")
-    partial = np.clip(x - starts[np.maximum(k - 1, 0)], 0, lengths[np.maximum(k - 1, 0)])
-    return np.where(k > 0, before[np.maximum(k - 1, 0)] + partial, 0.0)
 
 
 def busy_bins(trace: Trace, t0_ms: float, t1_ms: float, bins: int = OVERVIEW_BINS) -> Busy:
@@ -68,7 +53,7 @@ def busy_bins(trace: Trace, t0_ms: float, t1_ms: float, bins: int = OVERVIEW_BIN
     stride = (t1_ms - t0_ms) * 2 + 1.0
     s, e = merged_intervals(trace.lane.astype(np.float64), start - t0_ms, end - t0_ms, stride)
     x = (edges - t0_ms)[None, :] + (np.arange(lanes) * stride)[:, None]
-    busy = np.diff(covered(s, e, x.ravel()).reshape(lanes, bins + 1), axis=1) / (edges[1] - edges[0])
+    busy = np.diff(covered_before(s, e, x.ravel()).reshape(lanes, bins + 1), axis=1) / (edges[1] - edges[0])
     which = np.clip(((start - t0_ms) / (edges[1] - edges[0])).astype(np.int64), 0, bins - 1)
     started = np.bincount(trace.lane.astype(np.int64) * bins + which, minlength=lanes * bins).reshape(lanes, bins)
     return Busy(edges, np.clip(busy, 0.0, 1.0), started)

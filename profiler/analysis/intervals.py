@@ -18,20 +18,20 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return s[first], reach[last]
 
 
+def covered_before(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Total length of the disjoint, sorted intervals [s, e) that lies before each t."""
+    if len(s) == 0:
+        return np.zeros(len(t), dtype=np.result_type(s, t))
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+    i = np.searchsorted(s, t, side="right")            # intervals starting before t
+    last = np.maximum(i - 1, 0)
+    partial = np.clip(t - s[last], 0, e[last] - s[last])
+    return np.where(i > 0, cum[last] + partial, 0)
+
+
 def covered_ns(starts: np.ndarray, ends: np.ndarray, q_start: np.ndarray, q_end: np.ndarray) -> np.ndarray:
     """For each query window [q_start, q_end), the length covered by the union of the intervals."""
     q_start = np.asarray(q_start, dtype=np.int64)
     q_end = np.asarray(q_end, dtype=np.int64)
     s, e = union(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
-    if len(s) == 0:
-        return np.zeros(len(q_start), dtype=np.int64)
-    cum = np.concatenate([[0], np.cumsum(e - s)])
-
-    def covered_before(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(s, t, side="right")        # intervals starting before t
-        full = cum[np.maximum(i - 1, 0)]
-        last = np.maximum(i - 1, 0)
-        partial = np.clip(t - s[last], 0, e[last] - s[last])
-        return np.where(i > 0, full + partial, 0)
-
-    return np.maximum(covered_before(q_end) - covered_before(q_start), 0)
+    return np.maximum(covered_before(s, e, q_end) - covered_before(s, e, q_start), 0)
