@@ -20,3 +20,15 @@ def shared_data() -> Path:
             pytest.fail(f"shared data not found at {path}")
         pytest.skip(f"shared data not found at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def job3(shared_data: Path) -> Path:
+    """Raw Ascend profiling slices of a real WideDeep run (device 1, 322 steps)."""
+    return shared_data / "ascend" / "JOB3"
+
+
+@pytest.fixture(scope="session")
+def gold(shared_data: Path) -> Path:
+    """What MindSpore/MindInsight's 2020 parser wrote from JOB3."""
+    return shared_data / "ascend" / "run_1_gold"

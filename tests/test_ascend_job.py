@@ -21,16 +21,6 @@ GOLD_FILES = [
 
 
 @pytest.fixture(scope="module")
-def job3(shared_data: Path) -> Path:
-    return shared_data / "ascend" / "JOB3"
-
-
-@pytest.fixture(scope="module")
-def gold(shared_data: Path) -> Path:
-    return shared_data / "ascend" / "run_1_gold"
-
-
-@pytest.fixture(scope="module")
 def job(job3: Path):
     return read_ascend_job(job3)
 

@@ -20,11 +20,6 @@ STEP_TRACE = "step_trace_raw_1_detail_time.csv"
 
 
 @pytest.fixture(scope="module")
-def gold(shared_data: Path) -> Path:
-    return shared_data / "ascend" / "run_1_gold"
-
-
-@pytest.fixture(scope="module")
 def cpu_dir(shared_data: Path) -> Path:
     return shared_data / "mindspore_cpu" / "cnn_50steps_ascend_ms"
 
