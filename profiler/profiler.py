@@ -232,6 +232,8 @@ class Profiler:
         global _active_profiler
         if self._recorder is None:
             return
+        for source in self.sources:
+            source.finish()
         t = now_ns()
         if self._action.records:
             hot.sample(t, self._stop_code, self.step_num, 0)

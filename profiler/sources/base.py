@@ -30,6 +30,9 @@ class Source:
     def on_step(self, step: int, action: "ProfilerAction") -> None:
         """Called by Profiler.step() with the number and action of the step that begins."""
 
+    def finish(self) -> None:
+        """Called while recording is still on, just before it stops (e.g. a last counter reading)."""
+
     def stop(self) -> None:
         """Called when recording stops; must be idempotent."""
 
@@ -79,13 +82,29 @@ class Sampler(Source):
             self._codes[(device, metric)] = code
         return code
 
+    def _record_reading(self) -> None:
+        t = now_ns()
+        for device, metric, value in self.read():
+            hot.sample(t, self._code(device, metric), 0, float(value))
+
+    def finish(self) -> None:
+        """Stop sampling and take a last reading while recording is on, so even a run shorter than
+        the interval has one (the sampling thread is stopped first: readers need not be thread-safe)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        try:
+            self._record_reading()
+        except Exception:
+            pass
+
     def _loop(self) -> None:
         failures = 0
         while not self._stop.is_set():
-            t = now_ns()
             try:
-                for device, metric, value in self.read():
-                    hot.sample(t, self._code(device, metric), 0, float(value))
+                self._record_reading()
                 failures = 0
             except Exception as exc:      # one failed reading is skipped; persistent failure stops the sampler
                 failures += 1

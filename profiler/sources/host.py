@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from .base import Sampler
 
@@ -19,14 +20,19 @@ class HostCounters(Sampler):
         self._proc = psutil.Process(os.getpid())
         self._proc.cpu_percent(None)        # the first call only sets the baseline
         psutil.cpu_percent(None)
+        self._cpu_window_start = time.perf_counter()
         return [("host", m) for m in HOST_METRICS]
 
     def read(self) -> list[tuple[str, str, float]]:
         p = self._proc
         with p.oneshot():
-            return [
-                ("host", "process_cpu_pct", p.cpu_percent(None)),
-                ("host", "system_cpu_pct", self._psutil.cpu_percent(None)),
-                ("host", "rss_bytes", p.memory_info().rss),
-                ("host", "threads", p.num_threads()),
-            ]
+            out = [("host", "rss_bytes", p.memory_info().rss), ("host", "threads", p.num_threads())]
+            # CPU % is CPU time over the window since the last reading, and the kernel counts CPU
+            # time in 10 ms ticks: a reading much closer than the interval (the last one, taken as
+            # recording stops) would be mostly rounding, so it reports memory and threads only.
+            now = time.perf_counter()
+            if now - self._cpu_window_start >= self.interval_s / 2:
+                self._cpu_window_start = now
+                out += [("host", "process_cpu_pct", p.cpu_percent(None)),
+                        ("host", "system_cpu_pct", self._psutil.cpu_percent(None))]
+            return out
