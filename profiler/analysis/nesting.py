@@ -30,46 +30,40 @@ def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray) -> Span
     if n == 0:
         z = np.empty(0, np.int64)
         return Spans(z, z, z, 0)
-    is_end = (code & 1).astype(bool)
-    step = np.where(is_end, -1, 1)
-    # a stable sort by (thread, window) keeps each thread's recording order
-    n_win = int(window.max()) + 2
-    key = _stable_order(thread * n_win + (window + 1))
-    th, wi, st = thread[key], window[key], step[key]
-    group_start = np.ones(n, dtype=bool)
-    group_start[1:] = (th[1:] != th[:-1]) | (wi[1:] != wi[:-1])
-    depth_after = np.cumsum(st)
-    # depth before each group's first event, subtracted so each group starts at depth 0
-    base = np.maximum.accumulate(np.where(group_start, np.arange(n), 0))
-    start_depth = depth_after[base] - st[base]
-    after = depth_after - start_depth
-    before = after - st
-    level = np.where(st > 0, before, after)
-    # levels may be negative (ends of spans begun before the window): shift per group
-    group_id = np.cumsum(group_start) - 1
-    min_level = np.minimum.reduceat(level, np.flatnonzero(group_start))
-    level = level - min_level[group_id]
-    k2 = _stable_order(group_id * (int(level.max()) + 1) + level)   # recording order within a level
-    ev = key[k2]
-    lv = level[k2]
-    gid = group_id[k2]
-    b = ~is_end[ev]
-    same = np.zeros(n, dtype=bool)
-    same[:-1] = (gid[1:] == gid[:-1]) & (lv[1:] == lv[:-1])
-    pair = np.zeros(n, dtype=bool)
-    pair[:-1] = b[:-1] & ~b[1:] & same[:-1]
-    # an end directly after a begin of another descriptor means corrupt nesting: do not pair it
-    pair[:-1] &= (code[ev[:-1]] >> 1) == (code[ev[1:]] >> 1)
-    begins = ev[:-1][pair[:-1]]
-    ends = ev[1:][pair[:-1]]
-    unmatched = n - 2 * len(begins)
-    return Spans(begins, ends, lv[:-1][pair[:-1]], unmatched)
+    # 1. order by (thread, window); a stable sort keeps each thread's recording order
+    group_key = thread * (int(window.max()) + 2) + (window + 1)
+    order = _stable_order(group_key)
+    sorted_key = group_key if order is None else group_key[order]
+    step = (1 - 2 * (code & 1)).astype(np.int8)            # +1 begin, -1 end
+    if order is not None:
+        step = step[order]
+    # 2. nesting level of every event, each group starting at depth 0
+    firsts = np.flatnonzero(np.concatenate([[True], sorted_key[1:] != sorted_key[:-1]]))
+    sizes = np.diff(np.append(firsts, n))
+    depth_after = np.cumsum(step, dtype=np.int32)
+    depth_after -= np.repeat(depth_after[firsts] - step[firsts], sizes)
+    level = depth_after - (step > 0)                      # a begin sits at its depth before, an end after
+    # ends of spans begun before the window make levels negative: shift each group to start at 0
+    level -= np.repeat(np.minimum.reduceat(level, firsts), sizes)
+    # 3. within each (group, level), recording order alternates begin, end
+    group_id = np.repeat(np.arange(len(firsts), dtype=np.int32), sizes)
+    level_key = group_id.astype(np.int64) * (int(level.max()) + 1) + level
+    within = _stable_order(level_key)
+    ev = np.arange(n) if order is None else order
+    if within is not None:
+        ev, level_key, level, step = ev[within], level_key[within], level[within], step[within]
+    desc = (code >> 1)[ev]
+    pair = (step[:-1] > 0) & (step[1:] < 0) & (level_key[1:] == level_key[:-1])
+    # an end right after a begin of another descriptor means corrupt nesting: do not pair it
+    pair &= desc[1:] == desc[:-1]
+    begins = ev[:-1][pair]
+    return Spans(begins, ev[1:][pair], level[:-1][pair].astype(np.int64), n - 2 * len(begins))
 
 
-def _stable_order(key: np.ndarray) -> np.ndarray:
-    """Stable argsort; skipped when already sorted, radix sort when the keys fit in 16 bits."""
+def _stable_order(key: np.ndarray):
+    """Stable argsort, or None when already sorted; a radix sort when the keys fit in 16 bits."""
     if len(key) < 2 or bool(np.all(key[1:] >= key[:-1])):
-        return np.arange(len(key))
+        return None
     if key.min() >= 0 and key.max() < 2**15:
         key = key.astype(np.int16)          # numpy sorts <= 16-bit integers with a stable radix sort
     return np.argsort(key, kind="stable")

@@ -23,7 +23,7 @@ TS_WIDTH = 14                 # µs with 3 decimals: up to ~115 days of trace
 DUR_WIDTH = 12
 
 
-_POW10 = 10 ** np.arange(19, dtype=np.int64)
+_POW10_US_IN_NS = 10 ** np.arange(16, dtype=np.int64) * 1000   # 1 µs, 10 µs, ... in ns
 _TRIPLETS = np.array([list(f"{i:03d}".encode()) for i in range(1000)], dtype=np.uint8)   # "000".."999"
 
 
@@ -38,18 +38,24 @@ def fixed_decimal(ns: np.ndarray, width: int) -> np.ndarray:
     n_int = width - 4                                   # integer digits that fit (width - ".xxx")
     groups = -(-n_int // 3)
     digits = np.empty((len(v), groups * 3 + 4), dtype=np.uint8)
-    digits[:, -3:] = _TRIPLETS[rest % 1000]
+    # below 2**53 float64 holds every integer exactly and divides far faster than int64
+    exact_float = len(rest) and int(rest.max()) < 2**53
+    rest = rest.astype(np.float64) if exact_float else rest
+    for g in range(groups + 1):                          # least significant triplet first
+        if exact_float:
+            q = np.floor(rest / 1000.0)
+            low = (rest - q * 1000.0).astype(np.int16)
+        else:
+            q, low = np.divmod(rest, 1000)
+        hi = digits.shape[1] - (0 if g == 0 else 4 + 3 * (g - 1))
+        digits[:, hi - 3:hi] = _TRIPLETS[low]
+        rest = q
     digits[:, -4] = ord(".")
-    rest //= 1000
-    for g in range(groups):                              # integer part, least significant triplet first
-        lo = digits.shape[1] - 4 - 3 * (g + 1)
-        digits[:, lo:lo + 3] = _TRIPLETS[rest % 1000]
-        rest //= 1000
     if (rest > 0).any():
         raise ValueError("a time does not fit the trace's fixed-width field")
     out = digits[:, -width:].copy()
     # blank leading zeros, keeping at least "0.xxx" (and one column for a minus sign)
-    n_digits = np.maximum(np.searchsorted(_POW10, np.abs(v) // 1000, side="right"), 1)
+    n_digits = np.maximum(np.searchsorted(_POW10_US_IN_NS, np.abs(v), side="right"), 1)
     first = width - 4 - n_digits                         # column of the first significant digit
     if (first < 0).any() or (neg & (first < 1)).any():
         raise ValueError("a time does not fit the trace's fixed-width field")
