@@ -5,8 +5,9 @@ Run: python benchmarks/bench_step_overhead.py [--reps R] [--models mlp,cnn] [--t
 Modes, interleaved within every repetition (the order rotates each repetition, so drift in the
 machine's speed spreads over all modes):
 
-  baseline      the bare loop
-  steps         profview step trace only: Profiler() + attach(model, optimizer, ops=False)
+  baseline      the bare loop (with no-op phase context managers, so only the profiler differs)
+  markers       profview step trace only, marked by hand: phase("forward" / "backward" / "optimizer") + step()
+  steps         profview step trace only, automatic: Profiler() + attach(model, optimizer, ops=False)
   steps+sampled the step trace of every step, ops on 2 steps in 50 (ops_schedule)
   ops           profview with op capture on every step: Profiler() + attach(model, optimizer)
   torch         plain torch.profiler capturing every step: profile(activities=[CPU]) + prof.step()
@@ -39,7 +40,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from profiler import Profiler, schedule  # noqa: E402
 from torch_loops import cifar_batch, small_cnn  # noqa: E402
 
-MODES = ("baseline", "steps", "steps+sampled", "ops", "torch")
+MODES = ("baseline", "markers", "steps", "steps+sampled", "ops", "torch")
 #: per model: (build model and batch, warmup steps, timed steps)
 MODELS: dict[str, tuple[Callable[[], tuple[nn.Module, tuple]], int, int]] = {
     "mlp": (lambda: (nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
@@ -49,16 +50,34 @@ MODELS: dict[str, tuple[Callable[[], tuple[nn.Module, tuple]], int, int]] = {
 }
 
 
+class _NoPhase:
+    """Stands in for profiler.phase(...) in the unprofiled loops (a no-op context manager)."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_PHASE = _NoPhase()
+
+
 def timed_steps(model: nn.Module, optimizer, batch, warmup: int, steps: int,
-                after_step: Callable[[], None] = lambda: None) -> tuple[list[int], list[int]]:
+                after_step: Callable[[], None] = lambda: None,
+                phase: Callable[[str], object] = lambda name: _NO_PHASE) -> tuple[list[int], list[int]]:
     """Per-iteration wall and thread-CPU time (ns) of the loop, after `warmup` untimed iterations."""
     x, y = batch
     wall, cpu = [], []
     for i in range(warmup + steps):
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         optimizer.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
+        with phase("forward"):
+            loss = nn.functional.cross_entropy(model(x), y)
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            optimizer.step()
         after_step()
         if i >= warmup:
             wall.append(time.perf_counter_ns() - t0)
@@ -79,6 +98,12 @@ def run_block(mode: str, model: nn.Module, optimizer, batch, warmup: int, steps:
         finally:
             prof.stop()
     shutil.rmtree(out, ignore_errors=True)
+    if mode == "markers":
+        p = Profiler(out, gpu_counters=False)
+        try:
+            return timed_steps(model, optimizer, batch, warmup, steps, p.step, p.phase)
+        finally:
+            p.stop()
     kwargs = {"ops_schedule": schedule(wait=46, warmup=2, active=2)} if mode == "steps+sampled" else {}
     p = Profiler(out, gpu_counters=False, **kwargs)
     try:
