@@ -50,8 +50,13 @@ def ensure_steps(run: Run) -> Run:
     if len(times) == 0:
         raise ProfviewError("nothing was recorded: no step, span or op (call profiler.step() at the end of "
                             "each iteration and mark phases with profiler.phase())")
-    message = ("no profiler.step() call was recorded: the whole recording is analysed as one step "
-               "(call profiler.step() at the end of each iteration for a per-step breakdown)")
+    origin = run.info.get("data_origin", "profview")
+    if origin == "profview":
+        message = ("no profiler.step() call was recorded: the whole recording is analysed as one step "
+                   "(call profiler.step() at the end of each iteration for a per-step breakdown)")
+    else:
+        message = (f"the {origin} capture has no step markers: it is analysed as one step "
+                   f"spanning the whole capture")
     warnings.warn(message, ProfilerUsageWarning, stacklevel=3)
     run.info.setdefault("warnings", []).append(message)
     run.steps = pd.DataFrame({"step": [0], "start_ns": [times.min()], "end_ns": [times.max()],
