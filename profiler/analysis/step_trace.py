@@ -25,16 +25,16 @@ STEP_TRACE_COLUMNS = [
 ]
 
 
-def first_per_step(times: np.ndarray, steps: pd.DataFrame, how: str) -> np.ndarray:
-    """Per step (in `steps` order) the min or max of the times falling inside it; -1 where none."""
-    out = np.full(len(steps), -1, dtype=np.int64)
+def per_step(times: np.ndarray, values: np.ndarray, steps: pd.DataFrame, how: str,
+             missing: int = -1) -> np.ndarray:
+    """Per step (in `steps` order), `how` ("min" / "max" / "sum") of the values whose times fall
+    inside it; `missing` for steps with none."""
+    out = np.full(len(steps), missing, dtype=np.int64)
     s = assign_steps(times, steps)
     ok = s >= 0
-    if not ok.any():
-        return out
-    agg = pd.Series(times[ok]).groupby(s[ok]).agg(how)
-    pos = pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())
-    out[pos] = agg.to_numpy()
+    if ok.any():
+        agg = pd.Series(values[ok]).groupby(s[ok]).agg(how)
+        out[pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())] = agg.to_numpy()
     return out
 
 
@@ -45,11 +45,12 @@ def marked_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.Dat
     marks = instants[instants["kind"] == "mark"]
     fwd = spans[(spans["kind"] == "phase") & (spans["name"] == "forward")]
     bwd = spans[(spans["kind"] == "phase") & (spans["name"] == "backward")]
-    fp_mark = _combine_min(first_per_step(marks.loc[marks["name"] == "fp_start", "time_ns"].to_numpy(), steps, "min"),
-                           first_per_step(fwd["start_ns"].to_numpy(), steps, "min"))
-    bwd_end = (bwd["start_ns"] + bwd["dur_ns"]).to_numpy()
-    bp_mark = np.maximum(first_per_step(marks.loc[marks["name"] == "bp_end", "time_ns"].to_numpy(), steps, "max"),
-                         _max_end_per_step(bwd["start_ns"].to_numpy(), bwd_end, steps))
+    fp_marks = marks.loc[marks["name"] == "fp_start", "time_ns"].to_numpy()
+    bp_marks = marks.loc[marks["name"] == "bp_end", "time_ns"].to_numpy()
+    fwd_start = fwd["start_ns"].to_numpy()
+    fp_mark = _combine_min(per_step(fp_marks, fp_marks, steps, "min"), per_step(fwd_start, fwd_start, steps, "min"))
+    bp_mark = np.maximum(per_step(bp_marks, bp_marks, steps, "max"),
+                         per_step(bwd["start_ns"].to_numpy(), (bwd["start_ns"] + bwd["dur_ns"]).to_numpy(), steps, "max"))
     fp = np.where(fp >= 0, fp, fp_mark)
     bp = np.where(bp >= 0, bp, bp_mark)
     return fp, bp
@@ -60,17 +61,6 @@ def _combine_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     big = np.iinfo(np.int64).max
     m = np.minimum(np.where(a >= 0, a, big), np.where(b >= 0, b, big))
     return np.where(m == big, -1, m)
-
-
-def _max_end_per_step(starts: np.ndarray, ends: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Per step the latest end of the intervals that start inside it (-1 when none)."""
-    out = np.full(len(steps), -1, dtype=np.int64)
-    s = assign_steps(starts, steps)
-    ok = s >= 0
-    if ok.any():
-        agg = pd.Series(ends[ok]).groupby(s[ok]).max()
-        out[pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())] = agg.to_numpy()
-    return out
 
 
 def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFrame,
@@ -89,15 +79,16 @@ def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFr
     starts = np.concatenate([compute["start_ns"].to_numpy(), host_ops["start_ns"].to_numpy()])
     ends = np.concatenate([(compute["start_ns"] + compute["dur_ns"]).to_numpy(),
                            (host_ops["start_ns"] + host_ops["dur_ns"]).to_numpy()])
-    fp = first_per_step(starts, steps, "min")
+    fp = per_step(starts, starts, steps, "min")
     tails = sp[(sp["kind"] == "phase") & sp["name"].isin(TAIL_PHASES)]
-    tail_start = first_per_step(tails["start_ns"].to_numpy(), steps, "min")
+    tail_starts = tails["start_ns"].to_numpy()
+    tail_start = per_step(tail_starts, tail_starts, steps, "min")
     step_of = assign_steps(starts, steps)
     limit = np.where(tail_start >= 0, tail_start, np.iinfo(np.int64).max)
     pos = pd.Index(steps["step"].to_numpy()).get_indexer(step_of[step_of >= 0])
     ok = np.zeros(len(starts), dtype=bool)
     ok[step_of >= 0] = ends[step_of >= 0] <= limit[pos]
-    bp = _max_end_per_step(starts[ok], ends[ok], steps)
+    bp = per_step(starts[ok], ends[ok], steps, "max")
     return fp, bp
 
 
@@ -153,10 +144,4 @@ def _data_wait(queues: pd.DataFrame, steps: pd.DataFrame, step_tid: int) -> np.n
     gets = queues[queues["event"] == "get"]
     if step_tid >= 0:
         gets = gets[gets["tid"] == step_tid]
-    out = np.zeros(len(steps), dtype=np.int64)
-    s = assign_steps(gets["time_ns"].to_numpy(), steps)
-    ok = s >= 0
-    if ok.any():
-        agg = pd.Series(gets["wait_ns"].to_numpy()[ok]).groupby(s[ok]).sum()
-        out[pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())] = agg.to_numpy()
-    return out
+    return per_step(gets["time_ns"].to_numpy(), gets["wait_ns"].to_numpy(), steps, "sum", missing=0)
