@@ -138,16 +138,3 @@ class Run:
     @property
     def rank(self) -> int:
         return int(self.info.get("rank", 0))
-
-    def conformed(self) -> "Run":
-        """The same run with every table coerced to its schema."""
-        return Run(
-            info=dict(self.info),
-            ops=conform(self.ops, OP_COLUMNS),
-            spans=conform(self.spans, SPAN_COLUMNS),
-            instants=conform(self.instants, INSTANT_COLUMNS),
-            steps=conform(self.steps, STEP_COLUMNS),
-            counters=conform(self.counters, COUNTER_COLUMNS),
-            queues=conform(self.queues, QUEUE_COLUMNS),
-            threads=conform(self.threads, THREAD_COLUMNS),
-        )

@@ -149,21 +149,22 @@ def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(ok, nums[np.maximum(i, 0)], -1).astype(np.int64)
 
 
-def _split_extra(extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    parts = [str(x).split("|", 1) + [""] for x in extra]
-    return np.array([p[0] for p in parts], dtype=object), np.array([p[1] for p in parts], dtype=object)
-
-
 def _counters(t, sm_kind, sm_desc, name_of, extra_of, origin) -> pd.DataFrame:
+    """Counter samples; a counter descriptor's extra is "source|device" (split once per descriptor)."""
     m = sm_kind == K.COUNTER
-    src, dev = _split_extra(extra_of[sm_desc[m]])
-    return pd.DataFrame({"source": src, "device": dev, "metric": name_of[sm_desc[m]],
+    parts = [str(x).split("|", 1) + [""] for x in extra_of]
+    source_of = np.array([p[0] for p in parts], dtype=object)
+    device_of = np.array([p[1] for p in parts], dtype=object)
+    d = sm_desc[m]
+    return pd.DataFrame({"source": source_of[d], "device": device_of[d], "metric": name_of[d],
                          "time_ns": t.sm[m, 0] - origin, "value": t.sm[m, 3].copy().view(np.float64)})
 
 
 def _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin) -> pd.DataFrame:
+    """Queue probe samples; a queue descriptor's extra is its capacity (parsed once per descriptor)."""
     m = (sm_kind == K.QUEUE_PUT) | (sm_kind == K.QUEUE_GET)
-    cap = np.array([int(x or 0) for x in extra_of[sm_desc[m]]], dtype=np.int64)
+    capacity_of = np.array([int(x) if str(x).isdigit() else 0 for x in extra_of], dtype=np.int64)
+    cap = capacity_of[sm_desc[m]]
     return pd.DataFrame({"queue": name_of[sm_desc[m]], "time_ns": t.sm[m, 0] - origin,
                          "event": np.where(sm_kind[m] == K.QUEUE_PUT, "put", "get"),
                          "size": t.sm[m, 2], "capacity": cap, "wait_ns": t.sm[m, 3], "tid": sm_tid[m]})

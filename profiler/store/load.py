@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..errors import ProfviewError
 from ..record import recorder as kinds
-from .raw import Chunk, RawFile, find_raw_files, read_raw_file
+from .raw import RawFile, find_raw_files, read_raw_file
 
 
 @dataclass
@@ -100,28 +100,28 @@ def _collect(f: RawFile, tables: RawTables, ev_parts: list, sm_parts: list, file
             tables.dropped += int(c.header.get("dropped", 0))
             words = np.frombuffer(c.payload, dtype="<i8").reshape(-1, 2)
             if len(words):
-                ev_parts.append((_remap_codes(words, remap, 1, f, c), int(c.header["thread"])))
+                ev_parts.append((_remap_codes(words, remap, f), int(c.header["thread"])))
         elif t == "samples":
             words = np.frombuffer(c.payload, dtype="<i8").reshape(-1, 4)
             if len(words):
-                sm_parts.append((_remap_codes(words, remap, 1, f, c), int(c.header["thread"])))
+                sm_parts.append((_remap_codes(words, remap, f), int(c.header["thread"])))
         elif t == "sources":
             tables.sources.update(c.json())
         elif t == "end":
             tables.end = c.json()
 
 
-def _remap_codes(words: np.ndarray, remap: list[int], col: int, f: RawFile, c: Chunk) -> np.ndarray:
-    """Rewrite the code column from file-local to global descriptor ids (codes = 2 * id + end flag)."""
+def _remap_codes(words: np.ndarray, remap: list[int], f: RawFile) -> np.ndarray:
+    """Rewrite the code column (column 1) from file-local to global descriptor ids (codes = 2 * id + end flag)."""
     out = words.copy()
-    desc = out[:, col] >> 1
+    desc = out[:, 1] >> 1
     lut = np.asarray(remap, dtype=np.int64)
     bad = (desc < 0) | (desc >= len(lut))
     if bad.any():
         f.warnings.append(f"{f.path}: {int(bad.sum())} records name an unknown descriptor and were skipped")
         out = out[~bad]
         desc = desc[~bad]
-    out[:, col] = (lut[desc] << 1) | (out[:, col] & 1)
+    out[:, 1] = (lut[desc] << 1) | (out[:, 1] & 1)
     return out
 
 
