@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import atexit
 import difflib
-import functools
-import json
 import os
 import platform
 import socket
@@ -30,7 +28,7 @@ from ._version import __version__
 from .errors import ProfilerUsageWarning, ProfviewError
 from .record.recorder import (
     HOT_PATH_IMPL, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP, COUNTER,
-    Recorder, hot, now_ns,
+    Recorder, Span, hot, now_ns,
 )
 from .schedule import ProfilerAction, Schedule, always_record, as_action
 from .sources.base import Source
@@ -61,23 +59,6 @@ class _SpanCache(dict):
         return span
 
 
-def _decorating(span_cls):
-    """A span class usable both as `with span:` and as a decorator `@span`."""
-
-    class DecoratingSpan(span_cls):
-        __slots__ = ()
-
-        def __call__(self, fn: Callable) -> Callable:
-            @functools.wraps(fn)
-            def wrapper(*args, **kwargs):
-                with self:
-                    return fn(*args, **kwargs)
-            return wrapper
-
-    return DecoratingSpan
-
-
-_Span = _decorating(hot.Span)
 
 
 class Profiler:
@@ -414,11 +395,10 @@ class Profiler:
 
     def _new_span(self, kind: str, name: str, extra: str = ""):
         if not self.active:
-            return _Span(0, 1)      # never recorded: this rank's hot path stays disabled
+            return Span(0, 1)       # never recorded: this rank's hot path stays disabled
         if self._recorder is None:
             raise ProfviewError("the Profiler is not started; call profiler.start() before recording spans")
-        d = self._recorder.intern(kind, name, extra)
-        return _Span(2 * d, 2 * d + 1)
+        return self._recorder.span(kind, name, extra)
 
     def _make_phase(self, name: str):
         if name not in KNOWN_PHASES:
@@ -439,24 +419,28 @@ class Profiler:
         waits (at most `cluster_timeout_s`) for the others and writes the cluster files
         (docs/distributed.md).
         """
-        from .analyse import analyse_cluster, analyse_directory
+        from .analyse import analyse_cluster
 
         if stop:
             self.stop()
-            written = (analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
-                                         gzip_timeline=self.gzip_timeline) if self.active else [])
+            written = self._analyse_own(progress) if self.active else []
             if initialised_dist() is not None:
                 wait_for_ranks(cluster_timeout_s)
                 if self.rank == 0:
                     written += analyse_cluster(self.output_path)
             return written
         if self._recorder is None:
-            return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
-                                     gzip_timeline=self.gzip_timeline)
+            return self._analyse_own(progress)
         self._recorder.flush()
         with self._recorder._lock:     # no flush may append while the store is read
-            return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
-                                     gzip_timeline=self.gzip_timeline)
+            return self._analyse_own(progress)
+
+    def _analyse_own(self, progress: bool) -> list[Path]:
+        """Analyse this rank's raw store into its output files."""
+        from .analyse import analyse_directory
+
+        return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
+                                 gzip_timeline=self.gzip_timeline)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -546,8 +530,7 @@ def _calibrate_event_cost(recorder: Recorder, spans: int = 2000) -> float:
     Used to estimate the profiler's own time per step (events in the step x this cost); the
     calibration records into a throw-away descriptor and discards what it recorded.
     """
-    d = recorder.intern("calibration", "calibration")
-    span = _Span(2 * d, 2 * d + 1)
+    span = recorder.span("calibration", "calibration")
     was = hot.is_enabled()
     hot.drain()
     hot.set_enabled(True)

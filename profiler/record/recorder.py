@@ -7,6 +7,7 @@ and everything else reach the raw store from here, off the hot path.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -41,6 +42,19 @@ def _load_hot_path():
 
 
 hot, HOT_PATH_IMPL = _load_hot_path()
+
+
+class Span(hot.Span):
+    """A reusable span: `with span:` records its begin and end; `@span` wraps a function in it."""
+
+    __slots__ = ()
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+        return wrapper
 now_ns: Callable[[], int] = time.perf_counter_ns
 
 
@@ -63,7 +77,7 @@ class Recorder:
         self.dropped = 0
         self.write_errors = 0
         self.flush_ns_total = 0
-        self._flush_code = 2 * self.intern(FLUSH, "flush")
+        self._flush_code = self.point_code(FLUSH, "flush")
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         hot.drain()                      # nothing of an earlier recording may leak into this one
@@ -91,7 +105,7 @@ class Recorder:
         s = self._spans.get(key)
         if s is None:
             d = self.intern(kind, name, extra)
-            s = self._spans.setdefault(key, hot.Span(2 * d, 2 * d + 1))
+            s = self._spans.setdefault(key, Span(2 * d, 2 * d + 1))
         return s
 
     def point_code(self, kind: str, name: str, extra: str = "") -> int:
