@@ -6,6 +6,7 @@ run's raw store is analysed exactly like a clean one.
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
@@ -14,6 +15,7 @@ import pandas as pd
 
 from .analysis.results import Analysis, analyse_run
 from .errors import ProfilerUsageWarning, ProfviewError
+from .export.chrome_trace import write_chrome_trace
 from .export.cluster import write_cluster_outputs
 from .export.outputs import write_outputs
 from .model import Run, STEP_COLUMNS
@@ -101,13 +103,21 @@ def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress
                     raise
                 warnings.warn(f"rank {rank} is left out: {exc}", ProfilerUsageWarning, stacklevel=2)
                 continue
-            p.stage(f"rank {rank}: step trace and op tables")
-            analysis = analyse_run(run, thresholds)
-            p.stage(f"rank {rank}: writing outputs")
-            written += write_outputs(analysis, directory, gzip_timeline=gzip_timeline)
+            p.stage(f"rank {rank}: step trace, op tables and timeline")
+            written += analyse_and_write(run, directory, gzip_timeline, thresholds)
     if every_rank:
         written += write_cluster_outputs(directory, load_rank)
     return written
+
+
+def analyse_and_write(run: Run, directory: Path, gzip_timeline: bool = False,
+                      thresholds: Optional[Mapping[str, float]] = None) -> list[Path]:
+    """Analyse one rank's run and write its outputs. The timeline needs only the run, so a second
+    thread writes it meanwhile (its row formatting and file writes release the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="profview-timeline") as pool:
+        timeline = pool.submit(write_chrome_trace, run, Path(directory) / f"timeline_{run.rank}.json", gzip_timeline)
+        analysis = analyse_run(run, thresholds)
+        return write_outputs(analysis, directory, gzip_timeline=gzip_timeline, timeline=timeline.result)
 
 
 def analyse_cluster(directory) -> list[Path]:

@@ -12,7 +12,7 @@ deterministic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -96,30 +96,31 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
-def conform(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
-    """Return `df` with exactly the schema's columns, in order and with the schema's dtypes.
+def conform(df: pd.DataFrame | Mapping[str, Any], columns: dict[str, str]) -> pd.DataFrame:
+    """Return `df` (a DataFrame or a dict of columns) with exactly the schema's columns, in order
+    and with the schema's dtypes, copying no column that already has its dtype.
 
     Missing columns are filled with the type's neutral value ("" / -1 / 0.0).
     """
     out = {}
-    n = len(df)
+    n = len(df) if isinstance(df, pd.DataFrame) else len(next(iter(df.values()), ()))
     for col, dtype in columns.items():
-        if col in df.columns:
+        if col in df:
             s = df[col]
             if dtype == "object":
                 # categoricals stay categorical: millions of rows share a few hundred names
-                if not isinstance(s.dtype, pd.CategoricalDtype):
-                    s = s.fillna("").astype(str).astype(object)
-                out[col] = s.array
+                if not isinstance(getattr(s, "dtype", None), pd.CategoricalDtype):
+                    s = pd.Series(s).fillna("").astype(str).astype(object)
+                out[col] = s.array if isinstance(s, pd.Series) else s
             else:
-                out[col] = s.astype(dtype).to_numpy()
+                out[col] = np.asarray(s, dtype=dtype)
         elif dtype == "object":
-            out[col] = np.full(n, "", dtype=object)
+            out[col] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[""])
         elif dtype == "float64":
             out[col] = np.zeros(n, dtype=np.float64)
         else:
             out[col] = np.full(n, -1, dtype=np.int64)
-    return pd.DataFrame(out, columns=list(columns))
+    return pd.DataFrame(out, columns=list(columns), copy=False)
 
 
 @dataclass

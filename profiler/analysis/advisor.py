@@ -344,11 +344,11 @@ def lane_ops(ops: pd.DataFrame, step_lane: str) -> pd.DataFrame:
     """The ops whose gaps mean idle time: device ops when there are any, else framework host ops on the stepping thread."""
     if ops is None or not len(ops):
         return ops
-    device = ops[ops["device"].astype(str) != "cpu"]
+    device = ops[ops["device"] != "cpu"]        # categorical or text: compared without materialising strings
     if len(device):
         return device
-    host = ops[(ops["source"].astype(str) != "marker")]
-    return host[host["stream"].astype(str) == step_lane] if step_lane else host
+    host = ops[ops["source"] != "marker"]
+    return host[host["stream"] == step_lane] if step_lane else host
 
 
 def host_rule(inp: AdvisorInput) -> list[Finding]:
@@ -370,7 +370,7 @@ def host_rule(inp: AdvisorInput) -> list[Finding]:
     if idle_share < idle_limit or median_us >= short or per_step < inp.thresholds["launch_ops_per_step"]:
         return []
     idle_ms = (window - busy.sum()) / 1e6 / len(inp.steps)
-    where = "the device" if (ops["device"].astype(str) != "cpu").any() else f"thread {inp.step_lane}"
+    where = "the device" if (ops["device"] != "cpu").any() else f"thread {inp.step_lane}"
     return [_finding(
         inp, "host_bound", idle_ms, title=f"Launch-bound: {_pct(idle_share)} of forward + backward runs no op",
         evidence=(f"{per_step:.0f} ops per step with a median duration of {median_us:.1f} µs; ops on {where} cover "

@@ -382,7 +382,7 @@ def device_breakdown(ops_by_rank: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
 
     rows = []
     for rank, ops in sorted(ops_by_rank.items()):
-        dev = ops[ops["device"].astype(str) != "cpu"]
+        dev = ops[ops["device"] != "cpu"]
         for device, d in dev.groupby(dev["device"].astype(str), sort=True):
             cat = d["category"].astype(str)
             row = {"rank": rank, "device": device}

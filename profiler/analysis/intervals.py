@@ -1,4 +1,4 @@
-"""Interval arithmetic on sorted numpy arrays: unions and how much of a window they cover."""
+"""Interval arithmetic on sorted numpy arrays: unions, coverage, and which interval holds each time."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,3 +35,60 @@ def covered_ns(starts: np.ndarray, ends: np.ndarray, q_start: np.ndarray, q_end:
     q_end = np.asarray(q_end, dtype=np.int64)
     s, e = union(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
     return np.maximum(covered_before(s, e, q_end) - covered_before(s, e, q_start), 0)
+
+
+MAX_SORTED_RUNS = 10_000     # beyond this many sorted runs, place each time by binary search
+
+
+def sorted_run_breaks(times: np.ndarray) -> np.ndarray:
+    """Where `times` steps backwards: recorded times come as sorted runs (one per thread or chunk)."""
+    return np.flatnonzero(times[1:] < times[:-1]) + 1
+
+
+def place(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels: np.ndarray,
+          end_inclusive: bool = False) -> np.ndarray:
+    """labels[k] of the interval k = [starts[k], ends[k]) holding each time ([..., ends[k]] when
+    `end_inclusive`), -1 outside all; intervals sorted by start (the latest-starting one wins).
+
+    Disjoint intervals and run-sorted times (the usual case) take a fast path: the interval edges
+    are searched in each sorted run and the labels laid out between them, with no search per time.
+    The result has the labels' dtype.
+    """
+    times = np.asarray(times, dtype=np.int64)
+    labels = np.asarray(labels)
+    if len(starts) == 0 or len(times) == 0:
+        return np.full(len(times), -1, dtype=labels.dtype)
+    side = "right" if end_inclusive else "left"
+    breaks = sorted_run_breaks(times)
+    if len(breaks) <= MAX_SORTED_RUNS and bool(np.all(ends[:-1] < starts[1:] if end_inclusive else ends[:-1] <= starts[1:])):
+        return np.concatenate([_place_sorted(run, starts, ends, labels, side) for run in np.split(times, breaks)])
+    i = np.searchsorted(starts, times, side="right") - 1
+    last = np.maximum(i, 0)
+    ok = (i >= 0) & ((times <= ends[last]) if end_inclusive else (times < ends[last]))
+    return np.where(ok, labels[last], -1).astype(labels.dtype)
+
+
+def _place_sorted(run: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, side: str) -> np.ndarray:
+    lo = np.searchsorted(run, starts, side="left")
+    hi = np.searchsorted(run, ends, side=side)
+    values = np.full(2 * len(labels) + 1, -1, dtype=labels.dtype)
+    values[1::2] = labels                             # -1, label 0, -1, label 1, ..., -1
+    lengths = np.empty(len(values), dtype=np.int64)
+    lengths[1::2] = hi - lo
+    lengths[0], lengths[-1] = lo[0], len(run) - hi[-1]
+    lengths[2:-1:2] = lo[1:] - hi[:-1]
+    return np.repeat(values, lengths)
+
+
+def count_per_interval(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many times fall in each of the sorted, disjoint intervals [start, end) (run-sorted times:
+    the edges are searched in each run, not each time among the intervals)."""
+    times = np.asarray(times, dtype=np.int64)
+    breaks = sorted_run_breaks(times)
+    if len(breaks) > MAX_SORTED_RUNS:
+        k = place(times, starts, ends, np.arange(len(starts)))
+        return np.bincount(k[k >= 0], minlength=len(starts))
+    n = np.zeros(len(starts), dtype=np.int64)
+    for run in np.split(times, breaks):
+        n += np.searchsorted(run, ends, side="left") - np.searchsorted(run, starts, side="left")
+    return n

@@ -1,43 +1,94 @@
-"""Nesting of spans on a lane: begin / end matching and self time, vectorised."""
+"""Nesting of spans on a lane: begin / end matching, nesting level and self time.
+
+`nest_spans` runs the C kernel (`_nesting.c`, one linear pass) when it is built, else the
+vectorised numpy reference below; both give identical results (tests/test_core_nesting.py).
+"""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 
+def _load_kernel():
+    if os.environ.get("PROFVIEW_PURE_PYTHON") == "1":
+        return None
+    try:
+        from . import _nesting
+    except ImportError:
+        return None
+    return _nesting
+
+
+_kernel = _load_kernel()
+
+
 @dataclass
 class Spans:
-    """Matched begin / end pairs: indices into the event arrays, plus their nesting level."""
+    """Matched begin / end pairs: indices into the event arrays, nesting level and self time.
+
+    Pairs are listed in the order their begins are visited: by group, then recording order.
+    """
 
     begin: np.ndarray
     end: np.ndarray
     level: np.ndarray
+    self_ns: np.ndarray
     unmatched: int
 
 
-def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray) -> Spans:
-    """Match span begins and ends per (thread, window), all at once.
+def nest_spans(group: np.ndarray, code: np.ndarray, t: np.ndarray, select: Optional[np.ndarray] = None,
+               use_kernel: bool = True) -> Spans:
+    """Pair the span events of each group (a thread in one recording window) and time them.
 
-    Within one thread and window, a begin at nesting depth d is closed by the next end that
-    returns to depth d. Depth is a cumulative sum of +1 (begin) / -1 (end); grouping events by
-    (thread, window, level) leaves sequences E? (B E)* B? where a leading E began before the
-    window and a trailing B had not ended when it closed: those are counted as unmatched.
-    Events must be given in recording order within each thread.
+    Within a group, a begin at nesting depth d is closed by the next event at depth d when that is
+    an end of the same descriptor. Depth is the running count of begins minus ends; a leading end
+    (its span began before the window) or a trailing begin (not ended when it closed) is unmatched.
+    Self time is the duration minus that of the spans directly inside. Only the events at the
+    increasing positions `select` take part (all when None); events must be in recording order
+    within each group. begin / end are positions into the full arrays.
     """
-    n = len(code)
-    if n == 0:
+    group = np.ascontiguousarray(group, dtype=np.int64)
+    code = np.ascontiguousarray(code, dtype=np.int64)
+    t = np.ascontiguousarray(t, dtype=np.int64)
+    select = None if select is None else np.asarray(select, dtype=np.int64)
+    n_visit = len(code) if select is None else len(select)
+    if n_visit == 0:
         z = np.empty(0, np.int64)
-        return Spans(z, z, z, 0)
-    # 1. order by (thread, window); a stable sort keeps each thread's recording order
-    group_key = thread * (int(window.max()) + 2) + (window + 1)
-    order = _stable_order(group_key)
-    sorted_key = group_key if order is None else group_key[order]
+        return Spans(z, z, z, z, 0)
+    if select is None:
+        order = stable_order(group)
+    else:
+        within = stable_order(group[select])
+        order = select if within is None else select[within]
+    if _kernel is not None and use_kernel:
+        begin, end, level, self_ns, unmatched = _kernel.nest(group, code, t, order, n_visit)
+        as_int = lambda b: np.frombuffer(b, dtype=np.int64)     # noqa: E731 (zero-copy views)
+        return Spans(as_int(begin), as_int(end), as_int(level), as_int(self_ns), int(unmatched))
+    return _nest_numpy(group, code, t, order)
+
+
+def _nest_numpy(group: np.ndarray, code: np.ndarray, t: np.ndarray, order) -> Spans:
+    """The numpy reference of `nest_spans`: sorts and an as-of merge instead of one walk."""
+    pairs = _pair(group, code, order)
+    start = t[pairs.begin]
+    dur = t[pairs.end] - start
+    self_ns = self_time(start, dur, group[pairs.begin], pairs.level)
+    return Spans(pairs.begin, pairs.end, pairs.level, self_ns, pairs.unmatched)
+
+
+def _pair(group: np.ndarray, code: np.ndarray, order) -> Spans:
+    """Begin / end pairs and levels; grouping events by (group, level) leaves sequences
+    E? (B E)* B? that pair up by adjacency."""
+    n = len(code) if order is None else len(order)
+    sorted_key = group if order is None else group[order]
     step = (1 - 2 * (code & 1)).astype(np.int8)            # +1 begin, -1 end
     if order is not None:
         step = step[order]
-    # 2. nesting level of every event, each group starting at depth 0
+    # 1. nesting level of every event, each group starting at depth 0
     firsts = np.flatnonzero(np.concatenate([[True], sorted_key[1:] != sorted_key[:-1]]))
     sizes = np.diff(np.append(firsts, n))
     depth_after = np.cumsum(step, dtype=np.int32)
@@ -45,22 +96,25 @@ def pair_spans(thread: np.ndarray, window: np.ndarray, code: np.ndarray) -> Span
     level = depth_after - (step > 0)                      # a begin sits at its depth before, an end after
     # ends of spans begun before the window make levels negative: shift each group to start at 0
     level -= np.repeat(np.minimum.reduceat(level, firsts), sizes)
-    # 3. within each (group, level), recording order alternates begin, end
+    # 2. within each (group, level), recording order alternates begin, end
     group_id = np.repeat(np.arange(len(firsts), dtype=np.int32), sizes)
     level_key = group_id.astype(np.int64) * (int(level.max()) + 1) + level
-    within = _stable_order(level_key)
-    ev = np.arange(n) if order is None else order
+    within = stable_order(level_key)
+    pos = np.arange(n)                                      # visiting position of each event
     if within is not None:
-        ev, level_key, level, step = ev[within], level_key[within], level[within], step[within]
+        pos, level_key, level, step = pos[within], level_key[within], level[within], step[within]
+    ev = pos if order is None else order[pos]
     desc = (code >> 1)[ev]
     pair = (step[:-1] > 0) & (step[1:] < 0) & (level_key[1:] == level_key[:-1])
     # an end right after a begin of another descriptor means corrupt nesting: do not pair it
     pair &= desc[1:] == desc[:-1]
-    begins = ev[:-1][pair]
-    return Spans(begins, ev[1:][pair], level[:-1][pair].astype(np.int64), n - 2 * len(begins))
+    by_visit = np.argsort(pos[:-1][pair], kind="stable")
+    begins = ev[:-1][pair][by_visit]
+    z = np.empty(0, np.int64)
+    return Spans(begins, ev[1:][pair][by_visit], level[:-1][pair][by_visit].astype(np.int64), z, n - 2 * len(begins))
 
 
-def _stable_order(key: np.ndarray):
+def stable_order(key: np.ndarray):
     """Stable argsort, or None when already sorted; a radix sort when the keys fit in 16 bits."""
     if len(key) < 2 or bool(np.all(key[1:] >= key[:-1])):
         return None

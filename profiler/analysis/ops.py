@@ -40,7 +40,7 @@ def op_detail_table(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     """';'-joined distinct input shapes per (device, name), in first-seen order."""
-    with_shapes = ops[ops["shapes"].astype(str) != ""]
+    with_shapes = ops[ops["shapes"] != ""]
     if len(with_shapes) == 0:
         return [""] * len(table)
     d = (with_shapes.drop_duplicates(["device", "name", "shapes"])

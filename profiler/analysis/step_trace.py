@@ -29,13 +29,23 @@ def per_step(times: np.ndarray, values: np.ndarray, steps: pd.DataFrame, how: st
              missing: int = -1) -> np.ndarray:
     """Per step (in `steps` order), `how` ("min" / "max" / "sum") of the values whose times fall
     inside it; `missing` for steps with none."""
-    out = np.full(len(steps), missing, dtype=np.int64)
-    s = assign_steps(times, steps)
-    ok = s >= 0
-    if ok.any():
-        agg = pd.Series(values[ok]).groupby(s[ok]).agg(how)
-        out[pd.Index(steps["step"].to_numpy()).get_indexer(agg.index.to_numpy())] = agg.to_numpy()
-    return out
+    pos = step_positions(assign_steps(times, steps), steps)
+    ok = pos >= 0
+    ufunc, neutral = {"min": (np.minimum, np.iinfo(np.int64).max), "max": (np.maximum, np.iinfo(np.int64).min),
+                      "sum": (np.add, 0)}[how]
+    out = np.full(len(steps), neutral, dtype=np.int64)
+    ufunc.at(out, pos[ok], np.asarray(values, dtype=np.int64)[ok])
+    seen = np.bincount(pos[ok], minlength=len(steps)) > 0
+    return np.where(seen, out, missing)
+
+
+def step_positions(step_numbers: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """Row of each step number in `steps` (-1 for -1 or unknown numbers)."""
+    nums = steps["step"].to_numpy(dtype=np.int64)
+    if len(nums) and bool(np.all(np.diff(nums) == 1)):       # consecutive numbers: plain arithmetic
+        pos = step_numbers - nums[0]
+        return np.where((step_numbers >= 0) & (pos < len(nums)) & (pos >= 0), pos, -1)
+    return pd.Index(nums).get_indexer(step_numbers)
 
 
 def marked_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +95,7 @@ def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFr
     tail_start = per_step(tail_starts, tail_starts, steps, "min")
     step_of = assign_steps(starts, steps)
     limit = np.where(tail_start >= 0, tail_start, np.iinfo(np.int64).max)
-    pos = pd.Index(steps["step"].to_numpy()).get_indexer(step_of[step_of >= 0])
+    pos = step_positions(step_of[step_of >= 0], steps)
     ok = np.zeros(len(starts), dtype=bool)
     ok[step_of >= 0] = ends[step_of >= 0] <= limit[pos]
     bp = per_step(starts[ok], ends[ok], steps, "max")

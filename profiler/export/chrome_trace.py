@@ -2,20 +2,23 @@
 
 Millions of events are written without a Python loop per event: events that share everything
 but their times (phase letter, pid, tid, category, name, args) share one pre-encoded row head,
-and the times are laid out as fixed-width, space-padded decimal fields built with integer
-arithmetic on numpy arrays. Padding numbers with spaces is valid JSON.
+and the times are laid out as fixed-width, space-padded decimal fields (valid JSON). The rows
+are formatted by a C kernel (`_trace_rows.c`) when it is built, else by `format_rows_numpy`,
+which builds them with integer arithmetic on numpy arrays; both give the same bytes.
 """
 from __future__ import annotations
 
 import gzip
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Optional
+from typing import BinaryIO, Iterable, Iterator, Optional
 
 import numpy as np
 import pandas as pd
 
+from ..analysis.nesting import stable_order
 from ..model import Run
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
@@ -85,29 +88,90 @@ def _head(ph: str, pid: int, tid: int, cat: str, name: str, args: Optional[dict]
     return (text[:-1] + extra + ',"ts":').encode()
 
 
-def write_block(f: BinaryIO, block: EventBlock) -> int:
-    """Write the block's events grouped by head; returns the number of events written."""
+ROWS_PER_WRITE = 1 << 20      # numpy path: rows formatted per write, bounding the memory of a block's text
+BUFFER_BYTES = 32 << 20       # C path: one reused output buffer per trace
+_MID = b',"dur":'
+
+
+def write_block(f: BinaryIO, block: EventBlock, buffer: Optional[np.ndarray] = None) -> int:
+    """Write the block's events grouped by head (in recording order within a head); returns the count.
+
+    `buffer` is a reusable uint8 scratch array for the C kernel (one is made when not given).
+    """
     n = len(block.key)
     if n == 0:
         return 0
-    order = np.argsort(block.key, kind="stable")
-    keys = block.key[order]
-    bounds = np.flatnonzero(np.diff(keys)) + 1
-    starts = np.concatenate([[0], bounds])
-    stops = np.concatenate([bounds, [n]])
-    ts = fixed_decimal(block.ts_ns[order], TS_WIDTH)
-    dur = fixed_decimal(block.dur_ns[order], DUR_WIDTH) if block.dur_ns is not None else None
-    tail = np.frombuffer(block.tail, dtype=np.uint8)
-    mid = np.frombuffer(b',"dur":', dtype=np.uint8)
-    for a, b in zip(starts, stops):
-        head = np.frombuffer(block.heads[keys[a]], dtype=np.uint8)
-        m = b - a
-        parts = [np.broadcast_to(head, (m, len(head))), ts[a:b]]
-        if dur is not None:
-            parts += [np.broadcast_to(mid, (m, len(mid))), dur[a:b]]
-        parts.append(np.broadcast_to(tail, (m, len(tail))))
-        f.write(np.hstack(parts).tobytes())
+    key = np.ascontiguousarray(block.key, dtype=np.int64)
+    heads = b"".join(block.heads)
+    offsets = np.concatenate([[0], np.cumsum([len(h) for h in block.heads])]).astype(np.int64)
+    ts = np.ascontiguousarray(block.ts_ns, dtype=np.int64)
+    dur = None if block.dur_ns is None else np.ascontiguousarray(block.dur_ns, dtype=np.int64)
+    for text in row_texts(heads, offsets, key, ts, dur, stable_order(key), buffer, block.tail):
+        f.write(text)
     return n
+
+
+def row_texts(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray],
+              order: Optional[np.ndarray], buffer: Optional[np.ndarray] = None, tail: bytes = b"},\n",
+              use_kernel: bool = True) -> Iterator[bytes | memoryview]:
+    """The text of rows order[0:n] (or 0:n), piece by piece: head[key] + ts [+ ,"dur": + dur] + tail.
+
+    With the C kernel the pieces are views of `buffer`, valid until the next piece is asked for.
+    """
+    n = len(key) if order is None else len(order)
+    if _trace_rows is None or not use_kernel:
+        for start in range(0, n, ROWS_PER_WRITE):
+            yield format_rows_numpy(heads, offsets, key, ts, dur, order, start, min(n, start + ROWS_PER_WRITE),
+                                    TS_WIDTH, DUR_WIDTH, _MID, tail)
+        return
+    longest = int(np.diff(offsets).max(initial=0)) + TS_WIDTH + len(_MID) + DUR_WIDTH + len(tail)
+    if buffer is None or len(buffer) < longest:
+        buffer = np.empty(max(BUFFER_BYTES, longest), dtype=np.uint8)
+    start = 0
+    while start < n:
+        start, size = _trace_rows.format_rows(buffer, heads, offsets, key, ts, dur, order, start, n,
+                                              TS_WIDTH, DUR_WIDTH, _MID, tail)
+        yield memoryview(buffer)[:size]
+
+
+def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray],
+                      order: Optional[np.ndarray], start: int, stop: int, ts_width: int, dur_width: int,
+                      mid: bytes, tail: bytes) -> bytes:
+    """The rows order[start:stop] as text (the C kernel's reference and fallback).
+
+    Rows must come grouped by key; each run of one key is laid out as a (rows, columns) byte matrix.
+    """
+    rows = np.arange(start, stop) if order is None else order[start:stop]
+    keys = key[rows]
+    bounds = np.flatnonzero(np.diff(keys)) + 1
+    starts, stops = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(rows)]])
+    ts_text = fixed_decimal(ts[rows], ts_width)
+    dur_text = fixed_decimal(dur[rows], dur_width) if dur is not None else None
+    tail_bytes, mid_bytes = np.frombuffer(tail, dtype=np.uint8), np.frombuffer(mid, dtype=np.uint8)
+    out = []
+    for a, b in zip(starts, stops):
+        k = int(keys[a])
+        head = np.frombuffer(heads[offsets[k]:offsets[k + 1]], dtype=np.uint8)
+        m = b - a
+        parts = [np.broadcast_to(head, (m, len(head))), ts_text[a:b]]
+        if dur_text is not None:
+            parts += [np.broadcast_to(mid_bytes, (m, len(mid_bytes))), dur_text[a:b]]
+        parts.append(np.broadcast_to(tail_bytes, (m, len(tail_bytes))))
+        out.append(np.hstack(parts).tobytes())
+    return b"".join(out)
+
+
+def _load_kernel():
+    if os.environ.get("PROFVIEW_PURE_PYTHON") == "1":
+        return None
+    try:
+        from . import _trace_rows as kernel
+    except ImportError:
+        return None
+    return kernel
+
+
+_trace_rows = _load_kernel()
 
 
 def _codes(col) -> tuple[np.ndarray, np.ndarray]:
@@ -277,9 +341,10 @@ def write_chrome_trace(run: Run, path: Path, gzip_output: bool = False) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     with opener(tmp) as f:
         f.write(b'{"traceEvents":[\n')
+        buffer = np.empty(BUFFER_BYTES, dtype=np.uint8) if _trace_rows is not None else None
         for block in (step_block(run, lanes), span_block(run, lanes), op_block(run, lanes), instant_block(run, lanes),
                       *counter_blocks(run, lanes)):
-            write_block(f, block)
+            write_block(f, block, buffer)
         tail_events = flow_block(run, lanes) + lanes.meta
         f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in tail_events).encode())
         other = {"tool": "profview", "rank": run.rank, "data_origin": run.info.get("data_origin", "profview"),

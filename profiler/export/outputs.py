@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -56,8 +56,13 @@ def counter_table(a: Analysis) -> pd.DataFrame:
                          "time_ms": c["time_ns"] / 1e6, "value": c["value"]})
 
 
-def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False) -> list[Path]:
-    """Write every output file of one rank; returns the paths in the order written."""
+def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
+                  timeline: Optional[Callable[[], Path]] = None) -> list[Path]:
+    """Write every output file of one rank; returns the paths in the order written.
+
+    `timeline`, when given, returns the timeline's path once the caller has written it (analyse
+    writes it on a second thread while the analysis runs); else it is written here.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     r = a.run.rank
@@ -71,7 +76,8 @@ def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False) -> li
         written.append(write_csv(counter_table(a), out_dir / f"device_counters_{r}.csv"))
     for stem, doc in a.extra_json.items():
         written.append(write_json(doc, out_dir / f"{stem}_{r}.json"))
-    written.append(write_chrome_trace(a.run, out_dir / f"timeline_{r}.json", gzip_output=gzip_timeline))
+    written.append(timeline() if timeline else
+                   write_chrome_trace(a.run, out_dir / f"timeline_{r}.json", gzip_output=gzip_timeline))
     info_path = out_dir / f"profiler_info_{r}.json"
     info = dict(a.run.info)
     info["steps"] = {"count": int(len(a.step_trace)),

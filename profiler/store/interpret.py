@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..analysis.intervals import covered_ns
-from ..analysis.nesting import pair_spans, self_time
+from ..analysis.intervals import count_per_interval, covered_ns, place
+from ..analysis.nesting import nest_spans
 from ..model import Run, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
     QUEUE_COLUMNS, THREAD_COLUMNS
 from ..record import recorder as K
@@ -23,17 +23,28 @@ def interpret(t: RawTables) -> Run:
     is_op_desc = kind_of == K.OP
     is_point_desc = np.isin(kind_of, (K.MARK, K.INSTANT))
 
-    ev_desc = t.ev_code >> 1
+    # Per-event work is done in place and with narrow dtypes: at 1e7 events every full-length
+    # temporary is 40-80 MB, and fresh memory is what analyse() spends most of its time on.
+    ev_class = np.select([is_span_desc, is_point_desc], [1, 2], 0).astype(np.int8)[t.ev_code >> 1]
     ev_win = window_of(t.ev_t, windows)
-    ev_tid = _map(t.ev_thread, tid_of_ident)
+    ev_tid = np.repeat(_map(t.ev_chunk_thread, tid_of_ident), t.ev_chunk_len)
     keep = ev_win >= 0                                     # events racing a window edge are not data
-    idx = np.flatnonzero(keep & is_span_desc[ev_desc]) if len(ev_desc) else np.empty(0, np.int64)
-    pairs = pair_spans(ev_tid[idx], ev_win[idx], t.ev_code[idx])
-    b, e = idx[pairs.begin], idx[pairs.end]
-    d = ev_desc[b]
-    span_start = t.ev_t[b] - origin
-    span_dur = t.ev_t[e] - t.ev_t[b]
-    span_self = self_time(span_start, span_dur, ev_tid[b] * (len(windows) + 1) + ev_win[b], pairs.level)
+    in_span = keep & (ev_class == 1)
+    select = None if in_span.all() else np.flatnonzero(in_span)
+    del in_span
+    lane = ev_tid.astype(np.int64)                         # a thread within one window
+    lane *= len(windows) + 1
+    lane += ev_win
+    pairs = nest_spans(lane, t.ev_code, t.ev_t, select=select)
+    del lane, select
+    b = pairs.begin
+    d = t.ev_code[b]
+    d >>= 1                                                # descriptor of each span
+    span_start = t.ev_t[b]
+    span_dur = t.ev_t[pairs.end]
+    span_dur -= span_start
+    span_start -= origin
+    span_tid = ev_tid[b]
 
     sm_desc = t.sm[:, 1] >> 1
     sm_kind = kind_of[sm_desc] if len(sm_desc) else np.empty(0, dtype=object)
@@ -41,27 +52,29 @@ def interpret(t: RawTables) -> Run:
     steps, step_tid = _steps(t, sm_kind, sm_tid, windows, origin)
 
     is_op = is_op_desc[d]
-    n_ops = int(is_op.sum())
-    ops = pd.DataFrame({
-        "device": constant("cpu", n_ops),
-        "stream": by_code(ev_tid[b][is_op], threads["name"].to_numpy()),
-        "name": by_code(d[is_op], name_of),
-        "op_type": by_code(d[is_op], extra_of),
-        "category": constant("user", n_ops),
-        "start_ns": span_start[is_op],
+    op_desc = d[is_op]
+    op_start = span_start[is_op]
+    ops = {
+        "device": constant("cpu", len(op_desc)),
+        "stream": by_code(span_tid[is_op], threads["name"].to_numpy()),
+        "name": by_code(op_desc, name_of),
+        "op_type": by_code(op_desc, extra_of),
+        "category": constant("user", len(op_desc)),
+        "start_ns": op_start,
         "dur_ns": span_dur[is_op],
-        "self_ns": span_self[is_op],
-        "step": assign_steps(span_start[is_op], steps),
-        "source": constant("marker", n_ops),
-    })
+        "self_ns": pairs.self_ns[is_op],
+        "step": assign_steps(op_start, steps),
+        "source": constant("marker", len(op_desc)),
+    }
     other = ~is_op
-    spans = pd.DataFrame({
-        "tid": ev_tid[b][other], "kind": by_code(d[other], kind_of), "name": by_code(d[other], name_of),
+    spans = {
+        "tid": span_tid[other], "kind": by_code(d[other], kind_of), "name": by_code(d[other], name_of),
         "start_ns": span_start[other], "dur_ns": span_dur[other], "depth": pairs.level[other],
-    })
-    pt = np.flatnonzero(keep & is_point_desc[ev_desc]) if len(ev_desc) else np.empty(0, np.int64)
-    instants = pd.DataFrame({"tid": ev_tid[pt], "kind": by_code(ev_desc[pt], kind_of),
-                             "name": by_code(ev_desc[pt], name_of), "time_ns": t.ev_t[pt] - origin})
+    }
+    pt = np.flatnonzero(keep & (ev_class == 2))
+    pt_desc = t.ev_code[pt] >> 1
+    instants = pd.DataFrame({"tid": ev_tid[pt], "kind": by_code(pt_desc, kind_of),
+                             "name": by_code(pt_desc, name_of), "time_ns": t.ev_t[pt] - origin})
     counters = _counters(t, sm_kind, sm_desc, name_of, extra_of, origin)
     queues = _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin)
     info = _info(t, pairs.unmatched, int((~keep).sum()), step_tid, len(steps))
@@ -82,17 +95,18 @@ def constant(label: str, n: int) -> pd.Categorical:
 
 
 def _map(idents: np.ndarray, lut: dict[int, int]) -> np.ndarray:
+    """lut[ident] for every ident, as int32 (thread indices)."""
     if len(idents) == 0:
-        return np.empty(0, np.int64)
+        return np.empty(0, np.int32)
     keys = np.fromiter(lut.keys(), dtype=np.int64, count=len(lut))
-    vals = np.fromiter(lut.values(), dtype=np.int64, count=len(lut))
+    vals = np.fromiter(lut.values(), dtype=np.int32, count=len(lut))
     o = np.argsort(keys)
     return vals[o][np.searchsorted(keys[o], idents)]
 
 
 def _threads(t: RawTables) -> tuple[dict[int, int], pd.DataFrame]:
     """profview thread index per OS ident, in order of first appearance (deterministic)."""
-    seen = pd.unique(np.concatenate([t.ev_thread, t.sm_thread]))
+    seen = pd.unique(np.concatenate([t.ev_chunk_thread, t.sm_thread]))
     lut = {int(ident): i for i, ident in enumerate(seen)}
     names = [t.thread_names.get(int(ident), f"thread-{int(ident)}") for ident in seen]
     dup = pd.Series(names).duplicated(keep=False).to_numpy()
@@ -132,9 +146,7 @@ def _flush_overlap(t: RawTables, sm_kind: np.ndarray, start: np.ndarray, end: np
 
 def _event_cost(t: RawTables, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Events recorded inside each step times the calibrated cost of one event."""
-    steps = pd.DataFrame({"step": np.arange(len(start)), "start_ns": start, "end_ns": end})
-    s = assign_steps(np.concatenate([t.ev_t, t.sm[:, 0]]), steps)
-    n = np.bincount(s[s >= 0], minlength=len(start))
+    n = count_per_interval(t.ev_t, start, end) + count_per_interval(t.sm[:, 0], start, end)
     return n * float(t.meta.get("per_event_cost_ns", 0.0))
 
 
@@ -143,10 +155,7 @@ def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     if len(steps) == 0 or len(times) == 0:
         return np.full(len(times), -1, dtype=np.int64)
     st = steps.sort_values("start_ns", kind="stable")
-    starts, ends, nums = st["start_ns"].to_numpy(), st["end_ns"].to_numpy(), st["step"].to_numpy()
-    i = np.searchsorted(starts, times, side="right") - 1
-    ok = (i >= 0) & (times < ends[np.maximum(i, 0)])
-    return np.where(ok, nums[np.maximum(i, 0)], -1).astype(np.int64)
+    return place(times, *(st[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")))
 
 
 def _counters(t, sm_kind, sm_desc, name_of, extra_of, origin) -> pd.DataFrame:

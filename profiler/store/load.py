@@ -12,6 +12,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
+from ..analysis.intervals import place
 from ..errors import ProfviewError
 from ..record import recorder as kinds
 from .raw import RawFile, find_raw_files, read_raw_file
@@ -26,7 +27,8 @@ class RawTables:
     thread_names: dict[int, str]                  # ident -> name
     ev_t: np.ndarray                              # event times (ns, recording clock)
     ev_code: np.ndarray
-    ev_thread: np.ndarray                         # thread ident per event
+    ev_chunk_thread: np.ndarray                   # thread ident of each events chunk, in order
+    ev_chunk_len: np.ndarray                      # events in each chunk (a chunk is one thread's)
     sm: np.ndarray                                # samples, shape (n, 4): t, code, a, b
     sm_thread: np.ndarray
     sources: dict = field(default_factory=dict)
@@ -60,7 +62,8 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
         raise ProfviewError(f"the raw store {names} has no metadata chunk: it is not a profview recording or was cut short at its start")
     meta = min(metas, key=lambda m: m["clock"]["origin_monotonic_ns"])
     tables = RawTables(meta=meta, descriptors=[], thread_names={},
-                       ev_t=np.empty(0, np.int64), ev_code=np.empty(0, np.int64), ev_thread=np.empty(0, np.int64),
+                       ev_t=np.empty(0, np.int64), ev_code=np.empty(0, np.int64),
+                       ev_chunk_thread=np.empty(0, np.int64), ev_chunk_len=np.empty(0, np.int64),
                        sm=np.empty((0, 4), np.int64), sm_thread=np.empty(0, np.int64))
     ev_parts, sm_parts = [], []
     for i, f in enumerate(files):
@@ -70,7 +73,8 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
     if ev_parts:
         tables.ev_t = np.concatenate([p[0][:, 0] for p in ev_parts])
         tables.ev_code = np.concatenate([p[0][:, 1] for p in ev_parts])
-        tables.ev_thread = np.concatenate([np.full(len(p[0]), p[1], np.int64) for p in ev_parts])
+        tables.ev_chunk_thread = np.array([p[1] for p in ev_parts], dtype=np.int64)
+        tables.ev_chunk_len = np.array([len(p[0]) for p in ev_parts], dtype=np.int64)
     if sm_parts:
         tables.sm = np.concatenate([p[0] for p in sm_parts])
         tables.sm_thread = np.concatenate([np.full(len(p[0]), p[1], np.int64) for p in sm_parts])
@@ -113,14 +117,15 @@ def _collect(f: RawFile, tables: RawTables, ev_parts: list, sm_parts: list, file
 
 def _remap_codes(words: np.ndarray, remap: list[int], f: RawFile) -> np.ndarray:
     """Rewrite the code column (column 1) from file-local to global descriptor ids (codes = 2 * id + end flag)."""
-    out = words.copy()
-    desc = out[:, 1] >> 1
+    desc = words[:, 1] >> 1
     lut = np.asarray(remap, dtype=np.int64)
     bad = (desc < 0) | (desc >= len(lut))
     if bad.any():
         f.warnings.append(f"{f.path}: {int(bad.sum())} records name an unknown descriptor and were skipped")
-        out = out[~bad]
-        desc = desc[~bad]
+        words, desc = words[~bad], desc[~bad]
+    if np.array_equal(lut, np.arange(len(lut))):
+        return words                        # ids already global (the usual single-process rank): no copy
+    out = words.copy()
     out[:, 1] = (lut[desc] << 1) | (out[:, 1] & 1)
     return out
 
@@ -152,11 +157,6 @@ def windows_from_samples(sm: np.ndarray, kind_of: np.ndarray) -> pd.DataFrame:
 
 
 def window_of(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
-    """Index of the window containing each time, -1 when outside every window."""
-    if len(windows) == 0:
-        return np.full(len(t), -1, dtype=np.int64)
-    w = np.searchsorted(windows["start_ns"].to_numpy(), t, side="right") - 1
-    inside = (w >= 0) & (t <= windows["stop_ns"].to_numpy()[np.maximum(w, 0)])
-    return np.where(inside, w, -1)
-
-
+    """Index of the window [start, stop] containing each time (int32), -1 when outside every window."""
+    return place(t, windows["start_ns"].to_numpy(dtype=np.int64), windows["stop_ns"].to_numpy(dtype=np.int64),
+                 np.arange(len(windows), dtype=np.int32), end_inclusive=True)

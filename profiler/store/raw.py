@@ -13,6 +13,7 @@ leaves whole chunks plus at most one torn one at the end; the reader detects tha
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 import time
@@ -74,14 +75,14 @@ class RawWriter:
 @dataclass
 class Chunk:
     header: dict[str, Any]
-    payload: bytes
+    payload: memoryview          # a view into the file's bytes (no copy)
 
     @property
     def table(self) -> str:
         return self.header.get("table", "")
 
     def json(self) -> Any:
-        return json.loads(self.payload)
+        return json.loads(bytes(self.payload))
 
 
 @dataclass
@@ -97,6 +98,7 @@ class RawFile:
 
 def iter_chunks(data: bytes, name: str, report: RawFile) -> Iterator[Chunk]:
     """Yield the whole chunks of a raw file's bytes; record torn or corrupt ones in `report`."""
+    view = memoryview(data)
     pos, end = 0, len(data)
     while pos < end:
         if end - pos < _PREFIX.size:
@@ -112,7 +114,7 @@ def iter_chunks(data: bytes, name: str, report: RawFile) -> Iterator[Chunk]:
             _torn(report, name, pos, end - pos, "the chunk is cut short (the run was probably killed while writing)")
             return
         head = data[body:body + head_len]
-        payload = data[body + head_len:stop]
+        payload = view[body + head_len:stop]
         if zlib.crc32(payload, zlib.crc32(head)) != crc:
             _torn(report, name, pos, stop - pos, "checksum mismatch")
             pos = stop
@@ -134,8 +136,15 @@ def _torn(report: RawFile, name: str, offset: int, nbytes: int, why: str) -> Non
 
 
 def read_raw_file(path: Path) -> RawFile:
+    """The chunks of one raw file. The file is memory-mapped: the chunks are views of the pages the
+    recording just wrote, not a copy (raw files only grow, so the mapping stays valid)."""
     report = RawFile(path)
-    data = path.read_bytes()
+    with open(path, "rb") as f:
+        try:
+            data = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                             prot=mmap.PROT_READ)
+        except (ValueError, OSError, AttributeError):   # empty file, no mmap on this file system or platform
+            data = f.read()
     report.chunks = list(iter_chunks(data, str(path), report))
     return report
 
