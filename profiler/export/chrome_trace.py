@@ -177,7 +177,7 @@ _trace_rows = _load_kernel()
 def _codes(col) -> tuple[np.ndarray, np.ndarray]:
     """(integer code per row, the distinct values): free for categoricals, a hash pass otherwise."""
     if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
-        return np.asarray(col.cat.codes, dtype=np.int64), np.asarray(col.cat.categories, dtype=object)
+        return np.asarray(col.cat.codes), np.asarray(col.cat.categories, dtype=object)
     codes, uniques = pd.factorize(np.asarray(col), sort=False)
     return codes.astype(np.int64), np.asarray(uniques, dtype=object)
 
@@ -191,7 +191,8 @@ def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
     decoded = []
     for col in cols:
         codes, uniques = _codes(col)
-        combined = combined * (len(uniques) + 1) + codes
+        combined *= len(uniques) + 1                        # in place: these arrays have a row per event
+        combined += codes
         decoded.append((codes, uniques))
     key, first = _dense(combined)
     combos = [tuple(u[c[i]] for c, u in decoded) for i in first]
