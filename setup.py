@@ -11,7 +11,8 @@ from setuptools import Extension, setup
 ext_modules = []
 if sys.platform.startswith("linux") or sys.platform == "darwin":
     ext_modules += [
-        Extension(name, [name.replace(".", "/") + ".c"], optional=True, extra_compile_args=["-O2"])
+        Extension(name, [name.replace(".", "/") + ".c"], depends=["profiler/int64_buffer.h"], optional=True,
+                  extra_compile_args=["-O2"])
         for name in ("profiler.record._hotpath", "profiler.analysis._nesting", "profiler.export._trace_rows")
     ]
 

@@ -149,14 +149,13 @@ class Profiler:
         if framework == "torch":
             from .sources.torch_capture import TorchCapture
             self.sources.append(TorchCapture.for_profiler(self))
-        self.step_num = 0                       # the step now running (0-based, counts every step())
+        self._stepper = hot.Stepper(0, self._end_step_slow)   # holds the step counter; ends steps
         self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
         self._action = ProfilerAction.NONE
         self._window_first = 0
         self._recorder: Optional[Recorder] = None
         self._writer: Optional[RawWriter] = None
         self._step_thread: Optional[int] = None
-        self._step_overhead_ns = 0
         self._warned: set[str] = set()
         self._stopped = False
         # Fast paths: `profiler.phase(name)` / `profiler.span(name)` are a dict lookup that
@@ -194,7 +193,7 @@ class Profiler:
                           stacklevel=2)
         self._writer = RawWriter(self.output_path / "raw" / raw_file_name(self.rank, os.getpid()))
         self._recorder = Recorder(self._writer, self.memory_budget_bytes, self.flush_interval_s)
-        self._step_code = self._recorder.point_code(STEP, "step")
+        self._step_code = self._stepper.code = self._recorder.point_code(STEP, "step")
         self._start_code = self._recorder.point_code(WINDOW_START, "window")
         self._stop_code = self._recorder.point_code(WINDOW_STOP, "window")
         per_event_ns = _calibrate_event_cost(self._recorder)
@@ -206,6 +205,7 @@ class Profiler:
         self._recorder.start()
         atexit.register(self._atexit)
         self._enter_step(self.step_num, now_ns())
+        self._update_fast_step()
         return self
 
     def stop(self) -> None:
@@ -224,6 +224,7 @@ class Profiler:
         self._write_source_status()
         self._recorder.close({"stopped_cleanly": True, "steps": self.step_num, "stop_ns": t})
         self._recorder = None
+        self._update_fast_step()
         self._stopped = True
         _active_profiler = None
         atexit.unregister(self._atexit)
@@ -241,6 +242,15 @@ class Profiler:
     def __exit__(self, *exc) -> bool:
         self.stop()
         return False
+
+    @property
+    def step_num(self) -> int:
+        """The step now running (0-based, counts every step())."""
+        return self._stepper.step
+
+    @step_num.setter
+    def step_num(self, value: int) -> None:
+        self._stepper.step = value
 
     @property
     def recording(self) -> bool:
@@ -261,13 +271,17 @@ class Profiler:
         self._end_step()
 
     def _end_step(self) -> None:
-        t0 = now_ns()
+        """End the step: the C stepper's fast path (see _update_fast_step), else _end_step_slow."""
+        self._stepper()
+
+    def _end_step_slow(self, t0: int) -> None:
         if self._recorder is None:
             self._warn_once("step-stopped", "profiler.step() called while the profiler is not running; ignored")
             return
         ident = threading.get_ident()
         if self._step_thread is None:
             self._step_thread = ident
+            self._update_fast_step()
         elif ident != self._step_thread:
             self._warn_once(
                 "step-thread",
@@ -275,11 +289,26 @@ class Profiler:
                 f"(the first caller, {_thread_name(self._step_thread)}); this call was ignored",
             )
             return
-        hot.sample(t0, self._step_code, self.step_num, self._step_overhead_ns)
-        ended = self.step_num
-        self.step_num += 1
-        self._enter_step(self.step_num, t0, ended_action=self._action, ended=ended)
-        self._step_overhead_ns = now_ns() - t0   # step()'s own cost belongs to the step it begins
+        stepper = self._stepper
+        hot.sample(t0, self._step_code, stepper.step, stepper.overhead)
+        ended = stepper.step
+        stepper.step += 1
+        self._enter_step(stepper.step, t0, ended_action=self._action, ended=ended)
+        stepper.overhead = now_ns() - t0          # step()'s own cost belongs to the step it begins
+
+    def _update_fast_step(self) -> None:
+        """Arm the C stepper's fast path when a step end only needs its sample: recording every
+        step (the default schedule), no source that wants on_step, and a known stepping thread.
+        Then `profiler.step` is the stepper itself: no Python frame per step (a cold frame in a
+        training loop costs microseconds; benchmarks/bench_step_overhead.py)."""
+        fast = (self._recorder is not None and self.active and self.schedule is always_record
+                and all(type(s).on_step is Source.on_step for s in self.sources) and self._step_thread is not None)
+        self._stepper.owner = self._step_thread if fast else 0
+        self._stepper.armed = int(fast)
+        if fast and not self._steps_from_hooks:
+            self.step = self._stepper
+        else:
+            self.__dict__.pop("step", None)
 
     def _enter_step(self, step: int, t: int, ended_action: ProfilerAction = ProfilerAction.NONE,
                     ended: int = -1) -> None:
@@ -317,6 +346,7 @@ class Profiler:
             source.start(self._recorder)
             source.on_step(self.step_num, self._action)
             self._write_source_status()
+        self._update_fast_step()
 
     def attach(self, model: Any, optimizer: Any = None, *, ops: bool = True,
                step_on_optimizer: bool = True) -> "Profiler":
@@ -335,6 +365,7 @@ class Profiler:
             instrument_ddp(model, lambda: self._point(COMM, DDP_BUCKET, "all_reduce"))
         hooks = attach(self, model, optimizer, ops=ops, step_on_optimizer=step_on_optimizer)
         self._steps_from_hooks = self._steps_from_hooks or hooks.step_on_optimizer
+        self._update_fast_step()
         return self
 
     # ---- markers ---------------------------------------------------------------------------

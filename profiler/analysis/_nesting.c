@@ -20,23 +20,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../int64_buffer.h"
+
 typedef struct {
     Py_buffer group, code, time, order;
     int has_order;
     Py_ssize_t n;
 } Inputs;
-
-static int get_int64_buffer(PyObject *obj, Py_buffer *view, const char *what)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return -1;
-    if (view->itemsize != 8 || view->format == NULL || strchr("ql", view->format[strlen(view->format) - 1]) == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
 
 static PyObject *new_int64_bytearray(Py_ssize_t n)
 {

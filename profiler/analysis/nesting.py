@@ -1,29 +1,19 @@
 """Nesting of spans on a lane: begin / end matching, nesting level and self time.
 
 `nest_spans` runs the C kernel (`_nesting.c`, one linear pass) when it is built, else the
-vectorised numpy reference below; both give identical results (tests/test_core_nesting.py).
+vectorised numpy reference below; both give identical results (tests/test_core_kernels.py).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from ..native import native
 
-def _load_kernel():
-    if os.environ.get("PROFVIEW_PURE_PYTHON") == "1":
-        return None
-    try:
-        from . import _nesting
-    except ImportError:
-        return None
-    return _nesting
-
-
-_kernel = _load_kernel()
+_kernel = native("profiler.analysis._nesting")
 
 
 @dataclass

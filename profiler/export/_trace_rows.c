@@ -14,17 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static int get_int64_buffer(PyObject *obj, Py_buffer *view, const char *what)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return -1;
-    if (view->itemsize != 8 || view->format == NULL || strchr("ql", view->format[strlen(view->format) - 1]) == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
+#include "../int64_buffer.h"
 
 /* Write v ns as a right-aligned "[-]u.nnn" in width columns; 0 when it does not fit. */
 static inline int fixed_decimal(char *out, int64_t v, int width)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Optional
@@ -20,6 +19,7 @@ import pandas as pd
 
 from ..analysis.nesting import stable_order
 from ..model import Run
+from ..native import native
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
 TS_WIDTH = 14                 # µs with 3 decimals: up to ~115 days of trace
@@ -161,17 +161,7 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
     return b"".join(out)
 
 
-def _load_kernel():
-    if os.environ.get("PROFVIEW_PURE_PYTHON") == "1":
-        return None
-    try:
-        from . import _trace_rows as kernel
-    except ImportError:
-        return None
-    return kernel
-
-
-_trace_rows = _load_kernel()
+_trace_rows = native("profiler.export._trace_rows")
 
 
 def _codes(col) -> tuple[np.ndarray, np.ndarray]:

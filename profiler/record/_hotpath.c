@@ -18,6 +18,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <structmember.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -181,6 +183,148 @@ static PyTypeObject SpanType = {
     .tp_getset = Span_getset,
 };
 
+/* ---- Emitter: a callable recording one point code, usable directly as a framework hook ---- */
+
+typedef struct {
+    PyObject_HEAD
+    int64_t code;
+    vectorcallfunc vectorcall;
+} EmitterObject;
+
+/* Called as a hook with whatever arguments the framework passes (module, args, ...): all ignored.
+ * Vectorcall: no argument tuple is built, so a hook costs about as much as emit() itself. */
+static PyObject *Emitter_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (enabled)
+        put_event(((EmitterObject *)self)->code);
+    Py_RETURN_NONE;
+}
+
+static int Emitter_init(EmitterObject *self, PyObject *args, PyObject *kwds)
+{
+    long long code;
+    if (!PyArg_ParseTuple(args, "L", &code))
+        return -1;
+    self->code = code;
+    self->vectorcall = Emitter_vectorcall;
+    return 0;
+}
+
+static PyObject *Emitter_get_code(EmitterObject *self, void *c) { return PyLong_FromLongLong(self->code); }
+
+static PyGetSetDef Emitter_getset[] = {
+    {"code", (getter)Emitter_get_code, NULL, "code recorded on each call", NULL},
+    {NULL},
+};
+
+static PyTypeObject EmitterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler.record._hotpath.Emitter",
+    .tp_basicsize = sizeof(EmitterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Emitter(code): calling it with any arguments records the point event `code` now.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Emitter_init,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(EmitterObject, vectorcall),
+    .tp_getset = Emitter_getset,
+};
+
+/* ---- Stepper: profiler.step()'s fast path ---- */
+
+typedef struct {
+    PyObject_HEAD
+    int64_t code;                 /* the step sample's code */
+    int64_t step;                 /* the step now running */
+    int64_t overhead;             /* the last call's own cost, recorded with the next step end */
+    unsigned long owner;          /* the stepping thread */
+    int armed;                    /* the fast path applies (Profiler._update_fast_step) */
+    PyObject *slow;               /* called with the call's time when it does not */
+    vectorcallfunc vectorcall;
+} StepperObject;
+
+/* One step end: a sample (t, code, step, overhead of the previous call), then the counter. The
+ * profiler's schedule, sources and checks run in `slow` unless the Profiler armed this path
+ * (every step recorded, nothing to notify), which keeps a step end at about one span's cost. */
+static PyObject *Stepper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    StepperObject *self = (StepperObject *)op;
+    int64_t t0 = now_ns();
+    if (self->armed && enabled && PyThread_get_thread_ident() == self->owner) {
+        put_sample(t0, self->code, self->step, self->overhead);
+        self->step++;
+        self->overhead = now_ns() - t0;
+        Py_RETURN_NONE;
+    }
+    PyObject *t = PyLong_FromLongLong(t0);
+    if (t == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallOneArg(self->slow, t);
+    Py_DECREF(t);
+    return r;
+}
+
+static int Stepper_init(StepperObject *self, PyObject *args, PyObject *kwds)
+{
+    long long code;
+    PyObject *slow;
+    if (!PyArg_ParseTuple(args, "LO", &code, &slow))
+        return -1;
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "Stepper(code, slow): slow must be callable");
+        return -1;
+    }
+    self->code = code;
+    Py_INCREF(slow);
+    Py_XSETREF(self->slow, slow);
+    self->vectorcall = Stepper_vectorcall;
+    return 0;
+}
+
+static int Stepper_traverse(StepperObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int Stepper_clear(StepperObject *self)
+{
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void Stepper_dealloc(StepperObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Stepper_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Stepper_members[] = {
+    {"code", T_LONGLONG, offsetof(StepperObject, code), 0, "the step sample's code"},
+    {"step", T_LONGLONG, offsetof(StepperObject, step), 0, "the step now running"},
+    {"overhead", T_LONGLONG, offsetof(StepperObject, overhead), 0, "ns spent in the last step end"},
+    {"owner", T_ULONG, offsetof(StepperObject, owner), 0, "ident of the stepping thread"},
+    {"armed", T_INT, offsetof(StepperObject, armed), 0, "whether the fast path applies"},
+    {NULL},
+};
+
+static PyTypeObject StepperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler.record._hotpath.Stepper",
+    .tp_basicsize = sizeof(StepperObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Stepper(code, slow): calling it ends a step (fast path when armed, else slow(t_ns)).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Stepper_init,
+    .tp_dealloc = (destructor)Stepper_dealloc,
+    .tp_traverse = (traverseproc)Stepper_traverse,
+    .tp_clear = (inquiry)Stepper_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(StepperObject, vectorcall),
+    .tp_members = Stepper_members,
+};
+
 /* ---- module functions ---- */
 
 static PyObject *mod_emit(PyObject *m, PyObject *arg)
@@ -328,7 +472,7 @@ PyMODINIT_FUNC PyInit__hotpath(void)
 {
     if (PyThread_tss_create(&tss_key) != 0)
         return NULL;
-    if (PyType_Ready(&SpanType) < 0)
+    if (PyType_Ready(&SpanType) < 0 || PyType_Ready(&EmitterType) < 0 || PyType_Ready(&StepperType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&hotpath_module);
     if (m == NULL)
@@ -336,6 +480,18 @@ PyMODINIT_FUNC PyInit__hotpath(void)
     Py_INCREF(&SpanType);
     if (PyModule_AddObject(m, "Span", (PyObject *)&SpanType) < 0) {
         Py_DECREF(&SpanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EmitterType);
+    if (PyModule_AddObject(m, "Emitter", (PyObject *)&EmitterType) < 0) {
+        Py_DECREF(&EmitterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&StepperType);
+    if (PyModule_AddObject(m, "Stepper", (PyObject *)&StepperType) < 0) {
+        Py_DECREF(&StepperType);
         Py_DECREF(m);
         return NULL;
     }

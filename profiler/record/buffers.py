@@ -74,6 +74,37 @@ class Span:
         return False
 
 
+class Emitter:
+    """Emitter(code): calling it with any arguments records the point event `code` now (a hook)."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def __call__(self, *args, **kwargs) -> None:
+        emit(self.code)
+
+
+class Stepper:
+    """Stepper(code, slow): calling it ends a step (fast path when armed, else slow(t_ns))."""
+
+    __slots__ = ("code", "step", "overhead", "owner", "armed", "slow")
+
+    def __init__(self, code: int, slow) -> None:
+        self.code, self.slow = code, slow
+        self.step = self.overhead = self.owner = self.armed = 0
+
+    def __call__(self) -> None:
+        t0 = now()
+        if self.armed and _state["enabled"] and threading.get_ident() == self.owner:
+            sample(t0, self.code, self.step, self.overhead)
+            self.step += 1
+            self.overhead = now() - t0
+            return None
+        return self.slow(t0)
+
+
 def emit(code: int) -> None:
     """Record a point event now in the calling thread."""
     if _state["enabled"]:

@@ -8,12 +8,12 @@ and everything else reach the raw store from here, off the hot path.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import time
 from typing import Callable
 
+from ..native import native
 from ..store.raw import RawWriter
 
 #: descriptor kinds; the names are the raw store's vocabulary (see docs/architecture.md)
@@ -26,17 +26,13 @@ SPAN_KINDS = (PHASE, SPAN, OP)
 
 def _load_hot_path():
     """The C hot path when it is built and reads the same clock as time.perf_counter_ns, else Python."""
-    if os.environ.get("PROFVIEW_PURE_PYTHON") != "1":
-        try:
-            from . import _hotpath
-        except ImportError:
-            pass
-        else:
-            a = time.perf_counter_ns()
-            c = _hotpath.now()
-            b = time.perf_counter_ns()
-            if a - 1_000_000 <= c <= b + 1_000_000:
-                return _hotpath, "c"
+    _hotpath = native("profiler.record._hotpath")
+    if _hotpath is not None:
+        a = time.perf_counter_ns()
+        c = _hotpath.now()
+        b = time.perf_counter_ns()
+        if a - 1_000_000 <= c <= b + 1_000_000:
+            return _hotpath, "c"
     from . import buffers
     return buffers, "python"
 

@@ -2,8 +2,10 @@
 
 `profiler.attach(model, optimizer)` installs, on the *root* module and the optimizer only:
 
-- **fp start** — a forward pre-hook marks `fp_start` at the first forward of each step (later
-  forwards in the same step, e.g. gradient-accumulation micro-batches, cost one integer compare).
+- **fp start** — a forward pre-hook marks `fp_start` at every forward of the root module; the step
+  trace takes the first in each step (gradient-accumulation micro-batches give several). The hook
+  is a C `Emitter`: torch's own dispatch of a forward pre-hook (~3.5 us on a 0.4 ms MLP step,
+  benchmarks/bench_step_overhead.py) costs more than recording the mark.
 - **bp end** — every parameter that requires grad gets a post-accumulate-grad hook (installed once).
   The first of them to fire in a backward pass queues a callback on the autograd engine
   (`queue_callback`, the mechanism DDP uses to finalise its buckets); the engine runs it once the
@@ -16,8 +18,8 @@
   so that wait lands in the tail, as the step trace defines it. `torch.autograd.grad()` without
   `.backward()` accumulates nothing and so marks no bp end (the step trace then infers it).
 - **tail / step end** — the optimizer's step pre / post hooks wrap `optimizer.step()` in an
-  `optimizer` phase (a tail phase), and the post hook ends the profiler step
-  (`step_on_optimizer=True`, the default): the training loop needs no `profiler.step()`.
+  `optimizer` phase (a tail phase; the pre hook is a C `Emitter`), and the post hook ends the
+  profiler step (`step_on_optimizer=True`, the default): the training loop needs no `profiler.step()`.
 
 All times are host times: on a GPU, bp end is when the host finished issuing backward work.
 torch is imported lazily so that `import profiler` never imports it.
@@ -47,7 +49,6 @@ class TorchHooks(Source):
         self._optimizer = optimizer
         self.step_on_optimizer = bool(step_on_optimizer and optimizer is not None)
         self._handles: list = []
-        self._fp_step = -1               # the step whose fp_start is already marked
         self._bp_queued = False          # a bp_end callback is queued on the running backward pass
         self.details.update({
             "model": type(model).__name__,
@@ -66,11 +67,12 @@ class TorchHooks(Source):
         self._bp_code = recorder.point_code(MARK, "bp_end")
         self._optimizer_phase = recorder.span(PHASE, "optimizer")   # = profiler.phase("optimizer")
         model = self._model
-        self._handles = [model.register_forward_pre_hook(self._on_forward)]
+        self._optimizer_end = self._optimizer_phase.end_code
+        self._handles = [model.register_forward_pre_hook(hot.Emitter(self._fp_code))]
         self._handles += [p.register_post_accumulate_grad_hook(self._on_gradient)
                           for p in model.parameters() if p.requires_grad]
         if self._optimizer is not None:
-            self._handles += [self._optimizer.register_step_pre_hook(self._on_optimizer_start),
+            self._handles += [self._optimizer.register_step_pre_hook(hot.Emitter(self._optimizer_phase.begin_code)),
                               self._optimizer.register_step_post_hook(self._on_optimizer_done)]
 
     def stop(self) -> None:
@@ -79,12 +81,6 @@ class TorchHooks(Source):
         self._handles = []
 
     # ---- hooks -----------------------------------------------------------------------------
-
-    def _on_forward(self, module: Any, args: Any) -> None:
-        step = self._profiler.step_num
-        if step != self._fp_step:
-            self._fp_step = step
-            hot.emit(self._fp_code)
 
     def _on_gradient(self, param: Any) -> None:
         if not self._bp_queued:
@@ -95,13 +91,10 @@ class TorchHooks(Source):
         self._bp_queued = False
         hot.emit(self._bp_code)
 
-    def _on_optimizer_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._optimizer_phase.__enter__()
-
     def _on_optimizer_done(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._optimizer_phase.__exit__(None, None, None)
+        hot.emit(self._optimizer_end)
         if self.step_on_optimizer:
-            self._profiler._end_step()
+            self._profiler._stepper()          # = Profiler._end_step, without its Python frame
 
 
 def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool = True,
