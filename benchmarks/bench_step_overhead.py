@@ -8,6 +8,9 @@ machine's speed spreads over all modes):
   baseline      the bare loop (with no-op phase context managers, so only the profiler differs)
   markers       profview step trace only, marked by hand: phase("forward" / "backward" / "optimizer") + step()
   steps         profview step trace only, automatic: Profiler() + attach(model, optimizer, ops=False)
+  hook floor    no profiler: *empty* hooks where attach() puts its own (root forward pre-hook, a
+                post-accumulate-grad hook per parameter, optimizer step pre / post hooks): what
+                torch's hook dispatch alone costs
   steps+sampled the step trace of every step, ops on 2 steps in 50 (ops_schedule)
   ops           profview with op capture on every step: Profiler() + attach(model, optimizer)
   torch         plain torch.profiler capturing every step: profile(activities=[CPU]) + prof.step()
@@ -40,7 +43,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from profiler import Profiler, schedule  # noqa: E402
 from torch_loops import cifar_batch, small_cnn  # noqa: E402
 
-MODES = ("baseline", "markers", "steps", "steps+sampled", "ops", "torch")
+MODES = ("baseline", "markers", "steps", "hook floor", "steps+sampled", "ops", "torch")
 #: per model: (build model and batch, warmup steps, timed steps)
 MODELS: dict[str, tuple[Callable[[], tuple[nn.Module, tuple]], int, int]] = {
     "mlp": (lambda: (nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
@@ -90,6 +93,16 @@ def run_block(mode: str, model: nn.Module, optimizer, batch, warmup: int, steps:
     """One block of `mode`: set the profiler up, time the loop, tear it down (not timed)."""
     if mode == "baseline":
         return timed_steps(model, optimizer, batch, warmup, steps)
+    if mode == "hook floor":
+        noop = lambda *args, **kwargs: None          # noqa: E731
+        handles = [model.register_forward_pre_hook(noop), optimizer.register_step_pre_hook(noop),
+                   optimizer.register_step_post_hook(noop)]
+        handles += [p.register_post_accumulate_grad_hook(noop) for p in model.parameters() if p.requires_grad]
+        try:
+            return timed_steps(model, optimizer, batch, warmup, steps)
+        finally:
+            for h in handles:
+                h.remove()
     if mode == "torch":
         prof = profile(activities=[ProfilerActivity.CPU])
         prof.start()
