@@ -193,7 +193,7 @@ class Profiler:
                           stacklevel=2)
         self._writer = RawWriter(self.output_path / "raw" / raw_file_name(self.rank, os.getpid()))
         self._recorder = Recorder(self._writer, self.memory_budget_bytes, self.flush_interval_s)
-        self._step_code = self._stepper.code = self._recorder.point_code(STEP, "step")
+        self._stepper.code = self._recorder.point_code(STEP, "step")
         self._start_code = self._recorder.point_code(WINDOW_START, "window")
         self._stop_code = self._recorder.point_code(WINDOW_STOP, "window")
         per_event_ns = _calibrate_event_cost(self._recorder)
@@ -268,11 +268,7 @@ class Profiler:
             self._warn_once("step-attached", "profiler.step() ignored: the optimizer hook installed by "
                             "attach() ends each step (pass step_on_optimizer=False to attach() to call step() yourself)")
             return
-        self._end_step()
-
-    def _end_step(self) -> None:
-        """End the step: the C stepper's fast path (see _update_fast_step), else _end_step_slow."""
-        self._stepper()
+        self._stepper()          # its fast path (see _update_fast_step), else _end_step_slow
 
     def _end_step_slow(self, t0: int) -> None:
         if self._recorder is None:
@@ -290,7 +286,7 @@ class Profiler:
             )
             return
         stepper = self._stepper
-        hot.sample(t0, self._step_code, stepper.step, stepper.overhead)
+        hot.sample(t0, stepper.code, stepper.step, stepper.overhead)
         ended = stepper.step
         stepper.step += 1
         self._enter_step(stepper.step, t0, ended_action=self._action, ended=ended)

@@ -22,12 +22,6 @@
 
 #include "../int64_buffer.h"
 
-typedef struct {
-    Py_buffer group, code, time, order;
-    int has_order;
-    Py_ssize_t n;
-} Inputs;
-
 static PyObject *new_int64_bytearray(Py_ssize_t n)
 {
     return PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
@@ -41,38 +35,20 @@ static PyObject *nest(PyObject *self, PyObject *args)
     Py_ssize_t n_visit;
     if (!PyArg_ParseTuple(args, "OOOOn", &g_obj, &c_obj, &t_obj, &o_obj, &n_visit))
         return NULL;
-    Inputs in;
-    memset(&in, 0, sizeof(in));
-    if (get_int64_buffer(g_obj, &in.group, "group") < 0)
-        return NULL;
-    if (get_int64_buffer(c_obj, &in.code, "code") < 0) {
-        PyBuffer_Release(&in.group);
-        return NULL;
-    }
-    if (get_int64_buffer(t_obj, &in.time, "time") < 0) {
-        PyBuffer_Release(&in.group);
-        PyBuffer_Release(&in.code);
-        return NULL;
-    }
-    in.has_order = o_obj != Py_None;
-    if (in.has_order && get_int64_buffer(o_obj, &in.order, "order") < 0) {
-        PyBuffer_Release(&in.group);
-        PyBuffer_Release(&in.code);
-        PyBuffer_Release(&in.time);
-        return NULL;
-    }
-    in.n = in.code.len / 8;                       /* events in the arrays */
+    Py_buffer gb = {0}, cb = {0}, tb = {0}, ob = {0};
     PyObject *result = NULL, *begin_b = NULL, *end_b = NULL, *level_b = NULL, *self_b = NULL;
     int64_t *last = NULL, *slot_at = NULL, *acc = NULL;
-    if (in.group.len / 8 != in.n || in.time.len / 8 != in.n || n_visit < 0
-        || (in.has_order ? in.order.len / 8 != n_visit : n_visit != in.n)) {
+    if (get_int64_buffer(g_obj, &gb, "group") < 0 || get_int64_buffer(c_obj, &cb, "code") < 0
+        || get_int64_buffer(t_obj, &tb, "time") < 0 || (o_obj != Py_None && get_int64_buffer(o_obj, &ob, "order") < 0))
+        goto done;
+    const Py_ssize_t n = n_visit, n_events = cb.len / 8;      /* events visited / in the arrays */
+    if (gb.len / 8 != n_events || tb.len / 8 != n_events || n_visit < 0
+        || (ob.obj ? ob.len / 8 != n_visit : n_visit != n_events)) {
         PyErr_SetString(PyExc_ValueError, "group, code and time must have one length, order n_visit entries");
         goto done;
     }
-    const int64_t *group = (const int64_t *)in.group.buf, *code = (const int64_t *)in.code.buf;
-    const int64_t *time = (const int64_t *)in.time.buf;
-    const int64_t *order = in.has_order ? (const int64_t *)in.order.buf : NULL;
-    const Py_ssize_t n = n_visit, n_events = in.n;
+    const int64_t *group = gb.buf, *code = cb.buf, *time = tb.buf;
+    const int64_t *order = ob.obj ? ob.buf : NULL;
 #define AT(k) (order ? order[k] : (int64_t)(k))
 
     /* a first pass for sizes: begins (output slots) and the widest level range of any group */
@@ -181,11 +157,10 @@ done:
     PyMem_RawFree(last);
     PyMem_RawFree(slot_at);
     PyMem_RawFree(acc);
-    PyBuffer_Release(&in.group);
-    PyBuffer_Release(&in.code);
-    PyBuffer_Release(&in.time);
-    if (in.has_order)
-        PyBuffer_Release(&in.order);
+    PyBuffer_Release(&gb);                  /* a no-op for buffers never taken (obj NULL) */
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&ob);
     return result;
 }
 

@@ -126,13 +126,13 @@ static PyObject *format_rows(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "a time does not fit the trace's fixed-width field");
     else
         result = Py_BuildValue("nn", end, total);
-release:
+release:                                    /* PyBuffer_Release is a no-op for buffers never taken */
     PyBuffer_Release(&out);
-    if (off.obj) PyBuffer_Release(&off);
-    if (key.obj) PyBuffer_Release(&key);
-    if (ts.obj) PyBuffer_Release(&ts);
-    if (dur.obj) PyBuffer_Release(&dur);
-    if (order.obj) PyBuffer_Release(&order);
+    PyBuffer_Release(&off);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&ts);
+    PyBuffer_Release(&dur);
+    PyBuffer_Release(&order);
     return result;
 }
 

@@ -94,7 +94,7 @@ class TorchHooks(Source):
     def _on_optimizer_done(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         hot.emit(self._optimizer_end)
         if self.step_on_optimizer:
-            self._profiler._stepper()          # = Profiler._end_step, without its Python frame
+            self._profiler._stepper()          # ends the profiler step (its C fast path when armed)
 
 
 def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool = True,
