@@ -30,7 +30,7 @@ from .record.recorder import (
     HOT_PATH_IMPL, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP, COUNTER,
     Recorder, Span, hot, now_ns,
 )
-from .schedule import ProfilerAction, Schedule, always_record, as_action
+from .schedule import ProfilerAction, Schedule, always_record, as_action, next_change
 from .sources.base import Source
 from .sources.distributed import (
     COMM, DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
@@ -277,7 +277,6 @@ class Profiler:
         ident = threading.get_ident()
         if self._step_thread is None:
             self._step_thread = ident
-            self._update_fast_step()
         elif ident != self._step_thread:
             self._warn_once(
                 "step-thread",
@@ -290,19 +289,24 @@ class Profiler:
         ended = stepper.step
         stepper.step += 1
         self._enter_step(stepper.step, t0, ended_action=self._action, ended=ended)
+        self._update_fast_step()
         stepper.overhead = now_ns() - t0          # step()'s own cost belongs to the step it begins
 
     def _update_fast_step(self) -> None:
-        """Arm the C stepper's fast path when a step end only needs its sample: recording every
-        step (the default schedule), no source that wants on_step, and a known stepping thread.
-        Then `profiler.step` is the stepper itself: no Python frame per step (a cold frame in a
-        training loop costs microseconds; benchmarks/bench_step_overhead.py)."""
-        fast = (self._recorder is not None and self.active and self.schedule is always_record
-                and all(type(s).on_step is Source.on_step for s in self.sources) and self._step_thread is not None)
-        self._stepper.owner = self._step_thread if fast else 0
-        self._stepper.armed = int(fast)
-        if fast and not self._steps_from_hooks:
-            self.step = self._stepper
+        """Let the C stepper enter the coming steps on its own while nothing changes: the
+        schedule's action stays the same (next_change) and no source needs its on_step
+        (Source.quiet_until); it calls what one source still needs on each (Source.quiet_step). Then `profiler.step` is the stepper itself: no Python frame per
+        step (a cold frame in a training loop costs microseconds; benchmarks/bench_step_overhead.py).
+        The first step() of a run always takes the slow path: it fixes the stepping thread."""
+        stepper = self._stepper
+        on = self._recorder is not None and self.active and self._step_thread is not None
+        calls = [call for call in (s.quiet_step() for s in self.sources) if call is not None] if on else []
+        stepper.owner = self._step_thread if on else 0
+        stepper.then = calls[0] if len(calls) == 1 else None
+        stepper.fast_until = 0 if not on or len(calls) > 1 else min(
+            [next_change(self.schedule, stepper.step)] + [s.quiet_until(stepper.step) for s in self.sources])
+        if on and not self._steps_from_hooks:
+            self.step = stepper
         else:
             self.__dict__.pop("step", None)
 

@@ -60,3 +60,24 @@ def as_action(value: object) -> ProfilerAction:
     if name in ProfilerAction.__members__:
         return ProfilerAction[name]
     raise TypeError(f"schedule returned {value!r}; expected a ProfilerAction")
+
+
+#: How far ahead next_change() reads a schedule (its cost is paid once per run of equal steps).
+LOOKAHEAD = 1024
+#: A step number no run reaches: "never changes".
+NEVER = 1 << 62
+
+
+def next_change(schedule: Schedule, step: int, lookahead: int = LOOKAHEAD) -> int:
+    """The first step after `step` whose start must consult the schedule: its action differs from
+    step's, or step's ends a window (RECORD_AND_SAVE). At most step + lookahead; NEVER for
+    always_record. The steps in between can be entered without reading the schedule."""
+    if schedule is always_record:
+        return NEVER
+    action = as_action(schedule(step))
+    if action is ProfilerAction.RECORD_AND_SAVE:
+        return step + 1
+    for k in range(step + 1, step + lookahead):
+        if as_action(schedule(k)) is not action:
+            return k
+    return step + lookahead

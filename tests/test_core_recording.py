@@ -43,6 +43,44 @@ def test_schedule_records_exactly_the_active_steps(tmp_path):
     assert len(fwd) == 4
 
 
+def test_quiet_steps_skip_the_python_step_path_and_keep_the_count(tmp_path):
+    """Steps a source declares quiet (quiet_until) and that keep the schedule's action are entered
+    by the C stepper alone: on_step runs only where needed, yet every step is counted and the
+    windows are the schedule's."""
+    from profiler.schedule import next_change
+    from profiler.sources.base import Source
+
+    class EveryThird(Source):
+        name = "every_third"
+
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def on_step(self, step, action):
+            self.calls.append(step)
+
+        def quiet_until(self, step):
+            return step + 3
+
+    sched = schedule(wait=4, warmup=1, active=2, repeat=2)
+    assert [next_change(sched, k) for k in (0, 3, 4, 5, 6, 7, 14)] == [4, 4, 5, 6, 7, 11, 14 + 1024]
+    source = EveryThird()
+    p = _quiet(tmp_path, schedule=sched, sources=[source])
+    for _ in range(16):
+        time.sleep(0.001)
+        p.step()
+    assert p.step_num == 16
+    # step 0 begins at start; the first step() is slow (it fixes the stepping thread); then the
+    # slow path runs where the schedule changes (4, 5, 6, 11, 12, 13, 14), after a window end (7)
+    # or where the source asks (10 = 7 + 3); 2, 3, 8, 9, 15, 16 are entered by the C stepper alone
+    assert source.calls == [0, 1, 4, 5, 6, 7, 10, 11, 12, 13, 14]
+    p.analyse(progress=False)
+    st = pd.read_csv(tmp_path / "step_trace_0.csv")
+    assert list(st["step"]) == [5, 6, 12, 13]
+    assert (st["total_ms"] > 0.5).all()
+
+
 def test_schedule_windows_start_where_the_previous_step_ended(tmp_path):
     p = _quiet(tmp_path, schedule=schedule(wait=2, warmup=0, active=3))
     for _ in range(10):
@@ -246,3 +284,31 @@ def test_second_recording_into_the_same_directory_keeps_the_first(tmp_path):
     assert list(st["step"]) == [0, 1, 2, 3, 4]                 # the second recording only
     previous = list((tmp_path / "raw" / "previous").glob("*/*.pvraw"))
     assert len(previous) == 1                                   # the first one, kept
+
+
+@pytest.mark.parametrize("module", ["profiler.record._hotpath", "profiler.record.buffers"])
+def test_emitter_records_then_passes_the_call_on(module, tmp_path):
+    """Emitter(code, then) (the C hot path and its pure-Python twin): each call records the point
+    event, then returns then(*args, **kwargs); without `then` it returns None."""
+    import importlib
+
+    hot = importlib.import_module(module)
+    received = []
+
+    def forward(*args, **kwargs):
+        received.append((args, kwargs))
+        return "out"
+
+    wrapper, hook = hot.Emitter(7, forward), hot.Emitter(8)
+    hot.drain()
+    hot.set_enabled(True)
+    try:
+        assert wrapper(1, 2, key=3) == "out" and hook("module", ("args",)) is None
+    finally:
+        hot.set_enabled(False)
+    mine = [bytes(events) for ident, events, _, _ in hot.drain() if ident == threading.get_ident()]
+    events = np.frombuffer(b"".join(mine), dtype=np.int64)
+    assert list(events.reshape(-1, 2)[:, 1]) == [7, 8]
+    assert received == [((1, 2), {"key": 3})] and wrapper.then is forward and hook.then is None
+    with pytest.raises(TypeError):
+        hot.Emitter(1, "not callable")

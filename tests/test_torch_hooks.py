@@ -141,11 +141,83 @@ def test_step_on_optimizer_false_leaves_steps_to_the_loop(tmp_path):
 
 
 def test_hooks_are_removed_when_the_profiler_stops(tmp_path):
-    model, optimizer, _, p = _attached(tmp_path)
-    assert model._forward_pre_hooks and optimizer._optimizer_step_post_hooks
+    model, optimizer, (x, _), p = _attached(tmp_path)
+    assert "forward" in model.__dict__ and optimizer._optimizer_step_post_hooks
+    assert not model._forward_pre_hooks        # no module hook: torch's fast __call__ path stays
+    expected = nn.Sequential.forward(model, x)
+    assert torch.equal(model(x), expected)      # the wrapper passes the call on unchanged
     p.stop()
-    assert not model._forward_pre_hooks and not model._forward_hooks
+    assert "forward" not in model.__dict__ and not model._forward_pre_hooks and not model._forward_hooks
     assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert all(p._post_accumulate_grad_hooks is None or not p._post_accumulate_grad_hooks
+               for p in model.parameters())
+
+
+def test_after_the_first_backward_pass_only_its_last_gradients_stay_hooked(tmp_path):
+    """The first backward pass is marked by an engine callback; it leaves hooks only on the
+    parameters it accumulated last (the first layer's, in a sequential CNN), which mark the
+    following passes. A frozen parameter is never hooked."""
+    from profiler.sources.torch_hooks import BP_END_PARAMS, TorchHooks
+
+    torch.manual_seed(0)
+    model, (x, y) = small_cnn(), cifar_batch()
+    first = next(model.parameters())
+    first.requires_grad_(False)                 # frozen: not hooked, not chosen
+    optimizer = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.01)
+    p = _quiet_profiler(tmp_path)
+    p.attach(model, optimizer, ops=False)
+
+    def hooked():
+        return [name for name, q in model.named_parameters() if q._post_accumulate_grad_hooks]
+
+    trainable = [name for name, q in model.named_parameters() if q.requires_grad]
+    assert hooked() == trainable
+    order = []                                   # the test's own record of the first pass
+    mine = [q.register_post_accumulate_grad_hook(lambda q, n=n: order.append(n))
+            for n, q in model.named_parameters() if q.requires_grad]
+    for step in range(3):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        if step == 0:
+            for handle in mine:
+                handle.remove()
+        assert sorted(hooked()) == sorted(order[-BP_END_PARAMS:])
+    assert len(order) == len(trainable) and set(order[-BP_END_PARAMS:]) <= set(trainable[:3])  # input side last
+    hooks = next(s for s in p.sources if isinstance(s, TorchHooks))
+    assert all(name in hooks.details["bp_end"] for name in order[-BP_END_PARAMS:])
+    p.analyse(progress=False)
+    assert list(read_csv(tmp_path, "step_trace")["bp_end_source"]) == ["marked"] * 3
+
+
+def test_forward_wrapper_keeps_an_instance_forward_and_keyword_arguments(tmp_path):
+    """A forward set on the instance before attach() (as some libraries do) is wrapped, called with
+    the caller's keyword arguments, and put back on stop(); a user's own forward hook still runs."""
+    class Scaled(nn.Module):
+        def forward(self, x, scale=1.0):
+            return x * scale
+
+    model = Scaled()
+    calls = []
+
+    def own_forward(x, scale=1.0):
+        calls.append(scale)
+        return x * scale * 2
+
+    model.forward = own_forward
+    seen = []
+    model.register_forward_hook(lambda module, args, out: seen.append(out.sum().item()))
+    p = _quiet_profiler(tmp_path)
+    p.attach(model, ops=False)
+    out = model(torch.ones(3), scale=5.0)
+    p.step()
+    model(torch.ones(3))
+    p.step()
+    assert calls == [5.0, 1.0] and out.sum().item() == 30.0 and seen == [30.0, 6.0]
+    p.stop()
+    assert model.forward is own_forward
+    p.analyse(progress=False)
+    assert list(read_csv(tmp_path, "step_trace")["fp_start_source"]) == ["marked", "marked"]
 
 
 def test_inference_and_tuple_outputs(tmp_path):

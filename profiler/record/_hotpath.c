@@ -188,32 +188,70 @@ static PyTypeObject SpanType = {
 typedef struct {
     PyObject_HEAD
     int64_t code;
+    PyObject *then;               /* NULL, or called after the event with the same arguments */
     vectorcallfunc vectorcall;
 } EmitterObject;
 
-/* Called as a hook with whatever arguments the framework passes (module, args, ...): all ignored.
- * Vectorcall: no argument tuple is built, so a hook costs about as much as emit() itself. */
+/* Called as a hook with whatever arguments the framework passes (module, args, ...). Without
+ * `then` the arguments are ignored and None is returned; with `then` the call is passed on to it
+ * unchanged (a wrapper: records the event, then runs e.g. the module's own forward). Vectorcall:
+ * no argument tuple is built, so either form costs about as much as emit() itself. */
 static PyObject *Emitter_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    EmitterObject *e = (EmitterObject *)self;
     if (enabled)
-        put_event(((EmitterObject *)self)->code);
+        put_event(e->code);
+    if (e->then != NULL)
+        return PyObject_Vectorcall(e->then, args, nargsf, kwnames);
     Py_RETURN_NONE;
 }
 
 static int Emitter_init(EmitterObject *self, PyObject *args, PyObject *kwds)
 {
+    static char *kwlist[] = {"code", "then", NULL};
     long long code;
-    if (!PyArg_ParseTuple(args, "L", &code))
+    PyObject *then = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|O", kwlist, &code, &then))
         return -1;
+    if (then != Py_None && !PyCallable_Check(then)) {
+        PyErr_SetString(PyExc_TypeError, "Emitter: then must be callable or None");
+        return -1;
+    }
     self->code = code;
+    Py_XSETREF(self->then, then == Py_None ? NULL : Py_NewRef(then));
     self->vectorcall = Emitter_vectorcall;
     return 0;
 }
 
+static int Emitter_traverse(EmitterObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->then);
+    return 0;
+}
+
+static int Emitter_clear(EmitterObject *self)
+{
+    Py_CLEAR(self->then);
+    return 0;
+}
+
+static void Emitter_dealloc(EmitterObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Emitter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
 static PyObject *Emitter_get_code(EmitterObject *self, void *c) { return PyLong_FromLongLong(self->code); }
+
+static PyObject *Emitter_get_then(EmitterObject *self, void *c)
+{
+    return Py_NewRef(self->then != NULL ? self->then : Py_None);
+}
 
 static PyGetSetDef Emitter_getset[] = {
     {"code", (getter)Emitter_get_code, NULL, "code recorded on each call", NULL},
+    {"then", (getter)Emitter_get_then, NULL, "the callable each call is passed on to, or None", NULL},
     {NULL},
 };
 
@@ -221,10 +259,14 @@ static PyTypeObject EmitterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "profiler.record._hotpath.Emitter",
     .tp_basicsize = sizeof(EmitterObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Emitter(code): calling it with any arguments records the point event `code` now.",
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Emitter(code, then=None): calling it records the point event `code` now, then returns "
+              "then(*args, **kwargs) (None without `then`).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Emitter_init,
+    .tp_dealloc = (destructor)Emitter_dealloc,
+    .tp_traverse = (traverseproc)Emitter_traverse,
+    .tp_clear = (inquiry)Emitter_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(EmitterObject, vectorcall),
     .tp_getset = Emitter_getset,
@@ -238,21 +280,31 @@ typedef struct {
     int64_t step;                 /* the step now running */
     int64_t overhead;             /* the last call's own cost, recorded with the next step end */
     unsigned long owner;          /* the stepping thread */
-    int armed;                    /* the fast path applies (Profiler._update_fast_step) */
+    int64_t fast_until;           /* steps below this are entered on the fast path (Profiler._update_fast_step) */
+    PyObject *then;               /* None, or called with no arguments after each fast step end */
     PyObject *slow;               /* called with the call's time when it does not */
     vectorcallfunc vectorcall;
 } StepperObject;
 
-/* One step end: a sample (t, code, step, overhead of the previous call), then the counter. The
- * profiler's schedule, sources and checks run in `slow` unless the Profiler armed this path
- * (every step recorded, nothing to notify), which keeps a step end at about one span's cost. */
+/* One step end: a sample (t, code, step, overhead of the previous call) when recording, then the
+ * counter. The profiler's schedule, sources and checks run in `slow`, except for the steps the
+ * Profiler declared quiet (`fast_until`: the schedule's action does not change and no source needs
+ * its on_step), which keeps such a step end at about one span's cost. `then` is what a quiet step
+ * still has to do (e.g. torch.profiler's own step() while it captures ops). */
 static PyObject *Stepper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     StepperObject *self = (StepperObject *)op;
     int64_t t0 = now_ns();
-    if (self->armed && enabled && PyThread_get_thread_ident() == self->owner) {
-        put_sample(t0, self->code, self->step, self->overhead);
+    if (self->step + 1 < self->fast_until && PyThread_get_thread_ident() == self->owner) {
+        if (enabled)
+            put_sample(t0, self->code, self->step, self->overhead);
         self->step++;
+        if (self->then != NULL && self->then != Py_None) {
+            PyObject *r = PyObject_CallNoArgs(self->then);
+            if (r == NULL)
+                return NULL;
+            Py_DECREF(r);
+        }
         self->overhead = now_ns() - t0;
         Py_RETURN_NONE;
     }
@@ -284,12 +336,14 @@ static int Stepper_init(StepperObject *self, PyObject *args, PyObject *kwds)
 static int Stepper_traverse(StepperObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->slow);
+    Py_VISIT(self->then);
     return 0;
 }
 
 static int Stepper_clear(StepperObject *self)
 {
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->then);
     return 0;
 }
 
@@ -305,7 +359,9 @@ static PyMemberDef Stepper_members[] = {
     {"step", T_LONGLONG, offsetof(StepperObject, step), 0, "the step now running"},
     {"overhead", T_LONGLONG, offsetof(StepperObject, overhead), 0, "ns spent in the last step end"},
     {"owner", T_ULONG, offsetof(StepperObject, owner), 0, "ident of the stepping thread"},
-    {"armed", T_INT, offsetof(StepperObject, armed), 0, "whether the fast path applies"},
+    {"fast_until", T_LONGLONG, offsetof(StepperObject, fast_until), 0,
+     "steps below this number are entered on the fast path (0: none)"},
+    {"then", T_OBJECT, offsetof(StepperObject, then), 0, "None, or called after each fast step end"},
     {NULL},
 };
 
@@ -314,7 +370,7 @@ static PyTypeObject StepperType = {
     .tp_name = "profiler.record._hotpath.Stepper",
     .tp_basicsize = sizeof(StepperObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Stepper(code, slow): calling it ends a step (fast path when armed, else slow(t_ns)).",
+    .tp_doc = "Stepper(code, slow): calling it ends a step (fast path into steps below fast_until, else slow(t_ns)).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Stepper_init,
     .tp_dealloc = (destructor)Stepper_dealloc,

@@ -75,31 +75,38 @@ class Span:
 
 
 class Emitter:
-    """Emitter(code): calling it with any arguments records the point event `code` now (a hook)."""
+    """Emitter(code, then=None): calling it records the point event `code` now, then returns
+    then(*args, **kwargs) (None without `then`): a hook, or a wrapper around e.g. a forward."""
 
-    __slots__ = ("code",)
+    __slots__ = ("code", "then")
 
-    def __init__(self, code: int) -> None:
-        self.code = code
+    def __init__(self, code: int, then=None) -> None:
+        if then is not None and not callable(then):
+            raise TypeError("Emitter: then must be callable or None")
+        self.code, self.then = code, then
 
-    def __call__(self, *args, **kwargs) -> None:
+    def __call__(self, *args, **kwargs):
         emit(self.code)
+        return self.then(*args, **kwargs) if self.then is not None else None
 
 
 class Stepper:
-    """Stepper(code, slow): calling it ends a step (fast path when armed, else slow(t_ns))."""
+    """Stepper(code, slow): calling it ends a step (fast path into steps below fast_until, else slow(t_ns))."""
 
-    __slots__ = ("code", "step", "overhead", "owner", "armed", "slow")
+    __slots__ = ("code", "step", "overhead", "owner", "fast_until", "then", "slow")
 
     def __init__(self, code: int, slow) -> None:
-        self.code, self.slow = code, slow
-        self.step = self.overhead = self.owner = self.armed = 0
+        self.code, self.slow, self.then = code, slow, None
+        self.step = self.overhead = self.owner = self.fast_until = 0
 
-    def __call__(self) -> None:
+    def __call__(self, *_ignored) -> None:
         t0 = now()
-        if self.armed and _state["enabled"] and threading.get_ident() == self.owner:
-            sample(t0, self.code, self.step, self.overhead)
+        if self.step + 1 < self.fast_until and threading.get_ident() == self.owner:
+            if _state["enabled"]:
+                sample(t0, self.code, self.step, self.overhead)
             self.step += 1
+            if self.then is not None:
+                self.then()
             self.overhead = now() - t0
             return None
         return self.slow(t0)

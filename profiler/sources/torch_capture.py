@@ -39,7 +39,7 @@ import pandas as pd
 from ..errors import ProfviewError
 from ..model import OP_COLUMNS, Run, conform
 from ..profiler import _clock_anchor
-from ..schedule import ProfilerAction, Schedule, as_action
+from ..schedule import NEVER, ProfilerAction, Schedule, as_action, next_change
 from ..store.interpret import assign_steps
 from .base import Source
 from .kineto import read_kineto_trace
@@ -80,9 +80,11 @@ class TorchCapture(Source):
     name = "torch"
 
     def __init__(self, schedule: Schedule, record_shapes: bool = False, profile_memory: bool = False,
-                 with_stack: bool = False) -> None:
+                 with_stack: bool = False, current_step: Optional[Callable[[], int]] = None) -> None:
         super().__init__()
         self.schedule = schedule
+        #: the step now running; on_step is not called on quiet steps, so the profiler's count
+        self._current_step = current_step or (lambda: self._step)
         self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
                         "with_stack": with_stack}
         self.torch_profiler: Any = None     # the torch.profiler.profile doing the capture (key_averages())
@@ -98,7 +100,8 @@ class TorchCapture(Source):
     @classmethod
     def for_profiler(cls, profiler: "Profiler") -> "TorchCapture":
         """The capture a Profiler's options ask for (its ops_schedule, else its schedule)."""
-        return cls(profiler.ops_schedule or profiler.schedule, **profiler.torch_options)
+        return cls(profiler.ops_schedule or profiler.schedule, **profiler.torch_options,
+                   current_step=lambda: profiler.step_num)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -123,8 +126,10 @@ class TorchCapture(Source):
         """Drive torch.profiler into `step`'s op action.
 
         torch's schedule is given our action of the step now beginning (torch's own step count is
-        not used), so prof.step() is called only when the action is or was not NONE: a long run
-        with sampled op capture pays ~1 us a step outside the sampled windows.
+        not used), so prof.step() is called only when the action is or was not NONE. This runs only
+        where the action changes (quiet_until): between windows nothing is called, so a long run
+        with sampled op capture pays only the step trace's cost there; inside a window the C
+        stepper calls prof.step() itself (quiet_step), with no Python frame of ours.
         """
         if self.status != "ok" or self._stopped:
             return
@@ -142,6 +147,18 @@ class TorchCapture(Source):
         if self._window_first is None and self._action.records:
             self._window_first = step
 
+    def quiet_until(self, step: int) -> int:
+        """on_step is needed only where the op action changes (a window opens, ends, or is exported)."""
+        if self.status != "ok" or self._stopped or self.torch_profiler is None:
+            return NEVER
+        return next_change(lambda k: op_action(self.schedule, k), step)
+
+    def quiet_step(self) -> Optional[Callable[[], object]]:
+        """Inside a window each step is still a torch.profiler step (its ProfilerStep#N annotation)."""
+        if self.status != "ok" or self._stopped or self._action is ProfilerAction.NONE:
+            return None
+        return self.torch_profiler.step
+
     def stop(self) -> None:
         if self._stopped:
             return
@@ -156,8 +173,9 @@ class TorchCapture(Source):
 
     def _save_window(self, prof: Any) -> None:
         """torch's on_trace_ready: export the window's trace and index it with a clock anchor."""
-        first = self._window_first if self._window_first is not None else self._step
-        last = self._step - 1 if not self._stopped else self._step
+        step = self._current_step()
+        first = self._window_first if self._window_first is not None else step
+        last = step - 1 if not self._stopped else step
         self._window_first = None
         name = f"{self._stem.name}-torch-{self.windows_saved}{TRACE_SUFFIX}"
         path = self._stem.with_name(name)

@@ -2,24 +2,31 @@
 
 `profiler.attach(model, optimizer)` installs, on the *root* module and the optimizer only:
 
-- **fp start** — a forward pre-hook marks `fp_start` at every forward of the root module; the step
-  trace takes the first in each step (gradient-accumulation micro-batches give several). The hook
-  is a C `Emitter`: torch's own dispatch of a forward pre-hook (~3.5 us on a 0.4 ms MLP step,
-  benchmarks/bench_step_overhead.py) costs more than recording the mark.
-- **bp end** — every parameter that requires grad gets a post-accumulate-grad hook (installed once).
-  The first of them to fire in a backward pass queues a callback on the autograd engine
-  (`queue_callback`, the mechanism DDP uses to finalise its buckets); the engine runs it once the
-  whole backward pass has executed, and it marks `bp_end`. So bp end is the end of backward, not
-  the last gradient some hook happened to see: frozen or unused parameters, several outputs or any
-  loss do not move it, and it costs one event per backward pass. (Per-forward hooks on the model's
-  outputs would do the same at ~4x the cost: registering a tensor hook is ~15 us a step.)
-  Several backward passes in one step (micro-batches) give several marks; the step trace keeps the
-  last. DDP queues its own finalise callback (which waits for the gradient all-reduce) after ours,
-  so that wait lands in the tail, as the step trace defines it. `torch.autograd.grad()` without
-  `.backward()` accumulates nothing and so marks no bp end (the step trace then infers it).
+- **fp start** — the root module's `forward` is wrapped, on the instance, by a C `Emitter` that
+  marks `fp_start` and passes the call on to the original forward unchanged. The step trace takes
+  the first mark in each step (gradient-accumulation micro-batches give several). Not a forward
+  pre-hook: any hook on a module sends torch's `Module.__call__` down its slow path (~4.5 us a step on
+  a 0.4 ms MLP step, more than 1 %; benchmarks/bench_step_overhead.py), while the wrapper costs
+  what one emit() costs. `stop()` restores the module's own `forward` (an instance `forward` the
+  user had set, e.g. by another library, is wrapped and put back the same way).
+- **bp end** — in the first backward pass, every parameter that requires grad has a
+  post-accumulate-grad hook; the first to fire queues a callback on the autograd engine
+  (`queue_callback`, the mechanism DDP uses to finalise its buckets), which runs once the whole
+  pass has executed: it marks `bp_end` and keeps hooked only the parameter whose gradient that pass
+  accumulated last (`BP_END_PARAMS`; a C `Emitter` marking `bp_end`). From then on bp end is the
+  accumulation of that gradient, the end of the backward pass as the engine orders it,
+  at ~0.35 us a hook instead of ~0.6 us for every parameter plus ~3 us for the callback
+  (benchmarks/bench_step_overhead.py). Frozen or unused parameters, several outputs or any loss
+  do not move it. Several backward passes in one step (micro-batches) give several marks; the step
+  trace keeps the last. DDP queues its own finalise callback (which waits for the gradient
+  all-reduce) after the accumulation, so that wait lands in the tail, as the step trace defines it.
+  A graph that changes between steps so that this parameter gets no gradient marks no bp end
+  (the step trace then infers it); `torch.autograd.grad()` without `.backward()` accumulates
+  nothing and marks none either.
 - **tail / step end** — the optimizer's step pre / post hooks wrap `optimizer.step()` in an
-  `optimizer` phase (a tail phase; the pre hook is a C `Emitter`), and the post hook ends the
-  profiler step (`step_on_optimizer=True`, the default): the training loop needs no `profiler.step()`.
+  `optimizer` phase (a tail phase), and the post hook ends the profiler step
+  (`step_on_optimizer=True`, the default): the training loop needs no `profiler.step()`. Both are
+  C `Emitter`s; the post hook passes on to the profiler's C stepper.
 
 All times are host times: on a GPU, bp end is when the host finished issuing backward work.
 torch is imported lazily so that `import profiler` never imports it.
@@ -36,6 +43,12 @@ if TYPE_CHECKING:
     from ..record.recorder import Recorder
 
 
+#: Parameters kept hooked for bp end after the first backward pass: the last ones it accumulated.
+#: One, so that each backward pass gives one mark (the engine's order is the same every pass of
+#: the same graph).
+BP_END_PARAMS = 1
+
+
 class TorchHooks(Source):
     """Module / autograd / optimizer hooks that mark fp start, bp end and the step end."""
 
@@ -49,12 +62,14 @@ class TorchHooks(Source):
         self._optimizer = optimizer
         self.step_on_optimizer = bool(step_on_optimizer and optimizer is not None)
         self._handles: list = []
-        self._bp_queued = False          # a bp_end callback is queued on the running backward pass
+        self._first_pass: list = []      # parameters in the order the first backward pass accumulated them
+        self._first_pass_hooks: list = []
         self.details.update({
             "model": type(model).__name__,
             "optimizer": type(optimizer).__name__ if optimizer is not None else None,
             "step_on_optimizer": self.step_on_optimizer,
-            "bp_end": "autograd engine callback after the backward pass",
+            "bp_end": "autograd engine callback after the first backward pass, then the gradient "
+                      "it accumulated last",
         })
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -65,36 +80,70 @@ class TorchHooks(Source):
         self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
         self._fp_code = recorder.point_code(MARK, "fp_start")      # the codes profiler.mark() records
         self._bp_code = recorder.point_code(MARK, "bp_end")
-        self._optimizer_phase = recorder.span(PHASE, "optimizer")   # = profiler.phase("optimizer")
+        optimizer_phase = recorder.span(PHASE, "optimizer")         # = profiler.phase("optimizer")
         model = self._model
-        self._optimizer_end = self._optimizer_phase.end_code
-        self._handles = [model.register_forward_pre_hook(hot.Emitter(self._fp_code))]
-        self._handles += [p.register_post_accumulate_grad_hook(self._on_gradient)
-                          for p in model.parameters() if p.requires_grad]
+        self._handles = [_ForwardWrapper(model, hot.Emitter(self._fp_code, model.forward))]
+        self._first_pass_hooks = [p.register_post_accumulate_grad_hook(self._on_first_pass_gradient)
+                                  for p in model.parameters() if p.requires_grad]
+        self._handles += self._first_pass_hooks
         if self._optimizer is not None:
-            self._handles += [self._optimizer.register_step_pre_hook(hot.Emitter(self._optimizer_phase.begin_code)),
-                              self._optimizer.register_step_post_hook(self._on_optimizer_done)]
+            done = self._profiler._stepper if self.step_on_optimizer else None
+            self._handles += [self._optimizer.register_step_pre_hook(hot.Emitter(optimizer_phase.begin_code)),
+                              self._optimizer.register_step_post_hook(hot.Emitter(optimizer_phase.end_code, done))]
 
     def stop(self) -> None:
         for handle in self._handles:
             handle.remove()
-        self._handles = []
+        self._handles = self._first_pass_hooks = self._first_pass = []
 
-    # ---- hooks -----------------------------------------------------------------------------
+    # ---- bp end: the first backward pass picks the parameters to hook -------------------------
 
-    def _on_gradient(self, param: Any) -> None:
-        if not self._bp_queued:
-            self._bp_queued = True
-            self._queue_callback(self._on_backward_done)
+    def _on_first_pass_gradient(self, param: Any) -> None:
+        if not self._first_pass:
+            self._queue_callback(self._on_first_pass_done)
+        self._first_pass.append(param)
 
-    def _on_backward_done(self) -> None:
-        self._bp_queued = False
+    def _on_first_pass_done(self) -> None:
+        """End of the first backward pass: mark it, and hook only the gradient(s) it finished with."""
         hot.emit(self._bp_code)
+        for handle in self._first_pass_hooks:
+            handle.remove()
+        last: list = []
+        for param in reversed(self._first_pass):
+            if not any(param is kept for kept in last):
+                last.append(param)
+            if len(last) == BP_END_PARAMS:
+                break
+        self._first_pass_hooks = self._first_pass = []
+        emitter = hot.Emitter(self._bp_code)
+        self._handles += [param.register_post_accumulate_grad_hook(emitter) for param in last]
+        names = {id(param): name for name, param in self._model.named_parameters()}
+        self.details["bp_end"] = ("accumulation of the gradient the first backward pass finished with: "
+                                  + ", ".join(names.get(id(param), "?") for param in last))
 
-    def _on_optimizer_done(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        hot.emit(self._optimizer_end)
-        if self.step_on_optimizer:
-            self._profiler._stepper()          # ends the profiler step (its C fast path when armed)
+
+class _ForwardWrapper:
+    """`module.forward = wrapper` on the instance, undone by remove() (a hook handle's interface).
+
+    remove() puts back exactly what was there: the instance attribute the module had, or none
+    (then the class's forward applies again). It leaves alone a forward someone set after us.
+    """
+
+    def __init__(self, module: Any, wrapper: Any) -> None:
+        self._module, self._wrapper = module, wrapper
+        self._had_own = "forward" in module.__dict__
+        self._own = module.__dict__.get("forward")
+        module.forward = wrapper
+
+    def remove(self) -> None:
+        if self._module is None:
+            return                                   # removed already (hook handles allow that too)
+        if self._module.__dict__.get("forward") is self._wrapper:
+            if self._had_own:
+                self._module.forward = self._own
+            else:
+                del self._module.forward
+        self._module = self._wrapper = self._own = None
 
 
 def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool = True,
