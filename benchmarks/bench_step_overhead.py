@@ -15,13 +15,16 @@ machine's speed spreads over all modes):
   steps+sampled the step trace of every step, ops on 2 steps in 50 (ops_schedule)
   ops           profview with op capture on every step: Profiler() + attach(model, optimizer)
   torch         plain torch.profiler capturing every step: profile(activities=[CPU]) + prof.step()
+  torch sampled plain torch.profiler on the same 2-in-50 schedule, each window exported as a
+                Chrome trace (as profview exports its windows): the peer of steps+sampled
 
 Each block runs `warmup` untimed steps, then times `steps` iterations one by one, in wall time
 (perf_counter_ns) and in the training thread's CPU time (thread_time_ns: what the loop itself
 spent, insensitive to other processes competing for the cores; profview's background threads are
 not in it). Reported per mode: the median over repetitions of each block's median step time, its
-ratio to the baseline and to plain torch.profiler, and the wall-time mean (which includes window
-ends: torch's post-processing and export). Targets: steps <= 1.01 x baseline; ops <= torch.
+ratio to the baseline and to its torch.profiler peer ("torch", or "torch sampled" for
+steps+sampled), and the wall-time mean (which includes window ends: torch's post-processing and
+export). Targets: steps <= 1.01 x baseline; ops <= torch; steps+sampled <= torch sampled.
 """
 from __future__ import annotations
 
@@ -31,12 +34,14 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
+from torch.profiler import schedule as torch_schedule
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -44,7 +49,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from profiler import Profiler, schedule  # noqa: E402
 from torch_loops import cifar_batch, small_cnn  # noqa: E402
 
-MODES = ("baseline", "markers", "steps", "hook floor", "steps+sampled", "ops", "torch")
+MODES = ("baseline", "markers", "steps", "hook floor", "steps+sampled", "ops", "torch", "torch sampled")
+#: the torch.profiler mode each mode is compared with
+PEER = {"steps+sampled": "torch sampled"}
 #: per model: (build model and batch, warmup steps, timed steps)
 MODELS: dict[str, tuple[Callable[[], tuple[nn.Module, tuple]], int, int]] = {
     "mlp": (lambda: (nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
@@ -113,6 +120,16 @@ def run_block(mode: str, model: nn.Module, optimizer, batch, warmup: int, steps:
         finally:
             prof.stop()
     shutil.rmtree(out, ignore_errors=True)
+    if mode == "torch sampled":
+        out.mkdir(parents=True)
+        windows = iter(range(1 << 30))
+        prof = profile(activities=[ProfilerActivity.CPU], schedule=torch_schedule(wait=46, warmup=2, active=2),
+                       on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"window-{next(windows)}.json")))
+        prof.start()
+        try:
+            return timed_steps(model, optimizer, batch, warmup, steps, prof.step)
+        finally:
+            prof.stop()
     if mode == "markers":
         p = Profiler(out, gpu_counters=False)
         try:
@@ -146,14 +163,15 @@ def bench(name: str, reps: int, tmp: Path) -> dict[str, dict[str, float]]:
 
 
 def report(name: str, result: dict[str, dict[str, float]]) -> None:
-    base, torch_ = result["baseline"], result["torch"]
-    print(f"\n{name}: medians over repetitions (wall mean includes window ends)")
-    print(f"  {'mode':14s} {'wall ms':>9s} {'x base':>7s} {'x torch':>8s} {'cpu ms':>9s} {'x base':>7s} "
-          f"{'x torch':>8s} {'wall mean':>9s}")
+    base = result["baseline"]
+    print(f"\n{name}: medians over repetitions (wall mean includes window ends; x peer: see PEER)")
+    print(f"  {'mode':14s} {'wall ms':>9s} {'x base':>7s} {'x peer':>8s} {'cpu ms':>9s} {'x base':>7s} "
+          f"{'x peer':>8s} {'wall mean':>9s}")
     for mode, r in result.items():
+        peer = result[PEER.get(mode, "torch")]
         print(f"  {mode:14s} {r['wall_ms']:9.4f} {r['wall_ms'] / base['wall_ms']:7.3f} "
-              f"{r['wall_ms'] / torch_['wall_ms']:8.3f} {r['cpu_ms']:9.4f} {r['cpu_ms'] / base['cpu_ms']:7.3f} "
-              f"{r['cpu_ms'] / torch_['cpu_ms']:8.3f} {r['mean_ms']:9.4f}")
+              f"{r['wall_ms'] / peer['wall_ms']:8.3f} {r['cpu_ms']:9.4f} {r['cpu_ms'] / base['cpu_ms']:7.3f} "
+              f"{r['cpu_ms'] / peer['cpu_ms']:8.3f} {r['mean_ms']:9.4f}")
 
 
 def main() -> None:
@@ -163,6 +181,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message="Warning: Profiler clears events")   # torch sampled: expected
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.reps} interleaved repetitions")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):

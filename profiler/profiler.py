@@ -295,16 +295,14 @@ class Profiler:
     def _update_fast_step(self) -> None:
         """Let the C stepper enter the coming steps on its own while nothing changes: the
         schedule's action stays the same (next_change) and no source needs its on_step
-        (Source.quiet_until); it calls what one source still needs on each (Source.quiet_step). Then `profiler.step` is the stepper itself: no Python frame per
+        (Source.quiet_until). Then `profiler.step` is the stepper itself: no Python frame per
         step (a cold frame in a training loop costs microseconds; benchmarks/bench_step_overhead.py).
         The first step() of a run always takes the slow path: it fixes the stepping thread."""
         stepper = self._stepper
         on = self._recorder is not None and self.active and self._step_thread is not None
-        calls = [call for call in (s.quiet_step() for s in self.sources) if call is not None] if on else []
         stepper.owner = self._step_thread if on else 0
-        stepper.then = calls[0] if len(calls) == 1 else None
-        stepper.fast_until = 0 if not on or len(calls) > 1 else min(
-            [next_change(self.schedule, stepper.step)] + [s.quiet_until(stepper.step) for s in self.sources])
+        stepper.fast_until = min([next_change(self.schedule, stepper.step)]
+                                 + [s.quiet_until(stepper.step) for s in self.sources]) if on else 0
         if on and not self._steps_from_hooks:
             self.step = stepper
         else:

@@ -17,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 from profiler import Profiler, schedule  # noqa: E402
 from profiler.analyse import load_rank  # noqa: E402
 from profiler.profiler import _clock_anchor  # noqa: E402
+from profiler.sources.torch_capture import torch_index_entries  # noqa: E402
 from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn, torch_capture_of, train  # noqa: E402
 
 torch.set_num_threads(1)
@@ -144,6 +145,23 @@ def test_ops_schedule_samples_op_capture_while_every_step_is_traced(tmp_path):
     assert torch_capture_of(p).windows_saved == 2
     windows = sorted(tmp_path.glob("raw/*-torch-*.json.gz"))
     assert len(windows) == 2 and not list(tmp_path.glob("raw/*-torch-*.json"))
+    entries = [entry for _, entry in torch_index_entries(tmp_path, 0)]
+    assert [(e["first_step"], e["last_step"]) for e in entries] == [(3, 4), (8, 9)]
+    # torch is stepped only where the op action changes: no ProfilerStep#N ranges of its own
+    assert all(b"ProfilerStep#" not in gzip.decompress(w.read_bytes()) for w in windows)
+
+
+def test_one_step_windows_back_to_back(tmp_path):
+    """active=1 with no wait: every step is its own window (torch saves one after each step, a
+    RECORD_AND_SAVE -> RECORD_AND_SAVE transition)."""
+    p = profiled_cnn_run(tmp_path, steps=4, ops_schedule=schedule(wait=0, warmup=0, active=1))
+    run = load_rank(tmp_path, 0)
+    assert sorted(set(run.ops["step"])) == [0, 1, 2, 3]
+    assert run.ops.groupby("step").size()[1:].nunique() == 1      # step 0 is the loop's first (warm-up work)
+    entries = [entry for _, entry in torch_index_entries(tmp_path, 0)]
+    # the fifth is step 4, begun by the last step end and cut short by stop()
+    assert [(e["first_step"], e["last_step"]) for e in entries] == [(k, k) for k in range(5)]
+    assert torch_capture_of(p).windows_saved == 5
 
 
 def test_record_shapes_fills_the_shapes_column(tmp_path):

@@ -225,13 +225,11 @@ static int Emitter_init(EmitterObject *self, PyObject *args, PyObject *kwds)
 
 static int Emitter_traverse(EmitterObject *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->then);
     return 0;
 }
 
 static int Emitter_clear(EmitterObject *self)
 {
-    Py_CLEAR(self->then);
     return 0;
 }
 
@@ -281,7 +279,6 @@ typedef struct {
     int64_t overhead;             /* the last call's own cost, recorded with the next step end */
     unsigned long owner;          /* the stepping thread */
     int64_t fast_until;           /* steps below this are entered on the fast path (Profiler._update_fast_step) */
-    PyObject *then;               /* None, or called with no arguments after each fast step end */
     PyObject *slow;               /* called with the call's time when it does not */
     vectorcallfunc vectorcall;
 } StepperObject;
@@ -289,8 +286,7 @@ typedef struct {
 /* One step end: a sample (t, code, step, overhead of the previous call) when recording, then the
  * counter. The profiler's schedule, sources and checks run in `slow`, except for the steps the
  * Profiler declared quiet (`fast_until`: the schedule's action does not change and no source needs
- * its on_step), which keeps such a step end at about one span's cost. `then` is what a quiet step
- * still has to do (e.g. torch.profiler's own step() while it captures ops). */
+ * its on_step), which keeps such a step end at about one span's cost. */
 static PyObject *Stepper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     StepperObject *self = (StepperObject *)op;
@@ -299,12 +295,6 @@ static PyObject *Stepper_vectorcall(PyObject *op, PyObject *const *args, size_t 
         if (enabled)
             put_sample(t0, self->code, self->step, self->overhead);
         self->step++;
-        if (self->then != NULL && self->then != Py_None) {
-            PyObject *r = PyObject_CallNoArgs(self->then);
-            if (r == NULL)
-                return NULL;
-            Py_DECREF(r);
-        }
         self->overhead = now_ns() - t0;
         Py_RETURN_NONE;
     }
@@ -336,14 +326,12 @@ static int Stepper_init(StepperObject *self, PyObject *args, PyObject *kwds)
 static int Stepper_traverse(StepperObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->slow);
-    Py_VISIT(self->then);
     return 0;
 }
 
 static int Stepper_clear(StepperObject *self)
 {
     Py_CLEAR(self->slow);
-    Py_CLEAR(self->then);
     return 0;
 }
 
@@ -361,7 +349,6 @@ static PyMemberDef Stepper_members[] = {
     {"owner", T_ULONG, offsetof(StepperObject, owner), 0, "ident of the stepping thread"},
     {"fast_until", T_LONGLONG, offsetof(StepperObject, fast_until), 0,
      "steps below this number are entered on the fast path (0: none)"},
-    {"then", T_OBJECT, offsetof(StepperObject, then), 0, "None, or called after each fast step end"},
     {NULL},
 };
 

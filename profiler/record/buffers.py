@@ -93,10 +93,10 @@ class Emitter:
 class Stepper:
     """Stepper(code, slow): calling it ends a step (fast path into steps below fast_until, else slow(t_ns))."""
 
-    __slots__ = ("code", "step", "overhead", "owner", "fast_until", "then", "slow")
+    __slots__ = ("code", "step", "overhead", "owner", "fast_until", "slow")
 
     def __init__(self, code: int, slow) -> None:
-        self.code, self.slow, self.then = code, slow, None
+        self.code, self.slow = code, slow
         self.step = self.overhead = self.owner = self.fast_until = 0
 
     def __call__(self, *_ignored) -> None:
@@ -105,8 +105,6 @@ class Stepper:
             if _state["enabled"]:
                 sample(t0, self.code, self.step, self.overhead)
             self.step += 1
-            if self.then is not None:
-                self.then()
             self.overhead = now() - t0
             return None
         return self.slow(t0)

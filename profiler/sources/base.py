@@ -6,7 +6,7 @@ with everything else) and report their status for `profiler_info` (`ok`, `off`, 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..record.recorder import COUNTER, hot, now_ns
 from ..schedule import NEVER
@@ -37,11 +37,6 @@ class Source:
         the profiler's own schedule does not change either. Default: every step if on_step is
         overridden, else never."""
         return NEVER if type(self).on_step is Source.on_step else step + 1
-
-    def quiet_step(self) -> "Callable[[], object] | None":
-        """What each of those quiet steps still needs from the source (called with no arguments by
-        the C stepper, e.g. torch.profiler's own step()), or None."""
-        return None
 
     def finish(self) -> None:
         """Called while recording is still on, just before it stops (e.g. a last counter reading)."""

@@ -126,10 +126,11 @@ class TorchCapture(Source):
         """Drive torch.profiler into `step`'s op action.
 
         torch's schedule is given our action of the step now beginning (torch's own step count is
-        not used), so prof.step() is called only when the action is or was not NONE. This runs only
-        where the action changes (quiet_until): between windows nothing is called, so a long run
-        with sampled op capture pays only the step trace's cost there; inside a window the C
-        stepper calls prof.step() itself (quiet_step), with no Python frame of ours.
+        not used), and prof.step() is called only where that action changes or a window is saved:
+        torch's ProfilerStep#N annotations are switched off (`record_steps`; profview has its own
+        steps), so a step inside a window needs nothing from torch. This runs only at those steps
+        (quiet_until): elsewhere the C stepper ends steps with no Python frame of ours, and op
+        capture costs torch's recording alone.
         """
         if self.status != "ok" or self._stopped:
             return
@@ -139,25 +140,18 @@ class TorchCapture(Source):
             self.torch_profiler = self._tprof.profile(
                 activities=self._activities, on_trace_ready=self._save_window,
                 schedule=lambda _k: self._tprof.ProfilerAction[self._action.name], **self.options)
+            self.torch_profiler.record_steps = False       # no ProfilerStep#N ranges (see above)
             _quietly(self.torch_profiler.start)
-        elif self._action != previous:
+        elif self._action != previous or previous is ProfilerAction.RECORD_AND_SAVE:
             _quietly(self.torch_profiler.step)
-        elif self._action != ProfilerAction.NONE:
-            self.torch_profiler.step()
         if self._window_first is None and self._action.records:
             self._window_first = step
 
     def quiet_until(self, step: int) -> int:
-        """on_step is needed only where the op action changes (a window opens, ends, or is exported)."""
+        """on_step is needed only where the op action changes or a window is saved."""
         if self.status != "ok" or self._stopped or self.torch_profiler is None:
             return NEVER
         return next_change(lambda k: op_action(self.schedule, k), step)
-
-    def quiet_step(self) -> Optional[Callable[[], object]]:
-        """Inside a window each step is still a torch.profiler step (its ProfilerStep#N annotation)."""
-        if self.status != "ok" or self._stopped or self._action is ProfilerAction.NONE:
-            return None
-        return self.torch_profiler.step
 
     def stop(self) -> None:
         if self._stopped:
