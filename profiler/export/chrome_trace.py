@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..analysis.nesting import stable_order
 from ..model import Run
+from .direct_file import DirectFile
 from ..native import native
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
@@ -328,7 +329,7 @@ def write_chrome_trace(run: Run, path: Path, gzip_output: bool = False) -> Path:
     if gzip_output and path.suffix != ".gz":
         path = path.with_name(path.name + ".gz")
     lanes = Lanes(run)
-    opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if gzip_output else (lambda p: open(p, "wb"))
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if gzip_output else DirectFile
     tmp = path.with_name(path.name + ".tmp")
     with opener(tmp) as f:
         f.write(b'{"traceEvents":[\n')

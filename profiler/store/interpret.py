@@ -23,65 +23,78 @@ def interpret(t: RawTables) -> Run:
     is_op_desc = kind_of == K.OP
     is_point_desc = np.isin(kind_of, (K.MARK, K.INSTANT))
 
-    # Per-event work is done in place and with narrow dtypes: at 1e7 events every full-length
-    # temporary is 40-80 MB, and fresh memory is what analyse() spends most of its time on.
+    # Per-event work is done in place, with narrow dtypes, and every full-length array is dropped
+    # as soon as it has served: at 1e7 events each is 40-80 MB, and fresh memory is what analyse()
+    # spends most of its time on (docs/architecture.md, "Where analyse() time goes").
     ev_class = np.select([is_span_desc, is_point_desc], [1, 2], 0).astype(np.int8)[t.ev_code >> 1]
     ev_win = window_of(t.ev_t, windows)
-    ev_tid = np.repeat(_map(t.ev_chunk_thread, tid_of_ident), t.ev_chunk_len)
     keep = ev_win >= 0                                     # events racing a window edge are not data
-    in_span = keep & (ev_class == 1)
-    select = None if in_span.all() else np.flatnonzero(in_span)
-    del in_span
+    outside = int(len(keep) - np.count_nonzero(keep))
+    pt = np.flatnonzero(keep & (ev_class == 2))            # marks and instants
+    keep &= ev_class == 1                                  # now: the span events to pair
+    del ev_class
+    select = None if keep.all() else np.flatnonzero(keep)
+    del keep
+    ev_tid = np.repeat(_map(t.ev_chunk_thread, tid_of_ident), t.ev_chunk_len)
     lane = ev_tid.astype(np.int64)                         # a thread within one window
     lane *= len(windows) + 1
     lane += ev_win
+    del ev_win
     pairs = nest_spans(lane, t.ev_code, t.ev_t, select=select)
     del lane, select
-    b = pairs.begin
-    d = t.ev_code[b]
-    d >>= 1                                                # descriptor of each span
-    span_start = t.ev_t[b]
-    span_dur = t.ev_t[pairs.end]
-    span_dur -= span_start
-    span_start -= origin
-    span_tid = ev_tid[b]
+    pt_desc = t.ev_code[pt] >> 1
+    instants = pd.DataFrame({"tid": ev_tid[pt], "kind": by_code(pt_desc, kind_of),
+                             "name": by_code(pt_desc, name_of), "time_ns": t.ev_t[pt] - origin})
+    b, unmatched = pairs.begin, pairs.unmatched
+    columns = {"tid": ev_tid[b], "desc": (t.ev_code[b] >> 1).astype(np.int32)}
+    del ev_tid
+    start = t.ev_t[b]
+    dur = t.ev_t[pairs.end]
+    dur -= start
+    start -= origin
+    columns.update({"start_ns": start, "dur_ns": dur, "self_ns": pairs.self_ns, "depth": pairs.level})
+    del b, pairs, start, dur
 
     sm_desc = t.sm[:, 1] >> 1
     sm_kind = kind_of[sm_desc] if len(sm_desc) else np.empty(0, dtype=object)
     sm_tid = _map(t.sm_thread, tid_of_ident)
     steps, step_tid = _steps(t, sm_kind, sm_tid, windows, origin)
 
-    is_op = is_op_desc[d]
-    op_desc = d[is_op]
-    op_start = span_start[is_op]
+    op, span = split_rows(columns, is_op_desc[columns["desc"]])
+    del span["self_ns"], op["depth"]
     ops = {
-        "device": constant("cpu", len(op_desc)),
-        "stream": by_code(span_tid[is_op], threads["name"].to_numpy()),
-        "name": by_code(op_desc, name_of),
-        "op_type": by_code(op_desc, extra_of),
-        "category": constant("user", len(op_desc)),
-        "start_ns": op_start,
-        "dur_ns": span_dur[is_op],
-        "self_ns": pairs.self_ns[is_op],
-        "step": assign_steps(op_start, steps),
-        "source": constant("marker", len(op_desc)),
+        "device": constant("cpu", len(op["desc"])),
+        "stream": by_code(op.pop("tid"), threads["name"].to_numpy()),
+        "name": by_code(op["desc"], name_of),
+        "op_type": by_code(op.pop("desc"), extra_of),
+        "category": constant("user", len(op["start_ns"])),
+        **op,
+        "step": assign_steps(op["start_ns"], steps),
+        "source": constant("marker", len(op["start_ns"])),
     }
-    other = ~is_op
-    spans = {
-        "tid": span_tid[other], "kind": by_code(d[other], kind_of), "name": by_code(d[other], name_of),
-        "start_ns": span_start[other], "dur_ns": span_dur[other], "depth": pairs.level[other],
-    }
-    pt = np.flatnonzero(keep & (ev_class == 2))
-    pt_desc = t.ev_code[pt] >> 1
-    instants = pd.DataFrame({"tid": ev_tid[pt], "kind": by_code(pt_desc, kind_of),
-                             "name": by_code(pt_desc, name_of), "time_ns": t.ev_t[pt] - origin})
+    del op
+    spans = {**span, "kind": by_code(span["desc"], kind_of), "name": by_code(span.pop("desc"), name_of)}
     counters = _counters(t, sm_kind, sm_desc, name_of, extra_of, origin)
     queues = _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin)
-    info = _info(t, pairs.unmatched, int((~keep).sum()), step_tid, len(steps))
+    info = _info(t, unmatched, outside, step_tid, len(steps))
     return Run(info=info, ops=conform(ops, OP_COLUMNS), spans=conform(spans, SPAN_COLUMNS),
                instants=conform(instants, INSTANT_COLUMNS), steps=conform(steps, STEP_COLUMNS),
                counters=conform(counters, COUNTER_COLUMNS), queues=conform(queues, QUEUE_COLUMNS),
                threads=conform(threads, THREAD_COLUMNS))
+
+
+def split_rows(columns: dict[str, np.ndarray], mask: np.ndarray) -> tuple[dict, dict]:
+    """(rows where mask, rows where not) of every column. Columns are taken out of `columns` one
+    by one, so only one full-length copy exists at a time; an all-true or all-false mask copies nothing."""
+    yes, no = {}, {}
+    every, none = bool(mask.all()), not mask.any()
+    inverse = None if every or none else ~mask
+    for name in list(columns):
+        col = columns.pop(name)
+        yes[name] = col if every else col[:0] if none else col[mask]
+        no[name] = col[:0] if every else col if none else col[inverse]
+        del col
+    return yes, no
 
 
 def by_code(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
