@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from profiler.analysis import nesting
@@ -109,3 +110,28 @@ def test_trace_row_kernel_refuses_a_time_too_wide() -> None:
     for use_kernel in (True, False):
         with pytest.raises(ValueError, match="does not fit"):
             row_text(*args, use_kernel=use_kernel)
+
+
+@pytest.mark.parametrize("max_dense_keys", [1 << 24, 1])        # counting pass, and the np.unique path
+def test_group_rows_matches_pandas_groupby(max_dense_keys):
+    """Counting-pass grouping (op tables) = pandas groupby(sort=True, observed=True): same groups in
+    the same order, sizes, exact sums, min / max, first values; with categoricals whose categories
+    are not sorted, unused categories, and plain object columns."""
+    from profiler.analysis.grouping import group_rows
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    device = pd.Categorical.from_codes(rng.integers(0, 3, n), categories=["cuda:1", "cpu", "cuda:0", "unused"])
+    name = np.array([f"op{k}" for k in rng.integers(0, 40, n)], dtype=object)
+    other = pd.Categorical.from_codes(rng.integers(0, 5, n), categories=list("edcba"))
+    dur = rng.integers(0, 2**40, n)
+    df = pd.DataFrame({"device": device, "name": name, "other": other, "dur": dur})
+    g = group_rows(df["device"], df["name"], max_dense_keys=max_dense_keys)
+    ref = (df.assign(device=df["device"].astype(str))
+           .groupby(["device", "name"], sort=True, observed=True)
+           .agg(n=("dur", "size"), s=("dur", "sum"), lo=("dur", "min"), hi=("dur", "max"), first=("other", "first"))
+           .reset_index())
+    assert list(g.values(df["device"])) == list(ref["device"]) and list(g.values(df["name"])) == list(ref["name"])
+    assert list(g.size) == list(ref["n"]) and list(g.sum(dur)) == list(ref["s"])
+    assert list(g.min(dur)) == list(ref["lo"]) and list(g.max(dur)) == list(ref["hi"])
+    assert list(g.values(df["other"])) == list(ref["first"].astype(str))

@@ -4,38 +4,43 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .grouping import Groups, group_rows
+
 OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]
 OP_DETAIL_COLUMNS = ["device", "name", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "min_ms",
                      "max_ms", "share_pct", "shapes", "scope"]
-
-
-def _device_self_total(ops: pd.DataFrame) -> pd.Series:
-    return ops.groupby("device", sort=True, observed=True)["self_ns"].sum()
 
 
 def op_type_table(ops: pd.DataFrame) -> pd.DataFrame:
     """Count, total / self / average time and share of device self time, per device and op type."""
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_TYPE_COLUMNS)
-    g = ops.groupby(["device", "op_type"], sort=True, observed=True)
-    t = g.agg(category=("category", "first"), count=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
-              self_ns=("self_ns", "sum")).reset_index()
-    return _finish(t, ops, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
+    g = group_rows(ops["device"], ops["op_type"])
+    t = _per_group(ops, g, ["device", "op_type", "category"])
+    return _finish(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
 
 
 def op_detail_table(ops: pd.DataFrame) -> pd.DataFrame:
     """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope."""
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
-    g = ops.groupby(["device", "name"], sort=True, observed=True)
-    t = g.agg(op_type=("op_type", "first"), category=("category", "first"), count=("dur_ns", "size"),
-              total_ns=("dur_ns", "sum"), self_ns=("self_ns", "sum"), min_ns=("dur_ns", "min"),
-              max_ns=("dur_ns", "max")).reset_index()
-    t["min_ms"] = t["min_ns"] / 1e6
-    t["max_ms"] = t["max_ns"] / 1e6
+    g = group_rows(ops["device"], ops["name"])
+    t = _per_group(ops, g, ["device", "name", "op_type", "category"])
+    dur = ops["dur_ns"].to_numpy()
+    t["min_ms"] = g.min(dur) / 1e6
+    t["max_ms"] = g.max(dur) / 1e6
     t["shapes"] = _distinct_shapes(ops, t)
     t["scope"] = [n.rsplit("/", 1)[0] if "/" in n else "" for n in t["name"].astype(str)]
-    return _finish(t, ops, OP_DETAIL_COLUMNS, ["device", "total_ms", "name"])
+    return _finish(t, OP_DETAIL_COLUMNS, ["device", "total_ms", "name"])
+
+
+def _per_group(ops: pd.DataFrame, g: Groups, labels: list[str]) -> pd.DataFrame:
+    """The labels (key columns, and first values of the others), count, total and self ns per group."""
+    t = pd.DataFrame({name: g.values(ops[name]) for name in labels})
+    t["count"] = g.size
+    t["total_ns"] = g.sum(ops["dur_ns"].to_numpy())
+    t["self_ns"] = g.sum(ops["self_ns"].to_numpy())
+    return t
 
 
 def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:
@@ -48,8 +53,10 @@ def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return [d.get((dev, name), "") for dev, name in zip(table["device"], table["name"])]
 
 
-def _finish(t: pd.DataFrame, ops: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFrame:
-    dev_total = _device_self_total(ops)
+def _finish(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFrame:
+    """Times in ms, average, share of the device's self time (the groups partition each device's
+    ops, so their self times add up to it), sorted by device, total time (longest first), label."""
+    dev_total = t.groupby("device", sort=False)["self_ns"].sum()
     t["total_ms"] = t["total_ns"] / 1e6
     t["self_ms"] = t["self_ns"] / 1e6
     t["avg_ms"] = t["total_ms"] / t["count"]

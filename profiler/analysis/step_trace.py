@@ -29,13 +29,21 @@ def per_step(times: np.ndarray, values: np.ndarray, steps: pd.DataFrame, how: st
              missing: int = -1) -> np.ndarray:
     """Per step (in `steps` order), `how` ("min" / "max" / "sum") of the values whose times fall
     inside it; `missing` for steps with none."""
-    pos = step_positions(assign_steps(times, steps), steps)
+    return reduce_per_step(step_positions(assign_steps(times, steps), steps), values, len(steps), how, missing)
+
+
+def reduce_per_step(pos: np.ndarray, values: np.ndarray, n_steps: int, how: str, missing: int = -1) -> np.ndarray:
+    """Per step row, `how` ("min" / "max" / "sum") of the values at those positions (-1: none)."""
     ok = pos >= 0
+    every = bool(ok.all())
+    pos = pos if every else pos[ok]
+    values = np.asarray(values, dtype=np.int64)
+    values = values if every else values[ok]
     ufunc, neutral = {"min": (np.minimum, np.iinfo(np.int64).max), "max": (np.maximum, np.iinfo(np.int64).min),
                       "sum": (np.add, 0)}[how]
-    out = np.full(len(steps), neutral, dtype=np.int64)
-    ufunc.at(out, pos[ok], np.asarray(values, dtype=np.int64)[ok])
-    seen = np.bincount(pos[ok], minlength=len(steps)) > 0
+    out = np.full(n_steps, neutral, dtype=np.int64)
+    ufunc.at(out, pos, values)
+    seen = np.bincount(pos, minlength=n_steps) > 0
     return np.where(seen, out, missing)
 
 
@@ -79,27 +87,36 @@ def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFr
 
     Compute = ops, plus spans and phases that are neither gap work (`data`) nor tail work
     (`tail`, `optimizer`, `all_reduce`), on the stepping thread (when known). bp end is the last
-    compute end before the step's first tail phase begins.
+    compute end before the step's first tail phase begins. Spans and ops are reduced separately,
+    without copying the (possibly millions of) op rows.
     """
     sp = spans if step_tid < 0 else spans[spans["tid"] == step_tid]
-    host_ops = ops[ops["device"] == "cpu"]
-    if step_lane:
-        host_ops = host_ops[host_ops["stream"] == step_lane]
     compute = sp[~sp["name"].isin(GAP_PHASES + TAIL_PHASES) | (sp["kind"] != "phase")]
-    starts = np.concatenate([compute["start_ns"].to_numpy(), host_ops["start_ns"].to_numpy()])
-    ends = np.concatenate([(compute["start_ns"] + compute["dur_ns"]).to_numpy(),
-                           (host_ops["start_ns"] + host_ops["dur_ns"]).to_numpy()])
-    fp = per_step(starts, starts, steps, "min")
     tails = sp[(sp["kind"] == "phase") & sp["name"].isin(TAIL_PHASES)]
     tail_starts = tails["start_ns"].to_numpy()
     tail_start = per_step(tail_starts, tail_starts, steps, "min")
-    step_of = assign_steps(starts, steps)
     limit = np.where(tail_start >= 0, tail_start, np.iinfo(np.int64).max)
-    pos = step_positions(step_of[step_of >= 0], steps)
-    ok = np.zeros(len(starts), dtype=bool)
-    ok[step_of >= 0] = ends[step_of >= 0] <= limit[pos]
-    bp = per_step(starts[ok], ends[ok], steps, "max")
+    fp = bp = np.full(len(steps), -1, dtype=np.int64)
+    for start, dur in (_start_dur(compute), _host_op_start_dur(ops, step_lane)):
+        pos = step_positions(assign_steps(start, steps), steps)
+        fp = _combine_min(fp, reduce_per_step(pos, start, len(steps), "min"))
+        end = start + dur
+        pos[end > limit[pos]] = -1                           # ends after the step's tail began
+        bp = np.maximum(bp, reduce_per_step(pos, end, len(steps), "max"))
     return fp, bp
+
+
+def _start_dur(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return table["start_ns"].to_numpy(dtype=np.int64), table["dur_ns"].to_numpy(dtype=np.int64)
+
+
+def _host_op_start_dur(ops: pd.DataFrame, step_lane: str) -> tuple[np.ndarray, np.ndarray]:
+    """start / dur of the host ops on the stepping thread (all host ops when it is not known)."""
+    host = (ops["device"] == "cpu").to_numpy()
+    if step_lane:
+        host = host & (ops["stream"] == step_lane).to_numpy()
+    start, dur = _start_dur(ops)
+    return (start, dur) if host.all() else (start[host], dur[host])
 
 
 def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame, ops: pd.DataFrame,

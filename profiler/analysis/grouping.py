@@ -1,0 +1,92 @@
+"""Group millions of rows by a few key columns in one counting pass (no sort, no hash table per row).
+
+Key columns are categoricals (the run model's string columns) or anything `pd.factorize` takes.
+Each column's distinct values are ranked in sorted order, so group numbers follow the sorted key
+combinations, as `groupby(sort=True, observed=True)` orders them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+#: Above this many key combinations the groups are found by np.unique (a sort) instead of counting.
+MAX_DENSE_KEYS = 1 << 24
+
+
+@dataclass
+class Groups:
+    """Rows grouped by key: `of_row` gives each row's group, `first_row` each group's first row."""
+
+    of_row: np.ndarray          # int64 group number of every row
+    first_row: np.ndarray       # row index of each group's first row (groups in sorted key order)
+    size: np.ndarray            # rows in each group
+
+    def __len__(self) -> int:
+        return len(self.first_row)
+
+    def values(self, column) -> np.ndarray:
+        """`column`'s value in each group's first row (e.g. a key column's group labels), as objects."""
+        picked = column.iloc[self.first_row] if isinstance(column, pd.Series) else np.asarray(column)[self.first_row]
+        return np.asarray(picked, dtype=object)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """Exact int64 sums per group."""
+        return self._reduce(np.add, values, 0)
+
+    def min(self, values: np.ndarray) -> np.ndarray:
+        return self._reduce(np.minimum, values, np.iinfo(np.int64).max)
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        return self._reduce(np.maximum, values, np.iinfo(np.int64).min)
+
+    def _reduce(self, ufunc: np.ufunc, values: np.ndarray, neutral: int) -> np.ndarray:
+        out = np.full(len(self), neutral, dtype=np.int64)
+        ufunc.at(out, self.of_row, np.asarray(values, dtype=np.int64))
+        return out
+
+
+def group_rows(*columns, max_dense_keys: int = MAX_DENSE_KEYS) -> Groups:
+    """The groups of the rows' key combinations, in sorted key order."""
+    n = len(columns[0])
+    combined = np.zeros(n, dtype=np.int64)
+    span = 1
+    for column in columns:
+        ranks, n_values = sorted_codes(column)
+        combined *= n_values
+        combined += ranks
+        span *= n_values
+    if span <= max_dense_keys:
+        size = np.bincount(combined, minlength=span)
+        present = np.flatnonzero(size)
+        number = np.full(span, -1, dtype=np.int64)
+        number[present] = np.arange(len(present))
+        of_row = number[combined]
+        size = size[present]
+    else:
+        _, of_row, size = np.unique(combined, return_inverse=True, return_counts=True)
+        of_row = of_row.astype(np.int64)
+    return Groups(of_row, first_rows(of_row, len(size)), size)
+
+
+def sorted_codes(column) -> tuple[np.ndarray, int]:
+    """Each row's rank among the column's distinct values in sorted (string) order, and their count."""
+    if isinstance(getattr(column, "dtype", None), pd.CategoricalDtype):
+        codes = np.asarray(column.cat.codes if isinstance(column, pd.Series) else column.codes)
+        labels = np.asarray(column.cat.categories if isinstance(column, pd.Series) else column.categories)
+    else:
+        codes, labels = pd.factorize(np.asarray(column), sort=False)
+    if len(labels) == 0:
+        return np.zeros(len(codes), dtype=np.int64), 1
+    rank_of_code = np.empty(len(labels), dtype=np.int64)
+    rank_of_code[np.argsort(labels.astype(str), kind="stable")] = np.arange(len(labels))
+    return rank_of_code[codes], len(labels)
+
+
+def first_rows(of_row: np.ndarray, n_groups: int) -> np.ndarray:
+    """Index of the first row of each group (-1 for an empty group)."""
+    first = np.full(n_groups, -1, dtype=np.int64)
+    rows = np.arange(len(of_row) - 1, -1, -1, dtype=np.int64)
+    first[of_row[::-1]] = rows            # assignments run in order: the last write, the first row, wins
+    return first
