@@ -6,8 +6,8 @@
  * stacks it per row head (~2 s); this loop writes each row once, with the GIL released.
  *
  * A row is   head[key] + ts + mid + dur + tail   (mid and dur only when durations are given),
- * where ts and dur are nanosecond counts written as fixed-width microsecond decimals with three
- * fraction digits, right-aligned and space-padded (valid JSON numbers).
+ * where ts and dur are nanosecond counts written as microsecond decimals with three fraction
+ * digits ("[-]u.nnn", at most ts_width / dur_width characters).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,35 +16,34 @@
 
 #include "../int64_buffer.h"
 
-/* Write v ns as a right-aligned "[-]u.nnn" in width columns; 0 when it does not fit. */
-static inline int fixed_decimal(char *out, int64_t v, int width)
+/* Write v ns as "[-]u.nnn" at out; returns its length, 0 when it is longer than width. */
+static inline int compact_decimal(char *out, int64_t v, int width)
 {
+    char digits[32];
+    char *end = digits + sizeof digits, *p = end;
     uint64_t rest = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    char *p = out + width;
     for (int i = 0; i < 3; i++) {
         *--p = (char)('0' + rest % 10);
         rest /= 10;
     }
     *--p = '.';
     do {
-        if (p == out)
-            return 0;
         *--p = (char)('0' + rest % 10);
         rest /= 10;
     } while (rest);
-    if (v < 0) {
-        if (p == out)
-            return 0;
+    if (v < 0)
         *--p = '-';
-    }
-    memset(out, ' ', (size_t)(p - out));
-    return 1;
+    int len = (int)(end - p);
+    if (len > width)
+        return 0;
+    memcpy(out, p, (size_t)len);
+    return len;
 }
 
 /* format_rows(out, heads, head_offsets, key, ts, dur_or_None, order_or_None, start, stop,
  *             ts_width, dur_width, mid, tail) -> (next_row, n_bytes)
- * Formats rows order[start:stop] (or start:stop) into the writable buffer `out` while they fit;
- * returns the first row not written and the bytes written. The caller reuses one buffer for a
+ * Formats rows order[start:stop] (or start:stop) into the writable buffer `out` while they fit
+ * at their longest (numbers at full width); returns the first row not written and the bytes written. The caller reuses one buffer for a
  * whole trace: a fresh 100 MB bytes object per call cost more in page faults than the formatting. */
 static PyObject *format_rows(PyObject *self, PyObject *args)
 {
@@ -110,13 +109,15 @@ static PyObject *format_rows(PyObject *self, PyObject *args)
         int64_t i = ord ? ord[r] : r, k = keys[i];
         memcpy(w, heads + offs[k], (size_t)(offs[k + 1] - offs[k]));
         w += offs[k + 1] - offs[k];
-        ok &= fixed_decimal(w, tss[i], ts_width);
-        w += ts_width;
+        int len = compact_decimal(w, tss[i], ts_width);
+        ok &= len > 0;
+        w += len;
         if (durs) {
             memcpy(w, mid, (size_t)mid_len);
             w += mid_len;
-            ok &= fixed_decimal(w, durs[i], dur_width);
-            w += dur_width;
+            len = compact_decimal(w, durs[i], dur_width);
+            ok &= len > 0;
+            w += len;
         }
         memcpy(w, tail, (size_t)tail_len);
         w += tail_len;
@@ -125,7 +126,7 @@ static PyObject *format_rows(PyObject *self, PyObject *args)
     if (!ok)
         PyErr_SetString(PyExc_ValueError, "a time does not fit the trace's fixed-width field");
     else
-        result = Py_BuildValue("nn", end, total);
+        result = Py_BuildValue("nn", end, (Py_ssize_t)(w - (char *)out.buf));
 release:                                    /* PyBuffer_Release is a no-op for buffers never taken */
     PyBuffer_Release(&out);
     PyBuffer_Release(&off);

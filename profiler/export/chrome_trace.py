@@ -2,9 +2,10 @@
 
 Millions of events are written without a Python loop per event: events that share everything
 but their times (phase letter, pid, tid, category, name, args) share one pre-encoded row head,
-and the times are laid out as fixed-width, space-padded decimal fields (valid JSON). The rows
+and the times are microsecond decimals with three fraction digits (ns resolution). The rows
 are formatted by a C kernel (`_trace_rows.c`) when it is built, else by `format_rows_numpy`,
-which builds them with integer arithmetic on numpy arrays; both give the same bytes.
+which lays them out as fixed-width byte matrices with integer arithmetic on numpy arrays and
+then drops the padding; both give the same bytes.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .direct_file import DirectFile
 from ..native import native
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
-TS_WIDTH = 14                 # µs with 3 decimals: up to ~115 days of trace
+TS_WIDTH = 14                 # the longest time: µs with 3 decimals, up to ~115 days of trace
 DUR_WIDTH = 12
 
 
@@ -92,6 +93,7 @@ def _head(ph: str, pid: int, tid: int, cat: str, name: str, args: Optional[dict]
 ROWS_PER_WRITE = 1 << 20      # numpy path: rows formatted per write, bounding the memory of a block's text
 BUFFER_BYTES = 32 << 20       # C path: one reused output buffer per trace
 _MID = b',"dur":'
+_SPACE = ord(" ")
 
 
 def write_block(f: BinaryIO, block: EventBlock, buffer: Optional[np.ndarray] = None) -> int:
@@ -140,7 +142,8 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
                       mid: bytes, tail: bytes) -> bytes:
     """The rows order[start:stop] as text (the C kernel's reference and fallback).
 
-    Rows must come grouped by key; each run of one key is laid out as a (rows, columns) byte matrix.
+    Rows must come grouped by key; each run of one key is laid out as a (rows, columns) byte matrix
+    with right-aligned numbers, whose padding is then left out.
     """
     rows = np.arange(start, stop) if order is None else order[start:stop]
     keys = key[rows]
@@ -158,7 +161,13 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
         if dur_text is not None:
             parts += [np.broadcast_to(mid_bytes, (m, len(mid_bytes))), dur_text[a:b]]
         parts.append(np.broadcast_to(tail_bytes, (m, len(tail_bytes))))
-        out.append(np.hstack(parts).tobytes())
+        matrix = np.hstack(parts)
+        keep = np.ones(matrix.shape, dtype=bool)
+        keep[:, len(head):len(head) + ts_width] = ts_text[a:b] != _SPACE
+        if dur_text is not None:
+            at = len(head) + ts_width + len(mid)
+            keep[:, at:at + dur_width] = dur_text[a:b] != _SPACE
+        out.append(matrix[keep].tobytes())
     return b"".join(out)
 
 
