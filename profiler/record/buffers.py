@@ -16,7 +16,8 @@ from time import perf_counter_ns as now
 _local = threading.local()
 _buffers: list["_ThreadBuffer"] = []     # every thread that ever recorded
 _registry_lock = threading.Lock()
-_state = {"enabled": False, "budget": 64 << 20, "callback": None}
+# room: bytes the budget still allows (budget minus what the buffers hold; drain() gives it back)
+_state = {"enabled": False, "budget": 64 << 20, "room": 64 << 20, "callback": None}
 _double_bits = struct.Struct("<d")
 _int_bits = struct.Struct("<q")
 
@@ -51,8 +52,15 @@ def _buffer() -> _ThreadBuffer:
         return _register()
 
 
-def _over_budget() -> bool:
-    return held_bytes() > _state["budget"]
+def _put_event(code: int) -> None:
+    """Append one [t, code] event to the calling thread's buffer, or count it dropped when the
+    budget has no room for it."""
+    tb = _buffer()
+    if _state["room"] < 16:
+        tb.dropped += 1
+        return
+    _state["room"] -= 16
+    tb.events.extend((now(), code))
 
 
 class Span:
@@ -66,11 +74,11 @@ class Span:
 
     def __enter__(self) -> None:
         if _state["enabled"]:
-            _buffer().events.extend((now(), self.begin_code))
+            _put_event(self.begin_code)
 
     def __exit__(self, exc_type, exc, tb_) -> bool:
         if _state["enabled"]:
-            _buffer().events.extend((now(), self.end_code))
+            _put_event(self.end_code)
         return False
 
 
@@ -113,7 +121,7 @@ class Stepper:
 def emit(code: int) -> None:
     """Record a point event now in the calling thread."""
     if _state["enabled"]:
-        _buffer().events.extend((now(), code))
+        _put_event(code)
 
 
 def sample(t: int, code: int, a: int, b) -> None:
@@ -121,9 +129,10 @@ def sample(t: int, code: int, a: int, b) -> None:
     if not _state["enabled"]:
         return
     tb = _buffer()
-    if _over_budget():
+    if _state["room"] < 32:
         tb.dropped += 1
         return
+    _state["room"] -= 32
     if isinstance(b, float):
         b = _int_bits.unpack(_double_bits.pack(b))[0]
     tb.samples.extend((t, code, a, b))
@@ -139,6 +148,7 @@ def is_enabled() -> bool:
 
 def set_budget(nbytes: int) -> None:
     _state["budget"] = int(nbytes)
+    _state["room"] = int(nbytes) - held_bytes()
 
 
 def held_bytes() -> int:
@@ -163,5 +173,6 @@ def drain() -> list[tuple[int, bytes, bytes, int]]:
         samples = tb.samples[:n_sm].tobytes()
         del tb.samples[:n_sm]
         tb.dropped -= dropped
+        _state["room"] += len(events) + len(samples)
         out.append((tb.ident, events, samples, dropped))
     return out
