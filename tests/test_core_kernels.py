@@ -57,7 +57,7 @@ def test_nesting_kernel_matches_numpy(seed: int, broken: bool) -> None:
     group, code, t = random_events(np.random.default_rng(seed), n_groups=4, n=3000, broken=broken)
     c = nesting.nest_spans(group, code, t)
     ref = nesting.nest_spans(group, code, t, use_kernel=False)
-    for field in ("begin", "end", "level", "self_ns"):
+    for field in ("begin", "dur", "level", "self_ns"):
         np.testing.assert_array_equal(getattr(c, field), getattr(ref, field), err_msg=field)
     assert c.unmatched == ref.unmatched
     if not broken:
@@ -70,7 +70,7 @@ def test_nesting_numbers_on_a_known_lane() -> None:
     t = np.array([0, 10, 30, 40, 45, 100])
     for use_kernel in (True, False):
         s = nesting.nest_spans(np.zeros(6, np.int64), code, t, use_kernel=use_kernel)
-        assert s.begin.tolist() == [0, 1, 3] and s.end.tolist() == [5, 2, 4]
+        assert s.begin.tolist() == [0, 1, 3] and s.dur.tolist() == [100, 20, 5]
         assert s.level.tolist() == [0, 1, 1]
         assert s.self_ns.tolist() == [75, 20, 5]
 

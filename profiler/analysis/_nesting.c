@@ -27,7 +27,7 @@ static PyObject *new_int64_bytearray(Py_ssize_t n)
     return PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
 }
 
-/* nest(group, code, time, order_or_None, n_visit) -> (begin, end, level, self, unmatched):
+/* nest(group, code, time, order_or_None, n_visit) -> (begin, dur, level, self, unmatched):
  * visits order[0:n_visit] (or every event in place when order is None) */
 static PyObject *nest(PyObject *self, PyObject *args)
 {
@@ -36,7 +36,7 @@ static PyObject *nest(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOn", &g_obj, &c_obj, &t_obj, &o_obj, &n_visit))
         return NULL;
     Py_buffer gb = {0}, cb = {0}, tb = {0}, ob = {0};
-    PyObject *result = NULL, *begin_b = NULL, *end_b = NULL, *level_b = NULL, *self_b = NULL;
+    PyObject *result = NULL, *begin_b = NULL, *dur_b = NULL, *level_b = NULL, *self_b = NULL;
     int64_t *last = NULL, *slot_at = NULL, *acc = NULL;
     if (get_int64_buffer(g_obj, &gb, "group") < 0 || get_int64_buffer(c_obj, &cb, "code") < 0
         || get_int64_buffer(t_obj, &tb, "time") < 0 || (o_obj != Py_None && get_int64_buffer(o_obj, &ob, "order") < 0))
@@ -75,17 +75,17 @@ static PyObject *nest(PyObject *self, PyObject *args)
         a = b;
     }
     begin_b = new_int64_bytearray(n_begins);
-    end_b = new_int64_bytearray(n_begins);
+    dur_b = new_int64_bytearray(n_begins);
     level_b = new_int64_bytearray(n_begins);
     self_b = new_int64_bytearray(n_begins);
     last = PyMem_RawMalloc(sizeof(int64_t) * max_range);       /* last event seen at each level */
     slot_at = PyMem_RawMalloc(sizeof(int64_t) * max_range);    /* output slot of the open begin per level */
     acc = PyMem_RawMalloc(sizeof(int64_t) * max_range);        /* child time inside the open begin per level */
-    if (!begin_b || !end_b || !level_b || !self_b || !last || !slot_at || !acc) {
+    if (!begin_b || !dur_b || !level_b || !self_b || !last || !slot_at || !acc) {
         PyErr_NoMemory();
         goto done;
     }
-    int64_t *o_begin = (int64_t *)PyByteArray_AS_STRING(begin_b), *o_end = (int64_t *)PyByteArray_AS_STRING(end_b);
+    int64_t *o_begin = (int64_t *)PyByteArray_AS_STRING(begin_b), *o_dur = (int64_t *)PyByteArray_AS_STRING(dur_b);
     int64_t *o_level = (int64_t *)PyByteArray_AS_STRING(level_b), *o_self = (int64_t *)PyByteArray_AS_STRING(self_b);
     Py_ssize_t m = 0, paired = 0;
 
@@ -113,7 +113,7 @@ static PyObject *nest(PyObject *self, PyObject *args)
                 slot_at[l] = m;
                 acc[l] = 0;
                 o_begin[m] = i;
-                o_end[m++] = -1;
+                o_dur[m++] = INT64_MIN;              /* not paired (yet) */
                 continue;
             }
             int64_t l = --depth, j = last[l];       /* end: pairs with a begin of the same code just before it */
@@ -121,7 +121,7 @@ static PyObject *nest(PyObject *self, PyObject *args)
             if (j < 0 || (code[j] & 1) || (code[j] >> 1) != (code[i] >> 1))
                 continue;
             int64_t s = slot_at[l], dur = time[i] - time[j];
-            o_end[s] = i;
+            o_dur[s] = dur;
             o_level[s] = l;
             o_self[s] = dur - acc[l];
             paired++;
@@ -133,10 +133,10 @@ static PyObject *nest(PyObject *self, PyObject *args)
     /* drop the slots of begins that never paired, keeping begin order */
     Py_ssize_t w = 0;
     for (Py_ssize_t r = 0; r < m; r++) {
-        if (o_end[r] < 0)
+        if (o_dur[r] == INT64_MIN)
             continue;
         o_begin[w] = o_begin[r];
-        o_end[w] = o_end[r];
+        o_dur[w] = o_dur[r];
         o_level[w] = o_level[r];
         o_self[w] = o_self[r];
         w++;
@@ -145,13 +145,13 @@ static PyObject *nest(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
 #undef AT
 
-    if (PyByteArray_Resize(begin_b, m * 8) < 0 || PyByteArray_Resize(end_b, m * 8) < 0
+    if (PyByteArray_Resize(begin_b, m * 8) < 0 || PyByteArray_Resize(dur_b, m * 8) < 0
         || PyByteArray_Resize(level_b, m * 8) < 0 || PyByteArray_Resize(self_b, m * 8) < 0)
         goto done;
-    result = Py_BuildValue("OOOOn", begin_b, end_b, level_b, self_b, n_visit - 2 * paired);
+    result = Py_BuildValue("OOOOn", begin_b, dur_b, level_b, self_b, n_visit - 2 * paired);
 done:
     Py_XDECREF(begin_b);
-    Py_XDECREF(end_b);
+    Py_XDECREF(dur_b);
     Py_XDECREF(level_b);
     Py_XDECREF(self_b);
     PyMem_RawFree(last);

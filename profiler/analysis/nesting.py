@@ -18,13 +18,14 @@ _kernel = native("profiler.analysis._nesting")
 
 @dataclass
 class Spans:
-    """Matched begin / end pairs: indices into the event arrays, nesting level and self time.
+    """Matched begin / end pairs: the begin's index into the event arrays, the duration (end time
+    minus begin time), nesting level and self time.
 
     Pairs are listed in the order their begins are visited: by group, then recording order.
     """
 
     begin: np.ndarray
-    end: np.ndarray
+    dur: np.ndarray
     level: np.ndarray
     self_ns: np.ndarray
     unmatched: int
@@ -39,7 +40,7 @@ def nest_spans(group: np.ndarray, code: np.ndarray, t: np.ndarray, select: Optio
     (its span began before the window) or a trailing begin (not ended when it closed) is unmatched.
     Self time is the duration minus that of the spans directly inside. Only the events at the
     increasing positions `select` take part (all when None); events must be in recording order
-    within each group. begin / end are positions into the full arrays.
+    within each group. begin is a position into the full arrays.
     """
     group = np.ascontiguousarray(group, dtype=np.int64)
     code = np.ascontiguousarray(code, dtype=np.int64)
@@ -55,24 +56,24 @@ def nest_spans(group: np.ndarray, code: np.ndarray, t: np.ndarray, select: Optio
         within = stable_order(group[select])
         order = select if within is None else select[within]
     if _kernel is not None and use_kernel:
-        begin, end, level, self_ns, unmatched = _kernel.nest(group, code, t, order, n_visit)
+        begin, dur, level, self_ns, unmatched = _kernel.nest(group, code, t, order, n_visit)
         as_int = lambda b: np.frombuffer(b, dtype=np.int64)     # noqa: E731 (zero-copy views)
-        return Spans(as_int(begin), as_int(end), as_int(level), as_int(self_ns), int(unmatched))
+        return Spans(as_int(begin), as_int(dur), as_int(level), as_int(self_ns), int(unmatched))
     return _nest_numpy(group, code, t, order)
 
 
 def _nest_numpy(group: np.ndarray, code: np.ndarray, t: np.ndarray, order) -> Spans:
     """The numpy reference of `nest_spans`: sorts and an as-of merge instead of one walk."""
-    pairs = _pair(group, code, order)
-    start = t[pairs.begin]
-    dur = t[pairs.end] - start
-    self_ns = self_time(start, dur, group[pairs.begin], pairs.level)
-    return Spans(pairs.begin, pairs.end, pairs.level, self_ns, pairs.unmatched)
+    begin, end, level, unmatched = _pair(group, code, order)
+    start = t[begin]
+    dur = t[end] - start
+    self_ns = self_time(start, dur, group[begin], level)
+    return Spans(begin, dur, level, self_ns, unmatched)
 
 
-def _pair(group: np.ndarray, code: np.ndarray, order) -> Spans:
-    """Begin / end pairs and levels; grouping events by (group, level) leaves sequences
-    E? (B E)* B? that pair up by adjacency."""
+def _pair(group: np.ndarray, code: np.ndarray, order) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Begin / end pairs (event positions), their levels and the count of unpaired events;
+    grouping events by (group, level) leaves sequences E? (B E)* B? that pair up by adjacency."""
     n = len(code) if order is None else len(order)
     sorted_key = group if order is None else group[order]
     step = (1 - 2 * (code & 1)).astype(np.int8)            # +1 begin, -1 end
@@ -100,8 +101,7 @@ def _pair(group: np.ndarray, code: np.ndarray, order) -> Spans:
     pair &= desc[1:] == desc[:-1]
     by_visit = np.argsort(pos[:-1][pair], kind="stable")
     begins = ev[:-1][pair][by_visit]
-    z = np.empty(0, np.int64)
-    return Spans(begins, ev[1:][pair][by_visit], level[:-1][pair][by_visit].astype(np.int64), z, n - 2 * len(begins))
+    return begins, ev[1:][pair][by_visit], level[:-1][pair][by_visit].astype(np.int64), n - 2 * len(begins)
 
 
 def stable_order(key: np.ndarray):

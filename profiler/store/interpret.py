@@ -46,14 +46,14 @@ def interpret(t: RawTables) -> Run:
     instants = pd.DataFrame({"tid": ev_tid[pt], "kind": by_code(pt_desc, kind_of),
                              "name": by_code(pt_desc, name_of), "time_ns": t.ev_t[pt] - origin})
     b, unmatched = pairs.begin, pairs.unmatched
-    columns = {"tid": ev_tid[b], "desc": (t.ev_code[b] >> 1).astype(np.int32)}
-    del ev_tid
+    desc = t.ev_code[b]
+    desc >>= 1
+    columns = {"tid": ev_tid[b], "desc": desc.astype(np.int32)}
+    del ev_tid, desc
     start = t.ev_t[b]
-    dur = t.ev_t[pairs.end]
-    dur -= start
     start -= origin
-    columns.update({"start_ns": start, "dur_ns": dur, "self_ns": pairs.self_ns, "depth": pairs.level})
-    del b, pairs, start, dur
+    columns.update({"start_ns": start, "dur_ns": pairs.dur, "self_ns": pairs.self_ns, "depth": pairs.level})
+    del b, pairs, start
 
     sm_desc = t.sm[:, 1] >> 1
     sm_kind = kind_of[sm_desc] if len(sm_desc) else np.empty(0, dtype=object)
