@@ -70,13 +70,17 @@ def group_rows(*columns, max_dense_keys: int = MAX_DENSE_KEYS) -> Groups:
     return Groups(of_row, first_rows(of_row, len(size)), size)
 
 
+def codes_and_labels(column) -> tuple[np.ndarray, np.ndarray]:
+    """(integer code per row, the distinct values): free for categoricals, a hash pass otherwise."""
+    if isinstance(getattr(column, "dtype", None), pd.CategoricalDtype):
+        return np.asarray(column.cat.codes), np.asarray(column.cat.categories, dtype=object)
+    codes, uniques = pd.factorize(np.asarray(column), sort=False)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
 def sorted_codes(column) -> tuple[np.ndarray, int]:
     """Each row's rank among the column's distinct values in sorted (string) order, and their count."""
-    if isinstance(getattr(column, "dtype", None), pd.CategoricalDtype):
-        codes = np.asarray(column.cat.codes if isinstance(column, pd.Series) else column.codes)
-        labels = np.asarray(column.cat.categories if isinstance(column, pd.Series) else column.categories)
-    else:
-        codes, labels = pd.factorize(np.asarray(column), sort=False)
+    codes, labels = codes_and_labels(column)
     if len(labels) == 0:
         return np.zeros(len(codes), dtype=np.int64), 1
     rank_of_code = np.empty(len(labels), dtype=np.int64)

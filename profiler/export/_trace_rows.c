@@ -43,8 +43,9 @@ static inline int compact_decimal(char *out, int64_t v, int width)
 /* format_rows(out, heads, head_offsets, key, ts, dur_or_None, order_or_None, start, stop,
  *             ts_width, dur_width, mid, tail) -> (next_row, n_bytes)
  * Formats rows order[start:stop] (or start:stop) into the writable buffer `out` while they fit
- * at their longest (numbers at full width); returns the first row not written and the bytes written. The caller reuses one buffer for a
- * whole trace: a fresh 100 MB bytes object per call cost more in page faults than the formatting. */
+ * at their longest (numbers at full width); returns the first row not written and the bytes
+ * written. The caller reuses one buffer for a whole trace: a fresh 100 MB bytes object per call
+ * cost more in page faults than the formatting. */
 static PyObject *format_rows(PyObject *self, PyObject *args)
 {
     PyObject *o_out, *o_off, *o_key, *o_ts, *o_dur, *o_order;

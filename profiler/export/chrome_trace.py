@@ -18,10 +18,11 @@ from typing import BinaryIO, Iterable, Iterator, Optional
 import numpy as np
 import pandas as pd
 
+from ..analysis.grouping import codes_and_labels, first_rows
 from ..analysis.nesting import stable_order
 from ..model import Run
-from .direct_file import DirectFile
 from ..native import native
+from .direct_file import DirectFile
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
 TS_WIDTH = 14                 # the longest time: µs with 3 decimals, up to ~115 days of trace
@@ -174,14 +175,6 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
 _trace_rows = native("profiler.export._trace_rows")
 
 
-def _codes(col) -> tuple[np.ndarray, np.ndarray]:
-    """(integer code per row, the distinct values): free for categoricals, a hash pass otherwise."""
-    if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
-        return np.asarray(col.cat.codes), np.asarray(col.cat.categories, dtype=object)
-    codes, uniques = pd.factorize(np.asarray(col), sort=False)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
-
-
 def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
     """Dense key per row for the distinct combinations of the given columns, with those combinations."""
     n = len(cols[0]) if cols else 0
@@ -190,7 +183,7 @@ def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
     combined = np.zeros(n, dtype=np.int64)
     decoded = []
     for col in cols:
-        codes, uniques = _codes(col)
+        codes, uniques = codes_and_labels(col)
         combined *= len(uniques) + 1                        # in place: these arrays have a row per event
         combined += codes
         decoded.append((codes, uniques))
@@ -202,10 +195,8 @@ def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
 def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense codes for int64 values (first-seen order) and the row of each code's first occurrence."""
     codes, uniques = pd.factorize(values, sort=False)
-    first = np.full(len(uniques), -1, dtype=np.int64)
-    order = np.arange(len(codes))[::-1]
-    first[codes[::-1]] = order                            # last write wins = first occurrence
-    return codes.astype(np.int64), first
+    codes = codes.astype(np.int64)
+    return codes, first_rows(codes, len(uniques))
 
 
 class Lanes:

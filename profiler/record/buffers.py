@@ -17,7 +17,7 @@ _local = threading.local()
 _buffers: list["_ThreadBuffer"] = []     # every thread that ever recorded
 _registry_lock = threading.Lock()
 # room: bytes the budget still allows (budget minus what the buffers hold; drain() gives it back)
-_state = {"enabled": False, "budget": 64 << 20, "room": 64 << 20, "callback": None}
+_state = {"enabled": False, "room": 64 << 20, "callback": None}
 _double_bits = struct.Struct("<d")
 _int_bits = struct.Struct("<q")
 
@@ -147,7 +147,6 @@ def is_enabled() -> bool:
 
 
 def set_budget(nbytes: int) -> None:
-    _state["budget"] = int(nbytes)
     _state["room"] = int(nbytes) - held_bytes()
 
 

@@ -94,7 +94,7 @@ class TorchHooks(Source):
     def stop(self) -> None:
         for handle in self._handles:
             handle.remove()
-        self._handles = self._first_pass_hooks = self._first_pass = []
+        self._handles, self._first_pass_hooks, self._first_pass = [], [], []
 
     # ---- bp end: the first backward pass picks the parameters to hook -------------------------
 
@@ -108,13 +108,8 @@ class TorchHooks(Source):
         hot.emit(self._bp_code)
         for handle in self._first_pass_hooks:
             handle.remove()
-        last: list = []
-        for param in reversed(self._first_pass):
-            if not any(param is kept for kept in last):
-                last.append(param)
-            if len(last) == BP_END_PARAMS:
-                break
-        self._first_pass_hooks = self._first_pass = []
+        last = self._first_pass[-BP_END_PARAMS:]          # each parameter accumulates once a pass
+        self._first_pass_hooks, self._first_pass = [], []
         emitter = hot.Emitter(self._bp_code)
         self._handles += [param.register_post_accumulate_grad_hook(emitter) for param in last]
         names = {id(param): name for name, param in self._model.named_parameters()}
