@@ -53,7 +53,6 @@ def test_switching_to_buffered_mid_file_keeps_every_byte(tmp_path):
     with DirectFile(path, buffer_bytes=BLOCK * 4) as f:
         for piece in pieces[:50]:
             f.write(piece)
-        f._wait_all()                           # what the writer thread does, done from here
         written_direct = f.direct_bytes
         f._buffered()
         for piece in pieces[50:]:
