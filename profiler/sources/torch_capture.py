@@ -39,7 +39,7 @@ import pandas as pd
 from ..errors import ProfviewError
 from ..model import OP_COLUMNS, Run, conform
 from ..profiler import _clock_anchor
-from ..schedule import NEVER, ProfilerAction, Schedule, as_action, next_change
+from ..schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
 from ..store.interpret import assign_steps
 from .base import Source
 from .kineto import read_kineto_trace
@@ -58,13 +58,20 @@ COMM_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
 _CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
 
 
-def op_action(schedule: Schedule, step: int) -> ProfilerAction:
-    """The op-capture action of `step`: the schedule's, except that the last RECORD step before a
+def op_schedule(schedule: Schedule) -> Schedule:
+    """The op-capture schedule: `schedule`'s actions, except that the last RECORD step before a
     non-recording step becomes RECORD_AND_SAVE, so that every window ends the way torch expects
-    (no "incorrect schedule" warning) and is exported at its end."""
-    action = as_action(schedule(step))
-    if action == ProfilerAction.RECORD and not as_action(schedule(step + 1)).records:
-        return ProfilerAction.RECORD_AND_SAVE
+    (no "incorrect schedule" warning) and is exported at its end. `always_record`, which never
+    ends a window, is returned as it is (so next_change knows at once that it never changes)."""
+    if schedule is always_record:
+        return schedule
+
+    def action(step: int) -> ProfilerAction:
+        current = as_action(schedule(step))
+        if current == ProfilerAction.RECORD and not as_action(schedule(step + 1)).records:
+            return ProfilerAction.RECORD_AND_SAVE
+        return current
+
     return action
 
 
@@ -83,6 +90,7 @@ class TorchCapture(Source):
                  with_stack: bool = False, current_step: Optional[Callable[[], int]] = None) -> None:
         super().__init__()
         self.schedule = schedule
+        self._actions = op_schedule(schedule)        # what each step does to torch.profiler
         #: the step now running; on_step is not called on quiet steps, so the profiler's count
         self._current_step = current_step or (lambda: self._step)
         self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
@@ -135,7 +143,7 @@ class TorchCapture(Source):
         if self.status != "ok" or self._stopped:
             return
         previous, self._step = self._action, step
-        self._action = op_action(self.schedule, step)
+        self._action = self._actions(step)
         if self.torch_profiler is None:
             self.torch_profiler = self._tprof.profile(
                 activities=self._activities, on_trace_ready=self._save_window,
@@ -151,7 +159,7 @@ class TorchCapture(Source):
         """on_step is needed only where the op action changes or a window is saved."""
         if self.status != "ok" or self._stopped or self.torch_profiler is None:
             return NEVER
-        return next_change(lambda k: op_action(self.schedule, k), step)
+        return next_change(self._actions, step)
 
     def stop(self) -> None:
         if self._stopped:
