@@ -13,18 +13,18 @@ from typing import Iterable, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from .analysis.results import Analysis, analyse_run
-from .errors import ProfilerUsageWarning, ProfviewError
-from .export.chrome_trace import write_chrome_trace
-from .export.cluster import write_cluster_outputs
-from .export.outputs import write_outputs
-from .model import Run, STEP_COLUMNS
-from .progress import Progress
-from .sources.ascend.device_merge import merge_ascend_devices
-from .sources.distributed import with_collectives
-from .sources.torch_capture import merge_torch_traces
-from .store.interpret import assign_steps, interpret
-from .store.load import rank_raw_files, raw_ranks, read_raw_tables
+from profiler.analysis.results import Analysis, analyse_run
+from profiler.errors import ProfilerUsageWarning, ProfviewError
+from profiler.export.chrome_trace import write_chrome_trace
+from profiler.export.cluster import write_cluster_outputs
+from profiler.export.outputs import write_outputs
+from profiler.model import Run, STEP_COLUMNS
+from profiler.progress import Progress
+from profiler.sources.ascend.device_merge import merge_ascend_devices
+from profiler.sources.distributed import with_collectives
+from profiler.sources.torch_capture import merge_torch_traces
+from profiler.store.interpret import assign_steps, interpret
+from profiler.store.load import rank_raw_files, raw_ranks, read_raw_tables
 
 BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
 

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .errors import ProfviewError
-from .model import Run
+from profiler.errors import ProfviewError
+from profiler.model import Run
 
 #: `import-ascend --format` values and the outputs each writes.
 ASCEND_FORMATS = {"profview": ("profview",), "mindspore": ("mindspore",), "both": ("profview", "mindspore")}
@@ -23,8 +23,8 @@ def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
 
     `source` (what was imported) is kept as `source_path` in profiler_info, for the viewer's titles.
     """
-    from .analyse import analyse_loaded
-    from .export.outputs import write_outputs
+    from profiler.analyse import analyse_loaded
+    from profiler.export.outputs import write_outputs
 
     runs = list(runs)
     ranks = [run.rank for run in runs]
@@ -49,7 +49,7 @@ def _writing(out_dir: "str | os.PathLike[str]", write: Callable[[], list[Path]])
 
 def ascend_job_dirs(path: Path) -> list[Path]:
     """`path` when it is an Ascend JOB directory, else its JOB* subdirectories that are."""
-    from .sources.ascend import is_ascend_job_dir
+    from profiler.sources.ascend import is_ascend_job_dir
 
     if is_ascend_job_dir(path):
         return [path]
@@ -64,8 +64,8 @@ def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.Path
     id); "mindspore" writes the MindSpore/MindInsight 2020 files of each device
     (write_mindspore_outputs). Returns the files written.
     """
-    from .sources.ascend import ascend_job_devices, read_ascend_job, to_run
-    from .sources.ascend.mindspore_writers import write_mindspore_outputs
+    from profiler.sources.ascend import ascend_job_devices, read_ascend_job, to_run
+    from profiler.sources.ascend.mindspore_writers import write_mindspore_outputs
 
     job_dir, out = Path(job_dir), Path(out_dir)
     dirs = ascend_job_dirs(job_dir)
@@ -87,13 +87,13 @@ def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.Path
 
 def import_kineto_trace(trace: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
     """Import a PyTorch profiler (Kineto) trace file into `out_dir` (its rank from the trace)."""
-    from .sources.kineto import read_kineto_trace
+    from profiler.sources.kineto import read_kineto_trace
 
     return write_runs([read_kineto_trace(trace)], out_dir, source=trace)
 
 
 def import_mindspore_dir(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
     """Import a MindSpore / MindInsight profiler output directory into `out_dir` (one rank per device)."""
-    from .sources.mindspore import read_mindspore_dir
+    from profiler.sources.mindspore import read_mindspore_dir
 
     return write_runs(read_mindspore_dir(path), out_dir, source=path)

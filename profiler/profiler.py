@@ -24,19 +24,19 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from ._version import __version__
-from .errors import ProfilerUsageWarning, ProfviewError
-from .record.recorder import (
+from profiler._version import __version__
+from profiler.errors import ProfilerUsageWarning, ProfviewError
+from profiler.record.recorder import (
     HOT_PATH_IMPL, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP, COUNTER,
     Recorder, Span, hot, now_ns,
 )
-from .schedule import ProfilerAction, Schedule, always_record, as_action, next_change
-from .sources.base import Source
-from .sources.distributed import (
+from profiler.schedule import ProfilerAction, Schedule, always_record, as_action, next_change
+from profiler.sources.base import Source
+from profiler.sources.distributed import (
     COMM, DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
     wait_for_ranks,
 )
-from .store.raw import RawWriter, archive_previous_recording, raw_file_name
+from profiler.store.raw import RawWriter, archive_previous_recording, raw_file_name
 
 #: phase names the step trace understands; anything else is a free-form span (profiler.span)
 KNOWN_PHASES = ("forward", "backward", "tail", "all_reduce", "optimizer", "data")
@@ -147,7 +147,7 @@ class Profiler:
         if collectives and initialised_dist() is not None:
             self.sources.append(CollectiveCapture())
         if framework == "torch":
-            from .sources.torch_capture import TorchCapture
+            from profiler.sources.torch_capture import TorchCapture
             self.sources.append(TorchCapture.for_profiler(self))
         self._stepper = hot.Stepper(0, self._end_step_slow)   # holds the step counter; ends steps
         self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
@@ -355,7 +355,7 @@ class Profiler:
         profiler step (do not call profiler.step() then). `ops` also captures per-operator
         timings through torch.profiler, on `ops_schedule` (else the schedule).
         """
-        from .sources.torch_hooks import attach
+        from profiler.sources.torch_hooks import attach
 
         if not self.active:
             return self
@@ -412,7 +412,7 @@ class Profiler:
         `for batch in profiler.prefetch(loader, depth=4, workers=4): ...`. workers > 1 needs a
         map-style source (len() and [i]) and keeps its order. See `profiler.sources.pipeline.prefetch`.
         """
-        from .sources.pipeline import prefetch
+        from profiler.sources.pipeline import prefetch
 
         return prefetch(iterable, depth=depth, name=name, workers=workers)
 
@@ -448,7 +448,7 @@ class Profiler:
         waits (at most `cluster_timeout_s`) for the others and writes the cluster files
         (docs/distributed.md).
         """
-        from .analyse import analyse_cluster
+        from profiler.analyse import analyse_cluster
 
         if stop:
             self.stop()
@@ -466,7 +466,7 @@ class Profiler:
 
     def _analyse_own(self, progress: bool) -> list[Path]:
         """Analyse this rank's raw store into its output files."""
-        from .analyse import analyse_directory
+        from profiler.analyse import analyse_directory
 
         return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
                                  gzip_timeline=self.gzip_timeline)
@@ -474,8 +474,8 @@ class Profiler:
     # ---- helpers ---------------------------------------------------------------------------
 
     def _default_sources(self, host: bool, gpu: bool, interval_s: float) -> list[Source]:
-        from .sources.host import HostCounters
-        from .sources.nvml import NvmlCounters
+        from profiler.sources.host import HostCounters
+        from profiler.sources.nvml import NvmlCounters
 
         out: list[Source] = []
         if host:
@@ -535,7 +535,7 @@ def _checked_thresholds(thresholds: Optional[dict[str, float]]) -> dict[str, flo
     """The advisor overrides as given, after checking their names and values (a typo fails now, not at analyse())."""
     if not thresholds:
         return {}
-    from .analysis.advisor import resolve_thresholds
+    from profiler.analysis.advisor import resolve_thresholds
 
     resolved = resolve_thresholds(thresholds)
     return {name: resolved[name] for name in thresholds}

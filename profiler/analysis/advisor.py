@@ -21,9 +21,9 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from ..errors import ProfviewError
-from .advice_text import OP_FAMILIES, SUGGESTIONS
-from .intervals import covered_ns
+from profiler.errors import ProfviewError
+from profiler.analysis.advice_text import OP_FAMILIES, SUGGESTIONS
+from profiler.analysis.intervals import covered_ns
 
 REPORT_SCHEMA_VERSION = 1
 

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from .advisor import SUGGESTIONS, Finding, framework_of, resolve_thresholds, severity_of
+from profiler.analysis.advisor import SUGGESTIONS, Finding, framework_of, resolve_thresholds, severity_of
 
 CLUSTER_SCHEMA_VERSION = 1
 
@@ -378,7 +378,7 @@ def _plain(v: Any) -> Any:
 def device_breakdown(ops_by_rank: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
     """Per rank and device (device ops only): ms per category (compute / comm / memcpy / memset), kernel
     counts, and how much of the communication time overlapped compute kernels on the same device."""
-    from .intervals import covered_ns
+    from profiler.analysis.intervals import covered_ns
 
     rows = []
     for rank, ops in sorted(ops_by_rank.items()):

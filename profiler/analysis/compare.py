@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from .advisor import DEFAULT_THRESHOLDS, analysed_steps
+from profiler.analysis.advisor import DEFAULT_THRESHOLDS, analysed_steps
 
 #: step-trace columns compared, with their labels
 PHASES: list[tuple[str, str]] = [

@@ -11,7 +11,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ..native import native
+from profiler.native import native
 
 _kernel = native("profiler.analysis._nesting")
 

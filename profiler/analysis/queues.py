@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pandas as pd
 
-from .intervals import covered_ns
-from ..sources.queues import ARROW, DEVICE_QUEUE, HOST_QUEUE
-from ..store.interpret import assign_steps
+from profiler.analysis.intervals import covered_ns
+from profiler.sources.queues import ARROW, DEVICE_QUEUE, HOST_QUEUE
+from profiler.store.interpret import assign_steps
 
 if TYPE_CHECKING:
-    from .results import Analysis
+    from profiler.analysis.results import Analysis
 
 #: a queue is starved when at least this share of its gets found it empty (MindInsight's warning line)
 EMPTY_RATIO_WARNING = 0.30

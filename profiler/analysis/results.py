@@ -6,11 +6,11 @@ from typing import Any, Mapping, Optional
 
 import pandas as pd
 
-from ..model import Run
-from .advisor import AdvisorInput, advise, analysed_steps, framework_of, resolve_thresholds
-from .ops import op_detail_table, op_type_table
-from .queues import with_queue_summary
-from .step_trace import step_trace
+from profiler.model import Run
+from profiler.analysis.advisor import AdvisorInput, advise, analysed_steps, framework_of, resolve_thresholds
+from profiler.analysis.ops import op_detail_table, op_type_table
+from profiler.analysis.queues import with_queue_summary
+from profiler.analysis.step_trace import step_trace
 
 
 @dataclass

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .intervals import covered_ns
-from ..store.interpret import assign_steps
+from profiler.analysis.intervals import covered_ns
+from profiler.store.interpret import assign_steps
 
 GAP_PHASES = ("data",)                              # host work that belongs to the iteration gap
 TAIL_PHASES = ("tail", "optimizer", "all_reduce")  # work after the last backward compute

@@ -18,11 +18,11 @@ from typing import BinaryIO, Iterable, Iterator, Optional
 import numpy as np
 import pandas as pd
 
-from ..analysis.grouping import codes_and_labels, first_rows
-from ..analysis.nesting import stable_order
-from ..model import Run
-from ..native import native
-from .direct_file import DirectFile
+from profiler.analysis.grouping import codes_and_labels, first_rows
+from profiler.analysis.nesting import stable_order
+from profiler.model import Run
+from profiler.native import native
+from profiler.export.direct_file import DirectFile
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
 TS_WIDTH = 14                 # the longest time: µs with 3 decimals, up to ~115 days of trace

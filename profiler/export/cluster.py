@@ -19,11 +19,11 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis.cluster import cluster_summary, timeline_ranks
-from ..errors import ProfviewError
-from ..model import Run
-from .chrome_trace import Lanes, op_block, span_block, step_block, write_block
-from .outputs import write_csv, write_json
+from profiler.analysis.cluster import cluster_summary, timeline_ranks
+from profiler.errors import ProfviewError
+from profiler.model import Run
+from profiler.export.chrome_trace import Lanes, op_block, span_block, step_block, write_block
+from profiler.export.outputs import write_csv, write_json
 
 SUMMARY = "cluster_summary.json"
 STEP_TABLE = "cluster_step_trace.csv"

@@ -9,9 +9,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from ..analysis.results import Analysis
-from ..store.interpret import assign_steps
-from .chrome_trace import write_chrome_trace
+from profiler.analysis.results import Analysis
+from profiler.store.interpret import assign_steps
+from profiler.export.chrome_trace import write_chrome_trace
 
 FLOAT_FORMAT = "%.6f"
 

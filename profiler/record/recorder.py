@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Callable
 
-from ..native import native
-from ..store.raw import RawWriter
+from profiler.native import native
+from profiler.store.raw import RawWriter
 
 #: descriptor kinds; the names are the raw store's vocabulary (see docs/architecture.md)
 PHASE, SPAN, OP, MARK, INSTANT, COUNTER, STEP, WINDOW_START, WINDOW_STOP, FLUSH, QUEUE_PUT, QUEUE_GET = (
@@ -33,7 +33,7 @@ def _load_hot_path():
         b = time.perf_counter_ns()
         if a - 1_000_000 <= c <= b + 1_000_000:
             return _hotpath, "c"
-    from . import buffers
+    from profiler.record import buffers
     return buffers, "python"
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from ..record.recorder import COUNTER, hot, now_ns
-from ..schedule import NEVER
+from profiler.record.recorder import COUNTER, hot, now_ns
+from profiler.schedule import NEVER
 
 if TYPE_CHECKING:
-    from ..record.recorder import Recorder
-    from ..schedule import ProfilerAction
+    from profiler.record.recorder import Recorder
+    from profiler.schedule import ProfilerAction
 
 
 class Source:

@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from ..errors import ProfilerUsageWarning
-from ..record.recorder import hot, now_ns
-from .base import Source
+from profiler.errors import ProfilerUsageWarning
+from profiler.record.recorder import hot, now_ns
+from profiler.sources.base import Source
 
 if TYPE_CHECKING:
-    from ..model import Run
-    from ..record.recorder import Recorder
-    from ..store.load import RawTables
+    from profiler.model import Run
+    from profiler.record.recorder import Recorder
+    from profiler.store.load import RawTables
 
 #: descriptor kind of collective samples in the raw store: (start, code, duration_ns, bytes)
 COMM = "comm"
@@ -344,7 +344,7 @@ def comm_tables(t: "RawTables") -> tuple[pd.DataFrame, pd.DataFrame]:
     `all_reduce (DDP bucket)`, ...), op type the collective. Counters: `comm` / `cpu` / `comm_bytes`
     at each collective's start. Samples outside the recording windows are not data.
     """
-    from ..store.load import descriptor_columns, window_of, windows_from_samples
+    from profiler.store.load import descriptor_columns, window_of, windows_from_samples
 
     kind_of, name_of, extra_of = descriptor_columns(t.descriptors)
     if len(t.sm) == 0 or len(kind_of) == 0:
@@ -364,8 +364,8 @@ def comm_tables(t: "RawTables") -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def with_collectives(run: "Run", t: "RawTables") -> "Run":
     """`run` with the collectives of its raw tables added to its ops (steps assigned) and counters."""
-    from ..model import OP_COLUMNS, COUNTER_COLUMNS, conform
-    from ..store.interpret import assign_steps
+    from profiler.model import OP_COLUMNS, COUNTER_COLUMNS, conform
+    from profiler.store.interpret import assign_steps
 
     ops, counters = comm_tables(t)
     if not len(ops):

@@ -21,8 +21,8 @@ import threading
 from threading import get_ident
 from typing import Any, Optional
 
-from .. import profiler as _api
-from ..record.recorder import QUEUE_GET, QUEUE_PUT, hot, now_ns
+from profiler import profiler as _api
+from profiler.record.recorder import QUEUE_GET, QUEUE_PUT, hot, now_ns
 
 PUT, GET = 0, 1          # event index for QueueProbe.record / record_at
 ARROW = "->"             # connector queue names: "producer->consumer"

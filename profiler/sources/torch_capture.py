@@ -36,18 +36,18 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from ..errors import ProfviewError
-from ..model import OP_COLUMNS, Run, conform
-from ..profiler import _clock_anchor
-from ..schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
-from ..store.interpret import assign_steps
-from .base import Source
-from .kineto import read_kineto_trace
-from .kineto_nesting import enclosing_parents
+from profiler.errors import ProfviewError
+from profiler.model import OP_COLUMNS, Run, conform
+from profiler.profiler import _clock_anchor
+from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
+from profiler.store.interpret import assign_steps
+from profiler.sources.base import Source
+from profiler.sources.kineto import read_kineto_trace
+from profiler.sources.kineto_nesting import enclosing_parents
 
 if TYPE_CHECKING:
-    from ..profiler import Profiler
-    from ..record.recorder import Recorder
+    from profiler.profiler import Profiler
+    from profiler.record.recorder import Recorder
 
 TRACE_SUFFIX = ".json"
 INDEX_SUFFIX = "-torch.jsonl"

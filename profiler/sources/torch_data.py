@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from ..errors import ProfilerUsageWarning
-from ..record.recorder import now_ns
-from .queues import GET, HOST_QUEUE, PUT, QueueProbe
+from profiler.errors import ProfilerUsageWarning
+from profiler.record.recorder import now_ns
+from profiler.sources.queues import GET, HOST_QUEUE, PUT, QueueProbe
 
 RING = 64      # finished-batch times kept per worker between two reads (a worker has <= prefetch_factor in flight)
 

@@ -35,12 +35,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..record.recorder import MARK, PHASE, hot
-from .base import Source
+from profiler.record.recorder import MARK, PHASE, hot
+from profiler.sources.base import Source
 
 if TYPE_CHECKING:
-    from ..profiler import Profiler
-    from ..record.recorder import Recorder
+    from profiler.profiler import Profiler
+    from profiler.record.recorder import Recorder
 
 
 #: Parameters kept hooked for bp end after the first backward pass: the last ones it accumulated.
@@ -147,8 +147,8 @@ def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool
 
     Returns the hooks source (already started when the profiler is recording).
     """
-    from ..errors import ProfviewError
-    from .torch_capture import TorchCapture
+    from profiler.errors import ProfviewError
+    from profiler.sources.torch_capture import TorchCapture
 
     hooks = TorchHooks(profiler, model, optimizer, step_on_optimizer)
     if hooks.step_on_optimizer and any(isinstance(s, TorchHooks) and s.step_on_optimizer for s in profiler.sources):

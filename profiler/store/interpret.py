@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .._version import __version__
-from ..analysis.intervals import count_per_interval, covered_ns, place
-from ..analysis.nesting import nest_spans
-from ..model import Run, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
+from profiler._version import __version__
+from profiler.analysis.intervals import count_per_interval, covered_ns, place
+from profiler.analysis.nesting import nest_spans
+from profiler.model import Run, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
     QUEUE_COLUMNS, THREAD_COLUMNS
-from ..record import recorder as K
-from .load import RawTables, descriptor_columns, window_of, windows_from_samples
+from profiler.record import recorder as K
+from profiler.store.load import RawTables, descriptor_columns, window_of, windows_from_samples
 
 
 def interpret(t: RawTables) -> Run:

@@ -12,10 +12,10 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from ..analysis.intervals import place
-from ..errors import ProfviewError
-from ..record import recorder as kinds
-from .raw import RawFile, find_raw_files, read_raw_file
+from profiler.analysis.intervals import place
+from profiler.errors import ProfviewError
+from profiler.record import recorder as kinds
+from profiler.store.raw import RawFile, find_raw_files, read_raw_file
 
 
 @dataclass

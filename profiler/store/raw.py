@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import ProfviewError
+from profiler.errors import ProfviewError
 
 MAGIC = b"PVCK"
 FORMAT_VERSION = 1
