@@ -13,7 +13,7 @@ if sys.platform.startswith("linux") or sys.platform == "darwin":
     ext_modules += [
         Extension(name, [name.replace(".", "/") + ".c"], depends=["profiler/int64_buffer.h"], optional=True,
                   extra_compile_args=["-O2"])
-        for name in ("profiler.record._hotpath", "profiler.analysis._nesting", "profiler.export._trace_rows")
+        for name in ("profiler.record._hotpath", "profiler.kernels._nesting", "profiler.export._trace_rows")
     ]
 
 setup(ext_modules=ext_modules)

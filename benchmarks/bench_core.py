@@ -122,7 +122,7 @@ def bench_viztracer(tmp: Path) -> float | None:
 ANALYSE_CHILD = r"""
 import json, os, resource, sys, time
 from profiler import Profiler
-from profiler.analyse import analyse_directory
+from profiler.postprocess.recording import analyse_directory
 out, n_events = sys.argv[1], int(float(sys.argv[2]))
 p = Profiler(output_path=out, host_counters=False, gpu_counters=False, memory_budget_mb=1024)
 spans_per_step = 1000

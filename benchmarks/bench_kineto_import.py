@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiler.sources.kineto import read_kineto_trace  # noqa: E402
-from profiler.sources.kineto_events import load_trace_object  # noqa: E402
+from profiler.importers.kineto import read_kineto_trace  # noqa: E402
+from profiler.importers.kineto_events import load_trace_object  # noqa: E402
 
 SEED_TRACE = Path(os.environ.get("PROFVIEW_SHARED_DATA", REPO.parent / "shared" / "data")) / "kineto" / "sampled_rank-0.json.gz"
 STEP = re.compile(r"ProfilerStep#(\d+)")

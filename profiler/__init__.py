@@ -9,9 +9,9 @@ from profiler._version import __version__
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.profiler import Profiler
 from profiler.schedule import ProfilerAction, schedule
-from profiler.sources.pipeline import Pipeline, device_prefetch, prefetch
-from profiler.sources.queues import ProfiledQueue, QueueProbe
-from profiler.sources.torch_data import ProfiledDataLoader, TorchDeviceCopy
+from profiler.data.pipeline import Pipeline, device_prefetch, prefetch
+from profiler.capture.queues import ProfiledQueue, QueueProbe
+from profiler.data.torch_data import ProfiledDataLoader, TorchDeviceCopy
 
 __all__ = ["Pipeline", "ProfiledDataLoader", "ProfiledQueue", "Profiler", "ProfilerAction", "ProfilerUsageWarning",
            "ProfviewError", "QueueProbe", "TorchDeviceCopy", "device_prefetch", "prefetch", "schedule", "__version__"]

@@ -31,8 +31,8 @@ from profiler.record.recorder import (
     Recorder, Span, hot, now_ns,
 )
 from profiler.schedule import ProfilerAction, Schedule, always_record, as_action, next_change
-from profiler.sources.base import Source
-from profiler.sources.distributed import (
+from profiler.capture.base import Source
+from profiler.capture.distributed import (
     COMM, DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
     wait_for_ranks,
 )
@@ -147,7 +147,7 @@ class Profiler:
         if collectives and initialised_dist() is not None:
             self.sources.append(CollectiveCapture())
         if framework == "torch":
-            from profiler.sources.torch_capture import TorchCapture
+            from profiler.capture.torch_capture import TorchCapture
             self.sources.append(TorchCapture.for_profiler(self))
         self._stepper = hot.Stepper(0, self._end_step_slow)   # holds the step counter; ends steps
         self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
@@ -355,7 +355,7 @@ class Profiler:
         profiler step (do not call profiler.step() then). `ops` also captures per-operator
         timings through torch.profiler, on `ops_schedule` (else the schedule).
         """
-        from profiler.sources.torch_hooks import attach
+        from profiler.capture.torch_hooks import attach
 
         if not self.active:
             return self
@@ -410,9 +410,9 @@ class Profiler:
 
         It both measures the loop's data wait and fixes a data-bound loop (docs/data-pipeline.md):
         `for batch in profiler.prefetch(loader, depth=4, workers=4): ...`. workers > 1 needs a
-        map-style source (len() and [i]) and keeps its order. See `profiler.sources.pipeline.prefetch`.
+        map-style source (len() and [i]) and keeps its order. See `profiler.data.pipeline.prefetch`.
         """
-        from profiler.sources.pipeline import prefetch
+        from profiler.data.pipeline import prefetch
 
         return prefetch(iterable, depth=depth, name=name, workers=workers)
 
@@ -448,7 +448,7 @@ class Profiler:
         waits (at most `cluster_timeout_s`) for the others and writes the cluster files
         (docs/distributed.md).
         """
-        from profiler.analyse import analyse_cluster
+        from profiler.postprocess.recording import analyse_cluster
 
         if stop:
             self.stop()
@@ -466,7 +466,7 @@ class Profiler:
 
     def _analyse_own(self, progress: bool) -> list[Path]:
         """Analyse this rank's raw store into its output files."""
-        from profiler.analyse import analyse_directory
+        from profiler.postprocess.recording import analyse_directory
 
         return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
                                  gzip_timeline=self.gzip_timeline)
@@ -474,8 +474,8 @@ class Profiler:
     # ---- helpers ---------------------------------------------------------------------------
 
     def _default_sources(self, host: bool, gpu: bool, interval_s: float) -> list[Source]:
-        from profiler.sources.host import HostCounters
-        from profiler.sources.nvml import NvmlCounters
+        from profiler.capture.host import HostCounters
+        from profiler.capture.nvml import NvmlCounters
 
         out: list[Source] = []
         if host:

@@ -34,7 +34,7 @@ import pandas as pd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 from profiler import Profiler  # noqa: E402
-from profiler.sources.ascend.device import AscendReferenceDevice, Task  # noqa: E402
+from profiler.reference.device import AscendReferenceDevice, Task  # noqa: E402
 
 BATCH, FEATURES, HIDDEN, CLASSES = 256, 1024, 2048, 10
 REPLICAS = 4            # the all-reduce averages this many (simulated) replicas' gradients

@@ -19,7 +19,7 @@ import pytest
 from profiler import Profiler, ProfviewError
 from profiler.analysis.advisor import DEFAULT_THRESHOLDS, parse_threshold, resolve_thresholds
 from profiler.analysis.cluster import cluster_summary
-from profiler.sources.pipeline import device_prefetch, prefetch
+from profiler.data.pipeline import device_prefetch, prefetch
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((64, 64)).astype(np.float32)

@@ -13,16 +13,16 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler, ProfviewError
-from profiler.analyse import load_rank
+from profiler.postprocess.recording import load_rank
 from profiler.record.recorder import now_ns
-from profiler.sources.ascend import read_ascend_job, to_run
-from profiler.sources.ascend.device import AscendReferenceDevice
-from profiler.sources.ascend.device_merge import HOST_STEP_LANE, HOST_STEP_SPAN, read_clock_sync
-from profiler.sources.ascend.hwts import GLOBAL_TASK_ID_MIN, decode_hwts
-from profiler.sources.ascend.log_writer import (CLOCK_SYNC_NAME, hwts_bytes, task_pair_bytes, tensor_description,
+from profiler.importers.ascend import read_ascend_job, to_run
+from profiler.reference.device import AscendReferenceDevice
+from profiler.reference.merge import HOST_STEP_LANE, HOST_STEP_SPAN, read_clock_sync
+from profiler.importers.ascend.hwts import GLOBAL_TASK_ID_MIN, decode_hwts
+from profiler.reference.log_writer import (CLOCK_SYNC_NAME, hwts_bytes, task_pair_bytes, tensor_description,
                                                 training_trace_bytes)
-from profiler.sources.ascend.slices import Joined
-from profiler.sources.ascend.training_trace import decode_training_trace
+from profiler.importers.ascend.slices import Joined
+from profiler.importers.ascend.training_trace import decode_training_trace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sample_runs"))
@@ -333,7 +333,7 @@ KILLED_RUN = """
 import os, signal, sys, time
 import numpy as np
 from profiler import Profiler
-from profiler.sources.ascend.device import AscendReferenceDevice
+from profiler.reference.device import AscendReferenceDevice
 profiler = Profiler(sys.argv[1], host_counters=False, gpu_counters=False, flush_interval_s=0.05)
 dev = AscendReferenceDevice(profiler, streams=2)
 for _ in range(5):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.sources.ascend.framework_desc import parse_graph_line
-from profiler.sources.ascend.mindspore_writers import short_op_name
+from profiler.importers.ascend.framework_desc import parse_graph_line
+from profiler.export.mindspore import short_op_name
 
 GRAPH_DESC = "ascend/JOB3/Framework.host.vm.graph_desc_info.1.slice_0"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend import framework_desc, hwts
-from profiler.sources.ascend.slices import join_slices
+from profiler.importers.ascend import framework_desc, hwts
+from profiler.importers.ascend.slices import join_slices
 
 JOB3_HWTS = "ascend/JOB3/hwts.log.data.45.dev.profiler_default_tag.1.slice_0"
 JOB3_TASK_DESC = "ascend/JOB3/Framework.host.vm.task_desc_info.1.slice_0"

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS
-from profiler.sources.ascend import ascend_job_devices, is_ascend_job_dir, read_ascend_job, to_run
-from profiler.sources.ascend.mindspore_writers import write_mindspore_outputs
+from profiler.importers.ascend import ascend_job_devices, is_ascend_job_dir, read_ascend_job, to_run
+from profiler.export.mindspore import write_mindspore_outputs
 
 GOLD_FILES = [
     "step_trace_raw_1_detail_time.csv", "step_trace_point_info.json", "aicore_intermediate_1_type.csv",

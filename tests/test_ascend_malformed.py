@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from profiler.errors import ProfviewError
-from profiler.sources.ascend import read_ascend_job, to_run
-from profiler.sources.ascend.mindspore_writers import write_mindspore_outputs
+from profiler.importers.ascend import read_ascend_job, to_run
+from profiler.export.mindspore import write_mindspore_outputs
 
 HWTS = "hwts.log.data.45.dev.profiler_default_tag.1.slice_0"
 TASK_DESC = "Framework.host.vm.task_desc_info.1.slice_0"

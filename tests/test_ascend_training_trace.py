@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler.sources.ascend.slices import join_slices
-from profiler.sources.ascend.training_trace import TRACE_DTYPE, assemble_steps, decode_training_trace
+from profiler.importers.ascend.slices import join_slices
+from profiler.importers.ascend.training_trace import TRACE_DTYPE, assemble_steps, decode_training_trace
 
 MARK, FP, BP = 10010, 1, 2
 

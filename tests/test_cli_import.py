@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.sources.ascend.device import AscendReferenceDevice
+from profiler.reference.device import AscendReferenceDevice
 from test_cli_errors import assert_one_sentence, profview
 from viewer.sources import load_input
 

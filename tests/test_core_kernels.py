@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.analysis import nesting
+from profiler.kernels import nesting
 from profiler.export import chrome_trace
 
 needs_nesting_kernel = pytest.mark.skipif(nesting._kernel is None, reason="C nesting kernel not built")
@@ -117,7 +117,7 @@ def test_group_rows_matches_pandas_groupby(max_dense_keys):
     """Counting-pass grouping (op tables) = pandas groupby(sort=True, observed=True): same groups in
     the same order, sizes, exact sums, min / max, first values; with categoricals whose categories
     are not sorted, unused categories, and plain object columns."""
-    from profiler.analysis.grouping import group_rows
+    from profiler.kernels.grouping import group_rows
 
     rng = np.random.default_rng(3)
     n = 20_000

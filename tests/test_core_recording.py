@@ -49,7 +49,7 @@ def test_quiet_steps_skip_the_python_step_path_and_keep_the_count(tmp_path):
     by the C stepper alone: on_step runs only where needed, yet every step is counted and the
     windows are the schedule's."""
     from profiler.schedule import next_change
-    from profiler.sources.base import Source
+    from profiler.capture.base import Source
 
     class EveryThird(Source):
         name = "every_third"

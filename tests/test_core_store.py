@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler
-from profiler.analyse import analyse_directory
+from profiler.postprocess.recording import analyse_directory
 from profiler.export.chrome_trace import fixed_decimal
 
 CRASHING_LOOP = r"""

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler
-from profiler.sources.host import HOST_METRICS
+from profiler.capture.host import HOST_METRICS
 
 psutil = pytest.importorskip("psutil")
 ALLOC_BYTES = 200 << 20

@@ -24,9 +24,9 @@ from profiler.model import (
     THREAD_COLUMNS,
     conform,
 )
-from profiler.sources import kineto_events
-from profiler.sources.kineto import is_kineto_trace, read_kineto_trace, read_kineto_traces
-from profiler.sources.kineto_nesting import enclosing_parents, nesting_depths
+from profiler.importers import kineto_events
+from profiler.importers.kineto import is_kineto_trace, read_kineto_trace, read_kineto_traces
+from profiler.kernels.span_nesting import enclosing_parents, nesting_depths
 
 TRACES = [
     "alexnet.json.gz",

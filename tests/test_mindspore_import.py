@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from profiler.errors import ProfviewError
-from profiler.sources.ascend import read_ascend_job, to_run
-from profiler.sources.mindspore import is_mindspore_dir, read_mindspore_dir
+from profiler.importers.ascend import read_ascend_job, to_run
+from profiler.importers.mindspore import is_mindspore_dir, read_mindspore_dir
 
 STEP_TRACE = "step_trace_raw_1_detail_time.csv"
 

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
-from profiler.analyse import analyse_directory  # noqa: E402
+from profiler.postprocess.recording import analyse_directory  # noqa: E402
 
 WORKER = Path(__file__).with_name("multirank_worker.py")
 REPO = WORKER.parents[1]

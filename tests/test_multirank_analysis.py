@@ -12,7 +12,7 @@ from profiler.analysis.cluster import (
     clock_shifts, cluster_summary, compact_ranks, rank_coverage, timeline_ranks,
 )
 from profiler.analysis.step_trace import STEP_TRACE_COLUMNS
-from profiler.sources.distributed import estimate_offsets, payload_bytes
+from profiler.capture.distributed import estimate_offsets, payload_bytes
 
 
 # ---- clock offsets ----------------------------------------------------------------------------
@@ -166,9 +166,9 @@ def kernel_breakdown_from_json(path) -> dict:
 
 
 def test_two_imported_gpu_ranks_breakdown_and_cluster(shared_data, tmp_path):
-    from profiler.analyse import analyse_loaded
+    from profiler.postprocess.recording import analyse_loaded
     from profiler.export.cluster import write_cluster_files
-    from profiler.sources.kineto import read_kineto_traces
+    from profiler.importers.kineto import read_kineto_traces
 
     paths = [shared_data / "kineto" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
     runs = read_kineto_traces(paths)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler
-from profiler.sources.nvml import GPU_METRICS, NvmlCounters
+from profiler.capture.nvml import GPU_METRICS, NvmlCounters
 
 
 class FakeNvml:

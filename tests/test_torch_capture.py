@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 from profiler import Profiler, schedule  # noqa: E402
-from profiler.analyse import load_rank  # noqa: E402
+from profiler.postprocess.recording import load_rank  # noqa: E402
 from profiler.profiler import _clock_anchor  # noqa: E402
-from profiler.sources.torch_capture import torch_index_entries  # noqa: E402
+from profiler.capture.torch_capture import torch_index_entries  # noqa: E402
 from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn, torch_capture_of, train  # noqa: E402
 
 torch.set_num_threads(1)

@@ -157,7 +157,7 @@ def test_after_the_first_backward_pass_only_its_last_gradients_stay_hooked(tmp_p
     """The first backward pass is marked by an engine callback; it leaves hooks only on the
     parameters it accumulated last (the first layer's, in a sequential CNN), which mark the
     following passes. A frozen parameter is never hooked."""
-    from profiler.sources.torch_hooks import BP_END_PARAMS, TorchHooks
+    from profiler.capture.torch_hooks import BP_END_PARAMS, TorchHooks
 
     torch.manual_seed(0)
     model, (x, y) = small_cnn(), cifar_batch()

@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 
 from profiler._version import __version__
 from profiler.errors import ProfviewError
-from profiler.importers import ASCEND_FORMATS
+from profiler.postprocess.imported import ASCEND_FORMATS
 from viewer.errors import InputError
 from viewer.progress import Progress
 
@@ -182,9 +182,9 @@ def _configure_analyse(p: argparse.ArgumentParser) -> None:
 
 
 def run_analyse(args: argparse.Namespace) -> int:
-    """Re-run analysis from DIR/raw (profiler.analyse.analyse_directory) and list the files written."""
+    """Re-run analysis from DIR/raw (profiler.postprocess.recording.analyse_directory) and list the files written."""
     try:
-        from profiler.analyse import analyse_directory
+        from profiler.postprocess.recording import analyse_directory
     except ImportError as exc:
         raise InputError(f"this profview install cannot analyse ({exc})") from None
     if not args.dir.is_dir():
@@ -205,8 +205,8 @@ def _configure_import_ascend(p: argparse.ArgumentParser) -> None:
 
 
 def run_import_ascend(args: argparse.Namespace) -> int:
-    """Import an Ascend JOB directory (profiler.importers.import_ascend_job) and list the files written."""
-    from profiler.importers import import_ascend_job
+    """Import an Ascend JOB directory (profiler.postprocess.imported.import_ascend_job) and list the files written."""
+    from profiler.postprocess.imported import import_ascend_job
 
     return _print_paths(import_ascend_job(args.job, args.output, ASCEND_FORMATS[args.format]))
 
@@ -217,8 +217,8 @@ def _configure_import_kineto(p: argparse.ArgumentParser) -> None:
 
 
 def run_import_kineto(args: argparse.Namespace) -> int:
-    """Import a Kineto trace (profiler.importers.import_kineto_trace) and list the files written."""
-    from profiler.importers import import_kineto_trace
+    """Import a Kineto trace (profiler.postprocess.imported.import_kineto_trace) and list the files written."""
+    from profiler.postprocess.imported import import_kineto_trace
 
     return _print_paths(import_kineto_trace(args.trace, args.output))
 

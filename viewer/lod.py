@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from profiler.analysis.intervals import covered_before, union
+from profiler.kernels.intervals import covered_before, union
 import pandas as pd
 
 from viewer.trace import Trace

@@ -3,7 +3,7 @@
 Each `Source` recognises a kind of input by looking at it (cheaply, without parsing it all)
 and loads it into `RunData`. Besides profview output directories, the viewer opens Kineto /
 PyTorch profiler traces, Ascend JOB directories and MindSpore profiler output directories: their
-`load` runs the importer (profiler.importers) into a temporary directory and reads that. An input
+`load` runs the importer (profiler.postprocess.imported) into a temporary directory and reads that. An input
 that is recognised but has no loader is refused with a sentence that says what it is, rather
 than "not a profview directory".
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from profiler.importers import ascend_job_dirs, import_ascend_job, import_kineto_trace, import_mindspore_dir
+from profiler.postprocess.imported import ascend_job_dirs, import_ascend_job, import_kineto_trace, import_mindspore_dir
 from viewer.errors import InputError
 from viewer.rundata import RunData, info_files, load_profview_dir
 
@@ -44,9 +44,9 @@ def _is_ascend_job(path: Path) -> bool:
 
 
 def _is_mindspore_dir(path: Path) -> bool:
-    """MindSpore's output files (profiler.sources.mindspore), or just its directory layout (an empty
+    """MindSpore's output files (profiler.importers.mindspore), or just its directory layout (an empty
     or broken output is then refused by the importer with a sentence that names MindSpore)."""
-    from profiler.sources.mindspore import is_mindspore_dir
+    from profiler.importers.mindspore import is_mindspore_dir
 
     return path.is_dir() and ((path / "ASCEND_PROFILER_OUTPUT").is_dir() or (path / "FRAMEWORK").is_dir()
                               or any(path.glob("*/ASCEND_PROFILER_OUTPUT")) or is_mindspore_dir(path))

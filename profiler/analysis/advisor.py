@@ -23,7 +23,7 @@ import pandas as pd
 
 from profiler.errors import ProfviewError
 from profiler.analysis.advice_text import OP_FAMILIES, SUGGESTIONS
-from profiler.analysis.intervals import covered_ns
+from profiler.kernels.intervals import covered_ns
 
 REPORT_SCHEMA_VERSION = 1
 

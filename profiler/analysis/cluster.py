@@ -378,7 +378,7 @@ def _plain(v: Any) -> Any:
 def device_breakdown(ops_by_rank: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
     """Per rank and device (device ops only): ms per category (compute / comm / memcpy / memset), kernel
     counts, and how much of the communication time overlapped compute kernels on the same device."""
-    from profiler.analysis.intervals import covered_ns
+    from profiler.kernels.intervals import covered_ns
 
     rows = []
     for rank, ops in sorted(ops_by_rank.items()):

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.intervals import covered_ns
-from profiler.sources.queues import ARROW, DEVICE_QUEUE, HOST_QUEUE
+from profiler.kernels.intervals import covered_ns
+from profiler.capture.queues import ARROW, DEVICE_QUEUE, HOST_QUEUE
 from profiler.store.interpret import assign_steps
 
 if TYPE_CHECKING:

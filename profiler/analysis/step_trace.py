@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.intervals import covered_ns
+from profiler.kernels.intervals import covered_ns
 from profiler.store.interpret import assign_steps
 
 GAP_PHASES = ("data",)                              # host work that belongs to the iteration gap

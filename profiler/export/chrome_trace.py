@@ -18,10 +18,10 @@ from typing import BinaryIO, Iterable, Iterator, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.grouping import codes_and_labels, first_rows
-from profiler.analysis.nesting import stable_order
+from profiler.kernels.grouping import codes_and_labels, first_rows
+from profiler.kernels.nesting import stable_order
 from profiler.model import Run
-from profiler.native import native
+from profiler.kernels.native import native
 from profiler.export.direct_file import DirectFile
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from profiler.native import native
+from profiler.kernels.native import native
 from profiler.store.raw import RawWriter
 
 #: descriptor kinds; the names are the raw store's vocabulary (see docs/architecture.md)

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 
 from profiler._version import __version__
-from profiler.analysis.intervals import count_per_interval, covered_ns, place
-from profiler.analysis.nesting import nest_spans
+from profiler.kernels.intervals import count_per_interval, covered_ns, place
+from profiler.kernels.nesting import nest_spans
 from profiler.model import Run, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
     QUEUE_COLUMNS, THREAD_COLUMNS
 from profiler.record import recorder as K

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.intervals import place
+from profiler.kernels.intervals import place
 from profiler.errors import ProfviewError
 from profiler.record import recorder as kinds
 from profiler.store.raw import RawFile, find_raw_files, read_raw_file

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend.device_run import lookup, op_type_from_name
-from profiler.sources.ascend.job import AscendJob
+from profiler.importers.ascend.device_run import lookup, op_type_from_name
+from profiler.importers.ascend.job import AscendJob
 
 #: Syscnt ticks per ms, the 2020 parser's unit conversion factor.
 TICKS_PER_MS = 1e5

@@ -11,9 +11,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.native import native
+from profiler.kernels.native import native
 
-_kernel = native("profiler.analysis._nesting")
+_kernel = native("profiler.kernels._nesting")
 
 
 @dataclass

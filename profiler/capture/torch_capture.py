@@ -41,9 +41,9 @@ from profiler.model import OP_COLUMNS, Run, conform
 from profiler.profiler import _clock_anchor
 from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.store.interpret import assign_steps
-from profiler.sources.base import Source
-from profiler.sources.kineto import read_kineto_trace
-from profiler.sources.kineto_nesting import enclosing_parents
+from profiler.capture.base import Source
+from profiler.importers.kineto import read_kineto_trace
+from profiler.kernels.span_nesting import enclosing_parents
 
 if TYPE_CHECKING:
     from profiler.profiler import Profiler

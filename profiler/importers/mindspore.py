@@ -24,7 +24,7 @@ import pandas as pd
 
 from profiler.errors import ProfviewError
 from profiler.model import Run
-from profiler.sources.ascend.device_run import (SYSCNT_TICK_NS, device_run, dims, input_shapes, lookup,
+from profiler.importers.ascend.device_run import (SYSCNT_TICK_NS, device_run, dims, input_shapes, lookup,
                                                 op_type_from_name, reduce_spans, shapes_text)
 
 _ASCEND_FILES = {

@@ -38,7 +38,7 @@ import pandas as pd
 
 from profiler.errors import ProfilerUsageWarning
 from profiler.record.recorder import hot, now_ns
-from profiler.sources.base import Source
+from profiler.capture.base import Source
 
 if TYPE_CHECKING:
     from profiler.model import Run

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from profiler.sources.base import Sampler
+from profiler.capture.base import Sampler
 
 GPU_METRICS = ("gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "temperature_c")
 

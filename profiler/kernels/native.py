@@ -8,7 +8,7 @@ from typing import Optional
 
 
 def native(module: str) -> Optional[ModuleType]:
-    """The compiled extension `module` (e.g. "profiler.analysis._nesting"), or None when it is not
+    """The compiled extension `module` (e.g. "profiler.kernels._nesting"), or None when it is not
     built or PROFVIEW_PURE_PYTHON=1 asks for the pure-Python / numpy versions."""
     if os.environ.get("PROFVIEW_PURE_PYTHON") == "1":
         return None

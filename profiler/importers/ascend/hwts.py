@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend.slices import Joined, whole_records
+from profiler.importers.ascend.slices import Joined, whole_records
 
 HWTS_RECORD_BYTES = 64
 

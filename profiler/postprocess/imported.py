@@ -1,6 +1,6 @@
 """Importing foreign captures into a profview output directory (what `profview import-*` runs).
 
-Each importer reads a capture into Runs (profiler.sources.*), analyses them like a recording and
+Each importer reads a capture into Runs (profiler.importers.*), analyses them like a recording and
 writes the usual outputs, one rank per Run: the viewer and `profview compare` then read the
 directory like any other. Problems with the input raise ProfviewError with one sentence.
 """
@@ -23,7 +23,7 @@ def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
 
     `source` (what was imported) is kept as `source_path` in profiler_info, for the viewer's titles.
     """
-    from profiler.analyse import analyse_loaded
+    from profiler.postprocess.recording import analyse_loaded
     from profiler.export.outputs import write_outputs
 
     runs = list(runs)
@@ -49,7 +49,7 @@ def _writing(out_dir: "str | os.PathLike[str]", write: Callable[[], list[Path]])
 
 def ascend_job_dirs(path: Path) -> list[Path]:
     """`path` when it is an Ascend JOB directory, else its JOB* subdirectories that are."""
-    from profiler.sources.ascend import is_ascend_job_dir
+    from profiler.importers.ascend import is_ascend_job_dir
 
     if is_ascend_job_dir(path):
         return [path]
@@ -64,8 +64,8 @@ def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.Path
     id); "mindspore" writes the MindSpore/MindInsight 2020 files of each device
     (write_mindspore_outputs). Returns the files written.
     """
-    from profiler.sources.ascend import ascend_job_devices, read_ascend_job, to_run
-    from profiler.sources.ascend.mindspore_writers import write_mindspore_outputs
+    from profiler.importers.ascend import ascend_job_devices, read_ascend_job, to_run
+    from profiler.export.mindspore import write_mindspore_outputs
 
     job_dir, out = Path(job_dir), Path(out_dir)
     dirs = ascend_job_dirs(job_dir)
@@ -87,13 +87,13 @@ def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.Path
 
 def import_kineto_trace(trace: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
     """Import a PyTorch profiler (Kineto) trace file into `out_dir` (its rank from the trace)."""
-    from profiler.sources.kineto import read_kineto_trace
+    from profiler.importers.kineto import read_kineto_trace
 
     return write_runs([read_kineto_trace(trace)], out_dir, source=trace)
 
 
 def import_mindspore_dir(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
     """Import a MindSpore / MindInsight profiler output directory into `out_dir` (one rank per device)."""
-    from profiler.sources.mindspore import read_mindspore_dir
+    from profiler.importers.mindspore import read_mindspore_dir
 
     return write_runs(read_mindspore_dir(path), out_dir, source=path)

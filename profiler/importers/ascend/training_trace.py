@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend.slices import Joined, whole_records
+from profiler.importers.ascend.slices import Joined, whole_records
 
 TRACE_RECORD_BYTES = 20
 TRACE_DTYPE = np.dtype([("tag", "<u8"), ("task_id", "<u2"), ("stream_id", "<u2"), ("syscnt", "<u8")])

@@ -18,11 +18,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from profiler.sources.ascend.device_run import SYSCNT_TICK_NS
-from profiler.sources.ascend.framework_desc import VM_DATA_TYPES
-from profiler.sources.ascend.hwts import HWTS_RECORD_BYTES, TASK_END, TASK_START
-from profiler.sources.ascend.slices import SLICE_NAMES
-from profiler.sources.ascend.training_trace import TRACE_DTYPE
+from profiler.importers.ascend.device_run import SYSCNT_TICK_NS
+from profiler.importers.ascend.framework_desc import VM_DATA_TYPES
+from profiler.importers.ascend.hwts import HWTS_RECORD_BYTES, TASK_END, TASK_START
+from profiler.importers.ascend.slices import SLICE_NAMES
+from profiler.importers.ascend.training_trace import TRACE_DTYPE
 
 #: The whole 64-byte HWTS record of a task Start / End (RAW_FORMATS.md section 1); bytes 20-63 stay 0.
 HWTS_WRITE_DTYPE = np.dtype({

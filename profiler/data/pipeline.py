@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from profiler.sources.queues import DEVICE_QUEUE, HOST_QUEUE, POLL_S, Cancelled, ProfiledQueue, connector_name
+from profiler.capture.queues import DEVICE_QUEUE, HOST_QUEUE, POLL_S, Cancelled, ProfiledQueue, connector_name
 
 JOIN_TIMEOUT_S = 2.0      # close() waits this long for threads busy in user code, then leaves them (daemons)
 

@@ -40,17 +40,17 @@ import numpy as np
 
 from profiler.errors import ProfviewError
 from profiler.record.recorder import now_ns
-from profiler.sources.ascend.device_run import SYSCNT_TICK_NS
-from profiler.sources.ascend.hwts import GLOBAL_TASK_ID_MIN
-from profiler.sources.ascend.log_writer import (CLOCK_SYNC_FORMAT, SYSCNT_HZ, JobWriter, device_dir_name,
+from profiler.importers.ascend.device_run import SYSCNT_TICK_NS
+from profiler.importers.ascend.hwts import GLOBAL_TASK_ID_MIN
+from profiler.reference.log_writer import (CLOCK_SYNC_FORMAT, SYSCNT_HZ, JobWriter, device_dir_name,
                                                 graph_desc_line, point_line, task_desc_line, tensor_description)
-from profiler.sources.ascend.training_trace import BP_END_TAG, FP_START_TAG, ITER_END_TAGS
-from profiler.sources.base import Source
+from profiler.importers.ascend.training_trace import BP_END_TAG, FP_START_TAG, ITER_END_TAGS
+from profiler.capture.base import Source
 
 if TYPE_CHECKING:
     from profiler.profiler import Profiler
     from profiler.record.recorder import Recorder
-    from profiler.sources.pipeline import PipelineIterator
+    from profiler.data.pipeline import PipelineIterator
 
 LAST_TASK_ID = 0xFFFF
 #: The step marker's tag: a job id (tags 0 and > 255 mark the start of an iteration).
@@ -283,7 +283,7 @@ class AscendReferenceDevice(Source):
     def data_queue(self, batches: Iterable[Any], depth: int = 2) -> "PipelineIterator":
         """Sink mode: a thread copies `batches` to the device ahead of compute, through the probed
         queue `device_queue` (at most `depth` staged batches). Iterate it for the staged batches."""
-        from profiler.sources.pipeline import device_prefetch
+        from profiler.data.pipeline import device_prefetch
 
         return device_prefetch(batches, lambda batch: self.to_device(batch).result(), depth=depth)
 

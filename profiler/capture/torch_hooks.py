@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from profiler.record.recorder import MARK, PHASE, hot
-from profiler.sources.base import Source
+from profiler.capture.base import Source
 
 if TYPE_CHECKING:
     from profiler.profiler import Profiler
@@ -148,7 +148,7 @@ def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool
     Returns the hooks source (already started when the profiler is recording).
     """
     from profiler.errors import ProfviewError
-    from profiler.sources.torch_capture import TorchCapture
+    from profiler.capture.torch_capture import TorchCapture
 
     hooks = TorchHooks(profiler, model, optimizer, step_on_optimizer)
     if hooks.step_on_optimizer and any(isinstance(s, TorchHooks) and s.step_on_optimizer for s in profiler.sources):

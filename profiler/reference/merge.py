@@ -30,9 +30,9 @@ import pandas as pd
 
 from profiler.errors import ProfviewError
 from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, THREAD_COLUMNS, Run, conform
-from profiler.sources.ascend.device_run import SYSCNT_TICK_NS
-from profiler.sources.ascend.job import read_ascend_job, to_run
-from profiler.sources.ascend.log_writer import CLOCK_SYNC_NAME, DEVICE_DIR_PATTERN, SYSCNT_HZ
+from profiler.importers.ascend.device_run import SYSCNT_TICK_NS
+from profiler.importers.ascend.job import read_ascend_job, to_run
+from profiler.reference.log_writer import CLOCK_SYNC_NAME, DEVICE_DIR_PATTERN, SYSCNT_HZ
 from profiler.store.interpret import assign_steps
 
 #: Name and lane of the host's step boundaries once the device's steps replace them.

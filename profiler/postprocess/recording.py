@@ -20,9 +20,9 @@ from profiler.export.cluster import write_cluster_outputs
 from profiler.export.outputs import write_outputs
 from profiler.model import Run, STEP_COLUMNS
 from profiler.progress import Progress
-from profiler.sources.ascend.device_merge import merge_ascend_devices
-from profiler.sources.distributed import with_collectives
-from profiler.sources.torch_capture import merge_torch_traces
+from profiler.reference.merge import merge_ascend_devices
+from profiler.capture.distributed import with_collectives
+from profiler.capture.torch_capture import merge_torch_traces
 from profiler.store.interpret import assign_steps, interpret
 from profiler.store.load import rank_raw_files, raw_ranks, read_raw_tables
 

@@ -15,10 +15,10 @@ import pandas as pd
 
 from profiler.errors import ProfviewError
 from profiler.model import Run
-from profiler.sources.ascend import framework_desc, hwts, training_trace
-from profiler.sources.ascend.device_run import (SYSCNT_TICK_NS, device_run, input_shapes, lookup,
+from profiler.importers.ascend import framework_desc, hwts, training_trace
+from profiler.importers.ascend.device_run import (SYSCNT_TICK_NS, device_run, input_shapes, lookup,
                                                 op_type_from_name, reduce_spans)
-from profiler.sources.ascend.slices import SLICE_NAMES, Slice, find_host_start, find_slices, join_slices
+from profiler.importers.ascend.slices import SLICE_NAMES, Slice, find_host_start, find_slices, join_slices
 
 #: Ops whose presence marks a first step that only initialises the dataset queue (dropped).
 DATASET_INIT_PREFIX = "Default/InitDataSetQueue"

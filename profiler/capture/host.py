@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 
-from profiler.sources.base import Sampler
+from profiler.capture.base import Sampler
 
 HOST_METRICS = ("process_cpu_pct", "system_cpu_pct", "rss_bytes", "threads")
 

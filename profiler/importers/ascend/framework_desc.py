@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.sources.ascend.hwts import task_keys
-from profiler.sources.ascend.slices import Joined, text_lines
+from profiler.importers.ascend.hwts import task_keys
+from profiler.importers.ascend.slices import Joined, text_lines
 
 #: vm-backend tensor data types (enum values 26..42).
 VM_DATA_TYPES = {26 + i: f"NUMBER_TYPE_{name}" for i, name in enumerate(

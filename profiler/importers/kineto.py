@@ -31,7 +31,7 @@ from profiler.model import (
     THREAD_COLUMNS,
     Run,
 )
-from profiler.sources.kineto_events import (
+from profiler.importers.kineto_events import (
     Coded,
     EventColumns,
     combine,
@@ -43,7 +43,7 @@ from profiler.sources.kineto_events import (
     looks_like_kineto,
     to_int,
 )
-from profiler.sources.kineto_nesting import enclosing_parents, nesting_depths, self_times
+from profiler.kernels.span_nesting import enclosing_parents, nesting_depths, self_times
 
 SOURCE = "kineto"
 
