@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profiler import Profiler  # noqa: E402
 from profiler.postprocess.recording import analyse_directory, load_rank  # noqa: E402
-from profiler.analysis.step_trace import STEP_TRACE_COLUMNS  # noqa: E402
+from profiler.formats import STEP_TRACE_COLUMNS  # noqa: E402
 from profiler.export.cluster import TIMELINE_RANKS, write_cluster_outputs  # noqa: E402
 from profiler.export.outputs import write_csv, write_json  # noqa: E402
 from profiler.record.recorder import hot, now_ns  # noqa: E402

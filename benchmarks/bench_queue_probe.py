@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profiler import Profiler  # noqa: E402
 from profiler.record.recorder import HOT_PATH_IMPL  # noqa: E402
-from profiler.capture.queues import ProfiledQueue  # noqa: E402
+from profiler.data.queues import ProfiledQueue  # noqa: E402
 
 BATCH = 64      # puts then gets per round: the queue never blocks, so only the per-call cost is timed
 

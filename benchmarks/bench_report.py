@@ -17,8 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from viewer.report import Context, build_report  # noqa: E402
-from viewer.sources import load_input  # noqa: E402
+from viewer.context import Context
+from viewer.report import build_report  # noqa: E402
+from viewer.inputs import load_input  # noqa: E402
 from viewer_fixtures import Spec, write_run  # noqa: E402
 
 STEPS = 200

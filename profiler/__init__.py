@@ -10,7 +10,8 @@ from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.profiler import Profiler
 from profiler.schedule import ProfilerAction, schedule
 from profiler.data.pipeline import Pipeline, device_prefetch, prefetch
-from profiler.capture.queues import ProfiledQueue, QueueProbe
+from profiler.capture.queues import QueueProbe
+from profiler.data.queues import ProfiledQueue
 from profiler.data.torch_data import ProfiledDataLoader, TorchDeviceCopy
 
 __all__ = ["Pipeline", "ProfiledDataLoader", "ProfiledQueue", "Profiler", "ProfilerAction", "ProfilerUsageWarning",

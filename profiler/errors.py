@@ -7,3 +7,7 @@ class ProfviewError(Exception):
 
 class ProfilerUsageWarning(UserWarning):
     """The profiler was used in a way that cannot give correct data; the call was ignored or adjusted."""
+
+
+class InputError(ProfviewError):
+    """An input (an output directory, a file in it, an option value) cannot be read as it should."""

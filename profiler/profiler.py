@@ -19,23 +19,20 @@ import platform
 import socket
 import sys
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from profiler._version import __version__
 from profiler.errors import ProfilerUsageWarning, ProfviewError
-from profiler.record.recorder import (
-    HOT_PATH_IMPL, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP, COUNTER,
-    Recorder, Span, hot, now_ns,
-)
+from profiler.record.recorder import HOT_PATH_IMPL, Recorder, Span, active_recorder, clock_anchor, hot, now_ns
 from profiler.schedule import ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.capture.base import Source
 from profiler.capture.distributed import (
-    COMM, DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
+    DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
     wait_for_ranks,
 )
+from profiler.store.kinds import COMM, COUNTER, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP
 from profiler.store.raw import RawWriter, archive_previous_recording, raw_file_name
 
 #: phase names the step trace understands; anything else is a free-form span (profiler.span)
@@ -44,7 +41,6 @@ KNOWN_PHASES = ("forward", "backward", "tail", "all_reduce", "optimizer", "data"
 KNOWN_MARKS = ("fp_start", "bp_end")
 
 _RECORDING = frozenset((ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE))
-_active_profiler: Optional["Profiler"] = None     # the hot path is process-wide: one recording at a time
 
 
 class _SpanCache(dict):
@@ -147,8 +143,7 @@ class Profiler:
         if collectives and initialised_dist() is not None:
             self.sources.append(CollectiveCapture())
         if framework == "torch":
-            from profiler.capture.torch_capture import TorchCapture
-            self.sources.append(TorchCapture.for_profiler(self))
+            self.sources.append(self._torch_capture())
         self._stepper = hot.Stepper(0, self._end_step_slow)   # holds the step counter; ends steps
         self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
         self._action = ProfilerAction.NONE
@@ -172,7 +167,6 @@ class Profiler:
 
     def start(self) -> "Profiler":
         """Start recording (no-op when already recording)."""
-        global _active_profiler
         if self._recorder is not None:
             return self
         if self._stopped:
@@ -181,11 +175,10 @@ class Profiler:
             self._clock_offset = exchange_clock_offsets() if self.clock_sync else {"offset_method": "off"}
         if not self.active:
             return self
-        if _active_profiler is not None and _active_profiler is not self:
+        if active_recorder() is not None:     # the hot path is process-wide: one recording at a time
             raise ProfviewError(
                 "another Profiler is already recording in this process; stop it before starting a new one"
             )
-        _active_profiler = self
         archived = archive_previous_recording(self.output_path, self.rank)
         if archived is not None:
             warnings.warn(f"{self.output_path} already held a recording of rank {self.rank}; it was moved to "
@@ -197,7 +190,7 @@ class Profiler:
         self._start_code = self._recorder.point_code(WINDOW_START, "window")
         self._stop_code = self._recorder.point_code(WINDOW_STOP, "window")
         per_event_ns = _calibrate_event_cost(self._recorder)
-        origin_mono, origin_unix = _clock_anchor()
+        origin_mono, origin_unix = clock_anchor()
         self._writer.append_json("meta", self._meta(origin_mono, origin_unix, per_event_ns))
         for source in self.sources:
             source.start(self._recorder)
@@ -210,7 +203,6 @@ class Profiler:
 
     def stop(self) -> None:
         """Stop recording and close the raw store (idempotent). Data recorded so far is kept."""
-        global _active_profiler
         if self._recorder is None:
             return
         for source in self.sources:
@@ -226,7 +218,6 @@ class Profiler:
         self._recorder = None
         self._update_fast_step()
         self._stopped = True
-        _active_profiler = None
         atexit.unregister(self._atexit)
 
     def _atexit(self) -> None:
@@ -355,16 +346,30 @@ class Profiler:
         profiler step (do not call profiler.step() then). `ops` also captures per-operator
         timings through torch.profiler, on `ops_schedule` (else the schedule).
         """
-        from profiler.capture.torch_hooks import attach
+        from profiler.capture.torch_capture import TorchCapture
+        from profiler.capture.torch_hooks import TorchHooks
 
         if not self.active:
             return self
+        hooks = TorchHooks(model, optimizer, end_step=self._stepper if step_on_optimizer else None)
+        if hooks.step_on_optimizer and self._steps_from_hooks:
+            raise ProfviewError("an optimizer attached earlier already ends the steps; attach this one "
+                                "with step_on_optimizer=False")
         if is_ddp(model) and any(isinstance(s, CollectiveCapture) for s in self.sources):
             instrument_ddp(model, lambda: self._point(COMM, DDP_BUCKET, "all_reduce"))
-        hooks = attach(self, model, optimizer, ops=ops, step_on_optimizer=step_on_optimizer)
+        self.add_source(hooks)
+        if ops and not any(isinstance(s, TorchCapture) for s in self.sources):
+            self.add_source(self._torch_capture())
         self._steps_from_hooks = self._steps_from_hooks or hooks.step_on_optimizer
         self._update_fast_step()
         return self
+
+    def _torch_capture(self) -> Source:
+        """The torch.profiler op capture this Profiler's options ask for (ops_schedule, else schedule)."""
+        from profiler.capture.torch_capture import TorchCapture
+
+        return TorchCapture(self.ops_schedule or self.schedule, **self.torch_options,
+                            current_step=lambda: self.step_num)
 
     # ---- markers ---------------------------------------------------------------------------
 
@@ -461,7 +466,7 @@ class Profiler:
         if self._recorder is None:
             return self._analyse_own(progress)
         self._recorder.flush()
-        with self._recorder._lock:     # no flush may append while the store is read
+        with self._recorder.paused():     # no flush may append while the store is read
             return self._analyse_own(progress)
 
     def _analyse_own(self, progress: bool) -> list[Path]:
@@ -539,18 +544,6 @@ def _checked_thresholds(thresholds: Optional[dict[str, float]]) -> dict[str, flo
 
     resolved = resolve_thresholds(thresholds)
     return {name: resolved[name] for name in thresholds}
-
-
-def _clock_anchor() -> tuple[int, int]:
-    """A (monotonic ns, unix ns) pair read as close together as possible (best of 5)."""
-    best = None
-    for _ in range(5):
-        a = now_ns()
-        u = time.time_ns()
-        b = now_ns()
-        if best is None or b - a < best[0]:
-            best = (b - a, (a + b) // 2, u)
-    return best[1], best[2]
 
 
 def _calibrate_event_cost(recorder: Recorder, spans: int = 2000) -> float:

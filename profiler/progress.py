@@ -1,34 +1,72 @@
-"""A quiet progress reporter for long work: one updating line on stderr, only when the work is big."""
+"""The one progress reporter for long work (analysing a big raw store, reading a big timeline,
+building a report): one updating line on stderr, shown only once the work has taken a while."""
 from __future__ import annotations
 
 import sys
 import time
+from typing import Optional, TextIO
 
 
 class Progress:
-    """`with Progress("analysing", enabled) as p: p.stage("reading raw store")`; prints stage and elapsed time."""
+    """`with Progress("analysing") as p: p.stage("reading raw store", i, n)`.
 
-    def __init__(self, title: str, enabled: bool = True) -> None:
+    Prints `profview: <title>: <stage> <done>/<total> (<elapsed> s)` (a percentage when `total`
+    is not a count of items), rewriting one line on a terminal and at most 4 times a second;
+    nothing before `delay_s` has passed, nothing when disabled.
+    """
+
+    def __init__(self, title: str = "", enabled: bool = True, stream: Optional[TextIO] = None,
+                 delay_s: float = 0.0) -> None:
         self.title = title
         self.enabled = enabled
-        self._t0 = time.perf_counter()
-        self._tty = sys.stderr.isatty()
+        self.stream = stream or sys.stderr
+        self.delay_s = delay_s
+        self._t0 = time.monotonic()
+        self._last = 0.0
+        self._shown = False
+        self._tty = self.stream.isatty()
 
-    def stage(self, what: str, done: int | None = None, total: int | None = None) -> None:
-        if not self.enabled:
+    @classmethod
+    def silent(cls) -> "Progress":
+        """A Progress that prints nothing (library use, tests)."""
+        return cls(enabled=False)
+
+    def stage(self, what: str, done: Optional[float] = None, total: Optional[float] = None) -> None:
+        """Report a stage of the work and, optionally, how far into it (`done` of `total`)."""
+        now = time.monotonic()
+        finished = total is not None and done is not None and done >= total
+        if (not self.enabled or now - self._t0 < self.delay_s
+                or (self._tty and now - self._last < 0.25 and not finished)):
             return
-        frac = f" {done}/{total}" if total else ""
-        line = f"profview: {self.title}: {what}{frac} ({time.perf_counter() - self._t0:.1f} s)"
-        if self._tty:
-            sys.stderr.write("\r\033[K" + line)
+        self._last = now
+        if total and isinstance(total, int) and isinstance(done, int) and total < 10_000:
+            where = f" {done}/{total}"
+        elif total:
+            where = f" {100.0 * (done or 0) / total:5.1f}%"
         else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+            where = ""
+        head = f"profview: {self.title}: " if self.title else "profview: "
+        line = f"{head}{what}{where} ({now - self._t0:.1f} s)"
+        self.stream.write("\r\x1b[K" + line if self._tty else line + "\n")
+        self.stream.flush()
+        self._shown = self._tty
+
+    def note(self, message: str) -> None:
+        """A line that stays (a slow path taken, a choice made)."""
+        if self.enabled:
+            self.stream.write(("\r\x1b[K" if self._shown else "") + message + "\n")
+            self.stream.flush()
+            self._shown = False
+
+    def done(self) -> None:
+        """Clear the progress line."""
+        if self.enabled and self._shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._shown = False
 
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self.enabled and self._tty:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+    def __exit__(self, *exc: object) -> None:
+        self.done()

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 from profiler import ProfiledDataLoader, Profiler  # noqa: E402
 from viewer.pages.compare import comparison  # noqa: E402
-from viewer.sources import load_input  # noqa: E402
+from viewer.inputs import load_input  # noqa: E402
 
 BATCH = 32
 LOAD_TO_COMPUTE = 2.5  # one worker needs this many times the compute time to load a batch (stage a)

@@ -115,9 +115,8 @@ def outputs_of(tree: Path, inputs: Path, out: Path) -> None:
     for trace in sorted((SHARED / "kineto").glob("*.json.gz")):
         run(cli + ["import-kineto", str(trace), "-o", str(imported / trace.name.split(".")[0])], tree)
     run(cli + ["import-ascend", str(SHARED / "ascend" / "JOB3"), "-o", str(imported / "JOB3"), "--format", "both"], tree)
-    mindspore = ("import sys\ntry:\n    from profiler.postprocess.imported import import_mindspore_dir\n"
-                 "except ImportError:\n    from profiler.importers import import_mindspore_dir\n"
-                 "import_mindspore_dir(sys.argv[1], sys.argv[2])")
+    module = "profiler.postprocess.imported" if (tree / "profiler/postprocess").is_dir() else "profiler.importers"
+    mindspore = f"import sys\nfrom {module} import import_mindspore_dir\nimport_mindspore_dir(sys.argv[1], sys.argv[2])"
     run([py, "-W", "ignore", "-c", mindspore, str(SHARED / "mindspore_cpu"), str(imported / "mindspore_cpu")], tree)
     texts, reports = out / "texts", out / "reports"
     texts.mkdir()

@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 bash scripts/install_browser.sh
+.venv/bin/lint-imports --no-cache                  # the architecture: layers only import downward, no cycles
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

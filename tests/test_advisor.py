@@ -355,7 +355,7 @@ def test_real_ascend_capture(shared_data):
 
     Only 9 AI Core tasks a step are in its HWTS log, so the device's idle time inside forward +
     backward is not called launch-bound (launch_ops_per_step)."""
-    from viewer.sources import load_input
+    from viewer.inputs import load_input
 
     run = load_input(shared_data / "ascend" / "JOB3")[0]
     report = run.report
@@ -370,7 +370,7 @@ def test_real_ascend_capture(shared_data):
 
 
 def test_real_mindspore_cpu_capture_is_balanced(shared_data):
-    from viewer.sources import load_input
+    from viewer.inputs import load_input
 
     report = load_input(shared_data / "mindspore_cpu")[0].report
     assert report["verdict"] == "balanced" and report["framework"] == "mindspore"

@@ -11,7 +11,7 @@ import pytest
 
 from profiler.reference.device import AscendReferenceDevice
 from test_cli_errors import assert_one_sentence, profview
-from viewer.sources import load_input
+from viewer.inputs import load_input
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ from profiler import Profiler
 from profiler.analysis.compare import RunTables, compare_runs, phase_deltas, verdict
 from viewer.cli import main
 from viewer.pages.compare import comparison
-from viewer.sources import load_input
+from viewer.inputs import load_input
 
 
 def loop(out: Path, prefetch: bool, steps: int = 14) -> Path:

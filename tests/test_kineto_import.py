@@ -26,7 +26,7 @@ from profiler.model import (
 )
 from profiler.importers import kineto_events
 from profiler.importers.kineto import is_kineto_trace, read_kineto_trace, read_kineto_traces
-from profiler.kernels.span_nesting import enclosing_parents, nesting_depths
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
 
 TRACES = [
     "alexnet.json.gz",

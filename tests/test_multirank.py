@@ -247,8 +247,8 @@ def test_ranks_option_profiles_a_subset_without_deadlock(tmp_path):
 
 def test_cluster_page_shows_heatmap_bars_and_the_straggler(straggler_job, tmp_path):
     from viewer.pages import cluster
-    from viewer.report import Context
-    from viewer.sources import load_input
+    from viewer.context import Context
+    from viewer.inputs import load_input
 
     ctx = Context(load_input(straggler_job.out))
     html = cluster.build(ctx)

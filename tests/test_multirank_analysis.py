@@ -11,7 +11,7 @@ import pytest
 from profiler.analysis.cluster import (
     clock_shifts, cluster_summary, compact_ranks, rank_coverage, timeline_ranks,
 )
-from profiler.analysis.step_trace import STEP_TRACE_COLUMNS
+from profiler.formats import STEP_TRACE_COLUMNS
 from profiler.capture.distributed import estimate_offsets, payload_bytes
 
 
@@ -166,13 +166,14 @@ def kernel_breakdown_from_json(path) -> dict:
 
 
 def test_two_imported_gpu_ranks_breakdown_and_cluster(shared_data, tmp_path):
-    from profiler.postprocess.recording import analyse_loaded
+    from profiler.analysis.results import analyse_run
+    from profiler.analysis.steps import ensure_steps
     from profiler.export.cluster import write_cluster_files
     from profiler.importers.kineto import read_kineto_traces
 
     paths = [shared_data / "kineto" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
     runs = read_kineto_traces(paths)
-    analyses = {run.rank: analyse_loaded(run) for run in runs}
+    analyses = {run.rank: analyse_run(ensure_steps(run)) for run in runs}
     doc, table = cluster_summary({r: a.run.info for r, a in analyses.items()},
                                  {r: a.step_trace for r, a in analyses.items()},
                                  ops_by_rank={r: a.run.ops for r, a in analyses.items()})

@@ -14,7 +14,8 @@ from profiler.analysis.queues import (
     COMPUTE, DATA_PROCESS, DATA_TRANSMISSION, UNKNOWN, endpoints, feed_queues, pipeline_stages, queue_stats,
     queue_summary, role, slowest_stage, verdict,
 )
-from profiler.capture.queues import GET, PUT, connector_name
+from profiler.capture.queues import GET, PUT
+from profiler.data.queues import connector_name
 
 MS = 1_000_000
 

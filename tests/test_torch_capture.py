@@ -16,8 +16,9 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 
 from profiler import Profiler, schedule  # noqa: E402
 from profiler.postprocess.recording import load_rank  # noqa: E402
-from profiler.profiler import _clock_anchor  # noqa: E402
-from profiler.capture.torch_capture import torch_index_entries  # noqa: E402
+from profiler.record.recorder import clock_anchor  # noqa: E402
+from profiler.capture.base import Source  # noqa: E402
+from profiler.capture.torch_capture import TorchCapture, torch_index_entries  # noqa: E402
 from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn, torch_capture_of, train  # noqa: E402
 
 torch.set_num_threads(1)
@@ -102,7 +103,7 @@ def test_kineto_clock_rule(tmp_path):
             with record_function(f"probe{i}"):
                 time.sleep(0.0002)
             brackets.append((a, time.perf_counter_ns()))
-    mono, unix = _clock_anchor()
+    mono, unix = clock_anchor()
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
     trace = json.loads(path.read_text())
@@ -193,12 +194,19 @@ def _device_trace(base: int, ts_us: float) -> dict:
     ]}
 
 
+class _SidecarsOnly(Source):
+    """Lists the torch source in the recording, as a CUDA machine's capture would; the test
+    writes the sidecar that capture would have exported (the analysis merges the sources listed)."""
+
+    name = TorchCapture.name
+
+
 def test_device_ops_and_launch_flows_from_a_cuda_trace(tmp_path):
     """The merge path of a CUDA capture (no GPU here): a sidecar trace with kernels and correlations."""
-    p = Profiler(tmp_path, host_counters=False, gpu_counters=False)
+    p = Profiler(tmp_path, host_counters=False, gpu_counters=False, sources=[_SidecarsOnly()])
     p.step()
     time.sleep(0.002)
-    mono, unix = _clock_anchor()
+    mono, unix = clock_anchor()
     time.sleep(0.002)
     p.step()
     p.stop()

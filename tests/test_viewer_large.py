@@ -4,8 +4,9 @@ from __future__ import annotations
 import re
 import time
 
-from viewer.report import Context, build_report
-from viewer.sources import load_input
+from viewer.context import Context
+from viewer.report import build_report
+from viewer.inputs import load_input
 from viewer_fixtures import Spec, write_run
 
 EVENTS = 10_000_000

@@ -9,7 +9,7 @@
     profview import-kineto TRACE -o OUT  a PyTorch profiler (Kineto) trace -> profview outputs
 
 `profview DIR` also opens a Kineto trace, an Ascend JOB directory or a MindSpore profiler output
-directory directly (viewer/sources.py). Subcommands live in COMMANDS: adding one is one entry.
+directory directly (viewer/inputs.py). Subcommands live in COMMANDS: adding one is one entry.
 Every failure the user can fix is reported as one sentence on stderr with a non-zero exit.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Callable, Optional, Sequence
 from profiler._version import __version__
 from profiler.errors import ProfviewError
 from profiler.postprocess.imported import ASCEND_FORMATS
-from viewer.errors import InputError
-from viewer.progress import Progress
+from profiler.errors import InputError
+from profiler.progress import Progress
 
 DEFAULT_COMMAND = "view"
 
@@ -75,11 +75,12 @@ def _configure_view(p: argparse.ArgumentParser) -> None:
 
 def run_view(args: argparse.Namespace) -> int:
     """Load DIR, then print a summary, write the report, or serve it."""
-    from viewer.report import Context, Options, build_report
-    from viewer.sources import load_input
+    from viewer.context import Context, Options
+    from viewer.report import build_report
+    from viewer.inputs import load_input
     from viewer.summary import render
 
-    progress = Progress(enabled=sys.stderr.isatty())
+    progress = Progress(enabled=sys.stderr.isatty(), delay_s=1.0)
     started = time.monotonic()
     ctx = Context(load_input(args.dir), Options(rank=args.rank, steps=args.steps), progress,
                   compare=load_input(args.compare) if args.compare is not None else None)
@@ -142,8 +143,8 @@ def run_compare(args: argparse.Namespace) -> int:
     import json
 
     from viewer.pages.compare import comparison, render_text
-    from viewer.report import Context, Options
-    from viewer.sources import load_input
+    from viewer.context import Context, Options
+    from viewer.inputs import load_input
 
     started = time.monotonic()
     base, new = load_input(args.base), load_input(args.new)
@@ -160,7 +161,7 @@ def run_compare(args: argparse.Namespace) -> int:
                 raise InputError(f"cannot write {args.json}: {exc.strerror or exc}") from None
     if args.output is not None:
         options = Options(rank=args.rank, fail_if_slower_pct=args.fail_if_slower)
-        write_report(Context(base, options, Progress(enabled=sys.stderr.isatty()), compare=new), args.output, started)
+        write_report(Context(base, options, Progress(enabled=sys.stderr.isatty(), delay_s=1.0), compare=new), args.output, started)
     return int(result.verdict["exit_code"])
 
 

@@ -7,71 +7,17 @@ package, so the file works offline.
 """
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Optional
 
-import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from profiler._version import __version__
 from viewer import assets
-from viewer.errors import InputError
-from viewer.html import esc, safe_json_text, script_json
-from viewer.progress import Progress
-from viewer.rundata import RunData
-
-
-@dataclass(frozen=True)
-class Options:
-    """What the user asked for: the rank to show, a step range, and detail budgets."""
-
-    rank: Optional[int] = None
-    steps: Optional[tuple[Optional[int], Optional[int]]] = None
-    top_ops: int = 12
-    table_rows: int = 500
-    detail_events: int = 4000
-    fail_if_slower_pct: Optional[float] = None     # the compare tab's CI gate, when one was given
-
-
-@dataclass
-class Context:
-    """What every page builder gets: the runs, the chosen one, options, and figure registration."""
-
-    runs: list[RunData]
-    options: Options = field(default_factory=Options)
-    progress: Progress = field(default_factory=Progress.silent)
-    compare: Optional[list[RunData]] = None         # NEW run(s) of the compare tab (`--compare`); the runs are BASE
-    figures: dict[str, str] = field(default_factory=dict)
-    data_blocks: dict[str, str] = field(default_factory=dict)
-    _ids: itertools.count = field(default_factory=itertools.count)
-
-    @property
-    def run(self) -> RunData:
-        """The rank the per-rank pages show (--rank, else the lowest)."""
-        if self.options.rank is None:
-            return self.runs[0]
-        for run in self.runs:
-            if run.rank == self.options.rank:
-                return run
-        ranks = ", ".join(str(r.rank) for r in self.runs)
-        raise InputError(f"rank {self.options.rank} is not in {self.runs[0].directory} (ranks: {ranks})")
-
-    def new_id(self, prefix: str) -> str:
-        return f"{prefix}-{next(self._ids)}"
-
-    def figure(self, fig: go.Figure, css: str = "") -> str:
-        """Register a figure and return the placeholder div the script draws it into."""
-        key = self.new_id("fig")
-        self.figures[key] = fig.to_json(validate=False)
-        return f'<div class="plot {esc(css)}" data-fig="{key}"></div>'
-
-    def data(self, payload) -> str:
-        """Register a JSON payload for a page script; returns the id of its <script> block."""
-        key = self.new_id("data")
-        self.data_blocks[key] = script_json(payload)
-        return key
+from viewer.context import Context
+from viewer.html import esc, safe_json_text
+from viewer.pages import cluster, compare, counters, operators, overview, pipeline, timeline
 
 
 @dataclass(frozen=True)
@@ -85,7 +31,6 @@ class Page:
 
 def pages(ctx: Optional[Context] = None) -> list[Page]:
     """The report's tabs, in order (a compare tab second when `ctx` has a run to compare with)."""
-    from viewer.pages import cluster, compare, counters, operators, overview, pipeline, timeline
     diff = [Page("compare", "Compare", compare.build)] if ctx is not None and ctx.compare else []
     return [Page("overview", "Overview", overview.build), *diff, Page("operators", "Operators", operators.build),
             Page("pipeline", "Data pipeline", pipeline.build), Page("timeline", "Timeline", timeline.build),
@@ -106,9 +51,9 @@ def build_report(ctx: Context) -> str:
     bodies = []
     tabs = pages(ctx)
     for i, page in enumerate(tabs):
-        ctx.progress.update("building report", i, len(tabs))
+        ctx.progress.stage("building report", i, len(tabs))
         bodies.append(f'<div class="page" id="page-{page.key}">{page.build(ctx)}</div>')
-    ctx.progress.update("building report", len(tabs), len(tabs))
+    ctx.progress.stage("building report", len(tabs), len(tabs))
     nav = "".join(f'<button data-page="{p.key}">{esc(p.title)}</button>' for p in tabs)
     figures = "{" + ",".join(f'"{k}":{v}' for k, v in ctx.figures.items()) + "}"
     blocks = "".join(f'<script type="application/json" id="{k}">{v}</script>' for k, v in ctx.data_blocks.items())

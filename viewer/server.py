@@ -9,7 +9,7 @@ import webbrowser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
-from viewer.errors import InputError
+from profiler.errors import InputError
 
 
 def is_loopback(host: str) -> bool:

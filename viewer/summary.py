@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from viewer.report import Context
+from viewer.context import Context
 from viewer.stats import findings, number, outliers, phase_table, select_steps, top_ops
 
 NAME_WIDTH = 44

@@ -20,8 +20,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from viewer.errors import InputError
-from viewer.progress import Progress
+from profiler.errors import InputError
+from profiler.progress import Progress
 
 CHUNK_BYTES = 64 << 20
 NUMBER_WIDTH = 32
@@ -223,7 +223,7 @@ def _read_lines(buffer, progress: Progress):
     total = len(buffer)
     for start, end in _chunks(buffer):
         parts.append(_parse_chunk(buffer, start, end))
-        progress.update("reading timeline", end, total)
+        progress.stage("reading timeline", end, total)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
     if not parts or not len(cols["ph"]):
         raise LayoutError("no events found")

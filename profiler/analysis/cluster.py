@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import pandas as pd
 
+from profiler.formats import CLUSTER_STEP_COLUMNS
 from profiler.analysis.advisor import SUGGESTIONS, Finding, framework_of, resolve_thresholds, severity_of
 
 CLUSTER_SCHEMA_VERSION = 1
@@ -33,11 +34,6 @@ STRAGGLER_MIN_EXCESS_MS = 1.0
 #: phases compared to find what makes a straggler slower (communication taken out of them)
 PHASES_EXCL_COMM = ("iteration_gap_ms", "fp_bp_excl_comm_ms", "tail_excl_comm_ms")
 
-CLUSTER_STEP_COLUMNS = [
-    "rank", "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "comm_ms",
-    "comm_overlap_ms", "exposed_comm_ms", "wait_ms", "busy_ms", "fp_bp_excl_comm_ms", "tail_excl_comm_ms",
-    "slowest_rank", "behind_slowest_ms",
-]
 
 
 # ---- ranks and clocks ---------------------------------------------------------------------

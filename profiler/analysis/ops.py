@@ -4,11 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiler.formats import OP_DETAIL_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import Groups, group_rows
-
-OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]
-OP_DETAIL_COLUMNS = ["device", "name", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "min_ms",
-                     "max_ms", "share_pct", "shapes", "scope"]
 
 
 def op_type_table(ops: pd.DataFrame) -> pd.DataFrame:

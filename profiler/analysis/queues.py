@@ -21,17 +21,14 @@ The verdict (docs/data-pipeline.md explains the thresholds):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
 from profiler.kernels.intervals import covered_ns
-from profiler.capture.queues import ARROW, DEVICE_QUEUE, HOST_QUEUE
-from profiler.store.interpret import assign_steps
-
-if TYPE_CHECKING:
-    from profiler.analysis.results import Analysis
+from profiler.formats import ARROW, DEVICE_QUEUE, HOST_QUEUE
+from profiler.kernels.intervals import assign_steps
 
 #: a queue is starved when at least this share of its gets found it empty (MindInsight's warning line)
 EMPTY_RATIO_WARNING = 0.30
@@ -338,12 +335,3 @@ def queue_summary(queues: pd.DataFrame, trace: pd.DataFrame, step_tid: int = -1,
         "steps": _step_rows(waits, get_wait_per_step(queues, steps)),
     }
 
-
-def with_queue_summary(analysis: "Analysis") -> "Analysis":
-    """Add the queue_summary document to an analysis whose run probed queues (export writes it)."""
-    run = analysis.run
-    if len(run.queues):
-        analysis.extra_json["queue_summary"] = queue_summary(
-            run.queues, analysis.step_trace, step_tid=int(run.info.get("step_tid", -1)),
-            origin_unix_ns=int(run.info.get("clock", {}).get("origin_unix_ns", 0)))
-    return analysis

@@ -9,7 +9,7 @@ import pandas as pd
 from profiler.model import Run
 from profiler.analysis.advisor import AdvisorInput, advise, analysed_steps, framework_of, resolve_thresholds
 from profiler.analysis.ops import op_detail_table, op_type_table
-from profiler.analysis.queues import with_queue_summary
+from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_trace import step_trace
 
 
@@ -36,11 +36,14 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
 
     `thresholds` override the advisor's, on top of the run's own (config.advisor_thresholds).
     """
+    step_tid = int(run.info.get("step_tid", -1))
+    origin_unix_ns = int(run.info.get("clock", {}).get("origin_unix_ns", 0))
     trace = step_trace(run.steps, run.spans, run.instants, run.ops, run.queues,
-                       step_tid=int(run.info.get("step_tid", -1)), step_lane=step_lane(run),
-                       origin_unix_ns=int(run.info.get("clock", {}).get("origin_unix_ns", 0)))
-    analysis = with_queue_summary(Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops),
-                                           op_detail=op_detail_table(run.ops)))
+                       step_tid=step_tid, step_lane=step_lane(run), origin_unix_ns=origin_unix_ns)
+    analysis = Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops))
+    if len(run.queues):
+        analysis.extra_json["queue_summary"] = queue_summary(run.queues, trace, step_tid=step_tid,
+                                                             origin_unix_ns=origin_unix_ns)
     analysis.extra_json["report"] = report(analysis, thresholds)
     return analysis
 

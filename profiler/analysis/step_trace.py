@@ -12,17 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.kernels.intervals import covered_ns
-from profiler.store.interpret import assign_steps
+from profiler.formats import STEP_TRACE_COLUMNS
+from profiler.kernels.intervals import assign_steps, covered_ns
 
 GAP_PHASES = ("data",)                              # host work that belongs to the iteration gap
 TAIL_PHASES = ("tail", "optimizer", "all_reduce")  # work after the last backward compute
 
-STEP_TRACE_COLUMNS = [
-    "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
-    "all_reduce_overlap_ms", "data_wait_ms", "profiler_overhead_ms", "start_unix_ns", "fp_start_unix_ns",
-    "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source",
-]
 
 
 def per_step(times: np.ndarray, values: np.ndarray, steps: pd.DataFrame, how: str,

@@ -1,25 +1,37 @@
-"""What a source of events is: something the Profiler starts, steps and stops.
+"""What a source of events is: something the Profiler starts, steps and stops, and whose data
+the analysis merges into the run.
 
 Sources record through the same hot path as the markers (so their data lands in the raw store
 with everything else) and report their status for `profiler_info` (`ok`, `off`, `absent: why`).
+A source that leaves data beside the raw store (torch's trace files, a device's log) or records
+samples of its own kind (collectives) turns them into the run's tables in its `merge`, which
+the analysis calls for every source the recording names (profiler.postprocess.recording).
 """
 from __future__ import annotations
 
 import threading
 from typing import TYPE_CHECKING
 
-from profiler.record.recorder import COUNTER, hot, now_ns
+from profiler.record.recorder import hot, now_ns
+from profiler.store.kinds import COUNTER
 from profiler.schedule import NEVER
 
 if TYPE_CHECKING:
+    from profiler.model import Run
     from profiler.record.recorder import Recorder
     from profiler.schedule import ProfilerAction
+    from profiler.store.load import Recording
+
+#: `Source.merge_stage`: sources whose data defines the steps (a device's iterations) merge before
+#: a run without steps falls back to one step; the others merge after, onto the final steps.
+STEPS, EVENTS = 0, 1
 
 
 class Source:
     """Base class: override what you need. `status` is reported in profiler_info."""
 
     name = "source"
+    merge_stage = EVENTS
 
     def __init__(self) -> None:
         self.status = "ok"
@@ -46,6 +58,25 @@ class Source:
 
     def info(self) -> dict:
         return {"status": self.status, **self.details}
+
+    # ---- after recording (analysis) --------------------------------------------------------
+
+    @classmethod
+    def recorded_as(cls, name: str) -> bool:
+        """Whether a source that the raw store lists under `name` is one of this class."""
+        return name == cls.name
+
+    @classmethod
+    def merge(cls, run: "Run", recording: "Recording") -> "Run":
+        """`run` with what this source recorded outside the event stream merged in. Default: nothing."""
+        return run
+
+
+def merging_sources(recorded: "list[str]", types: "list[type[Source]]") -> "list[type[Source]]":
+    """The classes among `types` whose `merge` applies to a recording listing these source names,
+    in merge order (stage, then name): each class once, however many of its sources recorded."""
+    found = {cls for cls in types for name in recorded if cls.recorded_as(name)}
+    return sorted(found, key=lambda cls: (cls.merge_stage, cls.name))
 
 
 class Sampler(Source):

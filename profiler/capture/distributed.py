@@ -36,17 +36,17 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.errors import ProfilerUsageWarning
-from profiler.record.recorder import hot, now_ns
 from profiler.capture.base import Source
+from profiler.errors import ProfilerUsageWarning
+from profiler.kernels.intervals import assign_steps
+from profiler.model import COUNTER_COLUMNS, OP_COLUMNS, Run, conform
+from profiler.record.recorder import hot, now_ns
+from profiler.store.kinds import COMM
+from profiler.store.load import RawTables, Recording, descriptor_columns, window_of, windows_from_samples
 
 if TYPE_CHECKING:
-    from profiler.model import Run
     from profiler.record.recorder import Recorder
-    from profiler.store.load import RawTables
 
-#: descriptor kind of collective samples in the raw store: (start, code, duration_ns, bytes)
-COMM = "comm"
 #: host lane of the collective ops in the op table and timeline
 COMM_STREAM = "collectives"
 #: op name of a DDP gradient bucket's all-reduce
@@ -228,6 +228,11 @@ class CollectiveCapture(Source):
 
     name = "collectives"
 
+    @classmethod
+    def merge(cls, run: "Run", recording: "Recording") -> "Run":
+        """The recorded collectives become `comm` ops and a `comm_bytes` counter (with_collectives)."""
+        return with_collectives(run, recording.tables)
+
     def __init__(self) -> None:
         super().__init__()
         self._recorder: Optional["Recorder"] = None
@@ -344,8 +349,6 @@ def comm_tables(t: "RawTables") -> tuple[pd.DataFrame, pd.DataFrame]:
     `all_reduce (DDP bucket)`, ...), op type the collective. Counters: `comm` / `cpu` / `comm_bytes`
     at each collective's start. Samples outside the recording windows are not data.
     """
-    from profiler.store.load import descriptor_columns, window_of, windows_from_samples
-
     kind_of, name_of, extra_of = descriptor_columns(t.descriptors)
     if len(t.sm) == 0 or len(kind_of) == 0:
         return pd.DataFrame(), pd.DataFrame()
@@ -364,9 +367,6 @@ def comm_tables(t: "RawTables") -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def with_collectives(run: "Run", t: "RawTables") -> "Run":
     """`run` with the collectives of its raw tables added to its ops (steps assigned) and counters."""
-    from profiler.model import OP_COLUMNS, COUNTER_COLUMNS, conform
-    from profiler.store.interpret import assign_steps
-
     ops, counters = comm_tables(t)
     if not len(ops):
         return run

@@ -37,16 +37,16 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
+from profiler.record.recorder import clock_anchor
 from profiler.model import OP_COLUMNS, Run, conform
-from profiler.profiler import _clock_anchor
 from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
-from profiler.store.interpret import assign_steps
+from profiler.kernels.intervals import assign_steps
 from profiler.capture.base import Source
+from profiler.store.load import Recording
 from profiler.importers.kineto import read_kineto_trace
-from profiler.kernels.span_nesting import enclosing_parents
+from profiler.kernels.nesting import enclosing_parents
 
 if TYPE_CHECKING:
-    from profiler.profiler import Profiler
     from profiler.record.recorder import Recorder
 
 TRACE_SUFFIX = ".json"
@@ -86,6 +86,11 @@ class TorchCapture(Source):
 
     name = "torch"
 
+    @classmethod
+    def merge(cls, run: Run, recording: Recording) -> Run:
+        """The ops of every exported window join the run's (merge_torch_traces)."""
+        return merge_torch_traces(run, recording.directory, recording.rank)
+
     def __init__(self, schedule: Schedule, record_shapes: bool = False, profile_memory: bool = False,
                  with_stack: bool = False, current_step: Optional[Callable[[], int]] = None) -> None:
         super().__init__()
@@ -104,12 +109,6 @@ class TorchCapture(Source):
         self._stopped = False
         self._compressors: list[threading.Thread] = []
         self.details.update(self.options)
-
-    @classmethod
-    def for_profiler(cls, profiler: "Profiler") -> "TorchCapture":
-        """The capture a Profiler's options ask for (its ops_schedule, else its schedule)."""
-        return cls(profiler.ops_schedule or profiler.schedule, **profiler.torch_options,
-                   current_step=lambda: profiler.step_num)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -187,7 +186,7 @@ class TorchCapture(Source):
         except (OSError, RuntimeError) as exc:       # a full disk must not stop the training loop
             self.details.setdefault("errors", []).append(f"window {self.windows_saved}: {exc}")
             return
-        mono, unix = _clock_anchor()
+        mono, unix = clock_anchor()
         entry = {"file": name, "window": self.windows_saved, "first_step": first, "last_step": max(first, last),
                  "anchor": {"monotonic_ns": mono, "unix_ns": unix},
                  "threads": {str(t.native_id): t.name for t in threading.enumerate() if t.native_id},

@@ -33,13 +33,13 @@ torch is imported lazily so that `import profiler` never imports it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from profiler.record.recorder import MARK, PHASE, hot
+from profiler.record.recorder import hot
+from profiler.store.kinds import MARK, PHASE
 from profiler.capture.base import Source
 
 if TYPE_CHECKING:
-    from profiler.profiler import Profiler
     from profiler.record.recorder import Recorder
 
 
@@ -54,13 +54,13 @@ class TorchHooks(Source):
 
     name = "torch_hooks"
 
-    def __init__(self, profiler: "Profiler", model: Any, optimizer: Any = None,
-                 step_on_optimizer: bool = True) -> None:
+    def __init__(self, model: Any, optimizer: Any = None, end_step: Optional[Callable[[], Any]] = None) -> None:
+        """`end_step`, when given (the profiler's step()), is called after each optimizer.step()."""
         super().__init__()
-        self._profiler = profiler
         self._model = model
         self._optimizer = optimizer
-        self.step_on_optimizer = bool(step_on_optimizer and optimizer is not None)
+        self.step_on_optimizer = end_step is not None and optimizer is not None
+        self._end_step = end_step if self.step_on_optimizer else None
         self._handles: list = []
         self._first_pass: list = []      # parameters in the order the first backward pass accumulated them
         self._first_pass_hooks: list = []
@@ -87,9 +87,9 @@ class TorchHooks(Source):
                                   for p in model.parameters() if p.requires_grad]
         self._handles += self._first_pass_hooks
         if self._optimizer is not None:
-            done = self._profiler._stepper if self.step_on_optimizer else None
             self._handles += [self._optimizer.register_step_pre_hook(hot.Emitter(optimizer_phase.begin_code)),
-                              self._optimizer.register_step_post_hook(hot.Emitter(optimizer_phase.end_code, done))]
+                              self._optimizer.register_step_post_hook(hot.Emitter(optimizer_phase.end_code,
+                                                                                  self._end_step))]
 
     def stop(self) -> None:
         for handle in self._handles:
@@ -140,23 +140,3 @@ class _ForwardWrapper:
                 del self._module.forward
         self._module = self._wrapper = self._own = None
 
-
-def attach(profiler: "Profiler", model: Any, optimizer: Any = None, *, ops: bool = True,
-           step_on_optimizer: bool = True) -> TorchHooks:
-    """Install the hooks on `model` / `optimizer` and, with `ops`, start torch op capture.
-
-    Returns the hooks source (already started when the profiler is recording).
-    """
-    from profiler.errors import ProfviewError
-    from profiler.capture.torch_capture import TorchCapture
-
-    hooks = TorchHooks(profiler, model, optimizer, step_on_optimizer)
-    if hooks.step_on_optimizer and any(isinstance(s, TorchHooks) and s.step_on_optimizer for s in profiler.sources):
-        raise ProfviewError("an optimizer attached earlier already ends the steps; attach this one "
-                            "with step_on_optimizer=False")
-    new: list[Source] = [hooks]
-    if ops and not any(isinstance(s, TorchCapture) for s in profiler.sources):
-        new.append(TorchCapture.for_profiler(profiler))
-    for source in new:
-        profiler.add_source(source)
-    return hooks

@@ -24,7 +24,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from profiler.capture.queues import DEVICE_QUEUE, HOST_QUEUE, POLL_S, Cancelled, ProfiledQueue, connector_name
+from profiler.data.queues import POLL_S, Cancelled, ProfiledQueue, connector_name
+from profiler.formats import DEVICE_QUEUE, HOST_QUEUE
 
 JOIN_TIMEOUT_S = 2.0      # close() waits this long for threads busy in user code, then leaves them (daemons)
 

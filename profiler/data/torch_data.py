@@ -25,7 +25,8 @@ import numpy as np
 
 from profiler.errors import ProfilerUsageWarning
 from profiler.record.recorder import now_ns
-from profiler.capture.queues import GET, HOST_QUEUE, PUT, QueueProbe
+from profiler.capture.queues import GET, PUT, QueueProbe
+from profiler.formats import HOST_QUEUE
 
 RING = 64      # finished-batch times kept per worker between two reads (a worker has <= prefetch_factor in flight)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.results import Analysis
-from profiler.store.interpret import assign_steps
+from profiler.kernels.intervals import assign_steps
 from profiler.export.chrome_trace import write_chrome_trace
 
 FLOAT_FORMAT = "%.6f"

@@ -7,7 +7,7 @@ See docs/kineto.md for what becomes what, the clock rule and the known limits.
 
 Everything is columnar: the events are read into numpy columns once (kineto_events), classified
 per distinct (phase, category) pair, and every table is built with array operations; nesting
-and self time come from kineto_nesting.
+and self time come from kernels/nesting.py (complete intervals).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from profiler.importers.kineto_events import (
     looks_like_kineto,
     to_int,
 )
-from profiler.kernels.span_nesting import enclosing_parents, nesting_depths, self_times
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
 
 SOURCE = "kineto"
 

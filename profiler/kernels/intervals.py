@@ -1,7 +1,8 @@
-"""Interval arithmetic on sorted numpy arrays: unions, coverage, and which interval holds each time."""
+"""Interval arithmetic on sorted numpy arrays: unions, coverage, and which interval (or step) holds each time."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,3 +93,11 @@ def count_per_interval(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
     for run in np.split(times, breaks):
         n += np.searchsorted(run, ends, side="left") - np.searchsorted(run, starts, side="left")
     return n
+
+
+def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The step whose [start, end) contains each time, -1 outside every step."""
+    if len(steps) == 0 or len(times) == 0:
+        return np.full(len(times), -1, dtype=np.int64)
+    st = steps.sort_values("start_ns", kind="stable")
+    return place(times, *(st[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")))

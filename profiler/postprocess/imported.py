@@ -23,7 +23,8 @@ def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
 
     `source` (what was imported) is kept as `source_path` in profiler_info, for the viewer's titles.
     """
-    from profiler.postprocess.recording import analyse_loaded
+    from profiler.analysis.results import analyse_run
+    from profiler.analysis.steps import ensure_steps
     from profiler.export.outputs import write_outputs
 
     runs = list(runs)
@@ -35,7 +36,7 @@ def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
     for run in runs:
         if source is not None:
             run.info.setdefault("source_path", str(source))
-        written += _writing(out_dir, lambda: write_outputs(analyse_loaded(run), Path(out_dir)))
+        written += _writing(out_dir, lambda: write_outputs(analyse_run(ensure_steps(run)), Path(out_dir)))
     return written
 
 

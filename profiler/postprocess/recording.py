@@ -1,7 +1,8 @@
-"""analyse: raw store -> Run -> analysis -> output files. The I/O edge of the analysis pipeline.
+"""A recording's raw store -> Run -> analysis -> output files: the I/O edge of the analysis.
 
 `Profiler.analyse()` and `profview analyse DIR` both call `analyse_directory`, so a crashed
-run's raw store is analysed exactly like a clean one.
+run's raw store is analysed exactly like a clean one. A rank's Run is its raw tables interpreted,
+then each source the recording names merges what it left beside the raw store (`Source.merge`).
 """
 from __future__ import annotations
 
@@ -10,60 +11,40 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-import numpy as np
-import pandas as pd
-
-from profiler.analysis.results import Analysis, analyse_run
+from profiler import capture, reference
+from profiler.analysis.results import analyse_run
+from profiler.analysis.steps import ensure_steps
+from profiler.capture.base import STEPS, merging_sources
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.export.chrome_trace import write_chrome_trace
 from profiler.export.cluster import write_cluster_outputs
 from profiler.export.outputs import write_outputs
-from profiler.model import Run, STEP_COLUMNS
+from profiler.model import Run
 from profiler.progress import Progress
-from profiler.reference.merge import merge_ascend_devices
-from profiler.capture.distributed import with_collectives
-from profiler.capture.torch_capture import merge_torch_traces
-from profiler.store.interpret import assign_steps, interpret
-from profiler.store.load import rank_raw_files, raw_ranks, read_raw_tables
+from profiler.store.interpret import interpret
+from profiler.store.load import Recording, rank_raw_files, raw_ranks, read_raw_tables
 
 BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
 
 
 def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None) -> Run:
-    """The Run recorded for `rank` in `directory/raw`, with its reference Ascend devices (their steps
-    first: the device's step trace is the truth when it has one), collectives and torch op capture merged in."""
+    """The Run recorded for `rank` in `directory/raw`, with every recorded source's data merged in:
+    sources that define steps first (a device's step trace is the truth when it has one), then the
+    one-step fallback for a run without steps, then the others onto those steps."""
     paths = rank_raw_files(directory, rank)
     if not paths:
         raise ProfviewError(f"no raw data for rank {rank} in {directory / 'raw'}")
     tables = read_raw_tables(paths, progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None)
     if progress:
         progress.stage(f"interpreting {len(tables.ev_t) + len(tables.sm):,} records")
-    run = ensure_steps(merge_ascend_devices(interpret(tables), directory, rank))
-    return merge_torch_traces(with_collectives(run, tables), directory, rank)
-
-
-def ensure_steps(run: Run) -> Run:
-    """A run without any step() call is analysed as one step spanning the recording, with a warning."""
-    if len(run.steps):
-        return run
-    times = np.concatenate([run.spans["start_ns"], run.spans["start_ns"] + run.spans["dur_ns"],
-                            run.ops["start_ns"], run.ops["start_ns"] + run.ops["dur_ns"],
-                            run.instants["time_ns"]]).astype(np.int64)
-    if len(times) == 0:
-        raise ProfviewError("nothing was recorded: no step, span or op (call profiler.step() at the end of "
-                            "each iteration and mark phases with profiler.phase())")
-    origin = run.info.get("data_origin", "profview")
-    if origin == "profview":
-        message = ("no profiler.step() call was recorded: the whole recording is analysed as one step "
-                   "(call profiler.step() at the end of each iteration for a per-step breakdown)")
-    else:
-        message = (f"the {origin} capture has no step markers: it is analysed as one step "
-                   f"spanning the whole capture")
-    warnings.warn(message, ProfilerUsageWarning, stacklevel=3)
-    run.info.setdefault("warnings", []).append(message)
-    run.steps = pd.DataFrame({"step": [0], "start_ns": [times.min()], "end_ns": [times.max()],
-                              "fp_start_ns": [-1], "bp_end_ns": [-1], "overhead_ns": [0]})[list(STEP_COLUMNS)]
-    run.ops["step"] = assign_steps(run.ops["start_ns"].to_numpy(), run.steps)
+    recording = Recording(Path(directory), rank, tables)
+    run = interpret(tables)
+    merging = merging_sources(list(tables.sources), capture.SOURCE_TYPES + reference.SOURCE_TYPES)
+    for source in (s for s in merging if s.merge_stage == STEPS):
+        run = source.merge(run, recording)
+    run = ensure_steps(run)
+    for source in (s for s in merging if s.merge_stage != STEPS):
+        run = source.merge(run, recording)
     return run
 
 
@@ -129,6 +110,3 @@ def analyse_cluster(directory) -> list[Path]:
     return written + write_cluster_outputs(directory, load_rank)
 
 
-def analyse_loaded(run: Run) -> Analysis:
-    """Analysis of an already loaded run (importers use this before writing a directory)."""
-    return analyse_run(ensure_steps(run))

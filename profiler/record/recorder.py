@@ -7,21 +7,17 @@ and everything else reach the raw store from here, off the hot path.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator, Optional
 
 from profiler.kernels.native import native
+from profiler.store.kinds import FLUSH
 from profiler.store.raw import RawWriter
 
-#: descriptor kinds; the names are the raw store's vocabulary (see docs/architecture.md)
-PHASE, SPAN, OP, MARK, INSTANT, COUNTER, STEP, WINDOW_START, WINDOW_STOP, FLUSH, QUEUE_PUT, QUEUE_GET = (
-    "phase", "span", "op", "mark", "instant", "counter", "step", "window_start", "window_stop",
-    "flush", "queue_put", "queue_get",
-)
-SPAN_KINDS = (PHASE, SPAN, OP)
 
 
 def _load_hot_path():
@@ -52,6 +48,27 @@ class Span(hot.Span):
                 return fn(*args, **kwargs)
         return wrapper
 now_ns: Callable[[], int] = time.perf_counter_ns
+
+
+def clock_anchor() -> tuple[int, int]:
+    """A (now_ns, Unix ns) pair read as close together as possible (best of 5): it puts recorded
+    times on the wall clock, and other clocks (Kineto's, a device's) on the recording's."""
+    best = None
+    for _ in range(5):
+        a = now_ns()
+        u = time.time_ns()
+        b = now_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, (a + b) // 2, u)
+    return best[1], best[2]
+
+
+_active: Optional["Recorder"] = None       # the hot path is process-wide: one recording at a time
+
+
+def active_recorder() -> Optional["Recorder"]:
+    """The recorder of the recording running in this process (started, not yet closed), else None."""
+    return _active
 
 
 class Recorder:
@@ -132,6 +149,9 @@ class Recorder:
     # ---- flushing --------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the flusher; from now on this is the process's active_recorder()."""
+        global _active
+        _active = self
         if self._flusher is None:
             self._stop.clear()
             self._flusher = threading.Thread(target=self._flush_loop, name="profview-flusher", daemon=True)
@@ -173,8 +193,17 @@ class Recorder:
             # The flush's own cost is recorded like any sample (it lands in the next flush).
             hot.sample(t0, self._flush_code, t1 - t0, 0)
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No flush appends to the raw store inside this block (it is being read)."""
+        with self._lock:
+            yield
+
     def close(self, final: dict) -> None:
         """Stop the flusher, flush what is left and write the end-of-recording chunk."""
+        global _active
+        if _active is self:
+            _active = None
         self._stop.set()
         if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join()

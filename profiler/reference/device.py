@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol
 
 import numpy as np
 
@@ -45,12 +46,26 @@ from profiler.importers.ascend.hwts import GLOBAL_TASK_ID_MIN
 from profiler.reference.log_writer import (CLOCK_SYNC_FORMAT, SYSCNT_HZ, JobWriter, device_dir_name,
                                                 graph_desc_line, point_line, task_desc_line, tensor_description)
 from profiler.importers.ascend.training_trace import BP_END_TAG, FP_START_TAG, ITER_END_TAGS
-from profiler.capture.base import Source
+from profiler.capture.base import STEPS, Source
+from profiler.model import Run
+from profiler.reference.merge import merge_ascend_devices
+from profiler.store.load import Recording
 
 if TYPE_CHECKING:
-    from profiler.profiler import Profiler
     from profiler.record.recorder import Recorder
     from profiler.data.pipeline import PipelineIterator
+
+
+class RecordingHost(Protocol):
+    """What the device needs of the Profiler it joins (profiler.Profiler has all of it)."""
+
+    output_path: Path
+    rank: int
+    active: bool
+    flush_interval_s: float
+    step_num: int
+
+    def add_source(self, source: Source) -> None: ...
 
 LAST_TASK_ID = 0xFFFF
 #: The step marker's tag: a job id (tags 0 and > 255 mark the start of an iteration).
@@ -195,6 +210,9 @@ class _Stream:
             command()
 
 
+DEVICE_SOURCE = re.compile(r"ascend_dev\d+")     # the name a device records under: ascend_dev<id>
+
+
 class AscendReferenceDevice(Source):
     """A reference Ascend-style device with `streams` compute streams and one data stream.
 
@@ -208,7 +226,19 @@ class AscendReferenceDevice(Source):
         flush_interval_s: how often the log is written out (default: the Profiler's, else 0.2 s).
     """
 
-    def __init__(self, profiler: Optional["Profiler"] = None, device_id: int = 0, streams: int = 1, *,
+    name = "ascend_dev"
+    merge_stage = STEPS          # a device that recorded iterations gives the run its steps
+
+    @classmethod
+    def recorded_as(cls, name: str) -> bool:
+        return DEVICE_SOURCE.fullmatch(name) is not None
+
+    @classmethod
+    def merge(cls, run: Run, recording: Recording) -> Run:
+        """Every device's log parsed like a real one and put on the host clock (merge_ascend_devices)."""
+        return merge_ascend_devices(run, recording.directory, recording.rank)
+
+    def __init__(self, profiler: Optional[RecordingHost] = None, device_id: int = 0, streams: int = 1, *,
                  job_dir: Optional["str | Path"] = None, flush_interval_s: Optional[float] = None) -> None:
         super().__init__()
         if streams < 1:

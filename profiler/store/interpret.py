@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 
 from profiler._version import __version__
-from profiler.kernels.intervals import count_per_interval, covered_ns, place
+from profiler.kernels.intervals import assign_steps, count_per_interval, covered_ns, place
 from profiler.kernels.nesting import nest_spans
 from profiler.model import Run, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
     QUEUE_COLUMNS, THREAD_COLUMNS
-from profiler.record import recorder as K
+from profiler.store import kinds as K
 from profiler.store.load import RawTables, descriptor_columns, window_of, windows_from_samples
 
 
@@ -162,14 +162,6 @@ def _event_cost(t: RawTables, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Events recorded inside each step times the calibrated cost of one event."""
     n = count_per_interval(t.ev_t, start, end) + count_per_interval(t.sm[:, 0], start, end)
     return n * float(t.meta.get("per_event_cost_ns", 0.0))
-
-
-def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """The step whose [start, end) contains each time, -1 outside every step."""
-    if len(steps) == 0 or len(times) == 0:
-        return np.full(len(times), -1, dtype=np.int64)
-    st = steps.sort_values("start_ns", kind="stable")
-    return place(times, *(st[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")))
 
 
 def _counters(t, sm_kind, sm_desc, name_of, extra_of, origin) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from profiler.kernels.intervals import place
 from profiler.errors import ProfviewError
-from profiler.record import recorder as kinds
+from profiler.store import kinds
 from profiler.store.raw import RawFile, find_raw_files, read_raw_file
 
 
@@ -37,6 +37,15 @@ class RawTables:
     torn_chunks: int = 0
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One rank's recording as the analysis finds it: where it is, and its raw tables."""
+
+    directory: Path
+    rank: int
+    tables: RawTables
 
 
 def rank_raw_files(directory: Path, rank: int) -> list[Path]:

@@ -15,17 +15,11 @@ from typing import Any, Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from viewer.errors import InputError
+from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CSV_REQUIRED, read_csv, read_json_object
 from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
-from viewer.report import Context
-from viewer.rundata import read_json
+from viewer.context import Context
 from viewer.stats import findings, number, select_steps
 from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
-
-#: cluster_step_trace.csv columns the page reads (all numeric)
-CLUSTER_COLUMNS = ["rank", "step", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "comm_ms",
-                   "comm_overlap_ms", "exposed_comm_ms", "wait_ms", "busy_ms", "fp_bp_excl_comm_ms",
-                   "tail_excl_comm_ms", "slowest_rank"]
 
 #: the per-rank stacked bar: what a mean step is made of (sums to the step when waits are exposed)
 STACK = [
@@ -40,24 +34,10 @@ STACK = [
 
 def load_cluster(directory: Path) -> tuple[Optional[dict[str, Any]], Optional[pd.DataFrame]]:
     """cluster_summary.json and cluster_step_trace.csv of `directory`, None where absent."""
-    summary_path, table_path = directory / "cluster_summary.json", directory / "cluster_step_trace.csv"
-    summary = read_json(summary_path) if summary_path.is_file() else None
-    if summary is not None and not isinstance(summary, dict):
-        raise InputError(f"{summary_path} is malformed: expected a JSON object")
-    if not table_path.is_file():
-        return summary, None
-    try:
-        frame = pd.read_csv(table_path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError):
-        raise InputError(f"{table_path} is not a valid CSV file (re-run `profview analyse {directory}`)") from None
-    missing = [c for c in CLUSTER_COLUMNS if c not in frame.columns]
-    if missing:
-        raise InputError(f"{table_path} is malformed: missing column(s) {', '.join(missing)}")
-    for col in CLUSTER_COLUMNS:
-        frame[col] = pd.to_numeric(frame[col], errors="coerce")
-    if frame[CLUSTER_COLUMNS].isna().any().any():
-        raise InputError(f"{table_path} is malformed: a non-numeric or empty value")
-    return summary, frame
+    summary_path, table_path = directory / CLUSTER_SUMMARY, directory / CLUSTER_STEP_TRACE
+    summary = read_json_object(summary_path) if summary_path.is_file() else None
+    table = read_csv(table_path, "cluster_step_trace") if table_path.is_file() else None
+    return summary, table
 
 
 # ---- from the ranks' own step traces (no cluster files) ---------------------------------------
@@ -121,7 +101,8 @@ def busy_heatmap(steps: pd.DataFrame) -> go.Figure:
 
 def cluster_means(steps: pd.DataFrame) -> pd.DataFrame:
     """Per rank mean of the stacked parts; exposed communication split into transfer and waiting."""
-    means = steps.groupby("rank", sort=True)[CLUSTER_COLUMNS[2:13]].mean().reset_index()
+    parts = [c for c in CSV_REQUIRED["cluster_step_trace"][1] if c not in ("rank", "step", "slowest_rank")]
+    means = steps.groupby("rank", sort=True)[parts].mean().reset_index()
     means["transfer_ms"] = (means["exposed_comm_ms"] - means["wait_ms"]).clip(lower=0)
     means["steps"] = steps.groupby("rank", sort=True).size().to_numpy()
     return means

@@ -11,9 +11,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from profiler.analysis.compare import Comparison, RunTables, compare_runs
-from viewer.errors import InputError
+from profiler.errors import InputError
 from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, plot_text, section, table
-from viewer.report import Context
+from viewer.context import Context
 from viewer.rundata import RunData
 from viewer.summary import clean, text_table
 from viewer.theme import styled

@@ -5,7 +5,7 @@ import pandas as pd
 from plotly.subplots import make_subplots
 
 from viewer.html import absent, plot_text, section
-from viewer.report import Context
+from viewer.context import Context
 from viewer.series import add_line
 from viewer.theme import PALETTE, styled
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from viewer.html import absent, esc, plot_text, section
-from viewer.report import Context
+from viewer.context import Context
 from viewer.stats import shares_with_other
 from viewer.theme import OTHER, PALETTE, styled
 

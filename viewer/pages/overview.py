@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 
 from viewer.findings import render as render_findings
 from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
-from viewer.report import Context
+from viewer.context import Context
 from viewer.stats import findings, outliers, phase_table, select_steps
 from viewer.theme import ALL_REDUCE, PHASES, styled
 

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from viewer.html import absent, esc, fmt_pct, plot_text, section, table
-from viewer.report import Context
+from viewer.context import Context
 from viewer.series import add_line
 from viewer.stats import number
 from viewer.theme import PALETTE, styled

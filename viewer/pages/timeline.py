@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from viewer.html import absent, esc, plot_text, section
 from viewer.lod import Busy, Window, busy_bins, depths, step_windows, window_events
-from viewer.report import Context
+from viewer.context import Context
 from viewer.series import add_line
 from viewer.theme import PALETTE, category_color, styled
 from viewer.trace import Trace, read_trace

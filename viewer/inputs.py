@@ -1,6 +1,6 @@
 """What the viewer can open, and the one place to add more: `load_input(path) -> list[RunData]`.
 
-Each `Source` recognises a kind of input by looking at it (cheaply, without parsing it all)
+Each `InputKind` recognises a kind of input by looking at it (cheaply, without parsing it all)
 and loads it into `RunData`. Besides profview output directories, the viewer opens Kineto /
 PyTorch profiler traces, Ascend JOB directories and MindSpore profiler output directories: their
 `load` runs the importer (profiler.postprocess.imported) into a temporary directory and reads that. An input
@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from profiler.postprocess.imported import ascend_job_dirs, import_ascend_job, import_kineto_trace, import_mindspore_dir
-from viewer.errors import InputError
-from viewer.rundata import RunData, info_files, load_profview_dir
+from profiler.errors import InputError
+from profiler.formats import info_files
+from viewer.rundata import RunData, load_profview_dir
 
 
 @dataclass(frozen=True)
-class Source:
+class InputKind:
     """One kind of input: how to recognise it and how to load it (None: recognised, not supported yet)."""
 
     name: str
@@ -74,11 +75,11 @@ load_mindspore_dir = _imported(import_mindspore_dir, "mindspore")
 
 
 #: Recognised inputs, tried in order. Add importers here.
-SOURCES: list[Source] = [
-    Source("profview output directory", _is_profview_dir, load_profview_dir),
-    Source("Ascend profiling JOB directory", _is_ascend_job, load_ascend_job),
-    Source("MindSpore profiler output directory", _is_mindspore_dir, load_mindspore_dir),
-    Source("Chrome / Kineto trace file", _is_kineto_trace, load_kineto_trace),
+INPUT_KINDS: list[InputKind] = [
+    InputKind("profview output directory", _is_profview_dir, load_profview_dir),
+    InputKind("Ascend profiling JOB directory", _is_ascend_job, load_ascend_job),
+    InputKind("MindSpore profiler output directory", _is_mindspore_dir, load_mindspore_dir),
+    InputKind("Chrome / Kineto trace file", _is_kineto_trace, load_kineto_trace),
 ]
 
 
@@ -99,11 +100,11 @@ def load_input(path: Path) -> list[RunData]:
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path} does not exist")
-    for source in SOURCES:
-        if source.detect(path):
-            if source.load is None:
-                raise InputError(f"{path} looks like a {source.name}; importing it is not supported yet")
-            runs = source.load(path)
+    for kind in INPUT_KINDS:
+        if kind.detect(path):
+            if kind.load is None:
+                raise InputError(f"{path} looks like a {kind.name}; importing it is not supported yet")
+            runs = kind.load(path)
             if not runs:
                 raise InputError(f"{path} holds no run")
             return runs
