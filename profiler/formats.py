@@ -52,6 +52,7 @@ def rank_file(kind: str, rank: int) -> str:
 PHASES: tuple[tuple[str, str], ...] = (
     ("iteration_gap_ms", "iteration gap"), ("fp_bp_ms", "forward + backward"), ("tail_ms", "tail"),
 )
+PHASE_COLUMNS = tuple(column for column, _ in PHASES)
 #: Other per-step figures (column, label); all-reduce and data wait overlap the phases.
 ALL_REDUCE = ("all_reduce_ms", "all-reduce")
 DATA_WAIT = ("data_wait_ms", "data wait")

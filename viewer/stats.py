@@ -8,6 +8,8 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.advisor import DEFAULT_THRESHOLDS
+from profiler.analysis.steps import outlier_steps
 from viewer.theme import ALL_REDUCE, PHASES
 
 StepRange = Optional[tuple[Optional[int], Optional[int]]]
@@ -40,12 +42,16 @@ def phase_table(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def outliers(steps: pd.DataFrame) -> pd.DataFrame:
-    """Steps slower than Q3 + 1.5 IQR of step time (Tukey's fence), slowest first."""
-    total = steps["total_ms"].to_numpy(dtype=np.float64)
-    q1, q3 = np.percentile(total, [25, 75])
-    fence = q3 + 1.5 * (q3 - q1)
-    return steps[total > fence].sort_values("total_ms", ascending=False)
+def outlier_min_pct(report: Optional[dict[str, Any]]) -> float:
+    """The run's outlier threshold (report_{rank}.json's thresholds), else the advisor's default."""
+    thresholds = report.get("thresholds") if isinstance(report, dict) else None
+    value = number(thresholds.get("outlier_min_pct")) if isinstance(thresholds, dict) else None
+    return value if value is not None else float(DEFAULT_THRESHOLDS["outlier_min_pct"])
+
+
+def outliers(steps: pd.DataFrame, report: Optional[dict[str, Any]]) -> pd.DataFrame:
+    """The outlier steps by the advisor's rule and the run's threshold, slowest first."""
+    return outlier_steps(steps, outlier_min_pct(report)).sort_values("total_ms", ascending=False)
 
 
 def dominant_phase(steps: pd.DataFrame) -> tuple[str, float]:

@@ -39,7 +39,7 @@ def _steps_block(ctx: Context) -> list[str]:
     table = phase_table(steps)
     rows = [(r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}",
              f"{r.share_pct:.1f}") for r in table.itertuples()]
-    slow = outliers(steps)
+    slow = outliers(steps, run.report)
     lines = [f"Step breakdown over {len(steps)} step(s), ms:",
              text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5)]
     if len(slow):

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-PHASES = [  # (step_trace column, label, colour)
-    ("iteration_gap_ms", "iteration gap", "#E39B3B"),
-    ("fp_bp_ms", "forward + backward", "#3366A8"),
-    ("tail_ms", "tail", "#6BA368"),
-]
-ALL_REDUCE = ("all_reduce_ms", "all-reduce", "#C0392B")
+from profiler import formats
+
+#: Each step-trace figure's colour, by column.
+COLUMN_COLORS = {"iteration_gap_ms": "#E39B3B", "fp_bp_ms": "#3366A8", "tail_ms": "#6BA368",
+                 "all_reduce_ms": "#C0392B"}
+#: (step_trace column, label, colour) of the phases (profiler.formats.PHASES), and of all-reduce
+PHASES = [(column, label, COLUMN_COLORS[column]) for column, label in formats.PHASES]
+ALL_REDUCE = (*formats.ALL_REDUCE, COLUMN_COLORS[formats.ALL_REDUCE[0]])
 
 CATEGORY_COLORS = {
     "compute": "#3366A8", "comm": "#C0392B", "memcpy": "#8E6CB8", "memset": "#B08BD6",

@@ -22,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
+from profiler.formats import PHASE_COLUMNS
 from profiler.analysis.advice_text import OP_FAMILIES, SUGGESTIONS
+from profiler.analysis.steps import analysed_steps, outlier_rule_text, outlier_steps
 from profiler.kernels.intervals import covered_ns
 
 REPORT_SCHEMA_VERSION = 1
@@ -156,14 +158,6 @@ def framework_of(info: Mapping[str, Any]) -> str:
     if origin in ("mindspore", "ascend"):
         return "mindspore"
     return "plain"
-
-
-def analysed_steps(steps: pd.DataFrame, warmup: int) -> tuple[pd.DataFrame, int]:
-    """The steps the statistics use: without the first `warmup` ones when at least 3 steps remain."""
-    warmup = max(int(warmup), 0)
-    if len(steps) - warmup < 3:
-        return steps, 0
-    return steps.iloc[warmup:], warmup
 
 
 def _share(part_ms: float, inp: AdvisorInput) -> float:
@@ -407,14 +401,6 @@ def _period(steps: np.ndarray) -> Optional[int]:
     return best
 
 
-def outlier_steps(steps: pd.DataFrame, min_pct: float) -> pd.DataFrame:
-    """Steps above both Tukey's fence (Q3 + 1.5 IQR) and the median + `min_pct` %."""
-    total = steps["total_ms"].to_numpy(dtype=np.float64)
-    q1, median, q3 = np.percentile(total, [25, 50, 75])
-    fence = max(q3 + 1.5 * (q3 - q1), median * (1 + min_pct / 100.0))
-    return steps[total > fence]
-
-
 def outlier_rule(inp: AdvisorInput) -> list[Finding]:
     """step_outliers: a few slow (often periodic) steps that add up to a real share of the run."""
     slow = outlier_steps(inp.steps, inp.thresholds["outlier_min_pct"])
@@ -425,7 +411,7 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
     share = _fires(inp, excess, "outlier_excess_pct")
     if share is None:
         return []
-    grown = {col: float(slow[col].mean() - median[col]) for col in ("iteration_gap_ms", "fp_bp_ms", "tail_ms")}
+    grown = {col: float(slow[col].mean() - median[col]) for col in PHASE_COLUMNS}
     phase = max(grown, key=grown.get)
     period = _period(slow["step"].to_numpy())
     every = f", every {period} steps" if period else ""
@@ -439,8 +425,8 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
                   f"{slow['total_ms'].mean():.2f} ms{'' if one else ' on average'} against a median of "
                   f"{median['total_ms']:.2f} ms; the extra time is mostly in {phase[:-3]} (+{grown[phase]:.2f} ms) "
                   f"[{f}: step, total_ms, {phase}]"),
-        threshold=_rule_text(inp, f"time outlier steps (> median + {inp.thresholds['outlier_min_pct']:g} % and "
-                                  "Q3 + 1.5 IQR) add, % of step time", "outlier_excess_pct"),
+        threshold=_rule_text(inp, f"time outlier steps ({outlier_rule_text(inp.thresholds['outlier_min_pct'])}) add, "
+                                  "% of step time", "outlier_excess_pct"),
         suggestion=_suggest("step_outliers", inp), files=[f],
         metrics={"outliers": float(len(slow)), "period_steps": float(period or 0), "excess_ms_per_step": excess})]
 
@@ -475,7 +461,7 @@ def rank_findings(findings: list[Finding], thresholds: Mapping[str, float]) -> l
 
 def headline(verdict: str, findings: list[Finding], steps: pd.DataFrame) -> str:
     """One sentence for the top of the report: the top problem (or none) and the median step's split."""
-    m = steps[["total_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms"]].median()
+    m = steps[["total_ms", *PHASE_COLUMNS]].median()
     split = (f"median step {m['total_ms']:.2f} ms: iteration gap {m['iteration_gap_ms']:.2f} ms, "
              f"forward + backward {m['fp_bp_ms']:.2f} ms, tail {m['tail_ms']:.2f} ms")
     if verdict == BALANCED:

@@ -16,14 +16,13 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.advisor import DEFAULT_THRESHOLDS, analysed_steps
+from profiler import formats
+from profiler.analysis.advisor import DEFAULT_THRESHOLDS
+from profiler.analysis.steps import analysed_steps
 
 #: step-trace columns compared, with their labels
-PHASES: list[tuple[str, str]] = [
-    ("iteration_gap_ms", "iteration gap"), ("fp_bp_ms", "forward + backward"), ("tail_ms", "tail"),
-    ("all_reduce_ms", "all-reduce"), ("data_wait_ms", "data wait"), ("profiler_overhead_ms", "profiler overhead"),
-    ("total_ms", "step"),
-]
+PHASES: list[tuple[str, str]] = [*formats.PHASES, formats.ALL_REDUCE, formats.DATA_WAIT, formats.PROFILER_OVERHEAD,
+                                 formats.STEP_TOTAL]
 #: queue statistics compared (queue_summary "queues" entries)
 QUEUE_STATS = ("empty_ratio", "full_ratio", "mean_size", "get_wait_ms")
 #: a median step change smaller than this (in %) is "unchanged"

@@ -7,7 +7,8 @@ from typing import Any, Mapping, Optional
 import pandas as pd
 
 from profiler.model import Run
-from profiler.analysis.advisor import AdvisorInput, advise, analysed_steps, framework_of, resolve_thresholds
+from profiler.analysis.advisor import AdvisorInput, advise, framework_of, resolve_thresholds
+from profiler.analysis.steps import analysed_steps
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_trace import step_trace

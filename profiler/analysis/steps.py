@@ -1,4 +1,4 @@
-"""Where a run's steps come from when its data has none."""
+"""Steps: where they come from when a run's data has none, which the statistics use, which are outliers."""
 from __future__ import annotations
 
 import warnings
@@ -34,3 +34,24 @@ def ensure_steps(run: Run) -> Run:
                               "fp_start_ns": [-1], "bp_end_ns": [-1], "overhead_ns": [0]})[list(STEP_COLUMNS)]
     run.ops["step"] = assign_steps(run.ops["start_ns"].to_numpy(), run.steps)
     return run
+
+
+def analysed_steps(steps: pd.DataFrame, warmup: int) -> tuple[pd.DataFrame, int]:
+    """The steps the statistics use: without the first `warmup` ones when at least 3 steps remain."""
+    warmup = max(int(warmup), 0)
+    if len(steps) - warmup < 3:
+        return steps, 0
+    return steps.iloc[warmup:], warmup
+
+
+def outlier_steps(steps: pd.DataFrame, min_pct: float) -> pd.DataFrame:
+    """Steps above both Tukey's fence (Q3 + 1.5 IQR) and the median + `min_pct` %."""
+    total = steps["total_ms"].to_numpy(dtype=np.float64)
+    q1, median, q3 = np.percentile(total, [25, 50, 75])
+    fence = max(q3 + 1.5 * (q3 - q1), median * (1 + min_pct / 100.0))
+    return steps[total > fence]
+
+
+def outlier_rule_text(min_pct: float) -> str:
+    """The outlier rule in words, for every place that shows outlier steps."""
+    return f"> median + {min_pct:g} % and Q3 + 1.5 IQR"

@@ -20,14 +20,11 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.cluster import cluster_summary, timeline_ranks
-from profiler.errors import ProfviewError
+from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file, read_csv, read_json_object
 from profiler.model import Run
 from profiler.export.chrome_trace import Lanes, op_block, span_block, step_block, write_block
 from profiler.export.outputs import write_csv, write_json
 
-SUMMARY = "cluster_summary.json"
-STEP_TABLE = "cluster_step_trace.csv"
-TIMELINE = "cluster_timeline.json"
 TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
 
 
@@ -35,17 +32,10 @@ def read_rank_outputs(directory: Path) -> tuple[dict[int, dict], dict[int, pd.Da
     """profiler_info and step trace of every analysed rank in `directory` (a rank without a step trace gets an empty one)."""
     infos: dict[int, dict] = {}
     traces: dict[int, pd.DataFrame] = {}
-    for path in sorted(directory.glob("profiler_info_*.json")):
-        suffix = path.stem.rsplit("_", 1)[-1]
-        if not suffix.isdigit():
-            continue
-        rank = int(suffix)
-        try:
-            infos[rank] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ProfviewError(f"cannot read {path}: {exc}") from None
-        trace = directory / f"step_trace_{rank}.csv"
-        traces[rank] = pd.read_csv(trace) if trace.is_file() else pd.DataFrame()
+    for rank, path in info_files(directory).items():
+        infos[rank] = read_json_object(path)
+        trace = directory / rank_file("step_trace", rank)
+        traces[rank] = read_csv(trace, "step_trace") if trace.is_file() else pd.DataFrame()
     return infos, traces
 
 
@@ -68,11 +58,11 @@ def write_cluster_outputs(directory: Path, load_run: Callable[[Path, int], Run])
 def write_cluster_files(directory: Path, doc: dict, table: pd.DataFrame, runs: Sequence[Run]) -> list[Path]:
     """Write the step table, the merged timeline of `runs` and the summary (listing the outputs)."""
     shifts = {int(r): int(c["shift_ns"]) for r, c in doc["clock"].get("per_rank", {}).items()}
-    written = [write_csv(table, directory / STEP_TABLE)]
+    written = [write_csv(table, directory / CLUSTER_STEP_TRACE)]
     if runs:
-        written.append(write_cluster_timeline(runs, shifts, directory / TIMELINE, doc["clock"]))
-    doc = {**doc, "timeline_ranks": [r.rank for r in runs], "outputs": [p.name for p in written] + [SUMMARY]}
-    written.append(write_json(doc, directory / SUMMARY))
+        written.append(write_cluster_timeline(runs, shifts, directory / CLUSTER_TIMELINE, doc["clock"]))
+    doc = {**doc, "timeline_ranks": [r.rank for r in runs], "outputs": [p.name for p in written] + [CLUSTER_SUMMARY]}
+    written.append(write_json(doc, directory / CLUSTER_SUMMARY))
     return written
 
 

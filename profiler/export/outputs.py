@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.results import Analysis
+from profiler.formats import DATA_QUEUE_COLUMNS, DEVICE_COUNTER_COLUMNS, rank_file
 from profiler.kernels.intervals import assign_steps
 from profiler.export.chrome_trace import write_chrome_trace
 
@@ -47,13 +48,13 @@ def queue_table(a: Analysis) -> pd.DataFrame:
         "queue": q["queue"], "time_ms": q["time_ns"] / 1e6, "event": q["event"], "size": q["size"],
         "capacity": q["capacity"], "wait_ms": q["wait_ns"] / 1e6,
         "step": assign_steps(q["time_ns"].to_numpy(), a.run.steps),
-    })
+    }, columns=DATA_QUEUE_COLUMNS)
 
 
 def counter_table(a: Analysis) -> pd.DataFrame:
     c = a.run.counters
     return pd.DataFrame({"source": c["source"], "device": c["device"], "metric": c["metric"],
-                         "time_ms": c["time_ns"] / 1e6, "value": c["value"]})
+                         "time_ms": c["time_ns"] / 1e6, "value": c["value"]}, columns=DEVICE_COUNTER_COLUMNS)
 
 
 def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
@@ -66,19 +67,19 @@ def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     r = a.run.rank
-    written = [write_csv(a.step_trace, out_dir / f"step_trace_{r}.csv")]
+    written = [write_csv(a.step_trace, out_dir / rank_file("step_trace", r))]
     if len(a.run.ops):
-        written.append(write_csv(a.op_type, out_dir / f"op_type_{r}.csv"))
-        written.append(write_csv(a.op_detail, out_dir / f"op_detail_{r}.csv"))
+        written.append(write_csv(a.op_type, out_dir / rank_file("op_type", r)))
+        written.append(write_csv(a.op_detail, out_dir / rank_file("op_detail", r)))
     if len(a.run.queues):
-        written.append(write_csv(queue_table(a), out_dir / f"data_queue_{r}.csv"))
+        written.append(write_csv(queue_table(a), out_dir / rank_file("data_queue", r)))
     if len(a.run.counters):
-        written.append(write_csv(counter_table(a), out_dir / f"device_counters_{r}.csv"))
-    for stem, doc in a.extra_json.items():
-        written.append(write_json(doc, out_dir / f"{stem}_{r}.json"))
+        written.append(write_csv(counter_table(a), out_dir / rank_file("device_counters", r)))
+    for kind, doc in a.extra_json.items():
+        written.append(write_json(doc, out_dir / rank_file(kind, r)))
     written.append(timeline() if timeline else
-                   write_chrome_trace(a.run, out_dir / f"timeline_{r}.json", gzip_output=gzip_timeline))
-    info_path = out_dir / f"profiler_info_{r}.json"
+                   write_chrome_trace(a.run, out_dir / rank_file("timeline", r), gzip_output=gzip_timeline))
+    info_path = out_dir / rank_file("profiler_info", r)
     info = dict(a.run.info)
     info["steps"] = {"count": int(len(a.step_trace)),
                      "first": int(a.step_trace["step"].min()) if len(a.step_trace) else None,

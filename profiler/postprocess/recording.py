@@ -19,6 +19,7 @@ from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.export.chrome_trace import write_chrome_trace
 from profiler.export.cluster import write_cluster_outputs
 from profiler.export.outputs import write_outputs
+from profiler.formats import rank_file
 from profiler.model import Run
 from profiler.progress import Progress
 from profiler.store.interpret import interpret
@@ -96,7 +97,7 @@ def analyse_and_write(run: Run, directory: Path, gzip_timeline: bool = False,
     """Analyse one rank's run and write its outputs. The timeline needs only the run, so a second
     thread writes it meanwhile (its row formatting and file writes release the GIL)."""
     with ThreadPoolExecutor(1, thread_name_prefix="profview-timeline") as pool:
-        timeline = pool.submit(write_chrome_trace, run, Path(directory) / f"timeline_{run.rank}.json", gzip_timeline)
+        timeline = pool.submit(write_chrome_trace, run, Path(directory) / rank_file("timeline", run.rank), gzip_timeline)
         analysis = analyse_run(run, thresholds)
         return write_outputs(analysis, directory, gzip_timeline=gzip_timeline, timeline=timeline.result)
 
@@ -105,7 +106,7 @@ def analyse_cluster(directory) -> list[Path]:
     """Rank 0's end of a distributed run: analyse ranks that recorded but were not analysed (they died),
     then write the cluster files from every rank's outputs."""
     directory = Path(directory)
-    pending = [r for r in raw_ranks(directory) if not (directory / f"profiler_info_{r}.json").is_file()]
+    pending = [r for r in raw_ranks(directory) if not (directory / rank_file("profiler_info", r)).is_file()]
     written = analyse_directory(directory, ranks=pending, progress=False, leave_out_failed=True) if pending else []
     return written + write_cluster_outputs(directory, load_rank)
 

@@ -1,6 +1,8 @@
 """Overview: where each step's time went, how steps vary, and the verdict."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -8,7 +10,8 @@ import plotly.graph_objects as go
 from viewer.findings import render as render_findings
 from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
 from viewer.context import Context
-from viewer.stats import findings, outliers, phase_table, select_steps
+from profiler.analysis.steps import outlier_rule_text
+from viewer.stats import findings, outlier_min_pct, outliers, phase_table, select_steps
 from viewer.theme import ALL_REDUCE, PHASES, styled
 
 def step_bars(steps: pd.DataFrame) -> go.Figure:
@@ -46,15 +49,16 @@ def _phase_section(steps: pd.DataFrame) -> str:
                  [False, True, True, True, True, True])
 
 
-def _outlier_section(steps: pd.DataFrame) -> str:
-    slow = outliers(steps)
+def _outlier_section(steps: pd.DataFrame, report: Optional[dict]) -> str:
+    slow = outliers(steps, report)
+    rule = outlier_rule_text(outlier_min_pct(report))
     if not len(slow):
-        return '<p class="note">No outlier steps (none above Q3 + 1.5 IQR).</p>'
+        return f'<p class="note">No outlier steps (step time {esc(rule)}).</p>'
     median = float(steps["total_ms"].median())
     rows = [(int(r.step), fmt_ms(r.total_ms), f"{r.total_ms / median:.2f}x", fmt_ms(r.iteration_gap_ms),
              fmt_ms(r.fp_bp_ms), fmt_ms(r.tail_ms)) for r in slow.head(15).itertuples()]
     more = f" (15 of {len(slow)} shown)" if len(slow) > 15 else ""
-    return (f'<p class="note">{len(slow)} step(s) above Q3 + 1.5 IQR{esc(more)}.</p>'
+    return (f'<p class="note">{len(slow)} outlier step(s) (step time {esc(rule)}){esc(more)}.</p>'
             + table(["step", "time", "vs median", "iteration gap", "forward + backward", "tail"], rows,
                     [True] * 6))
 
@@ -107,5 +111,5 @@ def build(ctx: Context) -> str:
               section("Averages and shares", _phase_section(steps)),
               section("Step-time distribution", ctx.figure(distribution(steps))),
               "</div>", "<br>",
-              section("Outlier steps", _outlier_section(steps))]
+              section("Outlier steps", _outlier_section(steps, run.report))]
     return "".join(parts)
