@@ -56,12 +56,14 @@ PHASE_COLUMNS = tuple(column for column, _ in PHASES)
 #: Other per-step figures (column, label); all-reduce and data wait overlap the phases.
 ALL_REDUCE = ("all_reduce_ms", "all-reduce")
 DATA_WAIT = ("data_wait_ms", "data wait")
+GAP_HOST = ("gap_host_ms", "other host work in the gap")
 PROFILER_OVERHEAD = ("profiler_overhead_ms", "profiler overhead")
 STEP_TOTAL = ("total_ms", "step")
 
 STEP_TRACE_COLUMNS = [
     "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
-    "all_reduce_overlap_ms", "data_wait_ms", "profiler_overhead_ms", "start_unix_ns", "fp_start_unix_ns",
+    "all_reduce_overlap_ms", "data_wait_ms", "gap_host_ms", "op_count", "profiler_overhead_ms", "start_unix_ns",
+    "fp_start_unix_ns",
     "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source",
 ]
 OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]

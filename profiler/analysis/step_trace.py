@@ -130,7 +130,9 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
     ar_s, ar_e = _comm_intervals(spans, ops)
     all_reduce = covered_ns(ar_s, ar_e, start, end)
     overlap = covered_ns(ar_s, ar_e, fp, bp)
-    wait = _data_wait(queues, steps, step_tid)
+    dw_s, dw_e = data_wait_intervals(spans, queues, step_tid)
+    wait = covered_ns(dw_s, dw_e, start, end)
+    gap_wait = covered_ns(dw_s, dw_e, start, fp)
     ms = 1e-6
     return pd.DataFrame({
         "step": steps["step"].to_numpy(),
@@ -142,6 +144,8 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
         "all_reduce_ms": all_reduce * ms,
         "all_reduce_overlap_ms": overlap * ms,
         "data_wait_ms": wait * ms,
+        "gap_host_ms": (fp - start - gap_wait) * ms,
+        "op_count": op_counts(ops, steps),
         "profiler_overhead_ms": steps["overhead_ns"].to_numpy() * ms,
         "start_unix_ns": start + origin_unix_ns,
         "fp_start_unix_ns": fp + origin_unix_ns,
@@ -161,9 +165,21 @@ def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray,
     return s.astype(np.int64), e.astype(np.int64)
 
 
-def _data_wait(queues: pd.DataFrame, steps: pd.DataFrame, step_tid: int) -> np.ndarray:
-    """Per step, the time the stepping thread spent blocked in probed queue gets."""
-    gets = queues[queues["event"] == "get"]
+def data_wait_intervals(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> tuple[np.ndarray, np.ndarray]:
+    """When the stepping thread waited for data: its `data` phases (each fetch of a ProfiledDataLoader,
+    or the user's own) and its blocked probed-queue gets ([get - wait, get]), as intervals."""
+    data = spans[(spans["kind"] == "phase") & (spans["name"] == "data")]
+    gets = queues[(queues["event"] == "get") & (queues["wait_ns"] > 0)]
     if step_tid >= 0:
+        data = data[data["tid"] == step_tid]
         gets = gets[gets["tid"] == step_tid]
-    return per_step(gets["time_ns"].to_numpy(), gets["wait_ns"].to_numpy(), steps, "sum", missing=0)
+    got = gets["time_ns"].to_numpy(np.int64)
+    s = np.concatenate([data["start_ns"].to_numpy(np.int64), got - gets["wait_ns"].to_numpy(np.int64)])
+    e = np.concatenate([(data["start_ns"] + data["dur_ns"]).to_numpy(np.int64), got])
+    return s, e
+
+
+def op_counts(ops: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Ops (host and device) that started in each step: 0 in the steps op capture skipped."""
+    pos = step_positions(ops["step"].to_numpy(np.int64), steps)
+    return np.bincount(pos[pos >= 0], minlength=len(steps)).astype(np.int64)

@@ -10,6 +10,10 @@ torch internals (only the public `collate_fn`, `num_workers`, `prefetch_factor` 
   of times; each worker writes only its own slot, the main process only reads: no lock).
 - get: the main process's `next()` on the loader's iterator; its wait is how long `next()` took.
 
+Every `next()` is also recorded as a `data` phase on the consuming thread, with workers or
+without: the step trace's data wait (`data_wait_ms`) is the time the loop spent fetching batches,
+so the iteration gap splits into data wait and other host work (`gap_host_ms`) in every mode.
+
 Occupancy = batches finished by the workers and not yet returned to the main process, rebuilt at
 each get from the log: a put per finished batch (at its worker's time), a get per returned batch.
 Capacity = num_workers x prefetch_factor: the DataLoader never has more batches in flight
@@ -17,6 +21,7 @@ Capacity = num_workers x prefetch_factor: the DataLoader never has more batches 
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import warnings
 from typing import Any, Callable, Iterator, Optional
@@ -24,7 +29,8 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from profiler.errors import ProfilerUsageWarning
-from profiler.record.recorder import now_ns
+from profiler.record.recorder import active_recorder, now_ns
+from profiler.store.kinds import PHASE
 from profiler.capture.queues import GET, PUT, QueueProbe
 from profiler.formats import HOST_QUEUE
 
@@ -119,8 +125,8 @@ class ProfiledDataLoader:
 
     Wrap the loader before iterating it the first time (its workers must be started with the
     wrapped collate_fn; with persistent_workers, before the first epoch). With num_workers == 0
-    batches are made in the main process: there is no prefetch queue, nothing is probed, and the
-    loading time shows as iteration gap.
+    batches are made in the main process: there is no prefetch queue to probe, and each fetch is
+    timed as data wait.
     """
 
     def __init__(self, loader: Any, name: str = HOST_QUEUE) -> None:
@@ -132,16 +138,14 @@ class ProfiledDataLoader:
         if workers > 0:
             self._log = _CompletionLog(workers)
             loader.collate_fn = _TimedCollate(loader.collate_fn, self._log)
-        else:
-            warnings.warn("ProfiledDataLoader: num_workers=0 has no prefetch queue to probe; loading time "
-                          "shows as iteration gap", ProfilerUsageWarning, stacklevel=2)
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator:
         if self._log is None:
-            yield from self.loader
+            for _, _, batch in _timed(self.loader):
+                yield batch
             return
         occupancy = _Occupancy(self._log, self.probe)
         probing = True
@@ -155,14 +159,18 @@ class ProfiledDataLoader:
 
 
 def _timed(iterable: Any) -> Iterator[tuple[int, int, Any]]:
-    """(call time, return time, item) for each next(); the first call includes iter() (worker start-up)."""
+    """(call time, return time, item) for each next(), each recorded as a `data` phase (the loop's
+    wait for its batch); the first call includes iter() (worker start-up)."""
     it = None
     while True:
+        recorder = active_recorder()
+        fetch = recorder.span(PHASE, "data") if recorder is not None else contextlib.nullcontext()
         t0 = now_ns()
         try:
-            if it is None:
-                it = iter(iterable)
-            item = next(it)
+            with fetch:
+                if it is None:
+                    it = iter(iterable)
+                item = next(it)
         except StopIteration:
             return
         yield t0, now_ns(), item
