@@ -142,13 +142,13 @@ def test_step_on_optimizer_false_leaves_steps_to_the_loop(tmp_path):
 
 def test_hooks_are_removed_when_the_profiler_stops(tmp_path):
     model, optimizer, (x, _), p = _attached(tmp_path)
-    assert "forward" in model.__dict__ and optimizer._optimizer_step_post_hooks
+    assert "forward" in model.__dict__ and "step" in optimizer.__dict__
     assert not model._forward_pre_hooks        # no module hook: torch's fast __call__ path stays
     expected = nn.Sequential.forward(model, x)
     assert torch.equal(model(x), expected)      # the wrapper passes the call on unchanged
     p.stop()
     assert "forward" not in model.__dict__ and not model._forward_pre_hooks and not model._forward_hooks
-    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert "step" not in optimizer.__dict__     # the class's step applies again
     assert all(p._post_accumulate_grad_hooks is None or not p._post_accumulate_grad_hooks
                for p in model.parameters())
 
@@ -252,3 +252,110 @@ def test_second_attach_that_also_steps_is_refused(tmp_path):
     with pytest.raises(Exception, match="already"):
         p.attach(model, optimizer, ops=False)
     p.stop()
+
+
+# ---- exactly one step per outermost optimizer.step() ------------------------------------------
+
+OPT_WORK_S = 0.02          # work done inside the optimizer's own step: it must land in the tail
+
+
+class SlowSGD(torch.optim.SGD):
+    """A subclass whose step does its own work, then calls super().step() (both levels are patched
+    by torch: an SGD was created before, so SGD.step carries torch's hooks too)."""
+
+    def step(self, closure=None):
+        time.sleep(OPT_WORK_S)
+        return super().step(closure)
+
+
+class Lookahead:
+    """A wrapper optimizer (not a torch Optimizer) that steps the attached inner one."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def zero_grad(self):
+        self.inner.zero_grad()
+
+    def step(self):
+        time.sleep(OPT_WORK_S)
+        self.inner.step()
+
+
+def _loop(model, optimizer, x, y, steps, zero_grad_first=True, scaler=None, scheduler=None, poison=()):
+    for i in range(steps):
+        if zero_grad_first:
+            optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            if i in poison:                                   # inf gradients: the scaler skips this step
+                next(model.parameters()).grad.fill_(float("inf"))
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        if not zero_grad_first:
+            optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("case", ["subclass", "wrapper", "scheduler_after", "scheduler_before", "zero_grad_last"])
+def test_one_step_per_outermost_optimizer_step(tmp_path, case):
+    torch.manual_seed(0)
+    torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)      # SGD.step is patched by torch now
+    model, (x, y) = small_cnn(), cifar_batch()
+    inner = (SlowSGD if case == "subclass" else torch.optim.SGD)(model.parameters(), lr=0.01)
+    stepper = Lookahead(inner) if case == "wrapper" else inner
+    scheduler = torch.optim.lr_scheduler.StepLR(inner, 2) if case == "scheduler_before" else None
+    p = _quiet_profiler(tmp_path)
+    p.attach(model, inner, ops=False)
+    if case == "scheduler_after":
+        scheduler = torch.optim.lr_scheduler.StepLR(inner, 2)
+    steps = 8
+    _loop(model, stepper, x, y, steps, zero_grad_first=case != "zero_grad_last", scheduler=scheduler)
+    p.analyse(progress=False)
+    trace = read_csv(tmp_path, "step_trace")
+    assert list(trace["step"]) == list(range(steps)), case       # one step per iteration, never two
+    if case in ("subclass",):
+        # the subclass's own work is in the optimizer phase: the tail, not the next step's compute
+        assert (trace["tail_ms"].iloc[1:] >= OPT_WORK_S * 1e3 * 0.8).all()
+    if case == "scheduler_after":
+        assert scheduler.get_last_lr()[0] == pytest.approx(0.01 * 0.1 ** (steps // 2))
+    p_step = inner.__dict__.get("step")
+    assert p_step is None or getattr(p_step, "_wrapped_by_lr_sched", False)   # our wrapper is gone
+
+
+def test_a_wrapper_optimizer_work_lands_in_the_step_it_ends(tmp_path):
+    """Attaching the wrapper's inner optimizer: the wrapper's own work before inner.step() comes
+    before the step end, so it is that step's tail or compute, and one step per iteration."""
+    torch.manual_seed(0)
+    model, (x, y) = small_cnn(), cifar_batch()
+    inner = torch.optim.SGD(model.parameters(), lr=0.01)
+    p = _quiet_profiler(tmp_path)
+    p.attach(model, inner, ops=False)
+    _loop(model, Lookahead(inner), x, y, 6)
+    p.analyse(progress=False)
+    trace = read_csv(tmp_path, "step_trace")
+    assert len(trace) == 6
+    assert (trace["iteration_gap_ms"].iloc[1:] < OPT_WORK_S * 1e3 * 0.5).all()   # not in the next step's gap
+
+
+def test_grad_scaler_skipped_steps_still_end_the_step(tmp_path):
+    """GradScaler.step skips optimizer.step() on inf gradients; the iteration is still one step."""
+    torch.manual_seed(0)
+    model, (x, y) = small_cnn(), cifar_batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    p = _quiet_profiler(tmp_path)
+    p.attach(model, optimizer, ops=False)
+    before = [q.detach().clone() for q in model.parameters()]
+    _loop(model, optimizer, x, y, 1, scaler=scaler, poison={0})
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))    # really skipped
+    _loop(model, optimizer, x, y, 6, scaler=scaler, poison={2, 3})
+    p.analyse(progress=False)
+    trace = read_csv(tmp_path, "step_trace")
+    assert list(trace["step"]) == list(range(7))
+    assert torch.amp.GradScaler.step.__name__ == "step" and not hasattr(torch.amp.GradScaler.step, "__wrapped__")

@@ -23,16 +23,22 @@
   A graph that changes between steps so that this parameter gets no gradient marks no bp end
   (the step trace then infers it); `torch.autograd.grad()` without `.backward()` accumulates
   nothing and marks none either.
-- **tail / step end** — the optimizer's step pre / post hooks wrap `optimizer.step()` in an
-  `optimizer` phase (a tail phase), and the post hook ends the profiler step
-  (`step_on_optimizer=True`, the default): the training loop needs no `profiler.step()`. Both are
-  C `Emitter`s; the post hook passes on to the profiler's C stepper.
+- **tail / step end** — `optimizer.step` is wrapped on the instance (`_OptimizerStep`): the
+  *outermost* call is an `optimizer` phase (a tail phase) and, with `step_on_optimizer=True` (the
+  default), ends the profiler step: the training loop needs no `profiler.step()`. Exactly one step
+  per outermost call: a subclass whose `step` calls `super().step()`, or a wrapper optimizer that
+  calls the attached one, nests inside it (torch's own step hooks would fire once per patched
+  class level). The wrapper is a bound method, so an `LRScheduler` created later wraps it as it
+  wraps any optimizer. `GradScaler.step(optimizer)` of an attached optimizer is the outermost
+  call too (patched while attached): a step the scaler skips (inf / NaN gradients) still ends.
 
 All times are host times: on a GPU, bp end is when the host finished issuing backward work.
 torch is imported lazily so that `import profiler` never imports it.
 """
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from profiler.record.recorder import hot
@@ -87,9 +93,7 @@ class TorchHooks(Source):
                                   for p in model.parameters() if p.requires_grad]
         self._handles += self._first_pass_hooks
         if self._optimizer is not None:
-            self._handles += [self._optimizer.register_step_pre_hook(hot.Emitter(optimizer_phase.begin_code)),
-                              self._optimizer.register_step_post_hook(hot.Emitter(optimizer_phase.end_code,
-                                                                                  self._end_step))]
+            self._handles.append(_OptimizerStep(self._optimizer, optimizer_phase, self._end_step))
 
     def stop(self) -> None:
         for handle in self._handles:
@@ -140,3 +144,95 @@ class _ForwardWrapper:
                 del self._module.forward
         self._module = self._wrapper = self._own = None
 
+
+class _OptimizerStep:
+    """`optimizer.step` replaced on the instance by a bound method whose outermost call is the
+    optimizer phase and ends the step; nested calls (super().step(), a wrapper calling the attached
+    optimizer, GradScaler.step calling optimizer.step) pass straight through. remove() undoes it."""
+
+    def __init__(self, optimizer: Any, phase: Any, end_step: Optional[Callable[[], Any]]) -> None:
+        self._optimizer = optimizer
+        self._phase = phase
+        self._end_step = end_step
+        self._attached = True
+        self._depth = 0
+        self._inner = optimizer.__dict__.get("step")       # an instance step set before us (an LR scheduler's)
+
+        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.call(lambda: self.original(*args, **kwargs))
+
+        if getattr(self._inner, "_wrapped_by_lr_sched", False):
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]  # the scheduler's check still holds
+        self._method = types.MethodType(step, optimizer)     # a bound method: LRScheduler wraps its __func__
+        optimizer.__dict__["step"] = self._method
+        _ATTACHED[id(optimizer)] = self
+        _patch_grad_scaler()
+
+    def call(self, run: Callable[[], Any]) -> Any:
+        """Run `run` (the step itself) as the outermost optimizer step, or pass it through when nested."""
+        if self._depth or not self._attached:
+            return run()
+        self._depth = 1
+        try:
+            with self._phase:
+                out = run()
+        finally:
+            self._depth = 0
+        if self._end_step is not None:
+            self._end_step()
+        return out
+
+    def original(self, *args: Any, **kwargs: Any) -> Any:
+        """The step this wrapper replaced: the instance's own, else the class's."""
+        if self._inner is not None:
+            return self._inner(*args, **kwargs)
+        return type(self._optimizer).step(self._optimizer, *args, **kwargs)
+
+    def remove(self) -> None:
+        """Put back the step we replaced; if something wrapped ours since (an LR scheduler), ours
+        stays in its chain as a plain pass-through."""
+        if not self._attached:
+            return
+        self._attached = False
+        optimizer = self._optimizer
+        if optimizer.__dict__.get("step") is self._method:
+            if self._inner is not None:
+                optimizer.__dict__["step"] = self._inner
+            else:
+                del optimizer.__dict__["step"]
+        if _ATTACHED.get(id(optimizer)) is self:
+            del _ATTACHED[id(optimizer)]
+        if not _ATTACHED:
+            _unpatch_grad_scaler()
+
+
+#: id(optimizer) -> its _OptimizerStep, while attached (GradScaler.step looks its optimizer up here)
+_ATTACHED: dict[int, _OptimizerStep] = {}
+_SCALER_STEP: list = []         # (GradScaler, its own step) while it is patched
+
+
+def _patch_grad_scaler() -> None:
+    """While an optimizer is attached, GradScaler.step(opt) of an attached optimizer is its outermost
+    step: the phase and the step end happen even when the scaler skips opt.step() (inf gradients)."""
+    if _SCALER_STEP:
+        return
+    scaler = getattr(sys.modules.get("torch.amp.grad_scaler"), "GradScaler", None)
+    if scaler is None:
+        return
+    own = scaler.step
+
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        wrapper = _ATTACHED.get(id(optimizer))
+        if wrapper is None or wrapper._optimizer is not optimizer:
+            return own(self, optimizer, *args, **kwargs)
+        return wrapper.call(lambda: own(self, optimizer, *args, **kwargs))
+
+    step.__wrapped__ = own  # type: ignore[attr-defined]
+    _SCALER_STEP.append((scaler, own))
+    scaler.step = step
+
+
+def _unpatch_grad_scaler() -> None:
+    if _SCALER_STEP:
+        scaler, own = _SCALER_STEP.pop()
+        scaler.step = own
