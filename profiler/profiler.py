@@ -421,6 +421,15 @@ class Profiler:
 
         return prefetch(iterable, depth=depth, name=name, workers=workers)
 
+    def iterate(self, iterable: Iterable) -> Iterable:
+        """Iterate `iterable` as the loop does, timing each fetch as data wait (a `data` phase):
+        `for batch in profiler.iterate(loader): ...`. The step trace then splits the iteration gap
+        into data wait and other host work. Use ProfiledDataLoader for a torch DataLoader (it also
+        probes the workers' queue) and prefetch() to load ahead (docs/data-pipeline.md)."""
+        from profiler.data.fetch import measured
+
+        return measured(iterable)
+
     def _point(self, kind: str, name: str, extra: str = "") -> int:
         rec = self._recorder
         if rec is None:
@@ -446,28 +455,34 @@ class Profiler:
         if self._recorder is not None:
             self._recorder.flush()
 
-    def analyse(self, stop: bool = True, progress: bool = True, cluster_timeout_s: float = 120.0) -> list[Path]:
+    def analyse(self, stop: bool = True, progress: bool = True, cluster_timeout_s: float = 120.0,
+                quiet: bool = False) -> list[Path]:
         """Stop recording (unless stop=False), analyse the raw store and write the outputs. Returns their paths.
 
-        In a torch.distributed job every rank calls it: each analyses its own data, then rank 0
-        waits (at most `cluster_timeout_s`) for the others and writes the cluster files
-        (docs/distributed.md).
+        Prints one line (on stderr): where the outputs are, the verdict, and the command that shows
+        the report; `quiet=True` prints nothing. In a torch.distributed job every rank calls it:
+        each analyses its own data, then rank 0 waits (at most `cluster_timeout_s`) for the others
+        and writes the cluster files (docs/distributed.md); only rank 0 prints.
         """
-        from profiler.postprocess.recording import analyse_cluster
+        from profiler.postprocess.recording import analyse_cluster, verdict_line
 
-        if stop:
+        if not stop:
+            if self._recorder is None:
+                written = self._analyse_own(progress)
+            else:
+                self._recorder.flush()
+                with self._recorder.paused():     # no flush may append while the store is read
+                    written = self._analyse_own(progress)
+        else:
             self.stop()
             written = self._analyse_own(progress) if self.active else []
             if initialised_dist() is not None:
                 wait_for_ranks(cluster_timeout_s)
                 if self.rank == 0:
                     written += analyse_cluster(self.output_path)
-            return written
-        if self._recorder is None:
-            return self._analyse_own(progress)
-        self._recorder.flush()
-        with self._recorder.paused():     # no flush may append while the store is read
-            return self._analyse_own(progress)
+        if not quiet and self.active and (self.rank == 0 or self.world_size == 1) and written:
+            print(verdict_line(self.output_path, self.rank), file=sys.stderr)
+        return written
 
     def _analyse_own(self, progress: bool) -> list[Path]:
         """Analyse this rank's raw store into its output files."""

@@ -124,7 +124,8 @@ def train(out: Path, steps: int, sink: bool, loader_ms: float, depth: int = 4) -
     dev = AscendReferenceDevice(profiler, device_id=0, streams=2)
     model = NumpyMLP(np.random.default_rng(0))
     source = batches(steps, loader_ms)
-    feed = dev.data_queue(source, depth=depth) if sink else ((dev.to_device(x), dev.to_device(y)) for x, y in source)
+    feed = (dev.data_queue(source, depth=depth) if sink else           # sink: staged ahead on a probed queue
+            profiler.iterate((dev.to_device(x), dev.to_device(y)) for x, y in source))   # feed: each fetch timed
     losses = []
     for x, y in feed:
         loss = model.step(dev, x, y)

@@ -19,6 +19,7 @@ import pytest
 from profiler import Profiler, ProfviewError
 from profiler.analysis.advisor import DEFAULT_THRESHOLDS, parse_threshold, resolve_thresholds
 from profiler.analysis.cluster import cluster_summary
+from profiler.analysis.steps import outlier_steps
 from profiler.data.pipeline import device_prefetch, prefetch
 
 RNG = np.random.default_rng(0)
@@ -313,8 +314,8 @@ def test_straggler_rank_from_real_rank_step_traces(tmp_path):
 def test_thresholds_from_config_and_overrides(tmp_path):
     def body(p, i):
         with p.phase("data"):
-            time.sleep(0.003)
-        fwd_bwd(p, 8.0)
+            time.sleep(0.002)          # ~10 % of the step: far below 50, far above 5, also on a loaded machine
+        fwd_bwd(p, 16.0)
 
     report = train(tmp_path, 12, body, advisor_thresholds={"input_gap_pct": 50})
     assert report["thresholds"]["input_gap_pct"] == 50
@@ -326,7 +327,7 @@ def test_thresholds_from_config_and_overrides(tmp_path):
     assert main(["analyse", str(tmp_path), "--threshold", "input_gap_pct=5%"]) == 0
     report = json.loads((tmp_path / "report_0.json").read_text())
     assert report["thresholds"]["input_gap_pct"] == 5
-    assert report["findings"][0]["kind"] == "input_bound"
+    assert "input_bound" in [f["kind"] for f in report["findings"]]
 
 
 def test_threshold_errors():
@@ -353,8 +354,8 @@ def test_every_threshold_is_documented_with_its_default():
 def test_real_ascend_capture(shared_data):
     """WideDeep on an Ascend 910 (MindInsight's JOB3): exposed all-reduce, in MindSpore's terms.
 
-    Only 9 AI Core tasks a step are in its HWTS log, so the device's idle time inside forward +
-    backward is not called launch-bound (launch_ops_per_step)."""
+    Its HWTS log (a ring buffer) holds the tasks of 15 of the 322 steps: op figures are per
+    captured step (188 tasks a step), not the 9 a step that dividing by every step would give."""
     from viewer.inputs import load_input
 
     run = load_input(shared_data / "ascend" / "JOB3")[0]
@@ -362,11 +363,14 @@ def test_real_ascend_capture(shared_data):
     assert report["framework"] == "mindspore" and report["verdict"] == "comm_bound"
     f = report["findings"][0]
     steps = run.step_trace.iloc[1:]
-    exposed = (steps["all_reduce_ms"] - steps["all_reduce_overlap_ms"]).clip(lower=0).median()
+    steady = steps.drop(index=outlier_steps(steps, DEFAULT_THRESHOLDS["outlier_min_pct"]).index)
+    exposed = (steady["all_reduce_ms"] - steady["all_reduce_overlap_ms"]).clip(lower=0).mean()
     assert f["at_stake_ms"] == pytest.approx(exposed, abs=1e-3)
-    assert f["at_stake_pct"] == pytest.approx(100 * exposed / steps["total_ms"].mean(), abs=0.01)
+    assert f["at_stake_pct"] == pytest.approx(100 * exposed / steady["total_ms"].mean(), abs=0.01)
     assert "all_reduce_fusion_config" in f["suggestion"]
-    assert "host_bound" not in [x["kind"] for x in report["findings"]]
+    assert report["steps"]["op_captured_steps"] == (steps["op_count"] > 0).sum() == 14   # of 15, one is warm-up
+    launch = [x for x in report["findings"] if x["key"] == "host_bound:launch"]
+    assert all(x["metrics"]["ops_per_step"] > 150 for x in launch)
 
 
 def test_real_mindspore_cpu_capture_is_balanced(shared_data):
@@ -376,3 +380,36 @@ def test_real_mindspore_cpu_capture_is_balanced(shared_data):
     assert report["verdict"] == "balanced" and report["framework"] == "mindspore"
     low = [f for f in report["findings"] if f["kind"] == "op_hotspot"]
     assert low and low[0]["severity"] == "low" and "Conv2D" in low[0]["title"] and "amp_level" in low[0]["suggestion"]
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _memory_loop(out: Path, keep: bool, steps: int = 40, mb: int = 6) -> dict:
+    """A loop that allocates `mb` MB a step and keeps it (a leak) or lets it go; RSS sampled at 50 Hz."""
+    kept = []
+    p = Profiler(output_path=out, host_counters=True, gpu_counters=False, counter_interval_s=0.02)
+    for i in range(steps):
+        block = np.ones(mb << 18, dtype=np.float32)            # mb MB, touched
+        if keep:
+            kept.append(block)
+        fwd_bwd(p, 16.0)
+        p.step()
+    p.analyse(progress=False)
+    return json.loads((out / "report_0.json").read_text())
+
+
+def test_memory_growth_is_reported_with_its_rate_and_limit(tmp_path):
+    report = _memory_loop(tmp_path, keep=True)
+    growth = [f for f in report["findings"] if f["kind"] == "memory_growth"]
+    assert len(growth) == 1, report["headline"]
+    f = growth[0]
+    assert 6 * 0.6 < f["metrics"]["mb_per_step"] < 6 * 1.6, f["evidence"]      # 6 MB kept a step
+    assert f["metrics"]["grown_mb"] > 100 and f["metrics"]["seconds_to_limit"] > 0
+    assert "rss_bytes" in f["evidence"] and "limit is reached in" in f["title"]
+    assert "loss.item()" in f["suggestion"] or "references" in f["suggestion"]
+
+
+def test_stable_memory_is_not_reported(tmp_path):
+    report = _memory_loop(tmp_path, keep=False)
+    assert not [f for f in report["findings"] if f["kind"] == "memory_growth"], report["findings"]

@@ -55,7 +55,7 @@ def test_plain_loop_before_after_prefetch(before_after, tmp_path, capsys):
     phases = {p["column"]: p for p in doc["phases"]}
     assert phases["iteration_gap_ms"]["delta_ms"] < -4          # ~6 ms of loading moved off the step
     assert abs(phases["fp_bp_ms"]["delta_ms"]) < 2
-    assert [f["kind"] for f in doc["findings"]["resolved"]] == ["input_bound"]
+    assert [f["kind"] for f in doc["findings"]["resolved"]] == ["gap_bound"]   # before: nothing measured the wait
     assert doc["findings"]["introduced"] == []
     assert doc["verdict"]["outcome"] == "faster" and doc["verdict"]["delta_pct"] < -25
     stats = {r["statistic"]: r for r in doc["step_time_distribution"]}

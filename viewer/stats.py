@@ -3,11 +3,13 @@ findings. Pure functions over the loaded tables, so both outputs always agree.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
+from profiler import formats
 from profiler.analysis.advisor import DEFAULT_THRESHOLDS
 from profiler.analysis.steps import outlier_steps
 from viewer.theme import ALL_REDUCE, PHASES
@@ -80,7 +82,7 @@ def shares_with_other(op_type: pd.DataFrame, device: str, n: int) -> pd.DataFram
     return out
 
 
-FINDING_FIELDS = ("kind", "severity", "title", "at_stake_ms", "at_stake_pct", "evidence", "threshold", "suggestion")
+FINDING_FIELDS = ("kind", "key", "severity", "title", "at_stake_ms", "at_stake_pct", "evidence", "threshold", "suggestion")
 
 
 def findings(report: Optional[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -104,3 +106,39 @@ def number(value: Any) -> Optional[float]:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class KeyFigures:
+    """report_{rank}.json "steps": the advisor's figures, for every page to show the same numbers."""
+
+    rule: str                                  # which steps: "mean over N steps, the first k left out ..."
+    mean_ms: float
+    wall_ms: float
+    shares: list[tuple[str, float]]            # (label, % of the analysed steps' time)
+    note: str                                  # what was not measured, when it matters
+
+
+def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
+    """The advisor's key figures, or None for a report without them (older outputs, no steps)."""
+    steps = report.get("steps") if isinstance(report, dict) else None
+    if not isinstance(steps, dict) or number(steps.get("mean_ms")) is None:
+        return None
+    shares = steps.get("share_pct") if isinstance(steps.get("share_pct"), dict) else {}
+    labels = [*formats.PHASES, formats.DATA_WAIT, formats.GAP_HOST, formats.ALL_REDUCE]
+    measured = bool(steps.get("data_wait_measured"))
+    picked = [(label, number(shares.get(col))) for col, label in labels
+              if number(shares.get(col)) is not None and (measured or col not in ("data_wait_ms", "gap_host_ms"))]
+    note = "" if measured else ("data wait not measured: the iteration gap is data loading or host work (wrap the "
+                                "loader in ProfiledDataLoader or profiler.iterate() to tell them apart)")
+    return KeyFigures(rule=str(steps.get("rule", "")), mean_ms=float(steps["mean_ms"]),
+                      wall_ms=number(steps.get("wall_ms")) or 0.0, shares=picked, note=note)
+
+
+def queue_verdict_text(summary: Optional[dict[str, Any]]) -> str:
+    """The queue analysis's verdict in words: its kind and its reason."""
+    verdict = summary.get("verdict") if isinstance(summary, dict) else None
+    if not isinstance(verdict, dict) or not verdict.get("kind"):
+        return ""
+    reason = str(verdict.get("reason", ""))
+    return f"{verdict['kind']}" + (f" — {reason}" if reason else "")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from viewer.context import Context
-from viewer.stats import findings, number, outliers, phase_table, select_steps, top_ops
+from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, select_steps,
+                          top_ops)
 
 NAME_WIDTH = 44
 
@@ -40,7 +41,7 @@ def _steps_block(ctx: Context) -> list[str]:
     rows = [(r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}",
              f"{r.share_pct:.1f}") for r in table.itertuples()]
     slow = outliers(steps, run.report)
-    lines = [f"Step breakdown over {len(steps)} step(s), ms:",
+    lines = [f"Step breakdown over {len(steps)} recorded step(s), ms:",
              text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5)]
     if len(slow):
         listed = ", ".join(f"{int(s)} ({t:.1f} ms)" for s, t in zip(slow["step"].head(5), slow["total_ms"].head(5)))
@@ -54,13 +55,35 @@ def _ops_block(ctx: Context) -> list[str]:
         return ["No op table in this run."]
     lines = []
     top = top_ops(detail, 10)
+    has_self = "self_ms" in detail.columns
     for device, ops in top.groupby("device", sort=True):
         rows = [(clean(r.name, NAME_WIDTH), clean(r.op_type, 24), int(r.count), f"{r.total_ms:.3f}",
-                 f"{r.avg_ms:.3f}", f"{r.share_pct:.1f}") for r in ops.itertuples()]
-        lines += ["", f"Top ops on {clean(device)} by total time:",
-                  text_table(["name", "type", "count", "total ms", "avg ms", "share %"], rows,
-                             [False, False, True, True, True, True])]
+                 *([f"{r.self_ms:.3f}"] if has_self else []), f"{r.avg_ms:.3f}", f"{r.share_pct:.1f}")
+                for r in ops.itertuples()]
+        headers = ["name", "type", "count", "total ms", *(["self ms"] if has_self else []), "avg ms",
+                   "self share %"]
+        lines += ["", f"Top ops on {clean(device)} by total time (self share: of the device's summed self time):",
+                  text_table(headers, rows, [False, False] + [True] * (len(headers) - 2))]
     return lines
+
+
+def _key_figures_block(ctx: Context) -> list[str]:
+    """The advisor's own figures (report_{rank}.json "steps"): what the verdict rests on."""
+    figures = key_figures(ctx.run.report)
+    if figures is None:
+        return []
+    lines = ["", f"Verdict figures ({clean(figures.rule)}):",
+             f"  mean step {figures.mean_ms:.2f} ms, wall time {figures.wall_ms / 1e3:.2f} s; " +
+             ", ".join(f"{label} {share:.1f} %" for label, share in figures.shares)]
+    if figures.note:
+        lines.append(f"  {clean(figures.note)}")
+    return lines
+
+
+def _queue_block(ctx: Context) -> list[str]:
+    """The queue analysis's verdict (queue_summary_{rank}.json), when queues were probed."""
+    text = queue_verdict_text(ctx.run.queue_summary)
+    return ["", f"Data pipeline: {clean(text)}"] if text else []
 
 
 def _verdict_block(ctx: Context) -> list[str]:
@@ -70,7 +93,7 @@ def _verdict_block(ctx: Context) -> list[str]:
     lines = ["", f"Verdict: {clean(verdict)}" if verdict else "Findings:"]
     for i, f in enumerate(items, start=1):
         stake = number(f["at_stake_ms"])
-        at = f" — {stake:.2f} ms/step at stake" if stake is not None else ""
+        at = f" — {stake:.2f} ms/step at stake" if stake else ""
         lines.append(f"  {i}. [{clean(f['severity'] or 'info')}] {clean(f['title'])}{at}")
         if f["suggestion"]:
             lines.append(f"     fix: {clean(f['suggestion'])}")
@@ -82,4 +105,4 @@ def render(ctx: Context) -> str:
     run = ctx.run
     head = f"profview summary — {clean(run.shown_path)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
     return "\n".join([head, "=" * min(len(head), 100), *_steps_block(ctx), *_ops_block(ctx),
-                      *_verdict_block(ctx)]) + "\n"
+                      *_key_figures_block(ctx), *_queue_block(ctx), *_verdict_block(ctx)]) + "\n"

@@ -69,6 +69,25 @@ SUGGESTIONS: dict[str, dict[str, str]] = {
         "plain": "the gap is host work between steps, not data loading: move it out of the loop or do it "
                  "every N steps",
     },
+    "gap_bound": {
+        "torch": "measure the data wait to tell a slow loader from slow host code: iterate "
+                 "ProfiledDataLoader(loader) instead of the DataLoader (or use profview run); if it is the "
+                 "loader, add DataLoader workers (num_workers, prefetch_factor, persistent_workers), else move "
+                 "per-step Python work (metrics, .item() syncs, logging) out of the loop",
+        "mindspore": "the time between steps is data loading or host callbacks: check the data queue "
+                     "(minddata pipeline files), train in data sink mode, and move per-step callbacks out of the loop",
+        "plain": "measure the data wait to tell a slow loader from slow host code: iterate profiler.prefetch(loader) "
+                 "(or put batches through a ProfiledQueue); if it is the loader, load ahead on background threads",
+    },
+    "memory_growth": {
+        "torch": "something keeps references across steps: accumulate loss.item(), not loss (a tensor keeps its "
+                 "autograd graph), detach and move to the CPU what you keep for logging, clear lists of "
+                 "outputs; tracemalloc (host) or torch.cuda.memory._record_memory_history() (GPU) shows who allocates",
+        "mindspore": "something keeps references across steps (outputs or losses kept in a list, a growing "
+                     "cache): keep scalars (asnumpy()) instead of tensors and clear what you keep for logging",
+        "plain": "something keeps references across steps (a list or cache that only grows): keep only what you "
+                 "need, as plain numbers; tracemalloc shows who allocates",
+    },
     "host_bound": {
         "torch": "many tiny ops leave the device (or the core) waiting for the framework: use a larger batch, "
                  "torch.compile(model) (or CUDA graphs) to remove per-op dispatch, and fuse small elementwise ops",

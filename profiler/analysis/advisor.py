@@ -1,10 +1,21 @@
 """The advisor: ranked bottleneck findings with evidence and a fix (report_{rank}.json).
 
-Pure: the analysed tables of one rank (step trace, op tables, the run's ops, the queue summary)
-and a set of thresholds in, a JSON-ready report out. Each rule looks at one symptom of
-DESIGN.md's table (input pipeline, operators, host / launch overhead, tail, communication,
-outlier steps, the profiler itself) and returns a finding only when its documented threshold
-fires, so a run with no problem gets the verdict "balanced" instead of an invented one.
+Pure: the analysed tables of one rank (step trace, op tables, the run's ops, the queue summary,
+the counters) and a set of thresholds in, a JSON-ready report out. Each rule looks at one symptom
+of DESIGN.md's table (input pipeline, host work between steps, operators, host / launch overhead,
+tail, communication, outlier steps, memory growth, the profiler itself) and returns a finding
+only when its documented threshold fires, so a run with no problem gets the verdict "balanced"
+instead of an invented one.
+
+Figures are totals over the analysed steps (the warm-up steps left out), divided by their count:
+means, so that shares add up over the run and bimodal or alternating step times (a 2-worker loader
+delivering in bursts) are weighed by the time they really take; medians appear only as evidence.
+A few outlier steps (a periodic checkpoint, an evaluation) are the step_outliers rule's: the other
+rules measure the steady steps (the analysed steps without the outliers), so the same seconds are
+not reported twice. Op figures are per *captured* step (steps with ops: `op_count` > 0), so ops
+captured on K of N steps are not divided by N. The iteration gap is split by measurement, not
+inferred: `data_wait_ms` (ProfiledDataLoader fetches, probed-queue waits) against `gap_host_ms`
+(everything else between steps).
 
 Every finding says how much of the step is at stake (ms per step and % of the mean step), the
 numbers it rests on and the output files they come from, the threshold that fired, and a
@@ -15,6 +26,7 @@ cluster_summary.json (docs/formats.md).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -34,7 +46,8 @@ THRESHOLD_DOCS: dict[str, tuple[float, str]] = {
     "warmup_steps": (1, "first steps left out of every statistic (lazy initialisation, allocator warm-up)"),
     "severity_high_pct": (20.0, "a finding with at least this % of the mean step at stake is high severity"),
     "severity_medium_pct": (8.0, "... at least this % is medium severity (below: low)"),
-    "input_gap_pct": (10.0, "iteration gap share of step time that makes the run input-bound"),
+    "input_gap_pct": (10.0, "share of step time spent waiting for data (or, when nothing measures the wait, in "
+                            "the iteration gap; or in other host work between steps) that makes a finding"),
     "op_hotspot_pct": (20.0, "share of a device's op time taken by an avoidable op family "
                              "(BatchNorm / normalisation, layout transforms)"),
     "cast_hotspot_pct": (8.0, "share of a device's op time taken by dtype conversions (Cast): pure "
@@ -51,6 +64,8 @@ THRESHOLD_DOCS: dict[str, tuple[float, str]] = {
     "straggler_pct": (10.0, "how far a rank's busy time (step minus exposed communication) may exceed "
                             "the ranks' median before it is a straggler"),
     "profiler_overhead_pct": (5.0, "share of step time the profiler itself took"),
+    "memory_growth_mb": (32.0, "growth of host RSS / device memory over the analysed steps (MB) that, when "
+                               "steady, makes a memory_growth finding"),
 }
 DEFAULT_THRESHOLDS: dict[str, float] = {name: value for name, (value, _) in THRESHOLD_DOCS.items()}
 
@@ -71,15 +86,45 @@ class AdvisorInput:
     step_lane: str                            # host thread that called step()
     thresholds: Mapping[str, float]
     skipped_steps: int = 0
+    counters: Optional[pd.DataFrame] = None   # the run's counters (memory growth)
+    memory_limits: Mapping[str, float] = field(default_factory=dict)   # "source|device" -> bytes
+    buffering_steps: frozenset = frozenset()  # steps where torch.profiler held its events in memory
+
+    @functools.cached_property
+    def steady(self) -> pd.DataFrame:
+        """The analysed steps without the outlier steps (the step_outliers rule reports those)."""
+        slow = outlier_steps(self.steps, self.thresholds["outlier_min_pct"]) if len(self.steps) else self.steps
+        return self.steps.drop(index=slow.index) if len(slow) < len(self.steps) else self.steps
 
     @property
     def mean_step_ms(self) -> float:
-        """The mean analysed step: the denominator of every share, so shares add up over the run."""
-        return float(self.steps["total_ms"].mean()) if len(self.steps) else 0.0
+        """The mean steady step: the denominator of every share, so shares add up over those steps."""
+        return float(self.steady["total_ms"].mean()) if len(self.steady) else 0.0
 
-    def typical(self, column: str) -> float:
-        """A phase's median over the analysed steps: the steady state (outlier steps have their own rule)."""
-        return float(self.steps[column].median()) if column in self.steps and len(self.steps) else 0.0
+    def per_step(self, column: str) -> float:
+        """A column's total over the steady steps divided by their count (its mean), 0 when absent."""
+        return float(self.steady[column].mean()) if column in self.steady and len(self.steady) else 0.0
+
+    @functools.cached_property
+    def captured(self) -> pd.DataFrame:
+        """The analysed steps that recorded ops (op capture on an ops_schedule skips the others)."""
+        if "op_count" not in self.steps:
+            return self.steps
+        return self.steps[self.steps["op_count"] > 0]
+
+    def op_ms_per_step(self, device: str, op_types: "set[str]") -> float:
+        """Self time of these op types on `device`, per captured analysed step (ms)."""
+        ops, steps = self.ops, self.captured
+        if ops is None or not len(ops) or not len(steps):
+            return 0.0
+        mask = ((ops["device"] == device) & ops["op_type"].isin(op_types)).to_numpy()
+        mask = mask & ops["step"].isin(steps["step"]).to_numpy()
+        return float(ops["self_ns"].to_numpy()[mask].sum()) / 1e6 / len(steps)
+
+    @property
+    def data_measured(self) -> bool:
+        """Whether anything measured the loop's data wait (ProfiledDataLoader, prefetch, probed queues)."""
+        return bool((self.steps.get("data_wait_ms", pd.Series(dtype=float)) > 0).any()) or bool(self.queue_summary)
 
     def file(self, stem: str, ext: str = "csv") -> str:
         """This rank's output file `stem`, as the evidence names it."""
@@ -149,11 +194,17 @@ def severity_of(pct: float, thresholds: Mapping[str, float]) -> str:
 # ----------------------------------------------------------------------------- inputs
 
 
+#: sources whose presence in a recording make it a torch run (attach(), op capture)
+TORCH_SOURCES = ("torch", "torch_hooks")
+
+
 def framework_of(info: Mapping[str, Any]) -> str:
-    """torch / mindspore / plain: whose terms the suggestions use."""
+    """torch / mindspore / plain: whose terms the suggestions use. A recording that used attach()
+    or torch op capture is a torch run, whether or not framework="torch" was passed."""
     origin = str(info.get("data_origin", "profview"))
     config = info.get("config") if isinstance(info.get("config"), Mapping) else {}
-    if origin == "kineto" or config.get("framework") == "torch":
+    sources = info.get("sources") if isinstance(info.get("sources"), Mapping) else {}
+    if origin == "kineto" or config.get("framework") == "torch" or any(s in sources for s in TORCH_SOURCES):
         return "torch"
     if origin in ("mindspore", "ascend"):
         return "mindspore"
@@ -188,9 +239,15 @@ def _pct(value: float) -> str:
     return f"{value:.1f} %"
 
 
+def warmup_note(analysed: int, skipped: int, outliers: int = 0) -> str:
+    """Which steps a mean is over, in words: the warm-up rule and the outliers left to their own rule."""
+    skipped_text = f", the first {skipped} left out as warm-up (warmup_steps)" if skipped else ""
+    outlier_text = f", {outliers} outlier step(s) left to step_outliers" if outliers else ""
+    return f"mean over {analysed - outliers} steps{skipped_text}{outlier_text}"
+
+
 def _steps_note(inp: AdvisorInput) -> str:
-    skipped = f", first {inp.skipped_steps} left out as warm-up" if inp.skipped_steps else ""
-    return f"median over {len(inp.steps)} steps{skipped}"
+    return warmup_note(len(inp.steps), inp.skipped_steps, len(inp.steps) - len(inp.steady))
 
 
 # ----------------------------------------------------------------------------- rules
@@ -209,31 +266,69 @@ def queue_verdict(summary: Optional[Mapping[str, Any]]) -> tuple[Optional[str], 
 
 
 def input_rule(inp: AdvisorInput) -> list[Finding]:
-    """input_bound / transmission_bound from the queue verdict, else from the iteration gap's share."""
-    gap = inp.typical("iteration_gap_ms")
-    wait = inp.typical("data_wait_ms")
-    share = _fires(inp, gap, "input_gap_pct")
-    if share is None:
-        return []
-    verdict, reason = queue_verdict(inp.queue_summary)
+    """The iteration gap, split by measurement: input_bound / transmission_bound for the time the
+    loop waited for data, host_bound (gap) for the rest; gap_bound when nothing measured the wait."""
+    gap = inp.per_step("iteration_gap_ms")
+    if not inp.data_measured:
+        if _fires(inp, gap, "input_gap_pct") is None:
+            return []
+        return [_gap_finding(inp, gap)]
+    host = inp.per_step("gap_host_ms")
+    wait = inp.per_step("data_wait_ms")          # wherever it falls (micro-batches fetch inside fp + bp)
+    return _data_wait_finding(inp, gap, wait) + _host_gap_finding(inp, gap, wait, host)
+
+
+def _gap_evidence(inp: AdvisorInput, gap: float, wait: float, host: float) -> tuple[str, list[str]]:
+    """The measured split of the gap, and the queue analysis's reading when queues were probed."""
     files = [inp.file("step_trace")]
-    evidence = (f"iteration gap {gap:.2f} ms against a mean step of {inp.mean_step_ms:.2f} ms ({_pct(share)}), "
-                f"{_steps_note(inp)}; threads waited {wait:.2f} ms per step in probed queue gets "
-                f"[{files[0]}: iteration_gap_ms, total_ms, data_wait_ms]")
+    evidence = (f"the loop waited {wait:.2f} ms for data per step of {inp.mean_step_ms:.2f} ms; iteration gap "
+                f"{gap:.2f} ms, of it {host:.2f} ms other host work ({_steps_note(inp)}) "
+                f"[{files[0]}: iteration_gap_ms, gap_host_ms, data_wait_ms, total_ms]")
+    verdict, reason = queue_verdict(inp.queue_summary)
     if verdict is not None:
         files.append(inp.file("queue_summary", "json"))
         evidence += f"; queues: {reason} [{files[1]}: verdict]"
-    threshold = _rule_text(inp, "iteration gap share", "input_gap_pct")
-    metrics = {"iteration_gap_ms": gap, "gap_share_pct": share, "data_wait_ms": wait}
-    if verdict == BALANCED:
-        return [_finding(inp, "host_bound", gap, title=f"Host work between steps takes {_pct(share)} of the step "
-                         "(the data queues keep up)", evidence=evidence, threshold=threshold,
-                         suggestion=_suggest("host_gap", inp), files=files, metrics=metrics)]
-    kind = verdict or "input_bound"
-    title = (f"Input pipeline: the step waits for data {_pct(share)} of the time" if kind == "input_bound"
+    return evidence, files
+
+
+def _data_wait_finding(inp: AdvisorInput, gap: float, wait: float) -> list[Finding]:
+    share = _fires(inp, wait, "input_gap_pct")
+    if share is None:
+        return []
+    evidence, files = _gap_evidence(inp, gap, wait, inp.per_step("gap_host_ms"))
+    kind = "transmission_bound" if queue_verdict(inp.queue_summary)[0] == "transmission_bound" else "input_bound"
+    title = (f"Input pipeline: the loop waits for data {_pct(share)} of the time" if kind == "input_bound"
              else f"Data transfer: batches reach the device late ({_pct(share)} of the step)")
-    return [_finding(inp, kind, gap, title=title, evidence=evidence, threshold=threshold,
-                     suggestion=_suggest(kind, inp), files=files, metrics=metrics)]
+    return [_finding(inp, kind, wait, title=title, evidence=evidence,
+                     threshold=_rule_text(inp, "data wait, % of step time", "input_gap_pct"),
+                     suggestion=_suggest(kind, inp), files=files,
+                     metrics={"iteration_gap_ms": gap, "data_wait_ms": wait, "data_wait_share_pct": share})]
+
+
+def _host_gap_finding(inp: AdvisorInput, gap: float, wait: float, host: float) -> list[Finding]:
+    share = _fires(inp, host, "input_gap_pct")
+    if share is None:
+        return []
+    evidence, files = _gap_evidence(inp, gap, wait, host)
+    return [_finding(inp, "host_bound", host, key="host_bound:gap",
+                     title=f"Host work between steps takes {_pct(share)} of the step (not data loading)",
+                     evidence=evidence, threshold=_rule_text(inp, "other host work in the gap, % of step time",
+                                                             "input_gap_pct"),
+                     suggestion=_suggest("host_gap", inp), files=files,
+                     metrics={"iteration_gap_ms": gap, "gap_host_ms": host, "gap_host_share_pct": share})]
+
+
+def _gap_finding(inp: AdvisorInput, gap: float) -> Finding:
+    share = _share(gap, inp)
+    f = inp.file("step_trace")
+    return _finding(inp, "gap_bound", gap,
+                    title=f"Iteration gap takes {_pct(share)} of the step (data loading or host work: not measured)",
+                    evidence=(f"iteration gap {gap:.2f} ms of a mean step of {inp.mean_step_ms:.2f} ms "
+                              f"({_steps_note(inp)}); no data wait was measured, so a slow loader cannot be told "
+                              f"from host work between steps [{f}: iteration_gap_ms, data_wait_ms, total_ms]"),
+                    threshold=_rule_text(inp, "iteration gap share", "input_gap_pct"),
+                    suggestion=_suggest("gap_bound", inp), files=[f],
+                    metrics={"iteration_gap_ms": gap, "gap_share_pct": share})
 
 
 def _exposed_comm(steps: pd.DataFrame) -> pd.Series:
@@ -242,11 +337,11 @@ def _exposed_comm(steps: pd.DataFrame) -> pd.Series:
 
 def comm_rule(inp: AdvisorInput) -> list[Finding]:
     """comm_bound: communication that does not overlap forward + backward."""
-    exposed = float(_exposed_comm(inp.steps).median())
+    exposed = float(_exposed_comm(inp.steady).mean())
     share = _fires(inp, exposed, "comm_exposed_pct")
     if share is None:
         return []
-    comm, overlap = inp.typical("all_reduce_ms"), inp.typical("all_reduce_overlap_ms")
+    comm, overlap = inp.per_step("all_reduce_ms"), inp.per_step("all_reduce_overlap_ms")
     f = inp.file("step_trace")
     return [_finding(
         inp, "comm_bound", exposed, title=f"Communication not hidden behind compute: {_pct(share)} of the step",
@@ -259,7 +354,7 @@ def comm_rule(inp: AdvisorInput) -> list[Finding]:
 
 def tail_rule(inp: AdvisorInput) -> list[Finding]:
     """tail_bound: bp end -> step end, without the exposed communication comm_rule reports."""
-    tail = float((inp.steps["tail_ms"] - _exposed_comm(inp.steps)).clip(lower=0).median())
+    tail = float((inp.steady["tail_ms"] - _exposed_comm(inp.steady)).clip(lower=0).mean())
     share = _fires(inp, tail, "tail_pct")
     if share is None:
         return []
@@ -272,9 +367,15 @@ def tail_rule(inp: AdvisorInput) -> list[Finding]:
         suggestion=_suggest("tail_bound", inp), files=[f], metrics={"tail_ms": tail, "tail_share_pct": share})]
 
 
-def _ops_per_step(inp: AdvisorInput) -> float:
-    """Op-table totals cover every step recorded: divide by all steps, warm-up included."""
-    return float(len(inp.steps) + inp.skipped_steps) or 1.0
+def _op_finding(inp: AdvisorInput, kind: str, stake_ms: float, **kw: Any) -> Finding:
+    """A finding about op time: its share is of the mean step of the analysed steps that captured ops."""
+    mean = float(inp.captured["total_ms"].mean()) if len(inp.captured) else 0.0
+    return Finding(kind=kind, at_stake_ms=stake_ms, at_stake_pct=100.0 * stake_ms / mean if mean > 0 else 0.0, **kw)
+
+
+def _captured_note(inp: AdvisorInput) -> str:
+    n, total = len(inp.captured), len(inp.steps)
+    return f"per captured step ({n} of the {total} analysed steps captured ops)" if n < total else "per step"
 
 
 def op_family_rule(inp: AdvisorInput) -> list[Finding]:
@@ -292,15 +393,15 @@ def op_family_rule(inp: AdvisorInput) -> list[Finding]:
             share = float(rows["share_pct"].sum())
             if share < limit:
                 continue
-            stake = float(rows["self_ms"].sum()) / _ops_per_step(inp)
+            stake = inp.op_ms_per_step(device, set(rows["op_type"].astype(str)))
             top = rows.sort_values("self_ms", ascending=False).head(4)
             listed = ", ".join(f"{r.op_type} {r.share_pct:.1f} %" for r in top.itertuples())
             f = inp.file("op_type")
-            out.append(_finding(
+            out.append(_op_finding(
                 inp, "op_hotspot", stake, title=f"{label} ops take {_pct(share)} of {device} op time",
                 key=f"op_hotspot:{family}:{device}",
-                evidence=(f"{listed} of {device} self time; {stake:.2f} ms per step "
-                          f"[{f}: op_type, self_ms, share_pct]"),
+                evidence=(f"{listed} of {device} self time over the run; {stake:.2f} ms {_captured_note(inp)} "
+                          f"[{f}: op_type, self_ms, share_pct; {inp.file('step_trace')}: op_count]"),
                 threshold=f"{family} family share >= {limit:g} % of op time ({limit_name})",
                 suggestion=suggestion[inp.framework], files=[f, inp.file("op_detail")],
                 metrics={"share_pct": share, "self_ms_per_step": stake}))
@@ -320,12 +421,13 @@ def dominant_op_rule(inp: AdvisorInput) -> list[Finding]:
     big = table[(~avoidable) & (table["share_pct"] >= limit)]
     out = []
     for r in big.itertuples():
-        stake = float(r.self_ms) / _ops_per_step(inp)
+        stake = inp.op_ms_per_step(str(r.device), {str(r.op_type)})
         f = inp.file("op_type")
-        finding = _finding(
+        finding = _op_finding(
             inp, "op_hotspot", stake, title=f"{r.op_type} does most of the work on {r.device} ({_pct(r.share_pct)})",
             key=f"op_hotspot:{r.op_type}:{r.device}",
-            evidence=f"{r.op_type}: {r.count} calls, {r.self_ms:.2f} ms self time [{f}: share_pct, self_ms]",
+            evidence=(f"{r.op_type}: {r.count} calls, {r.self_ms:.2f} ms self time, {stake:.2f} ms "
+                      f"{_captured_note(inp)} [{f}: share_pct, self_ms]"),
             threshold=f"one op type >= {limit:g} % of op time (op_dominant_pct; reported as low severity)",
             suggestion=_suggest("op_dominant", inp),
             files=[f], metrics={"share_pct": float(r.share_pct), "self_ms_per_step": stake})
@@ -350,8 +452,11 @@ def host_rule(inp: AdvisorInput) -> list[Finding]:
     ops = lane_ops(inp.ops, inp.step_lane)
     if ops is None or not len(ops):
         return []
-    fp = np.round((inp.steps["start_ms"] + inp.steps["iteration_gap_ms"]).to_numpy() * 1e6).astype(np.int64)
-    bp = fp + np.round(inp.steps["fp_bp_ms"].to_numpy() * 1e6).astype(np.int64)
+    steps = inp.captured
+    if not len(steps):
+        return []
+    fp = np.round((steps["start_ms"] + steps["iteration_gap_ms"]).to_numpy() * 1e6).astype(np.int64)
+    bp = fp + np.round(steps["fp_bp_ms"].to_numpy() * 1e6).astype(np.int64)
     starts = ops["start_ns"].to_numpy(np.int64)
     busy = covered_ns(starts, starts + ops["dur_ns"].to_numpy(np.int64), fp, bp)
     window = float((bp - fp).sum())
@@ -359,14 +464,15 @@ def host_rule(inp: AdvisorInput) -> list[Finding]:
         return []
     idle_share = 100.0 * (1.0 - busy.sum() / window)
     median_us = float(np.median(ops["dur_ns"].to_numpy())) / 1e3
-    per_step = len(ops) / _ops_per_step(inp)
+    per_step = float(np.isin(ops["step"].to_numpy(), steps["step"].to_numpy()).sum()) / len(steps)
     idle_limit, short = inp.thresholds["host_idle_pct"], inp.thresholds["launch_short_op_us"]
     if idle_share < idle_limit or median_us >= short or per_step < inp.thresholds["launch_ops_per_step"]:
         return []
-    idle_ms = (window - busy.sum()) / 1e6 / len(inp.steps)
+    idle_ms = (window - busy.sum()) / 1e6 / len(steps)
     where = "the device" if (ops["device"] != "cpu").any() else f"thread {inp.step_lane}"
-    return [_finding(
-        inp, "host_bound", idle_ms, title=f"Launch-bound: {_pct(idle_share)} of forward + backward runs no op",
+    return [_op_finding(
+        inp, "host_bound", idle_ms, key="host_bound:launch",
+        title=f"Launch-bound: {_pct(idle_share)} of forward + backward runs no op",
         evidence=(f"{per_step:.0f} ops per step with a median duration of {median_us:.1f} µs; ops on {where} cover "
                   f"{100 - idle_share:.1f} % of forward + backward, {idle_ms:.2f} ms per step is framework / "
                   f"launch overhead [{inp.file('step_trace')}: fp_bp_ms; {inp.file('timeline', 'json')}: ops]"),
@@ -408,8 +514,9 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
         return []
     median = inp.steps.median(numeric_only=True)
     excess = float((slow["total_ms"] - median["total_ms"]).sum()) / len(inp.steps)
-    share = _fires(inp, excess, "outlier_excess_pct")
-    if share is None:
+    mean_all = float(inp.steps["total_ms"].mean())
+    share = 100.0 * excess / mean_all if mean_all > 0 else 0.0       # of the whole run: outliers included
+    if share < inp.thresholds["outlier_excess_pct"]:
         return []
     grown = {col: float(slow[col].mean() - median[col]) for col in PHASE_COLUMNS}
     phase = max(grown, key=grown.get)
@@ -418,8 +525,8 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
     listed = ", ".join(str(int(s)) for s in slow["step"].head(8)) + (" …" if len(slow) > 8 else "")
     one = len(slow) == 1
     f = inp.file("step_trace")
-    return [_finding(
-        inp, "step_outliers", excess,
+    return [Finding(
+        kind="step_outliers", at_stake_ms=excess, at_stake_pct=share,
         title=f"{'One slow step adds' if one else f'{len(slow)} slow steps{every} add'} {_pct(share)} to the run",
         evidence=(f"{'step' if one else 'steps'} {listed} {'takes' if one else 'take'} "
                   f"{slow['total_ms'].mean():.2f} ms{'' if one else ' on average'} against a median of "
@@ -431,9 +538,106 @@ def outlier_rule(inp: AdvisorInput) -> list[Finding]:
         metrics={"outliers": float(len(slow)), "period_steps": float(period or 0), "excess_ms_per_step": excess})]
 
 
+#: memory counters watched for steady growth, and how each is named in a finding
+MEMORY_METRICS = {"rss_bytes": "Host memory (RSS)", "mem_used_bytes": "Device memory"}
+#: fewest steps (steady, without torch op capture) a memory trend is judged on
+MEMORY_MIN_STEPS = 8
+MB = float(1 << 20)
+
+
+def theil_sen_slope(t: np.ndarray, v: np.ndarray) -> float:
+    """Median of the pairwise slopes: a trend that one spike or a GC drop does not move."""
+    i, j = np.triu_indices(len(t), k=1)
+    dt = t[j] - t[i]
+    ok = dt > 0
+    return float(np.median((v[j] - v[i])[ok] / dt[ok])) if ok.any() else 0.0
+
+
+def rank_correlation(t: np.ndarray, v: np.ndarray) -> float:
+    """Spearman's rank correlation of v with t (1: v only ever rises)."""
+    rt, rv = np.argsort(np.argsort(t)), pd.Series(v).rank().to_numpy()
+    if rv.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rt, rv)[0, 1])
+
+
+def steady_growth(t_ns: np.ndarray, values: np.ndarray, max_points: int = 256) -> Optional[tuple[float, float]]:
+    """(slope per ns, rank correlation) when `values` grow steadily over the window: a rising trend in
+    rank order, still rising in the second half (not an allocator warm-up that has levelled off)."""
+    if len(t_ns) < 8:
+        return None
+    keep = np.unique(np.linspace(0, len(t_ns) - 1, min(len(t_ns), max_points)).astype(np.int64))
+    t, v = t_ns[keep].astype(np.float64), values[keep].astype(np.float64)
+    slope, corr = theil_sen_slope(t, v), rank_correlation(t, v)
+    half = len(t) // 2
+    if slope <= 0 or corr < 0.8 or theil_sen_slope(t[half:], v[half:]) < 0.5 * slope:
+        return None
+    return slope, corr
+
+
+def memory_rule(inp: AdvisorInput) -> list[Finding]:
+    """memory_growth: host RSS or device memory that grows steadily across the analysed steps."""
+    counters = inp.counters
+    steps = inp.steady[~inp.steady["step"].isin(inp.buffering_steps)]    # not the profiler's own buffers
+    if counters is None or not len(counters) or len(steps) < MEMORY_MIN_STEPS:
+        return []
+    lo = (steps["start_ms"] * 1e6).to_numpy()
+    hi = ((steps["start_ms"] + steps["total_ms"]) * 1e6).to_numpy()
+    t_all = counters["time_ns"].to_numpy(np.int64)
+    slot = np.searchsorted(lo, t_all, side="right") - 1
+    inside = (slot >= 0) & (t_all < hi[np.clip(slot, 0, None)])
+    watched = counters[counters["metric"].isin(list(MEMORY_METRICS)).to_numpy() & inside]
+    out = []
+    for (source, device, metric), series in watched.groupby(["source", "device", "metric"], sort=True, observed=True):
+        series = series.sort_values("time_ns", kind="stable")
+        t, v = series["time_ns"].to_numpy(np.int64), series["value"].to_numpy(np.float64)
+        trend = steady_growth(t, v)
+        if trend is None:
+            continue
+        slope, corr = trend
+        grown_mb = slope * (t[-1] - t[0]) / MB
+        if grown_mb < inp.thresholds["memory_growth_mb"]:
+            continue
+        per_step_mb = slope * inp.mean_step_ms * 1e6 / MB
+        limit = inp.memory_limits.get(f"{source}|{device}")
+        remaining_s = (limit - v[-1]) / (slope * 1e9) if limit else None
+        if remaining_s is not None and remaining_s > 0:
+            when = f": at this rate the {_bytes(limit)} limit is reached in {_duration(remaining_s)}"
+            severity = "high" if remaining_s < 3600 else "medium" if remaining_s < 86400 else "low"
+        else:
+            when, severity = "", "medium"
+        f = inp.file("device_counters")
+        finding = Finding(
+            kind="memory_growth", key=f"memory_growth:{device}:{metric}", at_stake_ms=0.0, at_stake_pct=0.0,
+            title=f"{MEMORY_METRICS[metric]} on {device} grows {per_step_mb:.2f} MB per step{when}",
+            evidence=(f"{metric} {v[0] / MB:.0f} MB -> {v[-1] / MB:.0f} MB (+{grown_mb:.0f} MB) over "
+                      f"{len(steps)} steps ({_steps_note(inp)}, steps with torch op capture left out), rising "
+                      f"steadily (rank correlation {corr:.2f}, Theil-Sen slope {slope * 1e9 / MB:.2f} MB/s) "
+                      f"[{f}: {metric}]"),
+            threshold=(f"steady growth (rank correlation >= 0.8, still rising in the second half) of at least "
+                       f"{inp.thresholds['memory_growth_mb']:g} MB (memory_growth_mb)"),
+            suggestion=_suggest("memory_growth", inp), files=[f], severity=severity,
+            metrics={"mb_per_step": per_step_mb, "mb_per_s": slope * 1e9 / MB, "grown_mb": grown_mb,
+                     **({"seconds_to_limit": remaining_s} if remaining_s is not None and remaining_s > 0 else {})})
+        out.append(finding)
+    return out
+
+
+def _bytes(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GB" if n >= 1 << 30 else f"{n / MB:.0f} MB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.0f} days"
+
+
 def overhead_rule(inp: AdvisorInput) -> list[Finding]:
     """profiler_overhead: the profiler's own measured time inside the steps."""
-    overhead = inp.typical("profiler_overhead_ms")
+    overhead = inp.per_step("profiler_overhead_ms")
     share = _fires(inp, overhead, "profiler_overhead_pct")
     if share is None:
         return []
@@ -446,7 +650,8 @@ def overhead_rule(inp: AdvisorInput) -> list[Finding]:
 
 
 RULES: tuple[Callable[[AdvisorInput], list[Finding]], ...] = (
-    input_rule, comm_rule, tail_rule, op_family_rule, dominant_op_rule, host_rule, outlier_rule, overhead_rule)
+    input_rule, comm_rule, tail_rule, op_family_rule, dominant_op_rule, host_rule, outlier_rule, memory_rule,
+    overhead_rule)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -459,11 +664,35 @@ def rank_findings(findings: list[Finding], thresholds: Mapping[str, float]) -> l
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], -f.at_stake_ms, f.kind))
 
 
-def headline(verdict: str, findings: list[Finding], steps: pd.DataFrame) -> str:
-    """One sentence for the top of the report: the top problem (or none) and the median step's split."""
-    m = steps[["total_ms", *PHASE_COLUMNS]].median()
-    split = (f"median step {m['total_ms']:.2f} ms: iteration gap {m['iteration_gap_ms']:.2f} ms, "
-             f"forward + backward {m['fp_bp_ms']:.2f} ms, tail {m['tail_ms']:.2f} ms")
+#: the per-step figures report["steps"] gives (the Overview's key figures and --summary read them)
+KEY_FIGURES = (*PHASE_COLUMNS, "data_wait_ms", "gap_host_ms", "all_reduce_ms", "profiler_overhead_ms")
+
+
+def key_figures(inp: AdvisorInput) -> dict[str, Any]:
+    """report["steps"]: what the figures rest on (analysed steps, warm-up, captured steps) and the mean
+    step's split, so every page shows the advisor's own numbers."""
+    total = inp.steps["total_ms"]
+    wall = float(total.sum())
+    present = [c for c in KEY_FIGURES if c in inp.steps]
+    return {
+        "analysed": int(len(inp.steps)), "warmup_skipped": int(inp.skipped_steps),
+        "rule": _steps_note(inp), "mean_ms": round(float(total.mean()), 4),
+        "median_ms": round(float(total.median()), 4), "wall_ms": round(wall, 4),
+        "mean_phase_ms": {c: round(inp.per_step(c), 4) for c in present},
+        "share_pct": {c: round(100.0 * float(inp.steps[c].sum()) / wall, 3) if wall > 0 else 0.0 for c in present},
+        "op_captured_steps": int(len(inp.captured)) if "op_count" in inp.steps else None,
+        "data_wait_measured": inp.data_measured,
+    }
+
+
+def headline(verdict: str, findings: list[Finding], inp: AdvisorInput) -> str:
+    """One sentence for the top of the report: the top problem (or none) and the mean step's split."""
+    gap = inp.per_step("iteration_gap_ms")
+    wait = gap - inp.per_step("gap_host_ms") if inp.data_measured else None
+    gap_text = (f"iteration gap {gap:.2f} ms ({wait:.2f} ms data wait)" if wait is not None
+                else f"iteration gap {gap:.2f} ms")
+    split = (f"mean step {inp.mean_step_ms:.2f} ms: {gap_text}, forward + backward "
+             f"{inp.per_step('fp_bp_ms'):.2f} ms, tail {inp.per_step('tail_ms'):.2f} ms")
     if verdict == BALANCED:
         return f"no high-severity bottleneck ({split})"
     return f"{findings[0].title}: fix this first ({split})"
@@ -477,14 +706,12 @@ def advise(inp: AdvisorInput) -> dict[str, Any]:
                 "steps": {"analysed": 0, "warmup_skipped": 0}}
     found = rank_findings([f for rule in RULES for f in rule(inp)], inp.thresholds)
     verdict = found[0].kind if found and found[0].severity == "high" else BALANCED
-    total = inp.steps["total_ms"]
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "verdict": verdict,
-        "headline": headline(verdict, found, inp.steps),
+        "headline": headline(verdict, found, inp),
         "framework": inp.framework,
-        "steps": {"analysed": int(len(inp.steps)), "warmup_skipped": int(inp.skipped_steps),
-                  "mean_ms": round(float(total.mean()), 4), "median_ms": round(float(total.median()), 4)},
+        "steps": key_figures(inp),
         "thresholds": dict(inp.thresholds),
         "findings": [f.to_json() for f in found],
     }

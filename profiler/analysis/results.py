@@ -56,4 +56,20 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
     steps, skipped = analysed_steps(a.step_trace, int(th["warmup_steps"]))
     return advise(AdvisorInput(steps=steps, op_type=a.op_type, ops=a.run.ops,
                                queue_summary=a.extra_json.get("queue_summary"), framework=framework_of(a.run.info),
-                               rank=a.run.rank, step_lane=step_lane(a.run), thresholds=th, skipped_steps=skipped))
+                               rank=a.run.rank, step_lane=step_lane(a.run), thresholds=th, skipped_steps=skipped,
+                               counters=a.run.counters, memory_limits=memory_limits(a.run.info),
+                               buffering_steps=frozenset(a.run.ops.loc[a.run.ops["source"] == "torch", "step"].unique().tolist())))
+
+
+def memory_limits(info: Mapping[str, Any]) -> dict[str, float]:
+    """The memory each counter can grow into ("source|device" -> bytes), as the samplers reported it."""
+    sources = info.get("sources") if isinstance(info.get("sources"), Mapping) else {}
+    out = {}
+    host = sources.get("host_counters") if isinstance(sources.get("host_counters"), Mapping) else {}
+    if isinstance(host.get("memory_limit_bytes"), (int, float)):
+        out["host|host"] = float(host["memory_limit_bytes"])
+    nvml = sources.get("nvml") if isinstance(sources.get("nvml"), Mapping) else {}
+    for device, total in (nvml.get("memory_total_bytes") or {}).items() if isinstance(nvml.get("memory_total_bytes"), Mapping) else ():
+        if isinstance(total, (int, float)):
+            out[f"nvml|{device}"] = float(total)
+    return out

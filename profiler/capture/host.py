@@ -21,6 +21,7 @@ class HostCounters(Sampler):
         self._proc.cpu_percent(None)        # the first call only sets the baseline
         psutil.cpu_percent(None)
         self._cpu_window_start = time.perf_counter()
+        self.details["memory_limit_bytes"] = memory_limit_bytes(psutil.virtual_memory().total)
         return [("host", m) for m in HOST_METRICS]
 
     def read(self) -> list[tuple[str, str, float]]:
@@ -36,3 +37,16 @@ class HostCounters(Sampler):
                 out += [("host", "process_cpu_pct", p.cpu_percent(None)),
                         ("host", "system_cpu_pct", self._psutil.cpu_percent(None))]
             return out
+
+
+def memory_limit_bytes(physical: int) -> int:
+    """What this process can grow into: physical memory, or the cgroup's limit when lower (containers)."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return min(physical, int(text))
+    return physical

@@ -33,6 +33,8 @@ class NvmlCounters(Sampler):
             raise RuntimeError("NVML found no GPU")
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.details["devices"] = [self._name(h) for h in self._handles]
+        totals = {f"cuda:{i}": getattr(nvml.nvmlDeviceGetMemoryInfo(h), "total", None) for i, h in enumerate(self._handles)}
+        self.details["memory_total_bytes"] = {dev: int(total) for dev, total in totals.items() if total}
         return [(f"cuda:{i}", m) for i in range(count) for m in GPU_METRICS]
 
     def _name(self, handle) -> str:

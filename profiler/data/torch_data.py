@@ -21,7 +21,6 @@ Capacity = num_workers x prefetch_factor: the DataLoader never has more batches 
 """
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import warnings
 from typing import Any, Callable, Iterator, Optional
@@ -29,8 +28,8 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from profiler.errors import ProfilerUsageWarning
-from profiler.record.recorder import active_recorder, now_ns
-from profiler.store.kinds import PHASE
+from profiler.data.fetch import timed_fetches
+from profiler.record.recorder import now_ns
 from profiler.capture.queues import GET, PUT, QueueProbe
 from profiler.formats import HOST_QUEUE
 
@@ -144,36 +143,18 @@ class ProfiledDataLoader:
 
     def __iter__(self) -> Iterator:
         if self._log is None:
-            for _, _, batch in _timed(self.loader):
+            for _, _, batch in timed_fetches(self.loader):
                 yield batch
             return
         occupancy = _Occupancy(self._log, self.probe)
         probing = True
-        for t0, t1, batch in _timed(self.loader):
+        for t0, t1, batch in timed_fetches(self.loader):
             if probing and not occupancy.got(t0, t1):
                 probing = False
                 warnings.warn("ProfiledDataLoader: the loader's workers were started before it was wrapped; "
                               "wrap it before the first iteration to probe its occupancy", ProfilerUsageWarning,
                               stacklevel=2)
             yield batch
-
-
-def _timed(iterable: Any) -> Iterator[tuple[int, int, Any]]:
-    """(call time, return time, item) for each next(), each recorded as a `data` phase (the loop's
-    wait for its batch); the first call includes iter() (worker start-up)."""
-    it = None
-    while True:
-        recorder = active_recorder()
-        fetch = recorder.span(PHASE, "data") if recorder is not None else contextlib.nullcontext()
-        t0 = now_ns()
-        try:
-            with fetch:
-                if it is None:
-                    it = iter(iterable)
-                item = next(it)
-        except StopIteration:
-            return
-        yield t0, now_ns(), item
 
 
 # ---- host -> device ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.export.chrome_trace import write_chrome_trace
 from profiler.export.cluster import write_cluster_outputs
 from profiler.export.outputs import write_outputs
-from profiler.formats import rank_file
+from profiler.formats import rank_file, read_json_object
 from profiler.model import Run
 from profiler.progress import Progress
 from profiler.store.interpret import interpret
@@ -111,3 +111,14 @@ def analyse_cluster(directory) -> list[Path]:
     return written + write_cluster_outputs(directory, load_rank)
 
 
+def verdict_line(directory: Path, rank: int) -> str:
+    """One line for the end of an analysis: where the outputs are, the verdict, and what to run next."""
+    directory = Path(directory)
+    report = read_json_object(directory / rank_file("report", rank))
+    steps = report.get("steps") if isinstance(report.get("steps"), dict) else {}
+    findings = report.get("findings") if isinstance(report.get("findings"), list) else []
+    top = findings[0].get("title", "") if findings and isinstance(findings[0], dict) else ""
+    verdict = str(report.get("verdict", "?"))
+    reason = f" — {top}" if verdict != "balanced" and top else ""
+    return (f"profview: {steps.get('analysed', 0)} steps of rank {rank} analysed into {directory}; verdict: "
+            f"{verdict}{reason}. Next: profview {directory}")

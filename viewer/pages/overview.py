@@ -11,7 +11,7 @@ from viewer.findings import render as render_findings
 from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
 from viewer.context import Context
 from profiler.analysis.steps import outlier_rule_text
-from viewer.stats import findings, outlier_min_pct, outliers, phase_table, select_steps
+from viewer.stats import findings, key_figures, outlier_min_pct, outliers, phase_table, select_steps
 from viewer.theme import ALL_REDUCE, PHASES, styled
 
 def step_bars(steps: pd.DataFrame) -> go.Figure:
@@ -63,6 +63,23 @@ def _outlier_section(steps: pd.DataFrame, report: Optional[dict]) -> str:
                     [True] * 6))
 
 
+def _key_figures(ctx: Context, steps: pd.DataFrame) -> tuple[list[tuple[str, str]], str]:
+    """The advisor's own figures (the verdict rests on them), or, for a --steps selection, the selection's."""
+    figures = key_figures(ctx.run.report)
+    if figures is not None and ctx.options.steps is None:
+        kpis = [("mean step", fmt_ms(figures.mean_ms)), ("wall time", f"{figures.wall_ms / 1e3:,.2f} s")]
+        kpis += [(f"{label}", fmt_pct(share)) for label, share in figures.shares]
+        note = f"The verdict's figures: {figures.rule}; shares of the analysed steps' time."
+        return kpis, note + (f" {figures.note}." if figures.note else "")
+    total = steps["total_ms"].to_numpy()
+    kpis = [("steps", f"{len(steps):,}"), ("mean step", fmt_ms(total.mean())), ("median step", fmt_ms(np.median(total))),
+            ("p95 step", fmt_ms(np.percentile(total, 95))), ("slowest step", fmt_ms(total.max()))]
+    share = phase_table(steps).set_index("phase")["share_pct"]
+    kpis += [(f"{label} share", fmt_pct(share[label])) for _, label, _ in PHASES]
+    scope = "the selected steps (--steps)" if ctx.options.steps is not None else "every recorded step"
+    return kpis, f"Over {scope}; the verdict's figures leave out the warm-up steps (report's rule)."
+
+
 def _findings_section(ctx: Context) -> str:
     verdict, items = findings(ctx.run.report)
     if not verdict and not items:
@@ -98,14 +115,10 @@ def build(ctx: Context) -> str:
     steps = select_steps(run.step_trace, ctx.options.steps)
     if not len(steps):
         return "".join(parts) + section("Step breakdown", absent("No steps in the selected --steps range."))
-    total = steps["total_ms"].to_numpy()
-    kpis = [("steps", f"{len(steps):,}"), ("mean step", fmt_ms(total.mean())), ("median step", fmt_ms(np.median(total))),
-            ("p95 step", fmt_ms(np.percentile(total, 95))), ("slowest step", fmt_ms(total.max()))]
-    share = phase_table(steps).set_index("phase")["share_pct"]
-    kpis += [(f"{label} share", fmt_pct(share[label])) for _, label, _ in PHASES]
+    kpis, kpi_note = _key_figures(ctx, steps)
     note = ("Each step: iteration gap (previous step end to first forward compute), forward + backward, "
             "tail (last backward compute to step end). All-reduce is part of these and shown separately.")
-    parts += [section("Key figures", cards(kpis)),
+    parts += [section("Key figures", cards(kpis), kpi_note),
               section("Step breakdown", ctx.figure(step_bars(steps)), note),
               '<div class="grid2">',
               section("Averages and shares", _phase_section(steps)),

@@ -10,7 +10,9 @@ from plotly.subplots import make_subplots
 from viewer.html import absent, esc, fmt_pct, plot_text, section, table
 from viewer.context import Context
 from viewer.series import add_line
-from viewer.stats import number
+from profiler import formats
+from viewer.findings import render as render_findings
+from viewer.stats import findings, key_figures, number
 from viewer.theme import PALETTE, styled
 
 #: Queue statistics shown, in order (queue_summary json has more; docs/formats.md lists them).
@@ -122,18 +124,41 @@ def _stages(summary: dict[str, Any] | None) -> str:
                    "A stage whose input queue is full while its output queue is empty is the slow one.")
 
 
+#: the advisor's findings about the time between steps (report_{rank}.json keys)
+DATA_FINDINGS = ("input_bound", "transmission_bound", "gap_bound", "host_bound:gap")
+
+
+def _step_verdict(ctx: Context) -> str:
+    """What the data pipeline means for the step, in the advisor's words: the same verdict and figures
+    as the Overview; the queue statistics below are its evidence."""
+    _, items = findings(ctx.run.report)
+    hits = [item for item in items if str(item["key"] or item["kind"]) in DATA_FINDINGS]
+    if hits:
+        return section("What it costs the step", render_findings("", hits),
+                       "The advisor's reading of the iteration gap (as on the Overview): measured data wait "
+                       "against other host work between steps.")
+    figures = key_figures(ctx.run.report)
+    shares = dict(figures.shares) if figures is not None else {}
+    wait = shares.get(formats.DATA_WAIT[1])
+    if wait is None:
+        return ""
+    return section("What it costs the step", f'<div class="verdict">The loop waited for data {fmt_pct(wait)} of '
+                   f'the time ({esc(figures.rule)}): below the input_gap_pct line, the input pipeline keeps up.</div>')
+
+
 def build(ctx: Context) -> str:
     """The data pipeline tab."""
     run = ctx.run
     rows = summary_rows(run.queue_summary, run.data_queue)
     if run.data_queue is None and not rows:
-        return section("Data pipeline", absent("No data-queue probes were recorded in this run "
-                                                "(no data_queue csv or queue_summary json)."))
+        return _step_verdict(ctx) + section("Data pipeline", absent("No data-queue probes were recorded in this run "
+                                                                     "(no data_queue csv or queue_summary json)."))
     source = "queue_summary json" if run.queue_summary else "computed from the data_queue csv"
-    parts = [section("Queue statistics", _verdict(run.queue_summary) + _stat_table(rows, PREFERRED) + "<br>"
+    parts = [_step_verdict(ctx),
+             section("Queue statistics", _verdict(run.queue_summary) + _stat_table(rows, PREFERRED) + "<br>"
                      + ctx.figure(ratio_bars(rows)),
-                     f"Empty: a get found the queue empty (the producer is too slow). Full: a put found it full "
-                     f"(the consumer is too slow). Source: {source}."),
+                     f"The queue analysis (evidence): empty: a get found the queue empty (the producer is too "
+                     f"slow); full: a put found it full (the consumer is too slow). Source: {source}."),
              _stages(run.queue_summary)]
     if run.data_queue is not None and len(run.data_queue):
         fig, notes = occupancy(run.data_queue)
