@@ -17,4 +17,5 @@ def test_analyse_rewrites_outputs_then_summary_reads_them(tmp_path):
     assert any(p.name == "step_trace_0.csv" for p in written) and all(p.exists() for p in written)
     summary = profview(run, "--summary")
     assert summary.returncode == 0, summary.stderr
-    assert "Step breakdown over 10 step(s)" in summary.stdout
+    assert "Step breakdown over 10 recorded step(s)" in summary.stdout
+    assert "verdict:" in result.stderr and f"Next: profview {run}" in result.stderr

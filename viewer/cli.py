@@ -196,7 +196,7 @@ def run_analyse(args: argparse.Namespace) -> int:
     for path in analyse_directory(args.dir, thresholds=dict(args.threshold)):
         print(path)
     for rank in info_files(args.dir):
-        print(verdict_line(args.dir, rank))
+        print(verdict_line(args.dir, rank), file=sys.stderr)
     return 0
 
 
