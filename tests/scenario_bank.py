@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -52,7 +52,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from profiler import ProfiledDataLoader, Profiler, schedule  # noqa: E402
+from profiler import ProfiledDataLoader, Profiler, ProfilerAction, schedule  # noqa: E402
 
 #: bottleneck verdicts of report_{rank}.json (docs/formats.md "report")
 BOTTLENECKS = ("input_bound", "transmission_bound", "host_bound", "op_hotspot", "tail_bound", "comm_bound",
@@ -235,6 +235,21 @@ def loader(batch: int, steps: int, item_ms: float = 0.0, cpu: bool = False, work
     return ProfiledDataLoader(DataLoader(ds, batch_size=batch, shuffle=False, **options))
 
 
+class BatchedDataset(Dataset):
+    """Whole batches per index (pre-batched shards, DataLoader(batch_size=None)): the cheapest loader."""
+
+    def __init__(self, batch: int, n: int, features: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, batch, features, generator=g)
+        self.y = torch.randint(0, 10, (n, batch), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i].clone(), self.y[i].clone()
+
+
 def memory_batches(batch: int, n: int, features: int = 256, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Batches already in memory (no DataLoader): a synthetic benchmark, a cached dataset."""
     g = torch.Generator().manual_seed(seed)
@@ -299,7 +314,7 @@ DATA_STEPS = 30          # 29 analysed steps (odd: see data_sleep_w2)
 DATA_BATCH = 32
 
 
-def data_loop(workers: int, batch_ms: float, cpu: bool) -> Callable[[Path], dict]:
+def data_loop(workers: int, batch_ms: float, cpu: bool, steps: int = DATA_STEPS) -> Callable[[Path], dict]:
     """Slow __getitem__ (batch_ms per batch of DATA_BATCH items, per worker), torch DataLoader with
     `workers` processes, a small MLP (~3 ms forward + backward), step boundaries from attach()."""
 
@@ -307,14 +322,14 @@ def data_loop(workers: int, batch_ms: float, cpu: bool) -> Callable[[Path], dict
         torch.manual_seed(0)
         model = mlp()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        data = loader(DATA_BATCH, DATA_STEPS, batch_ms / DATA_BATCH, cpu, workers)
+        data = loader(DATA_BATCH, steps, batch_ms / DATA_BATCH, cpu, workers)
         clock = Clock()
         profiler = new_profiler(out)
         profiler.attach(model, optimizer, ops=False)
         for i, (x, y) in enumerate(clock.timed(data)):
             train_step(model, optimizer, x, y)
             clock.iteration()
-            if i + 1 == DATA_STEPS:
+            if i + 1 == steps:
                 break
         profiler.analyse(progress=False)
         return clock.truth(batch_ms=batch_ms, workers=workers)
@@ -349,24 +364,23 @@ def figures_input(o: Outcome) -> str:
             f"gap mean {o.mean('iteration_gap_ms'):.1f} median {o.median('iteration_gap_ms'):.1f} ms{queue}")
 
 
-def input_scenario(name: str, workers: int, batch_ms: float, cpu: bool, wrong_today: str = "") -> Scenario:
+def input_scenario(name: str, workers: int, batch_ms: float, cpu: bool, steps: int = DATA_STEPS) -> Scenario:
     kind = "busy-loop (CPU-bound)" if cpu else "time.sleep (I/O-bound)"
     per = f"{batch_ms:.0f} ms per batch per worker" if workers else f"{batch_ms:.0f} ms per batch"
-    return Scenario(name, f"slow __getitem__, {kind}, {per}, DataLoader num_workers={workers}",
-                    "input_bound", data_loop(workers, batch_ms, cpu), judge_input, sane_input, figures_input,
-                    wrong_today)
+    return Scenario(name, f"slow __getitem__, {kind}, {per}, DataLoader num_workers={workers}, {steps} steps",
+                    "input_bound", data_loop(workers, batch_ms, cpu, steps), judge_input, sane_input, figures_input)
 
 
 # ----------------------------------------------------------------------------------------- compute bound
 
 
 def compute_bound(out: Path) -> dict:
-    """A wider MLP (~30 ms forward + backward) fed by 2 workers that have each batch ready long before."""
+    """A wider MLP (~50 ms forward + backward) fed by 2 workers that have each batch ready long before."""
     torch.manual_seed(0)
     steps = 24
     model = mlp(hidden=1024)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = loader(128, steps, 0.0, False, workers=2)
+    data = loader(256, steps, 0.0, False, workers=2)
     clock = Clock()
     profiler = new_profiler(out)
     profiler.attach(model, optimizer, ops=False)
@@ -455,12 +469,13 @@ def per_sample_metrics(logits: torch.Tensor, y: torch.Tensor, stats: dict) -> No
 
 
 def host_metrics_loop(out: Path) -> dict:
-    """After optimizer.step(), per-sample metrics in Python with .item() syncs; fast 2-worker loader."""
+    """After optimizer.step(), per-sample metrics in Python with .item() syncs; a fast 2-worker loader of
+    pre-batched data."""
     torch.manual_seed(0)
     batch = 512
     model = mlp(32, hidden=128, depth=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = loader(batch, HOST_STEPS, workers=2, features=32)
+    data = ProfiledDataLoader(DataLoader(BatchedDataset(batch, HOST_STEPS + 2, 32), batch_size=None, num_workers=2))
     stats = {"confusion": [[0] * 10 for _ in range(10)], "entropy": [0.0] * 10, "confidence": [0.0] * 10, "top3": 0,
              "rank": [0] * 10, "mean_prob": [0.0] * 10, "bins": [0] * 10}
     clock = Clock()
@@ -531,10 +546,11 @@ class ManyTensors(nn.Module):
 
 def judge_tail(o: Outcome) -> list[str]:
     problems = verdict_is(o, "tail_bound")
-    work = truth_mean(o, "tail_work_ms")
+    work = float(np.median(o.truth["tail_work_ms"][WARMUP:]))      # a regular per-step cost: its median
     f = o.finding("tail_bound")
     if f is not None and f["at_stake_ms"] < 0.6 * work:
-        problems.append(f"tail_bound puts {f['at_stake_ms']:.1f} ms at stake, the injected tail work took {work:.1f} ms")
+        problems.append(f"tail_bound puts {f['at_stake_ms']:.1f} ms at stake, the injected tail work took "
+                        f"{work:.1f} ms per step (median)")
     for wrong in ("input_bound", "host_bound"):
         if o.finding(wrong) is not None and o.finding(wrong)["severity"] == "high":
             problems.append(f"a high {wrong} finding for work done after backward")
@@ -845,7 +861,7 @@ EVERY = 5
 
 
 class RecModel(nn.Module):
-    """A small recommender: a 100k x 64 sparse embedding table (25 MB) and an MLP over 4 looked-up ids.
+    """A small recommender: a 100k x 64 sparse embedding table (26 MB) and an MLP over 4 looked-up ids.
     A step touches a few rows; a checkpoint writes the whole table."""
 
     def __init__(self, rows: int = 100_000, dim: int = 64, fields: int = 4) -> None:
@@ -868,7 +884,7 @@ def checkpoint_loop(out: Path) -> dict:
     torch.manual_seed(0)
     model = RecModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    batches = id_batches(256, OUTLIER_STEPS)
+    batches = id_batches(128, OUTLIER_STEPS)
     ckpt = out.parent / f"{out.name}_checkpoints"
     ckpt.mkdir(parents=True, exist_ok=True)
     clock = Clock()
@@ -949,21 +965,29 @@ OP_STEPS = 24
 
 
 class Float64Net(nn.Module):
-    """Residual blocks whose sums are computed in float64 "to keep them exact" (as sample_runs/
-    resnet_cifar_torch.py's stage c does): both operands cast up, the sum cast back down."""
+    """Blocks whose bias is kept and added in float64 "to keep the sums exact": each block casts the
+    activations up, adds, and casts them back down (forward and backward)."""
 
-    def __init__(self, width: int = 1024, blocks: int = 3) -> None:
+    def __init__(self, width: int = 512, blocks: int = 16) -> None:
         super().__init__()
         self.inp = nn.Linear(32, width)
-        self.scales = nn.ParameterList(nn.Parameter(torch.ones(width)) for _ in range(blocks))
+        self.biases = nn.ParameterList(nn.Parameter(torch.zeros(width, dtype=torch.float64)) for _ in range(blocks))
         self.head = nn.Linear(width, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.inp(x)
-        for scale in self.scales:
-            h = x * scale
-            x = torch.relu((x.double() + h.double()).float())
-        return self.head(x)
+        for bias in self.biases:
+            x = (x.double() + bias).float()
+        return self.head(torch.relu(x))
+
+
+def op_schedule(active: int) -> tuple[dict, list[int]]:
+    """Profiler kwargs that capture ops on `active` steps of OP_STEPS (all when 0), and which steps those are."""
+    if not active:
+        return {}, list(range(OP_STEPS))
+    sched = schedule(wait=10, warmup=1, active=active, repeat=1)
+    records = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+    return {"ops_schedule": sched}, [k for k in range(OP_STEPS) if sched(k) in records]
 
 
 def float64_loop(ops_schedule_active: int = 0) -> Callable[[Path], dict]:
@@ -975,9 +999,7 @@ def float64_loop(ops_schedule_active: int = 0) -> Callable[[Path], dict]:
         model = Float64Net()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         batches = memory_batches(256, OP_STEPS, features=32)
-        kw = {}
-        if ops_schedule_active:
-            kw["ops_schedule"] = schedule(wait=10, warmup=1, active=ops_schedule_active, repeat=1)
+        kw, captured = op_schedule(ops_schedule_active)
         clock = Clock()
         profiler = new_profiler(out, **kw)
         profiler.attach(model, optimizer)
@@ -985,7 +1007,7 @@ def float64_loop(ops_schedule_active: int = 0) -> Callable[[Path], dict]:
             train_step(model, optimizer, x, y)
             clock.iteration()
         profiler.analyse(progress=False)
-        return clock.truth(captured=ops_schedule_active or OP_STEPS)
+        return clock.truth(captured=len(captured), captured_steps=captured)
 
     return run
 
@@ -1016,8 +1038,9 @@ def sane_float64(o: Outcome) -> list[str]:
         return ["no op_type_0.csv: no ops were captured"]
     rows = o.op_type[o.op_type["op_type"].astype(str).str.contains(CAST)]
     per_step = float(rows["self_ms"].sum()) / o.truth["captured"]
-    share = 100 * per_step / np.median(o.truth["iter_ms"][WARMUP:])
-    return [] if share >= 25 else [f"casts take only {share:.0f} % of a step (want >= 25 %)"]
+    steps = [o.truth["iter_ms"][k] for k in o.truth["captured_steps"] if k >= WARMUP]
+    share = 100 * per_step / np.median(steps)
+    return [] if share >= 25 else [f"casts take only {share:.0f} % of a captured step (want >= 25 %)"]
 
 
 def figures_float64(o: Outcome) -> str:
@@ -1033,7 +1056,7 @@ def figures_float64(o: Outcome) -> str:
 class TinyBlock(nn.Module):
     """One tiny element-wise block: x -> tanh(x * scale + shift), a few microseconds of work."""
 
-    def __init__(self, width: int = 32) -> None:
+    def __init__(self, width: int = 8) -> None:
         super().__init__()
         self.scale = nn.Parameter(torch.ones(width))
         self.shift = nn.Parameter(torch.zeros(width))
@@ -1043,16 +1066,17 @@ class TinyBlock(nn.Module):
 
 
 class TinyOps(nn.Module):
-    """A deep stack of tiny modules on a 16 x 32 tensor: every op is a few microseconds, so the step is
+    """A deep stack of tiny modules on a 4 x 8 tensor: every op is a few microseconds, so the step is
     spent in Python and dispatch between ops (launch-bound on a GPU, framework-bound on a CPU)."""
 
-    def __init__(self, depth: int = 60) -> None:
+    def __init__(self, depth: int = 60, width: int = 8) -> None:
         super().__init__()
-        self.body = nn.Sequential(*(TinyBlock() for _ in range(depth)))
-        self.head = nn.Linear(32, 10)
+        self.inp = nn.Linear(32, width)
+        self.body = nn.Sequential(*(TinyBlock(width) for _ in range(depth)))
+        self.head = nn.Linear(width, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
+        return self.head(self.body(self.inp(x)))
 
 
 def tiny_ops_loop(ops_schedule_active: int = 0) -> Callable[[Path], dict]:
@@ -1069,9 +1093,9 @@ def _tiny_ops(out: Path, active: int) -> dict:
     torch.manual_seed(0)
     model = TinyOps()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, foreach=True)
-    batches = memory_batches(16, OP_STEPS, features=32)
+    batches = memory_batches(4, OP_STEPS, features=32)
     clock = Clock()
-    kw = {"ops_schedule": schedule(wait=10, warmup=1, active=active, repeat=1)} if active else {}
+    kw, captured = op_schedule(active)
     profiler = new_profiler(out, **kw)
     profiler.attach(model, optimizer)
     for x, y in batches:
@@ -1082,7 +1106,7 @@ def _tiny_ops(out: Path, active: int) -> dict:
         optimizer.step()
         clock.iteration()
     profiler.analyse(progress=False)
-    return clock.truth(captured=active or OP_STEPS)
+    return clock.truth(captured=len(captured), captured_steps=captured)
 
 
 def judge_tiny_ops(o: Outcome) -> list[str]:
@@ -1103,7 +1127,7 @@ def judge_tiny_ops(o: Outcome) -> list[str]:
 
 def sane_tiny_ops(o: Outcome) -> list[str]:
     share = share_ms(o, "fp_bp_ms")
-    return [] if share >= 60 else [f"forward + backward only {share:.0f} % of the loop"]
+    return [] if share >= 50 else [f"forward + backward only {share:.0f} % of the loop (want >= 50 %)"]
 
 
 def figures_tiny_ops(o: Outcome) -> str:
@@ -1346,12 +1370,13 @@ def figures_ddp(o: Outcome) -> str:
 
 def _bank() -> list[Scenario]:
     s: list[Scenario] = []
-    for workers, ms in ((0, 20.0), (1, 40.0), (2, 120.0), (8, 240.0)):
-        s.append(input_scenario(f"data_sleep_w{workers}", workers, ms, cpu=False))
+    # 30 steps (29 analysed) each, 20 for the 2-worker sleep (19 analysed: both odd, see WRONG_TODAY)
+    for workers, ms, steps in ((0, 20.0, 30), (1, 40.0, 30), (2, 240.0, 20), (8, 240.0, 30)):
+        s.append(input_scenario(f"data_sleep_w{workers}", workers, ms, cpu=False, steps=steps))
     for workers, ms in ((0, 20.0), (1, 40.0), (2, 60.0), (8, 120.0)):
         s.append(input_scenario(f"data_cpu_w{workers}", workers, ms, cpu=True))
     s += [
-        Scenario("compute_bound", "nothing: a ~30 ms MLP step fed by 2 fast workers", "balanced",
+        Scenario("compute_bound", "nothing: a ~50 ms MLP step fed by 2 fast workers", "balanced",
                  compute_bound, judge_balanced, sane_compute, figures_compute),
         Scenario("host_log_sleep_loader", "a blocking 25 ms log call after optimizer.step(); fast 2-worker DataLoader",
                  "host_bound", host_log_loop(True), judge_host_gap, sane_host, figures_host),
@@ -1385,7 +1410,7 @@ def _bank() -> list[Scenario]:
         Scenario("float64_ops_6_of_24", "float64 residual sums + casts; ops on 6 of 24 steps (ops_schedule)",
                  "op_hotspot (Cast), high, per captured step", float64_loop(6), judge_float64, sane_float64,
                  figures_float64),
-        Scenario("tiny_ops_every_step", "hundreds of tiny element-wise ops per step (16 x 32 tensors); ops every step",
+        Scenario("tiny_ops_every_step", "~1800 tiny ops per step (60 tiny modules on 4 x 8 tensors); ops every step",
                  "host_bound (launch-bound)", tiny_ops_loop(), judge_tiny_ops, sane_tiny_ops, figures_tiny_ops),
         Scenario("tiny_ops_6_of_24", "the same tiny-op model; ops on 6 of 24 steps (ops_schedule)",
                  "host_bound (launch-bound), per captured step", tiny_ops_loop(6), judge_tiny_ops, sane_tiny_ops,
@@ -1404,7 +1429,80 @@ def _bank() -> list[Scenario]:
     return s
 
 
-SCENARIOS: dict[str, Scenario] = {sc.name: sc for sc in _bank()}
+#: What profview answers today where it is wrong (the tests' xfail reasons), and whether it is wrong in
+#: every run (strict) or only in some (flaky: its answer depends on timing). Diagnoses: docs/tuning-guide.md
+#: "Known wrong verdicts" and the report of the change that added the bank.
+WRONG_TODAY: dict[str, tuple[str, bool]] = {
+    "data_sleep_w2": (
+        "balanced (or input_bound at medium severity): two lock-step workers deliver batches in pairs, so "
+        "the iteration gap alternates ~0 / ~230 ms; advisor.input_rule uses the MEDIAN gap (AdvisorInput.typical) "
+        "and with an odd number of analysed steps that is the small one, though the loop waits ~115 ms "
+        "(96 %) per step on average", False),
+    "data_sleep_w8": (
+        "step_outliers ('N slow steps, every 8 steps'): 8 lock-step workers deliver 8 batches at once, 7 of 8 "
+        "steps find data ready, so the median gap is ~1 ms (input_rule does not fire) and the queue is empty at "
+        "only ~13 % of gets (queue verdict 'compute'); outlier_rule calls the 1-in-8 waits outliers, though "
+        "the loop waits ~85 % of its time", False),
+    "data_cpu_w1": (
+        "host_bound ('the data queues keep up') in some runs: ProfiledDataLoader dates a put at collate end "
+        "in the worker, but a busy-looping worker hands the batch over only when its queue-feeder / fd-sharing "
+        "threads get the GIL back from the next batch's loop (2-90 ms later, in 5 ms switch intervals); when "
+        "that lag exceeds a batch, every get 'finds' a batch, empty_ratio drops below 0.30, the queue verdict "
+        "is 'compute' and input_rule turns the gap (all of it data_wait_ms) into host_bound", True),
+    "data_cpu_w2": (
+        "in some runs input_bound with a median gap of a third of the mean wait (lock-step workers: "
+        "alternating waits, see data_sleep_w2), in others host_bound (worker hand-off lag, see data_cpu_w1)", True),
+    "data_cpu_w8": (
+        "step_outliers: 8 CPU-bound workers finish in bursts, the median gap is ~2-10 ms and the queue is "
+        "empty at ~3 % of gets (verdict 'compute'); the waits are reported as a few outlier steps, though the "
+        "loop waits 55-85 % of its time for data", False),
+    "host_log_sleep_memory": (
+        "input_bound: batches come from memory, no queue is probed, and advisor.input_rule names any gap >= 10 % "
+        "input_bound when there is no queue verdict (`kind = verdict or \"input_bound\"`): 'the step waits for "
+        "data' and 'add DataLoader workers' for a loop that has no DataLoader", False),
+    "tail_ema_attach": (
+        "input_bound: attach() ends the profiler step in optimizer.step()'s post hook, so an EMA update right "
+        "after optimizer.step() lands in the NEXT step's iteration gap; with no queue probed input_rule calls "
+        "that gap input_bound; the tail is ~0.5 ms", False),
+    "opt_subclass_super_step": (
+        "60 steps for 30 iterations and no tail_bound: torch wraps both ClampingSGD.step and SGD.step with "
+        "Optimizer.profile_hook_step (SGD's because a plain SGD was constructed), so the instance's step hooks, "
+        "and attach()'s step end, run twice per optimizer.step(); every other profiler step is ~0 ms long "
+        "and the verdict is balanced or step_outliers", False),
+    "opt_wrapper_lookahead": (
+        "1 profiler step for 30 iterations, verdict balanced: the wrapper does not call Optimizer.__init__, so "
+        "torch never wraps Lookahead.step with profile_hook_step and the step hooks attach() registers "
+        "never run; no step ends, no error, no warning", False),
+    "opt_grad_scaler": (
+        "26 profiler steps for 30 iterations: GradScaler.step skips optimizer.step() while the scale backs off "
+        "from 65536, so the step hooks do not run and two iterations merge into one profiler step", False),
+    "float64_ops_6_of_24": (
+        "host_bound ('Launch-bound: ~75 % of forward + backward runs no op') and the Cast finding only "
+        "medium / low: ops are captured on 6 of 24 steps, but op_family_rule divides their time by all 24 "
+        "steps (_ops_per_step) and host_rule counts the 18 steps without captured ops as idle", False),
+    "tiny_ops_6_of_24": (
+        "host_bound with 1/4 of the ops per step (~446 instead of ~1784) and ~85 % idle: host_rule divides the "
+        "ops by all 24 steps and measures idle time over every step's forward + backward, captured or not", False),
+    "memory_growth": (
+        "balanced, no memory_growth finding: no advisor rule reads device_counters (rss_bytes grows by "
+        "~250-300 MB over 30 steps)", False),
+    "step_forgotten": (
+        "balanced, headline 'no high-severity bottleneck (median step ~600 ms ...)': without step() the whole "
+        "run is one step; analysed_steps keeps it (fewer than 3 steps) and the report neither says that "
+        "step() was never called nor refrains from a verdict (the input-bound loop shows as 600 ms of "
+        "forward + backward)", False),
+}
+
+
+def _with_today(sc: Scenario) -> Scenario:
+    if sc.name not in WRONG_TODAY:
+        return sc
+    reason, flaky = WRONG_TODAY[sc.name]
+    return replace(sc, wrong_today=reason, flaky_today=flaky)
+
+
+SCENARIOS: dict[str, Scenario] = {sc.name: _with_today(sc) for sc in _bank()}
+assert set(WRONG_TODAY) <= set(SCENARIOS), set(WRONG_TODAY) - set(SCENARIOS)
 
 
 def run_scenario(sc: Scenario, out: Path) -> Outcome:
