@@ -443,12 +443,26 @@ def compute_bound(out: Path) -> dict:
     return clock.truth()
 
 
+def loop_outlier_share(o: Outcome) -> float:
+    """The outlier rule (Tukey's fence and median + 20 %) on the loop's OWN iteration times: the % of
+    the mean iteration that its slow iterations add. Other jobs on a loaded machine make real slow steps."""
+    t = np.asarray(o.truth["iter_ms"][WARMUP:], dtype=float)
+    q1, med, q3 = np.percentile(t, [25, 50, 75])
+    slow = t[t > max(q3 + 1.5 * (q3 - q1), 1.2 * med)]
+    return 100.0 * float((slow - med).sum()) / len(t) / float(t.mean())
+
+
 def judge_balanced(o: Outcome) -> list[str]:
-    problems = verdict_is(o, "balanced")
-    high = [f"{f['kind']} ({f['at_stake_pct']:.0f} %)" for f in o.findings if f["severity"] == "high"]
-    if high:
-        problems.append(f"high-severity findings on a loop with nothing injected: {high}")
-    return problems
+    """Nothing injected: no high-severity finding, except step_outliers when the loop's own clock saw
+    those slow steps too (the machine's other jobs, not an invention)."""
+    real = loop_outlier_share(o)
+    high = [f for f in o.findings if f["severity"] == "high"
+            and not (f["kind"] == "step_outliers" and real >= 0.5 * f["at_stake_pct"])]
+    if not high:
+        return []
+    return [f"verdict is {o.top}, expected balanced; high-severity findings on a loop with nothing injected: "
+            f"{[f['kind'] + ' (%.0f %%)' % f['at_stake_pct'] for f in high]} (the loop's own slow iterations "
+            f"add {real:.0f} %)"]
 
 
 def sane_compute(o: Outcome) -> list[str]:
@@ -472,7 +486,7 @@ def log_slowly(loss: torch.Tensor, sleep_ms: float) -> None:
     time.sleep(sleep_ms / 1e3)
 
 
-def host_log_loop(with_loader: bool, sleep_ms: float = 25.0) -> Callable[[Path], dict]:
+def host_log_loop(with_loader: bool, sleep_ms: float = 40.0) -> Callable[[Path], dict]:
     """After optimizer.step(), a synchronous log call that sleeps `sleep_ms`; batches come from a fast
     2-worker DataLoader (`with_loader`) or are already in memory."""
 
@@ -1086,9 +1100,8 @@ def sane_float64(o: Outcome) -> list[str]:
         return ["no op_type_0.csv: no ops were captured"]
     rows = o.op_type[o.op_type["op_type"].astype(str).str.contains(CAST)]
     per_step = float(rows["self_ms"].sum()) / o.truth["captured"]
-    steps = [o.truth["iter_ms"][k] for k in o.truth["captured_steps"] if k >= WARMUP]
-    share = 100 * per_step / np.median(steps)
-    return [] if share >= 25 else [f"casts take only {share:.0f} % of a captured step (want >= 25 %)"]
+    share = 100 * per_step / truth_mean(o, "iter_ms")        # what the Cast finding's at_stake_pct should be
+    return [] if share >= 25 else [f"casts per captured step are only {share:.0f} % of the mean step (want >= 25 %)"]
 
 
 def figures_float64(o: Outcome) -> str:
@@ -1430,9 +1443,9 @@ def _bank() -> list[Scenario]:
     s += [
         Scenario("compute_bound", "nothing: a ~50 ms MLP step fed by 2 fast workers (pre-batched)", "balanced",
                  compute_bound, judge_balanced, sane_compute, figures_compute),
-        Scenario("host_log_sleep_loader", "a blocking 25 ms log call after optimizer.step(); fast 2-worker DataLoader (pre-batched)",
+        Scenario("host_log_sleep_loader", "a blocking 40 ms log call after optimizer.step(); fast 2-worker DataLoader (pre-batched)",
                  "host_bound", host_log_loop(True), judge_host_gap, sane_host, figures_host),
-        Scenario("host_log_sleep_memory", "a blocking 25 ms log call after optimizer.step(); batches already in memory",
+        Scenario("host_log_sleep_memory", "a blocking 40 ms log call after optimizer.step(); batches already in memory",
                  "host_bound", host_log_loop(False), judge_host_gap, sane_host, figures_host),
         Scenario("host_item_metrics", "per-sample metrics in Python with .item() after optimizer.step(); fast loader",
                  "host_bound", host_metrics_loop, judge_host_gap, sane_host, figures_host),
@@ -1563,8 +1576,21 @@ SCENARIOS: dict[str, Scenario] = {sc.name: _with_today(sc) for sc in _bank()}
 assert set(WRONG_TODAY) <= set(SCENARIOS), set(WRONG_TODAY) - set(SCENARIOS)
 
 
-def run_scenario(sc: Scenario, out: Path) -> Outcome:
-    """Run one scenario into `out` (emptied first) in this process, and judge what profview wrote."""
+def run_scenario(sc: Scenario, out: Path, attempts: int = 1) -> Outcome:
+    """Run one scenario into `out` (emptied first) in this process, and judge what profview wrote.
+
+    With attempts > 1 the scenario is run again (at most that many times in all) while its own clock
+    says the injection did not take effect (`insane`, e.g. the machine was so loaded that a "fast"
+    loader was not); a run whose injection held is never repeated, whatever profview said.
+    """
+    for _ in range(attempts - 1):
+        o = _run_once(sc, out)
+        if not o.insane:
+            return o
+    return _run_once(sc, out)
+
+
+def _run_once(sc: Scenario, out: Path) -> Outcome:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     threads = torch.get_num_threads()

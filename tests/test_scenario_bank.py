@@ -3,7 +3,8 @@
 Each test runs the loop in this process into its own tmp directory, then:
 
 1. checks that the injection took effect, by the loop's own clock (a plain assertion: a failure here
-   is a broken scenario, not a profview bug);
+   is a broken scenario or a machine too loaded to produce it, not a profview bug; such a run is
+   repeated once first, a run whose injection held never is);
 2. checks that profview says what a correct profiler must say (verdict / finding kind and the key
    numbers it claims, with generous margins); a miss raises `WrongVerdict`.
 
@@ -34,7 +35,7 @@ def _param(name: str):
 @pytest.mark.parametrize("name", [_param(name) for name in SCENARIOS])
 def test_scenario(name, tmp_path):
     sc = SCENARIOS[name]
-    outcome = run_scenario(sc, tmp_path / name)
+    outcome = run_scenario(sc, tmp_path / name, attempts=2)     # again only if the injection did not hold
     assert not outcome.insane, (f"{name}: the injected bottleneck did not take effect ({outcome.figures}): "
                                 + "; ".join(outcome.insane))
     if outcome.problems:
