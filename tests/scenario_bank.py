@@ -472,7 +472,8 @@ def sane_compute(o: Outcome) -> list[str]:
 
 def figures_compute(o: Outcome) -> str:
     return (f"compute {share_ms(o, 'compute_ms'):.0f} % by the loop's clock; fp_bp median "
-            f"{o.median('fp_bp_ms'):.1f} ms, gap {o.median('iteration_gap_ms'):.1f} ms, tail {o.median('tail_ms'):.1f} ms")
+            f"{o.median('fp_bp_ms'):.1f} ms, gap {o.median('iteration_gap_ms'):.1f} ms, "
+            f"tail {o.median('tail_ms'):.1f} ms")
 
 
 # ----------------------------------------------------------------------------------------- host bound
@@ -625,8 +626,9 @@ def sane_tail(o: Outcome) -> list[str]:
 
 
 def figures_tail(o: Outcome) -> str:
-    return (f"tail work {truth_mean(o, 'tail_work_ms'):.1f} ms/step = {share_ms(o, 'tail_work_ms'):.0f} % (loop clock); "
-            f"median gap {o.median('iteration_gap_ms'):.1f}, fp_bp {o.median('fp_bp_ms'):.1f}, tail {o.median('tail_ms'):.1f} ms")
+    return (f"tail work {truth_mean(o, 'tail_work_ms'):.1f} ms/step = {share_ms(o, 'tail_work_ms'):.0f} % "
+            f"(loop clock); median gap {o.median('iteration_gap_ms'):.1f}, fp_bp {o.median('fp_bp_ms'):.1f}, "
+            f"tail {o.median('tail_ms'):.1f} ms")
 
 
 def grad_clip_loop(out: Path) -> dict:
@@ -748,7 +750,7 @@ def python_optimizer_loop(out: Path) -> dict:
     return clock.truth()
 
 
-# ----------------------------------------------------------------------------------------- optimizer subclasses / wrappers
+# ----------------------------------------------------------------------------- optimizer subclasses / wrappers
 
 
 class ClampingSGD(torch.optim.SGD):
@@ -972,6 +974,7 @@ def eval_loop(out: Path) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = memory_batches(DATA_BATCH, OUTLIER_STEPS)
     held_out = memory_batches(128, 12, seed=1)
+    accuracies = []
     clock = Clock()
     profiler = new_profiler(out)
     profiler.attach(model, optimizer, ops=False)
@@ -981,12 +984,12 @@ def eval_loop(out: Path) -> dict:
         if (i + 1) % EVERY == 0:
             model.eval()
             with torch.no_grad():
-                accuracy = sum(float((model(hx).argmax(1) == hy).float().mean()) for hx, hy in held_out)
+                accuracies.append(sum(float((model(hx).argmax(1) == hy).float().mean()) for hx, hy in held_out) / 12)
             model.train()
         clock.end("spike_ms")
         clock.iteration()
     profiler.analyse(progress=False)
-    return clock.truth()
+    return clock.truth(evaluations=len(accuracies))
 
 
 def judge_outliers(o: Outcome) -> list[str]:
@@ -1000,7 +1003,8 @@ def judge_outliers(o: Outcome) -> list[str]:
     spiked = set(range(EVERY, len(o.steps), EVERY))          # the spike after iteration k*5-1 is in step k*5's gap
     slow = set(o.analysed.loc[o.analysed["total_ms"] > 1.5 * o.median("total_ms"), "step"].astype(int))
     if not spiked <= slow:
-        problems.append(f"steps {sorted(spiked - slow)} hold a spike but are not 1.5 x the median step in step_trace_0.csv")
+        problems.append(f"steps {sorted(spiked - slow)} hold a spike but are not 1.5 x the median step "
+                        "in step_trace_0.csv")
     if not len(spiked) <= f["metrics"].get("outliers", 0) <= len(spiked) + 3:
         problems.append(f"{f['metrics'].get('outliers'):.0f} outlier steps, {len(spiked)} spikes injected")
     return problems
@@ -1288,7 +1292,8 @@ def judge_forgotten(o: Outcome) -> list[str]:
         problems.append(f"verdict {o.top} although profiler.step() was never called")
     text = (o.report.get("headline", "") + " " + " ".join(f.get("title", "") for f in o.findings)).lower()
     if "step()" not in text and "step(" not in text:
-        problems.append(f"the report does not say that step() was never called (headline: {o.report.get('headline')!r})")
+        problems.append("the report does not say that step() was never called "
+                        f"(headline: {o.report.get('headline')!r})")
     return problems
 
 
@@ -1443,7 +1448,8 @@ def _bank() -> list[Scenario]:
     s += [
         Scenario("compute_bound", "nothing: a ~50 ms MLP step fed by 2 fast workers (pre-batched)", "balanced",
                  compute_bound, judge_balanced, sane_compute, figures_compute),
-        Scenario("host_log_sleep_loader", "a blocking 40 ms log call after optimizer.step(); fast 2-worker DataLoader (pre-batched)",
+        Scenario("host_log_sleep_loader",
+                 "a blocking 40 ms log call after optimizer.step(); fast 2-worker DataLoader (pre-batched)",
                  "host_bound", host_log_loop(True), judge_host_gap, sane_host, figures_host),
         Scenario("host_log_sleep_memory", "a blocking 40 ms log call after optimizer.step(); batches already in memory",
                  "host_bound", host_log_loop(False), judge_host_gap, sane_host, figures_host),
@@ -1453,7 +1459,8 @@ def _bank() -> list[Scenario]:
                  "tail_bound", grad_clip_loop, judge_tail, sane_tail, figures_tail),
         Scenario("tail_ema_attach", "per-tensor EMA of the weights after optimizer.step(); attach()",
                  "tail_bound", ema_loop(manual_step=False), judge_tail, sane_tail, figures_tail),
-        Scenario("tail_ema_manual", "per-tensor EMA of the weights after optimizer.step(); phases + profiler.step() last",
+        Scenario("tail_ema_manual",
+                 "per-tensor EMA of the weights after optimizer.step(); phases + profiler.step() last",
                  "tail_bound", ema_loop(manual_step=True), judge_tail, sane_tail, figures_tail),
         Scenario("tail_python_optimizer", "Adam as a per-tensor Python loop (no foreach / fused)",
                  "tail_bound", python_optimizer_loop, judge_tail, sane_tail, figures_tail),
@@ -1461,7 +1468,8 @@ def _bank() -> list[Scenario]:
                  "tail_bound, steps == iterations", subclass_loop, judge_subclass, sane_tail, figures_tail),
         Scenario("opt_wrapper_lookahead", "timm-style Lookahead(SGD) attached; input-bound (20 ms batches, 0 workers)",
                  "input_bound, steps == iterations", lookahead_loop, judge_wrapped_input, sane_input, figures_steps),
-        Scenario("opt_grad_scaler", "GradScaler(float16 autocast) skips optimizer.step() on overflow; input-bound (30 ms batches)",
+        Scenario("opt_grad_scaler",
+                 "GradScaler(float16 autocast) skips optimizer.step() on overflow; input-bound (30 ms batches)",
                  "input_bound, steps == iterations", grad_scaler_loop, judge_wrapped_input, sane_scaler, figures_steps),
         Scenario("grad_accumulation", "4 micro-batches per optimizer.step(); nothing else",
                  "balanced, steps == optimizer steps", grad_accumulation_loop, judge_accumulation,
