@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
-from profiler.record.recorder import clock_anchor
+from profiler.record.recorder import clock_anchor, hot
+from profiler.store.kinds import FLUSH
 from profiler.model import OP_COLUMNS, Run, conform
 from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.kernels.intervals import assign_steps
@@ -120,6 +121,7 @@ class TorchCapture(Source):
             self.status = f"absent: torch is not importable ({exc})"
             return
         self._tprof = tprof
+        self._flush_code = recorder.point_code(FLUSH, "flush")   # the profiler's own background work
         path = Path(recorder.writer.path)
         self._stem = path.with_name(path.name[: -len(path.suffix)] if path.suffix else path.name)
         activities = [tprof.ProfilerActivity.CPU]
@@ -194,7 +196,8 @@ class TorchCapture(Source):
         with open(f"{self._stem}{INDEX_SUFFIX}", "a", encoding="utf-8") as index:
             index.write(json.dumps(entry, sort_keys=True) + "\n")
         self.windows_saved += 1
-        thread = threading.Thread(target=_compress, args=(path,), name="profview-torch-gzip", daemon=True)
+        thread = threading.Thread(target=_compress, args=(path, self._flush_code), name="profview-torch-gzip",
+                                  daemon=True)
         thread.start()
         self._compressors = [t for t in self._compressors if t.is_alive()] + [thread]
 
@@ -207,9 +210,11 @@ def _quietly(transition: Callable[[], None]) -> None:
         transition()
 
 
-def _compress(path: Path) -> None:
-    """path -> path.gz (fast level), then remove path; the reader accepts either."""
+def _compress(path: Path, flush_code: int) -> None:
+    """path -> path.gz (fast level), then remove path; the reader accepts either. Its time is recorded
+    like the flusher's (profiler work that competes with the loop: the steps it overlaps are charged)."""
     partial = path.with_name(path.name + ".gz.part")
+    t0 = time.perf_counter_ns()
     try:
         with open(path, "rb") as src, gzip.open(partial, "wb", compresslevel=1) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
@@ -217,6 +222,7 @@ def _compress(path: Path) -> None:
         os.remove(path)
     except OSError:
         pass            # the plain .json stays, and is read as it is
+    hot.sample(t0, flush_code, time.perf_counter_ns() - t0, 0)
 
 
 def trace_file(path: Path) -> Path:
