@@ -1,0 +1,284 @@
+"""PyTorch Lightning integration: `Trainer(profiler=ProfviewProfiler())` or `callbacks=[ProfviewCallback()]`.
+
+    from profiler.integrations.lightning import ProfviewCallback, ProfviewProfiler
+    trainer = lightning.Trainer(..., profiler=ProfviewProfiler("./profiler_data"))    # Lightning's profiler slot
+    trainer = lightning.Trainer(..., callbacks=[ProfviewCallback("./profiler_data")])  # keeps your own profiler
+
+Lightning times its own work by calling `trainer.profiler.start(action)` / `stop(action)` around it
+(that is all its profiler interface is). Both entry points read those actions and record, from the
+first training epoch to `on_train_end` (docs/integrations.md):
+
+| Lightning action | profview |
+|---|---|
+| `[_TrainingEpochLoop].train_dataloader_next` (and the epoch's `iter()` before the first one) | `data` phase (the data wait) |
+| `[Strategy]<S>.training_step` / `[Strategy]<S>.backward` | `forward` / `backward` phases (fp start / bp end) |
+| from the first `on_before_optimizer_step` to the end of `[LightningModule]<M>.optimizer_step` (manual optimization: `optimizer_step`) | `optimizer` phase (tail) |
+| validation inside fit: `on_validation_model_zero_grad` / `on_validation_model_eval` / `on_validation_start` up to the first `on_validation_end` hook | `evaluate` span |
+| `save_checkpoint` (`Trainer.save_checkpoint`, which ModelCheckpoint calls) | `save_checkpoint` span |
+
+One profiler step per optimizer step (`accumulate_grad_batches` micro-batches are one step): a
+step ends when the loop asks for the next batch after an optimizer step (or when the next epoch
+or `on_train_end` begins), so validation and checkpoint saving that follow an update are in its
+tail, and the fetch of the next batch is the next step's data wait.
+
+`ProfviewCallback` records the same by putting itself in front of `trainer.profiler` for the fit
+(every action is passed on to the profiler you configured, whose summary is unchanged) and
+putting it back at teardown.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+try:
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.profilers import Profiler as LightningProfiler
+except ImportError:
+    try:                                  # the standalone package, same API
+        from pytorch_lightning.callbacks import Callback
+        from pytorch_lightning.profilers import Profiler as LightningProfiler
+    except ImportError as exc:            # pragma: no cover - exercised only without Lightning
+        from ._common import missing_framework
+        raise missing_framework("profiler.integrations.lightning", "lightning", "lightning") from exc
+
+from .. import Profiler
+from ._common import SpanStack, summary_lines
+
+__all__ = ["ProfviewCallback", "ProfviewProfiler"]
+
+
+class _Recording:
+    """Turns Lightning's profiler actions into a profview recording (shared by both entry points)."""
+
+    def __init__(self, output_path: str | os.PathLike, ops: bool, profiler_kwargs: dict[str, Any]) -> None:
+        self.output_path = output_path
+        self.ops = ops
+        self.profiler_kwargs = dict(profiler_kwargs)
+        self.profiler: Optional[Profiler] = None
+        self.live = False              # from the first training epoch to on_train_end
+        self.finished = False          # recorded and stopped, not analysed yet
+        self._spans = SpanStack()
+        self._stepped = False          # an optimizer step ran since the last profiler step
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        kw = dict(self.profiler_kwargs)
+        if self.ops:
+            kw.setdefault("framework", "torch")     # op capture through torch.profiler, no hooks needed
+        self.profiler = Profiler(output_path=self.output_path, **kw)
+        self._spans = SpanStack()
+        self._stepped = False
+        self.live, self.finished = True, False
+
+    def end(self) -> None:
+        """End the last step and stop recording (on_train_end, an exception, or teardown)."""
+        if not self.live:
+            return
+        self._end_step()
+        self._spans.close_all()
+        self.live = False
+        self.profiler.stop()
+        self.finished = True
+
+    def analyse(self) -> list[str]:
+        """Analyse a finished recording once; the lines saying where the outputs went."""
+        if not self.finished:
+            return []
+        self.finished = False
+        outputs = self.profiler.analyse()
+        return summary_lines(self.profiler, outputs) if outputs else []
+
+    # ---- actions ---------------------------------------------------------------------------
+
+    def start(self, action: str) -> None:
+        if not self.live:
+            if action != "run_training_epoch" or self.finished:   # only the fit loop runs training epochs
+                return
+            self.begin()
+        if action == "run_training_epoch":
+            self._end_step()
+            self._open("data", "phase")
+        elif action.endswith(".train_dataloader_next"):
+            self._end_step()
+            self._open("data", "phase")
+        elif action.startswith("[Strategy]") and action.endswith(".training_step"):
+            self._open("forward", "phase")
+        elif action.startswith("[Strategy]") and action.endswith(".backward"):
+            self._open("backward", "phase")
+        elif action.endswith(".on_before_optimizer_step") or action == "optimizer_step":
+            self._open("optimizer", "phase")
+        elif action == "save_checkpoint":
+            self._open("save_checkpoint", "span")
+        elif action.endswith((".on_validation_model_zero_grad", ".on_validation_model_eval", ".on_validation_start")):
+            self._open("evaluate", "span")
+        elif action.endswith(".on_validation_end"):
+            self._spans.close("evaluate")
+        elif action.endswith(".on_train_end"):
+            self.end()
+
+    def stop(self, action: str) -> None:
+        if not self.live:
+            return
+        if action.endswith(".train_dataloader_next") or action == "run_training_epoch":
+            self._spans.close("data")
+        elif action.startswith("[Strategy]") and action.endswith(".training_step"):
+            self._spans.close("forward")
+        elif action.startswith("[Strategy]") and action.endswith(".backward"):
+            self._spans.close("backward")
+        elif action == "optimizer_step" or (action.startswith("[LightningModule]") and action.endswith(".optimizer_step")):
+            self._spans.close("optimizer")
+            self._stepped = True
+        elif action == "save_checkpoint":
+            self._spans.close("save_checkpoint")
+
+    def _open(self, name: str, kind: str) -> None:
+        if not self._spans.is_open(name):
+            self._spans.open(name, self.profiler.phase(name) if kind == "phase" else self.profiler.span(name))
+
+    def _end_step(self) -> None:
+        if self._stepped:
+            self._spans.close_all()
+            self.profiler.step()
+            self._stepped = False
+
+
+class ProfviewProfiler(LightningProfiler):
+    """A Lightning profiler that records with profview: `Trainer(profiler=ProfviewProfiler())`.
+
+    Args:
+        output_path: where the raw store and the analysed outputs go.
+        ops: also capture per-operator timings through torch.profiler (`Profiler(framework="torch")`,
+            on `ops_schedule`, else `schedule`); off by default.
+        **profiler_kwargs: passed on to `profiler.Profiler(...)` (`schedule`, `ops_schedule`,
+            `host_counters`, `advisor_thresholds`, ...).
+
+    Records `Trainer.fit` only (from its first training epoch to `on_train_end`); `summary()`
+    (which Lightning logs at the end of fit) analyses the recording and says where the outputs
+    are. `self.profiler` is the profview Profiler, `self.lines` what summary() reported.
+    """
+
+    def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
+                 **profiler_kwargs: Any) -> None:
+        super().__init__(dirpath=None, filename=None)
+        self._recording = _Recording(output_path, ops, profiler_kwargs)
+        self.lines: list[str] = []
+
+    @property
+    def profiler(self) -> Optional[Profiler]:
+        return self._recording.profiler
+
+    def start(self, action_name: str) -> None:
+        self._recording.start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        self._recording.stop(action_name)
+
+    def summary(self) -> str:
+        self._recording.end()
+        lines = self._recording.analyse()
+        if lines:
+            self.lines = lines
+        return os.linesep.join(lines)
+
+    def teardown(self, stage: Optional[str]) -> None:
+        self._recording.end()       # a fit that stopped early still closes its raw store
+        super().teardown(stage)
+
+
+class _Chained(LightningProfiler):
+    """The profiler ProfviewCallback puts in front of `trainer.profiler`: profview records every
+    action, then the original profiler gets it (its own timings and summary are unchanged)."""
+
+    def __init__(self, recording: _Recording, inner: LightningProfiler) -> None:
+        super().__init__(dirpath=inner.dirpath, filename=inner.filename)
+        self._recording, self._inner = recording, inner
+
+    def start(self, action_name: str) -> None:
+        self._recording.start(action_name)
+        self._inner.start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        self._inner.stop(action_name)
+        self._recording.stop(action_name)
+
+    def summary(self) -> str:
+        return self._inner.summary()
+
+    def describe(self) -> None:
+        self._inner.describe()
+
+    def setup(self, stage: str, local_rank: Optional[int] = None, log_dir: Optional[str] = None) -> None:
+        self._inner.setup(stage, local_rank, log_dir)
+
+    def teardown(self, stage: Optional[str]) -> None:
+        self._inner.teardown(stage)
+
+    def __del__(self) -> None:     # the base class tears down on deletion; the inner profiler is not ours
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__.get("_inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+
+class ProfviewCallback(Callback):
+    """Profile `lightning.Trainer.fit` with profview, keeping whatever `Trainer(profiler=...)` you use.
+
+    Args:
+        output_path, ops, **profiler_kwargs: as for `ProfviewProfiler`.
+        analyse: analyse at the end of fit (teardown) and print where the outputs went.
+        verbose: print those lines (they are also in `self.lines`).
+
+    Records the same as `ProfviewProfiler` (see the module's documentation): for the fit, it
+    puts itself in front of `trainer.profiler` and passes every action on to it.
+    """
+
+    def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
+                 analyse: bool = True, verbose: bool = True, **profiler_kwargs: Any) -> None:
+        self._recording = _Recording(output_path, ops, profiler_kwargs)
+        self.analyse = analyse
+        self.verbose = verbose
+        self.lines: list[str] = []
+        self._installed: Optional[_Chained] = None
+
+    @property
+    def profiler(self) -> Optional[Profiler]:
+        return self._recording.profiler
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or self._installed is not None:
+            return
+        if isinstance(trainer.profiler, (ProfviewProfiler, _Chained)):
+            import warnings
+            warnings.warn("ProfviewCallback is not recording: the Trainer's profiler already records with "
+                          "profview (use one of ProfviewProfiler and ProfviewCallback)", stacklevel=2)
+            return
+        self._installed = _Chained(self._recording, trainer.profiler)
+        trainer.profiler = self._installed
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._recording.end()          # the raw store is complete; `profview analyse DIR` analyses it
+        self._uninstall(trainer)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            return
+        self._uninstall(trainer)
+        self._recording.end()
+        if not self.analyse:
+            return
+        lines = self._recording.analyse()
+        if lines:
+            self.lines = lines
+            if self.verbose:
+                for line in lines:
+                    print(line, flush=True)
+
+    def _uninstall(self, trainer: Any) -> None:
+        if self._installed is not None:
+            if trainer.profiler is self._installed:
+                trainer.profiler = self._installed._inner
+            self._installed = None
