@@ -11,7 +11,8 @@ first training epoch to `on_train_end` (docs/integrations.md):
 | Lightning action | profview |
 |---|---|
 | `[_TrainingEpochLoop].train_dataloader_next` (and the epoch's `iter()` before the first one) | `data` phase (the data wait) |
-| `[Strategy]<S>.training_step` / `[Strategy]<S>.backward` | `forward` / `backward` phases (fp start / bp end) |
+| `[Strategy]<S>.training_step` (up to the backward pass) | `forward` phase (fp start) |
+| from the first `on_before_backward` hook to the first `on_after_backward` hook | `backward` phase (bp end) |
 | from the first `on_before_optimizer_step` to the end of `[LightningModule]<M>.optimizer_step` (manual optimization: `optimizer_step`) | `optimizer` phase (tail) |
 | validation inside fit: `on_validation_model_zero_grad` / `on_validation_model_eval` / `on_validation_start` up to the first `on_validation_end` hook | `evaluate` span |
 | `save_checkpoint` (`Trainer.save_checkpoint`, which ModelCheckpoint calls) | `save_checkpoint` span |
@@ -104,8 +105,11 @@ class _Recording:
             self._open("data", "phase")
         elif action.startswith("[Strategy]") and action.endswith(".training_step"):
             self._open("forward", "phase")
-        elif action.startswith("[Strategy]") and action.endswith(".backward"):
+        elif action.endswith(".on_before_backward"):
+            self._spans.close("forward")          # manual optimization: backward inside training_step
             self._open("backward", "phase")
+        elif action.endswith(".on_after_backward"):
+            self._spans.close("backward")
         elif action.endswith(".on_before_optimizer_step") or action == "optimizer_step":
             self._open("optimizer", "phase")
         elif action == "save_checkpoint":
@@ -124,8 +128,6 @@ class _Recording:
             self._spans.close("data")
         elif action.startswith("[Strategy]") and action.endswith(".training_step"):
             self._spans.close("forward")
-        elif action.startswith("[Strategy]") and action.endswith(".backward"):
-            self._spans.close("backward")
         elif action == "optimizer_step" or (action.startswith("[LightningModule]") and action.endswith(".optimizer_step")):
             self._spans.close("optimizer")
             self._stepped = True

@@ -77,6 +77,7 @@ class ProfviewCallback(TrainerCallback):
         self._last_logged_step = -1
         self._save_if_best = False
         self._live = False                   # between on_train_begin and on_train_end
+        self._attach_to = None               # (model, optimizer) still to attach
 
     # ---- recording -------------------------------------------------------------------------
 
@@ -88,12 +89,14 @@ class ProfviewCallback(TrainerCallback):
         self.profiler = Profiler(output_path=self.output_path, **kw)
         self._live = True
         self._last_logged_step = state.global_step
-        if self.attach and model is not None:
-            self.profiler.attach(model, _torch_optimizer(optimizer), ops=self.ops, step_on_optimizer=False)
+        self._attach_to = (model, optimizer) if self.attach and model is not None else None
         if getattr(args, "eval_on_start", False):
+            # the evaluation before the first step: a span in step 0, and the hooks go on after it
+            # (its forwards would otherwise mark step 0's fp start)
             self._pending = ["evaluate"]
             self._advance()
         else:
+            self._attach_hooks()
             self._open_data()
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -224,7 +227,14 @@ class ProfviewCallback(TrainerCallback):
             self.profiler.step()
             self._step_pending = False
 
+    def _attach_hooks(self) -> None:
+        if self._attach_to is not None:
+            model, optimizer = self._attach_to
+            self._attach_to = None
+            self.profiler.attach(model, _torch_optimizer(optimizer), ops=self.ops, step_on_optimizer=False)
+
     def _open_data(self) -> None:
+        self._attach_hooks()
         if not self._spans.is_open("data"):
             self._spans.open("data", self.profiler.phase("data"))
 
