@@ -48,6 +48,39 @@ from ._common import SpanStack, summary_lines
 __all__ = ["ProfviewCallback", "ProfviewProfiler"]
 
 
+# what a Lightning action is to the recording (see the module's documentation)
+(_FETCH, _FORWARD, _BACKWARD, _AFTER_BACKWARD, _OPTIMIZER_HOOK, _OPTIMIZER_STEP, _MANUAL_STEP, _SAVE,
+ _VALIDATION_START, _VALIDATION_END, _TRAIN_END) = range(11)
+_OTHER = (-1,)
+
+
+def _classify(action: str) -> tuple[int]:
+    """The kind of a Lightning profiler action (classified once per distinct name, then cached)."""
+    if action == "run_training_epoch" or action.endswith(".train_dataloader_next"):
+        return (_FETCH,)
+    if action.startswith("[Strategy]") and action.endswith(".training_step"):
+        return (_FORWARD,)
+    if action.endswith(".on_before_backward"):
+        return (_BACKWARD,)
+    if action.endswith(".on_after_backward"):
+        return (_AFTER_BACKWARD,)
+    if action.endswith(".on_before_optimizer_step"):
+        return (_OPTIMIZER_HOOK,)
+    if action.startswith("[LightningModule]") and action.endswith(".optimizer_step"):
+        return (_OPTIMIZER_STEP,)
+    if action == "optimizer_step":                       # manual optimization
+        return (_MANUAL_STEP,)
+    if action == "save_checkpoint":
+        return (_SAVE,)
+    if action.endswith((".on_validation_model_zero_grad", ".on_validation_model_eval", ".on_validation_start")):
+        return (_VALIDATION_START,)
+    if action.endswith(".on_validation_end"):
+        return (_VALIDATION_END,)
+    if action.endswith(".on_train_end"):
+        return (_TRAIN_END,)
+    return _OTHER
+
+
 class _Recording:
     """Turns Lightning's profiler actions into a profview recording (shared by both entry points)."""
 
@@ -60,6 +93,7 @@ class _Recording:
         self.finished = False          # recorded and stopped, not analysed yet
         self._spans = SpanStack()
         self._stepped = False          # an optimizer step ran since the last profiler step
+        self._kinds: dict[str, tuple[int]] = {}     # action name -> _classify(action)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -97,41 +131,50 @@ class _Recording:
             if action != "run_training_epoch" or self.finished:   # only the fit loop runs training epochs
                 return
             self.begin()
-        if action == "run_training_epoch":
+        what = self._kinds.get(action)
+        if what is None:
+            what = self._kinds[action] = _classify(action)
+        if what is _OTHER:
+            return
+        kind = what[0]
+        if kind == _FETCH:
             self._end_step()
             self._open("data", "phase")
-        elif action.endswith(".train_dataloader_next"):
-            self._end_step()
-            self._open("data", "phase")
-        elif action.startswith("[Strategy]") and action.endswith(".training_step"):
+        elif kind == _FORWARD:
             self._open("forward", "phase")
-        elif action.endswith(".on_before_backward"):
+        elif kind == _BACKWARD:
             self._spans.close("forward")          # manual optimization: backward inside training_step
             self._open("backward", "phase")
-        elif action.endswith(".on_after_backward"):
+        elif kind == _AFTER_BACKWARD:
             self._spans.close("backward")
-        elif action.endswith(".on_before_optimizer_step") or action == "optimizer_step":
+        elif kind == _OPTIMIZER_HOOK or kind == _MANUAL_STEP:
             self._open("optimizer", "phase")
-        elif action == "save_checkpoint":
+        elif kind == _SAVE:
             self._open("save_checkpoint", "span")
-        elif action.endswith((".on_validation_model_zero_grad", ".on_validation_model_eval", ".on_validation_start")):
+        elif kind == _VALIDATION_START:
             self._open("evaluate", "span")
-        elif action.endswith(".on_validation_end"):
+        elif kind == _VALIDATION_END:
             self._spans.close("evaluate")
-        elif action.endswith(".on_train_end"):
+        elif kind == _TRAIN_END:
             self.end()
 
     def stop(self, action: str) -> None:
         if not self.live:
             return
-        if action.endswith(".train_dataloader_next") or action == "run_training_epoch":
+        what = self._kinds.get(action)
+        if what is None:
+            what = self._kinds[action] = _classify(action)
+        if what is _OTHER:
+            return
+        kind = what[0]
+        if kind == _FETCH:
             self._spans.close("data")
-        elif action.startswith("[Strategy]") and action.endswith(".training_step"):
+        elif kind == _FORWARD:
             self._spans.close("forward")
-        elif action == "optimizer_step" or (action.startswith("[LightningModule]") and action.endswith(".optimizer_step")):
+        elif kind == _OPTIMIZER_STEP or kind == _MANUAL_STEP:
             self._spans.close("optimizer")
             self._stepped = True
-        elif action == "save_checkpoint":
+        elif kind == _SAVE:
             self._spans.close("save_checkpoint")
 
     def _open(self, name: str, kind: str) -> None:
@@ -182,10 +225,6 @@ class ProfviewProfiler(LightningProfiler):
         if lines:
             self.lines = lines
         return os.linesep.join(lines)
-
-    def teardown(self, stage: Optional[str]) -> None:
-        self._recording.end()       # a fit that stopped early still closes its raw store
-        super().teardown(stage)
 
 
 class _Chained(LightningProfiler):
