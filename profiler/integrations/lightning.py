@@ -29,6 +29,7 @@ putting it back at teardown.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Optional
 
 try:
@@ -42,7 +43,7 @@ except ImportError:
         from ._common import missing_framework
         raise missing_framework("profiler.integrations.lightning", "lightning", "lightning") from exc
 
-from .. import Profiler
+from .. import Profiler, ProfilerUsageWarning
 from ._common import SpanStack, summary_lines
 
 __all__ = ["ProfviewCallback", "ProfviewProfiler"]
@@ -293,9 +294,9 @@ class ProfviewCallback(Callback):
         if stage != "fit" or self._installed is not None:
             return
         if isinstance(trainer.profiler, (ProfviewProfiler, _Chained)):
-            import warnings
             warnings.warn("ProfviewCallback is not recording: the Trainer's profiler already records with "
-                          "profview (use one of ProfviewProfiler and ProfviewCallback)", stacklevel=2)
+                          "profview (use one of ProfviewProfiler and ProfviewCallback)", ProfilerUsageWarning,
+                          stacklevel=2)
             return
         self._installed = _Chained(self._recording, trainer.profiler)
         trainer.profiler = self._installed
