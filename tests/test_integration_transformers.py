@@ -24,7 +24,7 @@ BATCH = 2
 EVAL_EVERY = 3           # evaluation and checkpoint every 3 optimizer steps: after steps 3 and 6
 SLEEP_S = 0.4            # injected into each evaluation (compute_metrics) and each save (save_model)
 MARGIN_S = 4.0           # generous: the machine may be busy
-ITEM_SLEEP_S = 0.03      # per sample in the data-bound run: 4 samples = 120 ms of data a step
+ITEM_SLEEP_S = 0.05      # per sample in the data-bound run: 4 samples = 200 ms of data a step
 
 
 # ---- without transformers: optional, with a clear message ----------------------------------------
@@ -194,7 +194,7 @@ def test_data_bound_run_is_input_bound(data_bound_run):
     assert report["verdict"] == "input_bound", report["headline"]
     st = _steps(out).iloc[1:]                       # step 0 also starts the loader
     data = _spans(out).query("name == 'data'").sort_values("start_ms").iloc[1:]
-    # 2 micro-batches x 2 samples x 30 ms = 120 ms of data a step: at least half of every step
+    # 2 micro-batches x 2 samples x 50 ms = 200 ms of data a step: at least half of every step
     expected_ms = ACCUMULATION * BATCH * ITEM_SLEEP_S * 1e3
     assert (data["dur_ms"].to_numpy() >= 0.8 * expected_ms).all()
     assert (data["dur_ms"].to_numpy() >= 0.5 * st["total_ms"].to_numpy()).all()
