@@ -9,4 +9,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[test]"
+# The framework integrations' extras (tests/test_integration_*.py); torch stays pinned in the same
+# command so that no dependency can pull another (CUDA) build.
+.venv/bin/python -m pip install --quiet -c <(echo torch==2.13.0) -e ".[test,transformers,lightning]"

@@ -1,0 +1,77 @@
+"""Pieces shared by the framework integrations (no framework imports here)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from .. import Profiler
+
+
+def missing_framework(module: str, package: str, extra: str) -> ImportError:
+    """The ImportError an integration module raises when its framework is not installed."""
+    return ImportError(f"{module} needs {package}, which is not installed: "
+                       f"pip install 'profview[{extra}]' (or pip install {package})")
+
+
+def summary_lines(profiler: Profiler, outputs: Iterable[Path]) -> list[str]:
+    """What an integration prints after analyse(): where the outputs are, and the verdict."""
+    out_dir = profiler.output_path
+    names = [Path(p).name for p in outputs]
+    lines = [f"profview: {len(names)} files written to {out_dir} (step trace, report, timeline); "
+             f"view them with: profview {out_dir}"]
+    report = read_report(out_dir, profiler.rank)
+    if report is not None:
+        steps = report.get("steps", {}) if isinstance(report.get("steps"), dict) else {}
+        median = steps.get("median_ms")
+        median_text = f", median step {median:.2f} ms" if isinstance(median, (int, float)) and math.isfinite(median) else ""
+        lines.append(f"profview: verdict {report.get('verdict')}{median_text}: {report.get('headline', '')}")
+    return lines
+
+
+def read_report(out_dir: Path, rank: int) -> Optional[dict[str, Any]]:
+    """report_{rank}.json as a dict, or None when it was not written."""
+    path = Path(out_dir) / f"report_{rank}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class SpanStack:
+    """Spans and phases opened in one framework hook and closed in a later one.
+
+    The raw store pairs begin / end events by nesting on each thread, so spans opened across hooks
+    must be closed in reverse order; this keeps them as a stack and closes whatever is above the
+    one being closed (so a hook that never came cannot leave a span open forever).
+    """
+
+    def __init__(self) -> None:
+        self._open: list[tuple[str, Any]] = []
+
+    def open(self, key: str, span: Any) -> None:
+        span.__enter__()
+        self._open.append((key, span))
+
+    def is_open(self, key: str) -> bool:
+        return any(k == key for k, _ in self._open)
+
+    @property
+    def top(self) -> Optional[str]:
+        return self._open[-1][0] if self._open else None
+
+    def close(self, key: str) -> bool:
+        """Close `key` (and anything opened after it); False when it is not open."""
+        if not self.is_open(key):
+            return False
+        while self._open:
+            k, span = self._open.pop()
+            span.__exit__(None, None, None)
+            if k == key:
+                return True
+        return True
+
+    def close_all(self) -> None:
+        while self._open:
+            self._open.pop()[1].__exit__(None, None, None)
