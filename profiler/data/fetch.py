@@ -8,15 +8,17 @@ dataset iterator. `profiler.iterate(loader)` is the public form.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from profiler.record.recorder import active_recorder, now_ns
 from profiler.store.kinds import PHASE
 
 
-def timed_fetches(iterable: Iterable) -> Iterator[tuple[int, int, Any]]:
+def timed_fetches(iterable: Iterable, then: Optional[Callable[[int, int], None]] = None
+                  ) -> Iterator[tuple[int, int, Any]]:
     """(call time, return time, item) for each next(), each recorded as a `data` phase while a
-    Profiler records; the first call includes iter() (a loader's worker start-up)."""
+    Profiler records; the first call includes iter() (a loader's worker start-up). `then(t0, t1)`
+    runs inside the phase (a probe's bookkeeping: the loop waits for it too)."""
     it = None
     while True:
         recorder = active_recorder()
@@ -27,9 +29,12 @@ def timed_fetches(iterable: Iterable) -> Iterator[tuple[int, int, Any]]:
                 if it is None:
                     it = iter(iterable)
                 item = next(it)
+                t1 = now_ns()
+                if then is not None:
+                    then(t0, t1)
         except StopIteration:
             return
-        yield t0, now_ns(), item
+        yield t0, t1, item
 
 
 def measured(iterable: Iterable) -> Iterator[Any]:

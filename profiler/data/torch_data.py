@@ -142,18 +142,22 @@ class ProfiledDataLoader:
         return len(self.loader)
 
     def __iter__(self) -> Iterator:
+        """The loader's batches; each next() (the probe's bookkeeping included) is the loop's data wait."""
         if self._log is None:
             for _, _, batch in timed_fetches(self.loader):
                 yield batch
             return
         occupancy = _Occupancy(self._log, self.probe)
-        probing = True
-        for t0, t1, batch in timed_fetches(self.loader):
-            if probing and not occupancy.got(t0, t1):
-                probing = False
+        probing = [True]
+
+        def probe(t0: int, t1: int) -> None:
+            if probing[0] and not occupancy.got(t0, t1):
+                probing[0] = False
                 warnings.warn("ProfiledDataLoader: the loader's workers were started before it was wrapped; "
                               "wrap it before the first iteration to probe its occupancy", ProfilerUsageWarning,
-                              stacklevel=2)
+                              stacklevel=4)
+
+        for _, _, batch in timed_fetches(self.loader, then=probe):
             yield batch
 
 

@@ -1,12 +1,11 @@
 """Pieces shared by the framework integrations (no framework imports here)."""
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from .. import Profiler
+from profiler import Profiler
+from profiler.postprocess.recording import verdict_line
 
 
 def missing_framework(module: str, package: str, extra: str) -> ImportError:
@@ -16,27 +15,11 @@ def missing_framework(module: str, package: str, extra: str) -> ImportError:
 
 
 def summary_lines(profiler: Profiler, outputs: Iterable[Path]) -> list[str]:
-    """What an integration prints after analyse(): where the outputs are, and the verdict."""
-    out_dir = profiler.output_path
-    names = [Path(p).name for p in outputs]
-    lines = [f"profview: {len(names)} files written to {out_dir} (step trace, report, timeline); "
-             f"view them with: profview {out_dir}"]
-    report = read_report(out_dir, profiler.rank)
-    if report is not None:
-        steps = report.get("steps", {}) if isinstance(report.get("steps"), dict) else {}
-        median = steps.get("median_ms")
-        median_text = f", median step {median:.2f} ms" if isinstance(median, (int, float)) and math.isfinite(median) else ""
-        lines.append(f"profview: verdict {report.get('verdict')}{median_text}: {report.get('headline', '')}")
-    return lines
-
-
-def read_report(out_dir: Path, rank: int) -> Optional[dict[str, Any]]:
-    """report_{rank}.json as a dict, or None when it was not written."""
-    path = Path(out_dir) / f"report_{rank}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """What an integration prints after analyse(quiet=True): the analysis's own line (outputs, verdict,
+    next command), or nothing when no outputs were written."""
+    if not list(outputs):
+        return []
+    return [verdict_line(profiler.output_path, profiler.rank)]
 
 
 class SpanStack:

@@ -40,11 +40,11 @@ except ImportError:
         from pytorch_lightning.callbacks import Callback
         from pytorch_lightning.profilers import Profiler as LightningProfiler
     except ImportError as exc:            # pragma: no cover - exercised only without Lightning
-        from ._common import missing_framework
+        from profiler.integrations._common import missing_framework
         raise missing_framework("profiler.integrations.lightning", "lightning", "lightning") from exc
 
-from .. import Profiler, ProfilerUsageWarning
-from ._common import SpanStack, summary_lines
+from profiler import Profiler, ProfilerUsageWarning
+from profiler.integrations._common import SpanStack, summary_lines
 
 __all__ = ["ProfviewCallback", "ProfviewProfiler"]
 
@@ -122,7 +122,7 @@ class _Recording:
         if not self.finished:
             return []
         self.finished = False
-        outputs = self.profiler.analyse()
+        outputs = self.profiler.analyse(quiet=True)
         return summary_lines(self.profiler, outputs) if outputs else []
 
     # ---- actions ---------------------------------------------------------------------------

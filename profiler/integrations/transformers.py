@@ -26,11 +26,11 @@ from typing import Any, Optional
 try:
     from transformers import TrainerCallback
 except ImportError as exc:       # pragma: no cover - exercised only without transformers
-    from ._common import missing_framework
+    from profiler.integrations._common import missing_framework
     raise missing_framework("profiler.integrations.transformers", "transformers", "transformers") from exc
 
-from .. import Profiler
-from ._common import SpanStack, summary_lines
+from profiler import Profiler
+from profiler.integrations._common import SpanStack, summary_lines
 
 __all__ = ["ProfviewCallback"]
 
@@ -169,7 +169,7 @@ class ProfviewCallback(TrainerCallback):
         if not self.analyse:
             profiler.stop()
             return
-        self.outputs = profiler.analyse()        # on a rank left out by `ranks=`: [] (it still joins in)
+        self.outputs = profiler.analyse(quiet=True)   # on a rank left out by `ranks=`: [] (it still joins in)
         self.summary = summary_lines(profiler, self.outputs) if self.outputs else []
         if self.verbose:
             for line in self.summary:
