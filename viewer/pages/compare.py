@@ -224,11 +224,14 @@ def build(ctx: Context) -> str:
                      f"excludes 0 and the change is at least {c.verdict['noise_pct']:g} %. Medians for reference. "
                      f"Negative changes are faster."),
              section("Findings resolved and introduced", findings_html(c)),
-             '<div class="grid2">',
              section("Step phases", ctx.figure(phase_bars(c)) + phases_html(c),
                      "Mean ms per step and its change with its interval; a phase's change is significant by the "
-                     "verdict's rule (against BASE's mean step). Medians after them."),
-             section("Step-time distribution", ctx.figure(step_histograms(base.steps(), new.steps())) + distribution_html(c)),
+                     "verdict's rule (against BASE's mean step). Medians after them, for reference."),
+             '<div class="grid2">',
+             section("Step-time distribution", ctx.figure(step_histograms(base.steps(), new.steps()))),
+             section("Step-time statistics", distribution_html(c),
+                     "The analysed steps' mean, wall time (their sum) and quantiles; the recorded span runs from "
+                     "the step trace's first start to its last end, warm-up included."),
              "</div><br>"]
     if len(c.op_types):
         parts += [section("Op types: largest changes", ctx.figure(op_delta_bars(c.op_types, "op_type"))
@@ -280,12 +283,21 @@ def findings_lines(c: Comparison) -> list[str]:
     f = c.findings
     if not (f["resolved"] or f["introduced"] or f["persisting"]):
         return [f"Findings: {no_findings_text(c)}"]
-    lines = [f"{label}: " + ("; ".join(f"[{x['severity']}] {clean(x['title'])}" for x in items) or "none")
-             for label, items in (("Resolved", f["resolved"]), ("Introduced", f["introduced"]))]
+    lines = [f"{label}: " + ("; ".join(f"[{x['severity']}] {clean(x['title'])} ({side} {_stake(x['at_stake_ms'])})"
+                                       for x in items) or "none")
+             for label, side, items in (("Resolved", "BASE", f["resolved"]), ("Introduced", "NEW", f["introduced"]))]
     if f["persisting"]:
-        lines.append("Persisting: " + "; ".join(f"[{x['base_severity']} -> {x['severity']}] {clean(x['title'])}"
-                                               for x in f["persisting"]))
+        lines.append("Persisting: " + "; ".join(
+            f"[{x['base_severity']} -> {x['severity']}] {clean(x['title'])} "
+            f"({_stake(x['base_at_stake_ms'], bare=True)} -> {_stake(x['at_stake_ms'])})" for x in f["persisting"]))
     return lines
+
+
+def _stake(ms: Any, bare: bool = False) -> str:
+    """A finding's time at stake per step, so a finding reads against the verdict's ms."""
+    if ms is None:
+        return "?" if bare else "at stake: ?"
+    return f"{float(ms):.1f} ms" if bare else f"{float(ms):.1f} ms a step at stake"
 
 
 def render_text(c: Comparison, top: int = 8) -> str:
