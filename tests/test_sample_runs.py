@@ -142,5 +142,11 @@ def test_ascend_reference_device_feed_vs_sink(tmp_path, capsys):
     assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
     gap = {p["column"]: p for p in doc["phases"]}["iteration_gap_ms"]
     assert gap["base_median_ms"] > 10 and gap["new_median_ms"] < 2
-    assert doc["verdict"]["outcome"] == "faster"
+    assert gap["significant"] and gap["ci_high_ms"] < -8          # the 15 ms loader is off the step: -15 ms
+    # The step as a whole: 11 analysed steps whose all-reduce tails swing between ~10 and ~130 ms
+    # on this shared machine; the mean step's interval is often that wide, so "no significant
+    # change" is an honest answer too. It is never slower, and "faster" comes with its interval.
+    v = doc["verdict"]
+    assert v["outcome"] in ("faster", "no significant change") and v["ci_low_pct"] < 0
+    assert v["outcome"] != "faster" or v["ci_high_pct"] < 0
     assert set(pd.read_csv(tmp_path / "sink" / "op_type_0.csv")["device"]) >= {"npu:0"}

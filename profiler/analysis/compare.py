@@ -53,6 +53,9 @@ MIN_RESAMPLES, MAX_DRAWS = 400, 40_000_000
 SEED = 0
 #: fewer analysed steps than this in a run: no interval, the verdict is the mean's change alone
 MIN_STEPS_FOR_INTERVAL = 5
+#: fewer analysed steps than this: too few to estimate how step times depend on their neighbours,
+#: the bootstrap resamples single steps (blocks of 1)
+BLOCK_MIN_STEPS = 20
 #: the three outcomes
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no significant change"
 #: the op_count column: ops that started in each step (0 where op capture skipped the step)
@@ -156,11 +159,12 @@ def block_length(x: np.ndarray) -> int:
     The autocorrelations say how far a step's time carries over to its neighbours: independent
     step times give blocks of 1-2 steps (the plain bootstrap); alternating, periodic or drifting
     step times give longer blocks, so a resample keeps each step with its neighbours. Capped at
-    min(3 sqrt(n), n / 3) steps.
+    min(3 sqrt(n), n / 3) steps. Below BLOCK_MIN_STEPS steps the autocorrelations are too noisy
+    to say anything (on independent steps they would ask for the cap a third of the time): 1.
     """
     x = np.asarray(x, dtype=np.float64)
     n = len(x)
-    if n < 4:
+    if n < BLOCK_MIN_STEPS:
         return 1
     eps = x - x.mean()
     cap = int(np.ceil(min(3 * np.sqrt(n), n / 3)))
