@@ -58,8 +58,7 @@ MIN_STEPS_FOR_INTERVAL = 5
 BLOCK_MIN_STEPS = 20
 #: the three outcomes
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no significant change"
-#: the op_count column: ops that started in each step (0 where op capture skipped the step)
-OP_COUNT = "op_count"
+OP_COUNT, STEP_START = formats.OP_COUNT, formats.STEP_START
 
 
 @dataclass(frozen=True)
@@ -331,9 +330,9 @@ def significant(delta_ms: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray, b
 def recorded_span_ms(step_trace: pd.DataFrame) -> Optional[float]:
     """Wall time from the step trace's first start to its last end (every recorded step, warm-up
     included); None without start times."""
-    if not len(step_trace) or "start_ms" not in step_trace:
+    if not len(step_trace) or STEP_START not in step_trace:
         return None
-    start = step_trace["start_ms"].to_numpy(np.float64)
+    start = step_trace[STEP_START].to_numpy(np.float64)
     return float((start + step_trace[STEP].to_numpy(np.float64)).max() - start.min())
 
 
