@@ -59,6 +59,9 @@ DATA_WAIT = ("data_wait_ms", "data wait")
 GAP_HOST = ("gap_host_ms", "other host work in the gap")
 PROFILER_OVERHEAD = ("profiler_overhead_ms", "profiler overhead")
 STEP_TOTAL = ("total_ms", "step")
+#: a step's start (ms from the origin), and how many ops started in it (0 where op capture skipped it)
+STEP_START = "start_ms"
+OP_COUNT = "op_count"
 
 STEP_TRACE_COLUMNS = [
     "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",

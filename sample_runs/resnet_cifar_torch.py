@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 from profiler import ProfiledDataLoader, Profiler  # noqa: E402
+from profiler.analysis.compare import interval_text  # noqa: E402
 from viewer.pages.compare import comparison  # noqa: E402
 from viewer.inputs import load_input  # noqa: E402
 
@@ -194,8 +195,9 @@ def change_line(previous: Path, current: Path) -> str:
     phases = c.phases.set_index("column")
     resolved = ", ".join(f["kind"] for f in c.findings["resolved"]) or "none"
     introduced = ", ".join(f["kind"] for f in c.findings["introduced"]) or "none"
-    return (f"    vs {previous.name}: median step {v['base_median_step_ms']:.1f} -> {v['new_median_step_ms']:.1f} ms "
-            f"({v['delta_pct']:+.0f} %, {v['outcome']}); iteration gap {phases.at['iteration_gap_ms', 'delta_ms']:+.1f} ms, "
+    return (f"    vs {previous.name}: mean step {v['base_mean_step_ms']:.1f} -> {v['new_mean_step_ms']:.1f} ms "
+            f"({v['delta_pct']:+.0f} %, {interval_text(v)}: {v['outcome']}); "
+            f"iteration gap {phases.at['iteration_gap_ms', 'delta_ms']:+.1f} ms, "
             f"forward+backward {phases.at['fp_bp_ms', 'delta_ms']:+.1f} ms; findings resolved: {resolved}; "
             f"introduced: {introduced}")
 

@@ -86,12 +86,15 @@ def test_compare_before_after_prefetch(resnet, tmp_path, capsys):
     doc = json.loads(verdict_file.read_text())
     phases = {p["column"]: p for p in doc["phases"]}
     base, new = (pd.read_csv(d / "step_trace_0.csv").iloc[1:] for d in (a, b))
-    expected_gap = new["iteration_gap_ms"].median() - base["iteration_gap_ms"].median()
+    expected_gap = new["iteration_gap_ms"].mean() - base["iteration_gap_ms"].mean()
     assert phases["iteration_gap_ms"]["delta_ms"] == pytest.approx(expected_gap, abs=1e-3)
-    assert expected_gap < -0.3 * base["total_ms"].median()
+    assert phases["iteration_gap_ms"]["median_delta_ms"] == pytest.approx(
+        new["iteration_gap_ms"].median() - base["iteration_gap_ms"].median(), abs=1e-3)
+    assert expected_gap < -0.3 * base["total_ms"].mean()
     assert doc["verdict"]["outcome"] == "faster" and doc["verdict"]["exit_code"] == 0
     assert doc["verdict"]["delta_pct"] == pytest.approx(
-        100 * (new["total_ms"].median() / base["total_ms"].median() - 1), abs=1e-2)
+        100 * (new["total_ms"].mean() / base["total_ms"].mean() - 1), abs=1e-2)
+    assert doc["verdict"]["ci_high_pct"] < 0
     assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
     assert "Resolved: [high] Input pipeline" in text and "CI gate (--fail-if-slower 5%): pass" in text
     html = (tmp_path / "compare.html").read_text()
@@ -139,5 +142,11 @@ def test_ascend_reference_device_feed_vs_sink(tmp_path, capsys):
     assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
     gap = {p["column"]: p for p in doc["phases"]}["iteration_gap_ms"]
     assert gap["base_median_ms"] > 10 and gap["new_median_ms"] < 2
-    assert doc["verdict"]["outcome"] == "faster"
+    assert gap["significant"] and gap["ci_high_ms"] < -8          # the 15 ms loader is off the step: -15 ms
+    # The step as a whole: 11 analysed steps whose all-reduce tails swing between ~10 and ~130 ms
+    # on this shared machine; the mean step's interval is often that wide, so "no significant
+    # change" is an honest answer too. It is never slower, and "faster" comes with its interval.
+    v = doc["verdict"]
+    assert v["outcome"] in ("faster", "no significant change") and v["ci_low_pct"] < 0
+    assert v["outcome"] != "faster" or v["ci_high_pct"] < 0
     assert set(pd.read_csv(tmp_path / "sink" / "op_type_0.csv")["device"]) >= {"npu:0"}
