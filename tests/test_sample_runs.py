@@ -52,25 +52,29 @@ def test_resnet_tuning_story(resnet):
     assert list(st) == ["a_one_worker", "b_prefetch", "c_float64", "d_fixed"], stdout
     a, b, c, d = (st[k] for k in st)
     # (a) one worker: the gap is about half the step, the loader queue is empty, the advisor says input_bound
+    # Every effect below is far from the line it is judged by (measured ranges, quiet and under load, in
+    # the comments): the stages are built so (see the sample's docstring).
+    # (a) one worker: the loop waits for data ~60 % of its time (> 40), the queue is empty at most gets (80-100 %)
     assert float(a["gap_pct"]) > 40 and a["verdict"] == "input_bound"
-    assert re.search(r"loader queue: empty at (9\d|100) % of gets.*data_process", a["block"])
-    # (b) four workers: the gap collapses, the step is faster, input_bound is resolved
+    empty = float(re.search(r"loader queue: empty at (\d+) % of gets.*data_process", a["block"])[1])
+    assert empty >= 60
+    # (b) four workers: the gap collapses (~4 %), the step is faster (~0.4x), input_bound is resolved
     assert float(b["gap_pct"]) < 15 and float(b["step"]) < 0.8 * float(a["step"])
     assert re.search(r"vs a_one_worker: .*faster.*findings resolved: [^;]*input_bound", b["block"])
-    # (c) float64 BatchNorm: Cast and BatchNorm are the advisor's top findings
-    assert c["verdict"] == "op_hotspot" and "BatchNorm" in c["top"]
-    cast, norm = map(float, re.search(r"op time: Cast (\d+) %, BatchNorm (\d+) %", c["block"]).groups())
-    assert cast >= 8 and norm >= 20
+    # (c) float64 GroupNorm, ReLU and residual sums: Cast ~15-20 % of op time (its line: 8 %) against ~2-3 %
+    # in the float32 stages; the norm itself stays ~4-12 % (its line: 20 %) in every stage
+    cast, norm = map(float, re.search(r"op time: Cast (\d+) %, normalisation (\d+) %", c["block"]).groups())
+    d_cast, d_norm = map(float, re.search(r"op time: Cast (\d+) %, normalisation (\d+) %", d["block"]).groups())
+    assert cast > 3 * max(d_cast, 1) and norm < 16 and d_norm < 16
     report = json.loads((out / "c_float64" / "report_0.json").read_text())
-    titles = [f["title"] for f in report["findings"] if f["kind"] == "op_hotspot" and f["severity"] != "low"]
-    assert any(t.startswith("Cast") for t in titles) and any(t.startswith("BatchNorm") for t in titles)
-    assert re.search(r"vs b_prefetch: .*introduced: op_hotspot", c["block"])
-    # (d) fixed: no op hotspot, c's are resolved. (Step times of c and d are not compared here: on a
-    # machine shared with other jobs their difference, ~+30 to +70 % on a quiet one, drowns in the load.)
-    assert d["verdict"] != "op_hotspot"
-    assert re.search(r"vs c_float64: .*findings resolved: op_hotspot, op_hotspot", d["block"])
-    d_cast, d_norm = map(float, re.search(r"op time: Cast (\d+) %, BatchNorm (\d+) %", d["block"]).groups())
-    assert d_cast < cast and d_norm < norm
+    hot = [f["title"] for f in report["findings"] if f["kind"] == "op_hotspot" and f["severity"] != "low"]
+    assert any(t.startswith("Cast") for t in hot) and not any(t.startswith("BatchNorm / normalisation") for t in hot), hot
+    assert re.search(r"vs b_prefetch: .*introduced: [^;]*op_hotspot", c["block"])
+    # (d) fixed: the Cast finding is resolved. (Step times of c and d are not compared here: on a machine
+    # shared with other jobs their difference drowns in the load.)
+    fixed = json.loads((out / "d_fixed" / "report_0.json").read_text())
+    assert not [f for f in fixed["findings"] if f["kind"] == "op_hotspot" and f["title"].startswith("Cast")]
+    assert re.search(r"vs c_float64: .*findings resolved: [^;]*op_hotspot", d["block"])
     # the printed numbers are the files' numbers
     for name in st:
         assert float(st[name]["gap_pct"]) == pytest.approx(gap_share(out / name), abs=0.51)
