@@ -153,8 +153,8 @@ def test_gzip_timeline(tmp_path):
     assert not (tmp_path / "timeline_0.json").exists()
 
 
-@pytest.mark.parametrize("ns", [0, 1, 999, 1000, 123456789, 10**15, -5, -123456])
+@pytest.mark.parametrize("ns", [0, 1, 999, 1000, 123456789, 10**15, -5, -123456, 2**63 - 1, -2**63])
 def test_fixed_decimal_round_trips(ns):
-    row = fixed_decimal(np.array([ns]), 20).tobytes().decode()
-    assert float(row) * 1000 == pytest.approx(ns, abs=0.5)
-    assert len(row) == 20
+    row = fixed_decimal(np.array([ns]), 30).tobytes().decode()
+    assert float(row) * 1000 == pytest.approx(ns, abs=0.5, rel=1e-15)
+    assert len(row) == 30
