@@ -84,6 +84,8 @@ EVENT_FILE_FORMAT = "profview-events"
 EVENT_FILE_VERSION = 1
 #: The schema metadata key holding the file's tables (names, categories, args, lanes) as JSON.
 EVENT_FILE_META_KEY = "profview"
+#: The metadata's lane index holds every this-many-th start of a lane's complete rows.
+EVENT_INDEX_STEP = 1 << 16
 #: The event file's columns, in order, with their numpy dtypes.
 EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ph", "uint8"),          # the Chrome trace phase letter as a byte: X complete, i instant, C counter, s / f flow
@@ -185,11 +187,12 @@ def info_files(directory: Path) -> dict[int, Path]:
 
 
 class EventFile:
-    """A memory-mapped events_{rank}.arrow: columns as numpy arrays without copying, the string tables.
+    """An events_{rank}.arrow: columns as numpy arrays, the string tables.
 
     Rows [0, complete_rows) are the complete events, sorted by lane then start; `lane_rows(lane)`
-    gives a lane's range of them. `column(name, start, stop)` copies only when the range spans
-    record batches. Nothing is read until asked for, so a file of 1e8 events opens instantly.
+    gives a lane's range of them. Record batches (1 Mi rows) are read when a column range needs
+    them and only the last two are kept, so a file of 1e8 events opens at once and is read in
+    bounded memory; a column within one batch is a view of it, without parsing or conversion.
     """
 
     def __init__(self, path: Path, reader, meta: dict[str, Any]) -> None:
@@ -197,7 +200,9 @@ class EventFile:
         self.meta = meta
         self._reader = reader
         self._batches: dict[int, Any] = {}
-        sizes = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+        sizes = meta.get("batch_rows")
+        if not isinstance(sizes, list) or len(sizes) != reader.num_record_batches:
+            sizes = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
         self.batch_starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
 
     @property
@@ -229,9 +234,29 @@ class EventFile:
         first, count, longest = self.meta["lane_complete"][lane]
         return int(first), int(count), int(longest)
 
+    def lane_search(self, lane: int, t_ns: int, side: str = "left") -> int:
+        """The row where `t_ns` would go among a lane's complete rows (sorted by start), as np.searchsorted.
+
+        The metadata's sparse index narrows it to EVENT_INDEX_STEP rows, the only ones read.
+        """
+        first, count, _ = self.lane_rows(lane)
+        if count == 0:
+            return first
+        step = int(self.meta.get("lane_index_step", EVENT_INDEX_STEP))
+        index = np.asarray(self.meta.get("lane_index", [[]] * (lane + 1))[lane], dtype=np.int64)
+        if len(index) == 0:
+            lo, hi = 0, count
+        else:
+            k = int(np.searchsorted(index, t_ns, side=side))
+            lo, hi = max(k - 1, 0) * step, min(k * step + 1, count) if k < len(index) else count
+        starts = self.column("start_ns", first + lo, first + hi)
+        return first + lo + int(np.searchsorted(starts, t_ns, side=side))
+
     def _batch(self, i: int):
         batch = self._batches.get(i)
         if batch is None:
+            if len(self._batches) >= 2:
+                self._batches.pop(next(iter(self._batches)))
             batch = self._batches[i] = self._reader.get_batch(i)
         return batch
 
@@ -269,8 +294,7 @@ def read_event_file(path: Path) -> EventFile:
         raise InputError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
     path = Path(path)
     try:
-        source = pa.memory_map(str(path), "r")
-        reader = pa.ipc.open_file(source)
+        reader = pa.ipc.open_file(pa.OSFile(str(path), "r"))
     except FileNotFoundError:
         raise InputError(f"cannot read {path}: no such file") from None
     except (OSError, pa.ArrowInvalid) as exc:
@@ -280,10 +304,15 @@ def read_event_file(path: Path) -> EventFile:
     raw = (reader.schema.metadata or {}).get(EVENT_FILE_META_KEY.encode())
     try:
         meta = json.loads(raw) if raw else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        if isinstance(meta, dict) and reader.num_record_batches:      # the row index, in the last (empty) batch
+            last = reader.get_batch_with_custom_metadata(reader.num_record_batches - 1).custom_metadata
+            index = (last or {}).get(EVENT_FILE_META_KEY.encode())
+            if index:
+                meta.update(json.loads(index))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError, pa.ArrowInvalid):
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != EVENT_FILE_FORMAT:
-        raise InputError(f"{path} is an Arrow file but not a profview event file")
+        raise InputError(f"{path} is not a profview event file (or it is damaged)")
     version = meta.get("version")
     if not isinstance(version, int) or version > EVENT_FILE_VERSION:
         raise InputError(f"{path} has event-file version {version!r}, newer than this viewer reads "
