@@ -431,21 +431,31 @@ def thread_order(lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray]) ->
     """The order rows are written in: by lane, then start, then longest first (parents before the
     spans nested in them), so readers that trust the file's order nest every lane correctly.
 
-    Recording order is nearly sorted by time, so the stable sort by start (timsort) is a merge of
-    runs; ties are settled among the few tied rows only; the lane sort is a radix sort.
+    A stable radix sort by lane, then, per lane, a stable sort by start only where the lane is not
+    sorted yet (recording order is: the blocks are sorted runs, which timsort merges); ties are
+    settled among the few tied rows only.
     """
     n = len(ts)
-    order = np.argsort(ts, kind="stable")
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    small = lane.astype(np.int16) if lane.max() < 2**15 and lane.min() >= 0 else lane
+    order = np.argsort(small, kind="stable")
+    lanes_sorted = small[order]
+    cuts = np.concatenate([[0], np.flatnonzero(lanes_sorted[1:] != lanes_sorted[:-1]) + 1, [n]])
+    t = ts[order]
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        seg = t[a:b]
+        if b - a > 1 and not bool(np.all(seg[1:] >= seg[:-1])):
+            sub = np.argsort(seg, kind="stable")
+            order[a:b] = order[a:b][sub]
+            t[a:b] = seg[sub]
     if dur is not None and n > 1:
-        sorted_ts = ts[order]
-        tied = np.flatnonzero(sorted_ts[1:] == sorted_ts[:-1])
+        tied = np.flatnonzero((t[1:] == t[:-1]) & (lanes_sorted[1:] == lanes_sorted[:-1]))
         if len(tied):
             rows = np.unique(np.concatenate([tied, tied + 1]))      # positions in tie groups, ascending
             sub = order[rows]
-            order[rows] = sub[np.lexsort((-dur[sub], sorted_ts[rows]))]
-    lane_sorted = lane[order]
-    lane_sorted = lane_sorted.astype(np.int16) if len(lane_sorted) and lane_sorted.max() < 2**15 else lane_sorted
-    return order[np.argsort(lane_sorted, kind="stable")]
+            order[rows] = sub[np.lexsort((-dur[sub], t[rows], lanes_sorted[rows]))]
+    return order
 
 
 @dataclass
