@@ -81,7 +81,8 @@ JS = r"""
     function level(k) {
       if (!cache[k]) {
         var l = lod.levels[k];
-        cache[k] = {bins: l.bins, busy: bytes(l.busy), started: new Uint32Array(bytes(l.started).buffer)};
+        var raw = bytes(l.started).buffer;
+        cache[k] = {bins: l.bins, busy: bytes(l.busy), started: l.wide ? new Uint32Array(raw) : new Uint16Array(raw)};
       }
       return cache[k];
     }

@@ -24,7 +24,7 @@ from viewer.trace import Timeline
 
 OVERVIEW_BINS = 1200
 MAX_LEVELS = 7                 # 1,200 .. 76,800 columns
-CELL_BUDGET = 1_500_000        # cells over every lane and level kept in the page
+CELL_BUDGET = 600_000          # cells over every lane and level kept in the page (~3 bytes each)
 CHUNK_ROWS = 1 << 21
 
 

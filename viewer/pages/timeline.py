@@ -95,12 +95,15 @@ def _b64(values: np.ndarray) -> str:
 
 
 def lod_payload(levels: Levels, note_id: str) -> dict:
-    """The zoom levels for the page's script: busy (0..255) and events started (uint32), per level."""
+    """The zoom levels for the page's script: busy (0..255) and events started (uint16, or uint32 when a
+    bin holds more), per level."""
     out = []
     for level in range(levels.levels):
         busy, started = levels.level(level)
+        wide = int(started.max(initial=0)) >= 2**16
         out.append({"bins": levels.bins(level), "busy": _b64(np.round(busy * 255).astype(np.uint8)),
-                    "started": _b64(np.minimum(started, 2**32 - 1).astype("<u4"))})
+                    "started": _b64(np.minimum(started, 2**32 - 1).astype("<u4" if wide else "<u2")),
+                    "wide": wide})
     return {"t0": levels.t0_ns / 1e6, "t1": levels.t1_ns / 1e6, "lanes": len(levels.lanes), "levels": out,
             "note": note_id}
 
