@@ -128,7 +128,7 @@ def detail_figure(tl: Timeline, window: Window, steps: Optional[pd.DataFrame]) -
         "start": start_ns / 1e6, "dur": ev["dur_ns"].to_numpy() / 1e6, "self": ev["self_ns"].to_numpy() / 1e6,
         "name": [plot_text(n) for n in names], "cat": cats,
         "step": ["" if s < 0 else int(s) for s in ev["step"].to_numpy()],
-        "args": [plot_text(_args_text(a)) for a in args]})
+        "args": [_args_text(a) for a in args]})
     order = frame.drop_duplicates("row").sort_values("order")["row"].tolist()
     fig = go.Figure()
     if steps is not None and len(steps):
@@ -153,9 +153,10 @@ def detail_figure(tl: Timeline, window: Window, steps: Optional[pd.DataFrame]) -
 
 
 def _args_text(args: Optional[dict]) -> str:
+    """An event's args for the hover, one escaped `key: value` per line."""
     if not args:
         return ""
-    return "<br>".join(f"{k}: {v}" for k, v in args.items())
+    return "<br>".join(plot_text(f"{k}: {v}") for k, v in args.items())
 
 
 def _window_note(tl: Timeline, window: Window) -> str:
