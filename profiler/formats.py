@@ -18,6 +18,14 @@ import pandas as pd
 
 from profiler.errors import InputError
 
+# pandas >= 3 backs text columns with pyarrow whenever pyarrow is installed, and pyarrow is a
+# dependency now (the event file). profview's tables were built and tested with Python-backed
+# strings (outputs byte for byte), and pandas fails some merges of empty pyarrow string columns
+# (`cannot construct ChunkedArray from empty vector`, in `profview compare`): keep Python storage,
+# unless the process chose a storage itself.
+if "string_storage" in dir(pd.options.mode) and pd.get_option("mode.string_storage") == "auto":
+    pd.set_option("mode.string_storage", "python")
+
 #: Version of the output directory's layout; readers refuse a newer one.
 SCHEMA_VERSION = 1
 
