@@ -82,7 +82,7 @@ def busy_levels(tl: Timeline, lanes: list[int], t0_ns: int, t1_ns: int, levels: 
     covered = np.zeros((len(lanes), bins))
     started = np.zeros((len(lanes), bins), dtype=np.int64)
     op_codes = tl.op_category_codes()
-    per_step: dict[int, int] = {}
+    step_counts = np.zeros(0, dtype=np.int64)      # op events per step + 1 (index 0: outside every step)
     file = tl.file
     for lane in range(len(tl.lanes)):
         first, count, _ = file.lane_rows(lane)
@@ -95,9 +95,10 @@ def busy_levels(tl: Timeline, lanes: list[int], t0_ns: int, t1_ns: int, levels: 
                 cat = file.column("category", a, b)
                 is_op = np.isin(cat, op_codes)
                 if is_op.any():
-                    steps, n = np.unique(file.column("step", a, b)[is_op], return_counts=True)
-                    for s, c in zip(steps.tolist(), n.tolist()):
-                        per_step[s] = per_step.get(s, 0) + c
+                    counts = np.bincount(file.column("step", a, b)[is_op].astype(np.int64) + 1)
+                    if len(counts) > len(step_counts):
+                        step_counts = np.concatenate([step_counts, np.zeros(len(counts) - len(step_counts), np.int64)])
+                    step_counts[:len(counts)] += counts
             if not drawn:
                 continue
             start = file.column("start_ns", a, b)
@@ -115,6 +116,7 @@ def busy_levels(tl: Timeline, lanes: list[int], t0_ns: int, t1_ns: int, levels: 
             covered[k] += np.diff(cov)
             which = np.clip(((start - t0_ns) * (bins / span)).astype(np.int64), 0, bins - 1)
             started[k] += np.bincount(which, minlength=bins)
+    per_step = {int(i) - 1: int(c) for i in np.flatnonzero(step_counts) for c in [step_counts[i]]}
     return Levels(t0_ns, t1_ns, list(lanes), covered, started, levels, per_step)
 
 

@@ -53,6 +53,10 @@ class Timeline:
         table = self.file.args
         return [json.loads(table[int(c)]) if c >= 0 else None for c in codes]
 
+    def _rows(self, a: int, b: int):
+        """(start, dur) of rows [a, b), a few million at a time."""
+        return _chunked(self.file, a, b)
+
     def op_category_codes(self) -> np.ndarray:
         """Codes of the categories that are ops."""
         return np.array([i for i, c in enumerate(self.file.categories) if c not in NOT_OPS], dtype=np.int64)
@@ -64,15 +68,20 @@ class Timeline:
             first, count, longest = self.file.lane_rows(lane)
             if not count:
                 continue
-            start = self.file.column("start_ns", first, first + count)
-            s0 = int(start[0])
+            s0 = int(self.file.column("start_ns", first, first + 1)[0])
+            last = int(self.file.column("start_ns", first + count - 1, first + count)[0])
             # the last end lies among the events starting within `longest` of the last start
-            tail = int(np.searchsorted(start, int(start[-1]) - longest, side="left"))
-            dur = self.file.column("dur_ns", first + tail, first + count)
-            e1 = int((start[tail:] + dur).max())
+            tail = self.file.lane_search(lane, last - longest, "left")
+            e1 = int(max((start + dur).max() for start, dur in self._rows(tail, first + count)))
             lo = s0 if lo is None else min(lo, s0)
             hi = e1 if hi is None else max(hi, e1)
         return (lo or 0, hi or 0)
+
+
+def _chunked(file: EventFile, a: int, b: int, rows: int = 1 << 21):
+    for c in range(a, b, rows):
+        d = min(b, c + rows)
+        yield file.column("start_ns", c, d), file.column("dur_ns", c, d)
 
 
 def load_timeline(path: Path) -> Timeline:
