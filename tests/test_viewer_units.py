@@ -136,3 +136,21 @@ def test_thin_keeps_extremes():
     y[1234] = 99.0
     s = thin(x, y, max_points=100)
     assert len(s.x) == 100 and s.high.max() == 99.0 and s.binned_from == 10_000
+
+
+def test_a_run_with_steps_only_has_a_timeline(tmp_path):
+    """No span, no op: the page draws the phase row and says there is no busy-ness (no traceback)."""
+    import time
+
+    from profiler import Profiler
+    from viewer.context import Context
+    from viewer.inputs import load_input
+    from viewer.report import build_report
+
+    p = Profiler(output_path=tmp_path, host_counters=False, gpu_counters=False)
+    for _ in range(4):
+        time.sleep(0.001)
+        p.step()
+    p.analyse(progress=False)
+    html = build_report(Context(load_input(tmp_path)))
+    assert "no host thread or device stream recorded a span or an op" in html

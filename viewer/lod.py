@@ -53,8 +53,9 @@ class Levels:
     def level(self, level: int) -> tuple[np.ndarray, np.ndarray]:
         """(busy fraction 0..1, events started) per lane at `level`."""
         group = self.finest_bins // self.bins(level)
-        covered = self.covered_ns.reshape(len(self.lanes), -1, group).sum(axis=2)
-        started = self.started.reshape(len(self.lanes), -1, group).sum(axis=2)
+        shape = (len(self.lanes), self.bins(level), group)
+        covered = self.covered_ns.reshape(shape).sum(axis=2)
+        started = self.started.reshape(shape).sum(axis=2)
         width = (self.t1_ns - self.t0_ns) / self.bins(level)
         return np.clip(covered / width, 0.0, 1.0), started
 

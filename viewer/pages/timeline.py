@@ -199,6 +199,9 @@ def _levels_note(tl: Timeline, levels: Levels) -> str:
     kinds = {"i": "instants", "C": "counter values", "s": "flow starts", "f": "flow ends"}
     rest = ", ".join(f"{v:,} {kinds.get(k, repr(k))}" for k, v in sorted(other.items()))
     steps_lane = int(sum(tl.file.lane_rows(l)[1] for l in range(len(tl.lanes)) if tl.lanes["kind"][l] == "steps"))
+    if not levels.lanes:
+        return (f"{tl.events:,} events in {tl.path.name}: no host thread or device stream recorded a span or an "
+                f"op, so there is no busy-ness to draw; the {steps_lane:,} steps are the phase row.")
     return (f"{tl.events:,} events in {tl.path.name}. All {complete:,} complete events of the host threads and "
             f"device streams are aggregated into busy-ness per lane (nested events count once) at "
             f"{levels.levels} zoom levels — {'; '.join(rows)}; zooming in swaps in the finer level, so no "
