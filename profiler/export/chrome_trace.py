@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from profiler.kernels.grouping import codes_and_labels, first_rows
-from profiler.kernels.nesting import stable_order
 from profiler.model import Run
 from profiler.kernels.native import native
 from profiler.export.direct_file import DirectFile
@@ -169,24 +168,6 @@ _SPACE = ord(" ")
 def block(specs: list[Head], key: np.ndarray, ts_ns: np.ndarray, dur_ns: Optional[np.ndarray],
           step: Optional[np.ndarray] = None) -> EventBlock:
     return EventBlock([h.encoded() for h in specs], key, ts_ns, dur_ns, specs=specs, step=step)
-
-
-def write_block(f: BinaryIO, block: EventBlock, buffer: Optional[np.ndarray] = None) -> int:
-    """Write the block's events grouped by head (in recording order within a head); returns the count.
-
-    `buffer` is a reusable uint8 scratch array for the C kernel (one is made when not given).
-    """
-    n = len(block.key)
-    if n == 0:
-        return 0
-    key = np.ascontiguousarray(block.key, dtype=np.int64)
-    heads = b"".join(block.heads)
-    offsets = np.concatenate([[0], np.cumsum([len(h) for h in block.heads])]).astype(np.int64)
-    ts = np.ascontiguousarray(block.ts_ns, dtype=np.int64)
-    dur = None if block.dur_ns is None else np.ascontiguousarray(block.dur_ns, dtype=np.int64)
-    for text in row_texts(heads, offsets, key, ts, dur, stable_order(key), buffer, block.tail):
-        f.write(text)
-    return n
 
 
 def row_texts(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray],

@@ -1,10 +1,10 @@
 """The columnar event file (events_{rank}.arrow, docs/formats.md): every event of the timeline as
 columns, for the viewer and any program that wants the events without parsing JSON.
 
-An Apache Arrow IPC file (uncompressed, record batches of 1 Mi rows): a reader memory-maps it and
-gets numpy arrays without copying or parsing anything (benchmarks/bench_event_format.py has the
-measured alternatives). Strings are stored once, in tables in the schema's metadata; the rows
-carry codes. Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
+An Apache Arrow IPC file (uncompressed, record batches of 1 Mi rows): a reader gets each column
+of a batch as a numpy array without parsing or converting anything, read or memory-mapped, batch
+by batch (benchmarks/bench_event_format.py has the measured alternatives). Strings are stored
+once, in tables in the schema's metadata; the rows carry codes. Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
 longest first, then instants and counter values sorted by lane and time, then flow points.
 """
 from __future__ import annotations
