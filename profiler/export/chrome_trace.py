@@ -412,24 +412,36 @@ def thread_order(lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray]) ->
     """The order rows are written in: by lane, then start, then longest first (parents before the
     spans nested in them), so readers that trust the file's order nest every lane correctly.
 
-    A stable radix sort by lane, then, per lane, a stable sort by start only where the lane is not
-    sorted yet (recording order is: the blocks are sorted runs, which timsort merges); ties are
-    settled among the few tied rows only.
+    One stable sort of an int64 key (lane in the high bits, start in the low) when it fits, else a
+    radix sort by lane and, per lane, a stable sort by start where the lane is not sorted yet;
+    recording order is sorted runs (one per block), which the stable sort (timsort) merges. Ties
+    are settled among the few tied rows only.
     """
     n = len(ts)
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    small = lane.astype(np.int16) if lane.max() < 2**15 and lane.min() >= 0 else lane
-    order = np.argsort(small, kind="stable")
-    lanes_sorted = small[order]
-    cuts = np.concatenate([[0], np.flatnonzero(lanes_sorted[1:] != lanes_sorted[:-1]) + 1, [n]])
-    t = ts[order]
-    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        seg = t[a:b]
-        if b - a > 1 and not bool(np.all(seg[1:] >= seg[:-1])):
-            sub = np.argsort(seg, kind="stable")
-            order[a:b] = order[a:b][sub]
-            t[a:b] = seg[sub]
+    t_min, t_max = int(ts.min()), int(ts.max())
+    bits = max(int(t_max - t_min).bit_length(), 1)
+    if lane.min() >= 0 and int(lane.max()).bit_length() + bits <= 62:
+        # one int64 key (lane above the time): blocks are sorted runs, which the stable sort merges
+        key = lane.astype(np.int64) << bits
+        key += ts
+        key -= t_min
+        order = np.argsort(key, kind="stable")
+        lanes_sorted = lane[order]
+        t = ts[order]
+    else:
+        small = lane.astype(np.int16) if lane.max() < 2**15 and lane.min() >= 0 else lane
+        order = np.argsort(small, kind="stable")
+        lanes_sorted = small[order]
+        cuts = np.concatenate([[0], np.flatnonzero(lanes_sorted[1:] != lanes_sorted[:-1]) + 1, [n]])
+        t = ts[order]
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            seg = t[a:b]
+            if b - a > 1 and not bool(np.all(seg[1:] >= seg[:-1])):
+                sub = np.argsort(seg, kind="stable")
+                order[a:b] = order[a:b][sub]
+                t[a:b] = seg[sub]
     if dur is not None and n > 1:
         tied = np.flatnonzero((t[1:] == t[:-1]) & (lanes_sorted[1:] == lanes_sorted[:-1]))
         if len(tied):
@@ -456,10 +468,10 @@ class TimelineEvents:
 def timeline_events(run: Run) -> TimelineEvents:
     """Group a run's events by row head and put them in the trace's order."""
     lanes = Lanes(run)
-    complete = merge_blocks([step_block(run, lanes), span_block(run, lanes), op_block(run, lanes)], with_dur=True)
-    complete.step = _fill_steps(complete.step, complete.ts_ns, run)
-    points = merge_blocks([instant_block(run, lanes), *counter_blocks(run, lanes)], with_dur=False)
-    points.step = _fill_steps(points.step, points.ts_ns, run)
+    complete = merge_blocks([_stepped(b, run) for b in (step_block(run, lanes), span_block(run, lanes),
+                                                        op_block(run, lanes))], with_dur=True)
+    points = merge_blocks([_stepped(b, run) for b in (instant_block(run, lanes), *counter_blocks(run, lanes))],
+                          with_dur=False)
     flows = flow_block(run, lanes)
     codes, pairs = lane_codes(complete.specs + points.specs)
     n_complete = len(complete.specs)
@@ -469,15 +481,13 @@ def timeline_events(run: Run) -> TimelineEvents:
         flows=flows, lanes=lanes, lane_of_head=codes, lane_pairs=pairs)
 
 
-def _fill_steps(step: np.ndarray, ts: np.ndarray, run: Run) -> np.ndarray:
-    """The step of rows whose source did not say (-1 there): the step containing their start."""
-    missing = step < 0
-    if missing.any() and len(run.steps):
+def _stepped(b: EventBlock, run: Run) -> EventBlock:
+    """The block with the step of each row: its source's (ops, steps), else the step containing its start."""
+    if b.step is None:
         from profiler.kernels.intervals import assign_steps
 
-        step = step.copy()
-        step[missing] = assign_steps(ts[missing], run.steps)
-    return step
+        b.step = assign_steps(np.asarray(b.ts_ns, dtype=np.int64), run.steps)
+    return b
 
 
 def write_ordered(f: BinaryIO, b: EventBlock, order: np.ndarray, buffer: Optional[np.ndarray] = None) -> int:
