@@ -10,8 +10,6 @@ candidate is measured three times; min-max printed.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import tempfile

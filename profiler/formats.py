@@ -305,7 +305,7 @@ def read_event_file(path: Path) -> EventFile:
         reader = pa.ipc.open_file(pa.OSFile(str(path), "r"))
     except FileNotFoundError:
         raise InputError(f"cannot read {path}: no such file") from None
-    except (OSError, pa.ArrowInvalid) as exc:
+    except (OSError, pa.ArrowInvalid):
         if path.is_file() and path.stat().st_size == 0:
             raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
         raise InputError(f"{path} is not a profview event file (Arrow IPC): it may be truncated") from None
