@@ -234,6 +234,6 @@ def build(ctx: Context) -> str:
     lod = ctx.data(lod_payload(levels, note_id))
     figure = ctx.figure(overview_figure(tl, levels, run.step_trace, run.data_queue))
     figure = figure.replace('<div class="plot', f'<div data-lod="{lod}" class="plot', 1)
-    status = f'<p class="note" id="{note_id}">zoom level 0: {levels.bins(0):,} bins of {levels.bin_ms(0):.3g} ms</p>'
+    status = f'<p class="note" style="margin-top:8px" id="{note_id}">zoom level 0: {levels.bins(0):,} bins of {levels.bin_ms(0):.3g} ms</p>'
     return (section("Whole run: phases and busy-ness per lane", figure + status, _levels_note(tl, levels))
             + section("Step windows in detail", _windows_section(ctx, tl, levels.ops_per_step)))
