@@ -154,3 +154,16 @@ def test_a_run_with_steps_only_has_a_timeline(tmp_path):
     p.analyse(progress=False)
     html = build_report(Context(load_input(tmp_path)))
     assert "no host thread or device stream recorded a span or an op" in html
+
+
+def test_a_directory_without_event_file_says_so(tmp_path):
+    """An output directory analysed before the event file existed: the timeline page says how to get it."""
+    from viewer.context import Context
+    from viewer.inputs import load_input
+    from viewer.report import build_report
+
+    run = write_run(tmp_path / "old", Spec(steps=6, ops_per_step=4, timeline=False))
+    (run / "timeline_0.json").write_text('{"traceEvents":[]}')
+    html = build_report(Context(load_input(run)))
+    assert "No event file (events_0.arrow) in this run." in html
+    assert "the viewer reads only the event file: re-run" in html
