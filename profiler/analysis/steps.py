@@ -26,8 +26,10 @@ MARKED, INFERRED, WHOLE_RUN = "marked", "inferred", "whole_run"
 
 MIN_FULL_PERIODS = 2          # full repetitions between anchors needed to call a sequence periodic (3 anchors)
 REGULAR_SHARE = 0.75          # a name is regular when it occurs the same number of times in this share of periods
-MIN_REGULAR_NAMES = 0.6       # share of the repeating names that must be regular for the period to count
-CANDIDATE_COUNTS = 4          # occurrence counts tried as the number of iterations (the most common ones)
+MIN_REGULAR_LAUNCHES = 0.6    # share of a period's launches that must be of regular names for the period to count
+MIN_REGULAR_FREQUENT = 0.6    # ... and share of its frequent names that must be regular
+FREQUENT_SHARE = 0.25         # a name is frequent when it occurs in this share of the compared periods
+CANDIDATE_COUNTS = 8          # occurrence counts tried as the number of iterations (the most common ones)
 CANDIDATE_ANCHORS = 64        # names of one count compared for even spacing
 EVALUATED_PERIODS = 200       # periods whose contents are compared (evenly spread over the run)
 GAP_DOMINANCE = 2.0           # the idle gap before the boundary is at least this many times the next one ...
@@ -68,7 +70,12 @@ class Period:
     repetitions: int              # anchor occurrences
     launches: int                 # median launches from one anchor to the next
     per_period: np.ndarray        # per code: occurrences per period (0: irregular)
-    regular_share: float          # share of the repeating names that are regular
+    regular_share: float          # share of the compared periods' launches that are of regular names
+    regular_frequent: float       # share of the frequent names (in FREQUENT_SHARE of the periods) that are regular
+
+    @property
+    def regular_names(self) -> int:
+        return int((self.per_period > 0).sum())
 
 
 @dataclass(frozen=True)
@@ -135,11 +142,24 @@ def evenest_name(codes: np.ndarray, counts: np.ndarray, count: int) -> int:
     names = np.flatnonzero(counts == count)[:CANDIDATE_ANCHORS]
     wanted = np.zeros(len(counts), dtype=bool)
     wanted[names] = True
+    rank = np.zeros(len(counts), dtype=np.uint8)          # at most 64 names: a radix sort groups them
+    rank[names] = np.arange(len(names))
     at = np.flatnonzero(wanted[codes])
-    at = at[np.argsort(codes[at], kind="stable")].reshape(len(names), count)   # rows: names, in code order
+    at = at[np.argsort(rank[codes[at]], kind="stable")].reshape(len(names), count)   # rows: names, in code order
     gaps = np.diff(at, axis=1)
     spread = (gaps.max(axis=1) - gaps.min(axis=1)) / np.maximum(np.median(gaps, axis=1), 1)
     return int(names[np.lexsort((at[:, 0], spread))[0]])
+
+
+def sampled_periods(at: np.ndarray, limit: int = EVALUATED_PERIODS) -> tuple[np.ndarray, np.ndarray]:
+    """The launches of at most `limit` full periods (from one anchor to the next), evenly spread over
+    the sequence: their indices and each one's period number among the chosen (0..k-1)."""
+    full = len(at) - 1
+    chosen = np.unique(np.linspace(0, full - 1, max(min(full, limit), 1)).round().astype(np.int64))
+    lengths = at[chosen + 1] - at[chosen]
+    which = np.repeat(np.arange(len(chosen)), lengths)
+    first = np.repeat(at[chosen] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return np.arange(int(lengths.sum())) + first, which
 
 
 def period_contents(codes: np.ndarray, n_codes: int, anchor: int) -> Optional[Period]:
@@ -147,40 +167,43 @@ def period_contents(codes: np.ndarray, n_codes: int, anchor: int) -> Optional[Pe
     in it (the same number of occurrences in REGULAR_SHARE of the full periods), or None when there
     are fewer than MIN_FULL_PERIODS full periods.
 
-    At most EVALUATED_PERIODS full periods, evenly spread, are compared, so the cost is one pass
-    over the sequence and a (names x periods) count table of bounded size.
+    At most EVALUATED_PERIODS full periods, evenly spread, are compared (a names x periods count
+    table of bounded size), so the cost past finding the anchor is independent of the run's length.
     """
-    is_anchor = codes == anchor
-    at = np.flatnonzero(is_anchor)
-    full = len(at) - 1
-    if full < MIN_FULL_PERIODS:
+    at = np.flatnonzero(codes == anchor)
+    if len(at) - 1 < MIN_FULL_PERIODS:
         return None
-    period = np.cumsum(is_anchor) - 1                      # -1 before the first anchor, full: after the last
-    shown = max(MIN_FULL_PERIODS, min(full, EVALUATED_PERIODS, 20_000_000 // max(n_codes, 1)))
-    chosen = np.unique(np.linspace(0, full - 1, shown).round().astype(np.int64))
-    column = np.full(full + 2, -1, dtype=np.int64)
-    column[chosen + 1] = np.arange(len(chosen))
-    col = column[period + 1]
-    inside = col >= 0
-    table = np.bincount(codes[inside] * len(chosen) + col[inside],
-                        minlength=n_codes * len(chosen)).reshape(n_codes, len(chosen))
+    limit = max(MIN_FULL_PERIODS, min(EVALUATED_PERIODS, 20_000_000 // max(n_codes, 1)))
+    idx, which = sampled_periods(at, limit)
+    shown = int(which[-1]) + 1
+    table = np.bincount(codes[idx] * shown + which, minlength=n_codes * shown).reshape(n_codes, shown)
     typical = np.rint(np.median(table, axis=1)).astype(np.int64)
     agree = (table == typical[:, None]).sum(axis=1)
-    regular = (typical >= 1) & (agree >= REGULAR_SHARE * len(chosen))
-    repeating = table.sum(axis=1) >= 2
-    share = float(regular.sum()) / max(int(repeating.sum()), 1)
+    regular = (typical >= 1) & (agree >= REGULAR_SHARE * shown)
+    frequent = (table > 0).sum(axis=1) >= FREQUENT_SHARE * shown
     return Period(anchor=anchor, repetitions=len(at), launches=int(np.median(np.diff(at))),
-                  per_period=np.where(regular, typical, 0), regular_share=share)
+                  per_period=np.where(regular, typical, 0),
+                  regular_share=float(table[regular].sum()) / max(len(idx), 1),
+                  regular_frequent=float((regular & frequent).sum()) / max(int(frequent.sum()), 1))
 
 
-def find_period(codes: np.ndarray, n_codes: int) -> tuple[Optional[Period], str]:
+def find_period(codes: np.ndarray, n_codes: int, loop_names: Optional[np.ndarray] = None
+                ) -> tuple[Optional[Period], str]:
     """The repeating unit of a name sequence, or None and why there is none.
 
-    Each of the commonest occurrence counts proposes its most evenly spaced name as the anchor;
-    a proposal counts when at least MIN_REGULAR_NAMES of the names that repeat are regular in its
-    periods, and at least two names are (one name repeating alone may run several times an
-    iteration: it tells nothing about where iterations begin). Of those, the one with the most repetitions (the shortest period) wins: a period of
-    several iterations (a name logged every 10 steps) is regular too, but not the iteration.
+    Each of the commonest occurrence counts proposes its most evenly spaced name as the anchor; a
+    proposal is valid when at least MIN_REGULAR_LAUNCHES of its periods' launches are of regular
+    names and at least MIN_REGULAR_FREQUENT of its frequent names are regular (stray launches of rare
+    names between iterations are tolerated; half an iteration, with the other half's names every
+    other period, is not), and at least two names are regular (one name repeating alone may run
+    several times an iteration: it says nothing about iterations).
+
+    Of the valid ones, those that make the most of the sequence's loop names regular (`loop_names`,
+    per code: phases, the optimizer step, data fetches, the forward pass: `names_role`) win, then
+    the shortest period: a period of several iterations (cut by a name logged every 10 steps) is
+    regular too, but it is not the iteration. A period inside the iteration (identical layers) leaves
+    the loop names, which run once an iteration, irregular; without loop names it cannot be told from
+    an iteration with a name every few iterations, and the shortest period is taken.
     """
     counts = np.bincount(codes, minlength=n_codes)
     tried = candidate_counts(counts)
@@ -188,25 +211,39 @@ def find_period(codes: np.ndarray, n_codes: int) -> tuple[Optional[Period], str]
         return None, f"no name occurs {MIN_FULL_PERIODS + 1} times or more"
     found = [p for p in (period_contents(codes, n_codes, evenest_name(codes, counts, c)) for c in tried)
              if p is not None]
-    good = [p for p in found if p.regular_share >= MIN_REGULAR_NAMES and int((p.per_period > 0).sum()) >= 2]
-    if not good:
-        best = max(found, key=lambda p: p.regular_share, default=None)
-        if best is not None and best.regular_share >= MIN_REGULAR_NAMES:
+    regular = [p for p in found if p.regular_share >= MIN_REGULAR_LAUNCHES and p.regular_frequent >= MIN_REGULAR_FREQUENT]
+    valid = [p for p in regular if p.regular_names >= 2]
+    if not valid:
+        if regular:
             return None, "only one name repeats regularly (it may run several times an iteration)"
-        share = best.regular_share if best is not None else 0.0
-        return None, (f"no repeating unit: at best {100 * share:.0f} % of the repeating names occur the same "
-                      f"number of times in each repetition")
-    return max(good, key=lambda p: (p.repetitions, p.regular_share)), ""
+        best = max(found, key=lambda p: min(p.regular_share, p.regular_frequent), default=None)
+        share = min(best.regular_share, best.regular_frequent) if best is not None else 0.0
+        return None, (f"no repeating unit: at best {100 * share:.0f} % of the launches (and of the frequent names) "
+                      f"are of names that occur the same number of times in each repetition")
+    loop = (np.zeros(n_codes, dtype=bool) if loop_names is None else np.asarray(loop_names, dtype=bool)) & \
+        (counts > MIN_FULL_PERIODS)
+    return min(valid, key=lambda p: (-int((p.per_period[loop] > 0).sum()), -p.repetitions)), ""
 
 
 # ----------------------------------------------------------------------------- where iterations begin
 
 
-def last_end_before(start_ns: np.ndarray, end_ns: np.ndarray, counted: np.ndarray) -> np.ndarray:
-    """Per launch, the latest end of the counted launches before it (_NO_TIME when none)."""
+def work_reach(lane: Lane, period: Period) -> np.ndarray:
+    """Per launch, the latest end of the regular work (regular names that are not gap names) launched
+    up to and including it (_NO_TIME when none yet): `reach[i - 1]` is what ran before launch i."""
+    work = ((period.per_period > 0) & (lane.role != "gap"))[lane.codes]
+    return ends_reach(lane.end_ns, work)
+
+
+def ends_reach(end_ns: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """Running maximum of the counted launches' ends (_NO_TIME before the first)."""
     ends = np.where(counted, end_ns, _NO_TIME)
-    reach = np.maximum.accumulate(ends)
-    return np.concatenate([[_NO_TIME], reach[:-1]])
+    return np.maximum.accumulate(ends, out=ends)
+
+
+def before(reach: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """reach just before each launch index in `at`."""
+    return np.where(at > 0, reach[np.maximum(at - 1, 0)], _NO_TIME)
 
 
 def names_role(names: np.ndarray, is_op: np.ndarray) -> np.ndarray:
@@ -228,7 +265,7 @@ def names_role(names: np.ndarray, is_op: np.ndarray) -> np.ndarray:
     return np.where(is_op, "", role)
 
 
-def boundary_name(lane: Lane, period: Period) -> Boundary:
+def boundary_name(lane: Lane, period: Period, reach: np.ndarray) -> Boundary:
     """The name each iteration begins with, among the names that occur once per period, by the
     first rule that applies:
 
@@ -239,7 +276,7 @@ def boundary_name(lane: Lane, period: Period) -> Boundary:
     3. the one after the longest idle gap, when that gap stands out (GAP_DOMINANCE times the next
        longest and not negligible): an iteration begins after the data loading and host work
        between iterations (a graph's first kernel); the gap is measured from the end of the
-       previous regular launch;
+       previous regular launch, over the periods period_contents compares;
     4. the first such name in the sequence: the repeating sequence's start.
     """
     role = lane.role
@@ -247,11 +284,10 @@ def boundary_name(lane: Lane, period: Period) -> Boundary:
     candidates = once & ~np.isin(role, ("gap", "end"))
     candidates = candidates if candidates.any() else once & (role != "gap")
     candidates = candidates if candidates.any() else once
-    work = (period.per_period > 0) & (role != "gap")
     is_candidate = candidates[lane.codes]
     end = (once & (role == "end"))[lane.codes]
     if end.any():
-        inside = lane.start_ns < last_end_before(lane.start_ns, lane.end_ns, end)
+        inside = lane.start_ns < before(ends_reach(lane.end_ns, end), np.arange(len(end)))
         ok = np.flatnonzero(is_candidate & ~inside)
         following = np.searchsorted(ok, np.flatnonzero(end), side="right")
         following = ok[following[following < len(ok)]]
@@ -261,13 +297,15 @@ def boundary_name(lane: Lane, period: Period) -> Boundary:
     if len(forward):
         first = np.flatnonzero(np.isin(lane.codes, forward))[0]
         return Boundary(int(lane.codes[first]), "forward")
-    before = last_end_before(lane.start_ns, lane.end_ns, work[lane.codes])
-    at = is_candidate & (before != _NO_TIME)
-    idle = pd.Series(np.maximum(lane.start_ns[at] - before[at], 0)).groupby(lane.codes[at]).median()
+    anchors = np.flatnonzero(lane.codes == period.anchor)
+    sample, _ = sampled_periods(anchors)
+    sample = sample[is_candidate[sample]]
+    previous = before(reach, sample)
+    at, previous = sample[previous != _NO_TIME], previous[previous != _NO_TIME]
+    idle = pd.Series(np.maximum(lane.start_ns[at] - previous, 0)).groupby(lane.codes[at]).median()
     idle = idle.sort_values(ascending=False, kind="stable")
     if len(idle):
-        anchor_starts = lane.start_ns[lane.codes == period.anchor]
-        floor = max(GAP_MIN_NS, GAP_MIN_SHARE * float(np.median(np.diff(anchor_starts))))
+        floor = max(GAP_MIN_NS, GAP_MIN_SHARE * float(np.median(np.diff(lane.start_ns[anchors]))))
         second = float(idle.iloc[1]) if len(idle) > 1 else 0.0
         if float(idle.iloc[0]) >= max(GAP_DOMINANCE * second, floor):
             return Boundary(int(idle.index[0]), "longest idle gap")
@@ -275,7 +313,7 @@ def boundary_name(lane: Lane, period: Period) -> Boundary:
     return Boundary(int(lane.codes[first]), "sequence start")
 
 
-def iteration_starts(lane: Lane, period: Period, boundary: Boundary) -> tuple[np.ndarray, bool]:
+def iteration_starts(lane: Lane, boundary: Boundary, reach: np.ndarray) -> tuple[np.ndarray, bool]:
     """Where each iteration begins (ns), and whether regular work ran before the first one (the
     capture began inside an iteration, or the boundary is not the loop body's first launch).
 
@@ -284,15 +322,14 @@ def iteration_starts(lane: Lane, period: Period, boundary: Boundary) -> tuple[np
     iteration gap, as it is for a step() at the end of the loop body. Occurrences of the boundary
     name closer than half the usual spacing to the previous one are not iterations (a stray launch).
     """
-    work = ((period.per_period > 0) & (lane.role != "gap"))[lane.codes]
     at = np.flatnonzero(lane.codes == boundary.code)
     spacing = np.diff(at)
     if len(spacing):
         at = at[np.concatenate([[True], spacing >= 0.5 * np.median(spacing)])]
-    before = last_end_before(lane.start_ns, lane.end_ns, work)[at]
+    previous = before(reach, at)
     starts = lane.start_ns[at]
-    cut = np.where(before == _NO_TIME, starts, np.minimum(before, starts))
-    return cut, bool(before[0] != _NO_TIME)
+    cut = np.where(previous == _NO_TIME, starts, np.minimum(previous, starts))
+    return cut, bool(previous[0] != _NO_TIME)
 
 
 def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool, bool]:
@@ -429,12 +466,14 @@ def infer_steps(run: Run, extent: tuple[int, int]) -> tuple[Optional[pd.DataFram
     """
     reasons = []
     for lane in launch_lanes(run):
-        period, why = find_period(lane.codes, len(lane.names))
+        period, why = find_period(lane.codes, len(lane.names), lane.role != "")
         if period is None:
             reasons.append(f"{lane.label}: {why}")
             continue
-        boundary = boundary_name(lane, period)
-        cuts, work_before = iteration_starts(lane, period, boundary)
+        reach = work_reach(lane, period)
+        boundary = boundary_name(lane, period, reach)
+        cuts, work_before = iteration_starts(lane, boundary, reach)
+        del reach
         cuts = cuts if work_before else cuts[1:]
         starts = np.concatenate([[extent[0]], np.unique(cuts[(cuts > extent[0]) & (cuts < extent[1])])])
         first, last = partial_edges(lane, period, starts)
