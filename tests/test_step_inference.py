@@ -92,7 +92,7 @@ def _numpy_loop(out: Path, start_inside: bool = False) -> tuple[np.ndarray, np.n
 def _lane(codes: np.ndarray, start: np.ndarray, dur: np.ndarray) -> Lane:
     names = np.array([f"op{i}" for i in range(int(codes.max()) + 1)], dtype=object)
     is_op = np.ones(len(names), dtype=bool)
-    return Lane("synthetic", "device", codes, names, is_op, names_role(names, is_op), start, start + dur)
+    return Lane("synthetic", "device", codes, names, is_op, ~is_op, names_role(names, is_op), start, start + dur)
 
 
 def _iterations(unit: np.ndarray, n: int, gap_ns: int = 2_000_000, seed: int = 0):

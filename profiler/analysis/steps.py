@@ -56,6 +56,7 @@ class Lane:
     codes: np.ndarray             # int64 name code per launch
     names: np.ndarray             # name of each code
     is_op: np.ndarray             # per code: an op name (else a phase / span name)
+    is_phase: np.ndarray          # per code: a phase name
     role: np.ndarray              # per code: "" | "gap" | "forward" | "end" (names_role)
     start_ns: np.ndarray
     end_ns: np.ndarray
@@ -336,21 +337,19 @@ def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool,
     """Whether the first / last of the steps beginning at `starts` holds less than 90 % of the
     regular work of a period (a capture that began or ended inside an iteration)."""
     work = ((period.per_period > 0) & (lane.role != "gap"))[lane.codes]
-    per_step = np.bincount(np.searchsorted(starts, lane.start_ns[work], side="right") - 1 + 1,
+    per_step = np.bincount(np.searchsorted(starts, lane.start_ns[work], side="right"),    # 0: before step 0
                            minlength=len(starts) + 1)[1:]
     full = float(period.per_period[lane.role != "gap"].sum())
     return bool(per_step[0] < 0.9 * full), bool(len(starts) > 1 and per_step[-1] < 0.9 * full)
 
 
 def period_composition(lane: Lane, period: Period) -> str:
-    """What one period holds, for sentences: "43 ops", "4 phases", "3 phases + 5 ops"."""
+    """What one period holds on average, for sentences: "43 ops", "4 phases", "3 phases + 5 ops"."""
     at = np.flatnonzero(lane.codes == period.anchor)
-    inside = slice(at[0], at[-1])
-    ops = int(lane.is_op[lane.codes[inside]].sum())
-    full = max(len(at) - 1, 1)
-    n_ops, n_other = round(ops / full), round((at[-1] - at[0] - ops) / full)
-    other = "phases" if lane.kind == "phases" else "spans"
-    parts = ([f"{n_other} {other}"] if n_other else []) + ([f"{n_ops} ops"] if n_ops else [])
+    inside = lane.codes[at[0]:at[-1]]
+    phases, ops = int(lane.is_phase[inside].sum()), int(lane.is_op[inside].sum())
+    counts = {"phases": phases, "spans": len(inside) - phases - ops, "ops": ops}
+    parts = [f"{round(n / (len(at) - 1))} {what}" for what, n in counts.items() if round(n / (len(at) - 1))]
     return " + ".join(parts) or f"{period.launches} launches"
 
 
@@ -384,6 +383,8 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
     o_tid = np.where(host, o_tid, -1)
     names = np.concatenate([s_names, o_names])
     is_op = np.concatenate([np.zeros(len(s_names), dtype=bool), np.ones(len(o_names), dtype=bool)])
+    is_phase = np.zeros(len(names), dtype=bool)
+    is_phase[s_codes[s_phase]] = True
     role = names_role(names, is_op)
 
     def merged(label: str, kind: str, span_rows: np.ndarray, op_rows: np.ndarray, tid: int) -> Lane:
@@ -393,7 +394,7 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
         if len(start) > 1 and bool((np.diff(start) < 0).any()):
             order = np.argsort(start, kind="stable")          # spans first on ties: they enclose
             codes, start, dur = codes[order], start[order], dur[order]
-        return Lane(label, kind, codes, names, is_op, role, start, start + dur, tid)
+        return Lane(label, kind, codes, names, is_op, is_phase, role, start, start + dur, tid)
 
     first = _first_starts(np.concatenate([s_tid, o_tid[o_tid >= 0]]),
                           np.concatenate([s_start, o_start[o_tid >= 0]]))
@@ -476,6 +477,9 @@ def infer_steps(run: Run, extent: tuple[int, int]) -> tuple[Optional[pd.DataFram
         del reach
         cuts = cuts if work_before else cuts[1:]
         starts = np.concatenate([[extent[0]], np.unique(cuts[(cuts > extent[0]) & (cuts < extent[1])])])
+        if len(starts) < 2:
+            reasons.append(f"{lane.label}: its iterations do not begin inside the capture")
+            continue
         first, last = partial_edges(lane, period, starts)
         inference = StepInference(INFERRED, "", lane=lane.label, period=period.launches, steps=len(starts),
                                   composition=period_composition(lane, period),
@@ -492,7 +496,8 @@ def inference_with_note(inference: StepInference, info: Mapping[str, Any]) -> St
     if inference.source == WHOLE_RUN:
         note = f"one step spans the whole capture ({inference.reason}); {advice}"
     else:
-        what = "op launch sequence" if inference.composition.endswith(" ops") else "launch sequence"
+        what = "op launch sequence" if inference.composition.endswith(" ops") and "+" not in inference.composition \
+            else "launch sequence"
         edges = [e for e, on in (("first", inference.partial_first), ("last", inference.partial_last)) if on]
         partial = f", the {' and '.join(edges)} one{'s' if len(edges) > 1 else ''} partial" if edges else ""
         note = (f"steps inferred from the {what} ({inference.lane}): period {inference.composition}, "
