@@ -132,7 +132,7 @@ def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
     note = "" if measured else ("data wait not measured: the iteration gap is data loading or host work (wrap the "
                                 "loader in ProfiledDataLoader or profiler.iterate() to tell them apart)")
     source = str(steps.get("source_note") or "")              # steps inferred / one whole-run step
-    note = ". ".join(part for part in (source, note) if part)
+    note = "; ".join(part for part in (source, note) if part)
     return KeyFigures(rule=str(steps.get("rule", "")), mean_ms=float(steps["mean_ms"]),
                       wall_ms=number(steps.get("wall_ms")) or 0.0, shares=picked, note=note)
 

@@ -53,7 +53,7 @@ class Lane:
 
     label: str                    # "thread MainThread", "cuda:0 stream 7"
     kind: str                     # phases (a thread with phases) | host | device | spans (a thread with spans only)
-    codes: np.ndarray             # int64 name code per launch
+    codes: np.ndarray             # int32 name code per launch
     names: np.ndarray             # name of each code
     is_op: np.ndarray             # per code: an op name (else a phase / span name)
     is_phase: np.ndarray          # per code: a phase name
@@ -118,12 +118,14 @@ class StepInference:
 # ----------------------------------------------------------------------------- the period of a sequence
 
 
-def name_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """int64 codes and the names they stand for, for a (categorical or text) name column."""
+def name_codes(column: pd.Series, dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
+    """Codes (of `dtype`; a fresh array) and the names they stand for, for a (categorical or text)
+    name column. int32, not int64: at 1e7 launches every full-length array is 40-80 MB of fresh
+    memory, which is what this analysis spends its time on."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy(np.int64), column.cat.categories.to_numpy(dtype=object)
+        return column.cat.codes.to_numpy().astype(dtype), column.cat.categories.to_numpy(dtype=object)
     codes, names = pd.factorize(column, sort=False)
-    return codes.astype(np.int64), np.asarray(names, dtype=object)
+    return codes.astype(dtype), np.asarray(names, dtype=object)
 
 
 def candidate_counts(counts: np.ndarray) -> list[int]:
@@ -137,19 +139,28 @@ def candidate_counts(counts: np.ndarray) -> list[int]:
     return values[order][:CANDIDATE_COUNTS].tolist()
 
 
-def evenest_name(codes: np.ndarray, counts: np.ndarray, count: int) -> int:
-    """Of the names occurring `count` times, the one whose occurrences are most evenly spaced in the
-    sequence: the range of its index gaps over their median (first names seen first on ties)."""
-    names = np.flatnonzero(counts == count)[:CANDIDATE_ANCHORS]
-    wanted = np.zeros(len(counts), dtype=bool)
-    wanted[names] = True
-    rank = np.zeros(len(counts), dtype=np.uint8)          # at most 64 names: a radix sort groups them
-    rank[names] = np.arange(len(names))
-    at = np.flatnonzero(wanted[codes])
-    at = at[np.argsort(rank[codes[at]], kind="stable")].reshape(len(names), count)   # rows: names, in code order
-    gaps = np.diff(at, axis=1)
-    spread = (gaps.max(axis=1) - gaps.min(axis=1)) / np.maximum(np.median(gaps, axis=1), 1)
-    return int(names[np.lexsort((at[:, 0], spread))[0]])
+def evenest_anchors(codes: np.ndarray, counts: np.ndarray, tried: list[int]) -> list[tuple[int, np.ndarray]]:
+    """For each count in `tried`, of the names occurring that many times (the first CANDIDATE_ANCHORS),
+    the one whose occurrences are most evenly spaced in the sequence (the range of its index gaps
+    over their median; the earliest first on ties), with its positions. One pass over the sequence
+    finds the occurrences of every candidate name; a radix sort groups them by name."""
+    names = [np.flatnonzero(counts == c)[:CANDIDATE_ANCHORS] for c in tried]
+    every = np.concatenate(names)
+    rank = np.full(len(counts), -1, dtype=np.int16)       # <= 8 x 64 names
+    rank[every] = np.arange(len(every))
+    of = rank[codes]
+    at = np.flatnonzero(of >= 0)
+    at = at[np.argsort(of[at], kind="stable")]            # grouped by name, positions ascending
+    del of
+    out, offset = [], 0
+    for count, group in zip(tried, names):
+        rows = at[offset:offset + len(group) * count].reshape(len(group), count)
+        offset += len(group) * count
+        gaps = np.diff(rows, axis=1)
+        spread = (gaps.max(axis=1) - gaps.min(axis=1)) / np.maximum(np.median(gaps, axis=1), 1)
+        best = int(np.lexsort((rows[:, 0], spread))[0])
+        out.append((int(group[best]), rows[best]))
+    return out
 
 
 def sampled_periods(at: np.ndarray, limit: int = EVALUATED_PERIODS) -> tuple[np.ndarray, np.ndarray]:
@@ -163,21 +174,21 @@ def sampled_periods(at: np.ndarray, limit: int = EVALUATED_PERIODS) -> tuple[np.
     return np.arange(int(lengths.sum())) + first, which
 
 
-def period_contents(codes: np.ndarray, n_codes: int, anchor: int) -> Optional[Period]:
-    """The period the anchor's occurrences cut the sequence into, with the names that are regular
-    in it (the same number of occurrences in REGULAR_SHARE of the full periods), or None when there
-    are fewer than MIN_FULL_PERIODS full periods.
+def period_contents(codes: np.ndarray, n_codes: int, anchor: int, at: Optional[np.ndarray] = None) -> Optional[Period]:
+    """The period the anchor's occurrences (positions `at`, found when not given) cut the sequence
+    into, with the names that are regular in it (the same number of occurrences in REGULAR_SHARE of
+    the full periods), or None when there are fewer than MIN_FULL_PERIODS full periods.
 
     At most EVALUATED_PERIODS full periods, evenly spread, are compared (a names x periods count
     table of bounded size), so the cost past finding the anchor is independent of the run's length.
     """
-    at = np.flatnonzero(codes == anchor)
+    at = np.flatnonzero(codes == anchor) if at is None else at
     if len(at) - 1 < MIN_FULL_PERIODS:
         return None
     limit = max(MIN_FULL_PERIODS, min(EVALUATED_PERIODS, 20_000_000 // max(n_codes, 1)))
     idx, which = sampled_periods(at, limit)
     shown = int(which[-1]) + 1
-    table = np.bincount(codes[idx] * shown + which, minlength=n_codes * shown).reshape(n_codes, shown)
+    table = np.bincount(codes[idx].astype(np.int64) * shown + which, minlength=n_codes * shown).reshape(n_codes, shown)
     typical = np.rint(np.median(table, axis=1)).astype(np.int64)
     agree = (table == typical[:, None]).sum(axis=1)
     regular = (typical >= 1) & (agree >= REGULAR_SHARE * shown)
@@ -210,7 +221,7 @@ def find_period(codes: np.ndarray, n_codes: int, loop_names: Optional[np.ndarray
     tried = candidate_counts(counts)
     if not tried:
         return None, f"no name occurs {MIN_FULL_PERIODS + 1} times or more"
-    found = [p for p in (period_contents(codes, n_codes, evenest_name(codes, counts, c)) for c in tried)
+    found = [p for p in (period_contents(codes, n_codes, anchor, at) for anchor, at in evenest_anchors(codes, counts, tried))
              if p is not None]
     regular = [p for p in found if p.regular_share >= MIN_REGULAR_LAUNCHES and p.regular_frequent >= MIN_REGULAR_FREQUENT]
     valid = [p for p in regular if p.regular_names >= 2]
@@ -337,8 +348,8 @@ def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool,
     """Whether the first / last of the steps beginning at `starts` holds less than 90 % of the
     regular work of a period (a capture that began or ended inside an iteration)."""
     work = ((period.per_period > 0) & (lane.role != "gap"))[lane.codes]
-    per_step = np.bincount(np.searchsorted(starts, lane.start_ns[work], side="right"),    # 0: before step 0
-                           minlength=len(starts) + 1)[1:]
+    at = np.searchsorted(lane.start_ns[work], starts, side="left")          # the lane is in start order
+    per_step = np.diff(np.append(at, int(work.sum())))
     full = float(period.per_period[lane.role != "gap"].sum())
     return bool(per_step[0] < 0.9 * full), bool(len(starts) > 1 and per_step[-1] < 0.9 * full)
 
@@ -346,9 +357,9 @@ def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool,
 def period_composition(lane: Lane, period: Period) -> str:
     """What one period holds on average, for sentences: "43 ops", "4 phases", "3 phases + 5 ops"."""
     at = np.flatnonzero(lane.codes == period.anchor)
-    inside = lane.codes[at[0]:at[-1]]
-    phases, ops = int(lane.is_phase[inside].sum()), int(lane.is_op[inside].sum())
-    counts = {"phases": phases, "spans": len(inside) - phases - ops, "ops": ops}
+    inside = np.bincount(lane.codes[at[0]:at[-1]], minlength=len(lane.names))
+    phases, ops = int(inside[lane.is_phase].sum()), int(inside[lane.is_op].sum())
+    counts = {"phases": phases, "spans": int(inside.sum()) - phases - ops, "ops": ops}
     parts = [f"{round(n / (len(at) - 1))} {what}" for what, n in counts.items() if round(n / (len(at) - 1))]
     return " + ".join(parts) or f"{period.launches} launches"
 
@@ -365,53 +376,76 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
        are no known thread;
     3. device streams, busiest first;
     4. threads with spans only.
+
+    Per-lane figures come from the small (device, stream) codes in one pass over the ops.
     """
     spans, ops = run.spans, run.ops
     thread = _thread_names(run.threads)
+    tid_of = {name: tid for tid, name in thread.items()}
     s_tid = spans["tid"].to_numpy(np.int64)
     s_start, s_dur = spans["start_ns"].to_numpy(np.int64), spans["dur_ns"].to_numpy(np.int64)
     s_codes, s_names = name_codes(spans["name"])
     s_phase = (spans["kind"] == "phase").to_numpy()
     o_start, o_dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     o_codes, o_names = name_codes(ops["name"])
+    o_codes += len(s_names)                                # one code space: span names, then op names
     device, devices = name_codes(ops["device"])
     stream, streams = name_codes(ops["stream"])
-    host = (ops["device"] == "cpu").to_numpy()
-    tid_of = {name: tid for tid, name in thread.items()}
-    o_tid = np.array([tid_of.get(str(s), -1) for s in streams], dtype=np.int64)[stream] if len(ops) else \
-        np.empty(0, dtype=np.int64)
-    o_tid = np.where(host, o_tid, -1)
+    width = max(len(streams), 1)
+    o_lane = device
+    o_lane *= width
+    o_lane += stream                                       # (device, stream) of each op, in place
+    del device, stream
+    n_lanes = len(devices) * width
+    size = np.bincount(o_lane, minlength=n_lanes)
+    first_op = np.full(n_lanes, np.iinfo(np.int64).max)
+    np.minimum.at(first_op, o_lane, o_start)
+    present = np.flatnonzero(size)
+    lane_host = np.array([str(devices[k // width]) == "cpu" for k in present], dtype=bool)
+    lane_tid = np.array([tid_of.get(str(streams[k % width]), -1) if h else -1 for k, h in zip(present, lane_host)],
+                        dtype=np.int64)
     names = np.concatenate([s_names, o_names])
     is_op = np.concatenate([np.zeros(len(s_names), dtype=bool), np.ones(len(o_names), dtype=bool)])
     is_phase = np.zeros(len(names), dtype=bool)
     is_phase[s_codes[s_phase]] = True
     role = names_role(names, is_op)
 
-    def merged(label: str, kind: str, span_rows: np.ndarray, op_rows: np.ndarray, tid: int) -> Lane:
-        codes = np.concatenate([s_codes[span_rows], o_codes[op_rows] + len(s_names)])
-        start = np.concatenate([s_start[span_rows], o_start[op_rows]])
-        dur = np.concatenate([s_dur[span_rows], o_dur[op_rows]])
+    def merged(label: str, kind: str, span_rows: np.ndarray, lanes: np.ndarray, tid: int) -> Lane:
+        wanted = np.zeros(n_lanes, dtype=bool)
+        wanted[lanes] = True
+        if int(size[lanes].sum()) == len(o_lane):          # every op: no copy
+            codes, start, dur = o_codes, o_start, o_dur
+        else:
+            op_rows = np.flatnonzero(wanted[o_lane])       # a lookup: np.isin would sort the column
+            codes, start, dur = o_codes[op_rows], o_start[op_rows], o_dur[op_rows]
+        if len(span_rows):
+            codes = np.concatenate([s_codes[span_rows], codes])
+            start = np.concatenate([s_start[span_rows], start])
+            dur = np.concatenate([s_dur[span_rows], dur])
         if len(start) > 1 and bool((np.diff(start) < 0).any()):
             order = np.argsort(start, kind="stable")          # spans first on ties: they enclose
             codes, start, dur = codes[order], start[order], dur[order]
         return Lane(label, kind, codes, names, is_op, is_phase, role, start, start + dur, tid)
 
-    first = _first_starts(np.concatenate([s_tid, o_tid[o_tid >= 0]]),
-                          np.concatenate([s_start, o_start[o_tid >= 0]]))
+    first = pd.concat([pd.Series(s_start).groupby(s_tid).min(),
+                       pd.Series(first_op[present][lane_tid >= 0], index=lane_tid[lane_tid >= 0])])
+    first = first.groupby(level=0).min().sort_values(kind="stable")
     with_phases = set(np.unique(s_tid[s_phase]).tolist())
-    with_ops = set(np.unique(o_tid[o_tid >= 0]).tolist())
-    order = [t for t in first if t in with_phases] + [t for t in first if t in with_ops and t not in with_phases]
+    with_ops = set(lane_tid[lane_tid >= 0].tolist())
+    order = [t for t in first.index if t in with_phases] + [t for t in first.index if t in with_ops - with_phases]
     for tid in order:
         yield merged(_thread_label(thread.get(tid, str(tid))), "phases" if tid in with_phases else "host",
-                     np.flatnonzero(s_tid == tid), np.flatnonzero(o_tid == tid), tid)
-    lane = device * max(len(streams), 1) + stream
-    for kind, rows in (("host", host & (o_tid < 0)), ("device", ~host)):
-        keys = _first_starts(lane[rows], o_start[rows], busiest_first=kind == "device")
-        for key in keys:
-            dev, name = devices[key // max(len(streams), 1)], streams[key % max(len(streams), 1)]
+                     np.flatnonzero(s_tid == tid), present[lane_tid == tid], tid)
+    others = pd.DataFrame({"lane": present, "host": lane_host, "first": first_op[present], "size": size[present]})
+    others = others[others["lane"].isin(present[lane_tid < 0])]
+    for kind, rows in (("host", others[others["host"]].sort_values("first", kind="stable")),
+                       ("device", others[~others["host"]].sort_values(["size", "first"], ascending=[False, True],
+                                                                       kind="stable"))):
+        for key in rows["lane"].tolist():
+            dev, name = devices[key // width], streams[key % width]
             label = f"{dev} thread {name}" if kind == "host" else f"{dev} stream {name}"
-            yield merged(label, kind, np.empty(0, dtype=np.int64), np.flatnonzero(rows & (lane == key)), -1)
-    for tid in first:
+            yield merged(label, kind, np.empty(0, dtype=np.int64), np.array([key]), -1)
+    for tid in first.index:
         if tid not in with_phases and tid not in with_ops:
             yield merged(_thread_label(thread.get(tid, str(tid))), "spans", np.flatnonzero(s_tid == tid),
                          np.empty(0, dtype=np.int64), tid)
@@ -423,16 +457,6 @@ def _thread_label(name: str) -> str:
 
 def _thread_names(threads: pd.DataFrame) -> dict[int, str]:
     return dict(zip(threads["tid"].astype(np.int64).tolist(), threads["name"].astype(str).tolist()))
-
-
-def _first_starts(keys: np.ndarray, start: np.ndarray, busiest_first: bool = False) -> list[int]:
-    """The distinct keys, by their first start (by their number of launches first when `busiest_first`)."""
-    if not len(keys):
-        return []
-    table = pd.DataFrame({"key": keys, "start": start}).groupby("key")["start"].agg(["min", "size"])
-    by = ["size", "min"] if busiest_first else ["min"]
-    return table.sort_values(by, ascending=[False, True][:len(by)] if busiest_first else True,
-                             kind="stable").index.tolist()
 
 
 # ----------------------------------------------------------------------------- steps of a run
