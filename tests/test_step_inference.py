@@ -11,6 +11,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
+import sys
 import time
 import uuid
 import warnings
@@ -143,6 +145,14 @@ def test_mindspore_cpu_capture_has_its_50_steps_each_with_the_whole_graph(shared
     report = analysis.extra_json["report"]["steps"]
     assert report["source"] == INFERRED and "period 43 ops, 50 steps" in report["source_note"]
     assert "period 43 ops, 50 steps" in key_figures(analysis.extra_json["report"]).note
+
+
+def test_summary_shows_how_the_steps_were_found(shared_data):
+    """`profview DIR --summary` (and the Overview: the same key figures) says the steps are inferred."""
+    done = subprocess.run([sys.executable, "-m", "viewer.cli", str(shared_data / "mindspore_cpu"), "--summary"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "steps inferred from the op launch sequence (cpu thread 0): period 43 ops, 50 steps" in done.stdout
 
 
 def _without_step_annotations(path: Path, out: Path) -> Path:
