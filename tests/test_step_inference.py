@@ -56,10 +56,12 @@ def _analyse(p: Profiler) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, ProfilerUsageWarning)]
 
 
-def _numpy_loop(out: Path, start_inside: bool = False) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _numpy_loop(out: Path, start_inside: bool = False, stop_inside: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """A loop of four numpy ops per iteration recorded with profiler.op, 5 ms of unrecorded data loading
     before each iteration, a setup op before the loop and an eval op after it, step() never called.
-    `start_inside`: the Profiler starts inside iteration 0, after its first op.
+    `start_inside`: the Profiler starts inside iteration 0, after its first op; `stop_inside`: the
+    recording is analysed inside the last iteration, after its first op (no eval op).
 
     Returns per iteration the loop's clock just before its first recorded op and just after its last.
     """
@@ -79,6 +81,9 @@ def _numpy_loop(out: Path, start_inside: bool = False) -> tuple[np.ndarray, np.n
         else:
             with p.op("matmul", op_type="MatMul"):
                 b = a @ a
+        if stop_inside and i == ITERATIONS - 1:
+            last.append(time.perf_counter_ns())
+            return np.array(first), np.array(last), _analyse(p)
         with p.op("relu", op_type="Relu"):
             b = np.maximum(b, 0)
         with p.op("matmul_grad", op_type="MatMul"):
@@ -219,6 +224,17 @@ def test_recording_that_starts_inside_an_iteration_gets_a_partial_first_step(tmp
     assert info["step_boundaries"]["partial_first_step"] is True
     assert len(trace) == ITERATIONS                                     # 1 partial + 14 whole iterations
     assert trace["op_count"].tolist() == [3] + [4] * (ITERATIONS - 2) + [5]
+    start = trace["start_ms"].to_numpy()
+    assert np.all(np.abs(start[1:] - _ms(last[:-1], info)) < 0.5)
+
+
+def test_recording_that_ends_inside_an_iteration_gets_a_partial_last_step(tmp_path):
+    first, last, warned = _numpy_loop(tmp_path, stop_inside=True)
+    trace, info, _ = _outputs(tmp_path)
+    assert info["step_boundaries"]["partial_last_step"] is True
+    assert "the last one partial" in info["step_boundaries"]["note"]
+    assert len(trace) == ITERATIONS                                     # 14 whole iterations + 1 partial
+    assert trace["op_count"].tolist() == [5] + [4] * (ITERATIONS - 2) + [1]
     start = trace["start_ms"].to_numpy()
     assert np.all(np.abs(start[1:] - _ms(last[:-1], info)) < 0.5)
 
