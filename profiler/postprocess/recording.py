@@ -120,5 +120,7 @@ def verdict_line(directory: Path, rank: int) -> str:
     top = findings[0].get("title", "") if findings and isinstance(findings[0], dict) else ""
     verdict = str(report.get("verdict", "?"))
     reason = f" — {top}" if verdict != "balanced" and top else ""
-    return (f"profview: {steps.get('analysed', 0)} steps of rank {rank} analysed into {directory}; verdict: "
+    source = steps.get("source", "marked")
+    how = "" if source == "marked" else f" ({'inferred' if source == 'inferred' else 'one step: no step markers'})"
+    return (f"profview: {steps.get('analysed', 0)} steps{how} of rank {rank} analysed into {directory}; verdict: "
             f"{verdict}{reason}. Next: profview {directory}")
