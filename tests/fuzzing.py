@@ -577,6 +577,87 @@ def mutate_profview_csv(data: bytes, name: str, rng: random.Random) -> tuple[byt
     return out, detail, REFUSE if len(out) == 0 else EITHER
 
 
+def _floats(row: dict, names: Sequence[str]) -> dict[str, float]:
+    return {n: float(row[n]) for n in names if n in row and row[n] not in (None, "")}
+
+
+def contract_problems(out_dir: Path) -> Optional[str]:
+    """What in the profview CSVs of `out_dir` breaks docs/formats.md: a number that is not finite,
+    a negative duration, a step that does not add up, a self time above its total, a share above
+    100 %, a queue fuller than its capacity, a step number given twice. None when all hold.
+
+    An analysis or import that accepted damaged input must still write numbers that obey the
+    contract: anything else is a wrong number in the report."""
+    import csv
+    import math
+
+    csv.field_size_limit(2 ** 31 - 1)             # 1 MB op names are valid
+    eps = lambda x: 2e-5 + 1e-9 * abs(x)          # noqa: E731 - 6-decimal printing, summed three times
+    for path in sorted(out_dir.glob("*.csv")):
+        kind = _csv_kind(path.name)
+        if kind not in REQUIRED_COLUMNS:
+            continue
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            return f"{path.name} cannot be read back: {exc}"
+        seen_steps = set()
+        for line, row in enumerate(rows, start=2):
+            where = f"{path.name} line {line}"
+            numeric = [c for c in row if c is not None and c not in TEXT_COLUMNS]
+            try:
+                v = _floats(row, numeric)
+            except (TypeError, ValueError):
+                return f"{where}: a numeric column holds text ({row})"[:300]
+            bad = [c for c, x in v.items() if not math.isfinite(x)]
+            if bad:
+                return f"{where}: {bad[0]} = {row[bad[0]]} (not a finite number)"
+            if kind == "step_trace":
+                for c in ("iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
+                          "all_reduce_overlap_ms", "data_wait_ms", "profiler_overhead_ms"):
+                    if v.get(c, 0) < 0:
+                        return f"{where}: {c} = {row[c]} (a negative duration)"
+                parts = v["iteration_gap_ms"] + v["fp_bp_ms"] + v["tail_ms"]
+                if abs(parts - v["total_ms"]) > eps(v["total_ms"]):
+                    return f"{where}: total_ms {row['total_ms']} != gap + fp_bp + tail = {parts:.6f}"
+                if v.get("all_reduce_overlap_ms", 0) > v.get("all_reduce_ms", 0) + eps(v.get("all_reduce_ms", 0)):
+                    return f"{where}: all_reduce_overlap_ms > all_reduce_ms"
+                if v["step"] in seen_steps:
+                    return f"{where}: step {row['step']} appears twice"
+                seen_steps.add(v["step"])
+            elif kind in ("op_type", "op_detail"):
+                if v["count"] < 1:
+                    return f"{where}: count = {row['count']}"
+                for c in ("total_ms", "self_ms", "avg_ms", "min_ms", "max_ms", "share_pct"):
+                    if v.get(c, 0) < 0:
+                        return f"{where}: {c} = {row[c]} (negative)"
+                if "self_ms" in v and v["self_ms"] > v["total_ms"] + eps(v["total_ms"]):
+                    return f"{where}: self_ms {row['self_ms']} > total_ms {row['total_ms']}"
+                if v["share_pct"] > 100 + 1e-4:
+                    return f"{where}: share_pct = {row['share_pct']}"
+                if abs(v["avg_ms"] * v["count"] - v["total_ms"]) > eps(v["total_ms"]) * max(1.0, v["count"]):
+                    return f"{where}: avg_ms x count != total_ms"
+                if "min_ms" in v and not v["min_ms"] - 1e-6 <= v["avg_ms"] <= v["max_ms"] + 1e-6:
+                    return f"{where}: avg_ms outside [min_ms, max_ms]"
+            elif kind == "data_queue":
+                if v["size"] < 0 or v["capacity"] < 0 or (v["capacity"] > 0 and v["size"] > v["capacity"]):
+                    return f"{where}: size {row['size']} with capacity {row['capacity']}"
+                if v.get("wait_ms", 0) < 0:
+                    return f"{where}: wait_ms = {row['wait_ms']} (negative)"
+    return None
+
+
+def _both(first: Callable[["Case"], Optional[str]], second: Optional[Callable[["Case"], Optional[str]]]):
+    if second is None:
+        return first
+    return lambda case: first(case) or second(case)
+
+
+def _contract_oracle(out_dir: Path) -> Callable[["Case"], Optional[str]]:
+    return lambda case: contract_problems(out_dir) if out_dir.is_dir() else None
+
+
 # --------------------------------------------------------------------------------------------
 # The raw store's chunks (docs/architecture.md, "The raw store")
 # --------------------------------------------------------------------------------------------
@@ -708,6 +789,7 @@ class Ctx:
     rng: random.Random
     work: Path
     seeds: Seeds
+    entry: str                             # the entry point the case is for
     kind: str                              # seed kind of `input`: profview, kineto, job, ms_cpu, ms_gold
     input: Path                            # what the entry point opens (a mutation may replace it)
     args: list[Arg] = field(default_factory=list)      # extra CLI arguments
@@ -1634,7 +1716,7 @@ def _path_special(ctx: Ctx) -> None:
 def _output_path(ctx: Ctx) -> None:
     rng = ctx.rng
     # (Not a FIFO: writing a report into a named pipe nobody reads blocks, as the user asked.)
-    what = rng.choice(["missing_parent", "is_dir", "dev_full", "under_file", "non_utf8", "too_long",
+    what = rng.choice(["missing_parent", "is_dir", "is_file", "dev_full", "under_file", "non_utf8", "too_long",
                        "is_symlink_loop"])
     expect = REFUSE
     if what == "missing_parent":
@@ -1644,11 +1726,18 @@ def _output_path(ctx: Ctx) -> None:
         ctx.output = ctx.work / "a_dir"
         ctx.output.mkdir()
         (ctx.output / "keep").write_text("x")
+        if ctx.entry.startswith("import-"):
+            expect = EITHER                   # import -o names a directory: an existing one is fine
     elif what == "dev_full":
         ctx.output = Path("/dev/full")
     elif what == "under_file":
         (ctx.work / "a_file").write_text("x")
         ctx.output = ctx.work / "a_file" / "out"
+    elif what == "is_file":
+        ctx.output = ctx.work / "a_file"
+        ctx.output.write_text("x")
+        if not ctx.entry.startswith("import-"):
+            expect = EITHER                   # -o report.html over an existing file: overwriting is fine
     elif what == "non_utf8":
         ctx.output = ctx.work / os.fsdecode(b"out-\xff\xfe")
         expect = EITHER
@@ -1764,12 +1853,14 @@ def _view_summary(ctx: Ctx):
 
 def _analyse(ctx: Ctx):
     # Re-analyse, then read what the analysis wrote: damage in the store must not turn into
-    # output the viewer chokes on.
+    # output the viewer chokes on, nor into numbers that break the output contract.
+    ctx.check = _both(_contract_oracle(ctx.input), ctx.check)
     return [["analyse", ctx.input, *ctx.args], [ctx.input, "--summary"]], None
 
 
 def _import_kineto(ctx: Ctx):
     out = _out(ctx, "imported")
+    ctx.check = ctx.check or _contract_oracle(out)
     return [["import-kineto", ctx.input, "-o", out, *ctx.args]], out
 
 
@@ -1777,6 +1868,7 @@ def _import_ascend(ctx: Ctx):
     fmt = [] if any(str(a) == "--format" for a in ctx.args) else ["--format", ctx.rng.choice(
         ["profview", "mindspore", "both"])]
     out = _out(ctx, "imported")
+    ctx.check = ctx.check or _contract_oracle(out)
     return [["import-ascend", ctx.input, "-o", out, *fmt, *ctx.args]], out
 
 
@@ -1858,7 +1950,7 @@ def make_case(entry: str, mutation_name: str, seed: int, seeds: Seeds, work: Pat
         trace = seeds.kinds()[kind]
         target = work / "input" / trace.name if kind in ("job", "ms_gold", "ms_cpu") else work / "input"
     _copy_writable(trace, target)
-    ctx = Ctx(rng=rng, work=work, seeds=seeds, kind=kind, input=target)
+    ctx = Ctx(rng=rng, work=work, seeds=seeds, entry=entry, kind=kind, input=target)
     m.apply(ctx)
     commands, output = e.build(ctx)
     return Case(entry=entry, mutation=mutation_name, family=m.family, seed=seed, kind=kind, detail=ctx.detail,
@@ -1967,7 +2059,8 @@ def classify(case: Case, results: list[RunResult]) -> Verdict:
     for n, r in enumerate(results):
         last = n == len(results) - 1
         if r.returncode is None:
-            return Verdict(HANG, f"hang in {case.entry}", f"no answer after {r.seconds:.0f} s", n, results)
+            return Verdict(HANG, f"hang in {case.entry} ({case.family}/{case.mutation})",
+                           f"no answer after {r.seconds:.0f} s", n, results)
         if "Traceback (most recent call last)" in r.stderr:
             exc, frame, tail = traceback_signature(r.stderr)
             return Verdict(TRACEBACK, f"{exc} @ {frame}", "\n".join(tail), n, results)
@@ -1997,7 +2090,9 @@ def classify(case: Case, results: list[RunResult]) -> Verdict:
         if case.check is not None:
             problem = case.check(case)
             if problem:
-                return Verdict(WRONG_NUMBER, f"wrong numbers: {case.family}/{case.mutation}", problem, n, results)
+                rule = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "N", problem.split(":", 1)[-1].split("(")[0]).strip()
+                file_kind = re.sub(r"_\d+\.csv.*", "", problem.split(":", 1)[0])
+                return Verdict(WRONG_NUMBER, f"wrong numbers in {file_kind}: {rule[:80]}", problem, n, results)
         return Verdict(ACCEPTED, command=n, results=results)
     return Verdict(ACCEPTED, results=results)
 
