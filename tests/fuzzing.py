@@ -2162,12 +2162,13 @@ def save_case(case: Case, verdict: Verdict, dest: Path) -> Path:
     copy_case_tree(case.work, dest / "case")
     lines = ["#!/bin/sh", "# " + case.describe().splitlines()[0].replace("\n", " "),
              f'cd "$(dirname "$0")/case" || exit 1',
-             f'REPO="${{PROFVIEW_REPO:-{REPO}}}"']
+             f'REPO="${{PROFVIEW_REPO:-{REPO}}}"', f'PY="${{PROFVIEW_PYTHON:-{sys.executable}}}"',
+             f"ulimit -v {MEMORY_LIMIT_BYTES // 1024}   # the campaign's address-space cap (an input may be /dev/zero)"]
     for argv in case.commands:
         args = " ".join(shlex.quote(os.fsdecode(a) if not isinstance(a, str) else a).replace(str(case.work), ".")
                         if len(os.fspath(a)) < 1000 else f'"$(python3 -c \'print("L"*{len(os.fspath(a)) - 20})\')"'
                         for a in argv)
-        lines.append(f'PYTHONPATH="$REPO" python3 -m viewer.cli {args} || exit $?')
+        lines.append(f'PYTHONPATH="$REPO" "$PY" -m viewer.cli {args} || exit $?')
     (dest / "repro.sh").write_text("\n".join(lines) + "\n", errors="surrogateescape")
     (dest / "repro.sh").chmod(0o755)
     r = verdict.results[verdict.command] if verdict.results else None
