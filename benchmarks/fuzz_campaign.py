@@ -132,7 +132,7 @@ def _slug(signature: str) -> str:
 def summarise(records: list[dict], args, elapsed: float) -> str:
     cmd = (f"python benchmarks/fuzz_campaign.py --seed {args.seed} --count {args.count} --jobs {args.jobs} "
            f"--timeout {args.timeout:g}")
-    out = [f"# profview fuzz campaign", "", f"`{cmd}` — {len(records)} inputs in {elapsed / 60:.1f} min", ""]
+    out = ["# profview fuzz campaign", "", f"`{cmd}` — {len(records)} inputs in {elapsed / 60:.1f} min", ""]
     cols = ["inputs", "refused", "accepted", "tracebacks", "distinct tb", "hangs", "signals", "messy",
             "accepted invalid", "no output", "wrong numbers", "skipped", "harness errors"]
     out.append("| entry point | " + " | ".join(cols) + " |")
@@ -140,8 +140,6 @@ def summarise(records: list[dict], args, elapsed: float) -> str:
     by_entry = defaultdict(list)
     for r in records:
         by_entry[r["entry"]].append(r)
-    total = defaultdict(int)
-    all_tb = set()
     for entry in list(fz.ENTRY_POINTS) + ["(all)"]:
         rs = records if entry == "(all)" else by_entry.get(entry, [])
         if not rs:
@@ -152,7 +150,6 @@ def summarise(records: list[dict], args, elapsed: float) -> str:
                c[fz.MESSY], c[fz.ACCEPTED_INVALID], c[fz.NO_OUTPUT], c[fz.WRONG_NUMBER], c[fz.SKIPPED],
                c["harness_error"]]
         out.append(f"| {entry} | " + " | ".join(str(x) for x in row) + " |")
-        all_tb |= tbs
     out += ["", "## Distinct failure signatures", ""]
     sigs = defaultdict(list)
     for r in records:

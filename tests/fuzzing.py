@@ -2161,7 +2161,7 @@ def save_case(case: Case, verdict: Verdict, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     copy_case_tree(case.work, dest / "case")
     lines = ["#!/bin/sh", "# " + case.describe().splitlines()[0].replace("\n", " "),
-             f'cd "$(dirname "$0")/case" || exit 1',
+             'cd "$(dirname "$0")/case" || exit 1',
              f'REPO="${{PROFVIEW_REPO:-{REPO}}}"', f'PY="${{PROFVIEW_PYTHON:-{sys.executable}}}"',
              f"ulimit -v {MEMORY_LIMIT_BYTES // 1024}   # the campaign's address-space cap (an input may be /dev/zero)"]
     for argv in case.commands:
