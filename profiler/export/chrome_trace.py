@@ -23,6 +23,7 @@ from profiler.kernels.nesting import stable_order
 from profiler.model import Run
 from profiler.kernels.native import native
 from profiler.export.direct_file import DirectFile
+from profiler.export.files import temp_path
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
 TS_WIDTH = 14                 # the longest time: µs with 3 decimals, up to ~115 days of trace
@@ -330,17 +331,21 @@ def write_chrome_trace(run: Run, path: Path, gzip_output: bool = False) -> Path:
         path = path.with_name(path.name + ".gz")
     lanes = Lanes(run)
     opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if gzip_output else DirectFile
-    tmp = path.with_name(path.name + ".tmp")
-    with opener(tmp) as f:
-        f.write(b'{"traceEvents":[\n')
-        buffer = np.empty(BUFFER_BYTES, dtype=np.uint8) if _trace_rows is not None else None
-        for block in (step_block(run, lanes), span_block(run, lanes), op_block(run, lanes), instant_block(run, lanes),
-                      *counter_blocks(run, lanes)):
-            write_block(f, block, buffer)
-        tail_events = flow_block(run, lanes) + lanes.meta
-        f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in tail_events).encode())
-        other = {"tool": "profview", "rank": run.rank, "data_origin": run.info.get("data_origin", "profview"),
-                 "origin_unix_ns": run.info.get("clock", {}).get("origin_unix_ns", 0)}
-        f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
-    tmp.replace(path)
+    tmp = temp_path(path)
+    try:
+        with opener(tmp) as f:
+            f.write(b'{"traceEvents":[\n')
+            buffer = np.empty(BUFFER_BYTES, dtype=np.uint8) if _trace_rows is not None else None
+            for block in (step_block(run, lanes), span_block(run, lanes), op_block(run, lanes), instant_block(run, lanes),
+                          *counter_blocks(run, lanes)):
+                write_block(f, block, buffer)
+            tail_events = flow_block(run, lanes) + lanes.meta
+            f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in tail_events).encode())
+            other = {"tool": "profview", "rank": run.rank, "data_origin": run.info.get("data_origin", "profview"),
+                     "origin_unix_ns": run.info.get("clock", {}).get("origin_unix_ns", 0)}
+            f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path

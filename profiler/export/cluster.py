@@ -23,6 +23,7 @@ from profiler.analysis.cluster import cluster_summary, timeline_ranks
 from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file, read_csv, read_json_object
 from profiler.model import Run
 from profiler.export.chrome_trace import Lanes, op_block, span_block, step_block, write_block
+from profiler.export.files import temp_path
 from profiler.export.outputs import write_csv, write_json
 
 TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
@@ -76,22 +77,26 @@ def cluster_view(run: Run) -> Run:
 def write_cluster_timeline(runs: Sequence[Run], shifts_ns: Mapping[int, int], path: Path,
                            clock: Optional[dict] = None) -> Path:
     """One Chrome trace with a process per rank (pid = rank), each rank's times shifted onto the common axis."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_path(path)
     meta: list[dict] = []
-    with open(tmp, "wb") as f:
-        f.write(b'{"traceEvents":[\n')
-        for run in runs:
-            view = cluster_view(run)
-            lanes = Lanes(view)
-            shift = np.int64(shifts_ns.get(run.rank, 0))
-            for block in (step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)):
-                block.ts_ns = np.asarray(block.ts_ns, dtype=np.int64) + shift
-                write_block(f, block)
-            meta += lanes.meta
-            meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
-                         "args": {"labels": str(run.info.get("host", ""))}})
-        f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in meta).encode())
-        other = {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs], "clock": clock or {}}
-        f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
-    tmp.replace(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(b'{"traceEvents":[\n')
+            for run in runs:
+                view = cluster_view(run)
+                lanes = Lanes(view)
+                shift = np.int64(shifts_ns.get(run.rank, 0))
+                for block in (step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)):
+                    block.ts_ns = np.asarray(block.ts_ns, dtype=np.int64) + shift
+                    write_block(f, block)
+                meta += lanes.meta
+                meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
+                             "args": {"labels": str(run.info.get("host", ""))}})
+            f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in meta).encode())
+            other = {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs], "clock": clock or {}}
+            f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
