@@ -83,6 +83,9 @@ def check_directory(directory: Path, store: Optional[RawStore] = None) -> RawSto
         skipped = store.skipped()
         if skipped:
             raise ProfviewError(f"{directory / 'raw'} holds no readable raw file: {skipped[0]}")
+        if (directory / "raw" / "previous").is_dir() and any((directory / "raw" / "previous").glob("*/*.pvraw")):
+            raise ProfviewError(f"{directory / 'raw'} holds no current recording, only earlier ones moved to "
+                                f"{directory / 'raw' / 'previous'} (analyse one by copying it to a directory's raw/)")
         raise ProfviewError(f"{directory} has no raw store ({directory / 'raw'} with *.pvraw files): "
                             "it is not a profview recording, or nothing was flushed before the run ended")
     return store

@@ -240,7 +240,7 @@ def dropped_sentence(dropped: int, kept: int, config: dict) -> str:
     """What was dropped while recording, why, and what to change (a warning, and the error when nothing is left)."""
     budget = config.get("memory_budget_bytes")
     interval = config.get("flush_interval_s")
-    budget_text = f" ({budget / (1 << 20):g} MB)" if isinstance(budget, (int, float)) and budget > 0 else ""
+    budget_text = f" ({budget / (1 << 20):.3g} MB)" if isinstance(budget, (int, float)) and budget > 0 else ""
     interval_text = f" (flush_interval_s={interval:g})" if isinstance(interval, (int, float)) and interval > 0 else ""
     what = (f"{dropped + kept:,} events were recorded and all were dropped" if not kept else
             f"{dropped:,} of {dropped + kept:,} recorded events were dropped")

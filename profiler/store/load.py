@@ -232,7 +232,7 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
     for g in groups:
         _collect_records(g, tables, ev_parts, sm_parts)
     for f in files:                       # reading, de-duplication and _collect_* noted their findings per file
-        warnings += f.warnings
+        warnings += f.damage_warnings() + f.warnings
     damaged = [d for f in files for d in f.damaged]
     tables.torn_chunks = len(damaged)
     tables.damaged = [d.to_json() for d in damaged[:MAX_DAMAGE_LISTED]]

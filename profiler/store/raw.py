@@ -90,9 +90,12 @@ class Chunk:
 
     @property
     def key(self) -> tuple[int, int, int, int]:
-        """What two copies of this chunk share: its checksum and sizes. A chunk of only a dropped
-        count can repeat word for word in one recording, so its place in the file is part of its key."""
-        repeatable = self.table == "events" and not len(self.payload)
+        """What two copies of this chunk share: its checksum and sizes. Records, descriptors, the
+        metadata and the end never repeat word for word within a recording; other chunks can (a
+        dropped count alone, the source table written at start and at stop), so for them the place in
+        the file is part of the key: they are de-duplicated only against a copy of the file."""
+        unique = self.table in ("samples", "descriptors", "meta", "end") or (self.table == "events" and len(self.payload))
+        repeatable = not unique
         return self.crc, self.head_len, len(self.payload), self.offset if repeatable else -1
 
     def json(self) -> Any:
@@ -154,7 +157,16 @@ class RawFile:
         d = Damage(str(self.path), chunk.index, chunk.offset, _PREFIX.size + len(chunk.payload), why,
                    chunk.table or None, records_lost)
         self.damaged.append(d)
-        self.warnings.append(d.sentence())
+
+    def damage_warnings(self, limit: int = 10) -> list[str]:
+        """One sentence per damaged chunk, the first `limit` of them, then one for the rest."""
+        out = [d.sentence() for d in self.damaged[:limit]]
+        rest = self.damaged[limit:]
+        if rest:
+            lost = sum(d.records_lost or 0 for d in rest)
+            out.append(f"{self.path}: {len(rest)} more damaged chunk(s) skipped ({sum(d.nbytes for d in rest)} bytes, "
+                       f"{lost:,} recorded events known lost with them)")
+        return out
 
 
 #: bytes per record of the binary tables
@@ -182,9 +194,7 @@ class _Walk:
             if isinstance(header, dict) and isinstance(header.get("table"), str):
                 table = header["table"][:40]
         lost = records_in(table, payload_len) if table and payload_len is not None and table in RECORD_BYTES else None
-        d = Damage(self.name, self.index, pos, nbytes, why, table, lost)
-        self.report.damaged.append(d)
-        self.report.warnings.append(d.sentence())
+        self.report.damaged.append(Damage(self.name, self.index, pos, nbytes, why, table, lost))
         self.index += 1
 
     def next_marker(self, pos: int) -> int:

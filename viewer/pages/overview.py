@@ -95,7 +95,10 @@ def _recording_note(ctx: Context) -> str:
     if rec.get("dropped_events"):
         notes.append(f"{rec['dropped_events']:,} events were dropped while recording ({rec.get('dropped_reason', '')}).")
     if rec.get("torn_chunks"):
-        notes.append(f"{rec['torn_chunks']} raw-store chunk(s) were cut short by a crash and skipped.")
+        lost = rec.get("lost_events")
+        lost_text = f" ({lost:,} recorded events lost with them)" if isinstance(lost, int) and lost > 0 else ""
+        notes.append(f"{rec['torn_chunks']} raw-store chunk(s) were cut short by a crash or damaged, and skipped"
+                     f"{lost_text}.")
     notes += [str(w) for w in info.get("warnings", []) if w]
     sources = info.get("sources", {}) if isinstance(info.get("sources"), dict) else {}
     off = [f"{name}: {s.get('status')}" for name, s in sources.items()
