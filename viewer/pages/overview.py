@@ -95,10 +95,7 @@ def _recording_note(ctx: Context) -> str:
     if rec.get("dropped_events"):
         notes.append(f"{rec['dropped_events']:,} events were dropped while recording ({rec.get('dropped_reason', '')}).")
     if rec.get("torn_chunks"):
-        lost = rec.get("lost_events")
-        lost_text = f" ({lost:,} recorded events lost with them)" if isinstance(lost, int) and lost > 0 else ""
-        notes.append(f"{rec['torn_chunks']} raw-store chunk(s) were cut short by a crash or damaged, and skipped"
-                     f"{lost_text}.")
+        notes.append(f"{rec['torn_chunks']} raw-store chunk(s) were cut short by a crash and skipped.")
     notes += [str(w) for w in info.get("warnings", []) if w]
     sources = info.get("sources", {}) if isinstance(info.get("sources"), dict) else {}
     off = [f"{name}: {s.get('status')}" for name, s in sources.items()
