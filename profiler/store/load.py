@@ -87,7 +87,7 @@ class RawStore:
 def _peek_rank(path: Path) -> tuple[Optional[int], str]:
     """The rank a raw file's metadata chunk names (None when it has none), or why it cannot be read."""
     report = RawFile(path)
-    data = _read_bytes(path, report)
+    data = _read_bytes(path, report, populate=False)     # only the first chunks are read
     if data is None:
         return None, report.unreadable
     try:
@@ -393,6 +393,7 @@ def _collect_records(g: _Group, tables: RawTables, ev_parts: list, sm_parts: lis
     for local, gid in g.lut.items():
         lut[local] = gid
     identity = bool(size) and np.array_equal(lut, np.arange(size))
+    complete = bool((lut >= 0).all())            # every id below `size` is known: only the range needs checking
     unknown: dict[str, list] = {}                # file -> [records, chunks, first chunk's place]
     for f, c in g.chunks:
         t = c.table
@@ -418,10 +419,11 @@ def _collect_records(g: _Group, tables: RawTables, ev_parts: list, sm_parts: lis
             continue
         desc = words[:, 1] >> 1
         bad = (desc < 0) | (desc >= size)
-        if not bad.any():
-            bad = lut[desc] < 0
-        else:
-            bad[~bad] = lut[desc[~bad]] < 0
+        if not complete:
+            if not bad.any():
+                bad = lut[desc] < 0
+            else:
+                bad[~bad] = lut[desc[~bad]] < 0
         if bad.any():
             n = int(bad.sum())
             u = unknown.setdefault(str(f.path), [0, 0, c.where(str(f.path))])

@@ -292,13 +292,13 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def _read_bytes(path: Path, report: RawFile):
+def _read_bytes(path: Path, report: RawFile, populate: bool = True):
     """The file's bytes (memory-mapped when possible), or None with `report.unreadable` set.
 
     Never blocks and never reads past the size the file had when opened: it is opened with
     O_NONBLOCK (a FIFO does not wait for a writer), and anything but a regular file (a FIFO, a
     device such as /dev/zero, a directory) is refused before reading. A symlink loop or a dangling
-    symlink fails at open.
+    symlink fails at open. `populate`: fault every page in at once (the whole file will be read).
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -314,7 +314,8 @@ def _read_bytes(path: Path, report: RawFile):
         if size == 0:
             return b""
         try:
-            return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+            flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+            return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
         except (ValueError, OSError, AttributeError):   # no mmap on this file system or platform
             parts, left = [], size
             while left > 0:
