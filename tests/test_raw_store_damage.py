@@ -382,3 +382,26 @@ def test_dropped_events_are_a_finding_a_warning_and_a_summary_line(tmp_path):
     summary = _cli(tmp_path, "--summary")
     assert summary.returncode == 0, summary.stderr
     assert f"{dropped:,} events were dropped while recording" in summary.stdout
+
+
+def test_records_timed_before_the_recording_are_left_out_and_counted(run_dir):
+    """A damaged sample time (2**31 ns on the monotonic clock, long before the recording) made the
+    timeline writer fail; now such records are counted lost and every output time is in the recording."""
+    path = _raw(run_dir)
+    j = _index(path, "samples")
+
+    def edit(k, h, head, payload):
+        if k != j:
+            return head, payload
+        words = bytearray(payload)
+        struct.pack_into("<q", words, 32 * (len(payload) // 32 - 1), 2 ** 31)     # the chunk's last sample
+        return head, bytes(words)
+
+    _rewrite(path, edit)
+    r = _cli("analyse", run_dir)
+    assert r.returncode == 0, r.stderr
+    info = _info(run_dir)
+    assert info["recording"]["lost_events"] == 1
+    assert any("timed before the recording started" in w for w in info["warnings"])
+    trace = json.loads((run_dir / "timeline_0.json").read_text())
+    assert min(e["ts"] for e in trace["traceEvents"] if "ts" in e) >= 0

@@ -26,8 +26,12 @@ from profiler.export.direct_file import DirectFile
 from profiler.export.files import temp_path
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
-TS_WIDTH = 14                 # the longest time: µs with 3 decimals, up to ~115 days of trace
-DUR_WIDTH = 12
+#: The longest time and duration, in characters: µs with 3 decimals and a sign. 21 holds every
+#: int64 ns (-9223372036854775.808 µs), so no recording's time can fail to fit (14 and 12 did: a
+#: trace longer than 2.8 h, or a span longer than 100 s, was a ValueError); numbers are written
+#: without padding, so the width changes no byte of a trace.
+TS_WIDTH = 21
+DUR_WIDTH = 21
 
 
 _POW10_US_IN_NS = 10 ** np.arange(16, dtype=np.int64) * 1000   # 1 µs, 10 µs, ... in ns
@@ -41,7 +45,8 @@ def fixed_decimal(ns: np.ndarray, width: int) -> np.ndarray:
     """
     v = np.asarray(ns, dtype=np.int64)
     neg = v < 0
-    rest = np.abs(v)
+    mag = np.where(neg, (-(v + 1)).astype(np.uint64) + np.uint64(1), v.astype(np.uint64))   # |v|, even for int64 min
+    rest = mag
     n_int = width - 4                                   # integer digits that fit (width - ".xxx")
     groups = -(-n_int // 3)
     digits = np.empty((len(v), groups * 3 + 4), dtype=np.uint8)
@@ -62,7 +67,7 @@ def fixed_decimal(ns: np.ndarray, width: int) -> np.ndarray:
         raise ValueError("a time does not fit the trace's fixed-width field")
     out = digits[:, -width:].copy()
     # blank leading zeros, keeping at least "0.xxx" (and one column for a minus sign)
-    n_digits = np.maximum(np.searchsorted(_POW10_US_IN_NS, np.abs(v), side="right"), 1)
+    n_digits = np.maximum(np.searchsorted(_POW10_US_IN_NS.astype(np.uint64), mag, side="right"), 1)
     first = width - 4 - n_digits                         # column of the first significant digit
     if (first < 0).any() or (neg & (first < 1)).any():
         raise ValueError("a time does not fit the trace's fixed-width field")

@@ -260,8 +260,31 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
                                "are unknown")
     else:
         raise ProfviewError(_nothing_readable(paths, files, warnings))
+    _drop_before_origin(tables)
     _repair_windows(tables)
     return tables
+
+
+def _drop_before_origin(t: RawTables) -> None:
+    """Records timed before the recording's origin cannot be (every record is taken after it): a
+    damaged time. They are left out and counted, so no output holds a time before the recording."""
+    origin = int(t.meta["clock"]["origin_monotonic_ns"])
+    early_ev = t.ev_t < origin
+    early_sm = t.sm[:, 0] < origin
+    n = int(early_ev.sum()) + int(early_sm.sum())
+    if not n:
+        return
+    if early_ev.any():
+        chunk = np.repeat(np.arange(len(t.ev_chunk_len)), t.ev_chunk_len)
+        keep = ~early_ev
+        t.ev_chunk_len = np.bincount(chunk[keep], minlength=len(t.ev_chunk_len)).astype(np.int64)
+        t.ev_t, t.ev_code = t.ev_t[keep], t.ev_code[keep]
+        nonempty = t.ev_chunk_len > 0
+        t.ev_chunk_len, t.ev_chunk_thread = t.ev_chunk_len[nonempty], t.ev_chunk_thread[nonempty]
+    if early_sm.any():
+        t.sm, t.sm_thread = t.sm[~early_sm], t.sm_thread[~early_sm]
+    t.lost_records += n
+    t.warnings.append(f"{n:,} records are timed before the recording started (damaged times): they were left out")
 
 
 def _nothing_readable(paths: list[Path], files: list[RawFile], warnings: list[str]) -> str:
