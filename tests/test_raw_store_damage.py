@@ -298,7 +298,6 @@ def test_a_corrupt_chunk_in_the_middle_costs_only_its_own_events(tmp_path):
     was discarded as 'nothing was recorded'. Now only that chunk's records are lost, and said so."""
     out = tmp_path / "run"
     p = Profiler(out, host_counters=False, gpu_counters=False, flush_interval_s=3600)
-    per_flush = []
     for f in range(4):
         for _ in range(5):
             with p.phase("forward"):

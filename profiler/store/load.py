@@ -219,7 +219,7 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
         if progress:
             progress(i + 1, len(paths))
     warnings: list[str] = list(notes or [])
-    groups = _group_copies(files, warnings)
+    groups = _group_copies(files)
     tables = RawTables(meta={}, descriptors=[], thread_names={},
                        ev_t=np.empty(0, np.int64), ev_code=np.empty(0, np.int64),
                        ev_chunk_thread=np.empty(0, np.int64), ev_chunk_len=np.empty(0, np.int64),
@@ -298,7 +298,7 @@ def _nothing_readable(paths: list[Path], files: list[RawFile], warnings: list[st
             "recording or was cut short at its start")
 
 
-def _group_copies(files: list[RawFile], warnings: list[str]) -> list[_Group]:
+def _group_copies(files: list[RawFile]) -> list[_Group]:
     """Files holding the same recording (the same metadata chunk, e.g. a raw file copied under another
     name) form one group whose chunks are de-duplicated; a chunk repeated within a file is counted once."""
     by_identity: dict[Any, _Group] = {}
