@@ -27,7 +27,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("PROFVIEW_SHARED_DATA", ROOT.parent / "shared" / "data"))   # as tests/conftest.py
+#: the shared real captures: $PROFVIEW_SHARED_DATA, else the first shared/data above this checkout
+#: (a worktree lives one level deeper than the main checkout)
+SHARED = Path(os.environ["PROFVIEW_SHARED_DATA"]) if os.environ.get("PROFVIEW_SHARED_DATA") else next(
+    (p / "shared" / "data" for p in ROOT.parents if (p / "shared" / "data" / "kineto").is_dir()),
+    ROOT.parent / "shared" / "data")
 
 RECORD_EVENTS = r"""
 import sys, threading

@@ -100,9 +100,25 @@ def _verdict_block(ctx: Context) -> list[str]:
     return lines
 
 
+def _recording_block(ctx: Context) -> list[str]:
+    """What the recording lost (profiler_info "recording"): dropped events and damaged raw-store chunks."""
+    rec = ctx.run.info.get("recording") if isinstance(ctx.run.info.get("recording"), dict) else {}
+    notes = []
+    dropped, torn, lost = (rec.get(k) for k in ("dropped_events", "torn_chunks", "lost_events"))
+    if isinstance(dropped, int) and dropped > 0:
+        notes.append(f"{dropped:,} events were dropped while recording ({clean(rec.get('dropped_reason', ''))}): "
+                     "raise memory_budget_mb or flush more often.")
+    if isinstance(torn, int) and torn > 0:
+        lost_text = f", {lost:,} recorded events lost with them" if isinstance(lost, int) and lost > 0 else ""
+        notes.append(f"{torn} raw-store chunk(s) were damaged and skipped{lost_text} (profiler_info: "
+                     "recording.damaged_chunks).")
+    return ["", "Recording: " + " ".join(notes)] if notes else []
+
+
 def render(ctx: Context) -> str:
     """The whole summary as text."""
     run = ctx.run
     head = f"profview summary — {clean(run.shown_path)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
     return "\n".join([head, "=" * min(len(head), 100), *_steps_block(ctx), *_ops_block(ctx),
-                      *_key_figures_block(ctx), *_queue_block(ctx), *_verdict_block(ctx)]) + "\n"
+                      *_key_figures_block(ctx), *_queue_block(ctx), *_recording_block(ctx),
+                      *_verdict_block(ctx)]) + "\n"

@@ -134,4 +134,14 @@ SUGGESTIONS: dict[str, dict[str, str]] = {
         "mindspore": "record less: profile a few steps with a schedule and keep spans out of tight inner loops",
         "plain": "record less: a schedule(wait=..., active=...) window, and no op() / span() in tight inner loops",
     },
+    "dropped_events": {
+        fw: "give the recording room between flushes: raise memory_budget_mb (Profiler(memory_budget_mb=...)), or "
+            "flush more often (a smaller flush_interval_s); record fewer spans in tight inner loops"
+        for fw in ("torch", "mindspore", "plain")
+    },
+    "damaged_raw_store": {
+        fw: "the raw store was damaged after it was written (a killed run tears at most its last chunk): keep the "
+            "raw/ files whole when copying them (no partial copies, no editing), and re-run `profview analyse`"
+        for fw in ("torch", "mindspore", "plain")
+    },
 }

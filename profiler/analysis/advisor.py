@@ -89,6 +89,7 @@ class AdvisorInput:
     counters: Optional[pd.DataFrame] = None   # the run's counters (memory growth)
     memory_limits: Mapping[str, float] = field(default_factory=dict)   # "source|device" -> bytes
     buffering_steps: frozenset = frozenset()  # steps where torch.profiler held its events in memory
+    recording: Mapping[str, Any] = field(default_factory=dict)   # profiler_info "recording": what was lost
     step_source: str = "marked"               # marked | inferred | whole_run (analysis/steps.py)
     step_source_note: str = ""                # the sentence saying how steps were found, when not marked
 
@@ -660,9 +661,54 @@ def overhead_rule(inp: AdvisorInput) -> list[Finding]:
         suggestion=_suggest("profiler_overhead", inp), files=[f], metrics={"overhead_ms": overhead})]
 
 
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _loss_severity(lost: int, total: int) -> str:
+    """high when a tenth or more of what was recorded is missing (the figures above it are then unsure)."""
+    share = lost / total if total else 1.0
+    return "high" if share >= 0.1 else "medium" if share >= 0.01 else "low"
+
+
+def recording_rule(inp: AdvisorInput) -> list[Finding]:
+    """dropped_events: records the memory budget (or a failed write) dropped while recording;
+    damaged_raw_store: records lost with damaged raw-store chunks. Both make every figure an undercount."""
+    rec = inp.recording if isinstance(inp.recording, Mapping) else {}
+    kept = _count(rec.get("events"))
+    f = inp.file("profiler_info", "json")
+    out = []
+    dropped = _count(rec.get("dropped_events"))
+    if dropped:
+        budget = rec.get("memory_budget_bytes")
+        budget_text = (f" with a memory budget of {budget / MB:.3g} MB" if isinstance(budget, (int, float))
+                       and not isinstance(budget, bool) and budget > 0 else "")
+        share = 100.0 * dropped / (dropped + kept)
+        out.append(Finding(
+            kind="dropped_events", at_stake_ms=0.0, at_stake_pct=0.0,
+            title=f"{dropped:,} recorded events ({share:.1f} %) were dropped while recording: the figures miss them",
+            evidence=(f"{dropped:,} of {dropped + kept:,} events were dropped{budget_text} because the buffers were "
+                      f"full between two flushes (or a write failed) [{f}: recording.dropped_events]"),
+            threshold="any dropped event", suggestion=_suggest("dropped_events", inp), files=[f],
+            severity=_loss_severity(dropped, dropped + kept), metrics={"dropped_events": dropped, "dropped_pct": share}))
+    lost, damaged = _count(rec.get("lost_events")), _count(rec.get("torn_chunks"))
+    if damaged:
+        share = 100.0 * lost / (lost + kept) if lost + kept else 0.0
+        out.append(Finding(
+            kind="damaged_raw_store", at_stake_ms=0.0, at_stake_pct=0.0,
+            title=f"{damaged} raw-store chunk(s) were damaged and skipped: {lost:,} recorded events lost with them",
+            evidence=(f"{damaged} damaged chunk(s), {lost:,} events lost, {kept:,} analysed; which chunks, where: "
+                      f"[{f}: recording.damaged_chunks]"),
+            threshold="any damaged chunk",
+            suggestion=_suggest("damaged_raw_store", inp), files=[f],
+            severity=_loss_severity(lost, lost + kept) if lost else "low",
+            metrics={"damaged_chunks": damaged, "lost_events": lost, "lost_pct": share}))
+    return out
+
+
 RULES: tuple[Callable[[AdvisorInput], list[Finding]], ...] = (
     input_rule, comm_rule, tail_rule, op_family_rule, dominant_op_rule, host_rule, outlier_rule, memory_rule,
-    overhead_rule)
+    overhead_rule, recording_rule)
 
 
 # ----------------------------------------------------------------------------- the report

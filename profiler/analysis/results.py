@@ -61,7 +61,14 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
                                rank=a.run.rank, step_lane=step_lane(a.run), thresholds=th, skipped_steps=skipped,
                                counters=a.run.counters, memory_limits=memory_limits(a.run.info),
                                buffering_steps=frozenset(a.run.ops.loc[a.run.ops["source"] == "torch", "step"].unique().tolist()),
-                               step_source=source, step_source_note=source_note))
+                               step_source=source, step_source_note=source_note,
+                               recording=recording_losses(a.run.info)))
+
+
+def recording_losses(info: Mapping[str, Any]) -> dict[str, Any]:
+    """profiler_info's "recording" section (what was dropped or lost), {} when absent or malformed."""
+    rec = info.get("recording")
+    return dict(rec) if isinstance(rec, Mapping) else {}
 
 
 def memory_limits(info: Mapping[str, Any]) -> dict[str, float]:

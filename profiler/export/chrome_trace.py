@@ -22,6 +22,7 @@ from profiler.kernels.grouping import codes_and_labels, first_rows
 from profiler.model import Run
 from profiler.kernels.native import native
 from profiler.export.direct_file import DirectFile
+from profiler.export.files import temp_path
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
 TS_WIDTH = 28                 # the longest time: "-" + 16 integer digits + "." + 10 decimals (any int64 ns)
@@ -517,17 +518,21 @@ def write_chrome_trace(run: Run, path: Path, gzip_output: bool = False,
         path = path.with_name(path.name + ".gz")
     ev = events if events is not None else timeline_events(run)
     opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if gzip_output else DirectFile
-    tmp = path.with_name(path.name + ".tmp")
-    with opener(tmp) as f:
-        f.write(b'{"traceEvents":[\n')
-        buffer = np.empty(BUFFER_BYTES, dtype=np.uint8) if _trace_rows is not None else None
-        write_ordered(f, ev.complete, ev.complete_order, buffer)
-        write_ordered(f, ev.points, ev.points_order, buffer)
-        flows = [{k: v for k, v in e.items() if k != "_ns"} for e in ev.flows]
-        tail_events = flows + ev.lanes.meta
-        f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in tail_events).encode())
-        other = {"tool": "profview", "rank": run.rank, "data_origin": run.info.get("data_origin", "profview"),
-                 "origin_unix_ns": run.info.get("clock", {}).get("origin_unix_ns", 0)}
-        f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
-    tmp.replace(path)
+    tmp = temp_path(path)
+    try:
+        with opener(tmp) as f:
+            f.write(b'{"traceEvents":[\n')
+            buffer = np.empty(BUFFER_BYTES, dtype=np.uint8) if _trace_rows is not None else None
+            write_ordered(f, ev.complete, ev.complete_order, buffer)
+            write_ordered(f, ev.points, ev.points_order, buffer)
+            flows = [{k: v for k, v in e.items() if k != "_ns"} for e in ev.flows]
+            tail_events = flows + ev.lanes.meta
+            f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in tail_events).encode())
+            other = {"tool": "profview", "rank": run.rank, "data_origin": run.info.get("data_origin", "profview"),
+                     "origin_unix_ns": run.info.get("clock", {}).get("origin_unix_ns", 0)}
+            f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path

@@ -24,6 +24,7 @@ from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELI
 from profiler.model import Run
 from profiler.export.chrome_trace import (Lanes, lane_codes, merge_blocks, op_block, span_block, step_block,
                                           thread_order, write_ordered)
+from profiler.export.files import temp_path
 from profiler.export.outputs import write_csv, write_json
 
 TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
@@ -77,24 +78,28 @@ def cluster_view(run: Run) -> Run:
 def write_cluster_timeline(runs: Sequence[Run], shifts_ns: Mapping[int, int], path: Path,
                            clock: Optional[dict] = None) -> Path:
     """One Chrome trace with a process per rank (pid = rank), each rank's times shifted onto the common axis."""
-    tmp = path.with_name(path.name + ".tmp")
     meta: list[dict] = []
-    with open(tmp, "wb") as f:
-        f.write(b'{"traceEvents":[\n')
-        for run in runs:
-            view = cluster_view(run)
-            lanes = Lanes(view)
-            shift = np.int64(shifts_ns.get(run.rank, 0))
-            complete = merge_blocks([step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)],
-                                    with_dur=True)
-            complete.ts_ns = complete.ts_ns + shift
-            codes, _ = lane_codes(complete.specs)
-            write_ordered(f, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
-            meta += lanes.meta
-            meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
-                         "args": {"labels": str(run.info.get("host", ""))}})
-        f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in meta).encode())
-        other = {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs], "clock": clock or {}}
-        f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
-    tmp.replace(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(b'{"traceEvents":[\n')
+            for run in runs:
+                view = cluster_view(run)
+                lanes = Lanes(view)
+                shift = np.int64(shifts_ns.get(run.rank, 0))
+                complete = merge_blocks([step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)],
+                                        with_dur=True)
+                complete.ts_ns = complete.ts_ns + shift
+                codes, _ = lane_codes(complete.specs)
+                write_ordered(f, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
+                meta += lanes.meta
+                meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
+                             "args": {"labels": str(run.info.get("host", ""))}})
+            f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in meta).encode())
+            other = {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs], "clock": clock or {}}
+            f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path

@@ -19,6 +19,7 @@ import numpy as np
 from profiler import formats
 from profiler.export.chrome_trace import STEP_TID, Head, TimelineEvents, timeline_events
 from profiler.export.direct_file import DirectFile
+from profiler.export.files import temp_path
 from profiler.model import Run
 
 BATCH_ROWS = 1 << 20
@@ -76,7 +77,7 @@ class EventStreamWriter:
                 "names": list(names), "categories": list(categories), "args": list(args), "lanes": list(lanes)}
         self.schema = pa.schema([(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
                                 metadata={formats.EVENT_FILE_META_KEY: json.dumps(meta, ensure_ascii=False)})
-        self._tmp = self.path.with_name(self.path.name + ".tmp")
+        self._tmp = temp_path(self.path)
         self._raw = DirectFile(self._tmp)
         self._writer = pa.ipc.new_file(pa.PythonFile(self._raw, mode="w"), self.schema)
         n = len(lanes)

@@ -10,26 +10,48 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.results import Analysis
-from profiler.formats import DATA_QUEUE_COLUMNS, DEVICE_COUNTER_COLUMNS, rank_file
+from profiler.formats import DATA_QUEUE_COLUMNS, DEVICE_COUNTER_COLUMNS, RANK_FILES, rank_file
 from profiler.kernels.intervals import assign_steps
 from profiler.export.event_file import write_timeline_files
+from profiler.export.files import temp_path
 
 FLOAT_FORMAT = "%.6f"
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    """Deterministic CSV: header, '\\n' line ends, 6-decimal floats; written atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
-    os.replace(tmp, path)
+    """Deterministic CSV: header, '\\n' line ends, 6-decimal floats; written atomically (a unique
+    temporary name, then renamed)."""
+    tmp = temp_path(path)
+    try:
+        df.to_csv(tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+        os.replace(tmp, path)
+    finally:
+        _discard(tmp)
     return path
 
 
 def write_json(obj: Any, path: Path) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n")
-    os.replace(tmp, path)
+    tmp = temp_path(path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable) + "\n")
+        os.replace(tmp, path)
+    finally:
+        _discard(tmp)
     return path
+
+
+def _discard(tmp: Path) -> None:
+    """Remove a temporary file left by a failed write (after a successful rename there is none)."""
+    try:
+        tmp.unlink()
+    except OSError:
+        pass
+
+
+def rank_outputs(rank: int) -> list[str]:
+    """Every output file name of one rank (the timeline with and without .gz)."""
+    names = [rank_file(kind, rank) for kind in RANK_FILES]
+    return names + [rank_file("timeline", rank) + ".gz"]
 
 
 def _jsonable(o: Any):
@@ -68,6 +90,10 @@ def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     r = a.run.rank
+    info_path = out_dir / rank_file("profiler_info", r)
+    # profiler_info lists the outputs and is written last: without it no reader trusts the files of a
+    # half-done (killed) analysis, nor a mix of this analysis's files with an earlier one's.
+    _discard(info_path)
     written = [write_csv(a.step_trace, out_dir / rank_file("step_trace", r))]
     if len(a.run.ops):
         written.append(write_csv(a.op_type, out_dir / rank_file("op_type", r)))
@@ -79,7 +105,8 @@ def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
     for kind, doc in a.extra_json.items():
         written.append(write_json(doc, out_dir / rank_file(kind, r)))
     written += timeline() if timeline else write_timeline_files(a.run, out_dir, gzip_timeline)
-    info_path = out_dir / rank_file("profiler_info", r)
+    for stale in set(rank_outputs(r)) - {p.name for p in written} - {info_path.name}:
+        _discard(out_dir / stale)            # an earlier analysis's output this one does not write
     info = dict(a.run.info)
     info["steps"] = {"count": int(len(a.step_trace)),
                      "first": int(a.step_trace["step"].min()) if len(a.step_trace) else None,

@@ -459,8 +459,23 @@ static PyObject *mod_drain(PyObject *m, PyObject *Py_UNUSED(x))
     if (out == NULL)
         return NULL;
     for (ThreadBuffer *tb = all_buffers; tb != NULL; tb = tb->next) {
-        if (tb->n_events == 0 && tb->n_samples == 0 && tb->dropped == 0)
+        if (tb->n_events == 0 && tb->n_samples == 0 && tb->dropped == 0) {
+            /* Idle since the last drain (a thread that ended, or stopped recording): give its buffers
+             * back, so the budget is what recording threads hold, not what ended threads once needed. */
+            if (tb->events != NULL) {
+                held_bytes -= (int64_t)tb->cap_events * 8;
+                PyMem_RawFree(tb->events);
+                tb->events = NULL;
+                tb->cap_events = 0;
+            }
+            if (tb->samples != NULL) {
+                held_bytes -= (int64_t)tb->cap_samples * 8;
+                PyMem_RawFree(tb->samples);
+                tb->samples = NULL;
+                tb->cap_samples = 0;
+            }
             continue;
+        }
         PyObject *ev = PyBytes_FromStringAndSize((const char *)tb->events, tb->n_events * 8);
         PyObject *sm = PyBytes_FromStringAndSize((const char *)tb->samples, tb->n_samples * 8);
         PyObject *item = (ev && sm) ? Py_BuildValue("(kOOL)", tb->ident, ev, sm, (long long)tb->dropped) : NULL;

@@ -196,6 +196,10 @@ def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: in
         warnings.append(f"{unmatched} span begin/end events had no partner (spans open when recording "
                         "started, stopped or crashed) and were left out")
     events = int(len(t.ev_t) + len(t.sm))
+    dropped = max(int(t.dropped), int(end.get("dropped_events", 0)))
+    config = meta.get("config", {})
+    if dropped:
+        warnings.append(dropped_sentence(dropped, events, config))
     return {
         "schema_version": 1,
         "tool": "profview",
@@ -209,16 +213,19 @@ def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: in
         "framework_versions": meta.get("framework_versions", {}),
         "clock": meta["clock"],
         "sources": t.sources,
-        "config": meta.get("config", {}),
+        "config": config,
         "recording": {
             "events": events,
-            "dropped_events": max(int(t.dropped), int(end.get("dropped_events", 0))),
-            "dropped_reason": "memory budget or failed write" if t.dropped else "",
+            "dropped_events": dropped,
+            "dropped_reason": "memory budget or failed write" if dropped else "",
             "events_outside_windows": outside,
             "unmatched_span_events": int(unmatched),
             "torn_chunks": int(t.torn_chunks),
+            "damaged_chunks": t.damaged,
+            "lost_events": int(t.lost_records),
+            "duplicate_chunks": int(t.duplicate_chunks),
             "stopped_cleanly": bool(end.get("stopped_cleanly", False)),
-            "memory_budget_bytes": meta.get("config", {}).get("memory_budget_bytes"),
+            "memory_budget_bytes": config.get("memory_budget_bytes"),
             "raw_files": t.files,
         },
         "overhead": {"per_event_ns": meta.get("per_event_cost_ns", 0.0),
@@ -227,3 +234,15 @@ def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: in
         "steps": {"count": n_steps},
         "warnings": warnings,
     }
+
+
+def dropped_sentence(dropped: int, kept: int, config: dict) -> str:
+    """What was dropped while recording, why, and what to change (a warning, and the error when nothing is left)."""
+    budget = config.get("memory_budget_bytes")
+    interval = config.get("flush_interval_s")
+    budget_text = f" ({budget / (1 << 20):.3g} MB)" if isinstance(budget, (int, float)) and budget > 0 else ""
+    interval_text = f" (flush_interval_s={interval:g})" if isinstance(interval, (int, float)) and interval > 0 else ""
+    what = (f"{dropped + kept:,} events were recorded and all were dropped" if not kept else
+            f"{dropped:,} of {dropped + kept:,} recorded events were dropped")
+    return (f"{what}: the memory budget{budget_text} was full between two flushes to the raw store (or a write "
+            f"failed); raise memory_budget_mb or flush more often{interval_text}")

@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
+import stat
 import struct
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from profiler.errors import ProfviewError
 
@@ -76,13 +78,56 @@ class RawWriter:
 class Chunk:
     header: dict[str, Any]
     payload: memoryview          # a view into the file's bytes (no copy)
+    index: int = 0               # position among the file's chunks (damaged ones count too)
+    offset: int = 0              # byte offset of the chunk in its file
+    crc: int = 0                 # the chunk's checksum: with its sizes, what de-duplication compares
+    head_len: int = 0
 
     @property
     def table(self) -> str:
-        return self.header.get("table", "")
+        table = self.header.get("table", "")
+        return table if isinstance(table, str) else ""
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        """What two copies of this chunk share: its checksum and sizes. Records, descriptors, the
+        metadata and the end never repeat word for word within a recording; other chunks can (a
+        dropped count alone, the source table written at start and at stop), so for them the place in
+        the file is part of the key: they are de-duplicated only against a copy of the file."""
+        unique = self.table in ("samples", "descriptors", "meta", "end") or (self.table == "events" and len(self.payload))
+        repeatable = not unique
+        return self.crc, self.head_len, len(self.payload), self.offset if repeatable else -1
 
     def json(self) -> Any:
+        """The payload as JSON; ValueError (or RecursionError) when it is not."""
         return json.loads(bytes(self.payload))
+
+    def where(self, name: str) -> str:
+        return f"{name}: chunk {self.index} (byte {self.offset}, {self.table or 'unknown'} table)"
+
+
+@dataclass
+class Damage:
+    """A chunk (or a stretch of bytes) of a raw file that could not be used, and what it cost."""
+
+    file: str
+    chunk: int                   # index of the chunk in its file
+    offset: int                  # byte offset
+    nbytes: int
+    why: str
+    table: Optional[str] = None
+    records_lost: Optional[int] = None    # events + samples the chunk held, when its header says
+
+    def sentence(self) -> str:
+        what = f" ({self.table} table)" if self.table else ""
+        lost = (f"; {self.records_lost:,} recorded events lost with it" if self.records_lost
+                else "; it held no events" if self.records_lost == 0 else "")
+        return (f"{self.file}: skipped a torn chunk (chunk {self.chunk}{what}) at byte {self.offset} "
+                f"({self.nbytes} bytes): {self.why}{lost}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "chunk": self.chunk, "offset": self.offset, "bytes": self.nbytes,
+                "table": self.table, "events_lost": self.records_lost, "why": self.why}
 
 
 @dataclass
@@ -91,68 +136,234 @@ class RawFile:
 
     path: Path
     chunks: list[Chunk] = field(default_factory=list)
-    torn_chunks: int = 0
-    skipped_bytes: int = 0
+    damaged: list[Damage] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unreadable: str = ""         # why the file could not be read at all ("" when it could)
+    size: int = 0
+    duplicates: int = 0          # chunks repeating chunks already read (a copied file, a repeated chunk)
+
+    @property
+    def torn_chunks(self) -> int:
+        return len(self.damaged)
+
+    @property
+    def skipped_bytes(self) -> int:
+        return sum(d.nbytes for d in self.damaged)
+
+    def damage(self, chunk: Chunk, why: str, records_lost: Optional[int] = None) -> None:
+        """Record that a whole chunk cannot be used (its content is invalid although its checksum holds)."""
+        if records_lost is None:
+            records_lost = records_in(chunk.table, len(chunk.payload))
+        d = Damage(str(self.path), chunk.index, chunk.offset, _PREFIX.size + len(chunk.payload), why,
+                   chunk.table or None, records_lost)
+        self.damaged.append(d)
+
+    def damage_warnings(self, limit: int = 10) -> list[str]:
+        """One sentence per damaged chunk, the first `limit` of them, then one for the rest."""
+        out = [d.sentence() for d in self.damaged[:limit]]
+        rest = self.damaged[limit:]
+        if rest:
+            lost = sum(d.records_lost or 0 for d in rest)
+            out.append(f"{self.path}: {len(rest)} more damaged chunk(s) skipped ({sum(d.nbytes for d in rest)} bytes, "
+                       f"{lost:,} recorded events known lost with them)")
+        return out
 
 
-def iter_chunks(data: bytes, name: str, report: RawFile) -> Iterator[Chunk]:
-    """Yield the whole chunks of a raw file's bytes; record torn or corrupt ones in `report`."""
+#: bytes per record of the binary tables
+RECORD_BYTES = {"events": 16, "samples": 32}
+
+
+def records_in(table: Optional[str], payload_len: int) -> Optional[int]:
+    """How many records a binary table's payload of this size holds (None for other tables)."""
+    size = RECORD_BYTES.get(table or "")
+    return payload_len // size if size else (0 if table else None)
+
+
+class _Walk:
+    """State of one walk over a file's bytes."""
+
+    def __init__(self, data, name: str, report: RawFile) -> None:
+        self.data, self.name, self.report = data, name, report
+        self.index = 0
+
+    def damaged(self, pos: int, nbytes: int, why: str, head: Optional[bytes] = None,
+                payload_len: Optional[int] = None) -> None:
+        table = None
+        if head is not None:
+            header = _parse_header(head)
+            if isinstance(header, dict) and isinstance(header.get("table"), str):
+                table = header["table"][:40]
+        lost = records_in(table, payload_len) if table and payload_len is not None and table in RECORD_BYTES else None
+        self.report.damaged.append(Damage(self.name, self.index, pos, nbytes, why, table, lost))
+        self.index += 1
+
+    def next_marker(self, pos: int) -> int:
+        """Where the next chunk marker after `pos` starts (-1: none): a damaged stretch ends there."""
+        return self.data.find(MAGIC, pos + 1)
+
+
+def _parse_header(head) -> Any:
+    try:
+        return json.loads(bytes(head))
+    except (ValueError, RecursionError):      # not JSON, not UTF-8, nested too deep
+        return None
+
+
+def iter_chunks(data, name: str, report: RawFile) -> Iterator[Chunk]:
+    """Yield the whole chunks of a raw file's bytes; record torn or corrupt ones in `report`.
+
+    A damaged stretch costs only itself: the walk resumes at the next chunk marker whose chunk
+    checks out, so a corrupt chunk in the middle of a file does not hide the chunks after it.
+    Every size is checked against the file's size before anything is sliced, so a lying length
+    field never allocates more than the file holds.
+    """
     view = memoryview(data)
+    w = _Walk(data, name, report)
     pos, end = 0, len(data)
     while pos < end:
         if end - pos < _PREFIX.size:
-            _torn(report, name, pos, end - pos, "the chunk header is cut short")
+            w.damaged(pos, end - pos, "the chunk header is cut short (the run was probably killed while writing)")
             return
         magic, head_len, payload_len, crc = _PREFIX.unpack_from(data, pos)
         if magic != MAGIC:
-            _torn(report, name, pos, end - pos, "no chunk marker (not a profview raw chunk)")
-            return
+            nxt = w.next_marker(pos)
+            stop = nxt if nxt >= 0 else end
+            w.damaged(pos, stop - pos, "no chunk marker (not a profview raw chunk)")
+            pos = stop
+            continue
         body = pos + _PREFIX.size
         stop = body + head_len + payload_len
         if stop > end:
-            _torn(report, name, pos, end - pos, "the chunk is cut short (the run was probably killed while writing)")
-            return
+            nxt = w.next_marker(pos)
+            head = data[body:body + head_len] if body + head_len <= end else None
+            if nxt < 0:
+                w.damaged(pos, end - pos, "the chunk is cut short (the run was probably killed while writing)",
+                          head, payload_len)
+                return
+            w.damaged(pos, nxt - pos, "its length field points past the end of the file", head, None)
+            pos = nxt
+            continue
         head = data[body:body + head_len]
         payload = view[body + head_len:stop]
         if zlib.crc32(payload, zlib.crc32(head)) != crc:
-            _torn(report, name, pos, stop - pos, "checksum mismatch")
-            pos = stop
+            # The sizes are probably right when the next chunk starts where they say; else resynchronise.
+            nxt = stop if stop == end or data[stop:stop + 4] == MAGIC else w.next_marker(pos)
+            nxt = nxt if nxt >= 0 else end
+            w.damaged(pos, nxt - pos, "checksum mismatch (damaged bytes)", head,
+                      payload_len if nxt == stop else None)
+            pos = nxt
             continue
-        header = json.loads(head)
-        if int(header.get("v", 0)) > FORMAT_VERSION:
-            raise ProfviewError(
-                f"{name} was written by a newer profview (raw format v{header.get('v')}); "
-                f"upgrade profview to analyse it."
-            )
-        yield Chunk(header, payload)
+        chunk = Chunk({}, payload, w.index, pos, crc, head_len)
+        w.index += 1
         pos = stop
+        header = _parse_header(head)
+        if not isinstance(header, dict):
+            report.damage(chunk, "its header is not a JSON object", records_lost=None)
+            continue
+        chunk.header = header
+        v = header.get("v")
+        if type(v) is not int or v < 1:
+            report.damage(chunk, f"its header has no valid format version (v = {_show(v)})")
+            continue
+        if v > FORMAT_VERSION:
+            if header.get("table") == "meta":
+                raise ProfviewError(
+                    f"{name} was written by a newer profview (raw format v{v}); upgrade profview to analyse it."
+                )
+            report.damage(chunk, f"it says raw format v{v}, newer than this reader (v{FORMAT_VERSION})")
+            continue
+        if not isinstance(header.get("table"), str):
+            report.damage(chunk, f"its header names no table (table = {_show(header.get('table'))})")
+            continue
+        yield chunk
 
 
-def _torn(report: RawFile, name: str, offset: int, nbytes: int, why: str) -> None:
-    report.torn_chunks += 1
-    report.skipped_bytes += nbytes
-    report.warnings.append(f"{name}: skipped a torn chunk at byte {offset} ({nbytes} bytes): {why}")
+def _show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _kind_of(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _read_bytes(path: Path, report: RawFile, populate: bool = True):
+    """The file's bytes (memory-mapped when possible), or None with `report.unreadable` set.
+
+    Never blocks and never reads past the size the file had when opened: it is opened with
+    O_NONBLOCK (a FIFO does not wait for a writer), and anything but a regular file (a FIFO, a
+    device such as /dev/zero, a directory) is refused before reading. A symlink loop or a dangling
+    symlink fails at open. `populate`: fault every page in at once (the whole file will be read).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        report.unreadable = f"cannot be opened ({exc.strerror or exc})"
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            report.unreadable = f"is {_kind_of(st.st_mode)}, not a regular file"
+            return None
+        size = report.size = st.st_size
+        if size == 0:
+            return b""
+        try:
+            flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+            return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+        except (ValueError, OSError, AttributeError):   # no mmap on this file system or platform
+            parts, left = [], size
+            while left > 0:
+                part = os.read(fd, min(left, 1 << 24))
+                if not part:
+                    break
+                parts.append(part)
+                left -= len(part)
+            return b"".join(parts)
+    except OSError as exc:
+        report.unreadable = f"cannot be read ({exc.strerror or exc})"
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_raw_file(path: Path) -> RawFile:
     """The chunks of one raw file. The file is memory-mapped: the chunks are views of the pages the
-    recording just wrote, not a copy (raw files only grow, so the mapping stays valid)."""
+    recording just wrote, not a copy (raw files only grow, so the mapping stays valid).
+
+    A file that cannot be read (not a regular file, a broken symlink, an I/O error) gives a RawFile
+    without chunks whose `unreadable` says why, and a warning; it never raises for that."""
     report = RawFile(path)
-    with open(path, "rb") as f:
-        try:
-            data = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                             prot=mmap.PROT_READ)
-        except (ValueError, OSError, AttributeError):   # empty file, no mmap on this file system or platform
-            data = f.read()
+    data = _read_bytes(path, report)
+    if data is None:
+        report.warnings.append(f"{path} {report.unreadable}: skipped")
+        return report
     report.chunks = list(iter_chunks(data, str(path), report))
     return report
 
 
+#: r{rank}-p{pid}.pvraw, ASCII digits only
+RAW_NAME = re.compile(r"r(\d{1,9})-p(\d{1,12})\.pvraw", re.ASCII)
+
+
+def rank_of_name(name: str) -> Optional[int]:
+    """The rank a raw file's name gives (r{rank}-p{pid}.pvraw), or None for any other name."""
+    m = RAW_NAME.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
 def find_raw_files(directory: Path) -> list[Path]:
-    """Raw files in `directory/raw`, in a stable order."""
+    """Entries named *.pvraw in `directory/raw`, in a stable order (whatever they are: readers check)."""
     raw = directory / "raw"
-    return sorted(raw.glob(f"*{RAW_SUFFIX}")) if raw.is_dir() else []
+    try:
+        return sorted(raw.glob(f"*{RAW_SUFFIX}")) if raw.is_dir() else []
+    except OSError:
+        return []
 
 
 def archive_previous_recording(directory: Path, rank: int) -> Path | None:
