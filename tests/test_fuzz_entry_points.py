@@ -1,0 +1,98 @@
+"""Fuzzing every `profview` entry point with damaged and foreign input (hypothesis, derandomised).
+
+The rule (docs/viewer.md, "Bad input"): a damaged input gives one clear sentence on stderr and a
+non-zero exit — never a Python traceback, a hang (> 60 s) or a death by signal — and exit 0 only
+when the input was still valid. Each test item is one (entry point, mutation); hypothesis draws
+the mutation's integer seed (which file, where, what value), tests/fuzzing.py builds the damaged copy of a
+valid seed (a real profview recording, the shared Kineto traces, Ascend JOB3, MindSpore outputs),
+runs the CLI of this checkout in a subprocess and judges the answer.
+
+Examples are derandomised (the same ones on every run, so CI is reproducible) and few, so the file
+runs in a few minutes; PROFVIEW_FUZZ_EXAMPLES=N draws more per item. A failure prints the entry
+point, the mutation, the command and the traceback's last lines; hypothesis prints the draws, and
+`python benchmarks/fuzz_campaign.py` runs the same corpus at scale.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+try:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+except ImportError:                                   # pragma: no cover - depends on the environment
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("hypothesis is not installed (pip install hypothesis)", allow_module_level=True)
+
+import fuzzing as fz
+
+EXAMPLES = int(os.environ.get("PROFVIEW_FUZZ_EXAMPLES", "2"))
+
+PARAMS = [pytest.param(entry, mutation, id=f"{entry}-{mutation}")
+          for entry in fz.ENTRY_POINTS for mutation in fz.mutations_for(entry)]
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory) -> fz.Seeds:
+    shared = fz.shared_data_dir()
+    if shared is None:
+        if os.environ.get("CI"):
+            pytest.fail("shared data not found (set PROFVIEW_SHARED_DATA)")
+        pytest.skip("shared data not found (set PROFVIEW_SHARED_DATA)")
+    return fz.build_seeds(tmp_path_factory.mktemp("fuzz-seeds"), shared)
+
+
+@pytest.fixture(scope="module")
+def case_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fuzz-cases")
+
+
+#: Verdicts by (entry, mutation, seed): hypothesis replays a failing example to report it, and a
+#: hang should cost its 60 s once, not twice.
+_VERDICTS: dict = {}
+
+
+@pytest.mark.parametrize("entry,mutation", PARAMS)
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None, print_blob=False,
+          phases=(Phase.explicit, Phase.generate),        # no shrinking: every example is a subprocess
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_damaged_input_is_refused_in_one_sentence(entry, mutation, data, seeds, case_root):
+    seed = data.draw(st.integers(min_value=0, max_value=2 ** 31 - 1), label="seed")
+    work = Path(tempfile.mkdtemp(prefix=f"{entry}-{mutation}-", dir=case_root))
+    try:
+        case = fz.make_case(entry, mutation, seed, seeds, work)
+        if case.skip:
+            return                                      # e.g. chmod 000 while running as root
+        key = (entry, mutation, seed)
+        verdict = _VERDICTS[key] if key in _VERDICTS else _VERDICTS.setdefault(key, fz.run_case(case))
+        failed = verdict.failed
+        assert not failed, "\n" + fz.report(case, verdict)
+    finally:
+        fz.remove_tree(work)
+
+
+def test_the_oracle_recognises_each_outcome(tmp_path):
+    """The judge itself, on canned answers: a traceback, a clean refusal, a usage error, a hang."""
+    case = fz.Case(entry="view-html", mutation="m", family="f", seed=0, kind="profview", detail="d",
+                   expect=fz.REFUSE, work=tmp_path, commands=[["x"]])
+    tb = ('Traceback (most recent call last):\n  File "/x/y.py", line 3, in main\n    f()\n'
+          f'  File "{fz.REPO}/viewer/rundata.py", line 9, in read_json\n    json.loads(data)\n'
+          'RecursionError: maximum recursion depth exceeded\n')
+
+    def verdict(code, err):
+        return fz.classify(case, [fz.RunResult(["x"], code, "", err, 0.1)])
+
+    v = verdict(1, tb)
+    assert (v.kind, v.signature) == (fz.TRACEBACK, "RecursionError @ viewer/rundata.py:read_json")
+    assert verdict(1, "profview: warning: w\nprofview: error: x is empty\n").kind == fz.REFUSED
+    assert verdict(2, "usage: profview view [-h]\n       [--port P]\nprofview view: error: bad --port\n").kind == fz.REFUSED
+    assert verdict(1, "profview: error: a\nprofview: error: b\n").kind == fz.MESSY
+    assert verdict(1, "").kind == fz.MESSY
+    assert verdict(0, "").kind == fz.ACCEPTED_INVALID
+    assert verdict(-11, "").kind == fz.SIGNAL
+    assert verdict(None, "").kind == fz.HANG
