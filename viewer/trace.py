@@ -56,7 +56,7 @@ def read_trace(path: Path, progress: Optional[Progress] = None) -> Trace:
     progress = progress or Progress.silent()
     buffer = _open_buffer(path)
     try:
-        columns, details, meta = _read_lines(buffer, progress)
+        columns, details, meta = _read_lines(buffer, progress, path)
     except LayoutError:
         progress.note(f"{path.name} is not one event per line; reading it with json (slower)")
         columns, details, meta = _read_json(buffer, path)
@@ -194,6 +194,10 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
     event[ph_line] = True
     rows = np.flatnonzero(event)
     line_start = np.concatenate([[0], newlines[:-1] + 1])
+    if len(ph_pos) and not (ph_pos - line_start[ph_line] == len(b'{"ph":')).all():
+        raise LayoutError("an event line that does not start with its \"ph\" key")
+    if len(rows) and not _lines_close_an_object(a, newlines[rows]):
+        raise LayoutError("an event line that does not end its object")
     out = {"start": line_start[rows] + start, "end": newlines[rows] + start}
     at = ph_pos.copy()
     for _ in range(8):  # skip spaces up to the opening quote
@@ -214,7 +218,32 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _read_lines(buffer, progress: Progress):
+def _lines_close_an_object(a: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether every line ending before `ends` ends with `}` or `},` (trailing spaces / CR aside)."""
+    at = ends - 1
+    for _ in range(4):                      # at most a few trailing blanks in the writer's layout
+        blank = (at >= 0) & np.isin(a[np.maximum(at, 0)], (32, 13, 9))
+        if not blank.any():
+            break
+        at -= blank
+    comma = (at >= 0) & (a[np.maximum(at, 0)] == 44)
+    at -= comma
+    return bool(((at >= 0) & (a[np.maximum(at, 0)] == 125)).all())
+
+
+def _event_at(buffer, start: int, end: int, path: Path) -> dict[str, Any]:
+    """The event on the line [start, end) of the file, parsed; one sentence naming the byte offset
+    when the line is not a JSON object."""
+    try:
+        event = json.loads(bytes(buffer[start:end]).rstrip(b", \r\n\t"))
+    except (ValueError, RecursionError):
+        event = None
+    if not isinstance(event, dict):
+        raise InputError(f"{path} is malformed: the event at byte {start} is not a JSON object")
+    return event
+
+
+def _read_lines(buffer, progress: Progress, path: Path):
     """The fast path: one event per line."""
     tail = bytes(buffer[max(0, len(buffer) - 256):]).rstrip()
     if not tail.endswith((b"}", b"]")):
@@ -233,11 +262,10 @@ def _read_lines(buffer, progress: Progress):
     starts, ends = cols["start"][complete], cols["end"][complete]
 
     def details(index: np.ndarray) -> list[dict[str, Any]]:
-        return [json.loads(bytes(buffer[starts[i]:ends[i]]).rstrip(b", \r\n\t"))
-                for i in index]
+        return [_event_at(buffer, int(starts[i]), int(ends[i]), path) for i in index]
 
     meta_rows = np.flatnonzero(cols["ph"] == ord("M"))
-    meta = [json.loads(bytes(buffer[cols["start"][i]:cols["end"][i]]).rstrip(b", \r\n\t")) for i in meta_rows]
+    meta = [_event_at(buffer, int(cols["start"][i]), int(cols["end"][i]), path) for i in meta_rows]
     phases, counts = np.unique(cols["ph"], return_counts=True)
     columns = {
         "ts": cols["ts"][complete], "dur": cols["dur"][complete],
@@ -251,7 +279,7 @@ def _read_json(buffer, path: Path):
     """The general path: any valid Chrome trace (object or bare array form)."""
     try:
         data = json.loads(bytes(buffer))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):          # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
         raise InputError(f"{path} is not valid JSON: it may be truncated") from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
@@ -263,17 +291,24 @@ def _read_json(buffer, path: Path):
     def column(key: str) -> np.ndarray:
         try:
             return np.array([float(e.get(key, 0.0)) for e in complete], dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InputError(f"{path} is malformed: an event has a non-numeric {key!r}") from None
 
     columns = {
         "ts": column("ts"), "dur": column("dur"),
-        "pid": np.array([e.get("pid", 0) for e in complete], dtype=object),
-        "tid": np.array([e.get("tid", 0) for e in complete], dtype=object),
+        "pid": np.array([_lane_id(e.get("pid", 0)) for e in complete], dtype=object),
+        "tid": np.array([_lane_id(e.get("tid", 0)) for e in complete], dtype=object),
         "counts": {str(k): int(v) for k, v in counts.items()},
     }
     meta = [e for e in events if e.get("ph") == "M"]
     return columns, (lambda index: [complete[i] for i in index]), meta
+
+
+def _lane_id(value: Any) -> Any:
+    """A pid / tid as the lane key: numbers and text as they are, anything else (null, a list) as its JSON text."""
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        return value
+    return json.dumps(value, default=str)
 
 
 def _lane_keys(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
@@ -316,6 +351,8 @@ def _lane_table(pid: np.ndarray, tid: np.ndarray, meta: list[dict[str, Any]]) ->
 
 
 def _assemble(path: Path, columns: dict, details, meta) -> Trace:
+    if not (np.isfinite(columns["ts"]).all() and np.isfinite(columns["dur"]).all()):
+        raise InputError(f"{path} is malformed: a complete event's ts or dur is not a finite number")
     lane, lanes = _lane_table(columns["pid"], columns["tid"], meta)
     return Trace(path=path, lane=lane, ts_us=columns["ts"], dur_us=columns["dur"], lanes=lanes,
                  phase_counts=columns["counts"], details=details)
