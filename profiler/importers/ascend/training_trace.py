@@ -145,7 +145,8 @@ def _reduce_pairs(step_num: np.ndarray, stream: np.ndarray, tag: np.ndarray, sys
 
 def checked_steps(steps: pd.DataFrame, reduces: pd.DataFrame, source: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The steps whose points are in order (start <= FP_START <= BP_END <= ITER_END) and that do not
-    overlap an earlier step, and the all-reduce pairs of those steps that end after they start.
+    overlap an earlier step, and the all-reduce pairs of those steps that lie inside them (the
+    device records a step's all-reduce points between its start and its ITER_END).
 
     A counter only moves forward, so any other step was assembled from damaged records; it is
     left out (its number is kept by the others) with a problem naming `source`.
@@ -161,11 +162,16 @@ def checked_steps(steps: pd.DataFrame, reduces: pd.DataFrame, source: str) -> tu
     if (ordered & ~keep).any():
         problems.append(f"{source}: {int((ordered & ~keep).sum())} step(s) overlapping an earlier step were left out")
     steps = steps[keep].reset_index(drop=True)
-    pairs = reduces["step_num"].isin(steps["step_num"]) & (reduces["end"] >= reduces["start"])
-    backwards = int((reduces["end"] < reduces["start"]).sum())
-    if backwards:
-        problems.append(f"{source}: {backwards} all-reduce interval(s) ending before they start were left out")
-    return steps, reduces[pairs].reset_index(drop=True), problems
+    bounds = steps.set_index("step_num")
+    of_kept = reduces["step_num"].isin(steps["step_num"]).to_numpy()
+    step_start = reduces["step_num"].map(bounds["start"]).to_numpy(dtype=np.float64)
+    step_end = reduces["step_num"].map(bounds["end"]).to_numpy(dtype=np.float64)
+    inside = (reduces["start"].to_numpy() >= step_start) & (reduces["start"].to_numpy() <= reduces["end"].to_numpy()) \
+        & (reduces["end"].to_numpy() <= step_end)
+    stray = int((of_kept & ~inside).sum())
+    if stray:
+        problems.append(f"{source}: {stray} all-reduce interval(s) not inside their step (damaged records) were left out")
+    return steps, reduces[of_kept & inside].reset_index(drop=True), problems
 
 
 def _overlapping(start, end, candidates) -> "np.ndarray":
