@@ -104,6 +104,13 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
     "device_counters": (["source", "device", "metric", "time_ms", "value"], ["time_ms", "value"]),
     "cluster_step_trace": (_CLUSTER_NUMBERS, _CLUSTER_NUMBERS),
 }
+#: Every column of each CSV the writer writes: the numeric ones among them are checked whenever
+#: present (a consumer computes with them), the required ones must be present.
+CSV_COLUMNS: dict[str, list[str]] = {
+    "step_trace": STEP_TRACE_COLUMNS, "op_type": OP_TYPE_COLUMNS, "op_detail": OP_DETAIL_COLUMNS,
+    "data_queue": DATA_QUEUE_COLUMNS, "device_counters": DEVICE_COUNTER_COLUMNS,
+    "cluster_step_trace": CLUSTER_STEP_COLUMNS,
+}
 #: Columns read as text whatever they look like (an op named "1" stays "1").
 TEXT_DTYPES = {c: str for c in ("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source")}
 #: Text columns that may be absent in a file and are then filled with "".
@@ -283,7 +290,9 @@ def read_csv(path: Path, kind: str) -> pd.DataFrame:
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise InputError(f"{path} is malformed: missing column(s) {', '.join(missing)}")
-    for col in numeric:
+    text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
+    for col in numeric + [c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric
+                          and c not in text]:
         frame[col] = _numeric_column(frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()))
     for col in OPTIONAL_TEXT:
         if col in frame.columns:

@@ -250,3 +250,17 @@ def test_mindspore_summary_rows_and_damaged_rows(gold: Path, tmp_path: Path):
         (run,) = read_mindspore_dir(tmp_path / "ms")
     assert len(run.steps) == 322 - 3 and not {4, 5, 6} & set(run.steps["step"])
     assert (run.steps["end_ns"] >= run.steps["start_ns"]).all()
+
+
+def test_mindspore_2x_ascend_output_is_named_in_the_refusal(tmp_path: Path):
+    """A layout the importer does not read yet gets one sentence that says what it is."""
+    out = tmp_path / "rank_0" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (out / "trace_view.json").write_text(json.dumps([
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "Ascend Hardware"}},
+        {"ph": "X", "name": "MatMul", "pid": 1, "tid": 2, "ts": "1795245674352900.963", "dur": "12.5"}]))
+    (out / "kernel_details.csv").write_text("Step Id,Name,Type,Start Time(us),Duration(us)\n1,MatMul,MatMul,1,2\n")
+    result = _profview(tmp_path, "--summary")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = [line for line in result.stderr.splitlines() if line.startswith("profview: error: ")]
+    assert len(error) == 1 and "MindSpore 2.x Ascend output (kernel_details.csv" in error[0]

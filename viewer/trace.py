@@ -194,10 +194,8 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
     event[ph_line] = True
     rows = np.flatnonzero(event)
     line_start = np.concatenate([[0], newlines[:-1] + 1])
-    if len(ph_pos) and not (ph_pos - line_start[ph_line] == len(b'{"ph":')).all():
-        raise LayoutError("an event line that does not start with its \"ph\" key")
-    if len(rows) and not _lines_close_an_object(a, newlines[rows]):
-        raise LayoutError("an event line that does not end its object")
+    if len(rows) and not (_lines_open_an_object(a, line_start[rows]) and _lines_close_an_object(a, newlines[rows])):
+        raise LayoutError("an event line that is not one whole object")
     out = {"start": line_start[rows] + start, "end": newlines[rows] + start}
     at = ph_pos.copy()
     for _ in range(8):  # skip spaces up to the opening quote
@@ -216,6 +214,17 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
         column[line] = parse_numbers(a, pos)
         out[name] = column[rows]
     return out
+
+
+def _lines_open_an_object(a: np.ndarray, starts: np.ndarray) -> bool:
+    """Whether every line starting at `starts` starts with `{` (leading spaces aside)."""
+    at = starts.copy()
+    for _ in range(8):
+        blank = (at < len(a)) & np.isin(a[np.minimum(at, len(a) - 1)], (32, 9))
+        if not blank.any():
+            break
+        at += blank
+    return bool(((at < len(a)) & (a[np.minimum(at, len(a) - 1)] == 123)).all())
 
 
 def _lines_close_an_object(a: np.ndarray, ends: np.ndarray) -> bool:
@@ -261,8 +270,18 @@ def _read_lines(buffer, progress: Progress, path: Path):
         raise LayoutError("a complete event without ts or dur")
     starts, ends = cols["start"][complete], cols["end"][complete]
 
+    whole: list = []
+
     def details(index: np.ndarray) -> list[dict[str, Any]]:
-        return [_event_at(buffer, int(starts[i]), int(ends[i]), path) for i in index]
+        try:
+            return [_event_at(buffer, int(starts[i]), int(ends[i]), path) for i in index]
+        except InputError:                   # a line that is not a whole event (valid JSON laid out otherwise)
+            if not whole:
+                columns, read, _ = _read_json(buffer, path)
+                if len(columns["ts"]) != len(starts):
+                    raise
+                whole.append(read)
+            return whole[0](index)
 
     meta_rows = np.flatnonzero(cols["ph"] == ord("M"))
     meta = [_event_at(buffer, int(cols["start"][i]), int(cols["end"][i]), path) for i in meta_rows]

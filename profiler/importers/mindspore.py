@@ -41,6 +41,8 @@ _CPU_FILES = {
     "framework": re.compile(r"^cpu_framework_(\d+)\.txt$"),
 }
 _TRACE_VIEW = ("ASCEND_PROFILER_OUTPUT/trace_view.json", "trace_view.json")
+#: Files of MindSpore 2.x's Ascend device output (not read: named when nothing else is usable).
+_ASCEND_2X_FILES = ("kernel_details.csv", "step_trace_time.csv", "op_statistic.csv")
 
 #: 2020 reduce columns: stream_<sid>_parallel_<k>; later: stream_<sid>_<k>_<OpType> (or _parallel).
 _REDUCE_COLUMN = re.compile(r"^stream_(?P<sid>\d+)_(?:parallel_(?P<k_old>\d+)|(?P<k>\d+)_(?P<type>[A-Za-z]\w*))$")
@@ -469,8 +471,14 @@ def _cpu_launches(files: dict[str, Path], events: pd.DataFrame, problems: _Probl
                                      "dur_ns": dur[ok], "tid": launches["tid"][ok].astype(str).to_numpy(dtype=object)})
     cpu = events[events["process"] == "CPU OP"]
     if cpu.empty:
-        problems.append("no cpu_op_execute_timestamp file and no CPU OP events in trace_view.json: "
-                        "there are no per-launch op timings")
+        view = files.get("trace_view")
+        ascend = [n for n in _ASCEND_2X_FILES if view is not None and (view.parent / n).is_file()]
+        if ascend:
+            problems.append(f"this is a MindSpore 2.x Ascend output ({', '.join(ascend)} in {view.parent.name}), "
+                            "whose device files profview does not read yet; only its CPU op files would be")
+        else:
+            problems.append("no cpu_op_execute_timestamp file and no CPU OP events in trace_view.json: "
+                            "there are no per-launch op timings")
     return pd.DataFrame({"name": cpu["name"].to_numpy(dtype=object), "start_ns": cpu["start_ns"].to_numpy(np.int64),
                          "dur_ns": cpu["dur_ns"].to_numpy(np.int64), "tid": cpu["tid"].astype(str).to_numpy()})
 
