@@ -264,3 +264,50 @@ def test_mindspore_2x_ascend_output_is_named_in_the_refusal(tmp_path: Path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     error = [line for line in result.stderr.splitlines() if line.startswith("profview: error: ")]
     assert len(error) == 1 and "MindSpore 2.x Ascend output (kernel_details.csv" in error[0]
+
+
+# ----------------------------------------------------------------------------- MindSpore 2.x (CPU)
+
+
+def test_mindspore_cpu_times_since_boot_and_damaged_launches(shared_data: Path, tmp_path: Path):
+    """The 2.x CPU layout with launch times in ns since boot instead of Unix ns (no Unix anchor:
+    origin_unix_ns 0, the same op table), and launches whose numbers are damaged (`nan`, `-0.5`,
+    a 25-digit start) left out with the lines named, the rest intact."""
+    source = shared_data / "mindspore_cpu" / "cnn_50steps_ascend_ms"
+    (original,) = read_mindspore_dir(source)
+    variant = tmp_path / "cnn_ms"
+    (variant / "FRAMEWORK").mkdir(parents=True)
+    for name in ("cpu_op_detail_info_0.csv", "cpu_framework_0.txt", "cpu_op_type_info_0.csv"):
+        (variant / "FRAMEWORK" / name).write_bytes((source / "FRAMEWORK" / name).read_bytes())
+    lines = (source / "FRAMEWORK" / "cpu_op_execute_timestamp_0.txt").read_text().splitlines()
+    first = min(int(t.split(",")[0]) for line in lines for t in line.split(";")[2].split())
+    boot = 3_600 * 10 ** 9                     # the machine booted an hour before the first launch
+    rewritten = []
+    for line in lines:
+        name, kind, launches = line.split(";")
+        shifted = [f"{int(s) - first + boot},{d},{tid}" for s, d, tid in (t.split(",") for t in launches.split())]
+        rewritten.append(f"{name};{kind};{' '.join(shifted)}")
+    (variant / "FRAMEWORK" / "cpu_op_execute_timestamp_0.txt").write_text("\n".join(rewritten) + "\n")
+    (run,) = read_mindspore_dir(variant)
+    assert run.info["clock"]["clock"] == "host_unknown" and run.info["clock"]["origin_unix_ns"] == 0
+    assert original.info["clock"]["clock"] == "host_realtime"
+    assert len(run.ops) == len(original.ops)
+    assert run.ops["start_ns"].tolist() == original.ops["start_ns"].tolist()
+    assert run.ops["dur_ns"].tolist() == original.ops["dur_ns"].tolist()
+
+    damaged = list(rewritten)
+    for i, bad in ((0, "nan"), (1, "-0.5")):
+        name, kind, launches = damaged[i].split(";")
+        cells = launches.split()
+        start, _, tid = cells[0].split(",")
+        cells[0] = f"{start},{bad},{tid}"
+        damaged[i] = f"{name};{kind};{' '.join(cells)}"
+    name, kind, launches = damaged[2].split(";")
+    cells = launches.split()
+    cells[0] = "9" * 25 + "," + cells[0].split(",", 1)[1]
+    damaged[2] = f"{name};{kind};{' '.join(cells)}"
+    (variant / "FRAMEWORK" / "cpu_op_execute_timestamp_0.txt").write_text("\n".join(damaged) + "\n")
+    with pytest.warns(UserWarning, match=r"3 launch\(es\) .* left out \(line 1, 2, 3\)"):
+        (run,) = read_mindspore_dir(variant)
+    assert len(run.ops) == len(original.ops) - 3
+    _report_works(variant, tmp_path)
