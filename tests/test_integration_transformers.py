@@ -170,8 +170,8 @@ def test_outputs_are_reported(accumulation_run):
     _, callback, out = accumulation_run
     names = {Path(p).name for p in callback.outputs}
     assert {"step_trace_0.csv", "report_0.json", "timeline_0.json"} <= names
-    assert callback.summary and str(out) in callback.summary[0]
-    assert "verdict" in callback.summary[1]
+    assert len(callback.summary) == 1 and str(out) in callback.summary[0]     # the analysis's one line
+    assert "verdict:" in callback.summary[0] and f"Next: profview {out}" in callback.summary[0]
 
 
 @pytest.mark.parametrize("name", ["evaluate", "save_checkpoint"])

@@ -16,8 +16,8 @@ from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.capture.base import STEPS, merging_sources
 from profiler.errors import ProfilerUsageWarning, ProfviewError
-from profiler.export.chrome_trace import write_chrome_trace
 from profiler.export.cluster import write_cluster_outputs
+from profiler.export.event_file import write_timeline_files
 from profiler.export.outputs import write_outputs
 from profiler.formats import rank_file, read_json_object
 from profiler.model import Run
@@ -94,10 +94,10 @@ def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress
 
 def analyse_and_write(run: Run, directory: Path, gzip_timeline: bool = False,
                       thresholds: Optional[Mapping[str, float]] = None) -> list[Path]:
-    """Analyse one rank's run and write its outputs. The timeline needs only the run, so a second
-    thread writes it meanwhile (its row formatting and file writes release the GIL)."""
+    """Analyse one rank's run and write its outputs. The timeline (Chrome trace and event file) needs
+    only the run, so a second thread writes it meanwhile (its row formatting and file writes release the GIL)."""
     with ThreadPoolExecutor(1, thread_name_prefix="profview-timeline") as pool:
-        timeline = pool.submit(write_chrome_trace, run, Path(directory) / rank_file("timeline", run.rank), gzip_timeline)
+        timeline = pool.submit(write_timeline_files, run, Path(directory), gzip_timeline)
         analysis = analyse_run(run, thresholds)
         return write_outputs(analysis, directory, gzip_timeline=gzip_timeline, timeline=timeline.result)
 
