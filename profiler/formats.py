@@ -80,7 +80,7 @@ STEP_TRACE_COLUMNS = [
     "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
     "all_reduce_overlap_ms", "data_wait_ms", "gap_host_ms", "op_count", "profiler_overhead_ms", "start_unix_ns",
     "fp_start_unix_ns",
-    "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source",
+    "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source", "step_source",
 ]
 OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]
 OP_DETAIL_COLUMNS = ["device", "name", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "min_ms",
@@ -147,7 +147,7 @@ CSV_COLUMNS: dict[str, list[str]] = {
 #: Columns read as text whatever they look like (an op named "1" stays "1").
 TEXT_DTYPES = {c: str for c in ("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source")}
 #: Text columns that may be absent in a file and are then filled with "".
-OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "event")
+OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "step_source", "event")
 #: Numeric columns that may hold a value that is not finite, and the spellings the writer uses for
 #: them (a user counter may be NaN: a diverging loss is worth recording). Any other column, and any
 #: other spelling (NaN, Infinity, 1e400), is refused.

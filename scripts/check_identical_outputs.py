@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("PROFVIEW_SHARED_DATA", ROOT.parent / "shared" / "data"))   # a worktree sets it
+SHARED = Path(os.environ.get("PROFVIEW_SHARED_DATA", ROOT.parent / "shared" / "data"))   # as tests/conftest.py
 
 RECORD_EVENTS = r"""
 import sys, threading

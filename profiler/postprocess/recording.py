@@ -30,8 +30,8 @@ BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
 
 def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None) -> Run:
     """The Run recorded for `rank` in `directory/raw`, with every recorded source's data merged in:
-    sources that define steps first (a device's step trace is the truth when it has one), then the
-    one-step fallback for a run without steps, then the others onto those steps."""
+    sources that define steps first (a device's step trace is the truth when it has one), then steps
+    inferred for a run without any (one step when nothing repeats), then the others onto those steps."""
     paths = rank_raw_files(directory, rank)
     if not paths:
         raise ProfviewError(f"no raw data for rank {rank} in {directory / 'raw'}")
@@ -120,5 +120,7 @@ def verdict_line(directory: Path, rank: int) -> str:
     top = findings[0].get("title", "") if findings and isinstance(findings[0], dict) else ""
     verdict = str(report.get("verdict", "?"))
     reason = f" — {top}" if verdict != "balanced" and top else ""
-    return (f"profview: {steps.get('analysed', 0)} steps of rank {rank} analysed into {directory}; verdict: "
+    source = steps.get("source", "marked")
+    how = "" if source == "marked" else f" ({'inferred' if source == 'inferred' else 'one step: no step markers'})"
+    return (f"profview: {steps.get('analysed', 0)} steps{how} of rank {rank} analysed into {directory}; verdict: "
             f"{verdict}{reason}. Next: profview {directory}")
