@@ -487,8 +487,13 @@ def read_event_file(path: Path) -> EventFile:
     except ImportError:       # pragma: no cover - a core dependency
         raise InputError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
     path = Path(path)
+    regular_file(path)                       # a FIFO would block the open, a device never end
     try:
-        reader = pa.ipc.open_file(pa.OSFile(str(path), "r"))
+        if valid_text(str(path)) == str(path):
+            source = pa.OSFile(str(path), "r")
+        else:                                # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
+            source = pa.PythonFile(open(path, "rb"), mode="r")
+        reader = pa.ipc.open_file(source)
     except FileNotFoundError:
         raise InputError(f"cannot read {path}: no such file") from None
     except (OSError, pa.ArrowInvalid):

@@ -470,7 +470,7 @@ def mutate_text_lines(data: bytes, rng: random.Random, delimiters: bytes = rb"[ 
 # --------------------------------------------------------------------------------------------
 
 TEXT_COLUMNS = {"device", "op_type", "category", "name", "shapes", "scope", "queue", "event", "source", "metric",
-                "fp_start_source", "bp_end_source"}
+                "fp_start_source", "bp_end_source", "step_source"}
 INT_COLUMNS = {"step", "count", "size", "capacity", "start_unix_ns", "fp_start_unix_ns", "bp_end_unix_ns",
                "end_unix_ns"}
 #: Numeric cells that may hold a value that is not finite, in exactly the writer's spellings
