@@ -9,9 +9,12 @@ one sentence naming it (InputError) instead of a traceback deep inside a consume
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import stat
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 import pandas as pd
@@ -134,14 +137,90 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
     "device_counters": (["source", "device", "metric", "time_ms", "value"], ["time_ms", "value"]),
     "cluster_step_trace": (_CLUSTER_NUMBERS, _CLUSTER_NUMBERS),
 }
+#: Every column of each CSV the writer writes: the numeric ones among them are checked whenever
+#: present (a consumer computes with them), the required ones must be present.
+CSV_COLUMNS: dict[str, list[str]] = {
+    "step_trace": STEP_TRACE_COLUMNS, "op_type": OP_TYPE_COLUMNS, "op_detail": OP_DETAIL_COLUMNS,
+    "data_queue": DATA_QUEUE_COLUMNS, "device_counters": DEVICE_COUNTER_COLUMNS,
+    "cluster_step_trace": CLUSTER_STEP_COLUMNS,
+}
 #: Columns read as text whatever they look like (an op named "1" stays "1").
 TEXT_DTYPES = {c: str for c in ("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source")}
 #: Text columns that may be absent in a file and are then filled with "".
 OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "step_source", "event")
+#: Numeric columns that may hold a value that is not finite, and the spellings the writer uses for
+#: them (a user counter may be NaN: a diverging loss is worth recording). Any other column, and any
+#: other spelling (NaN, Infinity, 1e400), is refused.
+NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {("device_counters", "value"): ("nan", "inf", "-inf")}
+
+# ---- text -----------------------------------------------------------------------------------
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(match: "re.Match[str]") -> str:
+    code = ord(match.group(0))
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode: every lone surrogate escaped, the rest unchanged.
+
+    Python strings may hold lone surrogates (`os.fsdecode(b"\\xff")` is "\\udcff"), which no UTF-8
+    file can: an undecodable byte (U+DC80-U+DCFF) becomes the text `\\xNN` of that byte, any other
+    lone surrogate `\\uXXXX`. Valid text (nearly always) is returned as it is, after one encode.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(_escape_surrogate, text)
+    return text
+
+
+def valid_texts(values: Iterable[Any]) -> "list[Any] | None":
+    """The values with every str made `valid_text`, or None when none needed it (the usual case)."""
+    values = list(values)
+    try:
+        "".join(values).encode("utf-8")
+        return None
+    except TypeError:                       # not all text: check the strings one by one
+        if all(not isinstance(v, str) or v == valid_text(v) for v in values):
+            return None
+    except UnicodeEncodeError:
+        pass
+    return [valid_text(v) if isinstance(v, str) else v for v in values]
+
+
+def regular_file(path: Path, what: str = "", noun: str = "file") -> os.stat_result:
+    """os.stat of `path` (symlinks followed), or InputError when it cannot be read as a plain file:
+    missing, a symlink loop, a directory, a FIFO, a device (/dev/zero), a socket. Opening a FIFO
+    would wait for a writer and reading /dev/zero never ends, so nothing is opened before this."""
+    label = f"{what} {path}" if what else str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{label} does not exist") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {label}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise InputError(f"{label} is {kind}, not a {noun}")
+    return st
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file, turning every failure into one sentence naming the file."""
+    """Parse a JSON file, turning every failure into one sentence naming the file.
+
+    Strict RFC 8259: NaN / Infinity literals (which Python's json would accept), invalid UTF-8 and
+    documents nested deeper than the parser's recursion limit are refused.
+    """
+    regular_file(path)
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -150,10 +229,18 @@ def read_json(path: Path) -> Any:
     if not data.strip():
         raise InputError(f"{path} is empty (was the run interrupted while writing it?)")
     try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise InputError(f"{path} is not valid JSON{where}: it may be truncated or not a profview file") from None
+        return json.loads(data, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): it may be truncated "
+                         "or not a profview file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON: it is not UTF-8 text (byte {exc.start})") from None
+    except ValueError as exc:         # a NaN / Infinity literal (parse_constant), an over-long integer
+        what = f"a {exc} literal, which JSON does not allow" if str(exc) in ("NaN", "Infinity", "-Infinity") \
+            else "a number Python cannot read"
+        raise InputError(f"{path} is not valid JSON: it holds {what}") from None
+    except RecursionError:
+        raise InputError(f"{path} is not a profview file: its JSON is nested too deeply to read") from None
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -164,29 +251,123 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return value
 
 
+#: What readers rely on in profiler_info_{rank}.json: field -> (JSON types allowed, what to say).
+#: Absent fields are fine (older files, imports); a present one of another type is refused.
+INFO_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "schema_version": ((int,), "a whole number"),
+    "rank": ((int,), "a whole number"),
+    "world_size": ((int,), "a whole number"),
+    "outputs": ((list,), "a list of file names"),
+    "warnings": ((list,), "a list of sentences"),
+    "source_path": ((str,), "a path (text)"),
+    "host": ((str,), "text"),
+    "data_origin": ((str,), "text"),
+    "recording": ((dict,), "an object"),
+    "sources": ((dict,), "an object"),
+    "clock": ((dict,), "an object"),
+    "steps": ((dict,), "an object"),
+    "overhead": ((dict,), "an object"),
+    "config": ((dict,), "an object"),
+}
+
+
+def read_profiler_info(path: Path) -> dict[str, Any]:
+    """profiler_info_{rank}.json, with the fields readers use checked (INFO_FIELDS), a newer schema
+    refused, and every listed output a file name (no directory part)."""
+    info = read_json_object(path)
+    for key, (types, meaning) in INFO_FIELDS.items():
+        if key not in info:
+            continue
+        value = info[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            if key == "source_path" and value is None:
+                continue
+            raise InputError(f"{path} is malformed: {key} should be {meaning}, not {_shown(value)}")
+    version = info.get("schema_version", SCHEMA_VERSION)
+    if version > SCHEMA_VERSION or version < 1:
+        raise InputError(f"{path} has schema version {version}, " + (
+            f"newer than this profview reads ({SCHEMA_VERSION}); upgrade profview" if version > SCHEMA_VERSION
+            else "which no profview writes"))
+    outputs = info.get("outputs", [])
+    bad = [name for name in outputs if not isinstance(name, str) or not name or Path(name).name != name
+           or name in (".", "..")]
+    if bad:
+        raise InputError(f"{path} is malformed: outputs lists {_shown(bad[0])}, which is not a file name")
+    if not all(isinstance(w, str) for w in info.get("warnings", [])):
+        raise InputError(f"{path} is malformed: warnings should be a list of sentences")
+    return info
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def read_csv(path: Path, kind: str) -> pd.DataFrame:
-    """Read one of the output CSVs (a CSV_REQUIRED key) and check the columns consumers rely on."""
+    """Read one of the output CSVs (a CSV_REQUIRED key) and check the columns consumers rely on.
+
+    Text cells are read as written ("" stays "", an op named "nan" or "1" stays text); the numeric
+    columns consumers rely on must hold finite numbers (NON_FINITE_CELLS lists the exceptions).
+    """
     required, numeric = CSV_REQUIRED[kind]
+    regular_file(path)
     try:
-        frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=TEXT_DTYPES)
+        frame = pd.read_csv(path, na_filter=False, dtype=TEXT_DTYPES)
     except pd.errors.EmptyDataError:
         raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OverflowError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path} is not a valid CSV file ({first.rstrip('.')})") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise InputError(f"{path} is malformed: missing column(s) {', '.join(missing)}")
-    for col in numeric:
-        values = pd.to_numeric(frame[col], errors="coerce")
-        if values.isna().any():
-            row = int(values.isna().to_numpy().nonzero()[0][0]) + 2
-            raise InputError(f"{path} is malformed: column {col} has a non-numeric or empty value on line {row}")
-        frame[col] = values
+    text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
+    for col in numeric + [c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric
+                          and c not in text]:
+        frame[col] = _numeric_column(frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()))
     for col in OPTIONAL_TEXT:
         if col in frame.columns:
-            frame[col] = frame[col].fillna("").astype(str)
+            frame[col] = frame[col].astype(str)
     return frame
+
+
+def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...]) -> pd.Series:
+    """A CSV column as float64 numbers, or InputError naming the first line that is not a finite
+    number (or one of the `non_finite` spellings)."""
+    if column.dtype.kind in "iu":
+        return column
+    if column.dtype.kind == "f":
+        values = column.to_numpy()
+        bad = ~np.isfinite(values)
+    else:
+        text = column.astype(str)
+        values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+        allowed = text.isin(non_finite).to_numpy() if non_finite else False
+        bad = ~np.isfinite(values) & ~allowed
+        if non_finite:
+            values = np.where(allowed, text.map(_SPELLED).to_numpy(dtype=np.float64, na_value=np.nan), values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        cell = str(column.iloc[row])
+        what = ("an empty value" if not cell.strip() else
+                f"a value that is not a finite number ({cell[:40]!r})" if _is_number_text(cell) else
+                f"a non-numeric value ({cell[:40]!r})")
+        raise InputError(f"{path} is malformed: column {name} has {what} on line {row + 2}")
+    return pd.Series(values, index=column.index, name=column.name, dtype=np.float64)
+
+
+_SPELLED = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _is_number_text(text: str) -> bool:
+    """Whether float() reads `text` (nan, inf and 1e400 included)."""
+    try:
+        float(text)
+    except (ValueError, OverflowError):
+        return False
+    return True
 
 
 def info_files(directory: Path) -> dict[int, Path]:
@@ -306,8 +487,13 @@ def read_event_file(path: Path) -> EventFile:
     except ImportError:       # pragma: no cover - a core dependency
         raise InputError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
     path = Path(path)
+    regular_file(path)                       # a FIFO would block the open, a device never end
     try:
-        reader = pa.ipc.open_file(pa.OSFile(str(path), "r"))
+        if valid_text(str(path)) == str(path):
+            source = pa.OSFile(str(path), "r")
+        else:                                # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
+            source = pa.PythonFile(open(path, "rb"), mode="r")
+        reader = pa.ipc.open_file(source)
     except FileNotFoundError:
         raise InputError(f"cannot read {path}: no such file") from None
     except (OSError, pa.ArrowInvalid):

@@ -17,6 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from profiler.formats import valid_text, valid_texts
+
 #: One op schema (every source): host ops, user ops, device kernels, memcpy, collectives.
 OP_COLUMNS: dict[str, str] = {
     # String columns are "object" or pandas categoricals (sources with many rows use categoricals).
@@ -123,6 +125,33 @@ def conform(df: pd.DataFrame | Mapping[str, Any], columns: dict[str, str]) -> pd
     return pd.DataFrame(out, columns=list(columns), copy=False)
 
 
+def with_valid_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with every text value valid Unicode (formats.valid_text: lone surrogates escaped).
+
+    Names come from user code (`profiler.op(os.fsdecode(b"\\xff"))`) and foreign files, and a
+    string no UTF-8 file can hold would fail every writer at the end of an analysis. Text columns
+    are checked by their distinct values (categories), so this costs little; `frame` is returned
+    unchanged (not copied) when nothing needed escaping.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        return frame
+    fixed = {}
+    for col in frame.columns:
+        column = frame[col]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            categories = valid_texts(column.cat.categories)
+            if categories is not None:
+                fixed[col] = pd.Categorical(np.asarray(column.astype(object).map(_valid_one), dtype=object))
+        elif column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            if valid_texts(pd.unique(column.to_numpy(dtype=object))) is not None:
+                fixed[col] = column.map(_valid_one).astype(column.dtype if column.dtype != object else object)
+    return frame.assign(**fixed) if fixed else frame
+
+
+def _valid_one(value: Any) -> Any:
+    return valid_text(value) if isinstance(value, str) else value
+
+
 @dataclass
 class Run:
     """Everything known about one rank of one profiled run, as tables."""
@@ -135,6 +164,10 @@ class Run:
     counters: pd.DataFrame = field(default_factory=lambda: empty_frame(COUNTER_COLUMNS))
     queues: pd.DataFrame = field(default_factory=lambda: empty_frame(QUEUE_COLUMNS))
     threads: pd.DataFrame = field(default_factory=lambda: empty_frame(THREAD_COLUMNS))
+
+    def __post_init__(self) -> None:
+        for name in ("ops", "spans", "instants", "counters", "queues", "threads"):
+            setattr(self, name, with_valid_text(getattr(self, name)))
 
     @property
     def rank(self) -> int:

@@ -15,6 +15,8 @@ Every failure the user can fix is reported as one sentence on stderr with a non-
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import warnings
 import time
@@ -53,6 +55,18 @@ def parse_steps(text: str) -> tuple[Optional[int], Optional[int]]:
     return a, b
 
 
+def parse_port(text: str) -> int:
+    """A TCP port for --port: a whole number from 1 to 65535."""
+    try:
+        port = int(text.strip())
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"--port wants a port number from 1 to 65535 (leave it out for a free "
+                                         f"one), not {text[:40]!r}")
+    return port
+
+
 def _configure_view(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", type=Path, help="a profview output directory (e.g. ./profiler_data)")
     out = p.add_argument_group("what to produce (default: build the report and serve it)")
@@ -69,7 +83,8 @@ def _configure_view(p: argparse.ArgumentParser) -> None:
     srv = p.add_argument_group("serving")
     srv.add_argument("--host", default="127.0.0.1",
                      help="address to serve on (default 127.0.0.1; anything else is reachable from other machines)")
-    srv.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
+    srv.add_argument("--port", type=parse_port, default=0, metavar="P",
+                     help="port to serve on, 1-65535 (default: a free one)")
     srv.add_argument("--no-browser", action="store_true", help="do not open a web browser")
 
 
@@ -95,7 +110,7 @@ def run_view(args: argparse.Namespace) -> int:
     if args.output is not None:
         write_report(ctx, args.output, started)
         return 0
-    html = build_report(ctx).encode("utf-8")
+    html = encode_report(build_report(ctx))
     progress.done()
     from viewer.server import serve
     serve(html, args.host, args.port, open_browser=not args.no_browser,
@@ -107,13 +122,19 @@ def write_report(ctx, path: Path, started: float) -> None:
     """Build the HTML report of `ctx` and write it to `path`, saying how big and how long."""
     from viewer.report import build_report
 
-    html = build_report(ctx).encode("utf-8")
+    html = encode_report(build_report(ctx))
     ctx.progress.done()
     try:
         path.write_bytes(html)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
     print(f"profview: wrote {path} ({len(html) / 1e6:.1f} MB in {time.monotonic() - started:.1f} s)", file=sys.stderr)
+
+
+def encode_report(html: str) -> bytes:
+    """The report as UTF-8. Page text is escaped (viewer.html); a lone surrogate that still slipped
+    through (a path from a non-UTF-8 directory name) is written as its escape, never an error."""
+    return html.encode("utf-8", errors="backslashreplace")
 
 
 def parse_percent(text: str) -> float:
@@ -123,7 +144,8 @@ def parse_percent(text: str) -> float:
     try:
         return parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--fail-if-slower wants a percentage such as 5% , not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--fail-if-slower wants a finite percentage such as 5%, not {text[:40]!r}") \
+            from None
 
 
 def _configure_compare(p: argparse.ArgumentParser) -> None:
@@ -167,13 +189,19 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def parse_threshold(text: str) -> tuple[str, float]:
-    """`name=value` for --threshold (names and defaults: docs/formats.md, "report")."""
-    from profiler.analysis.advisor import parse_threshold as parse
+    """`name=value` for --threshold (names and defaults: docs/formats.md, "report"): a finite number
+    >= 0, a whole number for the thresholds that count (warmup_steps, launch_ops_per_step)."""
+    from profiler.analysis.advisor import DEFAULT_THRESHOLDS, parse_threshold as parse
 
     try:
-        return parse(text)
+        name, value = parse(text)
     except ProfviewError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"--threshold {name} wants a finite number >= 0, not {text.partition('=')[2][:40]!r}")
+    if isinstance(DEFAULT_THRESHOLDS[name], int) and value != int(value):
+        raise argparse.ArgumentTypeError(f"--threshold {name} counts, so it wants a whole number, not {value:g}")
+    return name, value
 
 
 def _configure_analyse(p: argparse.ArgumentParser) -> None:
@@ -309,11 +337,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ProfviewError as exc:
         print(f"profview: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:       # the file system refused (a name too long, a full disk): one sentence, no traceback
+        where = exc.filename if isinstance(exc.filename, (str, bytes, Path)) else None
+        shown = os.fsdecode(where) if where is not None else "a file"
+        shown = shown if len(shown) <= 200 else f"{shown[:100]}...{shown[-100:]} ({len(shown)} characters)"
+        print(f"profview: error: cannot use {shown}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("profview: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from profiler.formats import valid_text
+
 
 def esc(value: Any) -> str:
-    """Text for an HTML element or attribute."""
-    return html.escape(str(value), quote=True)
+    """Text for an HTML element or attribute (a lone surrogate, as in a non-UTF-8 path, shown escaped)."""
+    return html.escape(valid_text(str(value)), quote=True)
 
 
 def script_json(value: Any) -> str:
@@ -88,4 +90,4 @@ def plot_text(value: Any) -> str:
     plotly.js reads a few HTML tags (<b>, <br>, <a>) in text; escaping makes every name show
     as the characters it is.
     """
-    return html.escape(str(value), quote=False)
+    return html.escape(valid_text(str(value)), quote=False)

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from profiler.postprocess.imported import ascend_job_dirs, import_ascend_job, import_kineto_trace, import_mindspore_dir
 from profiler.errors import InputError
-from profiler.formats import info_files
+from profiler.formats import info_files, regular_file
 from viewer.rundata import RunData, load_profview_dir
 
 
@@ -92,20 +92,37 @@ def _describe_unknown(path: Path) -> str:
             return (f"{path} holds a raw store but no analysed output; "
                     f"run `profview analyse {path}` first")
         return f"{path} is not a profview output directory (no profiler_info_<rank>.json in it)"
+    if path.is_file() and path.stat().st_size == 0:
+        return f"{path} is an empty file, not a profview output directory or a trace"
+    try:
+        regular_file(path)
+    except InputError as exc:                # a FIFO, a device, a dangling symlink: say which
+        return f"{exc}: it is not a profview output directory or a trace file"
     return f"{path} is not a profview output directory or a trace file the viewer knows"
 
 
 def load_input(path: Path) -> list[RunData]:
     """Load whatever `path` is into one RunData per rank, or raise InputError with one sentence."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path} does not exist")
-    for kind in INPUT_KINDS:
-        if kind.detect(path):
-            if kind.load is None:
-                raise InputError(f"{path} looks like a {kind.name}; importing it is not supported yet")
-            runs = kind.load(path)
-            if not runs:
-                raise InputError(f"{path} holds no run")
-            return runs
-    raise InputError(_describe_unknown(path))
+    try:
+        if not path.exists():
+            broken = " (it is a broken symlink or a symlink loop)" if path.is_symlink() else ""
+            raise InputError(f"{shown_path(path)} does not exist{broken}")
+        for kind in INPUT_KINDS:
+            if kind.detect(path):
+                if kind.load is None:
+                    raise InputError(f"{path} looks like a {kind.name}; importing it is not supported yet")
+                runs = kind.load(path)
+                if not runs:
+                    raise InputError(f"{path} holds no run")
+                return runs
+        raise InputError(_describe_unknown(path))
+    except OSError as exc:                   # a name too long, a symlink loop, a directory that vanished
+        where = exc.filename if isinstance(exc.filename, str) else path
+        raise InputError(f"cannot open {shown_path(Path(where))}: {exc.strerror or exc}") from None
+
+
+def shown_path(path: Path, limit: int = 200) -> str:
+    """A path for a message: whole up to `limit` characters, else its start and end."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 2:]} ({len(text)} characters)"

@@ -6,6 +6,7 @@ page saying "no data".
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -13,7 +14,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.formats import SCHEMA_VERSION, info_files, rank_file, read_csv, read_json_object
+from profiler.formats import info_files, rank_file, read_csv, read_json_object, read_profiler_info, regular_file
 
 
 @dataclass
@@ -36,7 +37,8 @@ class RunData:
     @property
     def shown_path(self) -> Path:
         """What the user opened: the imported trace / JOB directory, else the profview directory."""
-        return Path(self.info.get("source_path") or self.directory)
+        source = self.info.get("source_path")
+        return Path(source) if isinstance(source, str) and source else Path(self.directory)
 
     @property
     def label(self) -> str:
@@ -45,7 +47,11 @@ class RunData:
 
 
 def _optional(path: Path) -> Optional[Path]:
-    return path if path.is_file() else None
+    """`path` when it exists (it must then be a regular file), None when it does not."""
+    if not os.path.lexists(path):
+        return None
+    regular_file(path)
+    return path
 
 
 #: The per-rank CSVs the pages read, and the RunData field each fills.
@@ -55,16 +61,14 @@ RUN_CSVS = {"step_trace": "step_trace", "op_type": "op_type", "op_detail": "op_d
 
 def load_rank(directory: Path, rank: int, info_path: Path) -> RunData:
     """Load every output file of one rank; files that are absent stay None."""
-    info = read_json_object(info_path)
-    version = info.get("schema_version", SCHEMA_VERSION)
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise InputError(f"{info_path} has schema version {version!r}, newer than this viewer reads "
-                         f"({SCHEMA_VERSION}); upgrade profview")
-    listed = [str(name) for name in info.get("outputs", []) if isinstance(name, str)]
-    missing = [name for name in listed if not (directory / name).exists()]
+    info = read_profiler_info(info_path)
+    listed = info.get("outputs", [])
+    missing = [name for name in listed if not os.path.lexists(directory / name)]
     if missing:
         raise InputError(f"{directory} is incomplete: {missing[0]} listed in {info_path.name} is missing "
                          f"(the analysis may have been interrupted; re-run `profview analyse {directory}`)")
+    for name in listed:
+        regular_file(directory / name)          # a FIFO, a directory or /dev/zero is one sentence, not a hang
     run = RunData(rank=rank, directory=directory, info=info)
     for kind, attr in RUN_CSVS.items():
         path = _optional(directory / rank_file(kind, rank))

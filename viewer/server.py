@@ -52,7 +52,9 @@ def make_server(html: bytes, host: str, port: int) -> ThreadingHTTPServer:
     try:
         return ThreadingHTTPServer((host, port), Handler)
     except OSError as exc:
-        raise InputError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot serve on {host[:80]}:{port}: {exc.strerror or exc}") from None
+    except (UnicodeError, ValueError, OverflowError) as exc:     # a host name too long to encode, a port out of range
+        raise InputError(f"cannot serve on {host[:80]}:{port}: {str(exc) or type(exc).__name__}") from None
 
 
 def serve(html: bytes, host: str = "127.0.0.1", port: int = 0, open_browser: bool = True,

@@ -24,6 +24,8 @@ Deltas are NEW - BASE: negative is faster.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Mapping, Optional
@@ -603,5 +605,12 @@ def compare_runs(base: RunTables, new: RunTables, fail_if_slower_pct: Optional[f
 
 
 def parse_percent(text: str) -> float:
-    """`5%`, `5` or `0.5 %` -> 5.0, 5.0, 0.5 (for --fail-if-slower)."""
-    return float(str(text).strip().rstrip("%").strip())
+    """`5%`, `5` or `0.5 %` -> 5.0, 5.0, 0.5 (for --fail-if-slower); ValueError for anything else,
+    a percentage that is not a finite number (nan, inf, 1e400) included."""
+    text = str(text).strip()
+    if text.endswith("%"):
+        text = text[:-1].strip()
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value

@@ -11,6 +11,7 @@ and self time come from kernels/nesting.py (complete intervals).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -68,20 +69,28 @@ DEVICE_ACTIVITIES = ("compute", "comm", "memcpy", "memset", "sync")
 
 # Event kinds.
 HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER = range(8)
-METADATA, FLOW, PROFILER, UNKNOWN, MALFORMED = range(8, 13)
+METADATA, FLOW, PROFILER, UNKNOWN, MALFORMED, OUTSIDE = range(8, 14)
+#: Times at or beyond this (us) cannot be converted to int64 ns from any origin >= 0.
+_MAX_TIME_US = float(2 ** 53)
+#: The least slack around Kineto's profiling window within which events are believed.
+_WINDOW_SLACK_US = 1e6
 _TIMED_KINDS = (HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER, PROFILER)
 _LANE_KINDS = (HOST_OP, DEVICE_OP, SPAN, STEP, INSTANT)
 _THREAD_KINDS = (HOST_OP, SPAN, STEP, INSTANT)
 #: Kinds that are not imported, by the name info["kineto"]["not_imported"] counts them under.
 _NOT_IMPORTED = {METADATA: "metadata", FLOW: "flow", PROFILER: "profiler"}
 
-_STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+_STEP_NAME = re.compile(r"ProfilerStep#(\d{1,18})$")
+#: A ProfilerStep annotation whose number does not fit an int64 step: damaged, not a step.
+_BAD_STEP_NAME = re.compile(r"ProfilerStep#\d{19,}$")
 _NCCL_COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CAMEL_WORD = re.compile(r"(?<!^)(?=[A-Z])")
 _MEMCPY_KIND = re.compile(r"Memcpy [A-Za-z]+")
 #: Unix time in microseconds of 2001-09-09: older traces without baseTimeNanoseconds write
 #: Unix-epoch microseconds, which are all above this.
 _UNIX_US_FLOOR = 1e15
+#: Unix times at or beyond this (ns, year 2116) are not believed: absolute times stay int64 with room to spare.
+_MAX_UNIX_NS = 2 ** 62
 #: "Device Type" of Kineto's "[memory]" instant events (c10::DeviceType codes) -> device prefix.
 _MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 
@@ -184,17 +193,38 @@ def _classify(cols: EventColumns) -> np.ndarray:
     kind[instant & cols.name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
     kind[instant & np.isnan(cols.pid)] = PROFILER
 
+    kind[np.isin(kind, (HOST_OP, SPAN)) & cols.name.map(
+        lambda v: isinstance(v, str) and _BAD_STEP_NAME.match(v) is not None, dtype=bool)] = MALFORMED
+
     has_time = np.isfinite(cols.ts_us)
     has_dur = np.isfinite(cols.dur_us) & (cols.dur_us >= 0)
     has_lane = np.isfinite(cols.pid) & np.isfinite(cols.tid)
     timed = np.isin(kind, _TIMED_KINDS)
+    complete = cols.ph.map(lambda v: v == "X", dtype=bool)
     valid = (
         (~timed | (has_time & is_str))
-        & (~(timed & cols.ph.map(lambda v: v == "X", dtype=bool)) | has_dur)
+        & (~(timed & complete) | has_dur)
         & (~np.isin(kind, _LANE_KINDS) | has_lane)
     )
     kind[~valid] = MALFORMED
+    kind[np.isin(kind, _TIMED_KINDS) & ~_plausible_times(cols, kind, complete)] = OUTSIDE
     return kind
+
+
+def _plausible_times(cols: EventColumns, kind: np.ndarray, complete: np.ndarray) -> np.ndarray:
+    """Whether each event's time can be real: at or after 0, ending before 2**53 us (so that ns
+    from the origin fit an int64) and, when the trace has Kineto's own window (the `Trace` event
+    "PyTorch Profiler (0)"), within it give or take its length (at least 1 s): events end up to
+    tens of ms after it in real traces; a `ts` of -1, 1e300 or a year away is damage."""
+    end = cols.ts_us + np.where(complete, np.nan_to_num(cols.dur_us), 0.0)
+    ok = (cols.ts_us >= 0) & (end < _MAX_TIME_US)
+    window = np.flatnonzero((kind == PROFILER) & complete & cols.cat.map(lambda v: v == "Trace", dtype=bool)
+                            & ok & np.isfinite(cols.dur_us) & (cols.dur_us >= 0))
+    if len(window):
+        first, last = float(np.min(cols.ts_us[window])), float(np.max((cols.ts_us + cols.dur_us)[window]))
+        slack = max(last - first, _WINDOW_SLACK_US)
+        ok &= (cols.ts_us >= first - slack) & (end <= last + slack)
+    return ok
 
 
 # ----------------------------------------------------------------------------- the run
@@ -205,8 +235,10 @@ def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, n
     warnings: list[str] = _event_warnings(cols, kind, not_objects)
     clock = _Clock.of(trace, math.floor(float(np.min(cols.ts_us[np.isin(kind, _TIMED_KINDS)]))))
     if clock.rule == "unknown":
-        warnings.append("the trace gives no absolute time (no baseTimeNanoseconds and ts is not "
-                        "Unix time): origin_unix_ns is 0")
+        base = trace.get("baseTimeNanoseconds")
+        why = ("its baseTimeNanoseconds is not a usable Unix time" if base is not None else
+               "no baseTimeNanoseconds and ts is not Unix time")
+        warnings.append(f"the trace gives no absolute time ({why}): origin_unix_ns is 0")
 
     thread_rows = np.flatnonzero(np.isin(kind, _THREAD_KINDS))
     thread_of, threads = _threads(cols, kind, thread_rows)
@@ -246,9 +278,11 @@ class _Clock:
         """Newer Kineto writes ts relative to `baseTimeNanoseconds` (Unix ns =
         base + ts_us * 1000); older traces write Unix-epoch microseconds directly."""
         base = trace.get("baseTimeNanoseconds")
-        if isinstance(base, (int, float)) and not isinstance(base, bool):
-            return cls(origin_us, int(base) + origin_us * 1000, "baseTimeNanoseconds + ts")
-        if origin_us >= _UNIX_US_FLOOR:
+        if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 <= base < _MAX_UNIX_NS:
+            unix = int(base) + origin_us * 1000
+            if 0 <= unix < _MAX_UNIX_NS:
+                return cls(origin_us, unix, "baseTimeNanoseconds + ts")
+        if _UNIX_US_FLOOR <= origin_us and origin_us * 1000 < _MAX_UNIX_NS:
             return cls(origin_us, origin_us * 1000, "ts is Unix time in us")
         return cls(origin_us, 0, "unknown")
 
@@ -268,6 +302,12 @@ def _event_warnings(cols: EventColumns, kind: np.ndarray, not_objects: int) -> l
         warnings.append(
             f"skipped {malformed} malformed events (not an object, or missing a name, a numeric "
             "ts / dur, or a numeric pid / tid)"
+        )
+    outside = int(np.count_nonzero(kind == OUTSIDE))
+    if outside:
+        warnings.append(
+            f"skipped {outside} events whose times cannot be real (negative, beyond 2**53 us, or far outside "
+            "the profiler's own window): the trace's times are damaged there"
         )
     rows = kind == UNKNOWN
     unknown = Counter(f"{ph}/{cat}" for ph, cat in zip(cols.ph[rows].decoded(), cols.cat[rows].decoded()))
@@ -590,8 +630,7 @@ def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
                 "device": device,
                 "metric": np.full(len(rows), metric, dtype=object),
                 "time_ns": time_ns,
-                "value": pd.to_numeric(pd.Series(cols.arg(key, rows), dtype=object), errors="coerce")
-                .to_numpy(np.float64),
+                "value": np.array([_number_or_nan(v) for v in cols.arg(key, rows)], dtype=np.float64),
             },
             columns=list(COUNTER_COLUMNS),
         )
@@ -612,9 +651,13 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
     for name, t, args in events:
         for series, v in (args.items() if isinstance(args, dict) else ()):
             if isinstance(v, (int, float)) and not isinstance(v, bool):
+                try:
+                    number = float(v)
+                except OverflowError:         # an integer too large for a float: not a sample
+                    continue
                 metric.append(f"{name}.{series}")
                 time_ns.append(t)
-                value.append(float(v))
+                value.append(number)
     return pd.DataFrame(
         {
             "source": np.full(len(metric), SOURCE, dtype=object),
@@ -636,25 +679,25 @@ def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock:
     dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
     host_pids = cols.pid[kind == HOST_OP]
     versions = {}
-    if dist.get("nccl_version") not in (None, "", "unknown"):
-        versions["nccl"] = str(dist["nccl_version"])
+    if _text(dist.get("nccl_version")) not in ("", "unknown"):
+        versions["nccl"] = _text(dist["nccl_version"])
     kinds, counts = np.unique(kind, return_counts=True)
     by_kind = dict(zip(kinds.tolist(), counts.tolist()))
     return {
         "data_origin": SOURCE,
-        "rank": _int_or(dist.get("rank"), 0),
-        "world_size": _int_or(dist.get("world_size"), 1),
-        "distributed_backend": str(dist.get("backend", "")),
-        "host": str(trace.get("host_name", "")),
+        "rank": _int_or(dist.get("rank"), 0, 0, _MAX_RANK),
+        "world_size": _int_or(dist.get("world_size"), 1, 1, _MAX_RANK + 1),
+        "distributed_backend": _text(dist.get("backend", "")),
+        "host": _text(trace.get("host_name", "")),
         "pid": int(pd.Series(host_pids).mode().iloc[0]) if host_pids.size else -1,
         "framework_versions": versions,
         "origin_unix_ns": clock.origin_unix_ns,
         "clock": {"origin_unix_ns": clock.origin_unix_ns, "clock": f"kineto: {clock.rule}",
                   "origin_ts_us": clock.origin_us},
-        "devices": [dict(d) for d in trace.get("deviceProperties") or [] if isinstance(d, dict)],
+        "devices": _devices(trace.get("deviceProperties")),
         "kineto": {
-            "schema_version": trace.get("schemaVersion"),
-            "trace_name": str(trace.get("traceName", "")),
+            "schema_version": _scalar(trace.get("schemaVersion")),
+            "trace_name": _text(trace.get("traceName", "")),
             "events": int(len(cols)),
             "not_imported": {label: by_kind.get(k, 0) for k, label in _NOT_IMPORTED.items()},
         },
@@ -662,9 +705,53 @@ def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock:
     }
 
 
-def _int_or(value: Any, default: int) -> int:
-    """`value` as an int (distributedInfo numbers may be written as text), else `default`."""
+def _number_or_nan(value: Any) -> float:
+    """A JSON number as a float (an integer too large for one, text, true / false: NaN)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.nan
+    return math.nan
+
+
+def _text(value: Any) -> str:
+    """A header field as text: text as it is, a number as its digits, anything else (a list, an
+    object: a damaged header) as ""."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value) if math.isfinite(value) else ""
+    return ""
+
+
+def _scalar(value: Any) -> Any:
+    """A header value kept in info as it is when it is a number or text, else None."""
+    return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+
+
+def _devices(properties: Any) -> list[dict[str, Any]]:
+    """deviceProperties as written: the objects of its list that JSON can write back (a damaged,
+    deeply nested one is left out)."""
+    devices = []
+    for device in properties if isinstance(properties, list) else []:
+        if isinstance(device, dict):
+            try:
+                json.dumps(device, allow_nan=False)
+            except (ValueError, TypeError, RecursionError):
+                continue
+            devices.append(dict(device))
+    return devices
+
+
+#: The largest rank believed (a rank names files: profiler_info_<rank>.json).
+_MAX_RANK = 2 ** 31 - 1
+
+
+def _int_or(value: Any, default: int, low: int = -2 ** 63, high: int = 2 ** 63 - 1) -> int:
+    """`value` as an int in [low, high] (distributedInfo numbers may be written as text), else `default`."""
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = int(value) if not isinstance(value, bool) else default
+    except (TypeError, ValueError, OverflowError):
         return default
+    return number if low <= number <= high else default

@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from profiler.errors import ProfviewError
+from profiler.errors import InputError, ProfviewError
+from profiler.formats import regular_file
 
 try:
     import orjson
@@ -81,23 +82,31 @@ def load_trace_object(path: "str | os.PathLike[str]") -> dict[str, Any]:
     """Parse a .json / .json.gz Kineto trace into its top-level JSON object.
 
     Raises ProfviewError (one sentence naming the file) when the file is missing or unreadable,
-    is a corrupt or truncated gzip, is not JSON, or has no `traceEvents` list.
+    is not a regular file (a FIFO would wait for a writer, /dev/zero never ends), is a corrupt or
+    truncated gzip, is not JSON (or is nested too deeply to parse), does not fit in memory, or
+    has no `traceEvents` list.
     """
     path = Path(path)
-    if not path.exists():
-        raise ProfviewError(f"Kineto trace {path} does not exist.")
-    if path.is_dir():
-        raise ProfviewError(f"Kineto trace {path} is a directory, not a trace file.")
+    try:
+        regular_file(path, "Kineto trace", "trace file")
+    except InputError as err:
+        raise ProfviewError(f"{err}.") from None
     try:
         raw = _read_bytes(path)
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise ProfviewError(f"Kineto trace {path} is a corrupt or truncated gzip file ({err}).") from err
+        raise ProfviewError(f"Kineto trace {path} is a corrupt or truncated gzip file ({err}).") from None
     except OSError as err:
-        raise ProfviewError(f"Cannot read Kineto trace {path}: {err.strerror or err}.") from err
+        raise ProfviewError(f"Cannot read Kineto trace {path}: {err.strerror or err}.") from None
+    except MemoryError:
+        raise ProfviewError(f"Kineto trace {path} is too large to read into memory here.") from None
     try:
         trace = loads_json(raw)
     except ValueError as err:  # json.JSONDecodeError and orjson.JSONDecodeError are ValueErrors
-        raise ProfviewError(f"Kineto trace {path} is not valid JSON ({err}).") from err
+        raise ProfviewError(f"Kineto trace {path} is not valid JSON ({err}).") from None
+    except RecursionError:
+        raise ProfviewError(f"Kineto trace {path} is not a trace: its JSON is nested too deeply to read.") from None
+    except MemoryError:
+        raise ProfviewError(f"Kineto trace {path} is too large to parse in the memory available here.") from None
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ProfviewError(f"{path} is not a Kineto trace: it has no traceEvents list.")
     return trace
@@ -265,12 +274,24 @@ def _numbers(values: Sequence[Any]) -> np.ndarray:
     """Numbers as float64; anything else (None, text, lists, booleans) as NaN."""
     try:
         return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):  # e.g. Kineto's text pids ("Spans"): convert per distinct value
+    except (TypeError, ValueError, OverflowError):  # Kineto's text pids ("Spans"): convert per distinct value
         return Coded.of(values).map(_number_or_nan, dtype=np.float64)
 
 
 def _number_or_nan(value: Any) -> float:
-    return float(value) if value.__class__ in (int, float) else _NAN
+    """A JSON number as a float; a decimal number written as text ("1234.5", as MindSpore's
+    trace_view.json and some converters write ts / dur) too; anything else NaN."""
+    if value.__class__ in (int, float):
+        try:
+            return float(value)
+        except OverflowError:            # an integer too large for a float
+            return _NAN
+    if value.__class__ is str and _DECIMAL_TEXT.match(value):
+        return float(value)
+    return _NAN
+
+
+_DECIMAL_TEXT = re.compile(r"^\s*-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\s*$")
 
 
 def to_int(values: Sequence[Any], default: int) -> np.ndarray:

@@ -26,6 +26,7 @@ from profiler.errors import ProfviewError
 from profiler.model import Run
 from profiler.importers.ascend.device_run import (SYSCNT_TICK_NS, device_run, dims, input_shapes, lookup,
                                                 op_type_from_name, reduce_spans, shapes_text)
+from profiler.importers.ascend.hwts import MAX_SYSCNT
 
 _ASCEND_FILES = {
     "step_trace": re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$"),
@@ -40,9 +41,14 @@ _CPU_FILES = {
     "framework": re.compile(r"^cpu_framework_(\d+)\.txt$"),
 }
 _TRACE_VIEW = ("ASCEND_PROFILER_OUTPUT/trace_view.json", "trace_view.json")
+#: Files of MindSpore 2.x's Ascend device output (not read: named when nothing else is usable).
+_ASCEND_2X_FILES = ("kernel_details.csv", "step_trace_time.csv", "op_statistic.csv")
 
 #: 2020 reduce columns: stream_<sid>_parallel_<k>; later: stream_<sid>_<k>_<OpType> (or _parallel).
 _REDUCE_COLUMN = re.compile(r"^stream_(?P<sid>\d+)_(?:parallel_(?P<k_old>\d+)|(?P<k>\d+)_(?P<type>[A-Za-z]\w*))$")
+
+#: Times in ms at or beyond this (2**62 ns) cannot be held as int64 ns with room for arithmetic.
+_MAX_MS = 2 ** 62 / 1e6
 
 #: Unix ns of 2001-09-09: smaller host timestamps are not on the Unix clock.
 _UNIX_NS_FLOOR = 10**18
@@ -61,7 +67,7 @@ def _files_by_id(directory: Path, patterns: dict[str, re.Pattern[str]]) -> dict[
     for path in sorted(directory.iterdir()) if directory.is_dir() else []:
         for kind, pattern in patterns.items():
             match = pattern.match(path.name)
-            if match and path.is_file():
+            if match and len(match[1]) <= 9 and path.is_file():     # a device / rank id names output files
                 found.setdefault(int(match[1]), {})[kind] = path
     return found
 
@@ -130,18 +136,51 @@ def scaled_decimal_text(text: pd.Series, digits: int) -> np.ndarray:
     """Decimal strings times 10**digits as exact int64 ("1795245674352900.963", 3 -> 1795245674352900963).
 
     Exact where a float would not be (Unix µs need 19 significant digits); exponent forms fall
-    back to float rounding.
+    back to float rounding. Raises ValueError naming the first value that is not a finite number
+    in range (`scaled_decimals` gives a mask instead).
     """
+    values, ok = scaled_decimals(text, digits)
+    if not ok.all():
+        bad = text.astype(str).to_numpy()[~ok][0]
+        raise ValueError(f"{bad[:40]!r} is not a number in range")
+    return values
+
+
+#: Plain decimals: what MindSpore writes ("-0" included); anything else goes through float().
+_PLAIN_DECIMAL = r"^-?\d{1,19}(?:\.\d*)?$"
+#: |value| x 10**digits must stay below this (int64 with room for origin arithmetic).
+_SCALED_LIMIT = 2 ** 62
+
+
+def scaled_decimals(text: pd.Series, digits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decimal strings times 10**digits as exact int64, and a mask of the values that were finite
+    numbers in range (the others are 0): "nan", "inf", "", "1e400", "abc" and 19+ digit values are not."""
     text = text.astype(str).str.strip()
-    try:
-        negative = text.str.startswith("-").to_numpy()
-        parts = text.str.lstrip("-").str.partition(".")
-        whole = parts[0].replace("", "0").astype(np.int64).to_numpy()
+    if not len(text):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    plain = text.str.match(_PLAIN_DECIMAL).to_numpy(dtype=bool)
+    values = np.zeros(len(text), dtype=np.int64)
+    ok = plain.copy()
+    if plain.any():
+        t = text[plain]
+        negative = t.str.startswith("-").to_numpy()
+        parts = t.str.lstrip("-").str.partition(".")
+        # 19 digits may exceed int64: compare as text (equal lengths) before converting
+        in_int64 = (parts[0].str.len() < 19) | (parts[0] <= str(_SCALED_LIMIT - 1))
+        whole = parts[0].where(in_int64, "0").astype(np.int64).to_numpy()
         fraction = parts[2].str.ljust(digits, "0").str[:digits].replace("", "0").astype(np.int64).to_numpy()
-        value = whole * 10**digits + fraction
-        return np.where(negative, -value, value)
-    except ValueError:
-        return np.rint(text.astype(np.float64).to_numpy() * 10**digits).astype(np.int64)
+        fits = in_int64.to_numpy() & (whole < _SCALED_LIMIT // 10 ** digits)
+        value = np.where(fits, whole, 0) * 10 ** digits + fraction
+        values[plain] = np.where(negative, -value, value)
+        ok[np.flatnonzero(plain)[~fits]] = False
+    for i in np.flatnonzero(~plain):            # exponent forms and junk: rare, one by one
+        try:
+            number = float(text.iloc[i]) * 10 ** digits
+        except ValueError:
+            continue
+        if np.isfinite(number) and abs(number) < _SCALED_LIMIT:
+            values[i], ok[i] = int(round(number)), True
+    return values, ok
 
 
 def _read_csv(path: Path, problems: _Problems, required: list[str]) -> pd.DataFrame | None:
@@ -158,13 +197,18 @@ def _read_csv(path: Path, problems: _Problems, required: list[str]) -> pd.DataFr
     return frame
 
 
-def _ints(frame: pd.DataFrame, columns: list[str], path: Path, problems: _Problems) -> pd.DataFrame | None:
-    """The columns as int64, or None (with a problem noted) when a cell is not an integer."""
-    try:
-        return frame[columns].apply(lambda c: c.replace("", "0").astype(np.int64))
-    except ValueError as error:
-        problems.unreadable(path, error)
-        return None
+def _tick_column(column: pd.Series, empty_is_zero: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A step-trace column of counter ticks as int64, and a mask of the cells that are whole numbers
+    in [0, 2**59) ("" counts as 0 where `empty_is_zero`; "-0" is 0)."""
+    text = column.astype(str).str.strip()
+    if empty_is_zero:
+        text = text.replace("", "0")
+    whole = text.str.match(r"^-?\d{1,18}$").to_numpy(dtype=bool)
+    values = np.zeros(len(text), dtype=np.int64)
+    if whole.any():
+        values[whole] = text[whole].astype(np.int64).to_numpy()
+    ok = whole & (values >= 0) & (values < MAX_SYSCNT)
+    return np.where(ok, values, 0), ok
 
 
 def _run_info(layout: str, ident: int, device: str, files: dict[str, Path], problems: _Problems) -> dict:
@@ -191,33 +235,71 @@ def _no_spans() -> pd.DataFrame:
 
 # --- Ascend device outputs -----------------------------------------------------------------------
 
+#: Step-trace columns that repeat a difference of two points: (column, later point, earlier point).
+_STEP_DIFFERENCES = (("total", "end_point", "start_point"), ("iteration_interval", "fp_point", "start_point"),
+                     ("fp_and_bp", "bp_point", "fp_point"), ("tail", "end_point", "bp_point"))
+
+
 def step_trace_tables(frame: pd.DataFrame, path: Path, problems: _Problems) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Steps (ns) and all-reduce intervals (stream_id, start_ns, end_ns) from a step-trace CSV's text columns.
 
-    The average row (`-`) is dropped; an empty reduce cell (0) means the step had no such pair.
-    Without a bp_point column (inference runs) bp_end_ns is -1.
+    Summary rows are not steps: the average row (step_num `-`, MindInsight 2020) and the row MindSpore
+    1.x writes after the steps with every point 0 (`0,0,0,0,0,0,1243211,0,0`: its averages of the
+    intervals). A step row must hold whole tick counts in order (start <= fp <= bp <= end) that
+    agree with its own `total`, `iteration_interval`, `fp_and_bp` and `tail` columns: a row that does
+    not was damaged and is left out with a problem naming the file and line. An empty reduce
+    cell (0) means the step had no such pair; a pair whose duration column disagrees with its
+    points is left out. Without a bp_point column (inference runs) bp_end_ns is -1.
     """
-    frame = frame[frame["step_num"].str.strip() != "-"]
+    empty_steps = _no_steps(), pd.DataFrame({"stream_id": [], "start_ns": [], "end_ns": []})
+    step_text = frame["step_num"].astype(str).str.strip()
+    base = ["start_point", "end_point", "fp_point"] + (["bp_point"] if "bp_point" in frame else [])
+    points = {c: _tick_column(frame[c], empty_is_zero=False) for c in base}
+    zero_points = np.logical_and.reduce([points[c][1] & (points[c][0] == 0) for c in base])
+    summary = step_text.isin(["-", "0"]).to_numpy() | zero_points      # MindSpore's steps count from 1
+    step_ok = step_text.str.match(r"^\d{1,9}$").to_numpy(dtype=bool)
+    step_num = np.where(step_ok, pd.to_numeric(step_text.where(step_ok, "0")).to_numpy(dtype=np.int64), 0)
+    good = ~summary & step_ok & (step_num >= 1) & np.logical_and.reduce([points[c][1] for c in base])
+    v = {c: points[c][0] for c in base}
+    bp = v.get("bp_point", v["fp_point"])
+    good &= (v["start_point"] <= v["fp_point"]) & (v["fp_point"] <= bp) & (bp <= v["end_point"])
+    for column, later, earlier in _STEP_DIFFERENCES:
+        if column in frame.columns and later in v and earlier in v:
+            stated, stated_ok = _tick_column(frame[column], empty_is_zero=False)
+            good &= stated_ok & (stated == v[later] - v[earlier])
+    damaged = ~summary & ~good
+    if damaged.any():
+        lines = (np.flatnonzero(damaged) + 2).tolist()
+        problems.append(f"{path.name}: {len(lines)} step row(s) whose points are not whole tick counts in order, or "
+                        f"disagree with the row's own total / interval columns, were left out (line "
+                        f"{', '.join(map(str, lines[:5]))}{'...' if len(lines) > 5 else ''})")
+    if not good.any():
+        return empty_steps
+    rows = np.flatnonzero(good)
+    ns = lambda column: v[column][rows] * SYSCNT_TICK_NS  # noqa: E731
+    steps = pd.DataFrame({
+        "step": step_num[rows] - 1,
+        "start_ns": ns("start_point"), "end_ns": ns("end_point"), "fp_start_ns": ns("fp_point"),
+        "bp_end_ns": ns("bp_point") if "bp_point" in v else -1,
+    })
     blocks = [(c, m) for c in frame.columns if (m := _REDUCE_COLUMN.match(c))
               and f"{c}_start_point" in frame.columns and f"{c}_end_point" in frame.columns]
-    base = ["step_num", "start_point", "end_point", "fp_point"] + (["bp_point"] if "bp_point" in frame else [])
-    values = _ints(frame, base + [f"{c}_{p}" for c, _ in blocks for p in ("start_point", "end_point")] +
-                   [c for c, _ in blocks], path, problems)
-    if values is None:
-        return _no_steps(), pd.DataFrame({"stream_id": [], "start_ns": [], "end_ns": []})
-    ns = lambda column: values[column].to_numpy() * SYSCNT_TICK_NS
-    steps = pd.DataFrame({
-        "step": values["step_num"].to_numpy() - 1,
-        "start_ns": ns("start_point"), "end_ns": ns("end_point"), "fp_start_ns": ns("fp_point"),
-        "bp_end_ns": ns("bp_point") if "bp_point" in values else -1,
-    })
-    reduces = [pd.DataFrame({"row": np.arange(len(values)), "block": b, "stream_id": int(m["sid"]),
-                             "start_ns": ns(f"{c}_start_point"), "end_ns": ns(f"{c}_end_point"),
-                             "present": (values[f"{c}_start_point"].to_numpy() != 0) & (values[c].to_numpy() != 0)})
-               for b, (c, m) in enumerate(blocks)]
-    reduces = pd.concat(reduces) if reduces else pd.DataFrame(columns=["row", "block", "stream_id", "start_ns",
-                                                                        "end_ns", "present"])
-    reduces = reduces[reduces["present"].astype(bool)].sort_values(["row", "block"], kind="stable")
+    reduces, odd = [], 0
+    for b, (c, m) in enumerate(blocks):
+        (start, start_ok), (end, end_ok), (dur, dur_ok) = (
+            _tick_column(frame[name].iloc[rows], empty_is_zero=True)
+            for name in (f"{c}_start_point", f"{c}_end_point", c))
+        present = (start != 0) & (dur != 0)
+        valid = start_ok & end_ok & dur_ok & (end >= start) & (dur == end - start)
+        odd += int((present & ~valid).sum())
+        keep = present & valid
+        reduces.append(pd.DataFrame({"row": np.arange(len(rows))[keep], "block": b, "stream_id": int(m["sid"]),
+                                     "start_ns": start[keep] * SYSCNT_TICK_NS, "end_ns": end[keep] * SYSCNT_TICK_NS}))
+    if odd:
+        problems.append(f"{path.name}: {odd} all-reduce interval(s) whose points disagree with their duration "
+                        "column were left out")
+    reduces = pd.concat(reduces) if reduces else pd.DataFrame(columns=["row", "block", "stream_id", "start_ns", "end_ns"])
+    reduces = reduces.sort_values(["row", "block"], kind="stable")
     return steps, reduces[["stream_id", "start_ns", "end_ns"]].astype(np.int64).reset_index(drop=True)
 
 
@@ -230,7 +312,7 @@ def _op_descriptions(path: Path | None, problems: _Problems) -> pd.DataFrame:
     for text in frame["op_info"].tolist():
         try:
             shapes.append(input_shapes(json.loads(text)) if text else "")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError, RecursionError):
             shapes.append("")
     return pd.DataFrame({"op_type": frame["op_type"].to_numpy(), "shapes": shapes},
                         index=frame["full_op_name"].to_numpy()).groupby(level=0).last()
@@ -240,10 +322,14 @@ def _min_cycle_counter(path: Path | None, problems: _Problems) -> float | None:
     if path is None:
         return None
     try:
-        return float(path.read_text().strip())
-    except (OSError, ValueError) as error:
+        value = float(path.read_text().strip())
+    except (OSError, ValueError, UnicodeDecodeError) as error:
         problems.unreadable(path, error)
         return None
+    if not 0 <= value < MAX_SYSCNT:
+        problems.append(f"{path.name}: {value!r} is not a counter value (ticks from 0 to 2**59); not used")
+        return None
+    return value
 
 
 def _timeline_ops(files: dict[str, Path], device: str, problems: _Problems) -> pd.DataFrame:
@@ -261,13 +347,14 @@ def _timeline_ops(files: dict[str, Path], device: str, problems: _Problems) -> p
             problems.append(f"no output_timeline_data file for device {device}: there are no per-launch op timings")
         return pd.DataFrame(columns=["device", "stream", "name", "op_type", "start_ns", "dur_ns", "shapes", "source"])
     frame.columns = ["name", "stream", "start_ms", "dur_ms"] + list(frame.columns[4:])
-    try:
-        start_ms = frame["start_ms"].astype(np.float64).to_numpy()
-        dur_ms = frame["dur_ms"].astype(np.float64).to_numpy()
-    except ValueError as error:
-        problems.unreadable(path, error)
-        start_ms = dur_ms = np.zeros(0)
-        frame = frame.iloc[:0]
+    start_ms = pd.to_numeric(frame["start_ms"].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+    dur_ms = pd.to_numeric(frame["dur_ms"].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = (start_ms >= 0) & (start_ms < _MAX_MS) & (dur_ms >= 0) & (dur_ms < _MAX_MS)   # NaN fails every test
+    if not ok.all():
+        problems.append(f"{path.name}: {int((~ok).sum())} line(s) whose start_time or duration is not a finite, "
+                        f"non-negative number of ms were left out (line {_lines(np.flatnonzero(~ok) + 2)})")
+        frame, start_ms, dur_ms = frame[ok], start_ms[ok], dur_ms[ok]
     counter = _min_cycle_counter(files.get("min_cycle_counter"), problems)
     if counter is not None and len(start_ms) and start_ms.min() * 2 < counter / 1e5:
         start_ms = start_ms + counter / 1e5
@@ -304,22 +391,31 @@ def _read_ascend_outputs(dev: int, files: dict[str, Path], problems: _Problems) 
 
 # --- MindSpore 2.x CPU outputs --------------------------------------------------------------------
 
-def parse_cpu_timestamps(text: str) -> pd.DataFrame:
+def parse_cpu_timestamps(text: str) -> tuple[pd.DataFrame, list[int]]:
     """cpu_op_execute_timestamp lines `full_name;kind;start_ns,dur_ms,tid start_ns,dur_ms,tid ...`
-    as one row a launch (name, start_ns, dur_ms text, tid)."""
-    names, triplets = [], []
-    for line in text.splitlines():
+    as one row a launch (name, start_ns text, dur_ms text, tid, line), and the numbers of the
+    lines that hold no launches or launch fields not in threes (skipped)."""
+    names, triplets, line_of, bad = [], [], [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
         fields = line.strip().split(";")
-        if len(fields) < 3:
-            raise ValueError(f"line without launches: {line[:60]!r}")
-        launches = fields[2].replace(" ", ",").split(",")
-        if len(launches) % 3:
-            raise ValueError(f"launch fields not in threes: {line[:60]!r}")
+        launches = fields[2].replace(" ", ",").split(",") if len(fields) >= 3 else []
+        if not launches or len(launches) % 3:
+            bad.append(number)
+            continue
         triplets.extend(launches)
         names.extend([fields[0]] * (len(launches) // 3))
+        line_of.extend([number] * (len(launches) // 3))
     cells = np.array(triplets, dtype=object).reshape(-1, 3)
-    return pd.DataFrame({"name": pd.Series(names, dtype=object), "start_ns": cells[:, 0].astype(np.int64),
-                         "dur_ms": pd.Series(cells[:, 1], dtype=object), "tid": cells[:, 2]})
+    return pd.DataFrame({"name": pd.Series(names, dtype=object), "start_ns": pd.Series(cells[:, 0], dtype=object),
+                         "dur_ms": pd.Series(cells[:, 1], dtype=object), "tid": pd.Series(cells[:, 2], dtype=object),
+                         "line": np.array(line_of, dtype=np.int64)}), bad
+
+
+def _lines(numbers: "list[int] | np.ndarray") -> str:
+    numbers = list(numbers)
+    return ", ".join(map(str, numbers[:5])) + ("..." if len(numbers) > 5 else "")
 
 
 def _trace_view_events(path: Path | None, problems: _Problems) -> pd.DataFrame:
@@ -328,23 +424,28 @@ def _trace_view_events(path: Path | None, problems: _Problems) -> pd.DataFrame:
     if path is None:
         return pd.DataFrame(columns=columns)
     try:
-        events = json.loads(path.read_text())
+        events = json.loads(path.read_bytes())
         if isinstance(events, dict):
             events = events.get("traceEvents", [])
         processes = {e["pid"]: e["args"]["name"] for e in events
                      if e.get("ph") == "M" and e.get("name") == "process_name"}
         spans = [e for e in events if e.get("ph") == "X"]
+        start, start_ok = scaled_decimals(pd.Series([str(e["ts"]) for e in spans], dtype=object), 3)
+        dur, dur_ok = scaled_decimals(pd.Series([str(e["dur"]) for e in spans], dtype=object), 3)
         frame = pd.DataFrame({
-            "process": [processes.get(e.get("pid"), str(e.get("pid"))) for e in spans],
+            "process": [str(processes.get(e.get("pid"), e.get("pid"))) for e in spans],
             "tid": [int(e.get("tid", 0)) for e in spans],
-            "name": pd.Series([e["name"] for e in spans], dtype=object),
-            "start_ns": scaled_decimal_text(pd.Series([str(e["ts"]) for e in spans], dtype=object), 3),
-            "dur_ns": scaled_decimal_text(pd.Series([str(e["dur"]) for e in spans], dtype=object), 3),
+            "name": pd.Series([str(e["name"]) for e in spans], dtype=object),
+            "start_ns": start, "dur_ns": dur,
         })
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as error:
         problems.unreadable(path, error)
         return pd.DataFrame(columns=columns)
-    return frame
+    ok = start_ok & dur_ok & (start >= 0) & (dur >= 0)
+    if not ok.all():
+        problems.append(f"{path.name}: {int((~ok).sum())} event(s) whose ts / dur is not a finite, non-negative "
+                        "number were left out")
+    return frame[ok].reset_index(drop=True)
 
 
 def _cpu_launches(files: dict[str, Path], events: pd.DataFrame, problems: _Problems) -> pd.DataFrame:
@@ -352,14 +453,32 @@ def _cpu_launches(files: dict[str, Path], events: pd.DataFrame, problems: _Probl
     path = files.get("timestamps")
     if path is not None:
         try:
-            launches = parse_cpu_timestamps(path.read_text())
-            return launches.assign(dur_ns=scaled_decimal_text(launches["dur_ms"], 6)).drop(columns="dur_ms")
+            launches, bad_lines = parse_cpu_timestamps(path.read_text())
         except (OSError, ValueError, UnicodeDecodeError) as error:
             problems.unreadable(path, error)
+        else:
+            if bad_lines:
+                problems.append(f"{path.name}: {len(bad_lines)} line(s) without launches in threes "
+                                f"(start_ns,dur_ms,tid) skipped (line {_lines(bad_lines)})")
+            start, start_ok = scaled_decimals(launches["start_ns"], 0)
+            dur, dur_ok = scaled_decimals(launches["dur_ms"], 6)
+            ok = start_ok & dur_ok & (start >= 0) & (dur >= 0)
+            if not ok.all():
+                problems.append(f"{path.name}: {int((~ok).sum())} launch(es) whose start or duration is not a finite, "
+                                f"non-negative number were left out (line {_lines(np.unique(launches['line'][~ok]))})")
+            if ok.any() or events[events["process"] == "CPU OP"].empty:
+                return pd.DataFrame({"name": launches["name"][ok].to_numpy(dtype=object), "start_ns": start[ok],
+                                     "dur_ns": dur[ok], "tid": launches["tid"][ok].astype(str).to_numpy(dtype=object)})
     cpu = events[events["process"] == "CPU OP"]
     if cpu.empty:
-        problems.append("no cpu_op_execute_timestamp file and no CPU OP events in trace_view.json: "
-                        "there are no per-launch op timings")
+        view = files.get("trace_view")
+        ascend = [n for n in _ASCEND_2X_FILES if view is not None and (view.parent / n).is_file()]
+        if ascend:
+            problems.append(f"this is a MindSpore 2.x Ascend output ({', '.join(ascend)} in {view.parent.name}), "
+                            "whose device files profview does not read yet; only its CPU op files would be")
+        else:
+            problems.append("no cpu_op_execute_timestamp file and no CPU OP events in trace_view.json: "
+                            "there are no per-launch op timings")
     return pd.DataFrame({"name": cpu["name"].to_numpy(dtype=object), "start_ns": cpu["start_ns"].to_numpy(np.int64),
                          "dur_ns": cpu["dur_ns"].to_numpy(np.int64), "tid": cpu["tid"].astype(str).to_numpy()})
 

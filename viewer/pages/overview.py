@@ -87,15 +87,21 @@ def _findings_section(ctx: Context) -> str:
     return render_findings(verdict, items)
 
 
+def _count(value) -> int:
+    """A count from profiler_info (0 when it is not a whole number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _recording_note(ctx: Context) -> str:
     """Dropped events, torn chunks and warnings: never hidden."""
     info = ctx.run.info
     rec = info.get("recording", {}) if isinstance(info.get("recording"), dict) else {}
     notes = []
-    if rec.get("dropped_events"):
-        notes.append(f"{rec['dropped_events']:,} events were dropped while recording ({rec.get('dropped_reason', '')}).")
-    if rec.get("torn_chunks"):
-        notes.append(f"{rec['torn_chunks']} raw-store chunk(s) were cut short by a crash and skipped.")
+    dropped, torn = _count(rec.get("dropped_events")), _count(rec.get("torn_chunks"))
+    if dropped:
+        notes.append(f"{dropped:,} events were dropped while recording ({rec.get('dropped_reason', '')}).")
+    if torn:
+        notes.append(f"{torn} raw-store chunk(s) were cut short by a crash and skipped.")
     notes += [str(w) for w in info.get("warnings", []) if w]
     sources = info.get("sources", {}) if isinstance(info.get("sources"), dict) else {}
     off = [f"{name}: {s.get('status')}" for name, s in sources.items()

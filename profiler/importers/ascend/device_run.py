@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ def shapes_text(shapes: list[list[int]]) -> str:
 def dims(text: str) -> list[int]:
     """`"16000,80"` / `"[32, 3]"` / `""` -> [16000, 80] / [32, 3] / []."""
     inner = text.strip().strip('"').strip("[]")
-    return [int(d) for d in inner.split(",") if d.strip().lstrip("-").isdigit()]
+    return [int(d) for d in inner.split(",") if d.strip().lstrip("-").isdigit() and len(d.strip()) <= 19]
 
 
 def input_shapes(op_info: dict[str, Any]) -> str:
@@ -106,6 +107,61 @@ def _earliest(*times: np.ndarray) -> int:
     return int(min(present)) if present else 0
 
 
+#: A device time this far (7 days) from the median of the run's times is a damaged counter value.
+FAR_NS = 7 * 86400 * 10 ** 9
+
+
+def checked_tables(ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """The tables without rows no real device clock can give, and a sentence per kind left out.
+
+    Left out: ops and spans with a negative duration, steps whose bounds are out of order
+    (start <= fp <= bp <= end, fp / bp -1 when absent) or that overlap an earlier step, and any
+    row more than FAR_NS from the median time of the run (a bit flipped in a counter: the run's
+    origin, its earliest time, would otherwise sit years before the rest). Valid input passes
+    through unchanged.
+    """
+    times = np.concatenate([ops["start_ns"].to_numpy(np.int64), steps["start_ns"].to_numpy(np.int64),
+                            spans["start_ns"].to_numpy(np.int64)])
+    if not len(times):
+        return ops, steps, spans, []
+    center = int(np.median(times))
+    near = lambda t: np.abs(t.astype(np.float64) - center) <= FAR_NS  # noqa: E731 - float: no int64 overflow
+    problems = []
+
+    o_start, o_dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
+    o_ok = (o_dur >= 0) & near(o_start) & near(o_start + np.maximum(o_dur, 0))
+    if not o_ok.all():
+        problems.append(f"{int((~o_ok).sum())} op execution(s) with a negative duration or a time far from the rest "
+                        "of the run (damaged counter values) were left out")
+        ops = ops[o_ok].reset_index(drop=True)
+
+    s, e = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    fp, bp = steps["fp_start_ns"].to_numpy(np.int64), steps["bp_end_ns"].to_numpy(np.int64)
+    s_ok = ((s >= 0) & (e >= s) & ((fp == -1) | ((fp >= s) & (fp <= e)))
+            & ((bp == -1) | ((bp >= np.where(fp >= 0, fp, s)) & (bp <= e))) & near(s) & near(e))
+    order = np.argsort(s, kind="stable")
+    overlapping = np.zeros(len(s), dtype=bool)
+    reach = None
+    for i in order[s_ok[order]].tolist():
+        if reach is not None and s[i] < reach:
+            overlapping[i] = True
+        else:
+            reach = e[i]
+    if not s_ok.all() or overlapping.any():
+        problems.append(f"{int((~s_ok).sum() + overlapping.sum())} step(s) whose bounds are out of order, overlap an "
+                        "earlier step or lie far from the rest of the run (damaged values) were left out")
+    steps = steps.iloc[order[(s_ok & ~overlapping)[order]]].reset_index(drop=True)
+
+    p_start, p_dur = spans["start_ns"].to_numpy(np.int64), spans["dur_ns"].to_numpy(np.int64)
+    p_ok = (p_dur >= 0) & near(p_start) & near(p_start + np.maximum(p_dur, 0))
+    if not p_ok.all():
+        problems.append(f"{int((~p_ok).sum())} all-reduce / scope span(s) with a negative duration or far from the "
+                        "rest of the run were left out")
+        spans = spans[p_ok].reset_index(drop=True)
+    return ops, steps, spans, problems
+
+
 def device_run(info: dict[str, Any], ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame,
                clock_unix_ns: int | None) -> Run:
     """A Run from absolute device-clock tables, with the origin at the earliest timestamp.
@@ -115,6 +171,11 @@ def device_run(info: dict[str, Any], ops: pd.DataFrame, steps: pd.DataFrame, spa
     dur_ns, depth. `clock_unix_ns` is the Unix time of device-clock zero, None when unknown
     (origin_unix_ns is then 0). `info` gets the clock.
     """
+    ops, steps, spans, problems = checked_tables(ops, steps, spans)
+    if problems:
+        info = {**info, "warnings": list(info.get("warnings", [])) + problems}
+        for problem in problems:
+            warnings.warn(problem, UserWarning, stacklevel=2)
     origin = _earliest(ops["start_ns"].to_numpy(), steps["start_ns"].to_numpy(), spans["start_ns"].to_numpy())
     steps = steps.assign(**{c: np.where(steps[c].to_numpy() >= 0, steps[c].to_numpy() - origin, -1)
                             for c in ("start_ns", "end_ns", "fp_start_ns", "bp_end_ns")}, overhead_ns=0)

@@ -25,6 +25,14 @@ HWTS_COLUMNS = ["log_type", "cnt", "flag", "core_id", "block_id", "task_id", "st
 
 TASK_START, TASK_END, BLOCK_PMU = 0, 1, 4
 
+#: Counter values at or above this (2**59 ticks, 182 years at 100 MHz) are damage, not time; below
+#: it, ticks x 10 ns stay far inside int64.
+MAX_SYSCNT = 2 ** 59
+
+#: When more than this share of the Start / End pairs end before they start, the log's record
+#: order is damaged and no pair can be trusted.
+DAMAGED_ORDER_SHARE = 0.1
+
 #: Task ids at or above this are unique on their own; below it they are unique per stream.
 GLOBAL_TASK_ID_MIN = 25000
 
@@ -69,6 +77,14 @@ def decode_hwts(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     keep &= ~invalid
     flag = (head >> 3) & 1
     syscnt = records["syscnt"].astype(np.int64)
+    impossible = keep & (log_type <= TASK_END) & ((syscnt < 0) | (syscnt >= MAX_SYSCNT))
+    if impossible.any():
+        first = int(np.argmax(impossible))
+        problems.append(
+            f"{joined.locate(first * HWTS_RECORD_BYTES)}: {int(impossible.sum())} HWTS task record(s) with an "
+            f"impossible counter value (2**59 ticks or more: over 180 years at 100 MHz) skipped (first here)"
+        )
+        keep &= ~impossible
     pmu = log_type == BLOCK_PMU
     if pmu.any():
         syscnt = np.where(pmu, np.where(flag == 0, records["pmu_syscnt"].astype(np.int64), -1), syscnt)
@@ -158,3 +174,21 @@ def executions(records: pd.DataFrame, desc_keys: np.ndarray, desc_ops: np.ndarra
         "start": start,
         "dur": records["syscnt"].to_numpy()[end_rows] - start,
     })
+
+
+def checked_executions(ex: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:
+    """The executions without those that end before they start, and a problem naming `source`.
+
+    The counter only moves forward, so an End record with a lower syscnt than its Start means a
+    damaged record; many of them mean the records are out of order (shuffled, or slices joined in
+    the wrong order), and then every pairing is suspect: all executions are left out.
+    """
+    backwards = ex["dur"].to_numpy() < 0
+    bad = int(backwards.sum())
+    if not bad:
+        return ex, []
+    if bad > DAMAGED_ORDER_SHARE * len(ex):
+        return ex.iloc[:0], [f"{source}: {bad} of {len(ex)} Start/End pairs end before they start: the records are "
+                             "out of order or damaged, so no op timing is given"]
+    return ex[~backwards].reset_index(drop=True), [
+        f"{source}: {bad} of {len(ex)} Start/End pairs end before they start (damaged counter values) and were left out"]

@@ -144,10 +144,14 @@ def read_ascend_job(job_dir: str | Path, device_id: int | None = None) -> Ascend
 
     names = framework_desc.op_names(tasks)
     executions = hwts.executions(records, *framework_desc.task_key_map(tasks, names))
+    hwts_files = ", ".join(Path(p).name for p in reader.sources["hwts"].get("files", []))
+    executions, pair_problems = hwts.checked_executions(executions, hwts_files)
+    reader.problems.extend(pair_problems)
     skip_first = any(n.startswith(DATASET_INIT_PREFIX) for n in names)
     trace_files = ", ".join(Path(p).name for p in reader.sources["training_trace"].get("files", []))
     steps, reduces, step_problems = training_trace.assemble_steps(trace, skip_first, trace_files)
-    reader.problems.extend(step_problems)
+    steps, reduces, order_problems = training_trace.checked_steps(steps, reduces, trace_files)
+    reader.problems.extend(step_problems + order_problems)
     if executions.empty and steps.empty:
         reasons = "; ".join(reader.problems[-3:]) or "no task of the HWTS log matches task_desc"
         raise ProfviewError(f"Ascend job {job_dir} (device {device}) yields neither op timings nor steps: {reasons}.")

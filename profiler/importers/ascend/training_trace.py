@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiler.importers.ascend.hwts import MAX_SYSCNT
 from profiler.importers.ascend.slices import Joined, whole_records
 
 TRACE_RECORD_BYTES = 20
@@ -27,11 +28,19 @@ def decode_training_trace(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     raw = joined.data
     whole, problems = whole_records(joined, TRACE_RECORD_BYTES, "training-trace")
     records = np.frombuffer(raw, dtype=TRACE_DTYPE, count=whole)
+    syscnt = records["syscnt"].astype(np.int64)
+    tag = records["tag"].astype(np.int64)
+    impossible = (syscnt < 0) | (syscnt >= MAX_SYSCNT) | (tag < 0)
+    if impossible.any():
+        first = int(np.argmax(impossible))
+        problems.append(f"{joined.locate(first * TRACE_RECORD_BYTES)}: {int(impossible.sum())} training-trace record(s) "
+                        "with an impossible counter value or tag skipped (first here)")
+    keep = ~impossible
     frame = pd.DataFrame({
-        "tag": records["tag"].astype(np.int64),
-        "task_id": records["task_id"].astype(np.int64),
-        "stream_id": records["stream_id"].astype(np.int64),
-        "syscnt": records["syscnt"].astype(np.int64),
+        "tag": tag[keep],
+        "task_id": records["task_id"][keep].astype(np.int64),
+        "stream_id": records["stream_id"][keep].astype(np.int64),
+        "syscnt": syscnt[keep],
     })
     return frame, problems
 
@@ -132,3 +141,46 @@ def _reduce_pairs(step_num: np.ndarray, stream: np.ndarray, tag: np.ndarray, sys
         "end_tag": second["tag"].to_numpy(),
     })
     return pairs, odd_groups
+
+
+def checked_steps(steps: pd.DataFrame, reduces: pd.DataFrame, source: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The steps whose points are in order (start <= FP_START <= BP_END <= ITER_END) and that do not
+    overlap an earlier step, and the all-reduce pairs of those steps that lie inside them (the
+    device records a step's all-reduce points between its start and its ITER_END).
+
+    A counter only moves forward, so any other step was assembled from damaged records; it is
+    left out (its number is kept by the others) with a problem naming `source`.
+    """
+    problems = []
+    start, fp, bp, end = (steps[c].to_numpy() for c in ("start", "fp", "bp", "end"))
+    ordered = (start >= 0) & (start <= fp) & (fp <= bp) & (bp <= end)
+    keep = ordered & ~_overlapping(start, end, ordered)
+    if not ordered.all():
+        problems.append(f"{source}: {int((~ordered).sum())} step(s) whose points are out of order (damaged records) "
+                        f"were left out (step numbers {steps['step_num'].to_numpy()[~ordered][:5].tolist()}"
+                        f"{'...' if (~ordered).sum() > 5 else ''})")
+    if (ordered & ~keep).any():
+        problems.append(f"{source}: {int((ordered & ~keep).sum())} step(s) overlapping an earlier step were left out")
+    steps = steps[keep].reset_index(drop=True)
+    bounds = steps.set_index("step_num")
+    of_kept = reduces["step_num"].isin(steps["step_num"]).to_numpy()
+    step_start = reduces["step_num"].map(bounds["start"]).to_numpy(dtype=np.float64)
+    step_end = reduces["step_num"].map(bounds["end"]).to_numpy(dtype=np.float64)
+    inside = (reduces["start"].to_numpy() >= step_start) & (reduces["start"].to_numpy() <= reduces["end"].to_numpy()) \
+        & (reduces["end"].to_numpy() <= step_end)
+    stray = int((of_kept & ~inside).sum())
+    if stray:
+        problems.append(f"{source}: {stray} all-reduce interval(s) not inside their step (damaged records) were left out")
+    return steps, reduces[of_kept & inside].reset_index(drop=True), problems
+
+
+def _overlapping(start, end, candidates) -> "np.ndarray":
+    """Per row: a candidate that starts before the end of an earlier kept candidate (rows in start order)."""
+    out = np.zeros(len(start), dtype=bool)
+    reach = -1
+    for i in np.flatnonzero(candidates).tolist():      # steps: hundreds to thousands, one pass
+        if start[i] < reach:
+            out[i] = True
+        else:
+            reach = end[i]
+    return out
