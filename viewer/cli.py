@@ -5,6 +5,7 @@
     profview DIR --summary       print the step breakdown, top ops and verdict
     profview analyse DIR         re-run analysis from DIR/raw and rewrite the output files
     profview compare BASE NEW    BASE -> NEW: step-time, op and queue deltas, findings, a CI verdict
+    profview watch DIR           a live terminal view of a recording as it grows
     profview import-ascend JOB -o OUT    an Ascend JOB directory -> profview (and/or MindSpore) outputs
     profview import-kineto TRACE -o OUT  a PyTorch profiler (Kineto) trace -> profview outputs
 
@@ -229,6 +230,28 @@ def run_import_kineto(args: argparse.Namespace) -> int:
     return _print_paths(import_kineto_trace(args.trace, args.output))
 
 
+def _configure_watch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", type=Path, help="a recording's output directory (its raw/ store grows)")
+    p.add_argument("-r", "--rank", type=int, metavar="R",
+                   help="the rank whose recent steps the advisor reads (default: the slowest rank)")
+    p.add_argument("--window", type=int, default=100, metavar="N",
+                   help="the advisor reads the last N steps (default 100)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
+    p.add_argument("--plain", action="store_true",
+                   help="print plain key=value lines instead of the live view (the default when stdout is "
+                        "not a terminal)")
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    """Follow DIR's raw store live until its recording ends (viewer.watch)."""
+    from viewer.watch import watch
+
+    if args.window < 1 or args.interval <= 0:
+        raise InputError("--window wants a positive number of steps and --interval a positive number of seconds")
+    return watch(args.dir, interval_s=args.interval, window_steps=args.window, rank=args.rank,
+                 plain=True if args.plain else None)
+
+
 def _print_paths(paths: Sequence[Path]) -> int:
     for path in paths:
         print(path)
@@ -243,6 +266,9 @@ COMMANDS: dict[str, Command] = {
                        _configure_analyse, run_analyse),
     "compare": Command("compare two runs, BASE -> NEW: step phases, ops, queues, findings; exit 1 when "
                        "--fail-if-slower is exceeded", _configure_compare, run_compare),
+    "watch": Command("follow a recording live in the terminal as its raw store grows: step rate and times, the "
+                     "split, the advisor's verdict on the recent steps, queues, memory, ranks", _configure_watch,
+                     run_watch),
     "import-ascend": Command("import an Ascend profiling JOB directory into a profview (and/or MindSpore) output "
                              "directory", _configure_import_ascend, run_import_ascend),
     "import-kineto": Command("import a PyTorch profiler (Kineto) trace into a profview output directory",
@@ -258,6 +284,7 @@ EPILOG = """examples:
   profview compare before/ after/ --fail-if-slower 5%
                                               CI gate: exit 1 when after/ is >5 % slower
   profview before/ --compare after/           report of before/ with a Compare tab
+  profview watch ./profiler_data              live view of a recording while it runs
   profview import-ascend JOB3 -o out --format both
                                               Ascend JOB -> profview + MindSpore files
   profview import-kineto trace.json.gz -o out a PyTorch profiler trace -> profview files

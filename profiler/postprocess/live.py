@@ -46,6 +46,7 @@ class RankStatus:
     ended: bool
     gone: bool                        # its process exited without an end chunk
     since_last_step_s: Optional[float]    # seconds since the last step ended (same host only)
+    elapsed_s: float = 0.0            # since the recording started (to its last step once it ended)
     pid: int = 0
     host: str = ""
 
@@ -143,8 +144,9 @@ class LiveRecording:
         got = self._analysis.get(self.shown_rank if rank is None else rank)
         return got[0] if got else None
 
-    def update(self, analyse: bool = True) -> Snapshot:
-        """Poll the store, and analyse the shown rank's window when it is due."""
+    def update(self, analyse: bool = True, force: bool = False) -> Snapshot:
+        """Poll the store, and analyse the shown rank's window when it is due (`force`: now, when
+        new steps arrived since the last analysis)."""
         result = self.follower.poll()
         self.bytes_read += result.bytes_read
         for rank in result.reset_ranks:
@@ -157,7 +159,7 @@ class LiveRecording:
         slowest = max((r for r in ranks if len(r.recent_ms)), key=lambda r: r.mean_ms, default=None)
         shown = self.shown_rank = self._shown(slowest.rank if slowest else None)
         state = self.follower.ranks.get(shown) if shown is not None else None
-        if analyse and state is not None and now >= self._due:
+        if analyse and state is not None and (force or now >= self._due):
             seen = self._analysis.get(shown)
             if seen is None or seen[3] != state.step_count:
                 self._analyse(shown, state, now)
@@ -198,11 +200,18 @@ class LiveRecording:
         dur = dur[-self.recent_steps:]
         since = None
         meta = s.meta or {}
-        if len(rows) and meta.get("host") == self.follower.host and not s.ended:
-            since = max((time.perf_counter_ns() - int(rows[:, 0].max())) / 1e9, 0.0)
+        last_t = int(rows[:, 0].max()) if len(rows) else s.origin_ns
+        ends = [int(f.end["stop_ns"]) for f in s.files.values() if f.end and isinstance(f.end.get("stop_ns"), int)]
+        elapsed = ((max(ends) if ends else last_t) - s.origin_ns) / 1e9 if s.meta else 0.0
+        if meta.get("host") == self.follower.host and not s.ended:
+            now = time.perf_counter_ns()        # CLOCK_MONOTONIC: the recording's clock on this host
+            elapsed = (now - s.origin_ns) / 1e9
+            if len(rows):
+                since = max((now - last_t) / 1e9, 0.0)
         return RankStatus(rank=s.rank, steps=s.step_count, last_step=int(recent[-1, 2]) if len(recent) else -1,
                           recent_ms=dur / 1e6, mean_ms=float(dur.mean() / 1e6) if len(dur) else 0.0,
                           steps_per_s=rate_per_s(dur), ended=s.ended, gone=False, since_last_step_s=since,
+                          elapsed_s=max(elapsed, 0.0),
                           pid=int(meta.get("pid", 0) or 0), host=str(meta.get("host", "")))
 
     def _analyse(self, rank: int, state: RankState, now: float) -> None:
