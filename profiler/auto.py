@@ -380,7 +380,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                    help="an advisor threshold for the analysis (repeatable)")
     p.add_argument("--cluster-timeout", type=float, default=120.0, help=argparse.SUPPRESS)
-    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module as `python -m MODULE` does")
+    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
+                   help="run a module as `python -m MODULE` does (the rest of the line is its arguments)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="the script and its arguments")
     return p
 
@@ -390,8 +391,10 @@ def split_target(args: argparse.Namespace) -> tuple[Optional[str], Optional[str]
     rest = list(args.target)
     if rest and rest[0] == "--":
         rest = rest[1:]
-    if args.module:
-        return None, args.module, rest
+    if args.module is not None:
+        if not args.module:
+            raise ProfviewError("-m wants a module name (profview run -m package.module [args...])")
+        return None, args.module[0], list(args.module[1:])
     if not rest:
         raise ProfviewError("name the script to run (profview run train.py [args...]) or a module (-m package.module)")
     return rest[0], None, rest[1:]

@@ -6,6 +6,7 @@
     profview analyse DIR         re-run analysis from DIR/raw and rewrite the output files
     profview compare BASE NEW    BASE -> NEW: step-time, op and queue deltas, findings, a CI verdict
     profview watch DIR           a live terminal view of a recording as it grows
+    profview run SCRIPT [ARGS]   run a script with profiling on (no code change), watch it live
     profview import-ascend JOB -o OUT    an Ascend JOB directory -> profview (and/or MindSpore) outputs
     profview import-kineto TRACE -o OUT  a PyTorch profiler (Kineto) trace -> profview outputs
 
@@ -252,6 +253,19 @@ def run_watch(args: argparse.Namespace) -> int:
                  plain=True if args.plain else None)
 
 
+def _configure_run(p: argparse.ArgumentParser) -> None:
+    from viewer.run import configure
+
+    configure(p)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """Run a script with profiling on and the live view (viewer.run); the script's exit status."""
+    from viewer.run import run
+
+    return run(args)
+
+
 def _print_paths(paths: Sequence[Path]) -> int:
     for path in paths:
         print(path)
@@ -266,6 +280,8 @@ COMMANDS: dict[str, Command] = {
                        _configure_analyse, run_analyse),
     "compare": Command("compare two runs, BASE -> NEW: step phases, ops, queues, findings; exit 1 when "
                        "--fail-if-slower is exceeded", _configure_compare, run_compare),
+    "run": Command("run a Python script (or -m module) with profiling on and no change to it: the live view while "
+                   "it runs, the analysis when it ends; exits with the script's status", _configure_run, run_run),
     "watch": Command("follow a recording live in the terminal as its raw store grows: step rate and times, the "
                      "split, the advisor's verdict on the recent steps, queues, memory, ranks", _configure_watch,
                      run_watch),
@@ -285,6 +301,8 @@ EPILOG = """examples:
                                               CI gate: exit 1 when after/ is >5 % slower
   profview before/ --compare after/           report of before/ with a Compare tab
   profview watch ./profiler_data              live view of a recording while it runs
+  profview run train.py --lr 0.1              profile a script with no code change (live view, analysis)
+  profview run -o out -m mypackage.train      ... a module, recorded into out/
   profview import-ascend JOB3 -o out --format both
                                               Ascend JOB -> profview + MindSpore files
   profview import-kineto trace.json.gz -o out a PyTorch profiler trace -> profview files

@@ -27,6 +27,7 @@ from profiler.postprocess.live import LiveRecording, Snapshot
 from viewer.summary import clean
 
 SPARK = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 48
 #: colours of the split bar: gap (other host work), data wait, forward + backward, tail
 COLOURS = {"gap_host": "yellow", "data_wait_ms": "red", "fp_bp_ms": "green", "tail_ms": "blue"}
 SEVERITY_STYLE = {"high": "bold white on red", "medium": "black on yellow", "low": "black on green"}
@@ -180,15 +181,17 @@ def render(snap: Snapshot, directory: Path):
     grid.add_row("run", head)
     if len(shown.recent_ms):
         r = shown.recent_ms
-        line = Text(sparkline(r), style="cyan")
-        line.append(f"  mean {fmt_ms(float(r.mean()))} · min {fmt_ms(float(r.min()))} · max {fmt_ms(float(r.max()))}"
-                    f" · last {fmt_ms(float(r[-1]))}")
-        grid.add_row(f"step time ({len(r)})", line)
+        line = Text(sparkline(r, SPARK_WIDTH), style="cyan")
+        line.append(f"  last {fmt_ms(float(r[-1]))} · mean {fmt_ms(float(r.mean()))} · min {fmt_ms(float(r.min()))}"
+                    f" · max {fmt_ms(float(r.max()))}")
+        grid.add_row(f"step time ({min(len(r), SPARK_WIDTH)})", line)
     f = snap.figures
     if f is not None:
         grid.add_row("mean step", Text(f"{fmt_ms(f.mean_ms)} over steps {f.first_step}–{f.last_step} "
                                       f"(the advisor's window, {f.steps} steps)"))
-        grid.add_row("split", _split_bar(f))
+        bar, legend = _split_bar(f)
+        grid.add_row("split", bar)
+        grid.add_row("", legend)
         grid.add_row("verdict", _verdict(f))
         if f.queues:
             grid.add_row("queues", Text(" · ".join(
@@ -201,7 +204,8 @@ def render(snap: Snapshot, directory: Path):
         grid.add_row("verdict", Text("waiting for steps to analyse …", style="dim"))
     if snap.memory:
         grid.add_row("memory", Text(" · ".join(
-            f"{m.label} {clean(m.device)} {fmt_bytes(m.last_bytes)} ({m.bytes_per_s * 60 / (1 << 20):+.1f} MB/min)"
+            f"{m.label}{'' if m.device == 'host' else ' ' + clean(m.device)} {fmt_bytes(m.last_bytes)} "
+            f"({m.bytes_per_s * 60 / (1 << 20):+.1f} MB/min)"
             for m in snap.memory)))
     notes = []
     if snap.torn_chunks:
@@ -218,7 +222,7 @@ def render(snap: Snapshot, directory: Path):
     return Panel(Group(*parts), title=Text(f"profview watch · {clean(directory)}"), title_align="left")
 
 
-def _split_bar(f, width: int = 40):
+def _split_bar(f, width: int = 48):
     from rich.text import Text
 
     ms = f.split_ms
@@ -229,14 +233,13 @@ def _split_bar(f, width: int = 40):
     parts += [("gap_host", "gap" if not f.data_wait_measured else "other gap", host_gap),
               ("fp_bp_ms", "fp+bp", ms["fp_bp_ms"]), ("tail_ms", "tail", ms["tail_ms"])]
     total = sum(p[2] for p in parts) or 1.0
-    bar = Text()
+    bar, legend = Text(), Text()
     for key, _, value in parts:
         bar.append("█" * int(round(width * value / total)), style=COLOURS[key])
-    bar.append("  ")
     for key, label, value in parts:
-        bar.append("■ ", style=COLOURS[key])
-        bar.append(f"{label} {fmt_ms(value)} ({100 * value / total:.0f} %)  ")
-    return bar
+        legend.append("■ ", style=COLOURS[key])
+        legend.append(f"{label} {fmt_ms(value)} ({100 * value / total:.0f} %)   ")
+    return bar, legend
 
 
 def _verdict(f):
@@ -281,126 +284,176 @@ def _ranks_table(snap: Snapshot):
 # ---- the loop ---------------------------------------------------------------------------------
 
 
+class _Session:
+    """The recording being followed, switched when `redirect()` names another directory (a script's own
+    Profiler took over from `profview run`'s)."""
+
+    def __init__(self, directory: Path, redirect: Optional[Callable[[], Optional[Path]]], **kwargs) -> None:
+        self.directory = directory
+        self.redirect = redirect
+        self.kwargs = kwargs
+        self.recording = LiveRecording(directory, **kwargs)
+
+    def update(self, force: bool = False) -> Snapshot:
+        target = self.redirect() if self.redirect is not None else None
+        if target is not None and Path(target) != self.directory:
+            self.recording.close()
+            self.directory = Path(target)
+            self.recording = LiveRecording(self.directory, **{**self.kwargs, "since": None})
+        return self.recording.update(force=force)
+
+    def close(self) -> None:
+        self.recording.close()
+
+
 def watch(directory: Path, *, interval_s: float = 1.0, window_steps: int = 100, rank: Optional[int] = None,
-          plain: Optional[bool] = None, out: Optional[TextIO] = None, ignore_existing: bool = False,
+          plain: Optional[bool] = None, out: Optional[TextIO] = None, since: Optional[float] = None,
           stop_when: Optional[Callable[[], bool]] = None, lines: Optional["queue.Queue[str]"] = None,
+          redirect: Optional[Callable[[], Optional[Path]]] = None, until_end: bool = True, final: bool = True,
           plain_every_s: float = 0.0, exit_on_gone_s: float = 5.0) -> int:
-    """Follow `directory` until its recording ends (0), its writers are gone (1), `stop_when()` is
-    true (0), or Ctrl-C (0); returns the exit status. `lines`: text to print above the live view
-    (a script's output, `profview run`)."""
+    """Follow `directory` and return an exit status: 0 when its recording ended (every rank's end
+    chunk arrived; with `until_end`), 1 when its writers are gone without one, 0 when `stop_when()`
+    is true or on Ctrl-C. `lines`: text to print above the live view (a script's output, for
+    `profview run`); `redirect()`: another directory to follow from now on; `final`: print the
+    one-line summary at the end; `since`: leave out raw files written before this Unix time."""
     directory = Path(directory)
-    if not directory.exists():
-        raise InputError(f"{directory} does not exist")
-    if not directory.is_dir():
-        raise InputError(f"{directory} is not a directory (profview watch follows a recording's output directory)")
+    if redirect is None:
+        if not directory.exists():
+            raise InputError(f"{directory} does not exist")
+        if not directory.is_dir():
+            raise InputError(f"{directory} is not a directory (profview watch follows a recording's output directory)")
     out = out or sys.stdout
-    plain = not out.isatty() if plain is None else plain
-    recording = LiveRecording(directory, window_steps=window_steps, rank=rank, ignore_existing=ignore_existing)
+    plain = not _isatty(out) if plain is None else plain
+    session = _Session(directory, redirect, window_steps=window_steps, rank=rank, since=since)
+    loop = _Loop(session, interval_s, stop_when, lines, until_end, exit_on_gone_s)
     try:
         if plain:
-            return _loop_plain(recording, directory, out, interval_s, stop_when, lines, plain_every_s, exit_on_gone_s)
-        return _loop_rich(recording, directory, out, interval_s, stop_when, lines, exit_on_gone_s)
+            return loop.plain(out, plain_every_s, final)
+        return loop.rich(out, final)
     finally:
-        recording.close()
+        session.close()
 
 
-def _done(snap: Snapshot, gone_since: list, exit_on_gone_s: float) -> Optional[int]:
-    """0 when the recording ended, 1 when its writers have been gone for exit_on_gone_s, else None."""
-    if snap.finished:
-        return 0
-    if snap.ranks and len(snap.gone) == len(snap.ranks) and not snap.pending_bytes:
-        gone_since[0] = gone_since[0] or time.monotonic()
-        if time.monotonic() - gone_since[0] >= exit_on_gone_s:
-            return 1
-    else:
-        gone_since[0] = 0.0
-    return None
-
-
-def _drain(lines: Optional["queue.Queue[str]"], emit: Callable[[str], None]) -> None:
-    while lines is not None:
-        try:
-            emit(lines.get_nowait())
-        except queue.Empty:
-            return
-
-
-def _loop_plain(recording: LiveRecording, directory: Path, out: TextIO, interval_s: float,
-                stop_when, lines, plain_every_s: float, exit_on_gone_s: float) -> int:
-    last_key, last_at, gone_since = None, 0.0, [0.0]
-    snap = None
-
-    def emit(text: str) -> None:
-        out.write(text + "\n")
-        out.flush()
-
+def _isatty(out: TextIO) -> bool:
     try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Loop:
+    def __init__(self, session: _Session, interval_s: float, stop_when, lines, until_end: bool,
+                 exit_on_gone_s: float) -> None:
+        self.session = session
+        self.interval_s = interval_s
+        self.stop_when = stop_when
+        self.lines = lines
+        self.until_end = until_end
+        self.exit_on_gone_s = exit_on_gone_s
+        self._gone_since = 0.0
+        self.snap: Optional[Snapshot] = None
+
+    def _stopping(self) -> bool:
+        return self.stop_when is not None and self.stop_when()
+
+    def _done(self, snap: Snapshot) -> Optional[int]:
+        """0 when the recording ended, 1 when its writers have been gone for exit_on_gone_s, else None."""
+        if not self.until_end:
+            return None
+        if snap.finished:
+            return 0
+        if snap.ranks and len(snap.gone) == len(snap.ranks) and not snap.pending_bytes:
+            self._gone_since = self._gone_since or time.monotonic()
+            if time.monotonic() - self._gone_since >= self.exit_on_gone_s:
+                return 1
+        else:
+            self._gone_since = 0.0
+        return None
+
+    def _drain(self, emit: Callable[[str], None]) -> None:
+        while self.lines is not None:
+            try:
+                emit(self.lines.get_nowait())
+            except queue.Empty:
+                return
+
+    def _sleep(self, emit: Callable[[str], None]) -> None:
+        """Wait for the next refresh, printing the script's lines as they come (every 0.1 s)."""
+        deadline = time.monotonic() + self.interval_s
         while True:
-            _drain(lines, emit)
-            stopping = stop_when is not None and stop_when()
-            snap = recording.update(force=stopping)
-            done = _done(snap, gone_since, exit_on_gone_s)
-            if done is not None or stopping:
-                snap = recording.update(force=True)
-                _drain(lines, emit)
-                emit(plain_line(snap))
-                emit(final_line(snap, directory))
-                return done or 0
-            fields = plain_fields(snap)
-            key = (fields.get("status"), fields.get("steps"), fields.get("verdict"))
-            now = time.monotonic()
-            if key != last_key and now - last_at >= plain_every_s:
-                emit(plain_line(snap))
-                last_key, last_at = key, now
-            _sleep(interval_s, lines, emit, stop_when)
-    except KeyboardInterrupt:
-        if snap is not None:
-            emit(final_line(snap, directory, interrupted=True))
-        return 0
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+            self._drain(emit)
+            if self._stopping():
+                return
 
+    def step(self, emit: Callable[[str], None]) -> Optional[int]:
+        """One refresh: None to go on, else the exit status (self.snap is the last snapshot)."""
+        self._drain(emit)
+        stopping = self._stopping()
+        self.snap = self.session.update(force=stopping)
+        done = self._done(self.snap)
+        if done is None and not stopping:
+            return None
+        self.snap = self.session.update(force=True)
+        self._drain(emit)
+        return done or 0
 
-def _loop_rich(recording: LiveRecording, directory: Path, out: TextIO, interval_s: float,
-               stop_when, lines, exit_on_gone_s: float) -> int:
-    from rich.console import Console
-    from rich.live import Live
-    from rich.text import Text
+    def plain(self, out: TextIO, every_s: float, final: bool) -> int:
+        last_key, last_at = None, 0.0
 
-    console = Console(file=out)
-    snap = recording.update()
-    gone_since = [0.0]
-    try:
-        with Live(render(snap, directory), console=console, auto_refresh=False, transient=False,
-                  redirect_stdout=False, redirect_stderr=False) as live:
-            def emit(text: str) -> None:
-                live.console.print(Text(text), soft_wrap=True, highlight=False, markup=False)
+        def emit(text: str) -> None:
+            out.write(text + "\n")
+            out.flush()
 
+        try:
             while True:
-                _drain(lines, emit)
-                stopping = stop_when is not None and stop_when()
-                snap = recording.update(force=stopping)
-                done = _done(snap, gone_since, exit_on_gone_s)
-                if done is not None or stopping:
-                    snap = recording.update(force=True)
-                    _drain(lines, emit)
-                    live.update(render(snap, directory), refresh=True)
-                    break
-                live.update(render(snap, directory), refresh=True)
-                _sleep(interval_s, lines, emit, stop_when)
-    except KeyboardInterrupt:
-        console.print(Text(final_line(snap, directory, interrupted=True)), highlight=False, markup=False)
-        return 0
-    console.print(Text(final_line(snap, directory)), highlight=False, markup=False)
-    return done or 0
+                status = self.step(emit)
+                if status is not None:
+                    emit(plain_line(self.snap))
+                    if final:
+                        emit(final_line(self.snap, self.session.directory))
+                    return status
+                fields = plain_fields(self.snap)
+                key = (fields.get("status"), fields.get("steps"), fields.get("verdict"))
+                now = time.monotonic()
+                if key != last_key and now - last_at >= every_s:
+                    emit(plain_line(self.snap))
+                    last_key, last_at = key, now
+                self._sleep(emit)
+        except KeyboardInterrupt:
+            if self.snap is not None and final:
+                emit(final_line(self.snap, self.session.directory, interrupted=True))
+            return 0
 
+    def rich(self, out: TextIO, final: bool) -> int:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
 
-def _sleep(interval_s: float, lines, emit, stop_when) -> None:
-    """Wait for the next refresh, printing the script's lines as they come (every 0.1 s)."""
-    deadline = time.monotonic() + interval_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.1))
-        _drain(lines, emit)
-        if stop_when is not None and stop_when():
-            return
+        console = Console(file=out)
+        self.snap = self.session.update()
+        status = 0
+        try:
+            with Live(render(self.snap, self.session.directory), console=console, auto_refresh=False,
+                      transient=False, redirect_stdout=False, redirect_stderr=False) as live:
+                def emit(text: str) -> None:
+                    live.console.print(Text.from_ansi(text), soft_wrap=True, highlight=False, markup=False)
+
+                while True:
+                    done = self.step(emit)
+                    live.update(render(self.snap, self.session.directory), refresh=True)
+                    if done is not None:
+                        status = done
+                        break
+                    self._sleep(emit)
+        except KeyboardInterrupt:
+            if final:
+                console.print(Text(final_line(self.snap, self.session.directory, interrupted=True)),
+                              highlight=False, markup=False)
+            return 0
+        if final:
+            console.print(Text(final_line(self.snap, self.session.directory)), highlight=False, markup=False)
+        return status

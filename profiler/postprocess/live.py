@@ -29,6 +29,8 @@ from profiler.store import kinds as K
 from profiler.store.follow import Follower, RankState
 from profiler.store.interpret import interpret
 
+#: steps left out of the recent step times (the advisor's default warm-up: imports and set-up land in step 0)
+WARMUP_STEPS = 1
 #: counters whose trend the live view shows: metric -> label
 MEMORY = {"rss_bytes": "host RSS", "mem_used_bytes": "GPU memory"}
 
@@ -112,13 +114,14 @@ class LiveRecording:
         rank: the rank to analyse (default: the slowest rank, by its recent step time).
         analysis_duty: the share of one core the window analysis may take on average.
         min_analysis_interval_s: the analysis runs at most this often.
-        ignore_existing: leave out raw files already there (a recording about to start).
+        since: leave out raw files last written before this Unix time (an earlier recording in the
+            directory of one about to start).
     """
 
     def __init__(self, directory, *, window_steps: int = 100, recent_steps: int = 60,
                  max_window_events: int = 300_000, rank: Optional[int] = None,
                  thresholds: Optional[Mapping[str, Any]] = None, analysis_duty: float = 0.04,
-                 min_analysis_interval_s: float = 1.0, ignore_existing: bool = False) -> None:
+                 min_analysis_interval_s: float = 1.0, since: Optional[float] = None) -> None:
         self.directory = Path(directory)
         self.window_steps = max(int(window_steps), 1)
         self.recent_steps = max(int(recent_steps), 2)
@@ -128,7 +131,7 @@ class LiveRecording:
         self.analysis_duty = analysis_duty
         self.min_analysis_interval_s = min_analysis_interval_s
         self.follower = Follower(self.directory, keep_steps=self.window_steps + 2,
-                                 max_events=max(2 * self.max_window_events, 100_000), ignore_existing=ignore_existing)
+                                 max_events=max(2 * self.max_window_events, 100_000), since=since)
         self._analysis: dict[int, tuple[Analysis, LiveFigures, float, int]] = {}  # rank -> (.., at, steps seen)
         self._due = 0.0
         self._cpu = 0.0
@@ -179,7 +182,9 @@ class LiveRecording:
             snap.analysed_steps = (got[1].first_step, got[1].last_step)
             snap.analysis_age_s = now - got[2]
         if state is not None:
-            snap.memory = memory_trends(state)
+            rows = state.steps.rows
+            after = int(np.sort(rows[:, 0])[WARMUP_STEPS - 1]) if len(rows) > WARMUP_STEPS else None
+            snap.memory = memory_trends(state, after)
         return snap
 
     def _shown(self, preferred: Optional[int]) -> Optional[int]:
@@ -195,8 +200,11 @@ class LiveRecording:
         rows = s.steps.rows
         wins = s.windows.rows
         starts = wins[s.kind_code[wins[:, 1] >> 1] == 2, 0] if len(wins) else np.empty(0, np.int64)
-        recent = rows[np.argsort(rows[:, 0], kind="stable")][-(self.recent_steps + 1):]
-        _, ends, dur = step_times(recent[:, 0], recent[:, 2], starts)
+        ordered = rows[np.argsort(rows[:, 0], kind="stable")]
+        recent = ordered[-(self.recent_steps + 1):]
+        nums, ends, dur = step_times(recent[:, 0], recent[:, 2], starts)
+        if (nums >= WARMUP_STEPS).sum() >= 2:           # the first step (imports, set-up) is not a step time
+            dur = dur[nums >= WARMUP_STEPS]
         dur = dur[-self.recent_steps:]
         since = None
         meta = s.meta or {}
@@ -234,9 +242,12 @@ class LiveRecording:
             self._due = now + max(self.min_analysis_interval_s, self._cpu / self.analysis_duty)
 
 
-def memory_trends(state: RankState) -> list[MemoryTrend]:
-    """Host RSS and GPU memory of a rank over the follower's trend horizon: last value and slope."""
+def memory_trends(state: RankState, after_ns: Optional[int] = None) -> list[MemoryTrend]:
+    """Host RSS and GPU memory of a rank over the follower's trend horizon (from `after_ns`, the end
+    of the warm-up, when given): last value and slope."""
     rows = state.counters.rows
+    if after_ns is not None and (rows[:, 0] > after_ns).sum() >= 2:
+        rows = rows[rows[:, 0] > after_ns]
     if not len(rows):
         return []
     desc = rows[:, 1] >> 1

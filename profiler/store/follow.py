@@ -163,19 +163,19 @@ class PollResult:
 
 
 class Follower:
-    """Follows the raw store of `directory` (see the module doc). `ignore_existing`: leave out the
-    raw files already there when the follower starts (a recording about to start in a directory
-    that holds an earlier one)."""
+    """Follows the raw store of `directory` (see the module doc). `since` (a Unix time): leave out
+    raw files last written before it (an earlier recording in the directory of one about to start)."""
 
     def __init__(self, directory, keep_steps: int = 200, max_events: int = 2_000_000, trend_s: float = 600.0,
-                 stale_after_s: float = 3.0, ignore_existing: bool = False) -> None:
+                 stale_after_s: float = 3.0, since: Optional[float] = None) -> None:
         self.directory = Path(directory)
         self.keep_steps = int(keep_steps)
         self.max_events = int(max_events)
         self.trend_ns = int(trend_s * 1e9)
         self.stale_after_s = stale_after_s
         self.ranks: dict[int, RankState] = {}
-        self._ignored: set[tuple[str, int]] = set(self._listing()) if ignore_existing else set()
+        self.since = since
+        self._ignored: set[tuple[str, int]] = set()
         self.host = socket.gethostname()
 
     # ---- polling ---------------------------------------------------------------------------
@@ -196,8 +196,9 @@ class Follower:
     def poll(self) -> PollResult:
         """Read what was appended since the last poll."""
         result = PollResult()
-        listing = {k: p for k, p in self._listing().items() if k not in self._ignored}
+        listing = self._listing()
         present = set(listing)
+        listing = {k: p for k, p in listing.items() if k not in self._ignored}
         for rank, state in list(self.ranks.items()):       # a file moved away: a new recording of the rank
             if any((f.path.name, f.inode) not in present for f in state.files.values()):
                 self._close_rank(state)
@@ -208,7 +209,7 @@ class Follower:
             if key in known:
                 continue
             rank = _rank_of(path.name)
-            if rank is None:
+            if rank is None or self._stale(key, path):
                 continue
             state = self.ranks.setdefault(rank, RankState(rank))
             try:
@@ -223,6 +224,18 @@ class Follower:
             result.new_steps += state.steps.n - before
             self._evict(state)
         return result
+
+    def _stale(self, key: tuple[str, int], path: Path) -> bool:
+        """A file of an earlier recording (written before `since`): ignored from now on."""
+        if self.since is None:
+            return False
+        try:
+            old = path.stat().st_mtime < self.since
+        except OSError:
+            return True
+        if old:
+            self._ignored.add(key)
+        return old
 
     def _read_file(self, state: RankState, f: FileState, result: PollResult) -> None:
         if f.dead:
