@@ -73,10 +73,15 @@ def _configure_view(p: argparse.ArgumentParser) -> None:
                      help="address to serve on (default 127.0.0.1; anything else is reachable from other machines)")
     srv.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
     srv.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    srv.add_argument("--live", action="store_true",
+                     help="follow DIR's recording while it runs: serve the report of its recent steps and "
+                          "refresh the Overview and Data pipeline pages every few seconds")
 
 
 def run_view(args: argparse.Namespace) -> int:
-    """Load DIR, then print a summary, write the report, or serve it."""
+    """Load DIR, then print a summary, write the report, or serve it (live with --live)."""
+    if args.live:
+        return run_live(args)
     from viewer.context import Context, Options
     from viewer.report import build_report
     from viewer.inputs import load_input
@@ -102,6 +107,18 @@ def run_view(args: argparse.Namespace) -> int:
     from viewer.server import serve
     serve(html, args.host, args.port, open_browser=not args.no_browser,
           announce=lambda line: print(line, file=sys.stderr, flush=True))
+    return 0
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """Serve the live report of a recording in progress (viewer.live)."""
+    if args.output is not None or args.summary or args.compare is not None or args.steps is not None:
+        raise InputError("--live serves the report of a recording while it runs; it does not combine with "
+                         "--output, --summary, --compare or --steps")
+    from viewer.live import serve_live
+
+    serve_live(args.dir, args.host, args.port, rank=args.rank, open_browser=not args.no_browser,
+               announce=lambda line: print(line, file=sys.stderr, flush=True))
     return 0
 
 
@@ -301,6 +318,7 @@ EPILOG = """examples:
                                               CI gate: exit 1 when after/ is >5 % slower
   profview before/ --compare after/           report of before/ with a Compare tab
   profview watch ./profiler_data              live view of a recording while it runs
+  profview ./profiler_data --live             the report of a recording while it runs, refreshed
   profview run train.py --lr 0.1              profile a script with no code change (live view, analysis)
   profview run -o out -m mypackage.train      ... a module, recorded into out/
   profview import-ascend JOB3 -o out --format both
