@@ -117,6 +117,7 @@ def plain_fields(snap: Snapshot) -> dict[str, object]:
         fields["slowest_rank"] = snap.slowest_rank
         for r in snap.ranks:
             fields[f"rank{r.rank}_step_ms"] = f"{r.mean_ms:.3f}"
+    fields["records"] = snap.events_read
     if snap.torn_chunks:
         fields["torn_chunks"] = snap.torn_chunks
     if snap.dropped_events:

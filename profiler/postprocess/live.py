@@ -182,8 +182,8 @@ class LiveRecording:
             snap.analysed_steps = (got[1].first_step, got[1].last_step)
             snap.analysis_age_s = now - got[2]
         if state is not None:
-            rows = state.steps.rows
-            after = int(np.sort(rows[:, 0])[WARMUP_STEPS - 1]) if len(rows) > WARMUP_STEPS else None
+            first = state.steps.by_time()[:WARMUP_STEPS]
+            after = int(first[-1, 0]) if state.steps.n > WARMUP_STEPS else None
             snap.memory = memory_trends(state, after)
         return snap
 
@@ -197,24 +197,20 @@ class LiveRecording:
         return min(ranks) if ranks else None
 
     def _status(self, s: RankState) -> RankStatus:
-        rows = s.steps.rows
-        wins = s.windows.rows
-        starts = wins[s.kind_code[wins[:, 1] >> 1] == 2, 0] if len(wins) else np.empty(0, np.int64)
-        ordered = rows[np.argsort(rows[:, 0], kind="stable")]
-        recent = ordered[-(self.recent_steps + 1):]
-        nums, ends, dur = step_times(recent[:, 0], recent[:, 2], starts)
+        recent = s.steps.by_time(self.recent_steps + 1)     # the first one only gives the next its start
+        nums, _, dur = step_times(recent[:, 0], recent[:, 2], s.window_starts())
         if (nums >= WARMUP_STEPS).sum() >= 2:           # the first step (imports, set-up) is not a step time
             dur = dur[nums >= WARMUP_STEPS]
         dur = dur[-self.recent_steps:]
         since = None
         meta = s.meta or {}
-        last_t = int(rows[:, 0].max()) if len(rows) else s.origin_ns
+        last_t = int(recent[-1, 0]) if len(recent) else s.origin_ns
         ends = [int(f.end["stop_ns"]) for f in s.files.values() if f.end and isinstance(f.end.get("stop_ns"), int)]
         elapsed = ((max(ends) if ends else last_t) - s.origin_ns) / 1e9 if s.meta else 0.0
         if meta.get("host") == self.follower.host and not s.ended:
             now = time.perf_counter_ns()        # CLOCK_MONOTONIC: the recording's clock on this host
             elapsed = (now - s.origin_ns) / 1e9
-            if len(rows):
+            if len(recent):
                 since = max((now - last_t) / 1e9, 0.0)
         return RankStatus(rank=s.rank, steps=s.step_count, last_step=int(recent[-1, 2]) if len(recent) else -1,
                           recent_ms=dur / 1e6, mean_ms=float(dur.mean() / 1e6) if len(dur) else 0.0,

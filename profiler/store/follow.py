@@ -55,8 +55,12 @@ class _Grow:
     def __init__(self, width: int) -> None:
         self._a = np.empty((64, width), np.int64)
         self.n = 0
+        self.ordered = True          # rows in time order (column 0): the usual case, one stepping thread
 
     def add(self, rows: np.ndarray) -> None:
+        if len(rows) and self.ordered:
+            t = rows[:, 0]
+            self.ordered = bool((self.n == 0 or t[0] >= self._a[self.n - 1, 0]) and np.all(t[1:] >= t[:-1]))
         need = self.n + len(rows)
         if need > len(self._a):
             grown = np.empty((max(need, 2 * len(self._a)), self._a.shape[1]), np.int64)
@@ -69,11 +73,17 @@ class _Grow:
     def rows(self) -> np.ndarray:
         return self._a[:self.n]
 
+    def by_time(self, last: Optional[int] = None) -> np.ndarray:
+        """The rows in time order (the `last` ones only): no sort while they arrived in order."""
+        rows = self.rows if self.ordered else self.rows[np.argsort(self.rows[:, 0], kind="stable")]
+        return rows if last is None else rows[max(len(rows) - last, 0):]
+
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the rows where `mask`."""
         rest = self._a[:self.n][mask]
         self._a[:len(rest)] = rest
         self.n = len(rest)
+        self.ordered = bool(np.all(rest[1:, 0] >= rest[:-1, 0]))
 
 
 @dataclass
@@ -145,6 +155,11 @@ class RankState:
     @property
     def step_count(self) -> int:
         return self.steps.n
+
+    def window_starts(self) -> np.ndarray:
+        """The times of every recording window's start (the schedule's), in order."""
+        w = self.windows.by_time()
+        return w[self.kind_code[w[:, 1] >> 1] == _WSTART, 0] if len(w) else np.empty(0, np.int64)
 
     def code_of(self, kind: str, name: str, extra: str = "") -> Optional[int]:
         d = self.ids.get((kind, name, extra))
@@ -383,8 +398,7 @@ class Follower:
         events (and a quarter as many samples)."""
         horizon = None
         if state.steps.n > self.keep_steps:
-            horizon = int(np.partition(state.steps.rows[:, 0], state.steps.n - self.keep_steps - 1)
-                          [state.steps.n - self.keep_steps - 1])
+            horizon = int(state.steps.by_time(self.keep_steps + 1)[0, 0])
         events, samples = state.events, state.samples
         while events and ((horizon is not None and events[0][0] < horizon) or state.held_events > self.max_events):
             t_last, t, _, _ = events.popleft()
@@ -447,8 +461,7 @@ class Follower:
         state = self.ranks.get(rank)
         if state is None or state.meta is None or not state.descriptors or state.steps.n == 0:
             return None
-        st = state.steps.rows
-        st = st[np.argsort(st[:, 0], kind="stable")]
+        st = state.steps.by_time()
         cut = self._cut(state, st, steps, max_events)
         ev_t, ev_code, ev_thread, ev_len = [], [], [], []
         for t_last, t, code, thread in state.events:
@@ -511,8 +524,7 @@ class Follower:
     def _window_samples(self, state: RankState, st: np.ndarray, cut: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
         """The recording windows inside [cut, ...): real start / stop samples after the cut, and a start
         at the cut when it falls inside a recording window (the window the schedule had open then)."""
-        w = state.windows.rows
-        w = w[np.argsort(w[:, 0], kind="stable")]
+        w = state.windows.by_time()
         if cut is None:
             return w[:, :4].copy(), w[:, 4].copy()
         kind = state.kind_code[w[:, 1] >> 1]
