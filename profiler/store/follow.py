@@ -17,7 +17,8 @@ Per rank it keeps:
   whole run);
 - counter samples of the last `trend_s` seconds (host RSS, GPU memory trends);
 - events and other samples of the recent past only: whole chunks, dropped from the oldest once
-  they are older than the last `keep_steps` steps, or when more than `max_events` are held.
+  they are older than the last `keep_steps` steps, or while at least `max_events` would remain
+  without them (so at most `max_events` plus one chunk are held).
 
 `window(rank, steps)` assembles the last `steps` whole steps as `RawTables`, the input of
 `store.interpret.interpret()`, cut at a step boundary with a window start there, so the first step
@@ -35,12 +36,15 @@ from typing import Optional
 
 import numpy as np
 
+from profiler.errors import ProfviewError
 from profiler.store import kinds as K
 from profiler.store.load import RawTables
 from profiler.store.raw import BAD, RAW_SUFFIX, SHORT, WHOLE, read_chunk_at
 
 #: most bytes one poll reads from one file (the rest is read by the next polls)
 READ_LIMIT = 64 << 20
+#: a torn tail whose writer cannot be checked (another host) is given up after this long without growth
+UNKNOWN_WRITER_S = 60.0
 #: how many polls a checksum mismatch at the end of a growing file is retried before it is reported
 CRC_RETRIES = 3
 
@@ -285,6 +289,8 @@ class Follower:
                 f.crc_retries += 1           # a checksum mismatch at the end: retried before it is reported
                 break
             else:                             # no chunk marker: the rest of the file cannot be read
+                if f.offset + pos == 0:
+                    raise ProfviewError(f"{f.path} is not a profview raw file (it does not start with a chunk)")
                 self._report(state, f, f.offset + pos, len(data) - pos, why)
                 pos = len(data)
                 f.dead = True
@@ -296,7 +302,9 @@ class Follower:
         """Bytes that never became a chunk, once their writer is gone: the torn tail of a killed run."""
         if f.pending == 0 or f.dead:
             return
-        if now - f.grew_at < self.stale_after_s or self.writer_alive(f):
+        alive = self.writer_alive(f)
+        quiet = now - f.grew_at
+        if alive or quiet < self.stale_after_s or (alive is None and quiet < UNKNOWN_WRITER_S):
             return
         self._report(state, f, f.offset, f.pending, "the chunk is cut short (the run was probably killed "
                                                      "while writing)")
@@ -400,12 +408,13 @@ class Follower:
         if state.steps.n > self.keep_steps:
             horizon = int(state.steps.by_time(self.keep_steps + 1)[0, 0])
         events, samples = state.events, state.samples
-        while events and ((horizon is not None and events[0][0] < horizon) or state.held_events > self.max_events):
+        while events and ((horizon is not None and events[0][0] < horizon)
+                          or state.held_events - len(events[0][1]) >= self.max_events):
             t_last, t, _, _ = events.popleft()
             state.held_events -= len(t)
             state.evicted_until = max(t_last, state.evicted_until or t_last)
         while samples and ((horizon is not None and samples[0][0] < horizon)
-                           or state.held_samples > self.max_events // 4):
+                           or state.held_samples - len(samples[0][1]) >= self.max_events // 4):
             t_last, rows, _ = samples.popleft()
             state.held_samples -= len(rows)
             state.evicted_until = max(t_last, state.evicted_until or t_last)
