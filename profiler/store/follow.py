@@ -39,7 +39,7 @@ import numpy as np
 from profiler.errors import ProfviewError
 from profiler.store import kinds as K
 from profiler.store.load import RawTables
-from profiler.store.raw import BAD, RAW_SUFFIX, SHORT, WHOLE, read_chunk_at
+from profiler.store.raw import MAGIC, RAW_SUFFIX, SHORT, WHOLE, read_chunk_at
 
 #: most bytes one poll reads from one file (the rest is read by the next polls)
 READ_LIMIT = 64 << 20
@@ -272,6 +272,8 @@ class Follower:
             return
         data = os.pread(f.fd, min(size - f.offset, READ_LIMIT), f.offset)
         result.bytes_read += len(data)
+        if f.offset == 0 and len(data) >= len(MAGIC) and not data.startswith(MAGIC):
+            raise ProfviewError(f"{f.path} is not a profview raw file (it does not start with a chunk)")
         pos = 0
         while pos < len(data):
             status, chunk, stop, why = read_chunk_at(data, pos, str(f.path))
