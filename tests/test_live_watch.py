@@ -52,6 +52,24 @@ def test_watch_follows_a_growing_recording_to_its_end(tmp_path):
     assert lines[-1].startswith("profview watch: the recording ended: 500 steps of rank 0")
 
 
+def test_watch_shows_every_rank_and_the_slowest(tmp_path):
+    out = tmp_path / "run"
+    recorders = [start_recorder(out, steps=200, data_s=0.003 if rank == 0 else 0.012, rank=rank, world_size=2,
+                                analyse=False) for rank in (0, 1)]
+    try:
+        result = subprocess.run(profview("watch", str(out), "--interval", "0.3"), cwd=REPO, env=python_env(),
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        for rec in recorders:
+            rec.wait(timeout=300)
+    assert result.returncode == 0, result.stderr
+    last = parse_plain_line([line for line in result.stdout.splitlines() if line.startswith("profview-watch")][-1])
+    assert last["status"] == "ended" and last["ranks"] == "2"
+    assert last["slowest_rank"] == "1" and last["rank"] == "1"       # the advisor reads the slowest rank
+    assert float(last["rank1_step_ms"]) > 2 * float(last["rank0_step_ms"])    # 4 x the data wait
+    assert result.stdout.splitlines()[-1].endswith("slowest rank 1")
+
+
 def test_watching_never_writes_into_the_directory(tmp_path):
     out = tmp_path / "run"
     record(out, 60)

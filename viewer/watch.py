@@ -27,7 +27,7 @@ from profiler.postprocess.live import LiveRecording, Snapshot
 from viewer.summary import clean
 
 SPARK = "▁▂▃▄▅▆▇█"
-SPARK_WIDTH = 48
+SPARK_WIDTH = 40
 #: colours of the split bar: gap (other host work), data wait, forward + backward, tail
 COLOURS = {"gap_host": "yellow", "data_wait_ms": "red", "fp_bp_ms": "green", "tail_ms": "blue"}
 SEVERITY_STYLE = {"high": "bold white on red", "medium": "black on yellow", "low": "black on green"}
@@ -183,8 +183,8 @@ def render(snap: Snapshot, directory: Path):
     if len(shown.recent_ms):
         r = shown.recent_ms
         line = Text(sparkline(r, SPARK_WIDTH), style="cyan")
-        line.append(f"  last {fmt_ms(float(r[-1]))} · mean {fmt_ms(float(r.mean()))} · min {fmt_ms(float(r.min()))}"
-                    f" · max {fmt_ms(float(r.max()))}")
+        line.append(f"  last {fmt_ms(float(r[-1]))} · mean {fmt_ms(float(r.mean()))} · "
+                    f"min {fmt_ms(float(r.min()))} · max {fmt_ms(float(r.max()))}")
         grid.add_row(f"step time ({min(len(r), SPARK_WIDTH)})", line)
     f = snap.figures
     if f is not None:
@@ -223,7 +223,7 @@ def render(snap: Snapshot, directory: Path):
     return Panel(Group(*parts), title=Text(f"profview watch · {clean(directory)}"), title_align="left")
 
 
-def _split_bar(f, width: int = 48):
+def _split_bar(f, width: int = 40):
     from rich.text import Text
 
     ms = f.split_ms
@@ -239,7 +239,7 @@ def _split_bar(f, width: int = 48):
         bar.append("█" * int(round(width * value / total)), style=COLOURS[key])
     for key, label, value in parts:
         legend.append("■ ", style=COLOURS[key])
-        legend.append(f"{label} {fmt_ms(value)} ({100 * value / total:.0f} %)   ")
+        legend.append(f"{label} {fmt_ms(value)} {100 * value / total:.0f}%  ")
     return bar, legend
 
 
