@@ -41,6 +41,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -233,10 +234,21 @@ class AutoProfiler:
         model = find_model(params)
         self.model = model
         p = self.profiler
+        self._time_collectives(p)
         if model is not None:
             p.attach(model, optimizer, ops=self.ops)
             return
         optimizer.register_step_post_hook(lambda *_: p.step())    # no module holds them: its step ends the steps
+
+    @staticmethod
+    def _time_collectives(p: Profiler) -> None:
+        """The process group a script initialises after the Profiler started: time its collectives
+        (and, through attach(), a DDP model's gradient buckets) from now on, as a Profiler made after
+        init_process_group does."""
+        from profiler.capture.distributed import CollectiveCapture, initialised_dist
+
+        if initialised_dist() is not None and not any(isinstance(s, CollectiveCapture) for s in p.sources):
+            p.add_source(CollectiveCapture())
 
     def _wrap_loader_iter(self, original: Callable) -> Callable:
         auto = self
@@ -432,6 +444,42 @@ def _run_target(script: Optional[str], module: Optional[str], args: list[str]) -
     runpy.run_path(script, run_name="__main__")
 
 
+#: seconds a SIGTERM may wait for the main thread to take it (it may be blocked in C code) before the
+#: process exits without the analysis (the raw store holds everything flushed until then)
+TERM_GRACE_S = 10.0
+
+
+def _watch_for_stuck_termination(handled: threading.Event) -> None:
+    """Python runs a signal handler only once the main thread is back in Python: a script blocked in C
+    code (a collective, a store connect) would ignore SIGTERM. The C-level handler also writes the
+    signal to a wake-up pipe; this thread reads it and, when SIGTERM's handler has not run within
+    TERM_GRACE_S, ends the process with SIGTERM's exit status. (A script that installs its own
+    wake-up fd, asyncio's loop, replaces this one: then SIGTERM waits for the main thread.)"""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data and not handled.wait(TERM_GRACE_S):
+                print("profview run: the script did not stop on SIGTERM (blocked outside Python); exiting without "
+                      "the analysis (run `profview analyse DIR`)", file=sys.stderr, flush=True)
+                os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="profview-term-watch", daemon=True).start()
+
+
 def _own_frames(tb):
     """The traceback without this module's and runpy's frames (the script's own frames remain)."""
     skip = {__file__, runpy.__file__, "<frozen runpy>"}
@@ -458,10 +506,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                         advisor_thresholds=thresholds or None, cluster_timeout_s=args.cluster_timeout,
                         control=control)
 
+    handled = threading.Event()
+
     def on_term(signum, frame):
+        handled.set()
         raise _Terminated(signum)
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    _watch_for_stuck_termination(handled)
     try:
         auto.start()
     except ProfviewError as exc:

@@ -225,3 +225,58 @@ def test_bad_command_lines_are_one_sentence(tmp_path):
         assert result.returncode == 1, args
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("profview: error: "), (args, result.stderr)
+
+
+#: A DDP job (gloo, CPU) whose rank 1 is slower; it destroys its process group before it exits.
+DDP = r'''
+import time
+import torch, torch.nn as nn, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = TensorDataset(torch.randn(20 * 8, 32), torch.randint(0, 4, (20 * 8,)))
+done = 0
+for x, y in DataLoader(data, batch_size=8):
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    done += 1
+    if rank == 1:
+        time.sleep(0.02)
+print(f"rank {rank} OPTIMIZER_STEPS {done}", flush=True)
+dist.destroy_process_group()
+'''
+
+
+def test_under_torchrun_every_rank_records_into_one_directory(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    entry = Path(sys.executable).with_name("profview")
+    if not torchrun.exists() or not entry.exists():
+        pytest.skip("torchrun / the profview entry point are not installed in this environment")
+    path = script(tmp_path, DDP, "ddp.py")
+    out = tmp_path / "prof"
+    proc = subprocess.Popen([str(torchrun), "--standalone", "--nproc-per-node", "2", "--no-python", str(entry),
+                             "run", "--no-live", "-o", str(out), str(path)], cwd=tmp_path, env=python_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:      # torchrun and its `profview run` workers; their scripts follow them
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0 OPTIMIZER_STEPS 20" in result.stdout and "rank 1 OPTIMIZER_STEPS 20" in result.stdout
+    for rank in (0, 1):
+        assert steps_in(out, rank) == 20
+        info = json.loads((out / f"profiler_info_{rank}.json").read_text())
+        assert info["rank"] == rank and info["world_size"] == 2
+        assert info["sources"]["collectives"]["status"] == "ok"          # the DDP buckets are timed
+    summary = json.loads((out / "cluster_summary.json").read_text())     # rank 0 merged both ranks
+    assert any(f["kind"] == "straggler_rank" and f["rank"] == 1 for f in summary["findings"])
