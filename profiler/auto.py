@@ -43,7 +43,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from pathlib import Path

@@ -6,13 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from live_helpers import record, start_recorder, steps_in, wait_for
+from live_helpers import record, start_recorder, steps_in
 from profiler.analysis.live import step_times, window_thresholds
 from profiler.errors import ProfviewError
 from profiler.postprocess.live import LiveRecording
@@ -58,7 +58,6 @@ def test_the_follower_keeps_up_with_a_growing_recording_and_reaches_its_step_cou
             if follower.ranks:
                 seen.append(follower.ranks[0].step_count)
             assert not any(s.torn_chunks for s in follower.ranks.values()), "a chunk being written is not corruption"
-            import time
             time.sleep(0.05)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err

@@ -1,7 +1,6 @@
 """`profview watch DIR`: a real watcher process following a real recording process."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from pathlib import Path

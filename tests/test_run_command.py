@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +16,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from live_helpers import REPO, profview, python_env, steps_in, wait_for  # noqa: E402
+from live_helpers import profview, python_env, steps_in, wait_for  # noqa: E402
 from profiler.store.follow import Follower  # noqa: E402
 
 #: A training loop with a DataLoader whose dataset sleeps (the injected input bottleneck) and an
@@ -229,7 +228,6 @@ def test_bad_command_lines_are_one_sentence(tmp_path):
 
 #: A DDP job (gloo, CPU) whose rank 1 is slower; it destroys its process group before it exits.
 DDP = r'''
-import time
 import torch, torch.nn as nn, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
