@@ -257,7 +257,7 @@ class AutoProfiler:
             if not auto.active:
                 return original(loader)
             got = auto._epoch_probe(loader)
-            return TimedIterator(original(loader), got)
+            return TimedIterator(original(loader), got, active=lambda: auto.active)
 
         return __iter__
 
@@ -281,16 +281,18 @@ class TimedIterator:
     """A DataLoader iterator whose every fetch is a `data` phase (and, with `got`, a worker-queue get).
     Everything else (len(), the iterator's own attributes) is the wrapped iterator's."""
 
-    def __init__(self, it: Any, got: Optional[Callable[[int, int], bool]] = None) -> None:
+    def __init__(self, it: Any, got: Optional[Callable[[int, int], bool]] = None,
+                 active: Callable[[], bool] = lambda: True) -> None:
         self._it = it
         self._got = got
+        self._active = active
 
     def __iter__(self) -> "TimedIterator":
         return self
 
     def __next__(self) -> Any:
         recorder = active_recorder()
-        if recorder is None:
+        if recorder is None or not self._active():       # not into a Profiler the script made itself
             return next(self._it)
         with recorder.span(PHASE, "data"):
             t0 = now_ns()
@@ -304,6 +306,8 @@ class TimedIterator:
         return len(self._it)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_TimedIterator") or name in ("_it", "_got", "_active"):
+            raise AttributeError(name)
         return getattr(self._it, name)
 
 

@@ -10,26 +10,17 @@ from pathlib import Path
 import pytest
 
 from live_helpers import REPO, profview, python_env, start_recorder, wait_for
-from viewer.live import serve_live
+from viewer.live import LiveService
 
 EVIL = "<img src=x onerror=alert(1)>"
 
 
 class LiveServer:
-    """serve_live in a thread of this process (port 0: a free one)."""
+    """The live report's server and updater in threads of this process (port 0: a free one)."""
 
     def __init__(self, directory: Path, interval_s: float = 0.5) -> None:
-        self.url = None
-        ready = threading.Event()
-
-        def announce(line: str) -> None:
-            self.url = line.split(" at ")[1].split(" ")[0]
-
-        self.thread = threading.Thread(target=serve_live, args=(directory,),
-                                       kwargs=dict(open_browser=False, announce=announce, interval_s=interval_s,
-                                                   ready=ready), daemon=True)
-        self.thread.start()
-        assert ready.wait(60)
+        self.service = LiveService(directory, interval_s=interval_s).start(serve_in_background=True)
+        self.url = self.service.url
 
     def get(self, path: str) -> bytes:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
@@ -37,6 +28,18 @@ class LiveServer:
 
     def json(self, have: int | None = None) -> dict:
         return json.loads(self.get("live.json" + (f"?have={have}" if have is not None else "")))
+
+    def stop(self) -> None:
+        self.service.stop()
+
+
+@pytest.fixture
+def live_server():
+    servers = []
+    yield lambda directory: servers.append(LiveServer(directory)) or servers[-1]
+    for server in servers:
+        server.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("profview-live")]
 
 
 @pytest.fixture
@@ -50,9 +53,9 @@ def growing(tmp_path):
     proc.wait()
 
 
-def test_the_live_json_step_count_grows_with_the_recording(growing):
+def test_the_live_json_step_count_grows_with_the_recording(growing, live_server):
     out, proc = growing
-    server = LiveServer(out)
+    server = live_server(out)
     assert server.url.startswith("http://127.0.0.1:")
     assert wait_for(lambda: server.json()["steps"] > 0, 60, every=0.2)
     first = server.json()
@@ -74,11 +77,11 @@ def test_the_live_json_step_count_grows_with_the_recording(growing):
     assert "steps so far" in current["status"] and current["window"][1] < current["steps"]
 
 
-def test_the_live_page_updates_in_a_browser(growing):
+def test_the_live_page_updates_in_a_browser(growing, live_server):
     from viewer_browser import close_driver, console_errors, new_driver, screenshot
 
     out, _ = growing
-    server = LiveServer(out)
+    server = live_server(out)
     assert wait_for(lambda: server.json()["steps"] > 0, 60, every=0.2)
     driver = new_driver()
     try:

@@ -48,8 +48,7 @@ def rundata_of(recording: LiveRecording, directory: Path, rank: Optional[int]) -
         return RunData(rank=rank or 0, directory=directory, info={"warnings": []})
     run = analysis.run
     info = json.loads(json.dumps(run.info, default=_plain))
-    info["warnings"] = [w for w in info.get("warnings", []) if not str(w).startswith(WINDOW_WARNINGS)
-                        and WINDOW_WARNINGS[1] not in str(w)]
+    info["warnings"] = [w for w in info.get("warnings", []) if not any(text in str(w) for text in WINDOW_WARNINGS)]
     data = RunData(rank=run.rank, directory=directory, info=info,
                    step_trace=_as_read(analysis.step_trace, "step_trace"))
     if len(run.ops):
@@ -205,9 +204,41 @@ def make_live_server(live: LiveReport, host: str, port: int) -> ThreadingHTTPSer
         raise InputError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
 
 
+class LiveService:
+    """The live report's server and its updater thread (what serve_live runs; tests start and stop it)."""
+
+    def __init__(self, directory: Path, host: str = "127.0.0.1", port: int = 0, rank: Optional[int] = None,
+                 interval_s: float = 2.0, window_steps: int = 500) -> None:
+        self.live = LiveReport(directory, rank=rank, window_steps=window_steps, interval_s=interval_s)
+        try:
+            self.server = make_live_server(self.live, host, port)
+        except InputError:
+            self.live.stop()
+            raise
+        shown_host = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown_host}:{self.server.server_address[1]}/"
+        self._threads = [threading.Thread(target=self.live.run, name="profview-live", daemon=True)]
+
+    def start(self, serve_in_background: bool = False) -> "LiveService":
+        if serve_in_background:
+            self._threads.append(threading.Thread(target=self.server.serve_forever, name="profview-live-server",
+                                                  daemon=True))
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        if len(self._threads) > 1:
+            self.server.shutdown()
+        self.live.stop()
+        self.server.server_close()
+        for t in self._threads:
+            t.join(timeout=10)
+
+
 def serve_live(directory: Path, host: str = "127.0.0.1", port: int = 0, rank: Optional[int] = None,
                open_browser: bool = True, announce: Callable[[str], None] = print, interval_s: float = 2.0,
-               window_steps: int = 500, ready: Optional[threading.Event] = None) -> None:
+               window_steps: int = 500) -> None:
     """Serve the live report of `directory` until interrupted."""
     directory = Path(directory)
     if not directory.is_dir():
@@ -219,27 +250,19 @@ def serve_live(directory: Path, host: str = "127.0.0.1", port: int = 0, rank: Op
     if not is_loopback(host):
         announce(f"profview: warning: serving on {host} makes the report (op names, paths) reachable from "
                  "other machines; the default 127.0.0.1 keeps it local")
-    live = LiveReport(directory, rank=rank, window_steps=window_steps, interval_s=interval_s)
-    server = make_live_server(live, host, port)
-    shown_host = f"[{host}]" if ":" in host else host
-    url = f"http://{shown_host}:{server.server_address[1]}/"
-    updater = threading.Thread(target=live.run, name="profview-live", daemon=True)
-    updater.start()
-    announce(f"profview: serving the live report of {directory} at {url} (Ctrl-C to stop)")
+    service = LiveService(directory, host, port, rank=rank, interval_s=interval_s, window_steps=window_steps).start()
+    announce(f"profview: serving the live report of {directory} at {service.url} (Ctrl-C to stop)")
     if open_browser and has_display():
         try:
-            webbrowser.open(url)
+            webbrowser.open(service.url)
         except Exception:
             pass
-    if ready is not None:
-        ready.set()
     try:
-        server.serve_forever()
+        service.server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
-        live.stop()
-        server.server_close()
+        service.stop()
 
 
 #: Swaps in the live pages (see the module doc). Plots it draws carry data-rendered, so the report's

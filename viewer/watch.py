@@ -201,8 +201,11 @@ def render(snap: Snapshot, directory: Path):
                 for q in f.queues)))
     elif snap.analysis_error:
         grid.add_row("verdict", Text(clean(snap.analysis_error), style="red"))
+    elif shown.steps == 0:
+        grid.add_row("verdict", Text("no step yet: steps end at profiler.step() (with `profview run`: at each "
+                                     "optimizer.step() of the first optimizer)", style="dim"))
     else:
-        grid.add_row("verdict", Text("waiting for steps to analyse …", style="dim"))
+        grid.add_row("verdict", Text("waiting for the advisor's first reading …", style="dim"))
     if snap.memory:
         grid.add_row("memory", Text(" · ".join(
             f"{m.label}{'' if m.device == 'host' else ' ' + clean(m.device)} {fmt_bytes(m.last_bytes)} "
