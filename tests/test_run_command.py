@@ -131,7 +131,8 @@ def test_a_script_that_raises_is_analysed_and_keeps_its_exit_status(tmp_path):
     assert exited.returncode == 3 and steps_in(tmp_path / "prof3") == 5
 
 
-def test_ctrl_c_stops_the_script_and_its_recording_is_analysed(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_script_and_its_recording_is_analysed(tmp_path, sig):
     path = script(tmp_path)
     out = tmp_path / "prof"
     proc = subprocess.Popen(profview("run", "-o", str(out), str(path), "100000", "0.002", "-1", "0", "0"),
@@ -142,18 +143,20 @@ def test_ctrl_c_stops_the_script_and_its_recording_is_analysed(tmp_path):
             follower.poll()
             return bool(follower.ranks) and follower.ranks[0].step_count >= 10
         assert wait_for(recording, 120, every=0.2)
-        proc.send_signal(signal.SIGINT)                # to `profview run`: passed on to the script
+        proc.send_signal(sig)                          # to `profview run`: passed on to the script
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         follower.close()
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr              # died by SIGINT, as the script would have
-    assert "KeyboardInterrupt" in stderr
+    assert proc.returncode == 128 + sig, stderr        # died by the signal, as the script would have
+    if sig == signal.SIGINT:
+        assert "KeyboardInterrupt" in stderr
     info = json.loads((out / "profiler_info_0.json").read_text())
     assert info["recording"]["stopped_cleanly"]
     assert abs(steps_in(out) - optimizer_steps(stdout)) <= 1 and steps_in(out) >= 10
     assert report(out)["verdict"] == "input_bound"
+    assert "analysed into" in stderr
 
 
 def test_a_script_with_its_own_profiler_is_left_alone(tmp_path):
