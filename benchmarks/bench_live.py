@@ -5,7 +5,8 @@ Run: python benchmarks/bench_live.py [--rate 1e6] [--seconds 15] [--steps 150] [
 
 1. **Following a fast recording.** A recording process records `--rate` events per second (user
    ops in a `forward` phase, a `data` phase, 10 000 events a step, paced to the rate) for
-   `--seconds`, while `profview watch --plain` follows its directory in its own process. The
+   `--seconds`, while `profview watch` follows its directory in its own process, printing plain
+   lines to a pipe, then (`--view both`, the default) drawing its rich view on a pseudo-terminal. The
    watcher's CPU time is measured from the moment the recording starts to the watcher's exit (its
    start-up, the imports, is left out: it is sampled once the watcher printed its first line),
    with psutil / wait4, i.e. process CPU time, not wall time. Reported: the rate the recording
@@ -118,11 +119,34 @@ print(json.dumps(results), flush=True)
 """
 
 
-def start_watcher(directory: Path) -> tuple[subprocess.Popen, float]:
-    """`profview watch --plain DIR`, once it has started (its first line printed); and its CPU seconds then."""
-    proc = subprocess.Popen([*PROFVIEW, "watch", str(directory), "--plain"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    proc.stdout.readline()                     # "status=waiting": imports done
+def start_watcher(directory: Path, view: str = "plain") -> tuple[subprocess.Popen, float]:
+    """`profview watch DIR` once it has started (imports done), and its CPU seconds then. "plain":
+    stdout a pipe (plain lines); "rich": stdout a pseudo-terminal (the rich view), drained by a thread."""
+    if view == "plain":
+        proc = subprocess.Popen([*PROFVIEW, "watch", str(directory), "--plain"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        proc.stdout.readline()                 # "status=waiting": imports done
+    else:
+        import pty
+        import threading
+
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([*PROFVIEW, "watch", str(directory)], cwd=REPO, stdout=slave, stderr=slave,
+                                env=dict(os.environ, COLUMNS="120", LINES="40"))
+        os.close(slave)
+        first = threading.Event()
+
+        def drain() -> None:
+            while True:
+                try:
+                    if not os.read(master, 65536):
+                        return
+                except OSError:
+                    return
+                first.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        first.wait(60)                         # the first frame: imports done
     t = psutil.Process(proc.pid).cpu_times()
     return proc, t.user + t.system
 
@@ -134,7 +158,7 @@ def finish_watcher(proc: subprocess.Popen, timeout: float = 120.0) -> tuple[floa
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid == proc.pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
-            return usage.ru_utime + usage.ru_stime, proc.stdout.read().splitlines()
+            return usage.ru_utime + usage.ru_stime, proc.stdout.read().splitlines() if proc.stdout else []
         if time.monotonic() > deadline:
             proc.kill()
         time.sleep(0.02)
@@ -146,12 +170,12 @@ def fields(line: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in shlex.split(line)[1:] if "=" in w)
 
 
-def follow_benchmark(rate: float, seconds: float) -> None:
+def follow_benchmark(rate: float, seconds: float, view: str = "plain") -> None:
     work = Path(tempfile.mkdtemp(prefix="profview-bench-live-"))
     try:
         out = work / "run"
         out.mkdir()
-        watcher, cpu0 = start_watcher(out)
+        watcher, cpu0 = start_watcher(out, view)
         t0 = time.monotonic()
         rec = subprocess.run([PYTHON, "-c", RECORDER, str(out), str(rate), str(seconds), "10000"], cwd=REPO,
                              capture_output=True, text=True, check=True)
@@ -165,12 +189,14 @@ def follow_benchmark(rate: float, seconds: float) -> None:
         cpu = cpu1 - cpu0
         records = int(last.get("records", 0))
         raw_mb = sum(p.stat().st_size for p in (out / "raw").glob("*.pvraw")) / 1e6
-        print("1. following a fast recording (profview watch --plain, its own process)")
+        shown = "plain lines" if view == "plain" else "the rich view on a pseudo-terminal"
+        print(f"1. following a fast recording (profview watch, {shown}, its own process)")
         print(f"   recording: {recorded['events']:,} events in {recorded['steps']:,} steps over "
               f"{recorded['seconds']:.1f} s = {recorded['rate'] / 1e6:.2f} M events/s ({raw_mb:.0f} MB raw store)")
-        print(f"   watcher:   read {records:,} records = {records / recorded['seconds'] / 1e6:.2f} M records/s "
-              f"(ratio to the recording: {records / max(recorded['events'], 1):.3f}); saw {last.get('steps')} of "
-              f"{recorded['steps']} steps; exited {t_exit - t_end:.2f} s after the recording did")
+        if view == "plain":
+            print(f"   watcher:   read {records:,} records = {records / recorded['seconds'] / 1e6:.2f} M records/s "
+                  f"(ratio to the recording: {records / max(recorded['events'], 1):.3f}); saw {last.get('steps')} of "
+                  f"{recorded['steps']} steps; exited {t_exit - t_end:.2f} s after the recording did")
         print(f"   watcher CPU: {cpu:.2f} s over {wall:.1f} s = {100 * cpu / wall:.1f} % of one core (target < 10 %)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -209,9 +235,12 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=12, help="blocks, without and with a watcher (A B B A ...)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the training loop")
     parser.add_argument("--only", choices=("follow", "train"), help="run one part only")
+    parser.add_argument("--view", choices=("plain", "rich", "both"), default="both",
+                        help="the watcher's output in part 1: plain lines, the rich view (on a pseudo-terminal), both")
     args = parser.parse_args()
     if args.only != "train":
-        follow_benchmark(args.rate, args.seconds)
+        for view in (("plain", "rich") if args.view == "both" else (args.view,)):
+            follow_benchmark(args.rate, args.seconds, view)
     if args.only != "follow":
         step_benchmark(args.steps, args.blocks, args.threads)
 

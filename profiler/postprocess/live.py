@@ -121,7 +121,7 @@ class LiveRecording:
     def __init__(self, directory, *, window_steps: int = 100, recent_steps: int = 60,
                  max_window_events: int = 300_000, rank: Optional[int] = None,
                  thresholds: Optional[Mapping[str, Any]] = None, analysis_duty: float = 0.04,
-                 min_analysis_interval_s: float = 1.0, since: Optional[float] = None) -> None:
+                 min_analysis_interval_s: float = 2.0, since: Optional[float] = None) -> None:
         self.directory = Path(directory)
         self.window_steps = max(int(window_steps), 1)
         self.recent_steps = max(int(recent_steps), 2)
