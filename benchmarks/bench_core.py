@@ -7,10 +7,15 @@ One run, side by side on this machine:
     torch.profiler.record_function under an active torch profiler, VizTracer's log_event,
     and the floor (two perf_counter_ns calls + a list append);
   * bytes per recorded event held in memory;
-  * analyse() throughput and peak RSS at each size (each size in a fresh subprocess);
-  * Chrome-trace bytes per event.
+  * analyse() end to end (`Profiler.analyse()`: stop, final flush, reading the raw store, every
+    output including the Chrome trace and the event file) and peak RSS at each size (each size
+    in a fresh subprocess, `--repeat` times), against VizTracer's `stop(); save()` of the same
+    loop (its natural events: one per traced Python call; the same number of spans) in the same run;
+  * Chrome-trace and event-file bytes per span.
 Targets (issue 2): span <= 400 ns; <= 40 B/event in memory; analyse >= 5 M events/s at 1e7;
-<= 100 B/event in the Chrome trace.
+<= 100 B/event in the Chrome trace. Issue 16: analyse() at 1e7 events >= 2x VizTracer's save().
+"Events" are profview's recorded events (a span is two: begin and end), as in profiler_info;
+VizTracer records one entry per call, so both rates are also given per span.
 """
 from __future__ import annotations
 
@@ -122,7 +127,6 @@ def bench_viztracer(tmp: Path) -> float | None:
 ANALYSE_CHILD = r"""
 import json, os, resource, sys, time
 from profiler import Profiler
-from profiler.postprocess.recording import analyse_directory
 out, n_events = sys.argv[1], int(float(sys.argv[2]))
 p = Profiler(output_path=out, host_counters=False, gpu_counters=False, memory_budget_mb=1024)
 spans_per_step = 1000
@@ -136,61 +140,125 @@ for _ in range(steps):
             with span:
                 pass
     p.step()
-p.stop()
 rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-paths = analyse_directory(out, progress=False)
+paths = p.analyse(progress=False)
 dt = time.perf_counter() - t0
 trace = [x for x in paths if "timeline" in x.name][0]
+events_file = [x for x in paths if x.name.startswith("events_")][0]
 info = json.load(open(os.path.join(out, "profiler_info_0.json")))
 events = info["recording"]["events"]
-n_trace = 0
-print(json.dumps({"events": events, "seconds": dt, "events_per_s": events / dt,
+print(json.dumps({"events": events, "spans": events // 2, "seconds": dt, "events_per_s": events / dt,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rss_before_analyse_mb": rss_before / 1024,
-                  "trace_bytes": os.path.getsize(trace), "trace_spans": events // 2 + steps}))
+                  "rss_before_analyse_mb": rss_before / 1024, "trace_bytes": os.path.getsize(trace),
+                  "event_file_bytes": os.path.getsize(events_file), "trace_spans": events // 2 + steps}))
+"""
+
+VIZTRACER_CHILD = r"""
+import json, os, resource, sys, time
+from viztracer import VizTracer
+out, n_events = sys.argv[1], int(float(sys.argv[2]))
+n_spans = n_events // 2                  # the same loop as profview's: steps of 1000 spans
+per_step = 1000
+def op():
+    pass
+def forward():
+    for _ in range(per_step - 1):
+        op()
+tracer = VizTracer(output_file=out, verbose=0, tracer_entries=n_spans + 100_000, ignore_c_function=True)
+tracer.start()
+for _ in range(max(n_spans // per_step, 1)):
+    forward()
+t0 = time.perf_counter()
+tracer.stop()
+tracer.save()
+dt = time.perf_counter() - t0
+print(json.dumps({"spans": n_spans, "seconds": dt, "spans_per_s": n_spans / dt, "trace_bytes": os.path.getsize(out),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
 def bench_analyse(tmp: Path, size: float) -> dict:
     out = tmp / f"analyse-{int(size)}"
     r = subprocess.run([sys.executable, "-c", ANALYSE_CHILD, str(out), str(size)], capture_output=True, text=True)
+    subprocess.run(["rm", "-rf", str(out)])
     if r.returncode != 0:
         return {"error": r.stderr.strip().splitlines()[-1]}
     res = json.loads(r.stdout.strip().splitlines()[-1])
     res["trace_bytes_per_event"] = res["trace_bytes"] / res["trace_spans"]
+    res["event_file_bytes_per_event"] = res["event_file_bytes"] / res["trace_spans"]
     return res
+
+
+def bench_viztracer_save(tmp: Path, size: float) -> dict | None:
+    try:
+        import viztracer  # noqa: F401
+    except ImportError:
+        return None
+    out = tmp / f"viztracer-{int(size)}.json"
+    r = subprocess.run([sys.executable, "-c", VIZTRACER_CHILD, str(out), str(size)], capture_output=True, text=True)
+    out.unlink(missing_ok=True)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1e5,1e6,1e7", help="event counts for the analyse() benchmark")
+    ap.add_argument("--repeat", type=int, default=3, help="analyse() / VizTracer runs per size, alternating")
+    ap.add_argument("--analyse-only", action="store_true", help="skip the per-span cost section")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        print("== ns per recorded span (lower is better)")
-        floor = bench_floor()
-        c = bench_profview(tmp, "c")
-        py = bench_profview(tmp, "python")
-        torch_ns = bench_torch()
-        viz = bench_viztracer(tmp)
-        rows = [("profview phase() [C hot path]", c["phase_ns"]), ("profview op() [C hot path]", c["op_ns"]),
-                ("profview phase() [pure Python]", py["phase_ns"]), ("profview op() [pure Python]", py["op_ns"]),
-                ("torch record_function (profiler active)", torch_ns), ("VizTracer log_event", viz),
-                ("floor: 2x perf_counter_ns + append", floor)]
-        for name, v in rows:
-            print(f"  {name:42s} {'n/a' if v is None else f'{v:8.0f} ns'}"
-                  + ("" if v is None else f"   x{v / c['phase_ns']:.1f} of profview phase()"))
-        print(f"  target: span <= 400 ns -> {'met' if c['phase_ns'] <= 400 else 'NOT met'}")
-        print(f"== memory: {c['bytes_per_event']:.1f} bytes per recorded event (C), target <= 40")
-        print("== analyse() throughput (fresh process per size)")
+        if not args.analyse_only:
+            print("== ns per recorded span (lower is better)")
+            floor = bench_floor()
+            c = bench_profview(tmp, "c")
+            py = bench_profview(tmp, "python")
+            torch_ns = bench_torch()
+            viz = bench_viztracer(tmp)
+            rows = [("profview phase() [C hot path]", c["phase_ns"]), ("profview op() [C hot path]", c["op_ns"]),
+                    ("profview phase() [pure Python]", py["phase_ns"]), ("profview op() [pure Python]", py["op_ns"]),
+                    ("torch record_function (profiler active)", torch_ns), ("VizTracer log_event", viz),
+                    ("floor: 2x perf_counter_ns + append", floor)]
+            for name, v in rows:
+                print(f"  {name:42s} {'n/a' if v is None else f'{v:8.0f} ns'}"
+                      + ("" if v is None else f"   x{v / c['phase_ns']:.1f} of profview phase()"))
+            print(f"  target: span <= 400 ns -> {'met' if c['phase_ns'] <= 400 else 'NOT met'}")
+            print(f"== memory: {c['bytes_per_event']:.1f} bytes per recorded event (C), target <= 40")
+        print("== analyse() end to end vs VizTracer stop() + save() (fresh process each, alternating)")
         for s in [float(x) for x in args.sizes.split(",")]:
-            r = bench_analyse(tmp, s)
-            if "error" in r:
-                print(f"  {s:.0e} events: failed: {r['error']}")
+            ours, theirs = [], []
+            for _ in range(args.repeat):
+                ours.append(bench_analyse(tmp, s))
+                theirs.append(bench_viztracer_save(tmp, s))
+            good = [r for r in ours if "error" not in r]
+            if not good:
+                print(f"  {s:.0e} events: failed: {ours[0]['error']}")
                 continue
-            print(f"  {r['events']:>10,} events: {r['seconds']:6.2f} s  {r['events_per_s'] / 1e6:5.2f} M events/s  "
-                  f"peak RSS {r['peak_rss_mb']:7.0f} MB  trace {r['trace_bytes_per_event']:5.1f} B/event")
+            r = min(good, key=lambda x: x["seconds"])
+            secs = [x["seconds"] for x in good]
+            print(f"  profview  {r['events']:>11,} events ({r['spans']:,} spans): {min(secs):6.2f}-{max(secs):.2f} s  "
+                  f"{r['events'] / max(secs) / 1e6:5.2f}-{r['events'] / min(secs) / 1e6:.2f} M events/s  "
+                  f"({r['spans'] / min(secs) / 1e6:.2f} M spans/s)  peak RSS {max(x['peak_rss_mb'] for x in good):6.0f} MB  "
+                  f"trace {r['trace_bytes_per_event']:5.1f} B/span, event file {r['event_file_bytes_per_event']:4.1f} B/span")
+            viz = [v for v in theirs if v and "error" not in v]
+            if viz:
+                vs = [v["seconds"] for v in viz]
+                v = viz[0]
+                print(f"  VizTracer {v['spans']:>11,} spans (1 entry each):         {min(vs):6.2f}-{max(vs):.2f} s  "
+                      f"{v['spans'] / max(vs) / 1e6:5.2f}-{v['spans'] / min(vs) / 1e6:.2f} M events/s  "
+                      f"peak RSS {max(x['peak_rss_mb'] for x in viz):6.0f} MB  trace {v['trace_bytes'] / v['spans']:5.1f} B/span")
+                pairs = [(a["seconds"], b["seconds"]) for a, b in zip(ours, theirs)
+                         if "error" not in a and b and "error" not in b]
+                ratios = [(r["events"] / a) / (v["spans"] / b) for a, b in pairs]
+                span_ratios = [b / a for a, b in pairs]
+                print(f"  -> events/s ratio (profview events / VizTracer entries) x{min(ratios):.1f}-{max(ratios):.1f}; "
+                      f"same spans, time ratio x{min(span_ratios):.1f}-{max(span_ratios):.1f} "
+                      f"(target x2: {'met' if min(ratios) >= 2 else 'NOT met'})")
+            elif theirs and theirs[0] is not None:
+                print(f"  VizTracer failed: {theirs[0].get('error')}")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,25 @@
-"""Report benchmark: build time and HTML size at 1e5, 1e6 and 1e7 timeline events, and browser
-load time (until every plot of every tab is drawn, in headless Chromium).
+"""Report benchmark: the timeline from the columnar event file against today's JSON path, at 1e5 .. 1e7
+events (and 1e8 with --events 1e8), in one run.
 
-    python benchmarks/bench_report.py [--events 1e5,1e6,1e7] [--keep DIR] [--no-browser]
+    python benchmarks/bench_report.py [--events 1e5,1e6,1e7] [--repeat 3] [--keep DIR] [--no-browser] [--no-json]
 
-Targets (docs/viewer.md): 1e7 events build < 30 s, HTML < 30 MB, browser load < 5 s.
-Synthetic runs are written by tests/viewer_fixtures.py (the output format of docs/formats.md).
+For each size, on the same synthetic run (tests/viewer_fixtures.py: its event file written by the
+generator, chunk by chunk; a Chrome trace of exactly the same events written with profview's row
+writer), each in a fresh process, `--repeat` times (min-max printed, the machine is shared):
+  * report: the whole HTML report built from the directory (wall, CPU, peak RSS, HTML size);
+  * timeline read: opening the event file and the whole-run level-of-detail pass (what the
+    timeline page reads), against today's JSON path (the byte-scanning Chrome-trace reader the
+    viewer used before, benchmarks/legacy_trace_reader.py) and `json.load` of the same trace;
+  * browser: headless Chromium, from navigation until every plot of every tab is drawn; then a
+    zoom on the whole-run view (1/40 of the run): the time until the finer level is drawn.
+Targets (issue 16): at 1e7 events the report builds in <= 5 s with peak RSS <= 1 GB and HTML <= 15 MB;
+the page opens in <= 3 s; a zoom redraw takes <= 300 ms. At 1e8 it builds in bounded memory.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -17,88 +28,220 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from viewer.context import Context
-from viewer.report import build_report  # noqa: E402
-from viewer.inputs import load_input  # noqa: E402
-from viewer_fixtures import Spec, write_run  # noqa: E402
-
 STEPS = 200
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
+CHILD_PRELUDE = f"import sys, time, resource, json\nsys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}, {str(ROOT / 'benchmarks')!r}]\n"
+
+BUILD = CHILD_PRELUDE + r"""
+from pathlib import Path
+from viewer.context import Context
+from viewer.report import build_report
+from viewer.inputs import load_input
+d, out = Path(sys.argv[1]), Path(sys.argv[2])
+t, c = time.perf_counter(), time.process_time()
+html = build_report(Context(load_input(d)))
+wall, cpu = time.perf_counter() - t, time.process_time() - c
+out.write_text(html, encoding="utf-8")
+print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "bytes": out.stat().st_size}))
+"""
+
+READ_EVENTS = CHILD_PRELUDE + r"""
+from pathlib import Path
+from viewer.trace import load_timeline
+from viewer.lod import busy_levels
+t = time.perf_counter()
+tl = load_timeline(Path(sys.argv[1]))
+t0, t1 = tl.time_range_ns()
+lanes = [l for l in range(len(tl.lanes)) if tl.lanes["kind"][l] != "steps" and tl.file.lane_rows(l)[1]]
+levels = busy_levels(tl, lanes, t0, t1)
+print(json.dumps({"wall": time.perf_counter() - t, "events": tl.events,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+READ_LEGACY = CHILD_PRELUDE + r"""
+from pathlib import Path
+from legacy_trace_reader import read_trace
+t = time.perf_counter()
+trace = read_trace(Path(sys.argv[1]))
+print(json.dumps({"wall": time.perf_counter() - t, "events": trace.events,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+READ_JSON = CHILD_PRELUDE + r"""
+t = time.perf_counter()
+with open(sys.argv[1], "rb") as f:
+    doc = json.load(f)
+print(json.dumps({"wall": time.perf_counter() - t, "events": len(doc["traceEvents"]),
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
 
 def synthetic_run(directory: Path, events: int) -> Path:
-    """A run whose timeline holds about `events` events (2 per op plus 3 per step)."""
+    """A run whose event file holds about `events` events (2 per op plus 3 per step)."""
+    from viewer_fixtures import Spec, write_run
+
     if not (directory / "profiler_info_0.json").exists():
-        write_run(directory, Spec(steps=STEPS, ops_per_step=max(1, (events - 3 * STEPS) // (2 * STEPS))))
+        write_run(directory, Spec(steps=STEPS, ops_per_step=max(1, (events - 3 * STEPS) // (2 * STEPS)),
+                                  queues=False, counters=False))
     return directory
 
 
-def build(directory: Path, out: Path) -> tuple[float, float, int]:
-    """Wall and CPU seconds to load the directory and build the report; bytes written.
+def chrome_trace_of(directory: Path) -> Path:
+    """timeline_0.json holding exactly the event file's events, in profview's layout (row kernel)."""
+    import numpy as np
+    from profiler.export.chrome_trace import _head, row_texts
+    from profiler.formats import read_event_file
 
-    CPU time is printed too because on a shared machine wall time mostly measures the neighbours.
-    """
-    started, cpu = time.perf_counter(), time.process_time()
-    html = build_report(Context(load_input(directory)))
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    out.write_text(html, encoding="utf-8")
-    return seconds, cpu, out.stat().st_size
+    path = directory / "timeline_0.json"
+    if path.exists():
+        return path
+    f = read_event_file(directory / "events_0.arrow")
+    lanes = f.lanes
+    with open(path, "wb") as out:
+        out.write(b'{"traceEvents":[\n')
+        for start, stop in f.chunks():
+            cols = {c: f.column(c, start, stop) for c in ("ph", "lane", "start_ns", "dur_ns", "name", "category", "args")}
+            import pandas as pd
+            code1, _ = pd.factorize((cols["lane"].astype(np.uint64) << np.uint64(48)) |
+                                    (cols["name"].astype(np.uint64) << np.uint64(20)) |
+                                    (cols["category"].astype(np.uint64) << np.uint64(8)) | cols["ph"].astype(np.uint64))
+            key, _ = pd.factorize(code1.astype(np.int64) * (len(f.args) + 1) + cols["args"] + 1)
+            first = np.zeros(key.max() + 1, np.int64)
+            first[key[::-1]] = np.arange(len(key))[::-1]
+            heads = []
+            for i in first.tolist():
+                lane = lanes[int(cols["lane"][i])]
+                a = int(cols["args"][i])
+                args = json.loads(f.args[a]) if a >= 0 else None
+                ph = chr(int(cols["ph"][i]))
+                heads.append(_head(ph, lane["pid"], lane["tid"], f.categories[int(cols["category"][i])],
+                                   f.names[int(cols["name"][i])], args, ',"s":"t"' if ph == "i" else ""))
+            blob = b"".join(heads)
+            offsets = np.concatenate([[0], np.cumsum([len(h) for h in heads])]).astype(np.int64)
+            x = cols["ph"] == ord("X")
+            for sel, dur in ((x, cols["dur_ns"]), (~x, None)):
+                rows = np.flatnonzero(sel)
+                if len(rows):
+                    for text in row_texts(blob, offsets, key.astype(np.int64), cols["start_ns"].astype(np.int64),
+                                          None if dur is None else dur.astype(np.int64), rows.astype(np.int64)):
+                        out.write(text)
+        meta = [{"ph": "M", "pid": l["pid"], "tid": l["tid"], "name": "thread_name", "args": {"name": l["thread"]}}
+                for l in lanes]
+        out.write(",\n".join(json.dumps(m) for m in meta).encode() + b'\n],"displayTimeUnit":"ms"}\n')
+    return path
 
 
-def browser_load(page: Path) -> float:
-    """Seconds from navigation until every plot on every tab is drawn."""
+def child(code: str, *args: str, timeout: int = 1800) -> dict:
+    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip().splitlines() or ["killed"])[-1]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def browser(page: Path, repeat: int) -> tuple[list[float], list[float], list[float]]:
+    """Seconds until the first tab is drawn (the page is open) and until every plot of every tab is;
+    ms of each zoom redraw (two zooms per load: 1/40 and 1/400 of the run)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
-    options = Options()
-    options.binary_location = CHROMIUM
-    with tempfile.TemporaryDirectory() as profile:
-        for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--no-first-run", "--disable-sync", "--window-size=1400,1000",
-                    f"--user-data-dir={profile}"):
-            options.add_argument(arg)
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-        try:
-            started = time.perf_counter()
-            driver.get(page.as_uri())
-            driver.execute_async_script(ALL_TABS_DRAWN)
-            return time.perf_counter() - started
-        finally:
-            driver.quit()
+    from viewer_browser import ALL_TABS_DRAWN
+
+    opens, loads, zooms = [], [], []
+    for _ in range(repeat):
+        options = Options()
+        options.binary_location = CHROMIUM
+        with tempfile.TemporaryDirectory() as profile:
+            for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                        "--disable-component-update", "--no-first-run", "--disable-sync", "--window-size=1400,1000",
+                        f"--user-data-dir={profile}"):
+                options.add_argument(arg)
+            driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+            driver.set_script_timeout(300)
+            try:
+                started = time.perf_counter()
+                driver.get(page.as_uri())
+                driver.execute_async_script(FIRST_TAB_DRAWN)
+                opens.append(time.perf_counter() - started)
+                driver.execute_async_script(ALL_TABS_DRAWN)
+                loads.append(time.perf_counter() - started)
+                driver.execute_script("profview.show('timeline')")
+                for fraction in (40, 400):
+                    zooms.append(driver.execute_async_script(ZOOM, fraction))
+            finally:
+                driver.quit()
+    return opens, loads, zooms
 
 
-#: Shows each tab in turn and calls back once all its plots are drawn (shared with the tests).
-ALL_TABS_DRAWN = """
+#: Calls back once the plots of the tab shown on opening are drawn.
+FIRST_TAB_DRAWN = """
 const done = arguments[arguments.length - 1];
-const keys = Array.from(document.querySelectorAll('nav button')).map(b => b.dataset.page);
-function waitTab(i) {
-  if (i >= keys.length) { done(true); return; }
-  profview.show(keys[i]);
-  const page = document.getElementById('page-' + keys[i]);
-  (function poll() {
-    const plots = Array.from(page.querySelectorAll('div.plot')).filter(d => d.offsetParent !== null);
-    if (plots.every(d => d.dataset.done)) { waitTab(i + 1); } else { setTimeout(poll, 20); }
-  })();
-}
-waitTab(0);
+(function poll() {
+  const page = document.querySelector('.page.active');
+  const plots = page ? Array.from(page.querySelectorAll('div.plot')).filter(d => d.offsetParent !== null) : [];
+  if (page && plots.every(d => d.dataset.done)) { done(true); } else { setTimeout(poll, 10); }
+})();
 """
+
+#: Zoom the whole-run view to 1/arguments[0] of the run; calls back with the ms until it was redrawn.
+ZOOM = """
+const done = arguments[arguments.length - 1], fraction = arguments[0];
+const div = document.querySelector('#page-timeline div.plot[data-lod]');
+const lod = JSON.parse(document.getElementById(div.dataset.lod).textContent);
+const mid = (lod.t0 + lod.t1) / 2, half = (lod.t1 - lod.t0) / fraction / 2;
+delete div.dataset.zoomMs;
+Plotly.relayout(div, {'xaxis.range': [mid - half, mid + half]});
+(function poll() { if (div.dataset.zoomMs) done(Number(div.dataset.zoomMs)); else setTimeout(poll, 5); })();
+"""
+
+
+def span(values: list[float], fmt: str = "{:.2f}") -> str:
+    return (fmt.format(min(values)) + "-" + fmt.format(max(values))) if values else "-"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="1e5,1e6,1e7", help="comma-separated event counts")
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="keep the synthetic runs here (re-used when present)")
-    parser.add_argument("--no-browser", action="store_true", help="skip the browser load measurement")
+    parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--no-json", action="store_true", help="skip the Chrome-trace baselines")
     args = parser.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="profview-bench-"))
-    print(f"{'events':>12} {'build s':>9} {'cpu s':>7} {'HTML MB':>9} {'load s':>8}")
     for count in (int(float(x)) for x in args.events.split(",")):
         directory = synthetic_run(base / f"run-{count}", count)
-        seconds, cpu, size = build(directory, base / f"report-{count}.html")
-        load = "-" if args.no_browser else f"{browser_load(base / f'report-{count}.html'):.2f}"
-        print(f"{count:>12,} {seconds:>9.2f} {cpu:>7.2f} {size / 1e6:>9.2f} {load:>8}", flush=True)
+        events = directory / "events_0.arrow"
+        print(f"== {count:,} events: event file {events.stat().st_size / 1e6:.0f} MB", flush=True)
+        builds = [child(BUILD, directory, base / f"report-{count}.html") for _ in range(args.repeat)]
+        ok = [b for b in builds if "error" not in b]
+        if not ok:
+            print(f"  report build failed: {builds[0]['error']}")
+            continue
+        print(f"  report build: wall {span([b['wall'] for b in ok])} s, cpu {span([b['cpu'] for b in ok])} s, "
+              f"peak RSS {span([b['rss_mb'] for b in ok], '{:.0f}')} MB, HTML {ok[0]['bytes'] / 1e6:.1f} MB", flush=True)
+        new = [child(READ_EVENTS, events) for _ in range(args.repeat)]
+        print(f"  timeline read, event file + level of detail: {span([r['wall'] for r in new])} s, "
+              f"peak RSS {span([r['rss_mb'] for r in new], '{:.0f}')} MB", flush=True)
+        if not args.no_json and count <= 2 * 10**7:
+            trace = chrome_trace_of(directory)
+            print(f"  Chrome trace of the same events: {trace.stat().st_size / 1e6:.0f} MB", flush=True)
+            legacy = [child(READ_LEGACY, trace) for _ in range(args.repeat)]
+            whole = [child(READ_JSON, trace) for _ in range(1 if count >= 10**7 else args.repeat)]
+            for label, runs in (("today's JSON path (legacy reader)", legacy), ("json.load", whole)):
+                good = [r for r in runs if "error" not in r]
+                if not good:
+                    print(f"  {label}: failed: {runs[0]['error']}")
+                    continue
+                ratio = min(r["wall"] for r in good) / min(r["wall"] for r in new)
+                print(f"  {label}: {span([r['wall'] for r in good])} s, peak RSS "
+                      f"{span([r['rss_mb'] for r in good], '{:.0f}')} MB -> event file x{ratio:.1f} faster", flush=True)
+        if not args.no_browser and count <= 2 * 10**7:
+            opens, loads, zooms = browser(base / f"report-{count}.html", args.repeat)
+            print(f"  browser: page open (first tab drawn) {span(opens)} s, all tabs drawn {span(loads)} s; "
+                  f"zoom redraw {span(zooms, '{:.0f}')} ms", flush=True)
     return 0
 
 

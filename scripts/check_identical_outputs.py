@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = Path(os.environ.get("PROFVIEW_SHARED_DATA", ROOT.parent / "shared" / "data"))   # as tests/conftest.py
 
 RECORD_EVENTS = r"""
 import sys, threading

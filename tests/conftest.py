@@ -32,3 +32,19 @@ def job3(shared_data: Path) -> Path:
 def gold(shared_data: Path) -> Path:
     """What MindSpore/MindInsight's 2020 parser wrote from JOB3."""
     return shared_data / "ascend" / "run_1_gold"
+
+
+def pytest_report_header(config) -> str:
+    """One visible line: whether the real captures are here (without them their tests skip)."""
+    path = _shared_data()
+    if path.is_dir():
+        return f"shared data: {path} (tests on real captures run)"
+    return f"shared data: NOT FOUND at {path}: every test on real captures is SKIPPED"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Repeat it at the end, with the count, when the real captures were missing."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "shared data not found" in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} tests on real captures SKIPPED: shared data not found at "
+                                    f"{_shared_data()}", yellow=True, bold=True)

@@ -99,12 +99,16 @@ def test_malformed_summary_json(good, tmp_path):
     assert_one_sentence(profview(run, "--summary"), "queue_summary_0.json", "not valid JSON")
 
 
-def test_truncated_timeline(good, tmp_path):
+def test_truncated_event_file(good, tmp_path):
+    """A cut event file: the report is still built, and the timeline page says what is wrong in one sentence."""
     run = copy_run(good, tmp_path / "run")
-    timeline = run / "timeline_0.json"
-    data = timeline.read_bytes()
-    timeline.write_bytes(data[: len(data) // 2])
-    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "timeline_0.json", "not valid JSON")
+    events = run / "events_0.arrow"
+    data = events.read_bytes()
+    events.write_bytes(data[: len(data) // 2])
+    result = profview(run, "-o", tmp_path / "r.html")
+    assert result.returncode == 0, result.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert "events_0.arrow is not a profview event file (Arrow IPC): it may be truncated" in html
 
 
 def test_unknown_rank(good):

@@ -79,37 +79,79 @@ def row_text(*args, use_kernel: bool, buffer=None) -> bytes:
     return b"".join(bytes(piece) for piece in chrome_trace.row_texts(*args, buffer=buffer, use_kernel=use_kernel))
 
 
-@needs_rows_kernel
-@pytest.mark.parametrize("with_dur", [True, False])
-def test_trace_row_kernel_matches_numpy(with_dur: bool) -> None:
-    rng = np.random.default_rng(1)
+EDGE_NS = [0, 1, -1, 124, 125, 999, 1000, -1000, 10**13, 15 * 10**12 * 1000, -(10**18), 2**63 - 1, -2**63]
+
+
+def row_arrays(rng, n: int, with_dur: bool, scale: str):
     heads = [b'{"ph":"X","pid":0,"tid":%d,"name":"op %d","ts":' % (i, i) for i in range(7)]
     blob = b"".join(heads)
     offsets = np.concatenate([[0], np.cumsum([len(h) for h in heads])]).astype(np.int64)
-    n = 20_000
     key = rng.integers(0, len(heads), n).astype(np.int64)
-    ts = rng.integers(-10**6, 10**13, n).astype(np.int64)
-    ts[:5] = [0, 1, 999, 1000, -1]
-    dur = rng.integers(0, 10**9, n).astype(np.int64) if with_dur else None
+    if scale == "full":          # anywhere in int64: huge, negative, zero
+        ts = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+        dur = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+    else:
+        ts = rng.integers(-10**6, 10**13, n).astype(np.int64)
+        dur = rng.integers(0, 10**9, n).astype(np.int64)
+    ts[:len(EDGE_NS)] = EDGE_NS
+    dur[:len(EDGE_NS)] = EDGE_NS[::-1]
     order = np.argsort(key, kind="stable").astype(np.int64)
-    args = (blob, offsets, key, ts, dur, order)
-    small = np.empty(4096, dtype=np.uint8)               # many refills of a small buffer
-    text = row_text(*args, use_kernel=True, buffer=small)
-    assert text == row_text(*args, use_kernel=False)
-    events = json.loads(b"[" + text.rstrip(b",\n") + b"]")
-    assert len(events) == n
-    assert [e["ts"] for e in events[:50]] == [round(v / 1000, 3) for v in ts[order[:50]]]
-    assert [e["tid"] for e in events] == key[order].tolist()
-    if with_dur:
-        assert [e["dur"] for e in events[-50:]] == [round(v / 1000, 3) for v in dur[order[-50:]]]
+    return (blob, offsets, key, ts, dur if with_dur else None, order)
 
 
 @needs_rows_kernel
-def test_trace_row_kernel_refuses_a_time_too_wide() -> None:
-    args = (b"{", np.array([0, 1], np.int64), np.zeros(1, np.int64), np.array([10**17], np.int64), None, None)
-    for use_kernel in (True, False):
-        with pytest.raises(ValueError, match="does not fit"):
-            row_text(*args, use_kernel=use_kernel)
+@pytest.mark.parametrize("scale", ["trace", "full"])
+@pytest.mark.parametrize("with_dur", [True, False])
+def test_trace_row_kernel_matches_numpy(with_dur: bool, scale: str) -> None:
+    """Byte for byte, for any int64 time: huge (1.5e13 ticks and beyond), negative, zero."""
+    args = row_arrays(np.random.default_rng(1), 20_000, with_dur, scale)
+    small = np.empty(4096, dtype=np.uint8)               # many refills of a small buffer
+    text = row_text(*args, use_kernel=True, buffer=small)
+    assert text == row_text(*args, use_kernel=False)
+    _, _, key, ts, dur, order = args
+    events = json.loads(b"[" + text.rstrip(b",\n") + b"]")
+    assert len(events) == len(ts)
+    assert [e["tid"] for e in events] == key[order].tolist()
+    got_ts = np.array([e["ts"] for e in events])
+    # on the 1/1024 µs grid: within half a grid step of the ns value (relative for huge values)
+    assert np.all(np.abs(got_ts * 1000 - ts[order]) <= np.maximum(0.49, np.abs(ts[order]) * 1e-15))
+    assert np.all(got_ts * 1024 == np.round(got_ts * 1024)), "every value is k / 1024"
+    if with_dur:
+        got_dur = np.array([e["dur"] for e in events])
+        assert np.all(got_dur * 1024 == np.round(got_dur * 1024))
+        small_rows = np.abs(ts[order]) < 2**40
+        end = ts[order].astype(object) + dur[order].astype(object)
+        ok = small_rows & (np.abs(dur[order]) < 2**40)
+        assert np.all(np.abs((got_ts + got_dur)[ok] * 1000 - end[ok].astype(float)) <= 0.49)
+
+
+@pytest.mark.parametrize("use_kernel", [True, False])
+def test_trace_rows_take_any_time_range(use_kernel: bool) -> None:
+    """A MindInsight-era Ascend time (~1.5e13 ticks) and the int64 extremes give rows, never an exception."""
+    if use_kernel and chrome_trace._trace_rows is None:
+        pytest.skip("C trace-row kernel not built")
+    ts = np.array(EDGE_NS, np.int64)
+    args = (b"{", np.array([0, 1], np.int64), np.zeros(len(ts), np.int64), ts, ts[::-1].copy(), None)
+    text = row_text(*args, use_kernel=use_kernel).decode()
+    rows = text.splitlines()
+    assert len(rows) == len(ts)
+    assert rows[0] == '{0.000,"dur":-9223372036854775.8076171875},'
+    assert rows[1] == '{0.0009765625,"dur":9223372036854775.806640625},'
+    assert rows[9] == '{15000000000000.000,"dur":0.1240234375},'
+
+
+def test_touching_spans_touch_exactly_in_float64() -> None:
+    """ts + dur of a span equals the next span's ts in a reader's float64 arithmetic (speedscope
+    adds them after subtracting the lane's first ts): the rounded end is shared."""
+    rng = np.random.default_rng(5)
+    bounds = np.cumsum(rng.integers(1, 10**9, 5000)) + 11_039_523
+    start, dur = bounds[:-1], np.diff(bounds)
+    args = (b"{", np.array([0, 1], np.int64), np.zeros(len(start), np.int64), start, dur, None)
+    events = json.loads(b"[" + row_text(*args, use_kernel=True).replace(b"{", b'{"ts":').rstrip(b",\n") + b"]")
+    ts = np.array([e["ts"] for e in events])
+    d = np.array([e["dur"] for e in events])
+    assert np.array_equal(ts[:-1] + d[:-1], ts[1:])
+    assert np.array_equal((ts[:-1] - ts[0]) + d[:-1], ts[1:] - ts[0])
 
 
 @pytest.mark.parametrize("max_dense_keys", [1 << 24, 1])        # counting pass, and the np.unique path

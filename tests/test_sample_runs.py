@@ -52,25 +52,29 @@ def test_resnet_tuning_story(resnet):
     assert list(st) == ["a_one_worker", "b_prefetch", "c_float64", "d_fixed"], stdout
     a, b, c, d = (st[k] for k in st)
     # (a) one worker: the gap is about half the step, the loader queue is empty, the advisor says input_bound
+    # Every effect below is far from the line it is judged by (measured ranges, quiet and under load, in
+    # the comments): the stages are built so (see the sample's docstring).
+    # (a) one worker: the loop waits for data ~60 % of its time (> 40), the queue is empty at most gets (80-100 %)
     assert float(a["gap_pct"]) > 40 and a["verdict"] == "input_bound"
-    assert re.search(r"loader queue: empty at (9\d|100) % of gets.*data_process", a["block"])
-    # (b) four workers: the gap collapses, the step is faster, input_bound is resolved
+    empty = float(re.search(r"loader queue: empty at (\d+) % of gets.*data_process", a["block"])[1])
+    assert empty >= 60
+    # (b) four workers: the gap collapses (~4 %), the step is faster (~0.4x), input_bound is resolved
     assert float(b["gap_pct"]) < 15 and float(b["step"]) < 0.8 * float(a["step"])
     assert re.search(r"vs a_one_worker: .*faster.*findings resolved: [^;]*input_bound", b["block"])
-    # (c) float64 BatchNorm: Cast and BatchNorm are the advisor's top findings
-    assert c["verdict"] == "op_hotspot" and "BatchNorm" in c["top"]
-    cast, norm = map(float, re.search(r"op time: Cast (\d+) %, BatchNorm (\d+) %", c["block"]).groups())
-    assert cast >= 8 and norm >= 20
+    # (c) float64 GroupNorm, ReLU and residual sums: Cast ~15-20 % of op time (its line: 8 %) against ~2-3 %
+    # in the float32 stages; the norm itself stays ~4-12 % (its line: 20 %) in every stage
+    cast, norm = map(float, re.search(r"op time: Cast (\d+) %, normalisation (\d+) %", c["block"]).groups())
+    d_cast, d_norm = map(float, re.search(r"op time: Cast (\d+) %, normalisation (\d+) %", d["block"]).groups())
+    assert cast > 3 * max(d_cast, 1) and norm < 16 and d_norm < 16
     report = json.loads((out / "c_float64" / "report_0.json").read_text())
-    titles = [f["title"] for f in report["findings"] if f["kind"] == "op_hotspot" and f["severity"] != "low"]
-    assert any(t.startswith("Cast") for t in titles) and any(t.startswith("BatchNorm") for t in titles)
-    assert re.search(r"vs b_prefetch: .*introduced: op_hotspot", c["block"])
-    # (d) fixed: no op hotspot, c's are resolved. (Step times of c and d are not compared here: on a
-    # machine shared with other jobs their difference, ~+30 to +70 % on a quiet one, drowns in the load.)
-    assert d["verdict"] != "op_hotspot"
-    assert re.search(r"vs c_float64: .*findings resolved: op_hotspot, op_hotspot", d["block"])
-    d_cast, d_norm = map(float, re.search(r"op time: Cast (\d+) %, BatchNorm (\d+) %", d["block"]).groups())
-    assert d_cast < cast and d_norm < norm
+    hot = [f["title"] for f in report["findings"] if f["kind"] == "op_hotspot" and f["severity"] != "low"]
+    assert any(t.startswith("Cast") for t in hot) and not any(t.startswith("BatchNorm / normalisation") for t in hot), hot
+    assert re.search(r"vs b_prefetch: .*introduced: [^;]*op_hotspot", c["block"])
+    # (d) fixed: the Cast finding is resolved. (Step times of c and d are not compared here: on a machine
+    # shared with other jobs their difference drowns in the load.)
+    fixed = json.loads((out / "d_fixed" / "report_0.json").read_text())
+    assert not [f for f in fixed["findings"] if f["kind"] == "op_hotspot" and f["title"].startswith("Cast")]
+    assert re.search(r"vs c_float64: .*findings resolved: [^;]*op_hotspot", d["block"])
     # the printed numbers are the files' numbers
     for name in st:
         assert float(st[name]["gap_pct"]) == pytest.approx(gap_share(out / name), abs=0.51)
@@ -86,12 +90,15 @@ def test_compare_before_after_prefetch(resnet, tmp_path, capsys):
     doc = json.loads(verdict_file.read_text())
     phases = {p["column"]: p for p in doc["phases"]}
     base, new = (pd.read_csv(d / "step_trace_0.csv").iloc[1:] for d in (a, b))
-    expected_gap = new["iteration_gap_ms"].median() - base["iteration_gap_ms"].median()
+    expected_gap = new["iteration_gap_ms"].mean() - base["iteration_gap_ms"].mean()
     assert phases["iteration_gap_ms"]["delta_ms"] == pytest.approx(expected_gap, abs=1e-3)
-    assert expected_gap < -0.3 * base["total_ms"].median()
+    assert phases["iteration_gap_ms"]["median_delta_ms"] == pytest.approx(
+        new["iteration_gap_ms"].median() - base["iteration_gap_ms"].median(), abs=1e-3)
+    assert expected_gap < -0.3 * base["total_ms"].mean()
     assert doc["verdict"]["outcome"] == "faster" and doc["verdict"]["exit_code"] == 0
     assert doc["verdict"]["delta_pct"] == pytest.approx(
-        100 * (new["total_ms"].median() / base["total_ms"].median() - 1), abs=1e-2)
+        100 * (new["total_ms"].mean() / base["total_ms"].mean() - 1), abs=1e-2)
+    assert doc["verdict"]["ci_high_pct"] < 0
     assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
     assert "Resolved: [high] Input pipeline" in text and "CI gate (--fail-if-slower 5%): pass" in text
     html = (tmp_path / "compare.html").read_text()
@@ -139,5 +146,11 @@ def test_ascend_reference_device_feed_vs_sink(tmp_path, capsys):
     assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
     gap = {p["column"]: p for p in doc["phases"]}["iteration_gap_ms"]
     assert gap["base_median_ms"] > 10 and gap["new_median_ms"] < 2
-    assert doc["verdict"]["outcome"] == "faster"
+    assert gap["significant"] and gap["ci_high_ms"] < -8          # the 15 ms loader is off the step: -15 ms
+    # The step as a whole: 11 analysed steps whose all-reduce tails swing between ~10 and ~130 ms
+    # on this shared machine; the mean step's interval is often that wide, so "no significant
+    # change" is an honest answer too. It is never slower, and "faster" comes with its interval.
+    v = doc["verdict"]
+    assert v["outcome"] in ("faster", "no significant change") and v["ci_low_pct"] < 0
+    assert v["outcome"] != "faster" or v["ci_high_pct"] < 0
     assert set(pd.read_csv(tmp_path / "sink" / "op_type_0.csv")["device"]) >= {"npu:0"}

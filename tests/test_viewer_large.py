@@ -23,6 +23,6 @@ def test_ten_million_events(tmp_path):
     print(f"10M events: built in {seconds:.1f} s, {size / 1e6:.1f} MB")
     assert size < 30e6
     assert seconds < 120, "far over the 30 s target even on a loaded machine"
-    total = re.search(r"([\d,]+) events in timeline_0\.json", html)
+    total = re.search(r"([\d,]+) events in events_0\.arrow", html)
     assert total and int(total.group(1).replace(",", "")) >= EVENTS
     assert re.search(r"longest of [\d,]+ events overlapping this window are drawn", html)

@@ -62,6 +62,8 @@ def test_timeline_opens_in_speedscope(tmp_path):
         while "MainThread" not in driver.execute_script("return document.body.innerText"):
             assert time.monotonic() < deadline, "speedscope did not show the trace"
             time.sleep(0.2)
+        logs = [e["message"] for e in driver.get_log("browser")]
+        assert not [m for m in logs if "Tried to end" in m or "still open" in m], "spans overlap in speedscope"
         driver.find_element("xpath", "//*[text()='Sandwich']").click()
         deadline = time.monotonic() + 30
         text = ""

@@ -1,4 +1,4 @@
-"""Small pieces of the viewer: escaping, option parsing, the timeline reader's two paths, thinning."""
+"""Small pieces of the viewer: escaping, option parsing, the event file and its level of detail, thinning."""
 from __future__ import annotations
 
 import argparse
@@ -9,11 +9,11 @@ import pytest
 
 from viewer.cli import parse_steps
 from viewer.html import plot_text, script_json
-from viewer.lod import busy_bins, depths
+from viewer.lod import busy_levels, captured_runs, depths, self_times, step_windows, window_events
 from viewer.series import thin
 from viewer.server import is_loopback
 from viewer.summary import clean
-from viewer.trace import _assemble, _open_buffer, _read_json, parse_numbers, read_trace
+from viewer.trace import load_timeline
 from viewer_fixtures import XSS, Spec, write_run
 
 
@@ -48,45 +48,86 @@ def test_loopback_detection():
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")
 
 
-def test_parse_numbers_formats():
-    data = b'x 12.5, -3,   0.001} 7e3, 123456789012.125,1.,  -0.5}'
-    values = parse_numbers(np.frombuffer(data, np.uint8), np.array([1, 7, 11, 21, 26, 43, 46]))
-    assert values.tolist() == [12.5, -3.0, 0.001, 7000.0, 123456789012.125, 1.0, -0.5]
+def small_run(tmp_path, steps=8, ops=6):
+    run = write_run(tmp_path / "run", Spec(steps=steps, ops_per_step=ops, queues=False, counters=False))
+    return run, load_timeline(run / "events_0.arrow")
 
 
-def test_fast_reader_matches_json(tmp_path):
-    run = write_run(tmp_path / "run", Spec(steps=8, ops_per_step=6))
-    path = run / "timeline_0.json"
-    fast = read_trace(path)
-    slow = _assemble(path, *_read_json(_open_buffer(path), path))
-    assert np.array_equal(fast.lane, slow.lane)
-    assert np.array_equal(fast.ts_us, slow.ts_us) and np.array_equal(fast.dur_us, slow.dur_us)
-    assert fast.phase_counts == slow.phase_counts
-    assert fast.lanes["label"].tolist() == slow.lanes["label"].tolist()
-    assert fast.details(np.arange(5)) == slow.details(np.arange(5))
+def test_event_file_lanes_and_rows(tmp_path):
+    run, tl = small_run(tmp_path)
+    assert tl.lanes["kind"].tolist() == ["host", "host", "steps", "device"]
+    assert tl.phase_counts == {"X": 8 * 6 * 2 + 8 * 3, "i": 1}
+    for lane in range(4):            # every lane's rows sorted by start
+        first, count, longest = tl.file.lane_rows(lane)
+        start = tl.file.column("start_ns", first, first + count)
+        assert count and np.all(np.diff(start) >= 0)
+        assert longest == tl.file.column("dur_ns", first, first + count).max()
+        for t in (int(start[0]) - 1, int(start[count // 2]), int(start[-1]) + 1):
+            assert tl.file.lane_search(lane, t) == first + np.searchsorted(start, t)
 
 
-def test_pretty_printed_trace_falls_back_to_json(tmp_path):
-    path = tmp_path / "t.json"
-    events = [{"ph": "X", "name": "a", "pid": "p", "tid": "main", "ts": 1, "dur": 2},
-              {"ph": "M", "name": "thread_name", "pid": "p", "tid": "main", "args": {"name": "Main"}}]
-    path.write_text(json.dumps({"traceEvents": events}, indent=2))
-    trace = read_trace(path)
-    assert trace.ts_us.tolist() == [1.0] and trace.lanes["thread"].tolist() == ["Main"]
+def test_busy_counts_nested_events_once(tmp_path):
+    """Busy time is the union of a lane's events: the forward phase holds the launches, so
+    MainThread's busy time is forward + the launch before it; every event is counted at every level."""
+    run, tl = small_run(tmp_path)
+    t0, t1 = tl.time_range_ns()
+    levels = busy_levels(tl, [0, 1, 3], t0, t1, levels=3)
+    first, count, _ = tl.file.lane_rows(0)
+    start = tl.file.column("start_ns", first, first + count)
+    end = start + tl.file.column("dur_ns", first, first + count)
+    union, reach = 0, None
+    for s, e in sorted(zip(start.tolist(), end.tolist())):
+        if reach is None or s >= reach:
+            union += e - s
+            reach = e
+        elif e > reach:
+            union += e - reach
+            reach = e
+    assert abs(levels.covered_ns[0].sum() - union) < 1e-3 * union
+    for level in range(3):
+        busy, started = levels.level(level)
+        assert started.sum() == count + 8 + 8 * 6 and busy.max() <= 1.0
+        assert started.shape[1] == 1200 << level
 
 
-def test_busy_counts_nested_events_once():
-    class T:  # the few Trace fields busy_bins reads
-        lanes = [0]
-        lane = np.array([0, 0])
-        ts_us = np.array([0.0, 1000.0])
-        dur_us = np.array([4000.0, 1000.0])   # an event nested inside another
-    busy = busy_bins(T, 0.0, 8.0, bins=2)
-    assert busy.busy[0].tolist() == [1.0, 0.0] and busy.started[0].tolist() == [2, 0]
+def test_window_events_and_self_time(tmp_path):
+    run, tl = small_run(tmp_path)
+    steps = __import__("pandas").read_csv(run / "step_trace_0.csv")
+    t0, t1 = float(steps["start_ms"][3]), float(steps["start_ms"][3] + steps["total_ms"][3])
+    w = window_events(tl, "step 3", t0, t1, budget=10_000)
+    ev = w.events
+    assert w.total == len(ev) and set(ev["step"]) >= {3}
+    assert (ev["start_ns"] < t1 * 1e6).all() and ((ev["start_ns"] + ev["dur_ns"]) > t0 * 1e6).all()
+    names = tl.names(ev["name"].to_numpy())
+    forward = names.index("forward")
+    inside = (ev["lane"] == ev["lane"][forward]) & (ev["start_ns"] >= ev["start_ns"][forward]) & \
+             (ev["start_ns"] + ev["dur_ns"] <= ev["start_ns"][forward] + ev["dur_ns"][forward])
+    inside[forward] = False
+    assert ev["self_ns"][forward] == ev["dur_ns"][forward] - ev["dur_ns"][inside].sum()
+    few = window_events(tl, "step 3", t0, t1, budget=5)
+    assert len(few.events) == 5 and few.total == w.total and few.hidden_ms > 0
+
+
+def test_default_window_is_the_median_captured_step():
+    import pandas as pd
+    steps = pd.DataFrame({"step": range(10), "start_ms": np.arange(10) * 10.0, "total_ms": [10.0] * 9 + [30.0]})
+    windows = step_windows(steps, None, {6: 50, 7: 40, 8: 60})
+    assert windows[0][0].startswith("median captured step: step 7")
+    assert windows[1][0].startswith("captured window: steps 6–8")
+    assert captured_runs([8, 6, 7, 2]) == [(2, 2), (6, 8)]
+    assert step_windows(steps, None, {s: 5 for s in range(10)})[0][0].startswith("median step")
+
+
+def test_self_times_subtract_direct_children_only():
+    lane = np.zeros(4, np.int64)
+    start, end = np.array([0, 10, 12, 50]), np.array([100, 40, 20, 60])
+    assert self_times(lane, start, end).tolist() == [100 - 30 - 10, 30 - 8, 8, 10]
 
 
 def test_depths_stack_nested_events():
-    assert depths(np.array([0, 0, 0]), np.array([0.0, 1.0, 5.0]), np.array([4.0, 2.0, 6.0])).tolist() == [0, 1, 0]
+    assert depths(np.array([0, 0, 0]), np.array([0, 1, 5]), np.array([4, 2, 6])).tolist() == [0, 1, 0]
+    # touching spans (steps) stay on one row
+    assert depths(np.zeros(3, np.int64), np.array([0, 10, 20]), np.array([10, 20, 30])).tolist() == [0, 0, 0]
 
 
 def test_thin_keeps_extremes():
@@ -95,3 +136,34 @@ def test_thin_keeps_extremes():
     y[1234] = 99.0
     s = thin(x, y, max_points=100)
     assert len(s.x) == 100 and s.high.max() == 99.0 and s.binned_from == 10_000
+
+
+def test_a_run_with_steps_only_has_a_timeline(tmp_path):
+    """No span, no op: the page draws the phase row and says there is no busy-ness (no traceback)."""
+    import time
+
+    from profiler import Profiler
+    from viewer.context import Context
+    from viewer.inputs import load_input
+    from viewer.report import build_report
+
+    p = Profiler(output_path=tmp_path, host_counters=False, gpu_counters=False)
+    for _ in range(4):
+        time.sleep(0.001)
+        p.step()
+    p.analyse(progress=False)
+    html = build_report(Context(load_input(tmp_path)))
+    assert "no host thread or device stream recorded a span or an op" in html
+
+
+def test_a_directory_without_event_file_says_so(tmp_path):
+    """An output directory analysed before the event file existed: the timeline page says how to get it."""
+    from viewer.context import Context
+    from viewer.inputs import load_input
+    from viewer.report import build_report
+
+    run = write_run(tmp_path / "old", Spec(steps=6, ops_per_step=4, timeline=False))
+    (run / "timeline_0.json").write_text('{"traceEvents":[]}')
+    html = build_report(Context(load_input(run)))
+    assert "No event file (events_0.arrow) in this run." in html
+    assert "the viewer reads only the event file: re-run" in html

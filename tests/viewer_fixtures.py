@@ -1,8 +1,8 @@
 """Writes synthetic profview output directories that follow docs/formats.md exactly.
 
 Used by the viewer tests (small runs, odd names, bad files) and by benchmarks/bench_report.py
-(runs of up to 10 million timeline events). The timeline is laid out like profview's writer:
-one event per line, numbers padded with spaces.
+(runs of up to 1e8 timeline events). The timeline is the columnar event file
+(events_{rank}.arrow), written by the generator chunk by chunk with profview's streaming writer.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pandas as pd
 
 XSS = "<img src=x onerror=alert(1)>"
 OP_NAMES = ["MatMul", "Conv2D", "BatchNorm", "Cast", "ReLU", "Add", XSS, 'odd,name "quoted"']
-HOST_LANE, LOADER_LANE, STEP_LANE, DEVICE_STREAM = 0, 1, 2, 7
+HOST_LANE, LOADER_LANE, DEVICE_STREAM, STEP_TID = 0, 1, 7, 1_000_000
 
 
 @dataclass
@@ -79,8 +79,10 @@ def _steps(spec: Spec, rng: np.random.Generator, rank: int) -> pd.DataFrame:
     return frame
 
 
-def _ops(spec: Spec, rng: np.random.Generator, steps: pd.DataFrame) -> pd.DataFrame:
-    """Device kernels spread over each step's fp..bp window, and their host launches."""
+def _chunk_ops(spec: Spec, rank: int, steps: pd.DataFrame, chunk: int) -> dict[str, np.ndarray]:
+    """Device kernels spread over each step's fp..bp window (ns) and their host launches, for the
+    steps of one chunk; the same arrays every time (a generator seeded by rank and chunk)."""
+    rng = np.random.default_rng([spec.seed, rank, chunk])
     k = spec.ops_per_step
     step = np.repeat(steps["step"].to_numpy(), k)
     fp = np.repeat((steps["start_ms"] + steps["iteration_gap_ms"]).to_numpy(), k)
@@ -88,18 +90,37 @@ def _ops(spec: Spec, rng: np.random.Generator, steps: pd.DataFrame) -> pd.DataFr
     slot = np.tile(np.arange(k), len(steps)) / k
     start = fp + slot * span
     dur = span / k * rng.uniform(0.3, 0.95, len(start))
-    names = np.array(OP_NAMES, dtype=object)[rng.integers(0, len(OP_NAMES), len(start))]
-    device = pd.DataFrame({"device": "cuda:0", "stream": DEVICE_STREAM, "name": names, "op_type": names,
-                           "category": "compute", "start_ms": start, "dur_ms": dur, "step": step})
-    host = device.assign(device="cpu", stream=HOST_LANE, name="launch " + device["name"],
-                         op_type="cudaLaunchKernel", category="host",
-                         start_ms=start - span / k * 0.2, dur_ms=span / k * 0.05)
-    return pd.concat([device, host], ignore_index=True)
+    start_ns = np.round(start * 1e6).astype(np.int64)
+    return {"step": step, "start_ns": start_ns, "dur_ns": np.round(dur * 1e6).astype(np.int64),
+            "name": rng.integers(0, len(OP_NAMES), len(start)),
+            "launch_ns": start_ns - np.round(span / k * 0.2 * 1e6).astype(np.int64),
+            "launch_dur_ns": np.round(span / k * 0.05 * 1e6).astype(np.int64)}
 
 
-def _op_tables(ops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    g = ops.groupby(["device", "op_type", "category", "name"], sort=True)["dur_ms"]
-    detail = g.agg(count="count", total_ms="sum", min_ms="min", max_ms="max").reset_index()
+def _chunks(spec: Spec, steps: pd.DataFrame):
+    """(chunk index, steps) of about two million ops each."""
+    per = max(1, 2_000_000 // max(spec.ops_per_step, 1))
+    for i, a in enumerate(range(0, len(steps), per)):
+        yield i, steps.iloc[a:a + per]
+
+
+def _op_tables(spec: Spec, rank: int, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """op_type / op_detail of the generated ops, aggregated chunk by chunk."""
+    parts = []
+    for i, chunk in _chunks(spec, steps):
+        ops = _chunk_ops(spec, rank, chunk, i)
+        for device, dur in (("cuda:0", ops["dur_ns"]), ("cpu", ops["launch_dur_ns"])):
+            g = pd.DataFrame({"name": ops["name"], "dur": dur}).groupby("name")["dur"]
+            parts.append(g.agg(["count", "sum", "min", "max"]).reset_index().assign(device=device))
+    g = pd.concat(parts).groupby(["device", "name"]).agg(count=("count", "sum"), total=("sum", "sum"),
+                                                          lo=("min", "min"), hi=("max", "max")).reset_index()
+    names = np.array(OP_NAMES, dtype=object)[g["name"].to_numpy()]
+    host = (g["device"] == "cpu").to_numpy()
+    detail = pd.DataFrame({"device": g["device"], "op_type": np.where(host, "cudaLaunchKernel", names),
+                           "category": np.where(host, "host", "compute"),
+                           "name": np.where(host, np.char.add("launch ", names.astype(str)).astype(object), names),
+                           "count": g["count"], "total_ms": g["total"] / 1e6, "min_ms": g["lo"] / 1e6,
+                           "max_ms": g["hi"] / 1e6})
     detail["self_ms"] = detail["total_ms"]
     detail["avg_ms"] = detail["total_ms"] / detail["count"]
     detail["share_pct"] = 100 * detail["self_ms"] / detail.groupby("device")["self_ms"].transform("sum")
@@ -172,52 +193,65 @@ def _report(steps: pd.DataFrame) -> dict:
                  "suggestion": "use mixed precision"}]}
 
 
-TIMELINE_ROW = ('{"name":"%s","cat":"%s","ph":"X","pid":%3d,"tid":%3d,'
-                '"ts":%16.3f,"dur":%12.3f,"args":{"op_type":"%s","step":%6d}},\n')
+def write_events(path: Path, rank: int, steps: pd.DataFrame, spec: Spec) -> int:
+    """events_{rank}.arrow straight from the generator (the format of docs/formats.md, written with
+    profview's streaming writer), lane by lane and chunk by chunk: any size in bounded memory.
+    Lanes: MainThread (launches, forward phases), DataLoader (next(batch)), steps, the device
+    stream (kernels); one instant. Returns the number of events written."""
+    from profiler.export.event_file import EventStreamWriter
 
-
-def _escape(names: np.ndarray) -> np.ndarray:
-    """Names as JSON string contents (without the quotes)."""
-    return np.array([json.dumps(str(n))[1:-1] for n in names], dtype=object)
-
-
-def write_timeline(path: Path, rank: int, steps: pd.DataFrame, ops: pd.DataFrame) -> int:
-    """timeline_{rank}.json in the writer's layout; returns the number of events written."""
     device_pid = 1000 + rank
-    meta = [{"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank} host"}},
-            {"ph": "M", "name": "process_name", "pid": device_pid, "args": {"name": "cuda:0"}},
-            {"ph": "M", "name": "thread_name", "pid": rank, "tid": HOST_LANE, "args": {"name": "MainThread"}},
-            {"ph": "M", "name": "thread_name", "pid": rank, "tid": LOADER_LANE, "args": {"name": "DataLoader <0>"}},
-            {"ph": "M", "name": "thread_name", "pid": rank, "tid": STEP_LANE, "args": {"name": "steps"}},
-            {"ph": "M", "name": "thread_name", "pid": device_pid, "tid": DEVICE_STREAM,
-             "args": {"name": f"stream {DEVICE_STREAM}"}}]
-    st = steps
-    step_rows = pd.DataFrame({"name": "step " + st["step"].astype(str), "category": "step", "pid": rank,
-                              "stream": STEP_LANE, "start_ms": st["start_ms"], "dur_ms": st["total_ms"],
-                              "op_type": "step", "step": st["step"]})
-    phase_rows = pd.DataFrame({"name": "forward", "category": "phase", "pid": rank, "stream": HOST_LANE,
-                               "start_ms": st["start_ms"] + st["iteration_gap_ms"], "dur_ms": st["fp_bp_ms"],
-                               "op_type": "phase", "step": st["step"]})
-    load_rows = phase_rows.assign(name="next(batch)", stream=LOADER_LANE, start_ms=st["start_ms"],
-                                  dur_ms=st["iteration_gap_ms"] * 0.9, category="span")
-    op_rows = ops.assign(pid=np.where(ops["device"] == "cpu", rank, device_pid))
-    rows = pd.concat([step_rows, phase_rows, load_rows, op_rows[step_rows.columns]], ignore_index=True)
-    rows = rows.sort_values("start_ms", kind="stable")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write('{"traceEvents":[\n')
-        for event in meta:
-            f.write(json.dumps(event) + ",\n")
-        chunk = 1_000_000
-        for i in range(0, len(rows), chunk):
-            part = rows.iloc[i:i + chunk]
-            names = _escape(part["name"].to_numpy())
-            types = _escape(part["op_type"].to_numpy())
-            f.write("".join(TIMELINE_ROW % r for r in zip(
-                names, part["category"], part["pid"], part["stream"], part["start_ms"].to_numpy() * 1000,
-                part["dur_ms"].to_numpy() * 1000, types, part["step"])))
-        f.write('{"ph":"i","name":"end","pid":%d,"tid":0,"ts":0,"s":"g"}\n' % rank)
-        f.write('],"displayTimeUnit":"ms","otherData":{"tool":"profview"}}\n')
-    return len(meta) + len(rows) + 1
+    lanes = [{"pid": rank, "tid": HOST_LANE, "process": f"host (rank {rank})", "thread": "MainThread", "kind": "host"},
+             {"pid": rank, "tid": LOADER_LANE, "process": f"host (rank {rank})", "thread": "DataLoader <0>",
+              "kind": "host"},
+             {"pid": rank, "tid": STEP_TID, "process": f"host (rank {rank})", "thread": "steps", "kind": "steps"},
+             {"pid": device_pid, "tid": DEVICE_STREAM, "process": f"cuda:0 (rank {rank})",
+              "thread": f"stream {DEVICE_STREAM}", "kind": "device"}]
+    for lane in lanes:
+        lane["process_sort"] = 0 if lane["kind"] != "device" else 1
+    n_ops = len(OP_NAMES)
+    names = OP_NAMES + [f"launch {n}" for n in OP_NAMES] + ["forward", "next(batch)", "end"] + \
+        [f"step {int(s)}" for s in steps["step"]]
+    categories = ["compute", "host", "phase", "span", "step", "mark"]
+    args = ['{"type":"cudaLaunchKernel"}'] + ['{"step":%d}' % int(s) for s in steps["step"]]
+    start_ns = np.round(steps["start_ms"].to_numpy() * 1e6).astype(np.int64)
+    end_ns = np.round((steps["start_ms"] + steps["total_ms"]).to_numpy() * 1e6).astype(np.int64)
+    fp_ns = np.round((steps["start_ms"] + steps["iteration_gap_ms"]).to_numpy() * 1e6).astype(np.int64)
+    fp_bp_ns = np.round(steps["fp_bp_ms"].to_numpy() * 1e6).astype(np.int64)
+    gap_ns = np.round(steps["iteration_gap_ms"].to_numpy() * 1e6).astype(np.int64)
+    number = steps["step"].to_numpy()
+    first_name = {"forward": 2 * n_ops, "next(batch)": 2 * n_ops + 1, "end": 2 * n_ops + 2, "step": 2 * n_ops + 3}
+
+    def rows(lane, start, dur, name, cat, step, arg, ph=ord("X")):
+        order = np.lexsort((-dur, start))
+        n = len(start)
+        full = lambda v, t: np.full(n, v, dtype=t) if np.isscalar(v) else np.asarray(v, dtype=t)[order]
+        return {"ph": np.full(n, ph, np.uint8), "lane": np.full(n, lane, np.uint16), "start_ns": start[order],
+                "dur_ns": dur[order], "name": full(name, np.int32), "category": full(cat, np.uint16),
+                "step": full(step, np.int32), "args": full(arg, np.int32)}
+
+    with EventStreamWriter(path, rank=rank, names=names, categories=categories, args=args, lanes=lanes,
+                           origin_unix_ns=1_763_700_000_000_000_000) as w:
+        by_chunk = list(_chunks(spec, steps))
+        for i, chunk in by_chunk:                                   # lane 0: launches + forward phases
+            ops = _chunk_ops(spec, rank, chunk, i)
+            sel = np.isin(number, chunk["step"].to_numpy())
+            start = np.concatenate([ops["launch_ns"], fp_ns[sel]])
+            dur = np.concatenate([ops["launch_dur_ns"], fp_bp_ns[sel]])
+            name = np.concatenate([ops["name"] + n_ops, np.full(sel.sum(), first_name["forward"])])
+            cat = np.concatenate([np.full(len(ops["name"]), 1), np.full(sel.sum(), 2)])
+            arg = np.concatenate([np.zeros(len(ops["name"])), np.full(sel.sum(), -1)])
+            w.write(rows(0, start, dur, name, cat, np.concatenate([ops["step"], number[sel]]), arg))
+        w.write(rows(1, start_ns.copy(), np.round(gap_ns * 0.9).astype(np.int64), first_name["next(batch)"], 3,
+                     number, -1))
+        w.write(rows(2, start_ns.copy(), end_ns - start_ns, first_name["step"] + np.arange(len(number)), 4, number,
+                     1 + np.arange(len(number))))
+        for i, chunk in by_chunk:                                   # lane 3: device kernels
+            ops = _chunk_ops(spec, rank, chunk, i)
+            w.write(rows(3, ops["start_ns"], ops["dur_ns"], ops["name"], 0, ops["step"], -1))
+        w.write(rows(0, np.zeros(1, np.int64), np.zeros(1, np.int64), first_name["end"], 5, -1, -1, ph=ord("i")),
+                complete=False)
+    return w.rows
 
 
 def write_run(directory: Path, spec: Spec = Spec()) -> Path:
@@ -226,8 +260,7 @@ def write_run(directory: Path, spec: Spec = Spec()) -> Path:
     for rank in range(spec.ranks):
         rng = np.random.default_rng(spec.seed + rank)
         steps = _steps(spec, rng, rank)
-        ops = _ops(spec, rng, steps)
-        types, detail = _op_tables(ops)
+        types, detail = _op_tables(spec, rank, steps)
         outputs = {f"step_trace_{rank}.csv": steps, f"op_type_{rank}.csv": types,
                    f"op_detail_{rank}.csv": detail}
         end_ms = float(steps["start_ms"].iloc[-1] + steps["total_ms"].iloc[-1])
@@ -242,8 +275,8 @@ def write_run(directory: Path, spec: Spec = Spec()) -> Path:
         names = list(outputs) + ([f"queue_summary_{rank}.json"] if spec.queues else [])
         events = 0
         if spec.timeline:
-            events = write_timeline(directory / f"timeline_{rank}.json", rank, steps, ops)
-            names.append(f"timeline_{rank}.json")
+            events = write_events(directory / f"events_{rank}.arrow", rank, steps, spec)
+            names.append(f"events_{rank}.arrow")
         if spec.report:
             write_json(directory / f"report_{rank}.json", _report(steps))
             names.append(f"report_{rank}.json")

@@ -61,7 +61,67 @@ JS = r"""
       if (div.offsetParent === null) { return; }
       var spec = figures[div.dataset.fig];
       div.dataset.rendered = "1";
-      Plotly.newPlot(div, spec.data, spec.layout, config).then(function () { div.dataset.done = "1"; });
+      Plotly.newPlot(div, spec.data, spec.layout, config).then(function () {
+        if (div.dataset.lod) { zoomLevels(div); }
+        div.dataset.done = "1";
+      });
+    });
+  }
+
+  function bytes(text) {
+    var raw = atob(text), out = new Uint8Array(raw.length);
+    for (var i = 0; i < raw.length; i++) { out[i] = raw.charCodeAt(i); }
+    return out;
+  }
+
+  // The timeline's whole-run heatmap: swap in the finest zoom level that keeps ~1,200 bins in view.
+  function zoomLevels(div) {
+    var lod = JSON.parse(document.getElementById(div.dataset.lod).textContent);
+    var note = document.getElementById(lod.note), cache = {}, busy = false;
+    function level(k) {
+      if (!cache[k]) {
+        var l = lod.levels[k];
+        var raw = bytes(l.started).buffer;
+        cache[k] = {bins: l.bins, busy: bytes(l.busy), started: l.wide ? new Uint32Array(raw) : new Uint16Array(raw)};
+      }
+      return cache[k];
+    }
+    function redraw(r0, r1) {
+      var t0 = lod.t0, t1 = lod.t1, span = t1 - t0;
+      if (!(r1 > r0)) { r0 = t0; r1 = t1; }
+      var want = Math.ceil(Math.log2(Math.max(1, span / (r1 - r0))));
+      var k = Math.max(0, Math.min(lod.levels.length - 1, want));
+      var l = level(k), width = span / l.bins;
+      var i0 = Math.max(0, Math.floor((r0 - t0) / width) - 1), i1 = Math.min(l.bins, Math.ceil((r1 - t0) / width) + 1);
+      var x = [], z = [], c = [], events = 0;
+      for (var i = i0; i < i1; i++) { x.push(t0 + (i + 0.5) * width); }
+      for (var lane = 0; lane < lod.lanes; lane++) {
+        var zr = [], cr = [], base = lane * l.bins;
+        for (var j = i0; j < i1; j++) { zr.push(l.busy[base + j] / 2.55); cr.push(l.started[base + j]); events += l.started[base + j]; }
+        z.push(zr); c.push(cr);
+      }
+      var started = performance.now();
+      return Plotly.restyle(div, {x: [x], z: [z], customdata: [c]}, [0]).then(function () {
+        div.dataset.redrawMs = (performance.now() - started).toFixed(1);
+        div.dataset.level = k;
+        if (note) {
+          note.textContent = "zoom level " + k + ": " + l.bins.toLocaleString() + " bins of " +
+            (width < 1 ? (width * 1000).toPrecision(3) + " µs" : width.toPrecision(3) + " ms") + "; " +
+            (i1 - i0).toLocaleString() + " bins in view aggregate " + events.toLocaleString() + " events started there";
+        }
+      });
+    }
+    div.on("plotly_relayout", function (ev) {
+      if (busy) { return; }
+      var r0 = ev["xaxis.range[0]"], r1 = ev["xaxis.range[1]"];
+      if (r0 === undefined && ev["xaxis.range"]) { r0 = ev["xaxis.range"][0]; r1 = ev["xaxis.range"][1]; }
+      if (r0 === undefined && !ev["xaxis.autorange"]) { return; }
+      busy = true;
+      var started = performance.now();
+      redraw(Number(r0), Number(r1)).then(function () {
+        div.dataset.zoomMs = (performance.now() - started).toFixed(1);
+        busy = false;
+      }, function () { busy = false; });
     });
   }
 

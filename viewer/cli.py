@@ -149,7 +149,8 @@ def _configure_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", metavar="BASE", type=Path, help="the run before (a profview directory or a Kineto trace)")
     p.add_argument("new", metavar="NEW", type=Path, help="the run after")
     p.add_argument("--fail-if-slower", metavar="PCT", type=parse_percent, dest="fail_if_slower",
-                   help="exit 1 when NEW's median step is more than PCT %% slower than BASE's (a CI gate)")
+                   help="exit 1 when NEW's mean step is significantly slower than BASE's (95 %% interval above 0) "
+                        "and by more than PCT %% (a CI gate; docs/tuning-guide.md)")
     p.add_argument("--json", metavar="FILE", type=Path,
                    help="write the comparison as JSON to FILE ('-': stdout, instead of the text)")
     p.add_argument("-o", "--output", metavar="FILE", type=Path,
@@ -315,7 +316,7 @@ EPILOG = """examples:
   profview ./profiler_data --rank 1 --steps 100:110
   profview analyse ./profiler_data            re-run analysis from ./profiler_data/raw
   profview compare before/ after/ --fail-if-slower 5%
-                                              CI gate: exit 1 when after/ is >5 % slower
+                                              CI gate: exit 1 when after/ is significantly >5 % slower
   profview before/ --compare after/           report of before/ with a Compare tab
   profview watch ./profiler_data              live view of a recording while it runs
   profview ./profiler_data --live             the report of a recording while it runs, refreshed

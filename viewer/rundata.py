@@ -30,7 +30,8 @@ class RunData:
     counters: Optional[pd.DataFrame] = None
     queue_summary: Optional[dict[str, Any]] = None
     report: Optional[dict[str, Any]] = None
-    timeline_path: Optional[Path] = None
+    timeline_path: Optional[Path] = None          # the Chrome trace (for Perfetto; the viewer does not read it)
+    events_path: Optional[Path] = None            # the columnar event file the timeline page reads
 
     @property
     def shown_path(self) -> Path:
@@ -75,6 +76,7 @@ def load_rank(directory: Path, rank: int, info_path: Path) -> RunData:
             setattr(run, kind, read_json_object(path))
     timeline = directory / rank_file("timeline", rank)
     run.timeline_path = _optional(timeline) or _optional(timeline.with_name(timeline.name + ".gz"))
+    run.events_path = _optional(directory / rank_file("events", rank))
     return run
 
 

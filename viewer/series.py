@@ -58,9 +58,9 @@ def add_line(fig, x: np.ndarray, y: np.ndarray, name: str, color: str, row: int,
     """
     s = thin(x, y)
     if s.binned_from:
-        fig.add_scatter(x=s.x, y=s.high, mode="lines", line=dict(width=0), showlegend=False,
+        fig.add_scatter(x=s.x, y=s.high, mode="lines", line=dict(width=0), showlegend=False, name=f"{name} max",
                         hoverinfo="skip", row=row, col=1)
-        fig.add_scatter(x=s.x, y=s.low, mode="lines", line=dict(width=0), fill="tonexty",
+        fig.add_scatter(x=s.x, y=s.low, mode="lines", line=dict(width=0), fill="tonexty", name=f"{name} min",
                         fillcolor="rgba(122,139,153,0.22)", showlegend=False, hoverinfo="skip", row=row, col=1)
     fig.add_scatter(x=s.x, y=s.y, mode="lines", name=name, showlegend=legend,
                     line=dict(color=color, width=1.5, shape=shape),

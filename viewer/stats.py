@@ -116,7 +116,7 @@ class KeyFigures:
     mean_ms: float
     wall_ms: float
     shares: list[tuple[str, float]]            # (label, % of the analysed steps' time)
-    note: str                                  # what was not measured, when it matters
+    note: str                                  # how steps were found (when not marked), what was not measured
 
 
 def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
@@ -131,6 +131,8 @@ def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
               if number(shares.get(col)) is not None and (measured or col not in ("data_wait_ms", "gap_host_ms"))]
     note = "" if measured else ("data wait not measured: the iteration gap is data loading or host work (wrap the "
                                 "loader in ProfiledDataLoader or profiler.iterate() to tell them apart)")
+    source = str(steps.get("source_note") or "")              # steps inferred / one whole-run step
+    note = "; ".join(part for part in (source, note) if part)
     return KeyFigures(rule=str(steps.get("rule", "")), mean_ms=float(steps["mean_ms"]),
                       wall_ms=number(steps.get("wall_ms")) or 0.0, shares=picked, note=note)
 

@@ -18,7 +18,7 @@ ALL_REDUCE = (*formats.ALL_REDUCE, COLUMN_COLORS[formats.ALL_REDUCE[0]])
 
 CATEGORY_COLORS = {
     "compute": "#3366A8", "comm": "#C0392B", "memcpy": "#8E6CB8", "memset": "#B08BD6",
-    "host": "#7A8B99", "user": "#2A9D8F", "phase": "#9DB4D3", "span": "#E39B3B", "step": "#B0B7BF",
+    "host": "#7A8B99", "user": "#2A9D8F", "phase": "#9DB4D3", "span": "#B5651D", "step": "#B0B7BF",
 }
 PALETTE = ["#3366A8", "#E39B3B", "#6BA368", "#C0392B", "#8E6CB8", "#2A9D8F", "#B5651D", "#7A8B99",
            "#D4A017", "#5DA5DA"]

@@ -89,6 +89,8 @@ class AdvisorInput:
     counters: Optional[pd.DataFrame] = None   # the run's counters (memory growth)
     memory_limits: Mapping[str, float] = field(default_factory=dict)   # "source|device" -> bytes
     buffering_steps: frozenset = frozenset()  # steps where torch.profiler held its events in memory
+    step_source: str = "marked"               # marked | inferred | whole_run (analysis/steps.py)
+    step_source_note: str = ""                # the sentence saying how steps were found, when not marked
 
     @functools.cached_property
     def steady(self) -> pd.DataFrame:
@@ -691,6 +693,8 @@ def key_figures(inp: AdvisorInput) -> dict[str, Any]:
         "share_pct": {c: round(100.0 * float(inp.steps[c].sum()) / wall, 3) if wall > 0 else 0.0 for c in present},
         "op_captured_steps": int(len(inp.captured)) if "op_count" in inp.steps else None,
         "data_wait_measured": inp.data_measured,
+        # only for steps that were not marked (absent: step() / annotations / the device marked them)
+        **({"source": inp.step_source, "source_note": inp.step_source_note} if inp.step_source != "marked" else {}),
     }
 
 

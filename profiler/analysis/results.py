@@ -8,7 +8,7 @@ import pandas as pd
 
 from profiler.model import Run
 from profiler.analysis.advisor import AdvisorInput, advise, framework_of, resolve_thresholds
-from profiler.analysis.steps import analysed_steps
+from profiler.analysis.steps import analysed_steps, step_source
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_trace import step_trace
@@ -40,7 +40,8 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
     step_tid = int(run.info.get("step_tid", -1))
     origin_unix_ns = int(run.info.get("clock", {}).get("origin_unix_ns", 0))
     trace = step_trace(run.steps, run.spans, run.instants, run.ops, run.queues,
-                       step_tid=step_tid, step_lane=step_lane(run), origin_unix_ns=origin_unix_ns)
+                       step_tid=step_tid, step_lane=step_lane(run), origin_unix_ns=origin_unix_ns,
+                       step_source=step_source(run.info)[0])
     analysis = Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops))
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(run.queues, trace, step_tid=step_tid,
@@ -54,11 +55,13 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
     config = a.run.info.get("config") if isinstance(a.run.info.get("config"), dict) else {}
     th = resolve_thresholds(config.get("advisor_thresholds"), thresholds)
     steps, skipped = analysed_steps(a.step_trace, int(th["warmup_steps"]))
+    source, source_note = step_source(a.run.info)
     return advise(AdvisorInput(steps=steps, op_type=a.op_type, ops=a.run.ops,
                                queue_summary=a.extra_json.get("queue_summary"), framework=framework_of(a.run.info),
                                rank=a.run.rank, step_lane=step_lane(a.run), thresholds=th, skipped_steps=skipped,
                                counters=a.run.counters, memory_limits=memory_limits(a.run.info),
-                               buffering_steps=frozenset(a.run.ops.loc[a.run.ops["source"] == "torch", "step"].unique().tolist())))
+                               buffering_steps=frozenset(a.run.ops.loc[a.run.ops["source"] == "torch", "step"].unique().tolist()),
+                               step_source=source, step_source_note=source_note))
 
 
 def memory_limits(info: Mapping[str, Any]) -> dict[str, float]:

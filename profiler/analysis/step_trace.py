@@ -116,8 +116,11 @@ def _host_op_start_dur(ops: pd.DataFrame, step_lane: str) -> tuple[np.ndarray, n
 
 def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame, ops: pd.DataFrame,
                queues: pd.DataFrame, step_tid: int = -1, step_lane: str = "",
-               origin_unix_ns: int = 0) -> pd.DataFrame:
-    """One row per step with the phases of DESIGN.md's step trace; gap + fp_bp + tail == total exactly."""
+               origin_unix_ns: int = 0, step_source: str = "marked") -> pd.DataFrame:
+    """One row per step with the phases of DESIGN.md's step trace; gap + fp_bp + tail == total exactly.
+
+    `step_source` says where the step boundaries come from (`marked`, `inferred`, `whole_run`:
+    analysis/steps.py) and is written on every row."""
     steps = steps.sort_values("step", kind="stable").reset_index(drop=True)
     start = steps["start_ns"].to_numpy()
     end = steps["end_ns"].to_numpy()
@@ -153,6 +156,7 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
         "end_unix_ns": end + origin_unix_ns,
         "fp_start_source": fp_src,
         "bp_end_source": bp_src,
+        "step_source": np.full(len(steps), step_source, dtype=object),
     }, columns=STEP_TRACE_COLUMNS)
 
 

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from profiler.store.load import Recording
 
 #: `Source.merge_stage`: sources whose data defines the steps (a device's iterations) merge before
-#: a run without steps falls back to one step; the others merge after, onto the final steps.
+#: a run without steps gets inferred ones (analysis/steps.ensure_steps); the others merge after, onto
+#: the final steps.
 STEPS, EVENTS = 0, 1
 
 

@@ -6,8 +6,8 @@
  * stacks it per row head (~2 s); this loop writes each row once, with the GIL released.
  *
  * A row is   head[key] + ts + mid + dur + tail   (mid and dur only when durations are given),
- * where ts and dur are nanosecond counts written as microsecond decimals with three fraction
- * digits ("[-]u.nnn", at most ts_width / dur_width characters).
+ * where ts and dur are nanosecond counts written as microsecond decimals on a 1/1024 µs grid
+ * (see grid_decimal); any int64 value fits (ts_width / dur_width must be at least 28).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,26 +16,77 @@
 
 #include "../int64_buffer.h"
 
-/* Write v ns as "[-]u.nnn" at out; returns its length, 0 when it is longer than width. */
-static inline int compact_decimal(char *out, int64_t v, int width)
+/* Times are written on a binary grid: k / 1024 µs (k an integer, ~0.98 ns steps), so that a
+ * reader's float64 arithmetic on them is exact (every value < 2^43 µs is a double, and so are
+ * their sums and differences): ts + dur of one event equals the next event's ts exactly when the
+ * nanosecond times were equal, so viewers never see adjacent or nested spans overlap. The end of
+ * an event is rounded to the grid and its duration derived from the rounded start and end.
+ * A time is split into a floor integer part (µs) and a fraction in 1024ths, without overflow for
+ * any int64 nanosecond value. */
+#define GRID_WIDTH 28                               /* the longest value: "-" + 16 digits + "." + 10 */
+#define GRID_R(r) (((r) * 128 + 62) / 125)        /* r in [0, 250): 1024ths of r ns / 1000 rounded */
+
+static inline int64_t floor_div(int64_t a, int64_t b, int64_t *rem)
 {
-    char digits[32];
+    int64_t q = a / b, r = a % b;
+    if (r < 0) {
+        r += b;
+        q -= 1;
+    }
+    *rem = r;
+    return q;
+}
+
+/* ns -> (q, r): ns = 125 q + r, 0 <= r < 125 */
+static inline void split125(int64_t ns, int64_t *q, int64_t *r) { *q = floor_div(ns, 125, r); }
+
+/* (q, r) with r in [0, 250) -> integer µs part and fraction in 1024ths */
+static inline void grid_parts(int64_t q, int64_t r, int64_t *ip, int64_t *frac)
+{
+    if (r >= 125) {
+        r -= 125;
+        q += 1;
+    }
+    int64_t b;
+    int64_t a = floor_div(q, 8, &b);
+    int64_t f = 128 * b + GRID_R(r);
+    *ip = a + f / 1024;
+    *frac = f % 1024;
+}
+
+/* Write the value ip + frac / 1024 as "[-]u.ddd[ddddddd]" (at least 3 decimals, trailing zeros
+ * dropped) at out; returns its length (at most 28). */
+static inline int grid_decimal(char *out, int64_t ip, int64_t frac)
+{
+    char digits[40];
     char *end = digits + sizeof digits, *p = end;
-    uint64_t rest = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    for (int i = 0; i < 3; i++) {
-        *--p = (char)('0' + rest % 10);
-        rest /= 10;
+    int neg = ip < 0;
+    uint64_t whole, part;
+    if (neg) {
+        whole = frac ? (uint64_t)(-(ip + 1)) : (uint64_t)0 - (uint64_t)ip;
+        part = frac ? (uint64_t)(1024 - frac) : 0;
+    } else {
+        whole = (uint64_t)ip;
+        part = (uint64_t)frac;
+    }
+    uint64_t f = part * 9765625u;                  /* 10 decimal digits of part / 1024 */
+    int keep = 10;
+    while (keep > 3 && f % 10 == 0) {
+        f /= 10;
+        keep--;
+    }
+    for (int i = 0; i < keep; i++) {
+        *--p = (char)('0' + f % 10);
+        f /= 10;
     }
     *--p = '.';
     do {
-        *--p = (char)('0' + rest % 10);
-        rest /= 10;
-    } while (rest);
-    if (v < 0)
+        *--p = (char)('0' + whole % 10);
+        whole /= 10;
+    } while (whole);
+    if (neg)
         *--p = '-';
     int len = (int)(end - p);
-    if (len > width)
-        return 0;
     memcpy(out, p, (size_t)len);
     return len;
 }
@@ -75,7 +126,7 @@ static PyObject *format_rows(PyObject *self, PyObject *args)
     const int64_t *ord = has_order ? order.buf : NULL;
     const Py_ssize_t n_rows = has_order ? order.len / 8 : n;
     if (ts.len / 8 != n || (has_dur && dur.len / 8 != n) || start < 0 || stop > n_rows || start > stop
-        || n_heads < 0 || ts_width < 5 || dur_width < 5) {
+        || n_heads < 0 || ts_width < GRID_WIDTH || dur_width < GRID_WIDTH) {
         PyErr_SetString(PyExc_ValueError, "inconsistent row arrays or range");
         goto release;
     }
@@ -104,30 +155,33 @@ static PyObject *format_rows(PyObject *self, PyObject *args)
         goto release;
     }
     char *w = out.buf;
-    int ok = 1;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = start; r < end && ok; r++) {
+    for (Py_ssize_t r = start; r < end; r++) {
         int64_t i = ord ? ord[r] : r, k = keys[i];
         memcpy(w, heads + offs[k], (size_t)(offs[k + 1] - offs[k]));
         w += offs[k + 1] - offs[k];
-        int len = compact_decimal(w, tss[i], ts_width);
-        ok &= len > 0;
-        w += len;
+        int64_t q1, r1, ip, frac;
+        split125(tss[i], &q1, &r1);
+        grid_parts(q1, r1, &ip, &frac);
+        w += grid_decimal(w, ip, frac);
         if (durs) {
+            int64_t q2, r2, eip, efrac;
+            split125(durs[i], &q2, &r2);
+            grid_parts(q1 + q2, r1 + r2, &eip, &efrac);   /* the rounded end; dur = end - start */
+            int64_t dip = eip - ip, dfrac = efrac - frac;
+            if (dfrac < 0) {
+                dfrac += 1024;
+                dip -= 1;
+            }
             memcpy(w, mid, (size_t)mid_len);
             w += mid_len;
-            len = compact_decimal(w, durs[i], dur_width);
-            ok &= len > 0;
-            w += len;
+            w += grid_decimal(w, dip, dfrac);
         }
         memcpy(w, tail, (size_t)tail_len);
         w += tail_len;
     }
     Py_END_ALLOW_THREADS
-    if (!ok)
-        PyErr_SetString(PyExc_ValueError, "a time does not fit the trace's fixed-width field");
-    else
-        result = Py_BuildValue("nn", end, (Py_ssize_t)(w - (char *)out.buf));
+    result = Py_BuildValue("nn", end, (Py_ssize_t)(w - (char *)out.buf));
 release:                                    /* PyBuffer_Release is a no-op for buffers never taken */
     PyBuffer_Release(&out);
     PyBuffer_Release(&off);

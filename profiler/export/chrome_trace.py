@@ -2,7 +2,7 @@
 
 Millions of events are written without a Python loop per event: events that share everything
 but their times (phase letter, pid, tid, category, name, args) share one pre-encoded row head,
-and the times are microsecond decimals with three fraction digits (ns resolution). The rows
+and the times are microsecond decimals on a 1/1024 µs grid (see `grid_times`: exact in float64). The rows
 are formatted by a C kernel (`_trace_rows.c`) when it is built, else by `format_rows_numpy`,
 which lays them out as fixed-width byte matrices with integer arithmetic on numpy arrays and
 then drops the padding; both give the same bytes.
@@ -19,68 +19,136 @@ import numpy as np
 import pandas as pd
 
 from profiler.kernels.grouping import codes_and_labels, first_rows
-from profiler.kernels.nesting import stable_order
 from profiler.model import Run
 from profiler.kernels.native import native
 from profiler.export.direct_file import DirectFile
 
 STEP_TID = 1_000_000          # the lane that shows steps on the host process
-TS_WIDTH = 14                 # the longest time: µs with 3 decimals, up to ~115 days of trace
-DUR_WIDTH = 12
+TS_WIDTH = 28                 # the longest time: "-" + 16 integer digits + "." + 10 decimals (any int64 ns)
+DUR_WIDTH = 28
+INT_WIDTH = 17                # sign and integer digits
+FRAC_DIGITS = 10              # k / 1024 has at most 10 decimals
+MIN_DECIMALS = 3
 
 
-_POW10_US_IN_NS = 10 ** np.arange(16, dtype=np.int64) * 1000   # 1 µs, 10 µs, ... in ns
 _TRIPLETS = np.array([list(f"{i:03d}".encode()) for i in range(1000)], dtype=np.uint8)   # "000".."999"
 
 
-def fixed_decimal(ns: np.ndarray, width: int) -> np.ndarray:
-    """ns values as right-aligned µs decimals with 3 fraction digits, space-padded: (n, width) uint8.
+def _floor_divmod(v: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.floor_divide(v, d), np.mod(v, d)
 
-    Digits are produced three at a time from a lookup table, then leading zeros are blanked.
+
+def grid_parts(q: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q, r) with ns = 125 q + r, 0 <= r < 250 -> (integer µs part, fraction in 1024ths), as the C kernel."""
+    carry = r >= 125
+    r = np.where(carry, r - 125, r)
+    q = q + carry
+    a, b = _floor_divmod(q, 8)
+    f = 128 * b + (r * 128 + 62) // 125
+    return a + f // 1024, f % 1024
+
+
+def grid_times(ts_ns: np.ndarray, dur_ns: Optional[np.ndarray] = None):
+    """The trace's times: ns rounded to the 1/1024 µs grid, as (integer part, 1024ths) of the start
+    and, with durations, of the duration derived from the rounded start and the rounded end.
+
+    Why a binary grid: every value written is then exactly a float64, and so are the sums a reader
+    makes (ts + dur), so spans that touch in nanoseconds touch exactly in every viewer.
     """
-    v = np.asarray(ns, dtype=np.int64)
-    neg = v < 0
-    rest = np.abs(v)
-    n_int = width - 4                                   # integer digits that fit (width - ".xxx")
-    groups = -(-n_int // 3)
-    digits = np.empty((len(v), groups * 3 + 4), dtype=np.uint8)
-    # below 2**53 float64 holds every integer exactly and divides far faster than int64
-    exact_float = len(rest) and int(rest.max()) < 2**53
-    rest = rest.astype(np.float64) if exact_float else rest
-    for g in range(groups + 1):                          # least significant triplet first
-        if exact_float:
-            q = np.floor(rest / 1000.0)
-            low = (rest - q * 1000.0).astype(np.int16)
-        else:
-            q, low = np.divmod(rest, 1000)
-        hi = digits.shape[1] - (0 if g == 0 else 4 + 3 * (g - 1))
-        digits[:, hi - 3:hi] = _TRIPLETS[low]
-        rest = q
-    digits[:, -4] = ord(".")
-    if (rest > 0).any():
-        raise ValueError("a time does not fit the trace's fixed-width field")
-    out = digits[:, -width:].copy()
-    # blank leading zeros, keeping at least "0.xxx" (and one column for a minus sign)
-    n_digits = np.maximum(np.searchsorted(_POW10_US_IN_NS, np.abs(v), side="right"), 1)
-    first = width - 4 - n_digits                         # column of the first significant digit
-    if (first < 0).any() or (neg & (first < 1)).any():
-        raise ValueError("a time does not fit the trace's fixed-width field")
-    out[np.arange(width)[None, :] < first[:, None]] = ord(" ")
+    q1, r1 = _floor_divmod(np.asarray(ts_ns, dtype=np.int64), 125)
+    ip, frac = grid_parts(q1, r1)
+    if dur_ns is None:
+        return (ip, frac), None
+    q2, r2 = _floor_divmod(np.asarray(dur_ns, dtype=np.int64), 125)
+    eip, efrac = grid_parts(q1 + q2, r1 + r2)
+    dip, dfrac = eip - ip, efrac - frac
+    borrow = dfrac < 0
+    return (ip, frac), (dip - borrow, np.where(borrow, dfrac + 1024, dfrac))
+
+
+def grid_us(ts_ns: np.ndarray) -> np.ndarray:
+    """The float64 value a reader parses for these times (µs)."""
+    (ip, frac), _ = grid_times(ts_ns)
+    return ip + frac / 1024.0
+
+
+def grid_decimal(ip: np.ndarray, frac: np.ndarray) -> np.ndarray:
+    """ip + frac / 1024 as fixed-width text: (n, 28) uint8, sign and integer digits right-aligned in
+    17 columns, ".", 10 decimals with trailing zeros past the third blanked (the C kernel's
+    grid_decimal, with the padding still in: the caller drops the spaces)."""
+    ip, frac = np.asarray(ip, dtype=np.int64), np.asarray(frac, dtype=np.int64)
+    n = len(ip)
+    neg = ip < 0
+    whole = np.where(neg, np.where(frac > 0, -(ip + 1), -ip), ip)
+    part = np.where(neg & (frac > 0), 1024 - frac, frac)
+    out = np.full((n, TS_WIDTH), ord(" "), dtype=np.uint8)
+    # integer digits, three at a time from the least significant
+    digits = np.empty((n, 18), dtype=np.uint8)
+    rest = whole
+    for g in range(6):
+        rest, low = np.divmod(rest, 1000)
+        digits[:, 18 - 3 * (g + 1):18 - 3 * g] = _TRIPLETS[low]
+    n_digits = np.ones(n, dtype=np.int64)
+    for k in range(1, 17):
+        n_digits += whole >= 10 ** k
+    cols = np.arange(INT_WIDTH)[None, :]
+    first = INT_WIDTH - n_digits                    # column of the first digit
+    body = digits[:, 1:]                            # 17 columns
+    out[:, :INT_WIDTH] = np.where(cols >= first[:, None], body, ord(" "))
     if neg.any():
         rows = np.flatnonzero(neg)
         out[rows, first[rows] - 1] = ord("-")
+    out[:, INT_WIDTH] = ord(".")
+    f = part * 9765625                              # 10 decimals of part / 1024
+    fd = np.empty((n, 12), dtype=np.uint8)
+    for g in range(4):
+        f, low = np.divmod(f, 1000)
+        fd[:, 12 - 3 * (g + 1):12 - 3 * g] = _TRIPLETS[low]
+    frac_text = fd[:, 2:]                           # 10 columns
+    zeros = np.zeros(n, dtype=np.int64)             # trailing zeros that may go (at most 7)
+    still = np.ones(n, dtype=bool)
+    for c in range(FRAC_DIGITS - 1, MIN_DECIMALS - 1, -1):
+        still &= frac_text[:, c] == ord("0")
+        zeros += still
+    keep_cols = np.arange(FRAC_DIGITS)[None, :] < (FRAC_DIGITS - zeros)[:, None]
+    out[:, INT_WIDTH + 1:] = np.where(keep_cols, frac_text, ord(" "))
     return out
+
+
+def fixed_decimal(ns: np.ndarray, width: int = TS_WIDTH) -> np.ndarray:
+    """ns times as the trace writes them, fixed-width (spaces are padding): (n, width) uint8."""
+    (ip, frac), _ = grid_times(ns)
+    text = grid_decimal(ip, frac)
+    return text if width == TS_WIDTH else np.hstack([np.full((len(text), width - TS_WIDTH), ord(" "), np.uint8), text])
+
+
+@dataclass(frozen=True)
+class Head:
+    """What events of one row head share: phase letter, lane, category, name, args."""
+
+    ph: str
+    pid: int
+    tid: int
+    cat: str
+    name: str
+    args: Optional[dict] = None
+    extra: str = ""
+
+    def encoded(self) -> bytes:
+        return _head(self.ph, self.pid, self.tid, self.cat, self.name, self.args, self.extra)
 
 
 @dataclass
 class EventBlock:
-    """Events sharing a row head: heads[k] for events whose key is k."""
+    """Events sharing a row head: heads[k] for events whose key is k (specs[k] says what it holds)."""
 
     heads: list[bytes]
     key: np.ndarray          # index into heads, per event
     ts_ns: np.ndarray
     dur_ns: Optional[np.ndarray]   # None for instants / flow events
     tail: bytes = b"},\n"
+    specs: Optional[list[Head]] = None
+    step: Optional[np.ndarray] = None   # the step of each event (-1 outside every step), when known
 
 
 def _head(ph: str, pid: int, tid: int, cat: str, name: str, args: Optional[dict] = None, extra: str = "") -> bytes:
@@ -97,22 +165,9 @@ _MID = b',"dur":'
 _SPACE = ord(" ")
 
 
-def write_block(f: BinaryIO, block: EventBlock, buffer: Optional[np.ndarray] = None) -> int:
-    """Write the block's events grouped by head (in recording order within a head); returns the count.
-
-    `buffer` is a reusable uint8 scratch array for the C kernel (one is made when not given).
-    """
-    n = len(block.key)
-    if n == 0:
-        return 0
-    key = np.ascontiguousarray(block.key, dtype=np.int64)
-    heads = b"".join(block.heads)
-    offsets = np.concatenate([[0], np.cumsum([len(h) for h in block.heads])]).astype(np.int64)
-    ts = np.ascontiguousarray(block.ts_ns, dtype=np.int64)
-    dur = None if block.dur_ns is None else np.ascontiguousarray(block.dur_ns, dtype=np.int64)
-    for text in row_texts(heads, offsets, key, ts, dur, stable_order(key), buffer, block.tail):
-        f.write(text)
-    return n
+def block(specs: list[Head], key: np.ndarray, ts_ns: np.ndarray, dur_ns: Optional[np.ndarray],
+          step: Optional[np.ndarray] = None) -> EventBlock:
+    return EventBlock([h.encoded() for h in specs], key, ts_ns, dur_ns, specs=specs, step=step)
 
 
 def row_texts(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray],
@@ -150,8 +205,9 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
     keys = key[rows]
     bounds = np.flatnonzero(np.diff(keys)) + 1
     starts, stops = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(rows)]])
-    ts_text = fixed_decimal(ts[rows], ts_width)
-    dur_text = fixed_decimal(dur[rows], dur_width) if dur is not None else None
+    start_parts, dur_parts = grid_times(ts[rows], None if dur is None else dur[rows])
+    ts_text = _widen(grid_decimal(*start_parts), ts_width)
+    dur_text = _widen(grid_decimal(*dur_parts), dur_width) if dur is not None else None
     tail_bytes, mid_bytes = np.frombuffer(tail, dtype=np.uint8), np.frombuffer(mid, dtype=np.uint8)
     out = []
     for a, b in zip(starts, stops):
@@ -170,6 +226,12 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
             keep[:, at:at + dur_width] = dur_text[a:b] != _SPACE
         out.append(matrix[keep].tobytes())
     return b"".join(out)
+
+
+def _widen(text: np.ndarray, width: int) -> np.ndarray:
+    if width < TS_WIDTH:
+        raise ValueError(f"the field width must be at least {TS_WIDTH}")
+    return text if width == TS_WIDTH else np.hstack([np.full((len(text), width - TS_WIDTH), _SPACE, np.uint8), text])
 
 
 _trace_rows = native("profiler.export._trace_rows")
@@ -246,33 +308,33 @@ class Lanes:
 def op_block(run: Run, lanes: Lanes) -> EventBlock:
     ops = run.ops
     key, uniq = _keys(ops["device"], ops["stream"], ops["category"], ops["name"], ops["op_type"])
-    heads = []
+    specs = []
     for device, stream, cat, name, op_type in uniq:
         pid, tid = lanes.lane(str(device), str(stream))
         args = {"type": str(op_type)} if str(op_type) != str(name) else None
-        heads.append(_head("X", pid, tid, str(cat) or "op", str(name), args))
-    return EventBlock(heads, key, ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy())
+        specs.append(Head("X", pid, tid, str(cat) or "op", str(name), args))
+    return block(specs, key, ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy(), ops["step"].to_numpy())
 
 
 def span_block(run: Run, lanes: Lanes) -> EventBlock:
     sp = run.spans
     key, uniq = _keys(sp["tid"], sp["kind"], sp["name"])
-    heads = [_head("X", lanes.host_pid, int(tid), str(kind), str(name)) for tid, kind, name in uniq]
-    return EventBlock(heads, key, sp["start_ns"].to_numpy(), sp["dur_ns"].to_numpy())
+    specs = [Head("X", lanes.host_pid, int(tid), str(kind), str(name)) for tid, kind, name in uniq]
+    return block(specs, key, sp["start_ns"].to_numpy(), sp["dur_ns"].to_numpy())
 
 
 def step_block(run: Run, lanes: Lanes) -> EventBlock:
     st = run.steps
-    heads = [_head("X", lanes.host_pid, STEP_TID, "step", f"step {int(s)}", {"step": int(s)}) for s in st["step"]]
-    return EventBlock(heads, np.arange(len(st)), st["start_ns"].to_numpy(),
-                      (st["end_ns"] - st["start_ns"]).to_numpy())
+    specs = [Head("X", lanes.host_pid, STEP_TID, "step", f"step {int(s)}", {"step": int(s)}) for s in st["step"]]
+    return block(specs, np.arange(len(st)), st["start_ns"].to_numpy(), (st["end_ns"] - st["start_ns"]).to_numpy(),
+                 st["step"].to_numpy())
 
 
 def instant_block(run: Run, lanes: Lanes) -> EventBlock:
     ins = run.instants
     key, uniq = _keys(ins["tid"], ins["kind"], ins["name"])
-    heads = [_head("i", lanes.host_pid, int(tid), str(kind), str(name), extra=',"s":"t"') for tid, kind, name in uniq]
-    return EventBlock(heads, key, ins["time_ns"].to_numpy(), None)
+    specs = [Head("i", lanes.host_pid, int(tid), str(kind), str(name), extra=',"s":"t"') for tid, kind, name in uniq]
+    return block(specs, key, ins["time_ns"].to_numpy(), None)
 
 
 def counter_blocks(run: Run, lanes: Lanes) -> Iterable[EventBlock]:
@@ -293,11 +355,11 @@ def counter_blocks(run: Run, lanes: Lanes) -> Iterable[EventBlock]:
 def _value_blocks(lanes: Lanes, key: np.ndarray, uniq: list, t: np.ndarray, values: np.ndarray, label) -> Iterable[EventBlock]:
     """Counter values differ per event, so each distinct value gets its own head (values repeat a lot)."""
     vkey, vuniq = _keys(key, values)
-    heads = []
+    specs = []
     for k, v in vuniq:
         name, field = label(uniq[int(k)])
-        heads.append(_head("C", lanes.host_pid, 0, "counter", name, {field: _num(v)}))
-    yield EventBlock(heads, vkey, t, None)
+        specs.append(Head("C", lanes.host_pid, 0, "counter", name, {field: _num(v)}))
+    yield block(specs, vkey, t, None)
 
 
 def _num(v: float):
@@ -317,27 +379,152 @@ def flow_block(run: Run, lanes: Lanes) -> list[dict]:
         hp, ht = lanes.lane("cpu", str(r.stream_h))
         dp, dt = lanes.lane(str(r.device_d), str(r.stream_d))
         cid = int(r.correlation)
-        out.append({"ph": "s", "id": cid, "pid": hp, "tid": ht, "ts": r.start_ns_h / 1000, "cat": "launch", "name": "launch"})
+        out.append({"ph": "s", "id": cid, "pid": hp, "tid": ht, "ts": r.start_ns_h / 1000, "cat": "launch", "name": "launch",
+                    "_ns": int(r.start_ns_h)})
         out.append({"ph": "f", "id": cid, "pid": dp, "tid": dt, "ts": r.start_ns_d / 1000, "cat": "launch",
-                    "name": "launch", "bp": "e"})
+                    "name": "launch", "bp": "e", "_ns": int(r.start_ns_d)})
     return out
 
 
-def write_chrome_trace(run: Run, path: Path, gzip_output: bool = False) -> Path:
-    """Write the run's timeline; returns the path written (with .gz when compressed)."""
+def merge_blocks(blocks: list[EventBlock], with_dur: bool) -> EventBlock:
+    """One block of several (heads renumbered), for writing them in one order."""
+    specs: list[Head] = []
+    keys, ts, dur, step = [], [], [], []
+    for b in blocks:
+        keys.append(np.asarray(b.key, dtype=np.int64) + len(specs))
+        specs += b.specs
+        ts.append(np.asarray(b.ts_ns, dtype=np.int64))
+        if with_dur:
+            dur.append(np.asarray(b.dur_ns, dtype=np.int64))
+        step.append(np.full(len(b.key), -1, np.int64) if b.step is None else np.asarray(b.step, dtype=np.int64))
+    cat = (lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64))
+    return block(specs, cat(keys), cat(ts), cat(dur) if with_dur else None, cat(step))
+
+
+def lane_codes(specs: list[Head]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Each head's lane as a dense code (lanes sorted by pid, tid), and the lanes."""
+    pairs = sorted({(h.pid, h.tid) for h in specs})
+    index = {pair: i for i, pair in enumerate(pairs)}
+    return np.array([index[(h.pid, h.tid)] for h in specs], dtype=np.int64), pairs
+
+
+def thread_order(lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray]) -> np.ndarray:
+    """The order rows are written in: by lane, then start, then longest first (parents before the
+    spans nested in them), so readers that trust the file's order nest every lane correctly.
+
+    One stable sort of an int64 key (lane in the high bits, start in the low) when it fits, else a
+    radix sort by lane and, per lane, a stable sort by start where the lane is not sorted yet;
+    recording order is sorted runs (one per block), which the stable sort (timsort) merges. Ties
+    are settled among the few tied rows only.
+    """
+    n = len(ts)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    t_min, t_max = int(ts.min()), int(ts.max())
+    bits = max(int(t_max - t_min).bit_length(), 1)
+    if lane.min() >= 0 and int(lane.max()).bit_length() + bits <= 62:
+        # one int64 key (lane above the time): blocks are sorted runs, which the stable sort merges
+        key = lane.astype(np.int64) << bits
+        key += ts
+        key -= t_min
+        order = np.argsort(key, kind="stable")
+        lanes_sorted = lane[order]
+        t = ts[order]
+    else:
+        small = lane.astype(np.int16) if lane.max() < 2**15 and lane.min() >= 0 else lane
+        order = np.argsort(small, kind="stable")
+        lanes_sorted = small[order]
+        cuts = np.concatenate([[0], np.flatnonzero(lanes_sorted[1:] != lanes_sorted[:-1]) + 1, [n]])
+        t = ts[order]
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            seg = t[a:b]
+            if b - a > 1 and not bool(np.all(seg[1:] >= seg[:-1])):
+                sub = np.argsort(seg, kind="stable")
+                order[a:b] = order[a:b][sub]
+                t[a:b] = seg[sub]
+    if dur is not None and n > 1:
+        tied = np.flatnonzero((t[1:] == t[:-1]) & (lanes_sorted[1:] == lanes_sorted[:-1]))
+        if len(tied):
+            rows = np.unique(np.concatenate([tied, tied + 1]))      # positions in tie groups, ascending
+            sub = order[rows]
+            order[rows] = sub[np.lexsort((-dur[sub], t[rows], lanes_sorted[rows]))]
+    return order
+
+
+@dataclass
+class TimelineEvents:
+    """Every event of a run's timeline, once, for both the Chrome trace and the event file."""
+
+    complete: EventBlock            # X events: steps, spans, ops
+    complete_order: np.ndarray      # rows of `complete` by lane, start, longest first
+    points: EventBlock              # instants and counter values (no duration)
+    points_order: np.ndarray
+    flows: list[dict]
+    lanes: Lanes
+    lane_of_head: np.ndarray        # lane code of each head of `complete` + `points` (complete's first)
+    lane_pairs: list[tuple[int, int]]
+
+
+def timeline_events(run: Run) -> TimelineEvents:
+    """Group a run's events by row head and put them in the trace's order."""
+    lanes = Lanes(run)
+    complete = merge_blocks([_stepped(b, run) for b in (step_block(run, lanes), span_block(run, lanes),
+                                                        op_block(run, lanes))], with_dur=True)
+    points = merge_blocks([_stepped(b, run) for b in (instant_block(run, lanes), *counter_blocks(run, lanes))],
+                          with_dur=False)
+    flows = flow_block(run, lanes)
+    codes, pairs = lane_codes(complete.specs + points.specs)
+    n_complete = len(complete.specs)
+    return TimelineEvents(
+        complete=complete, complete_order=thread_order(codes[:n_complete][complete.key], complete.ts_ns, complete.dur_ns),
+        points=points, points_order=thread_order(codes[n_complete:][points.key], points.ts_ns, None),
+        flows=flows, lanes=lanes, lane_of_head=codes, lane_pairs=pairs)
+
+
+def _stepped(b: EventBlock, run: Run) -> EventBlock:
+    """The block with the step of each row: its source's (ops, steps), else the step containing its start."""
+    if b.step is None:
+        from profiler.kernels.intervals import assign_steps
+
+        b.step = assign_steps(np.asarray(b.ts_ns, dtype=np.int64), run.steps)
+    return b
+
+
+def write_ordered(f: BinaryIO, b: EventBlock, order: np.ndarray, buffer: Optional[np.ndarray] = None) -> int:
+    """Write a block's rows in `order`."""
+    n = len(b.key)
+    if n == 0:
+        return 0
+    key = np.ascontiguousarray(b.key, dtype=np.int64)
+    heads = b"".join(b.heads)
+    offsets = np.concatenate([[0], np.cumsum([len(h) for h in b.heads])]).astype(np.int64)
+    ts = np.ascontiguousarray(b.ts_ns, dtype=np.int64)
+    dur = None if b.dur_ns is None else np.ascontiguousarray(b.dur_ns, dtype=np.int64)
+    for text in row_texts(heads, offsets, key, ts, dur, np.ascontiguousarray(order, dtype=np.int64), buffer, b.tail):
+        f.write(text)
+    return n
+
+
+def write_chrome_trace(run: Run, path: Path, gzip_output: bool = False,
+                       events: Optional[TimelineEvents] = None) -> Path:
+    """Write the run's timeline; returns the path written (with .gz when compressed).
+
+    Complete events come sorted by lane, then start, longest first; then instants and counter
+    values, by lane and time; then flow events and the metadata.
+    """
     path = Path(path)
     if gzip_output and path.suffix != ".gz":
         path = path.with_name(path.name + ".gz")
-    lanes = Lanes(run)
+    ev = events if events is not None else timeline_events(run)
     opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if gzip_output else DirectFile
     tmp = path.with_name(path.name + ".tmp")
     with opener(tmp) as f:
         f.write(b'{"traceEvents":[\n')
         buffer = np.empty(BUFFER_BYTES, dtype=np.uint8) if _trace_rows is not None else None
-        for block in (step_block(run, lanes), span_block(run, lanes), op_block(run, lanes), instant_block(run, lanes),
-                      *counter_blocks(run, lanes)):
-            write_block(f, block, buffer)
-        tail_events = flow_block(run, lanes) + lanes.meta
+        write_ordered(f, ev.complete, ev.complete_order, buffer)
+        write_ordered(f, ev.points, ev.points_order, buffer)
+        flows = [{k: v for k, v in e.items() if k != "_ns"} for e in ev.flows]
+        tail_events = flows + ev.lanes.meta
         f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in tail_events).encode())
         other = {"tool": "profview", "rank": run.rank, "data_origin": run.info.get("data_origin", "profview"),
                  "origin_unix_ns": run.info.get("clock", {}).get("origin_unix_ns", 0)}

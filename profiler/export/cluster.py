@@ -22,7 +22,8 @@ import pandas as pd
 from profiler.analysis.cluster import cluster_summary, timeline_ranks
 from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file, read_csv, read_json_object
 from profiler.model import Run
-from profiler.export.chrome_trace import Lanes, op_block, span_block, step_block, write_block
+from profiler.export.chrome_trace import (Lanes, lane_codes, merge_blocks, op_block, span_block, step_block,
+                                          thread_order, write_ordered)
 from profiler.export.outputs import write_csv, write_json
 
 TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
@@ -84,9 +85,11 @@ def write_cluster_timeline(runs: Sequence[Run], shifts_ns: Mapping[int, int], pa
             view = cluster_view(run)
             lanes = Lanes(view)
             shift = np.int64(shifts_ns.get(run.rank, 0))
-            for block in (step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)):
-                block.ts_ns = np.asarray(block.ts_ns, dtype=np.int64) + shift
-                write_block(f, block)
+            complete = merge_blocks([step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)],
+                                    with_dur=True)
+            complete.ts_ns = complete.ts_ns + shift
+            codes, _ = lane_codes(complete.specs)
+            write_ordered(f, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
             meta += lanes.meta
             meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
                          "args": {"labels": str(run.info.get("host", ""))}})

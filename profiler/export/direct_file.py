@@ -37,11 +37,27 @@ class DirectFile:
         self._buffer = mmap.mmap(-1, buffer_bytes)     # anonymous mmap: page-aligned, reused for every write
         self._view = memoryview(self._buffer)
         self._fill = 0
+        self._written = 0
+
+    # the file-object methods a stream writer (pyarrow's PythonFile) asks for
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        """Nothing to do: bytes reach the device when the buffer fills, and at close."""
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
 
     def write(self, data) -> int:
         """Append `data` (bytes-like); each full buffer goes to the device."""
         data = memoryview(data).cast("B")
         n, pos = len(data), 0
+        self._written += n
         capacity = len(self._view)
         while pos < n:
             take = min(capacity - self._fill, n - pos)

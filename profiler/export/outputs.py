@@ -12,7 +12,7 @@ import pandas as pd
 from profiler.analysis.results import Analysis
 from profiler.formats import DATA_QUEUE_COLUMNS, DEVICE_COUNTER_COLUMNS, rank_file
 from profiler.kernels.intervals import assign_steps
-from profiler.export.chrome_trace import write_chrome_trace
+from profiler.export.event_file import write_timeline_files
 
 FLOAT_FORMAT = "%.6f"
 
@@ -58,11 +58,12 @@ def counter_table(a: Analysis) -> pd.DataFrame:
 
 
 def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
-                  timeline: Optional[Callable[[], Path]] = None) -> list[Path]:
+                  timeline: Optional[Callable[[], list[Path]]] = None) -> list[Path]:
     """Write every output file of one rank; returns the paths in the order written.
 
-    `timeline`, when given, returns the timeline's path once the caller has written it (analyse
-    writes it on a second thread while the analysis runs); else it is written here.
+    `timeline`, when given, returns the timeline's paths (Chrome trace, event file) once the caller
+    has written them (analyse writes them on a second thread while the analysis runs); else they
+    are written here.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -77,8 +78,7 @@ def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
         written.append(write_csv(counter_table(a), out_dir / rank_file("device_counters", r)))
     for kind, doc in a.extra_json.items():
         written.append(write_json(doc, out_dir / rank_file(kind, r)))
-    written.append(timeline() if timeline else
-                   write_chrome_trace(a.run, out_dir / rank_file("timeline", r), gzip_output=gzip_timeline))
+    written += timeline() if timeline else write_timeline_files(a.run, out_dir, gzip_timeline)
     info_path = out_dir / rank_file("profiler_info", r)
     info = dict(a.run.info)
     info["steps"] = {"count": int(len(a.step_trace)),

@@ -16,8 +16,8 @@ from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.capture.base import STEPS, merging_sources
 from profiler.errors import ProfilerUsageWarning, ProfviewError
-from profiler.export.chrome_trace import write_chrome_trace
 from profiler.export.cluster import write_cluster_outputs
+from profiler.export.event_file import write_timeline_files
 from profiler.export.outputs import write_outputs
 from profiler.formats import rank_file, read_json_object
 from profiler.model import Run
@@ -30,8 +30,8 @@ BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
 
 def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None) -> Run:
     """The Run recorded for `rank` in `directory/raw`, with every recorded source's data merged in:
-    sources that define steps first (a device's step trace is the truth when it has one), then the
-    one-step fallback for a run without steps, then the others onto those steps."""
+    sources that define steps first (a device's step trace is the truth when it has one), then steps
+    inferred for a run without any (one step when nothing repeats), then the others onto those steps."""
     paths = rank_raw_files(directory, rank)
     if not paths:
         raise ProfviewError(f"no raw data for rank {rank} in {directory / 'raw'}")
@@ -94,10 +94,10 @@ def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress
 
 def analyse_and_write(run: Run, directory: Path, gzip_timeline: bool = False,
                       thresholds: Optional[Mapping[str, float]] = None) -> list[Path]:
-    """Analyse one rank's run and write its outputs. The timeline needs only the run, so a second
-    thread writes it meanwhile (its row formatting and file writes release the GIL)."""
+    """Analyse one rank's run and write its outputs. The timeline (Chrome trace and event file) needs
+    only the run, so a second thread writes it meanwhile (its row formatting and file writes release the GIL)."""
     with ThreadPoolExecutor(1, thread_name_prefix="profview-timeline") as pool:
-        timeline = pool.submit(write_chrome_trace, run, Path(directory) / rank_file("timeline", run.rank), gzip_timeline)
+        timeline = pool.submit(write_timeline_files, run, Path(directory), gzip_timeline)
         analysis = analyse_run(run, thresholds)
         return write_outputs(analysis, directory, gzip_timeline=gzip_timeline, timeline=timeline.result)
 
@@ -120,5 +120,7 @@ def verdict_line(directory: Path, rank: int) -> str:
     top = findings[0].get("title", "") if findings and isinstance(findings[0], dict) else ""
     verdict = str(report.get("verdict", "?"))
     reason = f" — {top}" if verdict != "balanced" and top else ""
-    return (f"profview: {steps.get('analysed', 0)} steps of rank {rank} analysed into {directory}; verdict: "
+    source = steps.get("source", "marked")
+    how = "" if source == "marked" else f" ({'inferred' if source == 'inferred' else 'one step: no step markers'})"
+    return (f"profview: {steps.get('analysed', 0)} steps{how} of rank {rank} analysed into {directory}; verdict: "
             f"{verdict}{reason}. Next: profview {directory}")

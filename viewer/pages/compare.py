@@ -10,7 +10,7 @@ from typing import Any, Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from profiler.analysis.compare import Comparison, RunTables, compare_runs
+from profiler.analysis.compare import CONFIDENCE, Comparison, RunTables, compare_runs, interval_text
 from profiler.errors import InputError
 from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, plot_text, section, table
 from viewer.context import Context
@@ -62,13 +62,13 @@ def _signed_pct(value: Any) -> str:
 
 
 def phase_bars(c: Comparison) -> go.Figure:
-    """Median ms per phase, BASE next to NEW."""
+    """Mean ms per phase, BASE next to NEW (the figures the verdict and the phase table use)."""
     rows = c.phases[c.phases["column"] != "total_ms"]
     fig = go.Figure()
     for side, name, color in (("base", "BASE", BASE_COLOR), ("new", "NEW", NEW_COLOR)):
-        fig.add_bar(x=rows["phase"], y=rows[f"{side}_median_ms"], name=name, marker_color=color,
-                    hovertemplate=f"{name} %{{x}}: %{{y:.2f}} ms (median)<extra></extra>")
-    return styled(fig, barmode="group", yaxis_title="median ms per step", xaxis=dict(type="category"))
+        fig.add_bar(x=rows["phase"], y=rows[f"{side}_mean_ms"], name=name, marker_color=color,
+                    hovertemplate=f"{name} %{{x}}: %{{y:.2f}} ms (mean)<extra></extra>")
+    return styled(fig, barmode="group", yaxis_title="mean ms per step", xaxis=dict(type="category"))
 
 
 def step_histograms(base: pd.DataFrame, new: pd.DataFrame) -> go.Figure:
@@ -94,13 +94,38 @@ def op_delta_bars(ops: pd.DataFrame, label: str) -> go.Figure:
 # ----------------------------------------------------------------------------- sections
 
 
+def _seconds(ms: Optional[float]) -> str:
+    return "—" if ms is None else f"{ms / 1000:,.2f} s"
+
+
+def _interval_ms(low: Any, high: Any) -> str:
+    if low is None or low != low:
+        return "—"
+    return f"{_signed_ms(low)} to {_signed_ms(high)}"
+
+
 def verdict_cards(c: Comparison) -> str:
+    """The verdict and the figures it rests on: mean steps, the change with its interval, wall times."""
     v = c.verdict
-    items = [("BASE median step", fmt_ms(v["base_median_step_ms"])), ("NEW median step", fmt_ms(v["new_median_step_ms"])),
-             ("change", f"{_signed_ms(v['delta_ms'])} ({_signed_pct(v['delta_pct'])})"), ("verdict", v["outcome"])]
+    interval = ("—" if v["ci_low_pct"] is None else
+                f"{_signed_pct(v['ci_low_pct'])} to {_signed_pct(v['ci_high_pct'])}")
+    items = [("verdict", v["outcome"]), ("BASE mean step", fmt_ms(v["base_mean_step_ms"])),
+             ("NEW mean step", fmt_ms(v["new_mean_step_ms"])),
+             ("change", f"{_signed_ms(v['delta_ms'])} ({_signed_pct(v['delta_pct'])})"),
+             (f"{100 * (v['confidence'] or CONFIDENCE):g} % interval of the change", interval),
+             (f"wall time, analysed steps ({_step_counts(v)})",
+              f"{_seconds(v['base_wall_ms'])} → {_seconds(v['new_wall_ms'])}"),
+             ("median step (for reference)",
+              f"{fmt_ms(v['base_median_step_ms'])} → {fmt_ms(v['new_median_step_ms'])}")]
     if v["fail_if_slower_pct"] is not None:
         items.append(("CI gate", f"{'FAIL' if v['failed'] else 'pass'} (limit +{v['fail_if_slower_pct']:g} %)"))
-    return cards(items)
+    gate = f'<p class="note">CI gate: {esc(v["gate"])}.</p>' if v.get("gate") else ""
+    return cards(items) + f'<p class="note">Verdict: {esc(v["reason"])}.</p>' + gate
+
+
+def _step_counts(v: dict[str, Any]) -> str:
+    b, n = v["base_steps"], v["new_steps"]
+    return f"{b} steps each" if b == n else f"{b} → {n} steps"
 
 
 def findings_html(c: Comparison) -> str:
@@ -112,21 +137,48 @@ def findings_html(c: Comparison) -> str:
     verdicts = f.get("verdicts") or [None, None]
     head = f'<p class="note">Advisor verdict: {esc(verdicts[0] or "none")} → {esc(verdicts[1] or "none")}.</p>'
     if not rows:
-        return head + absent("Neither run has advisor findings (report json).")
+        return head + absent(no_findings_text(c))
     return head + table(["change", "severity", "finding", "BASE at stake / step", "NEW at stake / step"], rows,
                         [False, False, False, True, True])
 
 
 def phases_html(c: Comparison) -> str:
-    rows = [(r.phase, fmt_ms(r.base_median_ms), fmt_ms(r.new_median_ms), _signed_ms(r.delta_ms), _signed_pct(r.delta_pct),
+    """Mean-based changes first (the verdict's figures), medians after them for reference."""
+    rows = [(r.phase, fmt_ms(r.base_mean_ms), fmt_ms(r.new_mean_ms), _signed_ms(r.delta_ms), _signed_pct(r.delta_pct),
+             _interval_ms(r.ci_low_ms, r.ci_high_ms), "yes" if r.significant else "no",
+             fmt_ms(r.base_median_ms), fmt_ms(r.new_median_ms), _signed_ms(r.median_delta_ms),
              fmt_pct(r.base_share_pct), fmt_pct(r.new_share_pct)) for r in c.phases.itertuples()]
-    return table(["phase", "BASE median", "NEW median", "change", "change %", "BASE share", "NEW share"], rows,
-                 [False] + [True] * 6)
+    return table(["phase", "BASE mean", "NEW mean", "change", "change %", f"{CONFIDENCE * 100:g} % interval",
+                  "significant", "BASE median", "NEW median", "median change", "BASE share", "NEW share"], rows,
+                 [False] + [True] * 5 + [False] + [True] * 5)
+
+
+#: how the distribution table names its statistics
+STATISTIC_LABELS = {"steps": "analysed steps", "wall": "wall time (sum of analysed steps)",
+                    "span": "recorded span (first start to last end)"}
 
 
 def distribution_html(c: Comparison) -> str:
-    rows = [(r.statistic, f"{r.base_ms:,.2f}", f"{r.new_ms:,.2f}", f"{r.delta_ms:+,.2f}") for r in c.distribution.itertuples()]
+    rows = []
+    for r in c.distribution.itertuples():
+        fmt = (lambda x: f"{x:,.0f}") if r.statistic == "steps" else (lambda x: "—" if x != x else f"{x:,.2f}")
+        delta = "—" if r.delta_ms != r.delta_ms else (f"{r.delta_ms:+,.0f}" if r.statistic == "steps"
+                                                      else f"{r.delta_ms:+,.2f}")
+        rows.append((STATISTIC_LABELS.get(r.statistic, r.statistic), fmt(r.base_ms), fmt(r.new_ms), delta))
     return table(["step time (ms)", "BASE", "NEW", "change"], rows, [False, True, True, True])
+
+
+def op_basis_note(c: Comparison) -> str:
+    """What the op figures per step are divided by, in each run (`op_steps`)."""
+    b, n = c.op_steps.get("base"), c.op_steps.get("new")
+    if not b or not n:
+        return "Self time per step."
+    if b["basis"] == n["basis"] == "steps_with_ops":
+        return (f"Self time per step that captured ops (op_count > 0): BASE {b['steps']} of {b['recorded_steps']} "
+                f"steps, NEW {n['steps']} of {n['recorded_steps']}.")
+    if b["note"] == n["note"]:
+        return f"Self time per step; in both runs {b['note']}."
+    return f"Self time per step; BASE: {b['note']}; NEW: {n['note']}."
 
 
 def ops_html(ops: pd.DataFrame, label: str, limit: int) -> str:
@@ -167,17 +219,24 @@ def build(ctx: Context) -> str:
     c = comparison(ctx.runs, ctx.compare, ctx.options.rank, ctx.options.fail_if_slower_pct)
     base, new = tables_of(pick_rank(ctx.runs, ctx.options.rank)), tables_of(pick_rank(ctx.compare, ctx.options.rank))
     parts = [section(f"{c.base}  →  {c.new}", verdict_cards(c),
-                     "Medians over the analysed steps (warm-up left out). Negative changes are faster."),
+                     f"Decided by the mean step of the analysed steps (warm-up left out), i.e. the loop's wall "
+                     f"time per step, with a {CONFIDENCE * 100:g} % interval; significant when the interval "
+                     f"excludes 0 and the change is at least {c.verdict['noise_pct']:g} %. Medians for reference. "
+                     f"Negative changes are faster."),
              section("Findings resolved and introduced", findings_html(c)),
+             section("Step phases", ctx.figure(phase_bars(c)) + phases_html(c),
+                     "Mean ms per step and its change with its interval; a phase's change is significant by the "
+                     "verdict's rule (against BASE's mean step). Medians after them, for reference."),
              '<div class="grid2">',
-             section("Step phases", ctx.figure(phase_bars(c)) + phases_html(c)),
-             section("Step-time distribution", ctx.figure(step_histograms(base.steps(), new.steps())) + distribution_html(c)),
+             section("Step-time distribution", ctx.figure(step_histograms(base.steps(), new.steps()))),
+             section("Step-time statistics", distribution_html(c),
+                     "The analysed steps' mean, wall time (their sum) and quantiles; the recorded span runs from "
+                     "the step trace's first start to its last end, warm-up included."),
              "</div><br>"]
     if len(c.op_types):
         parts += [section("Op types: largest changes", ctx.figure(op_delta_bars(c.op_types, "op_type"))
-                          + ops_html(c.op_types, "op_type", 30),
-                          "Self time per step (the runs may have recorded different numbers of steps)."),
-                  section("Ops: largest changes", ops_html(c.ops, "name", 40))]
+                          + ops_html(c.op_types, "op_type", 30), op_basis_note(c)),
+                  section("Ops: largest changes", ops_html(c.ops, "name", 40), op_basis_note(c))]
     else:
         parts.append(section("Ops", absent("Neither run has an op table.")))
     parts.append(section("Data queues", queues_html(c)))
@@ -187,26 +246,80 @@ def build(ctx: Context) -> str:
 # ----------------------------------------------------------------------------- text
 
 
-def render_text(c: Comparison, top: int = 8) -> str:
-    """The comparison in the terminal: verdict, phases, largest op-type changes, findings."""
+def headline(c: Comparison) -> list[str]:
+    """The verdict and the figures it rests on, as the text form's first lines."""
     v = c.verdict
-    lines = [f"profview compare — BASE {clean(c.base)} -> NEW {clean(c.new)}",
-             f"Median step {v['base_median_step_ms']:.3f} ms -> {v['new_median_step_ms']:.3f} ms: "
-             f"{v['delta_ms']:+.3f} ms ({_signed_pct(v['delta_pct'])}), {v['outcome']}", ""]
-    rows = [(r.phase, f"{r.base_median_ms:.3f}", f"{r.new_median_ms:.3f}", f"{r.delta_ms:+.3f}", _signed_pct(r.delta_pct))
+    lines = [f"Verdict: {v['outcome']}. Mean step {v['base_mean_step_ms']:.3f} ms -> {v['new_mean_step_ms']:.3f} ms: "
+             f"{v['delta_ms']:+.3f} ms ({_signed_pct(v['delta_pct'])}; {interval_text(v)})"]
+    b, n = v["base_steps"], v["new_steps"]
+    counts = f"the {b} analysed steps" if b == n else f"the analysed steps ({b} BASE, {n} NEW)"
+    wall = f"  wall time of {counts}: {_seconds(v['base_wall_ms'])} -> {_seconds(v['new_wall_ms'])}"
+    if v.get("base_span_ms") is not None and v.get("new_span_ms") is not None:
+        wall += f"; recorded span {_seconds(v['base_span_ms'])} -> {_seconds(v['new_span_ms'])}"
+    lines.append(wall)
+    median = (f"  median step {v['base_median_step_ms']:.3f} ms -> {v['new_median_step_ms']:.3f} ms "
+              f"({_signed_pct(v['median_delta_pct'])}), for reference")
+    if v["significant"] and abs(v["median_delta_pct"] or 0) < v["noise_pct"]:
+        median += ": the median barely moved, the slow steps did"
+    lines += [median, f"  {v['reason']}"]
+    return lines
+
+
+def no_findings_text(c: Comparison) -> str:
+    """Why there is nothing resolved or introduced: no reports, or reports without problems."""
+    counts = c.findings.get("problems") or {}
+    if counts.get("base") is None and counts.get("new") is None:
+        return "Neither run has an advisor report (report json): no findings to compare."
+    missing = [side.upper() for side in ("base", "new") if counts.get(side) is None]
+    if missing:
+        return (f"{' and '.join(missing)} has no advisor report and the other no high or medium finding: "
+                "nothing to resolve or introduce; the verdict rests on the step times.")
+    return ("Neither report has a high or medium finding: nothing to resolve or introduce; "
+            "the verdict rests on the step times.")
+
+
+def findings_lines(c: Comparison) -> list[str]:
+    """Resolved / introduced problems from the two reports' findings (high and medium ones)."""
+    f = c.findings
+    if not (f["resolved"] or f["introduced"] or f["persisting"]):
+        return [f"Findings: {no_findings_text(c)}"]
+    lines = [f"{label}: " + ("; ".join(f"[{x['severity']}] {clean(x['title'])} ({side} {_stake(x['at_stake_ms'])})"
+                                       for x in items) or "none")
+             for label, side, items in (("Resolved", "BASE", f["resolved"]), ("Introduced", "NEW", f["introduced"]))]
+    if f["persisting"]:
+        lines.append("Persisting: " + "; ".join(
+            f"[{x['base_severity']} -> {x['severity']}] {clean(x['title'])} "
+            f"({_stake(x['base_at_stake_ms'], bare=True)} -> {_stake(x['at_stake_ms'])})" for x in f["persisting"]))
+    return lines
+
+
+def _stake(ms: Any, bare: bool = False) -> str:
+    """A finding's time at stake per step, so a finding reads against the verdict's ms."""
+    if ms is None:
+        return "?" if bare else "at stake: ?"
+    return f"{float(ms):.1f} ms" if bare else f"{float(ms):.1f} ms a step at stake"
+
+
+def render_text(c: Comparison, top: int = 8) -> str:
+    """The comparison in the terminal: verdict, phases, largest op-type changes, findings, the gate."""
+    v = c.verdict
+    lines = [f"profview compare — BASE {clean(c.base)} -> NEW {clean(c.new)}", *headline(c), ""]
+    rows = [(r.phase, f"{r.base_mean_ms:.3f}", f"{r.new_mean_ms:.3f}", f"{r.delta_ms:+.3f}", _signed_pct(r.delta_pct),
+             "—" if r.ci_low_ms != r.ci_low_ms else f"{r.ci_low_ms:+.3f} to {r.ci_high_ms:+.3f}",
+             "*" if r.significant else "", f"{r.base_median_ms:.3f}", f"{r.new_median_ms:.3f}")
             for r in c.phases.itertuples()]
-    lines += ["Step phases (median ms):", text_table(["phase", "BASE", "NEW", "change", "change %"], rows,
-                                                     [False, True, True, True, True])]
+    lines += [f"Step phases (mean ms per step, {CONFIDENCE * 100:g} % interval of the change, * significant; "
+              "medians for reference):",
+              text_table(["phase", "BASE", "NEW", "change", "change %", "interval", "", "BASE median", "NEW median"],
+                         rows, [False, True, True, True, True, True, False, True, True])]
     if len(c.op_types):
         rows = [(clean(r.op_type, 44), clean(r.device), r.status, f"{r.base_per_step_ms:.3f}", f"{r.new_per_step_ms:.3f}",
                  f"{r.delta_per_step_ms:+.3f}") for r in c.op_types.head(top).itertuples()]
-        lines += ["", "Largest op-type changes (self ms per step):",
+        lines += ["", "Largest op-type changes (self ms per step):", f"  {op_basis_note(c)}",
                   text_table(["op type", "device", "status", "BASE", "NEW", "change"], rows,
                              [False, False, False, True, True, True])]
-    f = c.findings
-    for label, items in (("Resolved", f["resolved"]), ("Introduced", f["introduced"])):
-        lines += [f"{label}: " + ("; ".join(f"[{x['severity']}] {clean(x['title'])}" for x in items) or "none")]
+    lines += ["", *findings_lines(c)]
     if v["fail_if_slower_pct"] is not None:
-        lines.append(f"CI gate (--fail-if-slower {v['fail_if_slower_pct']:g}%): "
-                     + ("FAIL, exit 1" if v["failed"] else "pass"))
+        lines.append(f"CI gate (--fail-if-slower {v['fail_if_slower_pct']:g}%): {v['gate']}"
+                     + (", exit 1" if v["failed"] else ""))
     return "\n".join(lines) + "\n"

@@ -1,0 +1,223 @@
+"""The columnar event file (events_{rank}.arrow, docs/formats.md): every event of the timeline as
+columns, for the viewer and any program that wants the events without parsing JSON.
+
+An Apache Arrow IPC file (uncompressed, record batches of 1 Mi rows): a reader gets each column
+of a batch as a numpy array without parsing or converting anything, read or memory-mapped, batch
+by batch (benchmarks/bench_event_format.py has the measured alternatives). Strings are stored
+once, in tables in the schema's metadata; the rows carry codes. Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
+longest first, then instants and counter values sorted by lane and time, then flow points.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from profiler import formats
+from profiler.export.chrome_trace import STEP_TID, Head, TimelineEvents, timeline_events
+from profiler.export.direct_file import DirectFile
+from profiler.model import Run
+
+BATCH_ROWS = 1 << 20
+
+
+def _codes(values: list) -> tuple[np.ndarray, list]:
+    """Dense codes of values in first-seen order, and the distinct values."""
+    index: dict = {}
+    codes = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int64)
+    return codes, list(index)
+
+
+def _args_text(args: Optional[dict]) -> Optional[str]:
+    return json.dumps(args, ensure_ascii=False, separators=(",", ":"), sort_keys=True) if args else None
+
+
+def _lane_table(ev: TimelineEvents) -> list[dict]:
+    """The lanes (pid, tid) with their process and thread names from the trace's metadata."""
+    process, thread, sort = {}, {}, {}
+    for m in ev.lanes.meta:
+        if m["name"] == "process_name":
+            process[m["pid"]] = m["args"]["name"]
+        elif m["name"] == "thread_name":
+            thread[(m["pid"], m["tid"])] = m["args"]["name"]
+        elif m["name"] == "process_sort_index":
+            sort[m["pid"]] = m["args"]["sort_index"]
+    out = []
+    for pid, tid in ev.lane_pairs:
+        kind = "steps" if (pid == ev.lanes.host_pid and tid == STEP_TID) else (
+            "host" if pid == ev.lanes.host_pid else "device")
+        out.append({"pid": int(pid), "tid": int(tid), "process": process.get(pid, f"pid {pid}"),
+                    "thread": thread.get((pid, tid), "counters" if tid == 0 and (pid, tid) not in thread else f"tid {tid}"),
+                    "kind": kind, "process_sort": int(sort.get(pid, 0))})
+    return out
+
+
+class EventStreamWriter:
+    """Writes an event file row batch by row batch, in bounded memory.
+
+    The string tables and lanes are known up front (the schema's metadata); the row index (each
+    lane's range of complete rows, its longest event, every EVENT_INDEX_STEP-th start, the batch
+    sizes) is gathered while writing and stored in the custom metadata of a last, empty batch.
+    Complete rows must come lane by lane in lane order, each lane's sorted by start; then the
+    other rows (`complete=False`).
+    """
+
+    def __init__(self, path: Path, *, rank: int, names: list[str], categories: list[str], args: list[str],
+                 lanes: list[dict], data_origin: str = "profview", origin_unix_ns: int = 0) -> None:
+        import pyarrow as pa
+
+        self._pa = pa
+        self.path = Path(path)
+        meta = {"format": formats.EVENT_FILE_FORMAT, "version": formats.EVENT_FILE_VERSION, "rank": int(rank),
+                "data_origin": data_origin, "origin_unix_ns": int(origin_unix_ns),
+                "names": list(names), "categories": list(categories), "args": list(args), "lanes": list(lanes)}
+        self.schema = pa.schema([(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
+                                metadata={formats.EVENT_FILE_META_KEY: json.dumps(meta, ensure_ascii=False)})
+        self._tmp = self.path.with_name(self.path.name + ".tmp")
+        self._raw = DirectFile(self._tmp)
+        self._writer = pa.ipc.new_file(pa.PythonFile(self._raw, mode="w"), self.schema)
+        n = len(lanes)
+        self.rows = 0
+        self.complete_rows = 0
+        self.phase_rows: dict[str, int] = {}
+        self._lane_first = np.zeros(n, np.int64)
+        self._lane_count = np.zeros(n, np.int64)
+        self._lane_longest = np.zeros(n, np.int64)
+        self._lane_index: list[list[int]] = [[] for _ in range(n)]
+        self._last_lane = -1
+        self._batch_rows: list[int] = []
+        self._complete_done = False
+
+    def write(self, cols: dict[str, np.ndarray], complete: bool = True) -> None:
+        """Append rows (a dict of the EVENT_COLUMNS)."""
+        n = len(cols["start_ns"])
+        if n == 0:
+            return
+        if complete:
+            if self._complete_done:
+                raise ValueError("complete rows must come before the others")
+            self._index(np.asarray(cols["lane"]), np.asarray(cols["start_ns"]), np.asarray(cols["dur_ns"]))
+            self.complete_rows += n
+        else:
+            self._complete_done = True
+        ph, counts = np.unique(np.asarray(cols["ph"]), return_counts=True)
+        for v, c in zip(ph.tolist(), counts.tolist()):
+            self.phase_rows[chr(v)] = self.phase_rows.get(chr(v), 0) + c
+        pa = self._pa
+        for i in range(0, n, BATCH_ROWS):
+            arrays = [pa.array(np.ascontiguousarray(np.asarray(cols[name])[i:i + BATCH_ROWS], dtype=dtype))
+                      for name, dtype in formats.EVENT_COLUMNS]
+            self._writer.write_batch(pa.record_batch(arrays, schema=self.schema))
+            self._batch_rows.append(min(BATCH_ROWS, n - i))
+        self.rows += n
+
+    def _index(self, lane: np.ndarray, start: np.ndarray, dur: np.ndarray) -> None:
+        cuts = np.flatnonzero(lane[1:] != lane[:-1]) + 1
+        for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(lane)]]).tolist()):
+            k = int(lane[a])
+            if k != self._last_lane:
+                if k < self._last_lane or self._lane_count[k]:
+                    raise ValueError("complete rows must come lane by lane, in lane order")
+                self._lane_first[k] = self.complete_rows + a
+                self._last_lane = k
+            done = int(self._lane_count[k])
+            step = formats.EVENT_INDEX_STEP
+            self._lane_index[k] += start[a + (-done) % step:b:step].tolist()
+            self._lane_count[k] += b - a
+            self._lane_longest[k] = max(int(self._lane_longest[k]), int(dur[a:b].max()))
+
+    def close(self) -> Path:
+        """Write the row index and finish the file (atomically renamed into place)."""
+        pa = self._pa
+        index = {"rows": self.rows, "complete_rows": self.complete_rows, "phase_rows": self.phase_rows,
+                 "lane_complete": [[int(f), int(c), int(m)] for f, c, m in
+                                   zip(self._lane_first, self._lane_count, self._lane_longest)],
+                 "lane_index_step": formats.EVENT_INDEX_STEP, "lane_index": self._lane_index,
+                 "batch_rows": self._batch_rows + [0]}
+        empty = [pa.array(np.empty(0, dtype=dtype)) for _, dtype in formats.EVENT_COLUMNS]
+        self._writer.write_batch(pa.record_batch(empty, schema=self.schema),
+                                 custom_metadata={formats.EVENT_FILE_META_KEY: json.dumps(index)})
+        self._writer.close()
+        self._raw.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "EventStreamWriter":
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_event_file(run: Run, path: Path, events: Optional[TimelineEvents] = None) -> Path:
+    """Write the run's events as an Arrow IPC file at `path` (atomically); returns the path."""
+    ev = events if events is not None else timeline_events(run)
+    specs: list[Head] = ev.complete.specs + ev.points.specs
+    n_complete_heads = len(ev.complete.specs)
+    flows = ev.flows
+    flow_specs = [Head(e["ph"], e["pid"], e["tid"], e["cat"], e["name"], {"id": e["id"]}) for e in flows]
+    pairs = list(ev.lane_pairs)
+    pair_index = {p: i for i, p in enumerate(pairs)}
+    for h in flow_specs:
+        if (h.pid, h.tid) not in pair_index:
+            pair_index[(h.pid, h.tid)] = len(pairs)
+            pairs.append((h.pid, h.tid))
+    ev.lane_pairs = pairs
+    all_specs = specs + flow_specs
+    name_code, names = _codes([h.name for h in all_specs])
+    cat_code, categories = _codes([h.cat for h in all_specs])
+    args_text = [_args_text(h.args) for h in all_specs]
+    distinct_args = sorted({a for a in args_text if a is not None})
+    args_index = {a: i for i, a in enumerate(distinct_args)}
+    head_table = {
+        "ph": np.array([ord(h.ph) for h in all_specs], dtype=np.uint8),
+        "lane": np.array([pair_index[(h.pid, h.tid)] for h in all_specs], dtype=np.uint16),
+        "name": name_code.astype(np.int32),
+        "category": cat_code.astype(np.uint16),
+        "args": np.array([-1 if a is None else args_index[a] for a in args_text], dtype=np.int32),
+    }
+    c, p = ev.complete, ev.points
+    with EventStreamWriter(path, rank=run.rank, names=names, categories=categories, args=distinct_args,
+                           lanes=_lane_table(ev), data_origin=run.info.get("data_origin", "profview"),
+                           origin_unix_ns=int(run.info.get("clock", {}).get("origin_unix_ns", 0))) as writer:
+        for b, order, head_offset, complete in ((c, ev.complete_order, 0, True),
+                                                (p, ev.points_order, n_complete_heads, False)):
+            for i in range(0, len(order), BATCH_ROWS):
+                rows = order[i:i + BATCH_ROWS]
+                heads = b.key[rows] + head_offset
+                dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
+                writer.write(_columns(head_table, heads, np.asarray(b.ts_ns)[rows], dur, np.asarray(b.step)[rows]),
+                             complete=complete)
+        if flows:
+            flow_ts = np.array([e["_ns"] for e in flows], dtype=np.int64)
+            fo = np.argsort(flow_ts, kind="stable")
+            writer.write(_columns(head_table, np.arange(len(flows), dtype=np.int64)[fo] + len(specs), flow_ts[fo],
+                                  np.zeros(len(flows), np.int64), np.full(len(flows), -1, np.int64)), complete=False)
+    return Path(path)
+
+
+def _columns(head_table: dict, heads: np.ndarray, start: np.ndarray, dur: np.ndarray, step: np.ndarray) -> dict:
+    return {"ph": head_table["ph"][heads], "lane": head_table["lane"][heads], "start_ns": start, "dur_ns": dur,
+            "name": head_table["name"][heads], "category": head_table["category"][heads],
+            "step": step, "args": head_table["args"][heads]}
+
+
+def write_timeline_files(run: Run, out_dir: Path, gzip_timeline: bool = False) -> list[Path]:
+    """The timeline of one rank: the Chrome trace and the event file, from one grouping of the events."""
+    from profiler.export.chrome_trace import write_chrome_trace
+
+    ev = timeline_events(run)
+    trace = write_chrome_trace(run, Path(out_dir) / formats.rank_file("timeline", run.rank), gzip_timeline, events=ev)
+    return [trace, write_event_file(run, Path(out_dir) / formats.rank_file("events", run.rank), events=ev)]
