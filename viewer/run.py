@@ -49,7 +49,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", action="store_true",
                    help="also capture per-operator timings through torch.profiler on a few steps (5 from step 7)")
     p.add_argument("--no-attach", action="store_true",
-                   help="do not follow the first torch optimizer (then no steps are recorded)")
+                   help="do not follow the first torch optimizer (no step ends are recorded then)")
     p.add_argument("--no-data", action="store_true", help="do not time torch DataLoader fetches as data wait")
     p.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
                    help="an advisor threshold for the analysis, e.g. input_gap_pct=20 (repeatable)")
