@@ -5,6 +5,8 @@
     profview DIR --summary       print the step breakdown, top ops and verdict
     profview analyse DIR         re-run analysis from DIR/raw and rewrite the output files
     profview compare BASE NEW    BASE -> NEW: step-time, op and queue deltas, findings, a CI verdict
+    profview watch DIR           a live terminal view of a recording as it grows
+    profview run SCRIPT [ARGS]   run a script with profiling on (no code change), watch it live
     profview import-ascend JOB -o OUT    an Ascend JOB directory -> profview (and/or MindSpore) outputs
     profview import-kineto TRACE -o OUT  a PyTorch profiler (Kineto) trace -> profview outputs
 
@@ -86,10 +88,15 @@ def _configure_view(p: argparse.ArgumentParser) -> None:
     srv.add_argument("--port", type=parse_port, default=0, metavar="P",
                      help="port to serve on, 1-65535 (default: a free one)")
     srv.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    srv.add_argument("--live", action="store_true",
+                     help="follow DIR's recording while it runs: serve the report of its recent steps and "
+                          "refresh the Overview and Data pipeline pages every few seconds")
 
 
 def run_view(args: argparse.Namespace) -> int:
-    """Load DIR, then print a summary, write the report, or serve it."""
+    """Load DIR, then print a summary, write the report, or serve it (live with --live)."""
+    if args.live:
+        return run_live(args)
     from viewer.context import Context, Options
     from viewer.report import build_report
     from viewer.inputs import load_input
@@ -115,6 +122,18 @@ def run_view(args: argparse.Namespace) -> int:
     from viewer.server import serve
     serve(html, args.host, args.port, open_browser=not args.no_browser,
           announce=lambda line: print(line, file=sys.stderr, flush=True))
+    return 0
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """Serve the live report of a recording in progress (viewer.live)."""
+    if args.output is not None or args.summary or args.compare is not None or args.steps is not None:
+        raise InputError("--live serves the report of a recording while it runs; it does not combine with "
+                         "--output, --summary, --compare or --steps")
+    from viewer.live import serve_live
+
+    serve_live(args.dir, args.host, args.port, rank=args.rank, open_browser=not args.no_browser,
+               announce=lambda line: print(line, file=sys.stderr, flush=True))
     return 0
 
 
@@ -258,6 +277,41 @@ def run_import_kineto(args: argparse.Namespace) -> int:
     return _print_paths(import_kineto_trace(args.trace, args.output))
 
 
+def _configure_watch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", type=Path, help="a recording's output directory (its raw/ store grows)")
+    p.add_argument("-r", "--rank", type=int, metavar="R",
+                   help="the rank whose recent steps the advisor reads (default: the slowest rank)")
+    p.add_argument("--window", type=int, default=100, metavar="N",
+                   help="the advisor reads the last N steps (default 100)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
+    p.add_argument("--plain", action="store_true",
+                   help="print plain key=value lines instead of the live view (the default when stdout is "
+                        "not a terminal)")
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    """Follow DIR's raw store live until its recording ends (viewer.watch)."""
+    from viewer.watch import watch
+
+    if args.window < 1 or args.interval <= 0:
+        raise InputError("--window wants a positive number of steps and --interval a positive number of seconds")
+    return watch(args.dir, interval_s=args.interval, window_steps=args.window, rank=args.rank,
+                 plain=True if args.plain else None)
+
+
+def _configure_run(p: argparse.ArgumentParser) -> None:
+    from viewer.run import configure
+
+    configure(p)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """Run a script with profiling on and the live view (viewer.run); the script's exit status."""
+    from viewer.run import run
+
+    return run(args)
+
+
 def _print_paths(paths: Sequence[Path]) -> int:
     for path in paths:
         print(path)
@@ -272,6 +326,11 @@ COMMANDS: dict[str, Command] = {
                        _configure_analyse, run_analyse),
     "compare": Command("compare two runs, BASE -> NEW: step phases, ops, queues, findings; exit 1 when "
                        "--fail-if-slower is exceeded", _configure_compare, run_compare),
+    "run": Command("run a Python script (or -m module) with profiling on and no change to it: the live view while "
+                   "it runs, the analysis when it ends; exits with the script's status", _configure_run, run_run),
+    "watch": Command("follow a recording live in the terminal as its raw store grows: step rate and times, the "
+                     "split, the advisor's verdict on the recent steps, queues, memory, ranks", _configure_watch,
+                     run_watch),
     "import-ascend": Command("import an Ascend profiling JOB directory into a profview (and/or MindSpore) output "
                              "directory", _configure_import_ascend, run_import_ascend),
     "import-kineto": Command("import a PyTorch profiler (Kineto) trace into a profview output directory",
@@ -287,6 +346,10 @@ EPILOG = """examples:
   profview compare before/ after/ --fail-if-slower 5%
                                               CI gate: exit 1 when after/ is significantly >5 % slower
   profview before/ --compare after/           report of before/ with a Compare tab
+  profview watch ./profiler_data              live view of a recording while it runs
+  profview ./profiler_data --live             the report of a recording while it runs, refreshed
+  profview run train.py --lr 0.1              profile a script with no code change (live view, analysis)
+  profview run -o out -m mypackage.train      ... a module, recorded into out/
   profview import-ascend JOB3 -o out --format both
                                               Ascend JOB -> profview + MindSpore files
   profview import-kineto trace.json.gz -o out a PyTorch profiler trace -> profview files

@@ -141,6 +141,14 @@ class ProfiledDataLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def epoch_probe(self) -> Optional[Callable[[int, int], bool]]:
+        """For an iterator of the loader made elsewhere (`profview run` wraps DataLoader.__iter__): a
+        function to call with each fetch's (call, return) times, which records the worker queue's
+        puts and the get; it returns False when the workers predate the wrap. None without workers."""
+        if self._log is None:
+            return None
+        return _Occupancy(self._log, self.probe).got
+
     def __iter__(self) -> Iterator:
         """The loader's batches; each next() (the probe's bookkeeping included) is the loop's data wait."""
         if self._log is None:

@@ -384,3 +384,36 @@ def archive_previous_recording(directory: Path, rank: int) -> Path | None:
     for path in old:
         path.rename(target / path.name)
     return target
+
+
+#: what `read_chunk_at` found at an offset
+WHOLE = "whole"      # a whole chunk
+SHORT = "short"      # fewer bytes than the chunk needs: a chunk still being written, or a torn tail
+BAD = "bad"          # bytes that are no valid chunk (no marker, or a checksum mismatch)
+
+
+def read_chunk_at(data, pos: int, name: str = "raw file") -> tuple[str, Chunk | None, int, str]:
+    """The chunk that starts at byte `pos` of `data`: (WHOLE | SHORT | BAD, the chunk or None, the
+    offset after it, why it is not whole). For an incremental reader (store/follow.py) of a file
+    that is still growing: SHORT at the end may be a chunk whose write has not landed yet, so the
+    reader keeps `pos` and retries; a checksum mismatch can be skipped (the offset after it is
+    known), a missing marker cannot (the offset returned is `pos`)."""
+    end = len(data)
+    if end - pos < _PREFIX.size:
+        return SHORT, None, pos, "the chunk header is cut short"
+    magic, head_len, payload_len, crc = _PREFIX.unpack_from(data, pos)
+    if magic != MAGIC:
+        return BAD, None, pos, "no chunk marker (not a profview raw chunk)"
+    body = pos + _PREFIX.size
+    stop = body + head_len + payload_len
+    if stop > end:
+        return SHORT, None, pos, "the chunk is cut short (the run was probably killed while writing)"
+    head = bytes(data[body:body + head_len])
+    payload = memoryview(data)[body + head_len:stop]
+    if zlib.crc32(payload, zlib.crc32(head)) != crc:
+        return BAD, None, stop, "checksum mismatch"
+    header = json.loads(head)
+    if int(header.get("v", 0)) > FORMAT_VERSION:
+        raise ProfviewError(f"{name} was written by a newer profview (raw format v{header.get('v')}); "
+                            f"upgrade profview to read it.")
+    return WHOLE, Chunk(header, payload), stop, ""

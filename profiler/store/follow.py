@@ -1,0 +1,556 @@
+"""Following a raw store while it is being written: incremental, bounded, read-only.
+
+`Follower(directory)` remembers, per raw file, the offset up to which it has read whole chunks.
+Each `poll()` lists `directory/raw/*.pvraw`, reads only the bytes appended since the last poll
+(`os.pread`), and parses them with the raw store's own chunk reader (`raw.read_chunk_at`). A chunk
+that is not whole yet is the writer's single `write()` still landing (a torn tail): the offset
+stays before it and the next poll retries it; it is not reported as corruption. Only when the
+file's writer is gone (its process has exited, or nothing arrived for `stale_after_s` after an
+end) and the bytes still make no chunk is it reported as torn, as `read_raw_file` would report it.
+A checksum mismatch at the very end of a file is retried the same way before it is reported.
+
+Per rank it keeps:
+
+- the metadata, the descriptors (each file's ids remapped to one table for the rank, as
+  `load.read_raw_tables` does), thread names, source status and the files' `end` chunks;
+- every step and window sample (a few bytes a step: step counts, rates and step times of the
+  whole run);
+- counter samples of the last `trend_s` seconds (host RSS, GPU memory trends);
+- events and other samples of the recent past only: whole chunks, dropped from the oldest once
+  they are older than the last `keep_steps` steps, or while at least `max_events` would remain
+  without them (so at most `max_events` plus one chunk are held).
+
+`window(rank, steps)` assembles the last `steps` whole steps as `RawTables`, the input of
+`store.interpret.interpret()`, cut at a step boundary with a window start there, so the first step
+of the window is whole. Nothing is ever written: the follower opens the files read-only.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from profiler.errors import ProfviewError
+from profiler.store import kinds as K
+from profiler.store.load import RawTables
+from profiler.store.raw import MAGIC, RAW_SUFFIX, SHORT, WHOLE, read_chunk_at
+
+#: most bytes one poll reads from one file (the rest is read by the next polls)
+READ_LIMIT = 64 << 20
+#: a torn tail whose writer cannot be checked (another host) is given up after this long without growth
+UNKNOWN_WRITER_S = 60.0
+#: how many polls a checksum mismatch at the end of a growing file is retried before it is reported
+CRC_RETRIES = 3
+
+#: sample kinds the follower keeps apart (int8 codes per descriptor)
+_OTHER, _STEP, _WSTART, _WSTOP, _COUNTER = 0, 1, 2, 3, 4
+_KIND_CODE = {K.STEP: _STEP, K.WINDOW_START: _WSTART, K.WINDOW_STOP: _WSTOP, K.COUNTER: _COUNTER}
+
+
+class _Grow:
+    """An append-only int64 table with amortised growth (rows of `width` words)."""
+
+    def __init__(self, width: int) -> None:
+        self._a = np.empty((64, width), np.int64)
+        self.n = 0
+        self.ordered = True          # rows in time order (column 0): the usual case, one stepping thread
+
+    def add(self, rows: np.ndarray) -> None:
+        if len(rows) and self.ordered:
+            t = rows[:, 0]
+            self.ordered = bool((self.n == 0 or t[0] >= self._a[self.n - 1, 0]) and np.all(t[1:] >= t[:-1]))
+        need = self.n + len(rows)
+        if need > len(self._a):
+            grown = np.empty((max(need, 2 * len(self._a)), self._a.shape[1]), np.int64)
+            grown[:self.n] = self._a[:self.n]
+            self._a = grown
+        self._a[self.n:need] = rows
+        self.n = need
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._a[:self.n]
+
+    def by_time(self, last: Optional[int] = None) -> np.ndarray:
+        """The rows in time order (the `last` ones only): no sort while they arrived in order."""
+        rows = self.rows if self.ordered else self.rows[np.argsort(self.rows[:, 0], kind="stable")]
+        return rows if last is None else rows[max(len(rows) - last, 0):]
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the rows where `mask`."""
+        rest = self._a[:self.n][mask]
+        self._a[:len(rest)] = rest
+        self.n = len(rest)
+        self.ordered = bool(np.all(rest[1:, 0] >= rest[:-1, 0]))
+
+
+@dataclass
+class FileState:
+    """One raw file being followed."""
+
+    path: Path
+    rank: int
+    inode: int
+    fd: int = -1
+    offset: int = 0                  # bytes read as whole chunks (or skipped as reported damage)
+    size: int = 0                    # file size at the last poll
+    grew_at: float = 0.0             # time.monotonic() when it last grew
+    local_ids: list = field(default_factory=list)     # file-local descriptor id -> the rank's id
+    meta: Optional[dict] = None
+    end: Optional[dict] = None
+    crc_retries: int = 0
+    dead: bool = False               # unreadable from here on (no chunk marker): reported, not followed
+
+    @property
+    def pending(self) -> int:
+        """Bytes after the last whole chunk: a chunk still being written (or a torn tail)."""
+        return max(self.size - self.offset, 0) if not self.dead else 0
+
+    @property
+    def pid(self) -> int:
+        return int((self.meta or {}).get("pid", 0) or 0)
+
+
+@dataclass
+class RankState:
+    """Everything the follower holds for one rank."""
+
+    rank: int
+    files: dict = field(default_factory=dict)          # path -> FileState
+    meta: Optional[dict] = None
+    descriptors: list = field(default_factory=list)
+    ids: dict = field(default_factory=dict)
+    kind_code: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
+    thread_names: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)
+    steps: _Grow = field(default_factory=lambda: _Grow(4))      # t, code, step, cost (every step sample)
+    windows: _Grow = field(default_factory=lambda: _Grow(5))    # window start / stop samples, + thread
+    counters: _Grow = field(default_factory=lambda: _Grow(4))   # recent counter samples
+    events: collections.deque = field(default_factory=collections.deque)   # (t_last, t, code, thread)
+    samples: collections.deque = field(default_factory=collections.deque)  # (t_last, rows (n, 4), thread)
+    held_events: int = 0
+    held_samples: int = 0
+    evicted_until: Optional[int] = None   # the newest time of a dropped chunk: the held data is whole after it
+    events_read: int = 0             # every event ever ingested (the benchmark's rate)
+    samples_read: int = 0
+    dropped: int = 0
+    torn_chunks: int = 0
+    warnings: list = field(default_factory=list)
+
+    @property
+    def ended(self) -> bool:
+        """Every file of the rank has its end chunk."""
+        return bool(self.files) and all(f.end is not None for f in self.files.values())
+
+    @property
+    def world_size(self) -> int:
+        return int((self.meta or {}).get("world_size", 1) or 1)
+
+    @property
+    def origin_ns(self) -> int:
+        return int(self.meta["clock"]["origin_monotonic_ns"]) if self.meta else 0
+
+    @property
+    def step_count(self) -> int:
+        return self.steps.n
+
+    def window_starts(self) -> np.ndarray:
+        """The times of every recording window's start (the schedule's), in order."""
+        w = self.windows.by_time()
+        return w[self.kind_code[w[:, 1] >> 1] == _WSTART, 0] if len(w) else np.empty(0, np.int64)
+
+    def code_of(self, kind: str, name: str, extra: str = "") -> Optional[int]:
+        d = self.ids.get((kind, name, extra))
+        return None if d is None else 2 * d
+
+
+@dataclass
+class PollResult:
+    """What one poll read."""
+
+    bytes_read: int = 0
+    events: int = 0
+    samples: int = 0
+    new_steps: int = 0
+    reset_ranks: list = field(default_factory=list)    # ranks whose recording was replaced (files moved away)
+
+
+class Follower:
+    """Follows the raw store of `directory` (see the module doc). `since` (a Unix time): leave out
+    raw files last written before it (an earlier recording in the directory of one about to start)."""
+
+    def __init__(self, directory, keep_steps: int = 200, max_events: int = 2_000_000, trend_s: float = 600.0,
+                 stale_after_s: float = 3.0, since: Optional[float] = None) -> None:
+        self.directory = Path(directory)
+        self.keep_steps = int(keep_steps)
+        self.max_events = int(max_events)
+        self.trend_ns = int(trend_s * 1e9)
+        self.stale_after_s = stale_after_s
+        self.ranks: dict[int, RankState] = {}
+        self.since = since
+        self._ignored: set[tuple[str, int]] = set()
+        self.host = socket.gethostname()
+
+    # ---- polling ---------------------------------------------------------------------------
+
+    def _listing(self) -> dict[tuple[str, int], Path]:
+        """(name, inode) -> path of every raw file directly in raw/ (not raw/previous/)."""
+        raw = self.directory / "raw"
+        out = {}
+        try:
+            with os.scandir(raw) as it:
+                for entry in it:
+                    if entry.name.endswith(RAW_SUFFIX) and entry.is_file():
+                        out[(entry.name, entry.inode())] = Path(entry.path)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return out
+
+    def poll(self) -> PollResult:
+        """Read what was appended since the last poll."""
+        result = PollResult()
+        listing = self._listing()
+        present = set(listing)
+        listing = {k: p for k, p in listing.items() if k not in self._ignored}
+        for rank, state in list(self.ranks.items()):       # a file moved away: a new recording of the rank
+            if any((f.path.name, f.inode) not in present for f in state.files.values()):
+                self._close_rank(state)
+                del self.ranks[rank]
+                result.reset_ranks.append(rank)
+        known = {(f.path.name, f.inode) for s in self.ranks.values() for f in s.files.values()}
+        for key, path in sorted(listing.items()):
+            if key in known:
+                continue
+            rank = _rank_of(path.name)
+            if rank is None or self._stale(key, path):
+                continue
+            state = self.ranks.setdefault(rank, RankState(rank))
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            state.files[path] = FileState(path, rank, key[1], fd=fd, grew_at=time.monotonic())
+        for state in self.ranks.values():
+            before = state.steps.n
+            for f in state.files.values():
+                self._read_file(state, f, result)
+            result.new_steps += state.steps.n - before
+            self._evict(state)
+        return result
+
+    def _stale(self, key: tuple[str, int], path: Path) -> bool:
+        """A file of an earlier recording (written before `since`): ignored from now on."""
+        if self.since is None:
+            return False
+        try:
+            old = path.stat().st_mtime < self.since
+        except OSError:
+            return True
+        if old:
+            self._ignored.add(key)
+        return old
+
+    def _read_file(self, state: RankState, f: FileState, result: PollResult) -> None:
+        if f.dead:
+            return
+        try:
+            size = os.fstat(f.fd).st_size
+        except OSError:
+            return
+        now = time.monotonic()
+        if size > f.size:
+            f.grew_at = now
+        f.size = size
+        if size <= f.offset:
+            self._maybe_give_up_tail(state, f, now)
+            return
+        data = os.pread(f.fd, min(size - f.offset, READ_LIMIT), f.offset)
+        result.bytes_read += len(data)
+        if f.offset == 0 and len(data) >= len(MAGIC) and not data.startswith(MAGIC):
+            raise ProfviewError(f"{f.path} is not a profview raw file (it does not start with a chunk)")
+        pos = 0
+        while pos < len(data):
+            status, chunk, stop, why = read_chunk_at(data, pos, str(f.path))
+            if status == WHOLE:
+                self._ingest(state, f, chunk, result)
+                f.crc_retries = 0
+                pos = stop
+            elif status == SHORT:
+                break                        # the writer's write() has not landed whole yet: retry next poll
+            elif stop > pos and (stop < len(data) or f.crc_retries >= CRC_RETRIES or f.end is not None):
+                self._report(state, f, f.offset + pos, stop - pos, why)     # a damaged chunk: skip it
+                f.crc_retries = 0
+                pos = stop
+            elif stop > pos:
+                f.crc_retries += 1           # a checksum mismatch at the end: retried before it is reported
+                break
+            else:                             # no chunk marker: the rest of the file cannot be read
+                if f.offset + pos == 0:
+                    raise ProfviewError(f"{f.path} is not a profview raw file (it does not start with a chunk)")
+                self._report(state, f, f.offset + pos, len(data) - pos, why)
+                pos = len(data)
+                f.dead = True
+        f.offset += pos
+        if f.offset < f.size:
+            self._maybe_give_up_tail(state, f, now)
+
+    def _maybe_give_up_tail(self, state: RankState, f: FileState, now: float) -> None:
+        """Bytes that never became a chunk, once their writer is gone: the torn tail of a killed run."""
+        if f.pending == 0 or f.dead:
+            return
+        alive = self.writer_alive(f)
+        quiet = now - f.grew_at
+        if alive or quiet < self.stale_after_s or (alive is None and quiet < UNKNOWN_WRITER_S):
+            return
+        self._report(state, f, f.offset, f.pending, "the chunk is cut short (the run was probably killed "
+                                                     "while writing)")
+        f.offset = f.size
+
+    def _report(self, state: RankState, f: FileState, offset: int, nbytes: int, why: str) -> None:
+        state.torn_chunks += 1
+        state.warnings.append(f"{f.path}: skipped a torn chunk at byte {offset} ({nbytes} bytes): {why}")
+
+    def writer_alive(self, f: FileState) -> Optional[bool]:
+        """Whether the process writing `f` still runs (None: unknown, e.g. it runs on another host)."""
+        if f.end is not None:
+            return False
+        meta = f.meta or {}
+        if not f.pid or meta.get("host", self.host) != self.host:
+            return None
+        try:
+            os.kill(f.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    # ---- chunks ----------------------------------------------------------------------------
+
+    def _ingest(self, state: RankState, f: FileState, chunk, result: PollResult) -> None:
+        table = chunk.table
+        if table == "events":
+            state.dropped += int(chunk.header.get("dropped", 0))
+            words = np.frombuffer(chunk.payload, dtype="<i8").reshape(-1, 2)
+            if len(words):
+                words = self._remap(state, f, words)
+                t, code = words[:, 0], words[:, 1]
+                state.events.append((int(t.max()), t, code, int(chunk.header["thread"])))
+                state.held_events += len(t)
+                state.events_read += len(t)
+                result.events += len(t)
+        elif table == "samples":
+            rows = np.frombuffer(chunk.payload, dtype="<i8").reshape(-1, 4)
+            if len(rows):
+                rows = self._remap(state, f, rows)
+                self._keep_samples(state, rows, int(chunk.header["thread"]))
+                state.samples_read += len(rows)
+                result.samples += len(rows)
+        elif table == "descriptors":
+            first = int(chunk.header.get("first", len(f.local_ids)))
+            del f.local_ids[first:]
+            for d in chunk.json():
+                key = tuple(str(x) for x in d)
+                gid = state.ids.get(key)
+                if gid is None:
+                    gid = state.ids[key] = len(state.descriptors)
+                    state.descriptors.append(key)
+                f.local_ids.append(gid)
+            state.kind_code = np.array([_KIND_CODE.get(k, _OTHER) for k, _, _ in state.descriptors], np.int8)
+        elif table == "threads":
+            for th in chunk.json():
+                state.thread_names[int(th["ident"])] = th["name"]
+        elif table == "meta":
+            f.meta = chunk.json()
+            if state.meta is None or f.meta["clock"]["origin_monotonic_ns"] < state.meta["clock"]["origin_monotonic_ns"]:
+                state.meta = f.meta
+        elif table == "sources":
+            state.sources.update(chunk.json())
+        elif table == "end":
+            f.end = chunk.json()
+
+    def _remap(self, state: RankState, f: FileState, words: np.ndarray) -> np.ndarray:
+        """Codes from the file's descriptor ids to the rank's (identity for the usual one file a rank)."""
+        lut = np.asarray(f.local_ids, dtype=np.int64)
+        desc = words[:, 1] >> 1
+        bad = (desc < 0) | (desc >= len(lut))
+        if bad.any():
+            state.warnings.append(f"{f.path}: {int(bad.sum())} records name an unknown descriptor and were skipped")
+            words, desc = words[~bad], desc[~bad]
+        if np.array_equal(lut, np.arange(len(lut))):
+            return words
+        out = words.copy()
+        out[:, 1] = (lut[desc] << 1) | (out[:, 1] & 1)
+        return out
+
+    def _keep_samples(self, state: RankState, rows: np.ndarray, thread: int) -> None:
+        kind = state.kind_code[rows[:, 1] >> 1]
+        steps = kind == _STEP
+        if steps.any():
+            state.steps.add(rows[steps])
+        win = (kind == _WSTART) | (kind == _WSTOP)
+        if win.any():
+            state.windows.add(np.column_stack([rows[win], np.full(int(win.sum()), thread, np.int64)]))
+        counters = kind == _COUNTER
+        if counters.any():
+            state.counters.add(rows[counters])
+        state.samples.append((int(rows[:, 0].max()), rows, thread))
+        state.held_samples += len(rows)
+
+    def _evict(self, state: RankState) -> None:
+        """Drop the chunks older than the last `keep_steps` steps, and the oldest beyond `max_events`
+        events (and a quarter as many samples)."""
+        horizon = None
+        if state.steps.n > self.keep_steps:
+            horizon = int(state.steps.by_time(self.keep_steps + 1)[0, 0])
+        events, samples = state.events, state.samples
+        while events and ((horizon is not None and events[0][0] < horizon)
+                          or state.held_events - len(events[0][1]) >= self.max_events):
+            t_last, t, _, _ = events.popleft()
+            state.held_events -= len(t)
+            state.evicted_until = max(t_last, state.evicted_until or t_last)
+        while samples and ((horizon is not None and samples[0][0] < horizon)
+                           or state.held_samples - len(samples[0][1]) >= self.max_events // 4):
+            t_last, rows, _ = samples.popleft()
+            state.held_samples -= len(rows)
+            state.evicted_until = max(t_last, state.evicted_until or t_last)
+        if state.counters.n:
+            t = state.counters.rows[:, 0]
+            old = t < int(t.max()) - self.trend_ns
+            if old.any():
+                state.counters.keep(~old)
+
+    def _close_rank(self, state: RankState) -> None:
+        for f in state.files.values():
+            if f.fd >= 0:
+                os.close(f.fd)
+                f.fd = -1
+
+    def close(self) -> None:
+        for state in self.ranks.values():
+            self._close_rank(state)
+
+    def __enter__(self) -> "Follower":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- state -----------------------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return max([s.world_size for s in self.ranks.values()] or [0])
+
+    @property
+    def finished(self) -> bool:
+        """Every rank of the job has written its end chunk and nothing is left to read."""
+        return (bool(self.ranks) and len(self.ranks) >= self.world_size
+                and all(s.ended and not any(f.pending for f in s.files.values()) for s in self.ranks.values()))
+
+    def gone(self) -> list[int]:
+        """Ranks whose every writer has exited without an end chunk (killed): nothing more will come."""
+        out = []
+        for rank, s in self.ranks.items():
+            alive = [self.writer_alive(f) for f in s.files.values() if f.end is None]
+            if alive and all(a is False for a in alive):
+                out.append(rank)
+        return out
+
+    # ---- windows ---------------------------------------------------------------------------
+
+    def window(self, rank: int, steps: int, max_events: Optional[int] = None) -> Optional[RawTables]:
+        """The last `steps` whole steps of `rank` (fewer when the held events do not reach back that
+        far, or when more than `max_events` events would be in them) as RawTables; None before the
+        rank's metadata or first step arrived."""
+        state = self.ranks.get(rank)
+        if state is None or state.meta is None or not state.descriptors or state.steps.n == 0:
+            return None
+        st = state.steps.by_time()
+        cut = self._cut(state, st, steps, max_events)
+        ev_t, ev_code, ev_thread, ev_len = [], [], [], []
+        for t_last, t, code, thread in state.events:
+            if cut is not None and t_last < cut:
+                continue
+            i = int(np.searchsorted(t, cut, side="left")) if cut is not None else 0
+            if i < len(t):
+                ev_t.append(t[i:])
+                ev_code.append(code[i:])
+                ev_thread.append(thread)
+                ev_len.append(len(t) - i)
+        sm, sm_thread = [], []
+        for t_last, rows, thread in state.samples:
+            if cut is not None and t_last < cut:
+                continue
+            kind = state.kind_code[rows[:, 1] >> 1]
+            keep = (kind != _WSTART) & (kind != _WSTOP)
+            if cut is not None:
+                keep &= rows[:, 0] > cut          # a step sample at the cut ends the step before
+            if keep.any():
+                sm.append(rows[keep])
+                sm_thread.append(np.full(int(keep.sum()), thread, np.int64))
+        wins, win_thread = self._window_samples(state, st, cut)
+        sm.append(wins)
+        sm_thread.append(win_thread)
+        files = [f for f in state.files.values()]
+        end = files[0].end if len(files) == 1 else (
+            {"stopped_cleanly": all(bool((f.end or {}).get("stopped_cleanly")) for f in files)} if state.ended else None)
+        return RawTables(
+            meta=state.meta, descriptors=list(state.descriptors), thread_names=dict(state.thread_names),
+            ev_t=np.concatenate(ev_t) if ev_t else np.empty(0, np.int64),
+            ev_code=np.concatenate(ev_code) if ev_code else np.empty(0, np.int64),
+            ev_chunk_thread=np.array(ev_thread, np.int64), ev_chunk_len=np.array(ev_len, np.int64),
+            sm=np.concatenate(sm), sm_thread=np.concatenate(sm_thread), sources=dict(state.sources),
+            end=end if state.ended else None, dropped=state.dropped, torn_chunks=state.torn_chunks,
+            warnings=list(state.warnings), files=[str(f.path) for f in files])
+
+    def _cut(self, state: RankState, st: np.ndarray, steps: int, max_events: Optional[int]) -> Optional[int]:
+        """The step end the window starts at (None: from the start of the recording): `steps` steps
+        back, moved later to where the held data is whole and to at most `max_events` events."""
+        ends = st[:, 0]
+        cut = int(ends[-steps - 1]) if len(ends) > steps else None
+        floor = state.evicted_until
+        if max_events is not None and state.held_events > max_events:
+            chunks, n, i = list(state.events), 0, 0
+            for i in range(len(chunks) - 1, -1, -1):
+                n += len(chunks[i][1])
+                if n >= max_events:
+                    break
+            if i > 0:
+                newest_left_out = max(c[0] for c in chunks[:i])
+                floor = newest_left_out if floor is None else max(floor, newest_left_out)
+        if floor is not None and (cut is None or cut < floor):
+            i = int(np.searchsorted(ends, floor, side="left"))
+            cut = int(ends[min(i, len(ends) - 1)])
+        if cut is not None and cut >= int(ends[-1]):        # keep at least the last step
+            cut = int(ends[-2]) if len(ends) > 1 else None
+        return cut
+
+    def _window_samples(self, state: RankState, st: np.ndarray, cut: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The recording windows inside [cut, ...): real start / stop samples after the cut, and a start
+        at the cut when it falls inside a recording window (the window the schedule had open then)."""
+        w = state.windows.by_time()
+        if cut is None:
+            return w[:, :4].copy(), w[:, 4].copy()
+        kind = state.kind_code[w[:, 1] >> 1]
+        before = w[:, 0] <= cut
+        starts, stops = w[before & (kind == _WSTART)], w[before & (kind == _WSTOP)]
+        open_at_cut = len(starts) > 0 and (not len(stops) or stops[-1, 0] < starts[-1, 0])
+        out = w[~before]
+        if open_at_cut:
+            first = st[st[:, 0] > cut][:1, 2]
+            start = starts[-1].copy()
+            start[0], start[2], start[3] = cut, int(first[0]) if len(first) else 0, 0
+            out = np.concatenate([start[None, :], out])
+        return out[:, :4].copy(), out[:, 4].copy()
+
+
+def _rank_of(name: str) -> Optional[int]:
+    head = name.split("-", 1)[0]
+    return int(head[1:]) if head[:1] == "r" and head[1:].isdigit() else None

@@ -1,0 +1,249 @@
+"""The incremental reader of a growing raw store (profiler/store/follow.py) and the live analysis of
+its recent window (analysis/live.py, postprocess/live.py), on real recordings."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from live_helpers import record, start_recorder, steps_in
+from profiler.analysis.live import step_times, window_thresholds
+from profiler.errors import ProfviewError
+from profiler.postprocess.live import LiveRecording
+from profiler.postprocess.recording import load_rank
+from profiler.store.follow import Follower
+from profiler.store.interpret import interpret
+from profiler.store.raw import WHOLE, encode_chunk, read_chunk_at
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished, analysed recording of 300 steps (about 1.2 s: several flushes)."""
+    out = tmp_path_factory.mktemp("finished")
+    record(out, 300, data_s=0.003)
+    return out
+
+
+def chunks_of(path: Path) -> list[tuple[int, int, dict, bytes]]:
+    """(start, stop, header, payload) of every chunk of a raw file."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos < len(data):
+        status, chunk, stop, _ = read_chunk_at(data, pos)
+        assert status == WHOLE
+        out.append((pos, stop, chunk.header, bytes(chunk.payload)))
+        pos = stop
+    return out
+
+
+def raw_file(directory: Path) -> Path:
+    (path,) = sorted((directory / "raw").glob("*.pvraw"))
+    return path
+
+
+def test_the_follower_keeps_up_with_a_growing_recording_and_reaches_its_step_count(tmp_path):
+    out = tmp_path / "run"
+    proc = start_recorder(out, steps=600, data_s=0.004)
+    follower = Follower(out, keep_steps=10_000)
+    seen = []
+    try:
+        while proc.poll() is None:
+            follower.poll()
+            if follower.ranks:
+                seen.append(follower.ranks[0].step_count)
+            assert not any(s.torn_chunks for s in follower.ranks.values()), "a chunk being written is not corruption"
+            time.sleep(0.05)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        follower.poll()
+        state = follower.ranks[0]
+        assert len(set(seen)) >= 3 and seen == sorted(seen), "the count grew while the recording ran"
+        assert 0 < seen[len(seen) // 2] < 600
+        assert state.step_count == steps_in(out) == 600
+        assert follower.finished and state.torn_chunks == 0
+        # the window of every step is the raw store as load_rank reads it
+        run, full = interpret(follower.window(0, 10_000)), load_rank(out, 0)
+        for name in ("steps", "spans", "ops", "instants", "queues", "threads"):
+            a, b = getattr(run, name).reset_index(drop=True), getattr(full, name).reset_index(drop=True)
+            assert a.astype(str).equals(b.astype(str)), name
+    finally:
+        follower.close()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_the_live_analysis_of_a_whole_recording_is_the_analysis_written_by_analyse(finished):
+    live = LiveRecording(finished, window_steps=10_000)
+    snap = live.update()
+    written = json.loads((finished / "report_0.json").read_text())
+    got = json.loads(json.dumps(live.analysis(0).extra_json["report"]))
+    assert got == written                                   # the same advisor on the same steps
+    assert snap.figures.verdict == written["verdict"] == "input_bound"
+    assert snap.finished and snap.ranks[0].steps == 300
+    live.close()
+
+
+def test_a_window_is_cut_at_a_step_boundary_and_its_first_step_is_whole(finished):
+    follower = Follower(finished, keep_steps=10_000)
+    follower.poll()
+    full = load_rank(finished, 0).steps.reset_index(drop=True)
+    run = interpret(follower.window(0, 50))
+    steps = run.steps.reset_index(drop=True)
+    assert len(steps) == 50
+    expect = full.iloc[-50:].reset_index(drop=True)
+    assert steps["step"].tolist() == expect["step"].tolist()
+    assert (steps["start_ns"] == expect["start_ns"]).all() and (steps["end_ns"] == expect["end_ns"]).all()
+    assert run.info["recording"]["events_outside_windows"] == 0
+    # a window after the warm-up has no warm-up step in it; one from the start keeps the advisor's
+    assert window_thresholds(run)["warmup_steps"] == 0
+    assert "warmup_steps" not in window_thresholds(interpret(follower.window(0, 10_000)))
+    follower.close()
+
+
+def test_held_events_stay_bounded_and_the_window_starts_where_the_data_is_whole(finished):
+    follower = Follower(finished, keep_steps=10_000, max_events=2_000)
+    follower.poll()
+    state = follower.ranks[0]
+    assert state.events_read > 2_000 * 2                  # the recording holds more than the cap
+    biggest_chunk = max(len(t) for _, t, _, _ in state.events)
+    assert 2_000 <= state.held_events <= 2_000 + biggest_chunk
+    assert state.step_count == 300                        # step samples are all kept: a few bytes each
+    run = interpret(follower.window(0, 200))
+    full = load_rank(finished, 0).steps.set_index("step")
+    steps = run.steps.set_index("step")
+    assert 0 < len(steps) < 200                           # fewer steps: only those whose events are all held
+    assert (steps["start_ns"] == full.loc[steps.index, "start_ns"]).all()
+    assert run.info["recording"]["unmatched_span_events"] <= 4   # at most the spans open at the cut
+    follower.close()
+
+
+def with_writer(source: Path, pid: int, end: bool = True) -> bytes:
+    """The raw file's bytes as if process `pid` wrote it (its meta chunk), without the end chunk unless `end`."""
+    out = b""
+    for _, _, header, payload in chunks_of(source):
+        header = {k: v for k, v in header.items() if k != "v"}
+        if header["table"] == "meta":
+            meta = json.loads(payload)
+            meta["pid"] = pid
+            payload = json.dumps(meta).encode()
+        if header["table"] == "end" and not end:
+            continue
+        out += encode_chunk(header, payload)
+    return out
+
+
+def chunk_bounds(data: bytes, table: str) -> list[tuple[int, int]]:
+    bounds, pos = [], 0
+    while pos < len(data):
+        _, chunk, stop, _ = read_chunk_at(data, pos)
+        if chunk.table == table:
+            bounds.append((pos, stop))
+        pos = stop
+    return bounds
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def test_a_torn_tail_is_retried_not_reported(finished, tmp_path):
+    """A chunk whose write has not landed whole is read on a later poll; nothing is reported as torn."""
+    data = with_writer(raw_file(finished), os.getpid())   # a writer that is alive: this process
+    events = chunk_bounds(data, "events")
+    start, stop = events[len(events) // 2]
+    cut = start + (stop - start) // 2                     # in the middle of an events chunk's payload
+    target = tmp_path / "run" / "raw" / f"r0-p{os.getpid()}.pvraw"
+    target.parent.mkdir(parents=True)
+    _write(target, data[:cut])
+    follower = Follower(tmp_path / "run", stale_after_s=0.0)
+    follower.poll()
+    state = follower.ranks[0]
+    first = state.step_count
+    assert state.torn_chunks == 0 and not state.warnings
+    assert next(iter(state.files.values())).pending == cut - start
+    follower.poll()                                       # still torn: retried again, still not reported
+    assert state.torn_chunks == 0
+    _write(target, data[cut:cut + 7])                     # a few more bytes: still not whole
+    follower.poll()
+    assert state.torn_chunks == 0 and state.step_count == first
+    _write(target, data[cut + 7:])
+    follower.poll()
+    assert state.torn_chunks == 0 and state.step_count == 300 > first
+    assert next(iter(state.files.values())).pending == 0 and follower.finished
+    follower.close()
+
+
+def test_the_torn_tail_of_a_writer_that_died_is_reported_once(finished, tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rebuilt = with_writer(raw_file(finished), dead.pid, end=False)    # killed: gone, no end chunk
+    target = tmp_path / "run" / "raw" / f"r0-p{dead.pid}.pvraw"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(rebuilt[:-10])                     # the last chunk torn
+    follower = Follower(tmp_path / "run", stale_after_s=0.0)
+    follower.poll()
+    follower.poll()
+    state = follower.ranks[0]
+    assert state.torn_chunks == 1
+    assert "torn chunk" in state.warnings[0] and "cut short" in state.warnings[0]
+    assert follower.gone() == [0] and not follower.finished
+    follower.close()
+
+
+def test_a_damaged_chunk_inside_the_file_is_skipped_and_reported(finished, tmp_path):
+    source = raw_file(finished)
+    data = bytearray(source.read_bytes())
+    events = [c for c in chunks_of(source) if c[2]["table"] == "events"]
+    start, stop = events[1][:2]
+    data[stop - 3] ^= 0xFF                                # a flipped bit in a payload: checksum mismatch
+    target = tmp_path / "run" / "raw" / source.name
+    target.parent.mkdir(parents=True)
+    target.write_bytes(bytes(data))
+    follower = Follower(tmp_path / "run")
+    follower.poll()
+    state = follower.ranks[0]
+    assert state.torn_chunks == 1 and "checksum mismatch" in state.warnings[0]
+    assert state.step_count > 0 and follower.finished      # everything after it was read
+    follower.close()
+
+
+def test_not_a_raw_file_is_one_sentence(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "r0-p1.pvraw").write_bytes(b"this is not a profview raw store at all")
+    follower = Follower(tmp_path)
+    with pytest.raises(ProfviewError, match="is not a profview raw file"):
+        follower.poll()
+    follower.close()
+
+
+def test_a_new_recording_of_the_rank_replaces_the_one_followed(finished, tmp_path):
+    out = tmp_path / "run"
+    (out / "raw").mkdir(parents=True)
+    old = out / "raw" / "r0-p11.pvraw"
+    data = raw_file(finished).read_bytes()
+    old.write_bytes(data)
+    follower = Follower(out)
+    assert follower.poll().new_steps == 300
+    (out / "raw" / "previous").mkdir()
+    old.rename(out / "raw" / "previous" / old.name)        # what a new Profiler does to the earlier recording
+    new = out / "raw" / "r0-p12.pvraw"
+    new.write_bytes(data[:chunks_of(old.parent / "previous" / old.name)[3][1]])
+    result = follower.poll()
+    assert result.reset_ranks == [0]
+    assert follower.ranks[0].step_count < 300
+    follower.close()
+
+
+def test_step_times_from_step_samples():
+    t = np.array([100, 150, 230, 900, 960], np.int64)
+    step = np.array([0, 1, 2, 7, 8], np.int64)
+    nums, ends, dur = step_times(t, step, window_starts=np.array([10, 800], np.int64))
+    assert nums.tolist() == [0, 1, 2, 7, 8]
+    assert dur.tolist() == [90, 50, 80, 100, 60]           # step 7 starts with its window at 800
