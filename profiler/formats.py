@@ -14,7 +14,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import IO, Any, Iterable, Optional
 
 import numpy as np
 import pandas as pd
@@ -303,14 +303,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def read_csv(path: Path, kind: str) -> pd.DataFrame:
+def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     """Read one of the output CSVs (a CSV_REQUIRED key) and check the columns consumers rely on.
 
     Text cells are read as written ("" stays "", an op named "nan" or "1" stays text); the numeric
     columns consumers rely on must hold finite numbers (NON_FINITE_CELLS lists the exceptions).
     """
     required, numeric = CSV_REQUIRED[kind]
-    regular_file(path)
+    if isinstance(path, (str, os.PathLike)):      # a file (the live view passes text in memory)
+        regular_file(path)
     try:
         frame = pd.read_csv(path, na_filter=False, dtype=TEXT_DTYPES)
     except pd.errors.EmptyDataError:
