@@ -129,8 +129,12 @@ def checked_tables(ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame
     near = lambda t: np.abs(t.astype(np.float64) - center) <= FAR_NS  # noqa: E731 - float: no int64 overflow
     problems = []
 
-    o_start, o_dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
-    o_ok = (o_dur >= 0) & near(o_start) & near(o_start + np.maximum(o_dur, 0))
+    def plausible(table: pd.DataFrame) -> np.ndarray:
+        """Rows of an interval table with a non-negative duration, near the run at both ends."""
+        start, dur = table["start_ns"].to_numpy(np.int64), table["dur_ns"].to_numpy(np.int64)
+        return (dur >= 0) & near(start) & near(start + np.maximum(dur, 0))
+
+    o_ok = plausible(ops)
     if not o_ok.all():
         problems.append(f"{int((~o_ok).sum())} op execution(s) with a negative duration or a time far from the rest "
                         "of the run (damaged counter values) were left out")
@@ -153,8 +157,7 @@ def checked_tables(ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame
                         "earlier step or lie far from the rest of the run (damaged values) were left out")
     steps = steps.iloc[order[(s_ok & ~overlapping)[order]]].reset_index(drop=True)
 
-    p_start, p_dur = spans["start_ns"].to_numpy(np.int64), spans["dur_ns"].to_numpy(np.int64)
-    p_ok = (p_dur >= 0) & near(p_start) & near(p_start + np.maximum(p_dur, 0))
+    p_ok = plausible(spans)
     if not p_ok.all():
         problems.append(f"{int((~p_ok).sum())} all-reduce / scope span(s) with a negative duration or far from the "
                         "rest of the run were left out")
