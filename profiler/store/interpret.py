@@ -1,6 +1,8 @@
 """Give the raw tables meaning: spans, ops, marks, counters, queue events and steps of a `Run`."""
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pandas as pd
 
@@ -137,19 +139,48 @@ def _steps(t: RawTables, sm_kind: np.ndarray, sm_tid: np.ndarray, windows: pd.Da
     if len(s) == 0:
         return pd.DataFrame(columns=list(STEP_COLUMNS)), step_tid
     s = s[np.argsort(s[:, 0], kind="stable")]
+    after_damage = np.zeros(len(s), dtype=bool)
+    if len(s) > 1 and not bool(np.all(np.diff(s[:, 2]) > 0)):
+        # step() numbers only grow: keep the longest growing run of them, the rest are damaged records
+        counting = longest_increasing(s[:, 2])
+        t.warnings.append(f"{int((~counting).sum())} step end(s) whose step number does not follow the "
+                          "others (a damaged raw record) were left out")
+        after_damage = np.concatenate([[False], ~counting[:-1]])[counting]   # a left-out end just before
+        s = s[counting]
     end, num, call_cost = s[:, 0], s[:, 2], s[:, 3]
     win = window_of(end, windows)
     ok = win >= 0
-    end, num, call_cost, win = end[ok], num[ok], call_cost[ok], win[ok]
+    end, num, call_cost, win, after_damage = end[ok], num[ok], call_cost[ok], win[ok], after_damage[ok]
     prev_end = np.concatenate([[0], end[:-1]])
     prev_num = np.concatenate([[-2], num[:-1]])
     prev_win = np.concatenate([[-1], win[:-1]])
-    continues = (prev_num == num - 1) & (prev_win == win)
+    continues = ((prev_num == num - 1) | after_damage) & (prev_win == win)
     start = np.where(continues, prev_end, windows["start_ns"].to_numpy()[win])
     overhead = call_cost + _flush_overlap(t, sm_kind, start, end) + _event_cost(t, start, end)
     steps = pd.DataFrame({"step": num, "start_ns": start - origin, "end_ns": end - origin,
                           "fp_start_ns": -1, "bp_end_ns": -1, "overhead_ns": overhead.astype(np.int64)})
     return steps, step_tid
+
+
+def longest_increasing(values: np.ndarray) -> np.ndarray:
+    """Mask of one longest strictly increasing subsequence of `values` (patience sorting, O(n log n))."""
+    tails: list[int] = []                 # tails[k]: index of the smallest last value of a run of length k+1
+    tail_values: list[int] = []
+    parent = np.full(len(values), -1, dtype=np.int64)
+    for i, v in enumerate(values.tolist()):
+        k = bisect.bisect_left(tail_values, v)
+        parent[i] = tails[k - 1] if k else -1
+        if k == len(tails):
+            tails.append(i)
+            tail_values.append(v)
+        else:
+            tails[k], tail_values[k] = i, v
+    keep = np.zeros(len(values), dtype=bool)
+    i = tails[-1] if tails else -1
+    while i >= 0:
+        keep[i] = True
+        i = parent[i]
+    return keep
 
 
 def _flush_overlap(t: RawTables, sm_kind: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
