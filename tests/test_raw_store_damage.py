@@ -427,3 +427,37 @@ def test_a_damaged_step_number_costs_that_step_end_only(run_dir):
     assert len(steps) == STEPS - 1
     assert (steps["start_unix_ns"].to_numpy()[1:] == steps["end_unix_ns"].to_numpy()[:-1]).all()  # no overlap, no hole
     assert any("1 step end(s) whose step number does not follow" in w for w in _info(run_dir)["warnings"])
+
+
+def test_queue_samples_a_probe_cannot_record_are_left_out(tmp_path):
+    """A damaged queue sample (size above capacity, negative wait) was written to data_queue_0.csv as it
+    was (fuzz campaign 2); now it is left out with a warning and the other samples are kept."""
+    from profiler import ProfiledQueue
+
+    out = tmp_path / "run"
+    p = Profiler(out, host_counters=False, gpu_counters=False)
+    q = ProfiledQueue(maxsize=3, name="loader")
+    for _ in range(STEPS):
+        q.put(1)
+        q.get()
+        p.step()
+    p.stop()
+    path = _raw(out)
+    descriptors = json.loads(_chunks(path.read_bytes())[_index(path, "descriptors")][1])
+    queue_codes = {2 * k for k, d in enumerate(descriptors) if d[0].startswith("queue")}
+    i = _index(path, "samples")
+
+    def edit(k, h, head, payload):
+        if k != i:
+            return head, payload
+        words = bytearray(payload)
+        rows = [r for r in range(len(payload) // 32) if struct.unpack_from("<q", payload, 32 * r + 8)[0] in queue_codes]
+        struct.pack_into("<q", words, 32 * rows[0] + 16, 7)          # size 7 in a queue of 3
+        struct.pack_into("<q", words, 32 * rows[1] + 24, -5)         # a negative wait
+        return head, bytes(words)
+
+    _rewrite(path, edit)
+    analyse_directory(out, progress=False)
+    queue = pd.read_csv(out / "data_queue_0.csv")
+    assert len(queue) == 2 * STEPS - 2 and (queue["size"] <= queue["capacity"]).all()
+    assert any("2 queue sample(s)" in w for w in _info(out)["warnings"])
