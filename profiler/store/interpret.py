@@ -101,7 +101,10 @@ def split_rows(columns: dict[str, np.ndarray], mask: np.ndarray) -> tuple[dict, 
 
 def by_code(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
     """labels[codes] as a categorical: one string per distinct label, not one object per row."""
-    cats, inverse = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
+    # object, not numpy's fixed-width str: that drops trailing NULs, merging '' and '\x00'
+    text = np.empty(len(labels), dtype=object)
+    text[:] = [str(label) for label in labels]
+    cats, inverse = np.unique(text, return_inverse=True)
     inverse = inverse.astype(np.int32)                  # 4-byte codes: half the memory of millions of rows
     return pd.Categorical.from_codes(inverse[codes] if len(codes) else np.empty(0, np.int32), categories=cats)
 
