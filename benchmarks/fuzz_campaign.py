@@ -31,7 +31,7 @@ import fuzzing as fz  # noqa: E402
 
 #: How often each entry point is drawn (serve has a single, quick family).
 WEIGHTS = {"view-html": 3, "view-summary": 2, "analyse": 3, "import-kineto": 2, "import-ascend": 2,
-           "compare": 2.5, "view-foreign": 3, "serve": 0.5}
+           "compare": 2.5, "view-foreign": 3, "serve": 0.5, "watch": 1.5}
 
 
 def draw(seed: int, index: int, entries: list[str]) -> tuple[str, str, int]:

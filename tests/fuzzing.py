@@ -876,7 +876,7 @@ def _clear_outputs(ctx: Ctx) -> None:
             p.unlink() if p.is_file() else shutil.rmtree(p)
 
 
-@mutation("raw_bytes", "raw store", ["profview"], ["analyse"])
+@mutation("raw_bytes", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_bytes(ctx: Ctx) -> None:
     path = _one_raw(ctx)
     how = ctx.rng.choice(["truncate", "truncate", "bitflip", "zero_fill", "splice"])
@@ -891,7 +891,7 @@ def _raw_bytes(ctx: Ctx) -> None:
     ctx.say(f"{path.name}: {detail}", EITHER)   # torn chunks are skipped by design
 
 
-@mutation("raw_chunks", "raw store", ["profview"], ["analyse"])
+@mutation("raw_chunks", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_chunks(ctx: Ctx) -> None:
     path = _one_raw(ctx)
     out, detail = mutate_raw_chunks(path.read_bytes(), ctx.rng)
@@ -900,7 +900,7 @@ def _raw_chunks(ctx: Ctx) -> None:
     ctx.say(f"{path.name}: {detail} (checksums recomputed)", EITHER)
 
 
-@mutation("raw_empty_or_nul", "raw store", ["profview"], ["analyse"])
+@mutation("raw_empty_or_nul", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_empty(ctx: Ctx) -> None:
     path = _one_raw(ctx)
     data = path.read_bytes()
@@ -946,7 +946,7 @@ def _line_count(path: Path) -> Optional[int]:
         return None
 
 
-@mutation("raw_duplicated_pid", "raw store", ["profview"], ["analyse"])
+@mutation("raw_duplicated_pid", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_dup(ctx: Ctx) -> None:
     path = _one_raw(ctx)
     m = re.match(r"r(\d+)-p(\d+)\.pvraw", path.name)
@@ -957,7 +957,7 @@ def _raw_dup(ctx: Ctx) -> None:
     ctx.say(f"{path.name} copied to {other} (the same recording twice, under another pid)", EITHER)
 
 
-@mutation("raw_other_rank", "raw store", ["profview"], ["analyse"])
+@mutation("raw_other_rank", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_other_rank(ctx: Ctx) -> None:
     path = _one_raw(ctx)
     name = ctx.rng.choice(["r1-p1.pvraw", "r-1-p1.pvraw", "r99999999999999999999999-p1.pvraw", "rX-pY.pvraw",
@@ -967,7 +967,7 @@ def _raw_other_rank(ctx: Ctx) -> None:
     ctx.say(f"{path.name} also stored as {name!r}", EITHER)
 
 
-@mutation("raw_special_entry", "raw store", ["profview"], ["analyse"])
+@mutation("raw_special_entry", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_special(ctx: Ctx) -> None:
     raw = ctx.input / "raw"
     what = ctx.rng.choice(["fifo", "symlink_loop", "dangling_symlink", "directory", "dev_zero", "dev_null",
@@ -1001,7 +1001,7 @@ def _raw_special(ctx: Ctx) -> None:
     ctx.say(f"raw/{target.name} is {what.replace('socket_like_fifo_only', 'the only entry, a FIFO')}", expect)
 
 
-@mutation("raw_dir_structure", "raw store", ["profview"], ["analyse"])
+@mutation("raw_dir_structure", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_structure(ctx: Ctx) -> None:
     raw = ctx.input / "raw"
     what = ctx.rng.choice(["raw_is_file", "raw_empty", "raw_missing", "raw_symlink_loop", "raw_nested",
@@ -1897,6 +1897,11 @@ def _view_foreign(ctx: Ctx):
     return [[ctx.input, "-o", out, *ctx.args]], out
 
 
+def _watch(ctx: Ctx):
+    """Follow the damaged store as `profview watch` does; a stopped recording must end the watch."""
+    return [["watch", ctx.input, "--plain", "--interval", "0.2"]], None
+
+
 def _serve(ctx: Ctx):
     return [[ctx.input, "--no-browser", *ctx.args]], None
 
@@ -1910,6 +1915,7 @@ ENTRY_POINTS: dict[str, Entry] = {
     "compare": Entry("compare", ("profview", "kineto", "job", "ms_cpu", "ms_gold"), _compare),
     "view-foreign": Entry("view-foreign", ("kineto", "job", "ms_cpu", "ms_gold"), _view_foreign),
     "serve": Entry("serve", ("profview",), _serve),
+    "watch": Entry("watch", ("profview",), _watch),
 }
 
 
