@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install profview, profile the ResNet tuning story (sample_runs/resnet_cifar_torch.py: a slow input
-# pipeline, prefetch, a float64 BatchNorm mistake, the fix), compare the stages, and open the report.
+# pipeline, prefetch, a float64 GroupNorm / cast mistake, the fix), compare the stages, and open the report.
 #   bash scripts/demo.sh            # serves the report on 127.0.0.1 (Ctrl-C to stop)
 #   bash scripts/demo.sh --no-serve # only writes profiler_data/report.html
 set -euo pipefail
