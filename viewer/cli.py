@@ -295,8 +295,12 @@ def run_watch(args: argparse.Namespace) -> int:
 
     if args.window < 1 or args.interval <= 0:
         raise InputError("--window wants a positive number of steps and --interval a positive number of seconds")
-    return watch(args.dir, interval_s=args.interval, window_steps=args.window, rank=args.rank,
-                 plain=True if args.plain else None)
+    status = watch(args.dir, interval_s=args.interval, window_steps=args.window, rank=args.rank,
+                   plain=True if args.plain else None)
+    if status:
+        raise ProfviewError(f"the recording in {args.dir} stopped without an end-of-recording chunk (its process "
+                            f"exited or was killed); `profview analyse {args.dir}` analyses what it flushed")
+    return 0
 
 
 def _configure_run(p: argparse.ArgumentParser) -> None:

@@ -127,7 +127,8 @@ def step_times(t: np.ndarray, step: np.ndarray, window_starts: np.ndarray) -> tu
     prev_step = np.concatenate([[-2], step[:-1]])
     # the latest window start at or before each step end
     i = np.searchsorted(starts, t, side="right") - 1
-    win_start = np.where(i >= 0, starts[np.maximum(i, 0)], np.iinfo(np.int64).min)
+    win_start = (np.where(i >= 0, starts[np.maximum(i, 0)], np.iinfo(np.int64).min) if len(starts)
+                 else np.full(len(t), np.iinfo(np.int64).min))      # no window start read (a damaged store)
     continues = (prev_step == step - 1) & (win_start <= prev_t)
     begin = np.where(continues, prev_t, win_start)
     known = continues | (i >= 0)

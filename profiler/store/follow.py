@@ -38,13 +38,14 @@ import numpy as np
 
 from profiler.errors import ProfviewError
 from profiler.store import kinds as K
-from profiler.store.load import RawTables
+from profiler.store.load import RawTables, clean_end, clean_meta, json_or_none, records_problem, thread_names
 from profiler.store.raw import MAGIC, RAW_SUFFIX, SHORT, WHOLE, read_chunk_at
 
 #: most bytes one poll reads from one file (the rest is read by the next polls)
 READ_LIMIT = 64 << 20
-#: a torn tail whose writer cannot be checked (another host) is given up after this long without growth
-UNKNOWN_WRITER_S = 60.0
+#: a file whose writer cannot be checked (another host, or no readable metadata naming it) is taken
+#: as finished after this long without growth: its torn tail is given up, its rank counts as gone
+UNKNOWN_WRITER_S = 30.0
 #: how many polls a checksum mismatch at the end of a growing file is retried before it is reported
 CRC_RETRIES = 3
 
@@ -278,6 +279,7 @@ class Follower:
         while pos < len(data):
             status, chunk, stop, why = read_chunk_at(data, pos, str(f.path))
             if status == WHOLE:
+                chunk.offset = f.offset + pos
                 self._ingest(state, f, chunk, result)
                 f.crc_retries = 0
                 pos = stop
@@ -334,52 +336,92 @@ class Follower:
     # ---- chunks ----------------------------------------------------------------------------
 
     def _ingest(self, state: RankState, f: FileState, chunk, result: PollResult) -> None:
+        """Take one whole chunk in; content the batch reader would refuse (store/load.py's checks)
+        costs that chunk, with a warning, as it does there."""
         table = chunk.table
+        where = f"{f.path}: the {table or 'unknown'} chunk at byte {chunk.offset}"
+        if table in ("events", "samples"):
+            problem = records_problem(chunk)
+            if problem:
+                state.warnings.append(f"{where}: skipped: {problem}")
+                return
+            thread = chunk.header["thread"]
         if table == "events":
-            state.dropped += int(chunk.header.get("dropped", 0))
+            dropped = chunk.header.get("dropped", 0)
+            state.dropped += dropped if type(dropped) is int and dropped >= 0 else 0
             words = np.frombuffer(chunk.payload, dtype="<i8").reshape(-1, 2)
+            words = self._remap(state, f, words) if len(words) else words
             if len(words):
-                words = self._remap(state, f, words)
                 t, code = words[:, 0], words[:, 1]
-                state.events.append((int(t.max()), t, code, int(chunk.header["thread"])))
+                state.events.append((int(t.max()), t, code, thread))
                 state.held_events += len(t)
                 state.events_read += len(t)
                 result.events += len(t)
         elif table == "samples":
             rows = np.frombuffer(chunk.payload, dtype="<i8").reshape(-1, 4)
+            rows = self._remap(state, f, rows) if len(rows) else rows
             if len(rows):
-                rows = self._remap(state, f, rows)
-                self._keep_samples(state, rows, int(chunk.header["thread"]))
+                self._keep_samples(state, rows, thread)
                 state.samples_read += len(rows)
                 result.samples += len(rows)
         elif table == "descriptors":
-            first = int(chunk.header.get("first", len(f.local_ids)))
-            del f.local_ids[first:]
-            for d in chunk.json():
-                key = tuple(str(x) for x in d)
-                gid = state.ids.get(key)
-                if gid is None:
-                    gid = state.ids[key] = len(state.descriptors)
-                    state.descriptors.append(key)
-                f.local_ids.append(gid)
-            state.kind_code = np.array([_KIND_CODE.get(k, _OTHER) for k, _, _ in state.descriptors], np.int8)
+            self._descriptors(state, f, chunk, where)
         elif table == "threads":
-            for th in chunk.json():
-                state.thread_names[int(th["ident"])] = th["name"]
+            obj = json_or_none(chunk)
+            if not isinstance(obj, list):
+                state.warnings.append(f"{where}: skipped: its thread table is not a JSON list")
+                return
+            names, problem = thread_names(obj, where)
+            state.thread_names.update(names)
+            if problem:
+                state.warnings.append(problem)
         elif table == "meta":
-            f.meta = chunk.json()
-            if state.meta is None or f.meta["clock"]["origin_monotonic_ns"] < state.meta["clock"]["origin_monotonic_ns"]:
-                state.meta = f.meta
+            meta = clean_meta(json_or_none(chunk), state.warnings, where)
+            if meta is None:
+                state.warnings.append(f"{where}: skipped: its metadata is not a JSON object with a clock origin")
+                return
+            f.meta = meta
+            if state.meta is None or meta["clock"]["origin_monotonic_ns"] < state.meta["clock"]["origin_monotonic_ns"]:
+                state.meta = meta
         elif table == "sources":
-            state.sources.update(chunk.json())
+            obj = json_or_none(chunk)
+            if isinstance(obj, dict):
+                state.sources.update({str(k): v for k, v in obj.items() if isinstance(v, dict)})
+            else:
+                state.warnings.append(f"{where}: skipped: its source table is not a JSON object")
         elif table == "end":
-            f.end = chunk.json()
+            end = clean_end(json_or_none(chunk))
+            if end is None:
+                state.warnings.append(f"{where}: skipped: its end-of-recording record is not a JSON object")
+            else:
+                f.end = end
+
+    def _descriptors(self, state: RankState, f: FileState, chunk, where: str) -> None:
+        """File-local descriptor ids -> the rank's ids; an unreadable entry maps to -1 (its records are skipped)."""
+        obj = json_or_none(chunk)
+        first = chunk.header.get("first", len(f.local_ids))
+        if not isinstance(obj, list) or type(first) is not int or not 0 <= first <= len(f.local_ids):
+            state.warnings.append(f"{where}: skipped: its descriptors are not a JSON list with a valid first id")
+            return
+        del f.local_ids[first:]
+        for d in obj:
+            if not (isinstance(d, list) and len(d) == 3 and all(isinstance(x, str) for x in d)):
+                f.local_ids.append(-1)
+                continue
+            key = (d[0], d[1], d[2])
+            gid = state.ids.get(key)
+            if gid is None:
+                gid = state.ids[key] = len(state.descriptors)
+                state.descriptors.append(key)
+            f.local_ids.append(gid)
+        state.kind_code = np.array([_KIND_CODE.get(k, _OTHER) for k, _, _ in state.descriptors], np.int8)
 
     def _remap(self, state: RankState, f: FileState, words: np.ndarray) -> np.ndarray:
         """Codes from the file's descriptor ids to the rank's (identity for the usual one file a rank)."""
         lut = np.asarray(f.local_ids, dtype=np.int64)
         desc = words[:, 1] >> 1
         bad = (desc < 0) | (desc >= len(lut))
+        bad[~bad] = lut[desc[~bad]] < 0                  # an unreadable descriptor entry
         if bad.any():
             state.warnings.append(f"{f.path}: {int(bad.sum())} records name an unknown descriptor and were skipped")
             words, desc = words[~bad], desc[~bad]
@@ -458,10 +500,15 @@ class Follower:
         """Ranks whose every writer has exited without an end chunk (killed): nothing more will come."""
         out = []
         for rank, s in self.ranks.items():
-            alive = [self.writer_alive(f) for f in s.files.values() if f.end is None]
-            if alive and all(a is False for a in alive):
+            stopped = [self._writer_stopped(f) for f in s.files.values() if f.end is None]
+            if stopped and all(stopped):
                 out.append(rank)
         return out
+
+    def _writer_stopped(self, f: FileState) -> bool:
+        """The writer of `f` has exited, or it cannot be checked and `f` has not grown for UNKNOWN_WRITER_S."""
+        alive = self.writer_alive(f)
+        return alive is False or (alive is None and time.monotonic() - f.grew_at >= UNKNOWN_WRITER_S)
 
     # ---- windows ---------------------------------------------------------------------------
 

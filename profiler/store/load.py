@@ -93,7 +93,7 @@ def _peek_rank(path: Path) -> tuple[Optional[int], str]:
     try:
         for chunk in iter_chunks(data, str(path), report):
             if chunk.table == "meta":
-                meta = _clean_meta(_json_or_none(chunk), [], "")
+                meta = clean_meta(json_or_none(chunk), [], "")
                 if meta is not None and _is_int(meta.get("rank")) and 0 <= meta["rank"] < 1 << 31:
                     return int(meta["rank"]), ""
                 return None, ""
@@ -145,14 +145,44 @@ def _int64(v: Any) -> bool:
     return _is_int(v) and -(1 << 63) <= v < (1 << 63)
 
 
-def _json_or_none(chunk: Chunk) -> Any:
+def json_or_none(chunk: Chunk) -> Any:
     try:
         return chunk.json()
     except (ValueError, RecursionError):
         return None
 
 
-def _clean_meta(obj: Any, warnings: list[str], where: str) -> Optional[dict]:
+def thread_names(obj: list, where: str) -> tuple[dict[int, str], str]:
+    """A threads chunk's {ident: name}; an entry without a valid ident is left out, one without a
+    valid name keeps a generic name. Also the warning to give ("" when every entry was valid)."""
+    names, bad = {}, 0
+    for th in obj:
+        ident = th.get("ident") if isinstance(th, dict) else None
+        if not _int64(ident):
+            bad += 1
+            continue
+        name = th.get("name")
+        if not isinstance(name, str):
+            bad += 1
+            name = f"thread-{ident}"
+        names[ident] = name
+    problem = (f"{where}: {bad} thread entr{'y' if bad == 1 else 'ies'} without a valid ident or name (such "
+               "threads keep a generic name)") if bad else ""
+    return names, problem
+
+
+def records_problem(chunk: Chunk) -> str:
+    """Why an events / samples chunk cannot be read ("" when it can): its thread ident, its size."""
+    width = 2 if chunk.table == "events" else 4
+    thread = chunk.header.get("thread")
+    if not _int64(thread):
+        return f"its thread ident is invalid (thread = {thread!r:.40})"
+    if len(chunk.payload) % (8 * width):
+        return f"its payload ({len(chunk.payload)} bytes) is not a whole number of {8 * width}-byte records"
+    return ""
+
+
+def clean_meta(obj: Any, warnings: list[str], where: str) -> Optional[dict]:
     """A metadata chunk's object with every field the analysis reads of the right type, or None when
     its clock origin (which every time is relative to) is unusable. Bad optional fields are dropped."""
     if not isinstance(obj, dict):
@@ -179,7 +209,7 @@ def _clean_meta(obj: Any, warnings: list[str], where: str) -> Optional[dict]:
     return meta
 
 
-def _clean_end(obj: Any) -> Optional[dict]:
+def clean_end(obj: Any) -> Optional[dict]:
     """The end-of-recording chunk's object with the fields the analysis reads checked (None: unusable)."""
     if not isinstance(obj, dict):
         return None
@@ -304,7 +334,7 @@ def _group_copies(files: list[RawFile]) -> list[_Group]:
     by_identity: dict[Any, _Group] = {}
     groups: list[_Group] = []
     for i, f in enumerate(files):
-        meta = next((c for c in f.chunks if c.table == "meta" and _clean_meta(_json_or_none(c), [], "")), None)
+        meta = next((c for c in f.chunks if c.table == "meta" and clean_meta(json_or_none(c), [], "")), None)
         identity = ("meta", meta.key) if meta is not None else ("file", i)
         g = by_identity.get(identity)
         if g is None:
@@ -342,10 +372,10 @@ def _collect_tables(g: _Group, tables: RawTables, metas: list[dict], global_ids:
         t = c.table
         if t not in ("meta", "descriptors", "threads", "sources", "end"):
             continue
-        obj = _json_or_none(c)
+        obj = json_or_none(c)
         where = c.where(str(f.path))
         if t == "meta":
-            meta = _clean_meta(obj, f.warnings, where)
+            meta = clean_meta(obj, f.warnings, where)
             if meta is None:
                 f.damage(c, "its metadata is not a JSON object with a clock origin")
             else:
@@ -382,27 +412,17 @@ def _collect_tables(g: _Group, tables: RawTables, metas: list[dict], global_ids:
             if not isinstance(obj, list):
                 f.damage(c, "its thread table is not a JSON list", records_lost=0)
                 continue
-            bad = 0
-            for th in obj:
-                ident = th.get("ident") if isinstance(th, dict) else None
-                if not _int64(ident):
-                    bad += 1
-                    continue
-                name = th.get("name")
-                if not isinstance(name, str):
-                    bad += 1
-                    name = f"thread-{ident}"
-                tables.thread_names[ident] = name
-            if bad:
-                f.warnings.append(f"{where}: {bad} thread entr{'y' if bad == 1 else 'ies'} without a valid ident or "
-                                  "name (such threads keep a generic name)")
+            names, problem = thread_names(obj, where)
+            tables.thread_names.update(names)
+            if problem:
+                f.warnings.append(problem)
         elif t == "sources":
             if not isinstance(obj, dict):
                 f.damage(c, "its source table is not a JSON object", records_lost=0)
                 continue
             tables.sources.update({str(k): v for k, v in obj.items() if isinstance(v, dict)})
         elif t == "end":
-            end = _clean_end(obj)
+            end = clean_end(obj)
             if end is None:
                 f.damage(c, "its end-of-recording record is not a JSON object", records_lost=0)
             else:
@@ -423,13 +443,11 @@ def _collect_records(g: _Group, tables: RawTables, ev_parts: list, sm_parts: lis
         if t not in ("events", "samples"):
             continue
         width = 2 if t == "events" else 4
-        thread = c.header.get("thread")
-        if not _int64(thread):
-            f.damage(c, f"its thread ident is invalid (thread = {thread!r:.40})")
+        problem = records_problem(c)
+        if problem:
+            f.damage(c, problem)
             continue
-        if len(c.payload) % (8 * width):
-            f.damage(c, f"its payload ({len(c.payload)} bytes) is not a whole number of {8 * width}-byte records")
-            continue
+        thread = c.header["thread"]
         if t == "events":
             dropped = c.header.get("dropped", 0)
             if _is_int(dropped) and dropped >= 0:

@@ -256,26 +256,34 @@ def iter_chunks(data, name: str, report: RawFile) -> Iterator[Chunk]:
         chunk = Chunk({}, payload, w.index, pos, crc, head_len)
         w.index += 1
         pos = stop
-        header = _parse_header(head)
-        if not isinstance(header, dict):
-            report.damage(chunk, "its header is not a JSON object", records_lost=None)
+        header, why = checked_header(head, name)
+        if header is None:
+            report.damage(chunk, why)
             continue
         chunk.header = header
-        v = header.get("v")
-        if type(v) is not int or v < 1:
-            report.damage(chunk, f"its header has no valid format version (v = {_show(v)})")
-            continue
-        if v > FORMAT_VERSION:
-            if header.get("table") == "meta":
-                raise ProfviewError(
-                    f"{name} was written by a newer profview (raw format v{v}); upgrade profview to analyse it."
-                )
-            report.damage(chunk, f"it says raw format v{v}, newer than this reader (v{FORMAT_VERSION})")
-            continue
-        if not isinstance(header.get("table"), str):
-            report.damage(chunk, f"its header names no table (table = {_show(header.get('table'))})")
+        if why:
+            report.damage(chunk, why)
             continue
         yield chunk
+
+
+def checked_header(head, name: str) -> tuple[Optional[dict], str]:
+    """A chunk header parsed and checked: (header, "") when usable; (None, why) when it is not a JSON
+    object; (header, why) when its version or table is invalid. A metadata chunk of a newer format
+    is a ProfviewError (the whole file is of that format)."""
+    header = _parse_header(head)
+    if not isinstance(header, dict):
+        return None, "its header is not a JSON object"
+    v = header.get("v")
+    if type(v) is not int or v < 1:
+        return header, f"its header has no valid format version (v = {_show(v)})"
+    if v > FORMAT_VERSION:
+        if header.get("table") == "meta":
+            raise ProfviewError(f"{name} was written by a newer profview (raw format v{v}); upgrade profview to read it.")
+        return header, f"it says raw format v{v}, newer than this reader (v{FORMAT_VERSION})"
+    if not isinstance(header.get("table"), str):
+        return header, f"its header names no table (table = {_show(header.get('table'))})"
+    return header, ""
 
 
 def _show(value: Any) -> str:
@@ -412,8 +420,7 @@ def read_chunk_at(data, pos: int, name: str = "raw file") -> tuple[str, Chunk | 
     payload = memoryview(data)[body + head_len:stop]
     if zlib.crc32(payload, zlib.crc32(head)) != crc:
         return BAD, None, stop, "checksum mismatch"
-    header = json.loads(head)
-    if int(header.get("v", 0)) > FORMAT_VERSION:
-        raise ProfviewError(f"{name} was written by a newer profview (raw format v{header.get('v')}); "
-                            f"upgrade profview to read it.")
+    header, why = checked_header(head, name)
+    if why:
+        return BAD, None, stop, why
     return WHOLE, Chunk(header, payload), stop, ""
