@@ -521,16 +521,18 @@ class Follower:
             return None
         st = state.steps.by_time()
         cut = self._cut(state, st, steps, max_events)
-        ev_t, ev_code, ev_thread, ev_len = [], [], [], []
+        parts = []
         for t_last, t, code, thread in state.events:
             if cut is not None and t_last < cut:
                 continue
             i = int(np.searchsorted(t, cut, side="left")) if cut is not None else 0
             if i < len(t):
-                ev_t.append(t[i:])
-                ev_code.append(code[i:])
-                ev_thread.append(thread)
-                ev_len.append(len(t) - i)
+                parts.append((t[i:], code[i:], thread))
+        parts.sort(key=lambda part: int(part[0][0]))     # recording order per reused thread ident (load.py)
+        ev_t = [p[0] for p in parts]
+        ev_code = [p[1] for p in parts]
+        ev_thread = [p[2] for p in parts]
+        ev_len = [len(p[0]) for p in parts]
         sm, sm_thread = [], []
         for t_last, rows, thread in state.samples:
             if cut is not None and t_last < cut:

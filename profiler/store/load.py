@@ -268,6 +268,10 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
     tables.damaged = [d.to_json() for d in damaged[:MAX_DAMAGE_LISTED]]
     tables.lost_records += sum(d.records_lost or 0 for d in damaged)
     if ev_parts:
+        # Chunks in order of their first event: a thread's own chunks already are, but Python reuses the
+        # ident of a finished thread, and the finished thread's last chunk can reach the file after the
+        # new thread's first one. Nesting pairs events in recording order per ident, so order them here.
+        ev_parts.sort(key=lambda part: int(part[0][0, 0]))
         tables.ev_t = np.concatenate([p[0][:, 0] for p in ev_parts])
         tables.ev_code = np.concatenate([p[0][:, 1] for p in ev_parts])
         tables.ev_chunk_thread = np.array([p[1] for p in ev_parts], dtype=np.int64)
