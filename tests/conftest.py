@@ -48,3 +48,14 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if skipped:
         terminalreporter.write_line(f"{len(skipped)} tests on real captures SKIPPED: shared data not found at "
                                     f"{_shared_data()}", yellow=True, bold=True)
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """torch on one thread for a module's tests (the integrations' tiny models), restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)      # a tiny model: threads only contend with a busy machine
+    yield torch
+    torch.set_num_threads(before)

@@ -337,6 +337,21 @@ DATA_STEPS = 30          # 29 analysed steps (odd: see data_sleep_w2)
 DATA_BATCH = 32
 
 
+def attached_training(out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, data, steps: int) -> Clock:
+    """The plain loop: `steps` training steps on `data` with attach(model, optimizer) marking them, each
+    batch's wait timed by the loop's own clock; analysed. Returns the clock."""
+    clock = Clock()
+    profiler = new_profiler(out)
+    profiler.attach(model, optimizer, ops=False)
+    for i, (x, y) in enumerate(clock.timed(data)):
+        train_step(model, optimizer, x, y)
+        clock.iteration()
+        if i + 1 == steps:
+            break
+    profiler.analyse(progress=False)
+    return clock
+
+
 def data_loop(workers: int, batch_ms: float, cpu: bool, steps: int = DATA_STEPS) -> Callable[[Path], dict]:
     """Slow __getitem__ (batch_ms per batch of DATA_BATCH items, per worker), torch DataLoader with
     `workers` processes, a small MLP (~3 ms forward + backward), step boundaries from attach()."""
@@ -346,16 +361,7 @@ def data_loop(workers: int, batch_ms: float, cpu: bool, steps: int = DATA_STEPS)
         model = mlp()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         data = loader(DATA_BATCH, steps, batch_ms / DATA_BATCH, cpu, workers)
-        clock = Clock()
-        profiler = new_profiler(out)
-        profiler.attach(model, optimizer, ops=False)
-        for i, (x, y) in enumerate(clock.timed(data)):
-            train_step(model, optimizer, x, y)
-            clock.iteration()
-            if i + 1 == steps:
-                break
-        profiler.analyse(progress=False)
-        return clock.truth(batch_ms=batch_ms, workers=workers)
+        return attached_training(out, model, optimizer, data, steps).truth(batch_ms=batch_ms, workers=workers)
 
     return run
 
@@ -371,16 +377,7 @@ def shard_loop(workers: int, batch_ms: float, steps: int) -> Callable[[Path], di
         shards = BatchedDataset(DATA_BATCH, steps + 2, 256, read_ms=batch_ms)
         data = ProfiledDataLoader(DataLoader(shards, batch_size=None, num_workers=workers,
                                              worker_init_fn=StartTogether(0.5)))
-        clock = Clock()
-        profiler = new_profiler(out)
-        profiler.attach(model, optimizer, ops=False)
-        for i, (x, y) in enumerate(clock.timed(data)):
-            train_step(model, optimizer, x, y)
-            clock.iteration()
-            if i + 1 == steps:
-                break
-        profiler.analyse(progress=False)
-        return clock.truth(batch_ms=batch_ms, workers=workers)
+        return attached_training(out, model, optimizer, data, steps).truth(batch_ms=batch_ms, workers=workers)
 
     return run
 
@@ -864,16 +861,7 @@ def lookahead_loop(out: Path) -> dict:
     model = mlp()
     optimizer = Lookahead(torch.optim.SGD(model.parameters(), lr=0.01))
     data = loader(DATA_BATCH, DATA_STEPS, 20.0 / DATA_BATCH, False, workers=0)
-    clock = Clock()
-    profiler = new_profiler(out)
-    profiler.attach(model, optimizer, ops=False)
-    for i, (x, y) in enumerate(clock.timed(data)):
-        train_step(model, optimizer, x, y)
-        clock.iteration()
-        if i + 1 == DATA_STEPS:
-            break
-    profiler.analyse(progress=False)
-    return clock.truth()
+    return attached_training(out, model, optimizer, data, DATA_STEPS).truth()
 
 
 def judge_wrapped_input(o: Outcome) -> list[str]:

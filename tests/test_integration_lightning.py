@@ -42,16 +42,6 @@ def L():
     return pytest.importorskip("lightning")
 
 
-@pytest.fixture(scope="module")
-def torch_one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)      # a tiny model: threads only contend with a busy machine
-    yield torch
-    torch.set_num_threads(before)
-
-
 def _loader(torch, n: int, item_sleep_s: float = 0.0, batch: int = BATCH):
     class RandomData(torch.utils.data.Dataset):
         def __init__(self) -> None:

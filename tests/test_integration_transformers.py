@@ -59,16 +59,6 @@ def hf():
     return pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def torch_one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)      # a tiny model: threads only contend with a busy machine
-    yield torch
-    torch.set_num_threads(before)
-
-
 def _dataset(torch, n: int, item_sleep_s: float = 0.0):
     class RandomTokens(torch.utils.data.Dataset):
         def __init__(self) -> None:

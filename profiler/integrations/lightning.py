@@ -127,17 +127,22 @@ class _Recording:
 
     # ---- actions ---------------------------------------------------------------------------
 
+    def _kind_of(self, action: str):
+        """The kind of a Lightning profiler action (classified once per action name); None when it is
+        not one profview follows."""
+        what = self._kinds.get(action)
+        if what is None:
+            what = self._kinds[action] = _classify(action)
+        return None if what is _OTHER else what[0]
+
     def start(self, action: str) -> None:
         if not self.live:
             if action != "run_training_epoch" or self.finished:   # only the fit loop runs training epochs
                 return
             self.begin()
-        what = self._kinds.get(action)
-        if what is None:
-            what = self._kinds[action] = _classify(action)
-        if what is _OTHER:
+        kind = self._kind_of(action)
+        if kind is None:
             return
-        kind = what[0]
         if kind == _FETCH:
             self._end_step()
             self._open("data", "phase")
@@ -162,12 +167,9 @@ class _Recording:
     def stop(self, action: str) -> None:
         if not self.live:
             return
-        what = self._kinds.get(action)
-        if what is None:
-            what = self._kinds[action] = _classify(action)
-        if what is _OTHER:
+        kind = self._kind_of(action)
+        if kind is None:
             return
-        kind = what[0]
         if kind == _FETCH:
             self._spans.close("data")
         elif kind == _FORWARD:

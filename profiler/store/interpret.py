@@ -213,16 +213,15 @@ def _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin) -> pd.DataFr
     """Queue probe samples; a queue descriptor's extra is its capacity (parsed once per descriptor)."""
     m = (sm_kind == K.QUEUE_PUT) | (sm_kind == K.QUEUE_GET)
     capacity_of = np.array([int(x) if str(x).isdigit() else 0 for x in extra_of], dtype=np.int64)
-    size, wait = t.sm[:, 2], t.sm[:, 3]
-    damaged = m & ((size < 0) | (wait < 0) | ((capacity_of[sm_desc] > 0) & (size > capacity_of[sm_desc])))
+    size, wait, cap = t.sm[:, 2], t.sm[:, 3], capacity_of[sm_desc]
+    damaged = m & ((size < 0) | (wait < 0) | ((cap > 0) & (size > cap)))
     if damaged.any():         # a probe never records these: damaged raw records
         t.warnings.append(f"{int(damaged.sum())} queue sample(s) with a negative size or wait, or a size above the "
                           "queue's capacity (damaged raw records) were left out")
         m &= ~damaged
-    cap = capacity_of[sm_desc[m]]
     return pd.DataFrame({"queue": name_of[sm_desc[m]], "time_ns": t.sm[m, 0] - origin,
                          "event": np.where(sm_kind[m] == K.QUEUE_PUT, "put", "get"),
-                         "size": size[m], "capacity": cap, "wait_ns": wait[m], "tid": sm_tid[m]})
+                         "size": size[m], "capacity": cap[m], "wait_ns": wait[m], "tid": sm_tid[m]})
 
 
 def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: int) -> dict:

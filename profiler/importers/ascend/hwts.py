@@ -67,24 +67,20 @@ def decode_hwts(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     head = records["head"]
     log_type = head & 7
     keep = ~_blank_rows(head, raw)
+
+    def skip(bad: np.ndarray, what: str) -> None:
+        """Leave the `bad` records out, with one problem naming the first of them."""
+        if bad.any():
+            first = int(np.argmax(bad))
+            problems.append(f"{joined.locate(first * HWTS_RECORD_BYTES)}: {int(bad.sum())} {what} skipped (first here)")
+            keep[bad] = False
+
     invalid = keep & (log_type > BLOCK_PMU)
-    if invalid.any():
-        first = int(np.argmax(invalid))
-        problems.append(
-            f"{joined.locate(first * HWTS_RECORD_BYTES)}: {int(invalid.sum())} HWTS record(s) of invalid "
-            f"type {sorted(set(log_type[invalid].tolist()))} skipped (first here)"
-        )
-    keep &= ~invalid
+    skip(invalid, f"HWTS record(s) of invalid type {sorted(set(log_type[invalid].tolist()))}")
     flag = (head >> 3) & 1
     syscnt = records["syscnt"].astype(np.int64)
-    impossible = keep & (log_type <= TASK_END) & ((syscnt < 0) | (syscnt >= MAX_SYSCNT))
-    if impossible.any():
-        first = int(np.argmax(impossible))
-        problems.append(
-            f"{joined.locate(first * HWTS_RECORD_BYTES)}: {int(impossible.sum())} HWTS task record(s) with an "
-            f"impossible counter value (2**59 ticks or more: over 180 years at 100 MHz) skipped (first here)"
-        )
-        keep &= ~impossible
+    skip(keep & (log_type <= TASK_END) & ((syscnt < 0) | (syscnt >= MAX_SYSCNT)),
+         "HWTS task record(s) with an impossible counter value (2**59 ticks or more: over 180 years at 100 MHz)")
     pmu = log_type == BLOCK_PMU
     if pmu.any():
         syscnt = np.where(pmu, np.where(flag == 0, records["pmu_syscnt"].astype(np.int64), -1), syscnt)
