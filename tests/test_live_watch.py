@@ -56,6 +56,8 @@ def test_watch_shows_every_rank_and_the_slowest(tmp_path):
     recorders = [start_recorder(out, steps=200, data_s=0.003 if rank == 0 else 0.012, rank=rank, world_size=2,
                                 analyse=False) for rank in (0, 1)]
     try:
+        # a missing directory is refused (one sentence, exit 1): start watching once the recorders made it
+        assert wait_for(out.is_dir, 120)
         result = subprocess.run(profview("watch", str(out), "--interval", "0.3"), cwd=REPO, env=python_env(),
                                 capture_output=True, text=True, timeout=300)
     finally:
