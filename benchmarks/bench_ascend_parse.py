@@ -1,6 +1,6 @@
 """HWTS task-log parse throughput (records/s) on the real JOB3 log and on a synthetic 1e7-record log.
 
-Run: python benchmarks/bench_ascend_parse.py [--records N] [--repeat R] [--data /path/to/shared/data]
+Run: python benchmarks/bench_ascend_parse.py [--records N] [--repeat R] [--data tests/data]
 
 Three figures per log, best of R runs: decode (bytes in memory -> record columns), decode + pair
 (also task-key mapping and Start/End pairing into executions), and read (the same from the
@@ -88,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=REPO / "tests" / "data")
     args = parser.parse_args()
 
     job3 = args.data / "ascend" / "JOB3"

@@ -1,7 +1,7 @@
 """Benchmark: Kineto trace import (profview) against HolisticTraceAnalysis' trace load.
 
 Builds a trace of about a million events in a temp dir by replicating the real events of
-shared/data/kineto/sampled_rank-0.json.gz (each copy shifted in time, with its own step numbers
+tests/data/kineto/sampled_rank-0.json.gz (each copy shifted in time, with its own step numbers
 and correlation ids), then times `read_kineto_trace` and `hta.trace_analysis.TraceAnalysis`
 on the same file and prints both and their ratio.
 
@@ -14,7 +14,6 @@ import gc
 import gzip
 import json
 import logging
-import os
 import re
 import sys
 import tempfile
@@ -27,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from profiler.importers.kineto import read_kineto_trace  # noqa: E402
 from profiler.importers.kineto_events import load_trace_object  # noqa: E402
 
-SEED_TRACE = Path(os.environ.get("PROFVIEW_SHARED_DATA", REPO.parent / "shared" / "data")) / "kineto" / "sampled_rank-0.json.gz"
+SEED_TRACE = REPO / "tests" / "data" / "kineto" / "sampled_rank-0.json.gz"
 STEP = re.compile(r"ProfilerStep#(\d+)")
 #: Gap between two copies of the seed events, in microseconds.
 COPY_GAP_US = 1000

@@ -1,6 +1,6 @@
 """A seeded fuzz campaign against every `profview` entry point (tests/fuzzing.py does the work).
 
-    python benchmarks/fuzz_campaign.py --seed 1 --count 2000 --jobs 2 --failures fuzz-failures
+    python benchmarks/fuzz_campaign.py --seed 1 --count 2000 --jobs 2 --failures test-artifacts/fuzz-failures
 
 Case i of a campaign is drawn from Random(f"campaign/{seed}/{i}"): an entry point (weighted), one
 of its mutations, and that mutation's own integer seed; `--only I` re-runs case I alone and prints
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, default=2000)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=fz.DEFAULT_TIMEOUT_S, help="seconds before a run is a hang")
-    p.add_argument("--failures", type=Path, default=Path("fuzz-failures"), help="where failing inputs are kept")
+    p.add_argument("--failures", type=Path, default=Path("test-artifacts") / "fuzz-failures", help="where failing inputs are kept")
     p.add_argument("--keep", type=int, default=3, help="failing inputs kept per distinct signature")
     p.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     p.add_argument("--entry", action="append", choices=sorted(fz.ENTRY_POINTS), help="only these entry points")

@@ -8,7 +8,7 @@ Inputs are made once, by the baseline's code (the raw store format is shared):
     queue probes, steps) and a second rank recorded into the same directory (cluster files);
   * a PyTorch loop with attach(), torch.profiler op capture and a gloo collective (world size 1);
   * the reference Ascend-style device (sample_runs/ascend_reference_device.py, feed mode);
-  * the shared real captures (../shared/data): every Kineto trace, the Ascend JOB3 directory
+  * the real captures (tests/data): every Kineto trace, the Ascend JOB3 directory
     (profview and MindSpore formats), the MindSpore 2.x CPU directory.
 Each tree then runs `profview analyse`, the importers, `profview DIR -o report.html` (the build
 time stamp in the footer is masked), `--summary` and `compare`, and the outputs are compared.
@@ -27,11 +27,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the shared real captures: $PROFVIEW_SHARED_DATA, else the first shared/data above this checkout
-#: (a worktree lives one level deeper than the main checkout)
-SHARED = Path(os.environ["PROFVIEW_SHARED_DATA"]) if os.environ.get("PROFVIEW_SHARED_DATA") else next(
-    (p / "shared" / "data" for p in ROOT.parents if (p / "shared" / "data" / "kineto").is_dir()),
-    ROOT.parent / "shared" / "data")
+#: the real captures kept in the repository (tests/data, see its README)
+CAPTURES = ROOT / "tests" / "data"
 
 RECORD_EVENTS = r"""
 import sys, threading
@@ -116,12 +113,12 @@ def outputs_of(tree: Path, inputs: Path, out: Path) -> None:
     for directory in recordings:
         run(cli + ["analyse", str(directory)], tree)
     imported = out / "imported"
-    for trace in sorted((SHARED / "kineto").glob("*.json.gz")):
+    for trace in sorted((CAPTURES / "kineto").glob("*.json.gz")):
         run(cli + ["import-kineto", str(trace), "-o", str(imported / trace.name.split(".")[0])], tree)
-    run(cli + ["import-ascend", str(SHARED / "ascend" / "JOB3"), "-o", str(imported / "JOB3"), "--format", "both"], tree)
+    run(cli + ["import-ascend", str(CAPTURES / "ascend" / "JOB3"), "-o", str(imported / "JOB3"), "--format", "both"], tree)
     module = "profiler.postprocess.imported" if (tree / "profiler/postprocess").is_dir() else "profiler.importers"
     mindspore = f"import sys\nfrom {module} import import_mindspore_dir\nimport_mindspore_dir(sys.argv[1], sys.argv[2])"
-    run([py, "-W", "ignore", "-c", mindspore, str(SHARED / "mindspore_cpu"), str(imported / "mindspore_cpu")], tree)
+    run([py, "-W", "ignore", "-c", mindspore, str(CAPTURES / "mindspore_cpu"), str(imported / "mindspore_cpu")], tree)
     texts, reports = out / "texts", out / "reports"
     texts.mkdir()
     reports.mkdir()

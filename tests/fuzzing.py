@@ -6,7 +6,7 @@ and a non-zero exit; never a Python traceback, never a hang, never a death by si
 only when the input was still valid.
 
 This module builds *seeds* (valid inputs: a real profview recording made through the public API,
-and copies of the real captures in the shared data directory), derives *cases* from them (one
+and copies of the real captures in tests/data), derives *cases* from them (one
 mutation of one seed, fed to one entry point of the CLI), runs each case as a subprocess of this
 checkout and *classifies* the outcome. tests/test_fuzz_entry_points.py (hypothesis, small and
 derandomised) and benchmarks/fuzz_campaign.py (thousands of seeded cases) both drive it.
@@ -67,20 +67,11 @@ Arg = Union[str, Path]
 
 
 # --------------------------------------------------------------------------------------------
-# Where the shared captures are
+# Where the real captures are
 # --------------------------------------------------------------------------------------------
 
-def shared_data_dir() -> Optional[Path]:
-    """The read-only real captures: $PROFVIEW_SHARED_DATA, else the first `shared/data` found
-    walking up from this checkout (a worktree lives one level deeper than the main checkout)."""
-    env = os.environ.get("PROFVIEW_SHARED_DATA")
-    if env:
-        return Path(env) if Path(env).is_dir() else None
-    for parent in REPO.parents:
-        candidate = parent / "shared" / "data"
-        if (candidate / "kineto").is_dir():
-            return candidate
-    return None
+#: The read-only real captures kept in the repository (tests/data, see its README).
+CAPTURES = REPO / "tests" / "data"
 
 
 def privileged() -> bool:
@@ -152,7 +143,7 @@ class Seeds:
                  ms_gold: Path, privileged: bool = False) -> None:
         self.root = root
         self.profview = profview              # an analysed recording, with raw/
-        self.kineto = kineto                  # name -> .json.gz (copies of the shared traces)
+        self.kineto = kineto                  # name -> .json.gz (copies of the real traces)
         self.job = job                        # Ascend JOB3
         self.ms_cpu = ms_cpu                  # MindSpore 2.x CPU output directory
         self.ms_gold = ms_gold                # MindSpore's 2020 parse of JOB3 (run_1 layout)
@@ -188,21 +179,18 @@ def record_profview_run(out: Path, timeout: float = 300) -> Path:
     return out
 
 
-def build_seeds(root: Path, shared: Optional[Path] = None) -> Seeds:
-    """Record the profview seed and copy the shared captures into `root`."""
-    shared = shared or shared_data_dir()
-    if shared is None:
-        raise RuntimeError("shared data not found (set PROFVIEW_SHARED_DATA)")
+def build_seeds(root: Path, captures: Path = CAPTURES) -> Seeds:
+    """Record the profview seed and copy the real captures into `root`."""
     root.mkdir(parents=True, exist_ok=True)
     profview = record_profview_run(root / "profview_run")
     kineto = {}
-    for trace in sorted((shared / "kineto").glob("*.json.gz")):
+    for trace in sorted((captures / "kineto").glob("*.json.gz")):
         name = trace.name[:-len(".json.gz")]
         _copy_writable(trace, root / "kineto" / trace.name)
         kineto[name] = root / "kineto" / trace.name
-    _copy_writable(shared / "ascend" / "JOB3", root / "ascend" / "JOB3")
-    _copy_writable(shared / "ascend" / "run_1_gold", root / "mindspore_gold" / "run_1")
-    ms_cpu_src = next(p for p in sorted((shared / "mindspore_cpu").iterdir()) if p.is_dir())
+    _copy_writable(captures / "ascend" / "JOB3", root / "ascend" / "JOB3")
+    _copy_writable(captures / "ascend" / "run_1_gold", root / "mindspore_gold" / "run_1")
+    ms_cpu_src = next(p for p in sorted((captures / "mindspore_cpu").iterdir()) if p.is_dir())
     _copy_writable(ms_cpu_src, root / "mindspore_cpu" / ms_cpu_src.name)
     return Seeds(root=root, profview=profview, kineto=kineto, job=root / "ascend" / "JOB3",
                  ms_cpu=root / "mindspore_cpu" / ms_cpu_src.name, ms_gold=root / "mindspore_gold" / "run_1",

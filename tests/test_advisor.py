@@ -351,14 +351,14 @@ def test_every_threshold_is_documented_with_its_default():
 # ----------------------------------------------------------------------------- real captures
 
 
-def test_real_ascend_capture(shared_data):
+def test_real_ascend_capture(captures):
     """WideDeep on an Ascend 910 (MindInsight's JOB3): exposed all-reduce, in MindSpore's terms.
 
     Its HWTS log (a ring buffer) holds the tasks of 15 of the 322 steps: op figures are per
     captured step (188 tasks a step), not the 9 a step that dividing by every step would give."""
     from viewer.inputs import load_input
 
-    run = load_input(shared_data / "ascend" / "JOB3")[0]
+    run = load_input(captures / "ascend" / "JOB3")[0]
     report = run.report
     assert report["framework"] == "mindspore" and report["verdict"] == "comm_bound"
     f = report["findings"][0]
@@ -373,10 +373,10 @@ def test_real_ascend_capture(shared_data):
     assert all(x["metrics"]["ops_per_step"] > 150 for x in launch)
 
 
-def test_real_mindspore_cpu_capture_is_balanced(shared_data):
+def test_real_mindspore_cpu_capture_is_balanced(captures):
     from viewer.inputs import load_input
 
-    report = load_input(shared_data / "mindspore_cpu")[0].report
+    report = load_input(captures / "mindspore_cpu")[0].report
     assert report["verdict"] == "balanced" and report["framework"] == "mindspore"
     low = [f for f in report["findings"] if f["kind"] == "op_hotspot"]
     assert low and low[0]["severity"] == "low" and "Conv2D" in low[0]["title"] and "amp_level" in low[0]["suggestion"]

@@ -9,8 +9,8 @@ from profiler.export.mindspore import short_op_name
 GRAPH_DESC = "ascend/JOB3/Framework.host.vm.graph_desc_info.1.slice_0"
 
 
-def test_vm_graph_line_from_job3(shared_data: Path):
-    first = (shared_data / GRAPH_DESC).read_text().splitlines()[0]
+def test_vm_graph_line_from_job3(captures: Path):
+    first = (captures / GRAPH_DESC).read_text().splitlines()[0]
     name, op_type, op_info = parse_graph_line(first, "vm")
     assert (name, op_type) == ("Default/AssignAdd-op414", "AssignAdd")
     assert op_info == {f"{d}_{k}": {"format": "DefaultFormat", "data_type": "NUMBER_TYPE_INT32", "shape": "1"}

@@ -25,9 +25,9 @@ def _sequential_pairs(log_type: list[int], name: list[str]) -> list[int]:
     return pairs
 
 
-def test_job3_pairing_equals_the_sequential_walk(shared_data: Path):
-    records, problems = hwts.decode_hwts(join_slices([shared_data / JOB3_HWTS]))
-    tasks, _ = framework_desc.parse_task_desc(join_slices([shared_data / JOB3_TASK_DESC]))
+def test_job3_pairing_equals_the_sequential_walk(captures: Path):
+    records, problems = hwts.decode_hwts(join_slices([captures / JOB3_HWTS]))
+    tasks, _ = framework_desc.parse_task_desc(join_slices([captures / JOB3_TASK_DESC]))
     names = framework_desc.op_names(tasks)
     by_task_id = dict(zip(tasks["task_id"], tasks["full_name"]))
     mapped = [(t, by_task_id[k], s) for t, k, s in

@@ -18,12 +18,12 @@ NEEDED = [HWTS, TASK_DESC, "Framework.host.vm.graph_desc_info.1.slice_0", "Frame
 
 
 @pytest.fixture
-def job_copy(shared_data: Path, tmp_path: Path) -> Path:
+def job_copy(captures: Path, tmp_path: Path) -> Path:
     """A writable copy of the JOB3 files the parser needs."""
     job = tmp_path / "JOB3"
     (job / "data").mkdir(parents=True)
     for name in NEEDED:
-        shutil.copyfile(shared_data / "ascend" / "JOB3" / name, job / name)
+        shutil.copyfile(captures / "ascend" / "JOB3" / name, job / name)
     return job
 
 
@@ -45,7 +45,7 @@ def test_truncated_hwts_record_is_reported_with_file_and_offset(job_copy: Path):
     assert len(job.executions) == 2817 and len(job.steps) == 322  # the lost record is an unmapped device task
 
 
-def test_invalid_record_type_is_skipped_and_outputs_stay_identical(job_copy: Path, shared_data: Path, tmp_path: Path):
+def test_invalid_record_type_is_skipped_and_outputs_stay_identical(job_copy: Path, captures: Path, tmp_path: Path):
     path = job_copy / HWTS
     data = path.read_bytes()
     bogus = bytes([0x06]) + data[101 * 64 + 1: 102 * 64]  # record 101 with its type set to 6
@@ -54,7 +54,7 @@ def test_invalid_record_type_is_skipped_and_outputs_stay_identical(job_copy: Pat
     assert job.warnings == [f"{HWTS} at byte {101 * 64}: 1 HWTS record(s) of invalid type [6] skipped (first here)"]
     assert len(job.hwts) == 62847
     out = tmp_path / "out"
-    gold = shared_data / "ascend" / "run_1_gold"
+    gold = captures / "ascend" / "run_1_gold"
     for written in write_mindspore_outputs(job, out):
         assert written.read_bytes() == (gold / written.name).read_bytes(), written.name
 
@@ -109,7 +109,7 @@ def test_truncated_training_trace_drops_the_incomplete_last_step(job_copy: Path)
     assert len(job.steps) == 321 and job.steps["step_num"].max() == 321
 
 
-def test_malformed_task_desc_line_is_skipped(job_copy: Path, shared_data: Path):
+def test_malformed_task_desc_line_is_skipped(job_copy: Path, captures: Path):
     path = job_copy / TASK_DESC
     lines = path.read_text().splitlines(keepends=True)
     broken_op = lines[5].split(" ")[0]
@@ -120,7 +120,7 @@ def test_malformed_task_desc_line_is_skipped(job_copy: Path, shared_data: Path):
     assert job.warnings == [f"{TASK_DESC} at byte {offset}: malformed task_desc line skipped: "
                             f"{lines[5].rstrip()[:80]!r}"]
     assert broken_op not in job.op_names
-    timeline = (shared_data / "ascend" / "run_1_gold" / "output_timeline_data_1.txt").read_text().splitlines()
+    timeline = (captures / "ascend" / "run_1_gold" / "output_timeline_data_1.txt").read_text().splitlines()
     runs_of_broken_op = sum(line.startswith(broken_op + ",") for line in timeline)
     assert runs_of_broken_op == 15 and len(job.executions) == 2817 - runs_of_broken_op
 

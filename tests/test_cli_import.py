@@ -24,8 +24,8 @@ def documented_mindspore_files(device: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ascend(shared_data: Path) -> Path:
-    return shared_data / "ascend"
+def ascend(captures: Path) -> Path:
+    return captures / "ascend"
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +79,9 @@ def test_import_ascend_multi_device_job_gives_one_rank_per_device(tmp_path):
     assert [r.rank for r in load_input(job)] == [0, 2]          # `profview JOB` opens every device
 
 
-def test_import_kineto_gives_a_directory_the_viewer_opens(shared_data, tmp_path):
+def test_import_kineto_gives_a_directory_the_viewer_opens(captures, tmp_path):
     out = tmp_path / "out"
-    result = profview("import-kineto", shared_data / "kineto" / "sampled_rank-1.json.gz", "-o", out)
+    result = profview("import-kineto", captures / "kineto" / "sampled_rank-1.json.gz", "-o", out)
     assert result.returncode == 0, result.stderr
     info = json.loads((out / "profiler_info_1.json").read_text())
     assert info["data_origin"] == "kineto"
@@ -99,14 +99,14 @@ def test_profview_opens_a_job_directory(ascend, tmp_path):
 
 
 @pytest.mark.parametrize("path", ["ascend/run_1_gold", "mindspore_cpu/cnn_50steps_ascend_ms"])
-def test_profview_opens_a_mindspore_directory(shared_data, path):
-    result = profview(shared_data / path, "--summary")
+def test_profview_opens_a_mindspore_directory(captures, path):
+    result = profview(captures / path, "--summary")
     assert result.returncode == 0, result.stderr
     assert "Step breakdown" in result.stdout
 
 
-def test_profview_opens_a_trace(shared_data):
-    result = profview(shared_data / "kineto" / "alexnet.json.gz", "--summary")
+def test_profview_opens_a_trace(captures):
+    result = profview(captures / "kineto" / "alexnet.json.gz", "--summary")
     assert result.returncode == 0, result.stderr
     assert "Top ops" in result.stdout
 

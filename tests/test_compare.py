@@ -140,8 +140,8 @@ def kernel_totals(path: Path) -> dict[str, tuple[int, float]]:
     return {k: (n, ms) for k, (n, ms) in out.items()}
 
 
-def test_kineto_diff_control_vs_test(shared_data, tmp_path):
-    control, test = shared_data / "kineto" / "diff_control.json.gz", shared_data / "kineto" / "diff_test.json.gz"
+def test_kineto_diff_control_vs_test(captures, tmp_path):
+    control, test = captures / "kineto" / "diff_control.json.gz", captures / "kineto" / "diff_test.json.gz"
     c = comparison(load_input(control), load_input(test))
     base, new = kernel_totals(control), kernel_totals(test)
     assert set(c.ops["device"]) == {"cpu", "cuda"}     # one GPU each (cuda:3, then cuda:1): compared by kind

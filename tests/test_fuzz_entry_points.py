@@ -4,7 +4,7 @@ The rule (docs/viewer.md, "Bad input"): a damaged input gives one clear sentence
 non-zero exit — never a Python traceback, a hang (> 60 s) or a death by signal — and exit 0 only
 when the input was still valid. Each test item is one (entry point, mutation); hypothesis draws
 the mutation's integer seed (which file, where, what value), tests/fuzzing.py builds the damaged copy of a
-valid seed (a real profview recording, the shared Kineto traces, Ascend JOB3, MindSpore outputs),
+valid seed (a real profview recording, the real Kineto traces, Ascend JOB3, MindSpore outputs),
 runs the CLI of this checkout in a subprocess and judges the answer.
 
 Examples are derandomised (the same ones on every run, so CI is reproducible) and few, so the file
@@ -38,12 +38,7 @@ PARAMS = [pytest.param(entry, mutation, id=f"{entry}-{mutation}")
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory) -> fz.Seeds:
-    shared = fz.shared_data_dir()
-    if shared is None:
-        if os.environ.get("CI"):
-            pytest.fail("shared data not found (set PROFVIEW_SHARED_DATA)")
-        pytest.skip("shared data not found (set PROFVIEW_SHARED_DATA)")
-    return fz.build_seeds(tmp_path_factory.mktemp("fuzz-seeds"), shared)
+    return fz.build_seeds(tmp_path_factory.mktemp("fuzz-seeds"))
 
 
 @pytest.fixture(scope="module")

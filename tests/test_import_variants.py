@@ -89,8 +89,8 @@ def _torch_1_13(doc: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def nccl(shared_data: Path):
-    path = shared_data / "kineto" / "nccl_data.json.gz"
+def nccl(captures: Path):
+    path = captures / "kineto" / "nccl_data.json.gz"
     return path, _load(path), read_kineto_trace(path)
 
 
@@ -127,9 +127,9 @@ def test_times_as_text_and_plain_json_give_the_identical_run(nccl, tmp_path: Pat
     assert run.info["origin_unix_ns"] == original.info["origin_unix_ns"]
 
 
-def test_args_and_header_variants(shared_data: Path, tmp_path: Path):
+def test_args_and_header_variants(captures: Path, tmp_path: Path):
     """args absent or not an object, deviceProperties / distributedInfo absent or odd, rank as text."""
-    path = shared_data / "kineto" / "sampled_rank-1.json.gz"
+    path = captures / "kineto" / "sampled_rank-1.json.gz"
     doc, original = _load(path), read_kineto_trace(path)
     out = copy.deepcopy(doc)
     for i, e in enumerate(out["traceEvents"]):
@@ -269,11 +269,11 @@ def test_mindspore_2x_ascend_output_is_named_in_the_refusal(tmp_path: Path):
 # ----------------------------------------------------------------------------- MindSpore 2.x (CPU)
 
 
-def test_mindspore_cpu_times_since_boot_and_damaged_launches(shared_data: Path, tmp_path: Path):
+def test_mindspore_cpu_times_since_boot_and_damaged_launches(captures: Path, tmp_path: Path):
     """The 2.x CPU layout with launch times in ns since boot instead of Unix ns (no Unix anchor:
     origin_unix_ns 0, the same op table), and launches whose numbers are damaged (`nan`, `-0.5`,
     a 25-digit start) left out with the lines named, the rest intact."""
-    source = shared_data / "mindspore_cpu" / "cnn_50steps_ascend_ms"
+    source = captures / "mindspore_cpu" / "cnn_50steps_ascend_ms"
     (original,) = read_mindspore_dir(source)
     variant = tmp_path / "cnn_ms"
     (variant / "FRAMEWORK").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""Kineto (PyTorch profiler) trace import, checked on the real traces in shared/data/kineto
+"""Kineto (PyTorch profiler) trace import, checked on the real traces in tests/data/kineto
 against HolisticTraceAnalysis and against counts taken straight from the raw JSON."""
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 
 
 @pytest.fixture(scope="session")
-def kineto_dir(shared_data: Path) -> Path:
-    return shared_data / "kineto"
+def kineto_dir(captures: Path) -> Path:
+    return captures / "kineto"
 
 
 def raw_trace(path: Path) -> dict:

@@ -20,8 +20,8 @@ STEP_TRACE = "step_trace_raw_1_detail_time.csv"
 
 
 @pytest.fixture(scope="module")
-def cpu_dir(shared_data: Path) -> Path:
-    return shared_data / "mindspore_cpu" / "cnn_50steps_ascend_ms"
+def cpu_dir(captures: Path) -> Path:
+    return captures / "mindspore_cpu" / "cnn_50steps_ascend_ms"
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,8 @@ def test_gold_2020_import_counts(gold_run, gold: Path):
     assert gold_run.spans["dur_ns"].sum() == 10 * sum(reduce_cells)
 
 
-def test_gold_import_equals_the_raw_job_parse(gold_run, shared_data: Path):
-    raw_run = to_run(read_ascend_job(shared_data / "ascend" / "JOB3"))
+def test_gold_import_equals_the_raw_job_parse(gold_run, captures: Path):
+    raw_run = to_run(read_ascend_job(captures / "ascend" / "JOB3"))
     imported, parsed = _tables(gold_run), _tables(raw_run)
     for table in ("ops", "steps", "spans", "threads"):
         pd.testing.assert_frame_equal(imported[table], parsed[table], obj=table)
@@ -218,11 +218,11 @@ def test_nothing_usable_is_one_sentence(tmp_path: Path):
         read_mindspore_dir(empty)
 
 
-def test_detectors(gold: Path, cpu_dir: Path, shared_data: Path, tmp_path: Path):
+def test_detectors(gold: Path, cpu_dir: Path, captures: Path, tmp_path: Path):
     assert is_mindspore_dir(gold) and is_mindspore_dir(cpu_dir)
     assert is_mindspore_dir(cpu_dir.parent)  # a directory of profiler output directories
     assert len(read_mindspore_dir(cpu_dir.parent)) == 1
-    assert not is_mindspore_dir(shared_data / "ascend" / "JOB3") and not is_mindspore_dir(tmp_path)
+    assert not is_mindspore_dir(captures / "ascend" / "JOB3") and not is_mindspore_dir(tmp_path)
     assert not is_mindspore_dir(tmp_path / "missing")
 
 

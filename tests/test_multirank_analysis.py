@@ -165,13 +165,13 @@ def kernel_breakdown_from_json(path) -> dict:
     return out
 
 
-def test_two_imported_gpu_ranks_breakdown_and_cluster(shared_data, tmp_path):
+def test_two_imported_gpu_ranks_breakdown_and_cluster(captures, tmp_path):
     from profiler.analysis.results import analyse_run
     from profiler.analysis.steps import ensure_steps
     from profiler.export.cluster import write_cluster_files
     from profiler.importers.kineto import read_kineto_traces
 
-    paths = [shared_data / "kineto" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
+    paths = [captures / "kineto" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
     runs = read_kineto_traces(paths)
     analyses = {run.rank: analyse_run(ensure_steps(run)) for run in runs}
     doc, table = cluster_summary({r: a.run.info for r, a in analyses.items()},

@@ -125,10 +125,10 @@ def _cuts(codes, start, dur):
 # ----------------------------------------------------------------------------- real captures
 
 
-def test_mindspore_cpu_capture_has_its_50_steps_each_with_the_whole_graph(shared_data):
+def test_mindspore_cpu_capture_has_its_50_steps_each_with_the_whole_graph(captures):
     """Graph mode: every kernel of the graph runs once per step, so each of the 50 steps holds the same
     43 launches; steps tile the capture and begin with the graph's first kernel."""
-    run = read_mindspore_dir(shared_data / "mindspore_cpu" / "cnn_50steps_ascend_ms")[0]
+    run = read_mindspore_dir(captures / "mindspore_cpu" / "cnn_50steps_ascend_ms")[0]
     with pytest.warns(ProfilerUsageWarning, match=r"no step markers: steps inferred .* period 43 ops, 50 steps"):
         run = ensure_steps(run)
     steps = run.steps
@@ -152,9 +152,9 @@ def test_mindspore_cpu_capture_has_its_50_steps_each_with_the_whole_graph(shared
     assert "period 43 ops, 50 steps" in key_figures(analysis.extra_json["report"]).note
 
 
-def test_summary_shows_how_the_steps_were_found(shared_data):
+def test_summary_shows_how_the_steps_were_found(captures):
     """`profview DIR --summary` (and the Overview: the same key figures) says the steps are inferred."""
-    done = subprocess.run([sys.executable, "-m", "viewer.cli", str(shared_data / "mindspore_cpu"), "--summary"],
+    done = subprocess.run([sys.executable, "-m", "viewer.cli", str(captures / "mindspore_cpu"), "--summary"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "steps inferred from the op launch sequence (cpu thread 0): period 43 ops, 50 steps" in done.stdout
@@ -169,10 +169,10 @@ def _without_step_annotations(path: Path, out: Path) -> Path:
 
 
 @pytest.mark.parametrize("trace", ["diff_control", "diff_test", "nccl_data"])
-def test_kineto_trace_without_profiler_steps_gets_as_many_steps(shared_data, tmp_path, trace):
+def test_kineto_trace_without_profiler_steps_gets_as_many_steps(captures, tmp_path, trace):
     """The same trace with its ProfilerStep#N annotations taken out: as many steps, +-1 at the edges
     (the cut lands after the optimizer step, the annotation at prof.step()), and the same step time."""
-    path = shared_data / "kineto" / f"{trace}.json.gz"
+    path = captures / "kineto" / f"{trace}.json.gz"
     marked = read_kineto_trace(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -185,10 +185,10 @@ def test_kineto_trace_without_profiler_steps_gets_as_many_steps(shared_data, tmp
     assert inferred_ms == pytest.approx(marked_ms, rel=0.15)
 
 
-def test_kineto_trace_without_profiler_steps_is_cut_after_the_optimizer(shared_data, tmp_path):
+def test_kineto_trace_without_profiler_steps_is_cut_after_the_optimizer(captures, tmp_path):
     """nccl_data's loop ends each iteration with optimizer.step() and prof.step(): the inferred steps
     begin within 1 ms of the annotations (after the Optimizer.step#SGD.step annotation ends)."""
-    path = shared_data / "kineto" / "nccl_data.json.gz"
+    path = captures / "kineto" / "nccl_data.json.gz"
     marked = read_kineto_trace(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

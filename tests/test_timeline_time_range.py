@@ -34,8 +34,8 @@ def shifted_gold(gold: Path, out: Path) -> Path:
     return out
 
 
-def test_huge_device_times_give_a_report_and_exact_timelines(shared_data, tmp_path):
-    run = shifted_gold(shared_data / "ascend" / "run_1_gold", tmp_path / "gold_shifted")
+def test_huge_device_times_give_a_report_and_exact_timelines(captures, tmp_path):
+    run = shifted_gold(captures / "ascend" / "run_1_gold", tmp_path / "gold_shifted")
     report = tmp_path / "r.html"
     result = subprocess.run([sys.executable, "-m", "viewer.cli", str(run), "-o", str(report)],
                             capture_output=True, text=True, env=ENV, cwd=REPO, timeout=600)
