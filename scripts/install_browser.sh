@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Headless Chromium + ChromeDriver for the browser tests (Debian packages), and the offline
-# speedscope build used to check that our Chrome trace loads in a third-party viewer.
+# Headless Chromium + ChromeDriver for the browser tests (Debian packages). (The offline speedscope
+# build that checks our Chrome trace in a third-party viewer is installed by its test, with npm.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
