@@ -167,6 +167,10 @@ class ClockInfo(TypedDict, total=False):
     tick_ns: int                  # device counters: ns per tick
     note: str                     # why the origin is what it is
     host_start: dict[str, int]    # Ascend: host_start.log's clock readings
+    offset_method: str            # recordings: how the offset to rank 0 was found (capture/distributed.py)
+    offset_to_rank0_ns: Optional[int]
+    offset_uncertainty_ns: Optional[int]
+    offset_rounds: int
 
 
 class RecordingInfo(TypedDict, total=False):

@@ -33,6 +33,7 @@ from profiler.model import (
     STEP_COLUMNS,
     THREAD_COLUMNS,
     Run,
+    RunInfo,
 )
 from profiler.importers.kineto_events import (
     Coded,
@@ -696,7 +697,7 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
 
 
 def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock: _Clock,
-          warnings: list[str]) -> dict[str, Any]:
+          warnings: list[str]) -> RunInfo:
     """Run metadata: rank / world size, clock origin, devices, versions, import counts."""
     dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
     host_pids = cols.pid[kind == HOST_OP]
