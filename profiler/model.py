@@ -5,14 +5,14 @@ MindSpore importer all turn into. Analysis functions take its DataFrames and ret
 the exporters write the profview output directory from it.
 
 Time: every `*_ns` column is int64 nanoseconds on the run's own clock, counted from the run's
-origin (`info["origin_unix_ns"]` is the Unix time of that origin, so absolute time =
+origin (`info["clock"]["origin_unix_ns"]` is the Unix time of that origin, so absolute time =
 origin_unix_ns + t). Columns keep a fixed order and dtype so that output files are
 deterministic.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -152,11 +152,93 @@ def _valid_one(value: Any) -> Any:
     return valid_text(value) if isinstance(value, str) else value
 
 
+#: The data_origin of runs profview recorded itself (importers name theirs: profiler.importers.registry).
+NATIVE_ORIGIN = "profview"
+
+
+class ClockInfo(TypedDict, total=False):
+    """`RunInfo.clock`: where the run's time 0 is."""
+
+    clock: str                    # which clock the times are on: perf_counter_ns, "kineto: <rule>", ascend_syscnt, ...
+    origin_unix_ns: int           # Unix time of the run's time 0 (0: unknown)
+    origin_monotonic_ns: int      # recordings: the perf_counter_ns reading of time 0
+    origin_device_ns: int         # imported device logs: the device clock's reading of time 0
+    origin_ts_us: float           # Kineto: the trace's ts of time 0
+    tick_ns: int                  # device counters: ns per tick
+    note: str                     # why the origin is what it is
+    host_start: dict[str, int]    # Ascend: host_start.log's clock readings
+    offset_method: str            # recordings: how the offset to rank 0 was found (capture/distributed.py)
+    offset_to_rank0_ns: Optional[int]
+    offset_uncertainty_ns: Optional[int]
+    offset_rounds: int
+
+
+class RecordingInfo(TypedDict, total=False):
+    """`RunInfo.recording`: what the raw store held and what was lost on the way (docs/formats.md)."""
+
+    events: int
+    dropped_events: int
+    dropped_reason: str
+    events_outside_windows: int
+    unmatched_span_events: int
+    torn_chunks: int
+    damaged_chunks: list[dict[str, Any]]
+    lost_events: int
+    duplicate_chunks: int
+    stopped_cleanly: bool
+    memory_budget_bytes: Optional[int]
+    raw_files: list[str]
+
+
+class RunInfo(TypedDict, total=False):
+    """Everything known about a run besides its tables: the one definition of its fields.
+
+    It is written as profiler_info_{rank}.json (docs/formats.md): every field any source fills is
+    declared here, and a reader reads only these fields. A field a source does not know is absent.
+    """
+
+    schema_version: int
+    tool: str
+    tool_version: str
+    recorded_with: Optional[str]              # the profview version that recorded the raw store
+    data_origin: str                          # NATIVE_ORIGIN, or the importer that read the capture
+    source_path: str                          # imports: the capture that was read
+    rank: int
+    world_size: int
+    distributed_backend: str                  # Kineto: distributedInfo.backend
+    host: str
+    pid: int
+    device_id: int                            # imported device captures: the device the run is
+    framework_versions: dict[str, str]
+    devices: list[dict[str, Any]]             # Kineto: deviceProperties
+    origin_unix_ns: int                       # Kineto: the same as clock.origin_unix_ns
+    clock: ClockInfo
+    sources: dict[str, dict[str, Any]]        # per source (or per imported file kind): status, files, ...
+    config: dict[str, Any]                    # the Profiler's options
+    recording: RecordingInfo
+    overhead: dict[str, Any]                  # per_event_ns, flush_ms; total_ms once analysed
+    step_tid: int                             # the thread whose step() calls cut the steps (-1: none)
+    steps: dict[str, Any]                     # count (first, last once analysed)
+    step_boundaries: dict[str, Any]           # set when steps were inferred: analysis.steps.StepInference
+    steps_from: str                           # with reference devices: "npu:<id>" or "host"
+    ascend_devices: list[dict[str, Any]]      # with reference devices: one entry per device merged
+    kineto: dict[str, Any]                    # Kineto: schema_version, trace_name, events, not_imported
+    ascend: dict[str, Any]                    # Ascend JOB: job_dir, backend, record counts, fp / bp ops
+    mindspore: dict[str, Any]                 # MindSpore: layout, device
+    warnings: list[str]
+    outputs: list[str]                        # written last by the writer: every file of the rank
+
+
+def data_origin(info: RunInfo) -> str:
+    """Who measured the run: NATIVE_ORIGIN unless an importer read it."""
+    return str(info.get("data_origin", NATIVE_ORIGIN))
+
+
 @dataclass
 class Run:
     """Everything known about one rank of one profiled run, as tables."""
 
-    info: dict[str, Any] = field(default_factory=dict)
+    info: RunInfo = field(default_factory=RunInfo)
     ops: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_COLUMNS))
     spans: pd.DataFrame = field(default_factory=lambda: empty_frame(SPAN_COLUMNS))
     instants: pd.DataFrame = field(default_factory=lambda: empty_frame(INSTANT_COLUMNS))

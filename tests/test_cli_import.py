@@ -1,4 +1,5 @@
-"""`profview import-ascend` / `import-kineto`, and `profview PATH` opening Ascend JOB, MindSpore and Kineto inputs."""
+"""`profview import` (and its aliases `import-ascend` / `import-kineto`), and `profview PATH` opening Ascend JOB,
+MindSpore and Kineto inputs."""
 from __future__ import annotations
 
 import json
@@ -55,8 +56,9 @@ def test_import_ascend_both_writes_our_outputs_as_rank_of_the_device(imported_jo
 
 
 @pytest.mark.parametrize("fmt, ours, theirs", [("profview", True, False), ("mindspore", False, True)])
-def test_import_ascend_formats(ascend, tmp_path, fmt, ours, theirs):
-    result = profview("import-ascend", ascend / "JOB3", "-o", tmp_path / "out", "--format", fmt)
+@pytest.mark.parametrize("command", ["import", "import-ascend"])
+def test_import_ascend_formats(ascend, tmp_path, command, fmt, ours, theirs):
+    result = profview(command, ascend / "JOB3", "-o", tmp_path / "out", "--format", fmt)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "step_trace_1.csv").exists() == ours
     assert (tmp_path / "out" / "step_trace_raw_1_detail_time.csv").exists() == theirs
@@ -89,6 +91,42 @@ def test_import_kineto_gives_a_directory_the_viewer_opens(captures, tmp_path):
     report = profview(out, "--output", html)
     assert report.returncode == 0, report.stderr
     assert html.stat().st_size > 1_000_000
+
+
+def test_import_recognises_every_format(captures, tmp_path):
+    """One command for every format: the format is found from the input, ranks as each importer gives them."""
+    for source, rank, origin, steps in [("kineto/sampled_rank-1.json.gz", 1, "kineto", 2),
+                                        ("ascend/JOB3", 1, "ascend", 322),
+                                        ("ascend/run_1_gold", 1, "mindspore", 322),
+                                        ("mindspore_cpu/cnn_50steps_ascend_ms", 0, "mindspore", 50)]:
+        out = tmp_path / source.replace("/", "_")
+        result = profview("import", captures / source, "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert f"{out / f'profiler_info_{rank}.json'}" in result.stdout.split()
+        info = json.loads((out / f"profiler_info_{rank}.json").read_text())
+        assert (info["data_origin"], info["source_path"]) == (origin, str(captures / source))
+        assert len(pd.read_csv(out / f"step_trace_{rank}.csv")) == steps, source
+
+
+def test_import_bad_inputs(captures, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    assert_one_sentence(profview("import", notes, "-o", tmp_path / "out"), f"{notes} is not a capture profview imports: "
+                        "it is not an Ascend profiling JOB directory, a MindSpore profiler output directory or a "
+                        "PyTorch profiler (Kineto) trace")
+    assert_one_sentence(profview("import", tmp_path / "nope", "-o", tmp_path / "out"), "nope does not exist")
+    done = profview("import", captures / "kineto" / "cpu_only.json.gz", "-o", tmp_path / "done")
+    assert done.returncode == 0, done.stderr
+    assert_one_sentence(profview("import", tmp_path / "done", "-o", tmp_path / "out"),
+                        "is already a profview output directory: open it with `profview")
+    assert_one_sentence(profview("import", captures / "kineto" / "cpu_only.json.gz", "-o", tmp_path / "out",
+                                 "--format", "both"),
+                        "is read as a PyTorch profiler (Kineto) trace, which is imported as profview outputs only")
+    assert_one_sentence(profview("import", notes, "-o", tmp_path / "out", "--from", "nsight"),
+                        "no importer is called 'nsight'; the formats are ascend (Ascend profiling JOB directory), "
+                        "mindspore (MindSpore profiler output directory), kineto (PyTorch profiler (Kineto) trace)")
+    assert_one_sentence(profview("import", notes, "-o", tmp_path / "out", "--from", "kineto"), "not valid JSON")
+    assert not (tmp_path / "out").exists()
 
 
 def test_profview_opens_a_job_directory(ascend, tmp_path):

@@ -513,11 +513,17 @@ def test_truncated_gzip(tmp_path: Path, kineto_dir: Path) -> None:
     assert _error(path).startswith(f"Kineto trace {path} is a corrupt or truncated gzip file (")
 
 
-@pytest.mark.parametrize("content", ['{"schemaVersion": 1}', "[]", '{"traceEvents": {}}'])
+@pytest.mark.parametrize("content", ['{"schemaVersion": 1}', '"traceEvents"', '{"traceEvents": {}}'])
 def test_json_without_trace_events(tmp_path: Path, content: str) -> None:
     path = tmp_path / "other.json"
     path.write_text(content)
     assert _error(path) == f"{path} is not a Kineto trace: it has no traceEvents list."
+
+
+def test_an_empty_event_array_is_a_trace_without_events(tmp_path: Path) -> None:
+    path = tmp_path / "other.json"
+    path.write_text("[]")                   # Chrome's "JSON array" format, with no event
+    assert _error(path).startswith(f"Kineto trace {path} has no usable events: none of its 0 events")
 
 
 def test_events_missing_required_keys(tmp_path: Path) -> None:

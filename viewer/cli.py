@@ -1,4 +1,4 @@
-"""The `profview` command: view a profiled run, re-run its analysis, and (later) import and compare.
+"""The `profview` command: view a profiled run, re-run its analysis, import captures, compare runs.
 
     profview DIR                 build the HTML report and serve it on 127.0.0.1
     profview DIR --output F      write the report to F only
@@ -7,16 +7,17 @@
     profview compare BASE NEW    BASE -> NEW: step-time, op and queue deltas, findings, a CI verdict
     profview watch DIR           a live terminal view of a recording as it grows
     profview run SCRIPT [ARGS]   run a script with profiling on (no code change), watch it live
-    profview import-ascend JOB -o OUT    an Ascend JOB directory -> profview (and/or MindSpore) outputs
-    profview import-kineto TRACE -o OUT  a PyTorch profiler (Kineto) trace -> profview outputs
+    profview import PATH -o OUT  a capture (Kineto trace, Ascend JOB, MindSpore directory, ...) -> profview outputs
+                                 (import-kineto / import-ascend: the same with the format named)
 
-`profview DIR` also opens a Kineto trace, an Ascend JOB directory or a MindSpore profiler output
-directory directly (viewer/inputs.py). Subcommands live in COMMANDS: adding one is one entry.
+`profview DIR` also opens any capture `profview import` reads, directly (viewer/inputs.py); the formats
+are those of profiler.importers.registry. Subcommands live in COMMANDS: adding one is one entry.
 Every failure the user can fix is reported as one sentence on stderr with a non-zero exit.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -248,33 +249,32 @@ def run_analyse(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_import_ascend(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", metavar="JOB_DIR", type=Path,
-                   help="an Ascend profiling JOB directory (hwts.log.data..., training_trace..., Framework...), "
-                        "or a directory of JOB* directories")
+def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = None) -> None:
+    """`profview import`'s arguments; an alias (`import-kineto`) names its format instead of --from."""
+    p.add_argument("path", metavar="PATH", type=Path,
+                   help="a capture: a PyTorch profiler (Kineto) trace (.json or .json.gz), an Ascend profiling JOB "
+                        "directory (or a directory of JOB* directories), a MindSpore profiler output directory, or "
+                        "a format an installed package adds; its format is recognised from its content")
     p.add_argument("-o", "--output", metavar="OUT_DIR", type=Path, required=True, help="where to write the outputs")
-    p.add_argument("--format", choices=sorted(ASCEND_FORMATS), default="profview",
-                   help="profview: one rank per device (default); mindspore: the MindSpore/MindInsight 2020 "
-                        "files of each device; both")
+    if data_origin is None:
+        p.add_argument("--from", dest="data_origin", metavar="FORMAT",
+                       help="read PATH as this format instead of recognising it: kineto, ascend, mindspore, or an "
+                            "installed one")
+    else:
+        p.set_defaults(data_origin=data_origin)
+    if data_origin in (None, "ascend"):
+        p.add_argument("--format", choices=sorted(ASCEND_FORMATS), default="profview",
+                       help="profview: one rank per device (default); mindspore: the MindSpore/MindInsight 2020 files "
+                            "of each device of an Ascend JOB directory; both")
+    else:
+        p.set_defaults(format="profview")
 
 
-def run_import_ascend(args: argparse.Namespace) -> int:
-    """Import an Ascend JOB directory (profiler.postprocess.imported.import_ascend_job) and list the files written."""
-    from profiler.postprocess.imported import import_ascend_job
+def run_import(args: argparse.Namespace) -> int:
+    """Import a capture (profiler.postprocess.imported.import_capture) and list the files written."""
+    from profiler.postprocess.imported import import_capture
 
-    return _print_paths(import_ascend_job(args.job, args.output, ASCEND_FORMATS[args.format]))
-
-
-def _configure_import_kineto(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", metavar="TRACE", type=Path, help="a PyTorch profiler trace (.json or .json.gz)")
-    p.add_argument("-o", "--output", metavar="OUT_DIR", type=Path, required=True, help="where to write the outputs")
-
-
-def run_import_kineto(args: argparse.Namespace) -> int:
-    """Import a Kineto trace (profiler.postprocess.imported.import_kineto_trace) and list the files written."""
-    from profiler.postprocess.imported import import_kineto_trace
-
-    return _print_paths(import_kineto_trace(args.trace, args.output))
+    return _print_paths(import_capture(args.path, args.output, args.data_origin, ASCEND_FORMATS[args.format]))
 
 
 def _configure_watch(p: argparse.ArgumentParser) -> None:
@@ -335,10 +335,13 @@ COMMANDS: dict[str, Command] = {
     "watch": Command("follow a recording live in the terminal as its raw store grows: step rate and times, the "
                      "split, the advisor's verdict on the recent steps, queues, memory, ranks", _configure_watch,
                      run_watch),
-    "import-ascend": Command("import an Ascend profiling JOB directory into a profview (and/or MindSpore) output "
-                             "directory", _configure_import_ascend, run_import_ascend),
-    "import-kineto": Command("import a PyTorch profiler (Kineto) trace into a profview output directory",
-                             _configure_import_kineto, run_import_kineto),
+    "import": Command("import a capture into a profview output directory: a PyTorch profiler (Kineto) trace, an "
+                      "Ascend JOB directory (--format: and/or its MindSpore files), a MindSpore profiler output "
+                      "directory, or a format an installed package adds", _configure_import, run_import),
+    "import-ascend": Command("the same as `profview import --from ascend` (an Ascend profiling JOB directory)",
+                             functools.partial(_configure_import, data_origin="ascend"), run_import),
+    "import-kineto": Command("the same as `profview import --from kineto` (a PyTorch profiler trace)",
+                             functools.partial(_configure_import, data_origin="kineto"), run_import),
 }
 
 EPILOG = """examples:
@@ -354,10 +357,10 @@ EPILOG = """examples:
   profview ./profiler_data --live             the report of a recording while it runs, refreshed
   profview run train.py --lr 0.1              profile a script with no code change (live view, analysis)
   profview run -o out -m mypackage.train      ... a module, recorded into out/
-  profview import-ascend JOB3 -o out --format both
-                                              Ascend JOB -> profview + MindSpore files
-  profview import-kineto trace.json.gz -o out a PyTorch profiler trace -> profview files
-  profview JOB3 -o report.html                (also a trace or a MindSpore directory) report directly
+  profview import trace.json.gz -o out       a capture (a PyTorch profiler trace, an Ascend JOB or a
+                                              MindSpore directory, ...) -> profview files
+  profview import JOB3 -o out --format both   Ascend JOB -> profview + MindSpore files
+  profview JOB3 -o report.html                (any capture `import` reads) report directly
 
 `profview COMMAND --help` describes a command's options. docs/viewer.md has more."""
 

@@ -37,7 +37,9 @@ from profiler.errors import ProfviewError
 from profiler.formats import PHASE_COLUMNS
 from profiler.analysis.advice_text import OP_FAMILIES, SUGGESTIONS
 from profiler.analysis.steps import analysed_steps, outlier_rule_text, outlier_steps
+from profiler.importers.registry import importer_for
 from profiler.kernels.intervals import covered_ns
+from profiler.model import RunInfo, data_origin
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -201,17 +203,17 @@ def severity_of(pct: float, thresholds: Mapping[str, float]) -> str:
 TORCH_SOURCES = ("torch", "torch_hooks")
 
 
-def framework_of(info: Mapping[str, Any]) -> str:
-    """torch / mindspore / plain: whose terms the suggestions use. A recording that used attach()
-    or torch op capture is a torch run, whether or not framework="torch" was passed."""
-    origin = str(info.get("data_origin", "profview"))
+def framework_of(info: RunInfo) -> str:
+    """torch / mindspore / plain: whose terms the suggestions use. An imported run uses its importer's
+    (Importer.framework); a recording that used attach() or torch op capture is a torch run, whether or
+    not framework="torch" was passed."""
+    importer = importer_for(data_origin(info))
+    imported = importer.framework if importer is not None else "plain"
     config = info.get("config") if isinstance(info.get("config"), Mapping) else {}
     sources = info.get("sources") if isinstance(info.get("sources"), Mapping) else {}
-    if origin == "kineto" or config.get("framework") == "torch" or any(s in sources for s in TORCH_SOURCES):
+    if imported == "torch" or config.get("framework") == "torch" or any(s in sources for s in TORCH_SOURCES):
         return "torch"
-    if origin in ("mindspore", "ascend"):
-        return "mindspore"
-    return "plain"
+    return imported
 
 
 def _share(part_ms: float, inp: AdvisorInput) -> float:

@@ -18,8 +18,9 @@ import pandas as pd
 
 from profiler.analysis.step_trace import GAP_PHASES
 from profiler.errors import ProfilerUsageWarning, ProfviewError
+from profiler.importers.registry import importer_for
 from profiler.kernels.intervals import assign_steps
-from profiler.model import STEP_COLUMNS, Run
+from profiler.model import NATIVE_ORIGIN, STEP_COLUMNS, Run, RunInfo, data_origin
 
 #: Where a run's step boundaries come from (step_trace's step_source column).
 MARKED, INFERRED, WHOLE_RUN = "marked", "inferred", "whole_run"
@@ -37,13 +38,9 @@ GAP_MIN_SHARE = 0.002         # ... and at least this share of the period's dura
 GAP_MIN_NS = 20_000
 _NO_TIME = np.iinfo(np.int64).min
 
-#: How each origin gets exact step boundaries (the end of the inference sentence).
-EXACT_STEPS_ADVICE = {
-    "profview": "call profiler.step() at the end of each iteration for exact boundaries",
-    "kineto": "record with a torch.profiler schedule and prof.step() once per iteration for exact boundaries",
-    "mindspore": "a capture with a step trace (the device's iteration ends) gives exact boundaries",
-    "ascend": "a capture with a training trace (the device's iteration ends) gives exact boundaries",
-}
+#: How a recording gets exact step boundaries (the end of the inference sentence); each importer
+#: says it for its own captures (Importer.exact_steps).
+NATIVE_EXACT_STEPS = "call profiler.step() at the end of each iteration for exact boundaries"
 
 
 @dataclass(frozen=True)
@@ -514,9 +511,9 @@ def infer_steps(run: Run, extent: tuple[int, int]) -> tuple[Optional[pd.DataFram
     return None, StepInference(WHOLE_RUN, "", reason=(reasons[0] + more) if reasons else "nothing was launched"), None
 
 
-def inference_with_note(inference: StepInference, info: Mapping[str, Any]) -> StepInference:
+def inference_with_note(inference: StepInference, info: RunInfo) -> StepInference:
     """The inference with its sentence (the report's and the viewer's)."""
-    advice = EXACT_STEPS_ADVICE.get(str(info.get("data_origin", "profview")), EXACT_STEPS_ADVICE["profview"])
+    advice = exact_steps_advice(info)
     if inference.source == WHOLE_RUN:
         note = f"one step spans the whole capture ({inference.reason}); {advice}"
     else:
@@ -527,6 +524,12 @@ def inference_with_note(inference: StepInference, info: Mapping[str, Any]) -> St
         note = (f"steps inferred from the {what} ({inference.lane}): period {inference.composition}, "
                 f"{inference.steps} steps{partial}; {advice}")
     return StepInference(**{**inference.__dict__, "note": note})
+
+
+def exact_steps_advice(info: RunInfo) -> str:
+    """How the run's kind of capture gets exact step boundaries: its importer's advice, else a recording's."""
+    importer = importer_for(data_origin(info))
+    return importer.exact_steps if importer is not None else NATIVE_EXACT_STEPS
 
 
 def step_source(info: Mapping[str, Any]) -> tuple[str, str]:
@@ -547,12 +550,12 @@ def ensure_steps(run: Run) -> Run:
     if extent is None:
         raise ProfviewError("nothing was recorded: no step, span or op (call profiler.step() at the end of "
                             "each iteration and mark phases with profiler.phase())")
-    origin = run.info.get("data_origin", "profview")
+    origin = data_origin(run.info)
     steps, inference, lane = infer_steps(run, extent)
     if steps is None:
         inference = inference_with_note(inference, run.info)
         steps = steps_from_starts(np.array([extent[0]]), extent[1])
-        if origin == "profview":
+        if origin == NATIVE_ORIGIN:
             message = (f"no profiler.step() call was recorded: the whole recording is analysed as one step "
                        f"(no repeating launch sequence to infer steps from: {inference.reason}; call "
                        f"profiler.step() at the end of each iteration for a per-step breakdown)")
@@ -560,10 +563,10 @@ def ensure_steps(run: Run) -> Run:
             message = (f"the {origin} capture has no step markers: it is analysed as one step spanning the "
                        f"whole capture (no repeating launch sequence to infer steps from: {inference.reason})")
     else:
-        lead = ("no profiler.step() call was recorded" if origin == "profview"
+        lead = ("no profiler.step() call was recorded" if origin == NATIVE_ORIGIN
                 else f"the {origin} capture has no step markers")
         message = f"{lead}: {inference.note}"
-        if origin == "profview" and lane is not None and lane.tid >= 0 and int(run.info.get("step_tid", -1)) < 0:
+        if origin == NATIVE_ORIGIN and lane is not None and lane.tid >= 0 and int(run.info.get("step_tid", -1)) < 0:
             run.info["step_tid"] = lane.tid      # the loop's thread, as a step() call would have named it
     warnings.warn(message, ProfilerUsageWarning, stacklevel=3)
     run.info.setdefault("warnings", []).append(message)

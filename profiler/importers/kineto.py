@@ -17,12 +17,14 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
+from profiler.importers.base import NAMED, NOT_IT, Importer
 from profiler.model import (
     COUNTER_COLUMNS,
     INSTANT_COLUMNS,
@@ -31,6 +33,7 @@ from profiler.model import (
     STEP_COLUMNS,
     THREAD_COLUMNS,
     Run,
+    RunInfo,
 )
 from profiler.importers.kineto_events import (
     Coded,
@@ -43,6 +46,7 @@ from profiler.importers.kineto_events import (
     load_trace_object,
     looks_like_kineto,
     to_int,
+    trace_confidence,
 )
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
 
@@ -130,6 +134,25 @@ def read_kineto_traces(paths: Iterable["str | os.PathLike[str]"]) -> list[Run]:
 def is_kineto_trace(path: "str | os.PathLike[str]") -> bool:
     """True when `path` is a file that looks like a Kineto trace (reads at most its first MiB)."""
     return os.path.isfile(path) and looks_like_kineto(path)
+
+
+#: The names torch.profiler and its users give trace files: a hint when the content is unreadable.
+_TRACE_NAME = re.compile(r"\.json(?:\.gz)?$|\.pt\.trace\.")
+
+
+def kineto_confidence(path: Path) -> float:
+    """How surely `path` is a Kineto trace: from its content (`trace_confidence`), else NAMED when
+    only its name is a trace's (a truncated .json.gz is then read, and refused in one sentence)."""
+    if not os.path.isfile(path):
+        return NOT_IT
+    return max(trace_confidence(path), NAMED if _TRACE_NAME.search(Path(path).name.lower()) else NOT_IT)
+
+
+#: The format, for profiler.importers.registry.
+IMPORTER = Importer(
+    data_origin=SOURCE, title="PyTorch profiler (Kineto) trace", detect=kineto_confidence,
+    read=lambda path: [read_kineto_trace(path)], framework="torch",
+    exact_steps="record with a torch.profiler schedule and prof.step() once per iteration for exact boundaries")
 
 
 def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace") -> Run:
@@ -674,7 +697,7 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
 
 
 def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock: _Clock,
-          warnings: list[str]) -> dict[str, Any]:
+          warnings: list[str]) -> RunInfo:
     """Run metadata: rank / world size, clock origin, devices, versions, import counts."""
     dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
     host_pids = cols.pid[kind == HOST_OP]

@@ -24,6 +24,7 @@ import pandas as pd
 
 from profiler.errors import InputError, ProfviewError
 from profiler.formats import regular_file
+from profiler.importers.base import CERTAIN, NOT_IT, SHAPED
 
 try:
     import orjson
@@ -32,7 +33,7 @@ except ImportError:  # orjson is an optional speed-up
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _NAN = float("nan")
-#: How much of a file `looks_like_kineto` reads: the trace header and its first events.
+#: How much of a file `trace_confidence` reads: the trace header and its first events.
 _SNIFF_BYTES = 1 << 20
 #: Kineto's header key (it comes before traceEvents) and the categories only Kineto writes.
 _KINETO_HEADER = b'"schemaVersion"'
@@ -79,7 +80,8 @@ def _read_bytes(path: Path, limit: int = -1) -> bytes:
 
 
 def load_trace_object(path: "str | os.PathLike[str]") -> dict[str, Any]:
-    """Parse a .json / .json.gz Kineto trace into its top-level JSON object.
+    """Parse a .json / .json.gz Kineto trace into its top-level JSON object (a bare event array,
+    Chrome's "JSON array" format, becomes {"traceEvents": [...]}).
 
     Raises ProfviewError (one sentence naming the file) when the file is missing or unreadable,
     is not a regular file (a FIFO would wait for a writer, /dev/zero never ends), is a corrupt or
@@ -107,24 +109,39 @@ def load_trace_object(path: "str | os.PathLike[str]") -> dict[str, Any]:
         raise ProfviewError(f"Kineto trace {path} is not a trace: its JSON is nested too deeply to read.") from None
     except MemoryError:
         raise ProfviewError(f"Kineto trace {path} is too large to parse in the memory available here.") from None
+    if isinstance(trace, list):         # Chrome's "JSON array" format: the events alone
+        trace = {"traceEvents": trace}
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ProfviewError(f"{path} is not a Kineto trace: it has no traceEvents list.")
     return trace
 
 
 def looks_like_kineto(path: "str | os.PathLike[str]") -> bool:
-    """True when the file (plain or gzip) starts like a Kineto trace: a JSON object with
-    Kineto's `schemaVersion` header, or with `traceEvents` of a category only Kineto writes.
+    """True when the file (plain or gzip) starts like a Kineto trace (`trace_confidence` is CERTAIN)."""
+    return trace_confidence(path) == CERTAIN
 
-    Reads at most the first MiB, so it is cheap enough for a CLI to probe any file.
+
+def trace_confidence(path: "str | os.PathLike[str]") -> float:
+    """How surely the file's content (plain or gzip) is a Kineto trace, from its first MiB only (cheap
+    enough for a CLI to probe any file).
+
+    CERTAIN: a JSON object with Kineto's `schemaVersion` header, or Chrome-trace JSON (an object with
+    `traceEvents`, or the bare event array of Chrome's "JSON array" format) with a category only
+    Kineto writes. SHAPED: Chrome-trace JSON without either. NOT_IT: anything else.
     """
     try:
-        head = _read_bytes(Path(path), _SNIFF_BYTES)
+        head = _read_bytes(Path(path), _SNIFF_BYTES).lstrip()
     except (OSError, EOFError, zlib.error):
-        return False
-    if head.lstrip()[:1] != b"{":
-        return False
-    return _KINETO_HEADER in head or (b'"traceEvents"' in head and _KINETO_CATEGORY.search(head) is not None)
+        return NOT_IT
+    if head[:1] == b"{":
+        if _KINETO_HEADER in head:
+            return CERTAIN
+        shaped = b'"traceEvents"' in head
+    else:
+        shaped = head[:1] == b"[" and head[1:].lstrip()[:1] in (b"{", b"]")
+    if not shaped:
+        return NOT_IT
+    return CERTAIN if _KINETO_CATEGORY.search(head) is not None else SHAPED
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,14 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
-from profiler.model import Run
+from profiler.importers.base import CERTAIN, NOT_IT, SHAPED, Importer
+from profiler.model import Run, RunInfo
 from profiler.importers.ascend.device_run import (SYSCNT_TICK_NS, device_run, dims, input_shapes, lookup,
                                                 op_type_from_name, reduce_spans, shapes_text)
 from profiler.importers.ascend.hwts import MAX_SYSCNT
+
+#: The data_origin of the runs read from a MindSpore / MindInsight output directory.
+DATA_ORIGIN = "mindspore"
 
 _ASCEND_FILES = {
     "step_trace": re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$"),
@@ -40,7 +44,9 @@ _CPU_FILES = {
     "op_detail": re.compile(r"^cpu_op_detail_info_(\d+)\.csv$"),
     "framework": re.compile(r"^cpu_framework_(\d+)\.txt$"),
 }
-_TRACE_VIEW = ("ASCEND_PROFILER_OUTPUT/trace_view.json", "trace_view.json")
+#: MindSpore 2.x's output directories (Ascend outputs, framework files): they name MindSpore even when empty.
+_OUTPUT_DIR, _FRAMEWORK_DIR = "ASCEND_PROFILER_OUTPUT", "FRAMEWORK"
+_TRACE_VIEW = (f"{_OUTPUT_DIR}/trace_view.json", "trace_view.json")
 #: Files of MindSpore 2.x's Ascend device output (not read: named when nothing else is usable).
 _ASCEND_2X_FILES = ("kernel_details.csv", "step_trace_time.csv", "op_statistic.csv")
 
@@ -74,7 +80,7 @@ def _files_by_id(directory: Path, patterns: dict[str, re.Pattern[str]]) -> dict[
 
 def _cpu_dir(directory: Path) -> Path:
     """Where the CPU op files are: FRAMEWORK/ in MindSpore 2.x, the directory itself before."""
-    return directory / "FRAMEWORK" if (directory / "FRAMEWORK").is_dir() else directory
+    return directory / _FRAMEWORK_DIR if (directory / _FRAMEWORK_DIR).is_dir() else directory
 
 
 def _trace_view(directory: Path) -> Path | None:
@@ -105,6 +111,17 @@ def is_mindspore_dir(path: str | Path) -> bool:
     return bool(_profiler_dirs(Path(path)))
 
 
+def mindspore_confidence(path: Path) -> float:
+    """CERTAIN when `path` (or a direct subdirectory) holds MindSpore / MindInsight profiler outputs;
+    SHAPED when it has only MindSpore 2.x's directories (reading it then says that nothing is usable)."""
+    if not path.is_dir():
+        return NOT_IT
+    if is_mindspore_dir(path):
+        return CERTAIN
+    layout = (path / _OUTPUT_DIR).is_dir() or (path / _FRAMEWORK_DIR).is_dir() or any(path.glob(f"*/{_OUTPUT_DIR}"))
+    return SHAPED if layout else NOT_IT
+
+
 def read_mindspore_dir(path: str | Path) -> list[Run]:
     """One Run per device / rank found in a MindSpore / MindInsight profiler output directory."""
     path = Path(path)
@@ -128,6 +145,13 @@ def read_mindspore_dir(path: str | Path) -> list[Run]:
     for unusable in skipped:
         warnings.warn(f"skipped {unusable}", UserWarning, stacklevel=2)
     return runs
+
+
+#: The format, for profiler.importers.registry: one rank per device (Ascend outputs) or rank (CPU outputs).
+IMPORTER = Importer(
+    data_origin=DATA_ORIGIN, title="MindSpore profiler output directory", detect=mindspore_confidence,
+    read=read_mindspore_dir, framework="mindspore",
+    exact_steps="a capture with a step trace (the device's iteration ends) gives exact boundaries")
 
 
 # --- shared parsing helpers --------------------------------------------------------------------
@@ -211,9 +235,9 @@ def _tick_column(column: pd.Series, empty_is_zero: bool) -> tuple[np.ndarray, np
     return np.where(ok, values, 0), ok
 
 
-def _run_info(layout: str, ident: int, device: str, files: dict[str, Path], problems: _Problems) -> dict:
+def _run_info(layout: str, ident: int, device: str, files: dict[str, Path], problems: _Problems) -> RunInfo:
     return {
-        "data_origin": "mindspore",
+        "data_origin": DATA_ORIGIN,
         "rank": ident,
         "device_id": ident,
         "mindspore": {"layout": layout, "device": device},

@@ -1,20 +1,58 @@
-"""Importing foreign captures into a profview output directory (what `profview import-*` runs).
+"""Importing foreign captures into a profview output directory (what `profview import` runs).
 
-Each importer reads a capture into Runs (profiler.importers.*), analyses them like a recording and
-writes the usual outputs, one rank per Run: the viewer and `profview compare` then read the
-directory like any other. Problems with the input raise ProfviewError with one sentence.
+The importer registry (profiler.importers.registry) finds the capture's format and reads it into
+Runs; each is analysed like a recording and written as the usual outputs, one rank per Run: the
+viewer and `profview compare` then read the directory like any other. Problems with the input raise
+ProfviewError with one sentence.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from profiler.errors import ProfviewError
+from profiler.formats import info_files
+from profiler.importers import ascend
+from profiler.importers.base import Importer
+from profiler.importers.registry import detect, formats_sentence, importer_named
 from profiler.model import Run
 
-#: `import-ascend --format` values and the outputs each writes.
+#: `profview import --format` values and the outputs each writes. "mindspore" (the MindSpore /
+#: MindInsight 2020 files) is written from Ascend JOB directories only.
 ASCEND_FORMATS = {"profview": ("profview",), "mindspore": ("mindspore",), "both": ("profview", "mindspore")}
+
+
+def import_capture(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]",
+                   data_origin: Optional[str] = None, formats: Sequence[str] = ("profview",)) -> list[Path]:
+    """Import the capture at `path` into `out_dir` and return the files written.
+
+    Its format is the one the registry detects, or the one named `data_origin` ("kineto", "ascend",
+    "mindspore", or an installed one). `formats` (ASCEND_FORMATS' values) may add the MindSpore
+    files of an Ascend JOB directory.
+    """
+    path = Path(path)
+    importer = importer_named(data_origin) if data_origin is not None else capture_format(path)
+    if set(formats) != {"profview"}:
+        if importer is not ascend.IMPORTER:
+            raise ProfviewError(f"{path} is read as {importer.title_with_article}, which is imported as profview outputs only: "
+                                "the MindSpore files (--format mindspore or both) are written from Ascend JOB "
+                                "directories")
+        return import_ascend_job(path, out_dir, formats)
+    return write_runs(importer.runs(path), out_dir, source=path)
+
+
+def capture_format(path: Path) -> Importer:
+    """The format of the capture at `path` (profiler.importers.registry.detect), or ProfviewError
+    with one sentence saying what `path` is instead."""
+    if not path.exists():
+        raise ProfviewError(f"{path} does not exist" + (" (it is a broken symlink)" if path.is_symlink() else ""))
+    importer = detect(path)
+    if importer is not None:
+        return importer
+    if path.is_dir() and info_files(path):
+        raise ProfviewError(f"{path} is already a profview output directory: open it with `profview {path}`")
+    raise ProfviewError(f"{path} is not a capture profview imports: it is not {formats_sentence()}")
 
 
 def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
@@ -48,15 +86,6 @@ def _writing(out_dir: "str | os.PathLike[str]", write: Callable[[], list[Path]])
         raise ProfviewError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
 
 
-def ascend_job_dirs(path: Path) -> list[Path]:
-    """`path` when it is an Ascend JOB directory, else its JOB* subdirectories that are."""
-    from profiler.importers.ascend import is_ascend_job_dir
-
-    if is_ascend_job_dir(path):
-        return [path]
-    return [p for p in sorted(path.glob("JOB*")) if is_ascend_job_dir(p)] if path.is_dir() else []
-
-
 def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]",
                       formats: Sequence[str] = ("profview",)) -> list[Path]:
     """Import every device of an Ascend JOB directory (or of its JOB* subdirectories) into `out_dir`.
@@ -65,36 +94,24 @@ def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.Path
     id); "mindspore" writes the MindSpore/MindInsight 2020 files of each device
     (write_mindspore_outputs). Returns the files written.
     """
-    from profiler.importers.ascend import ascend_job_devices, read_ascend_job, to_run
     from profiler.export.mindspore import write_mindspore_outputs
 
-    job_dir, out = Path(job_dir), Path(out_dir)
-    dirs = ascend_job_dirs(job_dir)
-    if not dirs:
-        read_ascend_job(job_dir)            # raises the parser's sentence (missing, no slices, ...)
-    jobs = [read_ascend_job(d, device) for d in dirs for device in ascend_job_devices(d)]
-    devices = [job.device_id for job in jobs]
-    if len(set(devices)) != len(devices):
-        raise ProfviewError(f"{job_dir} holds the same device more than once across its JOB directories "
-                            f"(devices {devices}); import one JOB directory at a time")
+    out = Path(out_dir)
+    jobs = ascend.read_ascend_jobs(job_dir)
     written: list[Path] = []
     if "mindspore" in formats:
         for job in jobs:
             written += _writing(out, lambda: write_mindspore_outputs(job, out))
     if "profview" in formats:
-        written += write_runs([to_run(job) for job in jobs], out, source=job_dir)
+        written += write_runs([ascend.to_run(job) for job in jobs], out, source=job_dir)
     return written
 
 
 def import_kineto_trace(trace: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
     """Import a PyTorch profiler (Kineto) trace file into `out_dir` (its rank from the trace)."""
-    from profiler.importers.kineto import read_kineto_trace
-
-    return write_runs([read_kineto_trace(trace)], out_dir, source=trace)
+    return import_capture(trace, out_dir, data_origin="kineto")
 
 
 def import_mindspore_dir(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
     """Import a MindSpore / MindInsight profiler output directory into `out_dir` (one rank per device)."""
-    from profiler.importers.mindspore import read_mindspore_dir
-
-    return write_runs(read_mindspore_dir(path), out_dir, source=path)
+    return import_capture(path, out_dir, data_origin="mindspore")

@@ -9,7 +9,7 @@ import pandas as pd
 from profiler._version import __version__
 from profiler.kernels.intervals import assign_steps, count_per_interval, covered_ns, place
 from profiler.kernels.nesting import nest_spans
-from profiler.model import Run, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
+from profiler.model import Run, RunInfo, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
     QUEUE_COLUMNS, THREAD_COLUMNS
 from profiler.store import kinds as K
 from profiler.store.load import RawTables, descriptor_columns, window_of, windows_from_samples
@@ -224,7 +224,7 @@ def _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin) -> pd.DataFr
                          "size": size[m], "capacity": cap[m], "wait_ns": wait[m], "tid": sm_tid[m]})
 
 
-def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: int) -> dict:
+def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: int) -> RunInfo:
     meta = t.meta
     end = t.end or {}
     warnings = list(t.warnings)

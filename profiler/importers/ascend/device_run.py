@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, THREAD_COLUMNS, Run, conform
+from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, THREAD_COLUMNS, Run, RunInfo, conform
 
 #: Op types that are collective communication rather than compute.
 COMM_OP_TYPES = frozenset({
@@ -165,7 +165,7 @@ def checked_tables(ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame
     return ops, steps, spans, problems
 
 
-def device_run(info: dict[str, Any], ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame,
+def device_run(info: RunInfo, ops: pd.DataFrame, steps: pd.DataFrame, spans: pd.DataFrame,
                clock_unix_ns: int | None) -> Run:
     """A Run from absolute device-clock tables, with the origin at the earliest timestamp.
 
@@ -176,7 +176,8 @@ def device_run(info: dict[str, Any], ops: pd.DataFrame, steps: pd.DataFrame, spa
     """
     ops, steps, spans, problems = checked_tables(ops, steps, spans)
     if problems:
-        info = {**info, "warnings": list(info.get("warnings", [])) + problems}
+        info = info.copy()
+        info["warnings"] = list(info.get("warnings", [])) + problems
         for problem in problems:
             warnings.warn(problem, UserWarning, stacklevel=2)
     origin = _earliest(ops["start_ns"].to_numpy(), steps["start_ns"].to_numpy(), spans["start_ns"].to_numpy())
@@ -188,7 +189,7 @@ def device_run(info: dict[str, Any], ops: pd.DataFrame, steps: pd.DataFrame, spa
     threads, tids = _lanes(spans)
     spans = spans.assign(tid=tids, start_ns=spans["start_ns"].to_numpy(dtype=np.int64) - origin)
     spans = spans.sort_values(["start_ns", "tid", "depth"], kind="stable")
-    info = dict(info)
+    info = info.copy()
     info["clock"] = {
         "origin_unix_ns": 0 if clock_unix_ns is None else clock_unix_ns + origin,
         "origin_device_ns": origin,

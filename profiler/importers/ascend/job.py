@@ -14,12 +14,15 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
-from profiler.model import Run
+from profiler.importers.base import CERTAIN, NOT_IT, SHAPED, Importer
+from profiler.model import Run, RunInfo
 from profiler.importers.ascend import framework_desc, hwts, training_trace
 from profiler.importers.ascend.device_run import (SYSCNT_TICK_NS, device_run, input_shapes, lookup,
                                                 op_type_from_name, reduce_spans)
 from profiler.importers.ascend.slices import SLICE_NAMES, Slice, find_host_start, find_slices, join_slices
 
+#: The data_origin of the runs read from a JOB directory.
+DATA_ORIGIN = "ascend"
 #: Ops whose presence marks a first step that only initialises the dataset queue (dropped).
 DATASET_INIT_PREFIX = "Default/InitDataSetQueue"
 
@@ -54,6 +57,40 @@ def is_ascend_job_dir(path: str | Path) -> bool:
 def ascend_job_devices(path: str | Path) -> list[int]:
     """The device ids that have slices in an Ascend JOB directory."""
     return sorted({s.device for s in find_slices(Path(path))})
+
+
+def ascend_job_dirs(path: str | Path) -> list[Path]:
+    """`path` when it is an Ascend JOB directory, else its JOB* subdirectories that are."""
+    path = Path(path)
+    if is_ascend_job_dir(path):
+        return [path]
+    return [p for p in sorted(path.glob("JOB*")) if is_ascend_job_dir(p)] if path.is_dir() else []
+
+
+def ascend_confidence(path: Path) -> float:
+    """CERTAIN for a JOB directory (or a directory of them); SHAPED for a directory with Ascend slices
+    of which none is an HWTS log or a training trace (reading it says why it yields nothing)."""
+    if ascend_job_dirs(path):
+        return CERTAIN
+    return SHAPED if path.is_dir() and find_slices(path) else NOT_IT
+
+
+def read_ascend_jobs(path: str | Path) -> list[AscendJob]:
+    """Every device of an Ascend JOB directory, or of its JOB* subdirectories (one AscendJob each).
+
+    Raises ProfviewError when there is no JOB directory (the parser's sentence: missing, no slices,
+    ...) or when two JOB directories hold the same device.
+    """
+    path = Path(path)
+    dirs = ascend_job_dirs(path)
+    if not dirs:
+        read_ascend_job(path)            # raises the parser's sentence (missing, no slices, ...)
+    jobs = [read_ascend_job(d, device) for d in dirs for device in ascend_job_devices(d)]
+    devices = [job.device_id for job in jobs]
+    if len(set(devices)) != len(devices):
+        raise ProfviewError(f"{path} holds the same device more than once across its JOB directories "
+                            f"(devices {devices}); import one JOB directory at a time")
+    return jobs
 
 
 def _choose_device(job_dir: Path, slices: list[Slice], device_id: int | None) -> int:
@@ -211,8 +248,8 @@ def to_run(job: AscendJob) -> Run:
     steps.insert(0, "step", job.steps["step_num"].to_numpy() - 1)
     reduces = ticks_to_ns(job.reduces, {"stream_id": "stream_id", "start": "start_ns", "end": "end_ns"})
     reduces["stream_id"] = job.reduces["stream_id"].to_numpy()
-    info = {
-        "data_origin": "ascend",
+    info: RunInfo = {
+        "data_origin": DATA_ORIGIN,
         "rank": job.device_id,
         "device_id": job.device_id,
         "clock": {"clock": "ascend_syscnt", "tick_ns": SYSCNT_TICK_NS, "note": CLOCK_NOTE,
@@ -230,3 +267,10 @@ def to_run(job: AscendJob) -> Run:
         "warnings": list(job.warnings),
     }
     return device_run(info, _job_ops(job, device), steps, reduce_spans(device, reduces), clock_unix_ns=None)
+
+
+#: The format, for profiler.importers.registry: every device of the job, one rank each (rank = device id).
+IMPORTER = Importer(
+    data_origin=DATA_ORIGIN, title="Ascend profiling JOB directory", detect=ascend_confidence,
+    read=lambda path: [to_run(job) for job in read_ascend_jobs(path)], framework="mindspore",
+    exact_steps="a capture with a training trace (the device's iteration ends) gives exact boundaries")
