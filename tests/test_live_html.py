@@ -10,17 +10,19 @@ from pathlib import Path
 import pytest
 
 from live_helpers import REPO, profview, python_env, start_recorder, wait_for
-from viewer.live import LiveService
+from viewer.live import LiveReport
+from viewer.server import ReportServer
 
 EVIL = "<img src=x onerror=alert(1)>"
 
 
 class LiveServer:
-    """The live report's server and updater in threads of this process (port 0: a free one)."""
+    """The live report's updater and its server in threads of this process (port 0: a free one)."""
 
     def __init__(self, directory: Path, interval_s: float = 0.5) -> None:
-        self.service = LiveService(directory, interval_s=interval_s).start(serve_in_background=True)
-        self.url = self.service.url
+        self.live = LiveReport(directory, interval_s=interval_s).start()
+        self.server = ReportServer(self.live.routes()).start()
+        self.url = self.server.url
 
     def get(self, path: str) -> bytes:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
@@ -30,7 +32,8 @@ class LiveServer:
         return json.loads(self.get("live.json" + (f"?have={have}" if have is not None else "")))
 
     def stop(self) -> None:
-        self.service.stop()
+        self.server.close()
+        self.live.stop()
 
 
 @pytest.fixture
@@ -39,7 +42,7 @@ def live_server():
     yield lambda directory: servers.append(LiveServer(directory)) or servers[-1]
     for server in servers:
         server.stop()
-    assert not [t for t in threading.enumerate() if t.name.startswith("profview-live")]
+    assert not [t for t in threading.enumerate() if t.name.startswith(("profview-live", "profview-server"))]
 
 
 @pytest.fixture

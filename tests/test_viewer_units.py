@@ -12,7 +12,7 @@ from viewer.html import plot_text, script_json
 from viewer.lod import busy_levels, captured_runs, depths, self_times, step_windows, window_events
 from viewer.series import thin
 from viewer.server import is_loopback
-from viewer.summary import clean
+from viewer.formatting import clean
 from viewer.trace import load_timeline
 from viewer_fixtures import XSS, Spec, write_run
 
