@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import urllib.request
@@ -11,6 +12,8 @@ import pytest
 
 from live_helpers import REPO, profview, python_env, start_recorder, wait_for
 from viewer.live import LiveReport
+from viewer.page import Live
+from viewer.report import PAGES
 from viewer.server import ReportServer
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -70,6 +73,7 @@ def test_the_live_json_step_count_grows_with_the_recording(growing, live_server)
     assert "pages" in server.json(have=0)
     current = server.json()
     assert set(current["pages"]) == {"overview", "pipeline"} and current["figures"]
+    assert {p.key for p in PAGES if p.live is Live.REFRESHED} == {"overview", "pipeline"}
     assert "pages" not in server.json(have=current["version"])
     overview = current["pages"]["overview"]
     assert "input_bound" in overview and "Verdict and findings" in overview
@@ -77,6 +81,9 @@ def test_the_live_json_step_count_grows_with_the_recording(growing, live_server)
     assert EVIL not in json.dumps(current["figures"])
     page = server.get("").decode()
     assert 'id="pv-live"' in page and EVIL not in page
+    # the pages with a live mode, from the window in memory: the operators page has the window's ops
+    assert re.findall(r'<button data-page="(\w+)">', page) == ["overview", "operators", "pipeline", "counters"]
+    assert "MatMul_3" in page and "No op detail table" not in page and "rss (GiB)" in page
     assert "steps so far" in current["status"] and current["window"][1] < current["steps"]
 
 
