@@ -38,17 +38,22 @@ def window_rundata(recording: LiveRecording, directory: Path, rank: Optional[int
     return RunData.from_outputs(analysis.run.rank, directory, window_outputs(analysis))
 
 
-def status_text(snap: Snapshot) -> str:
-    """The live banner: steps so far, the window the pages show, and whether the run still records."""
+def status_text(snap: Snapshot, refreshed: str) -> str:
+    """The live banner: steps so far, the window the `refreshed` pages show, and whether the run still records."""
     shown = snap.rank(snap.shown_rank)
     if shown is None:
         return f"live · waiting for a recording in {snap.directory / 'raw'}"
     state = "ended" if snap.finished else "stopped without an end chunk" if snap.gone else "recording"
     text = f"live · rank {shown.rank} · {shown.steps:,} steps so far · {shown.steps_per_s:.2f} steps/s · {state}"
     if snap.figures is not None:
-        text += (f" · Overview and Data pipeline: steps {snap.figures.first_step}–{snap.figures.last_step}"
+        text += (f" · {refreshed}: steps {snap.figures.first_step}–{snap.figures.last_step}"
                  f" (updated {time.strftime('%H:%M:%S')})")
     return text
+
+
+def _listed(titles: list[str]) -> str:
+    """"A", "A and B", "A, B and C"."""
+    return " and ".join(filter(None, [", ".join(titles[:-1]), *titles[-1:]]))
 
 
 class LiveReport:
@@ -68,6 +73,7 @@ class LiveReport:
         self.snapshot: Optional[Snapshot] = None
         self.doc: dict[str, Any] = {}
         self._pages_json = "{}"
+        self._refreshed = ""                        # the titles of the refreshed pages, for the banner
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.refresh()
@@ -80,12 +86,14 @@ class LiveReport:
             self.snapshot = snap
             if analysis is not self._built_for or self.version == 0:
                 ctx = self._context()
-                built = {page.key: page.build(ctx) for page in pages(ctx) if page.live is Live.REFRESHED}
+                refreshed = [page for page in pages(ctx) if page.live is Live.REFRESHED]
+                built = {page.key: page.build(ctx) for page in refreshed}
+                self._refreshed = _listed([page.title for page in refreshed])
                 self._built_for = analysis
                 self.version += 1
                 self._pages_json = '{"pages":' + json.dumps(built) + ',"figures":' + ctx.figures_json() + "}"
             self.doc = {"version": self.version, "steps": snap.steps, "ended": bool(snap.finished),
-                        "rank": snap.shown_rank, "status": status_text(snap),
+                        "rank": snap.shown_rank, "status": status_text(snap, self._refreshed),
                         "window": list(snap.analysed_steps) if snap.analysed_steps else None}
 
     def _context(self) -> Context:

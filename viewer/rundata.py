@@ -50,7 +50,8 @@ class RunData:
     _timeline: Optional[Timeline] = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_outputs(cls, rank: int, directory: Path, outputs: Mapping[str, Any], **paths: Optional[Path]) -> "RunData":
+    def from_outputs(cls, rank: int, directory: Path, outputs: Mapping[str, Any],
+                     **paths: Optional[Path]) -> "RunData":
         """The RunData of a rank's outputs by kind: "profiler_info" (the info), RANK_TABLES, RANK_DOCUMENTS and
         CLUSTER_OUTPUTS, absent ones left out or None; `paths`: timeline_path and events_path."""
         unknown = set(outputs) - {"profiler_info", *RANK_TABLES, *RANK_DOCUMENTS, *CLUSTER_OUTPUTS}
@@ -109,9 +110,9 @@ def load_rank(directory: Path, rank: int, info_path: Path, cluster: Mapping[str,
         regular_file(directory / name)          # a FIFO, a directory or /dev/zero is one sentence, not a hang
     outputs = read_outputs(directory, {kind: rank_file(kind, rank) for kind in RANK_TABLES + RANK_DOCUMENTS})
     timeline = directory / rank_file("timeline", rank)
+    timeline_path = _optional(timeline) or _optional(timeline.with_name(timeline.name + ".gz"))
     return RunData.from_outputs(rank, directory, {"profiler_info": info, **outputs, **cluster},
-                                timeline_path=_optional(timeline) or _optional(timeline.with_name(timeline.name + ".gz")),
-                                events_path=_optional(directory / rank_file("events", rank)))
+                                timeline_path=timeline_path, events_path=_optional(directory / rank_file("events", rank)))
 
 
 def load_profview_dir(directory: Path) -> list[RunData]:
