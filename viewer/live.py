@@ -34,7 +34,7 @@ def window_rundata(recording: LiveRecording, directory: Path, rank: Optional[int
     """The RunData of the last analysed window of `rank`, from memory; empty before the first analysis."""
     analysis = recording.analysis(rank)
     if analysis is None:
-        return RunData(rank=rank or 0, directory=directory, info={"warnings": []})
+        return RunData.from_outputs(rank or 0, directory, {"profiler_info": {"warnings": []}})
     return RunData.from_outputs(analysis.run.rank, directory, window_outputs(analysis))
 
 
