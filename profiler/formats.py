@@ -191,6 +191,43 @@ def valid_texts(values: Iterable[Any]) -> "list[Any] | None":
     return [valid_text(v) if isinstance(v, str) else v for v in values]
 
 
+# ---- JSON values --------------------------------------------------------------------------
+
+
+def plain_value(value: Any, digits: Optional[int] = None) -> Any:
+    """A value as an output JSON file holds it: numpy scalars as Python numbers, arrays as lists, a
+    float that is not finite as None (JSON has no NaN), floats rounded to `digits` when given; text,
+    whole numbers, booleans and None as they are; anything else as its str(). Also a json.dumps
+    `default`."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return round(value, digits) if digits is not None else value
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def plain_document(doc: Any) -> Any:
+    """A JSON document held in memory as a reader gets it back from its file, without the text:
+    mappings with text keys, sequences as lists, every other value through plain_value."""
+    if isinstance(doc, dict):
+        return {_json_key(k): plain_document(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple, np.ndarray)):
+        return [plain_document(v) for v in doc]
+    return plain_value(doc)
+
+
+def _json_key(key: Any) -> str:
+    """A mapping key as a JSON object's key (json.dumps writes 1 as "1", True as "true", None as "null")."""
+    key = plain_value(key)
+    return key if isinstance(key, str) else json.dumps(key)
+
+
 def regular_file(path: Path, what: str = "", noun: str = "file") -> os.stat_result:
     """os.stat of `path` (symlinks followed), or InputError when it cannot be read as a plain file:
     missing, a symlink loop, a directory, a FIFO, a device (/dev/zero), a socket. Opening a FIFO

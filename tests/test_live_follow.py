@@ -89,6 +89,37 @@ def test_the_live_analysis_of_a_whole_recording_is_the_analysis_written_by_analy
     live.close()
 
 
+def test_the_live_rundata_of_a_whole_recording_is_what_its_files_give_the_pages(finished):
+    """The live report's RunData comes from memory (no CSV / JSON text); for the whole recording it holds
+    what the viewer reads from the files analyse() wrote, so every page shows the same."""
+    from viewer.live import window_rundata
+    from viewer.rundata import RANK_DOCUMENTS, RANK_TABLES, load_profview_dir
+    from viewer.stats import phase_table
+
+    live = LiveRecording(finished, window_steps=10_000)
+    live.update()
+    try:
+        memory, files = window_rundata(live, finished, 0), load_profview_dir(finished)[0]
+    finally:
+        live.close()
+    for kind in RANK_TABLES:
+        got, read = getattr(memory, kind), getattr(files, kind)
+        assert list(got.columns) == list(read.columns) and len(got) == len(read) > 0, kind
+        for column in got.columns:
+            assert got[column].dtype == read[column].dtype, (kind, column)
+            if got[column].dtype.kind in "iuf":     # the CSV writer keeps 6 decimals
+                assert np.allclose(got[column], read[column], rtol=0, atol=5e-7), (kind, column)
+            else:
+                assert got[column].tolist() == read[column].tolist(), (kind, column)
+    for kind in RANK_DOCUMENTS:
+        assert getattr(memory, kind) == getattr(files, kind) and getattr(memory, kind), kind
+    written_by_export = {"steps", "overhead", "outputs"}
+    assert {k: v for k, v in memory.info.items() if k not in written_by_export} == \
+        {k: v for k, v in files.info.items() if k not in written_by_export}
+    assert np.allclose(phase_table(memory.step_trace).drop(columns="phase"),
+                       phase_table(files.step_trace).drop(columns="phase"), rtol=0, atol=1e-5)
+
+
 def test_a_window_is_cut_at_a_step_boundary_and_its_first_step_is_whole(finished):
     follower = Follower(finished, keep_steps=10_000)
     follower.poll()

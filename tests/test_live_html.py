@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import urllib.request
@@ -10,17 +11,21 @@ from pathlib import Path
 import pytest
 
 from live_helpers import REPO, profview, python_env, start_recorder, wait_for
-from viewer.live import LiveService
+from viewer.live import LiveReport
+from viewer.page import Live
+from viewer.report import PAGES
+from viewer.server import ReportServer
 
 EVIL = "<img src=x onerror=alert(1)>"
 
 
 class LiveServer:
-    """The live report's server and updater in threads of this process (port 0: a free one)."""
+    """The live report's updater and its server in threads of this process (port 0: a free one)."""
 
     def __init__(self, directory: Path, interval_s: float = 0.5) -> None:
-        self.service = LiveService(directory, interval_s=interval_s).start(serve_in_background=True)
-        self.url = self.service.url
+        self.live = LiveReport(directory, interval_s=interval_s).start()
+        self.server = ReportServer(self.live.routes()).start()
+        self.url = self.server.url
 
     def get(self, path: str) -> bytes:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
@@ -30,7 +35,8 @@ class LiveServer:
         return json.loads(self.get("live.json" + (f"?have={have}" if have is not None else "")))
 
     def stop(self) -> None:
-        self.service.stop()
+        self.server.close()
+        self.live.stop()
 
 
 @pytest.fixture
@@ -39,7 +45,7 @@ def live_server():
     yield lambda directory: servers.append(LiveServer(directory)) or servers[-1]
     for server in servers:
         server.stop()
-    assert not [t for t in threading.enumerate() if t.name.startswith("profview-live")]
+    assert not [t for t in threading.enumerate() if t.name.startswith(("profview-live", "profview-server"))]
 
 
 @pytest.fixture
@@ -67,6 +73,7 @@ def test_the_live_json_step_count_grows_with_the_recording(growing, live_server)
     assert "pages" in server.json(have=0)
     current = server.json()
     assert set(current["pages"]) == {"overview", "pipeline"} and current["figures"]
+    assert {p.key for p in PAGES if p.live is Live.REFRESHED} == {"overview", "pipeline"}
     assert "pages" not in server.json(have=current["version"])
     overview = current["pages"]["overview"]
     assert "input_bound" in overview and "Verdict and findings" in overview
@@ -74,6 +81,9 @@ def test_the_live_json_step_count_grows_with_the_recording(growing, live_server)
     assert EVIL not in json.dumps(current["figures"])
     page = server.get("").decode()
     assert 'id="pv-live"' in page and EVIL not in page
+    # the pages with a live mode, from the window in memory: the operators page has the window's ops
+    assert re.findall(r'<button data-page="(\w+)">', page) == ["overview", "operators", "pipeline", "counters"]
+    assert "MatMul_3" in page and "No op detail table" not in page and "rss (GiB)" in page
     assert "steps so far" in current["status"] and current["window"][1] < current["steps"]
 
 

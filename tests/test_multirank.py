@@ -250,7 +250,12 @@ def test_cluster_page_shows_heatmap_bars_and_the_straggler(straggler_job, tmp_pa
     from viewer.context import Context
     from viewer.inputs import load_input
 
-    ctx = Context(load_input(straggler_job.out))
+    import shutil
+
+    copy = tmp_path / "loaded"                   # pages read RunData only: the files may be gone once loaded
+    shutil.copytree(straggler_job.out, copy)
+    ctx = Context(load_input(copy))
+    shutil.rmtree(copy)
     html = cluster.build(ctx)
     figures = "".join(ctx.figures.values())
     assert "Busy time per rank and step" in html and "waiting for slower ranks" in figures

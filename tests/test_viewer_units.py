@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from viewer.html import plot_text, script_json
 from viewer.lod import busy_levels, captured_runs, depths, self_times, step_windows, window_events
 from viewer.series import thin
 from viewer.server import is_loopback
-from viewer.summary import clean
+from viewer.formatting import clean
 from viewer.trace import load_timeline
 from viewer_fixtures import XSS, Spec, write_run
 
@@ -167,3 +168,68 @@ def test_a_directory_without_event_file_says_so(tmp_path):
     html = build_report(Context(load_input(run)))
     assert "No event file (events_0.arrow) in this run." in html
     assert "the viewer reads only the event file: re-run" in html
+
+
+@pytest.mark.parametrize("ms, report, terminal", [
+    (1234.5, "1,234 ms", "1.23 s"), (150.0, "150 ms", "150.0 ms"), (12.345, "12.35 ms", "12.3 ms"),
+    (2.5, "2.50 ms", "2.50 ms"), (0.25, "250.0 µs", "0.25 ms"), (0.0, "0.0 µs", "0.00 ms"),
+    (-0.5, "-500.0 µs", "-0.50 ms"), (float("nan"), "nan µs", "—"), (float("inf"), "inf ms", "—")])
+def test_durations_in_the_report_and_the_terminal(ms, report, terminal):
+    from viewer.formatting import REPORT, TERMINAL, fmt_ms
+
+    assert fmt_ms(ms) == fmt_ms(ms, REPORT) == report
+    assert fmt_ms(ms, TERMINAL) == terminal
+
+
+def test_signed_changes_and_missing_values():
+    from viewer.formatting import fmt_bytes, fmt_duration, fmt_ms, fmt_pct, fmt_seconds
+
+    assert [fmt_ms(v, signed=True) for v in (2.5, -2.5, 0.0)] == ["+2.50 ms", "-2.50 ms", "0.0 µs"]
+    assert [fmt_pct(v) for v in (12.345, -3.0)] == ["12.3 %", "-3.0 %"]
+    assert [fmt_pct(v, signed=True, missing="n/a") for v in (4.0, -4.0, None, float("nan"))] == \
+        ["+4.0 %", "-4.0 %", "n/a", "n/a"]
+    assert (fmt_seconds(1_234_567.0), fmt_seconds(None)) == ("1,234.57 s", "—")
+    assert [fmt_duration(s) for s in (12.34, 245, 7625)] == ["12.3 s", "4m05s", "2h07m"]
+    assert [fmt_bytes(n) for n in (3 * 2**30, 5 * 2**20, float("nan"))] == ["3.00 GB", "5.0 MB", "—"]
+
+
+def test_plain_json_values_as_a_file_holds_them():
+    from profiler.formats import plain_document, plain_value
+
+    doc = {"n": np.int64(3), "x": np.float32(0.5), "bad": float("nan"), "arr": np.array([1, 2]),
+           "t": (1, "a"), 7: True, "nested": [{"inf": np.float64("inf")}], "path": Path("/tmp/x")}
+    got = plain_document(doc)
+    assert got == json.loads(json.dumps(got)) == {"n": 3, "x": 0.5, "bad": None, "arr": [1, 2], "t": [1, "a"],
+                                                  "7": True, "nested": [{"inf": None}], "path": "/tmp/x"}
+    assert type(got["n"]) is int and type(got["x"]) is float
+    assert [plain_value(v, digits=4) for v in (np.float64(1.234567), 2, "gpu:0")] == [1.2346, 2, "gpu:0"]
+    assert script_json({"a": np.arange(3), "b": np.int32(5)}) == '{"a":[0,1,2],"b":5}'
+
+
+def test_every_page_module_is_a_tab_of_the_report():
+    """Adding a page is a module in viewer/pages/ with its PAGE, and its line in report.PAGES."""
+    import importlib
+    import pkgutil
+
+    import viewer.pages
+    from viewer.page import Page
+    from viewer.report import PAGES
+
+    modules = [importlib.import_module(f"viewer.pages.{m.name}") for m in pkgutil.iter_modules(viewer.pages.__path__)]
+    assert modules and all(isinstance(m.PAGE, Page) for m in modules)
+    assert sorted(m.PAGE.key for m in modules) == sorted(p.key for p in PAGES) and len(set(PAGES)) == len(PAGES)
+
+
+def test_the_live_report_shows_the_pages_that_declare_a_live_mode(tmp_path):
+    from viewer.context import Context
+    from viewer.page import Live
+    from viewer.report import PAGES, pages
+    from viewer.rundata import load_profview_dir
+
+    runs = load_profview_dir(write_run(tmp_path / "run", Spec(steps=6, ops_per_step=4)))
+    assert [p.key for p in pages(Context(runs))] == ["overview", "operators", "pipeline", "timeline", "counters",
+                                                     "cluster"]
+    assert [p.key for p in pages(Context(runs, compare=runs))][:2] == ["overview", "compare"]
+    live = [p.key for p in pages(Context(runs, live=True))]
+    assert live == [p.key for p in PAGES if p.live is not Live.HIDDEN] == ["overview", "operators", "pipeline",
+                                                                             "counters"]

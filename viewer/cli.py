@@ -120,8 +120,8 @@ def run_view(args: argparse.Namespace) -> int:
         return 0
     html = encode_report(build_report(ctx))
     progress.done()
-    from viewer.server import serve
-    serve(html, args.host, args.port, open_browser=not args.no_browser,
+    from viewer.server import fixed, serve
+    serve(fixed(html), args.host, args.port, open_browser=not args.no_browser,
           announce=lambda line: print(line, file=sys.stderr, flush=True))
     return 0
 

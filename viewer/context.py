@@ -37,6 +37,7 @@ class Context:
     options: Options = field(default_factory=Options)
     progress: Progress = field(default_factory=Progress.silent)
     compare: Optional[list[RunData]] = None         # NEW run(s) of the compare tab (`--compare`); the runs are BASE
+    live: bool = False                              # the live report of a recording in progress (viewer.live)
     figures: dict[str, str] = field(default_factory=dict)
     data_blocks: dict[str, str] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=itertools.count)
@@ -60,6 +61,10 @@ class Context:
         key = self.new_id("fig")
         self.figures[key] = fig.to_json(validate=False)
         return f'<div class="plot {esc(css)}" data-fig="{key}"></div>'
+
+    def figures_json(self) -> str:
+        """Every registered figure, as one JSON object text: figure key -> plotly's JSON of it."""
+        return "{" + ",".join(f'"{k}":{v}' for k, v in self.figures.items()) + "}"
 
     def data(self, payload) -> str:
         """Register a JSON payload for a page script; returns the id of its <script> block."""

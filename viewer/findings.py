@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from viewer.html import esc, fmt_ms, fmt_pct
+from viewer.html import esc
+from viewer.formatting import fmt_ms, fmt_pct
 from viewer.stats import number
 
 SEVERITY_CLASS = {"high": "sev-high", "critical": "sev-high", "medium": "sev-medium", "low": "sev-low"}

@@ -9,9 +9,7 @@ import html
 import json
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
-from profiler.formats import valid_text
+from profiler.formats import plain_value, valid_text
 
 
 def esc(value: Any) -> str:
@@ -22,7 +20,7 @@ def esc(value: Any) -> str:
 def script_json(value: Any) -> str:
     """JSON safe inside <script type="application/json">: no `</script>`, `<!--` or `&` can form."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=True, separators=(",", ":"),
-                                                           default=_plain)
+                                                           default=plain_value)
     return safe_json_text(text)
 
 
@@ -30,29 +28,6 @@ def safe_json_text(text: str) -> str:
     """Escape `<`, `>`, `&` (and the JS line separators) in an already serialised JSON text."""
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars and arrays for json.dumps."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def fmt_ms(value: float) -> str:
-    """A duration in ms with sensible precision."""
-    value = float(value)
-    if abs(value) >= 100:
-        return f"{value:,.0f} ms"
-    if abs(value) >= 1:
-        return f"{value:.2f} ms"
-    return f"{value * 1000:.1f} µs"
-
-
-def fmt_pct(value: float) -> str:
-    return f"{float(value):.1f} %"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Sequence[bool] | None = None,

@@ -7,9 +7,7 @@ package, so the file works offline.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Optional
 
 from plotly.offline import get_plotlyjs
 
@@ -17,24 +15,18 @@ from profiler._version import __version__
 from viewer import assets
 from viewer.context import Context
 from viewer.html import esc, safe_json_text
+from viewer.page import Live, Page
 from viewer.pages import cluster, compare, counters, operators, overview, pipeline, timeline
 
 
-@dataclass(frozen=True)
-class Page:
-    """One tab: a key for the URL fragment, a title, and a builder returning the body HTML."""
-
-    key: str
-    title: str
-    build: Callable[[Context], str]
+#: The report's tabs, in order. A new page is a module of viewer/pages/ ending with its `PAGE`, and a line here.
+PAGES: tuple[Page, ...] = (overview.PAGE, compare.PAGE, operators.PAGE, pipeline.PAGE, timeline.PAGE, counters.PAGE,
+                           cluster.PAGE)
 
 
-def pages(ctx: Optional[Context] = None) -> list[Page]:
-    """The report's tabs, in order (a compare tab second when `ctx` has a run to compare with)."""
-    diff = [Page("compare", "Compare", compare.build)] if ctx is not None and ctx.compare else []
-    return [Page("overview", "Overview", overview.build), *diff, Page("operators", "Operators", operators.build),
-            Page("pipeline", "Data pipeline", pipeline.build), Page("timeline", "Timeline", timeline.build),
-            Page("counters", "Counters", counters.build), Page("cluster", "Cluster", cluster.build)]
+def pages(ctx: Context) -> list[Page]:
+    """The tabs `ctx` shows: the pages that have something for it, and in the live report only the live ones."""
+    return [page for page in PAGES if page.shown(ctx) and not (ctx.live and page.live is Live.HIDDEN)]
 
 
 def _header(ctx: Context) -> str:
@@ -55,7 +47,6 @@ def build_report(ctx: Context) -> str:
         bodies.append(f'<div class="page" id="page-{page.key}">{page.build(ctx)}</div>')
     ctx.progress.stage("building report", len(tabs), len(tabs))
     nav = "".join(f'<button data-page="{p.key}">{esc(p.title)}</button>' for p in tabs)
-    figures = "{" + ",".join(f'"{k}":{v}' for k, v in ctx.figures.items()) + "}"
     blocks = "".join(f'<script type="application/json" id="{k}">{v}</script>' for k, v in ctx.data_blocks.items())
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
@@ -66,5 +57,5 @@ def build_report(ctx: Context) -> str:
         f"<script>{get_plotlyjs()}</script></head><body>"
         f"<header>{_header(ctx)}<nav>{nav}</nav></header><main>{''.join(bodies)}</main>"
         f'<footer class="note" style="padding:0 28px 20px">built by profview {esc(__version__)} on {stamp}</footer>'
-        f'<script type="application/json" id="pv-figures">{safe_json_text(figures)}</script>{blocks}'
+        f'<script type="application/json" id="pv-figures">{safe_json_text(ctx.figures_json())}</script>{blocks}'
         f"<script>{assets.JS}</script></body></html>\n")

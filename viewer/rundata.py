@@ -1,25 +1,37 @@
-"""Loading one profview output directory into `RunData`: the tables the report pages read.
+"""`RunData`: one rank of one run, as every report page reads it, and the one way it is built.
 
-Every file is read with the validated readers of profiler.formats (docs/formats.md): a malformed
-or half-written file gives one clear sentence, and an absent optional file simply leaves its
-page saying "no data".
+`RunData.from_outputs` takes a rank's outputs by kind (profiler.formats: the tables as their CSV
+files hold them, the documents as their JSON files do). They come from files (`load_profview_dir`,
+with the validated readers of profiler.formats: a malformed or half-written file is one clear
+sentence, an absent optional file leaves its page saying "no data"), or from memory (the live
+report hands over the analysis of a recording's recent window, viewer.live). Pages read nothing
+else: the event file is opened through `RunData.timeline()`.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.formats import info_files, rank_file, read_csv, read_json_object, read_profiler_info, regular_file
+from profiler.formats import (CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CSV_REQUIRED, info_files, rank_file, read_csv,
+                              read_json_object, read_profiler_info, regular_file)
+from viewer.trace import Timeline, load_timeline
+
+
+#: The per-rank tables (CSV) and documents (JSON) a RunData holds, each in the field named after its kind.
+RANK_TABLES = ("step_trace", "op_type", "op_detail", "data_queue", "device_counters")
+RANK_DOCUMENTS = ("queue_summary", "report")
+#: The directory's cluster files (several ranks analysed together), the same in each of its ranks' RunData.
+CLUSTER_OUTPUTS = {"cluster_summary": CLUSTER_SUMMARY, "cluster_step_trace": CLUSTER_STEP_TRACE}
 
 
 @dataclass
 class RunData:
-    """One rank of one run, as the viewer needs it. Absent files are None."""
+    """One rank of one run, as the viewer needs it. Outputs that are absent are None."""
 
     rank: int
     directory: Path
@@ -28,11 +40,25 @@ class RunData:
     op_type: Optional[pd.DataFrame] = None
     op_detail: Optional[pd.DataFrame] = None
     data_queue: Optional[pd.DataFrame] = None
-    counters: Optional[pd.DataFrame] = None
+    device_counters: Optional[pd.DataFrame] = None
     queue_summary: Optional[dict[str, Any]] = None
     report: Optional[dict[str, Any]] = None
+    cluster_summary: Optional[dict[str, Any]] = None
+    cluster_step_trace: Optional[pd.DataFrame] = None
     timeline_path: Optional[Path] = None          # the Chrome trace (for Perfetto; the viewer does not read it)
-    events_path: Optional[Path] = None            # the columnar event file the timeline page reads
+    events_path: Optional[Path] = None            # the columnar event file (read through timeline())
+    _timeline: Optional[Timeline] = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_outputs(cls, rank: int, directory: Path, outputs: Mapping[str, Any],
+                     **paths: Optional[Path]) -> "RunData":
+        """The RunData of a rank's outputs by kind: "profiler_info" (the info), RANK_TABLES, RANK_DOCUMENTS and
+        CLUSTER_OUTPUTS, absent ones left out or None; `paths`: timeline_path and events_path."""
+        unknown = set(outputs) - {"profiler_info", *RANK_TABLES, *RANK_DOCUMENTS, *CLUSTER_OUTPUTS}
+        if unknown:
+            raise ValueError(f"not an output a RunData holds: {', '.join(sorted(unknown))}")
+        kinds = {kind: value for kind, value in outputs.items() if kind != "profiler_info"}
+        return cls(rank=rank, directory=Path(directory), info=outputs.get("profiler_info") or {}, **kinds, **paths)
 
     @property
     def shown_path(self) -> Path:
@@ -45,6 +71,13 @@ class RunData:
         """A short human name for the run: what was opened, and the rank."""
         return f"{self.shown_path.name} rank {self.rank}"
 
+    def timeline(self) -> Optional[Timeline]:
+        """The run's events from its event file, opened on first use (None without one; InputError
+        when it cannot be read)."""
+        if self._timeline is None and self.events_path is not None:
+            self._timeline = load_timeline(self.events_path)
+        return self._timeline
+
 
 def _optional(path: Path) -> Optional[Path]:
     """`path` when it exists (it must then be a regular file), None when it does not."""
@@ -54,13 +87,19 @@ def _optional(path: Path) -> Optional[Path]:
     return path
 
 
-#: The per-rank CSVs the pages read, and the RunData field each fills.
-RUN_CSVS = {"step_trace": "step_trace", "op_type": "op_type", "op_detail": "op_detail",
-            "data_queue": "data_queue", "device_counters": "counters"}
+def read_outputs(directory: Path, names: Mapping[str, str]) -> dict[str, Any]:
+    """The outputs of `directory` named `names` (kind -> file name) that exist, read by kind: a CSV
+    kind as its validated table, any other as its JSON object."""
+    out: dict[str, Any] = {}
+    for kind, name in names.items():
+        path = _optional(directory / name)
+        if path is not None:
+            out[kind] = read_csv(path, kind) if kind in CSV_REQUIRED else read_json_object(path)
+    return out
 
 
-def load_rank(directory: Path, rank: int, info_path: Path) -> RunData:
-    """Load every output file of one rank; files that are absent stay None."""
+def load_rank(directory: Path, rank: int, info_path: Path, cluster: Mapping[str, Any]) -> RunData:
+    """Load every output file of one rank (and the directory's `cluster` outputs); absent files stay None."""
     info = read_profiler_info(info_path)
     listed = info.get("outputs", [])
     missing = [name for name in listed if not os.path.lexists(directory / name)]
@@ -69,19 +108,11 @@ def load_rank(directory: Path, rank: int, info_path: Path) -> RunData:
                          f"(the analysis may have been interrupted; re-run `profview analyse {directory}`)")
     for name in listed:
         regular_file(directory / name)          # a FIFO, a directory or /dev/zero is one sentence, not a hang
-    run = RunData(rank=rank, directory=directory, info=info)
-    for kind, attr in RUN_CSVS.items():
-        path = _optional(directory / rank_file(kind, rank))
-        if path is not None:
-            setattr(run, attr, read_csv(path, kind))
-    for kind in ("queue_summary", "report"):
-        path = _optional(directory / rank_file(kind, rank))
-        if path is not None:
-            setattr(run, kind, read_json_object(path))
+    outputs = read_outputs(directory, {kind: rank_file(kind, rank) for kind in RANK_TABLES + RANK_DOCUMENTS})
     timeline = directory / rank_file("timeline", rank)
-    run.timeline_path = _optional(timeline) or _optional(timeline.with_name(timeline.name + ".gz"))
-    run.events_path = _optional(directory / rank_file("events", rank))
-    return run
+    timeline_path = _optional(timeline) or _optional(timeline.with_name(timeline.name + ".gz"))
+    return RunData.from_outputs(rank, directory, {"profiler_info": info, **outputs, **cluster},
+                                timeline_path=timeline_path, events_path=_optional(directory / rank_file("events", rank)))
 
 
 def load_profview_dir(directory: Path) -> list[RunData]:
@@ -89,4 +120,5 @@ def load_profview_dir(directory: Path) -> list[RunData]:
     infos = info_files(directory)
     if not infos:
         raise InputError(f"{directory} is not a profview output directory (no profiler_info_<rank>.json)")
-    return [load_rank(directory, rank, path) for rank, path in infos.items()]
+    cluster = read_outputs(directory, CLUSTER_OUTPUTS)
+    return [load_rank(directory, rank, path, cluster) for rank, path in infos.items()]

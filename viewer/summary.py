@@ -6,16 +6,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from viewer.context import Context
+from viewer.formatting import clean
 from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, select_steps,
                           top_ops)
 
 NAME_WIDTH = 44
-
-
-def clean(value: object, width: int = 0) -> str:
-    """A user string made safe for a terminal (no control characters) and cut to `width`."""
-    text = "".join(c if c.isprintable() else "?" for c in str(value))
-    return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]], numeric: Sequence[bool]) -> str:

@@ -11,7 +11,6 @@ directory, in its own process, and exits when every rank's end-of-recording chun
 """
 from __future__ import annotations
 
-import math
 import queue
 import shlex
 import sys
@@ -24,7 +23,7 @@ import numpy as np
 from profiler.analysis.live import SPLIT
 from profiler.errors import InputError
 from profiler.postprocess.live import LiveRecording, Snapshot
-from viewer.summary import clean
+from viewer.formatting import TERMINAL, clean, fmt_bytes, fmt_duration, fmt_ms
 
 SPARK = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
@@ -43,28 +42,6 @@ def sparkline(values: np.ndarray, width: int = 60) -> str:
         return SPARK[len(SPARK) // 2] * len(v)
     idx = np.clip(((v - lo) / (hi - lo) * (len(SPARK) - 1)).round().astype(int), 0, len(SPARK) - 1)
     return "".join(SPARK[i] for i in idx)
-
-
-def fmt_ms(ms: float) -> str:
-    if not math.isfinite(ms):
-        return "—"
-    if ms >= 1000:
-        return f"{ms / 1000:.2f} s"
-    return f"{ms:.1f} ms" if ms >= 10 else f"{ms:.2f} ms"
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = max(float(seconds), 0.0)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, s = divmod(int(seconds), 60)
-    return f"{minutes}m{s:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
-
-
-def fmt_bytes(n: float) -> str:
-    if not math.isfinite(n):
-        return "—"
-    return f"{n / (1 << 30):.2f} GB" if abs(n) >= 1 << 30 else f"{n / (1 << 20):.1f} MB"
 
 
 def status_word(snap: Snapshot) -> str:
@@ -145,7 +122,7 @@ def final_line(snap: Snapshot, directory: Path, interrupted: bool = False) -> st
            else "the recording stopped without an end-of-recording chunk (its process was killed?)")
     ranks = f"rank {shown.rank}" + (f" of {len(snap.ranks)}" if len(snap.ranks) > 1 else "")
     text = (f"profview watch: {how}: {shown.steps:,} steps of {ranks} in {fmt_duration(shown.elapsed_s)} "
-            f"({shown.steps_per_s:.2f} steps/s, recent step {fmt_ms(shown.mean_ms)})")
+            f"({shown.steps_per_s:.2f} steps/s, recent step {fmt_ms(shown.mean_ms, TERMINAL)})")
     f = snap.figures
     if f is not None:
         top = f" — {clean(f.top['title'])}" if f.top and f.verdict != "balanced" else ""
@@ -183,12 +160,12 @@ def render(snap: Snapshot, directory: Path):
     if len(shown.recent_ms):
         r = shown.recent_ms
         line = Text(sparkline(r, SPARK_WIDTH), style="cyan")
-        line.append(f"  last {fmt_ms(float(r[-1]))} · mean {fmt_ms(float(r.mean()))} · "
-                    f"min {fmt_ms(float(r.min()))} · max {fmt_ms(float(r.max()))}")
+        line.append(f"  last {fmt_ms(r[-1], TERMINAL)} · mean {fmt_ms(r.mean(), TERMINAL)} · "
+                    f"min {fmt_ms(r.min(), TERMINAL)} · max {fmt_ms(r.max(), TERMINAL)}")
         grid.add_row(f"step time ({min(len(r), SPARK_WIDTH)})", line)
     f = snap.figures
     if f is not None:
-        grid.add_row("mean step", Text(f"{fmt_ms(f.mean_ms)} over steps {f.first_step}–{f.last_step} "
+        grid.add_row("mean step", Text(f"{fmt_ms(f.mean_ms, TERMINAL)} over steps {f.first_step}–{f.last_step} "
                                       f"(the advisor's window, {f.steps} steps)"))
         bar, legend = _split_bar(f)
         grid.add_row("split", bar)
@@ -242,7 +219,7 @@ def _split_bar(f, width: int = 40):
         bar.append("█" * int(round(width * value / total)), style=COLOURS[key])
     for key, label, value in parts:
         legend.append("■ ", style=COLOURS[key])
-        legend.append(f"{label} {fmt_ms(value)} {100 * value / total:.0f}%  ")
+        legend.append(f"{label} {fmt_ms(value, TERMINAL)} {100 * value / total:.0f}%  ")
     return bar, legend
 
 
@@ -280,7 +257,7 @@ def _ranks_table(snap: Snapshot):
             note.append(" exited", style="red")
         elif r.ended:
             note.append(" ended", style="blue")
-        table.add_row(str(r.rank), f"{r.steps:,}", fmt_ms(r.mean_ms), f"{r.steps_per_s:.2f}",
+        table.add_row(str(r.rank), f"{r.steps:,}", fmt_ms(r.mean_ms, TERMINAL), f"{r.steps_per_s:.2f}",
                       Text(sparkline(r.recent_ms, 30), style="cyan"), note)
     return table
 

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.formats import CLUSTER_STEP_COLUMNS
+from profiler.formats import CLUSTER_STEP_COLUMNS, plain_value
 from profiler.analysis.advisor import SUGGESTIONS, Finding, framework_of, resolve_thresholds, severity_of
 
 CLUSTER_SCHEMA_VERSION = 1
@@ -357,15 +357,8 @@ def compact_ranks(ranks: list[int]) -> str:
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (float, np.floating)):
-        return round(float(v), 4)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    return str(v)
+    """The rows of a table as JSON records, numbers rounded to 4 decimals."""
+    return [{k: plain_value(v, digits=4) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
 # ---- imported multi-rank traces: device time per rank -------------------------------------

@@ -8,7 +8,8 @@ memory), and, for one rank, the analysis of its last `window_steps` steps by the
 `analyse()` runs (`analysis.live.window_analysis`). That analysis is the only costly part: it runs
 when new steps arrived and at most so often that it takes `analysis_duty` of one core (its own
 measured CPU time decides when the next one is due), so a fast recording is followed with a
-bounded cost. Nothing is written into the directory.
+bounded cost. `window_outputs` hands that analysis to the live report as its output files would
+hold it (in memory). Nothing is written into the directory.
 """
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import numpy as np
-import pandas as pd
 
 from profiler.analysis.live import LiveFigures, live_figures, rate_per_s, step_times, trend, window_analysis
 from profiler.analysis.results import Analysis, memory_limits
 from profiler.analysis.steps import ensure_steps
 from profiler.errors import ProfviewError
+from profiler.formats import plain_document
 from profiler.store import kinds as K
 from profiler.store.follow import Follower, RankState
 from profiler.store.interpret import interpret
@@ -33,6 +34,8 @@ from profiler.store.interpret import interpret
 WARMUP_STEPS = 1
 #: counters whose trend the live view shows: metric -> label
 MEMORY = {"rss_bytes": "host RSS", "mem_used_bytes": "GPU memory"}
+#: warnings of a window's analysis that only say it was cut out of a recording still being written
+WINDOW_WARNINGS = ("the recording did not stop cleanly", "span begin/end events had no partner")
 
 
 @dataclass
@@ -264,9 +267,23 @@ def _limits(sources: Mapping[str, Any]) -> dict[str, float]:
     return memory_limits({"sources": sources})
 
 
-def live_outputs(analysis: Analysis) -> dict[str, Optional[pd.DataFrame]]:
-    """The tables of a window as the output files would hold them (data_queue, device_counters), for a viewer."""
+def window_outputs(analysis: Analysis) -> dict[str, Any]:
+    """The analysis of a window as its output files would hold it, by kind (profiler.formats), without
+    writing them, for the live report: profiler_info (without the warnings that only say the window
+    was cut out of a recording still being written), the tables as written to CSV (the op tables when
+    ops were recorded, data_queue / device_counters when queues / counters were) and the JSON documents
+    (queue_summary, report) with plain JSON values."""
     from profiler.export.outputs import counter_table, queue_table
 
-    return {"data_queue": queue_table(analysis) if len(analysis.run.queues) else None,
-            "device_counters": counter_table(analysis) if len(analysis.run.counters) else None}
+    run = analysis.run
+    info = plain_document(run.info)
+    info["warnings"] = [w for w in info.get("warnings", []) if not any(text in str(w) for text in WINDOW_WARNINGS)]
+    outputs: dict[str, Any] = {"profiler_info": info, "step_trace": analysis.step_trace}
+    if len(run.ops):
+        outputs.update(op_type=analysis.op_type, op_detail=analysis.op_detail)
+    if len(run.queues):
+        outputs["data_queue"] = queue_table(analysis)
+    if len(run.counters):
+        outputs["device_counters"] = counter_table(analysis)
+    outputs.update({kind: plain_document(doc) for kind, doc in analysis.extra_json.items()})
+    return outputs

@@ -9,15 +9,16 @@ own step traces.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CSV_REQUIRED, read_csv, read_json_object
-from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
+from profiler.formats import CSV_REQUIRED
+from viewer.html import absent, cards, esc, section, table
+from viewer.formatting import fmt_ms, fmt_pct
 from viewer.context import Context
+from viewer.page import Page
 from viewer.stats import findings, number, select_steps
 from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
 
@@ -30,14 +31,6 @@ STACK = [
     ("transfer_ms", "exposed communication (transfer)", ALL_REDUCE[2]),
     ("wait_ms", "waiting for slower ranks", "#F1A9A0"),
 ]
-
-
-def load_cluster(directory: Path) -> tuple[Optional[dict[str, Any]], Optional[pd.DataFrame]]:
-    """cluster_summary.json and cluster_step_trace.csv of `directory`, None where absent."""
-    summary_path, table_path = directory / CLUSTER_SUMMARY, directory / CLUSTER_STEP_TRACE
-    summary = read_json_object(summary_path) if summary_path.is_file() else None
-    table = read_csv(table_path, "cluster_step_trace") if table_path.is_file() else None
-    return summary, table
 
 
 # ---- from the ranks' own step traces (no cluster files) ---------------------------------------
@@ -168,7 +161,7 @@ def _cluster_page(summary: dict[str, Any], steps: pd.DataFrame, ctx: Context) ->
 
 def build(ctx: Context) -> str:
     """The cluster tab."""
-    summary, steps = load_cluster(ctx.runs[0].directory)
+    summary, steps = ctx.runs[0].cluster_summary, ctx.runs[0].cluster_step_trace
     if summary is not None and steps is not None and len(steps):
         return _cluster_page(summary, steps, ctx)
     if len(ctx.runs) < 2:
@@ -188,3 +181,7 @@ def build(ctx: Context) -> str:
             + section("Step time per rank", ctx.figure(step_lines(ctx)))
             + "</div><br>"
             + section("Per-rank averages", _rank_table(means)))
+
+
+#: Not live: the live report follows one rank, and the cluster files come from analysing every rank.
+PAGE = Page("cluster", "Cluster", build)

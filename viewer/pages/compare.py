@@ -12,10 +12,12 @@ import plotly.graph_objects as go
 
 from profiler.analysis.compare import CONFIDENCE, Comparison, RunTables, compare_runs, interval_text
 from profiler.errors import InputError
-from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, plot_text, section, table
+from viewer.html import absent, cards, esc, plot_text, section, table
+from viewer.formatting import clean, fmt_ms, fmt_pct, fmt_seconds
 from viewer.context import Context
+from viewer.page import Page
 from viewer.rundata import RunData
-from viewer.summary import clean, text_table
+from viewer.summary import text_table
 from viewer.theme import styled
 
 BASE_COLOR, NEW_COLOR = "#9AA5B1", "#3366A8"
@@ -50,12 +52,9 @@ def comparison(base: list[RunData], new: list[RunData], rank: Optional[int] = No
     return compare_runs(tables_of(pick_rank(base, rank)), tables_of(pick_rank(new, rank)), fail_if_slower_pct)
 
 
-def _signed_ms(value: float) -> str:
-    return ("+" if value > 0 else "") + fmt_ms(value)
-
-
 def _signed_pct(value: Any) -> str:
-    return "n/a" if value is None or value != value else f"{value:+.1f} %"
+    """A change in %, "n/a" when there is none (a BASE of zero)."""
+    return fmt_pct(value, signed=True, missing="n/a")
 
 
 # ----------------------------------------------------------------------------- figures
@@ -94,14 +93,10 @@ def op_delta_bars(ops: pd.DataFrame, label: str) -> go.Figure:
 # ----------------------------------------------------------------------------- sections
 
 
-def _seconds(ms: Optional[float]) -> str:
-    return "—" if ms is None else f"{ms / 1000:,.2f} s"
-
-
 def _interval_ms(low: Any, high: Any) -> str:
     if low is None or low != low:
         return "—"
-    return f"{_signed_ms(low)} to {_signed_ms(high)}"
+    return f"{fmt_ms(low, signed=True)} to {fmt_ms(high, signed=True)}"
 
 
 def verdict_cards(c: Comparison) -> str:
@@ -111,10 +106,10 @@ def verdict_cards(c: Comparison) -> str:
                 f"{_signed_pct(v['ci_low_pct'])} to {_signed_pct(v['ci_high_pct'])}")
     items = [("verdict", v["outcome"]), ("BASE mean step", fmt_ms(v["base_mean_step_ms"])),
              ("NEW mean step", fmt_ms(v["new_mean_step_ms"])),
-             ("change", f"{_signed_ms(v['delta_ms'])} ({_signed_pct(v['delta_pct'])})"),
+             ("change", f"{fmt_ms(v['delta_ms'], signed=True)} ({_signed_pct(v['delta_pct'])})"),
              (f"{100 * (v['confidence'] or CONFIDENCE):g} % interval of the change", interval),
              (f"wall time, analysed steps ({_step_counts(v)})",
-              f"{_seconds(v['base_wall_ms'])} → {_seconds(v['new_wall_ms'])}"),
+              f"{fmt_seconds(v['base_wall_ms'])} → {fmt_seconds(v['new_wall_ms'])}"),
              ("median step (for reference)",
               f"{fmt_ms(v['base_median_step_ms'])} → {fmt_ms(v['new_median_step_ms'])}")]
     if v["fail_if_slower_pct"] is not None:
@@ -144,9 +139,9 @@ def findings_html(c: Comparison) -> str:
 
 def phases_html(c: Comparison) -> str:
     """Mean-based changes first (the verdict's figures), medians after them for reference."""
-    rows = [(r.phase, fmt_ms(r.base_mean_ms), fmt_ms(r.new_mean_ms), _signed_ms(r.delta_ms), _signed_pct(r.delta_pct),
+    rows = [(r.phase, fmt_ms(r.base_mean_ms), fmt_ms(r.new_mean_ms), fmt_ms(r.delta_ms, signed=True), _signed_pct(r.delta_pct),
              _interval_ms(r.ci_low_ms, r.ci_high_ms), "yes" if r.significant else "no",
-             fmt_ms(r.base_median_ms), fmt_ms(r.new_median_ms), _signed_ms(r.median_delta_ms),
+             fmt_ms(r.base_median_ms), fmt_ms(r.new_median_ms), fmt_ms(r.median_delta_ms, signed=True),
              fmt_pct(r.base_share_pct), fmt_pct(r.new_share_pct)) for r in c.phases.itertuples()]
     return table(["phase", "BASE mean", "NEW mean", "change", "change %", f"{CONFIDENCE * 100:g} % interval",
                   "significant", "BASE median", "NEW median", "median change", "BASE share", "NEW share"], rows,
@@ -243,6 +238,10 @@ def build(ctx: Context) -> str:
     return "".join(parts)
 
 
+#: Shown with a run to compare with (`--compare`, `profview compare -o`); not live.
+PAGE = Page("compare", "Compare", build, shown=lambda ctx: bool(ctx.compare))
+
+
 # ----------------------------------------------------------------------------- text
 
 
@@ -253,9 +252,9 @@ def headline(c: Comparison) -> list[str]:
              f"{v['delta_ms']:+.3f} ms ({_signed_pct(v['delta_pct'])}; {interval_text(v)})"]
     b, n = v["base_steps"], v["new_steps"]
     counts = f"the {b} analysed steps" if b == n else f"the analysed steps ({b} BASE, {n} NEW)"
-    wall = f"  wall time of {counts}: {_seconds(v['base_wall_ms'])} -> {_seconds(v['new_wall_ms'])}"
+    wall = f"  wall time of {counts}: {fmt_seconds(v['base_wall_ms'])} -> {fmt_seconds(v['new_wall_ms'])}"
     if v.get("base_span_ms") is not None and v.get("new_span_ms") is not None:
-        wall += f"; recorded span {_seconds(v['base_span_ms'])} -> {_seconds(v['new_span_ms'])}"
+        wall += f"; recorded span {fmt_seconds(v['base_span_ms'])} -> {fmt_seconds(v['new_span_ms'])}"
     lines.append(wall)
     median = (f"  median step {v['base_median_step_ms']:.3f} ms -> {v['new_median_step_ms']:.3f} ms "
               f"({_signed_pct(v['median_delta_pct'])}), for reference")

@@ -6,6 +6,7 @@ from plotly.subplots import make_subplots
 
 from viewer.html import absent, plot_text, section
 from viewer.context import Context
+from viewer.page import Live, Page
 from viewer.series import add_line
 from viewer.theme import PALETTE, styled
 
@@ -52,8 +53,12 @@ def _status(ctx: Context) -> str:
 
 def build(ctx: Context) -> str:
     """The counters tab."""
-    counters = ctx.run.counters
+    counters = ctx.run.device_counters
     if counters is None or not len(counters):
         return section("Counters", absent("No sampled counters (device_counters csv) in this run. " + _status(ctx)))
     fig, notes = counter_figure(counters)
     return section("Device and host counters", ctx.figure(fig), " ".join([_status(ctx)] + notes).strip())
+
+
+#: Live as loaded: the recent window's counters.
+PAGE = Page("counters", "Counters", build, live=Live.AT_LOAD)

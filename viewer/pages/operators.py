@@ -5,6 +5,7 @@ import plotly.graph_objects as go
 
 from viewer.html import absent, esc, plot_text, section
 from viewer.context import Context
+from viewer.page import Live, Page
 from viewer.stats import shares_with_other
 from viewer.theme import OTHER, PALETTE, styled
 
@@ -67,3 +68,7 @@ def build(ctx: Context) -> str:
     else:
         parts.append(section("Op details", absent("No op detail table (op_detail csv) in this run.")))
     return "".join(parts)
+
+
+#: Live as loaded: the op table's rows travel in a data block, which the live refresh does not resend.
+PAGE = Page("operators", "Operators", build, live=Live.AT_LOAD)

@@ -8,8 +8,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from viewer.findings import render as render_findings
-from viewer.html import absent, cards, esc, fmt_ms, fmt_pct, section, table
+from viewer.html import absent, cards, esc, section, table
+from viewer.formatting import fmt_ms, fmt_pct, fmt_seconds
 from viewer.context import Context
+from viewer.page import Live, Page
 from profiler.analysis.steps import outlier_rule_text
 from viewer.stats import findings, key_figures, outlier_min_pct, outliers, phase_table, select_steps
 from viewer.theme import ALL_REDUCE, PHASES, styled
@@ -67,7 +69,7 @@ def _key_figures(ctx: Context, steps: pd.DataFrame) -> tuple[list[tuple[str, str
     """The advisor's own figures (the verdict rests on them), or, for a --steps selection, the selection's."""
     figures = key_figures(ctx.run.report)
     if figures is not None and ctx.options.steps is None:
-        kpis = [("mean step", fmt_ms(figures.mean_ms)), ("wall time", f"{figures.wall_ms / 1e3:,.2f} s")]
+        kpis = [("mean step", fmt_ms(figures.mean_ms)), ("wall time", fmt_seconds(figures.wall_ms))]
         kpis += [(f"{label}", fmt_pct(share)) for label, share in figures.shares]
         note = f"The verdict's figures: {figures.rule}; shares of the analysed steps' time."
         return kpis, note + (f" {figures.note}." if figures.note else "")
@@ -132,3 +134,7 @@ def build(ctx: Context) -> str:
               "</div>", "<br>",
               section("Outlier steps", _outlier_section(steps, run.report))]
     return "".join(parts)
+
+
+#: Re-built live: the verdict and step figures of the recent window.
+PAGE = Page("overview", "Overview", build, live=Live.REFRESHED)

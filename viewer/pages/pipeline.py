@@ -7,8 +7,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viewer.html import absent, esc, fmt_pct, plot_text, section, table
+from viewer.html import absent, esc, plot_text, section, table
+from viewer.formatting import fmt_pct
 from viewer.context import Context
+from viewer.page import Live, Page
 from viewer.series import add_line
 from profiler import formats
 from viewer.findings import render as render_findings
@@ -167,3 +169,7 @@ def build(ctx: Context) -> str:
         parts.append(section("Queue occupancy over time", absent("No data_queue csv: occupancy over time "
                                                                 "is not available.")))
     return "".join(parts)
+
+
+#: Re-built live: the recent window's queues and what they cost the step.
+PAGE = Page("pipeline", "Data pipeline", build, live=Live.REFRESHED)

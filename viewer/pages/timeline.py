@@ -17,11 +17,12 @@ from plotly.subplots import make_subplots
 
 from profiler.errors import InputError
 from viewer.context import Context
+from viewer.page import Page
 from viewer.html import absent, esc, plot_text, section
 from viewer.lod import Levels, Window, busy_levels, nesting, step_windows, window_events
 from viewer.series import add_line
 from viewer.theme import PALETTE, PHASES, category_color, styled
-from viewer.trace import Timeline, load_timeline
+from viewer.trace import Timeline
 
 BUSY_SCALE = [[0.0, "#FFFFFF"], [0.02, "#E8EEF7"], [0.5, "#7FA3D1"], [1.0, "#1F4E8C"]]
 PHASE_ROW = "phases"
@@ -213,20 +214,19 @@ def _levels_note(tl: Timeline, levels: Levels) -> str:
 def build(ctx: Context) -> str:
     """The timeline tab."""
     run = ctx.run
-    path = getattr(run, "events_path", None)
-    if path is None:
-        trace = getattr(run, "timeline_path", None)
+    try:
+        tl = run.timeline()
+    except InputError as exc:
+        return section("Timeline", absent(str(exc)))
+    if tl is None:
+        trace = run.timeline_path
         hint = (f" {trace.name} is there, but the viewer reads only the event file: re-run "
                 f"`profview analyse {run.directory}` to write it." if trace is not None else "")
         return section("Timeline", absent(f"No event file (events_{run.rank}.arrow) in this run.{hint}"))
-    try:
-        tl = load_timeline(path)
-    except InputError as exc:
-        return section("Timeline", absent(str(exc)))
     drawn = [lane for lane in range(len(tl.lanes))
              if tl.lanes["kind"][lane] != "steps" and tl.file.lane_rows(lane)[1] > 0]
     if not tl.complete:
-        return section("Timeline", absent(f"{path.name} holds no complete events to draw."))
+        return section("Timeline", absent(f"{tl.path.name} holds no complete events to draw."))
     ctx.progress.stage("timeline: level of detail")
     t0, t1 = tl.time_range_ns()
     levels = busy_levels(tl, drawn, t0, max(t1, t0 + 1000))
@@ -237,3 +237,7 @@ def build(ctx: Context) -> str:
     status = f'<p class="note" style="margin-top:8px" id="{note_id}">zoom level 0: {levels.bins(0):,} bins of {levels.bin_ms(0):.3g} ms</p>'
     return (section("Whole run: phases and busy-ness per lane", figure + status, _levels_note(tl, levels))
             + section("Step windows in detail", _windows_section(ctx, tl, levels.ops_per_step)))
+
+
+#: Not live: it reads the event file, which only the analysis of a whole run writes.
+PAGE = Page("timeline", "Timeline", build)
