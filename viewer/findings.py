@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profiler.analysis.findings import question_of
 from viewer.html import esc, fmt_ms, fmt_pct
 from viewer.stats import number
 
@@ -18,6 +19,16 @@ def stake(finding: dict[str, Any]) -> str:
     ms, pct = number(finding["at_stake_ms"]), number(finding["at_stake_pct"])
     return " · ".join(([fmt_ms(ms) + " / step"] if ms is not None else [])
                       + ([fmt_pct(pct)] if pct is not None else []))
+
+
+def on_page(items: list[dict[str, Any]], page: str) -> list[dict[str, Any]]:
+    """The findings that belong to report page `page`, as the finding module that makes each declares it."""
+    out = []
+    for item in items:
+        question = question_of(str(item["key"] or item["kind"]))
+        if question is not None and question.page == page:
+            out.append(item)
+    return out
 
 
 def _row(finding: dict[str, Any]) -> str:
