@@ -131,6 +131,12 @@ def test_keys_find_their_question():
     assert len(keys) == len(set(keys))
 
 
+def test_every_question_names_a_report_page():
+    from viewer.report import pages
+
+    assert {q.page for q in QUESTIONS} <= {page.key for page in pages()}
+
+
 def test_the_data_pipeline_page_shows_the_data_findings_only(tmp_path):
     """A real loop with a slow loader and a slow step every 5 steps: the report has input_bound and
     step_outliers; the Data pipeline page shows input_bound (its question's page), not step_outliers."""

@@ -1,7 +1,8 @@
 """Bottleneck findings as HTML: the verdict line and the ranked findings table.
 
 Used for report_{rank}.json on the overview and cluster_summary.json on the cluster page; both
-follow the advisor's finding shape, read tolerantly (see viewer.stats.findings).
+follow the advisor's finding shape, read tolerantly (see viewer.stats.findings). A page that shows
+only its own findings picks them with `on_page`: each finding module declares its page.
 """
 from __future__ import annotations
 
