@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 from profiler import ProfiledDataLoader, Profiler  # noqa: E402
-from profiler.analysis.advice_text import OP_FAMILIES  # noqa: E402
+from profiler.analysis.findings.operators import OP_FAMILIES  # noqa: E402
 from profiler.analysis.compare import interval_text  # noqa: E402
 from viewer.pages.compare import comparison  # noqa: E402
 from viewer.inputs import load_input  # noqa: E402

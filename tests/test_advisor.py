@@ -19,6 +19,7 @@ import pytest
 from profiler import Profiler, ProfviewError
 from profiler.analysis.advisor import DEFAULT_THRESHOLDS, parse_threshold, resolve_thresholds
 from profiler.analysis.cluster import cluster_summary
+from profiler.analysis.findings import question_of
 from profiler.analysis.steps import outlier_steps
 from profiler.data.pipeline import device_prefetch, prefetch
 
@@ -69,6 +70,7 @@ def assert_fields(finding: dict) -> None:
                 "files", "metrics"):
         assert key in finding, key
     assert any(name in finding["evidence"] for name in finding["files"])
+    assert question_of(finding["key"]) is not None, finding["key"]      # its question declares the key it carries
 
 
 # ----------------------------------------------------------------------------- one problem per run

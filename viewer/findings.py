@@ -1,12 +1,14 @@
 """Bottleneck findings as HTML: the verdict line and the ranked findings table.
 
 Used for report_{rank}.json on the overview and cluster_summary.json on the cluster page; both
-follow the advisor's finding shape, read tolerantly (see viewer.stats.findings).
+follow the advisor's finding shape, read tolerantly (see viewer.stats.findings). A page that shows
+only its own findings picks them with `on_page`: each finding module declares its page.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from profiler.analysis.findings import question_of
 from viewer.html import esc
 from viewer.formatting import fmt_ms, fmt_pct
 from viewer.stats import number
@@ -19,6 +21,16 @@ def stake(finding: dict[str, Any]) -> str:
     ms, pct = number(finding["at_stake_ms"]), number(finding["at_stake_pct"])
     return " · ".join(([fmt_ms(ms) + " / step"] if ms is not None else [])
                       + ([fmt_pct(pct)] if pct is not None else []))
+
+
+def on_page(items: list[dict[str, Any]], page: str) -> list[dict[str, Any]]:
+    """The findings that belong to report page `page`, as the finding module that makes each declares it."""
+    out = []
+    for item in items:
+        question = question_of(str(item["key"] or item["kind"]))
+        if question is not None and question.page == page:
+            out.append(item)
+    return out
 
 
 def _row(finding: dict[str, Any]) -> str:

@@ -5,9 +5,9 @@ the others wait inside the collective that ends the step. So a straggler does no
 longer step but as *less waiting*. Per step this module measures each rank's wait at the
 collectives as its communication time in excess of the rank that communicated least (the last to
 arrive waits least, its communication is the transfer itself), its busy time (step minus wait),
-and the slowest rank (the busiest). A straggler is a rank that is the slowest in most steps and
-busier than the other ranks' median by a margin; the phase that makes it slower is the one
-(with communication taken out) in which it exceeds them most.
+and the slowest rank (the busiest). Whether one rank is a straggler, and the cluster's findings,
+are the finding modules' (`findings/straggler.py`, `findings/communication.py`): this module
+measures, gives them `ClusterData`, and assembles cluster_summary.json.
 
 Inputs are each rank's step trace (step_trace_{rank}.csv's columns) and profiler_info; the
 clock shifts put all ranks on one time axis: the reference (lowest present) rank's origin.
@@ -21,19 +21,11 @@ import numpy as np
 import pandas as pd
 
 from profiler.formats import CLUSTER_STEP_COLUMNS, plain_value
-from profiler.analysis.advisor import SUGGESTIONS, Finding, framework_of, resolve_thresholds, severity_of
+from profiler.analysis.advisor import cluster_findings, framework_of, resolve_thresholds
+from profiler.analysis.findings.base import Context
+from profiler.analysis.findings.straggler import Straggler, find_straggler
 
 CLUSTER_SCHEMA_VERSION = 1
-
-#: a straggler is the slowest rank in at least this share of the steps ...
-STRAGGLER_MIN_SLOWEST_SHARE = 0.5
-#: ... and busier than the other ranks' median by the advisor's straggler_pct of their busy time,
-#: and by at least this much (noise on sub-millisecond steps is not a straggler)
-STRAGGLER_MIN_EXCESS_MS = 1.0
-
-#: phases compared to find what makes a straggler slower (communication taken out of them)
-PHASES_EXCL_COMM = ("iteration_gap_ms", "fp_bp_excl_comm_ms", "tail_excl_comm_ms")
-
 
 
 # ---- ranks and clocks ---------------------------------------------------------------------
@@ -161,50 +153,7 @@ def rank_table(table: pd.DataFrame) -> pd.DataFrame:
     return means.reset_index()
 
 
-# ---- straggler and communication ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """The rank the others wait for, and why."""
-
-    rank: int
-    slowest_share: float                 # share of the contested steps in which it was the slowest
-    excess_ms: float                     # its median busy time minus the other ranks' median
-    phase: str                           # the phase (communication taken out) it exceeds most in
-    phase_excess_ms: dict[str, float]    # per phase: its median minus the other ranks' median
-    others_wait_ms: float                # median wait of the other ranks per step
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "slowest_share_pct": round(100.0 * self.slowest_share, 2),
-                "excess_ms": round(self.excess_ms, 4), "phase": self.phase,
-                "phase_excess_ms": {k: round(v, 4) for k, v in self.phase_excess_ms.items()},
-                "others_wait_ms": round(self.others_wait_ms, 4)}
-
-
-def find_straggler(table: pd.DataFrame, ranks: pd.DataFrame, straggler_pct: float) -> Optional[Straggler]:
-    """The rank slowest in most contested steps and busier than the other ranks' median by `straggler_pct` %; else None.
-
-    Times are each rank's median over its steps: a few steps disturbed by something else (start-up,
-    a descheduled process) do not make or hide a straggler.
-    """
-    contested = int(ranks["slowest_steps"].sum())
-    if len(ranks) < 2 or contested == 0:
-        return None
-    typical_steps = table.groupby("rank", sort=True)[["busy_ms", "wait_ms", *PHASES_EXCL_COMM]].median()
-    rank = int(ranks.loc[ranks["slowest_steps"].idxmax(), "rank"])
-    top = typical_steps.loc[rank]
-    others = typical_steps.drop(index=rank)
-    share = float(ranks.loc[ranks["rank"] == rank, "slowest_steps"].iloc[0]) / contested
-    typical = float(others["busy_ms"].median())
-    excess = float(top["busy_ms"]) - typical
-    margin = max(STRAGGLER_MIN_EXCESS_MS, straggler_pct / 100.0 * typical)
-    if share < STRAGGLER_MIN_SLOWEST_SHARE or excess < margin:
-        return None
-    phase_excess = {p: float(top[p] - others[p].median()) for p in PHASES_EXCL_COMM}
-    return Straggler(rank=rank, slowest_share=share, excess_ms=excess,
-                     phase=max(phase_excess, key=phase_excess.get), phase_excess_ms=phase_excess,
-                     others_wait_ms=float(others["wait_ms"].median()))
+# ---- communication, and what the findings read ---------------------------------------------
 
 
 def communication(ranks: pd.DataFrame) -> dict[str, float]:
@@ -218,54 +167,13 @@ def communication(ranks: pd.DataFrame) -> dict[str, float]:
             "wait_share_pct": 100.0 * wait / step, "exposed_transfer_share_pct": 100.0 * transfer / step}
 
 
-# ---- findings (the advisor's shape) -------------------------------------------------------
+@dataclass(frozen=True)
+class ClusterData:
+    """What the job offers the findings' cluster rules, by name (a finding module's `ClusterNeeds` fields)."""
 
-
-def straggler_finding(s: Straggler, ranks: pd.DataFrame, thresholds: Mapping[str, float]) -> dict[str, Any]:
-    """The advisor's `straggler_rank` finding for a straggler."""
-    step = float(ranks["total_ms"].mean()) or 1.0
-    pct = 100.0 * s.excess_ms / step
-    label = s.phase.replace("_excl_comm", "")[:-3]
-    cause = ("its input pipeline is slower: give it more loader workers or local data" if s.phase == "iteration_gap_ms"
-             else "it computes longer: check its device (clocks, thermal, another job) and its data shard "
-                  "(uneven batch or sequence sizes)" if s.phase == "fp_bp_excl_comm_ms"
-             else "its work after backward (optimizer, logging, checkpointing) is longer: move rank-specific "
-                  "work off the training loop")
-    finding = Finding(
-        kind="straggler_rank", rank=s.rank, at_stake_ms=s.excess_ms, at_stake_pct=pct,
-        title=f"Rank {s.rank} is a straggler: the other ranks wait {s.others_wait_ms:.2f} ms per step for it",
-        evidence=(f"rank {s.rank} is the slowest in {100 * s.slowest_share:.0f} % of the steps and busy "
-                  f"{s.excess_ms:.2f} ms per step more than the other ranks' median (busy = step minus wait at the "
-                  f"collectives); the extra time is in {label} (+{s.phase_excess_ms[s.phase]:.2f} ms, "
-                  f"communication taken out) [cluster_step_trace.csv: busy_ms, wait_ms, {s.phase}]"),
-        threshold=(f"slowest in >= {100 * STRAGGLER_MIN_SLOWEST_SHARE:g} % of the steps and busy time > the other ranks' median "
-                   f"+ {thresholds['straggler_pct']:g} % (straggler_pct)"),
-        suggestion=f"look at rank {s.rank} alone (profview DIR --rank {s.rank}): {cause}",
-        files=["cluster_step_trace.csv", f"step_trace_{s.rank}.csv"],
-        metrics={"excess_ms": s.excess_ms, "slowest_share_pct": 100 * s.slowest_share,
-                 "others_wait_ms": s.others_wait_ms})
-    finding.severity = severity_of(pct, thresholds)
-    return finding.to_json()
-
-
-def comm_finding(comm: Mapping[str, float], thresholds: Mapping[str, float], framework: str) -> Optional[dict]:
-    """The advisor's `comm_bound` finding for the cluster: exposed transfer (waiting for stragglers excluded)."""
-    share = comm["exposed_transfer_share_pct"]
-    limit = thresholds["comm_exposed_pct"]
-    if share < limit:
-        return None
-    finding = Finding(
-        kind="comm_bound", at_stake_ms=comm["exposed_transfer_ms"], at_stake_pct=share,
-        title=f"Communication not hidden behind compute: {share:.1f} % of the step on every rank",
-        evidence=(f"mean over ranks: communication {comm['comm_ms']:.2f} ms per step, {comm['comm_overlap_ms']:.2f} ms "
-                  f"overlapping forward + backward, {comm['exposed_comm_ms']:.2f} ms exposed, of which "
-                  f"{comm['wait_ms']:.2f} ms is waiting for slower ranks [cluster_step_trace.csv: comm_ms, "
-                  f"comm_overlap_ms, wait_ms]"),
-        threshold=f"exposed communication without waiting >= {limit:g} % of step time (comm_exposed_pct)",
-        suggestion=SUGGESTIONS["comm_bound"][framework], files=["cluster_step_trace.csv"],
-        metrics={k: comm[k] for k in ("comm_ms", "comm_overlap_ms", "exposed_comm_ms", "wait_ms")})
-    finding.severity = severity_of(share, thresholds)
-    return finding.to_json()
+    straggler: Optional[Straggler]            # the straggler find_straggler found, if any
+    communication: Mapping[str, float]        # communication(): the cluster's mean communication figures
+    mean_step_ms: float                       # the ranks' mean step (1.0 when it is 0)
 
 
 # ---- the summary --------------------------------------------------------------------------
@@ -293,12 +201,10 @@ def cluster_summary(infos: Mapping[int, Mapping[str, Any]], traces: Mapping[int,
         return doc, table
     straggler = find_straggler(table, ranks, th["straggler_pct"])
     comm = communication(ranks)
-    framework = framework_of(next(iter(infos.values()), {}))
-    findings = ([straggler_finding(straggler, ranks, th)] if straggler else []) + \
-        [f for f in [comm_finding(comm, th, framework)] if f]
+    ctx = Context(rank=None, framework=framework_of(next(iter(infos.values()), {})), thresholds=th)
     doc.update(per_rank=_records(ranks), straggler=straggler.to_json() if straggler else None,
                communication={k: round(v, 4) for k, v in comm.items()},
-               findings=sorted(findings, key=lambda f: -f["at_stake_ms"]))
+               findings=cluster_findings(ClusterData(straggler, comm, comm["step_ms"]), ctx))
     return doc, table
 
 

@@ -18,7 +18,8 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.advisor import resolve_thresholds, theil_sen_slope
+from profiler.analysis.advisor import resolve_thresholds
+from profiler.analysis.findings.memory import theil_sen_slope
 from profiler.analysis.results import Analysis, analyse_run
 from profiler.model import Run
 

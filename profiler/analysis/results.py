@@ -1,13 +1,15 @@
 """Run every analysis on a Run: the tables the exporters write and the viewer shows."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from profiler.model import Run
-from profiler.analysis.advisor import AdvisorInput, advise, framework_of, resolve_thresholds
+from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
+from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.steps import analysed_steps, step_source
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
@@ -54,15 +56,72 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
     """The advisor's report_{rank}.json (after every other extra_json document: it reads the queue summary)."""
     config = a.run.info.get("config") if isinstance(a.run.info.get("config"), dict) else {}
     th = resolve_thresholds(config.get("advisor_thresholds"), thresholds)
-    steps, skipped = analysed_steps(a.step_trace, int(th["warmup_steps"]))
-    source, source_note = step_source(a.run.info)
-    return advise(AdvisorInput(steps=steps, op_type=a.op_type, ops=a.run.ops,
-                               queue_summary=a.extra_json.get("queue_summary"), framework=framework_of(a.run.info),
-                               rank=a.run.rank, step_lane=step_lane(a.run), thresholds=th, skipped_steps=skipped,
-                               counters=a.run.counters, memory_limits=memory_limits(a.run.info),
-                               buffering_steps=frozenset(a.run.ops.loc[a.run.ops["source"] == "torch", "step"].unique().tolist()),
-                               step_source=source, step_source_note=source_note,
-                               recording=recording_losses(a.run.info)))
+    return advise(RankData(a, th), Context(rank=a.run.rank, framework=framework_of(a.run.info), thresholds=th))
+
+
+class RankData:
+    """What one rank offers the findings, by name (a finding module's `Needs` fields name what it reads):
+    each datum is computed when a question first asks for it, once."""
+
+    def __init__(self, analysis: Analysis, thresholds: Mapping[str, float]):
+        self._analysis, self._thresholds = analysis, thresholds
+
+    @functools.cached_property
+    def steps(self) -> StepWindow:
+        """The analysed steps (warm-up left out) and their steady / captured views."""
+        steps, skipped = analysed_steps(self._analysis.step_trace, int(self._thresholds["warmup_steps"]))
+        return StepWindow(steps, skipped, self._thresholds["outlier_min_pct"])
+
+    @property
+    def op_type(self) -> pd.DataFrame:
+        """The op-type table (op_type_{rank}.csv)."""
+        return self._analysis.op_type
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """The run's op executions (the device timeline when there is a device)."""
+        return self._analysis.run.ops
+
+    @property
+    def queue_summary(self) -> Optional[Mapping[str, Any]]:
+        """queue_summary_{rank}.json, None when no queue was probed."""
+        return self._analysis.extra_json.get("queue_summary")
+
+    @property
+    def counters(self) -> pd.DataFrame:
+        """The run's counters (host and device memory, ...)."""
+        return self._analysis.run.counters
+
+    @functools.cached_property
+    def memory_limits(self) -> dict[str, float]:
+        """The memory each counter can grow into ("source|device" -> bytes)."""
+        return memory_limits(self._analysis.run.info)
+
+    @functools.cached_property
+    def buffering_steps(self) -> frozenset:
+        """The steps in which torch.profiler held its events in memory (memory trends leave them out)."""
+        ops = self._analysis.run.ops
+        return frozenset(ops.loc[ops["source"] == "torch", "step"].unique().tolist())
+
+    @functools.cached_property
+    def recording(self) -> dict[str, Any]:
+        """profiler_info's "recording" section: what was dropped or lost."""
+        return recording_losses(self._analysis.run.info)
+
+    @functools.cached_property
+    def step_lane(self) -> str:
+        """The thread that called step(), as the ops table names it."""
+        return step_lane(self._analysis.run)
+
+    @property
+    def step_source(self) -> str:
+        """How the steps were found: marked | inferred | whole_run."""
+        return step_source(self._analysis.run.info)[0]
+
+    @property
+    def step_source_note(self) -> str:
+        """The sentence saying how the steps were found, when they were not marked."""
+        return step_source(self._analysis.run.info)[1]
 
 
 def recording_losses(info: Mapping[str, Any]) -> dict[str, Any]:

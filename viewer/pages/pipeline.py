@@ -13,7 +13,7 @@ from viewer.context import Context
 from viewer.page import Live, Page
 from viewer.series import add_line
 from profiler import formats
-from viewer.findings import render as render_findings
+from viewer.findings import on_page, render as render_findings
 from viewer.stats import findings, key_figures, number
 from viewer.theme import PALETTE, styled
 
@@ -126,15 +126,11 @@ def _stages(summary: dict[str, Any] | None) -> str:
                    "A stage whose input queue is full while its output queue is empty is the slow one.")
 
 
-#: the advisor's findings about the time between steps (report_{rank}.json keys)
-DATA_FINDINGS = ("input_bound", "transmission_bound", "gap_bound", "host_bound:gap")
-
-
 def _step_verdict(ctx: Context) -> str:
     """What the data pipeline means for the step, in the advisor's words: the same verdict and figures
     as the Overview; the queue statistics below are its evidence."""
     _, items = findings(ctx.run.report)
-    hits = [item for item in items if str(item["key"] or item["kind"]) in DATA_FINDINGS]
+    hits = on_page(items, "pipeline")
     if hits:
         return section("What it costs the step", render_findings("", hits),
                        "The advisor's reading of the iteration gap (as on the Overview): measured data wait "

@@ -1,0 +1,37 @@
+"""The findings: one module per question the advisor asks, and the one registry of them.
+
+Each module declares a `QUESTION` (base.py): the data its rules read, its thresholds, its texts,
+the page its findings belong to. Adding a finding is one new module and one line in `QUESTIONS`;
+the advisor (`analysis/advisor.py`) runs them and keeps the verdict, the viewer reads their pages
+from here. The order of `QUESTIONS` is the order of their thresholds in report_{rank}.json.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from profiler.analysis.findings import (
+    communication, input_pipeline, launch, memory, operators, outliers, recording, straggler, tail,
+)
+from profiler.analysis.findings.base import Question
+
+QUESTIONS: tuple[Question, ...] = (
+    input_pipeline.QUESTION,
+    operators.QUESTION,
+    launch.QUESTION,
+    tail.QUESTION,
+    communication.QUESTION,
+    outliers.QUESTION,
+    straggler.QUESTION,
+    recording.QUESTION,
+    memory.QUESTION,
+)
+
+
+def question_of(key: str, questions: tuple[Question, ...] = QUESTIONS) -> Optional[Question]:
+    """The question whose findings carry `key` (a finding's key, or its kind when it has none):
+    the one declaring the key itself, else the one declaring its kind (`op_hotspot:cast:GPU0` -> op_hotspot)."""
+    for candidate in (key, key.split(":", 1)[0]):
+        for question in questions:
+            if candidate in question.keys:
+                return question
+    return None
