@@ -132,9 +132,9 @@ def test_keys_find_their_question():
 
 
 def test_every_question_names_a_report_page():
-    from viewer.report import pages
+    from viewer.report import PAGES
 
-    assert {q.page for q in QUESTIONS} <= {page.key for page in pages()}
+    assert {q.page for q in QUESTIONS} <= {page.key for page in PAGES}
 
 
 def test_the_data_pipeline_page_shows_the_data_findings_only(tmp_path):
