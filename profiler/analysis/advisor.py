@@ -199,6 +199,8 @@ def severity_of(pct: float, thresholds: Mapping[str, float]) -> str:
 
 #: sources whose presence in a recording make it a torch run (attach(), op capture)
 TORCH_SOURCES = ("torch", "torch_hooks")
+#: sources whose presence make it a MindSpore run (its training callback, MindSpore's profiler beside it)
+MINDSPORE_SOURCES = ("mindspore",)
 
 
 def framework_of(info: Mapping[str, Any]) -> str:
@@ -209,7 +211,7 @@ def framework_of(info: Mapping[str, Any]) -> str:
     sources = info.get("sources") if isinstance(info.get("sources"), Mapping) else {}
     if origin == "kineto" or config.get("framework") == "torch" or any(s in sources for s in TORCH_SOURCES):
         return "torch"
-    if origin in ("mindspore", "ascend"):
+    if origin in ("mindspore", "ascend") or any(s in sources for s in MINDSPORE_SOURCES):
         return "mindspore"
     return "plain"
 
