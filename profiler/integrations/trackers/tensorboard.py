@@ -27,6 +27,9 @@ from profiler.integrations.trackers.record import PREFIX, TrackerRecord, finding
 
 __all__ = ["TensorBoardSink"]
 
+#: events the writer's queue holds before add_event waits for its thread (one event per step)
+_QUEUE = 1 << 14
+
 
 class TensorBoardSink:
     """Writes into a new event file in `logdir` (created when missing)."""
@@ -34,7 +37,8 @@ class TensorBoardSink:
     def __init__(self, logdir: "str | Path") -> None:
         self.logdir = Path(logdir)
         self.where = f"TensorBoard run {self.logdir}"
-        self._writer = EventFileWriter(str(self.logdir), filename_suffix=".profview")
+        # a queue that holds a whole update: the writer thread empties it while training goes on
+        self._writer = EventFileWriter(str(self.logdir), max_queue_size=_QUEUE, filename_suffix=".profview")
         self._last_step = 0
 
     def log_steps(self, steps: pd.DataFrame) -> None:
