@@ -7,8 +7,8 @@ with `Model.train(..., callbacks=[ProfviewCallback(...)])`. Scenarios, each into
 
 - fast: a GeneratorDataset over arrays in memory, 2 epochs of 6 steps, graph mode, MindSpore's own
   profiler beside profview (`mindspore_profiler=True`), a LossMonitor after the callback;
-- slow: the same dataset sleeping SLOW_SAMPLE_S per sample (a batch waits 16 x that, several times a
-  step's compute), 1 epoch of SLOW_STEPS steps, `dataset_sink_mode=True` (the CPU backend trains
+- slow: the same dataset sleeping SLOW_SAMPLE_S per sample (a batch waits 16 x that, about ten times
+  a step's compute), 1 epoch of SLOW_STEPS steps, `dataset_sink_mode=True` (the CPU backend trains
   without sink), with the pipeline's buffer queues at 1 batch: with MindSpore's default (16) the
   seconds step 0 spends compiling the graph let the pipeline bank a whole short epoch ahead;
 - own_profiler: the user runs MindSpore's profiler into OUT_DIR/own_profiler/ms and gives its
@@ -38,8 +38,8 @@ from profiler.capture.mindspore import MindSporeCapture
 from profiler.integrations.mindspore import ProfviewCallback
 
 BATCH = 16
-SLOW_SAMPLE_S = 0.01          # 16 samples a batch: 160 ms of data a step
-SLOW_STEPS = 12
+SLOW_SAMPLE_S = 0.025         # 16 samples a batch: 400 ms of data a step, ~10x a step's compute (~40 ms;
+SLOW_STEPS = 10               # ~240 ms measured with the 2 cores shared by a dozen jobs: still input-bound)
 
 
 class Samples:

@@ -16,7 +16,6 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SLOW_BATCH_MS = 160          # tests/mindspore_worker.py: 16 samples x SLOW_SAMPLE_S
 
 
 def test_missing_mindspore_is_one_clear_sentence():

@@ -40,7 +40,7 @@ except ImportError as exc:       # pragma: no cover - exercised only without Min
 
 from profiler import Profiler, ProfilerUsageWarning
 from profiler.capture.mindspore import MindSporeCapture
-from profiler.integrations._common import SpanStack, summary_lines
+from profiler.integrations._common import SpanStack, end_recording
 
 __all__ = ["ProfviewCallback"]
 
@@ -139,14 +139,7 @@ class ProfviewCallback(Callback):
         self._put_back()
         self._end_step()
         self._spans.close_all()
-        if not self.analyse:
-            profiler.stop()
-            return
-        self.outputs = profiler.analyse(quiet=True)
-        self.summary = summary_lines(profiler, self.outputs) if self.outputs else []
-        if self.verbose:
-            for line in self.summary:
-                print(line, flush=True)
+        self.outputs, self.summary = end_recording(profiler, self.analyse, self.verbose)
 
     def __exit__(self, *exc: Any) -> None:
         """Model.train leaves the callbacks' context (also on an exception): the iterator is put back and

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Any, Optional
 
 try:
@@ -30,7 +31,7 @@ except ImportError as exc:       # pragma: no cover - exercised only without tra
     raise missing_framework("profiler.integrations.transformers", "transformers", "transformers") from exc
 
 from profiler import Profiler
-from profiler.integrations._common import SpanStack, summary_lines
+from profiler.integrations._common import SpanStack, end_recording
 from profiler.integrations.trackers.live import LiveTrackers, mlflow_sink, own_event_file_dir, tensorboard_sink
 
 __all__ = ["ProfviewCallback"]
@@ -177,14 +178,7 @@ class ProfviewCallback(TrainerCallback):
         self._close_post_step()
         self._end_step()
         self._spans.close_all()
-        if not self.analyse:
-            profiler.stop()
-        else:
-            self.outputs = profiler.analyse(quiet=True)   # on a rank left out by `ranks=`: [] (it still joins in)
-            self.summary = summary_lines(profiler, self.outputs) if self.outputs else []
-            if self.verbose:
-                for line in self.summary:
-                    print(line, flush=True)
+        self.outputs, self.summary = end_recording(profiler, self.analyse, self.verbose)
         if self._trackers is not None:
             self._trackers.finish(profiler, bool(self.outputs))
 
@@ -262,8 +256,8 @@ def _tracker_sinks(args) -> list:
     report_to = set(args.report_to or [])
     sinks = []
     if "tensorboard" in report_to:
-        logdir = own_event_file_dir([os.environ.get("TENSORBOARD_LOGGING_DIR")
-                                     or os.path.join(args.output_dir, "runs", "*")])
+        env, runs = os.environ.get("TENSORBOARD_LOGGING_DIR"), Path(args.output_dir) / "runs"
+        logdir = own_event_file_dir([Path(env)] if env else sorted(runs.iterdir()) if runs.is_dir() else [])
         sinks.append(tensorboard_sink(logdir) if logdir else None)
     if "mlflow" in report_to:
         import mlflow

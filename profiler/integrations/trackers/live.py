@@ -17,7 +17,7 @@ import os
 import socket
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from profiler import Profiler, ProfilerUsageWarning
 from profiler.errors import ProfviewError
@@ -105,10 +105,9 @@ def mlflow_sink(tracking_uri: str, run_id: str) -> Optional[TrackerSink]:
         return None
 
 
-def own_event_file_dir(directories: list[str]) -> Optional[str]:
-    """The newest of `directories` (glob patterns) holding an event file this process wrote
-    (TensorBoard event files are named `events.out.tfevents.<time>.<host>.<pid>.<n>`)."""
-    pattern = f"events.out.tfevents.*.{socket.gethostname()}.{os.getpid()}.*"
-    found = [path for d in directories for match in glob.glob(d)
-             for path in glob.glob(os.path.join(glob.escape(match), pattern))]
-    return os.path.dirname(max(found, key=os.path.getmtime)) if found else None
+def own_event_file_dir(directories: Iterable["str | Path"]) -> Optional[Path]:
+    """The newest of `directories` holding an event file this process wrote (TensorBoard event files
+    are named `events.out.tfevents.<time>.<host>.<pid>.<n>`); None when none does."""
+    pattern = f"events.out.tfevents.*.{glob.escape(socket.gethostname())}.{os.getpid()}.*"
+    found = [path for d in directories for path in Path(d).glob(pattern)]
+    return max(found, key=lambda p: p.stat().st_mtime).parent if found else None
