@@ -130,3 +130,31 @@ def test_export_refuses_what_it_cannot_export(tmp_path, input_bound_run, capsys)
     assert not (tmp_path / "x").exists()                       # nothing written before the check
     with pytest.raises(SystemExit):
         main(["export", str(input_bound_run), "--to", "wandb"])
+
+
+def test_a_tracker_that_refuses_is_dropped_with_a_warning_and_the_run_goes_on(tmp_path, monkeypatch):
+    """log_to_trackers' LiveTrackers on a real recording, into an MLflow run deleted under it: the write is
+    refused, one warning says profview stops logging there, and recording and analysis go on."""
+    from mlflow.tracking import MlflowClient
+
+    from profiler import Profiler, ProfilerUsageWarning
+    from profiler.integrations.trackers.live import LiveTrackers
+    from profiler.integrations.trackers.mlflow import MlflowSink
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = (tmp_path / "mlruns").as_uri()
+    client = MlflowClient(tracking_uri=store)
+    run_id = client.create_run(client.create_experiment("gone")).info.run_id
+    live = LiveTrackers([MlflowSink(store, run_id=run_id)])
+    profiler = Profiler(tmp_path / "prof", host_counters=False)
+    for _ in range(3):
+        profiler.step()
+    client.delete_run(run_id)
+    with pytest.warns(ProfilerUsageWarning, match=f"profview stops logging to MLflow run {run_id}.*refused"):
+        live.update(profiler)
+    assert live.sinks == []
+    for _ in range(3):
+        profiler.step()
+    outputs = profiler.analyse(quiet=True)
+    live.finish(profiler, bool(outputs))
+    assert pd.read_csv(tmp_path / "prof" / "step_trace_0.csv")["step"].tolist() == list(range(6))

@@ -17,11 +17,11 @@ import os
 import socket
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from profiler import Profiler, ProfilerUsageWarning
 from profiler.errors import ProfviewError
-from profiler.integrations.trackers.record import read_record, run_device_busy, step_rows
+from profiler.integrations.trackers.record import TrackerRecord, read_record, run_device_busy, step_rows
 from profiler.integrations.trackers.sink import TrackerSink
 
 #: the live window: at most this many recent steps are analysed at an update
@@ -62,25 +62,37 @@ class LiveTrackers:
         if self._live is not None:
             self._live.close()
             self._live = None
-        sinks, self.sinks = self.sinks, []
+        record = self._record(profiler) if analysed and self.sinks else None
+        if record is not None:
+            new = record.steps[~record.steps["step"].isin(self.logged)]
+            self._each(lambda sink: sink.log_steps(new))
+            self._each(lambda sink: sink.log_summary(record))
+        self._each(lambda sink: sink.close())
+        self.sinks = []
+
+    def _record(self, profiler: Profiler) -> Optional[TrackerRecord]:
         try:
-            if analysed:
-                record = read_record(profiler.output_path, profiler.rank)
-                for sink in sinks:
-                    new = record.steps[~record.steps["step"].isin(self.logged)]
-                    sink.log_steps(new)
-                    sink.log_summary(record)
-        finally:
-            for sink in sinks:
-                sink.close()
+            return read_record(profiler.output_path, profiler.rank)
+        except ProfviewError as exc:
+            warnings.warn(f"profview logs no summary to the trackers: {exc}", ProfilerUsageWarning, stacklevel=3)
+            return None
 
     def _log(self, rows) -> None:
         new = rows[~rows["step"].isin(self.logged)]
         if not len(new):
             return
-        for sink in self.sinks:
-            sink.log_steps(new)
+        self._each(lambda sink: sink.log_steps(new))
         self.logged.update(int(s) for s in new["step"])
+
+    def _each(self, call: Callable[[TrackerSink], None]) -> None:
+        """`call` on every sink; a sink that fails (a tracker refusing a write, a full disk) is dropped with a
+        warning: the training goes on, and the recording is not affected."""
+        for sink in list(self.sinks):
+            try:
+                call(sink)
+            except (ProfviewError, OSError) as exc:
+                self.sinks.remove(sink)
+                warnings.warn(f"profview stops logging to {sink.where}: {exc}", ProfilerUsageWarning, stacklevel=3)
 
 
 def tensorboard_sink(logdir: "str | Path") -> Optional[TrackerSink]:
