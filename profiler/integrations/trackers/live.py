@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from profiler import Profiler, ProfilerUsageWarning
 from profiler.errors import ProfviewError
-from profiler.integrations.trackers.record import TrackerRecord, read_record, run_device_busy, step_rows
+from profiler.integrations.trackers.record import TrackerRecord, read_record, step_rows
 from profiler.integrations.trackers.sink import TrackerSink
 
 #: the live window: at most this many recent steps are analysed at an update
@@ -53,8 +53,7 @@ class LiveTrackers:
         analysis = self._live.analysis(profiler.rank)
         if analysis is None:
             return
-        trace = analysis.step_trace
-        self._log(step_rows(trace, run_device_busy(analysis.run.ops, trace)))
+        self._log(step_rows(analysis.step_trace))      # device ops join the run at analysis: no device busy here
 
     def finish(self, profiler: Profiler, analysed: bool) -> None:
         """After `profiler`'s analysis (`analysed`: it wrote outputs): the steps not logged yet, then the

@@ -4,7 +4,7 @@ A `TrackerRecord` holds, for one rank: the per-step phases (the step trace's col
 device busy time when the run has device ops), the verdict and headline of the report, its top
 findings, and a few run-level figures. `read_record(directory, rank)` reads it from the output
 files (step_trace_{rank}.csv, report_{rank}.json, events_{rank}.arrow); `step_rows` makes the
-per-step part from any step trace and op table (the live option passes a window's).
+per-step part from any step trace (the live option passes a window's).
 Every tracker key is `PREFIX` + a name defined here, so the sinks and the docs agree.
 """
 from __future__ import annotations
@@ -64,15 +64,6 @@ def device_busy_ms(starts_ns: np.ndarray, ends_ns: np.ndarray, step_trace: pd.Da
     start = np.rint(step_trace[STEP_START].to_numpy(dtype=np.float64) * 1e6).astype(np.int64)
     end = start + np.rint(step_trace[STEP_TOTAL[0]].to_numpy(dtype=np.float64) * 1e6).astype(np.int64)
     return covered_ns(starts_ns, ends_ns, start, end) / 1e6
-
-
-def run_device_busy(ops: pd.DataFrame, step_trace: pd.DataFrame) -> Optional[np.ndarray]:
-    """device_busy_ms from a run's op table (device ops: device other than "cpu"); None without any."""
-    device = ops[(ops["device"].astype(str) != "cpu").to_numpy()] if len(ops) else ops
-    if not len(device):
-        return None
-    starts = device["start_ns"].to_numpy(np.int64)
-    return device_busy_ms(starts, starts + device["dur_ns"].to_numpy(np.int64), step_trace)
 
 
 def summary_of(report: dict[str, Any], findings: list[dict[str, Any]]) -> dict[str, float]:
