@@ -14,6 +14,10 @@ with `Model.train(..., callbacks=[ProfviewCallback(...)])`. Scenarios, each into
 - own_profiler: the user runs MindSpore's profiler into OUT_DIR/own_profiler/ms and gives its
   directory (`mindspore_profiler=DIR`); it is stopped after Model.train, so profview's analysis at
   the end of training cannot merge it yet (`profview analyse` later does);
+- fit: `Model.fit` with a validation dataset evaluated after each of 2 epochs of 3 steps (MindSpore
+  enters and leaves the callbacks' context for each evaluation);
+- crash: a callback after profview's raises in the 3rd step's end; the worker catches the exception
+  (the raw store must be complete: `profview analyse` analyses it);
 - pynative: a PyNative custom loop with plain Profiler.step(), profiler.iterate() over the dataset
   and a MindSporeCapture source.
 
@@ -31,7 +35,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import nn
 from mindspore.dataset import GeneratorDataset
-from mindspore.train import LossMonitor, Model
+from mindspore.train import Callback, LossMonitor, Model
 
 from profiler import Profiler
 from profiler.capture.mindspore import MindSporeCapture
@@ -80,7 +84,19 @@ def dataset(steps: int, sleep_s: float = 0.0):
 def model() -> Model:
     net = CNN()
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    return Model(net, loss, nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    return Model(net, loss, nn.Momentum(net.trainable_params(), 0.01, 0.9), metrics={"loss": nn.Loss()})
+
+
+class Crash(Callback):
+    """Raises at the end of step `at` (1-based, as MindSpore counts)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def on_train_step_end(self, run_context) -> None:
+        if run_context.original_args().cur_step_num == self.at:
+            raise RuntimeError("crash injected by the test")
 
 
 def train(out: Path, epochs: int, steps: int, *, sleep_s: float = 0.0, sink: bool = False, **callback_kwargs) -> dict:
@@ -124,6 +140,13 @@ def main(out: Path) -> None:
     own.start()
     facts["own_profiler"] = train(out / "own_profiler" / "prof", 1, 4, mindspore_profiler=out / "own_profiler" / "ms")
     own.stop()
+    fit = ProfviewCallback(out / "fit", host_counters=False, verbose=False)
+    model().fit(2, dataset(3), dataset(2), callbacks=[fit])
+    facts["fit"] = {"steps_trained": 6, "summary": fit.summary}
+    try:
+        model().train(1, dataset(6), callbacks=[ProfviewCallback(out / "crash", host_counters=False), Crash(3)])
+    except RuntimeError as exc:
+        facts["crash"] = {"steps_ended": 3, "error": str(exc)[:200]}
     facts["pynative"] = pynative_loop(out / "pynative", 6)
     (out / "facts.json").write_text(json.dumps(facts, indent=1, default=str))
 

@@ -134,6 +134,28 @@ def test_own_mindspore_profiler_is_merged_once_it_has_written(runs):
     assert len(merged) == 1 and merged[0]["ops"] == _mindspore_launches(out / "own_profiler" / "ms") > 0
 
 
+def test_evaluation_during_fit_does_not_end_the_recording(runs):
+    out, facts = runs
+    trace, _, _ = _outputs(out / "fit")
+    assert trace["step"].tolist() == list(range(facts["fit"]["steps_trained"]))
+    assert facts["fit"]["summary"]
+
+
+def test_a_crashed_training_leaves_a_complete_raw_store(runs):
+    """A callback raises at the end of the 3rd step: the exception leaves Model.train, the recording is stopped
+    cleanly (profview's __exit__: the 3rd step's network call ended, so it is a step), and `profview analyse`
+    analyses the 3 steps."""
+    from viewer.cli import main
+
+    out, facts = runs
+    assert "crash injected" in facts["crash"]["error"]
+    assert not (out / "crash" / "step_trace_0.csv").exists()           # no analysis at on_train_end
+    assert main(["analyse", str(out / "crash")]) == 0
+    trace, _, info = _outputs(out / "crash")
+    assert info["recording"]["stopped_cleanly"] is True
+    assert trace["step"].tolist() == list(range(facts["crash"]["steps_ended"]))
+
+
 def test_pynative_custom_loop_with_profiler_step(runs):
     out, facts = runs
     trace, report, _ = _outputs(out / "pynative")

@@ -141,14 +141,17 @@ class ProfviewCallback(Callback):
         self._spans.close_all()
         self.outputs, self.summary = end_recording(profiler, self.analyse, self.verbose)
 
-    def __exit__(self, *exc: Any) -> None:
-        """Model.train leaves the callbacks' context (also on an exception): the iterator is put back and
-        recording stops, so the raw store is complete (`profview analyse DIR` analyses a crashed run)."""
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        """Model.train leaves the callbacks' context on an exception: the iterator is put back, the step in
+        progress ends if its network call did, and recording stops, so the raw store is complete (`profview analyse DIR` analyses the crashed run). A normal exit
+        does nothing: Model.fit also enters and leaves the callbacks for each evaluation during training."""
+        if exc_type is None or not self._training:
+            return
         self._put_back()
         self._training = False
-        if self.profiler is not None:
-            self._spans.close_all()
-            self.profiler.stop()
+        self._spans.close_all()
+        self._end_step()                 # a step whose network call ended is a step; its tail ends here
+        self.profiler.stop()
 
     # ---- the data wait ---------------------------------------------------------------------
 
