@@ -326,7 +326,7 @@ class ProfviewCallback(Callback):
         trainer.profiler = self._installed
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.log_to_trackers and self._installed is not None:
+        if self.log_to_trackers and self._installed is not None and trainer.is_global_zero:   # loggers log on rank 0
             self._trackers = LiveTrackers(_tracker_sinks(trainer.loggers))
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -97,7 +97,7 @@ class ProfviewCallback(TrainerCallback):
         self.profiler = Profiler(output_path=self.output_path, **kw)
         self._live = True
         self._last_logged_step = state.global_step
-        if self.log_to_trackers:
+        if self.log_to_trackers and state.is_world_process_zero:     # the Trainer reports from rank 0 only
             self._trackers = LiveTrackers(_tracker_sinks(args))
         self._attach_to = (model, optimizer) if self.attach and model is not None else None
         if getattr(args, "eval_on_start", False):
