@@ -197,3 +197,47 @@ def test_attach_false_marks_steps_from_callbacks(hf, torch_one_thread, tmp_path)
     assert list(st["step"]) == [0, 1, 2]
     assert set(st["fp_start_source"]) == {"marked"} and set(st["bp_end_source"]) == {"marked"}
     assert (_spans(tmp_path / "prof").query("name == 'optimizer'")["dur_ms"] > 0).sum() == 3
+
+
+def test_log_to_trackers_writes_the_steps_live_into_the_trainers_tensorboard_and_mlflow(
+        hf, torch_one_thread, tmp_path, monkeypatch):
+    """report_to=["tensorboard", "mlflow"]: every step's phases land in the Trainer's TensorBoard run and MLflow
+    run, equal to step_trace_0.csv; steps are logged at the Trainer's logging steps (before training ends),
+    the verdict at the end."""
+    from mlflow.tracking import MlflowClient
+
+    from profiler.integrations.transformers import ProfviewCallback
+    from tracker_readback import assert_steps_match, expected, mlflow_metric, tensorboard_run
+
+    store = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")     # MLflow 3 refuses a file store without it
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf")
+    args = hf.TrainingArguments(
+        output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=BATCH, max_steps=6, logging_steps=2,
+        report_to=["tensorboard", "mlflow"], use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+        eval_strategy="no", save_strategy="no")
+    callback = ProfviewCallback(tmp_path / "prof", host_counters=False, log_to_trackers=True, verbose=False)
+    trainer = hf.Trainer(model=_model(hf, torch_one_thread), args=args, train_dataset=_dataset(torch_one_thread, 64),
+                         callbacks=[callback])
+    trainer.train()
+    trace, report = expected(tmp_path / "prof")
+    assert trace["step"].tolist() == list(range(6))
+    # TensorBoard: profview's event file sits in the Trainer's run directory, beside its own
+    (run_dir,) = (tmp_path / "trainer" / "runs").iterdir()
+    scalars, texts = tensorboard_run(run_dir)
+    assert "train/loss" in scalars                                # the Trainer's own scalars, same run
+    assert_steps_match(scalars, trace)
+    assert texts["profview/verdict"] == report["verdict"]
+    # MLflow: the run the Trainer's MLflowCallback started
+    client = MlflowClient(tracking_uri=store)
+    (run,) = client.search_runs([client.get_experiment_by_name("hf").experiment_id])
+    assert "loss" in run.data.metrics                             # the Trainer's own metrics, same run
+    values = {f"profview/{c}": mlflow_metric(client, run.info.run_id, f"profview/{c}")
+              for c in ("iteration_gap_ms", "data_wait_ms", "fp_bp_ms", "tail_ms", "total_ms")}
+    assert_steps_match({k: {s: v for s, (v, _) in h.items()} for k, h in values.items()}, trace, rel=1e-9)
+    assert run.data.tags["profview/verdict"] == report["verdict"]
+    # live: the first steps were logged at the Trainer's logging steps, before the end-of-training summary
+    end = mlflow_metric(client, run.info.run_id, "profview/mean_step_ms")
+    summary_ms = max(t for _, t in end.values())
+    assert values["profview/total_ms"][0][1] < summary_ms

@@ -9,6 +9,7 @@
     profview run SCRIPT [ARGS]   run a script with profiling on (no code change), watch it live
     profview import PATH -o OUT  a capture (Kineto trace, Ascend JOB, MindSpore directory, ...) -> profview outputs
                                  (import-kineto / import-ascend: the same with the format named)
+    profview export DIR --to tensorboard|mlflow   the step breakdown and verdict into a tracker
 
 `profview DIR` also opens any capture `profview import` reads, directly (viewer/inputs.py); the formats
 are those of profiler.importers.registry. Subcommands live in COMMANDS: adding one is one entry.
@@ -316,6 +317,38 @@ def run_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _configure_export(p: argparse.ArgumentParser) -> None:
+    from profiler.integrations.trackers.export import TRACKERS
+
+    p.add_argument("dir", metavar="DIR", type=Path, help="an analysed profview output directory")
+    p.add_argument("-r", "--rank", type=int, action="append", metavar="R",
+                   help="export this rank only (repeatable; default: every analysed rank)")
+    target = p.add_argument_group("targets")
+    target.add_argument("--to", choices=sorted(TRACKERS), metavar="TRACKER", required=True,
+                        help=f"an experiment tracker ({', '.join(sorted(TRACKERS))}): per-step phases as "
+                             "scalars / metrics, the verdict and top findings as text / tags (docs/integrations.md)")
+    tracker = p.add_argument_group("tracker options")
+    tracker.add_argument("--logdir", type=Path, metavar="PATH",
+                         help="tensorboard: the log directory (default DIR/tensorboard); rank r goes to PATH/rank<r>")
+    tracker.add_argument("--tracking-uri", metavar="URI",
+                         help="mlflow: the tracking store (default $MLFLOW_TRACKING_URI, else a local file store "
+                              "in DIR/mlruns)")
+    tracker.add_argument("--experiment", default="profview", metavar="NAME",
+                         help="mlflow: the experiment (default: profview)")
+    tracker.add_argument("--run-name", metavar="NAME", help="mlflow: run name (default: DIR's name); ' rank r' is appended")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Write DIR's analysed ranks into the tracker of --to (profiler.integrations.trackers.export)."""
+    from profiler.integrations.trackers.export import Destination, export_directory
+
+    destination = Destination(args.dir, logdir=args.logdir, tracking_uri=args.tracking_uri,
+                              experiment=args.experiment, run_name=args.run_name)
+    for line in export_directory(args.to, destination, args.rank):
+        print(f"profview: {line}", file=sys.stderr)
+    return 0
+
+
 def _print_paths(paths: Sequence[Path]) -> int:
     for path in paths:
         print(path)
@@ -342,6 +375,8 @@ COMMANDS: dict[str, Command] = {
                              functools.partial(_configure_import, data_origin="ascend"), run_import),
     "import-kineto": Command("the same as `profview import --from kineto` (a PyTorch profiler trace)",
                              functools.partial(_configure_import, data_origin="kineto"), run_import),
+    "export": Command("write an analysed run's step breakdown, verdict and top findings into an experiment "
+                      "tracker (--to tensorboard or mlflow)", _configure_export, run_export),
 }
 
 EPILOG = """examples:
@@ -361,6 +396,8 @@ EPILOG = """examples:
                                               MindSpore directory, ...) -> profview files
   profview import JOB3 -o out --format both   Ascend JOB -> profview + MindSpore files
   profview JOB3 -o report.html                (any capture `import` reads) report directly
+  profview export ./profiler_data --to tensorboard --logdir runs/
+                                              per-step phases and the verdict into TensorBoard (or --to mlflow)
 
 `profview COMMAND --help` describes a command's options. docs/viewer.md has more."""
 

@@ -91,6 +91,8 @@ def severity_of(pct: float, thresholds: Mapping[str, float]) -> str:
 
 #: sources whose presence in a recording make it a torch run (attach(), op capture)
 TORCH_SOURCES = ("torch", "torch_hooks")
+#: sources whose presence make it a MindSpore run (its training callback, MindSpore's profiler beside it)
+MINDSPORE_SOURCES = ("mindspore",)
 
 
 def framework_of(info: RunInfo) -> str:
@@ -103,6 +105,8 @@ def framework_of(info: RunInfo) -> str:
     sources = info.get("sources") if isinstance(info.get("sources"), Mapping) else {}
     if imported == "torch" or config.get("framework") == "torch" or any(s in sources for s in TORCH_SOURCES):
         return "torch"
+    if any(s in sources for s in MINDSPORE_SOURCES):
+        return "mindspore"
     return imported
 
 

@@ -22,6 +22,20 @@ def summary_lines(profiler: Profiler, outputs: Iterable[Path]) -> list[str]:
     return [verdict_line(profiler.output_path, profiler.rank)]
 
 
+def end_recording(profiler: Profiler, analyse: bool, verbose: bool) -> tuple[list, list[str]]:
+    """The end of training in a callback: stop, or analyse quietly and print the summary line
+    (when `verbose`). Returns (outputs written, the summary lines)."""
+    if not analyse:
+        profiler.stop()
+        return [], []
+    outputs = profiler.analyse(quiet=True)       # on a rank left out by `ranks=`: [] (it still joins in)
+    lines = summary_lines(profiler, outputs) if outputs else []
+    if verbose:
+        for line in lines:
+            print(line, flush=True)
+    return outputs, lines
+
+
 class SpanStack:
     """Spans and phases opened in one framework hook and closed in a later one.
 

@@ -34,10 +34,12 @@ from typing import Any, Optional
 
 try:
     from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger
     from lightning.pytorch.profilers import Profiler as LightningProfiler
 except ImportError:
     try:                                  # the standalone package, same API
         from pytorch_lightning.callbacks import Callback
+        from pytorch_lightning.loggers import MLFlowLogger, TensorBoardLogger
         from pytorch_lightning.profilers import Profiler as LightningProfiler
     except ImportError as exc:            # pragma: no cover - exercised only without Lightning
         from profiler.integrations._common import missing_framework
@@ -45,6 +47,7 @@ except ImportError:
 
 from profiler import Profiler, ProfilerUsageWarning
 from profiler.integrations._common import SpanStack, summary_lines
+from profiler.integrations.trackers.live import LiveTrackers, mlflow_sink, tensorboard_sink
 
 __all__ = ["ProfviewCallback", "ProfviewProfiler"]
 
@@ -191,6 +194,18 @@ class _Recording:
             self._stepped = False
 
 
+def _tracker_sinks(loggers: list) -> list:
+    """Sinks into the runs of the Trainer's TensorBoard and MLflow loggers (their other loggers are not trackers
+    profview writes to)."""
+    sinks = []
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger):
+            sinks.append(tensorboard_sink(logger.log_dir))
+        elif isinstance(logger, MLFlowLogger):
+            sinks.append(mlflow_sink(logger.experiment.tracking_uri, logger.run_id))
+    return [s for s in sinks if s is not None]
+
+
 class ProfviewProfiler(LightningProfiler):
     """A Lightning profiler that records with profview: `Trainer(profiler=ProfviewProfiler())`.
 
@@ -275,18 +290,25 @@ class ProfviewCallback(Callback):
         output_path, ops, **profiler_kwargs: as for `ProfviewProfiler`.
         analyse: analyse at the end of fit (teardown) and print where the outputs went.
         verbose: print those lines (they are also in `self.lines`).
+        log_to_trackers: also log the per-step phases (every `log_every_n_steps` optimizer steps),
+            the verdict and the top findings (at the end) into the Trainer's TensorBoard and MLflow
+            loggers' runs; docs/integrations.md.
 
     Records the same as `ProfviewProfiler` (see the module's documentation): for the fit, it
     puts itself in front of `trainer.profiler` and passes every action on to it.
     """
 
     def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
-                 analyse: bool = True, verbose: bool = True, **profiler_kwargs: Any) -> None:
+                 analyse: bool = True, verbose: bool = True, log_to_trackers: bool = False,
+                 **profiler_kwargs: Any) -> None:
         self._recording = _Recording(output_path, ops, profiler_kwargs)
         self.analyse = analyse
         self.verbose = verbose
+        self.log_to_trackers = log_to_trackers
         self.lines: list[str] = []
         self._installed: Optional[_Chained] = None
+        self._trackers: Optional[LiveTrackers] = None
+        self._logged_at = -1           # the trainer's global_step at the last tracker update
 
     @property
     def profiler(self) -> Optional[Profiler]:
@@ -303,6 +325,17 @@ class ProfviewCallback(Callback):
         self._installed = _Chained(self._recording, trainer.profiler)
         trainer.profiler = self._installed
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.log_to_trackers and self._installed is not None and trainer.is_global_zero:   # loggers log on rank 0
+            self._trackers = LiveTrackers(_tracker_sinks(trainer.loggers))
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if (self._trackers is not None and self.profiler is not None and step != self._logged_at
+                and step % max(trainer.log_every_n_steps, 1) == 0):
+            self._logged_at = step
+            self._trackers.update(self.profiler)
+
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._recording.end()          # the raw store is complete; `profview analyse DIR` analyses it
         self._uninstall(trainer)
@@ -312,14 +345,15 @@ class ProfviewCallback(Callback):
             return
         self._uninstall(trainer)
         self._recording.end()
-        if not self.analyse:
-            return
-        lines = self._recording.analyse()
+        lines = self._recording.analyse() if self.analyse else []
         if lines:
             self.lines = lines
             if self.verbose:
                 for line in lines:
                     print(line, flush=True)
+        if self._trackers is not None:
+            trackers, self._trackers = self._trackers, None
+            trackers.finish(self.profiler, bool(lines))
 
     def _uninstall(self, trainer: Any) -> None:
         if self._installed is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Any, Optional
 
 try:
@@ -30,7 +31,8 @@ except ImportError as exc:       # pragma: no cover - exercised only without tra
     raise missing_framework("profiler.integrations.transformers", "transformers", "transformers") from exc
 
 from profiler import Profiler
-from profiler.integrations._common import SpanStack, summary_lines
+from profiler.integrations._common import SpanStack, end_recording
+from profiler.integrations.trackers.live import LiveTrackers, mlflow_sink, own_event_file_dir, tensorboard_sink
 
 __all__ = ["ProfviewCallback"]
 
@@ -49,6 +51,9 @@ class ProfviewCallback(TrainerCallback):
             model and optimizer (precise); False: from the Trainer's callbacks only.
         analyse: call `profiler.analyse()` at the end of training and print where the outputs went.
         verbose: print those lines (they are also in `self.summary`).
+        log_to_trackers: also log the per-step phases (at each of the Trainer's logging steps), the
+            verdict and the top findings (at the end) into the trackers the Trainer reports to
+            (`report_to`: TensorBoard's log directory, MLflow's active run); docs/integrations.md.
         **profiler_kwargs: passed on to `Profiler(...)`: `schedule`, `ops_schedule`,
             `record_shapes`, `host_counters`, `advisor_thresholds`, ...
 
@@ -56,8 +61,10 @@ class ProfviewCallback(TrainerCallback):
     """
 
     def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
-                 attach: bool = True, analyse: bool = True, verbose: bool = True, **profiler_kwargs: Any) -> None:
+                 attach: bool = True, analyse: bool = True, verbose: bool = True, log_to_trackers: bool = False,
+                 **profiler_kwargs: Any) -> None:
         self.output_path = output_path
+        self.log_to_trackers = log_to_trackers
         self.ops = ops
         self.attach = attach
         self.analyse = analyse
@@ -78,6 +85,7 @@ class ProfviewCallback(TrainerCallback):
         self._save_if_best = False
         self._live = False                   # between on_train_begin and on_train_end
         self._attach_to = None               # (model, optimizer) still to attach
+        self._trackers: Optional[LiveTrackers] = None
 
     # ---- recording -------------------------------------------------------------------------
 
@@ -89,6 +97,8 @@ class ProfviewCallback(TrainerCallback):
         self.profiler = Profiler(output_path=self.output_path, **kw)
         self._live = True
         self._last_logged_step = state.global_step
+        if self.log_to_trackers and state.is_world_process_zero:     # the Trainer reports from rank 0 only
+            self._trackers = LiveTrackers(_tracker_sinks(args))
         self._attach_to = (model, optimizer) if self.attach and model is not None else None
         if getattr(args, "eval_on_start", False):
             # the evaluation before the first step: a span in step 0, and the hooks go on after it
@@ -147,6 +157,8 @@ class ProfviewCallback(TrainerCallback):
         if self._recording() and self._pending[:1] == ["log"]:
             self._last_logged_step = state.global_step
             self._done("log")
+            if self._trackers is not None:
+                self._trackers.update(self.profiler)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if not self._recording() or "evaluate" not in self._pending:
@@ -166,14 +178,9 @@ class ProfviewCallback(TrainerCallback):
         self._close_post_step()
         self._end_step()
         self._spans.close_all()
-        if not self.analyse:
-            profiler.stop()
-            return
-        self.outputs = profiler.analyse(quiet=True)   # on a rank left out by `ranks=`: [] (it still joins in)
-        self.summary = summary_lines(profiler, self.outputs) if self.outputs else []
-        if self.verbose:
-            for line in self.summary:
-                print(line, flush=True)
+        self.outputs, self.summary = end_recording(profiler, self.analyse, self.verbose)
+        if self._trackers is not None:
+            self._trackers.finish(profiler, bool(self.outputs))
 
     # ---- post-step work: log -> evaluate -> save, then the step ends -------------------------
 
@@ -240,6 +247,24 @@ class ProfviewCallback(TrainerCallback):
 
     def _recording(self) -> bool:
         return self._live
+
+
+def _tracker_sinks(args) -> list:
+    """Sinks into the trackers of `args.report_to` that profview writes to: TensorBoard (the directory
+    where the Trainer's TensorBoardCallback has just opened its event file) and MLflow (the run its
+    MLflowCallback has just started). Both callbacks run their on_train_begin before user callbacks."""
+    report_to = set(args.report_to or [])
+    sinks = []
+    if "tensorboard" in report_to:
+        env, runs = os.environ.get("TENSORBOARD_LOGGING_DIR"), Path(args.output_dir) / "runs"
+        logdir = own_event_file_dir([Path(env)] if env else sorted(runs.iterdir()) if runs.is_dir() else [])
+        sinks.append(tensorboard_sink(logdir) if logdir else None)
+    if "mlflow" in report_to:
+        import mlflow
+
+        run = mlflow.active_run()
+        sinks.append(mlflow_sink(mlflow.get_tracking_uri(), run.info.run_id) if run is not None else None)
+    return [s for s in sinks if s is not None]
 
 
 def _torch_optimizer(optimizer: Any) -> Any:

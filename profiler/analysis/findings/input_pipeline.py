@@ -24,8 +24,10 @@ FIXES: dict[str, dict[str, str]] = {
                  "prefetch_factor=2-4, persistent_workers=True, pin_memory=True on a GPU); move per-sample "
                  "Python work into the Dataset so the workers do it",
         "mindspore": "parallelise the dataset pipeline (.map(..., num_parallel_workers=N), .batch(..., "
-                     "num_parallel_workers=N)) and train in data sink mode (model.train(..., "
-                     "dataset_sink_mode=True)) so batches queue on the device ahead of each step",
+                     "num_parallel_workers=N)), run Python transforms in processes "
+                     "(dataset.map(..., python_multiprocessing=True); GeneratorDataset(..., num_parallel_workers=N, "
+                     "python_multiprocessing=True)), and train in data sink mode (model.train(..., "
+                     "dataset_sink_mode=True), Ascend / GPU) so batches queue on the device ahead of each step",
         "plain": "prefetch batches on a background thread (for batch in profiler.prefetch(loader): ...) so "
                  "loading overlaps the step, or make the loading itself cheaper",
     },
