@@ -266,7 +266,8 @@ def _limits(sources: Mapping[str, Any]) -> dict[str, float]:
 
 def live_outputs(analysis: Analysis) -> dict[str, Optional[pd.DataFrame]]:
     """The tables of a window as the output files would hold them (data_queue, device_counters), for a viewer."""
-    from profiler.export.outputs import counter_table, queue_table
+    from profiler.export.writers.data_queue import queue_table
+    from profiler.export.writers.device_counters import counter_table
 
     return {"data_queue": queue_table(analysis) if len(analysis.run.queues) else None,
             "device_counters": counter_table(analysis) if len(analysis.run.counters) else None}
