@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import pytest
 
-from profiler import Profiler
 from profiler.analysis.results import Analysis, analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.export import outputs
@@ -25,21 +23,7 @@ from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, Wri
 from profiler.formats import RANK_FILES
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.recording import analyse_directory, load_rank
-
-
-def record(out: Path, steps: int = 6) -> None:
-    """A real recording: phases, nested ops, instants and counters over `steps` steps, analysed."""
-    p = Profiler(output_path=out, host_counters=False, gpu_counters=False)
-    for i in range(steps):
-        with p.phase("forward"):
-            with p.op("Conv2D", op_type="Conv"):
-                time.sleep(0.001)
-        with p.phase("backward"):
-            time.sleep(0.001)
-        p.instant("logged")
-        p.counter("loss", 1.0 / (i + 1))
-        p.step()
-    p.analyse(progress=False)
+from test_core_store import _record_run as record   # a real recording: phases, nested ops, marks, counters
 
 
 def info_outputs(out: Path) -> list[str]:
@@ -91,7 +75,7 @@ def test_a_registered_writer_is_written_listed_and_removed_when_it_writes_nothin
     toy_output(Toy())
     analyse_directory(tmp_path, progress=False)
     listed = info_outputs(tmp_path)
-    assert (tmp_path / "toy_0.txt").read_text() == "".join(f"{s}\n" for s in range(6))
+    assert (tmp_path / "toy_0.txt").read_text() == "".join(f"{s}\n" for s in range(6))   # 6 steps
     # in registry order: the analysis's files, the new one, then the timeline's; profiler_info last
     assert listed == before[:-3] + ["toy_0.txt"] + before[-3:]
 
@@ -154,7 +138,7 @@ def trace_rows(path: Path) -> tuple[list[str], list[str]]:
 
 
 def test_the_chrome_trace_of_a_step_range_is_the_full_traces_rows_of_those_steps(tmp_path, captures):
-    record(tmp_path, steps=8)
+    record(tmp_path)
     cases = [(load_rank(tmp_path, 0), 2, 4),
              (ensure_steps(read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz")), 552, 552)]
     for i, (run, first, last) in enumerate(cases):

@@ -23,8 +23,8 @@ _counter = itertools.count()
 LOCK_TIMEOUT_S = 600.0
 
 
-def temp_path(path: Path) -> Path:
-    """A temporary name beside `path`, unique to this process and call (`.NAME.PID-N.tmp`)."""
+def _temp_path(path: Path) -> Path:
+    """A temporary name beside `path`, unique to this process, thread and call (`.NAME.PID-THREAD-N.tmp`)."""
     path = Path(path)
     return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident() % 100000}-{next(_counter)}.tmp")
 
@@ -39,7 +39,7 @@ class AtomicWrite:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.tmp = temp_path(self.path)
+        self.tmp = _temp_path(self.path)
 
     def commit(self) -> Path:
         os.replace(self.tmp, self.path)
