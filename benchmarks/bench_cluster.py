@@ -29,7 +29,7 @@ from profiler import Profiler  # noqa: E402
 from profiler.postprocess.recording import analyse_directory, load_rank  # noqa: E402
 from profiler.formats import STEP_TRACE_COLUMNS  # noqa: E402
 from profiler.export.cluster import TIMELINE_RANKS, write_cluster_outputs  # noqa: E402
-from profiler.export.outputs import write_csv, write_json  # noqa: E402
+from profiler.export.csv_json import write_csv, write_json  # noqa: E402
 from profiler.record.recorder import hot, now_ns  # noqa: E402
 from profiler.capture.distributed import COMM, DDP_BUCKET  # noqa: E402
 

@@ -92,7 +92,9 @@ def synthetic_run(directory: Path, events: int) -> Path:
 def chrome_trace_of(directory: Path) -> Path:
     """timeline_0.json holding exactly the event file's events, in profview's layout (row kernel)."""
     import numpy as np
-    from profiler.export.chrome_trace import _head, row_texts
+    from profiler.export.chrome_trace import head_text
+    from profiler.export.timeline_model import Head
+    from profiler.export.trace_text import row_texts
     from profiler.formats import read_event_file
 
     path = directory / "timeline_0.json"
@@ -117,8 +119,8 @@ def chrome_trace_of(directory: Path) -> Path:
                 a = int(cols["args"][i])
                 args = json.loads(f.args[a]) if a >= 0 else None
                 ph = chr(int(cols["ph"][i]))
-                heads.append(_head(ph, lane["pid"], lane["tid"], f.categories[int(cols["category"][i])],
-                                   f.names[int(cols["name"][i])], args, ',"s":"t"' if ph == "i" else ""))
+                heads.append(head_text(Head(ph, lane["pid"], lane["tid"], f.categories[int(cols["category"][i])],
+                                            f.names[int(cols["name"][i])], args)))
             blob = b"".join(heads)
             offsets = np.concatenate([[0], np.cumsum([len(h) for h in heads])]).astype(np.int64)
             x = cols["ph"] == ord("X")

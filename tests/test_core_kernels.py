@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from profiler.kernels import nesting
-from profiler.export import chrome_trace
+from profiler.export import trace_text
 
 needs_nesting_kernel = pytest.mark.skipif(nesting._kernel is None, reason="C nesting kernel not built")
-needs_rows_kernel = pytest.mark.skipif(chrome_trace._trace_rows is None, reason="C trace-row kernel not built")
+needs_rows_kernel = pytest.mark.skipif(trace_text._trace_rows is None, reason="C trace-row kernel not built")
 
 
 def random_events(rng: np.random.Generator, n_groups: int, n: int, broken: bool):
@@ -76,7 +76,7 @@ def test_nesting_numbers_on_a_known_lane() -> None:
 
 
 def row_text(*args, use_kernel: bool, buffer=None) -> bytes:
-    return b"".join(bytes(piece) for piece in chrome_trace.row_texts(*args, buffer=buffer, use_kernel=use_kernel))
+    return b"".join(bytes(piece) for piece in trace_text.row_texts(*args, buffer=buffer, use_kernel=use_kernel))
 
 
 EDGE_NS = [0, 1, -1, 124, 125, 999, 1000, -1000, 10**13, 15 * 10**12 * 1000, -(10**18), 2**63 - 1, -2**63]
@@ -128,7 +128,7 @@ def test_trace_row_kernel_matches_numpy(with_dur: bool, scale: str) -> None:
 @pytest.mark.parametrize("use_kernel", [True, False])
 def test_trace_rows_take_any_time_range(use_kernel: bool) -> None:
     """A MindInsight-era Ascend time (~1.5e13 ticks) and the int64 extremes give rows, never an exception."""
-    if use_kernel and chrome_trace._trace_rows is None:
+    if use_kernel and trace_text._trace_rows is None:
         pytest.skip("C trace-row kernel not built")
     ts = np.array(EDGE_NS, np.int64)
     args = (b"{", np.array([0, 1], np.int64), np.zeros(len(ts), np.int64), ts, ts[::-1].copy(), None)

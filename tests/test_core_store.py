@@ -14,7 +14,7 @@ import pytest
 
 from profiler import Profiler
 from profiler.postprocess.recording import analyse_directory
-from profiler.export.chrome_trace import fixed_decimal
+from profiler.export.trace_text import fixed_decimal
 
 CRASHING_LOOP = r"""
 import sys, time

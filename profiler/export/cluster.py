@@ -12,7 +12,6 @@ events and reads the raw store of at most TIMELINE_RANKS ranks (docs/architectur
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -22,10 +21,10 @@ import pandas as pd
 from profiler.analysis.cluster import cluster_summary, timeline_ranks
 from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file, read_csv, read_json_object
 from profiler.model import Run
-from profiler.export.chrome_trace import (Lanes, lane_codes, merge_blocks, op_block, span_block, step_block,
-                                          thread_order, write_ordered)
-from profiler.export.files import temp_path
-from profiler.export.outputs import write_csv, write_json
+from profiler.export.chrome_trace import TRACE_START, write_rows, write_trace_end
+from profiler.export.csv_json import write_csv, write_json
+from profiler.export.files import AtomicWrite
+from profiler.export.timeline_model import Lanes, lane_codes, merge_blocks, op_block, span_block, step_block, thread_order
 
 TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
 
@@ -79,27 +78,20 @@ def write_cluster_timeline(runs: Sequence[Run], shifts_ns: Mapping[int, int], pa
                            clock: Optional[dict] = None) -> Path:
     """One Chrome trace with a process per rank (pid = rank), each rank's times shifted onto the common axis."""
     meta: list[dict] = []
-    tmp = temp_path(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(b'{"traceEvents":[\n')
-            for run in runs:
-                view = cluster_view(run)
-                lanes = Lanes(view)
-                shift = np.int64(shifts_ns.get(run.rank, 0))
-                complete = merge_blocks([step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)],
-                                        with_dur=True)
-                complete.ts_ns = complete.ts_ns + shift
-                codes, _ = lane_codes(complete.specs)
-                write_ordered(f, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
-                meta += lanes.meta
-                meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
-                             "args": {"labels": str(run.info.get("host", ""))}})
-            f.write(",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in meta).encode())
-            other = {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs], "clock": clock or {}}
-            f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    with AtomicWrite(path) as out, open(out.tmp, "wb") as f:
+        f.write(TRACE_START)
+        for run in runs:
+            view = cluster_view(run)
+            lanes = Lanes(view)
+            shift = np.int64(shifts_ns.get(run.rank, 0))
+            complete = merge_blocks([step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)],
+                                    with_dur=True)
+            complete.ts_ns = complete.ts_ns + shift
+            codes, _ = lane_codes(complete.specs)
+            write_rows(f, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
+            meta += lanes.meta
+            meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
+                         "args": {"labels": str(run.info.get("host", ""))}})
+        write_trace_end(f, meta, {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs],
+                                  "clock": clock or {}})
+    return Path(path)

@@ -10,17 +10,15 @@ longest first, then instants and counter values sorted by lane and time, then fl
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from profiler import formats
-from profiler.export.chrome_trace import STEP_TID, Head, TimelineEvents, timeline_events
 from profiler.export.direct_file import DirectFile
-from profiler.export.files import temp_path
-from profiler.model import Run
+from profiler.export.files import AtomicWrite
+from profiler.export.timeline_model import STEP_TID, Head, TimelineEvents
 
 BATCH_ROWS = 1 << 20
 
@@ -36,8 +34,8 @@ def _args_text(args: Optional[dict]) -> Optional[str]:
     return json.dumps(args, ensure_ascii=False, separators=(",", ":"), sort_keys=True) if args else None
 
 
-def _lane_table(ev: TimelineEvents) -> list[dict]:
-    """The lanes (pid, tid) with their process and thread names from the trace's metadata."""
+def _lane_table(ev: TimelineEvents, pairs: list[tuple[int, int]]) -> list[dict]:
+    """The lanes `pairs` (pid, tid) with their process and thread names from the timeline's metadata."""
     process, thread, sort = {}, {}, {}
     for m in ev.lanes.meta:
         if m["name"] == "process_name":
@@ -47,7 +45,7 @@ def _lane_table(ev: TimelineEvents) -> list[dict]:
         elif m["name"] == "process_sort_index":
             sort[m["pid"]] = m["args"]["sort_index"]
     out = []
-    for pid, tid in ev.lane_pairs:
+    for pid, tid in pairs:
         kind = "steps" if (pid == ev.lanes.host_pid and tid == STEP_TID) else (
             "host" if pid == ev.lanes.host_pid else "device")
         out.append({"pid": int(pid), "tid": int(tid), "process": process.get(pid, f"pid {pid}"),
@@ -77,8 +75,8 @@ class EventStreamWriter:
                 "names": list(names), "categories": list(categories), "args": list(args), "lanes": list(lanes)}
         self.schema = pa.schema([(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
                                 metadata={formats.EVENT_FILE_META_KEY: json.dumps(meta, ensure_ascii=False)})
-        self._tmp = temp_path(self.path)
-        self._raw = DirectFile(self._tmp)
+        self._file = AtomicWrite(self.path)
+        self._raw = DirectFile(self._file.tmp)
         self._writer = pa.ipc.new_file(pa.PythonFile(self._raw, mode="w"), self.schema)
         n = len(lanes)
         self.rows = 0
@@ -143,14 +141,13 @@ class EventStreamWriter:
                                  custom_metadata={formats.EVENT_FILE_META_KEY: json.dumps(index)})
         self._writer.close()
         self._raw.close()
-        os.replace(self._tmp, self.path)
-        return self.path
+        return self._file.commit()
 
     def abort(self) -> None:
         try:
             self._raw.close()
         finally:
-            self._tmp.unlink(missing_ok=True)
+            self._file.discard()
 
     def __enter__(self) -> "EventStreamWriter":
         return self
@@ -162,9 +159,8 @@ class EventStreamWriter:
             self.abort()
 
 
-def write_event_file(run: Run, path: Path, events: Optional[TimelineEvents] = None) -> Path:
-    """Write the run's events as an Arrow IPC file at `path` (atomically); returns the path."""
-    ev = events if events is not None else timeline_events(run)
+def write_event_file(ev: TimelineEvents, path: Path) -> Path:
+    """Write the events as an Arrow IPC file at `path` (atomically); returns the path."""
     specs: list[Head] = ev.complete.specs + ev.points.specs
     n_complete_heads = len(ev.complete.specs)
     flows = ev.flows
@@ -175,7 +171,6 @@ def write_event_file(run: Run, path: Path, events: Optional[TimelineEvents] = No
         if (h.pid, h.tid) not in pair_index:
             pair_index[(h.pid, h.tid)] = len(pairs)
             pairs.append((h.pid, h.tid))
-    ev.lane_pairs = pairs
     all_specs = specs + flow_specs
     name_code, names = _codes([h.name for h in all_specs])
     cat_code, categories = _codes([h.cat for h in all_specs])
@@ -190,9 +185,9 @@ def write_event_file(run: Run, path: Path, events: Optional[TimelineEvents] = No
         "args": np.array([-1 if a is None else args_index[a] for a in args_text], dtype=np.int32),
     }
     c, p = ev.complete, ev.points
-    with EventStreamWriter(path, rank=run.rank, names=names, categories=categories, args=distinct_args,
-                           lanes=_lane_table(ev), data_origin=run.info.get("data_origin", "profview"),
-                           origin_unix_ns=int(run.info.get("clock", {}).get("origin_unix_ns", 0))) as writer:
+    with EventStreamWriter(path, rank=ev.rank, names=names, categories=categories, args=distinct_args,
+                           lanes=_lane_table(ev, pairs), data_origin=ev.data_origin,
+                           origin_unix_ns=int(ev.origin_unix_ns)) as writer:
         for b, order, head_offset, complete in ((c, ev.complete_order, 0, True),
                                                 (p, ev.points_order, n_complete_heads, False)):
             for i in range(0, len(order), BATCH_ROWS):
@@ -213,12 +208,3 @@ def _columns(head_table: dict, heads: np.ndarray, start: np.ndarray, dur: np.nda
     return {"ph": head_table["ph"][heads], "lane": head_table["lane"][heads], "start_ns": start, "dur_ns": dur,
             "name": head_table["name"][heads], "category": head_table["category"][heads],
             "step": step, "args": head_table["args"][heads]}
-
-
-def write_timeline_files(run: Run, out_dir: Path, gzip_timeline: bool = False) -> list[Path]:
-    """The timeline of one rank: the Chrome trace and the event file, from one grouping of the events."""
-    from profiler.export.chrome_trace import write_chrome_trace
-
-    ev = timeline_events(run)
-    trace = write_chrome_trace(run, Path(out_dir) / formats.rank_file("timeline", run.rank), gzip_timeline, events=ev)
-    return [trace, write_event_file(run, Path(out_dir) / formats.rank_file("events", run.rank), events=ev)]

@@ -1,7 +1,8 @@
 """Writing outputs safely: every file is written under a temporary name unique to its writer and
-renamed into place, and one rank's outputs (or the cluster files) are written under a lock, so two
-analyses of one directory never collide and a killed one never leaves a half-written output under
-its final name (docs/architecture.md, "The raw store": the lock)."""
+renamed into place (`AtomicWrite`, the one place that does it), and one rank's outputs (or the
+cluster files) are written under a lock, so two analyses of one directory never collide and a
+killed one never leaves a half-written output under its final name (docs/architecture.md, "The lock
+and the outputs")."""
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 from profiler.errors import ProfviewError
 
@@ -22,10 +23,48 @@ _counter = itertools.count()
 LOCK_TIMEOUT_S = 600.0
 
 
-def temp_path(path: Path) -> Path:
-    """A temporary name beside `path`, unique to this process and call (`.NAME.PID-N.tmp`)."""
+def _temp_path(path: Path) -> Path:
+    """A temporary name beside `path`, unique to this process, thread and call (`.NAME.PID-THREAD-N.tmp`)."""
     path = Path(path)
     return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident() % 100000}-{next(_counter)}.tmp")
+
+
+class AtomicWrite:
+    """A file written under a temporary name unique to its writer (`tmp`), then renamed to `path`.
+
+    `commit()` renames it into place; `discard()` removes what was written (nothing after a
+    commit). As a context manager it commits when the block ends normally and discards otherwise,
+    so a failed or killed writer never leaves a partial file under the final name.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.tmp = _temp_path(self.path)
+
+    def commit(self) -> Path:
+        os.replace(self.tmp, self.path)
+        return self.path
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
+
+    def __enter__(self) -> "AtomicWrite":
+        return self
+
+    def __exit__(self, exc_type: Optional[type], *rest: object) -> None:
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.discard()
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    """Write `data` as the file `path`, atomically (AtomicWrite); returns the path."""
+    with AtomicWrite(path) as out:
+        out.tmp.write_bytes(data)
+    return out.path
 
 
 def remove_stale_temps(directory: Path, names: Iterable[str]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profiler.export.files import write_atomic
 from profiler.importers.ascend.device_run import lookup, op_type_from_name
 from profiler.importers.ascend.job import AscendJob
 
@@ -285,12 +286,8 @@ def mindspore_outputs(job: AscendJob) -> dict[str, str]:
 
 
 def write_mindspore_outputs(job: AscendJob, out_dir: str | Path) -> list[Path]:
-    """Write the job's MindSpore/MindInsight-format files into `out_dir` (created if needed); returns their paths."""
+    """Write the job's MindSpore/MindInsight-format files into `out_dir` (created if needed, each file
+    atomically); returns their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in mindspore_outputs(job).items():
-        path = out_dir / name
-        path.write_bytes(text.encode("utf-8"))
-        written.append(path)
-    return written
+    return [write_atomic(out_dir / name, text.encode("utf-8")) for name, text in mindspore_outputs(job).items()]

@@ -273,7 +273,8 @@ def window_outputs(analysis: Analysis) -> dict[str, Any]:
     was cut out of a recording still being written), the tables as written to CSV (the op tables when
     ops were recorded, data_queue / device_counters when queues / counters were) and the JSON documents
     (queue_summary, report) with plain JSON values."""
-    from profiler.export.outputs import counter_table, queue_table
+    from profiler.export.writers.data_queue import queue_table
+    from profiler.export.writers.device_counters import counter_table
 
     run = analysis.run
     info = plain_document(run.info)

@@ -17,9 +17,8 @@ from profiler.analysis.steps import ensure_steps
 from profiler.capture.base import STEPS, merging_sources
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.export.cluster import write_cluster_outputs
-from profiler.export.event_file import write_timeline_files
 from profiler.export.files import output_lock, remove_stale_temps
-from profiler.export.outputs import rank_outputs, write_outputs
+from profiler.export.outputs import rank_outputs, write_outputs, write_timeline
 from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, rank_file, read_json_object
 from profiler.model import Run
 from profiler.progress import Progress
@@ -149,7 +148,7 @@ def analyse_and_write(run: Run, directory: Path, gzip_timeline: bool = False,
     Call it holding the rank's output_lock: it removes what killed analyses of the rank left behind."""
     remove_stale_temps(Path(directory), rank_outputs(run.rank))
     with ThreadPoolExecutor(1, thread_name_prefix="profview-timeline") as pool:
-        timeline = pool.submit(write_timeline_files, run, Path(directory), gzip_timeline)
+        timeline = pool.submit(write_timeline, run, Path(directory), gzip_timeline)
         analysis = analyse_run(run, thresholds)
         return write_outputs(analysis, directory, gzip_timeline=gzip_timeline, timeline=timeline.result)
 

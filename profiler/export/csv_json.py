@@ -1,0 +1,87 @@
+"""Deterministic CSV and JSON files, written atomically: the same table or document always gives the
+same bytes (docs/formats.md, "General rules")."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.export.files import AtomicWrite, write_atomic
+
+FLOAT_FORMAT = "%.6f"
+
+
+def write_csv(df: pd.DataFrame, path: Path, na_rep: str = "") -> Path:
+    """Deterministic CSV: header, '\\n' line ends, 6-decimal floats; written atomically (a unique
+    temporary name, then renamed).
+
+    Text is written as it is, quoted when it holds a comma, a quote or a line feed. Python's csv
+    writer leaves a lone carriage return unquoted (readers then split the row there), so a file
+    whose text holds one is written with every field quoted. `na_rep` is what a missing number
+    is written as.
+    """
+    quoting = csv.QUOTE_ALL if _holds_carriage_return(df) else csv.QUOTE_MINIMAL
+    with AtomicWrite(path) as out:
+        df.to_csv(out.tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n", quoting=quoting,
+                  na_rep=na_rep, errors="backslashreplace")
+    return out.path
+
+
+def _holds_carriage_return(df: pd.DataFrame) -> bool:
+    """Whether a text cell (or a column name) of `df` holds a carriage return."""
+    if any("\r" in str(c) for c in df.columns):
+        return True
+    for col in df.columns:
+        column = df[col]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            values = column.cat.categories
+        elif column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            values = column
+        else:
+            continue
+        if any(isinstance(v, str) and "\r" in v for v in pd.unique(np.asarray(values, dtype=object))):
+            return True
+    return False
+
+
+def write_json(obj: Any, path: Path) -> Path:
+    """Deterministic JSON (sorted keys, indent 2, UTF-8); written atomically.
+
+    Always RFC 8259: a number that is not finite is written as null (JSON has no NaN / Infinity),
+    and a lone surrogate in text (a path from a non-UTF-8 file name) as its `\\udcXX` JSON escape,
+    which reads back as the same string.
+    """
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable, allow_nan=False)
+    except ValueError:                       # a NaN / inf somewhere: null instead
+        text = json.dumps(_finite(obj), indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable,
+                          allow_nan=False)
+    return write_atomic(path, (text + "\n").encode("utf-8", errors="backslashreplace"))
+
+
+def _finite(obj: Any) -> Any:
+    """`obj` with every float that is not finite replaced by None (for JSON)."""
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _finite(obj.tolist())
+    return obj
+
+
+def _jsonable(o: Any):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

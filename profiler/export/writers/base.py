@@ -1,0 +1,81 @@
+"""The contract of a per-rank output file's writer (docs/architecture.md, "How to add an output").
+
+A writer names its file (`kind`, a `profiler.formats.RANK_FILES` key) and writes it, atomically,
+from what it reads: the `Analysis` (on the main thread) or the run's `TimelineEvents` (on the
+timeline thread, while the analysis runs). `write` returns the path written, or None when the run
+has nothing for that file (an earlier analysis's copy is then removed).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Optional
+
+import pandas as pd
+
+from profiler.analysis.results import Analysis
+from profiler.export.csv_json import write_csv, write_json
+from profiler.export.timeline_model import TimelineEvents
+from profiler.formats import rank_file
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How the outputs are written (the same for every writer; each reads what concerns it)."""
+
+    gzip_timeline: bool = False
+
+
+class Writer(ABC):
+    """One output file of a rank."""
+
+    kind: str                       # the file's RANK_FILES key
+
+    def path(self, out_dir: Path, rank: int) -> Path:
+        return Path(out_dir) / rank_file(self.kind, rank)
+
+    def file_names(self, rank: int) -> list[str]:
+        """Every name this writer may write for `rank` (what a later analysis removes when it writes none)."""
+        return [rank_file(self.kind, rank)]
+
+
+class AnalysisWriter(Writer):
+    """A file written from the analysed tables."""
+
+    @abstractmethod
+    def write(self, analysis: Analysis, out_dir: Path, options: WriteOptions) -> Optional[Path]:
+        """Write the file into `out_dir`; its path, or None when the run has nothing for it."""
+
+
+class TimelineWriter(Writer):
+    """A file written from the run's timeline events (grouped once for every timeline writer)."""
+
+    @abstractmethod
+    def write(self, events: TimelineEvents, out_dir: Path, options: WriteOptions) -> Optional[Path]:
+        """Write the file into `out_dir`; its path, or None when the run has nothing for it."""
+
+
+class CsvWriter(AnalysisWriter):
+    """A table of the analysis written as deterministic CSV."""
+
+    na_rep: ClassVar[str] = ""      # how a missing number is written
+
+    @abstractmethod
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        """The table, or None when the run has nothing for this file."""
+
+    def write(self, analysis: Analysis, out_dir: Path, options: WriteOptions) -> Optional[Path]:
+        table = self.table(analysis)
+        return None if table is None else write_csv(table, self.path(out_dir, analysis.run.rank), na_rep=self.na_rep)
+
+
+class AnalysisDocument(AnalysisWriter):
+    """A JSON document the analysis built (`Analysis.extra_json[kind]`), when it built one."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def write(self, analysis: Analysis, out_dir: Path, options: WriteOptions) -> Optional[Path]:
+        doc = analysis.extra_json.get(self.kind)
+        return None if doc is None else write_json(doc, self.path(out_dir, analysis.run.rank))
