@@ -1,6 +1,7 @@
 """Run every analysis on a Run: the tables the exporters write and the viewer shows."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -11,7 +12,8 @@ from profiler.analysis.advisor import AdvisorInput, advise, framework_of, resolv
 from profiler.analysis.steps import analysed_steps, step_source
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
-from profiler.analysis.step_trace import step_trace
+from profiler.analysis.step_trace import data_wait_intervals, step_trace
+from profiler.analysis.device_time import device_time
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Analysis:
     op_type: pd.DataFrame
     op_detail: pd.DataFrame
     extra_json: dict[str, Any] = field(default_factory=dict)   # file stem -> JSON document (queue summary, report)
+    devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time(): one row per device
 
 
 def step_lane(run: Run) -> str:
@@ -42,7 +45,8 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
     trace = step_trace(run.steps, run.spans, run.instants, run.ops, run.queues,
                        step_tid=step_tid, step_lane=step_lane(run), origin_unix_ns=origin_unix_ns,
                        step_source=step_source(run.info)[0])
-    analysis = Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops))
+    analysis = Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops),
+                        devices=device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid)))
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(run.queues, trace, step_tid=step_tid,
                                                              origin_unix_ns=origin_unix_ns)
@@ -56,13 +60,22 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
     th = resolve_thresholds(config.get("advisor_thresholds"), thresholds)
     steps, skipped = analysed_steps(a.step_trace, int(th["warmup_steps"]))
     source, source_note = step_source(a.run.info)
-    return advise(AdvisorInput(steps=steps, op_type=a.op_type, ops=a.run.ops,
+    return {"devices": device_records(a.devices), **advise(AdvisorInput(steps=steps, op_type=a.op_type, ops=a.run.ops,
                                queue_summary=a.extra_json.get("queue_summary"), framework=framework_of(a.run.info),
                                rank=a.run.rank, step_lane=step_lane(a.run), thresholds=th, skipped_steps=skipped,
                                counters=a.run.counters, memory_limits=memory_limits(a.run.info),
                                buffering_steps=frozenset(a.run.ops.loc[a.run.ops["source"] == "torch", "step"].unique().tolist()),
                                step_source=source, step_source_note=source_note,
-                               recording=recording_losses(a.run.info)))
+                               recording=recording_losses(a.run.info)))}
+
+
+def device_records(devices: pd.DataFrame) -> list[dict[str, Any]]:
+    """report_{rank}.json's "devices": one object per device (formats.DEVICE_TIME_COLUMNS), times to
+    the ns (3 decimals of ms) and shares to 0.01 point, null where a value does not apply."""
+    digits = {c: 3 if c.endswith("_ms") else 2 for c in devices.columns if c.endswith(("_ms", "_pct"))}
+    return [{key: (None if value is None or (isinstance(value, float) and math.isnan(value)) else
+                   round(float(value), digits[key]) if key in digits else value)
+             for key, value in row.items()} for row in devices.to_dict("records")]
 
 
 def recording_losses(info: Mapping[str, Any]) -> dict[str, Any]:
