@@ -71,8 +71,8 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
 
 def device_records(devices: pd.DataFrame) -> list[dict[str, Any]]:
     """report_{rank}.json's "devices": one object per device (formats.DEVICE_TIME_COLUMNS), times to
-    the ns (3 decimals of ms) and shares to 0.01 point, null where a value does not apply."""
-    digits = {c: 3 if c.endswith("_ms") else 2 for c in devices.columns if c.endswith(("_ms", "_pct"))}
+    the ns (6 decimals of ms, as the CSVs) and shares to 0.0001 point, null where a value does not apply."""
+    digits = {c: 6 if c.endswith("_ms") else 4 for c in devices.columns if c.endswith(("_ms", "_pct"))}
     return [{key: (None if value is None or (isinstance(value, float) and math.isnan(value)) else
                    round(float(value), digits[key]) if key in digits else value)
              for key, value in row.items()} for row in devices.to_dict("records")]
