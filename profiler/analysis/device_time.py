@@ -62,14 +62,22 @@ def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
     ex = ops[((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy()]
     start = ex["start_ns"].to_numpy(np.int64)
     return pd.DataFrame({
-        "device": ex["device"].astype(str).to_numpy(dtype=object),
-        "stream": ex["stream"].astype(str).to_numpy(dtype=object),
-        "category": ex["category"].astype(str).to_numpy(dtype=object),
-        "name": ex["name"].to_numpy(),
+        "device": _categorical(ex["device"]),
+        "stream": _categorical(ex["stream"]),
+        "category": _categorical(ex["category"]),
+        "name": _categorical(ex["name"]),
         "start_ns": start,
         "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
         "correlation": ex["correlation"].to_numpy(np.int64),
     })
+
+
+def _categorical(column: pd.Series) -> pd.Categorical:
+    """A text column as a categorical of the values it holds (the op table's are already: no copy of
+    the strings, a million executions share a few hundred names)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.array.remove_unused_categories()
+    return pd.Categorical(column.astype(str))
 
 
 def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:
@@ -90,7 +98,7 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     launch = (corr >= 0) & np.isin(corr, ex_corr[ex_corr >= 0])
     start = rt["start_ns"].to_numpy(np.int64)
     return pd.DataFrame({
-        "name": rt["name"].astype(str).to_numpy(dtype=object),
+        "name": _categorical(rt["name"]),
         "start_ns": start,
         "end_ns": start + rt["dur_ns"].to_numpy(np.int64),
         "correlation": corr,
@@ -98,10 +106,11 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def _matches(names: "pd.Series | np.ndarray", test) -> np.ndarray:
+def _matches(names: pd.Series, test) -> np.ndarray:
     """test(name) for every row, computed once per distinct name."""
-    codes, uniques = pd.factorize(pd.Series(names, dtype=object).astype(str))
-    return np.asarray([bool(test(u)) for u in uniques] or [False], dtype=bool)[codes]
+    names = pd.Series(_categorical(names))
+    hits = [bool(test(str(name))) for name in names.cat.categories] + [False]     # code -1: no name
+    return np.asarray(hits, dtype=bool)[names.cat.codes.to_numpy()]
 
 
 # ----------------------------------------------------------------------------- idle gaps
@@ -122,8 +131,10 @@ def idle_gaps(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EM
 
 def _gaps(ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray],
           per_stream: bool) -> pd.DataFrame:
-    lanes = ex["device"] + "\0" + ex["stream"] if per_stream else ex["device"]
-    first, start, end, lane = _merged(lanes.to_numpy(dtype=object), ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy())
+    lanes = ex["device"].cat.codes.to_numpy(np.int64)
+    if per_stream:
+        lanes = lanes * len(ex["stream"].cat.categories) + ex["stream"].cat.codes.to_numpy(np.int64)
+    first, start, end, lane = _merged(lanes, ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy())
     same = lane[1:] == lane[:-1]
     g_start, g_end = end[:-1][same], start[1:][same]
     ends_gap = first[1:][same]                              # the execution that ends each gap
@@ -152,12 +163,11 @@ def _gaps(ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np
     })
 
 
-def _merged(lanes: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The union of the intervals of each lane, as (index of each merged interval's first interval,
-    its start, its end, its lane code), in (lane, start) order."""
+def _merged(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The union of the intervals of each lane (integer codes), as (index of each merged interval's
+    first interval, its start, its end, its lane), in (lane, start) order."""
     if len(start) == 0:
         return _EMPTY, _EMPTY, _EMPTY, _EMPTY
-    lane, _ = pd.factorize(lanes, sort=True)
     order = np.lexsort((start, lane))
     s, e, k = start[order], end[order], lane[order]
     reach = pd.Series(e).groupby(k).cummax().to_numpy(np.int64)
@@ -205,14 +215,14 @@ def device_time(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_
     gaps = _gaps(ex, _runtime_calls(ops, ex), data_wait, per_stream=False)
     causes = gaps.groupby("device")[[f"{c}_ns" for c in IDLE_CAUSES]].sum()
     rows = []
-    for device, rows_of in ex.groupby("device", sort=True):
-        rows.append(_device_row(device, rows_of, causes.loc[device] if device in causes.index else None))
+    for device, rows_of in ex.groupby("device", sort=True, observed=True):
+        rows.append(_device_row(str(device), rows_of, causes.loc[device] if device in causes.index else None))
     return pd.DataFrame(rows, columns=DEVICE_TIME_COLUMNS)
 
 
 def _device_row(device: str, ex: pd.DataFrame, causes: "pd.Series | None") -> dict:
     """The breakdown of one device from its executions."""
-    start, end, category = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy(), ex["category"].to_numpy()
+    start, end, category = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy(), ex["category"].to_numpy(dtype=object)
     window = int(end.max() - start.min())
     compute, comm = category == "compute", category == "comm"
     busy = _length(start, end)
