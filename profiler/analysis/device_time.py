@@ -94,8 +94,8 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     ex_corr = ex["correlation"].to_numpy(np.int64)
     copies = (ex["category"] == "memcpy").to_numpy() & _matches(ex["name"], lambda n: PAGEABLE_COPY in n)
     blocking = _matches(rt["name"], lambda n: SYNC_CALL.fullmatch(n) is not None)
-    sync = blocking | ((corr >= 0) & np.isin(corr, ex_corr[copies]))
-    launch = (corr >= 0) & np.isin(corr, ex_corr[ex_corr >= 0])
+    sync = blocking | ((corr >= 0) & _member(corr, np.sort(ex_corr[copies])))
+    launch = (corr >= 0) & _member(corr, np.sort(ex_corr[ex_corr >= 0]))
     start = rt["start_ns"].to_numpy(np.int64)
     return pd.DataFrame({
         "name": _categorical(rt["name"]),
@@ -104,6 +104,13 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
         "correlation": corr,
         "kind": np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object),
     })
+
+
+def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """Whether each value is in the sorted array `pool` (a binary search: np.isin hashes both)."""
+    if len(pool) == 0:
+        return np.zeros(len(values), dtype=bool)
+    return pool[np.minimum(np.searchsorted(pool, values), len(pool) - 1)] == values
 
 
 def _matches(names: pd.Series, test) -> np.ndarray:
