@@ -197,11 +197,16 @@ def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray,
     return s.astype(np.int64), e.astype(np.int64)
 
 
-def is_data_wait(spans: pd.DataFrame) -> pd.Series:
+def is_data_wait(spans: pd.DataFrame) -> np.ndarray:
     """Spans that are data waits: `data` phases (each fetch of a ProfiledDataLoader, or the user's
     own) and torch.profiler's DataLoader ranges (TORCH_DATA_SPAN) of imported or captured traces."""
-    names = spans["name"].astype(str)
-    return ((spans["kind"] == "phase") & (names == "data")) | names.str.startswith(TORCH_DATA_SPAN)
+    names = spans["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):      # recordings: millions of spans, few names
+        torch_data = np.append(names.cat.categories.astype(str).str.startswith(TORCH_DATA_SPAN), False)
+        torch_data = torch_data[names.cat.codes.to_numpy()]
+    else:
+        torch_data = names.astype(str).str.startswith(TORCH_DATA_SPAN).to_numpy()
+    return ((spans["kind"] == "phase") & (names == "data")).to_numpy() | torch_data
 
 
 def data_wait_intervals(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> tuple[np.ndarray, np.ndarray]:
