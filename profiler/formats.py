@@ -71,6 +71,9 @@ ALL_REDUCE = ("all_reduce_ms", "all-reduce")
 DATA_WAIT = ("data_wait_ms", "data wait")
 GAP_HOST = ("gap_host_ms", "other host work in the gap")
 PROFILER_OVERHEAD = ("profiler_overhead_ms", "profiler overhead")
+#: Per step, how long the device executed something / did not (empty for steps without device data).
+DEVICE_BUSY = ("device_busy_ms", "device busy")
+DEVICE_IDLE = ("device_idle_ms", "device idle")
 STEP_TOTAL = ("total_ms", "step")
 #: a step's start (ms from the origin), and how many ops started in it (0 where op capture skipped it)
 STEP_START = "start_ms"
@@ -80,13 +83,21 @@ STEP_TRACE_COLUMNS = [
     "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
     "all_reduce_overlap_ms", "data_wait_ms", "gap_host_ms", "op_count", "profiler_overhead_ms", "start_unix_ns",
     "fp_start_unix_ns",
-    "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source", "step_source",
+    "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source", "step_source", DEVICE_BUSY[0],
+    DEVICE_IDLE[0],
 ]
 OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]
 OP_DETAIL_COLUMNS = ["device", "name", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "min_ms",
                      "max_ms", "share_pct", "shapes", "scope"]
 DATA_QUEUE_COLUMNS = ["queue", "time_ms", "event", "size", "capacity", "wait_ms", "step"]
 DEVICE_COUNTER_COLUMNS = ["source", "device", "metric", "time_ms", "value"]
+#: The keys of each entry of report_{rank}.json's "devices" list, one per device (analysis/device_time.py):
+#: the device's time breakdown over its window (HTA's definitions) and its idle time split by cause.
+DEVICE_TIME_COLUMNS = [
+    "device", "window_ms", "busy_ms", "idle_ms", "busy_pct", "idle_pct", "compute_pct", "non_compute_pct",
+    "comm_pct", "memory_pct", "comm_compute_overlap_pct", "executions", "streams", "idle_sync_ms",
+    "idle_data_ms", "idle_host_ms", "idle_launch_ms", "idle_other_ms",
+]
 CLUSTER_STEP_COLUMNS = [
     "rank", "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "comm_ms",
     "comm_overlap_ms", "exposed_comm_ms", "wait_ms", "busy_ms", "fp_bp_excl_comm_ms", "tail_excl_comm_ms",
@@ -149,9 +160,14 @@ TEXT_DTYPES = {c: str for c in ("name", "queue", "op_type", "device", "metric", 
 #: Text columns that may be absent in a file and are then filled with "".
 OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "step_source", "event")
 #: Numeric columns that may hold a value that is not finite, and the spellings the writer uses for
-#: them (a user counter may be NaN: a diverging loss is worth recording). Any other column, and any
-#: other spelling (NaN, Infinity, 1e400), is refused.
-NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {("device_counters", "value"): ("nan", "inf", "-inf")}
+#: them (a user counter may be NaN: a diverging loss is worth recording; an empty cell is a value
+#: the row does not have, read as NaN). Any other column, and any other spelling (NaN, Infinity,
+#: 1e400), is refused.
+NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("device_counters", "value"): ("nan", "inf", "-inf"),
+    ("step_trace", DEVICE_BUSY[0]): ("",),       # empty: no device data in the step
+    ("step_trace", DEVICE_IDLE[0]): ("",),
+}
 
 # ---- text -----------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ OP_COLUMNS: dict[str, str] = {
     "stream": "object",       # host thread name, or device stream id as text ("7")
     "name": "object",         # op name as the source reports it (kernel name, aten::conv2d, full op name)
     "op_type": "object",      # op type (Conv2D, aten::conv2d, MatMul, nccl:all_reduce, Memcpy HtoD ...)
-    "category": "object",     # compute | comm | memcpy | memset | host | runtime | sync | user
+    "category": "object",     # compute | comm | memcpy | memset | host | user | runtime | sync | annotation
     "start_ns": "int64",
     "dur_ns": "int64",
     "self_ns": "int64",       # dur_ns minus time of ops nested inside it on the same lane (== dur_ns for leaves)
@@ -35,6 +35,13 @@ OP_COLUMNS: dict[str, str] = {
     "correlation": "int64",   # host-launch <-> device-kernel correlation id, -1 when none
     "source": "object",       # marker | torch | kineto | ascend | mindspore
 }
+
+#: Op categories of a device's work: what busy time, the device breakdown and device op tables count.
+DEVICE_WORK_CATEGORIES = ("compute", "comm", "memcpy", "memset")
+#: Op categories that are never the work, though they are on the timeline: device API calls on the
+#: host (`runtime`: launches, syncs, allocations), device-side waits (`sync`: a stream waiting on an
+#: event) and device-side annotation ranges (`annotation`: a record_function range on a stream).
+NOT_WORK_CATEGORIES = ("runtime", "sync", "annotation")
 
 #: Named host spans that are not ops: phases (forward, backward, tail, all_reduce, ...) and user spans.
 SPAN_COLUMNS: dict[str, str] = {

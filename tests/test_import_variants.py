@@ -18,6 +18,7 @@ import copy
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from profiler.analysis.device_time import IDLE_CAUSES, device_time, runtime_calls
+from profiler.analysis.results import analyse_run
+from profiler.analysis.steps import ensure_steps
 from profiler.importers.kineto import read_kineto_trace
 from profiler.importers.mindspore import read_mindspore_dir
 
@@ -169,6 +173,154 @@ def test_a_damaged_time_or_step_number_costs_only_that_event(nccl, tmp_path: Pat
 def test_torch_1_13_trace_opens_in_the_viewer(nccl, tmp_path: Path):
     path, doc, _ = nccl
     _report_works(_write(_torch_1_13(doc), tmp_path / "rank0.pt.trace.json.gz", compress=True), tmp_path)
+
+
+def _with_device_step_ranges(doc: dict) -> dict:
+    """The trace as newer torch writes it: every ProfilerStep#N range also projected onto the device
+    as a `gpu_user_annotation` per stream, spanning the kernels of the step on that stream."""
+    out = copy.deepcopy(doc)
+    device = [e for e in out["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    for step in [e for e in out["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]:
+        inside = [e for e in device if step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+        for stream in sorted({e["args"]["stream"] for e in inside}):
+            on = [e for e in inside if e["args"]["stream"] == stream]
+            first, end = min(e["ts"] for e in on), max(e["ts"] + e["dur"] for e in on)
+            out["traceEvents"].append({"ph": "X", "cat": "gpu_user_annotation", "name": step["name"], "pid": on[0]["pid"],
+                                       "tid": stream, "ts": first, "dur": end - first,
+                                       "args": {"device": on[0]["args"]["device"], "stream": stream}})
+    return out
+
+
+def test_device_step_ranges_are_annotations_not_work(nccl, tmp_path: Path):
+    """ProfilerStep#N on the device ("ProfilerStep#1 does most of the work on cuda:2 (86.3 %)" before)
+    is an annotation on the device lane: in the timeline's ops, not a step, not in the op tables, not
+    busy time."""
+    path, doc, original = nccl
+    run = read_kineto_trace(_write(_with_device_step_ranges(doc), tmp_path / "steps.json", compress=False))
+    ranges = run.ops[run.ops["name"].astype(str).str.startswith("ProfilerStep#")]
+    assert len(ranges) == 6 and set(ranges["category"]) == {"annotation"} and set(ranges["device"]) == {"cuda:0"}
+    assert run.steps["step"].tolist() == [4, 5, 6]
+    a = analyse_run(ensure_steps(run))
+    for table in (a.op_type, a.op_detail):
+        assert not table["op_type"].astype(str).str.startswith("ProfilerStep").any()
+        assert set(table["category"]) <= {"host", "compute", "comm", "memcpy", "memset"}
+    assert not any("ProfilerStep" in f["title"] for f in a.extra_json["report"]["findings"])
+    assert a.devices.drop(columns=["executions"]).equals(device_time(original.ops).drop(columns=["executions"]))
+
+
+#: torch 1.8's categories for today's (Kineto's first schema: the TensorBoard plugin's samples,
+#: pytorch/kineto tb_plugin/test/gpu_metrics_input.json, read by tb_plugin/.../profiler/trace.py).
+#: record_function ranges had no category of their own: they were `Operator` events like ops.
+_TORCH_1_8_CATEGORY = {"cpu_op": "Operator", "user_annotation": "Operator", "python_function": "Python",
+                       "cuda_runtime": "Runtime", "cuda_driver": "Runtime", "kernel": "Kernel",
+                       "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
+
+
+def _torch_1_8(doc: dict) -> dict:
+    """A trace as torch 1.8 wrote it (on top of _torch_1_13's integer Unix µs): the capitalised
+    categories, thread ids as text ("24572") and device lanes as "stream N", `external id` in
+    lower case on runtime calls and device events, launch flows in category `async` named `launch`,
+    `computeProperties` for `deviceProperties`; no `gpu_user_annotation`, `cuda_sync` or
+    forward/backward flows, which came later."""
+    out = _torch_1_13(doc)
+    events = []
+    for e in out["traceEvents"]:
+        cat = e.get("cat")
+        if cat in ("gpu_user_annotation", "cuda_sync", "fwdbwd"):
+            continue
+        if cat == "ac2g":
+            e["cat"], e["name"] = "async", "launch"
+        e["cat"] = _TORCH_1_8_CATEGORY.get(cat, e.get("cat"))
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if e["cat"] in ("Kernel", "Memcpy", "Memset"):
+            e["tid"] = f"stream {args['stream']}"
+        elif isinstance(e.get("tid"), int) and e.get("ph") != "s":
+            e["tid"] = str(e["tid"])
+        if e["cat"] in ("Runtime", "Kernel", "Memcpy", "Memset") and "External id" in args:
+            args["external id"] = args.pop("External id")
+        events.append(e)
+    out["traceEvents"] = events
+    out["computeProperties"] = out.pop("deviceProperties", [])
+    return out
+
+
+def test_torch_1_8_schema_is_read(nccl, tmp_path: Path):
+    """The older schema gives the same steps, device work and device time as the original: it was
+    refused as "nothing was recorded" although it holds ProfilerStep#N ranges and 3,774 device
+    executions. Annotations torch 1.8 wrote as Operator events are spans by their names; other
+    record_function ranges (nccl:all_reduce) cannot be told from ops there, and are host ops."""
+    path, doc, original = nccl
+    variant = _write(_torch_1_8(doc), tmp_path / "rank0.pt.trace.json", compress=False)
+    run = read_kineto_trace(variant)
+    assert run.steps["step"].tolist() == original.steps["step"].tolist() == [4, 5, 6]
+    step_dur = lambda r: (r.steps["end_ns"] - r.steps["start_ns"]).to_numpy()  # noqa: E731
+    assert np.abs(step_dur(run) - step_dur(original)).max() <= 1000
+    counts = lambda r: r.ops.groupby("category", observed=True).size().to_dict()  # noqa: E731
+    before, after = counts(original), counts(run)
+    ranges = original.spans[~original.spans["name"].str.match(r"##|Optimizer\.|DistributedDataParallel")]
+    assert set(ranges["name"]) == {"nccl:all_reduce", "nccl:broadcast"}
+    expected = {category: n for category, n in before.items() if category != "annotation"}
+    expected["host"] += len(ranges)
+    assert after == expected
+    assert sorted(run.spans["name"]) == sorted(original.spans.loc[~original.spans.index.isin(ranges.index), "name"])
+    ours, theirs = device_time(run.ops), device_time(original.ops)
+    # whole µs: each of the 1,074 memcpy / memset of ~3 µs moves by up to 1 µs (0.01 point on memory)
+    for column in ("window_ms", "busy_pct", "compute_pct", "comm_pct", "memory_pct", "comm_compute_overlap_pct"):
+        assert ours[column].iloc[0] == pytest.approx(theirs[column].iloc[0], abs=0.05), column
+    assert run.info["devices"] == original.info["devices"] and len(run.info["devices"]) == 8
+    out = tmp_path / "out"
+    result = _profview("import-kineto", variant, "-o", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "report_0.json").read_text())
+    assert [d["device"] for d in report["devices"]] == ["cuda:0"]
+    assert report["devices"][0]["idle_pct"] == pytest.approx(theirs["idle_pct"].iloc[0], abs=0.05)
+
+
+def _rocm(doc: dict) -> dict:
+    """A trace as Kineto's ROCm backends (roctracer, rocprofiler-sdk) write it: HIP runtime calls
+    (hipLaunchKernel, hipMemcpyAsync, hipStreamSynchronize: the CUDA names with `hip` for `cuda`)
+    still under category `cuda_runtime`, memcpy named by direction and host / device ("Memcpy HtoD
+    (Host -> Device)": nothing says pageable), memset "Memset (<unknown>)", no `cuda_sync` events."""
+    out = copy.deepcopy(doc)
+    where = {"Pageable": "Host", "Pinned": "Host", "Device": "Device"}
+    events = []
+    for e in out["traceEvents"]:
+        cat = e.get("cat")
+        if cat == "cuda_sync":
+            continue
+        if cat in ("cuda_runtime", "cuda_driver"):
+            e["cat"], e["name"] = "cuda_runtime", re.sub(r"^cu(?:da)?", "hip", e["name"])
+        elif cat == "gpu_memcpy":
+            kind, src, dst = re.match(r"Memcpy (\w+) \((\w+) -> (\w+)\)", e["name"]).groups()
+            e["name"] = f"Memcpy {kind} ({where[src]} -> {where[dst]})"
+        elif cat == "gpu_memset":
+            e["name"] = "Memset (<unknown>)"
+        events.append(e)
+    out["traceEvents"] = events
+    return out
+
+
+def test_rocm_trace_is_read(captures: Path, tmp_path: Path):
+    """HIP calls are runtime calls like CUDA's: never in the op tables, syncs recognised by name;
+    the device time is the original's (the same executions)."""
+    path = captures / "kineto" / "alexnet.json.gz"
+    doc, original = _load(path), read_kineto_trace(path)
+    run = read_kineto_trace(_write(_rocm(doc), tmp_path / "rocm.json.gz", compress=True))
+    runtime = run.ops[run.ops["category"] == "runtime"]
+    assert len(runtime) == (original.ops["category"] == "runtime").sum()
+    assert runtime["name"].astype(str).str.startswith("hip").all()
+    calls = runtime_calls(run.ops)
+    assert set(calls.loc[calls["kind"] == "sync", "name"]) == {"hipStreamSynchronize", "hipDeviceSynchronize"}
+    assert (calls.loc[calls["name"] == "hipLaunchKernel", "kind"] == "launch").all()
+    a = analyse_run(ensure_steps(run))
+    for table in (a.op_type, a.op_detail):
+        assert not table["op_type"].astype(str).str.startswith("hip").any()
+    assert not any("hip" in f["title"] for f in a.extra_json["report"]["findings"])
+    ours, theirs = device_time(run.ops), device_time(original.ops)
+    for column in ("window_ms", "busy_pct", "idle_pct", "compute_pct", "memory_pct"):
+        assert ours[column].iloc[0] == pytest.approx(theirs[column].iloc[0], abs=1e-9), column
+    causes = [f"idle_{c}_ms" for c in IDLE_CAUSES]
+    assert ours[causes].sum(axis=1).iloc[0] == pytest.approx(ours["idle_ms"].iloc[0], rel=1e-9)
 
 
 # ----------------------------------------------------------------------------- MindSpore 1.x (Ascend)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,8 +16,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profiler.analysis.device_time import IDLE_CAUSES, device_time, idle_gaps
+from profiler.analysis.results import analyse_run
+from profiler.analysis.steps import ensure_steps
 from profiler.errors import ProfviewError
 from profiler.model import (
+    NOT_WORK_CATEGORIES,
     COUNTER_COLUMNS,
     INSTANT_COLUMNS,
     OP_COLUMNS,
@@ -84,12 +90,23 @@ def test_kernels_equal_raw_trace(kineto_dir: Path, trace: str) -> None:
         assert ours.loc[name, "sum"] / 1000 == pytest.approx(total_us, rel=1e-9, abs=1e-3)
 
 
-_hta: dict[Path, tuple[pd.DataFrame, pd.DataFrame]] = {}
+@dataclass
+class HtaView:
+    """What HTA 0.5 says of one trace (TraceAnalysis with include_last_profiler_step=True)."""
+
+    kept: pd.DataFrame          # its kernel rows after its own load and iteration filter: name, correlation, dur_us
+    device_correlations: set    # correlation ids of every device event it kept (kernels, memcpy, memset, syncs)
+    breakdown: pd.DataFrame     # get_gpu_kernel_breakdown: sum per kernel name (memory kernels off)
+    temporal: "pd.Series | None"  # get_temporal_breakdown's row (None without kernels)
+    overlap: float              # get_comm_comp_overlap's percentage (NaN without communication)
+    idle: "pd.DataFrame | None"   # get_idle_time_breakdown: idle time (us) per stream and category
 
 
-def hta_kernels(path: Path, tmp_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """HTA's view of one trace: its kernel rows (name, correlation, dur) after its own load and
-    iteration filter, and its GPU kernel breakdown (sum per kernel name, memory kernels off).
+_hta: dict[Path, HtaView] = {}
+
+
+def hta_view(path: Path, tmp_dir: Path) -> HtaView:
+    """HTA's view of one trace, computed once per trace.
 
     HTA wants a directory of per-rank traces: a temp dir holding a symlink to the shared file.
     HTA_DISABLE_NS_ROUNDING keeps HTA from rounding ns-resolution traces to whole us (its
@@ -117,7 +134,16 @@ def hta_kernels(path: Path, tmp_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         _, breakdown = analysis.get_gpu_kernel_breakdown(
             visualize=False, duration_ratio=1.0, num_kernels=10**9, include_memory_kernels=False
         )
-        _hta[path] = kept, breakdown
+        gpu = len(kept) > 0
+        _hta[path] = HtaView(
+            kept=kept,
+            device_correlations=set(frame.loc[frame["stream"].ne(-1), "correlation"].astype(np.int64)),
+            breakdown=breakdown,
+            temporal=analysis.get_temporal_breakdown(visualize=False).iloc[0] if gpu else None,
+            overlap=float(analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
+            if gpu else math.nan,
+            idle=analysis.get_idle_time_breakdown(ranks=[rank], visualize=False)[0] if gpu else None,
+        )
     return _hta[path]
 
 
@@ -131,7 +157,8 @@ def test_kernels_match_hta_breakdown(kineto_dir: Path, trace: str, tmp_path_fact
     """
     pytest.importorskip("hta")
     monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
-    kept, breakdown = hta_kernels(kineto_dir / trace, tmp_path_factory.mktemp("hta"))
+    view = hta_view(kineto_dir / trace, tmp_path_factory.mktemp("hta"))
+    kept, breakdown = view.kept, view.breakdown
     run = imported(kineto_dir / trace)
     ours = kernels(run)
     ours = ours[ours["correlation"].isin(kept["correlation"])]
@@ -146,6 +173,98 @@ def test_kernels_match_hta_breakdown(kineto_dir: Path, trace: str, tmp_path_fact
     # under computation; everything it lists beyond our kernels is such a sync event.
     extra = set(hta_sum.index) - set(our_stats.index)
     assert extra <= set(run.ops.loc[run.ops["category"] == "sync", "name"])
+
+
+# --------------------------------------------------------------------------- device time vs HTA
+
+GPU_TRACES = [t for t in TRACES if t != "cpu_only.json.gz"]
+
+
+def hta_kept_ops(run, view: HtaView) -> pd.DataFrame:
+    """The run's ops with only the device ops HTA kept (host ops all kept: the launches)."""
+    device = (run.ops["device"] != "cpu").to_numpy()
+    return run.ops[~device | run.ops["correlation"].isin(view.device_correlations).to_numpy()]
+
+
+@pytest.mark.filterwarnings("ignore:The inplace keyword")
+@pytest.mark.parametrize("trace", GPU_TRACES)
+def test_device_time_matches_hta(kineto_dir: Path, trace: str, tmp_path_factory, monkeypatch) -> None:
+    """HTA's temporal breakdown within 0.5 point and its comm / compute overlap within 1 point, on
+    the executions HTA keeps; on the whole trace too where HTA keeps every execution. diff_test's
+    546 kernels launched before its host side was recorded (HTA drops them) did run: with them the
+    device is busier than HTA says."""
+    pytest.importorskip("hta")
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    view = hta_view(kineto_dir / trace, tmp_path_factory.mktemp("hta"))
+    run = imported(kineto_dir / trace)
+    kept_ops = hta_kept_ops(run, view)
+    everything = device_time(run.ops)
+    executions_dropped = int(everything["executions"].iloc[0] - device_time(kept_ops)["executions"].iloc[0])
+    for ours in [device_time(kept_ops)] + ([everything] if executions_dropped == 0 else []):
+        assert len(ours) == 1
+        row = ours.iloc[0]
+        assert abs(row["idle_pct"] - view.temporal["idle_time_pctg"]) <= 0.5
+        assert abs(row["compute_pct"] - view.temporal["compute_time_pctg"]) <= 0.5
+        assert abs(row["non_compute_pct"] - view.temporal["non_compute_time_pctg"]) <= 0.5
+        if math.isnan(view.overlap):
+            assert row["comm_compute_overlap_pct"] is None and row["comm_pct"] == 0
+        else:
+            assert abs(row["comm_compute_overlap_pct"] - view.overlap) <= 1.0
+    if executions_dropped:
+        assert trace == "diff_test.json.gz" and executions_dropped == 614
+        assert everything["idle_pct"].iloc[0] < view.temporal["idle_time_pctg"] - 3
+
+
+@pytest.mark.filterwarnings("ignore:The inplace keyword")
+@pytest.mark.parametrize("trace", GPU_TRACES)
+def test_idle_causes_match_hta_idle_breakdown(kineto_dir: Path, trace: str, tmp_path_factory, monkeypatch) -> None:
+    """Per stream (HTA's granularity), on the executions HTA keeps: our idle time whose work the host
+    launched late (sync + data + host) is HTA's host_wait, our launch latency its kernel_wait, our
+    `other` its other, each within 0.5 % of the stream's idle time."""
+    pytest.importorskip("hta")
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    view = hta_view(kineto_dir / trace, tmp_path_factory.mktemp("hta"))
+    gaps = idle_gaps(hta_kept_ops(imported(kineto_dir / trace), view), per_stream=True)
+    us = gaps.groupby("stream")[[f"{c}_ns" for c in IDLE_CAUSES]].sum() / 1000
+    ours = pd.DataFrame({"host_wait": us["sync_ns"] + us["data_ns"] + us["host_ns"],
+                         "kernel_wait": us["launch_ns"], "other": us["other_ns"]})
+    theirs = view.idle.pivot(index="stream", columns="idle_category", values="idle_time").fillna(0.0)
+    theirs.index = theirs.index.astype(str)
+    assert set(ours.index) <= set(theirs.index)      # HTA lists streams of one execution (no gap) too
+    for stream, row in ours.reindex(theirs.index, fill_value=0.0).iterrows():
+        total = max(float(theirs.loc[stream].sum()), 1.0)
+        for category in ("host_wait", "kernel_wait", "other"):
+            assert abs(row[category] - theirs.loc[stream, category]) <= 0.005 * total, (stream, category)
+
+
+#: What the reports of these traces said was the work before runtime calls and annotations were
+#: told apart (`op_hotspot` titles).
+OLD_HOTSPOTS = {
+    "alexnet.json.gz": "cudaDeviceGetStreamPriorityRange does most of the work on cpu",
+    "diff_test.json.gz": "cudaMemcpyAsync does most of the work on cpu",
+    "nccl_data.json.gz": "DistributedDataParallel.forward does most of the work on cuda:0",
+}
+
+
+@pytest.mark.parametrize("trace", TRACES)
+def test_runtime_calls_and_annotations_are_never_the_work(kineto_dir: Path, trace: str) -> None:
+    """Device API calls, device-side waits and annotations stay in the run (the timeline shows them)
+    but the op tables hold only work, so no hotspot can name them."""
+    run = ensure_steps(read_kineto_trace(kineto_dir / trace))
+    analysis = analyse_run(run)
+    for table in (analysis.op_type, analysis.op_detail):
+        assert not set(table["category"].astype(str)) & set(NOT_WORK_CATEGORIES)
+    runtime = set(run.ops.loc[run.ops["category"] == "runtime", "name"].astype(str))
+    assert runtime.isdisjoint(analysis.op_detail["name"].astype(str))
+    work = set(zip(analysis.op_type["op_type"].astype(str), analysis.op_type["device"].astype(str)))
+    findings = analysis.extra_json["report"]["findings"]
+    for finding in findings:
+        hotspot = re.match(r"(.*) does most of the work on (\S+) \(", finding["title"])
+        if finding["kind"] == "op_hotspot" and hotspot:
+            assert hotspot.groups() in work and hotspot.group(1) not in runtime
+    if trace in OLD_HOTSPOTS:
+        assert not any(f["title"].startswith(OLD_HOTSPOTS[trace]) for f in findings)
+        assert (run.ops["category"] == ("annotation" if trace == "nccl_data.json.gz" else "runtime")).any()
 
 
 # --------------------------------------------------------------------------- steps and phases
@@ -482,6 +601,93 @@ def test_trace_exported_by_torch(tmp_path: Path) -> None:
     assert run.ops["name"].astype(str).str.contains(r"\.py\(\d+\)").any()  # python_function frames
     assert before - 10**9 <= run.info["origin_unix_ns"] <= after
     assert run.info["clock"]["clock"] == "kineto: baseTimeNanoseconds + ts"
+
+
+class SlowImages:
+    """A map-style dataset whose every item takes FETCH_S to load (sleeping: the time is the same on
+    a busy machine): CIFAR-sized images and labels."""
+
+    FETCH_S = 0.005
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int):
+        import torch
+
+        time.sleep(self.FETCH_S)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(3, 32, 32, generator=g), i % 10
+
+
+def _resnet_like():
+    """A small residual CNN: stem, two residual blocks, pooled linear head."""
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self, channels: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                                      nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+
+        def forward(self, x):
+            return nn.functional.relu(x + self.body(x))
+
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), Block(16), Block(16),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+
+def _record_training(path: Path, workers: int) -> Path:
+    """A real training loop over SlowImages (batches of 8: 40 ms of loading each) under torch.profiler,
+    with `workers` DataLoader workers; its steps 3..6 are traced to `path`."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.manual_seed(0)
+    model = _resnet_like()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loader = torch.utils.data.DataLoader(SlowImages(), batch_size=8, num_workers=workers)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=2, warmup=1, active=4, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for i, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            prof.step()
+            if i == 7:
+                break
+    return path
+
+
+@pytest.fixture(scope="module")
+def loader_traces(tmp_path_factory, torch_one_thread) -> dict[int, Path]:
+    """Traces torch.profiler records here of the same loop with 0 and with 4 DataLoader workers."""
+    out = tmp_path_factory.mktemp("loader")
+    return {workers: _record_training(out / f"workers{workers}.json", workers) for workers in (0, 4)}
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")   # 4 workers on 2 cores: they sleep
+def test_dataloader_ranges_are_the_measured_data_wait(loader_traces) -> None:
+    """torch.profiler's `enumerate(DataLoader)#..._next__` ranges are the data wait of the imported
+    trace, step by step: with num_workers=0 every fetch loads a batch (>= 40 ms of sleeping), with 4
+    workers the batches are ready ahead and the wait is a fraction of it."""
+    waits = {}
+    for workers, path in loader_traces.items():
+        run = ensure_steps(read_kineto_trace(path))
+        trace = analyse_run(run).step_trace
+        assert trace["step"].tolist() == [3, 4, 5, 6]
+        fetches = run.spans[run.spans["name"].str.startswith("enumerate(DataLoader)#")]
+        assert len(fetches) == 4 and (run.ops["name"].astype(str).str.startswith("enumerate(").sum() == 0)
+        step_of = np.searchsorted(run.steps["start_ns"].to_numpy(), fetches["start_ns"].to_numpy(), side="right") - 1
+        per_step = np.bincount(step_of, weights=fetches["dur_ns"].to_numpy(), minlength=4) / 1e6
+        assert trace["data_wait_ms"].to_numpy() == pytest.approx(per_step, abs=1e-6)
+        # the fetch (and the ops collating its batch) is the iteration gap, not forward + backward
+        assert (trace["iteration_gap_ms"] >= trace["data_wait_ms"]).all()
+        assert trace["device_busy_ms"].isna().all() and trace["device_idle_ms"].isna().all()   # a CPU run
+        waits[workers] = trace["data_wait_ms"].mean()
+    fetch_ms = 8 * SlowImages.FETCH_S * 1000
+    assert waits[0] >= fetch_ms
+    assert waits[4] < 0.5 * waits[0]
 
 
 # --------------------------------------------------------------------------- bad input

@@ -6,10 +6,20 @@ import pandas as pd
 
 from profiler.formats import OP_DETAIL_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import Groups, group_rows
+from profiler.model import NOT_WORK_CATEGORIES
+
+
+def work_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops that are work: without device API calls, device-side waits and annotations
+    (model.NOT_WORK_CATEGORIES), which are on the timeline but are not where the time goes."""
+    not_work = ops["category"].isin(NOT_WORK_CATEGORIES).to_numpy()
+    return ops[~not_work] if not_work.any() else ops
 
 
 def op_type_table(ops: pd.DataFrame) -> pd.DataFrame:
-    """Count, total / self / average time and share of device self time, per device and op type."""
+    """Count, total / self / average time and share of device self time, per device and op type (work
+    ops only: `work_ops`)."""
+    ops = work_ops(ops)
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_TYPE_COLUMNS)
     g = group_rows(ops["device"], ops["op_type"])
@@ -18,7 +28,9 @@ def op_type_table(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def op_detail_table(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope."""
+    """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
+    (work ops only: `work_ops`)."""
+    ops = work_ops(ops)
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
     g = group_rows(ops["device"], ops["name"])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -13,7 +14,8 @@ from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.steps import analysed_steps, step_source
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
-from profiler.analysis.step_trace import step_trace
+from profiler.analysis.step_trace import data_wait_intervals, step_trace
+from profiler.analysis.device_time import device_time
 
 
 @dataclass
@@ -25,6 +27,7 @@ class Analysis:
     op_type: pd.DataFrame
     op_detail: pd.DataFrame
     extra_json: dict[str, Any] = field(default_factory=dict)   # file stem -> JSON document (queue summary, report)
+    devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time(): one row per device
 
 
 def step_lane(run: Run) -> str:
@@ -44,7 +47,8 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
     trace = step_trace(run.steps, run.spans, run.instants, run.ops, run.queues,
                        step_tid=step_tid, step_lane=step_lane(run), origin_unix_ns=origin_unix_ns,
                        step_source=step_source(run.info)[0])
-    analysis = Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops))
+    analysis = Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops),
+                        devices=device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid)))
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(run.queues, trace, step_tid=step_tid,
                                                              origin_unix_ns=origin_unix_ns)
@@ -56,7 +60,8 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
     """The advisor's report_{rank}.json (after every other extra_json document: it reads the queue summary)."""
     config = a.run.info.get("config") if isinstance(a.run.info.get("config"), dict) else {}
     th = resolve_thresholds(config.get("advisor_thresholds"), thresholds)
-    return advise(RankData(a, th), Context(rank=a.run.rank, framework=framework_of(a.run.info), thresholds=th))
+    return {"devices": device_records(a.devices),
+            **advise(RankData(a, th), Context(rank=a.run.rank, framework=framework_of(a.run.info), thresholds=th))}
 
 
 class RankData:
@@ -122,6 +127,15 @@ class RankData:
     def step_source_note(self) -> str:
         """The sentence saying how the steps were found, when they were not marked."""
         return step_source(self._analysis.run.info)[1]
+
+
+def device_records(devices: pd.DataFrame) -> list[dict[str, Any]]:
+    """report_{rank}.json's "devices": one object per device (formats.DEVICE_TIME_COLUMNS), times to
+    the ns (6 decimals of ms, as the CSVs) and shares to 0.0001 point, null where a value does not apply."""
+    digits = {c: 6 if c.endswith("_ms") else 4 for c in devices.columns if c.endswith(("_ms", "_pct"))}
+    return [{key: (None if value is None or (isinstance(value, float) and math.isnan(value)) else
+                   round(float(value), digits[key]) if key in digits else value)
+             for key, value in row.items()} for row in devices.to_dict("records")]
 
 
 def recording_losses(info: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,11 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.formats import STEP_TRACE_COLUMNS
-from profiler.kernels.intervals import assign_steps, covered_ns
+from profiler.analysis.device_time import busy_in_windows
+from profiler.formats import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
+from profiler.kernels.intervals import assign_steps, covered_ns, union
 
 GAP_PHASES = ("data",)                              # host work that belongs to the iteration gap
 TAIL_PHASES = ("tail", "optimizer", "all_reduce")  # work after the last backward compute
+#: torch.profiler's own range around each DataLoader fetch ("enumerate(DataLoader)#_SingleProcess
+#: DataLoaderIter.__next__"): measured data wait, like profview's `data` phase.
+TORCH_DATA_SPAN = "enumerate(DataLoader)#"
 
 
 
@@ -77,16 +81,19 @@ def _combine_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFrame,
-                        step_lane: str = "", step_tid: int = -1) -> tuple[np.ndarray, np.ndarray]:
+                        step_lane: str = "", step_tid: int = -1,
+                        data_wait: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64)),
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """fp start / bp end per step from the compute recorded inside it (-1 when there is none).
 
-    Compute = ops, plus spans and phases that are neither gap work (`data`) nor tail work
-    (`tail`, `optimizer`, `all_reduce`), on the stepping thread (when known). bp end is the last
-    compute end before the step's first tail phase begins. Spans and ops are reduced separately,
-    without copying the (possibly millions of) op rows.
+    Compute = ops that do not start while the loop waits for data (`data_wait` intervals: the ops
+    collating a batch are gap work), plus spans and phases that are neither gap work (data waits)
+    nor tail work (`tail`, `optimizer`, `all_reduce`), on the stepping thread (when known). bp end is
+    the last compute end before the step's first tail phase begins. Spans and ops are reduced
+    separately, without copying the (possibly millions of) op rows.
     """
     sp = spans if step_tid < 0 else spans[spans["tid"] == step_tid]
-    compute = sp[~sp["name"].isin(GAP_PHASES + TAIL_PHASES) | (sp["kind"] != "phase")]
+    compute = sp[(~sp["name"].isin(GAP_PHASES + TAIL_PHASES) | (sp["kind"] != "phase")) & ~is_data_wait(sp)]
     tails = sp[(sp["kind"] == "phase") & sp["name"].isin(TAIL_PHASES)]
     tail_starts = tails["start_ns"].to_numpy()
     tail_start = per_step(tail_starts, tail_starts, steps, "min")
@@ -94,11 +101,19 @@ def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFr
     fp = bp = np.full(len(steps), -1, dtype=np.int64)
     for start, dur in (_start_dur(compute), _host_op_start_dur(ops, step_lane)):
         pos = step_positions(assign_steps(start, steps), steps)
+        pos[_inside(start, *data_wait)] = -1                 # collating a batch: gap work
         fp = _combine_min(fp, reduce_per_step(pos, start, len(steps), "min"))
         end = start + dur
         pos[end > limit[pos]] = -1                           # ends after the step's tail began
         bp = np.maximum(bp, reduce_per_step(pos, end, len(steps), "max"))
     return fp, bp
+
+
+def _inside(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each time lies in one of the intervals [start, end)."""
+    s, e = union(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+    k = np.searchsorted(s, times, side="right") - 1
+    return (k >= 0) & (times < e[np.maximum(k, 0)]) if len(s) else np.zeros(len(times), dtype=bool)
 
 
 def _start_dur(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -124,8 +139,9 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
     steps = steps.sort_values("step", kind="stable").reset_index(drop=True)
     start = steps["start_ns"].to_numpy()
     end = steps["end_ns"].to_numpy()
+    dw_s, dw_e = data_wait_intervals(spans, queues, step_tid)
     fp_m, bp_m = marked_boundaries(steps, spans, instants)
-    fp_i, bp_i = inferred_boundaries(steps, spans, ops, step_lane, step_tid)
+    fp_i, bp_i = inferred_boundaries(steps, spans, ops, step_lane, step_tid, (dw_s, dw_e))
     fp_src = np.where(fp_m >= 0, "marked", np.where(fp_i >= 0, "inferred", "missing"))
     bp_src = np.where(bp_m >= 0, "marked", np.where(bp_i >= 0, "inferred", "missing"))
     fp = np.clip(np.where(fp_m >= 0, fp_m, np.where(fp_i >= 0, fp_i, start)), start, end)
@@ -133,9 +149,9 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
     ar_s, ar_e = _comm_intervals(spans, ops)
     all_reduce = covered_ns(ar_s, ar_e, start, end)
     overlap = covered_ns(ar_s, ar_e, fp, bp)
-    dw_s, dw_e = data_wait_intervals(spans, queues, step_tid)
     wait = covered_ns(dw_s, dw_e, start, end)
     gap_wait = covered_ns(dw_s, dw_e, start, fp)
+    op_count = op_counts(ops, steps)
     ms = 1e-6
     return pd.DataFrame({
         "step": steps["step"].to_numpy(),
@@ -148,7 +164,7 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
         "all_reduce_overlap_ms": overlap * ms,
         "data_wait_ms": wait * ms,
         "gap_host_ms": (fp - start - gap_wait) * ms,
-        "op_count": op_counts(ops, steps),
+        "op_count": op_count,
         "profiler_overhead_ms": steps["overhead_ns"].to_numpy() * ms,
         "start_unix_ns": start + origin_unix_ns,
         "fp_start_unix_ns": fp + origin_unix_ns,
@@ -157,7 +173,19 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
         "fp_start_source": fp_src,
         "bp_end_source": bp_src,
         "step_source": np.full(len(steps), step_source, dtype=object),
+        **device_columns(ops, start, end, op_count),
     }, columns=STEP_TRACE_COLUMNS)
+
+
+def device_columns(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray, op_count: np.ndarray) -> dict[str, np.ndarray]:
+    """device_busy_ms / device_idle_ms per step: how long any device executed something in the step,
+    and the rest of the step. NaN (an empty cell) for steps without device data: no device in the
+    run, no op captured in the step, or the step outside the devices' recorded time."""
+    busy, recorded = busy_in_windows(ops, start, end)
+    has_data = recorded & (op_count > 0)
+    ms = 1e-6
+    return {DEVICE_BUSY[0]: np.where(has_data, busy * ms, np.nan),
+            DEVICE_IDLE[0]: np.where(has_data, (end - start - busy) * ms, np.nan)}
 
 
 def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -169,10 +197,22 @@ def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray,
     return s.astype(np.int64), e.astype(np.int64)
 
 
+def is_data_wait(spans: pd.DataFrame) -> np.ndarray:
+    """Spans that are data waits: `data` phases (each fetch of a ProfiledDataLoader, or the user's
+    own) and torch.profiler's DataLoader ranges (TORCH_DATA_SPAN) of imported or captured traces."""
+    names = spans["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):      # recordings: millions of spans, few names
+        torch_data = np.append(names.cat.categories.astype(str).str.startswith(TORCH_DATA_SPAN), False)
+        torch_data = torch_data[names.cat.codes.to_numpy()]
+    else:
+        torch_data = names.astype(str).str.startswith(TORCH_DATA_SPAN).to_numpy()
+    return ((spans["kind"] == "phase") & (names == "data")).to_numpy() | torch_data
+
+
 def data_wait_intervals(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> tuple[np.ndarray, np.ndarray]:
-    """When the stepping thread waited for data: its `data` phases (each fetch of a ProfiledDataLoader,
-    or the user's own) and its blocked probed-queue gets ([get - wait, get]), as intervals."""
-    data = spans[(spans["kind"] == "phase") & (spans["name"] == "data")]
+    """When the stepping thread waited for data: its data-wait spans (`is_data_wait`) and its blocked
+    probed-queue gets ([get - wait, get]), as intervals."""
+    data = spans[is_data_wait(spans)]
     gets = queues[(queues["event"] == "get") & (queues["wait_ns"] > 0)]
     if step_tid >= 0:
         data = data[data["tid"] == step_tid]

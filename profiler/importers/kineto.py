@@ -52,24 +52,50 @@ from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_tim
 
 SOURCE = "kineto"
 
-#: Kineto categories imported as host ops, with their op category. CUDA runtime / driver calls
-#: get their own category so that launch overhead can be told apart from framework time.
+#: Kineto categories imported as host ops, with their op category, in every schema in use: today's
+#: lowercase names (torch >= 1.9), torch 1.8's capitalised ones (`Operator`, `Runtime`, `Python`,
+#: as the TensorBoard plugin's samples have them) and ROCm's (Kineto writes HIP calls under
+#: `cuda_runtime`; `hip_runtime` is accepted too). Runtime / driver calls of any device API get
+#: their own category: launch overhead and sync waits are not framework work (analysis/device_time.py
+#: tells them apart).
 HOST_OP_CATEGORIES = {
     "cpu_op": "host",
+    "Operator": "host",
     "python_function": "host",
+    "Python": "host",
     "cuda_runtime": "runtime",
     "cuda_driver": "runtime",
+    "Runtime": "runtime",
+    "hip_runtime": "runtime",
+    "xpu_runtime": "runtime",
+    "mtia_runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
 }
-#: Kineto categories imported as device ops, with their op category (NCCL kernels become "comm").
+#: Kineto categories imported as device ops, with their op category (NCCL / RCCL kernels become
+#: "comm"). `gpu_user_annotation` ranges are the device-side projection of record_function
+#: annotations: category "annotation", shown on the device lane, never counted as work.
 DEVICE_OP_CATEGORIES = {
     "kernel": "compute",
+    "Kernel": "compute",
     "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
     "gpu_memset": "memset",
+    "Memset": "memset",
+    "mtia_ccp_events": "compute",
     "cuda_sync": "sync",
-    "gpu_user_annotation": "user",
+    "gpu_user_annotation": "annotation",
 }
-#: Device ops that are executions (self time == duration); the others may contain them.
+#: Device ops that are executions (self time == duration); annotations may contain them.
 DEVICE_ACTIVITIES = ("compute", "comm", "memcpy", "memset", "sync")
+#: Names of record_function annotations torch writes, recognised in any category: torch 1.8 wrote
+#: them as `Operator` (cpu_op) events, later torch as `user_annotation`. They are spans (steps for
+#: ProfilerStep#N), never host ops: the profiler step, phase annotations (`## forward ##`), the
+#: data loader's fetch, the optimizer's and DDP's own ranges.
+_ANNOTATION_NAME = re.compile(
+    r"##.*##|ProfilerStep#\d+|enumerate\(DataLoader\)#.*|Optimizer\.(?:step|zero_grad)#.*"
+    r"|DistributedDataParallel\.forward"
+)
 
 # Event kinds.
 HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER = range(8)
@@ -212,6 +238,8 @@ def _classify(cols: EventColumns) -> np.ndarray:
     is_str = cols.name.map(lambda v: isinstance(v, str), dtype=bool)
     is_step = cols.name.map(lambda v: isinstance(v, str) and _STEP_NAME.match(v) is not None, dtype=bool)
     kind[np.isin(kind, (HOST_OP, SPAN)) & is_step] = STEP
+    framework_op = (kind == HOST_OP) & cols.cat.map(lambda c: HOST_OP_CATEGORIES.get(c) == "host", dtype=bool)
+    kind[framework_op & cols.name.map(_is_annotation_name, dtype=bool)] = SPAN
     instant = kind == INSTANT
     kind[instant & cols.name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
     kind[instant & np.isnan(cols.pid)] = PROFILER
@@ -232,6 +260,10 @@ def _classify(cols: EventColumns) -> np.ndarray:
     kind[~valid] = MALFORMED
     kind[np.isin(kind, _TIMED_KINDS) & ~_plausible_times(cols, kind, complete)] = OUTSIDE
     return kind
+
+
+def _is_annotation_name(name: Any) -> bool:
+    return isinstance(name, str) and _ANNOTATION_NAME.fullmatch(name) is not None
 
 
 def _plausible_times(cols: EventColumns, kind: np.ndarray, complete: np.ndarray) -> np.ndarray:
@@ -717,7 +749,7 @@ def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock:
         "origin_unix_ns": clock.origin_unix_ns,
         "clock": {"origin_unix_ns": clock.origin_unix_ns, "clock": f"kineto: {clock.rule}",
                   "origin_ts_us": clock.origin_us},
-        "devices": _devices(trace.get("deviceProperties")),
+        "devices": _devices(trace.get("deviceProperties", trace.get("computeProperties"))),
         "kineto": {
             "schema_version": _scalar(trace.get("schemaVersion")),
             "trace_name": _text(trace.get("traceName", "")),
@@ -754,8 +786,8 @@ def _scalar(value: Any) -> Any:
 
 
 def _devices(properties: Any) -> list[dict[str, Any]]:
-    """deviceProperties as written: the objects of its list that JSON can write back (a damaged,
-    deeply nested one is left out)."""
+    """deviceProperties (torch 1.8: computeProperties) as written: the objects of its list that JSON
+    can write back (a damaged, deeply nested one is left out)."""
     devices = []
     for device in properties if isinstance(properties, list) else []:
         if isinstance(device, dict):

@@ -311,6 +311,25 @@ def _number_or_nan(value: Any) -> float:
 _DECIMAL_TEXT = re.compile(r"^\s*-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\s*$")
 
 
+#: torch 1.8's device lanes: `"tid": "stream 7"`.
+_STREAM_TEXT = re.compile(r"^stream (\d{1,18})$")
+
+
+def _lane_numbers(values: Sequence[Any]) -> np.ndarray:
+    """Thread / stream ids as float64: numbers, decimal text, and torch 1.8's "stream N" device lanes
+    (as N); anything else NaN."""
+    numbers = _numbers(values)
+    missing = np.flatnonzero(np.isnan(numbers))
+    if len(missing):
+        numbers[missing] = Coded.of([values[i] for i in missing.tolist()]).map(_lane_number, dtype=np.float64)
+    return numbers
+
+
+def _lane_number(value: Any) -> float:
+    stream = _STREAM_TEXT.match(value) if value.__class__ is str else None
+    return float(stream.group(1)) if stream else _number_or_nan(value)
+
+
 def to_int(values: Sequence[Any], default: int) -> np.ndarray:
     """Integers as int64; anything that is not a number as `default`."""
     numbers = _numbers(values)
@@ -330,7 +349,7 @@ def event_columns(events: Sequence[Any]) -> tuple[EventColumns, int]:
         cat=Coded.of(cat),
         name=Coded.of(name),
         pid=_numbers(pid),
-        tid=_numbers(tid),
+        tid=_lane_numbers(tid),
         ts_us=_numbers(ts),
         dur_us=_numbers(dur),
         args=_object_array(args),

@@ -1,0 +1,269 @@
+"""Device time: how busy each device was, on what, and why it waited — told from its own timeline.
+
+For every device of a run (ops whose device is not "cpu": CUDA, ROCm or any Kineto device, Ascend
+NPUs), from its executions alone (model.DEVICE_WORK_CATEGORIES: kernels, collectives, memcpy,
+memset; every stream merged), with the definitions of HTA's `get_temporal_breakdown` and
+`get_comm_comp_overlap`:
+
+- window = first execution start .. last execution end; busy = the union of the executions;
+  idle = window - busy;
+- compute = the union of compute kernels, non-compute = busy - compute, comm = the union of
+  communication kernels, memory = the union of memcpy and memset;
+- comm / compute overlap = |U(comm) n U(compute)| / |U(comm)| (None without communication).
+
+Why the device waits: every idle gap (between two merged executions) is split by cause. The work
+that ends the gap was launched by a host runtime call (same `correlation`); when that launch came
+before the gap began, the device had the work queued and still waited: `launch` latency when the
+gap is short (under LAUNCH_LATENCY_NS, HTA's kernel_wait), else `other` (a dependency: another
+stream, a peer). When the launch came later, the host was late (HTA's host_wait), and the gap's time
+is split by what the host was doing: waiting for data (`data`: data-wait intervals), inside a
+synchronising call or between its return and the next launch (`sync`: the device ran dry because
+the host waited for it, `.item()`, `.cpu()`, a pageable copy), anything else (`host`: Python and
+framework work, launching too slowly). Gaps whose work has no recorded launch are split the same
+way, with `other` instead of `host`.
+
+Pure: DataFrames and arrays in, DataFrames out; one numpy / pandas pass, no Python loop per event.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from profiler.formats import DEVICE_TIME_COLUMNS
+from profiler.kernels.intervals import covered_ns, union
+from profiler.model import DEVICE_WORK_CATEGORIES
+
+#: A gap shorter than this between two executions whose work was already launched is launch
+#: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
+LAUNCH_LATENCY_NS = 30_000
+#: The causes an idle gap is split into, in the order of the output columns.
+IDLE_CAUSES = ("sync", "data", "host", "launch", "other")
+#: Device API calls that block the host until the device has finished work (CUDA runtime and
+#: driver, HIP): device / stream / event / context synchronisation and the synchronous copies.
+SYNC_CALL = re.compile(
+    r"(?:cuda|hip|cu)(?:Device|Stream|Event|Ctx)Synchronize"
+    r"|(?:cuda|hip)Memcpy(?:2D|3D|HtoD|DtoH|DtoD|ToSymbol|FromSymbol|WithStream)?"
+    r"|cuMemcpy(?:HtoD|DtoH|DtoD)?(?:_v2)?"
+)
+#: A copy to or from pageable host memory (CUDA's memcpy names: "Memcpy DtoH (Device -> Pageable)"):
+#: the call that launched it blocks the host while the driver stages the data.
+PAGEABLE_COPY = "Pageable"
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
+    """The executions of every device: device, stream, category, name, start_ns, end_ns, correlation."""
+    ex = ops[((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy()]
+    start = ex["start_ns"].to_numpy(np.int64)
+    return pd.DataFrame({
+        "device": _categorical(ex["device"]),
+        "stream": _categorical(ex["stream"]),
+        "category": _categorical(ex["category"]),
+        "name": _categorical(ex["name"]),
+        "start_ns": start,
+        "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
+        "correlation": ex["correlation"].to_numpy(np.int64),
+    })
+
+
+def _categorical(column: pd.Series) -> pd.Categorical:
+    """A text column as a categorical of the values it holds (the op table's are already: no copy of
+    the strings, a million executions share a few hundred names)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.array.remove_unused_categories()
+    return pd.Categorical(column.astype(str))
+
+
+def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:
+    """The host's device API calls (category `runtime`) with what each is: `sync` (it blocks until the
+    device has finished: SYNC_CALL names, and the calls whose copy involves pageable memory),
+    `launch` (it put work on a device: its correlation is an execution's) or `other` (allocation,
+    event record, queries). Columns: name, start_ns, end_ns, correlation, kind."""
+    return _runtime_calls(ops, device_executions(ops))
+
+
+def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
+    rt = ops[(ops["category"] == "runtime").to_numpy()]
+    corr = rt["correlation"].to_numpy(np.int64)
+    ex_corr = ex["correlation"].to_numpy(np.int64)
+    copies = (ex["category"] == "memcpy").to_numpy() & _matches(ex["name"], lambda n: PAGEABLE_COPY in n)
+    blocking = _matches(rt["name"], lambda n: SYNC_CALL.fullmatch(n) is not None)
+    sync = blocking | ((corr >= 0) & _member(corr, np.sort(ex_corr[copies])))
+    launch = (corr >= 0) & _member(corr, np.sort(ex_corr[ex_corr >= 0]))
+    start = rt["start_ns"].to_numpy(np.int64)
+    return pd.DataFrame({
+        "name": _categorical(rt["name"]),
+        "start_ns": start,
+        "end_ns": start + rt["dur_ns"].to_numpy(np.int64),
+        "correlation": corr,
+        "kind": np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object),
+    })
+
+
+def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """Whether each value is in the sorted array `pool` (a binary search: np.isin hashes both)."""
+    if len(pool) == 0:
+        return np.zeros(len(values), dtype=bool)
+    return pool[np.minimum(np.searchsorted(pool, values), len(pool) - 1)] == values
+
+
+def _matches(names: pd.Series, test) -> np.ndarray:
+    """test(name) for every row, computed once per distinct name."""
+    names = pd.Series(_categorical(names))
+    hits = [bool(test(str(name))) for name in names.cat.categories] + [False]     # code -1: no name
+    return np.asarray(hits, dtype=bool)[names.cat.codes.to_numpy()]
+
+
+# ----------------------------------------------------------------------------- idle gaps
+
+
+def idle_gaps(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY),
+              per_stream: bool = False) -> pd.DataFrame:
+    """Every idle gap of every device (of every stream with `per_stream`: HTA's idle time breakdown
+    works per stream), with its time split by cause (the module docstring).
+
+    Columns: device, stream ("" unless per_stream), start_ns, end_ns, next_launch_ns (start of the
+    runtime call that launched the work ending the gap, -1 when not recorded), and one `<cause>_ns`
+    column per IDLE_CAUSES; the causes add up to end_ns - start_ns.
+    """
+    ex = device_executions(ops)
+    return _gaps(ex, _runtime_calls(ops, ex), data_wait, per_stream)
+
+
+def _gaps(ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray],
+          per_stream: bool) -> pd.DataFrame:
+    lanes = ex["device"].cat.codes.to_numpy(np.int64)
+    if per_stream:
+        lanes = lanes * len(ex["stream"].cat.categories) + ex["stream"].cat.codes.to_numpy(np.int64)
+    first, start, end, lane = _merged(lanes, ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy())
+    same = lane[1:] == lane[:-1]
+    g_start, g_end = end[:-1][same], start[1:][same]
+    ends_gap = first[1:][same]                              # the execution that ends each gap
+    launched = _launch_time(ex["correlation"].to_numpy()[ends_gap], calls)
+    data_s, data_e = (np.asarray(a, dtype=np.int64) for a in data_wait)
+    sync_s, sync_e = _sync_shadows(calls)
+    data = covered_ns(data_s, data_e, g_start, g_end)
+    data_or_sync = covered_ns(np.concatenate([data_s, sync_s]), np.concatenate([data_e, sync_e]), g_start, g_end)
+    length = g_end - g_start
+    queued = (launched >= 0) & (launched <= g_start)
+    short = queued & (length < LAUNCH_LATENCY_NS)
+    unknown = launched < 0
+    rest = length - data_or_sync
+    zero = np.zeros(len(length), dtype=np.int64)
+    return pd.DataFrame({
+        "device": ex["device"].to_numpy(dtype=object)[ends_gap],
+        "stream": ex["stream"].to_numpy(dtype=object)[ends_gap] if per_stream else np.full(len(g_start), "", object),
+        "start_ns": g_start,
+        "end_ns": g_end,
+        "next_launch_ns": launched,
+        "sync_ns": np.where(queued, zero, data_or_sync - data),
+        "data_ns": np.where(queued, zero, data),
+        "host_ns": np.where(queued | unknown, zero, rest),
+        "launch_ns": np.where(short, length, zero),
+        "other_ns": np.where(queued, length - np.where(short, length, zero), np.where(unknown, rest, zero)),
+    })
+
+
+def _merged(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The union of the intervals of each lane (integer codes), as (index of each merged interval's
+    first interval, its start, its end, its lane), in (lane, start) order."""
+    if len(start) == 0:
+        return _EMPTY, _EMPTY, _EMPTY, _EMPTY
+    order = np.lexsort((start, lane))
+    s, e, k = start[order], end[order], lane[order]
+    reach = pd.Series(e).groupby(k).cummax().to_numpy(np.int64)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (k[1:] != k[:-1]) | (s[1:] > reach[:-1])
+    head = np.flatnonzero(new)
+    last = np.append(head[1:], len(s)) - 1
+    return order[head], s[head], reach[last], k[head]
+
+
+def _launch_time(correlation: np.ndarray, calls: pd.DataFrame) -> np.ndarray:
+    """Start of the runtime call with each correlation id (-1 when there is none)."""
+    ids = calls["correlation"].to_numpy(np.int64)
+    keep = ids >= 0
+    order = np.argsort(ids[keep], kind="stable")
+    ids, starts = ids[keep][order], calls["start_ns"].to_numpy(np.int64)[keep][order]
+    if len(ids) == 0:
+        return np.full(len(correlation), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, correlation), len(ids) - 1)
+    return np.where((correlation >= 0) & (ids[at] == correlation), starts[at], -1)
+
+
+def _sync_shadows(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each synchronising call, from its start to the next launch after it returns: the time the
+    device runs dry because the host waited for it (the call's end when nothing is launched later)."""
+    sync = calls[(calls["kind"] == "sync").to_numpy()]
+    s, e = sync["start_ns"].to_numpy(np.int64), sync["end_ns"].to_numpy(np.int64)
+    launches = np.sort(calls.loc[(calls["kind"] == "launch").to_numpy(), "start_ns"].to_numpy(np.int64))
+    if len(launches) == 0:
+        return s, e
+    at = np.searchsorted(launches, e, side="left")
+    return s, np.where(at < len(launches), launches[np.minimum(at, len(launches) - 1)], e)
+
+
+# ----------------------------------------------------------------------------- the breakdown
+
+
+def device_time(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY)) -> pd.DataFrame:
+    """One row per device (formats.DEVICE_TIME_COLUMNS), sorted by device name: window, busy / idle,
+    the temporal breakdown, comm / compute overlap, and the idle time split by cause (`idle_gaps`).
+    Empty when no device executed anything."""
+    ex = device_executions(ops)
+    if ex.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "device" else np.float64) for c in DEVICE_TIME_COLUMNS})
+    gaps = _gaps(ex, _runtime_calls(ops, ex), data_wait, per_stream=False)
+    causes = gaps.groupby("device")[[f"{c}_ns" for c in IDLE_CAUSES]].sum()
+    rows = []
+    for device, rows_of in ex.groupby("device", sort=True, observed=True):
+        rows.append(_device_row(str(device), rows_of, causes.loc[device] if device in causes.index else None))
+    return pd.DataFrame(rows, columns=DEVICE_TIME_COLUMNS)
+
+
+def _device_row(device: str, ex: pd.DataFrame, causes: "pd.Series | None") -> dict:
+    """The breakdown of one device from its executions."""
+    start, end, category = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy(), ex["category"].to_numpy(dtype=object)
+    window = int(end.max() - start.min())
+    compute, comm = category == "compute", category == "comm"
+    busy = _length(start, end)
+    compute_ns, comm_ns = _length(start[compute], end[compute]), _length(start[comm], end[comm])
+    memory = np.isin(category, ("memcpy", "memset"))
+    either = compute | comm
+    overlap = compute_ns + comm_ns - _length(start[either], end[either])
+    pct = (lambda ns: 100.0 * ns / window) if window > 0 else (lambda ns: 0.0)
+    ms = 1e-6
+    row = {
+        "device": device, "window_ms": window * ms, "busy_ms": busy * ms, "idle_ms": (window - busy) * ms,
+        "busy_pct": pct(busy), "idle_pct": pct(window - busy), "compute_pct": pct(compute_ns),
+        "non_compute_pct": pct(busy - compute_ns), "comm_pct": pct(comm_ns),
+        "memory_pct": pct(_length(start[memory], end[memory])),
+        "comm_compute_overlap_pct": 100.0 * overlap / comm_ns if comm_ns > 0 else None,
+        "executions": int(len(ex)), "streams": int(ex["stream"].nunique()),
+    }
+    for cause in IDLE_CAUSES:
+        row[f"idle_{cause}_ms"] = (float(causes[f"{cause}_ns"]) if causes is not None else 0.0) * ms
+    return row
+
+
+def _length(start: np.ndarray, end: np.ndarray) -> int:
+    """Total length of the union of the intervals."""
+    s, e = union(start, end)
+    return int((e - s).sum())
+
+
+def busy_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each window [q_start, q_end): how long any device executed something in it (the union of
+    every device's executions: a rank normally drives one device), and whether the window overlaps
+    the devices' recorded time at all (first execution start .. last execution end)."""
+    ex = device_executions(ops)
+    start, end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
+    if len(start) == 0:
+        return np.zeros(len(q_start), dtype=np.int64), np.zeros(len(q_start), dtype=bool)
+    return covered_ns(start, end, q_start, q_end), (q_end > start.min()) & (q_start < end.max())
