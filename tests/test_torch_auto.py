@@ -3,6 +3,7 @@
 (integrations/torch_auto.py). tests/test_run_command.py runs the whole launcher on real scripts."""
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 
@@ -69,7 +70,7 @@ def test_patches_after_import_and_undo(tmp_path, monkeypatch):
     never.undo()                                      # undone before the import: the hook is gone
     assert len(sys.meta_path) == hooks - 1
     (tmp_path / "profview_other_late_module.py").write_text("")
-    import profview_other_late_module  # noqa: F401
+    importlib.import_module("profview_other_late_module")
 
     assert got == [profview_late_module]
 
