@@ -2,12 +2,12 @@
 `sources` table, `profiler_info.sources`), and the analysis asks here which classes merge their data.
 
 * Built-in sources: `BUILT_IN`.
-* A source from outside this package (the reference device, a plug-in package) is declared in its
-  distribution's `profview.sources` entry-point group, e.g. in setup.cfg:
+* A source from outside the production path (a plug-in package; the reference device is one, see
+  setup.cfg) is declared in its distribution's `profview.sources` entry-point group:
 
       [options.entry_points]
       profview.sources =
-          ascend_dev = profiler.reference.device:AscendReferenceDevice
+          my_device = my_package.device:MyDevice
 
   so that `profview analyse DIR`, run later in a fresh process, finds its `merge`. Entry points are
   loaded only for names no built-in source claims. A raw store is data: no module path read from it
