@@ -8,11 +8,14 @@
 from profiler._version import __version__
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.profiler import Profiler
+from profiler.config import Settings
 from profiler.schedule import ProfilerAction, schedule
+from profiler.capture import Collectives, GpuCounters, HostCounters, Source, TorchHooks, TorchOps
 from profiler.data.pipeline import Pipeline, device_prefetch, prefetch
 from profiler.capture.queues import QueueProbe
 from profiler.data.queues import ProfiledQueue
 from profiler.data.torch_data import ProfiledDataLoader, TorchDeviceCopy
 
-__all__ = ["Pipeline", "ProfiledDataLoader", "ProfiledQueue", "Profiler", "ProfilerAction", "ProfilerUsageWarning",
-           "ProfviewError", "QueueProbe", "TorchDeviceCopy", "device_prefetch", "prefetch", "schedule", "__version__"]
+__all__ = ["Collectives", "GpuCounters", "HostCounters", "Pipeline", "ProfiledDataLoader", "ProfiledQueue", "Profiler",
+           "ProfilerAction", "ProfilerUsageWarning", "ProfviewError", "QueueProbe", "Settings", "Source", "TorchDeviceCopy",
+           "TorchHooks", "TorchOps", "device_prefetch", "prefetch", "schedule", "__version__"]

@@ -1,4 +1,4 @@
-"""Profile a script with no change to it: what `profview run` runs in the script's own process.
+"""Profile a script with no change to it: the launcher `profview run` runs in the script's own process.
 
     python -m profiler.auto [--output DIR] [--ops] [--no-attach] [--no-data] [--] script.py [args...]
     python -m profiler.auto [options] -m package.module [args...]
@@ -7,18 +7,8 @@
 script ends: normally, with an exception, by `sys.exit`, on Ctrl-C (SIGINT) or SIGTERM. The
 script's exit status is kept: its exit code, 1 and its traceback for an exception, death by the
 same signal for SIGINT / SIGTERM. While the script runs, PyTorch is followed without any change
-to the script (patched when the script imports torch, restored at the end):
-
-- **the first optimizer created** (`torch.optim.Optimizer.__init__`) is attached with
-  `Profiler.attach(model, optimizer)`: `optimizer.step()` ends each profiler step (steps ==
-  optimizer steps) and is the `optimizer` phase; the model's forward marks fp start and its backward
-  bp end. The model is the `nn.Module` whose parameters are the optimizer's: of the modules alive
-  then (the garbage collector's list), the one holding the most of the optimizer's parameters and
-  the fewest others, the outermost one on a tie (a DDP wrapper rather than the module it wraps).
-  When no module holds them, the optimizer's step alone ends the steps (a step post hook).
-- **every `torch.utils.data.DataLoader` iteration** (`DataLoader.__iter__`): each fetch is a
-  `data` phase (the loop's data wait), as `ProfiledDataLoader` times it; the first loader with
-  worker processes also has its worker queue probed as `host_queue`.
+to the script (integrations/torch_auto.py: the first optimizer is attached, every DataLoader fetch
+is timed; patched when the script imports torch, restored at the end).
 
 A script that creates a `Profiler` of its own (or uses the Trainer / Lightning integrations) is
 left alone: when that Profiler starts, the automatic one stops, removes its raw file and its
@@ -33,9 +23,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
-import importlib.abc
-import importlib.util
 import json
 import os
 import runpy
@@ -43,17 +30,15 @@ import signal
 import sys
 import threading
 import time
-import warnings
-import weakref
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from profiler.errors import ProfilerUsageWarning, ProfviewError
-from profiler.formats import HOST_QUEUE, rank_file
+from profiler.errors import ProfviewError
+from profiler.formats import rank_file
+from profiler.integrations.patching import Patches
+from profiler.integrations.torch_auto import TorchFollower
 from profiler.profiler import Profiler
-from profiler.record.recorder import active_recorder, now_ns
 from profiler.schedule import schedule
-from profiler.store.kinds import PHASE
 from profiler.store.raw import raw_file_name
 
 #: the environment variable naming the file descriptor `profview run` reads this module's events on
@@ -80,14 +65,10 @@ class AutoProfiler:
         self.cluster_timeout_s = cluster_timeout_s
         self.control = control or (lambda event: None)
         self.profiler: Optional[Profiler] = None
+        self.torch: Optional[TorchFollower] = None
         self.active = False
         self.stepped_aside = False
-        self.optimizer: Any = None
-        self.model: Any = None
-        self._undo: list[Callable[[], None]] = []
-        self._import_hook: Optional[_AfterImport] = None
-        self._probed_queue = False
-        self._probes: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self._patches = Patches()
         self._created: list[Path] = []
 
     # ---- start / stop ----------------------------------------------------------------------
@@ -100,28 +81,17 @@ class AutoProfiler:
             kwargs["ops_schedule"] = schedule(**OPS_SCHEDULE)
         self.profiler = Profiler(self.output_path, **kwargs)
         self.active = True
-        self._patch(Profiler, "start", self._wrap_profiler_start(Profiler.start))
-        if "torch" in sys.modules:
-            self._patch_torch(sys.modules["torch"])
-        else:
-            self._import_hook = _AfterImport("torch", self._patch_torch)
-            sys.meta_path.insert(0, self._import_hook)
+        self._patches.replace(Profiler, "start", self._wrap_profiler_start(Profiler.start))
+        self.torch = TorchFollower(self.profiler, self._patches, lambda: self.active, attach=self.follow_optimizer,
+                                   data=self.time_data, ops=self.ops)
+        self.torch.install()
         self.control({"event": "started", "output": str(self.output_path.resolve()), "rank": self.profiler.rank,
                       "world_size": self.profiler.world_size, "pid": os.getpid()})
         return self
 
-    def _patch(self, owner: Any, name: str, value: Any) -> None:
-        original = owner.__dict__[name]
-        setattr(owner, name, value)
-        self._undo.append(lambda: setattr(owner, name, original))
-
     def unpatch(self) -> None:
         """Put every patched function back."""
-        if self._import_hook is not None and self._import_hook in sys.meta_path:
-            sys.meta_path.remove(self._import_hook)
-        self._import_hook = None
-        while self._undo:
-            self._undo.pop()()
+        self._patches.undo()
 
     def finish(self) -> list[Path]:
         """Stop and analyse (nothing when the script's own Profiler took over). Never raises: a failed
@@ -195,192 +165,6 @@ class AutoProfiler:
                 path.rmdir()
             except OSError:
                 pass
-
-    # ---- torch -----------------------------------------------------------------------------
-
-    def _patch_torch(self, torch: Any) -> None:
-        if not self.active:
-            return
-        try:
-            if self.follow_optimizer:
-                optimizer = torch.optim.Optimizer
-                self._patch(optimizer, "__init__", self._wrap_optimizer_init(optimizer.__init__))
-            if self.time_data:
-                loader = torch.utils.data.DataLoader
-                self._patch(loader, "__iter__", self._wrap_loader_iter(loader.__iter__))
-        except Exception as exc:        # an unexpected torch: record without the torch hooks
-            warnings.warn(f"profview run: cannot follow torch ({type(exc).__name__}: {exc}); recording without "
-                          "its optimizer and DataLoader hooks", ProfilerUsageWarning, stacklevel=2)
-
-    def _wrap_optimizer_init(self, original: Callable) -> Callable:
-        auto = self
-
-        @functools.wraps(original)
-        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
-            original(optimizer, *args, **kwargs)
-            if auto.active and auto.optimizer is None:
-                auto.optimizer = optimizer
-                try:
-                    auto._attach(optimizer)
-                except Exception as exc:
-                    warnings.warn(f"profview run: cannot attach to the optimizer ({type(exc).__name__}: {exc}); "
-                                  "steps are not recorded", ProfilerUsageWarning, stacklevel=2)
-
-        return __init__
-
-    def _attach(self, optimizer: Any) -> None:
-        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        model = find_model(params)
-        self.model = model
-        p = self.profiler
-        self._time_collectives(p)
-        if model is not None:
-            p.attach(model, optimizer, ops=self.ops)
-            return
-        optimizer.register_step_post_hook(lambda *_: p.step())    # no module holds them: its step ends the steps
-
-    @staticmethod
-    def _time_collectives(p: Profiler) -> None:
-        """The process group a script initialises after the Profiler started: time its collectives
-        (and, through attach(), a DDP model's gradient buckets) from now on, as a Profiler made after
-        init_process_group does."""
-        from profiler.capture.distributed import CollectiveCapture, initialised_dist
-
-        if initialised_dist() is not None and not any(isinstance(s, CollectiveCapture) for s in p.sources):
-            p.add_source(CollectiveCapture())
-
-    def _wrap_loader_iter(self, original: Callable) -> Callable:
-        auto = self
-
-        @functools.wraps(original)
-        def __iter__(loader: Any) -> Any:
-            if not auto.active:
-                return original(loader)
-            got = auto._epoch_probe(loader)
-            return TimedIterator(original(loader), got, active=lambda: auto.active)
-
-        return __iter__
-
-    def _epoch_probe(self, loader: Any) -> Optional[Callable[[int, int], bool]]:
-        """The worker-queue probe of the first loader with workers (as ProfiledDataLoader probes it)."""
-        probed = self._probes.get(loader)
-        if probed is None:
-            if self._probed_queue or int(getattr(loader, "num_workers", 0) or 0) == 0:
-                return None
-            from profiler.data.torch_data import ProfiledDataLoader
-
-            try:
-                probed = self._probes[loader] = ProfiledDataLoader(loader, HOST_QUEUE)
-            except Exception:
-                return None
-            self._probed_queue = True
-        return probed.epoch_probe()
-
-
-class TimedIterator:
-    """A DataLoader iterator whose every fetch is a `data` phase (and, with `got`, a worker-queue get).
-    Everything else (len(), the iterator's own attributes) is the wrapped iterator's."""
-
-    def __init__(self, it: Any, got: Optional[Callable[[int, int], bool]] = None,
-                 active: Callable[[], bool] = lambda: True) -> None:
-        self._it = it
-        self._got = got
-        self._active = active
-
-    def __iter__(self) -> "TimedIterator":
-        return self
-
-    def __next__(self) -> Any:
-        recorder = active_recorder()
-        if recorder is None or not self._active():       # not into a Profiler the script made itself
-            return next(self._it)
-        with recorder.span(PHASE, "data"):
-            t0 = now_ns()
-            item = next(self._it)
-            got = self._got
-            if got is not None and not got(t0, now_ns()):
-                self._got = None       # the workers predate the wrap: their queue cannot be probed
-        return item
-
-    def __len__(self) -> int:
-        return len(self._it)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_TimedIterator") or name in ("_it", "_got", "_active"):
-            raise AttributeError(name)
-        return getattr(self._it, name)
-
-
-def find_model(param_ids: set) -> Any:
-    """The nn.Module alive now that holds the most of these parameters and the fewest others (the
-    outermost on a tie), or None."""
-    import torch.nn as nn
-
-    best, best_key = [], None
-    with warnings.catch_warnings():            # isinstance() on deprecated torch aliases warns
-        warnings.simplefilter("ignore")
-        modules = [obj for obj in gc.get_objects() if isinstance(obj, nn.Module)]
-    for obj in modules:
-        try:
-            mine = {id(p) for p in obj.parameters()}
-        except Exception:
-            continue
-        overlap = len(mine & param_ids)
-        if overlap == 0:
-            continue
-        key = (overlap, -len(mine - param_ids))
-        if best_key is None or key > best_key:
-            best, best_key = [obj], key
-        elif key == best_key:
-            best.append(obj)
-    if not best:
-        return None
-    inner = {id(m) for b in best for m in b.modules() if m is not b}
-    outer = [b for b in best if id(b) not in inner]
-    return (outer or best)[0]
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls `callback(module)` once the module `name` has been imported (a post-import hook)."""
-
-    def __init__(self, name: str, callback: Callable[[Any], None]) -> None:
-        self.name = name
-        self.callback = callback
-        self._busy = False
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _ThenLoader(spec.loader, self._done)
-        return spec
-
-    def _done(self, module: Any) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        self.callback(module)
-
-
-class _ThenLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, then: Callable[[Any], None]) -> None:
-        self._loader = loader
-        self._then = then
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        self._loader.exec_module(module)
-        self._then(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
 
 
 # ---- running the script ---------------------------------------------------------------------

@@ -21,18 +21,17 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Unpack
 
 from profiler._version import __version__
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.record.recorder import HOT_PATH_IMPL, Recorder, Span, active_recorder, clock_anchor, hot, now_ns
 from profiler.schedule import ProfilerAction, Schedule, always_record, as_action, next_change
-from profiler.capture.base import Source
-from profiler.capture.distributed import (
-    DDP_BUCKET, CollectiveCapture, detect_rank, exchange_clock_offsets, initialised_dist, instrument_ddp, is_ddp,
-    wait_for_ranks,
-)
-from profiler.store.kinds import COMM, COUNTER, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP
+from profiler.capture import Source, TorchHooks, TorchOps
+from profiler.capture.base import MARKERS
+from profiler.capture.distributed import detect_rank, exchange_clock_offsets, initialised_dist, wait_for_ranks
+from profiler.config import Settings, Shortcuts, configure
+from profiler.store.kinds import COUNTER, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP
 from profiler.store.raw import RawWriter, archive_previous_recording, raw_file_name
 
 #: phase names the step trace understands; anything else is a free-form span (profiler.span)
@@ -55,10 +54,8 @@ class _SpanCache(dict):
         return span
 
 
-
-
 class Profiler:
-    """Records a step trace, user phases / ops / counters and the enabled sources of one process.
+    """Records a step trace, user phases / ops / counters and the sources of one process.
 
     Args:
         output_path: directory for the raw store and the analysed outputs.
@@ -67,30 +64,21 @@ class Profiler:
             default: every step.
         on_trace_ready: called with this profiler each time an active window of the schedule
             completes (its data is flushed to the raw store by then).
+        sources: `Source` objects to start and stop with the recording, e.g.
+            `[HostCounters(interval_s=0.5), TorchOps(schedule(wait=95, warmup=2, active=3))]`. The
+            defaults (host counters, GPU counters, collectives when torch.distributed is
+            initialised) are added, except those of a kind given here (profiler/config.py).
         rank, world_size: this process's rank; default: detected from torch.distributed or the
             RANK / WORLD_SIZE / LOCAL_RANK environment, else 0 / 1 (docs/distributed.md).
         ranks: profile only these ranks; on the others the Profiler records nothing (a cheap
             no-op) but still takes part in the collective calls of start() and analyse().
-        clock_sync: with torch.distributed initialised, measure this rank's clock offset to
-            rank 0 at start (a few all_gather rounds: a collective call, every rank must construct
-            its Profiler at the same point; pass False when only some ranks create one).
-        collectives: time torch.distributed collectives (and DDP buckets, through `attach`) as
-            `comm` ops with their bytes.
-        memory_budget_mb: cap on the memory the recording buffers may hold between flushes;
-            records beyond it are counted as dropped (profiler_info says how many).
-        flush_interval_s: how often the background flusher moves records to the raw store
-            (a SIGKILLed run loses at most about this much).
-        host_counters, gpu_counters: sample psutil / NVML counters every `counter_interval_s`.
-        sources: extra `Source` objects to start and stop with the recording.
-        gzip_timeline: write timeline_{rank}.json.gz instead of .json.
-        framework: "torch" captures per-operator timings through torch.profiler (docs/pytorch.md);
-            `attach(model, optimizer)` does too, and adds fp / bp / step-end hooks.
-        ops_schedule: which steps capture ops (default: the `schedule`); e.g. record the step
-            trace every step and ops on `schedule(wait=95, warmup=2, active=3)` only.
-        record_shapes, profile_memory, with_stack: torch.profiler's options for op capture;
-            off by default, as each costs memory and time.
-        advisor_thresholds: overrides of the advisor's thresholds (name -> value, see
-            docs/formats.md "report"), stored in the config and used by every analysis of the run.
+        settings: how to record and analyse (`Settings`: memory budget, flush interval, clock
+            sync, gzip timeline, advisor thresholds).
+        **shortcuts: keywords that configure the default sources and the settings (`Shortcuts`):
+            `host_counters`, `gpu_counters`, `counter_interval_s`, `collectives`,
+            `framework="torch"` (op capture through torch.profiler, docs/pytorch.md),
+            `ops_schedule`, `record_shapes`, `profile_memory`, `with_stack`, and every field of
+            `Settings` by its name (`memory_budget_mb=128`, ...).
     """
 
     def __init__(
@@ -100,50 +88,27 @@ class Profiler:
         schedule: Optional[Schedule] = None,
         on_trace_ready: Optional[Callable[["Profiler"], Any]] = None,
         *,
+        sources: Iterable[Source] = (),
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
-        memory_budget_mb: float = 64,
-        flush_interval_s: float = 0.2,
-        host_counters: bool = True,
-        gpu_counters: bool = True,
-        counter_interval_s: float = 0.1,
-        sources: Iterable[Source] = (),
-        gzip_timeline: bool = False,
         ranks: Optional[Iterable[int]] = None,
-        clock_sync: bool = True,
-        collectives: bool = True,
-        framework: Optional[str] = None,
-        ops_schedule: Optional[Schedule] = None,
-        record_shapes: bool = False,
-        profile_memory: bool = False,
-        with_stack: bool = False,
-        advisor_thresholds: Optional[dict[str, float]] = None,
+        settings: Optional[Settings] = None,
+        **shortcuts: Unpack[Shortcuts],
     ) -> None:
-        if framework not in (None, "torch"):
-            raise ValueError(f"framework={framework!r}: the supported framework is 'torch' (or None)")
+        config = configure(sources, settings, shortcuts)
         self.output_path = Path(output_path)
-        self.advisor_thresholds = _checked_thresholds(advisor_thresholds)
+        self.settings = config.settings
         self.schedule = schedule or always_record
         self.on_trace_ready = on_trace_ready
         self.rank, self.world_size = detect_rank(rank, world_size)
         self.ranks = sorted(int(r) for r in ranks) if ranks is not None else None
         self.active = self.ranks is None or self.rank in self.ranks   # False: records nothing
-        self.clock_sync = clock_sync
+        self.memory_budget_bytes = int(self.settings.memory_budget_mb * (1 << 20))
+        self.flush_interval_s = self.settings.flush_interval_s
         self._clock_offset: dict = {}
-        self.memory_budget_bytes = int(memory_budget_mb * (1 << 20))
-        self.flush_interval_s = flush_interval_s
-        self.gzip_timeline = gzip_timeline
-        self.framework = framework
-        self.ops_schedule = ops_schedule
-        self.torch_options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
-                              "with_stack": with_stack}
-        self._steps_from_hooks = False          # attach(optimizer) ends the steps
-        self.sources: list[Source] = self._default_sources(host_counters, gpu_counters, counter_interval_s)
-        self.sources += list(sources)
-        if collectives and initialised_dist() is not None:
-            self.sources.append(CollectiveCapture())
-        if framework == "torch":
-            self.sources.append(self._torch_capture())
+        self._framework = config.framework
+        self._op_capture = config.op_capture         # what attach(ops=True) adds, when no TorchOps is here
+        self._steps_from_hooks = False          # a source (TorchHooks on an optimizer) ends the steps
         self._stepper = hot.Stepper(0, self._end_step_slow)   # holds the step counter; ends steps
         self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
         self._action = ProfilerAction.NONE
@@ -153,6 +118,10 @@ class Profiler:
         self._step_thread: Optional[int] = None
         self._warned: set[str] = set()
         self._stopped = False
+        self.sources: list[Source] = config.sources
+        if self.active:
+            for source in self.sources:           # once all are known: a source may look at the others
+                source.bind(self)
         # Fast paths: `profiler.phase(name)` / `profiler.span(name)` are a dict lookup that
         # returns a cached C span (see the methods of the same name for the documentation).
         self._phases = _SpanCache(self._make_phase)
@@ -172,7 +141,7 @@ class Profiler:
         if self._stopped:
             raise ProfviewError("this Profiler was stopped; create a new Profiler to record again")
         if not self._clock_offset:     # a collective call: every rank, recording or not
-            self._clock_offset = exchange_clock_offsets() if self.clock_sync else {"offset_method": "off"}
+            self._clock_offset = exchange_clock_offsets() if self.settings.clock_sync else {"offset_method": "off"}
         if not self.active:
             return self
         if active_recorder() is not None:     # the hot path is process-wide: one recording at a time
@@ -329,7 +298,10 @@ class Profiler:
     # ---- sources ---------------------------------------------------------------------------
 
     def add_source(self, source: Source) -> None:
-        """Add a source; when recording already, it starts now and joins at the current step."""
+        """Add a source; when recording already, it starts now and joins at the current step.
+        A Profiler that records nothing (`ranks=` leaves this rank out) keeps it unbound and unstarted."""
+        if self.active:
+            source.bind(self)
         self.sources.append(source)
         if self._recorder is not None:
             source.start(self._recorder)
@@ -337,39 +309,32 @@ class Profiler:
             self._write_source_status()
         self._update_fast_step()
 
+    def take_over_steps(self, source: Source) -> Callable[[], None]:
+        """For a source that ends the steps itself (`TorchHooks` on an optimizer, from its `bind`): the
+        function that ends a step. From now on `step()` is ignored; one source at a time."""
+        if self._steps_from_hooks:
+            raise ProfviewError("an optimizer attached earlier already ends the steps; attach this one "
+                                "with step_on_optimizer=False")
+        self._steps_from_hooks = True
+        return self._stepper
+
     def attach(self, model: Any, optimizer: Any = None, *, ops: bool = True,
                step_on_optimizer: bool = True) -> "Profiler":
         """PyTorch: fp start / bp end / step end from hooks on `model` and `optimizer` (docs/pytorch.md).
 
-        The root module's forward marks fp start, the end of its backward pass marks bp end,
+        A shortcut for `add_source(TorchHooks(model, optimizer, step_on_optimizer=...))`: the root
+        module's forward marks fp start, the end of its backward pass marks bp end,
         `optimizer.step()` is the `optimizer` tail phase and, with `step_on_optimizer`, ends the
         profiler step (do not call profiler.step() then). `ops` also captures per-operator
-        timings through torch.profiler, on `ops_schedule` (else the schedule).
+        timings through torch.profiler (a `TorchOps` source, on `ops_schedule`, else the schedule),
+        unless the Profiler has one already.
         """
-        from profiler.capture.torch_capture import TorchCapture
-        from profiler.capture.torch_hooks import TorchHooks
-
         if not self.active:
             return self
-        hooks = TorchHooks(model, optimizer, end_step=self._stepper if step_on_optimizer else None)
-        if hooks.step_on_optimizer and self._steps_from_hooks:
-            raise ProfviewError("an optimizer attached earlier already ends the steps; attach this one "
-                                "with step_on_optimizer=False")
-        if is_ddp(model) and any(isinstance(s, CollectiveCapture) for s in self.sources):
-            instrument_ddp(model, lambda: self._point(COMM, DDP_BUCKET, "all_reduce"))
-        self.add_source(hooks)
-        if ops and not any(isinstance(s, TorchCapture) for s in self.sources):
-            self.add_source(self._torch_capture())
-        self._steps_from_hooks = self._steps_from_hooks or hooks.step_on_optimizer
-        self._update_fast_step()
+        self.add_source(TorchHooks(model, optimizer, step_on_optimizer=step_on_optimizer))
+        if ops and not any(isinstance(s, TorchOps) for s in self.sources):
+            self.add_source(self._op_capture)
         return self
-
-    def _torch_capture(self) -> Source:
-        """The torch.profiler op capture this Profiler's options ask for (ops_schedule, else schedule)."""
-        from profiler.capture.torch_capture import TorchCapture
-
-        return TorchCapture(self.ops_schedule or self.schedule, **self.torch_options,
-                            current_step=lambda: self.step_num)
 
     # ---- markers ---------------------------------------------------------------------------
 
@@ -426,9 +391,9 @@ class Profiler:
         `for batch in profiler.iterate(loader): ...`. The step trace then splits the iteration gap
         into data wait and other host work. Use ProfiledDataLoader for a torch DataLoader (it also
         probes the workers' queue) and prefetch() to load ahead (docs/data-pipeline.md)."""
-        from profiler.data.fetch import measured
+        from profiler.data.fetch import TimedFetches
 
-        return measured(iterable)
+        return TimedFetches(iterable)
 
     def _point(self, kind: str, name: str, extra: str = "") -> int:
         rec = self._recorder
@@ -489,27 +454,17 @@ class Profiler:
         from profiler.postprocess.recording import analyse_directory
 
         return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
-                                 gzip_timeline=self.gzip_timeline)
+                                 gzip_timeline=self.settings.gzip_timeline)
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _default_sources(self, host: bool, gpu: bool, interval_s: float) -> list[Source]:
-        from profiler.capture.host import HostCounters
-        from profiler.capture.nvml import NvmlCounters
-
-        out: list[Source] = []
-        if host:
-            out.append(HostCounters(interval_s))
-        if gpu:
-            out.append(NvmlCounters(interval_s))
-        return out
-
     def _write_source_status(self) -> None:
-        status = {"markers": {"status": "ok", "hot_path": HOT_PATH_IMPL}}
+        status = {MARKERS: {"status": "ok", "hot_path": HOT_PATH_IMPL}}
         status.update({s.name: s.info() for s in self.sources})
         self._writer.append_json("sources", status)
 
     def _meta(self, origin_mono: int, origin_unix: int, per_event_ns: float) -> dict:
+        ops = next((s for s in self.sources if isinstance(s, TorchOps)), self._op_capture)
         return {
             "tool": "profview",
             "tool_version": __version__,
@@ -524,15 +479,15 @@ class Profiler:
             "config": {
                 "output_path": str(self.output_path),
                 "ranks": self.ranks,
-                "schedule": getattr(self.schedule, "__qualname__", repr(self.schedule)),
+                "schedule": _name_of(self.schedule),
                 "memory_budget_bytes": self.memory_budget_bytes,
                 "flush_interval_s": self.flush_interval_s,
                 "sources": [s.name for s in self.sources],
-                "gzip_timeline": self.gzip_timeline,
-                "framework": self.framework,
-                "ops_schedule": getattr(self.ops_schedule, "__qualname__", repr(self.ops_schedule)),
-                **self.torch_options,
-                "advisor_thresholds": self.advisor_thresholds,
+                "gzip_timeline": self.settings.gzip_timeline,
+                "framework": self._framework,
+                "ops_schedule": _name_of(ops.schedule),
+                **ops.options,
+                "advisor_thresholds": dict(self.settings.advisor_thresholds),
             },
         }
 
@@ -551,14 +506,9 @@ class Profiler:
         )
 
 
-def _checked_thresholds(thresholds: Optional[dict[str, float]]) -> dict[str, float]:
-    """The advisor overrides as given, after checking their names and values (a typo fails now, not at analyse())."""
-    if not thresholds:
-        return {}
-    from profiler.analysis.advisor import resolve_thresholds
-
-    resolved = resolve_thresholds(thresholds)
-    return {name: resolved[name] for name in thresholds}
+def _name_of(schedule: Optional[Schedule]) -> str:
+    """A schedule as the config records it: its function's name, else its repr."""
+    return getattr(schedule, "__qualname__", repr(schedule))
 
 
 def _calibrate_event_cost(recorder: Recorder, spans: int = 2000) -> float:

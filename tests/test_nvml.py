@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler
-from profiler.capture.nvml import GPU_METRICS, NvmlCounters
+from profiler.capture.nvml import GPU_METRICS, GpuCounters
 
 
 class FakeNvml:
-    """The part of the pynvml API NvmlCounters uses, with readings that change on every call."""
+    """The part of the pynvml API GpuCounters uses, with readings that change on every call."""
 
     NVML_CLOCK_SM = 1
     NVML_TEMPERATURE_GPU = 0
@@ -94,7 +94,7 @@ def test_absent_pynvml_module_is_reported(tmp_path, monkeypatch):
 
 def test_fake_nvml_values_land_in_counters_and_timeline(tmp_path):
     fake = FakeNvml(devices=2)
-    info = _run(tmp_path, sources=[NvmlCounters(0.005, nvml=fake)])
+    info = _run(tmp_path, sources=[GpuCounters(0.005, nvml=fake)])
     assert info["sources"]["nvml"]["status"] == "ok"
     assert info["sources"]["nvml"]["devices"] == ["Fake GPU 0", "Fake GPU 1"]
     assert fake.shutdowns == 1
@@ -123,6 +123,6 @@ def test_failing_reads_stop_the_sampler_quietly(tmp_path):
     fake = FakeNvml(devices=1, fail_reads=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        info = _run(tmp_path, sources=[NvmlCounters(0.002, nvml=fake)], steps=4)
+        info = _run(tmp_path, sources=[GpuCounters(0.002, nvml=fake)], steps=4)
     assert caught == []
     assert info["sources"]["nvml"]["status"] == "absent: stopped after repeated read failures (GPU is lost)"

@@ -18,7 +18,7 @@ from profiler import Profiler, schedule  # noqa: E402
 from profiler.postprocess.recording import load_rank  # noqa: E402
 from profiler.record.recorder import clock_anchor  # noqa: E402
 from profiler.capture.base import Source  # noqa: E402
-from profiler.capture.torch_capture import TorchCapture, torch_index_entries  # noqa: E402
+from profiler.capture.torch_capture import TorchOps, torch_index_entries  # noqa: E402
 from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn, torch_capture_of, train  # noqa: E402
 
 torch.set_num_threads(1)
@@ -198,7 +198,7 @@ class _SidecarsOnly(Source):
     """Lists the torch source in the recording, as a CUDA machine's capture would; the test
     writes the sidecar that capture would have exported (the analysis merges the sources listed)."""
 
-    name = TorchCapture.name
+    name = TorchOps.name
 
 
 def test_device_ops_and_launch_flows_from_a_cuda_trace(tmp_path):

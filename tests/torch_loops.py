@@ -56,7 +56,7 @@ def profiled_cnn_run(out: Path, steps: int = 6, load: Callable[[], None] = lambd
 
 
 def torch_capture_of(profiler: Profiler):
-    """The TorchCapture source of a profiler."""
+    """The TorchOps source of a profiler."""
     return next(s for s in profiler.sources if s.name == "torch")
 
 

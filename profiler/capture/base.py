@@ -3,18 +3,21 @@ the analysis merges into the run.
 
 Sources record through the same hot path as the markers (so their data lands in the raw store
 with everything else) and report their status for `profiler_info` (`ok`, `off`, `absent: why`).
-A source that leaves data beside the raw store (torch's trace files, a device's log) or records
-samples of its own kind (collectives) turns them into the run's tables in its `merge`, which
-the analysis calls for every source the recording names (profiler.postprocess.recording).
+A source that needs the Profiler it records with (its schedule, step count, output directory)
+takes it in `bind`. A source that leaves data beside the raw store (torch's trace files, a
+device's log) or records samples of its own kind (collectives) turns them into the run's tables
+in its `merge`, which the analysis calls for every source the recording names: the names resolve
+to classes through `capture/registry.py`.
 """
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from profiler.record.recorder import hot, now_ns
 from profiler.store.kinds import COUNTER
-from profiler.schedule import NEVER
+from profiler.schedule import NEVER, Schedule
 
 if TYPE_CHECKING:
     from profiler.model import Run
@@ -26,6 +29,26 @@ if TYPE_CHECKING:
 #: a run without steps gets inferred ones (analysis/steps.ensure_steps); the others merge after, onto
 #: the final steps.
 STEPS, EVENTS = 0, 1
+#: The sources table's line for the Profiler's own markers (the hot path): not a Source.
+MARKERS = "markers"
+
+
+class Host(Protocol):
+    """What a source may use of the Profiler it records with (`Source.bind`); `profiler.Profiler` is one."""
+
+    output_path: Path
+    rank: int
+    active: bool                    # False on a rank the Profiler leaves out (`ranks=`): nothing records
+    schedule: Schedule
+    flush_interval_s: float
+    sources: "list[Source]"
+
+    @property
+    def step_num(self) -> int: ...
+
+    def add_source(self, source: "Source") -> None: ...
+
+    def take_over_steps(self, source: "Source") -> Callable[[], None]: ...
 
 
 class Source:
@@ -37,6 +60,10 @@ class Source:
     def __init__(self) -> None:
         self.status = "ok"
         self.details: dict = {}
+
+    def bind(self, profiler: Host) -> None:
+        """Called once when the source joins a Profiler (its sources are all known by then), before
+        start(). Raise to refuse the Profiler (the source is then not added)."""
 
     def start(self, recorder: "Recorder") -> None:
         """Called when recording starts."""
@@ -71,13 +98,6 @@ class Source:
     def merge(cls, run: "Run", recording: "Recording") -> "Run":
         """`run` with what this source recorded outside the event stream merged in. Default: nothing."""
         return run
-
-
-def merging_sources(recorded: "list[str]", types: "list[type[Source]]") -> "list[type[Source]]":
-    """The classes among `types` whose `merge` applies to a recording listing these source names,
-    in merge order (stage, then name): each class once, however many of its sources recorded."""
-    found = {cls for cls in types for name in recorded if cls.recorded_as(name)}
-    return sorted(found, key=lambda cls: (cls.merge_stage, cls.name))
 
 
 class Sampler(Source):

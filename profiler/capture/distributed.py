@@ -13,7 +13,7 @@ is wide, later ones are tight. If the bounds do not intersect (a clock stepped),
 the smallest round-trip is used. Every rank must take part, which is why a Profiler that does
 not record (`ranks=` leaves it out) still calls this.
 
-Collectives (`CollectiveCapture`, `instrument_ddp`): torch.distributed's Python collectives
+Collectives (`Collectives`, `instrument_ddp`): torch.distributed's Python collectives
 (all_reduce, broadcast, all_gather, reduce_scatter, barrier and their tensor variants) are
 wrapped, and DDP gradient buckets are timed through a communication hook. Each collective is one
 4-word sample `(start, code, duration, bytes)` recorded when it completes (async work: from its
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 COMM_STREAM = "collectives"
 #: op name of a DDP gradient bucket's all-reduce
 DDP_BUCKET = "all_reduce (DDP bucket)"
-#: torch.distributed functions wrapped by CollectiveCapture (those that exist in the installed torch)
+#: torch.distributed functions wrapped by Collectives (those that exist in the installed torch)
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "reduce", "gather", "scatter",
                "barrier")
@@ -217,13 +217,14 @@ def payload_bytes(op: str, args: tuple, kwargs: dict) -> int:
     return tensor_bytes(value)
 
 
-class CollectiveCapture(Source):
+class Collectives(Source):
     """Wraps torch.distributed's collective functions for as long as the recording runs.
 
     Calls made through `torch.distributed.<op>` (and `dist.<op>` after `import torch.distributed
     as dist`) are timed; a function imported by name before the recording started
     (`from torch.distributed import all_reduce`) is not. DDP's gradient all-reduces do not go
-    through these functions: `Profiler.attach(ddp_model)` or `instrument_ddp` times them.
+    through these functions: `TorchHooks` on a DDP model (`Profiler.attach(ddp_model)`) times them
+    when the Profiler has a Collectives source, or `instrument_ddp` does.
     """
 
     name = "collectives"

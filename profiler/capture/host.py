@@ -10,6 +10,8 @@ HOST_METRICS = ("process_cpu_pct", "system_cpu_pct", "rss_bytes", "threads")
 
 
 class HostCounters(Sampler):
+    """Samples this process's CPU %, resident memory and threads and the machine's CPU % every `interval_s`."""
+
     name = "host_counters"
     source = "host"
 

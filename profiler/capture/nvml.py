@@ -12,7 +12,10 @@ from profiler.capture.base import Sampler
 GPU_METRICS = ("gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "temperature_c")
 
 
-class NvmlCounters(Sampler):
+class GpuCounters(Sampler):
+    """Samples every GPU NVML sees every `interval_s` (recorded under the name `nvml`); `nvml` is
+    the binding to read through (default: `pynvml`; tests inject a fake one)."""
+
     name = "nvml"
     source = "nvml"
 

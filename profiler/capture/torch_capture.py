@@ -1,6 +1,6 @@
 """Per-operator capture through torch.profiler (Kineto), driven by the Profiler's schedule.
 
-Recording side (`TorchCapture`, a Source). torch's own profiler does the capture — host ops on
+Recording side (`TorchOps`, a Source). torch's own profiler does the capture — host ops on
 the CPU and, on a CUDA machine, kernels, memcpy / memset and launch correlations through CUPTI —
 and its own schedule machinery is driven from `Profiler.step()`: the op schedule (`ops_schedule=`,
 else the Profiler's schedule) is handed to `torch.profiler.profile(schedule=...)`, so WARMUP steps
@@ -42,7 +42,7 @@ from profiler.store.kinds import FLUSH
 from profiler.model import OP_COLUMNS, Run, conform
 from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.kernels.intervals import assign_steps
-from profiler.capture.base import Source
+from profiler.capture.base import Host, Source
 from profiler.store.load import Recording
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.nesting import enclosing_parents
@@ -76,11 +76,12 @@ def op_schedule(schedule: Schedule) -> Schedule:
     return action
 
 
-class TorchCapture(Source):
+class TorchOps(Source):
     """torch.profiler capture following a profview schedule; one trace sidecar per window.
 
     Args:
-        schedule: which steps capture ops (NONE / WARMUP / RECORD / RECORD_AND_SAVE per step).
+        schedule: which steps capture ops (NONE / WARMUP / RECORD / RECORD_AND_SAVE per step);
+            default: the Profiler's schedule.
         record_shapes, profile_memory, with_stack: passed to torch.profiler (all cost memory
             and time; off by default).
     """
@@ -92,13 +93,13 @@ class TorchCapture(Source):
         """The ops of every exported window join the run's (merge_torch_traces)."""
         return merge_torch_traces(run, recording.directory, recording.rank)
 
-    def __init__(self, schedule: Schedule, record_shapes: bool = False, profile_memory: bool = False,
-                 with_stack: bool = False, current_step: Optional[Callable[[], int]] = None) -> None:
+    def __init__(self, schedule: Optional[Schedule] = None, *, record_shapes: bool = False,
+                 profile_memory: bool = False, with_stack: bool = False) -> None:
         super().__init__()
-        self.schedule = schedule
-        self._actions = op_schedule(schedule)        # what each step does to torch.profiler
-        #: the step now running; on_step is not called on quiet steps, so the profiler's count
-        self._current_step = current_step or (lambda: self._step)
+        self.schedule = schedule            # as given: None follows the Profiler's schedule (bind)
+        self._actions = op_schedule(schedule or always_record)    # what each step does to torch.profiler
+        #: the step now running; on_step is not called on quiet steps, so the profiler's count (bind)
+        self._current_step: Callable[[], int] = lambda: self._step
         self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
                         "with_stack": with_stack}
         self.torch_profiler: Any = None     # the torch.profiler.profile doing the capture (key_averages())
@@ -110,6 +111,11 @@ class TorchCapture(Source):
         self._stopped = False
         self._compressors: list[threading.Thread] = []
         self.details.update(self.options)
+
+    def bind(self, profiler: Host) -> None:
+        """Follow the Profiler's schedule (when none was given) and its step count."""
+        self._actions = op_schedule(self.schedule or profiler.schedule)
+        self._current_step = lambda: profiler.step_num
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """PyTorch hooks that give the step trace its boundaries without any manual phase() call.
 
-`profiler.attach(model, optimizer)` installs, on the *root* module and the optimizer only:
+`TorchHooks(model, optimizer)` (what `profiler.attach(model, optimizer)` adds) installs, on the
+*root* module and the optimizer only:
 
 - **fp start** — the root module's `forward` is wrapped, on the instance, by a C `Emitter` that
   marks `fp_start` and passes the call on to the original forward unchanged. The step trace takes
@@ -42,8 +43,9 @@ import types
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from profiler.record.recorder import hot
-from profiler.store.kinds import MARK, PHASE
-from profiler.capture.base import Source
+from profiler.store.kinds import COMM, MARK, PHASE
+from profiler.capture.base import Host, Source
+from profiler.capture.distributed import DDP_BUCKET, Collectives, instrument_ddp, is_ddp
 
 if TYPE_CHECKING:
     from profiler.record.recorder import Recorder
@@ -56,17 +58,26 @@ BP_END_PARAMS = 1
 
 
 class TorchHooks(Source):
-    """Module / autograd / optimizer hooks that mark fp start, bp end and the step end."""
+    """Module / autograd / optimizer hooks that mark fp start, bp end and the step end.
+
+    Args:
+        model: the root module (its forward marks fp start, its backward pass bp end).
+        optimizer: its `step()` is the `optimizer` phase and, with `step_on_optimizer`, ends each
+            profiler step (the Profiler then ignores `step()` calls).
+
+    With a `Collectives` source in the same Profiler, a DistributedDataParallel model's gradient
+    buckets are timed too (`instrument_ddp`).
+    """
 
     name = "torch_hooks"
 
-    def __init__(self, model: Any, optimizer: Any = None, end_step: Optional[Callable[[], Any]] = None) -> None:
-        """`end_step`, when given (the profiler's step()), is called after each optimizer.step()."""
+    def __init__(self, model: Any, optimizer: Any = None, *, step_on_optimizer: bool = True) -> None:
         super().__init__()
         self._model = model
         self._optimizer = optimizer
-        self.step_on_optimizer = end_step is not None and optimizer is not None
-        self._end_step = end_step if self.step_on_optimizer else None
+        self.step_on_optimizer = step_on_optimizer and optimizer is not None
+        self._end_step: Optional[Callable[[], Any]] = None      # the Profiler's step end (bind)
+        self._recorder: Optional["Recorder"] = None
         self._handles: list = []
         self._first_pass: list = []      # parameters in the order the first backward pass accumulated them
         self._first_pass_hooks: list = []
@@ -78,11 +89,25 @@ class TorchHooks(Source):
                       "it accumulated last",
         })
 
+    def bind(self, profiler: Host) -> None:
+        """Take over the Profiler's step ends (step_on_optimizer), and time a DDP model's buckets
+        when the Profiler captures collectives."""
+        if self.step_on_optimizer:
+            self._end_step = profiler.take_over_steps(self)
+        if is_ddp(self._model) and any(isinstance(s, Collectives) for s in profiler.sources):
+            instrument_ddp(self._model, self._bucket_code)
+
+    def _bucket_code(self) -> int:
+        """The sample code of a DDP bucket's all-reduce in the current recording (0: not recording)."""
+        recorder = self._recorder
+        return recorder.point_code(COMM, DDP_BUCKET, "all_reduce") if recorder is not None else 0
+
     # ---- lifecycle -------------------------------------------------------------------------
 
     def start(self, recorder: "Recorder") -> None:
         import torch
 
+        self._recorder = recorder
         self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
         self._fp_code = recorder.point_code(MARK, "fp_start")      # the codes profiler.mark() records
         self._bp_code = recorder.point_code(MARK, "bp_end")
@@ -96,6 +121,7 @@ class TorchHooks(Source):
             self._handles.append(_OptimizerStep(self._optimizer, optimizer_phase, self._end_step))
 
     def stop(self) -> None:
+        self._recorder = None
         for handle in self._handles:
             handle.remove()
         self._handles, self._first_pass_hooks, self._first_pass = [], [], []

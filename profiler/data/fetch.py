@@ -3,7 +3,8 @@
 The step trace counts `data` phases on the stepping thread as data wait (`data_wait_ms`), so the
 iteration gap splits into data wait and other host work (`gap_host_ms`) for any loader: a torch
 DataLoader with or without workers (`ProfiledDataLoader` uses this), a generator, a MindSpore
-dataset iterator. `profiler.iterate(loader)` is the public form.
+dataset iterator, a DataLoader's own iterator (`profview run` wraps `DataLoader.__iter__` with
+it). `profiler.iterate(loader)` is the public form.
 """
 from __future__ import annotations
 
@@ -14,30 +15,40 @@ from profiler.record.recorder import active_recorder, now_ns
 from profiler.store.kinds import PHASE
 
 
-def timed_fetches(iterable: Iterable, then: Optional[Callable[[int, int], None]] = None
-                  ) -> Iterator[tuple[int, int, Any]]:
-    """(call time, return time, item) for each next(), each recorded as a `data` phase while a
-    Profiler records; the first call includes iter() (a loader's worker start-up). `then(t0, t1)`
-    runs inside the phase (a probe's bookkeeping: the loop waits for it too)."""
-    it = None
-    while True:
-        recorder = active_recorder()
+class TimedFetches:
+    """The items of `iterable`, each `next()` recorded as a `data` phase while a Profiler records.
+    The first fetch includes iter() (a loader's worker start-up). `then(t0, t1)`, with the call and
+    return times of a fetch, runs inside its phase (a probe's bookkeeping: the loop waits for it
+    too). While `timing()`, when given, says no, fetches are plain next() calls. len() and every
+    other attribute are the wrapped object's, so a wrapped DataLoader iterator still looks like one."""
+
+    def __init__(self, iterable: Iterable, then: Optional[Callable[[int, int], None]] = None,
+                 timing: Optional[Callable[[], bool]] = None) -> None:
+        self._iterable = iterable
+        self._then = then
+        self._timing = timing
+        self._it: Optional[Iterator] = None
+
+    def __iter__(self) -> "TimedFetches":
+        return self
+
+    def __next__(self) -> Any:
+        timed = self._timing is None or self._timing()
+        recorder = active_recorder() if timed else None
         fetch = recorder.span(PHASE, "data") if recorder is not None else contextlib.nullcontext()
         t0 = now_ns()
-        try:
-            with fetch:
-                if it is None:
-                    it = iter(iterable)
-                item = next(it)
-                t1 = now_ns()
-                if then is not None:
-                    then(t0, t1)
-        except StopIteration:
-            return
-        yield t0, t1, item
+        with fetch:
+            if self._it is None:
+                self._it = iter(self._iterable)
+            item = next(self._it)
+            if timed and self._then is not None:
+                self._then(t0, now_ns())
+        return item
 
+    def __len__(self) -> int:
+        return len(self._iterable)
 
-def measured(iterable: Iterable) -> Iterator[Any]:
-    """The items of `iterable`, each fetch timed as data wait."""
-    for _, _, item in timed_fetches(iterable):
-        yield item
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_iterable", "_then", "_timing", "_it"):      # not set yet (copying, unpickling)
+            raise AttributeError(name)
+        return getattr(self._iterable, name)

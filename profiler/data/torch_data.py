@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from profiler.errors import ProfilerUsageWarning
-from profiler.data.fetch import timed_fetches
+from profiler.data.fetch import TimedFetches
 from profiler.record.recorder import now_ns
 from profiler.capture.queues import GET, PUT, QueueProbe
 from profiler.formats import HOST_QUEUE
@@ -141,32 +141,29 @@ class ProfiledDataLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def epoch_probe(self) -> Optional[Callable[[int, int], bool]]:
-        """For an iterator of the loader made elsewhere (`profview run` wraps DataLoader.__iter__): a
-        function to call with each fetch's (call, return) times, which records the worker queue's
-        puts and the get; it returns False when the workers predate the wrap. None without workers."""
+    def epoch_probe(self, warn: bool = False) -> Optional[Callable[[int, int], None]]:
+        """For one epoch: a function to call with each fetch's (call, return) times, which records the
+        worker queue's puts and the get, until it finds that the workers predate the wrap (then,
+        with `warn`, it says so once). None without workers. `profview run` gives it to the
+        iterators of a loader made elsewhere (it wraps DataLoader.__iter__)."""
         if self._log is None:
             return None
-        return _Occupancy(self._log, self.probe).got
-
-    def __iter__(self) -> Iterator:
-        """The loader's batches; each next() (the probe's bookkeeping included) is the loop's data wait."""
-        if self._log is None:
-            for _, _, batch in timed_fetches(self.loader):
-                yield batch
-            return
         occupancy = _Occupancy(self._log, self.probe)
         probing = [True]
 
         def probe(t0: int, t1: int) -> None:
             if probing[0] and not occupancy.got(t0, t1):
                 probing[0] = False
-                warnings.warn("ProfiledDataLoader: the loader's workers were started before it was wrapped; "
-                              "wrap it before the first iteration to probe its occupancy", ProfilerUsageWarning,
-                              stacklevel=4)
+                if warn:
+                    warnings.warn("ProfiledDataLoader: the loader's workers were started before it was wrapped; "
+                                  "wrap it before the first iteration to probe its occupancy", ProfilerUsageWarning,
+                                  stacklevel=3)
 
-        for _, _, batch in timed_fetches(self.loader, then=probe):
-            yield batch
+        return probe
+
+    def __iter__(self) -> Iterator:
+        """The loader's batches; each next() (the probe's bookkeeping included) is the loop's data wait."""
+        return TimedFetches(self.loader, then=self.epoch_probe(warn=True))
 
 
 # ---- host -> device ---------------------------------------------------------------------------

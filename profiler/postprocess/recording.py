@@ -2,7 +2,8 @@
 
 `Profiler.analyse()` and `profview analyse DIR` both call `analyse_directory`, so a crashed
 run's raw store is analysed exactly like a clean one. A rank's Run is its raw tables interpreted,
-then each source the recording names merges what it left beside the raw store (`Source.merge`).
+then each source the recording names merges what it left beside the raw store (`Source.merge`;
+the names resolve to classes in capture/registry.py, plug-ins included).
 """
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-from profiler import capture, reference
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
-from profiler.capture.base import STEPS, merging_sources
+from profiler.capture.base import STEPS
+from profiler.capture.registry import merging_sources
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.export.cluster import write_cluster_outputs
 from profiler.export.files import output_lock, remove_stale_temps
@@ -46,7 +47,7 @@ def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None,
         progress.stage(f"interpreting {len(tables.ev_t) + len(tables.sm):,} records")
     recording = Recording(Path(directory), rank, tables)
     run = interpret(tables)
-    merging = merging_sources(list(tables.sources), capture.SOURCE_TYPES + reference.SOURCE_TYPES)
+    merging = merging_sources(tables.sources)
     for source in (s for s in merging if s.merge_stage == STEPS):
         run = source.merge(run, recording)
     if not (len(run.steps) or len(run.spans) or len(run.ops) or len(run.instants)):

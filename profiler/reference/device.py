@@ -35,7 +35,7 @@ import queue
 import re
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from profiler.importers.ascend.hwts import GLOBAL_TASK_ID_MIN
 from profiler.reference.log_writer import (CLOCK_SYNC_FORMAT, SYSCNT_HZ, JobWriter, device_dir_name,
                                                 graph_desc_line, point_line, task_desc_line, tensor_description)
 from profiler.importers.ascend.training_trace import BP_END_TAG, FP_START_TAG, ITER_END_TAGS
-from profiler.capture.base import STEPS, Source
+from profiler.capture.base import STEPS, Host, Source
 from profiler.model import Run
 from profiler.reference.merge import merge_ascend_devices
 from profiler.store.load import Recording
@@ -54,18 +54,6 @@ from profiler.store.load import Recording
 if TYPE_CHECKING:
     from profiler.record.recorder import Recorder
     from profiler.data.pipeline import PipelineIterator
-
-
-class RecordingHost(Protocol):
-    """What the device needs of the Profiler it joins (profiler.Profiler has all of it)."""
-
-    output_path: Path
-    rank: int
-    active: bool
-    flush_interval_s: float
-    step_num: int
-
-    def add_source(self, source: Source) -> None: ...
 
 LAST_TASK_ID = 0xFFFF
 #: The step marker's tag: a job id (tags 0 and > 255 mark the start of an iteration).
@@ -238,7 +226,7 @@ class AscendReferenceDevice(Source):
         """Every device's log parsed like a real one and put on the host clock (merge_ascend_devices)."""
         return merge_ascend_devices(run, recording.directory, recording.rank)
 
-    def __init__(self, profiler: Optional[RecordingHost] = None, device_id: int = 0, streams: int = 1, *,
+    def __init__(self, profiler: Optional[Host] = None, device_id: int = 0, streams: int = 1, *,
                  job_dir: Optional["str | Path"] = None, flush_interval_s: Optional[float] = None) -> None:
         super().__init__()
         if streams < 1:
