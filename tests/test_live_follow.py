@@ -19,7 +19,7 @@ from profiler.postprocess.live import LiveRecording
 from profiler.postprocess.recording import load_rank
 from profiler.store.follow import Follower
 from profiler.store.interpret import interpret
-from profiler.store.raw import WHOLE, encode_chunk, read_chunk_at
+from profiler.store.raw import RawFile, encode_chunk
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +30,16 @@ def finished(tmp_path_factory) -> Path:
     return out
 
 
-def chunks_of(path: Path) -> list[tuple[int, int, dict, bytes]]:
-    """(start, stop, header, payload) of every chunk of a raw file."""
-    data = path.read_bytes()
-    out, pos = [], 0
-    while pos < len(data):
-        status, chunk, stop, _ = read_chunk_at(data, pos)
-        assert status == WHOLE
-        out.append((pos, stop, chunk.header, bytes(chunk.payload)))
-        pos = stop
+def chunks_in(data: bytes) -> list[tuple[int, int, dict, bytes]]:
+    """(start, stop, header, payload) of every chunk of a raw file's bytes (all whole)."""
+    raw = RawFile(Path("raw"))
+    out = [(c.offset, c.offset + c.nbytes, c.header, bytes(c.payload)) for c in raw.walk(data)]
+    assert not raw.damaged
     return out
+
+
+def chunks_of(path: Path) -> list[tuple[int, int, dict, bytes]]:
+    return chunks_in(path.read_bytes())
 
 
 def raw_file(directory: Path) -> Path:
@@ -139,13 +139,7 @@ def with_writer(source: Path, pid: int, end: bool = True) -> bytes:
 
 
 def chunk_bounds(data: bytes, table: str) -> list[tuple[int, int]]:
-    bounds, pos = [], 0
-    while pos < len(data):
-        _, chunk, stop, _ = read_chunk_at(data, pos)
-        if chunk.table == table:
-            bounds.append((pos, stop))
-        pos = stop
-    return bounds
+    return [(start, stop) for start, stop, header, _ in chunks_in(data) if header["table"] == table]
 
 
 def _write(path: Path, data: bytes) -> None:
