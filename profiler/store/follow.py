@@ -42,7 +42,7 @@ from profiler.errors import ProfviewError
 from profiler.store import kinds as K
 from profiler.store.load import RawTables
 from profiler.store.raw import CHECKSUM, MAGIC, RAW_SUFFIX, SHORT, RawFile
-from profiler.store.tables import TableReader
+from profiler.store.tables import Records, TableReader
 
 #: most bytes one poll reads from one file (the rest is read by the next polls)
 READ_LIMIT = 64 << 20
@@ -136,7 +136,7 @@ class RankState:
     steps: _Grow = field(default_factory=lambda: _Grow(4))      # t, code, step, cost (every step sample)
     windows: _Grow = field(default_factory=lambda: _Grow(5))    # window start / stop samples, + thread
     counters: _Grow = field(default_factory=lambda: _Grow(4))   # recent counter samples
-    events: collections.deque = field(default_factory=collections.deque)   # (t_last, t, code, thread)
+    events: collections.deque = field(default_factory=collections.deque)   # (t_last, t, records (n, 2), thread)
     samples: collections.deque = field(default_factory=collections.deque)  # (t_last, rows (n, 4), thread)
     held_events: int = 0
     held_samples: int = 0
@@ -346,17 +346,17 @@ class Follower:
             return
         n = len(records.words)
         if records.table == "events":
-            t, code = records.words[:, 0], records.words[:, 1]
-            state.events.append((int(t.max()), t, code, records.thread))
+            state.events.append((records.t_max, records.words[:, 0], records.words, records.thread))
             state.held_events += n
             state.events_read += n
             result.events += n
         else:
-            self._keep_samples(state, records.words, records.thread)
+            self._keep_samples(state, records)
             state.samples_read += n
             result.samples += n
 
-    def _keep_samples(self, state: RankState, rows: np.ndarray, thread: int) -> None:
+    def _keep_samples(self, state: RankState, records: Records) -> None:
+        rows, thread = records.words, records.thread
         kind = state.kind_code[rows[:, 1] >> 1]
         steps = kind == _STEP
         if steps.any():
@@ -367,7 +367,7 @@ class Follower:
         counters = kind == _COUNTER
         if counters.any():
             state.counters.add(rows[counters])
-        state.samples.append((int(rows[:, 0].max()), rows, thread))
+        state.samples.append((records.t_max, rows, thread))
         state.held_samples += len(rows)
 
     def _evict(self, state: RankState) -> None:
@@ -447,17 +447,13 @@ class Follower:
         st = state.steps.by_time()
         cut = self._cut(state, st, steps, max_events)
         parts = []
-        for t_last, t, code, thread in state.events:
+        for t_last, t, words, thread in state.events:
             if cut is not None and t_last < cut:
                 continue
             i = int(np.searchsorted(t, cut, side="left")) if cut is not None else 0
             if i < len(t):
-                parts.append((t[i:], code[i:], thread))
-        parts.sort(key=lambda part: int(part[0][0]))     # recording order per reused thread ident (load.py)
-        ev_t = [p[0] for p in parts]
-        ev_code = [p[1] for p in parts]
-        ev_thread = [p[2] for p in parts]
-        ev_len = [len(p[0]) for p in parts]
+                parts.append((words[i:], thread))
+        parts.sort(key=lambda part: int(part[0][0, 0]))  # recording order per reused thread ident (load.py)
         sm, sm_thread = [], []
         for t_last, rows, thread in state.samples:
             if cut is not None and t_last < cut:
@@ -479,9 +475,7 @@ class Follower:
         torn, damaged, lost = reader.damage()
         return RawTables(
             meta=reader.meta, descriptors=list(reader.descriptors), thread_names=dict(reader.thread_names),
-            ev_t=np.concatenate(ev_t) if ev_t else np.empty(0, np.int64),
-            ev_code=np.concatenate(ev_code) if ev_code else np.empty(0, np.int64),
-            ev_chunk_thread=np.array(ev_thread, np.int64), ev_chunk_len=np.array(ev_len, np.int64),
+            events=[p[0] for p in parts], ev_chunk_thread=np.array([p[1] for p in parts], np.int64),
             sm=np.concatenate(sm), sm_thread=np.concatenate(sm_thread), sources=dict(reader.sources),
             end=end if state.ended else None, dropped=reader.dropped, torn_chunks=torn, damaged=damaged,
             lost_records=lost, duplicate_chunks=reader.duplicate_chunks, warnings=reader.warnings(),

@@ -36,10 +36,8 @@ class RawTables:
     meta: dict
     descriptors: list[tuple[str, str, str]]
     thread_names: dict[int, str]                  # ident -> name
-    ev_t: np.ndarray                              # event times (ns, recording clock)
-    ev_code: np.ndarray
-    ev_chunk_thread: np.ndarray                   # thread ident of each events chunk, in order
-    ev_chunk_len: np.ndarray                      # events in each chunk (a chunk is one thread's)
+    events: list[np.ndarray]                      # each events chunk's (time, code) records, (n, 2) int64
+    ev_chunk_thread: np.ndarray                   # thread ident of each events chunk (a chunk is one thread's)
     sm: np.ndarray                                # samples, shape (n, 4): t, code, a, b
     sm_thread: np.ndarray
     sources: dict = field(default_factory=dict)
@@ -51,6 +49,15 @@ class RawTables:
     damaged: list[dict] = field(default_factory=list)   # Damage.to_json() of each damaged chunk
     lost_records: int = 0                         # records in damaged chunks or naming lost descriptors
     duplicate_chunks: int = 0                     # chunks stored twice (copied files, repeated chunks)
+
+    @property
+    def n_events(self) -> int:
+        return sum(len(c) for c in self.events)
+
+    @property
+    def records(self) -> int:
+        """Events and samples."""
+        return self.n_events + len(self.sm)
 
 
 @dataclass(frozen=True)
@@ -161,33 +168,27 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
         if c.table in RECORD_TABLES:
             records = reader.take(f, c)
             if records is not None:
-                (ev_parts if records.table == "events" else sm_parts).append((records.words, records.thread))
+                (ev_parts if records.table == "events" else sm_parts).append(records)
+    # Chunks in order of their first event: a thread's own chunks already are, but Python reuses the
+    # ident of a finished thread, and the finished thread's last chunk can reach the file after the
+    # new thread's first one. Nesting pairs events in recording order per ident, so order them here.
+    # The chunks stay views of the memory-mapped files: the events are never copied.
+    ev_parts.sort(key=lambda part: int(part.words[0, 0]))
     tables = RawTables(meta={}, descriptors=reader.descriptors, thread_names=reader.thread_names,
-                       ev_t=np.empty(0, np.int64), ev_code=np.empty(0, np.int64),
-                       ev_chunk_thread=np.empty(0, np.int64), ev_chunk_len=np.empty(0, np.int64),
+                       events=[p.words for p in ev_parts],
+                       ev_chunk_thread=np.array([p.thread for p in ev_parts], dtype=np.int64),
                        sm=np.empty((0, 4), np.int64), sm_thread=np.empty(0, np.int64), sources=reader.sources,
                        end=reader.end, dropped=reader.dropped, duplicate_chunks=reader.duplicate_chunks)
     tables.torn_chunks, tables.damaged, tables.lost_records = reader.damage()
-    if ev_parts:
-        # Chunks in order of their first event: a thread's own chunks already are, but Python reuses the
-        # ident of a finished thread, and the finished thread's last chunk can reach the file after the
-        # new thread's first one. Nesting pairs events in recording order per ident, so order them here.
-        ev_parts.sort(key=lambda part: int(part[0][0, 0]))
-        tables.ev_t = np.concatenate([p[0][:, 0] for p in ev_parts])
-        tables.ev_code = np.concatenate([p[0][:, 1] for p in ev_parts])
-        tables.ev_chunk_thread = np.array([p[1] for p in ev_parts], dtype=np.int64)
-        tables.ev_chunk_len = np.array([len(p[0]) for p in ev_parts], dtype=np.int64)
     if sm_parts:
-        tables.sm = np.concatenate([p[0] for p in sm_parts])
-        tables.sm_thread = np.concatenate([np.full(len(p[0]), p[1], np.int64) for p in sm_parts])
+        tables.sm = np.concatenate([p.words for p in sm_parts])
+        tables.sm_thread = np.concatenate([np.full(len(p.words), p.thread, np.int64) for p in sm_parts])
     tables.files = [str(p) for p in paths]
     tables.warnings = list(notes or []) + reader.warnings()
-    records = len(tables.ev_t) + len(tables.sm)
     if reader.meta is not None:
         tables.meta = reader.meta
-    elif records:
-        first = int(min(tables.ev_t.min() if len(tables.ev_t) else INT64_MAX,
-                        tables.sm[:, 0].min() if len(tables.sm) else INT64_MAX))
+    elif tables.records:
+        first = min(p.t_min for p in ev_parts + sm_parts)
         tables.meta = {"rank": rank if rank is not None else 0,
                        "clock": {"origin_monotonic_ns": first, "origin_unix_ns": 0}}
         tables.warnings.append("the metadata chunk of this rank's recording is missing or damaged: times are "
@@ -195,27 +196,25 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
                                "are unknown")
     else:
         raise ProfviewError(_nothing_readable(paths, files, tables.warnings))
-    _drop_before_origin(tables)
+    _drop_before_origin(tables, [p.t_min for p in ev_parts])
     _repair_windows(tables)
     return tables
 
 
-def _drop_before_origin(t: RawTables) -> None:
+def _drop_before_origin(t: RawTables, ev_t_min: list[int]) -> None:
     """Records timed before the recording's origin cannot be (every record is taken after it): a
-    damaged time. They are left out and counted, so no output holds a time before the recording."""
+    damaged time. They are left out and counted, so no output holds a time before the recording.
+    `ev_t_min`: the earliest time of each events chunk."""
     origin = int(t.meta["clock"]["origin_monotonic_ns"])
-    early_ev = t.ev_t < origin
     early_sm = t.sm[:, 0] < origin
-    n = int(early_ev.sum()) + int(early_sm.sum())
+    n = int(early_sm.sum())
+    if any(t_min < origin for t_min in ev_t_min):
+        kept = [c[c[:, 0] >= origin] for c in t.events]
+        n += t.n_events - sum(len(c) for c in kept)
+        t.ev_chunk_thread = t.ev_chunk_thread[[len(c) > 0 for c in kept]]
+        t.events = [c for c in kept if len(c)]
     if not n:
         return
-    if early_ev.any():
-        chunk = np.repeat(np.arange(len(t.ev_chunk_len)), t.ev_chunk_len)
-        keep = ~early_ev
-        t.ev_chunk_len = np.bincount(chunk[keep], minlength=len(t.ev_chunk_len)).astype(np.int64)
-        t.ev_t, t.ev_code = t.ev_t[keep], t.ev_code[keep]
-        nonempty = t.ev_chunk_len > 0
-        t.ev_chunk_len, t.ev_chunk_thread = t.ev_chunk_len[nonempty], t.ev_chunk_thread[nonempty]
     if early_sm.any():
         t.sm, t.sm_thread = t.sm[~early_sm], t.sm_thread[~early_sm]
     t.lost_records += n
@@ -238,7 +237,7 @@ def _repair_windows(t: RawTables) -> None:
     budget dropped it) get one back, at the first record after the previous window's end, so the
     loss costs that sample and not the whole window. A window whose end was lost ends where the
     next one starts (windows_from_samples)."""
-    if not len(t.sm) and not len(t.ev_t):
+    if not t.records:
         return
     kind_of = descriptor_columns(t.descriptors)[0]
     k = kind_of[t.sm[:, 1] >> 1] if len(t.sm) else np.empty(0, dtype=object)
@@ -248,7 +247,7 @@ def _repair_windows(t: RawTables) -> None:
 
     def first_record(after: int, until: int) -> Optional[int]:
         best = None
-        for times in (t.ev_t, other_sm):
+        for times in [c[:, 0] for c in t.events] + [other_sm]:
             sel = times[(times > after) & (times <= until)]
             if len(sel):
                 best = int(sel.min()) if best is None else min(best, int(sel.min()))

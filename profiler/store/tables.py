@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from profiler.kernels.columns import ranges
 from profiler.store.raw import Chunk, RawFile
 
 #: damaged chunks listed one by one in profiler_info (the count is always complete)
@@ -35,6 +36,8 @@ class Records:
     table: str
     words: np.ndarray            # (n, 2) or (n, 4) int64
     thread: int
+    t_min: int                   # the earliest and latest time
+    t_max: int
 
 
 class TableReader:
@@ -186,14 +189,14 @@ class TableReader:
         words = np.frombuffer(c.payload, dtype="<i8").reshape(-1, width)
         if not len(words):
             return None
-        words, lost = rec.remap(words)
+        words, lost, t_range = rec.remap(words)
         if lost:
             if not f.unknown:
                 f.unknown = [0, 0, c.where(str(f.path))]
             f.unknown[0] += lost
             f.unknown[1] += 1
             self.lost_records += lost
-        return Records(c.table, words, c.header["thread"]) if len(words) else None
+        return Records(c.table, words, c.header["thread"], *t_range) if len(words) else None
 
     # ---- what was read -------------------------------------------------------------------------
 
@@ -233,9 +236,9 @@ class _Recording:
         self.next_local = 0                       # a descriptors chunk without `first` starts here
         self.seen: dict[tuple, RawFile] = {}      # chunk key -> the file of its first copy
 
-    def remap(self, words: np.ndarray) -> tuple[np.ndarray, int]:
-        """Records with their codes in the rank's descriptor ids, and how many named an unknown one
-        (left out)."""
+    def remap(self, words: np.ndarray) -> tuple[np.ndarray, int, tuple[int, int]]:
+        """Records with their codes in the rank's descriptor ids, how many named an unknown one (left
+        out), and the range of their times."""
         if self.lut_array is None:
             size = max(self.lut) + 1 if self.lut else 0
             lut = np.full(size, -1, dtype=np.int64)
@@ -243,14 +246,13 @@ class _Recording:
                 lut[local] = gid
             self.lut_array = lut, bool(size) and np.array_equal(lut, np.arange(size)), bool((lut >= 0).all())
         lut, identity, complete = self.lut_array
-        code = words[:, 1]
-        if complete and len(lut) and int(code.min()) >= 0 and int(code.max()) < 2 * len(lut):
-            if identity:                          # the usual case: no copy, no per-record array
-                return words, 0
-            desc = code >> 1
-            bad = None
-        else:
-            desc = code >> 1
+        lo, hi = ranges(words)                    # one pass over the chunk: its times' and codes' ranges
+        known = complete and len(lut) and lo[1] >= 0 and hi[1] < 2 * len(lut)
+        if known and identity:                    # the usual case: no copy, no per-record array
+            return words, 0, (lo[0], hi[0])
+        desc = words[:, 1] >> 1
+        bad = None
+        if not known:
             bad = (desc < 0) | (desc >= len(lut))
             if not complete:
                 if not bad.any():
@@ -261,11 +263,12 @@ class _Recording:
         if bad is not None and bad.any():
             lost = int(bad.sum())
             words, desc = words[~bad], desc[~bad]
+            lo, hi = ranges(words) or ((0, 0), (0, 0))
         if not identity and len(words):
             out = words.copy()
             out[:, 1] = (lut[desc] << 1) | (out[:, 1] & 1)
             words = out
-        return words, lost
+        return words, lost, (lo[0], hi[0])
 
 
 # ---- checking what the chunks say ------------------------------------------------------------
