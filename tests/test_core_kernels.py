@@ -65,7 +65,9 @@ def as_chunks(rng: np.random.Generator, group: np.ndarray, code: np.ndarray, t: 
 
 
 def labels(rng: np.random.Generator, n_threads: int, n_desc: int) -> nesting.Labels:
-    return nesting.Labels(*(rng.integers(0, 50, n).astype(np.int32) for n in (n_threads, n_desc, n_desc)))
+    """Label tables of each width the kernel writes (1, 2 and 4 bytes)."""
+    return nesting.Labels(*(rng.integers(-100, 100, n).astype(t)
+                            for n, t in ((n_threads, np.int8), (n_desc, np.int16), (n_desc, np.int32))))
 
 
 #: descriptors 0-4: ops (0, 2), other spans (1, 4), and 3 is no span event (a mark: never paired)

@@ -20,10 +20,10 @@
  *     level of the lane is 0 (ends of spans begun before the window make depths negative);
  *   - a begin pairs with the next event at its level when that is an end of the same descriptor;
  *   - self time = duration - durations of the pairs one level deeper that finish while it is open.
- * Output: per class (ops, other spans) six columns in begin order: three int32 labels looked up
- * in the class's tables (one by the row's thread, two by its descriptor: the codes of its
- * categorical columns), start minus origin, duration, and self time (ops) or level (other spans)
- * (int64); the span events left unpaired; the events outside every window.
+ * Output: per class (ops, other spans) six columns in begin order: three labels looked up in the
+ * class's tables (one by the row's thread, two by its descriptor: the codes of its categorical
+ * columns, 1, 2 or 4 bytes each as the table's), start minus origin, duration, and self time (ops)
+ * or level (other spans) (int64); the span events left unpaired; the events outside every window.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,15 +34,39 @@
 #include "../int64_buffer.h"
 
 #define N_COLUMNS 6
-static const Py_ssize_t column_width[N_COLUMNS] = {4, 4, 4, 8, 8, 8};
+#define N_LABELS 3
+
+typedef struct {                 /* a label column: its table and the column being written */
+    const char *table;
+    Py_ssize_t width;            /* bytes per label: 1, 2 or 4 */
+    char *out;
+} Label;
 
 typedef struct {                 /* the rows of one class, as they are written */
-    PyObject *col[N_COLUMNS];
-    int32_t *by_thread, *by_desc, *by_desc2;
+    PyObject *col[N_COLUMNS];    /* the labels (by thread, by descriptor, by descriptor), start, dur, last */
+    Label label[N_LABELS];
     int64_t *start, *dur, *last;     /* last: self time (ops) or level (other spans) */
     Py_ssize_t n;
-    const int32_t *thread_label, *desc_label, *desc_label2;    /* the class's label tables */
 } Rows;
+
+static inline void put_label(const Label *l, Py_ssize_t row, int64_t key)
+{
+    switch (l->width) {
+    case 1:
+        ((int8_t *)l->out)[row] = ((const int8_t *)l->table)[key];
+        break;
+    case 2:
+        ((int16_t *)l->out)[row] = ((const int16_t *)l->table)[key];
+        break;
+    default:
+        ((int32_t *)l->out)[row] = ((const int32_t *)l->table)[key];
+    }
+}
+
+static Py_ssize_t column_width(const Rows *r, int k)
+{
+    return k < N_LABELS ? r->label[k].width : 8;
+}
 
 typedef struct {                 /* one lane's depth range, found by the first pass */
     int64_t lo, range;
@@ -114,17 +138,17 @@ static void huge_pages(char *p, Py_ssize_t n)
 #endif
 }
 
+/* The columns of `n` rows, for labels whose tables are set. */
 static int new_rows(Rows *r, Py_ssize_t n)
 {
     for (int k = 0; k < N_COLUMNS; k++) {
-        r->col[k] = PyByteArray_FromStringAndSize(NULL, n * column_width[k]);
+        r->col[k] = PyByteArray_FromStringAndSize(NULL, n * column_width(r, k));
         if (!r->col[k])
             return -1;
-        huge_pages(PyByteArray_AS_STRING(r->col[k]), n * column_width[k]);
+        huge_pages(PyByteArray_AS_STRING(r->col[k]), n * column_width(r, k));
     }
-    r->by_thread = (int32_t *)PyByteArray_AS_STRING(r->col[0]);
-    r->by_desc = (int32_t *)PyByteArray_AS_STRING(r->col[1]);
-    r->by_desc2 = (int32_t *)PyByteArray_AS_STRING(r->col[2]);
+    for (int k = 0; k < N_LABELS; k++)
+        r->label[k].out = PyByteArray_AS_STRING(r->col[k]);
     r->start = (int64_t *)PyByteArray_AS_STRING(r->col[3]);
     r->dur = (int64_t *)PyByteArray_AS_STRING(r->col[4]);
     r->last = (int64_t *)PyByteArray_AS_STRING(r->col[5]);
@@ -143,9 +167,9 @@ static void compact(Rows *r, Py_ssize_t paired)
     for (Py_ssize_t k = w + 1; k < r->n; k++) {
         if (r->dur[k] == INT64_MIN)
             continue;
-        r->by_thread[w] = r->by_thread[k];
-        r->by_desc[w] = r->by_desc[k];
-        r->by_desc2[w] = r->by_desc2[k];
+        for (int j = 0; j < N_LABELS; j++)
+            memcpy(r->label[j].out + w * r->label[j].width, r->label[j].out + k * r->label[j].width,
+                   r->label[j].width);
         r->start[w] = r->start[k];
         r->dur[w] = r->dur[k];
         r->last[w] = r->last[k];
@@ -157,7 +181,7 @@ static void compact(Rows *r, Py_ssize_t paired)
 static PyObject *rows_tuple(Rows *r)
 {
     for (int k = 0; k < N_COLUMNS; k++)
-        if (PyByteArray_Resize(r->col[k], r->n * column_width[k]) < 0)
+        if (PyByteArray_Resize(r->col[k], r->n * column_width(r, k)) < 0)
             return NULL;
     return PyTuple_Pack(N_COLUMNS, r->col[0], r->col[1], r->col[2], r->col[3], r->col[4], r->col[5]);
 }
@@ -255,9 +279,9 @@ static void pair(const Input *in, const Lane *lanes, Rows *rows, int64_t origin,
                 acc[l] = 0;
                 slot_cls[l] = klass;
                 slot_at[l] = r->n;
-                r->by_thread[r->n] = r->thread_label[seg_tid];
-                r->by_desc[r->n] = r->desc_label[code >> 1];
-                r->by_desc2[r->n] = r->desc_label2[code >> 1];
+                put_label(&r->label[0], r->n, seg_tid);
+                put_label(&r->label[1], r->n, code >> 1);
+                put_label(&r->label[2], r->n, code >> 1);
                 r->start[r->n] = t - origin;
                 r->dur[r->n++] = INT64_MIN;      /* not paired (yet) */
                 continue;
@@ -278,15 +302,16 @@ static void pair(const Input *in, const Lane *lanes, Rows *rows, int64_t origin,
     }
 }
 
-/* Borrow an int32 label table of at least `n` entries. */
+/* Borrow a label table (int8, int16 or int32) of at least `n` entries. */
 static int get_labels(PyObject *obj, Py_buffer *view, Py_ssize_t n)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
-    if (view->itemsize != 4 || view->format == NULL || strchr("il", view->format[strlen(view->format) - 1]) == NULL
-        || view->len / 4 < n) {
-        PyErr_SetString(PyExc_ValueError, "a label table must be an int32 array with an entry for every thread "
-                                          "(or descriptor)");
+    const Py_ssize_t size = view->itemsize;
+    if ((size != 1 && size != 2 && size != 4) || view->format == NULL
+        || strchr("bhil", view->format[strlen(view->format) - 1]) == NULL || view->len / size < n) {
+        PyErr_SetString(PyExc_ValueError, "a label table must be an int8, int16 or int32 array with an entry for "
+                                          "every thread (or descriptor)");
         PyBuffer_Release(view);
         return -1;
     }
@@ -376,13 +401,13 @@ static PyObject *nest_events(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < N_LABELS; k++) {
+            rows[c].label[k].table = lb[c][k].buf;
+            rows[c].label[k].width = lb[c][k].itemsize;
+        }
     if (new_rows(&rows[0], n_rows[0]) < 0 || new_rows(&rows[1], n_rows[1]) < 0)
         goto done;
-    for (int c = 0; c < 2; c++) {
-        rows[c].thread_label = lb[c][0].buf;
-        rows[c].desc_label = lb[c][1].buf;
-        rows[c].desc_label2 = lb[c][2].buf;
-    }
     Py_BEGIN_ALLOW_THREADS
     pair(&in, lanes, rows, origin, last_code, last_t, slot_at, slot_cls, acc, paired);
     compact(&rows[0], paired[0]);

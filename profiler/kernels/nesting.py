@@ -24,15 +24,20 @@ NOT_SPAN, OP_SPAN, OTHER_SPAN = 0, 1, 2
 
 @dataclass
 class Labels:
-    """The int32 labels rows of one class get (e.g. the codes of their categorical columns): one
-    looked up by the row's thread index, two by its descriptor id."""
+    """The labels rows of one class get (e.g. the codes of their categorical columns): one looked up
+    by the row's thread index, two by its descriptor id. Each is an int8, int16 or int32 table, and
+    the rows' label column has its type."""
 
     by_thread: np.ndarray
     by_desc: np.ndarray
     by_desc2: np.ndarray
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return tuple(np.ascontiguousarray(x, dtype=np.int32) for x in (self.by_thread, self.by_desc, self.by_desc2))
+        return tuple(np.ascontiguousarray(x, dtype=x.dtype if x.dtype in LABEL_TYPES else np.int32)
+                     for x in (self.by_thread, self.by_desc, self.by_desc2))
+
+
+LABEL_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
 
 
 @dataclass
@@ -82,9 +87,12 @@ def nest_events(chunks: list[np.ndarray], chunk_tid: np.ndarray, code_class: np.
         segments, outside = _exact_segments(chunks, chunk_tid, code_class, win_start, win_stop)
         got = _kernel.nest_events(chunks, *segments, code_class, *labels, win_start, win_stop, int(origin))
     ops, spans, unmatched, visited_outside = got
-    types = (np.int32, np.int32, np.int32, np.int64, np.int64, np.int64)
-    return SpanRows({k: np.frombuffer(b, dtype=t) for k, b, t in zip(OP_ROW_COLUMNS, ops, types)},
-                    {k: np.frombuffer(b, dtype=t) for k, b, t in zip(SPAN_ROW_COLUMNS, spans, types)},
+
+    def columns(names, buffers, label_tables):
+        types = [x.dtype for x in label_tables] + [np.int64] * 3
+        return {k: np.frombuffer(b, dtype=t) for k, b, t in zip(names, buffers, types)}
+
+    return SpanRows(columns(OP_ROW_COLUMNS, ops, labels[0]), columns(SPAN_ROW_COLUMNS, spans, labels[1]),
                     int(unmatched), int(visited_outside if outside is None else outside))
 
 
@@ -135,9 +143,10 @@ def _nest_events_numpy(chunks, chunk_tid, code_class, op_labels, span_labels, wi
     outside = int(np.count_nonzero(win < 0))
     order, lane = _lane_order(tid, win, selected, len(win_start))
     if not len(order):
-        def empty(columns):
-            return {k: np.empty(0, np.int32 if k.startswith("by_") else np.int64) for k in columns}
-        return SpanRows(empty(OP_ROW_COLUMNS), empty(SPAN_ROW_COLUMNS), 0, outside)
+        def empty(columns, labels):
+            types = [x.dtype for x in labels.tables()] + [np.int64] * 3
+            return {k: np.empty(0, t) for k, t in zip(columns, types)}
+        return SpanRows(empty(OP_ROW_COLUMNS, op_labels), empty(SPAN_ROW_COLUMNS, span_labels), 0, outside)
     begin, end, level, unmatched = _pair(lane, code, order)
     start = t[begin]
     dur = t[end] - start

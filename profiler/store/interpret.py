@@ -81,13 +81,15 @@ def _instants(t: RawTables, chunk_tid: np.ndarray, windows: pd.DataFrame, kind_o
 
 
 def categories(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct labels, sorted, and each label's code among them (int32: 4-byte codes are half
-    the memory of millions of rows)."""
+    """The distinct labels, sorted, and each label's code among them, in the integer type pandas
+    keeps a categorical's codes in (the smallest that holds them: int8 for fewer than 127), so
+    millions of codes made with it are neither wider than needed nor copied again."""
     # object, not numpy's fixed-width str: that drops trailing NULs, merging '' and '\x00'
     text = np.empty(len(labels), dtype=object)
     text[:] = [str(label) for label in labels]
     cats, inverse = np.unique(text, return_inverse=True)
-    return cats, inverse.astype(np.int32)
+    code_type = next((t for t in (np.int8, np.int16, np.int32) if len(cats) < np.iinfo(t).max), np.int64)
+    return cats, inverse.astype(code_type)
 
 
 def categorical(codes: np.ndarray, cats: np.ndarray) -> pd.Categorical:
