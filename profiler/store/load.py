@@ -31,7 +31,8 @@ RECORD_TABLES = ("events", "samples")
 
 @dataclass
 class RawTables:
-    """The concatenated columns of one rank's raw files, before interpretation."""
+    """One rank's raw files as tables, before interpretation: its events chunks (views of the mapped
+    files), its samples concatenated, the descriptor table, and what was read and lost."""
 
     meta: dict
     descriptors: list[tuple[str, str, str]]
@@ -146,7 +147,7 @@ def raw_ranks(directory: Path) -> list[int]:
 
 def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], None]] = None,
                     rank: Optional[int] = None, notes: Optional[list[str]] = None) -> RawTables:
-    """Read and concatenate the raw files of one rank (several processes may share a rank).
+    """The raw tables of one rank, from its raw files (several processes may share a rank).
 
     `notes` are warnings about this rank's entries that were skipped before reading (scan_raw_store).
     Raises ProfviewError (one sentence) only when nothing of the rank can be read."""
@@ -209,7 +210,7 @@ def _drop_before_origin(t: RawTables, ev_t_min: list[int]) -> None:
     early_sm = t.sm[:, 0] < origin
     n = int(early_sm.sum())
     if any(t_min < origin for t_min in ev_t_min):
-        kept = [c[c[:, 0] >= origin] for c in t.events]
+        kept = [c[c[:, 0] >= origin] if t_min < origin else c for c, t_min in zip(t.events, ev_t_min)]
         n += t.n_events - sum(len(c) for c in kept)
         t.ev_chunk_thread = t.ev_chunk_thread[[len(c) > 0 for c in kept]]
         t.events = [c for c in kept if len(c)]

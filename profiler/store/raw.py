@@ -17,6 +17,7 @@ damage is said (`Damage` sentences and warnings).
 """
 from __future__ import annotations
 
+import bisect
 import json
 import mmap
 import os
@@ -152,15 +153,16 @@ class RawFile:
 
     This is the one channel through which damage is said, for the batch reader and the follower
     alike: damaged chunks (`damaged`, one `Damage` sentence each), chunks repeating others
-    (`duplicates`, one sentence per file they repeat), records naming unknown descriptors (one
-    sentence), and other warnings, in that order (`sentences()`). It also keeps the state of the
+    (`duplicates`, one sentence per file they repeat), other warnings, and records naming unknown
+    descriptors (one sentence), in that order (`sentences()`); damage and warnings in the order of
+    their chunks in the file, however the chunks were taken in. It also keeps the state of the
     walk over the file's bytes (`walk`), so a growing file is read in stretches.
     """
 
     path: Path
     chunks: list[Chunk] = field(default_factory=list)
-    damaged: list[Damage] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    damaged: list[Damage] = field(default_factory=list)          # in chunk order
+    notes: list[tuple[int, str]] = field(default_factory=list)   # (chunk index, warning), in chunk order
     unreadable: str = ""         # why the file could not be read at all ("" when it could)
     size: int = 0
     duplicates: int = 0          # chunks repeating chunks already read (a copied file, a repeated chunk)
@@ -185,8 +187,16 @@ class RawFile:
         """Record that a whole chunk cannot be used (its content is invalid although its checksum holds)."""
         if records_lost is None:
             records_lost = records_in(chunk.table, len(chunk.payload))
-        d = Damage(str(self.path), chunk.index, chunk.offset, chunk.nbytes, why, chunk.table or None, records_lost)
-        self.damaged.append(d)
+        self._add(Damage(str(self.path), chunk.index, chunk.offset, chunk.nbytes, why, chunk.table or None,
+                         records_lost))
+
+    def _add(self, d: Damage) -> None:
+        bisect.insort(self.damaged, d, key=lambda x: x.chunk)
+
+    def warn(self, index: int, *texts: str) -> None:
+        """Warnings about the chunk at `index` (-1: the file as a whole)."""
+        for text in texts:
+            bisect.insort(self.notes, (index, text), key=lambda note: note[0])
 
     def damage_warnings(self, limit: int = 10) -> list[str]:
         """One sentence per damaged chunk, the first `limit` of them, then one for the rest."""
@@ -208,7 +218,7 @@ class RawFile:
             else:
                 out.append(f"{self.path} repeats {n} chunk(s) of {other} (the same recording stored twice, e.g. a "
                            "copied raw file): each was counted once")
-        out += self.warnings
+        out += [text for _, text in self.notes]
         if self.unknown:
             n, chunks, where = self.unknown
             out.append(f"{self.path}: {n:,} recorded events in {chunks} chunk(s) name descriptors that no readable "
@@ -307,7 +317,7 @@ class RawFile:
             if isinstance(header, dict) and isinstance(header.get("table"), str):
                 table = header["table"][:40]
         lost = records_in(table, payload_len) if table and payload_len is not None and table in RECORD_BYTES else None
-        self.damaged.append(Damage(str(self.path), self.next_index, offset, nbytes, why, table, lost))
+        self._add(Damage(str(self.path), self.next_index, offset, nbytes, why, table, lost))
         self.next_index += 1
 
 
@@ -410,7 +420,7 @@ def read_raw_file(path: Path) -> RawFile:
     report = RawFile(path)
     data = _read_bytes(path, report)
     if data is None:
-        report.warnings.append(f"{path} {report.unreadable}: skipped")
+        report.warn(-1, f"{path} {report.unreadable}: skipped")
         return report
     report.chunks = list(report.walk(data))
     return report

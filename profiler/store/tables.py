@@ -86,7 +86,8 @@ class TableReader:
         return rec
 
     def unique(self, f: RawFile, chunk: Chunk) -> bool:
-        """Whether `chunk` is the first copy of itself in its recording; a repeat is counted on `f`."""
+        """Whether `chunk` is the first copy of itself in its recording; a repeat is counted on `f`,
+        which has then what the first copy said of its metadata and end (its writer, its end)."""
         rec = self.recording_of(f, chunk)
         first = rec.seen.get(chunk.key)
         if first is None:
@@ -95,6 +96,10 @@ class TableReader:
         other = str(first.path)
         f.repeats[other] = f.repeats.get(other, 0) + 1
         f.duplicates += 1
+        if chunk.table == "meta":
+            f.meta = f.meta or first.meta
+        elif chunk.table == "end":
+            f.end = first.end
         return False
 
     # ---- chunks --------------------------------------------------------------------------------
@@ -111,7 +116,9 @@ class TableReader:
         obj = json_or_none(c)
         where = c.where(str(f.path))
         if t == "meta":
-            meta = clean_meta(obj, f.warnings, where)
+            found: list[str] = []
+            meta = clean_meta(obj, found, where)
+            f.warn(c.index, *found)
             if meta is None:
                 f.damage(c, "its metadata is not a JSON object with a clock origin")
             else:
@@ -126,7 +133,7 @@ class TableReader:
             names, problem = thread_names(obj, where)
             self.thread_names.update(names)
             if problem:
-                f.warnings.append(problem)
+                f.warn(c.index, problem)
         elif t == "sources":
             if not isinstance(obj, dict):
                 f.damage(c, "its source table is not a JSON object", records_lost=0)
@@ -169,8 +176,8 @@ class TableReader:
             rec.lut[first + k] = gid
         rec.lut_array = None
         if bad:
-            f.warnings.append(f"{where}: {bad} descriptor(s) unreadable or contradicting an earlier chunk; "
-                              "records naming them are left out")
+            f.warn(c.index, f"{where}: {bad} descriptor(s) unreadable or contradicting an earlier chunk; records "
+                   "naming them are left out")
         rec.next_local = max(rec.next_local, first + len(obj))
 
     def _records(self, f: RawFile, c: Chunk, rec: _Recording) -> Optional[Records]:
@@ -184,8 +191,8 @@ class TableReader:
             if _is_int(dropped) and dropped >= 0:
                 self.dropped += dropped
             else:
-                f.warnings.append(f"{c.where(str(f.path))}: its dropped count is invalid ({dropped!r:.40}) and "
-                                  "was ignored")
+                f.warn(c.index, f"{c.where(str(f.path))}: its dropped count is invalid ({dropped!r:.40}) and was "
+                       "ignored")
         words = np.frombuffer(c.payload, dtype="<i8").reshape(-1, width)
         if not len(words):
             return None
