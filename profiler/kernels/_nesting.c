@@ -110,8 +110,7 @@ static void window_seek(const Input *in, WindowCursor *c, int64_t t)
 }
 
 /* An event's class when it is a span event (1: op, 2: other span) inside a window, whose index goes
- * to *win; else 0, counting it in *outside when it is outside every window. Both passes select
- * events with this, so they meet the same events in the same lanes. */
+ * to *win; else 0, counting it in *outside when it is outside every window. */
 static inline int8_t select_event(const Input *in, WindowCursor *c, const int64_t *e, Py_ssize_t *win,
                                   Py_ssize_t *outside)
 {
@@ -125,6 +124,43 @@ static inline int8_t select_event(const Input *in, WindowCursor *c, const int64_
     *win = c->index;
     const int8_t klass = (code >= 0 && code < in->n_cls) ? in->cls[code] : 0;
     return (klass == 1 || klass == 2) ? klass : 0;
+}
+
+/* A walk over the span events inside a window, segment by segment: both passes walk with it, so
+ * they meet the same events in the same lanes. */
+typedef struct {
+    const Input *in;
+    WindowCursor window;
+    Py_ssize_t seg;
+    const int64_t *next, *end;              /* the rest of the current segment */
+    int64_t tid;                            /* its thread */
+    Py_ssize_t outside;                     /* events met outside every window */
+} Walk;
+
+static Walk walk_of(const Input *in)
+{
+    Walk w = {in, NO_WINDOW_YET, -1, NULL, NULL, 0, 0};
+    return w;
+}
+
+/* The next span event (its time and code at *e, its window, its class); 0 at the end. */
+static inline __attribute__((always_inline)) int next_event(Walk *w, const int64_t **e, Py_ssize_t *win,
+                                                             int8_t *klass)
+{
+    for (;;) {
+        while (w->next >= w->end) {
+            const Input *in = w->in;
+            if (++w->seg >= in->n_seg)
+                return 0;
+            w->tid = in->seg_tid[w->seg];
+            w->next = in->chunk[in->seg_chunk[w->seg]] + 2 * in->seg_start[w->seg];
+            w->end = w->next + 2 * in->seg_len[w->seg];
+        }
+        *e = w->next;
+        w->next += 2;
+        if ((*klass = select_event(w->in, &w->window, *e, win, &w->outside)))
+            return 1;
+    }
 }
 
 /* Large outputs on transparent huge pages, as numpy allocates its arrays: first-touch page faults
@@ -191,46 +227,40 @@ static PyObject *rows_tuple(Rows *r)
 static int measure(const Input *in, Lane **lanes, Py_ssize_t *n_lanes, Py_ssize_t *n_rows, Py_ssize_t *max_range,
                    Py_ssize_t *n_visit, Py_ssize_t *outside)
 {
-    Py_ssize_t cap = 0, n = 0, visit = 0, rows[2] = {0, 0}, win = -1;
+    Py_ssize_t cap = 0, n = 0, visit = 0, rows[2] = {0, 0}, win = -1, w_win;
     int64_t tid = 0, depth = 0, lo = 0, hi = 0;
-    WindowCursor c = NO_WINDOW_YET;
-    for (Py_ssize_t s = 0; s < in->n_seg; s++) {
-        const int64_t seg_tid = in->seg_tid[s];
-        const int64_t *e = in->chunk[in->seg_chunk[s]] + 2 * in->seg_start[s], *end = e + 2 * in->seg_len[s];
-        for (; e < end; e += 2) {
-            Py_ssize_t w;
-            const int8_t klass = select_event(in, &c, e, &w, outside);
-            if (!klass)
-                continue;
-            if (n == 0 || seg_tid != tid || w != win) {
-                if (n > 0) {
-                    if (seg_tid < tid || (seg_tid == tid && w < win))
-                        return 0;                /* a lane met again after another: not in order */
-                    (*lanes)[n - 1].lo = lo;
-                    (*lanes)[n - 1].range = hi - lo + 1;
-                }
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    Lane *grown = PyMem_RawRealloc(*lanes, sizeof(Lane) * cap);
-                    if (!grown)
-                        return -1;
-                    *lanes = grown;
-                }
-                n++;
-                tid = seg_tid;
-                win = w;
-                depth = lo = hi = 0;
+    const int64_t *e;
+    int8_t klass;
+    Walk w = walk_of(in);
+    while (next_event(&w, &e, &w_win, &klass)) {
+        if (n == 0 || w.tid != tid || w_win != win) {
+            if (n > 0) {
+                if (w.tid < tid || (w.tid == tid && w_win < win))
+                    return 0;                    /* a lane met again after another: not in order */
+                (*lanes)[n - 1].lo = lo;
+                (*lanes)[n - 1].range = hi - lo + 1;
             }
-            visit++;
-            if (e[1] & 1) {
-                if (--depth < lo)
-                    lo = depth;
-            } else {
-                if (depth > hi)
-                    hi = depth;
-                depth++;
-                rows[klass - 1]++;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                Lane *grown = PyMem_RawRealloc(*lanes, sizeof(Lane) * cap);
+                if (!grown)
+                    return -1;
+                *lanes = grown;
             }
+            n++;
+            tid = w.tid;
+            win = w_win;
+            depth = lo = hi = 0;
+        }
+        visit++;
+        if (e[1] & 1) {
+            if (--depth < lo)
+                lo = depth;
+        } else {
+            if (depth > hi)
+                hi = depth;
+            depth++;
+            rows[klass - 1]++;
         }
     }
     if (n > 0) {
@@ -242,6 +272,7 @@ static int measure(const Input *in, Lane **lanes, Py_ssize_t *n_lanes, Py_ssize_
             *max_range = (*lanes)[g].range;
     *n_lanes = n;
     *n_visit = visit;
+    *outside = w.outside;
     n_rows[0] = rows[0];
     n_rows[1] = rows[1];
     return 1;
@@ -251,54 +282,48 @@ static int measure(const Input *in, Lane **lanes, Py_ssize_t *n_lanes, Py_ssize_
 static void pair(const Input *in, const Lane *lanes, Rows *rows, int64_t origin, int64_t *last_code, int64_t *last_t,
                  Py_ssize_t *slot_at, int8_t *slot_cls, int64_t *acc, Py_ssize_t *paired)
 {
-    Py_ssize_t g = -1, win = -1, outside = 0;
+    Py_ssize_t g = -1, win = -1, w_win;
     int64_t tid = 0, depth = 0;
-    WindowCursor c = NO_WINDOW_YET;
-    for (Py_ssize_t s = 0; s < in->n_seg; s++) {
-        const int64_t seg_tid = in->seg_tid[s];
-        const int64_t *e = in->chunk[in->seg_chunk[s]] + 2 * in->seg_start[s], *end = e + 2 * in->seg_len[s];
-        for (; e < end; e += 2) {
-            Py_ssize_t w;
-            const int8_t klass = select_event(in, &c, e, &w, &outside);
-            if (!klass)
-                continue;
-            const int64_t t = e[0], code = e[1];
-            if (g < 0 || seg_tid != tid || w != win) {
-                g++;
-                tid = seg_tid;
-                win = w;
-                depth = -lanes[g].lo;
-                for (int64_t l = 0; l < lanes[g].range; l++)
-                    last_code[l] = -1;
-            }
-            if (!(code & 1)) {                   /* begin: open a row at its level */
-                const int64_t l = depth++;
-                Rows *r = &rows[klass - 1];
-                last_code[l] = code;
-                last_t[l] = t;
-                acc[l] = 0;
-                slot_cls[l] = klass;
-                slot_at[l] = r->n;
-                put_label(&r->label[0], r->n, seg_tid);
-                put_label(&r->label[1], r->n, code >> 1);
-                put_label(&r->label[2], r->n, code >> 1);
-                r->start[r->n] = t - origin;
-                r->dur[r->n++] = INT64_MIN;      /* not paired (yet) */
-                continue;
-            }
-            const int64_t l = --depth, j_code = last_code[l], j_t = last_t[l];   /* end: pairs with a begin just before it */
+    const int64_t *e;
+    int8_t klass;
+    Walk w = walk_of(in);
+    while (next_event(&w, &e, &w_win, &klass)) {
+        const int64_t t = e[0], code = e[1];
+        if (g < 0 || w.tid != tid || w_win != win) {
+            g++;
+            tid = w.tid;
+            win = w_win;
+            depth = -lanes[g].lo;
+            for (int64_t l = 0; l < lanes[g].range; l++)
+                last_code[l] = -1;
+        }
+        if (!(code & 1)) {                       /* begin: open a row at its level */
+            const int64_t l = depth++;
+            Rows *r = &rows[klass - 1];
             last_code[l] = code;
             last_t[l] = t;
-            if (j_code < 0 || (j_code & 1) || (j_code >> 1) != (code >> 1))
-                continue;
-            const int k = slot_cls[l] - 1;
-            const int64_t dur = t - j_t;
-            rows[k].dur[slot_at[l]] = dur;
-            rows[k].last[slot_at[l]] = k == 0 ? dur - acc[l] : l;
-            paired[k]++;
-            if (l > 0 && last_code[l - 1] >= 0 && !(last_code[l - 1] & 1))
-                acc[l - 1] += dur;               /* the open span one level up contains this one */
+            acc[l] = 0;
+            slot_cls[l] = klass;
+            slot_at[l] = r->n;
+            put_label(&r->label[0], r->n, tid);
+            put_label(&r->label[1], r->n, code >> 1);
+            put_label(&r->label[2], r->n, code >> 1);
+            r->start[r->n] = t - origin;
+            r->dur[r->n++] = INT64_MIN;          /* not paired (yet) */
+            continue;
         }
+        const int64_t l = --depth, j_code = last_code[l], j_t = last_t[l];   /* end: pairs with a begin just before it */
+        last_code[l] = code;
+        last_t[l] = t;
+        if (j_code < 0 || (j_code & 1) || (j_code >> 1) != (code >> 1))
+            continue;
+        const int k = slot_cls[l] - 1;
+        const int64_t dur = t - j_t;
+        rows[k].dur[slot_at[l]] = dur;
+        rows[k].last[slot_at[l]] = k == 0 ? dur - acc[l] : l;
+        paired[k]++;
+        if (l > 0 && last_code[l - 1] >= 0 && !(last_code[l - 1] & 1))
+            acc[l - 1] += dur;                   /* the open span one level up contains this one */
     }
 }
 
