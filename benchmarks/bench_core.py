@@ -11,9 +11,15 @@ One run, side by side on this machine:
     output including the Chrome trace and the event file) and peak RSS at each size (each size
     in a fresh subprocess, `--repeat` times), against VizTracer's `stop(); save()` of the same
     loop (its natural events: one per traced Python call; the same number of spans) in the same run;
-  * Chrome-trace and event-file bytes per span.
+  * Chrome-trace and event-file bytes per span;
+  * with `--stages`: the raw store's two analysis stages at each size, reading
+    (`store.load.read_raw_tables`) and interpreting (`store.interpret.interpret`), each run in a fresh
+    process on one recording, median and range of `--repeat` runs; `--baseline REF` times a git
+    worktree of REF on the same recording, alternating with this checkout (before / after figures
+    measured side by side under the same machine load).
 Targets (issue 2): span <= 400 ns; <= 40 B/event in memory; analyse >= 5 M events/s at 1e7;
 <= 100 B/event in the Chrome trace. Issue 16: analyse() at 1e7 events >= 2x VizTracer's save().
+Issue 25: reading + interpreting the raw store at 1e7 events >= 1.5x faster than before it.
 "Events" are profview's recorded events (a span is two: begin and end), as in profiler_info;
 VizTracer records one entry per call, so both rates are also given per span.
 """
@@ -23,6 +29,8 @@ import argparse
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -203,14 +211,107 @@ def bench_viztracer_save(tmp: Path, size: float) -> dict | None:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+# ---- the raw store's analysis stages: reading and interpreting --------------------------------
+
+RECORD_CHILD = r"""
+import sys
+from profiler import Profiler
+out, n_events = sys.argv[1], int(float(sys.argv[2]))
+p = Profiler(output_path=out, host_counters=False, gpu_counters=False, memory_budget_mb=1024)
+span, fwd = p.op("MatMul", op_type="MatMul"), p.phase("forward")
+for _ in range(max(n_events // 2000, 1)):          # the analyse() benchmark's loop: steps of 1000 spans
+    with fwd:
+        for _ in range(999):
+            with span:
+                pass
+    p.step()
+p.stop()
+"""
+
+STAGES_CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from profiler.store.interpret import interpret
+from profiler.store.load import read_raw_tables, scan_raw_store
+directory = Path(sys.argv[1])
+t0, c0 = time.perf_counter(), time.process_time()
+tables = read_raw_tables(scan_raw_store(directory).files[0], rank=0)
+t1, c1 = time.perf_counter(), time.process_time()
+run = interpret(tables)
+t2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({"events": run.info["recording"]["events"], "read_s": t1 - t0, "interpret_s": t2 - t1,
+                  "cpu_s": c2 - c0}))
+"""
+
+
+def checkout(tmp: Path, ref: str) -> Path:
+    """A git worktree of `ref` with its C extensions built (the baseline of --stages)."""
+    root = Path(__file__).resolve().parents[1]
+    tree = tmp / "baseline-tree"
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), ref], cwd=root, check=True)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True,
+                   capture_output=True)
+    return tree
+
+
+def time_stages(tree: Path, directory: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    r = subprocess.run([sys.executable, "-c", STAGES_CHILD, str(directory)], capture_output=True, text=True,
+                       env=env, cwd=str(tree))
+    if r.returncode != 0:
+        raise SystemExit(f"stage timing failed in {tree}: {r.stderr.strip().splitlines()[-1]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def bench_stages(tmp: Path, sizes: list[float], repeat: int, baseline: str | None) -> None:
+    """Read + interpret the raw store of one recording per size, in fresh processes, alternating trees."""
+    root = Path(__file__).resolve().parents[1]
+    trees = {"this checkout": root}
+    if baseline:
+        trees = {f"baseline {baseline}": checkout(tmp, baseline), **trees}
+    print(f"== raw store stages: reading + interpreting (fresh process each, median of {repeat}; "
+          f"load average {os.getloadavg()[0]:.1f} at start)")
+    try:
+        for size in sizes:
+            directory = tmp / f"stages-{int(size)}"
+            subprocess.run([sys.executable, "-c", RECORD_CHILD, str(directory), str(size)], check=True,
+                           env={**os.environ, "PYTHONPATH": str(root)})
+            runs: dict[str, list[dict]] = {name: [] for name in trees}
+            for _ in range(repeat):
+                for name, tree in trees.items():
+                    runs[name].append(time_stages(tree, directory))
+            medians, cpu = [], []
+            for name, rs in runs.items():
+                read, interp = [r["read_s"] for r in rs], [r["interpret_s"] for r in rs]
+                medians.append(statistics.median(a + b for a, b in zip(read, interp)))
+                cpu.append(statistics.median(r["cpu_s"] for r in rs))
+                print(f"  {rs[0]['events']:>11,} events, {name:24s} read {statistics.median(read):5.2f} s "
+                      f"({min(read):.2f}-{max(read):.2f})  interpret {statistics.median(interp):5.2f} s "
+                      f"({min(interp):.2f}-{max(interp):.2f})  both {medians[-1]:5.2f} s, CPU {cpu[-1]:5.2f} s")
+            if baseline:
+                speedup = medians[0] / medians[1]
+                print(f"  -> {speedup:.2f}x faster than {baseline} ({cpu[0] / cpu[1]:.2f}x less CPU; target 1.5x at "
+                      f"1e7: {'met' if speedup >= 1.5 else 'NOT met'}); load average now {os.getloadavg()[0]:.1f}")
+            shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        if baseline:
+            subprocess.run(["git", "worktree", "remove", "--force", str(trees[f"baseline {baseline}"])], cwd=root)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1e5,1e6,1e7", help="event counts for the analyse() benchmark")
     ap.add_argument("--repeat", type=int, default=3, help="analyse() / VizTracer runs per size, alternating")
     ap.add_argument("--analyse-only", action="store_true", help="skip the per-span cost section")
+    ap.add_argument("--stages", action="store_true",
+                    help="only the raw store's stages: reading and interpreting, at each size")
+    ap.add_argument("--baseline", help="with --stages: a git ref timed on the same recordings, alternating")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if args.stages:
+            bench_stages(tmp, [float(x) for x in args.sizes.split(",")], args.repeat, args.baseline)
+            return
         if not args.analyse_only:
             print("== ns per recorded span (lower is better)")
             floor = bench_floor()

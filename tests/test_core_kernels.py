@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.kernels import nesting
+from profiler.kernels import columns, nesting
+from profiler.kernels.intervals import place
 from profiler.export import trace_text
 
 needs_nesting_kernel = pytest.mark.skipif(nesting._kernel is None, reason="C nesting kernel not built")
@@ -50,29 +51,100 @@ def random_events(rng: np.random.Generator, n_groups: int, n: int, broken: bool)
     return group[mix] * 7 + 3, code[mix], t[mix]
 
 
+def as_chunks(rng: np.random.Generator, group: np.ndarray, code: np.ndarray, t: np.ndarray):
+    """Events of several threads (group) in recording order, flushed as chunks: each chunk one
+    thread's events of a stretch of the recording, chunks in order of their first event."""
+    tid = (group - 3) // 7
+    chunks, chunk_tid = [], []
+    for piece in np.split(np.arange(len(t)), np.sort(rng.choice(len(t), 25, replace=False))):
+        for thread in np.unique(tid[piece]):
+            rows = piece[tid[piece] == thread]
+            chunks.append(np.column_stack([t[rows], code[rows]]).astype(np.int64))
+            chunk_tid.append(thread)
+    return chunks, np.array(chunk_tid, np.int64)
+
+
+def labels(rng: np.random.Generator, n_threads: int, n_desc: int) -> nesting.Labels:
+    """Label tables of each width the kernel writes (1, 2 and 4 bytes)."""
+    return nesting.Labels(*(rng.integers(-100, 100, n).astype(t)
+                            for n, t in ((n_threads, np.int8), (n_desc, np.int16), (n_desc, np.int32))))
+
+
+#: descriptors 0-4: ops (0, 2), other spans (1, 4), and 3 is no span event (a mark: never paired)
+CODE_CLASS = np.repeat(np.array([nesting.OP_SPAN, nesting.OTHER_SPAN, nesting.OP_SPAN, nesting.NOT_SPAN,
+                                 nesting.OTHER_SPAN], np.int8), 2)
+
+
+def assert_same_rows(c: nesting.SpanRows, ref: nesting.SpanRows) -> None:
+    for part in ("ops", "spans"):
+        got, want = getattr(c, part), getattr(ref, part)
+        assert list(got) == list(want)
+        for name in got:
+            assert got[name].dtype == want[name].dtype, (part, name)
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{part}.{name}")
+    assert (c.unmatched, c.outside) == (ref.unmatched, ref.outside)
+
+
 @needs_nesting_kernel
 @pytest.mark.parametrize("broken", [False, True])
 @pytest.mark.parametrize("seed", range(6))
 def test_nesting_kernel_matches_numpy(seed: int, broken: bool) -> None:
-    group, code, t = random_events(np.random.default_rng(seed), n_groups=4, n=3000, broken=broken)
-    c = nesting.nest_spans(group, code, t)
-    ref = nesting.nest_spans(group, code, t, use_kernel=False)
-    for field in ("begin", "dur", "level", "self_ns"):
-        np.testing.assert_array_equal(getattr(c, field), getattr(ref, field), err_msg=field)
-    assert c.unmatched == ref.unmatched
-    if not broken:
-        assert c.unmatched == 0 and len(c.begin) == len(code) // 2
+    rng = np.random.default_rng(seed)
+    group, code, t = random_events(rng, n_groups=4, n=3000, broken=broken)
+    chunks, chunk_tid = as_chunks(rng, group, code, t)
+    # three recording windows with gaps between them (events there are not data), or one over everything
+    edges = np.sort(rng.choice(np.arange(int(t.min()), int(t.max())), 6, replace=False))
+    windows = (edges[0::2], edges[1::2]) if seed % 2 else (np.array([t.min()]), np.array([t.max()]))
+    args = (chunks, chunk_tid, CODE_CLASS, labels(rng, 4, 5), labels(rng, 4, 5), *windows, 1000)
+    c, ref = nesting.nest_events(*args), nesting.nest_events(*args, use_kernel=False)
+    assert_same_rows(c, ref)
+    if not broken and not seed % 2:
+        n_spans = np.count_nonzero(CODE_CLASS[code] != nesting.NOT_SPAN)
+        assert c.unmatched == 0 and len(c.ops["start_ns"]) + len(c.spans["start_ns"]) == n_spans // 2
+    if seed % 2:
+        assert c.outside == np.count_nonzero(place(t, *windows, np.arange(3), end_inclusive=True) < 0) > 0
+
+
+@needs_nesting_kernel
+@pytest.mark.parametrize("seed", range(3))
+def test_nesting_kernel_visits_a_thread_whose_chunks_go_back_in_time_in_lane_order(seed: int) -> None:
+    """A thread's chunk recorded in a later window listed before one of an earlier window (a reused
+    thread ident): the kernel meets a lane again after another, and visits in the exact lane order."""
+    rng = np.random.default_rng(seed)
+    group, code, t = random_events(rng, n_groups=3, n=2000, broken=False)
+    chunks, chunk_tid = as_chunks(rng, group, code, t)
+    first, last = 0, max(i for i, tid in enumerate(chunk_tid) if tid == chunk_tid[0])
+    chunks[first], chunks[last] = chunks[last], chunks[first]
+    middle = int(np.median(t))
+    windows = np.array([t.min(), middle + 1]), np.array([middle, t.max()])
+    args = (chunks, chunk_tid, CODE_CLASS, labels(rng, 3, 5), labels(rng, 3, 5), *windows, 0)
+    c, ref = nesting.nest_events(*args), nesting.nest_events(*args, use_kernel=False)
+    assert_same_rows(c, ref)
+    assert len(c.ops["start_ns"]) > 1000
 
 
 def test_nesting_numbers_on_a_known_lane() -> None:
     """B0 B1 E1 B1 E1 E0 with times 0, 10, 30, 40, 45, 100: the outer span's self time is 100 - 25."""
-    code = np.array([0, 2, 3, 2, 3, 1])
-    t = np.array([0, 10, 30, 40, 45, 100])
+    events = np.array([[0, 0], [10, 2], [30, 3], [40, 2], [45, 3], [100, 1]], np.int64)
+    code_class = np.array([nesting.OP_SPAN] * 2 + [nesting.OTHER_SPAN] * 2, np.int8)   # the outer one an op
+    ident = nesting.Labels(np.arange(1, dtype=np.int32), np.arange(2, dtype=np.int32), np.arange(2, dtype=np.int32))
     for use_kernel in (True, False):
-        s = nesting.nest_spans(np.zeros(6, np.int64), code, t, use_kernel=use_kernel)
-        assert s.begin.tolist() == [0, 1, 3] and s.dur.tolist() == [100, 20, 5]
-        assert s.level.tolist() == [0, 1, 1]
-        assert s.self_ns.tolist() == [75, 20, 5]
+        s = nesting.nest_events([events[:2], events[2:]], np.zeros(2, np.int64), code_class, ident, ident,
+                                np.array([-10]), np.array([1000]), 5, use_kernel=use_kernel)
+        assert s.ops["start_ns"].tolist() == [-5] and s.ops["dur_ns"].tolist() == [100]
+        assert s.ops["self_ns"].tolist() == [75] and s.ops["by_desc"].tolist() == [0]
+        assert s.spans["start_ns"].tolist() == [5, 35] and s.spans["dur_ns"].tolist() == [20, 5]
+        assert s.spans["depth"].tolist() == [1, 1] and s.spans["by_desc"].tolist() == [1, 1]
+        assert (s.unmatched, s.outside) == (0, 0)
+
+
+def test_column_ranges_kernel_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    table = rng.integers(-2**62, 2**62, (10_001, 4), dtype=np.int64)
+    table[17] = [-2**63, 2**63 - 1, 0, 5]
+    assert columns.ranges(table) == columns.ranges(table, use_kernel=False)
+    assert columns.ranges(table)[0][0] == -2**63 and columns.ranges(table)[1][1] == 2**63 - 1
+    assert columns.ranges(table[:0]) is None
 
 
 def row_text(*args, use_kernel: bool, buffer=None) -> bytes:

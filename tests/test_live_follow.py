@@ -19,7 +19,8 @@ from profiler.postprocess.live import LiveRecording
 from profiler.postprocess.recording import load_rank
 from profiler.store.follow import Follower
 from profiler.store.interpret import interpret
-from profiler.store.raw import WHOLE, encode_chunk, read_chunk_at
+from profiler.store.load import read_raw_tables, scan_raw_store
+from profiler.store.raw import RawFile, encode_chunk
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +31,16 @@ def finished(tmp_path_factory) -> Path:
     return out
 
 
-def chunks_of(path: Path) -> list[tuple[int, int, dict, bytes]]:
-    """(start, stop, header, payload) of every chunk of a raw file."""
-    data = path.read_bytes()
-    out, pos = [], 0
-    while pos < len(data):
-        status, chunk, stop, _ = read_chunk_at(data, pos)
-        assert status == WHOLE
-        out.append((pos, stop, chunk.header, bytes(chunk.payload)))
-        pos = stop
+def chunks_in(data: bytes) -> list[tuple[int, int, dict, bytes]]:
+    """(start, stop, header, payload) of every chunk of a raw file's bytes (all whole)."""
+    raw = RawFile(Path("raw"))
+    out = [(c.offset, c.offset + c.nbytes, c.header, bytes(c.payload)) for c in raw.walk(data)]
+    assert not raw.damaged
     return out
+
+
+def chunks_of(path: Path) -> list[tuple[int, int, dict, bytes]]:
+    return chunks_in(path.read_bytes())
 
 
 def raw_file(directory: Path) -> Path:
@@ -170,13 +171,7 @@ def with_writer(source: Path, pid: int, end: bool = True) -> bytes:
 
 
 def chunk_bounds(data: bytes, table: str) -> list[tuple[int, int]]:
-    bounds, pos = [], 0
-    while pos < len(data):
-        _, chunk, stop, _ = read_chunk_at(data, pos)
-        if chunk.table == table:
-            bounds.append((pos, stop))
-        pos = stop
-    return bounds
+    return [(start, stop) for start, stop, header, _ in chunks_in(data) if header["table"] == table]
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -278,3 +273,52 @@ def test_step_times_from_step_samples():
     nums, ends, dur = step_times(t, step, window_starts=np.array([10, 800], np.int64))
     assert nums.tolist() == [0, 1, 2, 7, 8]
     assert dur.tolist() == [90, 50, 80, 100, 60]           # step 7 starts with its window at 800
+
+
+def test_the_follower_says_what_analyse_says_for_the_same_damage(finished, tmp_path):
+    """One reader, one channel: a damaged store followed live and read by `profview analyse` gives
+    the same damage records, counts and sentences, in the same order."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    chunks = [(h, p) for _, _, h, p in chunks_in(with_writer(raw_file(finished), dead.pid, end=False))]
+    events = [i for i, (h, p) in enumerate(chunks) if h["table"] == "events" and p]
+    data = b""
+    for i, (header, payload) in enumerate(chunks):
+        header = {k: v for k, v in header.items() if k != "v"}
+        if header["table"] == "threads":
+            payload = json.dumps([{"ident": t["ident"]} for t in json.loads(payload)]).encode()   # names lost
+        if header["table"] == "sources" and b"42" not in data:
+            payload = b"42"                                            # not what a source table holds
+        if i == events[0]:
+            words = np.frombuffer(payload, "<i8").copy()
+            words[1::4] = 2 * 10**6                                    # every other event: an unknown descriptor
+            payload = words.tobytes()
+        if i == events[2]:
+            data += b"garbage between two chunks " * 3                # no chunk marker
+        chunk = bytearray(encode_chunk(header, payload))
+        if i == events[1]:
+            chunk[-5] ^= 0xFF                                         # a checksum mismatch
+        data += bytes(chunk)
+    data += encode_chunk({"table": "events", "thread": 1}, b"\0" * 160)[:-70]   # a torn tail (killed writer)
+    raw = tmp_path / "run" / "raw"
+    raw.mkdir(parents=True)
+    (raw / f"r0-p{dead.pid}.pvraw").write_bytes(data)
+    (raw / "r0-p1.pvraw").write_bytes(data)                           # a copy of the same recording
+    store = scan_raw_store(tmp_path / "run")
+    batch = read_raw_tables(store.files[0], rank=0, notes=store.warnings_for(0))
+    follower = Follower(tmp_path / "run", stale_after_s=0.0, keep_steps=10**6, max_events=10**9)
+    follower.poll()
+    follower.poll()
+    live = follower.window(0, 10**6)
+    assert live.warnings == batch.warnings == follower.ranks[0].warnings
+    assert live.damaged == batch.damaged and len(batch.damaged) == 2 * 4 - 1   # per file; the source chunk once
+    assert (live.torn_chunks, live.lost_records, live.duplicate_chunks) == \
+           (batch.torn_chunks, batch.lost_records, batch.duplicate_chunks)
+    assert batch.duplicate_chunks == len(chunks) - 1        # the copy's whole chunks (the flipped one is damage)
+    assert any("name descriptors that no readable descriptors chunk defines" in w for w in batch.warnings)
+    assert any("without a valid ident or name" in w for w in batch.warnings)
+    assert [d["why"] for d in batch.damaged[:4]] == [
+        "its source table is not a JSON object", "checksum mismatch (damaged bytes)",
+        "no chunk marker (not a profview raw chunk)",
+        "the chunk is cut short (the run was probably killed while writing)"]
+    follower.close()

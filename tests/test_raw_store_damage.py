@@ -3,6 +3,7 @@ or an analysis that says exactly what it lost — never a traceback, a hang or a
 whatever is readable is analysed (docs/architecture.md, "The raw store")."""
 import json
 import os
+import random
 import shutil
 import struct
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from profiler import Profiler
 from profiler.errors import ProfviewError
 from profiler.postprocess.recording import analyse_directory
+from profiler.store.raw import RawFile
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = struct.Struct("<4sIQI")
@@ -486,3 +488,36 @@ def test_chunks_of_one_thread_ident_out_of_file_order_still_pair(tmp_path):
     analyse_directory(out, progress=False)
     assert _info(out)["recording"]["unmatched_span_events"] == 0
     assert _op_count(out) == STEPS * OPS_PER_STEP
+
+
+def test_a_file_walked_as_it_grows_gives_the_chunks_and_damage_of_one_walk(recording):
+    """The follower walks a growing file in stretches (RawFile.walk, not final until its writer is
+    gone): however the bytes arrive, it finds the chunks and the damage of one walk of the whole file."""
+    chunks = _chunks(_raw(recording).read_bytes())
+    data = b""
+    for i, (head, payload) in enumerate(chunks):
+        chunk = bytearray(_encode(head, payload))
+        if i == 2:
+            chunk[-1] ^= 0xFF                            # a checksum mismatch
+        if i == 4:
+            data += b"bytes that are no chunk " * 5      # no chunk marker
+        data += bytes(chunk)
+    data += _encode(b'{"v":1,"table":"events","thread":1}', b"\0" * 64)[:-9]     # a torn tail
+
+    def seen(raw: RawFile, stretch: bytes, final: bool) -> list:
+        return [(c.index, c.offset, c.table, bytes(c.payload)) for c in raw.walk(stretch, raw.offset, final)]
+
+    whole = RawFile(Path("r0-p1.pvraw"))
+    want = seen(whole, data, final=True)
+    assert len(want) == len(chunks) - 1 and [d.why for d in whole.damaged] == [
+        "checksum mismatch (damaged bytes)", "no chunk marker (not a profview raw chunk)",
+        "the chunk is cut short (the run was probably killed while writing)"]
+    rng = random.Random(0)
+    for _ in range(5):
+        grown, got, size = RawFile(Path("r0-p1.pvraw")), [], 0
+        while size < len(data):
+            size = min(len(data), size + rng.randint(1, 400))
+            got += seen(grown, data[grown.offset:size], final=False)
+        assert grown.damaged == whole.damaged[:2]        # the torn tail waits for its writer to be gone
+        got += seen(grown, data[grown.offset:], final=True)
+        assert got == want and grown.damaged == whole.damaged and grown.offset == len(data)

@@ -62,7 +62,12 @@ def place(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels: np.nd
     side = "right" if end_inclusive else "left"
     breaks = sorted_run_breaks(times)
     if len(breaks) <= MAX_SORTED_RUNS and bool(np.all(ends[:-1] < starts[1:] if end_inclusive else ends[:-1] <= starts[1:])):
-        return np.concatenate([_place_sorted(run, starts, ends, labels, side) for run in np.split(times, breaks)])
+        if not len(breaks):
+            return _place_sorted(times, starts, ends, labels, side)
+        out = np.empty(len(times), dtype=labels.dtype)       # each run's labels written in place, no concatenation
+        for lo, hi in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(times)]])):
+            out[lo:hi] = _place_sorted(times[lo:hi], starts, ends, labels, side)
+        return out
     i = np.searchsorted(starts, times, side="right") - 1
     last = np.maximum(i, 0)
     ok = (i >= 0) & ((times <= ends[last]) if end_inclusive else (times < ends[last]))

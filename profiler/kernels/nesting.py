@@ -1,75 +1,168 @@
 """Nesting of spans on a lane, from begin / end events (the raw store) or from complete intervals
 (a Kineto trace): matching, nesting level, parent and self time.
 
-`nest_spans` runs the C kernel (`_nesting.c`, one linear pass) when it is built, else the
+`nest_events` pairs the span events of a recording straight from its events chunks with the C
+kernel (`_nesting.c`, two linear passes, no per-event array) when it is built, else with the
 vectorised numpy reference below; both give identical results (tests/test_core_kernels.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from profiler.kernels.intervals import place
 from profiler.kernels.native import native
 
 _kernel = native("profiler.kernels._nesting")
 
+#: what an event code is to `nest_events` (its `code_class`): not a span event, or the begin / end
+#: of an op (rows get self time), or of another span (rows get their nesting depth)
+NOT_SPAN, OP_SPAN, OTHER_SPAN = 0, 1, 2
+
 
 @dataclass
-class Spans:
-    """Matched begin / end pairs: the begin's index into the event arrays, the duration (end time
-    minus begin time), nesting level and self time.
+class Labels:
+    """The labels rows of one class get (e.g. the codes of their categorical columns): one looked up
+    by the row's thread index, two by its descriptor id. Each is an int8, int16 or int32 table, and
+    the rows' label column has its type."""
 
-    Pairs are listed in the order their begins are visited: by group, then recording order.
+    by_thread: np.ndarray
+    by_desc: np.ndarray
+    by_desc2: np.ndarray
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return tuple(np.ascontiguousarray(x, dtype=x.dtype if x.dtype in LABEL_TYPES else np.int32)
+                     for x in (self.by_thread, self.by_desc, self.by_desc2))
+
+
+LABEL_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
+
+
+@dataclass
+class SpanRows:
+    """Paired spans as rows, ops and other spans apart. Both have their three labels (`by_thread`,
+    `by_desc`, `by_desc2`: int32), `start_ns` (begin time minus the origin) and `dur_ns`; ops also
+    `self_ns` (the duration minus that of the spans directly inside), other spans `depth` (nesting
+    level on their lane).
+
+    Rows come in the order their begins are visited: by thread, then window, then recording order.
     """
 
-    begin: np.ndarray
-    dur: np.ndarray
-    level: np.ndarray
-    self_ns: np.ndarray
-    unmatched: int
+    ops: dict[str, np.ndarray]
+    spans: dict[str, np.ndarray]
+    unmatched: int               # span events inside a window left without a partner
+    outside: int                 # events (of any kind) outside every recording window: not data
 
 
-def nest_spans(group: np.ndarray, code: np.ndarray, t: np.ndarray, select: Optional[np.ndarray] = None,
-               use_kernel: bool = True) -> Spans:
-    """Pair the span events of each group (a thread in one recording window) and time them.
+def nest_events(chunks: list[np.ndarray], chunk_tid: np.ndarray, code_class: np.ndarray, op_labels: Labels,
+                span_labels: Labels, win_start: np.ndarray, win_stop: np.ndarray, origin: int,
+                use_kernel: bool = True) -> SpanRows:
+    """Pair the span events of each thread within each recording window, and time them.
 
-    Within a group, a begin at nesting depth d is closed by the next event at depth d when that is
-    an end of the same descriptor. Depth is the running count of begins minus ends; a leading end
-    (its span began before the window) or a trailing begin (not ended when it closed) is unmatched.
-    Self time is the duration minus that of the spans directly inside. Only the events at the
-    increasing positions `select` take part (all when None); events must be in recording order
-    within each group. begin is a position into the full arrays.
+    `chunks` are events chunks ((n, 2) int64: time, code), each one thread's (`chunk_tid`), in
+    recording order; `code_class[code]` says what an event is (NOT_SPAN / OP_SPAN / OTHER_SPAN),
+    and `op_labels` / `span_labels` what its row is labelled with; an event belongs to the latest
+    window [win_start, win_stop] starting at or before it (none: not data). Within a lane (a thread in one window), a begin at nesting depth d is closed by the
+    next event at depth d when that is an end of the same descriptor. Depth is the running count
+    of begins minus ends; a leading end (its span began before the window) or a trailing begin (not
+    ended when it closed) is unmatched. Self time is the duration minus that of the spans directly
+    inside.
     """
-    group = np.ascontiguousarray(group, dtype=np.int64)
-    code = np.ascontiguousarray(code, dtype=np.int64)
-    t = np.ascontiguousarray(t, dtype=np.int64)
-    select = None if select is None else np.asarray(select, dtype=np.int64)
-    n_visit = len(code) if select is None else len(select)
-    if n_visit == 0:
-        z = np.empty(0, np.int64)
-        return Spans(z, z, z, z, 0)
-    if select is None:
-        order = stable_order(group)
-    else:
-        within = stable_order(group[select])
-        order = select if within is None else select[within]
-    if _kernel is not None and use_kernel:
-        begin, dur, level, self_ns, unmatched = _kernel.nest(group, code, t, order, n_visit)
-        as_int = lambda b: np.frombuffer(b, dtype=np.int64)     # noqa: E731 (zero-copy views)
-        return Spans(as_int(begin), as_int(dur), as_int(level), as_int(self_ns), int(unmatched))
-    return _nest_numpy(group, code, t, order)
+    chunk_tid = np.asarray(chunk_tid, dtype=np.int64)
+    code_class = np.ascontiguousarray(code_class, dtype=np.int8)
+    win_start = np.ascontiguousarray(win_start, dtype=np.int64)
+    win_stop = np.ascontiguousarray(win_stop, dtype=np.int64)
+    if _kernel is None or not use_kernel:
+        return _nest_events_numpy(chunks, chunk_tid, code_class, op_labels, span_labels, win_start, win_stop, origin)
+    chunks = [np.ascontiguousarray(c, dtype=np.int64).reshape(-1, 2) for c in chunks]
+    order = np.argsort(chunk_tid, kind="stable")          # each thread's chunks, in recording order
+    lens = np.array([len(c) for c in chunks], dtype=np.int64)
+    labels = (op_labels.tables(), span_labels.tables())
+    got = _kernel.nest_events(chunks, order.astype(np.int64), np.zeros(len(order), np.int64), lens[order],
+                              chunk_tid[order], code_class, *labels, win_start, win_stop, int(origin))
+    outside = None
+    if got is None:           # times go back within a thread (damaged records): visit in the exact order
+        segments, outside = _exact_segments(chunks, chunk_tid, code_class, win_start, win_stop)
+        got = _kernel.nest_events(chunks, *segments, code_class, *labels, win_start, win_stop, int(origin))
+    ops, spans, unmatched, visited_outside = got
+
+    def columns(names, buffers, label_tables):
+        types = [x.dtype for x in label_tables] + [np.int64] * 3
+        return {k: np.frombuffer(b, dtype=t) for k, b, t in zip(names, buffers, types)}
+
+    return SpanRows(columns(OP_ROW_COLUMNS, ops, labels[0]), columns(SPAN_ROW_COLUMNS, spans, labels[1]),
+                    int(unmatched), int(visited_outside if outside is None else outside))
 
 
-def _nest_numpy(group: np.ndarray, code: np.ndarray, t: np.ndarray, order) -> Spans:
-    """The numpy reference of `nest_spans`: sorts and an as-of merge instead of one walk."""
-    begin, end, level, unmatched = _pair(group, code, order)
+OP_ROW_COLUMNS = ("by_thread", "by_desc", "by_desc2", "start_ns", "dur_ns", "self_ns")
+SPAN_ROW_COLUMNS = ("by_thread", "by_desc", "by_desc2", "start_ns", "dur_ns", "depth")
+
+
+def _event_columns(chunks, chunk_tid, code_class, win_start, win_stop):
+    """Per event of the concatenated chunks: time, code, thread, window, and whether it is a span
+    event inside a window (selected)."""
+    ev = np.concatenate(chunks) if len(chunks) else np.empty((0, 2), np.int64)
+    t, code = ev[:, 0].copy(), ev[:, 1].copy()
+    tid = np.repeat(chunk_tid, [len(c) for c in chunks])
+    win = place(t, win_start, win_stop, np.arange(len(win_start), dtype=np.int32), end_inclusive=True)
+    in_range = (code >= 0) & (code < len(code_class))
+    cls = np.zeros(len(code), np.int8)
+    cls[in_range] = code_class[code[in_range]]
+    return t, code, tid, win, cls, (win >= 0) & (cls != NOT_SPAN)
+
+
+def _lane_order(tid, win, selected, n_windows):
+    """The selected events' positions, stably sorted by lane (thread, then window), and the lanes."""
+    lane = tid * (n_windows + 1) + win
+    sel = np.flatnonzero(selected)
+    within = stable_order(lane[sel])
+    return (sel if within is None else sel[within]), lane
+
+
+def _exact_segments(chunks, chunk_tid, code_class, win_start, win_stop):
+    """The kernel's visiting order when a thread's times go back: the selected events in a stable
+    order by lane, as segments (chunk, start, length, thread) of consecutive events; and the events
+    outside every window."""
+    _, _, _, win, _, selected = _event_columns(chunks, chunk_tid, code_class, win_start, win_stop)
+    order, _ = _lane_order(np.repeat(chunk_tid, [len(c) for c in chunks]), win, selected, len(win_start))
+    base = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int64)
+    chunk = np.searchsorted(base, order, side="right") - 1
+    first = np.flatnonzero(np.concatenate([[True], (np.diff(order) != 1) | (np.diff(chunk) != 0)]))
+    seg_chunk = chunk[first].astype(np.int64)
+    seg_start = (order[first] - base[seg_chunk]).astype(np.int64)
+    seg_len = np.diff(np.append(first, len(order))).astype(np.int64)
+    return (seg_chunk, seg_start, seg_len, chunk_tid[seg_chunk]), int(np.count_nonzero(win < 0))
+
+
+def _nest_events_numpy(chunks, chunk_tid, code_class, op_labels, span_labels, win_start, win_stop,
+                       origin) -> SpanRows:
+    """The numpy reference of `nest_events`: per-event columns, a stable sort by lane, `_pair`."""
+    t, code, tid, win, cls, selected = _event_columns(chunks, chunk_tid, code_class, win_start, win_stop)
+    outside = int(np.count_nonzero(win < 0))
+    order, lane = _lane_order(tid, win, selected, len(win_start))
+    if not len(order):
+        def empty(columns, labels):
+            types = [x.dtype for x in labels.tables()] + [np.int64] * 3
+            return {k: np.empty(0, t) for k, t in zip(columns, types)}
+        return SpanRows(empty(OP_ROW_COLUMNS, op_labels), empty(SPAN_ROW_COLUMNS, span_labels), 0, outside)
+    begin, end, level, unmatched = _pair(lane, code, order)
     start = t[begin]
     dur = t[end] - start
-    self_ns = self_time(start, dur, group[begin], level)
-    return Spans(begin, dur, level, self_ns, unmatched)
+    self_ns = self_time(start, dur, lane[begin], level)
+    desc = code[begin] >> 1
+    is_op = cls[begin] == OP_SPAN
+
+    def rows(mask: np.ndarray, labels: Labels, last: np.ndarray) -> dict[str, np.ndarray]:
+        by_thread, by_desc, by_desc2 = labels.tables()
+        return {"by_thread": by_thread[tid[begin][mask]], "by_desc": by_desc[desc[mask]],
+                "by_desc2": by_desc2[desc[mask]], "start_ns": start[mask] - origin, "dur_ns": dur[mask],
+                "last": last[mask]}
+
+    ops, spans = rows(is_op, op_labels, self_ns), rows(~is_op, span_labels, level)
+    ops["self_ns"], spans["depth"] = ops.pop("last"), spans.pop("last")
+    return SpanRows(ops, spans, unmatched, outside)
 
 
 def _pair(group: np.ndarray, code: np.ndarray, order) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

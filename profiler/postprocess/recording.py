@@ -44,7 +44,7 @@ def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None,
     tables = read_raw_tables(paths, progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None,
                              rank=rank, notes=store.warnings_for(rank))
     if progress:
-        progress.stage(f"interpreting {len(tables.ev_t) + len(tables.sm):,} records")
+        progress.stage(f"interpreting {tables.records:,} records")
     recording = Recording(Path(directory), rank, tables)
     run = interpret(tables)
     merging = merging_sources(tables.sources)

@@ -2,17 +2,19 @@
 
 `Follower(directory)` remembers, per raw file, the offset up to which it has read whole chunks.
 Each `poll()` lists `directory/raw/*.pvraw`, reads only the bytes appended since the last poll
-(`os.pread`), and parses them with the raw store's own chunk reader (`raw.read_chunk_at`). A chunk
-that is not whole yet is the writer's single `write()` still landing (a torn tail): the offset
-stays before it and the next poll retries it; it is not reported as corruption. Only when the
-file's writer is gone (its process has exited, or nothing arrived for `stale_after_s` after an
-end) and the bytes still make no chunk is it reported as torn, as `read_raw_file` would report it.
-A checksum mismatch at the very end of a file is retried the same way before it is reported.
+(`os.pread`), and walks them with the raw store's one chunk reader (`RawFile.walk`), whose chunks
+go through the rank's `tables.TableReader`: the same reader, checks, de-duplication and damage
+sentences as `load.read_raw_tables`. A chunk that is not whole yet is the writer's single `write()`
+still landing (a torn tail): the walk stops before it and the next poll retries it; it is not
+reported as corruption. Only when the file's writer is gone (its process has exited, or nothing
+arrived for `stale_after_s` after an end) are the last bytes walked as the batch reader walks a
+finished file, and what makes no chunk is reported as it would report it. A checksum mismatch at
+the very end of a file is retried a few polls the same way before it is reported.
 
 Per rank it keeps:
 
-- the metadata, the descriptors (each file's ids remapped to one table for the rank, as
-  `load.read_raw_tables` does), thread names, source status and the files' `end` chunks;
+- the rank's `TableReader`: the metadata, the descriptors (each recording's ids mapped to one table
+  for the rank), thread names, source status, the files' `end` chunks, and what damage cost;
 - every step and window sample (a few bytes a step: step counts, rates and step times of the
   whole run);
 - counter samples of the last `trend_s` seconds (host RSS, GPU memory trends);
@@ -38,8 +40,9 @@ import numpy as np
 
 from profiler.errors import ProfviewError
 from profiler.store import kinds as K
-from profiler.store.load import RawTables, clean_end, clean_meta, json_or_none, records_problem, thread_names
-from profiler.store.raw import MAGIC, RAW_SUFFIX, SHORT, WHOLE, read_chunk_at
+from profiler.store.load import RawTables
+from profiler.store.raw import CHECKSUM, MAGIC, RAW_SUFFIX, SHORT, RawFile
+from profiler.store.tables import Records, TableReader
 
 #: most bytes one poll reads from one file (the rest is read by the next polls)
 READ_LIMIT = 64 << 20
@@ -93,25 +96,29 @@ class _Grow:
 
 @dataclass
 class FileState:
-    """One raw file being followed."""
+    """One raw file being followed: its open descriptor, and its `RawFile` (the walk's place in it,
+    what its chunks said and what was wrong with them)."""
 
     path: Path
     rank: int
     inode: int
+    raw: RawFile
     fd: int = -1
-    offset: int = 0                  # bytes read as whole chunks (or skipped as reported damage)
-    size: int = 0                    # file size at the last poll
     grew_at: float = 0.0             # time.monotonic() when it last grew
-    local_ids: list = field(default_factory=list)     # file-local descriptor id -> the rank's id
-    meta: Optional[dict] = None
-    end: Optional[dict] = None
-    crc_retries: int = 0
-    dead: bool = False               # unreadable from here on (no chunk marker): reported, not followed
+    crc_retries: int = 0             # polls that ended on a checksum mismatch at the end of the file
 
     @property
     def pending(self) -> int:
         """Bytes after the last whole chunk: a chunk still being written (or a torn tail)."""
-        return max(self.size - self.offset, 0) if not self.dead else 0
+        return max(self.raw.size - self.raw.offset, 0)
+
+    @property
+    def meta(self) -> Optional[dict]:
+        return self.raw.meta
+
+    @property
+    def end(self) -> Optional[dict]:
+        return self.raw.end
 
     @property
     def pid(self) -> int:
@@ -124,25 +131,43 @@ class RankState:
 
     rank: int
     files: dict = field(default_factory=dict)          # path -> FileState
-    meta: Optional[dict] = None
-    descriptors: list = field(default_factory=list)
-    ids: dict = field(default_factory=dict)
+    reader: TableReader = field(default_factory=TableReader)
     kind_code: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
-    thread_names: dict = field(default_factory=dict)
-    sources: dict = field(default_factory=dict)
     steps: _Grow = field(default_factory=lambda: _Grow(4))      # t, code, step, cost (every step sample)
     windows: _Grow = field(default_factory=lambda: _Grow(5))    # window start / stop samples, + thread
     counters: _Grow = field(default_factory=lambda: _Grow(4))   # recent counter samples
-    events: collections.deque = field(default_factory=collections.deque)   # (t_last, t, code, thread)
+    events: collections.deque = field(default_factory=collections.deque)   # (t_last, t, records (n, 2), thread)
     samples: collections.deque = field(default_factory=collections.deque)  # (t_last, rows (n, 4), thread)
     held_events: int = 0
     held_samples: int = 0
     evicted_until: Optional[int] = None   # the newest time of a dropped chunk: the held data is whole after it
     events_read: int = 0             # every event ever ingested (the benchmark's rate)
     samples_read: int = 0
-    dropped: int = 0
-    torn_chunks: int = 0
-    warnings: list = field(default_factory=list)
+
+    @property
+    def meta(self) -> Optional[dict]:
+        return self.reader.meta
+
+    @property
+    def descriptors(self) -> list:
+        return self.reader.descriptors
+
+    @property
+    def sources(self) -> dict:
+        return self.reader.sources
+
+    @property
+    def dropped(self) -> int:
+        return self.reader.dropped
+
+    @property
+    def torn_chunks(self) -> int:
+        return self.reader.torn_chunks
+
+    @property
+    def warnings(self) -> list[str]:
+        """What was said about the rank's files (damage, copies, bad entries), as the batch reader says it."""
+        return self.reader.warnings()
 
     @property
     def ended(self) -> bool:
@@ -167,7 +192,7 @@ class RankState:
         return w[self.kind_code[w[:, 1] >> 1] == _WSTART, 0] if len(w) else np.empty(0, np.int64)
 
     def code_of(self, kind: str, name: str, extra: str = "") -> Optional[int]:
-        d = self.ids.get((kind, name, extra))
+        d = self.reader.ids.get((kind, name, extra))
         return None if d is None else 2 * d
 
 
@@ -236,7 +261,8 @@ class Follower:
                 fd = os.open(path, os.O_RDONLY)
             except OSError:
                 continue
-            state.files[path] = FileState(path, rank, key[1], fd=fd, grew_at=time.monotonic())
+            f = state.files[path] = FileState(path, rank, key[1], RawFile(path), fd=fd, grew_at=time.monotonic())
+            state.reader.add_file(f.raw)
         for state in self.ranks.values():
             before = state.steps.n
             for f in state.files.values():
@@ -258,65 +284,37 @@ class Follower:
         return old
 
     def _read_file(self, state: RankState, f: FileState, result: PollResult) -> None:
-        if f.dead:
-            return
         try:
             size = os.fstat(f.fd).st_size
         except OSError:
             return
         now = time.monotonic()
-        if size > f.size:
+        if size > f.raw.size:
             f.grew_at = now
-        f.size = size
-        if size <= f.offset:
-            self._maybe_give_up_tail(state, f, now)
+        f.raw.size = size
+        start = f.raw.offset
+        if size <= start:
             return
-        data = os.pread(f.fd, min(size - f.offset, READ_LIMIT), f.offset)
+        final = self._tail_is_final(f, now)
+        wanted = f.raw.wanted if f.raw.waiting == SHORT else 0     # a chunk longer than READ_LIMIT
+        data = os.pread(f.fd, min(size, max(start + READ_LIMIT, wanted)) - start, start)
         result.bytes_read += len(data)
-        if f.offset == 0 and len(data) >= len(MAGIC) and not data.startswith(MAGIC):
+        if start == 0 and len(data) >= len(MAGIC) and not data.startswith(MAGIC):
             raise ProfviewError(f"{f.path} is not a profview raw file (it does not start with a chunk)")
-        pos = 0
-        while pos < len(data):
-            status, chunk, stop, why = read_chunk_at(data, pos, str(f.path))
-            if status == WHOLE:
-                chunk.offset = f.offset + pos
-                self._ingest(state, f, chunk, result)
-                f.crc_retries = 0
-                pos = stop
-            elif status == SHORT:
-                break                        # the writer's write() has not landed whole yet: retry next poll
-            elif stop > pos and (stop < len(data) or f.crc_retries >= CRC_RETRIES or f.end is not None):
-                self._report(state, f, f.offset + pos, stop - pos, why)     # a damaged chunk: skip it
-                f.crc_retries = 0
-                pos = stop
-            elif stop > pos:
-                f.crc_retries += 1           # a checksum mismatch at the end: retried before it is reported
-                break
-            else:                             # no chunk marker: the rest of the file cannot be read
-                if f.offset + pos == 0:
-                    raise ProfviewError(f"{f.path} is not a profview raw file (it does not start with a chunk)")
-                self._report(state, f, f.offset + pos, len(data) - pos, why)
-                pos = len(data)
-                f.dead = True
-        f.offset += pos
-        if f.offset < f.size:
-            self._maybe_give_up_tail(state, f, now)
+        for chunk in f.raw.walk(data, start, final=final and start + len(data) >= size):
+            self._ingest(state, f, chunk, result)
+        f.crc_retries = f.crc_retries + 1 if f.raw.waiting == CHECKSUM else 0
 
-    def _maybe_give_up_tail(self, state: RankState, f: FileState, now: float) -> None:
-        """Bytes that never became a chunk, once their writer is gone: the torn tail of a killed run."""
-        if f.pending == 0 or f.dead:
-            return
+    def _tail_is_final(self, f: FileState, now: float) -> bool:
+        """Whether the bytes after the last whole chunk of `f` are all there will be: its writer is
+        gone (exited, or unknown and quiet for UNKNOWN_WRITER_S) and it has not grown for
+        `stale_after_s`; or a checksum failing at its end was retried CRC_RETRIES polls, or came
+        after the end chunk."""
+        if f.raw.waiting == CHECKSUM and (f.crc_retries >= CRC_RETRIES or f.end is not None):
+            return True
         alive = self.writer_alive(f)
         quiet = now - f.grew_at
-        if alive or quiet < self.stale_after_s or (alive is None and quiet < UNKNOWN_WRITER_S):
-            return
-        self._report(state, f, f.offset, f.pending, "the chunk is cut short (the run was probably killed "
-                                                     "while writing)")
-        f.offset = f.size
-
-    def _report(self, state: RankState, f: FileState, offset: int, nbytes: int, why: str) -> None:
-        state.torn_chunks += 1
-        state.warnings.append(f"{f.path}: skipped a torn chunk at byte {offset} ({nbytes} bytes): {why}")
+        return not alive and quiet >= self.stale_after_s and (alive is False or quiet >= UNKNOWN_WRITER_S)
 
     def writer_alive(self, f: FileState) -> Optional[bool]:
         """Whether the process writing `f` still runs (None: unknown, e.g. it runs on another host)."""
@@ -336,102 +334,29 @@ class Follower:
     # ---- chunks ----------------------------------------------------------------------------
 
     def _ingest(self, state: RankState, f: FileState, chunk, result: PollResult) -> None:
-        """Take one whole chunk in; content the batch reader would refuse (store/load.py's checks)
-        costs that chunk, with a warning, as it does there."""
-        table = chunk.table
-        where = f"{f.path}: the {table or 'unknown'} chunk at byte {chunk.offset}"
-        if table in ("events", "samples"):
-            problem = records_problem(chunk)
-            if problem:
-                state.warnings.append(f"{where}: skipped: {problem}")
-                return
-            thread = chunk.header["thread"]
-        if table == "events":
-            dropped = chunk.header.get("dropped", 0)
-            state.dropped += dropped if type(dropped) is int and dropped >= 0 else 0
-            words = np.frombuffer(chunk.payload, dtype="<i8").reshape(-1, 2)
-            words = self._remap(state, f, words) if len(words) else words
-            if len(words):
-                t, code = words[:, 0], words[:, 1]
-                state.events.append((int(t.max()), t, code, thread))
-                state.held_events += len(t)
-                state.events_read += len(t)
-                result.events += len(t)
-        elif table == "samples":
-            rows = np.frombuffer(chunk.payload, dtype="<i8").reshape(-1, 4)
-            rows = self._remap(state, f, rows) if len(rows) else rows
-            if len(rows):
-                self._keep_samples(state, rows, thread)
-                state.samples_read += len(rows)
-                result.samples += len(rows)
-        elif table == "descriptors":
-            self._descriptors(state, f, chunk, where)
-        elif table == "threads":
-            obj = json_or_none(chunk)
-            if not isinstance(obj, list):
-                state.warnings.append(f"{where}: skipped: its thread table is not a JSON list")
-                return
-            names, problem = thread_names(obj, where)
-            state.thread_names.update(names)
-            if problem:
-                state.warnings.append(problem)
-        elif table == "meta":
-            meta = clean_meta(json_or_none(chunk), state.warnings, where)
-            if meta is None:
-                state.warnings.append(f"{where}: skipped: its metadata is not a JSON object with a clock origin")
-                return
-            f.meta = meta
-            if state.meta is None or meta["clock"]["origin_monotonic_ns"] < state.meta["clock"]["origin_monotonic_ns"]:
-                state.meta = meta
-        elif table == "sources":
-            obj = json_or_none(chunk)
-            if isinstance(obj, dict):
-                state.sources.update({str(k): v for k, v in obj.items() if isinstance(v, dict)})
-            else:
-                state.warnings.append(f"{where}: skipped: its source table is not a JSON object")
-        elif table == "end":
-            end = clean_end(json_or_none(chunk))
-            if end is None:
-                state.warnings.append(f"{where}: skipped: its end-of-recording record is not a JSON object")
-            else:
-                f.end = end
-
-    def _descriptors(self, state: RankState, f: FileState, chunk, where: str) -> None:
-        """File-local descriptor ids -> the rank's ids; an unreadable entry maps to -1 (its records are skipped)."""
-        obj = json_or_none(chunk)
-        first = chunk.header.get("first", len(f.local_ids))
-        if not isinstance(obj, list) or type(first) is not int or not 0 <= first <= len(f.local_ids):
-            state.warnings.append(f"{where}: skipped: its descriptors are not a JSON list with a valid first id")
+        """Take one whole chunk in through the rank's TableReader (its checks, its damage sentences);
+        keep its records."""
+        reader = state.reader
+        if not reader.unique(f.raw, chunk):
             return
-        del f.local_ids[first:]
-        for d in obj:
-            if not (isinstance(d, list) and len(d) == 3 and all(isinstance(x, str) for x in d)):
-                f.local_ids.append(-1)
-                continue
-            key = (d[0], d[1], d[2])
-            gid = state.ids.get(key)
-            if gid is None:
-                gid = state.ids[key] = len(state.descriptors)
-                state.descriptors.append(key)
-            f.local_ids.append(gid)
-        state.kind_code = np.array([_KIND_CODE.get(k, _OTHER) for k, _, _ in state.descriptors], np.int8)
+        records = reader.take(f.raw, chunk)
+        if len(reader.descriptors) != len(state.kind_code):
+            state.kind_code = np.array([_KIND_CODE.get(k, _OTHER) for k, _, _ in reader.descriptors], np.int8)
+        if records is None:
+            return
+        n = len(records.words)
+        if records.table == "events":
+            state.events.append((records.t_max, records.words[:, 0], records.words, records.thread))
+            state.held_events += n
+            state.events_read += n
+            result.events += n
+        else:
+            self._keep_samples(state, records)
+            state.samples_read += n
+            result.samples += n
 
-    def _remap(self, state: RankState, f: FileState, words: np.ndarray) -> np.ndarray:
-        """Codes from the file's descriptor ids to the rank's (identity for the usual one file a rank)."""
-        lut = np.asarray(f.local_ids, dtype=np.int64)
-        desc = words[:, 1] >> 1
-        bad = (desc < 0) | (desc >= len(lut))
-        bad[~bad] = lut[desc[~bad]] < 0                  # an unreadable descriptor entry
-        if bad.any():
-            state.warnings.append(f"{f.path}: {int(bad.sum())} records name an unknown descriptor and were skipped")
-            words, desc = words[~bad], desc[~bad]
-        if np.array_equal(lut, np.arange(len(lut))):
-            return words
-        out = words.copy()
-        out[:, 1] = (lut[desc] << 1) | (out[:, 1] & 1)
-        return out
-
-    def _keep_samples(self, state: RankState, rows: np.ndarray, thread: int) -> None:
+    def _keep_samples(self, state: RankState, records: Records) -> None:
+        rows, thread = records.words, records.thread
         kind = state.kind_code[rows[:, 1] >> 1]
         steps = kind == _STEP
         if steps.any():
@@ -442,7 +367,7 @@ class Follower:
         counters = kind == _COUNTER
         if counters.any():
             state.counters.add(rows[counters])
-        state.samples.append((int(rows[:, 0].max()), rows, thread))
+        state.samples.append((records.t_max, rows, thread))
         state.held_samples += len(rows)
 
     def _evict(self, state: RankState) -> None:
@@ -522,17 +447,13 @@ class Follower:
         st = state.steps.by_time()
         cut = self._cut(state, st, steps, max_events)
         parts = []
-        for t_last, t, code, thread in state.events:
+        for t_last, t, words, thread in state.events:
             if cut is not None and t_last < cut:
                 continue
             i = int(np.searchsorted(t, cut, side="left")) if cut is not None else 0
             if i < len(t):
-                parts.append((t[i:], code[i:], thread))
-        parts.sort(key=lambda part: int(part[0][0]))     # recording order per reused thread ident (load.py)
-        ev_t = [p[0] for p in parts]
-        ev_code = [p[1] for p in parts]
-        ev_thread = [p[2] for p in parts]
-        ev_len = [len(p[0]) for p in parts]
+                parts.append((words[i:], thread))
+        parts.sort(key=lambda part: int(part[0][0, 0]))  # recording order per reused thread ident (load.py)
         sm, sm_thread = [], []
         for t_last, rows, thread in state.samples:
             if cut is not None and t_last < cut:
@@ -550,14 +471,15 @@ class Follower:
         files = [f for f in state.files.values()]
         end = files[0].end if len(files) == 1 else (
             {"stopped_cleanly": all(bool((f.end or {}).get("stopped_cleanly")) for f in files)} if state.ended else None)
+        reader = state.reader
+        torn, damaged, lost = reader.damage()
         return RawTables(
-            meta=state.meta, descriptors=list(state.descriptors), thread_names=dict(state.thread_names),
-            ev_t=np.concatenate(ev_t) if ev_t else np.empty(0, np.int64),
-            ev_code=np.concatenate(ev_code) if ev_code else np.empty(0, np.int64),
-            ev_chunk_thread=np.array(ev_thread, np.int64), ev_chunk_len=np.array(ev_len, np.int64),
-            sm=np.concatenate(sm), sm_thread=np.concatenate(sm_thread), sources=dict(state.sources),
-            end=end if state.ended else None, dropped=state.dropped, torn_chunks=state.torn_chunks,
-            warnings=list(state.warnings), files=[str(f.path) for f in files])
+            meta=reader.meta, descriptors=list(reader.descriptors), thread_names=dict(reader.thread_names),
+            events=[p[0] for p in parts], ev_chunk_thread=np.array([p[1] for p in parts], np.int64),
+            sm=np.concatenate(sm), sm_thread=np.concatenate(sm_thread), sources=dict(reader.sources),
+            end=end if state.ended else None, dropped=reader.dropped, torn_chunks=torn, damaged=damaged,
+            lost_records=lost, duplicate_chunks=reader.duplicate_chunks, warnings=reader.warnings(),
+            files=[str(f.path) for f in files])
 
     def _cut(self, state: RankState, st: np.ndarray, steps: int, max_events: Optional[int]) -> Optional[int]:
         """The step end the window starts at (None: from the start of the recording): `steps` steps

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from profiler._version import __version__
-from profiler.kernels.intervals import assign_steps, count_per_interval, covered_ns, place
-from profiler.kernels.nesting import nest_spans
+from profiler.kernels.intervals import assign_steps, count_per_interval, covered_ns
+from profiler.kernels.nesting import NOT_SPAN, OP_SPAN, OTHER_SPAN, Labels, nest_events
 from profiler.model import Run, RunInfo, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
     QUEUE_COLUMNS, THREAD_COLUMNS
 from profiler.store import kinds as K
@@ -21,92 +21,86 @@ def interpret(t: RawTables) -> Run:
     kind_of, name_of, extra_of = descriptor_columns(t.descriptors)
     windows = windows_from_samples(t.sm, kind_of)
     tid_of_ident, threads = _threads(t)
-    is_span_desc = np.isin(kind_of, K.SPAN_KINDS)
-    is_op_desc = kind_of == K.OP
-    is_point_desc = np.isin(kind_of, (K.MARK, K.INSTANT))
+    chunk_tid = _map(t.ev_chunk_thread, tid_of_ident)
 
-    # Per-event work is done in place, with narrow dtypes, and every full-length array is dropped
-    # as soon as it has served: at 1e7 events each is 40-80 MB, and fresh memory is what analyse()
-    # spends most of its time on (docs/architecture.md, "Where analyse() time goes").
-    ev_class = np.select([is_span_desc, is_point_desc], [1, 2], 0).astype(np.int8)[t.ev_code >> 1]
-    ev_win = window_of(t.ev_t, windows)
-    keep = ev_win >= 0                                     # events racing a window edge are not data
-    outside = int(len(keep) - np.count_nonzero(keep))
-    pt = np.flatnonzero(keep & (ev_class == 2))            # marks and instants
-    keep &= ev_class == 1                                  # now: the span events to pair
-    del ev_class
-    select = None if keep.all() else np.flatnonzero(keep)
-    del keep
-    ev_tid = np.repeat(_map(t.ev_chunk_thread, tid_of_ident), t.ev_chunk_len)
-    lane = ev_tid.astype(np.int64)                         # a thread within one window
-    lane *= len(windows) + 1
-    lane += ev_win
-    del ev_win
-    pairs = nest_spans(lane, t.ev_code, t.ev_t, select=select)
-    del lane, select
-    pt_desc = t.ev_code[pt] >> 1
-    instants = pd.DataFrame({"tid": ev_tid[pt], "kind": by_code(pt_desc, kind_of),
-                             "name": by_code(pt_desc, name_of), "time_ns": t.ev_t[pt] - origin})
-    b, unmatched = pairs.begin, pairs.unmatched
-    desc = t.ev_code[b]
-    desc >>= 1
-    columns = {"tid": ev_tid[b], "desc": desc.astype(np.int32)}
-    del ev_tid, desc
-    start = t.ev_t[b]
-    start -= origin
-    columns.update({"start_ns": start, "dur_ns": pairs.dur, "self_ns": pairs.self_ns, "depth": pairs.level})
-    del b, pairs, start
+    # Spans are paired straight from the events chunks (the memory-mapped raw files) by one kernel that
+    # writes the op and span rows: no full-length array per event, since fresh memory is what this
+    # stage spends most of its time on (docs/architecture.md, "Where analyse() spends its time").
+    # Rows come out with the codes of their categorical columns (stream, name, op type; kind, name).
+    code_class = np.select([kind_of == K.OP, np.isin(kind_of, K.SPAN_KINDS)], [OP_SPAN, OTHER_SPAN], NOT_SPAN)
+    (stream_cats, stream_codes), (kind_cats, kind_codes), (name_cats, name_codes), (type_cats, type_codes) = (
+        categories(labels) for labels in (threads["name"].to_numpy(), kind_of, name_of, extra_of))
+    rows = nest_events(t.events, chunk_tid, np.repeat(code_class.astype(np.int8), 2),
+                       Labels(stream_codes, name_codes, type_codes),
+                       Labels(np.arange(len(threads), dtype=np.int32), kind_codes, name_codes),
+                       windows["start_ns"].to_numpy(dtype=np.int64), windows["stop_ns"].to_numpy(dtype=np.int64),
+                       origin)
+    instants = _instants(t, chunk_tid, windows, kind_of, name_of, origin)
 
     sm_desc = t.sm[:, 1] >> 1
     sm_kind = kind_of[sm_desc] if len(sm_desc) else np.empty(0, dtype=object)
     sm_tid = _map(t.sm_thread, tid_of_ident)
     steps, step_tid = _steps(t, sm_kind, sm_tid, windows, origin)
 
-    op, span = split_rows(columns, is_op_desc[columns["desc"]])
-    del span["self_ns"], op["depth"]
+    op, span = rows.ops, rows.spans
     ops = {
-        "device": constant("cpu", len(op["desc"])),
-        "stream": by_code(op.pop("tid"), threads["name"].to_numpy()),
-        "name": by_code(op["desc"], name_of),
-        "op_type": by_code(op.pop("desc"), extra_of),
+        "device": constant("cpu", len(op["start_ns"])),
+        "stream": categorical(op.pop("by_thread"), stream_cats),
+        "name": categorical(op.pop("by_desc"), name_cats),
+        "op_type": categorical(op.pop("by_desc2"), type_cats),
         "category": constant("user", len(op["start_ns"])),
         **op,
         "step": assign_steps(op["start_ns"], steps),
         "source": constant("marker", len(op["start_ns"])),
     }
     del op
-    spans = {**span, "kind": by_code(span["desc"], kind_of), "name": by_code(span.pop("desc"), name_of)}
+    spans = {"tid": span.pop("by_thread"), "kind": categorical(span.pop("by_desc"), kind_cats),
+             "name": categorical(span.pop("by_desc2"), name_cats), **span}
     counters = _counters(t, sm_kind, sm_desc, name_of, extra_of, origin)
     queues = _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin)
-    info = _info(t, unmatched, outside, step_tid, len(steps))
+    info = _info(t, rows.unmatched, rows.outside, step_tid, len(steps))
     return Run(info=info, ops=conform(ops, OP_COLUMNS), spans=conform(spans, SPAN_COLUMNS),
                instants=conform(instants, INSTANT_COLUMNS), steps=conform(steps, STEP_COLUMNS),
                counters=conform(counters, COUNTER_COLUMNS), queues=conform(queues, QUEUE_COLUMNS),
                threads=conform(threads, THREAD_COLUMNS))
 
 
-def split_rows(columns: dict[str, np.ndarray], mask: np.ndarray) -> tuple[dict, dict]:
-    """(rows where mask, rows where not) of every column. Columns are taken out of `columns` one
-    by one, so only one full-length copy exists at a time; an all-true or all-false mask copies nothing."""
-    yes, no = {}, {}
-    every, none = bool(mask.all()), not mask.any()
-    inverse = None if every or none else ~mask
-    for name in list(columns):
-        col = columns.pop(name)
-        yes[name] = col if every else col[:0] if none else col[mask]
-        no[name] = col[:0] if every else col if none else col[inverse]
-        del col
-    return yes, no
+def _instants(t: RawTables, chunk_tid: np.ndarray, windows: pd.DataFrame, kind_of: np.ndarray, name_of: np.ndarray,
+              origin: int) -> pd.DataFrame:
+    """Marks and instants inside a recording window, in recording order."""
+    is_point = np.repeat(np.isin(kind_of, (K.MARK, K.INSTANT)), 2)
+    parts = [(c[is_point[c[:, 1]]], tid) for c, tid in zip(t.events, chunk_tid)] if is_point.any() else []
+    parts = [(c, tid) for c, tid in parts if len(c)]
+    pt = np.concatenate([c for c, _ in parts]) if parts else np.empty((0, 2), np.int64)
+    tid = np.concatenate([np.full(len(c), tid, np.int32) for c, tid in parts]) if parts else np.empty(0, np.int32)
+    inside = window_of(pt[:, 0], windows) >= 0
+    pt, tid = pt[inside], tid[inside]
+    pt_desc = pt[:, 1] >> 1
+    return pd.DataFrame({"tid": tid, "kind": by_code(pt_desc, kind_of), "name": by_code(pt_desc, name_of),
+                         "time_ns": pt[:, 0] - origin})
 
 
-def by_code(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
-    """labels[codes] as a categorical: one string per distinct label, not one object per row."""
+def categories(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct labels, sorted, and each label's code among them, in the integer type pandas
+    keeps a categorical's codes in (the smallest that holds them: int8 for fewer than 127), so
+    millions of codes made with it are neither wider than needed nor copied again."""
     # object, not numpy's fixed-width str: that drops trailing NULs, merging '' and '\x00'
     text = np.empty(len(labels), dtype=object)
     text[:] = [str(label) for label in labels]
     cats, inverse = np.unique(text, return_inverse=True)
-    inverse = inverse.astype(np.int32)                  # 4-byte codes: half the memory of millions of rows
-    return pd.Categorical.from_codes(inverse[codes] if len(codes) else np.empty(0, np.int32), categories=cats)
+    code_type = next((t for t in (np.int8, np.int16, np.int32) if len(cats) < np.iinfo(t).max), np.int64)
+    return cats, inverse.astype(code_type)
+
+
+def categorical(codes: np.ndarray, cats: np.ndarray) -> pd.Categorical:
+    """A categorical from codes made by `categories` (so they need no checking: a pass less per column)."""
+    return pd.Categorical.from_codes(codes, categories=cats, validate=False)
+
+
+def by_code(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
+    """labels[codes] as a categorical: one string per distinct label, not one object per row."""
+    cats, inverse = categories(labels)
+    return categorical(inverse[codes] if len(codes) else np.empty(0, np.int32), cats)
 
 
 def constant(label: str, n: int) -> pd.Categorical:
@@ -194,7 +188,9 @@ def _flush_overlap(t: RawTables, sm_kind: np.ndarray, start: np.ndarray, end: np
 
 def _event_cost(t: RawTables, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Events recorded inside each step times the calibrated cost of one event."""
-    n = count_per_interval(t.ev_t, start, end) + count_per_interval(t.sm[:, 0], start, end)
+    n = count_per_interval(t.sm[:, 0], start, end)
+    for c in t.events:                    # each chunk a sorted run, as a whole
+        n += count_per_interval(np.ascontiguousarray(c[:, 0]), start, end)
     return n * float(t.meta.get("per_event_cost_ns", 0.0))
 
 
@@ -234,7 +230,7 @@ def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: in
     if unmatched:
         warnings.append(f"{unmatched} span begin/end events had no partner (spans open when recording "
                         "started, stopped or crashed) and were left out")
-    events = int(len(t.ev_t) + len(t.sm))
+    events = t.records
     dropped = max(int(t.dropped), int(end.get("dropped_events", 0)))
     config = meta.get("config", {})
     if dropped:

@@ -1,8 +1,9 @@
 """Turn one rank's raw store into a `Run` (vectorised: no Python loop per event).
 
 Events arrive as per-thread (t, code) pairs; code // 2 is a descriptor id, code % 2 says begin
-or end. This module finds a rank's raw files, reads and checks their chunks, removes copies, and
-concatenates them; `interpret.py` gives them meaning.
+or end. This module finds a rank's raw files, reads them (`raw.read_raw_file`), has their chunks
+checked and de-duplicated by the rank's `tables.TableReader` (the reader `follow.py` uses too), and
+concatenates the records; `interpret.py` gives them meaning.
 
 What a damaged store costs (docs/architecture.md, "The raw store"): a chunk that cannot be used
 costs its own records and nothing else, and is reported (file, chunk index, byte offset, records
@@ -11,10 +12,9 @@ warning; the same recording stored twice (a copied file, a repeated chunk) is co
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -22,24 +22,23 @@ import pandas as pd
 from profiler.kernels.intervals import place
 from profiler.errors import ProfviewError
 from profiler.store import kinds
-from profiler.store.raw import Chunk, RawFile, find_raw_files, rank_of_name, read_raw_file, _read_bytes, iter_chunks
+from profiler.store.raw import RawFile, find_raw_files, rank_of_name, read_raw_file, _read_bytes
+from profiler.store.tables import TableReader, clean_meta, json_or_none
 
 INT64_MAX = np.iinfo(np.int64).max
-#: damaged chunks listed one by one in profiler_info (the count is always complete)
-MAX_DAMAGE_LISTED = 50
+RECORD_TABLES = ("events", "samples")
 
 
 @dataclass
 class RawTables:
-    """The concatenated columns of one rank's raw files, before interpretation."""
+    """One rank's raw files as tables, before interpretation: its events chunks (views of the mapped
+    files), its samples concatenated, the descriptor table, and what was read and lost."""
 
     meta: dict
     descriptors: list[tuple[str, str, str]]
     thread_names: dict[int, str]                  # ident -> name
-    ev_t: np.ndarray                              # event times (ns, recording clock)
-    ev_code: np.ndarray
-    ev_chunk_thread: np.ndarray                   # thread ident of each events chunk, in order
-    ev_chunk_len: np.ndarray                      # events in each chunk (a chunk is one thread's)
+    events: list[np.ndarray]                      # each events chunk's (time, code) records, (n, 2) int64
+    ev_chunk_thread: np.ndarray                   # thread ident of each events chunk (a chunk is one thread's)
     sm: np.ndarray                                # samples, shape (n, 4): t, code, a, b
     sm_thread: np.ndarray
     sources: dict = field(default_factory=dict)
@@ -51,6 +50,15 @@ class RawTables:
     damaged: list[dict] = field(default_factory=list)   # Damage.to_json() of each damaged chunk
     lost_records: int = 0                         # records in damaged chunks or naming lost descriptors
     duplicate_chunks: int = 0                     # chunks stored twice (copied files, repeated chunks)
+
+    @property
+    def n_events(self) -> int:
+        return sum(len(c) for c in self.events)
+
+    @property
+    def records(self) -> int:
+        """Events and samples."""
+        return self.n_events + len(self.sm)
 
 
 @dataclass(frozen=True)
@@ -91,10 +99,10 @@ def _peek_rank(path: Path) -> tuple[Optional[int], str]:
     if data is None:
         return None, report.unreadable
     try:
-        for chunk in iter_chunks(data, str(path), report):
+        for chunk in report.walk(data):
             if chunk.table == "meta":
                 meta = clean_meta(json_or_none(chunk), [], "")
-                if meta is not None and _is_int(meta.get("rank")) and 0 <= meta["rank"] < 1 << 31:
+                if meta is not None and type(meta.get("rank")) is int and 0 <= meta["rank"] < 1 << 31:
                     return int(meta["rank"]), ""
                 return None, ""
     except ProfviewError:        # a newer format: reading the file says so
@@ -135,111 +143,11 @@ def raw_ranks(directory: Path) -> list[int]:
     return scan_raw_store(directory).ranks
 
 
-# ---- validating what the chunks say ----------------------------------------------------------
-
-def _is_int(v: Any) -> bool:
-    return type(v) is int
-
-
-def _int64(v: Any) -> bool:
-    return _is_int(v) and -(1 << 63) <= v < (1 << 63)
-
-
-def json_or_none(chunk: Chunk) -> Any:
-    try:
-        return chunk.json()
-    except (ValueError, RecursionError):
-        return None
-
-
-def thread_names(obj: list, where: str) -> tuple[dict[int, str], str]:
-    """A threads chunk's {ident: name}; an entry without a valid ident is left out, one without a
-    valid name keeps a generic name. Also the warning to give ("" when every entry was valid)."""
-    names, bad = {}, 0
-    for th in obj:
-        ident = th.get("ident") if isinstance(th, dict) else None
-        if not _int64(ident):
-            bad += 1
-            continue
-        name = th.get("name")
-        if not isinstance(name, str):
-            bad += 1
-            name = f"thread-{ident}"
-        names[ident] = name
-    problem = (f"{where}: {bad} thread entr{'y' if bad == 1 else 'ies'} without a valid ident or name (such "
-               "threads keep a generic name)") if bad else ""
-    return names, problem
-
-
-def records_problem(chunk: Chunk) -> str:
-    """Why an events / samples chunk cannot be read ("" when it can): its thread ident, its size."""
-    width = 2 if chunk.table == "events" else 4
-    thread = chunk.header.get("thread")
-    if not _int64(thread):
-        return f"its thread ident is invalid (thread = {thread!r:.40})"
-    if len(chunk.payload) % (8 * width):
-        return f"its payload ({len(chunk.payload)} bytes) is not a whole number of {8 * width}-byte records"
-    return ""
-
-
-def clean_meta(obj: Any, warnings: list[str], where: str) -> Optional[dict]:
-    """A metadata chunk's object with every field the analysis reads of the right type, or None when
-    its clock origin (which every time is relative to) is unusable. Bad optional fields are dropped."""
-    if not isinstance(obj, dict):
-        return None
-    clock = obj.get("clock")
-    if not isinstance(clock, dict) or not _int64(clock.get("origin_monotonic_ns")):
-        return None
-    meta = dict(obj)
-    clock = dict(clock)
-    if not _int64(clock.get("origin_unix_ns", 0)):
-        clock["origin_unix_ns"] = 0
-        warnings.append(f"{where}: the metadata's wall-clock origin is unreadable: wall-clock times are unknown")
-    meta["clock"] = clock
-    expected = {"rank": _is_int, "world_size": _is_int, "pid": _is_int, "host": lambda v: isinstance(v, str),
-                "tool_version": lambda v: isinstance(v, str),
-                "framework_versions": lambda v: isinstance(v, dict), "config": lambda v: isinstance(v, dict),
-                "per_event_cost_ns": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                and math.isfinite(v) and v >= 0}
-    bad = [k for k, ok in expected.items() if k in meta and not ok(meta[k])]
-    for k in bad:
-        del meta[k]
-    if bad:
-        warnings.append(f"{where}: metadata field(s) {', '.join(bad)} unreadable and ignored")
-    return meta
-
-
-def clean_end(obj: Any) -> Optional[dict]:
-    """The end-of-recording chunk's object with the fields the analysis reads checked (None: unusable)."""
-    if not isinstance(obj, dict):
-        return None
-    end = dict(obj)
-    for key in ("dropped_events", "events_recorded", "samples_recorded", "write_errors", "steps"):
-        if key in end and not (_is_int(end[key]) and end[key] >= 0):
-            del end[key]
-    if "stopped_cleanly" in end and not isinstance(end["stopped_cleanly"], bool):
-        del end["stopped_cleanly"]
-    flush = end.get("flush_ms")
-    if flush is not None and not (isinstance(flush, (int, float)) and not isinstance(flush, bool)
-                                  and math.isfinite(flush) and flush >= 0):
-        del end["flush_ms"]
-    return end
-
-
 # ---- reading a rank ------------------------------------------------------------------------
-
-class _Group:
-    """The chunks of one recording (one process's raw file, and any copies of it)."""
-
-    def __init__(self, files: list[RawFile]) -> None:
-        self.files = files
-        self.chunks: list[tuple[RawFile, Chunk]] = []
-        self.lut: dict[int, int] = {}            # file-local descriptor id -> global id (-1: unreadable)
-
 
 def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], None]] = None,
                     rank: Optional[int] = None, notes: Optional[list[str]] = None) -> RawTables:
-    """Read and concatenate the raw files of one rank (several processes may share a rank).
+    """The raw tables of one rank, from its raw files (several processes may share a rank).
 
     `notes` are warnings about this rank's entries that were skipped before reading (scan_raw_store).
     Raises ProfviewError (one sentence) only when nothing of the rank can be read."""
@@ -248,73 +156,66 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
         files.append(read_raw_file(p))
         if progress:
             progress(i + 1, len(paths))
-    warnings: list[str] = list(notes or [])
-    groups = _group_copies(files)
-    tables = RawTables(meta={}, descriptors=[], thread_names={},
-                       ev_t=np.empty(0, np.int64), ev_code=np.empty(0, np.int64),
-                       ev_chunk_thread=np.empty(0, np.int64), ev_chunk_len=np.empty(0, np.int64),
-                       sm=np.empty((0, 4), np.int64), sm_thread=np.empty(0, np.int64))
-    metas: list[dict] = []
-    global_ids: dict[tuple[str, str, str], int] = {}
+    reader = TableReader()
+    for i, f in enumerate(files):             # files with the same metadata chunk hold one recording
+        meta = next((c for c in f.chunks if c.table == "meta" and clean_meta(json_or_none(c), [], "")), None)
+        reader.add_file(f, ("meta", meta.key) if meta is not None else ("file", i))
+    chunks = [(f, c) for rec in reader.recordings for f in rec.files for c in f.chunks if reader.unique(f, c)]
+    for f, c in chunks:                       # the tables first: records may precede their descriptors
+        if c.table not in RECORD_TABLES:
+            reader.take(f, c)
     ev_parts, sm_parts = [], []
-    for g in groups:
-        _collect_tables(g, tables, metas, global_ids)
-    for g in groups:
-        _collect_records(g, tables, ev_parts, sm_parts)
-    for f in files:                       # reading, de-duplication and _collect_* noted their findings per file
-        warnings += f.damage_warnings() + f.warnings
-    damaged = [d for f in files for d in f.damaged]
-    tables.torn_chunks = len(damaged)
-    tables.damaged = [d.to_json() for d in damaged[:MAX_DAMAGE_LISTED]]
-    tables.lost_records += sum(d.records_lost or 0 for d in damaged)
-    if ev_parts:
-        # Chunks in order of their first event: a thread's own chunks already are, but Python reuses the
-        # ident of a finished thread, and the finished thread's last chunk can reach the file after the
-        # new thread's first one. Nesting pairs events in recording order per ident, so order them here.
-        ev_parts.sort(key=lambda part: int(part[0][0, 0]))
-        tables.ev_t = np.concatenate([p[0][:, 0] for p in ev_parts])
-        tables.ev_code = np.concatenate([p[0][:, 1] for p in ev_parts])
-        tables.ev_chunk_thread = np.array([p[1] for p in ev_parts], dtype=np.int64)
-        tables.ev_chunk_len = np.array([len(p[0]) for p in ev_parts], dtype=np.int64)
+    for f, c in chunks:
+        if c.table in RECORD_TABLES:
+            records = reader.take(f, c)
+            if records is not None:
+                (ev_parts if records.table == "events" else sm_parts).append(records)
+    # Chunks in order of their first event: a thread's own chunks already are, but Python reuses the
+    # ident of a finished thread, and the finished thread's last chunk can reach the file after the
+    # new thread's first one. Nesting pairs events in recording order per ident, so order them here.
+    # The chunks stay views of the memory-mapped files: the events are never copied.
+    ev_parts.sort(key=lambda part: int(part.words[0, 0]))
+    tables = RawTables(meta={}, descriptors=reader.descriptors, thread_names=reader.thread_names,
+                       events=[p.words for p in ev_parts],
+                       ev_chunk_thread=np.array([p.thread for p in ev_parts], dtype=np.int64),
+                       sm=np.empty((0, 4), np.int64), sm_thread=np.empty(0, np.int64), sources=reader.sources,
+                       end=reader.end, dropped=reader.dropped, duplicate_chunks=reader.duplicate_chunks)
+    tables.torn_chunks, tables.damaged, tables.lost_records = reader.damage()
     if sm_parts:
-        tables.sm = np.concatenate([p[0] for p in sm_parts])
-        tables.sm_thread = np.concatenate([np.full(len(p[0]), p[1], np.int64) for p in sm_parts])
+        tables.sm = np.concatenate([p.words for p in sm_parts])
+        tables.sm_thread = np.concatenate([np.full(len(p.words), p.thread, np.int64) for p in sm_parts])
     tables.files = [str(p) for p in paths]
-    tables.warnings = warnings
-    records = len(tables.ev_t) + len(tables.sm)
-    if metas:
-        tables.meta = min(metas, key=lambda m: m["clock"]["origin_monotonic_ns"])
-    elif records:
-        first = int(min(tables.ev_t.min() if len(tables.ev_t) else INT64_MAX,
-                        tables.sm[:, 0].min() if len(tables.sm) else INT64_MAX))
+    tables.warnings = list(notes or []) + reader.warnings()
+    if reader.meta is not None:
+        tables.meta = reader.meta
+    elif tables.records:
+        first = min(p.t_min for p in ev_parts + sm_parts)
         tables.meta = {"rank": rank if rank is not None else 0,
                        "clock": {"origin_monotonic_ns": first, "origin_unix_ns": 0}}
         tables.warnings.append("the metadata chunk of this rank's recording is missing or damaged: times are "
                                "counted from the first record, wall-clock times and the recording's settings "
                                "are unknown")
     else:
-        raise ProfviewError(_nothing_readable(paths, files, warnings))
-    _drop_before_origin(tables)
+        raise ProfviewError(_nothing_readable(paths, files, tables.warnings))
+    _drop_before_origin(tables, [p.t_min for p in ev_parts])
     _repair_windows(tables)
     return tables
 
 
-def _drop_before_origin(t: RawTables) -> None:
+def _drop_before_origin(t: RawTables, ev_t_min: list[int]) -> None:
     """Records timed before the recording's origin cannot be (every record is taken after it): a
-    damaged time. They are left out and counted, so no output holds a time before the recording."""
+    damaged time. They are left out and counted, so no output holds a time before the recording.
+    `ev_t_min`: the earliest time of each events chunk."""
     origin = int(t.meta["clock"]["origin_monotonic_ns"])
-    early_ev = t.ev_t < origin
     early_sm = t.sm[:, 0] < origin
-    n = int(early_ev.sum()) + int(early_sm.sum())
+    n = int(early_sm.sum())
+    if any(t_min < origin for t_min in ev_t_min):
+        kept = [c[c[:, 0] >= origin] if t_min < origin else c for c, t_min in zip(t.events, ev_t_min)]
+        n += t.n_events - sum(len(c) for c in kept)
+        t.ev_chunk_thread = t.ev_chunk_thread[[len(c) > 0 for c in kept]]
+        t.events = [c for c in kept if len(c)]
     if not n:
         return
-    if early_ev.any():
-        chunk = np.repeat(np.arange(len(t.ev_chunk_len)), t.ev_chunk_len)
-        keep = ~early_ev
-        t.ev_chunk_len = np.bincount(chunk[keep], minlength=len(t.ev_chunk_len)).astype(np.int64)
-        t.ev_t, t.ev_code = t.ev_t[keep], t.ev_code[keep]
-        nonempty = t.ev_chunk_len > 0
-        t.ev_chunk_len, t.ev_chunk_thread = t.ev_chunk_len[nonempty], t.ev_chunk_thread[nonempty]
     if early_sm.any():
         t.sm, t.sm_thread = t.sm[~early_sm], t.sm_thread[~early_sm]
     t.lost_records += n
@@ -332,170 +233,12 @@ def _nothing_readable(paths: list[Path], files: list[RawFile], warnings: list[st
             "recording or was cut short at its start")
 
 
-def _group_copies(files: list[RawFile]) -> list[_Group]:
-    """Files holding the same recording (the same metadata chunk, e.g. a raw file copied under another
-    name) form one group whose chunks are de-duplicated; a chunk repeated within a file is counted once."""
-    by_identity: dict[Any, _Group] = {}
-    groups: list[_Group] = []
-    for i, f in enumerate(files):
-        meta = next((c for c in f.chunks if c.table == "meta" and clean_meta(json_or_none(c), [], "")), None)
-        identity = ("meta", meta.key) if meta is not None else ("file", i)
-        g = by_identity.get(identity)
-        if g is None:
-            g = by_identity[identity] = _Group([])
-            groups.append(g)
-        g.files.append(f)
-    for g in groups:
-        seen: dict[tuple, tuple[RawFile, Chunk]] = {}
-        for f in g.files:
-            repeats: dict[str, int] = {}
-            for c in f.chunks:
-                first = seen.get(c.key)
-                if first is None:
-                    seen[c.key] = (f, c)
-                    g.chunks.append((f, c))
-                else:
-                    other = first[0].path
-                    repeats[str(other)] = repeats.get(str(other), 0) + 1
-            for other, n in repeats.items():
-                if other == str(f.path):
-                    f.warnings.append(f"{f.path}: {n} chunk(s) repeat earlier chunks of the same file word for "
-                                      "word: each was counted once")
-                else:
-                    f.warnings.append(f"{f.path} repeats {n} chunk(s) of {other} (the same recording stored twice, "
-                                      "e.g. a copied raw file): each was counted once")
-                f.duplicates += n
-    return groups
-
-
-def _collect_tables(g: _Group, tables: RawTables, metas: list[dict], global_ids: dict) -> None:
-    """Pass 1 over one recording's chunks: metadata, descriptors (file-local ids -> global ids),
-    thread names, source status, the end chunk. Invalid content costs its chunk (a warning)."""
-    next_local = 0
-    for f, c in g.chunks:
-        t = c.table
-        if t not in ("meta", "descriptors", "threads", "sources", "end"):
-            continue
-        obj = json_or_none(c)
-        where = c.where(str(f.path))
-        if t == "meta":
-            meta = clean_meta(obj, f.warnings, where)
-            if meta is None:
-                f.damage(c, "its metadata is not a JSON object with a clock origin")
-            else:
-                metas.append(meta)
-        elif t == "descriptors":
-            first = c.header.get("first", next_local)
-            if not isinstance(obj, list):
-                f.damage(c, "its descriptors are not a JSON list", records_lost=0)
-                continue
-            if not _is_int(first) or first < 0 or first + len(obj) > max(f.size, 1):
-                f.damage(c, f"its first descriptor id is invalid (first = {first!r:.40})", records_lost=0)
-                continue
-            bad = 0
-            for k, d in enumerate(obj):
-                if not (isinstance(d, list) and len(d) == 3 and all(isinstance(x, str) for x in d)):
-                    bad += 1
-                    g.lut.setdefault(first + k, -1)
-                    continue
-                key = (d[0], d[1], d[2])
-                gid = global_ids.get(key)
-                if gid is None:
-                    gid = global_ids[key] = len(tables.descriptors)
-                    tables.descriptors.append(key)
-                old = g.lut.get(first + k)
-                if old is not None and old >= 0 and old != gid:
-                    bad += 1
-                    continue
-                g.lut[first + k] = gid
-            if bad:
-                f.warnings.append(f"{where}: {bad} descriptor(s) unreadable or contradicting an earlier chunk; "
-                                  "records naming them are left out")
-            next_local = max(next_local, first + len(obj))
-        elif t == "threads":
-            if not isinstance(obj, list):
-                f.damage(c, "its thread table is not a JSON list", records_lost=0)
-                continue
-            names, problem = thread_names(obj, where)
-            tables.thread_names.update(names)
-            if problem:
-                f.warnings.append(problem)
-        elif t == "sources":
-            if not isinstance(obj, dict):
-                f.damage(c, "its source table is not a JSON object", records_lost=0)
-                continue
-            tables.sources.update({str(k): v for k, v in obj.items() if isinstance(v, dict)})
-        elif t == "end":
-            end = clean_end(obj)
-            if end is None:
-                f.damage(c, "its end-of-recording record is not a JSON object", records_lost=0)
-            else:
-                tables.end = end
-
-
-def _collect_records(g: _Group, tables: RawTables, ev_parts: list, sm_parts: list) -> None:
-    """Pass 2: events and samples, their codes rewritten from the file's descriptor ids to global ids."""
-    size = max(g.lut) + 1 if g.lut else 0
-    lut = np.full(size, -1, dtype=np.int64)
-    for local, gid in g.lut.items():
-        lut[local] = gid
-    identity = bool(size) and np.array_equal(lut, np.arange(size))
-    complete = bool((lut >= 0).all())            # every id below `size` is known: only the range needs checking
-    unknown: dict[str, list] = {}                # file -> [records, chunks, first chunk's place]
-    for f, c in g.chunks:
-        t = c.table
-        if t not in ("events", "samples"):
-            continue
-        width = 2 if t == "events" else 4
-        problem = records_problem(c)
-        if problem:
-            f.damage(c, problem)
-            continue
-        thread = c.header["thread"]
-        if t == "events":
-            dropped = c.header.get("dropped", 0)
-            if _is_int(dropped) and dropped >= 0:
-                tables.dropped += dropped
-            else:
-                f.warnings.append(f"{c.where(str(f.path))}: its dropped count is invalid ({dropped!r:.40}) and "
-                                  "was ignored")
-        words = np.frombuffer(c.payload, dtype="<i8").reshape(-1, width)
-        if not len(words):
-            continue
-        desc = words[:, 1] >> 1
-        bad = (desc < 0) | (desc >= size)
-        if not complete:
-            if not bad.any():
-                bad = lut[desc] < 0
-            else:
-                bad[~bad] = lut[desc[~bad]] < 0
-        if bad.any():
-            n = int(bad.sum())
-            u = unknown.setdefault(str(f.path), [0, 0, c.where(str(f.path))])
-            u[0] += n
-            u[1] += 1
-            tables.lost_records += n
-            words, desc = words[~bad], desc[~bad]
-        if not identity and len(words):
-            out = words.copy()
-            out[:, 1] = (lut[desc] << 1) | (out[:, 1] & 1)
-            words = out
-        if len(words):
-            (ev_parts if t == "events" else sm_parts).append((words, thread))
-    for f in g.files:
-        tables.duplicate_chunks += f.duplicates
-    for path, (n, chunks, where) in unknown.items():
-        f = next(x for x in g.files if str(x.path) == path)
-        f.warnings.append(f"{path}: {n:,} recorded events in {chunks} chunk(s) name descriptors that no readable "
-                          f"descriptors chunk defines (first: {where.split(': ', 1)[1]}); they were left out")
-
-
 def _repair_windows(t: RawTables) -> None:
     """Recording windows whose start was lost (its sample sat in a damaged chunk, or the memory
     budget dropped it) get one back, at the first record after the previous window's end, so the
     loss costs that sample and not the whole window. A window whose end was lost ends where the
     next one starts (windows_from_samples)."""
-    if not len(t.sm) and not len(t.ev_t):
+    if not t.records:
         return
     kind_of = descriptor_columns(t.descriptors)[0]
     k = kind_of[t.sm[:, 1] >> 1] if len(t.sm) else np.empty(0, dtype=object)
@@ -505,7 +248,7 @@ def _repair_windows(t: RawTables) -> None:
 
     def first_record(after: int, until: int) -> Optional[int]:
         best = None
-        for times in (t.ev_t, other_sm):
+        for times in [c[:, 0] for c in t.events] + [other_sm]:
             sel = times[(times > after) & (times <= until)]
             if len(sel):
                 best = int(sel.min()) if best is None else min(best, int(sel.min()))

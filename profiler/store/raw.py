@@ -9,9 +9,15 @@ the payload is the table's little-endian int64 words, or UTF-8 JSON for small me
 Each chunk is one `os.write` to a file opened with O_APPEND, so a process killed with SIGKILL
 leaves whole chunks plus at most one torn one at the end; the reader detects that torn chunk
 (short read or CRC mismatch), skips it and reports it.
+
+`RawFile.walk` is the one reader of a file's chunks, for a finished file (`read_raw_file`, the batch
+reader) and for one still being written (`store/follow.py`, which walks each new stretch as it
+arrives): what it cannot use is recorded in the file's `RawFile`, the one channel through which
+damage is said (`Damage` sentences and warnings).
 """
 from __future__ import annotations
 
+import bisect
 import json
 import mmap
 import os
@@ -89,6 +95,11 @@ class Chunk:
         return table if isinstance(table, str) else ""
 
     @property
+    def nbytes(self) -> int:
+        """The chunk's size in its file: prefix, header and payload."""
+        return _PREFIX.size + self.head_len + len(self.payload)
+
+    @property
     def key(self) -> tuple[int, int, int, int]:
         """What two copies of this chunk share: its checksum and sizes. Records, descriptors, the
         metadata and the end never repeat word for word within a recording; other chunks can (a
@@ -130,17 +141,39 @@ class Damage:
                 "table": self.table, "events_lost": self.records_lost, "why": self.why}
 
 
+#: why a walk over a growing file stopped before its end (RawFile.waiting)
+SHORT = "short"          # the next chunk is not whole yet: a write still landing, or a torn tail
+CHECKSUM = "checksum"    # the last chunk fails its checksum: maybe a write still landing
+MARKER = "marker"        # no chunk marker yet after bytes that are not a chunk
+
+
 @dataclass
 class RawFile:
-    """The chunks of one raw file, and what could not be read."""
+    """One raw file as read: its chunks, and everything about it that a reader could not use.
+
+    This is the one channel through which damage is said, for the batch reader and the follower
+    alike: damaged chunks (`damaged`, one `Damage` sentence each), chunks repeating others
+    (`duplicates`, one sentence per file they repeat), other warnings, and records naming unknown
+    descriptors (one sentence), in that order (`sentences()`); damage and warnings in the order of
+    their chunks in the file, however the chunks were taken in. It also keeps the state of the
+    walk over the file's bytes (`walk`), so a growing file is read in stretches.
+    """
 
     path: Path
     chunks: list[Chunk] = field(default_factory=list)
-    damaged: list[Damage] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    damaged: list[Damage] = field(default_factory=list)          # in chunk order
+    notes: list[tuple[int, str]] = field(default_factory=list)   # (chunk index, warning), in chunk order
     unreadable: str = ""         # why the file could not be read at all ("" when it could)
     size: int = 0
     duplicates: int = 0          # chunks repeating chunks already read (a copied file, a repeated chunk)
+    repeats: dict[str, int] = field(default_factory=dict)   # file whose chunk was repeated -> how many
+    unknown: list = field(default_factory=list)   # [records, chunks, where the first was] naming unknown descriptors
+    meta: Optional[dict] = None  # what its metadata chunk says (checked)
+    end: Optional[dict] = None   # what its end-of-recording chunk says (checked)
+    offset: int = 0              # bytes walked: whole chunks and reported damage
+    next_index: int = 0          # index of the next chunk (damaged stretches count)
+    waiting: str = ""            # why the last walk stopped before the end of its bytes ("" when it did not)
+    wanted: int = 0              # the offset the walk needs bytes up to, when it stopped for a SHORT chunk
 
     @property
     def torn_chunks(self) -> int:
@@ -154,9 +187,16 @@ class RawFile:
         """Record that a whole chunk cannot be used (its content is invalid although its checksum holds)."""
         if records_lost is None:
             records_lost = records_in(chunk.table, len(chunk.payload))
-        d = Damage(str(self.path), chunk.index, chunk.offset, _PREFIX.size + len(chunk.payload), why,
-                   chunk.table or None, records_lost)
-        self.damaged.append(d)
+        self._add(Damage(str(self.path), chunk.index, chunk.offset, chunk.nbytes, why, chunk.table or None,
+                         records_lost))
+
+    def _add(self, d: Damage) -> None:
+        bisect.insort(self.damaged, d, key=lambda x: x.chunk)
+
+    def warn(self, index: int, *texts: str) -> None:
+        """Warnings about the chunk at `index` (-1: the file as a whole)."""
+        for text in texts:
+            bisect.insort(self.notes, (index, text), key=lambda note: note[0])
 
     def damage_warnings(self, limit: int = 10) -> list[str]:
         """One sentence per damaged chunk, the first `limit` of them, then one for the rest."""
@@ -167,6 +207,118 @@ class RawFile:
             out.append(f"{self.path}: {len(rest)} more damaged chunk(s) skipped ({sum(d.nbytes for d in rest)} bytes, "
                        f"{lost:,} recorded events known lost with them)")
         return out
+
+    def sentences(self) -> list[str]:
+        """Everything said about this file: damaged chunks, repeated chunks, warnings, unknown descriptors."""
+        out = self.damage_warnings()
+        for other, n in self.repeats.items():
+            if other == str(self.path):
+                out.append(f"{self.path}: {n} chunk(s) repeat earlier chunks of the same file word for word: each "
+                           "was counted once")
+            else:
+                out.append(f"{self.path} repeats {n} chunk(s) of {other} (the same recording stored twice, e.g. a "
+                           "copied raw file): each was counted once")
+        out += [text for _, text in self.notes]
+        if self.unknown:
+            n, chunks, where = self.unknown
+            out.append(f"{self.path}: {n:,} recorded events in {chunks} chunk(s) name descriptors that no readable "
+                       f"descriptors chunk defines (first: {where.split(': ', 1)[1]}); they were left out")
+        return out
+
+    def walk(self, data, base: int = 0, final: bool = True) -> Iterator[Chunk]:
+        """Yield the whole chunks in `data` (the file's bytes from offset `base`, which is at most
+        `self.offset`), from `self.offset` on; record torn or corrupt ones in `damaged`.
+
+        A damaged stretch costs only itself: the walk resumes at the next chunk marker, so a corrupt
+        chunk in the middle of a file does not hide the chunks after it. Every size is checked
+        against the bytes there are before anything is sliced, so a lying length field never
+        allocates more than the file holds. `final`: `data` runs to the end of a file that will
+        not grow (a finished or killed recording). When it may still grow, the walk stops where a
+        verdict would need bytes not written yet (`waiting` says why: a chunk not whole yet, a
+        checksum failing at the very end, no next marker yet) and resumes there on the next call.
+        """
+        view = memoryview(data)
+        pos, end = self.offset - base, len(data)
+        self.waiting = ""
+        try:
+            while pos < end:
+                if end - pos < _PREFIX.size:
+                    if not final:
+                        self.waiting, self.wanted = SHORT, base + pos + _PREFIX.size
+                        return
+                    self._damaged(base + pos, end - pos, "the chunk header is cut short (the run was probably killed "
+                                  "while writing)")
+                    pos = end
+                    return
+                magic, head_len, payload_len, crc = _PREFIX.unpack_from(data, pos)
+                if magic != MAGIC:
+                    nxt = data.find(MAGIC, pos + 1)
+                    if nxt < 0 and not final:
+                        self.waiting = MARKER
+                        return
+                    stop = nxt if nxt >= 0 else end
+                    self._damaged(base + pos, stop - pos, "no chunk marker (not a profview raw chunk)")
+                    pos = stop
+                    continue
+                body = pos + _PREFIX.size
+                stop = body + head_len + payload_len
+                if stop > end:
+                    if not final:
+                        self.waiting, self.wanted = SHORT, base + stop
+                        return
+                    nxt = data.find(MAGIC, pos + 1)
+                    head = data[body:body + head_len] if body + head_len <= end else None
+                    if nxt < 0:
+                        self._damaged(base + pos, end - pos, "the chunk is cut short (the run was probably killed "
+                                      "while writing)", head, payload_len)
+                        pos = end
+                        return
+                    self._damaged(base + pos, nxt - pos, "its length field points past the end of the file", head, None)
+                    pos = nxt
+                    continue
+                head = data[body:body + head_len]
+                payload = view[body + head_len:stop]
+                if zlib.crc32(payload, zlib.crc32(head)) != crc:
+                    # The sizes are probably right when the next chunk starts where they say; else resynchronise.
+                    if stop == end or data[stop:stop + 4] == MAGIC:
+                        nxt = stop
+                    elif not final and end - stop < 4 and MAGIC.startswith(bytes(data[stop:end])):
+                        nxt = -1             # the next chunk's marker may be landing
+                    else:
+                        nxt = data.find(MAGIC, pos + 1)
+                    if not final and (stop == end or nxt < 0):
+                        self.waiting = CHECKSUM if stop == end else MARKER
+                        return
+                    nxt = nxt if nxt >= 0 else end
+                    self._damaged(base + pos, nxt - pos, "checksum mismatch (damaged bytes)", head,
+                                  payload_len if nxt == stop else None)
+                    pos = nxt
+                    continue
+                chunk = Chunk({}, payload, self.next_index, base + pos, crc, head_len)
+                self.next_index += 1
+                pos = stop
+                header, why = checked_header(head, str(self.path))
+                if header is None:
+                    self.damage(chunk, why)
+                    continue
+                chunk.header = header
+                if why:
+                    self.damage(chunk, why)
+                    continue
+                yield chunk
+        finally:
+            self.offset = base + pos
+
+    def _damaged(self, offset: int, nbytes: int, why: str, head=None, payload_len: Optional[int] = None) -> None:
+        """A stretch of bytes that is no usable chunk (its header's table named when it can be parsed)."""
+        table = None
+        if head is not None:
+            header = _parse_header(head)
+            if isinstance(header, dict) and isinstance(header.get("table"), str):
+                table = header["table"][:40]
+        lost = records_in(table, payload_len) if table and payload_len is not None and table in RECORD_BYTES else None
+        self._add(Damage(str(self.path), self.next_index, offset, nbytes, why, table, lost))
+        self.next_index += 1
 
 
 #: bytes per record of the binary tables
@@ -179,92 +331,11 @@ def records_in(table: Optional[str], payload_len: int) -> Optional[int]:
     return payload_len // size if size else (0 if table else None)
 
 
-class _Walk:
-    """State of one walk over a file's bytes."""
-
-    def __init__(self, data, name: str, report: RawFile) -> None:
-        self.data, self.name, self.report = data, name, report
-        self.index = 0
-
-    def damaged(self, pos: int, nbytes: int, why: str, head: Optional[bytes] = None,
-                payload_len: Optional[int] = None) -> None:
-        table = None
-        if head is not None:
-            header = _parse_header(head)
-            if isinstance(header, dict) and isinstance(header.get("table"), str):
-                table = header["table"][:40]
-        lost = records_in(table, payload_len) if table and payload_len is not None and table in RECORD_BYTES else None
-        self.report.damaged.append(Damage(self.name, self.index, pos, nbytes, why, table, lost))
-        self.index += 1
-
-    def next_marker(self, pos: int) -> int:
-        """Where the next chunk marker after `pos` starts (-1: none): a damaged stretch ends there."""
-        return self.data.find(MAGIC, pos + 1)
-
-
 def _parse_header(head) -> Any:
     try:
         return json.loads(bytes(head))
     except (ValueError, RecursionError):      # not JSON, not UTF-8, nested too deep
         return None
-
-
-def iter_chunks(data, name: str, report: RawFile) -> Iterator[Chunk]:
-    """Yield the whole chunks of a raw file's bytes; record torn or corrupt ones in `report`.
-
-    A damaged stretch costs only itself: the walk resumes at the next chunk marker whose chunk
-    checks out, so a corrupt chunk in the middle of a file does not hide the chunks after it.
-    Every size is checked against the file's size before anything is sliced, so a lying length
-    field never allocates more than the file holds.
-    """
-    view = memoryview(data)
-    w = _Walk(data, name, report)
-    pos, end = 0, len(data)
-    while pos < end:
-        if end - pos < _PREFIX.size:
-            w.damaged(pos, end - pos, "the chunk header is cut short (the run was probably killed while writing)")
-            return
-        magic, head_len, payload_len, crc = _PREFIX.unpack_from(data, pos)
-        if magic != MAGIC:
-            nxt = w.next_marker(pos)
-            stop = nxt if nxt >= 0 else end
-            w.damaged(pos, stop - pos, "no chunk marker (not a profview raw chunk)")
-            pos = stop
-            continue
-        body = pos + _PREFIX.size
-        stop = body + head_len + payload_len
-        if stop > end:
-            nxt = w.next_marker(pos)
-            head = data[body:body + head_len] if body + head_len <= end else None
-            if nxt < 0:
-                w.damaged(pos, end - pos, "the chunk is cut short (the run was probably killed while writing)",
-                          head, payload_len)
-                return
-            w.damaged(pos, nxt - pos, "its length field points past the end of the file", head, None)
-            pos = nxt
-            continue
-        head = data[body:body + head_len]
-        payload = view[body + head_len:stop]
-        if zlib.crc32(payload, zlib.crc32(head)) != crc:
-            # The sizes are probably right when the next chunk starts where they say; else resynchronise.
-            nxt = stop if stop == end or data[stop:stop + 4] == MAGIC else w.next_marker(pos)
-            nxt = nxt if nxt >= 0 else end
-            w.damaged(pos, nxt - pos, "checksum mismatch (damaged bytes)", head,
-                      payload_len if nxt == stop else None)
-            pos = nxt
-            continue
-        chunk = Chunk({}, payload, w.index, pos, crc, head_len)
-        w.index += 1
-        pos = stop
-        header, why = checked_header(head, name)
-        if header is None:
-            report.damage(chunk, why)
-            continue
-        chunk.header = header
-        if why:
-            report.damage(chunk, why)
-            continue
-        yield chunk
 
 
 def checked_header(head, name: str) -> tuple[Optional[dict], str]:
@@ -349,9 +420,9 @@ def read_raw_file(path: Path) -> RawFile:
     report = RawFile(path)
     data = _read_bytes(path, report)
     if data is None:
-        report.warnings.append(f"{path} {report.unreadable}: skipped")
+        report.warn(-1, f"{path} {report.unreadable}: skipped")
         return report
-    report.chunks = list(iter_chunks(data, str(path), report))
+    report.chunks = list(report.walk(data))
     return report
 
 
@@ -392,35 +463,3 @@ def archive_previous_recording(directory: Path, rank: int) -> Path | None:
     for path in old:
         path.rename(target / path.name)
     return target
-
-
-#: what `read_chunk_at` found at an offset
-WHOLE = "whole"      # a whole chunk
-SHORT = "short"      # fewer bytes than the chunk needs: a chunk still being written, or a torn tail
-BAD = "bad"          # bytes that are no valid chunk (no marker, or a checksum mismatch)
-
-
-def read_chunk_at(data, pos: int, name: str = "raw file") -> tuple[str, Chunk | None, int, str]:
-    """The chunk that starts at byte `pos` of `data`: (WHOLE | SHORT | BAD, the chunk or None, the
-    offset after it, why it is not whole). For an incremental reader (store/follow.py) of a file
-    that is still growing: SHORT at the end may be a chunk whose write has not landed yet, so the
-    reader keeps `pos` and retries; a checksum mismatch can be skipped (the offset after it is
-    known), a missing marker cannot (the offset returned is `pos`)."""
-    end = len(data)
-    if end - pos < _PREFIX.size:
-        return SHORT, None, pos, "the chunk header is cut short"
-    magic, head_len, payload_len, crc = _PREFIX.unpack_from(data, pos)
-    if magic != MAGIC:
-        return BAD, None, pos, "no chunk marker (not a profview raw chunk)"
-    body = pos + _PREFIX.size
-    stop = body + head_len + payload_len
-    if stop > end:
-        return SHORT, None, pos, "the chunk is cut short (the run was probably killed while writing)"
-    head = bytes(data[body:body + head_len])
-    payload = memoryview(data)[body + head_len:stop]
-    if zlib.crc32(payload, zlib.crc32(head)) != crc:
-        return BAD, None, stop, "checksum mismatch"
-    header, why = checked_header(head, name)
-    if why:
-        return BAD, None, stop, why
-    return WHOLE, Chunk(header, payload), stop, ""
