@@ -213,6 +213,10 @@ def test_log_to_trackers_writes_the_steps_live_into_the_trainers_tensorboard_and
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")     # MLflow 3 refuses a file store without it
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf")
+    # a fresh process: an earlier test's MLflowLogger (Lightning) may have set mlflow's process-wide URI,
+    # which outranks the environment variable the Trainer's MLflowCallback relies on
+    from mlflow.tracking._tracking_service import utils as mlflow_tracking
+    monkeypatch.setattr(mlflow_tracking, "_tracking_uri", None)
     args = hf.TrainingArguments(
         output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=BATCH, max_steps=6, logging_steps=2,
         report_to=["tensorboard", "mlflow"], use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
