@@ -32,6 +32,7 @@ OP_COLUMNS: dict[str, str] = {
     "self_ns": "int64",       # dur_ns minus time of ops nested inside it on the same lane (== dur_ns for leaves)
     "step": "int64",          # step the op started in, -1 when outside every step
     "shapes": "object",       # input shapes as text when recorded, else ""
+    "dtypes": "object",       # input types as text when recorded (torch: ["double","float",...]), else ""
     "correlation": "int64",   # host-launch <-> device-kernel correlation id, -1 when none
     "source": "object",       # marker | torch | kineto | ascend | mindspore
 }

@@ -39,13 +39,13 @@ import pandas as pd
 from profiler.errors import ProfviewError
 from profiler.record.recorder import clock_anchor, hot
 from profiler.store.kinds import FLUSH
-from profiler.model import OP_COLUMNS, Run, conform
+from profiler.model import OP_COLUMNS, SPAN_COLUMNS, THREAD_COLUMNS, Run, conform
 from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.kernels.intervals import assign_steps
 from profiler.capture.base import Host, Source
 from profiler.store.load import Recording
 from profiler.importers.kineto import read_kineto_trace
-from profiler.kernels.nesting import enclosing_parents
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
 
 if TYPE_CHECKING:
     from profiler.record.recorder import Recorder
@@ -262,13 +262,15 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
     Ops are moved onto the run's clock (see the module docstring), their host threads renamed to
     the run's thread names, their steps re-assigned from the run's own steps (torch's
     ProfilerStep annotations are not used), and collective annotations (`gloo:all_reduce`, ...)
-    added as `comm` ops so that the step trace counts them as all-reduce.
+    added as `comm` ops so that the step trace counts them as all-reduce. The other annotations
+    (record_function ranges: `## forward ##`, `Optimizer.step#SGD.step`, the DataLoader's fetch)
+    join the run's spans on their thread (`_annotation_spans`): on the timeline, never ops.
     """
     entries = torch_index_entries(directory, rank)
     if not entries:
         return run
     origin_mono = int(run.info["clock"]["origin_monotonic_ns"])
-    ops, counters = [run.ops], [run.counters]
+    ops, counters, spans = [run.ops], [run.counters], []
     warns = run.info.setdefault("warnings", [])
     for path, entry in entries:
         try:
@@ -287,6 +289,7 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
         window_ops["stream"] = window_ops["stream"].astype(object).map(lambda s: names.get(s, s))
         window_ops["source"] = "torch"
         ops.append(window_ops)
+        spans.append(_annotation_spans(trace, names, shift))
         memory = trace.counters.copy()
         memory["time_ns"] += shift
         memory["source"] = "torch"
@@ -295,6 +298,7 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
     merged["step"] = assign_steps(merged["start_ns"].to_numpy(), run.steps)
     run.ops = merged.sort_values("start_ns", kind="stable", ignore_index=True)
     run.counters = pd.concat(counters, ignore_index=True)
+    run.spans, run.threads = _with_spans(run, pd.concat(spans, ignore_index=True))
     run.info.setdefault("sources", {}).setdefault("torch", {})["windows_merged"] = len(ops) - 1
     return run
 
@@ -335,6 +339,38 @@ def _thread_names(trace: Run, native: dict, known: set) -> dict:
         if ours in known:
             out[name] = ours
     return out
+
+
+def _annotation_spans(trace: Run, names: dict, shift: int) -> pd.DataFrame:
+    """The trace's annotations other than collectives (those are `_comm_ops`), on the run's clock,
+    with their thread's name in the run (`names`) in place of the trace's thread id."""
+    spans = trace.spans[~trace.spans["name"].astype(str).str.startswith(COMM_PREFIXES)]
+    lane = dict(zip(trace.threads["tid"], trace.threads["name"]))
+    return pd.DataFrame({"thread": [names.get(lane[t], lane[t]) for t in spans["tid"]],
+                         "kind": spans["kind"].to_numpy(dtype=object), "name": spans["name"].to_numpy(dtype=object),
+                         "start_ns": spans["start_ns"].to_numpy(np.int64) + shift,
+                         "dur_ns": spans["dur_ns"].to_numpy(np.int64)})
+
+
+def _with_spans(run: Run, added: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's spans and threads with the `added` spans (`_annotation_spans`): on the run's thread
+    of their name, or on a new thread of that name; nesting depths recomputed over all the spans."""
+    if not len(added):
+        return run.spans, run.threads
+    threads = run.threads
+    tid_of = dict(zip(threads["name"].astype(str), threads["tid"]))
+    new = [name for name in dict.fromkeys(added["thread"]) if name not in tid_of]
+    if new:
+        first = int(threads["tid"].max()) + 1 if len(threads) else 0
+        tid_of.update({name: first + i for i, name in enumerate(new)})
+        threads = conform(pd.concat([threads, pd.DataFrame(
+            {"tid": [tid_of[n] for n in new], "os_tid": -1, "name": new})], ignore_index=True), THREAD_COLUMNS)
+    added = added.assign(tid=added["thread"].map(tid_of).astype(np.int64), depth=0)
+    spans = pd.concat([conform(run.spans, SPAN_COLUMNS), conform(added, SPAN_COLUMNS)], ignore_index=True)
+    spans = spans.sort_values("start_ns", kind="stable", ignore_index=True)
+    tid, start = spans["tid"].to_numpy(np.int64), spans["start_ns"].to_numpy(np.int64)
+    spans["depth"] = nesting_depths(enclosing_parents(tid, start, start + spans["dur_ns"].to_numpy(np.int64)))
+    return spans, threads
 
 
 def _comm_ops(trace: Run) -> pd.DataFrame:

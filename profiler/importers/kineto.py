@@ -91,10 +91,12 @@ DEVICE_ACTIVITIES = ("compute", "comm", "memcpy", "memset", "sync")
 #: Names of record_function annotations torch writes, recognised in any category: torch 1.8 wrote
 #: them as `Operator` (cpu_op) events, later torch as `user_annotation`. They are spans (steps for
 #: ProfilerStep#N), never host ops: the profiler step, phase annotations (`## forward ##`), the
-#: data loader's fetch, the optimizer's and DDP's own ranges.
+#: data loader's fetch, the optimizer's and DDP's own ranges, and the bare `forward` / `backward`
+#: scopes (a scripted module's method call, which TorchScript records as a cpu_op around the ops
+#: it runs; torch 1.8's record_function("forward")).
 _ANNOTATION_NAME = re.compile(
     r"##.*##|ProfilerStep#\d+|enumerate\(DataLoader\)#.*|Optimizer\.(?:step|zero_grad)#.*"
-    r"|DistributedDataParallel\.forward"
+    r"|DistributedDataParallel\.forward|forward|backward"
 )
 
 # Event kinds.
@@ -308,7 +310,7 @@ def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, n
     return Run(
         info=_info(trace, cols, kind, clock, warnings),
         ops=_ops(cols, kind, thread_of, threads, steps, clock),
-        spans=spans.drop(columns=["end_ns"]),
+        spans=spans.drop(columns=["end_ns", "phase"]),
         instants=_instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock),
         steps=steps,
         counters=_counters(cols, kind, clock),
@@ -462,16 +464,18 @@ def _step_rows(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(inside, row, -1)
 
 
-def _phase_of(name: Any) -> str:
+def _phase_of(name: Any, user_range: bool) -> str:
     """"forward" / "backward" for the phase annotations that mark a training step's compute:
-    record_function("## forward ##") style names (torchrec and many training loops) and
-    DistributedDataParallel.forward (torch's own); "" for every other annotation."""
+    record_function("## forward ##") style names (torchrec and many training loops),
+    DistributedDataParallel.forward (torch's own) and, in a `user_annotation` range (`user_range`),
+    a bare record_function("forward"); "" for every other annotation (a bare `forward` cpu_op is a
+    scripted module's method, any module's, not the step's forward)."""
     if not isinstance(name, str):
         return ""
     if name == "DistributedDataParallel.forward":
         return "forward"
     word = name.strip("# ").lower()
-    return word if word in ("forward", "backward") else ""
+    return word if word in ("forward", "backward") and (user_range or word != name) else ""
 
 
 def _with_phase_bounds(steps: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
@@ -479,11 +483,10 @@ def _with_phase_bounds(steps: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame
     bp_end_ns = end of the last backward annotation that starts in it (-1 without one)."""
     if steps.empty or spans.empty:
         return steps
-    phase = Coded.of(spans["name"].to_numpy(dtype=object)).map(_phase_of)
     frame = pd.DataFrame(
         {
             "row": _step_rows(spans["start_ns"].to_numpy(), steps),
-            "phase": phase,
+            "phase": spans["phase"].to_numpy(),
             "start_ns": spans["start_ns"].to_numpy(),
             "end_ns": spans["end_ns"].to_numpy(),
         }
@@ -515,8 +518,8 @@ def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, cl
 
 def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
     """User annotations (record_function ranges) other than ProfilerStep, in start order, with
-    their nesting depth among the annotations of their thread. Keeps end_ns for the step phase
-    bounds."""
+    their nesting depth among the annotations of their thread. Keeps end_ns and the phase they
+    mark (`_phase_of`) for the step phase bounds."""
     tid = thread_of[rows]
     start = clock.ns(cols.ts_us[rows])
     end = start + clock.dur_ns(cols.dur_us[rows])
@@ -529,8 +532,10 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _
             "dur_ns": end - start,
             "depth": nesting_depths(enclosing_parents(tid, start, end)),
             "end_ns": end,
+            "phase": combine(cols.name[rows], cols.cat[rows]).map(
+                lambda pair: _phase_of(pair[0], pair[1] == "user_annotation")),
         },
-        columns=[*SPAN_COLUMNS, "end_ns"],
+        columns=[*SPAN_COLUMNS, "end_ns", "phase"],
     ).sort_values("start_ns", kind="stable", ignore_index=True)
 
 
@@ -584,6 +589,7 @@ def _ops(
         "self_ns": np.where(part["leaf"], dur, self_times(parent, dur)),
         "step": np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)],
         "shapes": part["shapes"],
+        "dtypes": part["dtypes"],
         "correlation": to_int(cols.arg("correlation", rows), default=-1),
         "source": Coded.constant(SOURCE, len(rows)),
     }
@@ -602,7 +608,8 @@ def _host_op_columns(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray
         "stream": Coded(thread_of[rows], threads["name"].tolist()),
         "op_type": cols.name[rows],
         "category": cols.cat[rows].mapped(HOST_OP_CATEGORIES.get),
-        "shapes": _shapes(cols, rows),
+        "shapes": _compact_arg(cols, rows, "Input Dims"),
+        "dtypes": _compact_arg(cols, rows, "Input type"),
         "lane": thread_of[rows],
         "leaf": np.zeros(len(rows), dtype=bool),
     }
@@ -620,6 +627,7 @@ def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, Any]:
         "op_type": kinds.mapped(lambda pair: _device_category_type(*pair)[1]),
         "category": kinds.mapped(lambda pair: _device_category_type(*pair)[0]),
         "shapes": np.full(len(rows), "", dtype=object),
+        "dtypes": np.full(len(rows), "", dtype=object),
         "lane": dense_ids(device_id, stream_id)[0],
         "leaf": kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool),
     }
@@ -653,10 +661,11 @@ def _device_category_type(cat: str, name: str) -> tuple[str, str]:
     return category, name
 
 
-def _shapes(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
-    """Input shapes ("Input Dims", recorded with record_shapes=True) as compact JSON text."""
-    dims = cols.arg("Input Dims", rows)
-    return np.fromiter(("" if d is None else dumps_compact(d) for d in dims), dtype=object, count=len(dims))
+def _compact_arg(cols: EventColumns, rows: np.ndarray, key: str) -> np.ndarray:
+    """args[key] as compact JSON text ("" when absent): the input shapes ("Input Dims") and input
+    types ("Input type": ["double", "float", "Scalar"]) torch records with record_shapes=True."""
+    values = cols.arg(key, rows)
+    return np.fromiter(("" if v is None else dumps_compact(v) for v in values), dtype=object, count=len(values))
 
 
 # ----------------------------------------------------------------------------- counters
