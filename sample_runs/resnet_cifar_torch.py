@@ -166,7 +166,8 @@ def train_stage(out: Path, steps: int, loader_options: dict, careful: bool, read
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = ProfiledDataLoader(DataLoader(SyntheticCIFAR(BATCH * (steps + 1), read_ms), batch_size=BATCH, shuffle=False,
                                            **loader_options))
-    profiler = Profiler(output_path=out, framework="torch", gpu_counters=False, gzip_timeline=gzip_timeline)
+    profiler = Profiler(output_path=out, framework="torch", gpu_counters=False, gzip_timeline=gzip_timeline,
+                        record_shapes=True)     # input types: the float64 ops of stage c
     profiler.attach(model, optimizer)           # fp start, bp end and the step end come from hooks
     for i, (x, y) in enumerate(loader):
         loss = nn.functional.cross_entropy(model(x), y)

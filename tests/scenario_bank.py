@@ -1088,7 +1088,7 @@ def float64_loop(ops_schedule_active: int = 0) -> Callable[[Path], dict]:
         batches = memory_batches(256, OP_STEPS, features=32)
         kw, captured = op_schedule(ops_schedule_active)
         clock = Clock()
-        profiler = new_profiler(out, **kw)
+        profiler = new_profiler(out, record_shapes=True, **kw)      # input types: the float64 ops
         profiler.attach(model, optimizer)
         for x, y in batches:
             train_step(model, optimizer, x, y)
@@ -1103,7 +1103,7 @@ CAST = r"(?:^Cast|aten::to$|aten::_to_copy|aten::copy_|ToCopyBackward)"
 
 
 def judge_float64(o: Outcome) -> list[str]:
-    problems = verdict_is(o, "op_hotspot")
+    problems = verdict_is(o, "precision_waste")
     cast = next((f for f in o.findings if str(f.get("key", "")).startswith("op_hotspot:cast")), None)
     if cast is None:
         return problems + [f"no Cast op_hotspot finding (findings: {[f['key'] for f in o.findings]})"]
@@ -1117,6 +1117,10 @@ def judge_float64(o: Outcome) -> list[str]:
                         f"{per_captured:.2f} ms per captured step")
     if cast["severity"] != "high":
         problems.append(f"Cast finding is {cast['severity']} ({cast['at_stake_pct']:.1f} % of the step)")
+    waste = o.finding("precision_waste")          # the float64 adds and the casts around them, charged together
+    if waste is None or waste["at_stake_ms"] < 0.9 * per_captured:
+        problems.append(f"precision_waste finding {waste and waste['at_stake_ms']} ms does not hold the "
+                        f"{per_captured:.2f} ms of casts per captured step")
     return problems
 
 
@@ -1512,9 +1516,11 @@ def _bank() -> list[Scenario]:
         Scenario("eval_every_5", "an evaluation pass (12 batches, no_grad) every 5 steps",
                  "step_outliers (every 5 steps)", eval_loop, judge_outliers, sane_outliers, figures_outliers),
         Scenario("float64_ops_every_step", "float64 bias sums + casts; attach() op capture on every step",
-                 "op_hotspot (Cast), high", float64_loop(), judge_float64, sane_float64, figures_float64),
+                 "precision_waste first, op_hotspot (Cast), high", float64_loop(), judge_float64, sane_float64,
+                 figures_float64),
         Scenario("float64_ops_8_of_24", "float64 bias sums + casts; ops on 8 of 24 steps (ops_schedule)",
-                 "op_hotspot (Cast), high, per captured step", float64_loop(8), judge_float64, sane_float64,
+                 "precision_waste first, op_hotspot (Cast), high, per captured step", float64_loop(8),
+                 judge_float64, sane_float64,
                  figures_float64),
         Scenario("tiny_ops_every_step", "~1800 tiny ops per step (60 tiny modules on 4 x 8 tensors); ops every step",
                  "host_bound (launch-bound)", tiny_ops_loop(), judge_tiny_ops, sane_tiny_ops, figures_tiny_ops),

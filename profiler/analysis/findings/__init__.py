@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Optional
 
 from profiler.analysis.findings import (
-    communication, input_pipeline, launch, memory, operators, outliers, recording, straggler, tail,
+    communication, input_pipeline, launch, memory, operators, outliers, precision, recording, straggler, tail,
 )
 from profiler.analysis.findings.base import Question
 
 QUESTIONS: tuple[Question, ...] = (
     input_pipeline.QUESTION,
     operators.QUESTION,
+    precision.QUESTION,
     launch.QUESTION,
     tail.QUESTION,
     communication.QUESTION,

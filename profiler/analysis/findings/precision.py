@@ -1,0 +1,96 @@
+"""Does the host compute in float64? precision_waste: ops whose recorded input types (torch's
+`record_shapes=True`: the ops' `dtypes`) include float64, and the casts to / from float64 around
+them, charged together with the time they take per captured step. float64 is twice the bytes and,
+on most hardware, several times the time of float32, and is almost never what a model needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
+from profiler.analysis.findings.operators import OP_FAMILIES
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
+
+THRESHOLDS = {
+    "precision_waste_pct": Threshold(5.0, "share of the mean captured step spent in host ops on float64 inputs "
+                                          "and the casts to / from float64 around them (needs record_shapes)"),
+}
+
+#: How the recorded input types name float64 (torch: "double", "c10::complex<double>").
+FLOAT64_TYPE = "double"
+#: dtype conversions (the Cast family of operators.py): charged when float64 goes in or comes out.
+CAST = OP_FAMILIES["cast"][0]
+
+FIX = {
+    "torch": "keep the model and its inputs in float32: remove .double() / dtype=torch.float64 (model.float(), "
+             "torch.set_default_dtype(torch.float32)) and find where float64 enters — numpy arrays are float64 "
+             "by default, so torch.from_numpy(array) / torch.tensor(array) give float64 tensors: convert with "
+             "array.astype(np.float32) or .float() once at load time; for speed use mixed precision "
+             "(torch.autocast) rather than a wider type",
+    "mindspore": "keep the network and its inputs in float32 (mstype.float32; numpy arrays are float64 by "
+                 "default: astype(np.float32) at load time) and use mixed precision (amp_level='O2') for speed",
+    "plain": "keep arrays in float32 end to end (numpy creates float64 by default: pass dtype=np.float32, or "
+             "astype(np.float32) once at load time)",
+}
+
+
+@dataclass(frozen=True)
+class Needs:
+    steps: StepWindow
+    ops: pd.DataFrame
+
+
+def float64_charged(ops: pd.DataFrame) -> np.ndarray:
+    """Per op, whether its self time is float64's: an op with a float64 input, a cast (`CAST`) with a
+    float64 op inside it (float64 out), or any op nested in one of those (its allocations, launches)."""
+    float64 = ops["dtypes"].astype(str).str.contains(FLOAT64_TYPE, regex=False).to_numpy()
+    if not float64.any():
+        return float64
+    lane = pd.factorize(ops["device"].astype(str) + "\x00" + ops["stream"].astype(str))[0]
+    start = ops["start_ns"].to_numpy(np.int64)
+    parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
+    depth = nesting_depths(parent)
+    levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
+    holds = float64.copy()                       # a float64 op at or below it: innermost level first
+    for rows in reversed(levels):
+        holds[parent[rows[holds[rows]]]] = True
+    charged = float64 | (holds & ops["name"].astype(str).str.contains(CAST).to_numpy())
+    for rows in levels:                          # what a charged op runs inside it: outermost first
+        charged[rows] |= charged[parent[rows]]
+    return charged
+
+
+def find(data: Needs, ctx: Context) -> list[Finding]:
+    """precision_waste: float64 ops and their casts take at least precision_waste_pct of the captured step."""
+    ops, captured = data.ops, data.steps.captured
+    if ops is None or not len(ops) or "dtypes" not in ops or not len(captured):
+        return []
+    ops = ops[ops["step"].isin(captured["step"]).to_numpy()]
+    charged = float64_charged(ops) if len(ops) else np.zeros(0, dtype=bool)
+    if not charged.any():
+        return []
+    ops, n = ops[charged], len(captured)
+    self_ms = pd.Series(ops["self_ns"].to_numpy(np.float64) / 1e6 / n, index=ops["name"].astype(str).to_numpy())
+    cast = self_ms.index.str.contains(CAST)
+    stake, cast_ms = float(self_ms.sum()), float(self_ms[cast].sum())
+    top = self_ms.groupby(level=0).sum().sort_values(ascending=False).head(4)
+    note = f"per captured step ({n} of {len(data.steps.analysed)})" if n < len(data.steps.analysed) else "per step"
+    finding = data.steps.captured_finding(
+        "precision_waste", stake,
+        title=f"float64 on the host: {stake:.2f} ms per step in ops on float64 inputs and the casts around them",
+        evidence=(f"{stake:.2f} ms {note} of self time in {len(ops) / n:.0f} ops per step with float64 inputs or "
+                  f"casting to / from float64 ({cast_ms:.2f} ms of it casts); the biggest: "
+                  + ", ".join(f"{name} {ms:.2f} ms" for name, ms in top.items())
+                  + f" [{ctx.file('op_detail')}: name, self_ms; input types recorded by torch.profiler "
+                    "(record_shapes=True)]"),
+        threshold=ctx.rule_text("float64 ops + their casts", "precision_waste_pct"),
+        suggestion=FIX[ctx.framework], files=[ctx.file("op_detail"), ctx.file("timeline", "json")],
+        metrics={"self_ms_per_step": stake, "cast_ms_per_step": cast_ms, "ops_per_step": len(ops) / n})
+    return [finding] if ctx.reaches(finding.at_stake_pct, "precision_waste_pct") is not None else []
+
+
+QUESTION = Question(name="precision", page="operators", keys=("precision_waste",), thresholds=THRESHOLDS,
+                    rank=Rule(Needs, find))

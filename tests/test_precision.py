@@ -1,0 +1,152 @@
+"""Precision waste on the host (findings/precision.py), and annotations that are never ops.
+
+The float64 finding is tested on real torch training loops (the same model in float64 and in
+float32, torch.profiler capturing ops with record_shapes=True) and on hand-built op tables for the
+charging rule; the annotation rule on every real Kineto capture in tests/data/kineto and on a live
+torch capture with record_function ranges.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from profiler import Profiler  # noqa: E402
+from profiler.analysis.findings.precision import float64_charged  # noqa: E402
+from profiler.formats import read_csv  # noqa: E402
+from profiler.importers.kineto import _ANNOTATION_NAME  # noqa: E402
+from profiler.model import OP_COLUMNS, conform  # noqa: E402
+
+TRACES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob("*.json.gz"))
+
+
+# --------------------------------------------------------------------------- the charging rule
+
+
+def _ops(rows: list[tuple]) -> pd.DataFrame:
+    """Host ops on one thread from (name, start, dur, self, dtypes) rows, all in step 0."""
+    frame = pd.DataFrame(rows, columns=["name", "start_ns", "dur_ns", "self_ns", "dtypes"])
+    return conform(frame.assign(device="cpu", stream="main", op_type=frame["name"], category="host", step=0),
+                   OP_COLUMNS)
+
+
+def test_float64_ops_their_casts_and_what_runs_inside_them_are_charged() -> None:
+    """A cast into float64 has float32 inputs itself: it is charged for the float64 copy_ inside it,
+    and so are its allocation; a cast between other types, float32 ops and a scope around float64
+    ops (forward) are not."""
+    ops = _ops([
+        ("forward", 0, 1000, 100, ""),                                        # 0 scope: not charged
+        ("aten::to", 10, 200, 5, '["float","Scalar"]'),                       # 1 cast float -> double
+        ("aten::_to_copy", 12, 190, 10, '["float","Scalar"]'),                # 2
+        ("aten::empty_strided", 13, 20, 20, '["ScalarList"]'),                # 3 its allocation
+        ("aten::copy_", 40, 150, 150, '["double","float","Scalar"]'),          # 4 the float64 copy
+        ("aten::group_norm", 300, 300, 20, '["double","Scalar","double"]'),   # 5 a float64 op
+        ("aten::native_group_norm", 305, 280, 260, '["double","double"]'),    # 6
+        ("aten::empty", 310, 20, 20, '["ScalarList"]'),                       # 7 inside a float64 op
+        ("aten::to", 700, 50, 10, '["float","Scalar"]'),                      # 8 cast float -> half
+        ("aten::copy_", 705, 40, 40, '["c10::Half","float"]'),                # 9
+        ("aten::mm", 800, 100, 100, '["float","float"]'),                     # 10 float32 work
+    ])
+    charged = float64_charged(ops)
+    assert np.flatnonzero(charged).tolist() == [1, 2, 3, 4, 5, 6, 7]
+    assert int(ops["self_ns"][charged].sum()) == 5 + 10 + 20 + 150 + 20 + 260 + 20
+
+
+def test_no_input_types_no_charge() -> None:
+    """Without record_shapes no op has input types: nothing is charged (no guess from names)."""
+    ops = _ops([("aten::to", 0, 100, 100, ""), ("aten::native_group_norm", 200, 100, 100, "")])
+    assert not float64_charged(ops).any()
+
+
+# --------------------------------------------------------------------------- real training loops
+
+
+class Net(nn.Module):
+    """Conv + GroupNorm blocks; `float64` computes every GroupNorm and ReLU in float64 (a cast in, a
+    cast out), the mistake the finding is for."""
+
+    def __init__(self, float64: bool) -> None:
+        super().__init__()
+        self.float64 = float64
+        self.convs = nn.ModuleList(nn.Conv2d(16 if i else 3, 16, 3, padding=1) for i in range(3))
+        self.norms = nn.ModuleList(nn.GroupNorm(4, 16) for _ in range(3))
+        if float64:
+            self.norms.double()
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv, norm in zip(self.convs, self.norms):
+            x = conv(x)
+            x = torch.relu(norm(x.double())).float() if self.float64 else torch.relu(norm(x))
+        return self.head(x.mean((2, 3)))
+
+
+STEPS = 8
+
+
+def _train(out: Path, float64: bool) -> dict:
+    """Profile STEPS steps of Net (ops captured with input types); the report and the raw traces."""
+    torch.manual_seed(0)
+    model = Net(float64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    profiler = Profiler(out, framework="torch", host_counters=False, gpu_counters=False, record_shapes=True)
+    profiler.attach(model, optimizer)
+    for _ in range(STEPS):
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    profiler.analyse(progress=False)
+    return json.loads((out / "report_0.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory, torch_one_thread) -> dict:
+    base = tmp_path_factory.mktemp("precision")
+    return {name: (base / name, _train(base / name, name == "float64")) for name in ("float64", "float32")}
+
+
+def _raw_float64_ms(directory: Path) -> float:
+    """Self-evident lower bound read with the standard library from torch's own exported traces: the
+    summed duration of the outermost float64 GroupNorm ops (forward and backward) per analysed step."""
+    total = 0.0
+    for path in sorted((directory / "raw").glob("*-torch-*.json*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as fh:
+            events = json.load(fh)["traceEvents"]
+        total += sum(e["dur"] for e in events if e.get("cat") == "cpu_op"
+                     and e["name"] in ("aten::native_group_norm", "aten::native_group_norm_backward")
+                     and "double" in (e.get("args", {}).get("Input type") or []))
+    return total / 1e3
+
+
+def test_float64_loop_ranks_precision_waste_first(loops: dict) -> None:
+    """The float64 loop's top finding and verdict is precision_waste, its stake the float64 ops and
+    casts per step: at least the float64 GroupNorm time torch itself recorded, at most the op time."""
+    directory, report = loops["float64"]
+    top = report["findings"][0]
+    assert top["kind"] == "precision_waste" and report["verdict"] == "precision_waste", \
+        [(f["key"], f["severity"], f["at_stake_pct"]) for f in report["findings"]]
+    assert top["severity"] == "high"
+    analysed = report["steps"]["analysed"]
+    norm_ms = _raw_float64_ms(directory) / STEPS              # every step captured (the first one too)
+    assert top["at_stake_ms"] >= 0.5 * norm_ms > 0
+    detail = read_csv(directory / "op_detail_0.csv", "op_detail")
+    op_ms = float(detail.loc[detail["device"] == "cpu", "self_ms"].sum()) / analysed
+    assert top["at_stake_ms"] <= 1.2 * op_ms
+    assert 0 < top["metrics"]["cast_ms_per_step"] < top["at_stake_ms"]
+    assert "aten::native_group_norm" in top["evidence"] and "float32" in top["suggestion"]
+
+
+def test_float32_loop_has_no_precision_waste(loops: dict) -> None:
+    _, report = loops["float32"]
+    assert not [f for f in report["findings"] if f["kind"] == "precision_waste"]
+    assert report["thresholds"]["precision_waste_pct"] == 5.0
