@@ -21,6 +21,7 @@ from torch import nn  # noqa: E402
 from profiler import Profiler  # noqa: E402
 from profiler.analysis.findings.precision import float64_charged  # noqa: E402
 from profiler.formats import read_csv  # noqa: E402
+from profiler.postprocess.imported import import_capture  # noqa: E402
 from profiler.importers.kineto import _ANNOTATION_NAME  # noqa: E402
 from profiler.model import OP_COLUMNS, conform  # noqa: E402
 
@@ -150,3 +151,68 @@ def test_float32_loop_has_no_precision_waste(loops: dict) -> None:
     _, report = loops["float32"]
     assert not [f for f in report["findings"] if f["kind"] == "precision_waste"]
     assert report["thresholds"]["precision_waste_pct"] == 5.0
+
+
+# --------------------------------------------------------------------------- annotations are never ops
+
+
+def _annotation_names(path: Path) -> set[str]:
+    """What the trace itself says are annotations (record_function ranges, host and device side), read
+    with the standard library, and torch's own range names written as cpu_op (`_ANNOTATION_NAME`:
+    ProfilerStep#N, `## forward ##`, Optimizer.step#..., TorchScript's `forward`)."""
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    return ({e["name"] for e in events if e.get("cat") in ("user_annotation", "gpu_user_annotation")}
+            | {e["name"] for e in events if e.get("cat") == "cpu_op" and _ANNOTATION_NAME.fullmatch(e["name"])})
+
+
+@pytest.mark.parametrize("trace", TRACES)
+def test_no_annotation_is_an_op_of_an_imported_trace(captures: Path, trace: str, tmp_path: Path) -> None:
+    """In every op table written for a real capture, no op is an annotation: op names never, op types
+    only as a collective's kernel family (ncclKernel_AllReduce_* -> nccl:all_reduce, named like torch's
+    own range); the annotations are on the timeline as spans."""
+    path = captures / "kineto" / trace
+    annotations = _annotation_names(path)
+    import_capture(path, tmp_path)
+    tables = sorted(tmp_path.glob("op_detail_*.csv"))
+    assert tables
+    for detail in tables:
+        names = set(read_csv(detail, "op_detail")["name"].astype(str))
+        assert not names & annotations, sorted(names & annotations)
+        types = read_csv(detail.with_name(detail.name.replace("op_detail", "op_type")), "op_type")
+        assert not set(types.loc[types["category"] != "comm", "op_type"].astype(str)) & annotations
+    timeline = json.loads(next(tmp_path.glob("timeline_*.json")).read_text())
+    spans = {e["name"] for e in (timeline["traceEvents"] if isinstance(timeline, dict) else timeline)
+             if e.get("ph") == "X" and e.get("cat") in ("span", "step")}
+    host = {n for n in annotations if not n.startswith("ProfilerStep#")}
+    assert host and host <= spans | {n for n in annotations if n.startswith("nccl:")}, sorted(host - spans)[:5]
+    if trace.startswith("sampled_rank"):
+        assert "forward" in spans         # TorchScript's method scope, a cpu_op in the file: a span, not an op
+
+
+def test_record_function_ranges_of_a_live_capture_are_spans(tmp_path: Path, torch_one_thread) -> None:
+    """A live torch capture: the user's record_function ranges and torch's own (Optimizer.step#...)
+    are spans on the loop's thread, never in the op tables; the ops inside them still are ops."""
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    profiler = Profiler(tmp_path, framework="torch", host_counters=False, gpu_counters=False)
+    profiler.attach(model, optimizer)
+    for _ in range(6):
+        with torch.profiler.record_function("## my forward ##"):
+            loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    profiler.analyse(progress=False)
+    detail = read_csv(tmp_path / "op_detail_0.csv", "op_detail")
+    names = set(detail["name"].astype(str))
+    assert {"aten::addmm", "aten::relu"} <= names
+    assert not {n for n in names if n.startswith(("## ", "Optimizer."))}
+    timeline = json.loads((tmp_path / "timeline_0.json").read_text())
+    events = timeline["traceEvents"] if isinstance(timeline, dict) else timeline
+    spans = [e for e in events if e.get("ph") == "X" and e["name"] in ("## my forward ##", "Optimizer.step#SGD.step")]
+    assert sorted({e["name"] for e in spans}) == ["## my forward ##", "Optimizer.step#SGD.step"]
+    assert len([e for e in spans if e["name"] == "## my forward ##"]) == 6
+    loop_lane = {e["tid"] for e in events if e.get("ph") == "X" and e["name"] == "aten::addmm"}
+    assert {e["tid"] for e in spans} <= loop_lane
