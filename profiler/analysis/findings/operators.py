@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold, pct_text
+from profiler.analysis.findings.base import (
+    CAST_OP_NAME, Context, Finding, Question, Rule, StepWindow, Threshold, pct_text,
+)
 
 THRESHOLDS = {
     "op_hotspot_pct": Threshold(20.0, "share of a device's op time taken by an avoidable op family "
@@ -23,7 +25,7 @@ THRESHOLDS = {
 #: Avoidable op families: name pattern, label, and the fix per framework.
 OP_FAMILIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
     "cast": (
-        re.compile(r"(?i)(?:^cast\b|^cast-|/cast|aten::(?:to|_to_copy|copy_|type_as)$|tocopybackward|copy_kernel)"),
+        CAST_OP_NAME,
         "Cast (dtype conversion)",
         {"torch": "keep one dtype through the model: remove .double() / .float() / .to(dtype) around layers "
                   "(each one is a copy forward and again in backward); for speed use mixed precision "

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.operators import OP_FAMILIES
+from profiler.analysis.findings.base import CAST_OP_NAME, Context, Finding, Question, Rule, StepWindow, Threshold
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 
 THRESHOLDS = {
@@ -21,8 +20,6 @@ THRESHOLDS = {
 
 #: How the recorded input types name float64 (torch: "double", "c10::complex<double>").
 FLOAT64_TYPE = "double"
-#: dtype conversions (the Cast family of operators.py): charged when float64 goes in or comes out.
-CAST = OP_FAMILIES["cast"][0]
 
 FIX = {
     "torch": "keep the model and its inputs in float32: remove .double() / dtype=torch.float64 (model.float(), "
@@ -44,7 +41,7 @@ class Needs:
 
 
 def float64_charged(ops: pd.DataFrame) -> np.ndarray:
-    """Per op, whether its self time is float64's: an op with a float64 input, a cast (`CAST`) with a
+    """Per op, whether its self time is float64's: an op with a float64 input, a cast (`CAST_OP_NAME`) with a
     float64 op inside it (float64 out), or any op nested in one of those (its allocations, launches)."""
     float64 = ops["dtypes"].astype(str).str.contains(FLOAT64_TYPE, regex=False).to_numpy()
     if not float64.any():
@@ -57,7 +54,7 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     holds = float64.copy()                       # a float64 op at or below it: innermost level first
     for rows in reversed(levels):
         holds[parent[rows[holds[rows]]]] = True
-    charged = float64 | (holds & ops["name"].astype(str).str.contains(CAST).to_numpy())
+    charged = float64 | (holds & ops["name"].astype(str).str.contains(CAST_OP_NAME).to_numpy())
     for rows in levels:                          # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
     return charged
@@ -74,7 +71,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         return []
     ops, n = ops[charged], len(captured)
     self_ms = pd.Series(ops["self_ns"].to_numpy(np.float64) / 1e6 / n, index=ops["name"].astype(str).to_numpy())
-    cast = self_ms.index.str.contains(CAST)
+    cast = self_ms.index.str.contains(CAST_OP_NAME)
     stake, cast_ms = float(self_ms.sum()), float(self_ms[cast].sum())
     top = self_ms.groupby(level=0).sum().sort_values(ascending=False).head(4)
     note = f"per captured step ({n} of {len(data.steps.analysed)})" if n < len(data.steps.analysed) else "per step"
