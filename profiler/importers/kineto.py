@@ -608,8 +608,8 @@ def _host_op_columns(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray
         "stream": Coded(thread_of[rows], threads["name"].tolist()),
         "op_type": cols.name[rows],
         "category": cols.cat[rows].mapped(HOST_OP_CATEGORIES.get),
-        "shapes": _compact_arg(cols, rows, "Input Dims"),
-        "dtypes": _compact_arg(cols, rows, "Input type"),
+        "shapes": _shapes(cols, rows),
+        "dtypes": _input_types(cols, rows),
         "lane": thread_of[rows],
         "leaf": np.zeros(len(rows), dtype=bool),
     }
@@ -661,11 +661,29 @@ def _device_category_type(cat: str, name: str) -> tuple[str, str]:
     return category, name
 
 
-def _compact_arg(cols: EventColumns, rows: np.ndarray, key: str) -> np.ndarray:
-    """args[key] as compact JSON text ("" when absent): the input shapes ("Input Dims") and input
-    types ("Input type": ["double", "float", "Scalar"]) torch records with record_shapes=True."""
-    values = cols.arg(key, rows)
-    return np.fromiter(("" if v is None else dumps_compact(v) for v in values), dtype=object, count=len(values))
+def _shapes(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
+    """Input shapes ("Input Dims", recorded with record_shapes=True) as compact JSON text."""
+    dims = cols.arg("Input Dims", rows)
+    return np.fromiter(("" if d is None else dumps_compact(d) for d in dims), dtype=object, count=len(dims))
+
+
+def _input_types(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
+    """Input types ("Input type": ["double", "float", "Scalar"], recorded with record_shapes=True)
+    as compact JSON text, "" when absent; each distinct list of names is written once."""
+    texts: dict = {}
+
+    def text(value: Any) -> str:
+        if value is None:
+            return ""
+        key = tuple(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+        if key is None:
+            return dumps_compact(value)
+        if key not in texts:
+            texts[key] = dumps_compact(value)
+        return texts[key]
+
+    types = cols.arg("Input type", rows)
+    return np.fromiter((text(t) for t in types), dtype=object, count=len(types))
 
 
 # ----------------------------------------------------------------------------- counters
