@@ -22,7 +22,7 @@ from profiler import Profiler  # noqa: E402
 from profiler.analysis.findings.precision import float64_charged  # noqa: E402
 from profiler.formats import read_csv  # noqa: E402
 from profiler.postprocess.imported import import_capture  # noqa: E402
-from profiler.importers.kineto import _ANNOTATION_NAME  # noqa: E402
+from profiler.importers.kineto import _ANNOTATION_NAME, read_kineto_trace  # noqa: E402
 from profiler.model import OP_COLUMNS, conform  # noqa: E402
 
 TRACES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob("*.json.gz"))
@@ -40,8 +40,8 @@ def _ops(rows: list[tuple]) -> pd.DataFrame:
 
 def test_float64_ops_their_casts_and_what_runs_inside_them_are_charged() -> None:
     """A cast into float64 has float32 inputs itself: it is charged for the float64 copy_ inside it,
-    and so are its allocation; a cast between other types, float32 ops and a scope around float64
-    ops (forward) are not."""
+    and so is its allocation; a cast between other types, float32 ops, a float32 op scaled by a
+    float64 number and a scope around float64 ops (forward) are not."""
     ops = _ops([
         ("forward", 0, 1000, 100, ""),                                        # 0 scope: not charged
         ("aten::to", 10, 200, 5, '["float","Scalar"]'),                       # 1 cast float -> double
@@ -54,10 +54,12 @@ def test_float64_ops_their_casts_and_what_runs_inside_them_are_charged() -> None
         ("aten::to", 700, 50, 10, '["float","Scalar"]'),                      # 8 cast float -> half
         ("aten::copy_", 705, 40, 40, '["c10::Half","float"]'),                # 9
         ("aten::mm", 800, 100, 100, '["float","float"]'),                     # 10 float32 work
+        ("aten::mul", 900, 30, 30, '["float","double","float"]'),             # 11 float32 op, float64 number
+        ("aten::copy_", 940, 30, 30, '["double","double","Scalar"]'),         # 12 float64 data moved
     ])
     charged = float64_charged(ops)
-    assert np.flatnonzero(charged).tolist() == [1, 2, 3, 4, 5, 6, 7]
-    assert int(ops["self_ns"][charged].sum()) == 5 + 10 + 20 + 150 + 20 + 260 + 20
+    assert np.flatnonzero(charged).tolist() == [1, 2, 3, 4, 5, 6, 7, 12]
+    assert int(ops["self_ns"][charged].sum()) == 5 + 10 + 20 + 150 + 20 + 260 + 20 + 30
 
 
 def test_no_input_types_no_charge() -> None:
@@ -164,6 +166,24 @@ def _annotation_names(path: Path) -> set[str]:
         events = json.load(fh)["traceEvents"]
     return ({e["name"] for e in events if e.get("cat") in ("user_annotation", "gpu_user_annotation")}
             | {e["name"] for e in events if e.get("cat") == "cpu_op" and _ANNOTATION_NAME.fullmatch(e["name"])})
+
+
+def test_real_gpu_trace_with_a_little_float64_has_no_finding(captures: Path, tmp_path: Path) -> None:
+    """diff_test (recorded with record_shapes) computes its loss in float64 (aten::log / sub / sum on
+    double) and scales float32 tensors by float64 numbers: the former is charged (a few ms over the
+    run, under the line), the latter not (else torch.compile's graph, one float64 input among
+    hundreds, would be charged whole)."""
+    path = captures / "kineto" / "diff_test.json.gz"
+    ops = read_kineto_trace(path).ops
+    charged = ops[float64_charged(ops)]
+    names = set(charged["name"].astype(str))
+    assert {"aten::log", "aten::sub"} <= names and "CompiledFunction" not in names
+    muls = charged.loc[charged["name"] == "aten::mul", "dtypes"].astype(str)
+    assert len(muls) and not muls.str.contains('"float"').any()        # mul(double, double) only
+    assert 0 < charged["self_ns"].sum() / 1e6 < 10
+    import_capture(path, tmp_path)
+    report = json.loads(next(tmp_path.glob("report_*.json")).read_text())
+    assert not [f for f in report["findings"] if f["kind"] == "precision_waste"]
 
 
 @pytest.mark.parametrize("trace", TRACES)
