@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from test_integration_lightning import _loader, _module
-from tracker_readback import assert_steps_match, expected, mlflow_metric, mlflow_run, tensorboard_run
+from tracker_readback import assert_lightning_loggers_hold_the_run, expected, tensorboard_run
 
 
 @pytest.fixture(scope="module")
@@ -27,18 +27,8 @@ def test_the_profiler_entry_logs_the_steps_live_into_the_trainers_loggers(L, tor
                         default_root_dir=str(tmp_path), max_steps=6, log_every_n_steps=2, logger=[tb, ml],
                         profiler=profiler, enable_checkpointing=False, limit_val_batches=0)
     trainer.fit(_module(L, torch_one_thread), _loader(torch_one_thread, 64))
-    trace, report = expected(tmp_path / "prof")
-    assert trace["step"].tolist() == list(range(6)) and profiler.lines
-    scalars, texts = tensorboard_run(tb.log_dir)
-    assert_steps_match(scalars, trace)
-    assert texts["profview/verdict"] == report["verdict"]
-    client, run = mlflow_run(store, ml.run_id)
-    values = {f"profview/{c}": mlflow_metric(client, ml.run_id, f"profview/{c}")
-              for c in ("iteration_gap_ms", "data_wait_ms", "fp_bp_ms", "tail_ms", "total_ms")}
-    assert_steps_match({k: {s: v for s, (v, _) in h.items()} for k, h in values.items()}, trace, rel=1e-9)
-    assert run.data.tags["profview/verdict"] == report["verdict"]
-    summary_ms = max(t for _, t in mlflow_metric(client, ml.run_id, "profview/mean_step_ms").values())
-    assert values["profview/total_ms"][0][1] < summary_ms          # step 0 was logged live, during the fit
+    assert profiler.lines and "analysed into" in profiler.lines[0]
+    assert_lightning_loggers_hold_the_run(tb.log_dir, store, ml.run_id, tmp_path / "prof", 6)
 
 
 def test_without_the_option_nothing_is_logged(L, torch_one_thread, tmp_path):
