@@ -60,7 +60,7 @@ def test_a_real_leak_is_reported_with_its_rate(loops):
     assert 2 * 0.75 < f["metrics"]["mb_per_step"] < 2 * 1.3, f["evidence"]      # 2 MB kept a step
     assert f["metrics"]["grown_mb"] > 100 and f["metrics"]["seconds_to_limit"] > 0
     assert f["key"] == "memory_growth:host:rss_bytes" and "limit is reached in" in f["title"]
-    assert f"of the {BINS - 1} steps between the {BINS} parts" in f["evidence"]
+    assert f"the median of each 1/{BINS} of the span above the previous one's" in f["evidence"]
     assert "references" in f["suggestion"] and "tracemalloc" in f["suggestion"]
 
 

@@ -33,7 +33,7 @@ MIN_SPAN_S = 5.0
 MAX_PAIRS = 50_000
 #: the growth must be at least this many times the spread of the values around the line
 NOISE_RATIO = 4.0
-#: the span is cut into this many parts; the growth must show in at least RISING_BINS of the BINS - 1 steps between them
+#: the span is cut into this many parts; the median must rise from one part to the next at least RISING_BINS times
 BINS = 8
 RISING_BINS = 6
 #: a part "rises" when its median is above the previous one's by this share of the rise the slope predicts
@@ -47,7 +47,7 @@ class Trend:
     slope_per_s: float        # Theil-Sen slope, counter units per second
     grown: float              # slope x span: how much the trend grew the counter
     spread: float             # robust spread of the values around the fitted line (1.4826 x MAD)
-    rising_bins: int          # steps between consecutive parts of the span in which the median rose
+    rising_bins: int          # times the median rose from one part of the span to the next (of BINS - 1)
     span_s: float
     points: int
 

@@ -77,13 +77,13 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
             title=f"{MEMORY_METRICS[metric]} on {device} grows {per_step_mb:.2f} MB per step{when}",
             evidence=(f"{metric} {v[0] / MB:.0f} MB -> {v[-1] / MB:.0f} MB (+{grown_mb:.0f} MB) over "
                       f"{len(steps)} steps and {trend.span_s:.1f} s ({data.steps.note}, steps with torch op capture "
-                      f"left out), rising throughout (Theil-Sen slope {trend.slope_per_s / MB:.2f} MB/s; the median "
-                      f"rose in {trend.rising_bins} of the {BINS - 1} steps between the {BINS} parts of the span; "
+                      f"left out), rising throughout (Theil-Sen slope {trend.slope_per_s / MB:.2f} MB/s; the median of "
+                      f"each 1/{BINS} of the span above the previous one's {trend.rising_bins} of {BINS - 1} times; "
                       f"spread around the trend {trend.spread / MB:.1f} MB) [{f}: {metric}]"),
             threshold=(f"growth of at least {ctx.thresholds['memory_growth_mb']:g} MB (memory_growth_mb) over "
                        f"at least {ctx.thresholds['memory_trend_s']:g} s (memory_trend_s) and {MEMORY_MIN_STEPS} "
-                       f"steps, >= {NOISE_RATIO:g}x the spread around the trend, rising in >= {RISING_BINS} of "
-                       f"{BINS - 1} steps between parts of the span"),
+                       f"steps, >= {NOISE_RATIO:g}x the spread around the trend, the median of each 1/{BINS} of the span "
+                       f"above the previous one's >= {RISING_BINS} of {BINS - 1} times"),
             suggestion=FIX[ctx.framework], files=[f], severity=severity,
             metrics={"mb_per_step": per_step_mb, "mb_per_s": slope * 1e9 / MB, "grown_mb": grown_mb,
                      **({"seconds_to_limit": remaining_s} if remaining_s is not None and remaining_s > 0 else {})}))
