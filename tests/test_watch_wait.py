@@ -65,6 +65,14 @@ def test_timeout_on_a_directory_without_a_recording_is_one_sentence(tmp_path):
                                           f"1 s (no raw store written there yet)"]
 
 
+def test_a_directory_under_a_file_is_refused_at_once(tmp_path):
+    (tmp_path / "file").write_text("x")
+    result = run_watch(str(tmp_path / "file" / "run"))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [f"profview: error: {tmp_path / 'file' / 'run'} cannot appear: "
+                                          f"{tmp_path / 'file'} is not a directory"]
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "nan"])
 def test_a_timeout_that_is_not_a_positive_number_is_refused(tmp_path, value):
     result = run_watch(str(tmp_path), f"--timeout={value}")

@@ -7,7 +7,8 @@ probed queues, host RSS / GPU memory trends, and per rank the step time and the 
 Drawn with `rich` on a terminal; on anything else (a pipe, a file, CI) one plain `key=value` line
 per refresh in which something changed (`plain_line`), so it can be parsed. It only reads the
 directory, in its own process, and exits when every rank's end-of-recording chunk has arrived
-(with a one-line summary), when the recording's processes are gone, or on Ctrl-C.
+(with a one-line summary), when the recording's processes are gone, or on Ctrl-C. Started before
+the job, it waits for the directory to appear (`--timeout`: for at most that long).
 """
 from __future__ import annotations
 
@@ -327,6 +328,9 @@ def wait_for_directory(directory: Path, deadline: Optional[float], timeout_s: Op
     when it is not a directory, or when it has not appeared by `deadline` (time.monotonic())."""
     said = False
     while not directory.exists():
+        blocked = next((a for a in directory.parents if a.exists()), None)
+        if blocked is not None and not blocked.is_dir():
+            raise InputError(f"{directory} cannot appear: {blocked} is not a directory")
         if deadline is not None and time.monotonic() >= deadline:
             raise InputError(f"{directory} did not appear within --timeout {timeout_s:g} s (start the training "
                              f"with its output directory there, or watch another directory)")
