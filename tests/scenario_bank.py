@@ -1237,10 +1237,10 @@ def memory_growth_loop(out: Path) -> dict:
     import psutil
 
     torch.manual_seed(0)
-    steps = 30
+    steps = 60
     model = mlp(hidden=1024, depth=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    batches = memory_batches(512, steps)
+    batches = memory_batches(256, steps)
     history = []
     proc = psutil.Process()
     rss = [proc.memory_info().rss]
@@ -1255,6 +1255,7 @@ def memory_growth_loop(out: Path) -> dict:
         history.append(losses)                 # meant: losses.mean().item()
         history.append(torch.randn(512, 1024))  # plus a cached copy of the batch's hidden features
         rss.append(proc.memory_info().rss)
+        time.sleep(0.1)                        # logging: the run lasts longer than memory_trend_s (5 s)
         clock.iteration()
     time.sleep(0.15)                           # one more counter sample after the last step
     profiler.analyse(progress=False)

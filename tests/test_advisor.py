@@ -382,36 +382,3 @@ def test_real_mindspore_cpu_capture_is_balanced(captures):
     assert report["verdict"] == "balanced" and report["framework"] == "mindspore"
     low = [f for f in report["findings"] if f["kind"] == "op_hotspot"]
     assert low and low[0]["severity"] == "low" and "Conv2D" in low[0]["title"] and "amp_level" in low[0]["suggestion"]
-
-
-# ----------------------------------------------------------------------------- memory
-
-
-def _memory_loop(out: Path, keep: bool, steps: int = 40, mb: int = 6) -> dict:
-    """A loop that allocates `mb` MB a step and keeps it (a leak) or lets it go; RSS sampled at 50 Hz."""
-    kept = []
-    p = Profiler(output_path=out, host_counters=True, gpu_counters=False, counter_interval_s=0.02)
-    for i in range(steps):
-        block = np.ones(mb << 18, dtype=np.float32)            # mb MB, touched
-        if keep:
-            kept.append(block)
-        fwd_bwd(p, 16.0)
-        p.step()
-    p.analyse(progress=False)
-    return json.loads((out / "report_0.json").read_text())
-
-
-def test_memory_growth_is_reported_with_its_rate_and_limit(tmp_path):
-    report = _memory_loop(tmp_path, keep=True)
-    growth = [f for f in report["findings"] if f["kind"] == "memory_growth"]
-    assert len(growth) == 1, report["headline"]
-    f = growth[0]
-    assert 6 * 0.6 < f["metrics"]["mb_per_step"] < 6 * 1.6, f["evidence"]      # 6 MB kept a step
-    assert f["metrics"]["grown_mb"] > 100 and f["metrics"]["seconds_to_limit"] > 0
-    assert "rss_bytes" in f["evidence"] and "limit is reached in" in f["title"]
-    assert "loss.item()" in f["suggestion"] or "references" in f["suggestion"]
-
-
-def test_stable_memory_is_not_reported(tmp_path):
-    report = _memory_loop(tmp_path, keep=False)
-    assert not [f for f in report["findings"] if f["kind"] == "memory_growth"], report["findings"]

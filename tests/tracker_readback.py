@@ -51,3 +51,20 @@ def assert_steps_match(values: dict[str, dict[int, float]], trace: pd.DataFrame,
         assert sorted(logged) == trace["step"].tolist(), column
         got = np.array([logged[s] for s in trace["step"]])
         np.testing.assert_allclose(got, trace[column].to_numpy(), rtol=rel, atol=1e-3, err_msg=column)
+
+
+def assert_lightning_loggers_hold_the_run(tb_log_dir: str, store: str, run_id: str, out: Path, steps: int) -> None:
+    """A Lightning fit with `log_to_trackers=True` and a TensorBoardLogger + MLFlowLogger: the `steps`
+    steps of step_trace_0.csv in both runs, the verdict of report_0.json, and step 0 logged live (its
+    MLflow timestamp before the end-of-fit summary's)."""
+    trace, report = expected(out)
+    assert trace["step"].tolist() == list(range(steps))
+    scalars, texts = tensorboard_run(tb_log_dir)
+    assert_steps_match(scalars, trace)
+    assert texts["profview/verdict"] == report["verdict"]
+    client, run = mlflow_run(store, run_id)
+    values = {f"profview/{c}": mlflow_metric(client, run_id, f"profview/{c}") for c in STEP_COLUMNS}
+    assert_steps_match({k: {s: v for s, (v, _) in h.items()} for k, h in values.items()}, trace, rel=1e-9)
+    assert run.data.tags["profview/verdict"] == report["verdict"]
+    summary_ms = max(t for _, t in mlflow_metric(client, run_id, "profview/mean_step_ms").values())
+    assert values["profview/total_ms"][0][1] < summary_ms          # step 0 was logged live, during the fit

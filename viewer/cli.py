@@ -288,16 +288,20 @@ def _configure_watch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plain", action="store_true",
                    help="print plain key=value lines instead of the live view (the default when stdout is "
                         "not a terminal)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="give up (exit 1) when no recording has appeared in DIR after SECONDS (default: wait; "
+                        "DIR may not exist yet)")
 
 
 def run_watch(args: argparse.Namespace) -> int:
     """Follow DIR's raw store live until its recording ends (viewer.watch)."""
     from viewer.watch import watch
 
-    if args.window < 1 or args.interval <= 0:
-        raise InputError("--window wants a positive number of steps and --interval a positive number of seconds")
+    if args.window < 1 or args.interval <= 0 or (args.timeout is not None and not args.timeout > 0):
+        raise InputError("--window wants a positive number of steps, --interval and --timeout a positive number "
+                         "of seconds")
     status = watch(args.dir, interval_s=args.interval, window_steps=args.window, rank=args.rank,
-                   plain=True if args.plain else None)
+                   plain=True if args.plain else None, timeout_s=args.timeout)
     if status:
         raise ProfviewError(f"the recording in {args.dir} stopped without an end-of-recording chunk (its process "
                             f"exited or was killed); `profview analyse {args.dir}` analyses what it flushed")

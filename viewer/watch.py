@@ -7,7 +7,8 @@ probed queues, host RSS / GPU memory trends, and per rank the step time and the 
 Drawn with `rich` on a terminal; on anything else (a pipe, a file, CI) one plain `key=value` line
 per refresh in which something changed (`plain_line`), so it can be parsed. It only reads the
 directory, in its own process, and exits when every rank's end-of-recording chunk has arrived
-(with a one-line summary), when the recording's processes are gone, or on Ctrl-C.
+(with a one-line summary), when the recording's processes are gone, or on Ctrl-C. Started before
+the job, it waits for the directory to appear (`--timeout`: for at most that long).
 """
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ def plain_fields(snap: Snapshot) -> dict[str, object]:
     for m in snap.memory:
         key = "rss" if m.label == "host RSS" else f"gpu_mem.{m.device}"
         fields[f"{key}_mb"] = f"{m.last_bytes / (1 << 20):.1f}"
-        fields[f"{key}_mb_per_min"] = f"{m.bytes_per_s * 60 / (1 << 20):+.2f}"
+        if m.bytes_per_s is not None:           # no trend before there are samples enough for one
+            fields[f"{key}_mb_per_min"] = f"{m.bytes_per_s * 60 / (1 << 20):+.2f}"
     if len(snap.ranks) > 1 and snap.slowest_rank is not None:
         fields["slowest_rank"] = snap.slowest_rank
         for r in snap.ranks:
@@ -186,8 +188,7 @@ def render(snap: Snapshot, directory: Path):
     if snap.memory:
         grid.add_row("memory", Text(" · ".join(
             f"{m.label}{'' if m.device == 'host' else ' ' + clean(m.device)} {fmt_bytes(m.last_bytes)} "
-            f"({m.bytes_per_s * 60 / (1 << 20):+.1f} MB/min)"
-            for m in snap.memory)))
+            f"({_per_min(m.bytes_per_s)})" for m in snap.memory)))
     notes = []
     if snap.torn_chunks:
         notes.append(f"{snap.torn_chunks} torn chunk(s) skipped")
@@ -201,6 +202,11 @@ def render(snap: Snapshot, directory: Path):
     if len(snap.ranks) > 1:
         parts.append(_ranks_table(snap))
     return Panel(Group(*parts), title=Text(f"profview watch · {clean(directory)}"), title_align="left")
+
+
+def _per_min(bytes_per_s: Optional[float]) -> str:
+    """A memory trend in MB per minute, "trend n/a yet" before there are samples enough for one."""
+    return "trend n/a yet" if bytes_per_s is None else f"{bytes_per_s * 60 / (1 << 20):+.1f} MB/min"
 
 
 def _split_bar(f, width: int = 40):
@@ -291,28 +297,50 @@ def watch(directory: Path, *, interval_s: float = 1.0, window_steps: int = 100, 
           plain: Optional[bool] = None, out: Optional[TextIO] = None, since: Optional[float] = None,
           stop_when: Optional[Callable[[], bool]] = None, lines: Optional["queue.Queue[str]"] = None,
           redirect: Optional[Callable[[], Optional[Path]]] = None, until_end: bool = True, final: bool = True,
-          plain_every_s: float = 0.0, exit_on_gone_s: float = 5.0) -> int:
+          plain_every_s: float = 0.0, exit_on_gone_s: float = 5.0, timeout_s: Optional[float] = None,
+          err: Optional[TextIO] = None) -> int:
     """Follow `directory` and return an exit status: 0 when its recording ended (every rank's end
     chunk arrived; with `until_end`), 1 when its writers are gone without one, 0 when `stop_when()`
     is true or on Ctrl-C. `lines`: text to print above the live view (a script's output, for
     `profview run`); `redirect()`: another directory to follow from now on; `final`: print the
-    one-line summary at the end; `since`: leave out raw files written before this Unix time."""
+    one-line summary at the end; `since`: leave out raw files written before this Unix time.
+    A directory that does not exist yet is waited for (one "waiting for DIR" line on `err`);
+    `timeout_s`: InputError when no recording has appeared in it after that many seconds."""
     directory = Path(directory)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if redirect is None:
-        if not directory.exists():
-            raise InputError(f"{directory} does not exist")
-        if not directory.is_dir():
-            raise InputError(f"{directory} is not a directory (profview watch follows a recording's output directory)")
+        wait_for_directory(directory, deadline, timeout_s, min(interval_s, 0.5), err or sys.stderr)
     out = out or sys.stdout
     plain = not _isatty(out) if plain is None else plain
     session = _Session(directory, redirect, window_steps=window_steps, rank=rank, since=since)
-    loop = _Loop(session, interval_s, stop_when, lines, until_end, exit_on_gone_s)
+    loop = _Loop(session, interval_s, stop_when, lines, until_end, exit_on_gone_s, deadline, timeout_s)
     try:
         if plain:
             return loop.plain(out, plain_every_s, final)
         return loop.rich(out, final)
     finally:
         session.close()
+
+
+def wait_for_directory(directory: Path, deadline: Optional[float], timeout_s: Optional[float], poll_s: float,
+                       err: TextIO) -> None:
+    """Return once `directory` exists (saying "waiting for DIR" on `err` while it does not); InputError
+    when it is not a directory, or when it has not appeared by `deadline` (time.monotonic())."""
+    said = False
+    while not directory.exists():
+        blocked = next((a for a in directory.parents if a.exists()), None)
+        if blocked is not None and not blocked.is_dir():
+            raise InputError(f"{directory} cannot appear: {blocked} is not a directory")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise InputError(f"{directory} did not appear within --timeout {timeout_s:g} s (start the training "
+                             f"with its output directory there, or watch another directory)")
+        if not said:
+            err.write(f"profview watch: waiting for {clean(directory)} (it does not exist yet)\n")
+            err.flush()
+            said = True
+        time.sleep(poll_s if deadline is None else max(min(poll_s, deadline - time.monotonic()), 0.0))
+    if not directory.is_dir():
+        raise InputError(f"{directory} is not a directory (profview watch follows a recording's output directory)")
 
 
 def _isatty(out: TextIO) -> bool:
@@ -324,8 +352,10 @@ def _isatty(out: TextIO) -> bool:
 
 class _Loop:
     def __init__(self, session: _Session, interval_s: float, stop_when, lines, until_end: bool,
-                 exit_on_gone_s: float) -> None:
+                 exit_on_gone_s: float, deadline: Optional[float] = None, timeout_s: Optional[float] = None) -> None:
         self.session = session
+        self.deadline = deadline            # time.monotonic() by which a recording must have appeared
+        self.timeout_s = timeout_s
         self.interval_s = interval_s
         self.stop_when = stop_when
         self.lines = lines
@@ -375,6 +405,9 @@ class _Loop:
         self._drain(emit)
         stopping = self._stopping()
         self.snap = self.session.update(force=stopping)
+        if self.snap.waiting and self.deadline is not None and time.monotonic() >= self.deadline:
+            raise InputError(f"no recording appeared in {self.session.directory} within --timeout "
+                             f"{self.timeout_s:g} s (no raw store written there yet)")
         done = self._done(self.snap)
         if done is None and not stopping:
             return None

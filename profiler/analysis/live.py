@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.advisor import resolve_thresholds
-from profiler.analysis.findings.memory import theil_sen_slope
 from profiler.analysis.results import Analysis, analyse_run
 from profiler.model import Run
 
@@ -140,15 +139,3 @@ def rate_per_s(durations_ns: np.ndarray) -> float:
     """Steps per second over these step durations (0 when none)."""
     total = float(np.sum(durations_ns))
     return len(durations_ns) * 1e9 / total if total > 0 else 0.0
-
-
-def trend(t_ns: np.ndarray, values: np.ndarray, max_points: int = 256) -> tuple[float, float]:
-    """(last value, slope per second) of a counter: the Theil-Sen slope the advisor's memory rule uses,
-    on at most `max_points` evenly spaced samples."""
-    if len(t_ns) == 0:
-        return float("nan"), 0.0
-    order = np.argsort(t_ns, kind="stable")
-    t, v = np.asarray(t_ns, np.float64)[order], np.asarray(values, np.float64)[order]
-    keep = np.unique(np.linspace(0, len(t) - 1, min(len(t), max_points)).astype(np.int64))
-    slope = theil_sen_slope(t[keep], v[keep]) if len(keep) > 1 else 0.0
-    return float(v[-1]), slope * 1e9

@@ -54,7 +54,7 @@ __all__ = ["ProfviewCallback", "ProfviewProfiler"]
 
 # what a Lightning action is to the recording (see the module's documentation)
 (_FETCH, _FORWARD, _BACKWARD, _AFTER_BACKWARD, _OPTIMIZER_HOOK, _OPTIMIZER_STEP, _MANUAL_STEP, _SAVE,
- _VALIDATION_START, _VALIDATION_END, _TRAIN_END) = range(11)
+ _VALIDATION_START, _VALIDATION_END, _TRAIN_END, _BATCH_END) = range(12)
 _OTHER = (-1,)
 
 
@@ -82,6 +82,8 @@ def _classify(action: str) -> tuple[int]:
         return (_VALIDATION_END,)
     if action.endswith(".on_train_end"):
         return (_TRAIN_END,)
+    if action.startswith("[LightningModule]") and action.endswith(".on_train_batch_end"):
+        return (_BATCH_END,)
     return _OTHER
 
 
@@ -130,7 +132,7 @@ class _Recording:
 
     # ---- actions ---------------------------------------------------------------------------
 
-    def _kind_of(self, action: str):
+    def kind_of(self, action: str):
         """The kind of a Lightning profiler action (classified once per action name); None when it is
         not one profview follows."""
         what = self._kinds.get(action)
@@ -143,7 +145,7 @@ class _Recording:
             if action != "run_training_epoch" or self.finished:   # only the fit loop runs training epochs
                 return
             self.begin()
-        kind = self._kind_of(action)
+        kind = self.kind_of(action)
         if kind is None:
             return
         if kind == _FETCH:
@@ -170,7 +172,7 @@ class _Recording:
     def stop(self, action: str) -> None:
         if not self.live:
             return
-        kind = self._kind_of(action)
+        kind = self.kind_of(action)
         if kind is None:
             return
         if kind == _FETCH:
@@ -206,6 +208,33 @@ def _tracker_sinks(loggers: list) -> list:
     return [s for s in sinks if s is not None]
 
 
+class _TrackerLog:
+    """The `log_to_trackers` option of both entry points: the recording's steps into the Trainer's
+    TensorBoard / MLflow loggers' runs every `log_every_n_steps` optimizer steps, then the verdict
+    and top findings after the analysis (profiler.integrations.trackers.live)."""
+
+    def __init__(self) -> None:
+        self.trackers: Optional[LiveTrackers] = None
+        self._logged_at = -1           # the trainer's global_step at the last update
+
+    def open(self, trainer: Any) -> None:
+        if trainer.is_global_zero:     # loggers log on rank 0
+            self.trackers = LiveTrackers(_tracker_sinks(trainer.loggers))
+            self._logged_at = -1
+
+    def batch_end(self, trainer: Any, profiler: Optional[Profiler]) -> None:
+        step = trainer.global_step
+        if (self.trackers is not None and profiler is not None and step != self._logged_at
+                and step % max(trainer.log_every_n_steps, 1) == 0):
+            self._logged_at = step
+            self.trackers.update(profiler)
+
+    def close(self, profiler: Optional[Profiler], analysed: bool) -> None:
+        if self.trackers is not None:
+            trackers, self.trackers = self.trackers, None
+            trackers.finish(profiler, analysed)
+
+
 class ProfviewProfiler(LightningProfiler):
     """A Lightning profiler that records with profview: `Trainer(profiler=ProfviewProfiler())`.
 
@@ -213,6 +242,9 @@ class ProfviewProfiler(LightningProfiler):
         output_path: where the raw store and the analysed outputs go.
         ops: also capture per-operator timings through torch.profiler (`Profiler(framework="torch")`,
             on `ops_schedule`, else `schedule`); off by default.
+        log_to_trackers: also log the per-step phases (every `log_every_n_steps` optimizer steps),
+            the verdict and the top findings (at the end) into the Trainer's TensorBoard and MLflow
+            loggers' runs, as `ProfviewCallback(log_to_trackers=True)` does; docs/integrations.md.
         **profiler_kwargs: passed on to `profiler.Profiler(...)` (`schedule`, `ops_schedule`,
             `host_counters`, `advisor_thresholds`, ...).
 
@@ -222,9 +254,11 @@ class ProfviewProfiler(LightningProfiler):
     """
 
     def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
-                 **profiler_kwargs: Any) -> None:
+                 log_to_trackers: bool = False, **profiler_kwargs: Any) -> None:
         super().__init__(dirpath=None, filename=None)
         self._recording = _Recording(output_path, ops, profiler_kwargs)
+        self.log_to_trackers = log_to_trackers
+        self._log = _TrackerLog()
         self.lines: list[str] = []
 
     @property
@@ -232,17 +266,35 @@ class ProfviewProfiler(LightningProfiler):
         return self._recording.profiler
 
     def start(self, action_name: str) -> None:
+        began = not self._recording.live
         self._recording.start(action_name)
+        if began and self._recording.live and self.log_to_trackers:
+            trainer = self._trainer()
+            if trainer is not None:
+                self._log.open(trainer)
+            else:
+                warnings.warn("log_to_trackers: the Trainer running ProfviewProfiler was not found (it sets the "
+                              "module on its profiler); nothing is logged", ProfilerUsageWarning, stacklevel=2)
 
     def stop(self, action_name: str) -> None:
         self._recording.stop(action_name)
+        if self._log.trackers is not None and self._recording.kind_of(action_name) == _BATCH_END:
+            self._log.batch_end(self._trainer(), self.profiler)
 
     def summary(self) -> str:
         self._recording.end()
         lines = self._recording.analyse()
         if lines:
             self.lines = lines
+        self._log.close(self.profiler, bool(lines))
         return os.linesep.join(lines)
+
+    def _trainer(self) -> Any:
+        """The Trainer running this profiler (through the module it set on it), else None."""
+        try:
+            return self._lightning_module.trainer
+        except (AttributeError, ReferenceError, RuntimeError):
+            return None
 
 
 class _Chained(LightningProfiler):
@@ -307,8 +359,7 @@ class ProfviewCallback(Callback):
         self.log_to_trackers = log_to_trackers
         self.lines: list[str] = []
         self._installed: Optional[_Chained] = None
-        self._trackers: Optional[LiveTrackers] = None
-        self._logged_at = -1           # the trainer's global_step at the last tracker update
+        self._log = _TrackerLog()
 
     @property
     def profiler(self) -> Optional[Profiler]:
@@ -326,15 +377,11 @@ class ProfviewCallback(Callback):
         trainer.profiler = self._installed
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.log_to_trackers and self._installed is not None and trainer.is_global_zero:   # loggers log on rank 0
-            self._trackers = LiveTrackers(_tracker_sinks(trainer.loggers))
+        if self.log_to_trackers and self._installed is not None:
+            self._log.open(trainer)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        if (self._trackers is not None and self.profiler is not None and step != self._logged_at
-                and step % max(trainer.log_every_n_steps, 1) == 0):
-            self._logged_at = step
-            self._trackers.update(self.profiler)
+        self._log.batch_end(trainer, self.profiler)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._recording.end()          # the raw store is complete; `profview analyse DIR` analyses it
@@ -351,9 +398,7 @@ class ProfviewCallback(Callback):
             if self.verbose:
                 for line in lines:
                     print(line, flush=True)
-        if self._trackers is not None:
-            trackers, self._trackers = self._trackers, None
-            trackers.finish(self.profiler, bool(lines))
+        self._log.close(self.profiler, bool(lines))
 
     def _uninstall(self, trainer: Any) -> None:
         if self._installed is not None:

@@ -21,9 +21,10 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from profiler.analysis.live import LiveFigures, live_figures, rate_per_s, step_times, trend, window_analysis
+from profiler.analysis.live import LiveFigures, live_figures, rate_per_s, step_times, window_analysis
 from profiler.analysis.results import Analysis, memory_limits
 from profiler.analysis.steps import ensure_steps
+from profiler.analysis.trend import MIN_SPAN_S, counter_trend
 from profiler.errors import ProfviewError
 from profiler.formats import plain_document
 from profiler.store import kinds as K
@@ -61,7 +62,7 @@ class MemoryTrend:
     label: str
     device: str
     last_bytes: float
-    bytes_per_s: float
+    bytes_per_s: Optional[float]      # None until there are enough samples for a trend (analysis.trend)
     limit_bytes: Optional[float] = None
 
 
@@ -243,7 +244,8 @@ class LiveRecording:
 
 def memory_trends(state: RankState, after_ns: Optional[int] = None) -> list[MemoryTrend]:
     """Host RSS and GPU memory of a rank over the follower's trend horizon (from `after_ns`, the end
-    of the warm-up, when given): last value and slope."""
+    of the warm-up, when given): last value and slope (`counter_trend`: None until the samples span
+    MIN_SPAN_S seconds, as the advisor's memory rule wants)."""
     rows = state.counters.rows
     if after_ns is not None and (rows[:, 0] > after_ns).sum() >= 2:
         rows = rows[rows[:, 0] > after_ns]
@@ -258,7 +260,9 @@ def memory_trends(state: RankState, after_ns: Optional[int] = None) -> list[Memo
             continue
         source, _, device = str(extra).partition("|")
         mine = rows[desc == d]
-        last, slope = trend(mine[:, 0], mine[:, 3].copy().view(np.float64))
+        t, values = mine[:, 0], mine[:, 3].copy().view(np.float64)
+        slope = counter_trend(t, values, MIN_SPAN_S)
+        last = float(values[np.argmax(t)])
         out.append(MemoryTrend(MEMORY[metric], device or source, last, slope, limits.get(f"{source}|{device}")))
     return sorted(out, key=lambda m: (m.label, m.device))
 

@@ -50,11 +50,22 @@ def _detail_table(ctx: Context, op_detail) -> str:
             f'<div class="table-scroll"><table class="data sortable"><thead></thead><tbody></tbody></table></div></div>')
 
 
+#: what the tab says when the run has no op table: how to get one
+NO_OPS = ("No op table (op_type / op_detail csv) in this run: per-operator timings are recorded only when asked "
+          "for. PyTorch: profiler.attach(model, optimizer) captures them (ops=True, the default; ops_schedule= "
+          "picks the steps), Profiler(framework=\"torch\") from the start, `profview run --ops train.py` on a few "
+          "steps without changing the script; MindSpore: ProfviewCallback(mindspore_profiler=True). A Kineto trace or a MindSpore / Ascend "
+          "profiler directory opened with profview brings its own.")
+
+
 def build(ctx: Context) -> str:
     """The operators tab."""
     run = ctx.run
+    has_types = run.op_type is not None and len(run.op_type)
+    if not has_types and (run.op_detail is None or not len(run.op_detail)):
+        return section("Operators", absent(NO_OPS))
     parts = []
-    if run.op_type is not None and len(run.op_type):
+    if has_types:
         figs = []
         for device in sorted(run.op_type["device"].unique()):
             figs.append(section(f"Op types on {device}", ctx.figure(type_shares(run.op_type, device, ctx.options.top_ops)),

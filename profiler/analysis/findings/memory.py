@@ -9,10 +9,13 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import MB, Context, Finding, Question, Rule, StepWindow, Threshold
+from profiler.analysis.trend import BINS, MIN_SPAN_S, NOISE_RATIO, RISING_BINS, sustained_growth
 
 THRESHOLDS = {
     "memory_growth_mb": Threshold(32.0, "growth of host RSS / device memory over the analysed steps (MB) that, when "
-                                        "steady, makes a memory_growth finding"),
+                                        "sustained (see memory_growth), makes a memory_growth finding"),
+    "memory_trend_s": Threshold(MIN_SPAN_S, "fewest seconds of analysed steps a memory trend is judged over (shorter "
+                                     "runs get no memory_growth finding)"),
 }
 
 FIX = {
@@ -27,8 +30,8 @@ FIX = {
 
 #: memory counters watched for steady growth, and how each is named in a finding
 MEMORY_METRICS = {"rss_bytes": "Host memory (RSS)", "mem_used_bytes": "Device memory"}
-#: fewest steps (steady, without torch op capture) a memory trend is judged on
-MEMORY_MIN_STEPS = 8
+#: fewest steps (steady, without torch op capture) a memory trend is judged over
+MEMORY_MIN_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -39,38 +42,8 @@ class Needs:
     buffering_steps: frozenset                  # steps where torch.profiler held its events in memory
 
 
-def theil_sen_slope(t: np.ndarray, v: np.ndarray) -> float:
-    """Median of the pairwise slopes: a trend that one spike or a GC drop does not move."""
-    i, j = np.triu_indices(len(t), k=1)
-    dt = t[j] - t[i]
-    ok = dt > 0
-    return float(np.median((v[j] - v[i])[ok] / dt[ok])) if ok.any() else 0.0
-
-
-def rank_correlation(t: np.ndarray, v: np.ndarray) -> float:
-    """Spearman's rank correlation of v with t (1: v only ever rises)."""
-    rt, rv = np.argsort(np.argsort(t)), pd.Series(v).rank().to_numpy()
-    if rv.std() == 0:
-        return 0.0
-    return float(np.corrcoef(rt, rv)[0, 1])
-
-
-def steady_growth(t_ns: np.ndarray, values: np.ndarray, max_points: int = 256) -> Optional[tuple[float, float]]:
-    """(slope per ns, rank correlation) when `values` grow steadily over the window: a rising trend in
-    rank order, still rising in the second half (not an allocator warm-up that has levelled off)."""
-    if len(t_ns) < 8:
-        return None
-    keep = np.unique(np.linspace(0, len(t_ns) - 1, min(len(t_ns), max_points)).astype(np.int64))
-    t, v = t_ns[keep].astype(np.float64), values[keep].astype(np.float64)
-    slope, corr = theil_sen_slope(t, v), rank_correlation(t, v)
-    half = len(t) // 2
-    if slope <= 0 or corr < 0.8 or theil_sen_slope(t[half:], v[half:]) < 0.5 * slope:
-        return None
-    return slope, corr
-
-
 def find(data: Needs, ctx: Context) -> list[Finding]:
-    """memory_growth: host RSS or device memory that grows steadily across the analysed steps."""
+    """memory_growth: host RSS or device memory that grows for good across the analysed steps (profiler.analysis.trend)."""
     counters = data.counters
     steady = data.steps.steady
     steps = steady[~steady["step"].isin(data.buffering_steps)]    # not the profiler's own buffers
@@ -86,13 +59,10 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     for (source, device, metric), series in watched.groupby(["source", "device", "metric"], sort=True, observed=True):
         series = series.sort_values("time_ns", kind="stable")
         t, v = series["time_ns"].to_numpy(np.int64), series["value"].to_numpy(np.float64)
-        trend = steady_growth(t, v)
+        trend = sustained_growth(t, v, ctx.thresholds["memory_growth_mb"] * MB, ctx.thresholds["memory_trend_s"])
         if trend is None:
             continue
-        slope, corr = trend
-        grown_mb = slope * (t[-1] - t[0]) / MB
-        if grown_mb < ctx.thresholds["memory_growth_mb"]:
-            continue
+        slope, grown_mb = trend.slope_per_s / 1e9, trend.grown / MB
         per_step_mb = slope * data.steps.mean_ms * 1e6 / MB
         limit = data.memory_limits.get(f"{source}|{device}")
         remaining_s = (limit - v[-1]) / (slope * 1e9) if limit else None
@@ -106,11 +76,14 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
             kind="memory_growth", key=f"memory_growth:{device}:{metric}", at_stake_ms=0.0, at_stake_pct=0.0,
             title=f"{MEMORY_METRICS[metric]} on {device} grows {per_step_mb:.2f} MB per step{when}",
             evidence=(f"{metric} {v[0] / MB:.0f} MB -> {v[-1] / MB:.0f} MB (+{grown_mb:.0f} MB) over "
-                      f"{len(steps)} steps ({data.steps.note}, steps with torch op capture left out), rising "
-                      f"steadily (rank correlation {corr:.2f}, Theil-Sen slope {slope * 1e9 / MB:.2f} MB/s) "
-                      f"[{f}: {metric}]"),
-            threshold=(f"steady growth (rank correlation >= 0.8, still rising in the second half) of at least "
-                       f"{ctx.thresholds['memory_growth_mb']:g} MB (memory_growth_mb)"),
+                      f"{len(steps)} steps and {trend.span_s:.1f} s ({data.steps.note}, steps with torch op capture "
+                      f"left out), rising throughout (Theil-Sen slope {trend.slope_per_s / MB:.2f} MB/s; the median of "
+                      f"each 1/{BINS} of the span above the previous one's {trend.rising_bins} of {BINS - 1} times; "
+                      f"spread around the trend {trend.spread / MB:.1f} MB) [{f}: {metric}]"),
+            threshold=(f"growth of at least {ctx.thresholds['memory_growth_mb']:g} MB (memory_growth_mb) over "
+                       f"at least {ctx.thresholds['memory_trend_s']:g} s (memory_trend_s) and {MEMORY_MIN_STEPS} "
+                       f"steps, >= {NOISE_RATIO:g}x the spread around the trend, the median of each 1/{BINS} of the span "
+                       f"above the previous one's >= {RISING_BINS} of {BINS - 1} times"),
             suggestion=FIX[ctx.framework], files=[f], severity=severity,
             metrics={"mb_per_step": per_step_mb, "mb_per_s": slope * 1e9 / MB, "grown_mb": grown_mb,
                      **({"seconds_to_limit": remaining_s} if remaining_s is not None and remaining_s > 0 else {})}))
