@@ -356,6 +356,136 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# ---- JSON documents: the type of every key readers use --------------------------------------
+
+#: Leaf types of a document schema. Numbers may be null: the writer writes a float that is not
+#: finite as null (plain_value), and readers treat it as "no value".
+NUMBER: tuple[type, ...] = (int, float, type(None))
+WHOLE: tuple[type, ...] = (int, type(None))
+TEXT: tuple[type, ...] = (str,)
+TEXT_OR_NULL: tuple[type, ...] = (str, type(None))
+FLAG: tuple[type, ...] = (bool,)
+#: An object whose keys are not fixed (a queue name, a rank): "*" gives the type of every value.
+ANY_KEY = "*"
+
+
+class Nullable(tuple):
+    """A document schema node that may also be null (`Nullable((spec,))`): an object or list the
+    writer leaves null when it has nothing (`straggler`, a `verdict` without queues)."""
+
+
+def nullable(spec: Any) -> Nullable:
+    return Nullable((spec,))
+
+
+_FINDING = {"kind": TEXT, "key": TEXT, "severity": TEXT, "title": TEXT, "at_stake_ms": NUMBER,
+            "at_stake_pct": NUMBER, "evidence": TEXT, "threshold": TEXT, "suggestion": TEXT, "files": [TEXT],
+            "metrics": {ANY_KEY: NUMBER}, "rank": WHOLE}
+
+#: The type of every key of the output JSON documents (report, queue_summary, cluster_summary) that
+#: some reader uses: a dict is an object (its keys checked when present, others ignored; ANY_KEY for
+#: every key), a one-item list a list of that item, a tuple of types a value. `read_document` checks
+#: a document against its schema once, at the edge, so the viewer, `compare` and `--summary` can use
+#: the values without re-checking; an absent key is fine (older files, imports).
+DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "report": {
+        "schema_version": WHOLE, "verdict": TEXT, "headline": TEXT, "framework": TEXT,
+        "steps": {"analysed": WHOLE, "warmup_skipped": WHOLE, "rule": TEXT, "mean_ms": NUMBER, "median_ms": NUMBER,
+                  "wall_ms": NUMBER, "mean_phase_ms": {ANY_KEY: NUMBER}, "share_pct": {ANY_KEY: NUMBER},
+                  "op_captured_steps": WHOLE, "data_wait_measured": FLAG, "source": TEXT, "source_note": TEXT},
+        "thresholds": {ANY_KEY: NUMBER},
+        "findings": [_FINDING],
+        "devices": [{**{c: NUMBER for c in DEVICE_TIME_COLUMNS}, "device": TEXT}],
+    },
+    "queue_summary": {
+        "schema_version": WHOLE,
+        "thresholds": {"empty_ratio_warning": NUMBER, "full_ratio_line": NUMBER, "meaning": TEXT},
+        "verdict": {"kind": TEXT, "reason": TEXT, "feed_queue": TEXT_OR_NULL, "host_queue": TEXT_OR_NULL,
+                    "device_queue": TEXT_OR_NULL, "bottleneck_stage": TEXT_OR_NULL},
+        "queues": [{"queue": TEXT, "role": TEXT, "producer": TEXT, "consumer": TEXT, "capacity": NUMBER,
+                    "samples": NUMBER, "puts": NUMBER, "gets": NUMBER, "empty_ratio": NUMBER, "full_ratio": NUMBER,
+                    "put_full_ratio": NUMBER, "time_empty_ratio": NUMBER, "time_full_ratio": NUMBER,
+                    "mean_size": NUMBER, "max_size": NUMBER, "span_ms": NUMBER, "get_wait_ms": NUMBER,
+                    "get_wait_mean_ms": NUMBER, "get_wait_per_step_ms": NUMBER, "put_wait_ms": NUMBER}],
+        "pipeline": {"stages": [{"stage": TEXT, "depth": NUMBER, "input_queue": TEXT_OR_NULL,
+                                 "output_queue": TEXT_OR_NULL, "input_full_ratio": NUMBER,
+                                 "output_empty_ratio": NUMBER, "slow": FLAG}],
+                     "bottleneck_stage": TEXT_OR_NULL},
+        "totals": {ANY_KEY: NUMBER},
+        "steps": [{"step": NUMBER, "iteration_gap_ms": NUMBER, "data_wait_ms": NUMBER, "gap_wait_ms": NUMBER,
+                   "gap_wait_pct": NUMBER, "get_wait_ms": {ANY_KEY: NUMBER}}],
+    },
+    "cluster_summary": {
+        "schema_version": WHOLE,
+        "ranks": {"world_size": WHOLE, "profiled": [WHOLE], "present": [WHOLE], "missing": [WHOLE],
+                  "not_profiled": [WHOLE], "stopped_early": {ANY_KEY: {}}, "last_step": WHOLE},
+        "clock": {"method": TEXT, "reference_rank": WHOLE, "origin_unix_ns": WHOLE, "max_uncertainty_ns": NUMBER,
+                  "per_rank": {ANY_KEY: {}}},
+        "steps": {ANY_KEY: WHOLE},
+        "per_rank": [{ANY_KEY: NUMBER}],
+        "straggler": nullable({"rank": WHOLE, "slowest_share_pct": NUMBER, "excess_ms": NUMBER, "phase": TEXT,
+                               "phase_excess_ms": {ANY_KEY: NUMBER}, "others_wait_ms": NUMBER}),
+        "communication": {ANY_KEY: NUMBER},
+        "findings": [_FINDING],
+        "warnings": [TEXT],
+        "devices": [{ANY_KEY: (int, float, str, type(None))}],
+        "timeline_ranks": [WHOLE],
+        "outputs": [TEXT],
+    },
+}
+
+
+def _meaning(spec: Any) -> str:
+    """What a schema node asks for, in words."""
+    if isinstance(spec, Nullable):
+        return _meaning(spec[0]) + " or null"
+    if isinstance(spec, dict):
+        return "an object"
+    if isinstance(spec, list):
+        return "a list"
+    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+    words = [names[t] for t in spec if t is not type(None) and not (t is int and float in spec)]
+    return " or ".join(words) + (" or null" if type(None) in spec else "")
+
+
+def type_problem(value: Any, spec: Any, where: str = "") -> Optional[str]:
+    """Where `value` breaks the schema node `spec`, in words ("verdict should be an object, not \\"x\\""),
+    or None. Booleans are not numbers (JSON true is no count)."""
+    if isinstance(spec, Nullable):
+        return None if value is None else type_problem(value, spec[0], where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where or 'the document'} should be {_meaning(spec)}, not {_shown(value)}"
+        for key, item in value.items():
+            sub = spec.get(key, spec.get(ANY_KEY))
+            if sub is not None:
+                problem = type_problem(item, sub, f"{where}.{key}" if where else key)
+                if problem:
+                    return problem
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
+        for i, item in enumerate(value):
+            problem = type_problem(item, spec[0], f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, spec) and (not isinstance(value, bool) or bool in spec):
+        return None
+    return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
+
+
+def read_document(path: Path, kind: str) -> dict[str, Any]:
+    """An output JSON document of `kind` (a DOCUMENT_SCHEMAS key), its types checked: one sentence
+    naming the file and the key when a value has the wrong JSON type."""
+    doc = read_json_object(path)
+    problem = type_problem(doc, DOCUMENT_SCHEMAS[kind])
+    if problem:
+        raise InputError(f"{path} is malformed: {problem}")
+    return doc
+
+
 def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     """Read one of the output CSVs (a CSV_REQUIRED key) and check the columns consumers rely on.
 
