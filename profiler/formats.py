@@ -169,6 +169,22 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("step_trace", DEVICE_IDLE[0]): ("",),
 }
 
+#: The largest magnitude a number of an output file can have: whole numbers (counts, sizes, steps,
+#: ns) are int64s, and times in ms come from the run's int64 ns clock. A larger value (1e308 ms, a
+#: capacity of 1e20) is damage, refused by the readers with the file, column and line; only a
+#: user's counter value (device_counters.value) may be any float.
+MAX_WHOLE = 2.0 ** 63
+MAX_MS = MAX_WHOLE / 1e6
+UNBOUNDED_COLUMNS = {("device_counters", "value")}
+
+
+def column_limit(kind: str, column: str) -> float:
+    """The largest magnitude column `column` of CSV `kind` may hold (inf: any finite value)."""
+    if (kind, column) in UNBOUNDED_COLUMNS:
+        return math.inf
+    return MAX_MS if column.endswith(("_ms", "_pct", "_ratio")) else MAX_WHOLE
+
+
 # ---- text -----------------------------------------------------------------------------------
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -471,9 +487,11 @@ def type_problem(value: Any, spec: Any, where: str = "") -> Optional[str]:
             if problem:
                 return problem
         return None
-    if isinstance(value, spec) and (not isinstance(value, bool) or bool in spec):
-        return None
-    return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
+    if not isinstance(value, spec) or (isinstance(value, bool) and bool not in spec):
+        return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
+        return f"{where} is {_shown(value)}, beyond what a 64-bit number can hold"
+    return None
 
 
 def read_document(path: Path, kind: str) -> dict[str, Any]:
@@ -510,17 +528,23 @@ def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
     for col in numeric + [c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric
                           and c not in text]:
-        frame[col] = _numeric_column(frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()))
+        frame[col] = _numeric_column(frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()),
+                                     column_limit(kind, col))
     for col in OPTIONAL_TEXT:
         if col in frame.columns:
             frame[col] = frame[col].astype(str)
     return frame
 
 
-def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...]) -> pd.Series:
-    """A CSV column as float64 numbers, or InputError naming the first line that is not a finite
-    number (or one of the `non_finite` spellings)."""
+def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...],
+                    limit: float = math.inf) -> pd.Series:
+    """A CSV column as float64 numbers (int64 when every cell is whole), or InputError naming the
+    first line that is not a finite number (or one of the `non_finite` spellings) or is beyond
+    `limit` in magnitude."""
     if column.dtype.kind in "iu":
+        beyond = np.abs(column.to_numpy(dtype=np.float64)) > limit
+        if beyond.any():
+            _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
         return column
     if column.dtype.kind == "f":
         values = column.to_numpy()
@@ -539,7 +563,16 @@ def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[
                 f"a value that is not a finite number ({cell[:40]!r})" if _is_number_text(cell) else
                 f"a non-numeric value ({cell[:40]!r})")
         raise InputError(f"{path} is malformed: column {name} has {what} on line {row + 2}")
+    with np.errstate(invalid="ignore"):
+        beyond = np.abs(values) > limit
+    if beyond.any():
+        _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
     return pd.Series(values, index=column.index, name=column.name, dtype=np.float64)
+
+
+def _beyond_limit(column: pd.Series, path: Path, name: str, row: int) -> None:
+    raise InputError(f"{path} is malformed: column {name} has {str(column.iloc[row])[:40]!r} on line {row + 2}, "
+                     "beyond what a 64-bit clock or count can hold")
 
 
 _SPELLED = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
