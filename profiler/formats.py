@@ -169,9 +169,9 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("step_trace", DEVICE_IDLE[0]): ("",),
 }
 
-#: The largest magnitude a number of an output file can have: whole numbers (counts, sizes, steps,
-#: ns) are int64s, and times in ms come from the run's int64 ns clock. A larger value (1e308 ms, a
-#: capacity of 1e20) is damage, refused by the readers with the file, column and line; only a
+#: The bound (exclusive) on the magnitude of a number of an output file: whole numbers (counts,
+#: sizes, steps, ns) are int64s, and times in ms come from the run's int64 ns clock. A value at or
+#: beyond it (1e308 ms, a capacity of 2**64) is damage, refused by the readers with the file, column and line; only a
 #: user's counter value (device_counters.value) may be any float.
 MAX_WHOLE = 2.0 ** 63
 MAX_MS = MAX_WHOLE / 1e6
@@ -179,7 +179,7 @@ UNBOUNDED_COLUMNS = {("device_counters", "value")}
 
 
 def column_limit(kind: str, column: str) -> float:
-    """The largest magnitude column `column` of CSV `kind` may hold (inf: any finite value)."""
+    """The bound (exclusive) on the magnitude of column `column` of CSV `kind` (inf: any value)."""
     if (kind, column) in UNBOUNDED_COLUMNS:
         return math.inf
     return MAX_MS if column.endswith(("_ms", "_pct", "_ratio")) else MAX_WHOLE
@@ -489,7 +489,7 @@ def type_problem(value: Any, spec: Any, where: str = "") -> Optional[str]:
         return None
     if not isinstance(value, spec) or (isinstance(value, bool) and bool not in spec):
         return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= MAX_WHOLE:
         return f"{where} is {_shown(value)}, beyond what a 64-bit number can hold"
     return None
 
@@ -539,10 +539,10 @@ def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
 def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...],
                     limit: float = math.inf) -> pd.Series:
     """A CSV column as float64 numbers (int64 when every cell is whole), or InputError naming the
-    first line that is not a finite number (or one of the `non_finite` spellings) or is beyond
-    `limit` in magnitude."""
+    first line that is not a finite number (or one of the `non_finite` spellings) or is at or
+    beyond `limit` in magnitude."""
     if column.dtype.kind in "iu":
-        beyond = np.abs(column.to_numpy(dtype=np.float64)) > limit
+        beyond = np.abs(column.to_numpy(dtype=np.float64)) >= limit
         if beyond.any():
             _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
         return column
@@ -564,7 +564,7 @@ def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[
                 f"a non-numeric value ({cell[:40]!r})")
         raise InputError(f"{path} is malformed: column {name} has {what} on line {row + 2}")
     with np.errstate(invalid="ignore"):
-        beyond = np.abs(values) > limit
+        beyond = (np.abs(values) >= limit) & np.isfinite(values)
     if beyond.any():
         _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
     return pd.Series(values, index=column.index, name=column.name, dtype=np.float64)

@@ -14,6 +14,7 @@ point, the mutation, the command and the traceback's last lines; hypothesis prin
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -91,3 +92,61 @@ def test_the_oracle_recognises_each_outcome(tmp_path):
     assert verdict(0, "").kind == fz.ACCEPTED_INVALID
     assert verdict(-11, "").kind == fz.SIGNAL
     assert verdict(None, "").kind == fz.HANG
+
+
+# ---- the round trip: whatever analyse() writes, every reader accepts ---------------------------
+
+def _untyped_keys(doc, spec, where: str = "") -> list[str]:
+    """Keys of `doc` that its schema node `spec` does not type (a reader would take them unchecked)."""
+    from profiler.formats import ANY_KEY, Nullable
+    if isinstance(spec, Nullable):
+        return [] if doc is None else _untyped_keys(doc, spec[0], where)
+    if isinstance(spec, dict) and isinstance(doc, dict):
+        if not spec:                                       # an object whose content readers do not use
+            return []
+        return [k for key, value in doc.items() for k in
+                ([f"{where}.{key}"] if key not in spec and ANY_KEY not in spec
+                 else _untyped_keys(value, spec.get(key, spec.get(ANY_KEY)), f"{where}.{key}"))]
+    if isinstance(spec, list) and isinstance(doc, list):
+        return [k for i, item in enumerate(doc) for k in _untyped_keys(item, spec[0], f"{where}[{i}]")]
+    return []
+
+
+def test_every_reader_accepts_what_analyse_writes(seeds, tmp_path):
+    """The output contract both ways: every file a real analysis lists (a recording, the reference
+    device's, two ranks with the cluster files, an imported Kineto trace and Ascend job) is read by
+    its validated reader with the values the file holds, every key of every JSON document has a type
+    in formats.DOCUMENT_SCHEMAS, and the viewer loads every rank."""
+    from profiler.formats import (CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CSV_REQUIRED, DOCUMENT_SCHEMAS, RANK_FILES,
+                                  info_files, read_csv, read_document, read_event_file, read_profiler_info)
+    from viewer.rundata import load_profview_dir
+
+    kineto, job = tmp_path / "kineto", tmp_path / "job"
+    for args in (["import-kineto", seeds.kineto["nccl_data"], "-o", kineto], ["import-ascend", seeds.job, "-o", job]):
+        done = fz.run_profview(args)
+        assert done.returncode == 0, done.stderr[-2000:]
+    read = {"document": 0, "csv": 0, "events": 0}
+    for directory in (seeds.profview, seeds.refdev, seeds.cluster, kineto, job):
+        infos = info_files(directory)
+        assert [run.rank for run in load_profview_dir(directory)] == list(infos)
+        for rank, info_path in infos.items():
+            info = read_profiler_info(info_path)
+            kinds = {pattern.format(rank=rank): kind for kind, pattern in RANK_FILES.items()}
+            kinds.update({CLUSTER_SUMMARY: "cluster_summary", CLUSTER_STEP_TRACE: "cluster_step_trace"})
+            for name in info["outputs"]:
+                path, kind = directory / name, kinds.get(name)
+                if kind in DOCUMENT_SCHEMAS:
+                    doc = read_document(path, kind)
+                    assert doc == json.loads(path.read_text())
+                    assert _untyped_keys(doc, DOCUMENT_SCHEMAS[kind]) == [], f"{path}: keys without a type"
+                    read["document"] += 1
+                elif kind in CSV_REQUIRED:
+                    lines = [line for line in path.read_text().splitlines()[1:] if line]
+                    assert len(read_csv(path, kind)) == len(lines)
+                    read["csv"] += 1
+                elif kind == "events":
+                    assert read_event_file(path).rows > 0
+                    read["events"] += 1
+    assert json.loads((seeds.refdev / "profiler_info_0.json").read_text())["ascend_devices"][0]["device"] == "npu:0"
+    # 2 documents a rank (report; queue_summary where a queue was probed) and the cluster summary
+    assert read["document"] >= 2 + 2 + 2 * 2 + 1 + 1 + 1 and read["csv"] >= 5 * 7 and read["events"] == 7
