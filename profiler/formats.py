@@ -377,6 +377,8 @@ def _shown(value: Any) -> str:
 #: Leaf types of a document schema. Numbers may be null: the writer writes a float that is not
 #: finite as null (plain_value), and readers treat it as "no value".
 NUMBER: tuple[type, ...] = (int, float, type(None))
+#: A number the writer always has (a threshold in force): never null.
+FIGURE: tuple[type, ...] = (int, float)
 WHOLE: tuple[type, ...] = (int, type(None))
 TEXT: tuple[type, ...] = (str,)
 TEXT_OR_NULL: tuple[type, ...] = (str, type(None))
@@ -409,13 +411,13 @@ DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "steps": {"analysed": WHOLE, "warmup_skipped": WHOLE, "rule": TEXT, "mean_ms": NUMBER, "median_ms": NUMBER,
                   "wall_ms": NUMBER, "mean_phase_ms": {ANY_KEY: NUMBER}, "share_pct": {ANY_KEY: NUMBER},
                   "op_captured_steps": WHOLE, "data_wait_measured": FLAG, "source": TEXT, "source_note": TEXT},
-        "thresholds": {ANY_KEY: NUMBER},
+        "thresholds": {ANY_KEY: FIGURE},
         "findings": [_FINDING],
         "devices": [{**{c: NUMBER for c in DEVICE_TIME_COLUMNS}, "device": TEXT}],
     },
     "queue_summary": {
         "schema_version": WHOLE,
-        "thresholds": {"empty_ratio_warning": NUMBER, "full_ratio_line": NUMBER, "meaning": TEXT},
+        "thresholds": {"empty_ratio_warning": FIGURE, "full_ratio_line": FIGURE, "meaning": TEXT},
         "verdict": {"kind": TEXT, "reason": TEXT, "feed_queue": TEXT_OR_NULL, "host_queue": TEXT_OR_NULL,
                     "device_queue": TEXT_OR_NULL, "bottleneck_stage": TEXT_OR_NULL},
         "queues": [{"queue": TEXT, "role": TEXT, "producer": TEXT, "consumer": TEXT, "capacity": NUMBER,

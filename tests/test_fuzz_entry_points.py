@@ -125,28 +125,34 @@ def test_every_reader_accepts_what_analyse_writes(seeds, tmp_path):
     for args in (["import-kineto", seeds.kineto["nccl_data"], "-o", kineto], ["import-ascend", seeds.job, "-o", job]):
         done = fz.run_profview(args)
         assert done.returncode == 0, done.stderr[-2000:]
-    read = {"document": 0, "csv": 0, "events": 0}
+    read = []
     for directory in (seeds.profview, seeds.refdev, seeds.cluster, kineto, job):
         infos = info_files(directory)
         assert [run.rank for run in load_profview_dir(directory)] == list(infos)
+        cluster = [name for name in (CLUSTER_SUMMARY, CLUSTER_STEP_TRACE) if (directory / name).is_file()]
         for rank, info_path in infos.items():
             info = read_profiler_info(info_path)
             kinds = {pattern.format(rank=rank): kind for kind, pattern in RANK_FILES.items()}
             kinds.update({CLUSTER_SUMMARY: "cluster_summary", CLUSTER_STEP_TRACE: "cluster_step_trace"})
-            for name in info["outputs"]:
+            for name in info["outputs"] + (cluster if rank == 0 else []):
                 path, kind = directory / name, kinds.get(name)
                 if kind in DOCUMENT_SCHEMAS:
                     doc = read_document(path, kind)
                     assert doc == json.loads(path.read_text())
                     assert _untyped_keys(doc, DOCUMENT_SCHEMAS[kind]) == [], f"{path}: keys without a type"
-                    read["document"] += 1
                 elif kind in CSV_REQUIRED:
                     lines = [line for line in path.read_text().splitlines()[1:] if line]
                     assert len(read_csv(path, kind)) == len(lines)
-                    read["csv"] += 1
                 elif kind == "events":
                     assert read_event_file(path).rows > 0
-                    read["events"] += 1
+                else:
+                    continue
+                read.append(f"{directory.name}/{name}")
     assert json.loads((seeds.refdev / "profiler_info_0.json").read_text())["ascend_devices"][0]["device"] == "npu:0"
-    # 2 documents a rank (report; queue_summary where a queue was probed) and the cluster summary
-    assert read["document"] >= 2 + 2 + 2 * 2 + 1 + 1 + 1 and read["csv"] >= 5 * 7 and read["events"] == 7
+    documents = sorted(name for name in read if name.endswith(".json"))
+    assert documents == sorted([
+        "profview_run/report_0.json", "profview_run/queue_summary_0.json", "refdev_run/report_0.json",
+        "cluster_run/report_0.json", "cluster_run/queue_summary_0.json", "cluster_run/report_1.json",
+        "cluster_run/queue_summary_1.json", "cluster_run/cluster_summary.json", f"{kineto.name}/report_0.json",
+        f"{job.name}/report_1.json"])
+    assert "cluster_run/cluster_step_trace.csv" in read and len([n for n in read if n.endswith(".arrow")]) == 6
