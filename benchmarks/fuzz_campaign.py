@@ -3,8 +3,8 @@
     python benchmarks/fuzz_campaign.py --seed 1 --count 2000 --jobs 2 --failures test-artifacts/fuzz-failures
 
 Case i of a campaign is drawn from Random(f"campaign/{seed}/{i}"): an entry point (weighted), one
-of its mutations, and that mutation's own integer seed; `--only I` re-runs case I alone and prints
-it in full. Prints, per entry point: inputs, clean refusals, accepted, tracebacks (and how many
+of its mutations (of the `--mutation`s, when given), and that mutation's own integer seed; `--only I`
+re-runs case I alone and prints it in full. Prints, per entry point: inputs, clean refusals, accepted, tracebacks (and how many
 distinct signatures: exception type + innermost project frame), hangs, signals, and the other
 failures (messy refusals, invalid input accepted, missing output, wrong numbers); then every
 distinct failure signature with its entry points, mutations and a reproducer. The first
@@ -23,6 +23,7 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -34,10 +35,13 @@ WEIGHTS = {"view-html": 3, "view-summary": 2, "analyse": 3, "import-kineto": 2, 
            "compare": 2.5, "view-foreign": 3, "serve": 0.5, "watch": 1.5}
 
 
-def draw(seed: int, index: int, entries: list[str]) -> tuple[str, str, int]:
+def draw(seed: int, index: int, entries: list[str], only: Optional[list[str]] = None) -> tuple[str, str, int]:
+    """Case `index`'s entry point, mutation (among `only` when given) and mutation seed."""
     rng = random.Random(f"campaign/{seed}/{index}")
+    if only:
+        entries = [e for e in entries if set(fz.mutations_for(e)) & set(only)]
     entry = rng.choices(entries, weights=[WEIGHTS.get(e, 1) for e in entries])[0]
-    mutation = rng.choice(fz.mutations_for(entry))
+    mutation = rng.choice([m for m in fz.mutations_for(entry) if not only or m in only])
     return entry, mutation, rng.getrandbits(31)
 
 
@@ -51,6 +55,8 @@ def main(argv=None) -> int:
     p.add_argument("--keep", type=int, default=3, help="failing inputs kept per distinct signature")
     p.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     p.add_argument("--entry", action="append", choices=sorted(fz.ENTRY_POINTS), help="only these entry points")
+    p.add_argument("--mutation", action="append", choices=sorted(fz.MUTATIONS),
+                   help="only these mutations (e.g. the classes of one issue)")
     p.add_argument("--only", type=int, default=None, help="run case INDEX of the campaign alone, verbosely")
     args = p.parse_args(argv)
 
@@ -69,7 +75,7 @@ def main(argv=None) -> int:
     args.failures.mkdir(parents=True, exist_ok=True)
 
     def one(index: int) -> dict:
-        entry, mutation, case_seed = draw(args.seed, index, entries)
+        entry, mutation, case_seed = draw(args.seed, index, entries, args.mutation)
         work = scratch / "cases" / f"{index:06d}"
         try:
             try:
@@ -131,7 +137,8 @@ def _slug(signature: str) -> str:
 
 def summarise(records: list[dict], args, elapsed: float) -> str:
     cmd = (f"python benchmarks/fuzz_campaign.py --seed {args.seed} --count {args.count} --jobs {args.jobs} "
-           f"--timeout {args.timeout:g}")
+           f"--timeout {args.timeout:g}" + "".join(f" --entry {e}" for e in args.entry or [])
+           + "".join(f" --mutation {m}" for m in args.mutation or []))
     out = ["# profview fuzz campaign", "", f"`{cmd}` — {len(records)} inputs in {elapsed / 60:.1f} min", ""]
     cols = ["inputs", "refused", "accepted", "tracebacks", "distinct tb", "hangs", "signals", "messy",
             "accepted invalid", "no output", "wrong numbers", "skipped", "harness errors"]

@@ -169,6 +169,22 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("step_trace", DEVICE_IDLE[0]): ("",),
 }
 
+#: The bound (exclusive) on the magnitude of a number of an output file: whole numbers (counts,
+#: sizes, steps, ns) are int64s, and times in ms come from the run's int64 ns clock. A value at or
+#: beyond it (1e308 ms, a capacity of 2**64) is damage, refused by the readers with the file, column and line; only a
+#: user's counter value (device_counters.value) may be any float.
+MAX_WHOLE = 2.0 ** 63
+MAX_MS = MAX_WHOLE / 1e6
+UNBOUNDED_COLUMNS = {("device_counters", "value")}
+
+
+def column_limit(kind: str, column: str) -> float:
+    """The bound (exclusive) on the magnitude of column `column` of CSV `kind` (inf: any value)."""
+    if (kind, column) in UNBOUNDED_COLUMNS:
+        return math.inf
+    return MAX_MS if column.endswith(("_ms", "_pct", "_ratio")) else MAX_WHOLE
+
+
 # ---- text -----------------------------------------------------------------------------------
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -356,6 +372,140 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# ---- JSON documents: the type of every key readers use --------------------------------------
+
+#: Leaf types of a document schema. Numbers may be null: the writer writes a float that is not
+#: finite as null (plain_value), and readers treat it as "no value".
+NUMBER: tuple[type, ...] = (int, float, type(None))
+#: A number the writer always has (a threshold in force): never null.
+FIGURE: tuple[type, ...] = (int, float)
+WHOLE: tuple[type, ...] = (int, type(None))
+TEXT: tuple[type, ...] = (str,)
+TEXT_OR_NULL: tuple[type, ...] = (str, type(None))
+FLAG: tuple[type, ...] = (bool,)
+#: An object whose keys are not fixed (a queue name, a rank): "*" gives the type of every value.
+ANY_KEY = "*"
+
+
+class Nullable(tuple):
+    """A document schema node that may also be null (`Nullable((spec,))`): an object or list the
+    writer leaves null when it has nothing (`straggler`, a `verdict` without queues)."""
+
+
+def nullable(spec: Any) -> Nullable:
+    return Nullable((spec,))
+
+
+_FINDING = {"kind": TEXT, "key": TEXT, "severity": TEXT, "title": TEXT, "at_stake_ms": NUMBER,
+            "at_stake_pct": NUMBER, "evidence": TEXT, "threshold": TEXT, "suggestion": TEXT, "files": [TEXT],
+            "metrics": {ANY_KEY: NUMBER}, "rank": WHOLE}
+
+#: The type of every key of the output JSON documents (report, queue_summary, cluster_summary) that
+#: some reader uses: a dict is an object (its keys checked when present, others ignored; ANY_KEY for
+#: every key), a one-item list a list of that item, a tuple of types a value. `read_document` checks
+#: a document against its schema once, at the edge, so the viewer, `compare` and `--summary` can use
+#: the values without re-checking; an absent key is fine (older files, imports).
+DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "report": {
+        "schema_version": WHOLE, "verdict": TEXT, "headline": TEXT, "framework": TEXT,
+        "steps": {"analysed": WHOLE, "warmup_skipped": WHOLE, "rule": TEXT, "mean_ms": NUMBER, "median_ms": NUMBER,
+                  "wall_ms": NUMBER, "mean_phase_ms": {ANY_KEY: NUMBER}, "share_pct": {ANY_KEY: NUMBER},
+                  "op_captured_steps": WHOLE, "data_wait_measured": FLAG, "source": TEXT, "source_note": TEXT},
+        "thresholds": {ANY_KEY: FIGURE},
+        "findings": [_FINDING],
+        "devices": [{**{c: NUMBER for c in DEVICE_TIME_COLUMNS}, "device": TEXT}],
+    },
+    "queue_summary": {
+        "schema_version": WHOLE,
+        "thresholds": {"empty_ratio_warning": FIGURE, "full_ratio_line": FIGURE, "meaning": TEXT},
+        "verdict": {"kind": TEXT, "reason": TEXT, "feed_queue": TEXT_OR_NULL, "host_queue": TEXT_OR_NULL,
+                    "device_queue": TEXT_OR_NULL, "bottleneck_stage": TEXT_OR_NULL},
+        "queues": [{"queue": TEXT, "role": TEXT, "producer": TEXT, "consumer": TEXT, "capacity": NUMBER,
+                    "samples": NUMBER, "puts": NUMBER, "gets": NUMBER, "empty_ratio": NUMBER, "full_ratio": NUMBER,
+                    "put_full_ratio": NUMBER, "time_empty_ratio": NUMBER, "time_full_ratio": NUMBER,
+                    "mean_size": NUMBER, "max_size": NUMBER, "span_ms": NUMBER, "get_wait_ms": NUMBER,
+                    "get_wait_mean_ms": NUMBER, "get_wait_per_step_ms": NUMBER, "put_wait_ms": NUMBER}],
+        "pipeline": {"stages": [{"stage": TEXT, "depth": NUMBER, "input_queue": TEXT_OR_NULL,
+                                 "output_queue": TEXT_OR_NULL, "input_full_ratio": NUMBER,
+                                 "output_empty_ratio": NUMBER, "slow": FLAG}],
+                     "bottleneck_stage": TEXT_OR_NULL},
+        "totals": {ANY_KEY: NUMBER},
+        "steps": [{"step": NUMBER, "iteration_gap_ms": NUMBER, "data_wait_ms": NUMBER, "gap_wait_ms": NUMBER,
+                   "gap_wait_pct": NUMBER, "get_wait_ms": {ANY_KEY: NUMBER}}],
+    },
+    "cluster_summary": {
+        "schema_version": WHOLE,
+        "ranks": {"world_size": WHOLE, "profiled": [WHOLE], "present": [WHOLE], "missing": [WHOLE],
+                  "not_profiled": [WHOLE], "stopped_early": {ANY_KEY: {}}, "last_step": WHOLE},
+        "clock": {"method": TEXT, "reference_rank": WHOLE, "origin_unix_ns": WHOLE, "max_uncertainty_ns": NUMBER,
+                  "per_rank": {ANY_KEY: {}}},
+        "steps": {ANY_KEY: WHOLE},
+        "per_rank": [{ANY_KEY: NUMBER}],
+        "straggler": nullable({"rank": WHOLE, "slowest_share_pct": NUMBER, "excess_ms": NUMBER, "phase": TEXT,
+                               "phase_excess_ms": {ANY_KEY: NUMBER}, "others_wait_ms": NUMBER}),
+        "communication": {ANY_KEY: NUMBER},
+        "findings": [_FINDING],
+        "warnings": [TEXT],
+        "devices": [{ANY_KEY: (int, float, str, type(None))}],
+        "timeline_ranks": [WHOLE],
+        "outputs": [TEXT],
+    },
+}
+
+
+def _meaning(spec: Any) -> str:
+    """What a schema node asks for, in words."""
+    if isinstance(spec, Nullable):
+        return _meaning(spec[0]) + " or null"
+    if isinstance(spec, dict):
+        return "an object"
+    if isinstance(spec, list):
+        return "a list"
+    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+    words = [names[t] for t in spec if t is not type(None) and not (t is int and float in spec)]
+    return " or ".join(words) + (" or null" if type(None) in spec else "")
+
+
+def type_problem(value: Any, spec: Any, where: str = "") -> Optional[str]:
+    """Where `value` breaks the schema node `spec`, in words ("verdict should be an object, not \\"x\\""),
+    or None. Booleans are not numbers (JSON true is no count)."""
+    if isinstance(spec, Nullable):
+        return None if value is None else type_problem(value, spec[0], where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where or 'the document'} should be {_meaning(spec)}, not {_shown(value)}"
+        for key, item in value.items():
+            sub = spec.get(key, spec.get(ANY_KEY))
+            if sub is not None:
+                problem = type_problem(item, sub, f"{where}.{key}" if where else key)
+                if problem:
+                    return problem
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
+        for i, item in enumerate(value):
+            problem = type_problem(item, spec[0], f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if not isinstance(value, spec) or (isinstance(value, bool) and bool not in spec):
+        return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= MAX_WHOLE:
+        return f"{where} is {_shown(value)}, beyond what a 64-bit number can hold"
+    return None
+
+
+def read_document(path: Path, kind: str) -> dict[str, Any]:
+    """An output JSON document of `kind` (a DOCUMENT_SCHEMAS key), its types checked: one sentence
+    naming the file and the key when a value has the wrong JSON type."""
+    doc = read_json_object(path)
+    problem = type_problem(doc, DOCUMENT_SCHEMAS[kind])
+    if problem:
+        raise InputError(f"{path} is malformed: {problem}")
+    return doc
+
+
 def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     """Read one of the output CSVs (a CSV_REQUIRED key) and check the columns consumers rely on.
 
@@ -380,17 +530,23 @@ def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
     for col in numeric + [c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric
                           and c not in text]:
-        frame[col] = _numeric_column(frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()))
+        frame[col] = _numeric_column(frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()),
+                                     column_limit(kind, col))
     for col in OPTIONAL_TEXT:
         if col in frame.columns:
             frame[col] = frame[col].astype(str)
     return frame
 
 
-def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...]) -> pd.Series:
-    """A CSV column as float64 numbers, or InputError naming the first line that is not a finite
-    number (or one of the `non_finite` spellings)."""
+def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...],
+                    limit: float = math.inf) -> pd.Series:
+    """A CSV column as float64 numbers (int64 when every cell is whole), or InputError naming the
+    first line that is not a finite number (or one of the `non_finite` spellings) or is at or
+    beyond `limit` in magnitude."""
     if column.dtype.kind in "iu":
+        beyond = np.abs(column.to_numpy(dtype=np.float64)) >= limit
+        if beyond.any():
+            _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
         return column
     if column.dtype.kind == "f":
         values = column.to_numpy()
@@ -409,7 +565,16 @@ def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[
                 f"a value that is not a finite number ({cell[:40]!r})" if _is_number_text(cell) else
                 f"a non-numeric value ({cell[:40]!r})")
         raise InputError(f"{path} is malformed: column {name} has {what} on line {row + 2}")
+    with np.errstate(invalid="ignore"):
+        beyond = (np.abs(values) >= limit) & np.isfinite(values)
+    if beyond.any():
+        _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
     return pd.Series(values, index=column.index, name=column.name, dtype=np.float64)
+
+
+def _beyond_limit(column: pd.Series, path: Path, name: str, row: int) -> None:
+    raise InputError(f"{path} is malformed: column {name} has {str(column.iloc[row])[:40]!r} on line {row + 2}, "
+                     "beyond what a 64-bit clock or count can hold")
 
 
 _SPELLED = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}

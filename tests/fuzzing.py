@@ -131,6 +131,29 @@ for path in profiler.analyse(progress=False):
     print(path)
 '''
 
+#: The reference-device seed: a recording whose Ascend-style device (profiler.reference) writes a JOB
+#: log and a clock-sync file into raw/, merged by analyse() (device ops, steps from the device).
+REFERENCE_DEVICE_SCRIPT = r'''
+import sys
+import numpy as np
+from profiler import Profiler
+from profiler.reference.device import AscendReferenceDevice
+
+profiler = Profiler(sys.argv[1], host_counters=False, gpu_counters=False, flush_interval_s=0.02)
+dev = AscendReferenceDevice(profiler, streams=2)
+w = np.ones((32, 32))
+for step in range(6):
+    dev.fp_start()
+    h = dev.launch("Default/MatMul-op1", "MatMul", np.matmul, np.ones((32, 32)), w)
+    dev.launch("Default/ReLU-op2", "ReLU", np.maximum, h, 0)
+    dev.bp_end()
+    dev.all_reduce("Default/AllReduce-op3", np.copy, h, stream=1)
+    dev.iter_end().result(timeout=30)
+    profiler.step()
+for path in profiler.analyse(progress=False):
+    print(path)
+'''
+
 #: Kineto traces small enough to parse and re-serialise for every case.
 KINETO_JSON_SEEDS = ("alexnet", "cpu_only", "sampled_rank-0", "nccl_data")
 
@@ -140,9 +163,11 @@ class Seeds:
     so that hypothesis prints it in one line."""
 
     def __init__(self, root: Path, profview: Path, kineto: dict[str, Path], job: Path, ms_cpu: Path,
-                 ms_gold: Path, privileged: bool = False) -> None:
+                 ms_gold: Path, refdev: Path, cluster: Path, privileged: bool = False) -> None:
         self.root = root
         self.profview = profview              # an analysed recording, with raw/
+        self.refdev = refdev                  # an analysed recording with a reference Ascend device in raw/
+        self.cluster = cluster                # the profview recording as two ranks: cluster_summary.json too
         self.kineto = kineto                  # name -> .json.gz (copies of the real traces)
         self.job = job                        # Ascend JOB3
         self.ms_cpu = ms_cpu                  # MindSpore 2.x CPU output directory
@@ -153,7 +178,8 @@ class Seeds:
         return f"Seeds({self.root})"
 
     def kinds(self) -> dict[str, Path]:
-        return {"profview": self.profview, "job": self.job, "ms_cpu": self.ms_cpu, "ms_gold": self.ms_gold}
+        return {"profview": self.profview, "job": self.job, "ms_cpu": self.ms_cpu, "ms_gold": self.ms_gold,
+                "refdev": self.refdev, "cluster": self.cluster}
 
 
 def _copy_writable(src: Path, dst: Path) -> None:
@@ -170,12 +196,24 @@ def _copy_writable(src: Path, dst: Path) -> None:
         os.chmod(dst, 0o644)
 
 
-def record_profview_run(out: Path, timeout: float = 300) -> Path:
-    """Make the profview seed: a real recording through the public API, analysed."""
-    result = subprocess.run([sys.executable, "-c", RECORDING_SCRIPT, str(out)], cwd=str(out.parent),
-                            env=_child_env(), capture_output=True, text=True, timeout=timeout)
+def record_profview_run(out: Path, timeout: float = 300, script: str = RECORDING_SCRIPT,
+                        env: Optional[dict[str, str]] = None) -> Path:
+    """Make a profview seed: a real recording through the public API (`script`), analysed."""
+    result = subprocess.run([sys.executable, "-c", script, str(out)], cwd=str(out.parent),
+                            env={**_child_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0 or not (out / "raw").is_dir():
         raise RuntimeError(f"the seed recording failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    return out
+
+
+def record_two_ranks(out: Path, timeout: float = 300) -> Path:
+    """The cluster seed: the recording made by rank 0 and rank 1 of a job of two (one after the
+    other, into one directory), analysed together (the cluster files)."""
+    for rank in (0, 1):
+        record_profview_run(out, timeout, env={"RANK": str(rank), "WORLD_SIZE": "2"})
+    run_profview(["analyse", out], timeout=timeout)        # both ranks together: the cluster files
+    if not (out / "cluster_summary.json").is_file():
+        raise RuntimeError(f"the cluster seed wrote no cluster_summary.json: {sorted(p.name for p in out.iterdir())}")
     return out
 
 
@@ -183,6 +221,8 @@ def build_seeds(root: Path, captures: Path = CAPTURES) -> Seeds:
     """Record the profview seed and copy the real captures into `root`."""
     root.mkdir(parents=True, exist_ok=True)
     profview = record_profview_run(root / "profview_run")
+    refdev = record_profview_run(root / "refdev_run", script=REFERENCE_DEVICE_SCRIPT)
+    cluster = record_two_ranks(root / "cluster_run")
     kineto = {}
     for trace in sorted((captures / "kineto").glob("*.json.gz")):
         name = trace.name[:-len(".json.gz")]
@@ -194,7 +234,7 @@ def build_seeds(root: Path, captures: Path = CAPTURES) -> Seeds:
     _copy_writable(ms_cpu_src, root / "mindspore_cpu" / ms_cpu_src.name)
     return Seeds(root=root, profview=profview, kineto=kineto, job=root / "ascend" / "JOB3",
                  ms_cpu=root / "mindspore_cpu" / ms_cpu_src.name, ms_gold=root / "mindspore_gold" / "run_1",
-                 privileged=privileged())
+                 refdev=refdev, cluster=cluster, privileged=privileged())
 
 
 # --------------------------------------------------------------------------------------------
@@ -1182,6 +1222,98 @@ def _dir_state(ctx: Ctx) -> None:
     ctx.say(f"directory {what.replace('_', ' ')}", REFUSE)
 
 
+#: JSON values of every type (and numbers beyond 64 bits), to put where a reader expects another type.
+TYPE_TOKENS = ['"x"', '""', "0", "-1", "1.5", "true", "false", "null", "[]", "{}", '[1, "a", null]', '{"a": {"b": 1}}',
+               str(10 ** 30), "-1e308", "1e308", '"1e308"']
+
+
+@mutation("output_json_types", "outputs CSV/JSON", ["profview", "cluster"], VIEW_ENTRIES)
+def _json_types(ctx: Ctx) -> None:
+    """A key of an output JSON document given a value of another JSON type (or beyond 64 bits)."""
+    rng = ctx.rng
+    names = list(OUTPUT_JSONS) + (["cluster_summary.json"] * 3 if ctx.kind == "cluster" else [])
+    name = rng.choice(names)
+    path = ctx.input / name
+    doc = json.loads(path.read_text())
+    at = random_json_path(doc, rng)
+    if not at:
+        at = [rng.choice(list(doc))]
+    token = rng.choice(TYPE_TOKENS)
+    path.write_bytes(dumps_with_token(doc, at, token, compact=rng.random() < 0.5))
+    ctx.say(f"{name} {_show_path(at)} = {token}", EITHER)
+
+
+#: Numbers at and beyond what a 64-bit clock or count holds, and the smallest floats.
+EXTREME_CELLS = ["1e308", "-1e308", "1.7976931348623157e308", "99999999999999999999", "18446744073709551615",
+                 "9223372036854775807", "-9223372036854775808", "9223372036854775808", "9.3e12", "9.2e12", "5e-324",
+                 "1e-300", "-0.0", "1e15", "4503599627370497"]
+#: The largest magnitude docs/formats.md allows in a column: ms (and % / ratios) from the int64 ns
+#: clock, whole numbers in int64; device_counters.value is any float.
+MAX_WHOLE_CELL = 2.0 ** 63
+MAX_MS_CELL = MAX_WHOLE_CELL / 1e6
+
+
+def _beyond_contract(kind: str, column: str, value: str) -> bool:
+    if (kind, column) == ("device_counters", "value"):
+        return False
+    limit = MAX_MS_CELL if column.endswith(("_ms", "_pct", "_ratio")) else MAX_WHOLE_CELL
+    return abs(float(value)) >= limit
+
+
+@mutation("output_extreme_numbers", "outputs CSV/JSON", ["profview"], VIEW_ENTRIES)
+def _extreme_numbers(ctx: Ctx) -> None:
+    """A numeric cell of an output CSV at or beyond 64 bits (a step of 1e308 ms, a capacity of 2**64)."""
+    rng = ctx.rng
+    name = rng.choice([n for n in OUTPUT_CSVS if len((ctx.input / n).read_text().splitlines()) > 1])
+    path = ctx.input / name
+    lines = path.read_text().split("\n")
+    header = lines[0].split(",")
+    kind = _csv_kind(name)
+    columns = [c for c in header if c not in TEXT_COLUMNS and not c.endswith("_source") and c != "event"]
+    column = rng.choice(columns)
+    c = header.index(column)
+    rows = [i for i in range(1, len(lines)) if lines[i]]
+    value = rng.choice(EXTREME_CELLS)
+    changed = rng.sample(rows, rng.choice([1, len(rows)]) if rows else 0)
+    for r in changed:
+        cells = lines[r].split(",")
+        cells[c] = value
+        lines[r] = ",".join(cells)
+    path.write_text("\n".join(lines))
+    ctx.say(f"{name}: {column} = {value} on {len(changed)} line(s)",
+            REFUSE if _beyond_contract(kind, column, value) else EITHER)
+
+
+#: Names an op or a queue may have in a user's program, each valid in a CSV cell without quoting.
+NASTY_NAMES = ["\x00", "\x00\x00", " ", "nan", "1", "-inf", "\u202e\u00e9\U0001f600", "<b>x</b>", "a\tb", "\x7f"]
+
+
+def _renamed(doc, old: str, new: str):
+    """`doc` with every string (value or key) equal to `old` replaced by `new`."""
+    if isinstance(doc, dict):
+        return {(new if k == old else k): _renamed(v, old, new) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_renamed(v, old, new) for v in doc]
+    return new if doc == old else doc
+
+
+@mutation("output_names", "outputs CSV/JSON", ["profview"], VIEW_ENTRIES)
+def _output_names(ctx: Ctx) -> None:
+    """A queue or an op renamed in every output that names it (a NUL-named op with a probed queue)."""
+    rng = ctx.rng
+    old = rng.choice(["host_queue", "conv1", "Conv2D", "relu1", "forward"])
+    new = rng.choice(NASTY_NAMES)
+    for name in OUTPUT_CSVS:
+        path = ctx.input / name
+        lines = path.read_text().split("\n")
+        path.write_text("\n".join(",".join(new if cell == old else cell for cell in line.split(","))
+                                   for line in lines))
+    for name in ("queue_summary_0.json", "report_0.json"):
+        path = ctx.input / name
+        path.write_text(json.dumps(_renamed(json.loads(path.read_text()), old, new), indent=2))
+    ctx.say(f"{old!r} renamed {new!r} in every CSV and JSON output", EITHER)
+
+
 # --- Kineto traces ----------------------------------------------------------------------------
 
 def _kineto_events(doc) -> list:
@@ -1370,15 +1502,18 @@ def _job_file(ctx: Ctx, prefix: str) -> Path:
 
 
 HWTS_RECORD, TT_RECORD = 64, 20
+#: Entry points that read an Ascend JOB directory: the importers and viewer, and (the reference
+#: device's, inside a raw store) analyse.
+ASCEND_ENTRIES = ("import-ascend", "view-foreign", "compare", "analyse")
 
 
-@mutation("ascend_hwts", "Ascend", ["job"])
+@mutation("ascend_hwts", "Ascend", ["job", "refdev"], ASCEND_ENTRIES)
 def _ascend_hwts(ctx: Ctx) -> None:
     rng = ctx.rng
     path = _job_file(ctx, "hwts.log.data")
     data = bytearray(path.read_bytes())
     how = rng.choice(["record", "record", "record", "truncate", "cut_record", "bitflip", "zero_fill", "empty",
-                      "shuffle", "all_same"])
+                      "shuffle", "all_same", "syscnt_constant"])
     n = len(data) // HWTS_RECORD
     if how == "record":
         edits = []
@@ -1415,13 +1550,19 @@ def _ascend_hwts(ctx: Ctx) -> None:
         out, detail = b"".join(records), "records shuffled (syscnt no longer monotonic)"
     elif how == "all_same":
         out, detail = bytes(data[:HWTS_RECORD]) * n, "every record the first one"
+    elif how == "syscnt_constant":
+        value = rng.choice([0, 123456789, 2 ** 64 - 1])
+        for r in range(n):
+            struct.pack_into("<Q", data, r * HWTS_RECORD + 8, value)
+        out, detail = bytes(data), f"the system counter never advances (every syscnt {value})"
     else:
         out, detail = BYTE_DAMAGE[how](bytes(data), rng)
     path.write_bytes(out)
+    _device_damaged(ctx)
     ctx.say(f"{path.name}: {detail}", EITHER)
 
 
-@mutation("ascend_training_trace", "Ascend", ["job"])
+@mutation("ascend_training_trace", "Ascend", ["job", "refdev"], ASCEND_ENTRIES)
 def _ascend_tt(ctx: Ctx) -> None:
     rng = ctx.rng
     path = _job_file(ctx, "training_trace")
@@ -1457,16 +1598,126 @@ def _ascend_tt(ctx: Ctx) -> None:
     else:
         out, detail = BYTE_DAMAGE[how](bytes(data), rng)
     path.write_bytes(out)
+    _device_damaged(ctx)
     ctx.say(f"{path.name}: {detail}", EITHER)
 
 
-@mutation("ascend_text", "Ascend", ["job"])
+@mutation("ascend_text", "Ascend", ["job", "refdev"], ASCEND_ENTRIES)
 def _ascend_text(ctx: Ctx) -> None:
-    prefix = ctx.rng.choice(["Framework.host.vm.task_desc_info", "Framework.host.vm.graph_desc_info",
-                             "Framework.host.vm.point", "host_start.log"])
+    prefixes = ["Framework.host.vm.task_desc_info", "Framework.host.vm.graph_desc_info", "Framework.host.vm.point",
+                "host_start.log"]
+    names = [p.name for p in _files(ctx.input)]
+    prefix = ctx.rng.choice([p for p in prefixes if any(n.startswith(p) for n in names)])
     path = _job_file(ctx, prefix)
     out, detail = mutate_text_lines(path.read_bytes(), ctx.rng)
     path.write_bytes(out)
+    _device_damaged(ctx)
+    ctx.say(f"{path.name}: {detail}", EITHER)
+
+
+#: Task ids, stream ids, block dims and point tags as a damaged or hostile Framework file may hold them.
+ID_TOKENS = ["x", "", "-1", "-9223372036854775809", "9223372036854775807", "9223372036854775808",
+             "99999999999999999999999", "65535", "65536", "4294967296", "1e3", "1.5", "nan", "0x10", "1_000",
+             "\u0663", "\u00b2", "+5", " 7"]
+
+
+@mutation("ascend_task_ids", "Ascend", ["job", "refdev"], ASCEND_ENTRIES)
+def _ascend_task_ids(ctx: Ctx) -> None:
+    """task_desc's task / stream ids and block dims, and point tags: non-numeric, negative, beyond int64."""
+    rng = ctx.rng
+    point = rng.random() < 0.25
+    path = _job_file(ctx, "Framework.host.vm.point" if point else "Framework.host.vm.task_desc_info")
+    lines = path.read_text().split("\n")
+    rows = [i for i, line in enumerate(lines) if line.strip()]
+    edits = []
+    for i in rng.sample(rows, min(len(rows), rng.choice([1, 1, 3, len(rows)]))):
+        fields = lines[i].split(" ")
+        k = 0 if point else rng.choice([1, 2, 2, 2, 3, 3])
+        token = rng.choice(ID_TOKENS).encode().decode("unicode_escape")
+        if k < len(fields):
+            fields[k] = token
+            lines[i] = " ".join(fields)
+            edits.append(f"line {i + 1} field {k} = {token!r}")
+    path.write_bytes("\n".join(lines).encode("utf-8"))
+    _device_damaged(ctx)
+    ctx.say(f"{path.name}: " + ", ".join(edits[:5]) + (" ..." if len(edits) > 5 else ""), EITHER)
+
+
+# --- the reference device's sidecar (clock-sync) file ------------------------------------------
+
+def _device_damaged(ctx: Ctx) -> None:
+    """A reference device's files were damaged: analyse the raw store afresh."""
+    if ctx.kind == "refdev":
+        _clear_outputs(ctx)
+
+
+def _left_out_oracle(case: "Case") -> Optional[str]:
+    """After a clock-sync file no run can write, the device must be left out with a warning."""
+    try:
+        info = json.loads((case.work / "input" / "profiler_info_0.json").read_text())
+    except (OSError, ValueError):
+        return None                               # the viewer's own checks judge a missing info
+    warnings = info.get("warnings") if isinstance(info, dict) else None
+    if any(isinstance(w, str) and "npu:0" in w and "not merged" in w for w in warnings or []):
+        return None
+    return "the damaged clock-sync file was accepted: no 'npu:0 ... not merged' warning in profiler_info_0.json"
+
+
+#: Values of the clock-sync file's numbers that no reference device writes (left out with a warning),
+#: and some it may (0, a float that equals the whole number).
+CLOCK_BAD = ['"x"', "NaN", "Infinity", "-1", "1e30", str(10 ** 30), str(2 ** 63), "true", "null", "[]", "{}", "1.5",
+             '"100000000"']
+CLOCK_ODD = ["0", "1", str(2 ** 62)]
+
+
+@mutation("refdev_clock_sync", "reference device", ["refdev"], ("analyse",))
+def _refdev_clock_sync(ctx: Ctx) -> None:
+    rng = ctx.rng
+    path = next(p for p in _files(ctx.input / "raw") if p.name.startswith("profview_clock_sync."))
+    lines = path.read_bytes().split(b"\n")
+    docs = [json.loads(line) if line.strip() else None for line in lines]
+    pairs = [i for i, d in enumerate(docs) if isinstance(d, dict) and "host_monotonic_ns" in d]
+    iterations = [i for i, d in enumerate(docs) if isinstance(d, dict) and "iteration" in d]
+    how = rng.choice(["hz", "pair", "pair", "host_step", "host_step", "non_utf8", "not_object", "torn",
+                      "no_pairs", "empty", "removed", "odd_values"])
+    warned = True
+    if how in ("hz", "pair", "host_step", "odd_values"):
+        i = {"hz": 0, "pair": rng.choice(pairs), "odd_values": rng.choice(pairs),
+             "host_step": rng.choice(iterations or [0])}[how]
+        key = {"hz": "syscnt_hz", "pair": rng.choice(["host_monotonic_ns", "syscnt"]),
+               "odd_values": rng.choice(["host_monotonic_ns", "syscnt"]),
+               "host_step": rng.choice(["host_step", "iteration"])}[how]
+        token = rng.choice(CLOCK_ODD if how == "odd_values" else CLOCK_BAD)
+        docs[i][key] = SENTINEL
+        lines[i] = dumps_with_token(docs[i], [key], token)
+        detail = f"line {i + 1} {key} = {token}"
+        warned = how != "odd_values"
+    elif how == "non_utf8":
+        i = rng.randrange(len(lines) - 1)
+        lines[i] = lines[i][:5] + b"\xff\xfe" + lines[i][5:]
+        detail = f"non-UTF-8 bytes on line {i + 1}"
+    elif how == "not_object":
+        i = rng.randrange(len(lines))
+        lines.insert(i, rng.choice([b"[1, 2]", b"5", b'"x"', b"null"]))
+        detail = f"a JSON line that is not an object at line {i + 1}"
+    elif how == "torn":
+        last = max(i for i, line in enumerate(lines) if line.strip())
+        lines[last] = lines[last][:rng.randrange(1, len(lines[last]))]
+        detail, warned = "the last line torn", False
+    elif how == "no_pairs":
+        lines = [line for i, line in enumerate(lines) if i not in pairs]
+        detail = "every clock pair removed"
+    elif how == "empty":
+        lines = []
+        detail = "emptied"
+    else:
+        path.unlink()
+        detail = "removed"
+    if how != "removed":
+        path.write_bytes(b"\n".join(lines))
+    _clear_outputs(ctx)
+    if warned:
+        ctx.check = _left_out_oracle
     ctx.say(f"{path.name}: {detail}", EITHER)
 
 
@@ -1897,12 +2148,12 @@ def _serve(ctx: Ctx):
 
 
 ENTRY_POINTS: dict[str, Entry] = {
-    "view-html": Entry("view-html", ("profview",), _view_html),
-    "view-summary": Entry("view-summary", ("profview",), _view_summary),
-    "analyse": Entry("analyse", ("profview",), _analyse),
+    "view-html": Entry("view-html", ("profview", "cluster"), _view_html),
+    "view-summary": Entry("view-summary", ("profview", "cluster"), _view_summary),
+    "analyse": Entry("analyse", ("profview", "refdev"), _analyse),
     "import-kineto": Entry("import-kineto", ("kineto",), _import_kineto),
     "import-ascend": Entry("import-ascend", ("job",), _import_ascend),
-    "compare": Entry("compare", ("profview", "kineto", "job", "ms_cpu", "ms_gold"), _compare),
+    "compare": Entry("compare", ("profview", "cluster", "kineto", "job", "ms_cpu", "ms_gold"), _compare),
     "view-foreign": Entry("view-foreign", ("kineto", "job", "ms_cpu", "ms_gold"), _view_foreign),
     "serve": Entry("serve", ("profview",), _serve),
     "watch": Entry("watch", ("profview",), _watch),

@@ -137,13 +137,20 @@ class Window:
 COLUMNS = ("lane", "start_ns", "dur_ns", "name", "category", "step", "args")
 
 
+def _clock_ns(ms: float) -> int:
+    """A window edge in ms as ns on the event file's int64 clock (an edge beyond it, or NaN, is clamped)."""
+    limit = float(np.iinfo(np.int64).max // 2)
+    ns = float(ms) * 1e6
+    return 0 if ns != ns else int(round(min(max(ns, -limit), limit)))
+
+
 def window_events(tl: Timeline, label: str, t0_ms: float, t1_ms: float, budget: int) -> Window:
     """The complete events overlapping [t0, t1] on every lane; the `budget` longest when there are more.
 
     Each lane's rows are found with the file's lane index; self time (duration minus the events
     nested directly inside, same lane) is computed over all the window's events of the lane.
     """
-    t0, t1 = int(round(t0_ms * 1e6)), int(round(t1_ms * 1e6))
+    t0, t1 = _clock_ns(t0_ms), _clock_ns(t1_ms)
     file = tl.file
     parts = []
     for lane in range(len(tl.lanes)):

@@ -18,7 +18,7 @@ import pandas as pd
 
 from profiler.errors import InputError
 from profiler.formats import (CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CSV_REQUIRED, info_files, rank_file, read_csv,
-                              read_json_object, read_profiler_info, regular_file)
+                              read_document, read_profiler_info, regular_file)
 from viewer.trace import Timeline, load_timeline
 
 
@@ -89,12 +89,12 @@ def _optional(path: Path) -> Optional[Path]:
 
 def read_outputs(directory: Path, names: Mapping[str, str]) -> dict[str, Any]:
     """The outputs of `directory` named `names` (kind -> file name) that exist, read by kind: a CSV
-    kind as its validated table, any other as its JSON object."""
+    kind as its validated table, any other as its JSON document, its types checked (formats.DOCUMENT_SCHEMAS)."""
     out: dict[str, Any] = {}
     for kind, name in names.items():
         path = _optional(directory / name)
         if path is not None:
-            out[kind] = read_csv(path, kind) if kind in CSV_REQUIRED else read_json_object(path)
+            out[kind] = read_csv(path, kind) if kind in CSV_REQUIRED else read_document(path, kind)
     return out
 
 

@@ -174,7 +174,7 @@ def block_length(x: np.ndarray) -> int:
     lags = np.arange(m_max + 1)
     spectrum = np.fft.rfft(eps, 2 * n)
     acv = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[:m_max + 1] / n      # autocovariance at each lag
-    if acv[0] <= 0:
+    if not (acv[0] > 0 and np.isfinite(acv).all()):       # constant steps, or times beyond float range
         return 1
     squares = np.concatenate([[0.0], np.cumsum(eps * eps)])
     head = squares[n - lags] - squares[0]                                          # sum of eps[:n-k]^2
@@ -197,7 +197,7 @@ def block_length(x: np.ndarray) -> int:
     if long_run <= 0 or g == 0:
         return cap if long_run <= 0 else 1
     size = (2.0 * g * g / (4.0 / 3.0 * long_run * long_run)) ** (1.0 / 3.0) * n ** (1.0 / 3.0)
-    return int(min(max(round(size), 1), cap))
+    return int(min(max(round(size), 1), cap)) if np.isfinite(size) else cap
 
 
 def bootstrap_means(values: np.ndarray, resamples: int, rng: np.random.Generator,

@@ -188,7 +188,8 @@ def aicore_type_csv(job: AscendJob, ops: pd.DataFrame) -> str:
         total = Decimal(repr(_float_total(ops["avg_ms"])))
         for op_type, members in pd.Series(range(len(ops))).groupby(types.to_numpy(), sort=False):
             time = sum((averages[i] for i in members), Decimal(0))
-            rows.append([op_type, str(time), len(members), str(round(time / total * 100, 2))])
+            share = time / total * 100 if total else Decimal(0)      # no time at all: every record at one syscnt
+            rows.append([op_type, str(time), len(members), str(round(share, 2))])
     return _csv_text(rows)
 
 

@@ -20,7 +20,7 @@ from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.export.cluster import write_cluster_outputs
 from profiler.export.files import output_lock, remove_stale_temps
 from profiler.export.outputs import rank_outputs, write_outputs, write_timeline
-from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, rank_file, read_json_object
+from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, rank_file, read_document
 from profiler.model import Run
 from profiler.progress import Progress
 from profiler.store.interpret import interpret
@@ -166,7 +166,7 @@ def analyse_cluster(directory) -> list[Path]:
 def verdict_line(directory: Path, rank: int) -> str:
     """One line for the end of an analysis: where the outputs are, the verdict, and what to run next."""
     directory = Path(directory)
-    report = read_json_object(directory / rank_file("report", rank))
+    report = read_document(directory / rank_file("report", rank), "report")
     steps = report.get("steps") if isinstance(report.get("steps"), dict) else {}
     findings = report.get("findings") if isinstance(report.get("findings"), list) else []
     top = findings[0].get("title", "") if findings and isinstance(findings[0], dict) else ""

@@ -40,6 +40,9 @@ HOST_STEP_SPAN = "host_step"
 HOST_STEP_LANE = "host steps"
 
 _STEP_TIMES = ("start_ns", "end_ns", "fp_start_ns", "bp_end_ns")
+#: How far (ns) the clock pair may move the device's times: beyond a year, the pair is damaged (and
+#: the moved times would leave int64).
+MAX_SHIFT_NS = 365 * 86400 * 10**9
 
 
 @dataclass
@@ -57,37 +60,68 @@ class ClockSync:
 
     def residual_ns(self) -> int:
         """How far the later pairs are from the first pair's line (0 for a counter without drift)."""
-        predicted = self.host_ns(self.pairs[:, 1] * SYSCNT_TICK_NS)
-        return int(np.abs(self.pairs[:, 0] - predicted).max())
+        exact = self.pairs.astype(object)          # Python ints: a damaged pair cannot wrap around int64
+        predicted = self.host_ns(exact[:, 1] * SYSCNT_TICK_NS)
+        return int(np.abs(exact[:, 0] - predicted).max())
 
 
 def read_clock_sync(path: Path) -> ClockSync:
     """Parse a clock-sync file (JSON lines: a header, pairs, iteration -> host step lines).
 
-    A torn last line (the process was killed while appending) is skipped. Raises ProfviewError
-    when no pair is present or the counter frequency is not the 100 MHz the parser assumes.
+    A line that is not JSON (a torn last line: the process was killed while appending) is skipped.
+    Raises ProfviewError, naming the file and the line, when the file is not UTF-8 text, a value is
+    not a whole number a 64-bit clock can hold, no pair is present or the counter frequency is not
+    the 100 MHz the parser assumes (the caller leaves the device out with a warning).
     """
     if not path.is_file():
         raise ProfviewError(f"{path.name} is missing, so device time cannot be placed on the host clock")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfviewError(f"{path.name} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ProfviewError(f"cannot read {path.name}: {exc.strerror or exc}") from None
     header: dict[str, Any] = {}
     pairs, host_steps = [], {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
+        if not isinstance(obj, dict):
+            raise ProfviewError(f"{path.name} line {number} is not a JSON object")
+        where = f"{path.name} line {number}"
         if "host_monotonic_ns" in obj:
-            pairs.append((int(obj["host_monotonic_ns"]), int(obj["syscnt"])))
+            pairs.append((_clock_value(obj["host_monotonic_ns"], where, "host_monotonic_ns"),
+                          _clock_value(obj.get("syscnt"), where, "syscnt", MAX_SYSCNT)))
         elif "iteration" in obj:
-            host_steps[int(obj["iteration"])] = int(obj["host_step"])
+            host_steps[_clock_value(obj["iteration"], where, "iteration")] = \
+                _clock_value(obj.get("host_step"), where, "host_step")
         else:
             header.update(obj)
-    hz = int(header.get("syscnt_hz", 0))
-    if hz != SYSCNT_HZ:
-        raise ProfviewError(f"{path.name} gives a {hz} Hz device counter; the log parser reads 100 MHz ticks")
+    hz = header.get("syscnt_hz", 0)
+    if hz != SYSCNT_HZ or isinstance(hz, bool):
+        raise ProfviewError(f"{path.name} gives a {_shown_value(hz)} Hz device counter; the log parser reads "
+                            "100 MHz ticks")
     if not pairs:
         raise ProfviewError(f"{path.name} holds no host/device clock pair")
-    return ClockSync(hz, np.array(pairs, dtype=np.int64), host_steps)
+    return ClockSync(SYSCNT_HZ, np.array(pairs, dtype=np.int64), host_steps)
+
+
+#: The largest counter value whose time in ns (x SYSCNT_TICK_NS) an int64 holds.
+MAX_SYSCNT = np.iinfo(np.int64).max // SYSCNT_TICK_NS
+
+
+def _clock_value(value: Any, where: str, key: str, limit: int = np.iinfo(np.int64).max) -> int:
+    """A clock-sync value as an int: a whole JSON number in [0, limit], else ProfviewError naming it."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit:
+        return value
+    raise ProfviewError(f"{where}: {key} is {_shown_value(value)}, not a whole number from 0 to {limit}")
+
+
+def _shown_value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def device_job_dirs(directory: Path, rank: int) -> list[tuple[Path, int]]:
@@ -120,6 +154,9 @@ def _load_device(job_dir: Path, device_id: int, origin_monotonic_ns: int) -> _De
     sync = read_clock_sync(job_dir / CLOCK_SYNC_NAME.format(dev=device_id))
     origin_device_ns = int(device.info["clock"]["origin_device_ns"])
     shift = int(sync.host_ns(origin_device_ns)) - origin_monotonic_ns
+    if abs(shift) > MAX_SHIFT_NS:
+        raise ProfviewError(f"{CLOCK_SYNC_NAME.format(dev=device_id)} puts the device {shift / 1e9:.3g} s away "
+                            "from the host's recording, which no clock pair of a real run does")
     return _Device(job_dir, device_id, device, sync, shift)
 
 

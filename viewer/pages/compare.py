@@ -27,8 +27,7 @@ TOP_OPS = 15
 
 def tables_of(run: RunData) -> RunTables:
     """A loaded run as one side of a comparison (warm-up as its own report counted it)."""
-    report = run.report or {}
-    warmup = (report.get("thresholds") or {}).get("warmup_steps", 1) if isinstance(report, dict) else 1
+    warmup = (run.report or {}).get("thresholds", {}).get("warmup_steps", 1)     # types checked by read_document
     if run.step_trace is None or not len(run.step_trace):
         raise InputError(f"{run.directory} has no step trace: there is no step time to compare")
     return RunTables(label=str(run.shown_path), step_trace=run.step_trace, op_type=run.op_type,

@@ -25,12 +25,12 @@ STAGE_COLUMNS = ["stage", "input_queue", "output_queue", "input_full_ratio", "ou
 
 def occupancy(queues: pd.DataFrame) -> tuple[go.Figure, list[str]]:
     """One row per queue: size over time (step line), capacity dashed. Returns notes on thinning."""
-    names = sorted(queues["queue"].unique())
+    by_queue = list(queues.groupby("queue", sort=True))      # not `== name`: pandas' text `==` misses "\x00"
+    names = [name for name, _ in by_queue]
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         subplot_titles=[plot_text(n) for n in names])
     notes = []
-    for i, (name, color) in enumerate(zip(names, PALETTE * len(names)), start=1):
-        q = queues[queues["queue"] == name]
+    for i, ((name, q), color) in enumerate(zip(by_queue, PALETTE * len(names)), start=1):
         note = add_line(fig, q["time_ms"].to_numpy(), q["size"].to_numpy(), plot_text(name), color, i,
                         "size %{y:.1f}", shape="hv")
         if note:

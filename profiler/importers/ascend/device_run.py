@@ -59,7 +59,7 @@ def shapes_text(shapes: list[list[int]]) -> str:
 def dims(text: str) -> list[int]:
     """`"16000,80"` / `"[32, 3]"` / `""` -> [16000, 80] / [32, 3] / []."""
     inner = text.strip().strip('"').strip("[]")
-    return [int(d) for d in inner.split(",") if d.strip().lstrip("-").isdigit() and len(d.strip()) <= 19]
+    return [int(d) for d in inner.split(",") if d.strip().lstrip("-").isdecimal() and len(d.strip()) <= 19]
 
 
 def input_shapes(op_info: dict[str, Any]) -> str:

@@ -35,6 +35,9 @@ GE_FORMATS = {i: f"FORMAT_{name}" for i, name in enumerate(
     "FRACTAL_Z_3D_TRANSPOSE RESERVED ALL".split())}
 
 TASK_DESC_COLUMNS = ["full_name", "block_dim", "task_id", "stream_id"]
+#: The largest block_dim, task_id and stream_id a device can have: the HWTS record holds a task id in
+#: 16 bits and a stream id in 32 (RAW_FORMATS.md); a line beyond them cannot match any record.
+TASK_DESC_LIMITS = (2**31 - 1, 2**16 - 1, 2**32 - 1)
 GRAPH_DESC_COLUMNS = ["full_name", "op_type", "op_info"]
 
 
@@ -44,9 +47,17 @@ def parse_task_desc(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     for offset, line in text_lines(joined):
         fields = line.strip().split(" ")
         try:
-            rows.append((fields[0], int(fields[1]), int(fields[2]), int(fields[3])))
+            row = (fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
         except (IndexError, ValueError):
             problems.append(f"{joined.locate(offset)}: malformed task_desc line skipped: {line[:80]!r}")
+            continue
+        wrong = next(((name, limit) for name, value, limit in zip(TASK_DESC_COLUMNS[1:], row[1:], TASK_DESC_LIMITS)
+                      if not 0 <= value <= limit), None)
+        if wrong:
+            problems.append(f"{joined.locate(offset)}: task_desc line skipped, its {wrong[0]} is out of range "
+                            f"(0 to {wrong[1]}): {line[:80]!r}")
+        else:
+            rows.append(row)
     return pd.DataFrame(rows, columns=TASK_DESC_COLUMNS).astype({"full_name": object}), problems
 
 
@@ -98,7 +109,7 @@ def parse_points(joined: Joined) -> tuple[dict[int, str], list[str]]:
     points, problems = {}, []
     for offset, line in text_lines(joined):
         tag, _, name = line.strip().partition(" ")
-        if tag.isdigit() and name:
+        if tag.isdecimal() and tag.isascii() and name and int(tag) < 2**64:     # a training-trace tag is a u64
             points[int(tag)] = name
         else:
             problems.append(f"{joined.locate(offset)}: malformed point line skipped: {line[:80]!r}")

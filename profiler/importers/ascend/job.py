@@ -110,7 +110,7 @@ def _read_host_clock(path: Path | None) -> dict[str, int]:
     values = {}
     for line in path.read_text(errors="replace").splitlines():
         key, _, value = line.partition(":")
-        if value.strip().isdigit():
+        if value.strip().isdecimal() and int(value) < 2**63:       # an int64 clock
             values[key.strip()] = int(value)
     return values
 

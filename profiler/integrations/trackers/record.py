@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.formats import STEP_START, STEP_TOTAL, read_csv, read_event_file, read_json_object, rank_file
+from profiler.formats import STEP_START, STEP_TOTAL, read_csv, read_event_file, read_document, rank_file
 from profiler.kernels.intervals import covered_ns
 
 #: Every key profview logs starts with this (TensorBoard tags, MLflow metric and tag keys).
@@ -102,7 +102,7 @@ def read_record(directory: Path, rank: int, top: int = TOP_FINDINGS) -> TrackerR
     if not trace_path.is_file():
         raise InputError(f"{directory} has no {trace_path.name}: analyse the run first (profview analyse {directory})")
     trace = read_csv(trace_path, "step_trace")
-    report = read_json_object(directory / rank_file("report", rank))
+    report = read_document(directory / rank_file("report", rank), "report")
     events = directory / rank_file("events", rank)
     busy = _event_file_device_busy(events, trace) if events.is_file() else None
     return record_of(rank, step_rows(trace, busy), report, top)
