@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Optional, TypedDict
 
 from profiler.capture import Collectives, GpuCounters, HostCounters, Source, TorchOps
 from profiler.capture.distributed import initialised_dist
+from profiler.formats import TIMELINE_MAX_EVENTS
 from profiler.schedule import Schedule
 
 
@@ -37,6 +38,9 @@ class Settings:
             rank 0 at start (a few all_gather rounds: a collective call, every rank must construct
             its Profiler at the same point; pass False when only some ranks create one).
         gzip_timeline: write timeline_{rank}.json.gz instead of .json.
+        timeline_max_events: the most events timeline_{rank}.json holds; a run with more gets the
+            trace of its key steps (median, slowest, outliers) and `profview export --chrome`
+            writes any other from the event file (docs/formats.md).
         advisor_thresholds: overrides of the advisor's thresholds (name -> value, see
             docs/formats.md "report"), checked now, stored in the config and used by every
             analysis of the run.
@@ -46,9 +50,13 @@ class Settings:
     flush_interval_s: float = 0.2
     clock_sync: bool = True
     gzip_timeline: bool = False
+    timeline_max_events: int = TIMELINE_MAX_EVENTS
     advisor_thresholds: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.timeline_max_events, bool) or not isinstance(self.timeline_max_events, int) \
+                or self.timeline_max_events < 0:
+            raise ValueError(f"timeline_max_events wants a whole number of events >= 0, not {self.timeline_max_events!r}")
         object.__setattr__(self, "advisor_thresholds", _checked_thresholds(self.advisor_thresholds))
 
 
@@ -69,6 +77,7 @@ class Shortcuts(TypedDict, total=False):
     flush_interval_s: float
     clock_sync: bool
     gzip_timeline: bool
+    timeline_max_events: int
     advisor_thresholds: Optional[Mapping[str, float]]
 
 

@@ -104,6 +104,17 @@ CLUSTER_STEP_COLUMNS = [
     "slowest_rank", "behind_slowest_ms",
 ]
 
+# ---- the Chrome trace (timeline_{rank}.json) -------------------------------------------------
+
+#: The most events (rows and flow points) timeline_{rank}.json holds by default: a run with more
+#: gets the trace of its key steps (median, slowest, outliers) and `profview export --chrome` writes
+#: the rest from the event file. 1e6 events are 70-200 MB of JSON, which chrome://tracing (a hard
+#: limit near 256 MB) and Perfetto's in-browser importer (~2 GB of memory) open in seconds
+#: (docs/formats.md, "timeline_{rank}.json"). `Settings(timeline_max_events=)` changes it.
+TIMELINE_MAX_EVENTS = 1_000_000
+#: What profiler_info's `timeline.content` says the trace holds.
+TIMELINE_FULL, TIMELINE_KEY_STEPS = "full", "key steps"
+
 # ---- the columnar event file (events_{rank}.arrow) ------------------------------------------
 
 #: What the event file's metadata calls itself, and its version (readers refuse a newer one).
@@ -337,6 +348,7 @@ INFO_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "steps": ((dict,), "an object"),
     "overhead": ((dict,), "an object"),
     "config": ((dict,), "an object"),
+    "timeline": ((dict,), "an object"),
 }
 
 

@@ -235,6 +235,7 @@ class RunInfo(TypedDict, total=False):
     mindspore: dict[str, Any]                 # MindSpore: layout, device
     warnings: list[str]
     outputs: list[str]                        # written last by the writer: every file of the rank
+    timeline: dict[str, Any]                  # what timeline_{rank}.json holds (export/writers/timeline.py)
 
 
 def data_origin(info: RunInfo) -> str:

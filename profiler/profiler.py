@@ -484,6 +484,7 @@ class Profiler:
                 "flush_interval_s": self.flush_interval_s,
                 "sources": [s.name for s in self.sources],
                 "gzip_timeline": self.settings.gzip_timeline,
+                "timeline_max_events": self.settings.timeline_max_events,
                 "framework": self._framework,
                 "ops_schedule": _name_of(ops.schedule),
                 **ops.options,

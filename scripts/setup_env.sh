@@ -13,4 +13,4 @@ fi
 # torch stays pinned in the same command so that no dependency can pull another (CUDA) build, and
 # MindSpore at the version the tests were written against (a CPU wheel; it shares numpy with torch).
 .venv/bin/python -m pip install --quiet -c <(printf 'torch==2.13.0\nmindspore==2.10.0\n') \
-    -e ".[test,transformers,lightning,tensorboard,mlflow,mindspore]"
+    -e ".[test,transformers,lightning,tensorboard,mlflow,mindspore,benchmark]"

@@ -10,6 +10,7 @@
     profview import PATH -o OUT  a capture (Kineto trace, Ascend JOB, MindSpore directory, ...) -> profview outputs
                                  (import-kineto / import-ascend: the same with the format named)
     profview export DIR --to tensorboard|mlflow   the step breakdown and verdict into a tracker
+    profview export DIR --chrome [--steps A:B]    the Chrome trace (of every event, or some steps) from the event file
 
 `profview DIR` also opens any capture `profview import` reads, directly (viewer/inputs.py); the formats
 are those of profiler.importers.registry. Subcommands live in COMMANDS: adding one is one entry.
@@ -327,10 +328,19 @@ def _configure_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", type=Path, help="an analysed profview output directory")
     p.add_argument("-r", "--rank", type=int, action="append", metavar="R",
                    help="export this rank only (repeatable; default: every analysed rank)")
-    target = p.add_argument_group("targets")
-    target.add_argument("--to", choices=sorted(TRACKERS), metavar="TRACKER", required=True,
+    target = p.add_argument_group("targets (one of them)")
+    target.add_argument("--to", choices=sorted(TRACKERS), metavar="TRACKER",
                         help=f"an experiment tracker ({', '.join(sorted(TRACKERS))}): per-step phases as "
                              "scalars / metrics, the verdict and top findings as text / tags (docs/integrations.md)")
+    target.add_argument("--chrome", action="store_true",
+                        help="the Chrome trace (Perfetto, chrome://tracing) of every event, from the event file "
+                             "events_{rank}.arrow: what analyse() writes as timeline_{rank}.json for a run within "
+                             "its event limit, byte for byte (docs/formats.md)")
+    chrome = p.add_argument_group("--chrome options")
+    chrome.add_argument("--steps", type=parse_steps, metavar="A:B", help="only the events of steps A to B (inclusive)")
+    chrome.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="write the trace to FILE (- for stdout; .gz compresses; default DIR/timeline_{rank}_full.json "
+                             "or DIR/timeline_{rank}_steps_A-B.json)")
     tracker = p.add_argument_group("tracker options")
     tracker.add_argument("--logdir", type=Path, metavar="PATH",
                          help="tensorboard: the log directory (default DIR/tensorboard); rank r goes to PATH/rank<r>")
@@ -343,7 +353,20 @@ def _configure_export(p: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """Write DIR's analysed ranks into the tracker of --to (profiler.integrations.trackers.export)."""
+    """Write DIR's analysed ranks into the tracker of --to (profiler.integrations.trackers.export), or
+    their Chrome trace from the event file with --chrome (profiler.export.chrome_from_events)."""
+    if (args.to is None) == (not args.chrome):
+        raise InputError("profview export wants one target: --to TRACKER (tensorboard or mlflow) or --chrome "
+                         "(the Chrome trace from the event file)")
+    if not args.chrome and (args.steps is not None or args.output is not None):
+        raise InputError("--steps and -o go with --chrome (the Chrome trace); a tracker export takes every step")
+    if args.chrome:
+        from profiler.export.chrome_from_events import export_directory_traces
+
+        first, last = args.steps if args.steps is not None else (None, None)
+        for path in export_directory_traces(args.dir, args.rank, first, last, args.output):
+            print(path)
+        return 0
     from profiler.integrations.trackers.export import Destination, export_directory
 
     destination = Destination(args.dir, logdir=args.logdir, tracking_uri=args.tracking_uri,
@@ -380,7 +403,8 @@ COMMANDS: dict[str, Command] = {
     "import-kineto": Command("the same as `profview import --from kineto` (a PyTorch profiler trace)",
                              functools.partial(_configure_import, data_origin="kineto"), run_import),
     "export": Command("write an analysed run's step breakdown, verdict and top findings into an experiment "
-                      "tracker (--to tensorboard or mlflow)", _configure_export, run_export),
+                      "tracker (--to tensorboard or mlflow), or its Chrome trace from the event file (--chrome)",
+                      _configure_export, run_export),
 }
 
 EPILOG = """examples:
@@ -402,6 +426,8 @@ EPILOG = """examples:
   profview JOB3 -o report.html                (any capture `import` reads) report directly
   profview export ./profiler_data --to tensorboard --logdir runs/
                                               per-step phases and the verdict into TensorBoard (or --to mlflow)
+  profview export ./profiler_data --chrome --steps 100:110
+                                              the Chrome trace of steps 100-110 (every event without --steps)
 
 `profview COMMAND --help` describes a command's options. docs/viewer.md has more."""
 

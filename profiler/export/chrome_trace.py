@@ -7,10 +7,12 @@ trace of some rows (a step range: `TimelineEvents.in_steps`) is written the same
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Iterator, Optional
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
 from profiler.export.timeline_model import EventBlock, Head, TimelineEvents
 from profiler.export.trace_text import new_row_buffer, row_texts
+from profiler.formats import TIMELINE_FULL, TIMELINE_KEY_STEPS
 
 TRACE_START = b'{"traceEvents":[\n'
 INSTANT_SCOPE = ',"s":"t"'      # instants are thread-scoped
@@ -56,21 +59,70 @@ def write_trace_end(f: BinaryIO, events: list[dict], other: dict) -> None:
     f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
 
 
+@contextlib.contextmanager
+def trace_file(path: Path, gzip_output: bool = False) -> Iterator[tuple[BinaryIO, Path]]:
+    """A Chrome trace file being written (atomically: renamed into place when the block ends
+    normally), with the path it gets (with .gz when compressed)."""
+    path = Path(path)
+    if gzip_output and path.suffix != ".gz":
+        path = path.with_name(path.name + ".gz")
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if gzip_output else DirectFile
+    with AtomicWrite(path) as out, opener(out.tmp) as f:
+        yield f, path
+
+
 def write_chrome_trace(ev: TimelineEvents, path: Path, gzip_output: bool = False) -> Path:
     """Write the events' Chrome trace (atomically); returns the path written (with .gz when compressed).
 
     Complete events come sorted by lane, then start, longest first; then instants and counter
     values, by lane and time; then flow events and the metadata.
     """
-    path = Path(path)
-    if gzip_output and path.suffix != ".gz":
-        path = path.with_name(path.name + ".gz")
-    opener = (lambda p: gzip.open(p, "wb", compresslevel=3)) if gzip_output else DirectFile
-    with AtomicWrite(path) as out, opener(out.tmp) as f:
+    with trace_file(path, gzip_output) as (f, written):
         f.write(TRACE_START)
         buffer = new_row_buffer()
         write_rows(f, ev.complete, ev.complete_order, buffer)
         write_rows(f, ev.points, ev.points_order, buffer)
-        write_trace_end(f, ev.flows + ev.lanes.meta, {"tool": "profview", "rank": ev.rank, "data_origin": ev.data_origin,
-                                                      "origin_unix_ns": ev.origin_unix_ns})
-    return path
+        write_trace_end(f, ev.flows + ev.lanes.meta, ev.other_data)
+    return written
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    """What timeline_{rank}.json holds: every event, or (past `max_events`) the key steps' events.
+
+    The median and slowest steps are always in a key-steps trace; outlier steps are added slowest
+    first while the trace stays within `max_events` (those that do not fit are `left_out`).
+    """
+
+    events: int                             # events (rows and flow points) of the whole trace
+    max_events: int
+    steps: Optional[tuple[int, ...]] = None     # None: the whole trace; else the steps written, ascending
+    written: int = 0                        # events written
+    left_out: tuple[int, ...] = ()          # outlier steps left out to stay within max_events
+
+    @property
+    def content(self) -> str:
+        return TIMELINE_FULL if self.steps is None else TIMELINE_KEY_STEPS
+
+    def selected(self, ev: TimelineEvents) -> TimelineEvents:
+        """The events the trace holds."""
+        return ev if self.steps is None else ev.of_steps(self.steps)
+
+
+def trace_plan(ev: TimelineEvents, max_events: int) -> TracePlan:
+    """The whole trace while it holds at most `max_events` events (or the run has no steps to choose
+    from), else its key steps (key_steps.py)."""
+    total = ev.count
+    priority = ev.key_steps.in_priority()
+    if total <= max_events or not priority:
+        return TracePlan(total, max_events, None, total)
+    counts = ev.step_counts(priority)
+    chosen, left_out, written = [], [], 0
+    for step, n in zip(priority, counts):
+        is_outlier_only = step not in (ev.key_steps.median, ev.key_steps.slowest)
+        if is_outlier_only and written + n > max_events:
+            left_out.append(step)
+            continue
+        chosen.append(step)
+        written += n
+    return TracePlan(total, max_events, tuple(sorted(chosen)), written, tuple(left_out))

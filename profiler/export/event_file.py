@@ -5,7 +5,9 @@ An Apache Arrow IPC file (uncompressed, record batches of 1 Mi rows): a reader g
 of a batch as a numpy array without parsing or converting anything, read or memory-mapped, batch
 by batch (benchmarks/bench_event_format.py has the measured alternatives). Strings are stored
 once, in tables in the schema's metadata; the rows carry codes. Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
-longest first, then instants and counter values sorted by lane and time, then flow points.
+longest first, then instants and counter values sorted by lane and time, then flow points in the
+Chrome trace's order. The metadata's `chrome` (the trace's M events and otherData) and the flows'
+steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def _codes(values: list) -> tuple[np.ndarray, list]:
 
 
 def _args_text(args: Optional[dict]) -> Optional[str]:
-    return json.dumps(args, ensure_ascii=False, separators=(",", ":"), sort_keys=True) if args else None
+    """The args as the Chrome trace writes them (keys in their order), so its rows can be written again."""
+    return json.dumps(args, ensure_ascii=False, separators=(",", ":")) if args else None
 
 
 def _lane_table(ev: TimelineEvents, pairs: list[tuple[int, int]]) -> list[dict]:
@@ -65,7 +68,8 @@ class EventStreamWriter:
     """
 
     def __init__(self, path: Path, *, rank: int, names: list[str], categories: list[str], args: list[str],
-                 lanes: list[dict], data_origin: str = "profview", origin_unix_ns: int = 0) -> None:
+                 lanes: list[dict], data_origin: str = "profview", origin_unix_ns: int = 0,
+                 chrome: Optional[dict] = None) -> None:
         import pyarrow as pa
 
         self._pa = pa
@@ -73,6 +77,8 @@ class EventStreamWriter:
         meta = {"format": formats.EVENT_FILE_FORMAT, "version": formats.EVENT_FILE_VERSION, "rank": int(rank),
                 "data_origin": data_origin, "origin_unix_ns": int(origin_unix_ns),
                 "names": list(names), "categories": list(categories), "args": list(args), "lanes": list(lanes)}
+        if chrome is not None:
+            meta["chrome"] = chrome
         self.schema = pa.schema([(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
                                 metadata={formats.EVENT_FILE_META_KEY: json.dumps(meta, ensure_ascii=False)})
         self._file = AtomicWrite(self.path)
@@ -187,7 +193,8 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     c, p = ev.complete, ev.points
     with EventStreamWriter(path, rank=ev.rank, names=names, categories=categories, args=distinct_args,
                            lanes=_lane_table(ev, pairs), data_origin=ev.data_origin,
-                           origin_unix_ns=int(ev.origin_unix_ns)) as writer:
+                           origin_unix_ns=int(ev.origin_unix_ns),
+                           chrome={"meta": ev.lanes.meta, "other": ev.other_data}) as writer:
         for b, order, head_offset, complete in ((c, ev.complete_order, 0, True),
                                                 (p, ev.points_order, n_complete_heads, False)):
             for i in range(0, len(order), BATCH_ROWS):
@@ -196,11 +203,10 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
                 dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
                 writer.write(_columns(head_table, heads, np.asarray(b.ts_ns)[rows], dur, np.asarray(b.step)[rows]),
                              complete=complete)
-        if flows:
-            flow_ts = np.array([e["_ns"] for e in flows], dtype=np.int64)
-            fo = np.argsort(flow_ts, kind="stable")
-            writer.write(_columns(head_table, np.arange(len(flows), dtype=np.int64)[fo] + len(specs), flow_ts[fo],
-                                  np.zeros(len(flows), np.int64), np.full(len(flows), -1, np.int64)), complete=False)
+        if flows:               # in the Chrome trace's order, each with its launching op's step
+            writer.write(_columns(head_table, np.arange(len(flows), dtype=np.int64) + len(specs),
+                                  np.array([e["_ns"] for e in flows], dtype=np.int64), np.zeros(len(flows), np.int64),
+                                  np.array([e["_step"] for e in flows], dtype=np.int64)), complete=False)
     return Path(path)
 
 

@@ -5,13 +5,15 @@ earlier analysis wrote but this one does not removed."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from profiler.analysis.results import Analysis
 from profiler.export.timeline_model import timeline_events
 from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions
 from profiler.export.writers import profiler_info
+from profiler.formats import TIMELINE_MAX_EVENTS
 from profiler.model import Run
 
 
@@ -20,20 +22,37 @@ def rank_outputs(rank: int) -> list[str]:
     return [profiler_info.path(Path(), rank).name] + [name for w in WRITERS for name in w.file_names(rank)]
 
 
-def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> list[Path]:
+@dataclass(frozen=True)
+class TimelineFiles:
+    """The files written from the run's timeline events, and what profiler_info says of them (by kind)."""
+
+    paths: list[Path]
+    info: dict[str, Any]
+
+
+def timeline_max_events(run: Run) -> int:
+    """The Chrome trace's event limit the run was recorded with (`Settings.timeline_max_events`)."""
+    config = run.info.get("config") if isinstance(run.info.get("config"), dict) else {}
+    limit = config.get("timeline_max_events")
+    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else TIMELINE_MAX_EVENTS
+
+
+def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> TimelineFiles:
     """The files written from the run's timeline events (Chrome trace, event file), grouped once for
     all of them; `analyse` runs this on a second thread while the analysis runs."""
     events = timeline_events(run)
-    options = WriteOptions(gzip_timeline=gzip_timeline)
-    written = (w.write(events, Path(out_dir), options) for w in WRITERS if isinstance(w, TimelineWriter))
-    return [p for p in written if p is not None]
+    options = WriteOptions(gzip_timeline=gzip_timeline, timeline_max_events=timeline_max_events(run))
+    writers = [w for w in WRITERS if isinstance(w, TimelineWriter)]
+    written = [w.write(events, Path(out_dir), options) for w in writers]
+    info = {w.kind: w.describe(events, options) for w in writers}
+    return TimelineFiles([p for p in written if p is not None], {k: v for k, v in info.items() if v is not None})
 
 
 def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
-                  timeline: Optional[Callable[[], list[Path]]] = None) -> list[Path]:
+                  timeline: Optional[Callable[[], TimelineFiles]] = None) -> list[Path]:
     """Write every output file of one rank; returns the paths in the order written.
 
-    `timeline`, when given, returns the timeline's paths once the caller has written them
+    `timeline`, when given, returns the timeline's files once the caller has written them
     (`write_timeline`, which analyse runs on a second thread); else they are written here.
     """
     out_dir = Path(out_dir)
@@ -49,10 +68,11 @@ def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
     options = WriteOptions(gzip_timeline=gzip_timeline)
     written = [w.write(a, out_dir, options) for w in WRITERS if isinstance(w, AnalysisWriter)]
     written = [p for p in written if p is not None]
-    written += timeline() if timeline else write_timeline(a.run, out_dir, gzip_timeline)
+    timeline_files = timeline() if timeline else write_timeline(a.run, out_dir, gzip_timeline)
+    written += timeline_files.paths
     for stale in set(rank_outputs(rank)) - {p.name for p in written} - {info_path.name}:
         _remove(out_dir / stale)             # an earlier analysis's output this one does not write
-    written.append(profiler_info.write_profiler_info(a, out_dir, written))
+    written.append(profiler_info.write_profiler_info(a, out_dir, written, timeline_files.info))
     return written
 
 

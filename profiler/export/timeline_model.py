@@ -9,11 +9,12 @@ Nothing here formats text: the writers encode heads and times their own way.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional
+from typing import Callable, Collection, Iterable, Optional
 
 import numpy as np
 import pandas as pd
 
+from profiler.export.key_steps import KeySteps, key_steps
 from profiler.kernels.grouping import codes_and_labels, first_rows
 from profiler.kernels.intervals import assign_steps
 from profiler.model import Run
@@ -188,11 +189,19 @@ def flow_events(run: Run, lanes: Lanes) -> list[dict]:
         hp, ht = lanes.lane("cpu", str(r.stream_h))
         dp, dt = lanes.lane(str(r.device_d), str(r.stream_d))
         cid, step = int(r.correlation), int(r.step_h)
-        out.append({"ph": "s", "id": cid, "pid": hp, "tid": ht, "ts": r.start_ns_h / 1000, "cat": "launch", "name": "launch",
-                    "_ns": int(r.start_ns_h), "_step": step})
-        out.append({"ph": "f", "id": cid, "pid": dp, "tid": dt, "ts": r.start_ns_d / 1000, "cat": "launch",
-                    "name": "launch", "bp": "e", "_ns": int(r.start_ns_d), "_step": step})
+        out.append(flow_event("s", cid, hp, ht, int(r.start_ns_h), "launch", "launch", step))
+        out.append(flow_event("f", cid, dp, dt, int(r.start_ns_d), "launch", "launch", step))
     return out
+
+
+def flow_event(ph: str, flow_id: int, pid: int, tid: int, ns: int, cat: str, name: str, step: int) -> dict:
+    """One flow point (`s` start, `f` end bound to the enclosing slice) in the Chrome trace's form,
+    with its time in ns (`_ns`) and the launching op's step (`_step`), which the trace leaves out."""
+    event = {"ph": ph, "id": flow_id, "pid": pid, "tid": tid, "ts": ns / 1000, "cat": cat, "name": name}
+    if ph == "f":
+        event["bp"] = "e"
+    event["_ns"], event["_step"] = ns, step
+    return event
 
 
 def merge_blocks(blocks: list[EventBlock], with_dur: bool) -> EventBlock:
@@ -274,17 +283,51 @@ class TimelineEvents:
     flows: list[dict]               # flow_events
     lanes: Lanes
     lane_pairs: list[tuple[int, int]]   # the (pid, tid) of every lane of `complete` and `points`, sorted
+    key_steps: KeySteps = KeySteps()    # the run's median, slowest and outlier steps
+
+    @property
+    def other_data(self) -> dict:
+        """What the Chrome trace's `otherData` says of the run (the event file keeps it to write the same trace)."""
+        return {"tool": "profview", "rank": self.rank, "data_origin": self.data_origin,
+                "origin_unix_ns": self.origin_unix_ns}
+
+    @property
+    def count(self) -> int:
+        """How many events the Chrome trace of these holds (rows and flow points; not the metadata)."""
+        return len(self.complete_order) + len(self.points_order) + len(self.flows)
 
     def in_steps(self, first: int, last: int) -> "TimelineEvents":
         """The events of steps `first`..`last` (inclusive), in the same order: rows whose step is
         in the range, flows whose launching op's is; the lanes stay all the run's."""
-        def rows(b: EventBlock, order: np.ndarray) -> np.ndarray:
-            step = np.asarray(b.step)[order]
-            return order[(step >= first) & (step <= last)]
+        return self._where(lambda step: (step >= first) & (step <= last))
 
+    def of_steps(self, steps: Collection[int]) -> "TimelineEvents":
+        """The events of the given steps, as `in_steps`."""
+        wanted = np.asarray(sorted(steps), dtype=np.int64)
+        return self._where(lambda step: np.isin(step, wanted))
+
+    def step_counts(self, steps: Collection[int]) -> list[int]:
+        """How many events (rows and flow points) each of `steps` has."""
+        wanted = np.asarray(list(steps), dtype=np.int64)
+        if len(wanted) == 0:
+            return []
+        low, high = int(wanted.min()), int(wanted.max())
+        counts = np.zeros(high - low + 1, dtype=np.int64)
+        for step in (np.asarray(self.complete.step)[self.complete_order], np.asarray(self.points.step)[self.points_order],
+                     np.array([e["_step"] for e in self.flows], dtype=np.int64)):
+            inside = step[(step >= low) & (step <= high)]
+            counts += np.bincount(inside - low, minlength=len(counts))
+        return counts[wanted - low].tolist()
+
+    def _where(self, keep: Callable[[np.ndarray], np.ndarray]) -> "TimelineEvents":
+        """The events whose step (a flow's: its launching op's) `keep` selects (a mask of a step array)."""
+        def rows(b: EventBlock, order: np.ndarray) -> np.ndarray:
+            return order[keep(np.asarray(b.step)[order])]
+
+        flow_steps = np.array([e["_step"] for e in self.flows], dtype=np.int64)
+        kept = np.flatnonzero(keep(flow_steps)).tolist() if len(flow_steps) else []
         return replace(self, complete_order=rows(self.complete, self.complete_order),
-                       points_order=rows(self.points, self.points_order),
-                       flows=[e for e in self.flows if first <= e["_step"] <= last])
+                       points_order=rows(self.points, self.points_order), flows=[self.flows[i] for i in kept])
 
 
 def timeline_events(run: Run) -> TimelineEvents:
@@ -302,7 +345,7 @@ def timeline_events(run: Run) -> TimelineEvents:
         origin_unix_ns=run.info.get("clock", {}).get("origin_unix_ns", 0),
         complete=complete, complete_order=thread_order(codes[:n_complete][complete.key], complete.ts_ns, complete.dur_ns),
         points=points, points_order=thread_order(codes[n_complete:][points.key], points.ts_ns, None),
-        flows=flows, lanes=lanes, lane_pairs=pairs)
+        flows=flows, lanes=lanes, lane_pairs=pairs, key_steps=key_steps(run))
 
 
 def _stepped(b: EventBlock, run: Run) -> EventBlock:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import pandas as pd
 
 from profiler.analysis.results import Analysis
 from profiler.export.csv_json import write_csv, write_json
 from profiler.export.timeline_model import TimelineEvents
-from profiler.formats import rank_file
+from profiler.formats import TIMELINE_MAX_EVENTS, rank_file
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class WriteOptions:
     """How the outputs are written (the same for every writer; each reads what concerns it)."""
 
     gzip_timeline: bool = False
+    timeline_max_events: int = TIMELINE_MAX_EVENTS     # past it, the Chrome trace holds the key steps
 
 
 class Writer(ABC):
@@ -54,6 +55,10 @@ class TimelineWriter(Writer):
     @abstractmethod
     def write(self, events: TimelineEvents, out_dir: Path, options: WriteOptions) -> Optional[Path]:
         """Write the file into `out_dir`; its path, or None when the run has nothing for it."""
+
+    def describe(self, events: TimelineEvents, options: WriteOptions) -> Optional[dict[str, Any]]:
+        """What profiler_info says of the file under the writer's `kind` (None: nothing to say)."""
+        return None
 
 
 class CsvWriter(AnalysisWriter):

@@ -1,0 +1,151 @@
+"""The Chrome trace written again from an event file (events_{rank}.arrow), on demand: the whole run
+or some of its steps, byte for byte what `analyse()` writes for the same events
+(`profview export --chrome`).
+
+The event file's rows come in the trace's order, and its metadata keeps what the rows do not: the
+trace's metadata (M) events and otherData (`chrome`), the flows' steps in their `step` column. The
+rows are streamed in chunks, each turned into an `EventBlock` whose heads are rebuilt from the
+string tables, and written by the Chrome writer's own functions.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Optional
+
+import numpy as np
+import pandas as pd
+
+from profiler.errors import InputError
+from profiler.export.chrome_trace import TRACE_START, trace_file, write_rows, write_trace_end
+from profiler.export.timeline_model import EventBlock, Head, flow_event
+from profiler.export.trace_text import new_row_buffer
+from profiler.formats import EventFile, info_files, rank_file, read_event_file
+from profiler.kernels.grouping import first_rows
+
+#: Which events a trace holds: a mask of the events' steps (a flow's: its launching op's), or None for all.
+StepFilter = Optional[Callable[[np.ndarray], np.ndarray]]
+CHUNK_ROWS = 1 << 22
+
+
+def step_range(first: Optional[int], last: Optional[int]) -> StepFilter:
+    """The events of steps `first`..`last` (inclusive; None: unbounded), as `TimelineEvents.in_steps`."""
+    low = np.iinfo(np.int64).min if first is None else first
+    high = np.iinfo(np.int64).max if last is None else last
+    return lambda step: (step >= low) & (step <= high)
+
+
+def write_trace_from_events(ef: EventFile, f: BinaryIO, keep: StepFilter = None) -> int:
+    """Write the Chrome trace of the event file's events (those `keep` selects) to `f`; returns how
+    many events (rows and flow points) it holds."""
+    chrome = ef.meta.get("chrome")
+    if not isinstance(chrome, dict) or not isinstance(chrome.get("meta"), list):
+        raise InputError(f"{ef.path} was written by an earlier profview, without what the Chrome trace needs; "
+                         "`profview analyse DIR` (from the raw store) writes it again")
+    flows = int(ef.meta.get("phase_rows", {}).get("s", 0)) + int(ef.meta.get("phase_rows", {}).get("f", 0))
+    heads = _Heads(ef)
+    buffer = new_row_buffer()
+    f.write(TRACE_START)
+    count = 0
+    for start, stop, with_dur in ((0, ef.complete_rows, True), (ef.complete_rows, ef.rows - flows, False)):
+        for lo in range(start, stop, CHUNK_ROWS):
+            block = heads.block(lo, min(stop, lo + CHUNK_ROWS), with_dur)
+            order = np.arange(len(block.key)) if keep is None else np.flatnonzero(keep(block.step))
+            count += write_rows(f, block, order, buffer)
+    flow_events = list(heads.flows(ef.rows - flows, ef.rows))
+    if keep is not None and flow_events:
+        kept = keep(np.array([e["_step"] for e in flow_events], dtype=np.int64))
+        flow_events = [e for e, k in zip(flow_events, kept.tolist()) if k]
+    write_trace_end(f, flow_events + chrome["meta"], chrome.get("other", {}))
+    return count + len(flow_events)
+
+
+def export_chrome_trace(ef: EventFile, path: Path, keep: StepFilter = None, gzip_output: bool = False) -> Path:
+    """Write the Chrome trace of the event file's events (atomically) at `path`; returns the path."""
+    with trace_file(path, gzip_output) as (f, written):
+        write_trace_from_events(ef, f, keep)
+    return written
+
+
+class _Heads:
+    """The event file's row heads (phase, lane, category, name, args) as the trace's `Head`s."""
+
+    def __init__(self, ef: EventFile) -> None:
+        self.ef = ef
+        self._args = [json.loads(a) for a in ef.args]
+        self._cache: dict[tuple[int, ...], Head] = {}
+
+    def head(self, ph: int, lane: int, name: int, category: int, args: int) -> Head:
+        key = (ph, lane, name, category, args)
+        head = self._cache.get(key)
+        if head is None:
+            info = self.ef.lanes[lane]
+            head = self._cache[key] = Head(chr(ph), int(info["pid"]), int(info["tid"]), self.ef.categories[category],
+                                           self.ef.names[name], None if args < 0 else self._args[args])
+        return head
+
+    def columns(self, lo: int, hi: int) -> dict[str, np.ndarray]:
+        return {name: self.ef.column(name, lo, hi) for name in
+                ("ph", "lane", "name", "category", "args", "start_ns", "dur_ns", "step")}
+
+    def block(self, lo: int, hi: int, with_dur: bool) -> EventBlock:
+        """Rows [lo, hi) as an EventBlock (heads numbered in first-seen order)."""
+        c = self.columns(lo, hi)
+        names = max(len(self.ef.names), 1)
+        lane_name = c["lane"].astype(np.int64) * names + c["name"]
+        rest = (c["category"].astype(np.int64) * 256 + c["ph"]) * (len(self.ef.args) + 1) + (c["args"].astype(np.int64) + 1)
+        a, a_n = pd.factorize(lane_name)
+        b, b_n = pd.factorize(rest)
+        key, uniques = pd.factorize(a.astype(np.int64) * max(len(b_n), 1) + b)
+        first = first_rows(key.astype(np.int64), len(uniques))
+        specs = [self.head(int(c["ph"][r]), int(c["lane"][r]), int(c["name"][r]), int(c["category"][r]),
+                           int(c["args"][r])) for r in first.tolist()]
+        return EventBlock(specs, key.astype(np.int64), c["start_ns"], c["dur_ns"] if with_dur else None,
+                          c["step"].astype(np.int64))
+
+    def flows(self, lo: int, hi: int) -> Iterator[dict]:
+        """The flow points of rows [lo, hi), as the trace's flow events."""
+        if hi <= lo:
+            return
+        c = self.columns(lo, hi)
+        for ph, lane, name, cat, args, ns, step in zip(*(c[k].tolist() for k in
+                                                         ("ph", "lane", "name", "category", "args", "start_ns", "step"))):
+            info = self.ef.lanes[lane]
+            yield flow_event(chr(ph), self._args[args]["id"], int(info["pid"]), int(info["tid"]), ns,
+                             self.ef.categories[cat], self.ef.names[name], step)
+
+
+def export_directory_traces(directory: Path, ranks: Optional[list[int]], first: Optional[int], last: Optional[int],
+                            output: Optional[Path]) -> list[Path]:
+    """`profview export --chrome`: the Chrome trace of steps `first`..`last` (None: every event) of
+    each rank's event file in `directory` (`ranks`, default all), at `output` (one rank; `-`:
+    stdout; a name ending in .gz: compressed) or beside it as timeline_{rank}_full.json /
+    timeline_{rank}_steps_A-B.json. Returns the paths written."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory} does not exist or is not a directory")
+    found = {rank: directory / rank_file("events", rank) for rank in info_files(directory)
+             if (directory / rank_file("events", rank)).is_file()}
+    if not found:
+        raise InputError(f"{directory} has no event file (events_{{rank}}.arrow): analyse the run first "
+                         f"(`profview analyse {directory}`), or import the capture (`profview import`)")
+    ranks = sorted(found) if not ranks else list(dict.fromkeys(ranks))
+    missing = [r for r in ranks if r not in found]
+    if missing:
+        raise InputError(f"{directory} has no event file for rank {missing[0]} (ranks: {', '.join(map(str, found))})")
+    if output is not None and len(ranks) > 1:
+        raise InputError(f"-o names one file but {directory} has {len(ranks)} ranks: pick one with --rank")
+    keep = None if first is None and last is None else step_range(first, last)
+    written = []
+    for rank in ranks:
+        ef = read_event_file(found[rank])
+        if output is not None and str(output) == "-":
+            write_trace_from_events(ef, sys.stdout.buffer, keep)
+            sys.stdout.buffer.flush()
+            continue
+        what = "full" if keep is None else f"steps_{'' if first is None else first}-{'' if last is None else last}"
+        path = Path(output) if output is not None else directory / f"timeline_{rank}_{what}.json"
+        gz = path.suffix == ".gz"
+        written.append(export_chrome_trace(ef, path.with_suffix("") if gz else path, keep, gzip_output=gz))
+    return written
