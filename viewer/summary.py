@@ -7,7 +7,7 @@ from typing import Sequence
 
 from viewer.context import Context
 from viewer.formatting import clean
-from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, select_steps,
+from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, step_window,
                           top_ops)
 
 NAME_WIDTH = 44
@@ -29,14 +29,15 @@ def _steps_block(ctx: Context) -> list[str]:
     run = ctx.run
     if run.step_trace is None or not len(run.step_trace):
         return ["No step trace in this run (no step() calls recorded)."]
-    steps = select_steps(run.step_trace, ctx.options.steps)
-    if not len(steps):
+    window = step_window(run.step_trace, run.report, ctx.options.steps)
+    if not len(window.analysed):
         return ["No steps in the selected --steps range."]
-    table = phase_table(steps)
+    table = phase_table(window.steady)
     rows = [(r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}",
              f"{r.share_pct:.1f}") for r in table.itertuples()]
-    slow = outliers(steps, run.report)
-    lines = [f"Step breakdown over {len(steps)} recorded step(s), ms:",
+    slow = outliers(window)
+    scope = " (--steps)" if ctx.options.steps is not None else ""
+    lines = [f"Step breakdown, ms ({window.note}{scope}; {len(run.step_trace)} recorded):",
              text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5)]
     if len(slow):
         listed = ", ".join(f"{int(s)} ({t:.1f} ms)" for s, t in zip(slow["step"].head(5), slow["total_ms"].head(5)))
@@ -67,8 +68,9 @@ def _key_figures_block(ctx: Context) -> list[str]:
     figures = key_figures(ctx.run.report)
     if figures is None:
         return []
+    median = "" if figures.median_ms is None else f"median step {figures.median_ms:.2f} ms, "
     lines = ["", f"Verdict figures ({clean(figures.rule)}):",
-             f"  mean step {figures.mean_ms:.2f} ms, wall time {figures.wall_ms / 1e3:.2f} s; " +
+             f"  mean step {figures.mean_ms:.2f} ms, {median}wall time {figures.wall_ms / 1e3:.2f} s (outliers included); " +
              ", ".join(f"{label} {share:.1f} %" for label, share in figures.shares)]
     if figures.note:
         lines.append(f"  {clean(figures.note)}")

@@ -584,6 +584,18 @@ def analysed_steps(steps: pd.DataFrame, warmup: int) -> tuple[pd.DataFrame, int]
     return steps.iloc[warmup:], warmup
 
 
+def median_position(values: np.ndarray) -> int:
+    """Where the median is: the position of the lower middle of `values` (earliest on ties), so the
+    median step is a step that ran (the Timeline draws it) and every page shows the same median."""
+    return int(np.argsort(np.asarray(values), kind="stable")[(len(values) - 1) // 2])
+
+
+def median_of(values: np.ndarray) -> float:
+    """The median as every page shows it: the lower middle (`median_position`)."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values[median_position(values)])
+
+
 def outlier_steps(steps: pd.DataFrame, min_pct: float) -> pd.DataFrame:
     """Steps above both Tukey's fence (Q3 + 1.5 IQR) and the median + `min_pct` %."""
     total = steps["total_ms"].to_numpy(dtype=np.float64)
