@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from profiler import formats
 from viewer.context import Context
 from viewer.formatting import clean
 from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, step_window,
@@ -97,6 +98,43 @@ def _verdict_block(ctx: Context) -> list[str]:
     return lines
 
 
+def _straggler_phase(phase: str) -> str:
+    """A straggler phase (cluster_summary.json "straggler.phase") in words."""
+    base = dict(formats.PHASES).get(phase.replace("_excl_comm", ""), phase)
+    return f"{base} without communication" if "_excl_comm" in phase else base
+
+
+def _cluster_block(ctx: Context) -> list[str]:
+    """A multi-rank directory leads with the job: the straggler (rank, phase, ms per step), the cluster
+    findings and every rank's verdict (cluster_summary.json, report_{rank}.json), before one rank's detail."""
+    if len(ctx.runs) < 2:
+        return []
+    summary = ctx.run.cluster_summary if isinstance(ctx.run.cluster_summary, dict) else None
+    lines = [f"Cluster: {len(ctx.runs)} ranks ({', '.join(str(r.rank) for r in ctx.runs)})"]
+    straggler = summary.get("straggler") if summary else None
+    if isinstance(straggler, dict) and straggler.get("rank") is not None:
+        phase = str(straggler.get("phase", ""))
+        by_phase = straggler.get("phase_excess_ms") if isinstance(straggler.get("phase_excess_ms"), dict) else {}
+        excess, in_phase = number(straggler.get("excess_ms")), number(by_phase.get(phase))
+        wait = number(straggler.get("others_wait_ms"))
+        lines.append(f"  straggler: rank {clean(straggler['rank'])}"
+                     + (f", busy {excess:.2f} ms per step longer than the others" if excess is not None else "")
+                     + (f"; the phase it is slowest in: {clean(_straggler_phase(phase))}" if phase else "")
+                     + (f" (+{in_phase:.2f} ms per step)" if in_phase is not None else "")
+                     + (f"; the others wait {wait:.2f} ms per step for it" if wait is not None else ""))
+    elif summary is not None:
+        lines.append("  no straggler: no rank is the slowest in most steps by the advisor's straggler_pct")
+    else:
+        lines.append("  no cluster analysis (cluster_summary.json) in this directory")
+    _, items = findings(summary)
+    lines += [f"  [{clean(f['severity'] or 'info')}] {clean(f['title'])}" for f in items]
+    lines.append("Per-rank verdicts:")
+    for run in ctx.runs:
+        verdict, _ = findings(run.report)
+        lines.append(f"  rank {run.rank}: {clean(verdict) if verdict else 'no report'}")
+    return lines + ["", f"Rank {ctx.run.rank} in detail:"]
+
+
 def _recording_block(ctx: Context) -> list[str]:
     """What the recording lost (profiler_info "recording"): dropped events and damaged raw-store chunks."""
     rec = ctx.run.info.get("recording") if isinstance(ctx.run.info.get("recording"), dict) else {}
@@ -116,6 +154,6 @@ def render(ctx: Context) -> str:
     """The whole summary as text."""
     run = ctx.run
     head = f"profview summary — {clean(run.shown_path)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
-    return "\n".join([head, "=" * min(len(head), 100), *_steps_block(ctx), *_ops_block(ctx),
+    return "\n".join([head, "=" * min(len(head), 100), *_cluster_block(ctx), *_steps_block(ctx), *_ops_block(ctx),
                       *_key_figures_block(ctx), *_queue_block(ctx), *_recording_block(ctx),
                       *_verdict_block(ctx)]) + "\n"
