@@ -37,8 +37,9 @@ def _steps_block(ctx: Context) -> list[str]:
     rows = [(r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}",
              f"{r.share_pct:.1f}") for r in table.itertuples()]
     slow = outliers(window)
-    scope = " (--steps)" if ctx.options.steps is not None else ""
-    lines = [f"Step breakdown, ms ({window.note}{scope}; {len(run.step_trace)} recorded):",
+    scope = (f"{len(window.analysed)} selected step(s) (--steps), ms" if ctx.options.steps is not None
+             else f"{len(run.step_trace)} recorded step(s), ms: the verdict's figures")
+    lines = [f"Step breakdown over {scope} ({window.note}):",
              text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5)]
     if len(slow):
         listed = ", ".join(f"{int(s)} ({t:.1f} ms)" for s, t in zip(slow["step"].head(5), slow["total_ms"].head(5)))
