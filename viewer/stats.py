@@ -144,8 +144,8 @@ def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
     measured = bool(steps.get("data_wait_measured"))
     picked = [(label, number(shares.get(col))) for col, label in labels
               if number(shares.get(col)) is not None and (measured or col not in ("data_wait_ms", "gap_host_ms"))]
-    framework = report.get("framework") if report.get("framework") in MEASURE_DATA_WAIT else "plain"
-    note = "" if measured else f"data wait not measured: the iteration gap is data loading or host work ({MEASURE_DATA_WAIT[framework]})"
+    advice = MEASURE_DATA_WAIT.get(str(report.get("framework")), MEASURE_DATA_WAIT["plain"])
+    note = "" if measured else f"data wait not measured: the iteration gap is data loading or host work ({advice})"
     source = str(steps.get("source_note") or "")              # steps inferred / one whole-run step
     note = "; ".join(part for part in (source, note) if part)
     return KeyFigures(rule=str(steps.get("rule", "")), mean_ms=float(steps["mean_ms"]),

@@ -145,7 +145,7 @@ def key_figures(data: RankFacts) -> dict[str, Any]:
     `wall_ms` is the analysed steps' summed time (outliers included)."""
     steps = data.steps
     steady = steps.steady
-    wall = float(steady["total_ms"].sum())
+    steady_ms = float(steady["total_ms"].sum())
     present = [c for c in KEY_FIGURES if c in steady and steady[c].notna().any()]   # gap_host_ms: unmeasured
     return {
         "analysed": int(len(steps.analysed)), "warmup_skipped": int(steps.skipped),
@@ -154,7 +154,8 @@ def key_figures(data: RankFacts) -> dict[str, Any]:
         "median_ms": round(median_of(steady["total_ms"].to_numpy()), 4),
         "wall_ms": round(float(steps.analysed["total_ms"].sum()), 4),
         "mean_phase_ms": {c: round(steps.per_step(c), 4) for c in present},
-        "share_pct": {c: round(100.0 * float(steady[c].sum()) / wall, 3) if wall > 0 else 0.0 for c in present},
+        "share_pct": {c: round(100.0 * float(steady[c].sum()) / steady_ms, 3) if steady_ms > 0 else 0.0
+                      for c in present},
         "op_captured_steps": int(len(steps.captured)) if "op_count" in steps.analysed else None,
         "data_wait_measured": data_wait_measured(steps),
         # only for steps that were not marked (absent: step() / annotations / the device marked them)
