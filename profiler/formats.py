@@ -178,6 +178,7 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("device_counters", "value"): ("nan", "inf", "-inf"),
     ("step_trace", DEVICE_BUSY[0]): ("",),       # empty: no device data in the step
     ("step_trace", DEVICE_IDLE[0]): ("",),
+    ("step_trace", GAP_HOST[0]): ("",),          # empty: the run did not measure its data wait
 }
 
 #: The bound (exclusive) on the magnitude of a number of an output file: whole numbers (counts,

@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.steps import median_position
 from profiler.kernels.intervals import covered_before
 from viewer.trace import Timeline
 
@@ -228,12 +229,14 @@ def captured_runs(steps: list[int]) -> list[tuple[int, int]]:
 
 
 def step_windows(steps: Optional[pd.DataFrame], chosen: Optional[tuple],
-                 ops_per_step: Optional[dict[int, int]] = None) -> list[tuple[str, float, float]]:
+                 ops_per_step: Optional[dict[int, int]] = None,
+                 typical: Optional[pd.DataFrame] = None) -> list[tuple[str, float, float]]:
     """The windows to detail, the default first.
 
     The --steps range when given. Else, when ops were captured on some steps only (an
-    `ops_schedule`), the median captured step, then every captured window; then the median,
-    slowest and fastest step.
+    `ops_schedule`), the median captured step, then every captured window; then the median step
+    (`median_position` of the `typical` steps: the steady steps every figure is over; all steps
+    when not given), the slowest and the fastest step.
     """
     if steps is None or not len(steps):
         return []
@@ -267,7 +270,9 @@ def step_windows(steps: Optional[pd.DataFrame], chosen: Optional[tuple],
             keep = (number >= a) & (number <= b)
             windows.append((f"captured window: steps {a}–{b} ({sum(ops.get(s, 0) for s in range(a, b + 1)):,} ops)",
                             float(start[keep].min()), float(end[keep].max())))
-    picks = [("median step", int(np.argsort(total, kind="stable")[len(total) // 2])),
+    typical_rows = np.flatnonzero(np.isin(number, (steps if typical is None else typical)["step"].to_numpy()))
+    typical_rows = typical_rows if len(typical_rows) else np.arange(len(number))
+    picks = [("median step", int(typical_rows[median_position(total[typical_rows])])),
              ("slowest step", int(np.argmax(total))), ("fastest step", int(np.argmin(total)))]
     for what, i in picks:
         if ("step", i) not in seen:

@@ -11,7 +11,9 @@ import pandas as pd
 
 from profiler import formats
 from profiler.analysis.advisor import DEFAULT_THRESHOLDS
-from profiler.analysis.steps import outlier_steps
+from profiler.analysis.findings.base import StepWindow
+from profiler.analysis.findings.input_pipeline import MEASURE_DATA_WAIT
+from profiler.analysis.steps import analysed_steps, median_of
 from viewer.theme import ALL_REDUCE, PHASES
 
 StepRange = Optional[tuple[Optional[int], Optional[int]]]
@@ -31,29 +33,41 @@ def select_steps(steps: pd.DataFrame, window: StepRange) -> pd.DataFrame:
 
 
 def phase_table(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per phase (and step total, all-reduce): mean, median, p95, max in ms and share of step time."""
+    """Per phase (and step total, all-reduce): mean, median (`median_of`), p95, max in ms and share of step time."""
     total = float(steps["total_ms"].sum()) or 1.0
     rows = []
     for col, label, _ in PHASES + [ALL_REDUCE, ("total_ms", "step", "")]:
         if col not in steps:
             continue
         values = steps[col].to_numpy(dtype=np.float64)
-        rows.append({"phase": label, "mean_ms": values.mean(), "median_ms": np.median(values),
+        rows.append({"phase": label, "mean_ms": values.mean(), "median_ms": median_of(values),
                      "p95_ms": np.percentile(values, 95), "max_ms": values.max(),
                      "share_pct": 100.0 * values.sum() / total})
     return pd.DataFrame(rows)
 
 
-def outlier_min_pct(report: Optional[dict[str, Any]]) -> float:
-    """The run's outlier threshold (report_{rank}.json's thresholds), else the advisor's default."""
+def threshold(report: Optional[dict[str, Any]], name: str) -> float:
+    """The run's advisor threshold `name` (report_{rank}.json's thresholds), else the advisor's default."""
     thresholds = report.get("thresholds") if isinstance(report, dict) else None
-    value = number(thresholds.get("outlier_min_pct")) if isinstance(thresholds, dict) else None
-    return value if value is not None else float(DEFAULT_THRESHOLDS["outlier_min_pct"])
+    value = number(thresholds.get(name)) if isinstance(thresholds, dict) else None
+    return value if value is not None else float(DEFAULT_THRESHOLDS[name])
 
 
-def outliers(steps: pd.DataFrame, report: Optional[dict[str, Any]]) -> pd.DataFrame:
-    """The outlier steps by the advisor's rule and the run's threshold, slowest first."""
-    return outlier_steps(steps, outlier_min_pct(report)).sort_values("total_ms", ascending=False)
+def step_window(steps: pd.DataFrame, report: Optional[dict[str, Any]], window: StepRange = None) -> StepWindow:
+    """The steps every figure is over, by the advisor's rules and the run's thresholds: the warm-up
+    steps left out, the outliers apart from the steady steps (`StepWindow`), so every page and the
+    summary show the verdict's own mean, median and outliers. A --steps selection is taken whole
+    (no warm-up), its outliers apart."""
+    min_pct = threshold(report, "outlier_min_pct")
+    if window is not None:
+        return StepWindow(select_steps(steps, window), 0, min_pct)
+    analysed, skipped = analysed_steps(steps, int(threshold(report, "warmup_steps")))
+    return StepWindow(analysed, skipped, min_pct)
+
+
+def outliers(window: StepWindow) -> pd.DataFrame:
+    """The outlier steps of a step window, slowest first."""
+    return window.outliers.sort_values("total_ms", ascending=False, kind="stable")
 
 
 def dominant_phase(steps: pd.DataFrame) -> tuple[str, float]:
@@ -114,8 +128,9 @@ class KeyFigures:
 
     rule: str                                  # which steps: "mean over N steps, the first k left out ..."
     mean_ms: float
+    median_ms: Optional[float]                 # None: an older report without it
     wall_ms: float
-    shares: list[tuple[str, float]]            # (label, % of the analysed steps' time)
+    shares: list[tuple[str, float]]            # (label, % of the steady steps' time)
     note: str                                  # how steps were found (when not marked), what was not measured
 
 
@@ -129,11 +144,12 @@ def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
     measured = bool(steps.get("data_wait_measured"))
     picked = [(label, number(shares.get(col))) for col, label in labels
               if number(shares.get(col)) is not None and (measured or col not in ("data_wait_ms", "gap_host_ms"))]
-    note = "" if measured else ("data wait not measured: the iteration gap is data loading or host work (wrap the "
-                                "loader in ProfiledDataLoader or profiler.iterate() to tell them apart)")
+    advice = MEASURE_DATA_WAIT.get(str(report.get("framework")), MEASURE_DATA_WAIT["plain"])
+    note = "" if measured else f"data wait not measured: the iteration gap is data loading or host work ({advice})"
     source = str(steps.get("source_note") or "")              # steps inferred / one whole-run step
     note = "; ".join(part for part in (source, note) if part)
     return KeyFigures(rule=str(steps.get("rule", "")), mean_ms=float(steps["mean_ms"]),
+                      median_ms=number(steps.get("median_ms")),
                       wall_ms=number(steps.get("wall_ms")) or 0.0, shares=picked, note=note)
 
 

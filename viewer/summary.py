@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from profiler import formats
 from viewer.context import Context
 from viewer.formatting import clean
-from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, select_steps,
+from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, step_window,
                           top_ops)
 
 NAME_WIDTH = 44
@@ -29,14 +30,16 @@ def _steps_block(ctx: Context) -> list[str]:
     run = ctx.run
     if run.step_trace is None or not len(run.step_trace):
         return ["No step trace in this run (no step() calls recorded)."]
-    steps = select_steps(run.step_trace, ctx.options.steps)
-    if not len(steps):
+    window = step_window(run.step_trace, run.report, ctx.options.steps)
+    if not len(window.analysed):
         return ["No steps in the selected --steps range."]
-    table = phase_table(steps)
+    table = phase_table(window.steady)
     rows = [(r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}",
              f"{r.share_pct:.1f}") for r in table.itertuples()]
-    slow = outliers(steps, run.report)
-    lines = [f"Step breakdown over {len(steps)} recorded step(s), ms:",
+    slow = outliers(window)
+    scope = (f"{len(window.analysed)} selected step(s) (--steps), ms" if ctx.options.steps is not None
+             else f"{len(run.step_trace)} recorded step(s), ms: the verdict's figures")
+    lines = [f"Step breakdown over {scope} ({window.note}):",
              text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5)]
     if len(slow):
         listed = ", ".join(f"{int(s)} ({t:.1f} ms)" for s, t in zip(slow["step"].head(5), slow["total_ms"].head(5)))
@@ -67,8 +70,9 @@ def _key_figures_block(ctx: Context) -> list[str]:
     figures = key_figures(ctx.run.report)
     if figures is None:
         return []
+    median = "" if figures.median_ms is None else f"median step {figures.median_ms:.2f} ms, "
     lines = ["", f"Verdict figures ({clean(figures.rule)}):",
-             f"  mean step {figures.mean_ms:.2f} ms, wall time {figures.wall_ms / 1e3:.2f} s; " +
+             f"  mean step {figures.mean_ms:.2f} ms, {median}wall time {figures.wall_ms / 1e3:.2f} s (outliers included); " +
              ", ".join(f"{label} {share:.1f} %" for label, share in figures.shares)]
     if figures.note:
         lines.append(f"  {clean(figures.note)}")
@@ -95,6 +99,43 @@ def _verdict_block(ctx: Context) -> list[str]:
     return lines
 
 
+def _straggler_phase(phase: str) -> str:
+    """A straggler phase (cluster_summary.json "straggler.phase") in words."""
+    base = dict(formats.PHASES).get(phase.replace("_excl_comm", ""), phase)
+    return f"{base} without communication" if "_excl_comm" in phase else base
+
+
+def _cluster_block(ctx: Context) -> list[str]:
+    """A multi-rank directory leads with the job: the straggler (rank, phase, ms per step), the cluster
+    findings and every rank's verdict (cluster_summary.json, report_{rank}.json), before one rank's detail."""
+    if len(ctx.runs) < 2:
+        return []
+    summary = ctx.run.cluster_summary if isinstance(ctx.run.cluster_summary, dict) else None
+    lines = [f"Cluster: {len(ctx.runs)} ranks ({', '.join(str(r.rank) for r in ctx.runs)})"]
+    straggler = summary.get("straggler") if summary else None
+    if isinstance(straggler, dict) and straggler.get("rank") is not None:
+        phase = str(straggler.get("phase", ""))
+        by_phase = straggler.get("phase_excess_ms") if isinstance(straggler.get("phase_excess_ms"), dict) else {}
+        excess, in_phase = number(straggler.get("excess_ms")), number(by_phase.get(phase))
+        wait = number(straggler.get("others_wait_ms"))
+        lines.append(f"  straggler: rank {clean(straggler['rank'])}"
+                     + (f", busy {excess:.2f} ms per step longer than the others" if excess is not None else "")
+                     + (f"; the phase it is slowest in: {clean(_straggler_phase(phase))}" if phase else "")
+                     + (f" (+{in_phase:.2f} ms per step)" if in_phase is not None else "")
+                     + (f"; the others wait {wait:.2f} ms per step for it" if wait is not None else ""))
+    elif summary is not None:
+        lines.append("  no straggler: no rank is the slowest in most steps by the advisor's straggler_pct")
+    else:
+        lines.append("  no cluster analysis (cluster_summary.json) in this directory")
+    _, items = findings(summary)
+    lines += [f"  [{clean(f['severity'] or 'info')}] {clean(f['title'])}" for f in items]
+    lines.append("Per-rank verdicts:")
+    for run in ctx.runs:
+        verdict, _ = findings(run.report)
+        lines.append(f"  rank {run.rank}: {clean(verdict) if verdict else 'no report'}")
+    return lines + ["", f"Rank {ctx.run.rank} in detail:"]
+
+
 def _recording_block(ctx: Context) -> list[str]:
     """What the recording lost (profiler_info "recording"): dropped events and damaged raw-store chunks."""
     rec = ctx.run.info.get("recording") if isinstance(ctx.run.info.get("recording"), dict) else {}
@@ -114,6 +155,6 @@ def render(ctx: Context) -> str:
     """The whole summary as text."""
     run = ctx.run
     head = f"profview summary — {clean(run.shown_path)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
-    return "\n".join([head, "=" * min(len(head), 100), *_steps_block(ctx), *_ops_block(ctx),
+    return "\n".join([head, "=" * min(len(head), 100), *_cluster_block(ctx), *_steps_block(ctx), *_ops_block(ctx),
                       *_key_figures_block(ctx), *_queue_block(ctx), *_recording_block(ctx),
                       *_verdict_block(ctx)]) + "\n"

@@ -433,7 +433,8 @@ class _Loop:
                 fields = plain_fields(self.snap)
                 key = (fields.get("status"), fields.get("steps"), fields.get("verdict"))
                 now = time.monotonic()
-                if key != last_key and now - last_at >= every_s:
+                # the ended line is the last one, printed once on leaving with the final figures
+                if key != last_key and now - last_at >= every_s and key[0] != "ended":
                     emit(plain_line(self.snap))
                     last_key, last_at = key, now
                 self._sleep(emit)

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional, Protocol
 from profiler.errors import ProfviewError
 from profiler.formats import PHASE_COLUMNS
 from profiler.analysis.findings import QUESTIONS
+from profiler.analysis.steps import median_of
 from profiler.importers.registry import importer_for
 from profiler.model import RunInfo, data_origin
 from profiler.analysis.findings.base import (
@@ -117,7 +118,6 @@ class RankFacts(Protocol):
     """What the advisor itself reads of a rank (`results.RankData`); the questions read what they declare."""
 
     steps: StepWindow
-    queue_summary: Optional[Mapping[str, Any]]
     step_source: str                          # marked | inferred | whole_run (analysis/steps.py)
     step_source_note: str                     # the sentence saying how steps were found, when not marked
 
@@ -139,20 +139,25 @@ KEY_FIGURES = (*PHASE_COLUMNS, "data_wait_ms", "gap_host_ms", "all_reduce_ms", "
 
 
 def key_figures(data: RankFacts) -> dict[str, Any]:
-    """report["steps"]: what the figures rest on (analysed steps, warm-up, captured steps) and the mean
-    step's split, so every page shows the advisor's own numbers."""
+    """report["steps"]: what the figures rest on (analysed steps, warm-up, outliers, captured steps) and
+    the mean step's split, so every page shows the advisor's own numbers. The step figures are over the
+    steady steps (`StepWindow.steady`: the analysed steps without the outliers), as every finding's are;
+    `wall_ms` is the analysed steps' summed time (outliers included)."""
     steps = data.steps
-    total = steps.analysed["total_ms"]
-    wall = float(total.sum())
-    present = [c for c in KEY_FIGURES if c in steps.analysed]
+    steady = steps.steady
+    steady_ms = float(steady["total_ms"].sum())
+    present = [c for c in KEY_FIGURES if c in steady and steady[c].notna().any()]   # gap_host_ms: unmeasured
     return {
         "analysed": int(len(steps.analysed)), "warmup_skipped": int(steps.skipped),
-        "rule": steps.note, "mean_ms": round(float(total.mean()), 4),
-        "median_ms": round(float(total.median()), 4), "wall_ms": round(wall, 4),
+        "outliers": int(len(steps.analysed) - len(steady)), "steady": int(len(steady)),
+        "rule": steps.note, "mean_ms": round(steps.mean_ms, 4),
+        "median_ms": round(median_of(steady["total_ms"].to_numpy()), 4),
+        "wall_ms": round(float(steps.analysed["total_ms"].sum()), 4),
         "mean_phase_ms": {c: round(steps.per_step(c), 4) for c in present},
-        "share_pct": {c: round(100.0 * float(steps.analysed[c].sum()) / wall, 3) if wall > 0 else 0.0 for c in present},
+        "share_pct": {c: round(100.0 * float(steady[c].sum()) / steady_ms, 3) if steady_ms > 0 else 0.0
+                      for c in present},
         "op_captured_steps": int(len(steps.captured)) if "op_count" in steps.analysed else None,
-        "data_wait_measured": data_wait_measured(steps, data.queue_summary),
+        "data_wait_measured": data_wait_measured(steps),
         # only for steps that were not marked (absent: step() / annotations / the device marked them)
         **({"source": data.step_source, "source_note": data.step_source_note} if data.step_source != "marked" else {}),
     }
@@ -162,7 +167,7 @@ def headline(verdict: str, findings: list[Finding], data: RankFacts) -> str:
     """One sentence for the top of the report: the top problem (or none) and the mean step's split."""
     steps = data.steps
     gap = steps.per_step("iteration_gap_ms")
-    wait = gap - steps.per_step("gap_host_ms") if data_wait_measured(steps, data.queue_summary) else None
+    wait = gap - steps.per_step("gap_host_ms") if data_wait_measured(steps) else None
     gap_text = (f"iteration gap {gap:.2f} ms ({wait:.2f} ms data wait)" if wait is not None
                 else f"iteration gap {gap:.2f} ms")
     split = (f"mean step {steps.mean_ms:.2f} ms: {gap_text}, forward + backward "

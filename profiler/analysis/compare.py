@@ -43,6 +43,7 @@ COMPARE_SCHEMA_VERSION = 2
 PHASES: list[tuple[str, str]] = [*formats.PHASES, formats.ALL_REDUCE, formats.DATA_WAIT, formats.GAP_HOST,
                                  formats.PROFILER_OVERHEAD, formats.STEP_TOTAL]
 STEP = formats.STEP_TOTAL[0]
+DATA_WAIT, GAP_HOST = formats.DATA_WAIT[0], formats.GAP_HOST[0]
 #: queue statistics compared (queue_summary "queues" entries)
 QUEUE_STATS = ("empty_ratio", "full_ratio", "mean_size", "get_wait_ms")
 #: a mean step change smaller than this (in % of BASE's mean step) is not significant, whatever the interval
@@ -346,6 +347,7 @@ def phase_deltas(base: pd.DataFrame, new: pd.DataFrame, noise_pct: float = DEFAU
     (against BASE's mean step), then the medians and their change, and the phase's share of the run."""
     columns = [col for col, _ in PHASES if col in base and col in new]
     labels = dict(PHASES)
+    base, new = unmeasured_split_as_nan(base), unmeasured_split_as_nan(new)
     table = mean_change(base, new, columns)
     table.insert(0, "phase", [labels[c] for c in columns])
     base_step = float(base[STEP].mean())
@@ -355,9 +357,17 @@ def phase_deltas(base: pd.DataFrame, new: pd.DataFrame, noise_pct: float = DEFAU
     table["new_median_ms"] = [float(new[c].median()) for c in columns]
     table["median_delta_ms"] = table["new_median_ms"] - table["base_median_ms"]
     table["median_delta_pct"] = _pct_change(table["base_median_ms"].to_numpy(), table["new_median_ms"].to_numpy())
-    table["base_share_pct"] = [100.0 * base[c].sum() / (base[STEP].sum() or 1.0) for c in columns]
-    table["new_share_pct"] = [100.0 * new[c].sum() / (new[STEP].sum() or 1.0) for c in columns]
+    table["base_share_pct"] = [100.0 * base[c].sum(min_count=1) / (base[STEP].sum() or 1.0) for c in columns]
+    table["new_share_pct"] = [100.0 * new[c].sum(min_count=1) / (new[STEP].sum() or 1.0) for c in columns]
     return table
+
+
+def unmeasured_split_as_nan(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps with data_wait_ms NaN too when the run did not measure its data wait (gap_host_ms NaN:
+    docs/formats.md), so both halves of the gap's split read as not measured rather than 0 and the whole gap."""
+    if DATA_WAIT not in steps or GAP_HOST not in steps or steps[GAP_HOST].notna().any():
+        return steps
+    return steps.assign(**{DATA_WAIT: np.nan})
 
 
 def step_distribution(base: pd.DataFrame, new: pd.DataFrame, spans_ms: Optional[tuple[float, float]] = None
@@ -556,27 +566,39 @@ def finding_key(finding: Mapping[str, Any]) -> str:
 
 #: findings that count as problems in a comparison; low ones are information (where compute goes)
 PROBLEM_SEVERITIES = ("high", "medium")
+#: severities from the most severe
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
-def _findings(report: Optional[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+def _findings(report: Optional[Mapping[str, Any]], severities: tuple[str, ...] = PROBLEM_SEVERITIES
+              ) -> dict[str, Mapping[str, Any]]:
     items = report.get("findings") if isinstance(report, Mapping) else None
     return {finding_key(f): f for f in items or []
-            if isinstance(f, Mapping) and f.get("severity") in PROBLEM_SEVERITIES}
+            if isinstance(f, Mapping) and f.get("severity") in severities}
 
 
 def finding_changes(base: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Problems (high / medium findings) resolved (BASE only), introduced (NEW only) and persisting (both);
-    `problems`: how many each report has (None: no report)."""
+    """Problems (high / medium findings) resolved (gone from NEW's findings), introduced (absent from
+    BASE's), and those in both: improved (a lower severity in NEW, medium -> low included), worsened
+    (a higher one) and persisting (the same); `problems`: how many each report has (None: no report)."""
     b, n = _findings(base), _findings(new)
+    b_all, n_all = _findings(base, tuple(SEVERITY_RANK)), _findings(new, tuple(SEVERITY_RANK))
 
     def brief(f: Mapping[str, Any]) -> dict[str, Any]:
         return {k: f.get(k) for k in ("kind", "severity", "title", "at_stake_ms", "at_stake_pct")}
 
-    persisting = [{**brief(n[k]), "key": k, "base_severity": b[k].get("severity"),
-                   "base_at_stake_ms": b[k].get("at_stake_ms")} for k in n if k in b]
-    return {"resolved": [{**brief(b[k]), "key": k} for k in b if k not in n],
-            "introduced": [{**brief(n[k]), "key": k} for k in n if k not in b],
-            "persisting": persisting,
+    both = [{**brief(n_all[k]), "key": k, "base_severity": b_all[k].get("severity"),
+             "base_at_stake_ms": b_all[k].get("at_stake_ms")}
+            for k in [*b, *(k for k in n if k not in b)] if k in b_all and k in n_all]
+
+    def moved(x: Mapping[str, Any]) -> int:
+        return SEVERITY_RANK[str(x["severity"])] - SEVERITY_RANK[str(x["base_severity"])]
+
+    return {"resolved": [{**brief(b[k]), "key": k} for k in b if k not in n_all],
+            "introduced": [{**brief(n[k]), "key": k} for k in n if k not in b_all],
+            "improved": [x for x in both if moved(x) > 0],
+            "worsened": [x for x in both if moved(x) < 0],
+            "persisting": [x for x in both if moved(x) == 0],
             "verdicts": [(base or {}).get("verdict"), (new or {}).get("verdict")],
             "problems": {"base": len(b) if isinstance(base, Mapping) else None,
                          "new": len(n) if isinstance(new, Mapping) else None}}

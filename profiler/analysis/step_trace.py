@@ -140,6 +140,7 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
     start = steps["start_ns"].to_numpy()
     end = steps["end_ns"].to_numpy()
     dw_s, dw_e = data_wait_intervals(spans, queues, step_tid)
+    measured_wait = data_wait_recorded(spans, queues, step_tid)
     fp_m, bp_m = marked_boundaries(steps, spans, instants)
     fp_i, bp_i = inferred_boundaries(steps, spans, ops, step_lane, step_tid, (dw_s, dw_e))
     fp_src = np.where(fp_m >= 0, "marked", np.where(fp_i >= 0, "inferred", "missing"))
@@ -163,7 +164,7 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
         "all_reduce_ms": all_reduce * ms,
         "all_reduce_overlap_ms": overlap * ms,
         "data_wait_ms": wait * ms,
-        "gap_host_ms": (fp - start - gap_wait) * ms,
+        "gap_host_ms": (fp - start - gap_wait) * ms if measured_wait else np.full(len(steps), np.nan),
         "op_count": op_count,
         "profiler_overhead_ms": steps["overhead_ns"].to_numpy() * ms,
         "start_unix_ns": start + origin_unix_ns,
@@ -207,6 +208,16 @@ def is_data_wait(spans: pd.DataFrame) -> np.ndarray:
     else:
         torch_data = names.astype(str).str.startswith(TORCH_DATA_SPAN).to_numpy()
     return ((spans["kind"] == "phase") & (names == "data")).to_numpy() | torch_data
+
+
+def data_wait_recorded(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> bool:
+    """Whether anything measured the stepping thread's data wait: a data-wait span (`is_data_wait`) or a
+    get from a probed queue, blocked or not. Without one, the gap's split is unknown (gap_host_ms NaN)."""
+    data_tid = spans["tid"][is_data_wait(spans)]
+    get_tid = queues["tid"][queues["event"] == "get"]
+    if step_tid >= 0:
+        data_tid, get_tid = data_tid[data_tid == step_tid], get_tid[get_tid == step_tid]
+    return bool(len(data_tid) or len(get_tid))
 
 
 def data_wait_intervals(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> tuple[np.ndarray, np.ndarray]:

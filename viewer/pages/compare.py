@@ -5,7 +5,7 @@ this module only lays them out, as an HTML tab and as the terminal text of `prof
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -122,12 +122,16 @@ def _step_counts(v: dict[str, Any]) -> str:
     return f"{b} steps each" if b == n else f"{b} → {n} steps"
 
 
+#: the findings both runs have, by how their severity moved (compare.finding_changes)
+MOVED = (("improved", "Improved"), ("worsened", "Worsened"), ("persisting", "Persisting"))
+
+
 def findings_html(c: Comparison) -> str:
     f = c.findings
     rows = ([("resolved", x["severity"], x["title"], fmt_ms(x["at_stake_ms"] or 0), "—") for x in f["resolved"]]
             + [("introduced", x["severity"], x["title"], "—", fmt_ms(x["at_stake_ms"] or 0)) for x in f["introduced"]]
-            + [("persisting", f"{x['base_severity']} → {x['severity']}", x["title"],
-                fmt_ms(x["base_at_stake_ms"] or 0), fmt_ms(x["at_stake_ms"] or 0)) for x in f["persisting"]])
+            + [(key, f"{x['base_severity']} → {x['severity']}", x["title"], fmt_ms(x["base_at_stake_ms"] or 0),
+                fmt_ms(x["at_stake_ms"] or 0)) for key, _ in MOVED for x in f[key]])
     verdicts = f.get("verdicts") or [None, None]
     head = f'<p class="note">Advisor verdict: {esc(verdicts[0] or "none")} → {esc(verdicts[1] or "none")}.</p>'
     if not rows:
@@ -136,12 +140,23 @@ def findings_html(c: Comparison) -> str:
                         [False, False, False, True, True])
 
 
+#: a phase figure a run did not measure (the gap's split without a measured data wait: NaN)
+NOT_MEASURED = "not measured"
+
+
+def _measured(value: float, text: Callable[[float], str]) -> str:
+    """`text(value)`, or NOT_MEASURED for NaN."""
+    return NOT_MEASURED if value != value else text(value)
+
+
 def phases_html(c: Comparison) -> str:
     """Mean-based changes first (the verdict's figures), medians after them for reference."""
-    rows = [(r.phase, fmt_ms(r.base_mean_ms), fmt_ms(r.new_mean_ms), fmt_ms(r.delta_ms, signed=True), _signed_pct(r.delta_pct),
+    rows = [(r.phase, _measured(r.base_mean_ms, fmt_ms), _measured(r.new_mean_ms, fmt_ms),
+             _measured(r.delta_ms, lambda v: fmt_ms(v, signed=True)), _signed_pct(r.delta_pct),
              _interval_ms(r.ci_low_ms, r.ci_high_ms), "yes" if r.significant else "no",
-             fmt_ms(r.base_median_ms), fmt_ms(r.new_median_ms), fmt_ms(r.median_delta_ms, signed=True),
-             fmt_pct(r.base_share_pct), fmt_pct(r.new_share_pct)) for r in c.phases.itertuples()]
+             _measured(r.base_median_ms, fmt_ms), _measured(r.new_median_ms, fmt_ms),
+             _measured(r.median_delta_ms, lambda v: fmt_ms(v, signed=True)),
+             _measured(r.base_share_pct, fmt_pct), _measured(r.new_share_pct, fmt_pct)) for r in c.phases.itertuples()]
     return table(["phase", "BASE mean", "NEW mean", "change", "change %", f"{CONFIDENCE * 100:g} % interval",
                   "significant", "BASE median", "NEW median", "median change", "BASE share", "NEW share"], rows,
                  [False] + [True] * 5 + [False] + [True] * 5)
@@ -277,17 +292,17 @@ def no_findings_text(c: Comparison) -> str:
 
 
 def findings_lines(c: Comparison) -> list[str]:
-    """Resolved / introduced problems from the two reports' findings (high and medium ones)."""
+    """Problems (high and medium findings) resolved, introduced, and those whose severity moved or stayed."""
     f = c.findings
-    if not (f["resolved"] or f["introduced"] or f["persisting"]):
+    if not any(f[key] for key in ("resolved", "introduced", *(k for k, _ in MOVED))):
         return [f"Findings: {no_findings_text(c)}"]
     lines = [f"{label}: " + ("; ".join(f"[{x['severity']}] {clean(x['title'])} ({side} {_stake(x['at_stake_ms'])})"
                                        for x in items) or "none")
              for label, side, items in (("Resolved", "BASE", f["resolved"]), ("Introduced", "NEW", f["introduced"]))]
-    if f["persisting"]:
-        lines.append("Persisting: " + "; ".join(
-            f"[{x['base_severity']} -> {x['severity']}] {clean(x['title'])} "
-            f"({_stake(x['base_at_stake_ms'], bare=True)} -> {_stake(x['at_stake_ms'])})" for x in f["persisting"]))
+    lines += [f"{label}: " + "; ".join(
+        f"[{x['base_severity']} -> {x['severity']}] {clean(x['title'])} "
+        f"({_stake(x['base_at_stake_ms'], bare=True)} -> {_stake(x['at_stake_ms'])})" for x in f[key])
+        for key, label in MOVED if f[key]]
     return lines
 
 
@@ -302,9 +317,11 @@ def render_text(c: Comparison, top: int = 8) -> str:
     """The comparison in the terminal: verdict, phases, largest op-type changes, findings, the gate."""
     v = c.verdict
     lines = [f"profview compare — BASE {clean(c.base)} -> NEW {clean(c.new)}", *headline(c), ""]
-    rows = [(r.phase, f"{r.base_mean_ms:.3f}", f"{r.new_mean_ms:.3f}", f"{r.delta_ms:+.3f}", _signed_pct(r.delta_pct),
+    rows = [(r.phase, _measured(r.base_mean_ms, "{:.3f}".format), _measured(r.new_mean_ms, "{:.3f}".format),
+             _measured(r.delta_ms, "{:+.3f}".format), _signed_pct(r.delta_pct),
              "—" if r.ci_low_ms != r.ci_low_ms else f"{r.ci_low_ms:+.3f} to {r.ci_high_ms:+.3f}",
-             "*" if r.significant else "", f"{r.base_median_ms:.3f}", f"{r.new_median_ms:.3f}")
+             "*" if r.significant else "", _measured(r.base_median_ms, "{:.3f}".format),
+             _measured(r.new_median_ms, "{:.3f}".format))
             for r in c.phases.itertuples()]
     lines += [f"Step phases (mean ms per step, {CONFIDENCE * 100:g} % interval of the change, * significant; "
               "medians for reference):",

@@ -1,9 +1,6 @@
 """Overview: where each step's time went, how steps vary, and the verdict."""
 from __future__ import annotations
 
-from typing import Optional
-
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -12,8 +9,9 @@ from viewer.html import absent, cards, esc, section, table
 from viewer.formatting import fmt_ms, fmt_pct, fmt_seconds
 from viewer.context import Context
 from viewer.page import Live, Page
-from profiler.analysis.steps import outlier_rule_text
-from viewer.stats import findings, key_figures, outlier_min_pct, outliers, phase_table, select_steps
+from profiler.analysis.findings.base import StepWindow
+from profiler.analysis.steps import median_of, outlier_rule_text
+from viewer.stats import findings, key_figures, outliers, phase_table, select_steps, step_window
 from viewer.theme import ALL_REDUCE, PHASES, styled
 
 def step_bars(steps: pd.DataFrame) -> go.Figure:
@@ -43,43 +41,46 @@ def distribution(steps: pd.DataFrame) -> go.Figure:
                   yaxis=dict(domain=[0, 0.75], title="steps"), yaxis2=dict(domain=[0.8, 1], visible=False))
 
 
-def _phase_section(steps: pd.DataFrame) -> str:
-    phases = phase_table(steps)
+def _phase_section(window: StepWindow) -> str:
+    phases = phase_table(window.steady)
     rows = [(r.phase, fmt_ms(r.mean_ms), fmt_ms(r.median_ms), fmt_ms(r.p95_ms), fmt_ms(r.max_ms),
              fmt_pct(r.share_pct)) for r in phases.itertuples()]
     return table(["phase", "mean", "median", "p95", "max", "share of step time"], rows,
                  [False, True, True, True, True, True])
 
 
-def _outlier_section(steps: pd.DataFrame, report: Optional[dict]) -> str:
-    slow = outliers(steps, report)
-    rule = outlier_rule_text(outlier_min_pct(report))
+def _outlier_section(window: StepWindow) -> str:
+    slow = outliers(window)
+    rule = outlier_rule_text(window.outlier_min_pct)
     if not len(slow):
         return f'<p class="note">No outlier steps (step time {esc(rule)}).</p>'
-    median = float(steps["total_ms"].median())
+    median = median_of(window.steady["total_ms"].to_numpy())
     rows = [(int(r.step), fmt_ms(r.total_ms), f"{r.total_ms / median:.2f}x", fmt_ms(r.iteration_gap_ms),
              fmt_ms(r.fp_bp_ms), fmt_ms(r.tail_ms)) for r in slow.head(15).itertuples()]
     more = f" (15 of {len(slow)} shown)" if len(slow) > 15 else ""
-    return (f'<p class="note">{len(slow)} outlier step(s) (step time {esc(rule)}){esc(more)}.</p>'
-            + table(["step", "time", "vs median", "iteration gap", "forward + backward", "tail"], rows,
+    return (f'<p class="note">{len(slow)} outlier step(s) (step time {esc(rule)}){esc(more)}; the figures above '
+            f'leave them out.</p>'
+            + table(["step", "time", "vs median step", "iteration gap", "forward + backward", "tail"], rows,
                     [True] * 6))
 
 
-def _key_figures(ctx: Context, steps: pd.DataFrame) -> tuple[list[tuple[str, str]], str]:
+def _key_figures(ctx: Context, window: StepWindow) -> tuple[list[tuple[str, str]], str]:
     """The advisor's own figures (the verdict rests on them), or, for a --steps selection, the selection's."""
     figures = key_figures(ctx.run.report)
     if figures is not None and ctx.options.steps is None:
-        kpis = [("mean step", fmt_ms(figures.mean_ms)), ("wall time", fmt_seconds(figures.wall_ms))]
+        kpis = [("mean step", fmt_ms(figures.mean_ms))]
+        kpis += [("median step", fmt_ms(figures.median_ms))] if figures.median_ms is not None else []
+        kpis += [("wall time", fmt_seconds(figures.wall_ms))]
         kpis += [(f"{label}", fmt_pct(share)) for label, share in figures.shares]
-        note = f"The verdict's figures: {figures.rule}; shares of the analysed steps' time."
+        note = (f"The verdict's figures: {figures.rule}; shares of those steps' time; the wall time includes "
+                f"the outlier steps.")
         return kpis, note + (f" {figures.note}." if figures.note else "")
-    total = steps["total_ms"].to_numpy()
-    kpis = [("steps", f"{len(steps):,}"), ("mean step", fmt_ms(total.mean())), ("median step", fmt_ms(np.median(total))),
-            ("p95 step", fmt_ms(np.percentile(total, 95))), ("slowest step", fmt_ms(total.max()))]
-    share = phase_table(steps).set_index("phase")["share_pct"]
-    kpis += [(f"{label} share", fmt_pct(share[label])) for _, label, _ in PHASES]
-    scope = "the selected steps (--steps)" if ctx.options.steps is not None else "every recorded step"
-    return kpis, f"Over {scope}; the verdict's figures leave out the warm-up steps (report's rule)."
+    table = phase_table(window.steady).set_index("phase")
+    kpis = [("steps", f"{len(window.steady):,}"), ("mean step", fmt_ms(table.loc["step", "mean_ms"])),
+            ("median step", fmt_ms(table.loc["step", "median_ms"])), ("outlier steps", f"{len(window.outliers):,}")]
+    kpis += [(f"{label} share", fmt_pct(table.loc[label, "share_pct"])) for _, label, _ in PHASES]
+    scope = "the selected steps (--steps)" if ctx.options.steps is not None else "the recorded steps"
+    return kpis, f"Over {scope}: {window.note} (the advisor's rules)."
 
 
 def _findings_section(ctx: Context) -> str:
@@ -120,19 +121,20 @@ def build(ctx: Context) -> str:
     if run.step_trace is None or not len(run.step_trace):
         return "".join(parts) + section("Step breakdown", absent("No step trace (step_trace csv): no step() "
                                                                    "calls were recorded."))
-    steps = select_steps(run.step_trace, ctx.options.steps)
+    window = step_window(run.step_trace, run.report, ctx.options.steps)
+    steps = select_steps(run.step_trace, ctx.options.steps)          # the pictures: every step shown
     if not len(steps):
         return "".join(parts) + section("Step breakdown", absent("No steps in the selected --steps range."))
-    kpis, kpi_note = _key_figures(ctx, steps)
+    kpis, kpi_note = _key_figures(ctx, window)
     note = ("Each step: iteration gap (previous step end to first forward compute), forward + backward, "
             "tail (last backward compute to step end). All-reduce is part of these and shown separately.")
     parts += [section("Key figures", cards(kpis), kpi_note),
               section("Step breakdown", ctx.figure(step_bars(steps)), note),
               '<div class="grid2">',
-              section("Averages and shares", _phase_section(steps)),
+              section("Averages and shares", _phase_section(window), f"Over the steady steps: {window.note}."),
               section("Step-time distribution", ctx.figure(distribution(steps))),
               "</div>", "<br>",
-              section("Outlier steps", _outlier_section(steps, run.report))]
+              section("Outlier steps", _outlier_section(window))]
     return "".join(parts)
 
 

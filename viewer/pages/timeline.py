@@ -21,6 +21,7 @@ from viewer.page import Page
 from viewer.html import absent, esc, plot_text, section
 from viewer.lod import Levels, Window, busy_levels, nesting, step_windows, window_events
 from viewer.series import add_line
+from viewer.stats import step_window
 from viewer.theme import PALETTE, PHASES, category_color, styled
 from viewer.trace import Timeline
 
@@ -171,7 +172,8 @@ def _window_note(tl: Timeline, window: Window) -> str:
 
 def _windows_section(ctx: Context, tl: Timeline, ops_per_step: dict[int, int]) -> str:
     run = ctx.run
-    choices = step_windows(run.step_trace, ctx.options.steps, ops_per_step)
+    steady = step_window(run.step_trace, run.report).steady if run.step_trace is not None else None
+    choices = step_windows(run.step_trace, ctx.options.steps, ops_per_step, typical=steady)
     if not choices:
         return absent("No step trace: no step windows to draw in detail.")
     group = ctx.new_id("windows")

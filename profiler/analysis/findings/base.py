@@ -156,6 +156,11 @@ class StepWindow:
         return steps.drop(index=slow.index) if len(slow) < len(steps) else steps
 
     @property
+    def outliers(self) -> pd.DataFrame:
+        """The analysed steps the outlier rule takes out of the steady ones (step_outliers reports them)."""
+        return self.analysed.drop(index=self.steady.index)
+
+    @property
     def mean_ms(self) -> float:
         """The mean steady step: the denominator of every share, so shares add up over those steps."""
         return float(self.steady["total_ms"].mean()) if len(self.steady) else 0.0
@@ -191,9 +196,10 @@ class StepWindow:
         return Finding(kind=kind, at_stake_ms=stake_ms, at_stake_pct=100.0 * stake_ms / mean if mean > 0 else 0.0, **kw)
 
 
-def data_wait_measured(steps: StepWindow, queue_summary: Optional[Mapping[str, Any]]) -> bool:
-    """Whether anything measured the loop's data wait (ProfiledDataLoader, prefetch, probed queues)."""
-    return bool((steps.analysed.get("data_wait_ms", pd.Series(dtype=float)) > 0).any()) or bool(queue_summary)
+def data_wait_measured(steps: StepWindow) -> bool:
+    """Whether anything measured the loop's data wait (ProfiledDataLoader, iterate, prefetch, probed
+    queues): the step trace's `gap_host_ms` is a number then, NaN (unmeasured) otherwise."""
+    return "gap_host_ms" in steps.analysed and bool(steps.analysed["gap_host_ms"].notna().any())
 
 
 def exposed_comm(steps: pd.DataFrame) -> pd.Series:

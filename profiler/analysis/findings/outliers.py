@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold, pct_text
-from profiler.analysis.steps import outlier_rule_text, outlier_steps
+from profiler.analysis.steps import outlier_rule_text
 from profiler.formats import PHASE_COLUMNS
 
 THRESHOLDS = {
@@ -60,7 +60,7 @@ def period(steps: np.ndarray) -> Optional[int]:
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """step_outliers: a few slow (often periodic) steps that add up to a real share of the run."""
     steps = data.steps.analysed
-    slow = outlier_steps(steps, ctx.thresholds["outlier_min_pct"])
+    slow = data.steps.outliers
     if not len(slow):
         return []
     median = steps.median(numeric_only=True)
