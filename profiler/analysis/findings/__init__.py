@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Optional
 
 from profiler.analysis.findings import (
-    communication, input_pipeline, launch, memory, operators, outliers, recording, straggler, tail,
+    communication, device_data, device_dependency, device_launch, device_sync, input_pipeline, launch, memory,
+    operators, outliers, recording, straggler, tail,
 )
 from profiler.analysis.findings.base import Question
 
@@ -24,6 +25,10 @@ QUESTIONS: tuple[Question, ...] = (
     straggler.QUESTION,
     recording.QUESTION,
     memory.QUESTION,
+    device_sync.QUESTION,
+    device_launch.QUESTION,
+    device_data.QUESTION,
+    device_dependency.QUESTION,
 )
 
 
