@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Optional
 
 from profiler.analysis.findings import (
-    communication, device_data, device_dependency, device_launch, device_sync, input_pipeline, launch, memory,
-    operators, outliers, recording, straggler, tail,
+    communication, device_data, device_dependency, device_launch, device_precision, device_sync, input_pipeline,
+    launch, memcpy, memory, operators, outliers, recording, straggler, tail,
 )
 from profiler.analysis.findings.base import Question
 
@@ -29,6 +29,8 @@ QUESTIONS: tuple[Question, ...] = (
     device_launch.QUESTION,
     device_data.QUESTION,
     device_dependency.QUESTION,
+    memcpy.QUESTION,
+    device_precision.QUESTION,
 )
 
 

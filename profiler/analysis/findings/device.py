@@ -74,6 +74,14 @@ def in_steps_ms(start: np.ndarray, end: np.ndarray, steps: StepWindow) -> float:
     return float(covered_ns(start, end, w_start, w_end).sum()) * MS / len(w_start)
 
 
+def exposed_ms(ex: pd.DataFrame, part: np.ndarray, cover: np.ndarray, steps: StepWindow) -> float:
+    """Per steady step, the time the executions `part` (a mask of `ex`) run while none of `cover` does:
+    |U(part) u U(cover)| - |U(cover)| inside the steps (ms)."""
+    start, end = ex["start_ns"].to_numpy(np.int64), ex["end_ns"].to_numpy(np.int64)
+    either = part | cover
+    return max(in_steps_ms(start[either], end[either], steps) - in_steps_ms(start[cover], end[cover], steps), 0.0)
+
+
 def causes_per_step(timeline: DeviceTimeline, steps: StepWindow) -> pd.DataFrame:
     """Per device, each idle cause's time inside the steady steps per steady step (ms): index device,
     one column per IDLE_CAUSES. A gap partly inside the steps counts its causes pro rata."""

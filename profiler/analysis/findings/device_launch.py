@@ -15,8 +15,8 @@ from profiler.analysis.findings.device import DeviceTimeline, idle_evidence, idl
 THRESHOLDS = {
     "device_host_wait_pct": Threshold(10.0, "share of step time the device is idle waiting for the host to launch "
                                             "its next work (host_bound:device)"),
-    "launch_gap_us": Threshold(100.0, "median idle gap below which a device waiting for the host is launch-bound "
-                                      "(the host launches as fast as it can; above: host work between launches)"),
+    "launch_gap_us": Threshold(100.0, "idle gaps shorter than this are launch gaps: a device waiting for the host "
+                                      "mostly in such gaps is launch-bound (else: host work between launches)"),
 }
 
 FIX = {
@@ -47,9 +47,10 @@ class Needs:
     device: DeviceTimeline
 
 
-def host_gap_figures(timeline: DeviceTimeline, device: str, steps: StepWindow) -> dict[str, float]:
-    """In the steady steps: the device's gaps waiting for the host (host or launch cause), their median
-    length (µs) and count per step, and its executions per step with their median length (µs)."""
+def host_gap_figures(timeline: DeviceTimeline, device: str, steps: StepWindow, launch_gap_us: float) -> dict[str, float]:
+    """In the steady steps: the device's gaps waiting for the host (host or launch cause), their count
+    per step, median length (µs) and the share of their time in gaps shorter than `launch_gap_us`, and
+    the device's executions per step with their median length (µs)."""
     w_start, w_end = steady_windows(steps)
     gaps = timeline.gaps
     gaps = gaps[(gaps["device"] == device) & ((gaps["host_ns"] + gaps["launch_ns"]) > 0)]
@@ -59,9 +60,12 @@ def host_gap_figures(timeline: DeviceTimeline, device: str, steps: StepWindow) -
     e_in = _inside(ex["start_ns"].to_numpy(np.int64), w_start, w_end)
     n = max(len(w_start), 1)
     lengths = (gaps["end_ns"] - gaps["start_ns"]).to_numpy()[g_in]
+    waited = (gaps["host_ns"] + gaps["launch_ns"]).to_numpy()[g_in]
     durations = (ex["end_ns"] - ex["start_ns"]).to_numpy()[e_in]
+    short = lengths < launch_gap_us * 1e3
     return {"gaps_per_step": float(g_in.sum()) / n,
             "median_gap_us": float(np.median(lengths)) / 1e3 if len(lengths) else 0.0,
+            "short_gap_share_pct": 100.0 * float(waited[short].sum()) / max(float(waited.sum()), 1.0),
             "executions_per_step": float(e_in.sum()) / n,
             "median_execution_us": float(np.median(durations)) / 1e3 if len(durations) else 0.0}
 
@@ -77,19 +81,22 @@ def _inside(t: np.ndarray, w_start: np.ndarray, w_end: np.ndarray) -> np.ndarray
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """host_bound:device: the device idle waiting for the host's launches, per device."""
     def build(device: str, ms: float, row: pd.Series, causes: pd.Series) -> Finding:
-        fig = host_gap_figures(data.device, device, data.steps)
-        launch = fig["median_gap_us"] < ctx.thresholds["launch_gap_us"]
+        fig = host_gap_figures(data.device, device, data.steps, ctx.thresholds["launch_gap_us"])
+        launch = fig["short_gap_share_pct"] >= 50.0
         share = data.steps.share(ms)
         what = "Launch-bound" if launch else "Host-bound"
         return data.steps.finding(
             "host_bound", ms, key="host_bound:device",
             title=f"{what}: {device} idle waiting for the host to launch work, {share_title(share)}",
             evidence=(f"{ms:.2f} ms per step of device idle time waiting for the next launch: "
-                      f"{fig['gaps_per_step']:.0f} such gaps per step, median {fig['median_gap_us']:.1f} µs, between "
+                      f"{fig['gaps_per_step']:.0f} such gaps per step, median {fig['median_gap_us']:.1f} µs, "
+                      f"{fig['short_gap_share_pct']:.1f} % of the time in gaps under {ctx.thresholds['launch_gap_us']:g} µs, "
+                      f"between "
                       f"{fig['executions_per_step']:.0f} executions per step of median {fig['median_execution_us']:.1f} "
                       f"µs; " + idle_evidence(device, row, causes, data.steps, ctx)),
             threshold=(ctx.rule_text("device idle waiting for launches, % of step time", "device_host_wait_pct")
-                       + f"; launch-bound when the median gap < {ctx.thresholds['launch_gap_us']:g} µs (launch_gap_us)"),
+                       + f"; launch-bound when most of that time is in gaps < {ctx.thresholds['launch_gap_us']:g} µs "
+                         "(launch_gap_us)"),
             suggestion=FIX["launch" if launch else "host"][ctx.framework],
             files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
             metrics={"idle_host_ms": float(causes["host"]), "idle_launch_ms": float(causes["launch"]),
