@@ -9,7 +9,17 @@ import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow
 from profiler.analysis.findings.device import DeviceTimeline, idle_evidence, idle_findings, share_title
-from profiler.analysis.findings.input_pipeline import FIXES
+
+FIX = {
+    "torch": "the device runs dry while the loop waits for the next batch: load ahead in background workers "
+             "(DataLoader(..., num_workers=N (the free cores), prefetch_factor=2-4, persistent_workers=True)), "
+             "pin_memory=True with .to(device, non_blocking=True) so the copy overlaps compute, and move per-sample "
+             "Python work into the Dataset (or decode on the GPU: DALI / torchvision.io.decode_jpeg(device='cuda'))",
+    "mindspore": "parallelise the dataset pipeline (num_parallel_workers, python_multiprocessing=True) and train in "
+                 "data sink mode (dataset_sink_mode=True) so batches queue on the device ahead of each step",
+    "plain": "prefetch batches on a background thread (for batch in profiler.prefetch(loader): ...) so loading "
+             "overlaps the device's work",
+}
 
 
 @dataclass(frozen=True)
@@ -31,7 +41,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
                       + f"; data wait per step {data.steps.per_step('data_wait_ms'):.2f} ms "
                         f"[{ctx.file('step_trace')}: data_wait_ms]"),
             threshold=ctx.rule_text("device idle during the data wait, % of step time", "input_gap_pct"),
-            suggestion=FIXES["input_bound"][ctx.framework],
+            suggestion=FIX[ctx.framework],
             files=[ctx.file("report", "json"), ctx.file("step_trace")],
             metrics={"idle_data_ms": ms, "device_idle_pct": float(row["idle_pct"])})
     return idle_findings(data.device, data.steps, ctx, "data", "input_gap_pct", build)
