@@ -81,7 +81,9 @@ def test_kernel_names(name: str, family: str, precision: str):
 
 def test_every_kernel_of_the_traces_is_classified(captures: Path):
     """On the real traces: collectives and copies by category, every cuBLAS `*sgemm*` a float32 GEMM,
-    every CUTLASS `tensorop` kernel a tensor-core one, and the families cover the compute time."""
+    every CUTLASS `tensorop` kernel a tensor-core one, and on the two CNNs (alexnet, the DDP ResNet of
+    nccl_data) the named families cover most compute time (the recommendation models' embedding and
+    sort kernels are `other`)."""
     frames = [classify(device_executions(read_kineto_trace(captures / "kineto" / f"{t}.json.gz").ops))
               for t in GPU_TRACES]
     ex = pd.concat(frames, ignore_index=True)
@@ -92,10 +94,11 @@ def test_every_kernel_of_the_traces_is_classified(captures: Path):
     assert sgemm.sum() > 100 and (ex.loc[sgemm, "family"] == "gemm").all() and (ex.loc[sgemm, "precision"] == "fp32").all()
     tensorop = names.str.contains("tensorop")
     assert tensorop.sum() > 100 and (ex.loc[tensorop, "precision"] == "tensor_core").all()
-    dur = ex["end_ns"] - ex["start_ns"]
-    compute = (ex["category"] == "compute").to_numpy()
-    classified = dur[compute & (ex["family"] != "other").to_numpy()].sum() / dur[compute].sum()
-    assert classified > 0.6
+    for trace, frame in zip(GPU_TRACES, frames):
+        if trace in ("alexnet", "nccl_data"):
+            dur = frame["end_ns"] - frame["start_ns"]
+            compute = (frame["category"] == "compute").to_numpy()
+            assert dur[compute & (frame["family"] != "other").to_numpy()].sum() > 0.8 * dur[compute].sum()
 
 
 # --------------------------------------------------------------------------- the idle split vs HTA
@@ -240,12 +243,13 @@ def test_memcpy_rule_on_pageable_copies(captures: Path):
 
 def test_precision_rule_sums_the_fp32_matrix_kernels(captures: Path):
     """alexnet with the lines at 0: the fp32 stake is the union of its float32 SIMT matrix kernels
-    (ampere_sgemm, cudnn scudnn, the FFT convolution's gcgemm / fft2d), counted from the names here."""
+    (ampere_sgemm and its cublasLt epilogue, cudnn scudnn, the FFT convolution's gcgemm / fft2d), counted
+    from the names here."""
     rep = report(captures, "alexnet", fp32_matrix_pct=0, fp64_kernel_pct=0)
     (f,) = findings(rep, "device_precision:fp32")
     ex = device_executions(read_kineto_trace(captures / "kineto" / "alexnet.json.gz").ops)
     names = ex["name"].astype(str)
-    fp32 = (names.str.contains("sgemm|scudnn|gcgemm") | names.str.startswith("void fft2d")).to_numpy()
+    fp32 = (names.str.contains("sgemm|scudnn|gcgemm|cublasLt") | names.str.startswith("void fft2d")).to_numpy()
     assert f["at_stake_ms"] == pytest.approx(_union_ms(ex["start_ns"].to_numpy()[fp32], ex["end_ns"].to_numpy()[fp32]),
                                              abs=0.01)
     assert not findings(rep, "device_precision:fp64")         # alexnet has no float64 kernel

@@ -69,7 +69,7 @@ def _device_findings(data: Needs, ctx: Context) -> list[Finding]:
         comm, compute = (mine["category"] == "comm").to_numpy(), (mine["category"] == "compute").to_numpy()
         exposed = exposed_ms(mine, comm, compute, steps)
         share = ctx.reaches(steps.share(exposed), "comm_exposed_pct")
-        if share is None:
+        if share is None or exposed <= 0:
             continue
         start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
         total = in_steps_ms(start[comm], end[comm], steps)

@@ -110,7 +110,7 @@ def idle_findings(timeline: DeviceTimeline, steps: StepWindow, ctx: Context, gro
         ms = grouped[group]
         mostly_idle = float(row["idle_pct"]) >= ctx.thresholds["device_idle_pct"]
         largest = ms > 0 and ms >= max(grouped.values())
-        if steps.share(ms) < ctx.thresholds[threshold] and not (mostly_idle and largest):
+        if ms <= 0 or (steps.share(ms) < ctx.thresholds[threshold] and not (mostly_idle and largest)):
             continue
         finding = build(str(device), ms, row, causes)
         if mostly_idle and largest:

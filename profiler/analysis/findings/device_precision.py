@@ -66,7 +66,7 @@ def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.n
     ms = in_steps_ms(start[mask], end[mask], data.steps)
     share = data.steps.share(ms)
     threshold = "fp32_matrix_pct" if kind == "fp32" else "fp64_kernel_pct"
-    if share < ctx.thresholds[threshold]:
+    if ms <= 0 or share < ctx.thresholds[threshold]:
         return []
     chosen = mine[mask].assign(dur_ms=(end[mask] - start[mask]) * 1e-6)
     top = chosen.groupby("name", observed=True)["dur_ms"].agg(["count", "sum"]).sort_values("sum", ascending=False)

@@ -52,7 +52,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         copy = mine["category"].isin(("memcpy", "memset")).to_numpy()
         ms = exposed_ms(mine, copy, ~copy, data.steps)
         share = data.steps.share(ms)
-        if share < ctx.thresholds["memcpy_pct"]:
+        if ms <= 0 or share < ctx.thresholds["memcpy_pct"]:
             continue
         names = mine["name"].astype(str)
         start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
