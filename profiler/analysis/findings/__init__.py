@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from profiler.analysis.findings import (
-    communication, device_data, device_dependency, device_launch, device_precision, device_sync, input_pipeline,
+    communication, device_compute, device_data, device_dependency, device_launch, device_precision, device_sync, input_pipeline,
     launch, memcpy, memory, operators, outliers, recording, straggler, tail,
 )
 from profiler.analysis.findings.base import Question
@@ -31,6 +31,7 @@ QUESTIONS: tuple[Question, ...] = (
     device_dependency.QUESTION,
     memcpy.QUESTION,
     device_precision.QUESTION,
+    device_compute.QUESTION,
 )
 
 
