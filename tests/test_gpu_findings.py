@@ -291,3 +291,32 @@ def test_idle_gaps_of_a_cpu_trace_make_no_device_finding(captures: Path):
     kinds = {f["kind"] for f in rep["findings"]}
     assert not kinds & {"device_sync", "device_idle", "memcpy_bound", "device_precision"}
     assert not math.isnan(rep["steps"]["mean_ms"])
+
+
+# --------------------------------------------------------------------------- a mostly idle device is never balanced
+
+
+def test_mostly_idle_device_is_never_balanced(captures: Path):
+    """alexnet's device is idle 99.49 % of its window (HTA). With the high-severity line raised to 99 %
+    of the step no finding is high by its share (the largest, host work, is 27.6 %), yet the verdict
+    stays host_bound: the device is idle >= device_idle_pct (50 %) of its window, so its largest idle
+    cause is high. Raising device_idle_pct above 99.49 shows that rule is what decides."""
+    rep = report(captures, "alexnet", severity_high_pct=99)
+    assert rep["verdict"] == "host_bound" and rep["findings"][0]["key"] == "host_bound:device"
+    assert rep["findings"][0]["at_stake_pct"] < 99
+    assert report(captures, "alexnet", severity_high_pct=99, device_idle_pct=99.9)["verdict"] == "balanced"
+
+
+def test_rocm_trace_mostly_idle_is_not_balanced(captures: Path, tmp_path: Path):
+    """The same capture in ROCm form (hipLaunchKernel, hipMemcpyAsync, hipStreamSynchronize; copies
+    not marked pageable; no cuda_sync events): HIP calls are launches and syncs like CUDA's, so the
+    device's idle time has the same causes and the verdict is the CUDA original's, never balanced."""
+    from test_import_variants import _load, _rocm, _write
+
+    path = _write(_rocm(_load(captures / "kineto" / "alexnet.json.gz")), tmp_path / "rocm.json.gz", compress=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = analyse_run(ensure_steps(read_kineto_trace(path))).extra_json["report"]
+    assert rep["devices"][0]["idle_pct"] > 99 and rep["verdict"] == "host_bound"
+    assert rep["findings"][0]["key"] == "host_bound:device"
+    assert not any(re.search(r"\bhip[A-Z]", f["title"]) for f in rep["findings"])
