@@ -10,7 +10,8 @@ reported as high severity whatever its share of the step (`device_idle_pct`, a v
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from dataclasses import dataclass
+from typing import Iterator, Optional
 
 import numpy as np
 import pandas as pd
@@ -54,9 +55,25 @@ class DeviceTimeline:
         trace, a live CUDA capture); a device log alone (Ascend) has executions only."""
         return bool(len(self.devices)) and bool((self.gaps["next_launch_ns"] >= 0).any())
 
+    def per_device(self, steps: StepWindow) -> Iterator[tuple[str, pd.DataFrame]]:
+        """Each device (by name) with its executions; nothing when no steady step is left to measure in."""
+        ex = self.executions
+        if not len(steps.steady):
+            return
+        for device in sorted(ex["device"].astype(str).unique()):
+            yield device, ex[(ex["device"] == device).to_numpy()]
+
     def row(self, device: str) -> pd.Series:
         """The device's breakdown (formats.DEVICE_TIME_COLUMNS)."""
         return self.devices.set_index("device").loc[device]
+
+
+@dataclass(frozen=True)
+class DeviceNeeds:
+    """What most device questions read: the steps and the device timeline."""
+
+    steps: StepWindow
+    device: DeviceTimeline
 
 
 def steady_windows(steps: StepWindow) -> tuple[np.ndarray, np.ndarray]:

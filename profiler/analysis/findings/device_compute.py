@@ -3,13 +3,11 @@ the time goes, not a fault): a device computing most of the step, with the kerne
 its compute time (GEMM, convolution, elementwise, normalisation, other) and the precision they run in."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.device import DeviceTimeline, in_steps_ms, share_title
+from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
+from profiler.analysis.findings.device import DeviceNeeds, in_steps_ms, share_title
 
 THRESHOLDS = {
     "compute_bound_pct": Threshold(50.0, "share of step time a device runs compute kernels that is reported, as low "
@@ -42,12 +40,6 @@ FIX = {
 PRECISION_TEXT = {"tensor_core": "tensor cores", "fp32": "float32", "fp64": "float64", "half": "half", "": "unknown"}
 
 
-@dataclass(frozen=True)
-class Needs:
-    steps: StepWindow
-    device: DeviceTimeline
-
-
 def family_split(ex: pd.DataFrame) -> pd.DataFrame:
     """The compute kernels' time per family (ms, % of the compute kernel time) with each family's share
     per precision, most time first."""
@@ -64,14 +56,10 @@ def family_split(ex: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["ms"], ascending=False, kind="stable")
 
 
-def find(data: Needs, ctx: Context) -> list[Finding]:
+def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """compute_bound (low): a device computing at least compute_bound_pct of the step, per device."""
-    ex = data.device.executions
-    if not len(ex) or not len(data.steps.steady):
-        return []
     out = []
-    for device in sorted(ex["device"].astype(str).unique()):
-        mine = ex[(ex["device"] == device).to_numpy()]
+    for device, mine in data.device.per_device(data.steps):
         compute = (mine["category"] == "compute").to_numpy()
         ms = in_steps_ms(mine["start_ns"].to_numpy(np.int64)[compute], mine["end_ns"].to_numpy(np.int64)[compute],
                          data.steps)
@@ -97,4 +85,4 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
 
 
 QUESTION = Question(name="device_compute", page="operators", keys=("compute_bound",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+                    rank=Rule(DeviceNeeds, find))

@@ -3,12 +3,10 @@ idle time during the loop's measured data wait (DataLoader `__next__` ranges of 
 ProfiledDataLoader / prefetch waits, probed queues) before the host launched the next work."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow
-from profiler.analysis.findings.device import DeviceTimeline, idle_evidence, idle_findings, share_title
+from profiler.analysis.findings.base import Context, Finding, Question, Rule
+from profiler.analysis.findings.device import DeviceNeeds, idle_evidence, idle_findings, share_title
 
 FIX = {
     "torch": "the device runs dry while the loop waits for the next batch: load ahead in background workers "
@@ -22,13 +20,7 @@ FIX = {
 }
 
 
-@dataclass(frozen=True)
-class Needs:
-    steps: StepWindow
-    device: DeviceTimeline
-
-
-def find(data: Needs, ctx: Context) -> list[Finding]:
+def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """input_bound:device: the device idle while the loop waits for its data, per device (threshold:
     the input question's input_gap_pct, the same line for the same symptom)."""
     def build(device: str, ms: float, row: pd.Series, causes: pd.Series) -> Finding:
@@ -47,4 +39,4 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     return idle_findings(data.device, data.steps, ctx, "data", "input_gap_pct", build)
 
 
-QUESTION = Question(name="device_data", page="pipeline", keys=("input_bound:device",), rank=Rule(Needs, find))
+QUESTION = Question(name="device_data", page="pipeline", keys=("input_bound:device",), rank=Rule(DeviceNeeds, find))

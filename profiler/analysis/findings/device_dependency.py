@@ -3,12 +3,10 @@ idle time whose next work was already queued (a dependency on another stream, an
 collective: HTA's `other`) or whose launch was not recorded."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.device import DeviceTimeline, idle_evidence, idle_findings, share_title
+from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
+from profiler.analysis.findings.device import DeviceNeeds, idle_evidence, idle_findings, share_title
 
 THRESHOLDS = {
     "device_dependency_pct": Threshold(10.0, "share of step time the device is idle with its next work already "
@@ -27,13 +25,7 @@ FIX = {
 }
 
 
-@dataclass(frozen=True)
-class Needs:
-    steps: StepWindow
-    device: DeviceTimeline
-
-
-def find(data: Needs, ctx: Context) -> list[Finding]:
+def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """device_idle:dependency: the device idle with its next work queued, per device."""
     def build(device: str, ms: float, row: pd.Series, causes: pd.Series) -> Finding:
         share = data.steps.share(ms)
@@ -49,4 +41,4 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
 
 
 QUESTION = Question(name="device_dependency", page="timeline", keys=("device_idle:dependency",),
-                    thresholds=THRESHOLDS, rank=Rule(Needs, find))
+                    thresholds=THRESHOLDS, rank=Rule(DeviceNeeds, find))

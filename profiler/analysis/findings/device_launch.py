@@ -4,13 +4,11 @@ just in time (launch latency between queued short kernels, HTA's kernel_wait). M
 it launch-bound (CUDA graphs, torch.compile, a larger batch); long gaps are host work between launches."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.device import DeviceTimeline, idle_evidence, idle_findings, share_title, steady_windows
+from profiler.analysis.findings.device import DeviceNeeds, DeviceTimeline, idle_evidence, idle_findings, share_title, steady_windows
 
 THRESHOLDS = {
     "device_host_wait_pct": Threshold(10.0, "share of step time the device is idle waiting for the host to launch "
@@ -39,12 +37,6 @@ FIX = {
                  "with the device's work",
     },
 }
-
-
-@dataclass(frozen=True)
-class Needs:
-    steps: StepWindow
-    device: DeviceTimeline
 
 
 def host_gap_figures(timeline: DeviceTimeline, device: str, steps: StepWindow, launch_gap_us: float) -> dict[str, float]:
@@ -78,7 +70,7 @@ def _inside(t: np.ndarray, w_start: np.ndarray, w_end: np.ndarray) -> np.ndarray
     return (at >= 0) & (t < e[np.maximum(at, 0)])
 
 
-def find(data: Needs, ctx: Context) -> list[Finding]:
+def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """host_bound:device: the device idle waiting for the host's launches, per device."""
     def build(device: str, ms: float, row: pd.Series, causes: pd.Series) -> Finding:
         fig = host_gap_figures(data.device, device, data.steps, ctx.thresholds["launch_gap_us"])
@@ -105,4 +97,4 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
 
 
 QUESTION = Question(name="device_launch", page="timeline", keys=("host_bound:device",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+                    rank=Rule(DeviceNeeds, find))

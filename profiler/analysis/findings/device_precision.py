@@ -4,12 +4,10 @@ torch.autocast would run them on tensor cores) and of float64 kernels of any fam
 `<double>` templates; GPUs run float64 at a fraction of float32's rate)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.device import DeviceTimeline, in_steps_ms, share_title
+from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
+from profiler.analysis.findings.device import DeviceNeeds, in_steps_ms, share_title
 from profiler.analysis.kernel_families import MATRIX_FAMILIES
 
 THRESHOLDS = {
@@ -40,20 +38,10 @@ FIX = {
 TOP_KERNELS = 3
 
 
-@dataclass(frozen=True)
-class Needs:
-    steps: StepWindow
-    device: DeviceTimeline
-
-
-def find(data: Needs, ctx: Context) -> list[Finding]:
+def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """device_precision: float32 matrix kernels off the tensor cores, float64 kernels; per device."""
-    ex = data.device.executions
-    if not len(ex) or not len(data.steps.steady):
-        return []
     out = []
-    for device in sorted(ex["device"].astype(str).unique()):
-        mine = ex[(ex["device"] == device).to_numpy()]
+    for device, mine in data.device.per_device(data.steps):
         precision, family = mine["precision"].to_numpy(dtype=object), mine["family"].to_numpy(dtype=object)
         masks = {"fp32": (precision == "fp32") & np.isin(family, MATRIX_FAMILIES), "fp64": precision == "fp64"}
         for kind, mask in masks.items():
@@ -61,7 +49,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     return out
 
 
-def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.ndarray) -> list[Finding]:
+def _finding(data: DeviceNeeds, ctx: Context, device: str, mine, kind: str, mask: np.ndarray) -> list[Finding]:
     start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
     ms = in_steps_ms(start[mask], end[mask], data.steps)
     share = data.steps.share(ms)
@@ -84,4 +72,4 @@ def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.n
 
 
 QUESTION = Question(name="device_precision", page="operators", keys=("device_precision",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+                    rank=Rule(DeviceNeeds, find))

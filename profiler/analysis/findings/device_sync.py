@@ -3,13 +3,11 @@ synchronising calls (cudaDeviceSynchronize / cudaStreamSynchronize / cudaEventSy
 pageable copies: `.item()`, `.cpu()`, `print(tensor)`), with the calls and their call sites."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.device import MS, DeviceTimeline, idle_evidence, idle_findings, share_title
+from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
+from profiler.analysis.findings.device import MS, DeviceNeeds, DeviceTimeline, idle_evidence, idle_findings, share_title
 from profiler.kernels.intervals import covered_ns
 
 THRESHOLDS = {
@@ -31,12 +29,6 @@ FIX = {
 TOP_SITES = 3
 
 
-@dataclass(frozen=True)
-class Needs:
-    steps: StepWindow
-    device: DeviceTimeline
-
-
 def sync_sites(timeline: DeviceTimeline, device: str) -> pd.DataFrame:
     """Per (sync call, call site): calls, the host's time blocked in them and the device's idle time in
     their shadows (the union of the shadows, over the run), most idle first."""
@@ -53,7 +45,7 @@ def sync_sites(timeline: DeviceTimeline, device: str) -> pd.DataFrame:
         ["idle_ms", "name", "call_site"], ascending=[False, True, True], kind="stable")
 
 
-def find(data: Needs, ctx: Context) -> list[Finding]:
+def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """device_sync: the device's idle time in synchronising calls' shadows, per device."""
     def build(device: str, ms: float, row: pd.Series, causes: pd.Series) -> Finding:
         sites = sync_sites(data.device, device).head(TOP_SITES)
@@ -74,4 +66,4 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
 
 
 QUESTION = Question(name="device_sync", page="timeline", keys=("device_sync",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+                    rank=Rule(DeviceNeeds, find))

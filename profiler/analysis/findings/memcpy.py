@@ -2,13 +2,11 @@
 (host <-> device and device <-> device copies, memsets), with the directions and the pageable copies."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from profiler.analysis.device_time import PAGEABLE_COPY
-from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.device import DeviceTimeline, exposed_ms, in_steps_ms, share_title
+from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
+from profiler.analysis.findings.device import DeviceNeeds, exposed_ms, in_steps_ms, share_title
 
 THRESHOLDS = {
     "memcpy_pct": Threshold(10.0, "share of step time the device spends copying (memcpy / memset) with no kernel "
@@ -35,20 +33,10 @@ FIX = {
 DIRECTIONS = ("HtoD", "DtoH", "DtoD")
 
 
-@dataclass(frozen=True)
-class Needs:
-    steps: StepWindow
-    device: DeviceTimeline
-
-
-def find(data: Needs, ctx: Context) -> list[Finding]:
+def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """memcpy_bound: copy time no kernel overlaps, per device."""
-    ex = data.device.executions
-    if not len(ex) or not len(data.steps.steady):
-        return []
     out = []
-    for device in sorted(ex["device"].astype(str).unique()):
-        mine = ex[(ex["device"] == device).to_numpy()]
+    for device, mine in data.device.per_device(data.steps):
         copy = mine["category"].isin(("memcpy", "memset")).to_numpy()
         ms = exposed_ms(mine, copy, ~copy, data.steps)
         share = data.steps.share(ms)
@@ -76,4 +64,4 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
 
 
 QUESTION = Question(name="memcpy", page="timeline", keys=("memcpy_bound",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+                    rank=Rule(DeviceNeeds, find))
