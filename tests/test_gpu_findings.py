@@ -160,7 +160,7 @@ def test_diff_test_verdict(captures: Path):
     rep = report(captures, "diff_test")
     assert rep["verdict"] == "device_precision"
     top = rep["findings"][0]
-    assert top["key"] == "device_precision:fp32:cuda:1" and "volta_sgemm" in top["evidence"]
+    assert top["key"] == "device_precision:fp32" and "volta_sgemm" in top["evidence"]
     assert "torch.autocast" in top["suggestion"] and "allow_tf32" in top["suggestion"]
     assert not findings(rep, "device_idle") and not findings(rep, "device_sync")
 

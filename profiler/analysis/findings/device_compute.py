@@ -1,4 +1,4 @@
-"""Where does the device's compute go? compute_bound (key `compute_bound:<device>`, low severity: where
+"""Where does the device's compute go? compute_bound (low severity: where
 the time goes, not a fault): a device computing most of the step, with the kernel families that take
 its compute time (GEMM, convolution, elementwise, normalisation, other) and the precision they run in."""
 from __future__ import annotations
@@ -70,7 +70,7 @@ def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
         listed = "; ".join(f"{family} {r.pct:.1f} % ({r.precisions})" for family, r in split.iterrows())
         top = str(split.index[0])
         finding = data.steps.finding(
-            "compute_bound", ms, key=f"compute_bound:{device}",
+            "compute_bound", ms, key="compute_bound",
             title=f"{device} computes {share_title(share)}, mostly {top} kernels",
             evidence=(f"compute kernels run {ms:.2f} ms per step ({data.steps.note}); their time by family over the "
                       f"run: {listed} [{ctx.file('timeline', 'json')}: kernel names; {ctx.file('report', 'json')}: "

@@ -62,7 +62,7 @@ def _finding(data: DeviceNeeds, ctx: Context, device: str, mine, kind: str, mask
     families = ", ".join(sorted(set(chosen["family"].astype(str))))
     what = ("float32 matrix kernels without tensor cores" if kind == "fp32" else "float64 kernels")
     return [data.steps.finding(
-        "device_precision", ms, key=f"device_precision:{kind}:{device}",
+        "device_precision", ms, key=f"device_precision:{kind}",
         title=f"{what[0].upper()}{what[1:]} take {share_title(share)} on {device}",
         evidence=(f"{ms:.2f} ms per step in {what} ({families}; {data.steps.note}); over the run: {listed} "
                   f"[{ctx.file('timeline', 'json')}: kernel names]"),

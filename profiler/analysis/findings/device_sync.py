@@ -53,7 +53,7 @@ def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
                            f"{r.blocked_ms:.2f} ms blocked)" for r in sites.itertuples())
         share = data.steps.share(ms)
         return data.steps.finding(
-            "device_sync", ms, key=f"device_sync:{device}",
+            "device_sync", ms, key="device_sync",
             title=f"{device} idle while the host synchronises: {share_title(share)}",
             evidence=(f"{ms:.2f} ms per step of device idle time falls in synchronising calls' shadows (the call "
                       f"until the next launch); over the run: {listed or 'no call recorded'}; "

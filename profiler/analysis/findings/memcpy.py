@@ -49,7 +49,7 @@ def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
         pageable = int((copy & names.str.contains(PAGEABLE_COPY).to_numpy()).sum())
         split = ", ".join(f"{d} {v:.2f} ms" for d, v in per_direction.items())
         out.append(data.steps.finding(
-            "memcpy_bound", ms, key=f"memcpy_bound:{device}",
+            "memcpy_bound", ms, key="memcpy_bound",
             title=f"Copies keep {device} busy with no kernel running: {share_title(share)}",
             evidence=(f"{ms:.2f} ms per step of copies (memcpy / memset) with no kernel beside them; copy time per "
                       f"step {split} ({data.steps.note}); {pageable} copies over the run to or from pageable host "
