@@ -63,9 +63,12 @@ def kernel_precision(name: str) -> str:
 def classify(executions: pd.DataFrame) -> pd.DataFrame:
     """`family` and `precision` of every execution (columns `name`, `category`), one test per distinct
     (name, category): the executions with the two columns added."""
-    keys = executions[["name", "category"]].astype(str)
-    codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
-    family = np.array([kernel_family(n, c) for n, c in uniques], dtype=object)
-    precision = np.array([kernel_precision(n) for n, _ in uniques], dtype=object)
-    return executions.assign(family=family[codes] if len(codes) else np.empty(0, object),
-                             precision=precision[codes] if len(codes) else np.empty(0, object))
+    name = pd.Categorical(executions["name"])
+    category = pd.Categorical(executions["category"])
+    pair = name.codes.astype(np.int64) * (len(category.categories) + 1) + category.codes.astype(np.int64)
+    pairs, at = np.unique(pair, return_inverse=True)
+    names = [str(name.categories[p // (len(category.categories) + 1)]) for p in pairs]
+    categories = [str(category.categories[p % (len(category.categories) + 1)]) for p in pairs]
+    family = np.array([kernel_family(n, c) for n, c in zip(names, categories)], dtype=object)
+    precision = np.array([kernel_precision(n) for n in names], dtype=object)
+    return executions.assign(family=family[at], precision=precision[at])
