@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.analysis.device_time import device_executions, idle_gaps
+from profiler.analysis.device_time import device_executions, idle_gaps, sync_calls
 from profiler.analysis.kernel_families import classify, kernel_family, kernel_precision
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
@@ -320,3 +320,25 @@ def test_rocm_trace_mostly_idle_is_not_balanced(captures: Path, tmp_path: Path):
     assert rep["devices"][0]["idle_pct"] > 99 and rep["verdict"] == "host_bound"
     assert rep["findings"][0]["key"] == "host_bound:device"
     assert not any(re.search(r"\bhip[A-Z]", f["title"]) for f in rep["findings"])
+
+
+def test_call_site_is_the_python_frame_when_recorded(captures: Path, tmp_path: Path):
+    """With `with_stack=True` Kineto records Python frames (python_function events) around the ops: the
+    call site of a sync call is then the innermost frame enclosing it, with the innermost op (none here:
+    alexnet's cudaDeviceSynchronize calls are top level). alexnet plus two nested frames around its first
+    cudaDeviceSynchronize."""
+    from test_import_variants import _load, _write
+
+    doc = _load(captures / "kineto" / "alexnet.json.gz")
+    call = next(e for e in doc["traceEvents"] if e.get("name") == "cudaDeviceSynchronize")
+    for name, pad in (("train.py(10): main", 20), ("train.py(42): log_metrics", 10)):
+        doc["traceEvents"].append({"ph": "X", "cat": "python_function", "name": name, "pid": call["pid"],
+                                   "tid": call["tid"], "ts": call["ts"] - pad, "dur": call["dur"] + 2 * pad})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = read_kineto_trace(_write(doc, tmp_path / "stack.json.gz", compress=True)).ops
+    calls = sync_calls(ops)
+    device_sync = calls[calls["name"] == "cudaDeviceSynchronize"].sort_values("start_ns")
+    assert device_sync["call_site"].tolist()[0] == "train.py(42): log_metrics"
+    assert device_sync["call_site"].tolist()[1:] == [""] * 4
+    assert set(calls.loc[calls["name"] == "cudaStreamSynchronize", "call_site"]) == {"aten::to > aten::copy_"}

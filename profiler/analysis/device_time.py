@@ -292,30 +292,28 @@ def sync_calls(ops: pd.DataFrame) -> pd.DataFrame:
     calls = _runtime_calls(ops, ex)
     runtime = (ops["category"] == "runtime").to_numpy()
     host = ops[(ops["device"] == "cpu").to_numpy() | runtime]           # the runtime calls, in calls' order
-    is_call = (host["category"] == "runtime").to_numpy()
     sync_at = np.flatnonzero((calls["kind"] == "sync").to_numpy())
-    names = host["name"].astype(str).to_numpy(dtype=object)
-    site = _call_sites(host, names, is_call)[np.flatnonzero(is_call)[sync_at]]
     sync = calls.iloc[sync_at]
     return pd.DataFrame({
         "name": sync["name"].astype(str).to_numpy(dtype=object),
-        "call_site": site,
+        "call_site": _call_sites(host, np.flatnonzero((host["category"] == "runtime").to_numpy())[sync_at]),
         "start_ns": sync["start_ns"].to_numpy(np.int64),
         "end_ns": sync["end_ns"].to_numpy(np.int64),
         "shadow_end_ns": _sync_shadows(calls)[1],
     })
 
 
-def _call_sites(host: pd.DataFrame, names: np.ndarray, is_call: np.ndarray) -> np.ndarray:
-    """The call site of every host op (used for the runtime calls): see `sync_calls`."""
+def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The call site (see `sync_calls`) of the host ops at positions `rows` of `host`."""
     lane = pd.Categorical(host["stream"].astype(str)).codes.astype(np.int64)
     start = host["start_ns"].to_numpy(np.int64)
     parent = enclosing_parents(lane, start, start + host["dur_ns"].to_numpy(np.int64))
-    usable = ~is_call & ~np.array([bool(STEP_ANNOTATION.fullmatch(n)) for n in names], dtype=bool)
-    frame = np.array([bool(PYTHON_FRAME.search(n)) for n in names], dtype=bool)
-    n = len(names)
+    usable = ((host["category"] != "runtime").to_numpy()
+              & ~_matches(host["name"], lambda n: STEP_ANNOTATION.fullmatch(n) is not None))
+    frame = _matches(host["name"], lambda n: PYTHON_FRAME.search(n) is not None)
+    n = len(rows)
     inner, outer, python = np.full(n, -1), np.full(n, -1), np.full(n, -1)
-    at = parent.copy()
+    at = parent[rows] if n else np.empty(0, dtype=np.int64)
     while (at >= 0).any():
         live = at >= 0
         hit = np.zeros(n, dtype=bool)
@@ -327,5 +325,7 @@ def _call_sites(host: pd.DataFrame, names: np.ndarray, is_call: np.ndarray) -> n
         python = np.where(py & (python < 0), at, python)
         at = np.where(live, parent[np.maximum(at, 0)], -1)
     head = np.where(python >= 0, python, outer)
-    text = [("" if h < 0 else names[h] if h == i else f"{names[h]} > {names[i]}") for h, i in zip(head, inner)]
+    names = host["name"]
+    text = [("" if h < 0 else str(names.iat[h]) if h == i else f"{names.iat[h]} > {names.iat[i]}")
+            for h, i in zip(head, inner)]
     return np.asarray(text, dtype=object)
