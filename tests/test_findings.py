@@ -105,9 +105,10 @@ def test_every_registered_need_is_offered():
             assert {f.name for f in fields(q.rank.needs)} <= rank_offers, q.name
         if q.cluster:
             assert {f.name for f in fields(q.cluster.needs)} <= cluster_offers, q.name
-    # the launch question reads the steps, the ops and the stepping thread; the tail question the steps only
+    # the launch question reads the steps, the ops, the stepping thread and the device timeline (which
+    # answers instead when it records the launches); the tail question the steps only
     by_name = {q.name: q for q in QUESTIONS}
-    assert [f.name for f in fields(by_name["launch"].rank.needs)] == ["steps", "ops", "step_lane"]
+    assert [f.name for f in fields(by_name["launch"].rank.needs)] == ["steps", "ops", "step_lane", "device"]
     assert [f.name for f in fields(by_name["tail"].rank.needs)] == ["steps"]
 
 

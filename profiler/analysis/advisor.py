@@ -43,6 +43,8 @@ VERDICT_THRESHOLDS = {
     "warmup_steps": Threshold(1, "first steps left out of every statistic (lazy initialisation, allocator warm-up)"),
     "severity_high_pct": Threshold(20.0, "a finding with at least this % of the mean step at stake is high severity"),
     "severity_medium_pct": Threshold(8.0, "... at least this % is medium severity (below: low)"),
+    "device_idle_pct": Threshold(50.0, "a device idle at least this % of its window is never balanced: the largest "
+                                       "cause of its idle time is reported as high severity"),
 }
 
 #: Every threshold, its default and what it means (docs/formats.md "report", docs/tuning-guide.md).

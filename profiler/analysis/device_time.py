@@ -33,6 +33,7 @@ import pandas as pd
 
 from profiler.formats import DEVICE_TIME_COLUMNS
 from profiler.kernels.intervals import covered_ns, union
+from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
 
 #: A gap shorter than this between two executions whose work was already launched is launch
@@ -267,3 +268,64 @@ def busy_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -
     if len(start) == 0:
         return np.zeros(len(q_start), dtype=np.int64), np.zeros(len(q_start), dtype=bool)
     return covered_ns(start, end, q_start, q_end), (q_end > start.min()) & (q_start < end.max())
+
+
+# ----------------------------------------------------------------------------- sync calls and their call sites
+
+#: A Python frame as Kineto records it (`with_stack=True`: python_function events "train.py(42): step").
+PYTHON_FRAME = re.compile(r"\.py\(\d+\)")
+#: The profiler's step annotation: it encloses everything in a step, so it names no call site.
+STEP_ANNOTATION = re.compile(r"ProfilerStep#\d+")
+
+
+def sync_calls(ops: pd.DataFrame) -> pd.DataFrame:
+    """Every synchronising runtime call (`runtime_calls` kind sync) with its call site and its shadow:
+    name, call_site, start_ns, end_ns, shadow_end_ns (the next launch after it returns: until then the
+    device runs dry because of it).
+
+    The call site is what the host was running around the call, from the ops enclosing it on its
+    thread: the innermost Python frame when recorded (Kineto `with_stack`), else the outermost
+    enclosing op, then the innermost enclosing op ("DistributedDataParallel.forward > aten::item"):
+    where in the loop the call is and which tensor operation made it.
+    """
+    ex = device_executions(ops)
+    calls = _runtime_calls(ops, ex)
+    runtime = (ops["category"] == "runtime").to_numpy()
+    host = ops[(ops["device"] == "cpu").to_numpy() | runtime]           # the runtime calls, in calls' order
+    sync_at = np.flatnonzero((calls["kind"] == "sync").to_numpy())
+    sync = calls.iloc[sync_at]
+    return pd.DataFrame({
+        "name": sync["name"].astype(str).to_numpy(dtype=object),
+        "call_site": _call_sites(host, np.flatnonzero((host["category"] == "runtime").to_numpy())[sync_at]),
+        "start_ns": sync["start_ns"].to_numpy(np.int64),
+        "end_ns": sync["end_ns"].to_numpy(np.int64),
+        "shadow_end_ns": _sync_shadows(calls)[1],
+    })
+
+
+def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The call site (see `sync_calls`) of the host ops at positions `rows` of `host`."""
+    lane = pd.Categorical(host["stream"].astype(str)).codes.astype(np.int64)
+    start = host["start_ns"].to_numpy(np.int64)
+    parent = enclosing_parents(lane, start, start + host["dur_ns"].to_numpy(np.int64))
+    usable = ((host["category"] != "runtime").to_numpy()
+              & ~_matches(host["name"], lambda n: STEP_ANNOTATION.fullmatch(n) is not None))
+    frame = _matches(host["name"], lambda n: PYTHON_FRAME.search(n) is not None)
+    n = len(rows)
+    inner, outer, python = np.full(n, -1), np.full(n, -1), np.full(n, -1)
+    at = parent[rows] if n else np.empty(0, dtype=np.int64)
+    while (at >= 0).any():
+        live = at >= 0
+        hit = np.zeros(n, dtype=bool)
+        hit[live] = usable[at[live]]
+        inner = np.where(hit & (inner < 0), at, inner)
+        outer = np.where(hit, at, outer)
+        py = hit.copy()
+        py[live] &= frame[at[live]]
+        python = np.where(py & (python < 0), at, python)
+        at = np.where(live, parent[np.maximum(at, 0)], -1)
+    head = np.where(python >= 0, python, outer)
+    names = host["name"]
+    text = [("" if h < 0 else str(names.iat[h]) if h == i else f"{names.iat[h]} > {names.iat[i]}")
+            for h, i in zip(head, inner)]
+    return np.asarray(text, dtype=object)

@@ -11,6 +11,7 @@ import pandas as pd
 from profiler.model import Run
 from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
 from profiler.analysis.findings.base import Context, StepWindow
+from profiler.analysis.findings.device import DeviceTimeline
 from profiler.analysis.steps import analysed_steps, step_source
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
@@ -86,6 +87,13 @@ class RankData:
     def ops(self) -> pd.DataFrame:
         """The run's op executions (the device timeline when there is a device)."""
         return self._analysis.run.ops
+
+    @functools.cached_property
+    def device(self) -> DeviceTimeline:
+        """The device timeline: executions, idle gaps by cause, sync calls, the breakdown (report "devices")."""
+        run = self._analysis.run
+        data_wait = data_wait_intervals(run.spans, run.queues, int(run.info.get("step_tid", -1)))
+        return DeviceTimeline(run.ops, self._analysis.devices, data_wait)
 
     @property
     def queue_summary(self) -> Optional[Mapping[str, Any]]:

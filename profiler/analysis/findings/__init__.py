@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Optional
 
 from profiler.analysis.findings import (
-    communication, input_pipeline, launch, memory, operators, outliers, precision, recording, straggler, tail,
+    communication, device_compute, device_data, device_dependency, device_launch, device_precision, device_sync, input_pipeline,
+    launch, memcpy, memory, operators, outliers, precision, recording, straggler, tail,
 )
 from profiler.analysis.findings.base import Question
 
@@ -25,6 +26,13 @@ QUESTIONS: tuple[Question, ...] = (
     straggler.QUESTION,
     recording.QUESTION,
     memory.QUESTION,
+    device_sync.QUESTION,
+    device_launch.QUESTION,
+    device_data.QUESTION,
+    device_dependency.QUESTION,
+    memcpy.QUESTION,
+    device_precision.QUESTION,
+    device_compute.QUESTION,
 )
 
 

@@ -1,16 +1,21 @@
 """Is communication hidden behind compute? comm_bound: the all-reduce time forward + backward does not overlap.
 
-On one rank from its step trace; for the job from the cluster's figures, where the time ranks
-spend waiting for a slower rank is taken out (that wait is the straggler question's).
+On one rank from its device timeline when it has communication kernels (the kernel-level overlap of
+HTA's get_comm_comp_overlap: communication kernel time no compute kernel overlaps), else from its step
+trace; for the job from the cluster's figures, where the time ranks spend waiting for a slower rank is
+taken out (that wait is the straggler question's).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Mapping
 
+import numpy as np
+
 from profiler.analysis.findings.base import (
     Context, Finding, Question, Rule, StepWindow, Threshold, exposed_comm, pct_text,
 )
+from profiler.analysis.findings.device import DeviceTimeline, exposed_ms, in_steps_ms
 
 THRESHOLDS = {
     "comm_exposed_pct": Threshold(10.0, "share of step time spent in communication not overlapped with compute"),
@@ -30,10 +35,15 @@ FIX = {
 @dataclass(frozen=True)
 class Needs:
     steps: StepWindow
+    device: DeviceTimeline
 
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
-    """comm_bound on one rank: communication that does not overlap forward + backward."""
+    """comm_bound on one rank: communication kernels no compute kernel overlaps, or (without them)
+    communication that does not overlap forward + backward."""
+    ex = data.device.executions
+    if len(ex) and (ex["category"] == "comm").any():
+        return _device_findings(data, ctx)
     steps = data.steps
     exposed = float(exposed_comm(steps.steady).mean())
     share = ctx.reaches(steps.share(exposed), "comm_exposed_pct")
@@ -48,6 +58,32 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         threshold=ctx.rule_text("exposed communication, % of step time", "comm_exposed_pct"),
         suggestion=FIX[ctx.framework], files=[f], metrics={"all_reduce_ms": comm, "overlap_ms": overlap,
                                                            "exposed_ms": exposed})]
+
+
+def _device_findings(data: Needs, ctx: Context) -> list[Finding]:
+    """comm_bound per device from its kernels: communication time with no compute kernel beside it."""
+    ex, steps = data.device.executions, data.steps
+    out = []
+    for device in sorted(ex.loc[(ex["category"] == "comm").to_numpy(), "device"].astype(str).unique()):
+        mine = ex[(ex["device"] == device).to_numpy()]
+        comm, compute = (mine["category"] == "comm").to_numpy(), (mine["category"] == "compute").to_numpy()
+        exposed = exposed_ms(mine, comm, compute, steps)
+        share = ctx.reaches(steps.share(exposed), "comm_exposed_pct")
+        if share is None or exposed <= 0:
+            continue
+        start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+        total = in_steps_ms(start[comm], end[comm], steps)
+        overlap = data.device.row(device)["comm_compute_overlap_pct"]
+        out.append(steps.finding(
+            "comm_bound", exposed, title=f"Communication not hidden behind compute: {pct_text(share)} of the step",
+            evidence=(f"communication kernels run {total:.2f} ms per step on {device}, {exposed:.2f} ms of it with no "
+                      f"compute kernel beside them ({steps.note}); over the run {overlap:.1f} % of communication "
+                      f"kernel time overlaps compute kernels [{ctx.file('report', 'json')}: devices "
+                      f"comm_compute_overlap_pct]"),
+            threshold=ctx.rule_text("communication kernel time without compute, % of step time", "comm_exposed_pct"),
+            suggestion=FIX[ctx.framework], files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
+            metrics={"comm_kernel_ms": total, "exposed_ms": exposed, "comm_compute_overlap_pct": float(overlap)}))
+    return out
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 input_bound / transmission_bound for the time the loop waited for data (the queue analysis tells a
 slow pipeline from a slow host-to-device transfer), host_bound (key `host_bound:gap`) for the rest
-of the gap, gap_bound when nothing measured the wait (a slow loader is then never guessed).
+of the gap, gap_bound when nothing measured the wait (a slow loader is then never guessed). A device timeline with
+its host's launches recorded answers this from the device instead (device_data.py, device_launch.py:
+what the device was idle for, not what the host waited for).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any, Mapping, Optional
 from profiler.analysis.findings.base import (
     BALANCED, Context, Finding, Question, Rule, StepWindow, Threshold, data_wait_measured, pct_text,
 )
+from profiler.analysis.findings.device import DeviceTimeline
 
 THRESHOLDS = {
     "input_gap_pct": Threshold(10.0, "share of step time spent waiting for data (or, when nothing measures the wait, "
@@ -78,6 +81,7 @@ QUEUE_KINDS = {"data_process": "input_bound", "data_transmission": "transmission
 class Needs:
     steps: StepWindow
     queue_summary: Optional[Mapping[str, Any]]
+    device: DeviceTimeline
 
 
 def queue_verdict(summary: Optional[Mapping[str, Any]]) -> tuple[Optional[str], str]:
@@ -90,6 +94,8 @@ def queue_verdict(summary: Optional[Mapping[str, Any]]) -> tuple[Optional[str], 
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """The iteration gap, split by measurement: the data wait, the other host work, or the whole gap unmeasured."""
+    if data.device.explains_idle:
+        return []
     steps = data.steps
     gap = steps.per_step("iteration_gap_ms")
     if not data_wait_measured(steps):

@@ -1,6 +1,7 @@
 """Is forward + backward launch-bound? host_bound (key `host_bound:launch`): most of forward + backward
 is time between many tiny ops (per-op launch / dispatch overhead), measured on the device's ops, or
-the framework's host ops on the stepping thread when there is no device."""
+the framework's host ops on the stepping thread when there is no device. A device timeline with its
+host's launches recorded answers this from the device instead (device_launch.py: the gaps' causes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold, pct_text
+from profiler.analysis.findings.device import DeviceTimeline
 from profiler.kernels.intervals import covered_ns
 
 THRESHOLDS = {
@@ -32,6 +34,7 @@ class Needs:
     steps: StepWindow
     ops: pd.DataFrame
     step_lane: str
+    device: DeviceTimeline
 
 
 def lane_ops(ops: pd.DataFrame, step_lane: str) -> pd.DataFrame:
@@ -47,6 +50,8 @@ def lane_ops(ops: pd.DataFrame, step_lane: str) -> pd.DataFrame:
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """host_bound: forward + backward is mostly time between tiny ops (launch / dispatch overhead)."""
+    if data.device.explains_idle:
+        return []
     ops = lane_ops(data.ops, data.step_lane)
     if ops is None or not len(ops):
         return []
