@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import subprocess
+import sys
+from html import unescape
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,10 @@ from profiler.analysis.steps import ensure_steps
 from profiler.formats import read_csv
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.imported import import_kineto_trace
+from viewer.device_figures import IDLE_CAUSE_LABELS
+
+REPO = Path(__file__).resolve().parents[1]
+PROFVIEW = str(Path(sys.executable).with_name("profview"))
 
 #: The real traces with NCCL kernels (tests/data/README.md).
 NCCL_TRACES = ["diff_control", "diff_test", "nccl_data", "sampled_rank-0", "sampled_rank-1"]
@@ -77,3 +85,122 @@ def test_step_trace_overlap_is_htas_kernel_level_overlap(captures: Path, trace: 
         assert trace == "diff_test"
     if trace == "nccl_data":
         assert theirs == pytest.approx(15.61, abs=0.01) and overlap_pct(written) < 20
+
+
+# --------------------------------------------------------------------------- the figures where people look
+
+def profview(*args: str) -> subprocess.CompletedProcess:
+    """The profview command, as a user runs it."""
+    return subprocess.run([PROFVIEW, *args], capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def nccl_dir(captures: Path, tmp_path_factory) -> Path:
+    """nccl_data.json.gz imported by `profview import`."""
+    out = tmp_path_factory.mktemp("nccl") / "run"
+    assert profview("import", str(captures / "kineto" / "nccl_data.json.gz"), "-o", str(out)).returncode == 0
+    return out
+
+
+def expected_row(d: dict) -> list[str]:
+    """A report devices record as the Device time tables show it (one decimal, the report's values)."""
+    causes = {c: d[f"idle_{c}_ms"] for c in ("sync", "data", "host", "launch", "other")}
+    lead = max(causes, key=causes.get)
+    return [d["device"], f"{d['busy_pct']:.1f}", f"{d['idle_pct']:.1f}", f"{d['compute_pct']:.1f}",
+            f"{d['comm_pct']:.1f}", f"{d['memory_pct']:.1f}", f"{d['comm_compute_overlap_pct']:.1f}",
+            f"{IDLE_CAUSE_LABELS[lead]}: {causes[lead]:.1f} ms ({100 * causes[lead] / d['idle_ms']:.1f} % of idle)"]
+
+
+def test_summary_prints_the_device_time_block(nccl_dir: Path, captures: Path, tmp_path: Path) -> None:
+    """`--summary` of the nccl trace: one row for cuda:0 with the report's figures (window 660.551 ms,
+    busy 23.8 %, idle 76.2 %, compute 17.5 %, comm 7.1 %, memory 0.4 %, overlap 15.6 %, idle mostly
+    host work); a CPU-only trace prints no block."""
+    (device,) = json.loads((nccl_dir / "report_0.json").read_text())["devices"]
+    result = profview(str(nccl_dir), "--summary")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("Device time ("))
+    assert lines[head + 1].split()[:3] == ["device", "window", "ms"]
+    row = lines[head + 3]
+    assert lines[head + 4] == ""                                   # one device, one row
+    assert row.split()[:8] == ["cuda:0", "660.551", "23.8", "76.2", "17.5", "7.1", "0.4", "15.6"]
+    expected = expected_row(device)
+    assert row.split()[:2] == [expected[0], f"{device['window_ms']:.3f}"] and row.split()[2:8] == expected[1:7]
+    assert row.endswith(expected[7]) and "host work (launching too slowly): 491.4 ms" in row
+
+    cpu = tmp_path / "cpu"
+    assert profview("import", str(captures / "kineto" / "cpu_only.json.gz"), "-o", str(cpu)).returncode == 0
+    text = profview(str(cpu), "--summary").stdout
+    assert "Step breakdown" in text and "Device time" not in text
+
+
+def section_rows(html: str, page: str, title: str) -> list[list[str]]:
+    """The rows of the first table under the section `title` of a report page, as cell texts."""
+    body = html[html.index(f'id="page-{page}"'):]
+    body = body[body.index(f"<h2>{title}</h2>"):]
+    body = body[:body.index("</table>")]
+    return [[unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", body)[1:]]
+
+
+def test_overview_shows_the_device_time_in_a_browser(nccl_dir: Path, tmp_path: Path) -> None:
+    """The Overview's Device time table holds the report's figures, and its bar (compute,
+    non-compute, idle by cause: the whole window) is drawn in headless Chromium."""
+    from viewer_browser import close_driver, console_errors, new_driver
+
+    (device,) = json.loads((nccl_dir / "report_0.json").read_text())["devices"]
+    out = tmp_path / "report.html"
+    assert profview(str(nccl_dir), "-o", str(out)).returncode == 0
+    html = out.read_text()
+    (row,) = section_rows(html, "overview", "Device time")
+    expected = expected_row(device)
+    assert row[0] == "cuda:0" and row[1] == "661 ms"
+    assert [cell.replace(" %", "") for cell in row[2:8]] == expected[1:7] and row[8] == expected[8 - 1]
+
+    driver = new_driver()
+    try:
+        driver.get(out.as_uri())
+        bars = driver.execute_async_script("""
+const done = arguments[arguments.length - 1];
+profview.show('overview');
+const heading = Array.from(document.querySelectorAll('#page-overview h2')).find(h => h.textContent === 'Device time');
+const plot = heading.parentElement.querySelector('div.plot');
+(function poll() {
+  if (plot.dataset.done && plot.querySelector('svg.main-svg')) {
+    done(plot.data.map(t => [t.name, t.x[0]]));
+  } else { setTimeout(poll, 20); }
+})();""")
+        assert console_errors(driver) == []
+    finally:
+        close_driver(driver)
+    shares = dict(bars)
+    assert sum(shares.values()) == pytest.approx(100.0, abs=0.01)
+    assert shares["compute"] == pytest.approx(device["compute_pct"], abs=1e-6)
+    assert shares["idle: host work (launching too slowly)"] == pytest.approx(
+        100 * device["idle_host_ms"] / device["window_ms"], abs=1e-3)
+
+
+def test_cluster_summary_and_page_have_each_ranks_device_time(captures: Path, tmp_path: Path) -> None:
+    """Two ranks of one GPU job imported into one directory: cluster_summary.json's `device_time` is
+    each rank's report devices record with its rank, and the Cluster page lists both (rank 0 busy
+    44.8 %, rank 1 busy 47.1 %)."""
+    from profiler.export.cluster import write_cluster_outputs
+
+    runs = {}
+    for rank in (0, 1):
+        path = captures / "kineto" / f"sampled_rank-{rank}.json.gz"
+        assert profview("import", str(path), "-o", str(tmp_path)).returncode == 0
+        runs[rank] = read_kineto_trace(path)
+    written = write_cluster_outputs(tmp_path, lambda directory, rank: runs[rank])
+    assert "cluster_summary.json" in {p.name for p in written}
+    doc = json.loads((tmp_path / "cluster_summary.json").read_text())
+    reports = {r: json.loads((tmp_path / f"report_{r}.json").read_text())["devices"] for r in (0, 1)}
+    assert doc["device_time"] == [{"rank": r, **d} for r in (0, 1) for d in reports[r]]
+    assert [(d["rank"], d["device"], round(d["busy_pct"], 1)) for d in doc["device_time"]] == [
+        (0, "cuda:0", 44.8), (1, "cuda:1", 47.1)]
+
+    out = tmp_path / "report.html"
+    assert profview(str(tmp_path), "-o", str(out)).returncode == 0
+    rows = section_rows(out.read_text(), "cluster", "Device time per rank")
+    assert [(r[0], r[1], r[3], r[4]) for r in rows] == [("0", "cuda:0", "44.8 %", "55.2 %"),
+                                                        ("1", "cuda:1", "47.1 %", "52.9 %")]

@@ -6,7 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import plotly.graph_objects as go
+
+from viewer.formatting import fmt_ms, fmt_pct
+from viewer.html import table
 from viewer.stats import number
+from viewer.theme import styled
 
 #: The idle causes of a device record (`idle_<cause>_ms`) in words, in the record's order.
 IDLE_CAUSE_LABELS = {
@@ -70,3 +75,36 @@ def device_figures(report: Optional[dict[str, Any]]) -> list[DeviceFigures]:
                                  overlap_pct=number(r.get("comm_compute_overlap_pct")),
                                  idle_ms={c: number(r.get(f"idle_{c}_ms")) or 0.0 for c in IDLE_CAUSE_LABELS}))
     return out
+
+
+def device_table(devices: list[DeviceFigures], ranks: Optional[list[int]] = None) -> str:
+    """The devices' figures as an HTML table (`ranks`: each device's rank, as a first column)."""
+    rows = [[d.device, fmt_ms(d.window_ms), fmt_pct(d.busy_pct), fmt_pct(d.idle_pct), fmt_pct(d.compute_pct),
+             fmt_pct(d.comm_pct), fmt_pct(d.memory_pct), fmt_pct(d.overlap_pct, missing="-"), d.leading_cause_text()]
+            for d in devices]
+    headers = ["device", "window", "busy", "idle", "compute", "communication", "memory", "comm overlap",
+               "leading idle cause"]
+    numeric = [False] + [True] * 7 + [False]
+    if ranks is not None:
+        rows = [[rank] + row for rank, row in zip(ranks, rows)]
+        headers, numeric = ["rank"] + headers, [True] + numeric
+    return table(headers, rows, numeric)
+
+
+#: The colours of a device's idle causes in the Overview's bar (IDLE_CAUSE_LABELS' order).
+IDLE_COLORS = ("#C0392B", "#E39B3B", "#8E6CB8", "#B5651D", "#C9CED4")
+
+
+def device_bars(devices: list[DeviceFigures], labels: Optional[list[str]] = None) -> go.Figure:
+    """One horizontal bar per device (`labels`: its name on the axis, the device's by default): its
+    window split into compute, non-compute and idle by cause (100 %)."""
+    parts = [("compute", "#3366A8", [d.compute_pct for d in devices]),
+             ("non-compute (comm, memory)", "#6BA368", [d.non_compute_pct for d in devices])]
+    parts += [(f"idle: {label}", color, [d.idle_share_pct(cause) for d in devices])
+              for (cause, label), color in zip(IDLE_CAUSE_LABELS.items(), IDLE_COLORS)]
+    fig = go.Figure()
+    for label, color, values in parts:
+        fig.add_bar(y=labels or [d.device for d in devices], x=values, name=label, orientation="h", marker_color=color,
+                    hovertemplate=f"%{{y}}<br>{label}: %{{x:.1f}} % of the window<extra></extra>")
+    return styled(fig, barmode="stack", height=max(200, 120 + 40 * len(devices)), xaxis_title="% of the device's window",
+                  xaxis=dict(range=[0, 100]), yaxis=dict(type="category", autorange="reversed"))

@@ -11,7 +11,7 @@ from viewer.findings import render as render_findings
 from viewer.html import absent, cards, esc, section, table
 from viewer.formatting import fmt_ms, fmt_pct, fmt_seconds
 from viewer.context import Context
-from viewer.device_figures import IDLE_CAUSE_LABELS, DeviceFigures, device_figures
+from viewer.device_figures import device_bars, device_figures, device_table
 from viewer.page import Live, Page
 from profiler.analysis.steps import outlier_rule_text
 from viewer.stats import findings, key_figures, outlier_min_pct, outliers, phase_table, select_steps
@@ -83,39 +83,15 @@ def _key_figures(ctx: Context, steps: pd.DataFrame) -> tuple[list[tuple[str, str
     return kpis, f"Over {scope}; the verdict's figures leave out the warm-up steps (report's rule)."
 
 
-#: The colours of a device's idle causes in the Overview's bar (IDLE_CAUSE_LABELS' order).
-IDLE_COLORS = ("#C0392B", "#E39B3B", "#8E6CB8", "#B5651D", "#C9CED4")
-
-
-def device_bars(devices: list[DeviceFigures]) -> go.Figure:
-    """One horizontal bar per device: its window split into compute, non-compute and idle by cause (100 %)."""
-    parts = [("compute", "#3366A8", [d.compute_pct for d in devices]),
-             ("non-compute (comm, memory)", "#6BA368", [d.non_compute_pct for d in devices])]
-    parts += [(f"idle: {label}", color, [d.idle_share_pct(cause) for d in devices])
-              for (cause, label), color in zip(IDLE_CAUSE_LABELS.items(), IDLE_COLORS)]
-    fig = go.Figure()
-    for label, color, values in parts:
-        fig.add_bar(y=[d.device for d in devices], x=values, name=label, orientation="h", marker_color=color,
-                    hovertemplate=f"%{{y}}<br>{label}: %{{x:.1f}} % of the window<extra></extra>")
-    return styled(fig, barmode="stack", height=max(200, 120 + 40 * len(devices)), xaxis_title="% of the device's window",
-                  xaxis=dict(range=[0, 100]), yaxis=dict(type="category", autorange="reversed"))
-
-
 def _device_section(ctx: Context) -> str:
     """How busy each device was, on what, and why it waited (report_{rank}.json's "devices"); "" without devices."""
     devices = device_figures(ctx.run.report)
     if not devices:
         return ""
-    rows = [(d.device, fmt_ms(d.window_ms), fmt_pct(d.busy_pct), fmt_pct(d.idle_pct), fmt_pct(d.compute_pct),
-             fmt_pct(d.comm_pct), fmt_pct(d.memory_pct), fmt_pct(d.overlap_pct, missing="-"), d.leading_cause_text())
-            for d in devices]
-    headers = ["device", "window", "busy", "idle", "compute", "communication", "memory", "comm overlap",
-               "leading idle cause"]
     note = ("From each device's own timeline: window = first to last execution, all streams; shares of the window "
             "(communication and memory overlap compute); comm overlap = share of communication time with compute "
             "running. Over the whole run, not the selected steps.")
-    return section("Device time", table(headers, rows, [False] + [True] * 7 + [False]) + ctx.figure(device_bars(devices)),
-                   note)
+    return section("Device time", device_table(devices) + ctx.figure(device_bars(devices)), note)
 
 
 def _findings_section(ctx: Context) -> str:
