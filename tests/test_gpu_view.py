@@ -85,6 +85,14 @@ def test_step_trace_overlap_is_htas_kernel_level_overlap(captures: Path, trace: 
         assert trace == "diff_test"
     if trace == "nccl_data":
         assert theirs == pytest.approx(15.61, abs=0.01) and overlap_pct(written) < 20
+    if trace == "diff_control":
+        # 46 % of its communication kernel time overlaps compute (the host figure said 91 %): the rest,
+        # 15.6 ms of a 77.9 ms step, is exposed, and the report says so first
+        assert report["verdict"] == "comm_bound"
+        (comm,) = [f for f in report["findings"] if f["kind"] == "comm_bound"]
+        assert comm["metrics"]["exposed_ms"] == pytest.approx(
+            comm["metrics"]["all_reduce_ms"] - comm["metrics"]["overlap_ms"], abs=1e-3)
+        assert comm["at_stake_pct"] == pytest.approx(20.08, abs=0.01)
 
 
 # --------------------------------------------------------------------------- the figures where people look

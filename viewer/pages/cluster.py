@@ -27,7 +27,7 @@ from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
 STACK = [
     ("iteration_gap_ms", "iteration gap", PHASES[0][2]),
     ("fp_bp_excl_comm_ms", "forward + backward (no comm in flight)", PHASES[1][2]),
-    ("comm_overlap_ms", "communication overlapping fp + bp", "#9DB4D3"),
+    ("comm_overlap_ms", "communication overlapping compute", "#9DB4D3"),
     ("tail_excl_comm_ms", "tail without communication", PHASES[2][2]),
     ("transfer_ms", "exposed communication (transfer)", ALL_REDUCE[2]),
     ("wait_ms", "waiting for slower ranks", "#F1A9A0"),
