@@ -7,6 +7,7 @@ from typing import Sequence
 
 from profiler import formats
 from viewer.context import Context
+from viewer.device_figures import device_figures
 from viewer.formatting import clean
 from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, step_window,
                           top_ops)
@@ -77,6 +78,22 @@ def _key_figures_block(ctx: Context) -> list[str]:
     if figures.note:
         lines.append(f"  {clean(figures.note)}")
     return lines
+
+
+def _device_block(ctx: Context) -> list[str]:
+    """Per device, from report_{rank}.json's "devices": how busy it was, on what, and why it waited
+    (nothing for a run without a device timeline)."""
+    devices = device_figures(ctx.run.report)
+    if not devices:
+        return []
+    rows = [(d.device, f"{d.window_ms:.3f}", f"{d.busy_pct:.1f}", f"{d.idle_pct:.1f}", f"{d.compute_pct:.1f}",
+             f"{d.comm_pct:.1f}", f"{d.memory_pct:.1f}", "-" if d.overlap_pct is None else f"{d.overlap_pct:.1f}",
+             d.leading_cause_text()) for d in devices]
+    headers = ["device", "window ms", "busy %", "idle %", "compute %", "comm %", "memory %", "comm overlap %",
+               "leading idle cause"]
+    return ["", "Device time (each device's own timeline, first to last execution; shares of that window; "
+                "comm overlap: share of communication time with compute running):",
+            text_table(headers, rows, [False] + [True] * 7 + [False])]
 
 
 def _queue_block(ctx: Context) -> list[str]:
@@ -156,5 +173,5 @@ def render(ctx: Context) -> str:
     run = ctx.run
     head = f"profview summary — {clean(run.shown_path)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
     return "\n".join([head, "=" * min(len(head), 100), *_cluster_block(ctx), *_steps_block(ctx), *_ops_block(ctx),
-                      *_key_figures_block(ctx), *_queue_block(ctx), *_recording_block(ctx),
+                      *_key_figures_block(ctx), *_device_block(ctx), *_queue_block(ctx), *_recording_block(ctx),
                       *_verdict_block(ctx)]) + "\n"

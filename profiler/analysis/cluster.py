@@ -15,7 +15,7 @@ clock shifts put all ranks on one time axis: the reference (lowest present) rank
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -181,11 +181,15 @@ class ClusterData:
 
 def cluster_summary(infos: Mapping[int, Mapping[str, Any]], traces: Mapping[int, pd.DataFrame],
                     thresholds: Optional[Mapping[str, float]] = None,
-                    ops_by_rank: Optional[Mapping[int, pd.DataFrame]] = None) -> tuple[dict[str, Any], pd.DataFrame]:
+                    ops_by_rank: Optional[Mapping[int, pd.DataFrame]] = None,
+                    devices_by_rank: Optional[Mapping[int, Sequence[Mapping[str, Any]]]] = None,
+                    ) -> tuple[dict[str, Any], pd.DataFrame]:
     """cluster_summary.json's document and cluster_step_trace.csv's table from every rank's step trace and info.
 
-    With `ops_by_rank` (imported device traces, where each rank's ops are at hand) the summary also
-    has `devices`: per rank and device, kernel time by category and communication overlap.
+    `devices_by_rank`: each rank's report "devices" records (its device time breakdown), listed per
+    rank as `device_time`. With `ops_by_rank` (imported device traces, where each rank's ops are at
+    hand) the summary also has `devices`: per rank and device, kernel time by category and
+    communication overlap.
     """
     th = resolve_thresholds(thresholds)
     shifts, clock = clock_shifts(infos)
@@ -194,7 +198,8 @@ def cluster_summary(infos: Mapping[int, Mapping[str, Any]], traces: Mapping[int,
     coverage = rank_coverage(infos, traces)
     doc: dict[str, Any] = {"schema_version": CLUSTER_SCHEMA_VERSION, "ranks": coverage, "clock": clock,
                            "steps": _step_span(table), "per_rank": [], "straggler": None,
-                           "communication": None, "findings": [], "warnings": coverage_warnings(coverage)}
+                           "communication": None, "findings": [], "warnings": coverage_warnings(coverage),
+                           "device_time": rank_device_time(devices_by_rank or {})}
     if ops_by_rank is not None:
         doc["devices"] = _records(device_breakdown(ops_by_rank))
     if not len(ranks):
@@ -265,6 +270,13 @@ def compact_ranks(ranks: list[int]) -> str:
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The rows of a table as JSON records, numbers rounded to 4 decimals."""
     return [{k: plain_value(v, digits=4) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def rank_device_time(devices_by_rank: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Every rank's device time records (report_{rank}.json's "devices", as they are), each with its
+    rank, in rank order: one definition of busy / idle, the device_time module's."""
+    return [{"rank": int(rank), **record} for rank, records in sorted(devices_by_rank.items())
+            for record in records if isinstance(record, Mapping)]
 
 
 # ---- imported multi-rank traces: device time per rank -------------------------------------

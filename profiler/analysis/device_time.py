@@ -329,3 +329,17 @@ def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     text = [("" if h < 0 else str(names.iat[h]) if h == i else f"{names.iat[h]} > {names.iat[i]}")
             for h, i in zip(head, inner)]
     return np.asarray(text, dtype=object)
+
+def comm_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each window [q_start, q_end): how long communication kernels ran on the devices in it (the
+    union of every device's `comm` executions), and how much of that time compute kernels ran too
+    (|U(comm) n U(compute)|: the numerator of HTA's `get_comm_comp_overlap`, window by window)."""
+    ex = device_executions(ops)
+    category = ex["category"].to_numpy(dtype=object)
+    start, end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
+    comm, compute = category == "comm", category == "compute"
+    either = comm | compute
+    comm_ns = covered_ns(start[comm], end[comm], q_start, q_end)
+    overlap = comm_ns + covered_ns(start[compute], end[compute], q_start, q_end) \
+        - covered_ns(start[either], end[either], q_start, q_end)
+    return comm_ns, np.maximum(overlap, 0)

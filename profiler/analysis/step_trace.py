@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.device_time import busy_in_windows
+from profiler.analysis.device_time import busy_in_windows, comm_in_windows
 from profiler.formats import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
 from profiler.kernels.intervals import assign_steps, covered_ns, union
 
@@ -147,9 +147,7 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
     bp_src = np.where(bp_m >= 0, "marked", np.where(bp_i >= 0, "inferred", "missing"))
     fp = np.clip(np.where(fp_m >= 0, fp_m, np.where(fp_i >= 0, fp_i, start)), start, end)
     bp = np.clip(np.where(bp_m >= 0, bp_m, np.where(bp_i >= 0, bp_i, end)), fp, end)
-    ar_s, ar_e = _comm_intervals(spans, ops)
-    all_reduce = covered_ns(ar_s, ar_e, start, end)
-    overlap = covered_ns(ar_s, ar_e, fp, bp)
+    all_reduce, overlap = all_reduce_columns(spans, ops, start, end, fp, bp)
     wait = covered_ns(dw_s, dw_e, start, end)
     gap_wait = covered_ns(dw_s, dw_e, start, fp)
     op_count = op_counts(ops, steps)
@@ -187,6 +185,20 @@ def device_columns(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray, op_cou
     ms = 1e-6
     return {DEVICE_BUSY[0]: np.where(has_data, busy * ms, np.nan),
             DEVICE_IDLE[0]: np.where(has_data, (end - start - busy) * ms, np.nan)}
+
+
+def all_reduce_columns(spans: pd.DataFrame, ops: pd.DataFrame, start: np.ndarray, end: np.ndarray,
+                       fp: np.ndarray, bp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """all_reduce / all_reduce_overlap (ns) per step. In a step where communication kernels ran on a
+    device: their union in the step, and the part of it during which compute kernels ran too (the
+    kernel-level overlap of HTA's get_comm_comp_overlap). Elsewhere, from the host: the union of
+    all-reduce phases and communication ops in the step, and the part of it inside fp..bp."""
+    ar_s, ar_e = _comm_intervals(spans, ops)
+    device_comm, device_overlap = comm_in_windows(ops, start, end)
+    on_device = device_comm > 0
+    host_comm = covered_ns(ar_s, ar_e, start, end)
+    host_overlap = covered_ns(ar_s, ar_e, fp, bp)
+    return np.where(on_device, device_comm, host_comm), np.where(on_device, device_overlap, host_overlap)
 
 
 def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -40,6 +40,16 @@ def read_rank_outputs(directory: Path) -> tuple[dict[int, dict], dict[int, pd.Da
     return infos, traces
 
 
+def read_rank_devices(directory: Path, ranks: Sequence[int]) -> dict[int, list]:
+    """report_{rank}.json's "devices" records of each rank (none for a rank without a report)."""
+    out: dict[int, list] = {}
+    for rank in ranks:
+        path = directory / rank_file("report", rank)
+        devices = read_json_object(path).get("devices") if path.is_file() else None
+        out[rank] = devices if isinstance(devices, list) else []
+    return out
+
+
 def is_cluster(infos: Mapping[int, dict]) -> bool:
     """More than one rank wrote here, or the one that did belongs to a larger job."""
     return len(infos) > 1 or any(int(i.get("world_size", 1) or 1) > 1 for i in infos.values())
@@ -51,7 +61,7 @@ def write_cluster_outputs(directory: Path, load_run: Callable[[Path, int], Run])
     infos, traces = read_rank_outputs(directory)
     if not is_cluster(infos):
         return []
-    doc, table = cluster_summary(infos, traces)
+    doc, table = cluster_summary(infos, traces, devices_by_rank=read_rank_devices(directory, sorted(infos)))
     runs = [load_run(directory, r) for r in timeline_ranks(doc, TIMELINE_RANKS)]
     return write_cluster_files(directory, doc, table, runs)
 

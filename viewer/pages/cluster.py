@@ -18,6 +18,7 @@ from profiler.formats import CSV_REQUIRED
 from viewer.html import absent, cards, esc, section, table
 from viewer.formatting import fmt_ms, fmt_pct
 from viewer.context import Context
+from viewer.device_figures import device_bars, device_figures, device_table
 from viewer.page import Page
 from viewer.stats import findings, number, select_steps
 from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
@@ -26,7 +27,7 @@ from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
 STACK = [
     ("iteration_gap_ms", "iteration gap", PHASES[0][2]),
     ("fp_bp_excl_comm_ms", "forward + backward (no comm in flight)", PHASES[1][2]),
-    ("comm_overlap_ms", "communication overlapping fp + bp", "#9DB4D3"),
+    ("comm_overlap_ms", "communication overlapping compute", "#9DB4D3"),
     ("tail_excl_comm_ms", "tail without communication", PHASES[2][2]),
     ("transfer_ms", "exposed communication (transfer)", ALL_REDUCE[2]),
     ("wait_ms", "waiting for slower ranks", "#F1A9A0"),
@@ -75,6 +76,33 @@ def _rank_table(means: pd.DataFrame) -> str:
             for _, r in means.iterrows()]
     headers = ["rank", "steps"] + [label for _, label, _ in PHASES] + ["step"]
     return table(headers, rows, [True] * len(headers))
+
+
+# ---- device time per rank (report_{rank}.json's "devices", or the cluster summary's copy) -------
+
+
+def _device_section(ctx: Context, summary: "dict[str, Any] | None") -> str:
+    """Each rank's devices: busy / idle, on what, and why they waited; "" when no rank has a device.
+    From cluster_summary.json's `device_time` when it has one, else from the ranks' own reports."""
+    records = summary.get("device_time") if isinstance(summary, dict) else None
+    if isinstance(records, list):
+        by_rank = {}
+        for record in records:
+            if isinstance(record, dict) and isinstance(record.get("rank"), int):
+                by_rank.setdefault(record["rank"], []).append(record)
+    else:
+        by_rank = {run.rank: (run.report or {}).get("devices") for run in ctx.runs}
+    ranks, devices = [], []
+    for rank in sorted(by_rank):
+        for figures in device_figures({"devices": by_rank[rank]}):
+            ranks.append(rank)
+            devices.append(figures)
+    if not devices:
+        return ""
+    labels = [f"rank {rank} {d.device}" for rank, d in zip(ranks, devices)]
+    return section("Device time per rank", device_table(devices, ranks) + ctx.figure(device_bars(devices, labels)),
+                   "From each device's own timeline (report_{rank}.json's devices): shares of the device's window, "
+                   "first to last execution; comm overlap = share of communication time with compute running.")
 
 
 # ---- from the cluster files -------------------------------------------------------------------
@@ -156,7 +184,8 @@ def _cluster_page(summary: dict[str, Any], steps: pd.DataFrame, ctx: Context) ->
             + section("Mean step per rank", ctx.figure(stacked(means, STACK)))
             + section("Step time per rank", ctx.figure(step_lines(ctx)))
             + "</div><br>"
-            + section("Per-rank averages", table(headers, rows, [True] * len(headers))))
+            + section("Per-rank averages", table(headers, rows, [True] * len(headers)))
+            + _device_section(ctx, summary))
 
 
 def build(ctx: Context) -> str:
@@ -180,7 +209,8 @@ def build(ctx: Context) -> str:
             + section("Mean step breakdown per rank", ctx.figure(stacked(means, PHASES)))
             + section("Step time per rank", ctx.figure(step_lines(ctx)))
             + "</div><br>"
-            + section("Per-rank averages", _rank_table(means)))
+            + section("Per-rank averages", _rank_table(means))
+            + _device_section(ctx, None))
 
 
 #: Not live: the live report follows one rank, and the cluster files come from analysing every rank.

@@ -8,6 +8,7 @@ from viewer.findings import render as render_findings
 from viewer.html import absent, cards, esc, section, table
 from viewer.formatting import fmt_ms, fmt_pct, fmt_seconds
 from viewer.context import Context
+from viewer.device_figures import device_bars, device_figures, device_table
 from viewer.page import Live, Page
 from profiler.analysis.findings.base import StepWindow
 from profiler.analysis.steps import median_of, outlier_rule_text
@@ -83,6 +84,17 @@ def _key_figures(ctx: Context, window: StepWindow) -> tuple[list[tuple[str, str]
     return kpis, f"Over {scope}: {window.note} (the advisor's rules)."
 
 
+def _device_section(ctx: Context) -> str:
+    """How busy each device was, on what, and why it waited (report_{rank}.json's "devices"); "" without devices."""
+    devices = device_figures(ctx.run.report)
+    if not devices:
+        return ""
+    note = ("From each device's own timeline: window = first to last execution, all streams; shares of the window "
+            "(communication and memory overlap compute); comm overlap = share of communication time with compute "
+            "running. Over the whole run, not the selected steps.")
+    return section("Device time", device_table(devices) + ctx.figure(device_bars(devices)), note)
+
+
 def _findings_section(ctx: Context) -> str:
     verdict, items = findings(ctx.run.report)
     if not verdict and not items:
@@ -117,7 +129,7 @@ def _recording_note(ctx: Context) -> str:
 def build(ctx: Context) -> str:
     """The overview tab."""
     run = ctx.run
-    parts = [section("Verdict and findings", _findings_section(ctx) + _recording_note(ctx))]
+    parts = [section("Verdict and findings", _findings_section(ctx) + _recording_note(ctx)), _device_section(ctx)]
     if run.step_trace is None or not len(run.step_trace):
         return "".join(parts) + section("Step breakdown", absent("No step trace (step_trace csv): no step() "
                                                                    "calls were recorded."))

@@ -40,7 +40,7 @@ class Needs:
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """comm_bound on one rank: communication kernels no compute kernel overlaps, or (without them)
-    communication that does not overlap forward + backward."""
+    the step trace's communication that does not overlap forward + backward."""
     ex = data.device.executions
     if len(ex) and (ex["category"] == "comm").any():
         return _device_findings(data, ctx)
@@ -53,7 +53,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     f = ctx.file("step_trace")
     return [steps.finding(
         "comm_bound", exposed, title=f"Communication not hidden behind compute: {pct_text(share)} of the step",
-        evidence=(f"all-reduce {comm:.2f} ms per step, of which {overlap:.2f} ms overlaps forward + backward and "
+        evidence=(f"all-reduce {comm:.2f} ms per step, of which {overlap:.2f} ms overlaps compute and "
                   f"{exposed:.2f} ms is exposed ({steps.note}) [{f}: all_reduce_ms, all_reduce_overlap_ms]"),
         threshold=ctx.rule_text("exposed communication, % of step time", "comm_exposed_pct"),
         suggestion=FIX[ctx.framework], files=[f], metrics={"all_reduce_ms": comm, "overlap_ms": overlap,
