@@ -948,10 +948,10 @@ EVERY = 5
 
 
 class RecModel(nn.Module):
-    """A small recommender: a 400k x 64 sparse embedding table (102 MB) and an MLP over 4 looked-up ids.
+    """A small recommender: a 250k x 64 sparse embedding table (64 MB) and an MLP over 4 looked-up ids.
     A step touches a few rows; a checkpoint writes the whole table."""
 
-    def __init__(self, rows: int = 400_000, dim: int = 64, fields: int = 4) -> None:
+    def __init__(self, rows: int = 250_000, dim: int = 64, fields: int = 4) -> None:
         super().__init__()
         self.emb = nn.Embedding(rows, dim, sparse=True)
         self.mlp = mlp(dim * fields, 256, 2)
@@ -960,15 +960,15 @@ class RecModel(nn.Module):
         return self.mlp(self.emb(ids).flatten(1))
 
 
-def id_batches(batch: int, n: int, rows: int = 400_000, fields: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def id_batches(batch: int, n: int, rows: int = 250_000, fields: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     return [(torch.randint(0, rows, (batch, fields), generator=g), torch.randint(0, 10, (batch,), generator=g))
             for _ in range(n)]
 
 
 def checkpoint_loop(out: Path) -> dict:
-    """torch.save of the model + optimizer state (~102 MB) every 5 steps, after optimizer.step(), over the
-    last one. A checkpoint is ~10 x a step (26 MB was ~3 x: on a loaded machine the spread of the other
+    """torch.save of the model + optimizer state (~64 MB) every 5 steps, after optimizer.step(), over the
+    last one. A checkpoint is ~7 x a step (26 MB was ~3 x: on a loaded machine the spread of the other
     steps can lift the outlier fence to a spike's height)."""
     torch.manual_seed(0)
     model = RecModel()
@@ -1513,7 +1513,7 @@ def _bank() -> list[Scenario]:
         Scenario("grad_accumulation", "4 micro-batches per optimizer.step(); nothing else",
                  "balanced, steps == optimizer steps", grad_accumulation_loop, judge_accumulation,
                  lambda o: [], figures_steps),
-        Scenario("checkpoint_every_5", "torch.save(model + optimizer state, 102 MB) every 5 steps",
+        Scenario("checkpoint_every_5", "torch.save(model + optimizer state, 64 MB) every 5 steps",
                  "step_outliers (every 5 steps)", checkpoint_loop, judge_outliers, sane_outliers, figures_outliers),
         Scenario("eval_every_5", "an evaluation pass (12 batches, no_grad) every 5 steps",
                  "step_outliers (every 5 steps)", eval_loop, judge_outliers, sane_outliers, figures_outliers),
