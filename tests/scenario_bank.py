@@ -1475,9 +1475,10 @@ def _bank() -> list[Scenario]:
                       "shard, DataLoader num_workers=2 starting together, 20 steps", "input_bound",
                       shard_loop(2, 240.0, 20), judge_input, sane_input, figures_input))
     s.append(input_scenario("data_sleep_w8", 8, 400.0, cpu=False))
-    # 8 spinning workers also slow the loop's own step (they share its 2 cores): 240 ms a batch keeps the
-    # wait well above half the loop's time on a loaded machine (120 ms gave 47 % at load 14-17)
-    for workers, ms in ((0, 20.0), (1, 40.0), (2, 60.0), (8, 240.0)):
+    # 8 spinning workers also slow the loop's own step (they share its 2 cores): 400 ms a batch keeps the
+    # wait well above half the loop's time on a loaded machine (120 ms gave 47 % at load 14-17, 240 ms 58 %
+    # at load 17 and under 50 % at load 19)
+    for workers, ms in ((0, 20.0), (1, 40.0), (2, 60.0), (8, 400.0)):
         s.append(input_scenario(f"data_cpu_w{workers}", workers, ms, cpu=True))
     s += [
         Scenario("compute_bound", "nothing: a ~50 ms MLP step fed by 2 fast workers (pre-batched)", "balanced",

@@ -301,7 +301,7 @@ def test_host_bound_many_tiny_ops(tmp_path):
 def test_straggler_rank_from_real_rank_step_traces(tmp_path):
     """The cluster analysis emits straggler_rank in the advisor's finding shape (same fields, plus rank)."""
     infos, traces = {}, {}
-    for rank, ms in ((0, 6.0), (1, 6.0), (2, 11.0)):
+    for rank, ms in ((0, 20.0), (1, 20.0), (2, 60.0)):      # 40 ms more: far above a loaded machine's late wake-ups
         out = tmp_path / f"r{rank}"
         train(out, 12, lambda p, i, ms=ms: fwd_bwd(p, ms), rank=rank, world_size=3)
         traces[rank] = pd.read_csv(out / f"step_trace_{rank}.csv")
@@ -310,7 +310,7 @@ def test_straggler_rank_from_real_rank_step_traces(tmp_path):
     found = [f for f in doc["findings"] if f["kind"] == "straggler_rank"]
     assert [f["rank"] for f in found] == [2]
     assert_fields(found[0])
-    assert found[0]["severity"] == "high" and 3.5 <= found[0]["at_stake_ms"] <= 8
+    assert found[0]["severity"] == "high" and 25 <= found[0]["at_stake_ms"] <= 60
     doc, _ = cluster_summary({r: infos[r] for r in (0, 1)}, {r: traces[r] for r in (0, 1)})
     assert not [f for f in doc["findings"] if f["kind"] == "straggler_rank" and f["severity"] == "high"]
 
