@@ -1,4 +1,5 @@
 """Shared fixtures: the real captures in tests/data (see its README for provenance and licences)."""
+import signal
 from pathlib import Path
 
 import pytest
@@ -6,6 +7,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: Real captures written by real profilers on real hardware, kept in the repository unchanged.
 CAPTURES = REPO / "tests" / "data"
+
+
+def pytest_configure(config) -> None:
+    """Ctrl-C at its default here, so in every process a test starts: the tests that send SIGINT
+    play a user at a terminal, but a shell script's background job (`pytest ... &`) starts with
+    SIGINT ignored, and a child inherits that (it would never see the signal)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

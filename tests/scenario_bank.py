@@ -870,9 +870,11 @@ def judge_wrapped_input(o: Outcome) -> list[str]:
 
 def grad_scaler_loop(out: Path) -> dict:
     """Mixed precision with torch.amp.GradScaler: scaler.step(optimizer) skips optimizer.step() while the
-    initial scale (65536) overflows float16 gradients; input-bound (30 ms batches, no workers)."""
+    initial scale (65536) overflows float16 gradients; input-bound (30 ms batches, no workers). The model is
+    small (~2 ms a step): float16 on a CPU is slow, and a larger one made the step as long as the wait on
+    a loaded machine (43 % waiting at load 14-17 with hidden=256)."""
     torch.manual_seed(0)
-    model = mlp(hidden=256)
+    model = mlp(hidden=64, depth=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler("cpu")
     data = loader(DATA_BATCH, DATA_STEPS, 30.0 / DATA_BATCH, False, workers=0)
@@ -946,10 +948,10 @@ EVERY = 5
 
 
 class RecModel(nn.Module):
-    """A small recommender: a 100k x 64 sparse embedding table (26 MB) and an MLP over 4 looked-up ids.
+    """A small recommender: a 250k x 64 sparse embedding table (64 MB) and an MLP over 4 looked-up ids.
     A step touches a few rows; a checkpoint writes the whole table."""
 
-    def __init__(self, rows: int = 100_000, dim: int = 64, fields: int = 4) -> None:
+    def __init__(self, rows: int = 250_000, dim: int = 64, fields: int = 4) -> None:
         super().__init__()
         self.emb = nn.Embedding(rows, dim, sparse=True)
         self.mlp = mlp(dim * fields, 256, 2)
@@ -958,14 +960,16 @@ class RecModel(nn.Module):
         return self.mlp(self.emb(ids).flatten(1))
 
 
-def id_batches(batch: int, n: int, rows: int = 100_000, fields: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def id_batches(batch: int, n: int, rows: int = 250_000, fields: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     return [(torch.randint(0, rows, (batch, fields), generator=g), torch.randint(0, 10, (batch,), generator=g))
             for _ in range(n)]
 
 
 def checkpoint_loop(out: Path) -> dict:
-    """torch.save of the model + optimizer state (~26 MB) every 5 steps, after optimizer.step()."""
+    """torch.save of the model + optimizer state (~64 MB) every 5 steps, after optimizer.step(), over the
+    last one. A checkpoint is ~7 x a step (26 MB was ~3 x: on a loaded machine the spread of the other
+    steps can lift the outlier fence to a spike's height)."""
     torch.manual_seed(0)
     model = RecModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -980,7 +984,7 @@ def checkpoint_loop(out: Path) -> dict:
         clock.begin()
         if (i + 1) % EVERY == 0:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": i},
-                       ckpt / f"step{i}.pt")
+                       ckpt / "last.pt")
         clock.end("spike_ms")
         clock.iteration()
     profiler.analyse(progress=False)
@@ -1476,7 +1480,10 @@ def _bank() -> list[Scenario]:
                       "shard, DataLoader num_workers=2 starting together, 20 steps", "input_bound",
                       shard_loop(2, 240.0, 20), judge_input, sane_input, figures_input))
     s.append(input_scenario("data_sleep_w8", 8, 400.0, cpu=False))
-    for workers, ms in ((0, 20.0), (1, 40.0), (2, 60.0), (8, 120.0)):
+    # 8 spinning workers also slow the loop's own step (they share its 2 cores): 400 ms a batch keeps the
+    # wait well above half the loop's time on a loaded machine (120 ms gave 47 % at load 14-17, 240 ms 58 %
+    # at load 17 and under 50 % at load 19)
+    for workers, ms in ((0, 20.0), (1, 40.0), (2, 60.0), (8, 400.0)):
         s.append(input_scenario(f"data_cpu_w{workers}", workers, ms, cpu=True))
     s += [
         Scenario("compute_bound", "nothing: a ~50 ms MLP step fed by 2 fast workers (pre-batched)", "balanced",
@@ -1512,7 +1519,7 @@ def _bank() -> list[Scenario]:
         Scenario("grad_accumulation", "4 micro-batches per optimizer.step(); nothing else",
                  "balanced, steps == optimizer steps", grad_accumulation_loop, judge_accumulation,
                  lambda o: [], figures_steps),
-        Scenario("checkpoint_every_5", "torch.save(model + optimizer state, 26 MB) every 5 steps",
+        Scenario("checkpoint_every_5", "torch.save(model + optimizer state, 64 MB) every 5 steps",
                  "step_outliers (every 5 steps)", checkpoint_loop, judge_outliers, sane_outliers, figures_outliers),
         Scenario("eval_every_5", "an evaluation pass (12 batches, no_grad) every 5 steps",
                  "step_outliers (every 5 steps)", eval_loop, judge_outliers, sane_outliers, figures_outliers),

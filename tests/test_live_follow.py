@@ -64,8 +64,9 @@ def test_the_follower_keeps_up_with_a_growing_recording_and_reaches_its_step_cou
         assert proc.returncode == 0, err
         follower.poll()
         state = follower.ranks[0]
-        assert len(set(seen)) >= 3 and seen == sorted(seen), "the count grew while the recording ran"
-        assert 0 < seen[len(seen) // 2] < 600
+        # the count grew while the steps came in (after the last one the recorder still runs its analysis,
+        # which takes long on a loaded machine: most polls may then read all 600)
+        assert seen == sorted(seen) and len({s for s in seen if 0 < s < 600}) >= 2, "the count grew while the recording ran"
         assert state.step_count == steps_in(out) == 600
         assert follower.finished and state.torn_chunks == 0
         # the window of every step is the raw store as load_rank reads it

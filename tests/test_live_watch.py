@@ -39,8 +39,10 @@ def test_watch_follows_a_growing_recording_to_its_end(tmp_path):
     plain = [parse_plain_line(line) for line in lines if line.startswith("profview-watch ")]
     steps = [int(f["steps"]) for f in plain if "steps" in f]
     assert steps == sorted(steps)
-    growing = {int(f["steps"]) for f in plain if f["status"] == "recording"} - {0}
-    assert len(growing) >= 2 and max(growing) < 500, "lines while the recording grew"
+    # at least two lines while the steps came in (a line may also show all 500 steps still recording:
+    # the flusher wrote the last ones before the end-of-recording chunk came)
+    growing = {int(f["steps"]) for f in plain if f["status"] == "recording"} - {0, 500}
+    assert len(growing) >= 2, "lines while the recording grew"
     last = plain[-1]
     assert last["status"] == "ended" and int(last["steps"]) == steps_in(out) == 500
     assert last["verdict"] == "input_bound" and "waits for data" in last["top"]
@@ -53,7 +55,9 @@ def test_watch_follows_a_growing_recording_to_its_end(tmp_path):
 
 def test_watch_shows_every_rank_and_the_slowest(tmp_path):
     out = tmp_path / "run"
-    recorders = [start_recorder(out, steps=200, data_s=0.003 if rank == 0 else 0.012, rank=rank, world_size=2,
+    # rank 1 waits 30 x rank 0's data time: on a loaded machine every sleep also wakes up late (up to ~45 ms
+    # at load 17), which a 3 ms vs 12 ms pair did not survive
+    recorders = [start_recorder(out, steps=60, data_s=0.005 if rank == 0 else 0.150, rank=rank, world_size=2,
                                 analyse=False) for rank in (0, 1)]
     try:
         # start watching once the recorders made the directory (a missing one is waited for: test_watch_wait.py)
@@ -67,7 +71,7 @@ def test_watch_shows_every_rank_and_the_slowest(tmp_path):
     last = parse_plain_line([line for line in result.stdout.splitlines() if line.startswith("profview-watch")][-1])
     assert last["status"] == "ended" and last["ranks"] == "2"
     assert last["slowest_rank"] == "1" and last["rank"] == "1"       # the advisor reads the slowest rank
-    assert float(last["rank1_step_ms"]) > 2 * float(last["rank0_step_ms"])    # 4 x the data wait
+    assert float(last["rank1_step_ms"]) > 2 * float(last["rank0_step_ms"])    # 30 x the data wait
     assert result.stdout.splitlines()[-1].endswith("slowest rank 1")
 
 
@@ -89,6 +93,7 @@ def test_watching_never_writes_into_the_directory(tmp_path):
 def test_ctrl_c_stops_watching_with_a_summary(tmp_path):
     out = tmp_path / "run"
     rec = start_recorder(out, steps=100_000, data_s=0.002, analyse=False)
+    assert wait_for(out.is_dir, 120)                  # the recorder made it (on a busy machine it starts late)
     watch = watcher(out)
     try:
         assert wait_for(lambda: steps_in_log(watch) > 0, 60)

@@ -135,8 +135,12 @@ def test_a_script_that_raises_is_analysed_and_keeps_its_exit_status(tmp_path):
 def test_a_signal_stops_the_script_and_its_recording_is_analysed(tmp_path, sig):
     path = script(tmp_path)
     out = tmp_path / "prof"
+    # SIGINT ignored at the start, as in a shell script's background job: `profview run` still passes
+    # the signal on, and the script (started with SIGINT at its default) stops
+    ignore_sigint = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sig == signal.SIGINT else None
     proc = subprocess.Popen(profview("run", "-o", str(out), str(path), "100000", "0.002", "-1", "0", "0"),
-                            cwd=tmp_path, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint)
     follower = Follower(out)
     try:
         def recording() -> bool:

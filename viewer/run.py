@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         child = subprocess.Popen(cmd, env=env, pass_fds=(write_fd,), start_new_session=True,
                                  stdout=subprocess.PIPE if piped else None,
                                  stderr=subprocess.STDOUT if piped else None,
-                                 preexec_fn=_die_with_parent)
+                                 preexec_fn=_child_signals)
     except OSError as exc:
         os.close(read_fd)
         raise InputError(f"cannot start {sys.executable}: {exc.strerror or exc}") from None
@@ -151,8 +151,11 @@ def _isatty(stream) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec (Linux): SIGTERM when this process dies (prctl PR_SET_PDEATHSIG)."""
+def _child_signals() -> None:
+    """In the child, before exec: SIGINT at its default, so the Ctrl-C the relay passes on stops the
+    script even when this process started with SIGINT ignored (a background job of a shell script);
+    SIGTERM when this process dies (Linux: prctl PR_SET_PDEATHSIG)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         import ctypes
 
