@@ -2139,8 +2139,9 @@ def _view_foreign(ctx: Ctx):
 
 
 def _watch(ctx: Ctx):
-    """Follow the damaged store as `profview watch` does; a stopped recording must end the watch."""
-    return [["watch", ctx.input, "--plain", "--interval", "0.2"]], None
+    """Follow the damaged store as `profview watch` does; a stopped recording must end the watch, and a
+    store with no readable recording is waited for until --timeout, then refused in one sentence."""
+    return [["watch", ctx.input, "--plain", "--interval", "0.2", "--timeout", "10"]], None
 
 
 def _serve(ctx: Ctx):
