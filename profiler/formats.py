@@ -421,7 +421,7 @@ _FINDING = {"kind": TEXT, "key": TEXT, "severity": TEXT, "title": TEXT, "at_stak
 DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "report": {
         "schema_version": WHOLE, "verdict": TEXT, "headline": TEXT, "framework": TEXT,
-        "steps": {"analysed": WHOLE, "warmup_skipped": WHOLE, "rule": TEXT, "mean_ms": NUMBER, "median_ms": NUMBER,
+        "steps": {"analysed": WHOLE, "warmup_skipped": WHOLE, "outliers": WHOLE, "steady": WHOLE, "rule": TEXT, "mean_ms": NUMBER, "median_ms": NUMBER,
                   "wall_ms": NUMBER, "mean_phase_ms": {ANY_KEY: NUMBER}, "share_pct": {ANY_KEY: NUMBER},
                   "op_captured_steps": WHOLE, "data_wait_measured": FLAG, "source": TEXT, "source_note": TEXT},
         "thresholds": {ANY_KEY: FIGURE},
@@ -460,6 +460,7 @@ DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "findings": [_FINDING],
         "warnings": [TEXT],
         "devices": [{ANY_KEY: (int, float, str, type(None))}],
+        "device_time": [{**{c: NUMBER for c in DEVICE_TIME_COLUMNS}, "device": TEXT, "rank": WHOLE}],
         "timeline_ranks": [WHOLE],
         "outputs": [TEXT],
     },

@@ -1237,6 +1237,22 @@ def figures_tiny_ops(o: Outcome) -> str:
 
 
 def memory_growth_loop(out: Path) -> dict:
+    """The leak below, in a fresh Python process: in a long-lived one (the test session) the heap that
+    earlier tests freed absorbs hundreds of MB of new allocations, and RSS, what the finding reads, stays flat."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "memory-worker", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the memory_growth worker failed:\n{done.stderr[-2000:]}")
+    return json.loads((out / "truth.json").read_text())
+
+
+def memory_growth_worker(out: Path) -> None:
+    """`memory-worker OUT`: the leaking loop, its truth written to OUT/truth.json."""
+    (out / "truth.json").write_text(json.dumps(_leaking_loop(out)))
+
+
+def _leaking_loop(out: Path) -> dict:
     """The classic leak: `history.append(loss_per_sample)` keeps each step's graph (and its activations) alive."""
     import psutil
 
@@ -1608,6 +1624,8 @@ def _run_once(sc: Scenario, out: Path) -> Outcome:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "ddp-worker":
         ddp_worker(Path(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "memory-worker":
+        memory_growth_worker(Path(sys.argv[2]))
     else:
         import tempfile
         names = sys.argv[1:] or list(SCENARIOS)
