@@ -191,3 +191,21 @@ def test_export_chrome_of_a_directory_without_event_file(tmp_path, capsys):
     assert main(["export", str(tmp_path), "--chrome"]) != 0
     err = capsys.readouterr().err
     assert "has no event file" in err and "Traceback" not in err
+
+
+def test_the_timeline_note_points_at_export_when_the_trace_holds_key_steps_only():
+    """A window drawing only its longest events says where every event is: the Chrome trace when it holds
+    them all, else `profview export --chrome` (profiler_info `timeline`)."""
+    from types import SimpleNamespace
+
+    from profiler.formats import TIMELINE_FULL, TIMELINE_KEY_STEPS
+    from viewer.pages.timeline import _window_note
+
+    tl = SimpleNamespace(path=Path("events_0.arrow"))
+    window = SimpleNamespace(total=10, events=[1, 2, 3], hidden_max_ms=0.002, hidden_ms=0.01)
+    assert _window_note(tl, window, {"content": TIMELINE_FULL}).endswith("Open timeline_0.json in Perfetto for every event.")
+    key_steps = _window_note(tl, window, {"content": TIMELINE_KEY_STEPS, "file": "timeline_0.json.gz", "steps": [3, 7]})
+    assert "timeline_0.json.gz holds the key steps only ([3, 7])" in key_steps
+    assert "profview export --chrome DIR --steps A:B" in key_steps and "Perfetto" not in key_steps
+    assert _window_note(tl, SimpleNamespace(total=3, events=[1, 2, 3]), {}) == \
+        "All 3 events overlapping this window are drawn."

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from profiler.errors import InputError
+from profiler.formats import TIMELINE_FULL
 from viewer.context import Context
 from viewer.page import Page
 from viewer.html import absent, esc, plot_text, section
@@ -161,13 +162,18 @@ def _args_text(args: Optional[dict]) -> str:
     return "<br>".join(plot_text(f"{k}: {v}") for k, v in args.items())
 
 
-def _window_note(tl: Timeline, window: Window) -> str:
+def _window_note(tl: Timeline, window: Window, written: dict) -> str:
+    """What the window draws, and where every event is: the Chrome trace when it holds them all
+    (profiler_info `timeline`, docs/formats.md), else `profview export --chrome`."""
     if window.total == len(window.events):
         return f"All {window.total:,} events overlapping this window are drawn."
+    trace = tl.path.name.replace('events_', 'timeline_').replace('.arrow', '.json')
+    every = (f"Open {trace} in Perfetto for every event." if written.get("content", TIMELINE_FULL) == TIMELINE_FULL else
+             f"{written.get('file', trace)} holds the key steps only ({written.get('steps')}): profview export "
+             f"--chrome DIR --steps A:B writes every event of any steps.")
     return (f"{len(window.events):,} longest of {window.total:,} events overlapping this window are drawn; "
             f"the other {window.total - len(window.events):,} (each ≤ {window.hidden_max_ms * 1000:.1f} µs, "
-            f"{window.hidden_ms:.2f} ms in all) are counted in the busy-ness view above. Open "
-            f"{tl.path.name.replace('events_', 'timeline_').replace('.arrow', '.json')} in Perfetto for every event.")
+            f"{window.hidden_ms:.2f} ms in all) are counted in the busy-ness view above. {every}")
 
 
 def _windows_section(ctx: Context, tl: Timeline, ops_per_step: dict[int, int]) -> str:
@@ -183,7 +189,7 @@ def _windows_section(ctx: Context, tl: Timeline, ops_per_step: dict[int, int]) -
         key = f"w{i}"
         options.append(f'<option value="{key}">{esc(label)}</option>')
         panes.append(f'<div class="window{" active" if i == 0 else ""}" data-window="{key}">'
-                     f'<p class="note">{esc(_window_note(tl, window))}</p>'
+                     f'<p class="note">{esc(_window_note(tl, window, run.info.get("timeline") or {}))}</p>'
                      f"{ctx.figure(detail_figure(tl, window, run.step_trace))}</div>")
     tools = (f'<div class="window-tools">window: <select data-windows="{group}" aria-label="window">'
              f'{"".join(options)}</select> — choose another range with <code>profview DIR --steps A:B</code></div>')
