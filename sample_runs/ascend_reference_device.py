@@ -1,12 +1,14 @@
 """A numpy MLP trained on the reference Ascend-style device, fed per step and then in sink mode.
 
-    python sample_runs/ascend_reference_device.py [--out profiler_data/ascend_ref] [--steps 30] [--loader-ms 15]
+    python sample_runs/ascend_reference_device.py [--out profiler_data/ascend_ref] [--steps 30] [--loader-ms 15] [--decode 0]
     profview profiler_data/ascend_ref/feed      (and .../sink)
 
 No NPU needed: `AscendReferenceDevice` runs every op (numpy kernels) on its own stream threads,
 asynchronously to this loop, and writes an Ascend HWTS task log and training trace that
 `analyse()` parses like a real device's. Forward and backward run on stream 0, the gradient
-all-reduce on stream 1; the loader sleeps `--loader-ms` per batch (a slow input pipeline).
+all-reduce on stream 1; the loader sleeps `--loader-ms` per batch (a slow input pipeline) and can
+also decode each batch with `--decode N` passes of CPU work (a quarter of a step's compute each: a
+loader whose cost grows with a busy machine as the step's does).
 
 * feed: each batch is loaded and copied to the device inside the step, so the device idles for
   the loader's time between iterations (the iteration gap).
@@ -106,24 +108,30 @@ class NumpyMLP:
         return loss
 
 
-def batches(steps: int, loader_ms: float, seed: int = 1, pool: int = 8) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """A slow input pipeline: each batch takes `loader_ms` (a sleep standing in for reading / decoding,
-    which uses no CPU: the batches cycle through a pool made up front)."""
+def batches(steps: int, loader_ms: float, seed: int = 1, pool: int = 8,
+            decode: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A slow input pipeline: each batch takes `loader_ms` (a sleep standing in for reading, which uses
+    no CPU: the batches cycle through a pool made up front) plus `decode` passes of CPU work (one
+    BATCH x FEATURES x FEATURES matmul each, about a quarter of a step's compute; the batch is unchanged)."""
     rng = np.random.default_rng(seed)
     w_true = rng.standard_normal((FEATURES, CLASSES)).astype(np.float32)
     xs = [rng.standard_normal((BATCH, FEATURES)).astype(np.float32) for _ in range(pool)]
     data = [(x, np.argmax(x @ w_true, axis=1)) for x in xs]
+    mix = np.eye(FEATURES, dtype=np.float32)
     for i in range(steps):
         time.sleep(loader_ms / 1e3)
-        yield data[i % pool]
+        x, y = data[i % pool]
+        for _ in range(decode):
+            x = x @ mix               # the identity: the work of a decode, the same batch out
+        yield x, y
 
 
-def train(out: Path, steps: int, sink: bool, loader_ms: float, depth: int = 4) -> list[float]:
+def train(out: Path, steps: int, sink: bool, loader_ms: float, depth: int = 4, decode: int = 0) -> list[float]:
     """Train for `steps` iterations, profiled into `out`; the host reads the loss after every iteration."""
     profiler = Profiler(out, host_counters=False, gpu_counters=False)
     dev = AscendReferenceDevice(profiler, device_id=0, streams=2)
     model = NumpyMLP(np.random.default_rng(0))
-    source = batches(steps, loader_ms)
+    source = batches(steps, loader_ms, decode=decode)
     feed = (dev.data_queue(source, depth=depth) if sink else           # sink: staged ahead on a probed queue
             profiler.iterate((dev.to_device(x), dev.to_device(y)) for x, y in source))   # feed: each fetch timed
     losses = []
@@ -149,13 +157,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("profiler_data/ascend_ref"))
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--loader-ms", type=float, default=15.0)
+    ap.add_argument("--decode", type=int, default=0, help="CPU decode passes per batch (a quarter step each)")
     args = ap.parse_args()
     gaps = {}
     for mode in ("feed", "sink"):
-        losses = train(args.out / mode, args.steps, mode == "sink", args.loader_ms)
+        losses = train(args.out / mode, args.steps, mode == "sink", args.loader_ms, decode=args.decode)
         gaps[mode] = pd.read_csv(args.out / mode / "step_trace_0.csv").iloc[2:]["iteration_gap_ms"].median()
         print(f"[{mode}] loss {losses[0]:.3f} -> {losses[-1]:.3f}; {summary(args.out / mode)}")
-    print(f"sink mode hides the {args.loader_ms:g} ms loader: iteration gap {gaps['feed']:.1f} -> {gaps['sink']:.1f} ms. "
+    loader = f"{args.loader_ms:g} ms" + (f" + {args.decode} decode pass(es)" if args.decode else "")
+    print(f"sink mode hides the {loader} loader: iteration gap {gaps['feed']:.1f} -> {gaps['sink']:.1f} ms. "
           f"See: profview {args.out / 'feed'} --compare {args.out / 'sink'}")
 
 

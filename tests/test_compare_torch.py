@@ -1,6 +1,6 @@
 """`profview compare` on real PyTorch loops.
 
-- A DataLoader with 2 workers and a slow `__getitem__` against the fix (a fast dataset): the
+- A DataLoader with 2 workers and a slow, CPU-bound `__getitem__` against the fix (a fast dataset): the
   verdict is faster with an interval that excludes 0, the CI gate passes; reversed, it fails.
 - Op capture on a few steps (`ops_schedule`) against capture on every step: op times are per
   step that captured ops, so both runs show about the same ms per step for the same model.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import warnings
 from pathlib import Path
 
@@ -29,35 +28,36 @@ from viewer.cli import main  # noqa: E402
 
 torch.set_num_threads(1)
 BATCH, STEPS = 8, 32
-#: seconds a slow __getitem__ sleeps (a slow file store): 8 images x 50 ms = 400 ms a batch a worker,
-#: so 2 workers deliver a batch every ~200 ms while the model needs ~10 ms (~30 ms with a busy process
-#: beside it, 100-300 ms at load 15 on 2 cores, where each sleep also wakes up tens of ms late; with
-#: 15 ms items the fix's gain fell to the assertions' lines there)
-SLOW_ITEM_S = 0.050
+#: Python loop iterations a slow __getitem__ spends decoding an image (~10 ms of CPU on this machine,
+#: ~80 ms a batch: the 2 workers and the model share the cores, a slow batch costs several model steps).
+#: CPU work, not a sleep: it slows down with a busy machine as the model does, so the fix's gain holds
+#: at any load (a sleeping item drowned in a model step of 100-300 ms at load 15 on 2 cores).
+SLOW_ITEM_WORK = 200_000
 
 
 class Images(Dataset):
-    """CIFAR-sized images; `delay_s` per item stands in for reading and decoding a file."""
+    """CIFAR-sized images; `work` loop iterations per item stand in for decoding a file."""
 
-    def __init__(self, n: int, delay_s: float) -> None:
-        self.n, self.delay_s = n, delay_s
+    def __init__(self, n: int, work: int) -> None:
+        self.n, self.work = n, work
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int):
-        if self.delay_s:
-            time.sleep(self.delay_s)
+        acc = 0
+        for k in range(self.work):          # the decode: CPU time, the image below is the same
+            acc ^= k
         g = torch.Generator().manual_seed(i)
         return torch.randn(3, 32, 32, generator=g), i % 10
 
 
-def dataloader_run(out: Path, delay_s: float) -> Path:
+def dataloader_run(out: Path, work: int) -> Path:
     """Train the small CNN for STEPS steps from a DataLoader with 2 workers, profiled."""
     torch.manual_seed(0)
     model = small_cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = DataLoader(Images(BATCH * STEPS, delay_s), batch_size=BATCH, num_workers=2)
+    loader = DataLoader(Images(BATCH * STEPS, work), batch_size=BATCH, num_workers=2)
     profiler = Profiler(out, host_counters=False, gpu_counters=False)
     profiler.attach(model, optimizer)
     with warnings.catch_warnings():
@@ -74,7 +74,7 @@ def dataloader_run(out: Path, delay_s: float) -> Path:
 @pytest.fixture(scope="module")
 def loader_runs(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("dataloader")
-    return dataloader_run(root / "slow_getitem", SLOW_ITEM_S), dataloader_run(root / "fast_getitem", 0.0)
+    return dataloader_run(root / "slow_getitem", SLOW_ITEM_WORK), dataloader_run(root / "fast_getitem", 0)
 
 
 def test_dataloader_fix_is_faster_with_an_interval_and_passes_the_gate(loader_runs, tmp_path, capsys):

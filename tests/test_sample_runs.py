@@ -147,18 +147,24 @@ def test_docs_images_exist():
 
 
 def test_ascend_reference_device_feed_vs_sink(tmp_path, capsys):
-    """Sink mode on the reference Ascend-style device: compare resolves the input finding."""
-    stdout = run_sample("ascend_reference_device.py", "--out", str(tmp_path), "--steps", "12")
-    assert "sink mode hides" in stdout
+    """Sink mode on the reference Ascend-style device: compare resolves the input finding. The loader
+    decodes on the CPU (2 passes, about half a step's compute), so its share of the step does not
+    depend on how busy the machine is: a sleeping loader drowns in a step that takes seconds at load 15."""
+    stdout = run_sample("ascend_reference_device.py", "--out", str(tmp_path), "--steps", "12",
+                        "--loader-ms", "0", "--decode", "2")
+    assert "sink mode hides the 0 ms + 2 decode pass(es) loader" in stdout
+    feed_report = json.loads((tmp_path / "feed" / "report_0.json").read_text())
+    assert "input_bound" in [f["kind"] for f in feed_report["findings"]]
     assert main(["compare", str(tmp_path / "feed"), str(tmp_path / "sink"), "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
     gap = {p["column"]: p for p in doc["phases"]}["iteration_gap_ms"]
-    assert gap["base_median_ms"] > 10 and gap["new_median_ms"] < 2
-    assert gap["significant"] and gap["ci_high_ms"] < -8          # the 15 ms loader is off the step: -15 ms
-    # The step as a whole: 11 analysed steps whose all-reduce tails swing between ~10 and ~130 ms
-    # on this shared machine; the mean step's interval is often that wide, so "no significant
-    # change" is an honest answer too. It is never slower, and "faster" comes with its interval.
+    # the decode is off the step: at least half of the feed's gap leaves it, whatever the machine's speed
+    assert gap["new_median_ms"] < 0.5 * gap["base_median_ms"]
+    assert gap["significant"] and gap["ci_high_ms"] < -0.25 * gap["base_median_ms"]
+    # The step as a whole: 11 analysed steps whose all-reduce tails swing widely on this shared machine;
+    # the mean step's interval is often that wide, so "no significant change" is an honest answer too.
+    # It is never slower, and "faster" comes with its interval.
     v = doc["verdict"]
     assert v["outcome"] in ("faster", "no significant change") and v["ci_low_pct"] < 0
     assert v["outcome"] != "faster" or v["ci_high_pct"] < 0

@@ -121,24 +121,23 @@ def _gap_evidence(data: Needs, ctx: Context, gap: float, wait: float, host: floa
 
 
 def _data_wait_finding(data: Needs, ctx: Context, gap: float) -> list[Finding]:
-    """The loop's data wait over *every* analysed step, wherever it falls in the step (micro-batches are
-    fetched inside forward + backward): a loader that delivers in bursts makes a few steps wait long, and
-    those steps are the input pipeline's, not outliers."""
-    steps = data.steps.analysed
-    wait = float(steps["data_wait_ms"].mean())
-    mean = float(steps["total_ms"].mean())
-    share = 100.0 * wait / mean if mean > 0 else 0.0
-    if share < ctx.thresholds["input_gap_pct"]:
+    """The loop's data wait per steady step, wherever it falls in the step (micro-batches are fetched
+    inside forward + backward). A loader that delivers in bursts keeps its long waits in the steady
+    steps: the outlier rule leaves the data wait out of a step's own time (`steps.outlier_steps`)."""
+    steps = data.steps
+    wait = steps.per_step("data_wait_ms")
+    share = ctx.reaches(steps.share(wait), "input_gap_pct")
+    if share is None:
         return []
-    evidence, files = _gap_evidence(data, ctx, gap, wait, data.steps.per_step("gap_host_ms"))
-    evidence += f"; the data wait is over all {len(steps)} analysed steps (mean step {mean:.2f} ms)"
+    evidence, files = _gap_evidence(data, ctx, gap, wait, steps.per_step("gap_host_ms"))
     kind = "transmission_bound" if queue_verdict(data.queue_summary)[0] == "transmission_bound" else "input_bound"
     title = (f"Input pipeline: the loop waits for data {pct_text(share)} of the time" if kind == "input_bound"
              else f"Data transfer: batches reach the device late ({pct_text(share)} of the step)")
-    return [Finding(kind=kind, at_stake_ms=wait, at_stake_pct=share, title=title, evidence=evidence,
-                    threshold=ctx.rule_text("data wait, % of step time", "input_gap_pct"),
-                    suggestion=FIXES[kind][ctx.framework], files=files,
-                    metrics={"iteration_gap_ms": gap, "data_wait_ms": wait, "data_wait_share_pct": share})]
+    return [steps.finding(
+        kind, wait, title=title, evidence=evidence,
+        threshold=ctx.rule_text("data wait, % of step time", "input_gap_pct"),
+        suggestion=FIXES[kind][ctx.framework], files=files,
+        metrics={"iteration_gap_ms": gap, "data_wait_ms": wait, "data_wait_share_pct": share})]
 
 
 def _host_gap_finding(data: Needs, ctx: Context, gap: float, host: float) -> list[Finding]:
