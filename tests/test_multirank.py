@@ -152,9 +152,13 @@ def test_merged_timeline_has_one_aligned_process_per_rank(straggler_job):
     steps = [e for e in events if e.get("cat") == "step"]
     ends = {(e["pid"], e["args"]["step"]): e["ts"] + e["dur"] for e in steps}
     assert {s for _, s in ends} == set(range(6))
-    # the all-reduce synchronises the ranks: step ends line up once the clocks are aligned
+    # the all-reduce synchronises the ranks: step ends line up once the clocks are aligned. What each
+    # rank does after it (the optimizer step) is scheduled on its own: ~1 ms apart on a quiet machine,
+    # 10-20 ms at load 5 (steps of ~60 ms); the bound is half a step: each rank's times start at its own
+    # origin, so a wrong shift moves a rank by the processes' start-up gap (~110 ms here)
     gaps_ms = [abs(ends[(0, s)] - ends[(1, s)]) / 1e3 for s in range(1, 6)]
-    assert np.median(gaps_ms) < 10.0, gaps_ms
+    step_ms = np.median([e["dur"] for e in steps]) / 1e3
+    assert np.median(gaps_ms) < max(10.0, step_ms / 2), (gaps_ms, step_ms)
     comm = [e for e in events if e.get("cat") == "comm"]
     assert {e["pid"] for e in comm} == {0, 1}
 
