@@ -462,6 +462,9 @@ DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "devices": [{ANY_KEY: (int, float, str, type(None))}],
         "device_time": [{**{c: NUMBER for c in DEVICE_TIME_COLUMNS}, "device": TEXT, "rank": WHOLE}],
         "timeline_ranks": [WHOLE],
+        "timeline": {"file": TEXT, "content": TEXT, "events": WHOLE, "events_written": WHOLE, "max_events": WHOLE,
+                     "steps": [WHOLE], "median_step": WHOLE, "slowest_step": WHOLE, "outlier_steps": [WHOLE],
+                     "outlier_steps_left_out": [WHOLE], "rest": TEXT},
         "outputs": [TEXT],
     },
 }

@@ -163,6 +163,44 @@ def test_merged_timeline_has_one_aligned_process_per_rank(straggler_job):
     assert {e["pid"] for e in comm} == {0, 1}
 
 
+def test_merged_timeline_past_its_limit_holds_the_clusters_key_steps(straggler_job, tmp_path):
+    """Within the limit the merged timeline is every event (as analyse() wrote it); past it, each rank's
+    events of the cluster's median and slowest steps (by the slowest rank's step time), said in the summary."""
+    import shutil
+
+    from profiler.export.cluster import write_cluster_outputs
+    from profiler.postprocess.recording import load_rank
+
+    copy = tmp_path / "job"
+    shutil.copytree(straggler_job.out, copy)
+    write_cluster_outputs(copy, load_rank)
+    original = (straggler_job.out / "cluster_timeline.json").read_bytes()
+    assert (copy / "cluster_timeline.json").read_bytes() == original
+    full = json.loads((copy / "cluster_summary.json").read_text())["timeline"]
+    rows = [e for e in timeline_events(copy / "cluster_timeline.json") if e["ph"] == "X"]
+    assert full["content"] == "full" and full["events"] == full["events_written"] == len(rows) > 12
+
+    write_cluster_outputs(copy, load_rank, max_events=1)
+    summary = json.loads((copy / "cluster_summary.json").read_text())
+    capped = summary["timeline"]
+    table = pd.read_csv(copy / "cluster_step_trace.csv")
+    pace = table[table["step"] >= 1].groupby("step")["total_ms"].max()      # warm-up step 0 left out
+    by_time = pace.sort_values(kind="stable")
+    median, slowest = int(by_time.index[(len(by_time) - 1) // 2]), int(pace.idxmax())
+    assert capped["content"] == "key steps" and capped["max_events"] == 1 and capped["events"] == full["events"]
+    assert (capped["median_step"], capped["slowest_step"]) == (median, slowest)
+    assert capped["steps"] == sorted({median, slowest} | set(capped["steps"])) and "export --chrome" in capped["rest"]
+    kept = [e for e in timeline_events(copy / "cluster_timeline.json") if e["ph"] == "X"]
+    assert capped["events_written"] == len(kept) < len(rows)
+    # each rank keeps exactly its rows that start inside the chosen steps' windows
+    windows = {(e["pid"], e["args"]["step"]): (e["ts"], e["ts"] + e["dur"]) for e in rows if e["cat"] == "step"}
+    chosen = [w for (pid, step), w in windows.items() if step in capped["steps"]]
+    inside = [e for e in rows if any(windows[(e["pid"], s)][0] <= e["ts"] < windows[(e["pid"], s)][1]
+                                     for s in capped["steps"] if (e["pid"], s) in windows)]
+    assert len(chosen) == 2 * len(capped["steps"])
+    assert sorted(map(json.dumps, kept)) == sorted(map(json.dumps, inside))
+
+
 def test_the_delayed_rank_is_the_straggler_and_the_others_wait_at_the_all_reduce(straggler_job):
     summary = straggler_job.json("cluster_summary.json")
     assert summary["straggler"]["rank"] == 1

@@ -12,15 +12,17 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 import numpy as np
 
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
+from profiler.export.key_steps import KeySteps
 from profiler.export.timeline_model import EventBlock, Head, TimelineEvents
 from profiler.export.trace_text import new_row_buffer, row_texts
-from profiler.formats import TIMELINE_FULL, TIMELINE_KEY_STEPS
+from profiler.formats import TIMELINE_FULL, TIMELINE_KEY_STEPS, TIMELINE_MAX_EVENTS
+from profiler.model import Run
 
 TRACE_START = b'{"traceEvents":[\n'
 INSTANT_SCOPE = ',"s":"t"'      # instants are thread-scoped
@@ -109,20 +111,44 @@ class TracePlan:
         return ev if self.steps is None else ev.of_steps(self.steps)
 
 
+def timeline_max_events(run: Run) -> int:
+    """The Chrome trace's event limit the run was recorded with (`Settings.timeline_max_events`)."""
+    config = run.info.get("config") if isinstance(run.info.get("config"), dict) else {}
+    limit = config.get("timeline_max_events")
+    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else TIMELINE_MAX_EVENTS
+
+
 def trace_plan(ev: TimelineEvents, max_events: int) -> TracePlan:
     """The whole trace while it holds at most `max_events` events (or the run has no steps to choose
     from), else its key steps (key_steps.py)."""
-    total = ev.count
-    priority = ev.key_steps.in_priority()
+    return plan_steps(ev.count, ev.key_steps, ev.step_counts, max_events)
+
+
+def plan_steps(total: int, key: KeySteps, step_counts: Callable[[list[int]], list[int]], max_events: int) -> TracePlan:
+    """Every event while `total` is at most `max_events` (or there are no key steps), else the median
+    and slowest steps and then the outlier steps, slowest first, that fit; `step_counts` counts the
+    events of steps."""
+    priority = key.in_priority()
     if total <= max_events or not priority:
         return TracePlan(total, max_events, None, total)
-    counts = ev.step_counts(priority)
     chosen, left_out, written = [], [], 0
-    for step, n in zip(priority, counts):
-        is_outlier_only = step not in (ev.key_steps.median, ev.key_steps.slowest)
+    for step, n in zip(priority, step_counts(priority)):
+        is_outlier_only = step not in (key.median, key.slowest)
         if is_outlier_only and written + n > max_events:
             left_out.append(step)
             continue
         chosen.append(step)
         written += n
     return TracePlan(total, max_events, tuple(sorted(chosen)), written, tuple(left_out))
+
+
+def describe_plan(plan: TracePlan, key: KeySteps, file: str, rest: str) -> dict[str, Any]:
+    """What a Chrome trace holds, for profiler_info's and cluster_summary's `timeline` (docs/formats.md):
+    its file, content and event counts and, for a key-steps trace, the steps and where the rest is."""
+    info: dict[str, Any] = {"file": file, "content": plan.content, "events": plan.events,
+                            "events_written": plan.written, "max_events": plan.max_events}
+    if plan.steps is not None:
+        info.update({"steps": list(plan.steps), "median_step": key.median, "slowest_step": key.slowest,
+                     "outlier_steps": list(key.outliers), "outlier_steps_left_out": list(plan.left_out),
+                     "rest": rest})
+    return info

@@ -12,6 +12,7 @@ events and reads the raw store of at most TIMELINE_RANKS ranks (docs/architectur
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -21,10 +22,13 @@ import pandas as pd
 from profiler.analysis.cluster import cluster_summary, timeline_ranks
 from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file, read_csv, read_json_object
 from profiler.model import Run
-from profiler.export.chrome_trace import TRACE_START, write_rows, write_trace_end
+from profiler.export.chrome_trace import (TRACE_START, describe_plan, plan_steps, timeline_max_events, write_rows,
+                                         write_trace_end)
 from profiler.export.csv_json import write_csv, write_json
 from profiler.export.files import AtomicWrite
-from profiler.export.timeline_model import Lanes, lane_codes, merge_blocks, op_block, span_block, step_block, thread_order
+from profiler.export.key_steps import KeySteps, key_steps_of, run_thresholds
+from profiler.export.timeline_model import (EventBlock, Lanes, lane_codes, merge_blocks, op_block, span_block,
+                                            step_block, stepped, thread_order)
 
 TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
 
@@ -55,24 +59,36 @@ def is_cluster(infos: Mapping[int, dict]) -> bool:
     return len(infos) > 1 or any(int(i.get("world_size", 1) or 1) > 1 for i in infos.values())
 
 
-def write_cluster_outputs(directory: Path, load_run: Callable[[Path, int], Run]) -> list[Path]:
-    """Analyse the ranks' outputs in `directory` together and write the cluster files; [] for a single-rank run."""
+def write_cluster_outputs(directory: Path, load_run: Callable[[Path, int], Run],
+                          max_events: Optional[int] = None) -> list[Path]:
+    """Analyse the ranks' outputs in `directory` together and write the cluster files (the merged
+    timeline within `max_events`, by default the recorded limit); [] for a single-rank run."""
     directory = Path(directory)
     infos, traces = read_rank_outputs(directory)
     if not is_cluster(infos):
         return []
     doc, table = cluster_summary(infos, traces, devices_by_rank=read_rank_devices(directory, sorted(infos)))
     runs = [load_run(directory, r) for r in timeline_ranks(doc, TIMELINE_RANKS)]
-    return write_cluster_files(directory, doc, table, runs)
+    return write_cluster_files(directory, doc, table, runs, max_events)
 
 
-def write_cluster_files(directory: Path, doc: dict, table: pd.DataFrame, runs: Sequence[Run]) -> list[Path]:
-    """Write the step table, the merged timeline of `runs` and the summary (listing the outputs)."""
+def write_cluster_files(directory: Path, doc: dict, table: pd.DataFrame, runs: Sequence[Run],
+                        max_events: Optional[int] = None) -> list[Path]:
+    """Write the step table, the merged timeline of `runs` (at most `max_events` events: by default
+    the limit the first run was recorded with) and the summary (listing the outputs)."""
     shifts = {int(r): int(c["shift_ns"]) for r, c in doc["clock"].get("per_rank", {}).items()}
     written = [write_csv(table, directory / CLUSTER_STEP_TRACE)]
+    doc = {**doc, "timeline_ranks": [r.rank for r in runs]}
     if runs:
-        written.append(write_cluster_timeline(runs, shifts, directory / CLUSTER_TIMELINE, doc["clock"]))
-    doc = {**doc, "timeline_ranks": [r.rank for r in runs], "outputs": [p.name for p in written] + [CLUSTER_SUMMARY]}
+        limit = timeline_max_events(runs[0]) if max_events is None else max_events
+        views = [RankView.of(run) for run in runs]
+        key = cluster_key_steps(table, runs[0])
+        plan = plan_steps(sum(v.count for v in views), key,
+                          lambda steps: list(np.sum([v.step_counts(steps) for v in views], axis=0)), limit)
+        written.append(write_cluster_timeline(views, shifts, directory / CLUSTER_TIMELINE, doc["clock"], plan.steps))
+        doc["timeline"] = describe_plan(plan, key, CLUSTER_TIMELINE,
+                                        "every event of a rank: profview export --chrome DIR -r R [--steps A:B]")
+    doc["outputs"] = [p.name for p in written] + [CLUSTER_SUMMARY]
     written.append(write_json(doc, directory / CLUSTER_SUMMARY))
     return written
 
@@ -84,24 +100,64 @@ def cluster_view(run: Run) -> Run:
                steps=run.steps, threads=run.threads)
 
 
-def write_cluster_timeline(runs: Sequence[Run], shifts_ns: Mapping[int, int], path: Path,
-                           clock: Optional[dict] = None) -> Path:
-    """One Chrome trace with a process per rank (pid = rank), each rank's times shifted onto the common axis."""
+def cluster_key_steps(table: pd.DataFrame, run: Run) -> KeySteps:
+    """The cluster's median, slowest and outlier steps, by each step's time on its slowest rank (the
+    pace of a synchronous job), with the thresholds `run` was recorded with."""
+    if not len(table):
+        return KeySteps()
+    totals = table.groupby("step", sort=True)["total_ms"].max().reset_index()
+    return key_steps_of(totals, run_thresholds(run))
+
+
+@dataclass
+class RankView:
+    """A rank's rows in the merged timeline (its `cluster_view`): the complete rows in thread order,
+    each with its step (a span's: the step its start falls in)."""
+
+    run: Run
+    lanes: Lanes
+    complete: EventBlock
+    order: np.ndarray
+
+    @classmethod
+    def of(cls, run: Run) -> "RankView":
+        view = cluster_view(run)
+        lanes = Lanes(view)
+        complete = merge_blocks([stepped(b, view) for b in (step_block(view, lanes), span_block(view, lanes),
+                                                             op_block(view, lanes))], with_dur=True)
+        codes, _ = lane_codes(complete.specs)
+        return cls(run, lanes, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
+
+    @property
+    def count(self) -> int:
+        return len(self.order)
+
+    def step_counts(self, steps: list[int]) -> list[int]:
+        """How many rows each of `steps` has."""
+        counts = pd.Series(np.asarray(self.complete.step)).value_counts()
+        return [int(counts.get(s, 0)) for s in steps]
+
+    def rows(self, steps: Optional[tuple[int, ...]]) -> np.ndarray:
+        """The rows written: all of them, or those of `steps`, in thread order."""
+        if steps is None:
+            return self.order
+        return self.order[np.isin(np.asarray(self.complete.step)[self.order], np.asarray(steps, dtype=np.int64))]
+
+
+def write_cluster_timeline(views: Sequence[RankView], shifts_ns: Mapping[int, int], path: Path,
+                           clock: Optional[dict] = None, steps: Optional[tuple[int, ...]] = None) -> Path:
+    """One Chrome trace with a process per rank (pid = rank), each rank's times shifted onto the common
+    axis; only the events of `steps` when given."""
     meta: list[dict] = []
     with AtomicWrite(path) as out, open(out.tmp, "wb") as f:
         f.write(TRACE_START)
-        for run in runs:
-            view = cluster_view(run)
-            lanes = Lanes(view)
-            shift = np.int64(shifts_ns.get(run.rank, 0))
-            complete = merge_blocks([step_block(view, lanes), span_block(view, lanes), op_block(view, lanes)],
-                                    with_dur=True)
-            complete.ts_ns = complete.ts_ns + shift
-            codes, _ = lane_codes(complete.specs)
-            write_rows(f, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
-            meta += lanes.meta
-            meta.append({"ph": "M", "pid": lanes.host_pid, "tid": 0, "name": "process_labels",
-                         "args": {"labels": str(run.info.get("host", ""))}})
-        write_trace_end(f, meta, {"tool": "profview", "kind": "cluster", "ranks": [r.rank for r in runs],
+        for v in views:
+            shift = np.int64(shifts_ns.get(v.run.rank, 0))
+            shifted = replace(v.complete, ts_ns=np.asarray(v.complete.ts_ns, dtype=np.int64) + shift)
+            write_rows(f, shifted, v.rows(steps))
+            meta += v.lanes.meta
+            meta.append({"ph": "M", "pid": v.lanes.host_pid, "tid": 0, "name": "process_labels",
+                         "args": {"labels": str(v.run.info.get("host", ""))}})
+        write_trace_end(f, meta, {"tool": "profview", "kind": "cluster", "ranks": [v.run.rank for v in views],
                                   "clock": clock or {}})
     return Path(path)

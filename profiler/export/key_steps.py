@@ -37,9 +37,18 @@ def step_totals(steps: pd.DataFrame) -> pd.DataFrame:
 
 def key_steps(run: Run) -> KeySteps:
     """The run's median, slowest and outlier steps."""
+    return key_steps_of(step_totals(run.steps), run_thresholds(run))
+
+
+def run_thresholds(run: Run) -> dict[str, float]:
+    """The advisor thresholds the run was recorded with."""
     config = run.info.get("config") if isinstance(run.info.get("config"), dict) else {}
-    thresholds = resolve_thresholds(config.get("advisor_thresholds"))
-    steps, _ = analysed_steps(step_totals(run.steps), int(thresholds["warmup_steps"]))
+    return resolve_thresholds(config.get("advisor_thresholds"))
+
+
+def key_steps_of(totals: pd.DataFrame, thresholds: dict[str, float]) -> KeySteps:
+    """The median, slowest and outlier steps of `step`, `total_ms` rows (warm-up left out)."""
+    steps, _ = analysed_steps(totals, int(thresholds["warmup_steps"]))
     if len(steps) == 0:
         return KeySteps()
     by_time = steps.sort_values(["total_ms", "step"], kind="stable")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from profiler.analysis.results import Analysis
+from profiler.export.chrome_trace import timeline_max_events
 from profiler.export.timeline_model import timeline_events
 from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions
 from profiler.export.writers import profiler_info
@@ -28,13 +29,6 @@ class TimelineFiles:
 
     paths: list[Path]
     info: dict[str, Any]
-
-
-def timeline_max_events(run: Run) -> int:
-    """The Chrome trace's event limit the run was recorded with (`Settings.timeline_max_events`)."""
-    config = run.info.get("config") if isinstance(run.info.get("config"), dict) else {}
-    limit = config.get("timeline_max_events")
-    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else TIMELINE_MAX_EVENTS
 
 
 def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> TimelineFiles:

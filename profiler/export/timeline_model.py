@@ -333,9 +333,9 @@ class TimelineEvents:
 def timeline_events(run: Run) -> TimelineEvents:
     """Group a run's events by row head and put them in the timeline's order."""
     lanes = Lanes(run)
-    complete = merge_blocks([_stepped(b, run) for b in (step_block(run, lanes), span_block(run, lanes),
+    complete = merge_blocks([stepped(b, run) for b in (step_block(run, lanes), span_block(run, lanes),
                                                         op_block(run, lanes))], with_dur=True)
-    points = merge_blocks([_stepped(b, run) for b in (instant_block(run, lanes), *counter_blocks(run, lanes))],
+    points = merge_blocks([stepped(b, run) for b in (instant_block(run, lanes), *counter_blocks(run, lanes))],
                           with_dur=False)
     flows = flow_events(run, lanes)
     codes, pairs = lane_codes(complete.specs + points.specs)
@@ -348,7 +348,7 @@ def timeline_events(run: Run) -> TimelineEvents:
         flows=flows, lanes=lanes, lane_pairs=pairs, key_steps=key_steps(run))
 
 
-def _stepped(b: EventBlock, run: Run) -> EventBlock:
+def stepped(b: EventBlock, run: Run) -> EventBlock:
     """The block with the step of each row: its source's (ops, steps), else the step containing its start."""
     if b.step is None:
         b.step = assign_steps(np.asarray(b.ts_ns, dtype=np.int64), run.steps)
