@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -156,6 +154,16 @@ def test_held_events_stay_bounded_and_the_window_starts_where_the_data_is_whole(
     follower.close()
 
 
+def gone_pid() -> int:
+    """A process id no process can have (above the kernel's pid_max): the writer of a killed run. A
+    process that exited is not enough: its pid goes to a new process once the ids wrap (32768 here),
+    and a suite starts thousands of processes."""
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    except (OSError, ValueError):
+        return 2**22 + 1            # the largest pid_max Linux allows, plus one
+
+
 def with_writer(source: Path, pid: int, end: bool = True) -> bytes:
     """The raw file's bytes as if process `pid` wrote it (its meta chunk), without the end chunk unless `end`."""
     out = b""
@@ -208,10 +216,9 @@ def test_a_torn_tail_is_retried_not_reported(finished, tmp_path):
 
 
 def test_the_torn_tail_of_a_writer_that_died_is_reported_once(finished, tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    rebuilt = with_writer(raw_file(finished), dead.pid, end=False)    # killed: gone, no end chunk
-    target = tmp_path / "run" / "raw" / f"r0-p{dead.pid}.pvraw"
+    dead = gone_pid()
+    rebuilt = with_writer(raw_file(finished), dead, end=False)    # killed: gone, no end chunk
+    target = tmp_path / "run" / "raw" / f"r0-p{dead}.pvraw"
     target.parent.mkdir(parents=True)
     target.write_bytes(rebuilt[:-10])                     # the last chunk torn
     follower = Follower(tmp_path / "run", stale_after_s=0.0)
@@ -279,16 +286,16 @@ def test_step_times_from_step_samples():
 def test_the_follower_says_what_analyse_says_for_the_same_damage(finished, tmp_path):
     """One reader, one channel: a damaged store followed live and read by `profview analyse` gives
     the same damage records, counts and sentences, in the same order."""
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    chunks = [(h, p) for _, _, h, p in chunks_in(with_writer(raw_file(finished), dead.pid, end=False))]
+    dead = gone_pid()
+    chunks = [(h, p) for _, _, h, p in chunks_in(with_writer(raw_file(finished), dead, end=False))]
     events = [i for i, (h, p) in enumerate(chunks) if h["table"] == "events" and p]
     data = b""
+    first_sources = next(i for i, (h, _) in enumerate(chunks) if h["table"] == "sources")
     for i, (header, payload) in enumerate(chunks):
         header = {k: v for k, v in header.items() if k != "v"}
         if header["table"] == "threads":
             payload = json.dumps([{"ident": t["ident"]} for t in json.loads(payload)]).encode()   # names lost
-        if header["table"] == "sources" and b"42" not in data:
+        if i == first_sources:
             payload = b"42"                                            # not what a source table holds
         if i == events[0]:
             words = np.frombuffer(payload, "<i8").copy()
@@ -303,7 +310,7 @@ def test_the_follower_says_what_analyse_says_for_the_same_damage(finished, tmp_p
     data += encode_chunk({"table": "events", "thread": 1}, b"\0" * 160)[:-70]   # a torn tail (killed writer)
     raw = tmp_path / "run" / "raw"
     raw.mkdir(parents=True)
-    (raw / f"r0-p{dead.pid}.pvraw").write_bytes(data)
+    (raw / f"r0-p{dead}.pvraw").write_bytes(data)
     (raw / "r0-p1.pvraw").write_bytes(data)                           # a copy of the same recording
     store = scan_raw_store(tmp_path / "run")
     batch = read_raw_tables(store.files[0], rank=0, notes=store.warnings_for(0))
