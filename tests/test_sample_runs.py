@@ -61,11 +61,12 @@ def test_resnet_tuning_story(resnet):
     # (b) four workers: the gap collapses (~4 %), the step is faster (~0.4x), input_bound is resolved
     assert float(b["gap_pct"]) < 15 and float(b["step"]) < 0.8 * float(a["step"])
     assert re.search(r"vs a_one_worker: .*faster.*findings resolved: [^;]*input_bound", b["block"])
-    # (c) float64 GroupNorm, ReLU and residual sums: Cast ~15-20 % of op time (its line: 8 %) against ~2-3 %
-    # in the float32 stages; the norm itself stays ~4-12 % (its line: 20 %) in every stage
-    cast, norm = map(float, re.search(r"op time: Cast (\d+) %, normalisation (\d+) %", c["block"]).groups())
+    # (c) float64 GroupNorm, ReLU and residual sums: Cast ~15-35 % of op time (its line: 8 %) against ~2-4 %
+    # in the float32 stages. The float64 norm itself is slower too (5-6 % of op time in float32, 15-16 % in
+    # c, quiet or at load 4): what the advisor decides about it is asserted below (no normalisation finding)
+    cast = float(re.search(r"op time: Cast (\d+) %", c["block"])[1])
     d_cast, d_norm = map(float, re.search(r"op time: Cast (\d+) %, normalisation (\d+) %", d["block"]).groups())
-    assert cast > 3 * max(d_cast, 1) and norm < 16 and d_norm < 16
+    assert cast > 3 * max(d_cast, 1) and d_norm < 12
     report = json.loads((out / "c_float64" / "report_0.json").read_text())
     hot = [f["title"] for f in report["findings"] if f["kind"] == "op_hotspot" and f["severity"] != "low"]
     assert any(t.startswith("Cast") for t in hot) and not any(t.startswith("BatchNorm / normalisation") for t in hot), hot
