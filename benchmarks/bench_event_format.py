@@ -1,15 +1,27 @@
-"""Which container for the columnar event file: size, write and load time of the same 1e7 events.
+"""Which container and layout for the columnar event file: size, write and load time of the same 1e7 events.
 
-    python benchmarks/bench_event_format.py [--events 1e7] [--dir DIR]
+    python benchmarks/bench_event_format.py [--events 1e7] [--dir DIR] [--baseline TREE [--analyse-events 2e7]]
 
 Candidates: Apache Arrow IPC (uncompressed, LZ4, ZSTD), Parquet (snappy), numpy .npz (stored,
-deflated). "load" = every column as a numpy array in a fresh process (cold page cache is not
-forced: the file was just written, as it is when the viewer opens a fresh analysis). Each
-candidate is measured three times; min-max printed.
+deflated), all with the version-1 columns (every row its phase, lane, name, category and args), and
+"arrow-heads": uncompressed Arrow IPC in the version-2 layout (start, duration, step and head per
+row, the distinct heads in the schema metadata). "load" = every field as a numpy array in a fresh
+process (cold page cache is not forced: the file was just written, as it is when the viewer opens a
+fresh analysis); for arrow-heads that includes gathering the five head fields by the rows' head, as
+`EventFile.column` does. Each candidate is measured three times; min-max printed.
+
+With `--baseline TREE` (another checkout, its C extensions built, e.g. of the previous event-file
+version: `git archive REF | tar -x -C TREE; cd TREE; python setup.py build_ext --inplace`): one
+recording of `--analyse-events` events (two per span: 2e7 give 1e7 rows) analysed by this checkout
+and by TREE, alternating, each in a fresh process, three times: the event file's write inside
+analyse() (write_event_file, timed around the call), analyse() itself, the file's bytes per row.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,8 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from profiler.formats import EVENT_HEAD_FIELDS  # noqa: E402
+
 LOAD = r"""
-import sys, time, resource
+import json, re, sys, time
 t0 = time.perf_counter()
 kind, path = sys.argv[1], sys.argv[2]
 import numpy as np
@@ -29,6 +46,11 @@ if kind.startswith("arrow"):
     reader = pa.ipc.open_file(src)
     batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]   # zero-copy when uncompressed
     cols = {n: [b.column(j).to_numpy() for b in batches] for j, n in enumerate(reader.schema.names)}
+    if kind == "arrow-heads":       # the head fields, gathered by the rows' head as EventFile.column does
+        heads = json.loads(reader.schema.metadata[b"profview"])["heads"]
+        for n, dtype in json.loads(sys.argv[3]).items():
+            field = np.asarray(heads[n], dtype=dtype)
+            cols[n] = [field[h] for h in cols["head"]]
     total = sum(int(c[-1][-1]) + int(np.sum(c[0][:1000])) for c in cols.values())
 elif kind == "parquet":
     import pyarrow.parquet as pq
@@ -39,7 +61,8 @@ else:
     with np.load(path) as z:
         cols = {n: z[n] for n in z.files}
     total = sum(int(c[-1]) for c in cols.values())
-print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+# this process's peak RSS (ru_maxrss would count the parent's: Linux keeps it across fork and exec)
+print(time.perf_counter() - t0, int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read())[1]) / 1024)
 """
 
 
@@ -52,12 +75,27 @@ def columns(n: int) -> dict[str, np.ndarray]:
             "step": (np.arange(n) // 50_000).astype(np.int32), "args": np.full(n, -1, np.int32)}
 
 
-def write(kind: str, cols: dict, path: Path) -> float:
+def head_coded(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, list[int]]]:
+    """The version-2 layout of version-1 columns: start, duration, step and head per row; the distinct heads."""
+    fields = [name for name, _ in EVENT_HEAD_FIELDS]
+    key = np.zeros(len(cols["start_ns"]), np.int64)
+    for name in fields:                  # one number per head (mixed radix; the generator's codes are small)
+        values = cols[name].astype(np.int64) + 1
+        key = key * (int(values.max()) + 1) + values
+    distinct, first, head = np.unique(key, return_index=True, return_inverse=True)
+    rows = {"start_ns": cols["start_ns"], "dur_ns": cols["dur_ns"], "step": cols["step"],
+            "head": head.astype(np.int32)}
+    return rows, {name: cols[name][first].tolist() for name in fields}
+
+
+def write(kind: str, cols: dict | tuple, path: Path) -> float:
+    """Seconds to write `cols` (for arrow-heads: head_coded's rows and heads) as `kind` at `path`."""
     t0 = time.perf_counter()
     if kind.startswith("arrow"):
         import pyarrow as pa
-        comp = {"arrow": None, "arrow-lz4": "lz4", "arrow-zstd": "zstd"}[kind]
-        table = pa.table(cols)
+        comp = {"arrow": None, "arrow-heads": None, "arrow-lz4": "lz4", "arrow-zstd": "zstd"}[kind]
+        table = pa.table(cols[0]).replace_schema_metadata({"profview": json.dumps({"heads": cols[1]})}) \
+            if kind == "arrow-heads" else pa.table(cols)
         with pa.OSFile(str(path), "wb") as sink:
             with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=comp)) as w:
                 w.write_table(table, max_chunksize=1 << 20)
@@ -72,23 +110,98 @@ def write(kind: str, cols: dict, path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--events", default="1e7")
-    ap.add_argument("--dir", type=Path)
-    args = ap.parse_args()
-    n = int(float(args.events))
-    base = args.dir or Path(tempfile.mkdtemp(prefix="pv-fmt-"))
+ANALYSE = r"""
+import json, sys, time
+import profiler.export.writers.events as writer
+from profiler.formats import read_event_file
+from profiler.postprocess.recording import analyse_directory
+write, spent = writer.write_event_file, []
+def timed(events, path):
+    t = time.perf_counter()
+    try:
+        return write(events, path)
+    finally:
+        spent.append(time.perf_counter() - t)
+writer.write_event_file = timed
+t = time.perf_counter()
+paths = analyse_directory(sys.argv[1], progress=False)
+seconds = time.perf_counter() - t
+path = [p for p in paths if p.name.startswith("events_")][0]
+f = read_event_file(path)
+print(json.dumps({"analyse_s": seconds, "write_s": spent[0], "bytes": path.stat().st_size, "rows": f.rows,
+                  "version": f.meta["version"]}))
+"""
+
+RECORD = r"""
+import sys
+from profiler import Profiler
+out, n_events = sys.argv[1], int(float(sys.argv[2]))
+p = Profiler(output_path=out, host_counters=False, gpu_counters=False, memory_budget_mb=1024)
+span, fwd = p.op("MatMul", op_type="MatMul"), p.phase("forward")
+for _ in range(max(n_events // 2000, 1)):          # bench_core's analyse() loop: steps of 1000 spans
+    with fwd:
+        for _ in range(999):
+            with span:
+                pass
+    p.step()
+p.stop()
+print("{}")
+"""
+
+
+def in_tree(tree: Path, code: str, *args: str) -> dict:
+    """Run `code` in a fresh process importing profview from `tree`; its last line of output, as JSON."""
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=str(tree),
+                       env={**os.environ, "PYTHONPATH": str(tree)})
+    if r.returncode != 0:
+        raise SystemExit(f"failed in {tree}: {r.stderr.strip().splitlines()[-1]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def span(values: list[float], fmt: str = "{:.2f}") -> str:
+    return fmt.format(min(values)) + "-" + fmt.format(max(values))
+
+
+def bench_analyse(base: Path, events: float, baseline: Path) -> None:
+    """The event file written inside analyse(): this checkout against `baseline`, on one recording, alternating."""
+    print(f"== analyse() of one recording of {events:.0e} events, this checkout and {baseline}, alternating, "
+          f"fresh processes; load average {os.getloadavg()[0]:.1f} at start", flush=True)
+    recording = base / "recording"
+    in_tree(ROOT, RECORD, str(recording), str(events))
+    trees = {"this checkout": ROOT, f"baseline {baseline}": baseline}
+    copies = {name: shutil.copytree(recording, base / f"analysed-{i}") for i, name in enumerate(trees)}
+    shutil.rmtree(recording)
+    runs: dict[str, list[dict]] = {name: [] for name in trees}
+    for _ in range(3):
+        for name, tree in trees.items():
+            runs[name].append(in_tree(tree, ANALYSE, str(copies[name])))
+    for name, rs in runs.items():
+        r = rs[0]
+        print(f"  {name}: event file version {r['version']}, {r['rows']:,} rows, {r['bytes'] / 1e6:.0f} MB, "
+              f"{r['bytes'] / r['rows']:.1f} B/row; its write inside analyse() {span([x['write_s'] for x in rs])} s; "
+              f"analyse() {span([x['analyse_s'] for x in rs])} s", flush=True)
+    print(f"  load average now {os.getloadavg()[0]:.1f}")
+    for copy in copies.values():
+        shutil.rmtree(copy)
+
+
+def bench_containers(base: Path, n: int) -> None:
+    """Every candidate container on the same `n` synthetic events."""
     cols = columns(n)
-    print(f"{n:,} events, {sum(c.nbytes for c in cols.values()) / n:.0f} B/event in memory")
+    coded = head_coded(cols)
+    dtypes = json.dumps(dict(EVENT_HEAD_FIELDS))
+    print(f"{n:,} events, {sum(c.nbytes for c in cols.values()) / n:.0f} B/event in memory, {len(coded[1]['ph'])} "
+          f"distinct heads; load average {os.getloadavg()[0]:.1f} at start")
     print(f"{'format':12} {'size MB':>8} {'B/event':>8} {'write s':>14} {'load s':>14} {'load RSS MB':>12}")
-    for kind in ("arrow", "arrow-lz4", "arrow-zstd", "parquet", "npz", "npz-deflate"):
+    for kind in ("arrow", "arrow-heads", "arrow-lz4", "arrow-zstd", "parquet", "npz", "npz-deflate"):
         path = base / f"events.{kind}"
-        writes = [write(kind, cols, path) for _ in range(2 if kind != "npz-deflate" else 1)]
+        data = coded if kind == "arrow-heads" else cols
+        writes = [write(kind, data, path) for _ in range(2 if kind != "npz-deflate" else 1)]
         loads = []
         for _ in range(3):
             out = subprocess.run([sys.executable, "-c", LOAD, kind, str(path if kind.startswith(("arrow", "parquet"))
-                                                                       else str(path) + ("" if str(path).endswith(".npz") else ".npz"))],
+                                                                       else str(path) + ("" if str(path).endswith(".npz") else ".npz")),
+                                  dtypes],
                                  capture_output=True, text=True, check=True).stdout.split()
             loads.append((float(out[0]), float(out[1])))
         p = path if path.exists() else Path(str(path) + ".npz")
@@ -97,6 +210,21 @@ def main() -> None:
               f"{min(l[0] for l in loads):6.2f}-{max(l[0] for l in loads):<6.2f} {max(l[1] for l in loads):12.0f}",
               flush=True)
         p.unlink()
+    print(f"load average now {os.getloadavg()[0]:.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", default="1e7")
+    ap.add_argument("--dir", type=Path)
+    ap.add_argument("--baseline", type=Path, help="another checkout whose analyse() writes the event file too")
+    ap.add_argument("--analyse-events", default="2e7", help="with --baseline: events recorded (two per span)")
+    args = ap.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="pv-fmt-"))
+    base.mkdir(parents=True, exist_ok=True)
+    bench_containers(base, int(float(args.events)))
+    if args.baseline:
+        bench_analyse(base, float(args.analyse_events), args.baseline.resolve())
 
 
 if __name__ == "__main__":

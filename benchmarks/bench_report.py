@@ -2,6 +2,7 @@
 events (and 1e8 with --events 1e8), in one run.
 
     python benchmarks/bench_report.py [--events 1e5,1e6,1e7] [--repeat 3] [--keep DIR] [--no-browser] [--no-json]
+                                      [--baseline TREE]
 
 For each size, on the same synthetic run (tests/viewer_fixtures.py: its event file written by the
 generator, chunk by chunk; a Chrome trace of exactly the same events written with profview's row
@@ -12,6 +13,9 @@ writer), each in a fresh process, `--repeat` times (min-max printed, the machine
     viewer used before, benchmarks/legacy_trace_reader.py) and `json.load` of the same trace;
   * browser: headless Chromium, from navigation until every plot of every tab is drawn; then a
     zoom on the whole-run view (1/40 of the run): the time until the finer level is drawn.
+With `--baseline TREE` (another checkout, its C extensions built, e.g. of the previous event-file
+version), TREE writes its own synthetic run of the same events and its report build and timeline
+read are timed too, alternating with this checkout's (before / after under the same load).
 Targets (issue 16): at 1e7 events the report builds in <= 5 s with peak RSS <= 1 GB and HTML <= 15 MB;
 the page opens in <= 3 s; a zoom redraw takes <= 300 ms. At 1e8 it builds in bounded memory.
 """
@@ -19,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -32,9 +38,20 @@ STEPS = 200
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
-CHILD_PRELUDE = f"import sys, time, resource, json\nsys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}, {str(ROOT / 'benchmarks')!r}]\n"
 
-BUILD = CHILD_PRELUDE + r"""
+def prelude(tree: Path) -> str:
+    """The start of every child's code: profview, its tests and benchmarks imported from the checkout `tree`."""
+    return f"import sys, time, resource, json\nsys.path[:0] = [{str(tree)!r}, {str(tree / 'tests')!r}, {str(tree / 'benchmarks')!r}]\n"
+
+
+WRITE_RUN = r"""
+from pathlib import Path
+from viewer_fixtures import Spec, write_run
+write_run(Path(sys.argv[1]), Spec(steps=int(sys.argv[2]), ops_per_step=int(sys.argv[3]), queues=False, counters=False))
+print("{}")
+"""
+
+BUILD = r"""
 from pathlib import Path
 from viewer.context import Context
 from viewer.report import build_report
@@ -48,7 +65,7 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": resource.getrusage(resourc
                   "bytes": out.stat().st_size}))
 """
 
-READ_EVENTS = CHILD_PRELUDE + r"""
+READ_EVENTS = r"""
 from pathlib import Path
 from viewer.trace import load_timeline
 from viewer.lod import busy_levels
@@ -61,7 +78,7 @@ print(json.dumps({"wall": time.perf_counter() - t, "events": tl.events,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
-READ_LEGACY = CHILD_PRELUDE + r"""
+READ_LEGACY = r"""
 from pathlib import Path
 from legacy_trace_reader import read_trace
 t = time.perf_counter()
@@ -70,7 +87,7 @@ print(json.dumps({"wall": time.perf_counter() - t, "events": trace.events,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
-READ_JSON = CHILD_PRELUDE + r"""
+READ_JSON = r"""
 t = time.perf_counter()
 with open(sys.argv[1], "rb") as f:
     doc = json.load(f)
@@ -79,13 +96,12 @@ print(json.dumps({"wall": time.perf_counter() - t, "events": len(doc["traceEvent
 """
 
 
-def synthetic_run(directory: Path, events: int) -> Path:
-    """A run whose event file holds about `events` events (2 per op plus 3 per step)."""
-    from viewer_fixtures import Spec, write_run
-
+def synthetic_run(directory: Path, events: int, tree: Path = ROOT) -> Path:
+    """A run whose event file holds about `events` events (2 per op plus 3 per step), written by `tree`."""
     if not (directory / "profiler_info_0.json").exists():
-        write_run(directory, Spec(steps=STEPS, ops_per_step=max(1, (events - 3 * STEPS) // (2 * STEPS)),
-                                  queues=False, counters=False))
+        made = child(WRITE_RUN, directory, STEPS, max(1, (events - 3 * STEPS) // (2 * STEPS)), tree=tree, timeout=None)
+        if "error" in made:
+            raise SystemExit(f"writing the synthetic run with {tree} failed: {made['error']}")
     return directory
 
 
@@ -136,8 +152,10 @@ def chrome_trace_of(directory: Path) -> Path:
     return path
 
 
-def child(code: str, *args: str, timeout: int = 1800) -> dict:
-    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+def child(code: str, *args, tree: Path = ROOT, timeout: Optional[int] = 1800) -> dict:
+    """Run `code` in a fresh process importing from `tree`; its last line of output, as JSON."""
+    r = subprocess.run([sys.executable, "-c", prelude(tree) + code, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["killed"])[-1]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -204,6 +222,20 @@ def span(values: list[float], fmt: str = "{:.2f}") -> str:
     return (fmt.format(min(values)) + "-" + fmt.format(max(values))) if values else "-"
 
 
+def print_build(label: str, events: Path, builds: list[dict], reads: list[dict]) -> None:
+    """The event file's size, the report build and the timeline read of one checkout's run."""
+    ok = [b for b in builds if "error" not in b]
+    print(f"  event file{label}: {events.stat().st_size / 1e6:.0f} MB, "
+          f"{events.stat().st_size / reads[0]['events']:.1f} B/event", flush=True)
+    if not ok:
+        print(f"  report build{label} failed: {builds[0]['error']}")
+        return
+    print(f"  report build{label}: wall {span([b['wall'] for b in ok])} s, cpu {span([b['cpu'] for b in ok])} s, "
+          f"peak RSS {span([b['rss_mb'] for b in ok], '{:.0f}')} MB, HTML {ok[0]['bytes'] / 1e6:.1f} MB", flush=True)
+    print(f"  timeline read{label}, event file + level of detail: {span([r['wall'] for r in reads])} s, "
+          f"peak RSS {span([r['rss_mb'] for r in reads], '{:.0f}')} MB", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="1e5,1e6,1e7", help="comma-separated event counts")
@@ -211,22 +243,29 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep the synthetic runs here (re-used when present)")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--no-json", action="store_true", help="skip the Chrome-trace baselines")
+    parser.add_argument("--baseline", type=Path, help="another checkout, timed alternating with this one")
     args = parser.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="profview-bench-"))
     for count in (int(float(x)) for x in args.events.split(",")):
         directory = synthetic_run(base / f"run-{count}", count)
-        events = directory / "events_0.arrow"
-        print(f"== {count:,} events: event file {events.stat().st_size / 1e6:.0f} MB", flush=True)
-        builds = [child(BUILD, directory, base / f"report-{count}.html") for _ in range(args.repeat)]
-        ok = [b for b in builds if "error" not in b]
-        if not ok:
-            print(f"  report build failed: {builds[0]['error']}")
+        trees = {"": (ROOT, directory)}
+        if args.baseline:
+            tree = args.baseline.resolve()
+            trees[f" [baseline {tree}]"] = (tree, synthetic_run(base / f"run-{count}-baseline", count, tree))
+        print(f"== {count:,} events (load average {os.getloadavg()[0]:.1f})", flush=True)
+        builds: dict[str, list[dict]] = {label: [] for label in trees}
+        reads: dict[str, list[dict]] = {label: [] for label in trees}
+        for _ in range(args.repeat):                      # the checkouts alternate: the same load for both
+            for label, (tree, run) in trees.items():
+                report = base / f"report-{count}{'-baseline' if label else ''}.html"
+                builds[label].append(child(BUILD, run, report, tree=tree))
+                reads[label].append(child(READ_EVENTS, run / "events_0.arrow", tree=tree))
+        for label, (tree, run) in trees.items():
+            print_build(label, run / "events_0.arrow", builds[label], reads[label])
+        print(f"  load average now {os.getloadavg()[0]:.1f}", flush=True)
+        new = reads[""]
+        if all("error" in b for b in builds[""]):
             continue
-        print(f"  report build: wall {span([b['wall'] for b in ok])} s, cpu {span([b['cpu'] for b in ok])} s, "
-              f"peak RSS {span([b['rss_mb'] for b in ok], '{:.0f}')} MB, HTML {ok[0]['bytes'] / 1e6:.1f} MB", flush=True)
-        new = [child(READ_EVENTS, events) for _ in range(args.repeat)]
-        print(f"  timeline read, event file + level of detail: {span([r['wall'] for r in new])} s, "
-              f"peak RSS {span([r['rss_mb'] for r in new], '{:.0f}')} MB", flush=True)
         if not args.no_json and count <= 2 * 10**7:
             trace = chrome_trace_of(directory)
             print(f"  Chrome trace of the same events: {trace.stat().st_size / 1e6:.0f} MB", flush=True)

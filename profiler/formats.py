@@ -119,22 +119,34 @@ TIMELINE_FULL, TIMELINE_KEY_STEPS = "full", "key steps"
 
 #: What the event file's metadata calls itself, and its version (readers refuse a newer one).
 EVENT_FILE_FORMAT = "profview-events"
-EVENT_FILE_VERSION = 1
-#: The schema metadata key holding the file's tables (names, categories, args, lanes) as JSON.
+EVENT_FILE_VERSION = 2
+#: The schema metadata key holding the file's tables (names, categories, args, lanes, heads) as JSON.
 EVENT_FILE_META_KEY = "profview"
 #: The metadata's lane index holds every this-many-th start of a lane's complete rows.
 EVENT_INDEX_STEP = 1 << 16
-#: The event file's columns, in order, with their numpy dtypes.
-EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+#: The fields of a row's head, with their numpy dtypes: what many rows share, so the file stores each
+#: distinct head once (the metadata's `heads` table, one array per field) and a row its head's index.
+EVENT_HEAD_FIELDS: tuple[tuple[str, str], ...] = (
     ("ph", "uint8"),          # the Chrome trace phase letter as a byte: X complete, i instant, C counter, s / f flow
     ("lane", "uint16"),       # index into the lanes table (pid, tid, process and thread names, kind)
-    ("start_ns", "int64"),    # start (time of an instant / counter value), ns from the run's origin
-    ("dur_ns", "int64"),      # duration, 0 for events without one
     ("name", "int32"),        # index into the names table
     ("category", "uint16"),   # index into the categories table (step, phase, span, compute, host, counter, ...)
-    ("step", "int32"),        # the step the event started in, -1 outside every step
     ("args", "int32"),        # index into the args table (JSON text), -1 for none
 )
+#: The event file's columns, in order, with their numpy dtypes.
+EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("start_ns", "int64"),    # start (time of an instant / counter value), ns from the run's origin
+    ("dur_ns", "int64"),      # duration, 0 for events without one
+    ("step", "int32"),        # the step the event started in, -1 outside every step
+    ("head", "int32"),        # index into the heads table
+)
+#: The columns of each version's files, in order: version 1 stored the head fields in every row.
+EVENT_FILE_COLUMNS: dict[int, tuple[str, ...]] = {
+    1: ("ph", "lane", "start_ns", "dur_ns", "name", "category", "step", "args"),
+    2: tuple(name for name, _ in EVENT_COLUMNS),
+}
+#: The numpy dtype of every field a reader gets (`EventFile.column`): the head fields and the columns.
+EVENT_FIELD_DTYPES: dict[str, str] = dict(EVENT_HEAD_FIELDS + EVENT_COLUMNS)
 
 # ---- queue names --------------------------------------------------------------------------
 
@@ -622,13 +634,17 @@ class EventFile:
     Rows [0, complete_rows) are the complete events, sorted by lane then start; `lane_rows(lane)`
     gives a lane's range of them. Record batches (1 Mi rows) are read when a column range needs
     them and only the last two are kept, so a file of 1e8 events opens at once and is read in
-    bounded memory; a column within one batch is a view of it, without parsing or conversion.
+    bounded memory; a column within one batch is a view of it, without parsing or conversion. A
+    head field (EVENT_HEAD_FIELDS) of a version-2 file is gathered from its heads table by the rows'
+    `head`; version 1 stored it as a column.
     """
 
-    def __init__(self, path: Path, reader, meta: dict[str, Any]) -> None:
+    def __init__(self, path: Path, reader, meta: dict[str, Any], heads: dict[str, np.ndarray]) -> None:
         self.path = Path(path)
         self.meta = meta
         self._reader = reader
+        self._heads = heads
+        self._index = {name: i for i, name in enumerate(reader.schema.names)}
         self._batches: dict[int, Any] = {}
         sizes = meta.get("batch_rows")
         if not isinstance(sizes, list) or len(sizes) != reader.num_record_batches:
@@ -691,12 +707,19 @@ class EventFile:
         return batch
 
     def column(self, name: str, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
-        """Rows [start, stop) of a column (a view of the mapped file when they lie in one batch)."""
+        """Rows [start, stop) of a field (EVENT_FIELD_DTYPES): a stored column, or a head field gathered."""
+        field = self._heads.get(name)
+        if field is not None:
+            return field[self._stored("head", start, stop)]
+        return self._stored(name, start, stop)
+
+    def _stored(self, name: str, start: int, stop: Optional[int]) -> np.ndarray:
+        """Rows [start, stop) of a stored column (a view of the mapped file when they lie in one batch)."""
         stop = self.rows if stop is None else min(stop, self.rows)
         start = max(0, start)
         if stop <= start:
-            return np.empty(0, dtype=dict(EVENT_COLUMNS)[name])
-        index = EVENT_COLUMN_INDEX[name]
+            return np.empty(0, dtype=EVENT_FIELD_DTYPES[name])
+        index = self._index[name]
         first = int(np.searchsorted(self.batch_starts, start, side="right")) - 1
         last = int(np.searchsorted(self.batch_starts, stop, side="left")) - 1
         parts = []
@@ -713,7 +736,16 @@ class EventFile:
             yield start, min(stop, start + rows)
 
 
-EVENT_COLUMN_INDEX = {name: i for i, (name, _) in enumerate(EVENT_COLUMNS)}
+def _head_table(meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
+    """A version-2 file's heads table (one array per head field, all as long); one sentence when it is not one."""
+    table = meta.get("heads")
+    try:
+        heads = {name: np.asarray(table[name], dtype=dtype) for name, dtype in EVENT_HEAD_FIELDS}
+        if all(values.ndim == 1 and len(values) == len(heads["ph"]) for values in heads.values()):
+            return heads
+    except (TypeError, KeyError, ValueError, OverflowError):
+        pass
+    raise InputError(f"{path} is malformed: its metadata's heads table is not the event file's")
 
 
 def read_event_file(path: Path) -> EventFile:
@@ -752,9 +784,9 @@ def read_event_file(path: Path) -> EventFile:
     if not isinstance(version, int) or version > EVENT_FILE_VERSION:
         raise InputError(f"{path} has event-file version {version!r}, newer than this viewer reads "
                          f"({EVENT_FILE_VERSION}); upgrade profview")
-    if reader.schema.names != [name for name, _ in EVENT_COLUMNS]:
+    if reader.schema.names != list(EVENT_FILE_COLUMNS.get(version, ())):
         raise InputError(f"{path} is malformed: its columns are not the event file's")
     for key in ("names", "categories", "args", "lanes", "lane_complete", "complete_rows"):
         if key not in meta:
             raise InputError(f"{path} is malformed: its metadata has no {key!r}")
-    return EventFile(path, reader, meta)
+    return EventFile(path, reader, meta, _head_table(meta, path) if "head" in reader.schema.names else {})

@@ -199,6 +199,7 @@ def write_events(path: Path, rank: int, steps: pd.DataFrame, spec: Spec) -> int:
     Lanes: MainThread (launches, forward phases), DataLoader (next(batch)), steps, the device
     stream (kernels); one instant. Returns the number of events written."""
     from profiler.export.event_file import EventStreamWriter
+    from profiler.formats import EVENT_HEAD_FIELDS
 
     device_pid = 1000 + rank
     lanes = [{"pid": rank, "tid": HOST_LANE, "process": f"host (rank {rank})", "thread": "MainThread", "kind": "host"},
@@ -209,28 +210,32 @@ def write_events(path: Path, rank: int, steps: pd.DataFrame, spec: Spec) -> int:
               "thread": f"stream {DEVICE_STREAM}", "kind": "device"}]
     for lane in lanes:
         lane["process_sort"] = 0 if lane["kind"] != "device" else 1
-    n_ops = len(OP_NAMES)
+    n_ops, n_steps = len(OP_NAMES), len(steps)
     names = OP_NAMES + [f"launch {n}" for n in OP_NAMES] + ["forward", "next(batch)", "end"] + \
         [f"step {int(s)}" for s in steps["step"]]
     categories = ["compute", "host", "phase", "span", "step", "mark"]
     args = ['{"type":"cudaLaunchKernel"}'] + ['{"step":%d}' % int(s) for s in steps["step"]]
+    # the heads (ph, lane, name, category, args): kernels, launches, forward, next(batch), steps, the instant
+    X = ord("X")
+    kernel, launch, forward, loader = 0, n_ops, 2 * n_ops, 2 * n_ops + 1         # their first codes
+    first_step, end = loader + 1, loader + 1 + n_steps
+    table = ([(X, 3, i, 0, -1) for i in range(n_ops)] + [(X, 0, n_ops + i, 1, 0) for i in range(n_ops)] +
+             [(X, 0, 2 * n_ops, 2, -1), (X, 1, 2 * n_ops + 1, 3, -1)] +
+             [(X, 2, 2 * n_ops + 3 + k, 4, 1 + k) for k in range(n_steps)] + [(ord("i"), 0, 2 * n_ops + 2, 5, -1)])
+    heads = dict(zip([name for name, _ in EVENT_HEAD_FIELDS], np.array(table, dtype=np.int64).T))
     start_ns = np.round(steps["start_ms"].to_numpy() * 1e6).astype(np.int64)
     end_ns = np.round((steps["start_ms"] + steps["total_ms"]).to_numpy() * 1e6).astype(np.int64)
     fp_ns = np.round((steps["start_ms"] + steps["iteration_gap_ms"]).to_numpy() * 1e6).astype(np.int64)
     fp_bp_ns = np.round(steps["fp_bp_ms"].to_numpy() * 1e6).astype(np.int64)
     gap_ns = np.round(steps["iteration_gap_ms"].to_numpy() * 1e6).astype(np.int64)
     number = steps["step"].to_numpy()
-    first_name = {"forward": 2 * n_ops, "next(batch)": 2 * n_ops + 1, "end": 2 * n_ops + 2, "step": 2 * n_ops + 3}
 
-    def rows(lane, start, dur, name, cat, step, arg, ph=ord("X")):
+    def rows(start, dur, step, head):
         order = np.lexsort((-dur, start))
-        n = len(start)
-        full = lambda v, t: np.full(n, v, dtype=t) if np.isscalar(v) else np.asarray(v, dtype=t)[order]
-        return {"ph": np.full(n, ph, np.uint8), "lane": np.full(n, lane, np.uint16), "start_ns": start[order],
-                "dur_ns": dur[order], "name": full(name, np.int32), "category": full(cat, np.uint16),
-                "step": full(step, np.int32), "args": full(arg, np.int32)}
+        return {"start_ns": start[order], "dur_ns": dur[order], "step": np.broadcast_to(step, start.shape)[order],
+                "head": np.broadcast_to(head, start.shape)[order]}
 
-    with EventStreamWriter(path, rank=rank, names=names, categories=categories, args=args, lanes=lanes,
+    with EventStreamWriter(path, rank=rank, names=names, categories=categories, args=args, heads=heads, lanes=lanes,
                            origin_unix_ns=1_763_700_000_000_000_000) as w:
         by_chunk = list(_chunks(spec, steps))
         for i, chunk in by_chunk:                                   # lane 0: launches + forward phases
@@ -238,19 +243,14 @@ def write_events(path: Path, rank: int, steps: pd.DataFrame, spec: Spec) -> int:
             sel = np.isin(number, chunk["step"].to_numpy())
             start = np.concatenate([ops["launch_ns"], fp_ns[sel]])
             dur = np.concatenate([ops["launch_dur_ns"], fp_bp_ns[sel]])
-            name = np.concatenate([ops["name"] + n_ops, np.full(sel.sum(), first_name["forward"])])
-            cat = np.concatenate([np.full(len(ops["name"]), 1), np.full(sel.sum(), 2)])
-            arg = np.concatenate([np.zeros(len(ops["name"])), np.full(sel.sum(), -1)])
-            w.write(rows(0, start, dur, name, cat, np.concatenate([ops["step"], number[sel]]), arg))
-        w.write(rows(1, start_ns.copy(), np.round(gap_ns * 0.9).astype(np.int64), first_name["next(batch)"], 3,
-                     number, -1))
-        w.write(rows(2, start_ns.copy(), end_ns - start_ns, first_name["step"] + np.arange(len(number)), 4, number,
-                     1 + np.arange(len(number))))
+            head = np.concatenate([ops["name"] + launch, np.full(sel.sum(), forward)])
+            w.write(rows(start, dur, np.concatenate([ops["step"], number[sel]]), head))
+        w.write(rows(start_ns.copy(), np.round(gap_ns * 0.9).astype(np.int64), number, loader))
+        w.write(rows(start_ns.copy(), end_ns - start_ns, number, first_step + np.arange(n_steps)))
         for i, chunk in by_chunk:                                   # lane 3: device kernels
             ops = _chunk_ops(spec, rank, chunk, i)
-            w.write(rows(3, ops["start_ns"], ops["dur_ns"], ops["name"], 0, ops["step"], -1))
-        w.write(rows(0, np.zeros(1, np.int64), np.zeros(1, np.int64), first_name["end"], 5, -1, -1, ph=ord("i")),
-                complete=False)
+            w.write(rows(ops["start_ns"], ops["dur_ns"], ops["step"], ops["name"] + kernel))
+        w.write(rows(np.zeros(1, np.int64), np.zeros(1, np.int64), -1, end), complete=False)
     return w.rows
 
 

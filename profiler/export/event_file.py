@@ -3,8 +3,10 @@ columns, for the viewer and any program that wants the events without parsing JS
 
 An Apache Arrow IPC file (uncompressed, record batches of 1 Mi rows): a reader gets each column
 of a batch as a numpy array without parsing or converting anything, read or memory-mapped, batch
-by batch (benchmarks/bench_event_format.py has the measured alternatives). Strings are stored
-once, in tables in the schema's metadata; the rows carry codes. Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
+by batch (benchmarks/bench_event_format.py has the measured alternatives). What rows share is stored
+once, in tables in the schema's metadata: the strings, and the distinct row heads (phase, lane, name,
+category, args: formats.EVENT_HEAD_FIELDS) as codes into them; a row carries its start, duration,
+step and head (24 bytes). Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
 longest first, then instants and counter values sorted by lane and time, then flow points in the
 Chrome trace's order. The metadata's `chrome` (the trace's M events and otherData) and the flows'
 steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
@@ -32,9 +34,14 @@ def _codes(values: list) -> tuple[np.ndarray, list]:
     return codes, list(index)
 
 
+def _json(value: dict) -> str:
+    """Compact JSON (no spaces): the args as the trace writes them, and the metadata, which the file holds twice."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def _args_text(args: Optional[dict]) -> Optional[str]:
     """The args as the Chrome trace writes them (keys in their order), so its rows can be written again."""
-    return json.dumps(args, ensure_ascii=False, separators=(",", ":")) if args else None
+    return _json(args) if args else None
 
 
 def _lane_table(ev: TimelineEvents, pairs: list[tuple[int, int]]) -> list[dict]:
@@ -60,34 +67,37 @@ def _lane_table(ev: TimelineEvents, pairs: list[tuple[int, int]]) -> list[dict]:
 class EventStreamWriter:
     """Writes an event file row batch by row batch, in bounded memory.
 
-    The string tables and lanes are known up front (the schema's metadata); the row index (each
-    lane's range of complete rows, its longest event, every EVENT_INDEX_STEP-th start, the batch
-    sizes) is gathered while writing and stored in the custom metadata of a last, empty batch.
-    Complete rows must come lane by lane in lane order, each lane's sorted by start; then the
-    other rows (`complete=False`).
+    The string tables, lanes and heads (`heads`: an array per formats.EVENT_HEAD_FIELDS, codes into
+    the tables) are known up front (the schema's metadata); the row index (each lane's range of
+    complete rows, its longest event, every EVENT_INDEX_STEP-th start, the rows per phase, the batch
+    sizes) is gathered while writing, the lanes and phases from the rows' heads, and stored in the
+    custom metadata of a last, empty batch. Complete rows must come lane by lane in lane order,
+    each lane's sorted by start; then the other rows (`complete=False`).
     """
 
     def __init__(self, path: Path, *, rank: int, names: list[str], categories: list[str], args: list[str],
-                 lanes: list[dict], data_origin: str = "profview", origin_unix_ns: int = 0,
-                 chrome: Optional[dict] = None) -> None:
+                 heads: dict[str, np.ndarray], lanes: list[dict], data_origin: str = "profview",
+                 origin_unix_ns: int = 0, chrome: Optional[dict] = None) -> None:
         import pyarrow as pa
 
         self._pa = pa
         self.path = Path(path)
+        self._heads = {name: np.asarray(heads[name], dtype=dtype) for name, dtype in formats.EVENT_HEAD_FIELDS}
         meta = {"format": formats.EVENT_FILE_FORMAT, "version": formats.EVENT_FILE_VERSION, "rank": int(rank),
                 "data_origin": data_origin, "origin_unix_ns": int(origin_unix_ns),
-                "names": list(names), "categories": list(categories), "args": list(args), "lanes": list(lanes)}
+                "names": list(names), "categories": list(categories), "args": list(args), "lanes": list(lanes),
+                "heads": {name: values.tolist() for name, values in self._heads.items()}}
         if chrome is not None:
             meta["chrome"] = chrome
         self.schema = pa.schema([(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
-                                metadata={formats.EVENT_FILE_META_KEY: json.dumps(meta, ensure_ascii=False)})
+                                metadata={formats.EVENT_FILE_META_KEY: _json(meta)})
         self._file = AtomicWrite(self.path)
         self._raw = DirectFile(self._file.tmp)
         self._writer = pa.ipc.new_file(pa.PythonFile(self._raw, mode="w"), self.schema)
         n = len(lanes)
         self.rows = 0
         self.complete_rows = 0
-        self.phase_rows: dict[str, int] = {}
+        self._head_rows = np.zeros(len(self._heads["ph"]), np.int64)
         self._lane_first = np.zeros(n, np.int64)
         self._lane_count = np.zeros(n, np.int64)
         self._lane_longest = np.zeros(n, np.int64)
@@ -97,20 +107,22 @@ class EventStreamWriter:
         self._complete_done = False
 
     def write(self, cols: dict[str, np.ndarray], complete: bool = True) -> None:
-        """Append rows (a dict of the EVENT_COLUMNS)."""
-        n = len(cols["start_ns"])
+        """Append rows (a dict of the EVENT_COLUMNS; `head` indexes the heads)."""
+        head = np.asarray(cols["head"])
+        n = len(head)
         if n == 0:
             return
+        head_rows = np.bincount(head, minlength=len(self._head_rows))
+        if len(head_rows) > len(self._head_rows):
+            raise ValueError("a row's head is not in the heads table")
         if complete:
             if self._complete_done:
                 raise ValueError("complete rows must come before the others")
-            self._index(np.asarray(cols["lane"]), np.asarray(cols["start_ns"]), np.asarray(cols["dur_ns"]))
+            self._index(self._heads["lane"][head], np.asarray(cols["start_ns"]), np.asarray(cols["dur_ns"]))
             self.complete_rows += n
         else:
             self._complete_done = True
-        ph, counts = np.unique(np.asarray(cols["ph"]), return_counts=True)
-        for v, c in zip(ph.tolist(), counts.tolist()):
-            self.phase_rows[chr(v)] = self.phase_rows.get(chr(v), 0) + c
+        self._head_rows += head_rows
         pa = self._pa
         for i in range(0, n, BATCH_ROWS):
             arrays = [pa.array(np.ascontiguousarray(np.asarray(cols[name])[i:i + BATCH_ROWS], dtype=dtype))
@@ -137,14 +149,15 @@ class EventStreamWriter:
     def close(self) -> Path:
         """Write the row index and finish the file (atomically renamed into place)."""
         pa = self._pa
-        index = {"rows": self.rows, "complete_rows": self.complete_rows, "phase_rows": self.phase_rows,
+        index = {"rows": self.rows, "complete_rows": self.complete_rows,
+                 "phase_rows": _phase_rows(self._heads["ph"], self._head_rows),
                  "lane_complete": [[int(f), int(c), int(m)] for f, c, m in
                                    zip(self._lane_first, self._lane_count, self._lane_longest)],
                  "lane_index_step": formats.EVENT_INDEX_STEP, "lane_index": self._lane_index,
                  "batch_rows": self._batch_rows + [0]}
         empty = [pa.array(np.empty(0, dtype=dtype)) for _, dtype in formats.EVENT_COLUMNS]
         self._writer.write_batch(pa.record_batch(empty, schema=self.schema),
-                                 custom_metadata={formats.EVENT_FILE_META_KEY: json.dumps(index)})
+                                 custom_metadata={formats.EVENT_FILE_META_KEY: _json(index)})
         self._writer.close()
         self._raw.close()
         return self._file.commit()
@@ -165,6 +178,13 @@ class EventStreamWriter:
             self.abort()
 
 
+def _phase_rows(ph: np.ndarray, head_rows: np.ndarray) -> dict[str, int]:
+    """Rows per phase letter, from each head's phase and rows."""
+    rows = np.zeros(256, np.int64)
+    np.add.at(rows, ph, head_rows)
+    return {chr(letter): int(rows[letter]) for letter in np.flatnonzero(rows).tolist()}
+
+
 def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     """Write the events as an Arrow IPC file at `path` (atomically); returns the path."""
     specs: list[Head] = ev.complete.specs + ev.points.specs
@@ -183,34 +203,25 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     args_text = [_args_text(h.args) for h in all_specs]
     distinct_args = sorted({a for a in args_text if a is not None})
     args_index = {a: i for i, a in enumerate(distinct_args)}
-    head_table = {
-        "ph": np.array([ord(h.ph) for h in all_specs], dtype=np.uint8),
-        "lane": np.array([pair_index[(h.pid, h.tid)] for h in all_specs], dtype=np.uint16),
-        "name": name_code.astype(np.int32),
-        "category": cat_code.astype(np.uint16),
-        "args": np.array([-1 if a is None else args_index[a] for a in args_text], dtype=np.int32),
-    }
+    heads = {"ph": np.array([ord(h.ph) for h in all_specs], dtype=np.int64),
+             "lane": np.array([pair_index[(h.pid, h.tid)] for h in all_specs], dtype=np.int64),
+             "name": name_code, "category": cat_code,
+             "args": np.array([-1 if a is None else args_index[a] for a in args_text], dtype=np.int64)}
     c, p = ev.complete, ev.points
     with EventStreamWriter(path, rank=ev.rank, names=names, categories=categories, args=distinct_args,
-                           lanes=_lane_table(ev, pairs), data_origin=ev.data_origin,
+                           heads=heads, lanes=_lane_table(ev, pairs), data_origin=ev.data_origin,
                            origin_unix_ns=int(ev.origin_unix_ns),
                            chrome={"meta": ev.lanes.meta, "other": ev.other_data}) as writer:
         for b, order, head_offset, complete in ((c, ev.complete_order, 0, True),
                                                 (p, ev.points_order, n_complete_heads, False)):
             for i in range(0, len(order), BATCH_ROWS):
                 rows = order[i:i + BATCH_ROWS]
-                heads = b.key[rows] + head_offset
                 dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
-                writer.write(_columns(head_table, heads, np.asarray(b.ts_ns)[rows], dur, np.asarray(b.step)[rows]),
-                             complete=complete)
+                writer.write({"start_ns": np.asarray(b.ts_ns)[rows], "dur_ns": dur, "step": np.asarray(b.step)[rows],
+                              "head": b.key[rows] + head_offset}, complete=complete)
         if flows:               # in the Chrome trace's order, each with its launching op's step
-            writer.write(_columns(head_table, np.arange(len(flows), dtype=np.int64) + len(specs),
-                                  np.array([e["_ns"] for e in flows], dtype=np.int64), np.zeros(len(flows), np.int64),
-                                  np.array([e["_step"] for e in flows], dtype=np.int64)), complete=False)
+            writer.write({"start_ns": np.array([e["_ns"] for e in flows], dtype=np.int64),
+                          "dur_ns": np.zeros(len(flows), np.int64),
+                          "step": np.array([e["_step"] for e in flows], dtype=np.int64),
+                          "head": np.arange(len(flows), dtype=np.int64) + len(specs)}, complete=False)
     return Path(path)
-
-
-def _columns(head_table: dict, heads: np.ndarray, start: np.ndarray, dur: np.ndarray, step: np.ndarray) -> dict:
-    return {"ph": head_table["ph"][heads], "lane": head_table["lane"][heads], "start_ns": start, "dur_ns": dur,
-            "name": head_table["name"][heads], "category": head_table["category"][heads],
-            "step": step, "args": head_table["args"][heads]}
