@@ -33,10 +33,12 @@ def medians(out: Path) -> pd.Series:
 
 def test_without_sink_the_device_waits_for_the_loader(sample):
     out, _ = sample
-    feed = medians(out / "feed")
+    feed, sink = medians(out / "feed"), medians(out / "sink")
     # the host loads the next batch only after it saw ITER_END: the device idles for the whole loader time,
-    # plus the host's turnaround (a fraction of a ms on an idle machine, several ms on a loaded one)
-    assert LOADER_MS <= feed["iteration_gap_ms"] < 2 * LOADER_MS, feed
+    # plus the host's turnaround (a fraction of a ms on an idle machine, 15-20 ms at load 8), which the
+    # sink's gap is made of: the feed's gap beyond it is the loader's time
+    assert feed["iteration_gap_ms"] >= LOADER_MS, feed
+    assert feed["iteration_gap_ms"] - sink["iteration_gap_ms"] < 2 * LOADER_MS, (feed, sink)
 
 
 def test_sink_mode_collapses_the_iteration_gap(sample):
@@ -44,10 +46,10 @@ def test_sink_mode_collapses_the_iteration_gap(sample):
     feed, sink = medians(out / "feed"), medians(out / "sink")
     # staged batches wait on the device: the gap loses the loader time that an iteration's compute hides
     # (all of it here), keeping the host's turnaround, which both modes share (a fraction of a ms on an
-    # idle machine, ~10 ms under heavy load): at least half of the hidden time must leave the gap
+    # idle machine, 15-20 ms at load 8, when it outweighs the 15 ms loader): at least half of the hidden
+    # time must leave the gap
     hidden = min(LOADER_MS, sink["fp_bp_ms"] + sink["tail_ms"])
     assert feed["iteration_gap_ms"] - sink["iteration_gap_ms"] >= hidden / 2, (feed, sink)
-    assert sink["iteration_gap_ms"] < 0.5 * feed["iteration_gap_ms"], (feed, sink)
     assert sink["total_ms"] < feed["total_ms"]
     summary = json.loads((out / "sink" / "queue_summary_0.json").read_text())
     assert summary["verdict"]["device_queue"] == "device_queue" and summary["verdict"]["kind"] == "compute"
