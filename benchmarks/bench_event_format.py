@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profiler.formats import EVENT_HEAD_FIELDS  # noqa: E402
+from bench_core import RECORD_CHILD  # noqa: E402  (benchmarks/ is the script's own folder)
 
 LOAD = r"""
 import json, re, sys, time
@@ -132,21 +133,8 @@ print(json.dumps({"analyse_s": seconds, "write_s": spent[0], "bytes": path.stat(
                   "version": f.meta["version"]}))
 """
 
-RECORD = r"""
-import sys
-from profiler import Profiler
-out, n_events = sys.argv[1], int(float(sys.argv[2]))
-p = Profiler(output_path=out, host_counters=False, gpu_counters=False, memory_budget_mb=1024)
-span, fwd = p.op("MatMul", op_type="MatMul"), p.phase("forward")
-for _ in range(max(n_events // 2000, 1)):          # bench_core's analyse() loop: steps of 1000 spans
-    with fwd:
-        for _ in range(999):
-            with span:
-                pass
-    p.step()
-p.stop()
-print("{}")
-"""
+#: bench_core's recording loop (steps of 1000 spans), printing an empty JSON line for `in_tree`
+RECORD = RECORD_CHILD + 'print("{}")\n'
 
 
 def in_tree(tree: Path, code: str, *args: str) -> dict:
