@@ -37,6 +37,8 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 from profiler import Profiler  # noqa: E402
 from profiler.reference.device import AscendReferenceDevice, Task  # noqa: E402
+from viewer.inputs import load_input  # noqa: E402
+from viewer.stats import verdict_phases  # noqa: E402
 
 BATCH, FEATURES, HIDDEN, CLASSES = 256, 1024, 2048, 10
 REPLICAS = 4            # the all-reduce averages this many (simulated) replicas' gradients
@@ -144,12 +146,18 @@ def train(out: Path, steps: int, sink: bool, loader_ms: float, depth: int = 4, d
     return losses
 
 
-def summary(out: Path) -> str:
-    """Median phases of the device step trace (first two steps, the warm-up, left out)."""
-    m = pd.read_csv(out / "step_trace_0.csv").iloc[2:].median(numeric_only=True)
-    return (f"median step {m['total_ms']:.1f} ms: iteration gap {m['iteration_gap_ms']:.1f} ms, "
-            f"forward+backward {m['fp_bp_ms']:.1f} ms, tail {m['tail_ms']:.1f} ms "
-            f"(all-reduce {m['all_reduce_ms']:.1f} ms)")
+def device_phases(out: Path) -> pd.DataFrame:
+    """The device step trace's phases as `profview --summary` shows them (the verdict's steady steps)."""
+    run = load_input(out)[0]
+    return verdict_phases(run.step_trace, run.report)
+
+
+def summary(phases: pd.DataFrame) -> str:
+    """Median phases of the device step trace."""
+    m = phases["median_ms"]
+    return (f"median step {m['step']:.1f} ms: iteration gap {m['iteration gap']:.1f} ms, "
+            f"forward+backward {m['forward + backward']:.1f} ms, tail {m['tail']:.1f} ms "
+            f"(all-reduce {m['all-reduce']:.1f} ms)")
 
 
 def main() -> None:
@@ -162,8 +170,9 @@ def main() -> None:
     gaps = {}
     for mode in ("feed", "sink"):
         losses = train(args.out / mode, args.steps, mode == "sink", args.loader_ms, decode=args.decode)
-        gaps[mode] = pd.read_csv(args.out / mode / "step_trace_0.csv").iloc[2:]["iteration_gap_ms"].median()
-        print(f"[{mode}] loss {losses[0]:.3f} -> {losses[-1]:.3f}; {summary(args.out / mode)}")
+        phases = device_phases(args.out / mode)
+        gaps[mode] = phases.at["iteration gap", "median_ms"]
+        print(f"[{mode}] loss {losses[0]:.3f} -> {losses[-1]:.3f}; {summary(phases)}")
     loader = f"{args.loader_ms:g} ms" + (f" + {args.decode} decode pass(es)" if args.decode else "")
     print(f"sink mode hides the {loader} loader: iteration gap {gaps['feed']:.1f} -> {gaps['sink']:.1f} ms. "
           f"See: profview {args.out / 'feed'} --compare {args.out / 'sink'}")

@@ -6,7 +6,7 @@
 A two-layer MLP learns a synthetic 10-class problem with plain numpy. Each batch is "decoded"
 on the host (a deliberately slow input step), then forward, backward and the SGD update run as
 marked phases, with every matrix op timed as an op. The printed conclusion is read from the
-step trace and op table that analyse() writes.
+files analyse() writes, the step figures as `profview --summary` shows them.
 """
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 from profiler import Profiler  # noqa: E402
+from viewer.inputs import load_input  # noqa: E402
+from viewer.stats import verdict_phases  # noqa: E402
 
 BATCH, FEATURES, HIDDEN, CLASSES = 256, 512, 1024, 10
 
@@ -81,13 +82,14 @@ def train(out: Path, steps: int) -> Path:
 
 
 def conclusion(out: Path) -> str:
-    st = pd.read_csv(out / "step_trace_0.csv")
-    ops = pd.read_csv(out / "op_type_0.csv")
-    m = st.median(numeric_only=True)
-    top = ops.iloc[0]
-    return (f"median step {m['total_ms']:.1f} ms: iteration gap {m['iteration_gap_ms']:.1f} ms "
-            f"({100 * m['iteration_gap_ms'] / m['total_ms']:.0f} %, the host 'decode'), forward+backward "
-            f"{m['fp_bp_ms']:.1f} ms, tail {m['tail_ms']:.1f} ms; top op type {top['op_type']} "
+    """The run's figures as `profview --summary` shows them (the verdict's steady steps), and its top op type."""
+    run = load_input(out)[0]
+    phases = verdict_phases(run.step_trace, run.report)
+    m, share = phases["median_ms"], phases["share_pct"]
+    top = run.op_type.iloc[0]
+    return (f"median step {m['step']:.1f} ms: iteration gap {m['iteration gap']:.1f} ms "
+            f"({share['iteration gap']:.0f} % of step time, the host 'decode'), forward+backward "
+            f"{m['forward + backward']:.1f} ms, tail {m['tail']:.1f} ms; top op type {top['op_type']} "
             f"({top['share_pct']:.0f} % of op time). See: profview {out}")
 
 

@@ -42,6 +42,7 @@ from profiler.analysis.findings.operators import OP_FAMILIES  # noqa: E402
 from profiler.analysis.compare import interval_text  # noqa: E402
 from viewer.pages.compare import comparison  # noqa: E402
 from viewer.inputs import load_input  # noqa: E402
+from viewer.stats import verdict_phases  # noqa: E402
 
 BATCH = 32
 LOAD_TO_COMPUTE = 2.5  # one worker needs this many times the compute time to load a batch (stage a)
@@ -194,16 +195,17 @@ def train_stage(out: Path, steps: int, loader_options: dict, careful: bool, read
 
 
 def stage_line(name: str, what: str, directory: Path) -> str:
-    """Median step, its split, and the advisor's verdict, from the files analyse() wrote."""
+    """Median step, its split, and the advisor's verdict, from the files analyse() wrote (the step
+    figures as `profview --summary` shows them: the verdict's steady steps)."""
     run = load_input(directory)[0]
-    st = run.step_trace.iloc[1:]
-    m = st.median(numeric_only=True)
-    gap_pct = 100 * st["iteration_gap_ms"].sum() / st["total_ms"].sum()
+    phases = verdict_phases(run.step_trace, run.report)
+    m, share = phases["median_ms"], phases["share_pct"]
     report = run.report or {}
     top = (report.get("findings") or [{}])[0]
     lines = [f"[{name}] {what}:",
-             f"    median step {m['total_ms']:.1f} ms — iteration gap {m['iteration_gap_ms']:.1f} ms "
-             f"({gap_pct:.0f} % of step time), forward+backward {m['fp_bp_ms']:.1f} ms, tail {m['tail_ms']:.1f} ms",
+             f"    median step {m['step']:.1f} ms — iteration gap {m['iteration gap']:.1f} ms "
+             f"({share['iteration gap']:.0f} % of step time), forward+backward {m['forward + backward']:.1f} ms, "
+             f"tail {m['tail']:.1f} ms",
              f"    advisor: {report.get('verdict')} — {top.get('title', 'no finding')}"]
     queue = (run.queue_summary or {}).get("verdict") or {}
     if queue:

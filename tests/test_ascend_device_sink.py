@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from viewer.cli import main
+
 REPO = Path(__file__).resolve().parents[1]
 LOADER_MS = 15.0
 WARMUP = 2          # steps left out of the medians (the sink's queue fills during them)
@@ -42,7 +44,7 @@ def test_without_sink_the_device_waits_for_the_loader(sample):
 
 
 def test_sink_mode_collapses_the_iteration_gap(sample):
-    out, stdout = sample
+    out, _ = sample
     feed, sink = medians(out / "feed"), medians(out / "sink")
     # staged batches wait on the device: the gap loses the loader time that an iteration's compute hides
     # (all of it here), keeping the host's turnaround, which both modes share (a fraction of a ms on an
@@ -55,9 +57,17 @@ def test_sink_mode_collapses_the_iteration_gap(sample):
     # compare judges the step with its interval.)
     summary = json.loads((out / "sink" / "queue_summary_0.json").read_text())
     assert summary["verdict"]["device_queue"] == "device_queue" and summary["verdict"]["kind"] == "compute"
+
+
+def test_the_sample_prints_what_the_summary_shows(sample, capsys):
+    out, stdout = sample
     printed = re.search(r"iteration gap ([\d.]+) -> ([\d.]+) ms", stdout)
-    assert printed and float(printed[1]) == pytest.approx(feed["iteration_gap_ms"], abs=0.05)
-    assert float(printed[2]) == pytest.approx(sink["iteration_gap_ms"], abs=0.05)
+    assert printed, stdout
+    for mode, value in (("feed", printed[1]), ("sink", printed[2])):
+        assert main([str(out / mode), "--summary"]) == 0
+        table = capsys.readouterr().out           # "iteration gap   mean  median  p95  max  share %"
+        median = float(re.search(r"^iteration gap\s+[\d.]+\s+([\d.]+)", table, re.M)[1])
+        assert float(value) == pytest.approx(median, abs=0.051), (mode, table)
 
 
 def test_both_modes_train_the_same_model(sample):

@@ -65,6 +65,12 @@ def step_window(steps: pd.DataFrame, report: Optional[dict[str, Any]], window: S
     return StepWindow(analysed, skipped, min_pct)
 
 
+def verdict_phases(steps: pd.DataFrame, report: Optional[dict[str, Any]]) -> pd.DataFrame:
+    """phase_table over the verdict's steady steps, by phase label ("step" for the whole step): the
+    figures --summary's step table shows, for scripts that print a run's figures."""
+    return phase_table(step_window(steps, report).steady).set_index("phase")
+
+
 def outliers(window: StepWindow) -> pd.DataFrame:
     """The outlier steps of a step window, slowest first."""
     return window.outliers.sort_values("total_ms", ascending=False, kind="stable")
