@@ -4,6 +4,7 @@ The extensions are optional: without a C compiler the package installs and recor
 pure-Python buffers (profiler/record/buffers.py) at a higher cost per event, and analyses with
 the numpy versions of its kernels (span nesting, column ranges, trace rows), several times slower.
 """
+
 import sys
 
 from setuptools import Extension, setup
@@ -11,10 +12,19 @@ from setuptools import Extension, setup
 ext_modules = []
 if sys.platform.startswith("linux") or sys.platform == "darwin":
     ext_modules += [
-        Extension(name, [name.replace(".", "/") + ".c"], depends=["profiler/int64_buffer.h"], optional=True,
-                  extra_compile_args=["-O2"])
-        for name in ("profiler.record._hotpath", "profiler.kernels._nesting", "profiler.kernels._columns",
-                     "profiler.export._trace_rows")
+        Extension(
+            name,
+            [name.replace(".", "/") + ".c"],
+            depends=["profiler/int64_buffer.h"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+        for name in (
+            "profiler.record._hotpath",
+            "profiler.kernels._nesting",
+            "profiler.kernels._columns",
+            "profiler.export._trace_rows",
+        )
     ]
 
 setup(ext_modules=ext_modules)

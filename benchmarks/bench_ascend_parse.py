@@ -10,6 +10,7 @@ structured array per 8 MiB chunk of executions, one slice per chunk), like JOB3:
 Start/End pairs of framework tasks, 1 in 10 a device-only task no task_desc line describes.
 The writer's own throughput is printed too: encoding alone, and with the appends to the slice files.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from profiler.importers.ascend import framework_desc, hwts
-from profiler.reference.log_writer import JobWriter, task_desc_line, task_pair_bytes
 from profiler.importers.ascend.slices import find_slices, join_slices
+from profiler.reference.log_writer import JobWriter, task_desc_line, task_pair_bytes
 
 REPO = Path(__file__).resolve().parents[1]
-CHUNK_PAIRS = 1 << 16       # executions per writer call: 8 MiB of records, one slice each
+CHUNK_PAIRS = 1 << 16  # executions per writer call: 8 MiB of records, one slice each
 
 
 def write_synthetic_job(job_dir: Path, n_records: int, n_ops: int = 200, seed: int = 0) -> tuple[float, float]:
@@ -76,10 +77,14 @@ def measure(label: str, job_dir: Path, repeat: int) -> None:
         return hwts.executions(hwts.decode_hwts(join_slices(hwts_paths))[0], *key_map)
 
     n_exec = len(decode_and_pair())
-    print(f"{label}: {n:,} records ({len(joined.data) / 1e6:.1f} MB in {len(hwts_paths)} slice(s)), "
-          f"{n_exec:,} executions")
-    for what, fn in (("decode", lambda: hwts.decode_hwts(joined)), ("decode + pair", decode_and_pair),
-                     ("read + decode + pair", read_decode_and_pair)):
+    print(
+        f"{label}: {n:,} records ({len(joined.data) / 1e6:.1f} MB in {len(hwts_paths)} slice(s)), {n_exec:,} executions"
+    )
+    for what, fn in (
+        ("decode", lambda: hwts.decode_hwts(joined)),
+        ("decode + pair", decode_and_pair),
+        ("read + decode + pair", read_decode_and_pair),
+    ):
         seconds = best_of(repeat, fn)
         print(f"  {what:22s} {seconds * 1e3:9.1f} ms   {n / seconds / 1e6:7.1f} M records/s")
 
@@ -100,8 +105,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         encoding, writing = write_synthetic_job(Path(tmp), args.records)
         for what, seconds in (("encode", encoding), ("encode + append to slices", writing)):
-            print(f"reference device writer, {what}: {args.records:,} records in {seconds * 1e3:.1f} ms "
-                  f"({args.records / seconds / 1e6:.1f} M records/s)")
+            print(
+                f"reference device writer, {what}: {args.records:,} records in {seconds * 1e3:.1f} ms "
+                f"({args.records / seconds / 1e6:.1f} M records/s)"
+            )
         measure("synthetic (reference device writer)", Path(tmp), args.repeat)
 
 

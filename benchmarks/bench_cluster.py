@@ -11,6 +11,7 @@
    TIMELINE_RANKS ranks loaded from a real raw store). Time and output sizes per N; the scaling to
    512 and 4096 ranks in docs/architecture.md ("Scale") is extrapolated from these.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,13 +26,13 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profiler import Profiler  # noqa: E402
-from profiler.postprocess.recording import analyse_directory, load_rank  # noqa: E402
-from profiler.formats import STEP_TRACE_COLUMNS  # noqa: E402
-from profiler.export.cluster import TIMELINE_RANKS, write_cluster_outputs  # noqa: E402
-from profiler.export.csv_json import write_csv, write_json  # noqa: E402
-from profiler.record.recorder import hot, now_ns  # noqa: E402
-from profiler.capture.distributed import COMM, DDP_BUCKET  # noqa: E402
+from profiler import Profiler
+from profiler.capture.distributed import COMM, DDP_BUCKET
+from profiler.export.cluster import TIMELINE_RANKS, write_cluster_outputs
+from profiler.export.csv_json import write_csv, write_json
+from profiler.formats import STEP_TRACE_COLUMNS
+from profiler.postprocess.recording import analyse_directory, load_rank
+from profiler.record.recorder import hot, now_ns
 
 BUCKETS = 4
 
@@ -66,8 +67,12 @@ def bytes_per_step(steps: int, user_ops: int) -> dict[str, float]:
         raw = sum(p.stat().st_size for p in (out / "raw").glob("*.pvraw"))
         analyse_directory(out, progress=False)
         outputs = {p.name.split("_")[0]: p.stat().st_size for p in out.iterdir() if p.is_file()}
-        return {"raw": raw / steps, "step_trace": outputs.get("step", 0) / steps,
-                "timeline": outputs.get("timeline", 0) / steps, "all_outputs": sum(outputs.values()) / steps}
+        return {
+            "raw": raw / steps,
+            "step_trace": outputs.get("step", 0) / steps,
+            "timeline": outputs.get("timeline", 0) / steps,
+            "all_outputs": sum(outputs.values()) / steps,
+        }
 
 
 def synthetic_ranks(directory: Path, ranks: int, steps: int, template: Path) -> None:
@@ -86,20 +91,33 @@ def synthetic_ranks(directory: Path, ranks: int, steps: int, template: Path) -> 
         trace["all_reduce_ms"], trace["all_reduce_overlap_ms"] = 10.0 + wait, 8.0
         trace["fp_start_source"] = trace["bp_end_source"] = "marked"
         write_csv(trace, directory / f"step_trace_{r}.csv")
-        write_json({"rank": r, "world_size": ranks, "recording": {"stopped_cleanly": True}, "config": {"ranks": None},
-                    "clock": {"origin_monotonic_ns": 10**12 + r * 1000, "origin_unix_ns": 10**18 + r * 1000,
-                              "offset_to_rank0_ns": r * 1000, "offset_uncertainty_ns": 20_000}},
-                   directory / f"profiler_info_{r}.json")
+        write_json(
+            {
+                "rank": r,
+                "world_size": ranks,
+                "recording": {"stopped_cleanly": True},
+                "config": {"ranks": None},
+                "clock": {
+                    "origin_monotonic_ns": 10**12 + r * 1000,
+                    "origin_unix_ns": 10**18 + r * 1000,
+                    "offset_to_rank0_ns": r * 1000,
+                    "offset_uncertainty_ns": 20_000,
+                },
+            },
+            directory / f"profiler_info_{r}.json",
+        )
     for raw in template.glob("*.pvraw"):
         shutil.copy(raw, directory / "raw" / raw.name)
 
 
 def load_as_rank(template_dir: Path):
     """A run loader for the merged timeline: the template's run, relabelled as the asked-for rank."""
+
     def load(directory: Path, rank: int):
         run = load_rank(template_dir, 0)
         run.info["rank"] = rank
         return run
+
     return load
 
 
@@ -111,9 +129,13 @@ def merge_cost(ranks: int, steps: int, template: Path) -> dict[str, float]:
         written = write_cluster_outputs(out, load_as_rank(template))
         seconds = time.perf_counter() - t0
         sizes = {p.name: p.stat().st_size for p in written}
-        return {"seconds": seconds, "ms_per_rank": 1e3 * seconds / ranks,
-                "step_table_bytes_per_rank_step": sizes["cluster_step_trace.csv"] / (ranks * steps),
-                "summary_bytes": sizes["cluster_summary.json"], "timeline_bytes": sizes["cluster_timeline.json"]}
+        return {
+            "seconds": seconds,
+            "ms_per_rank": 1e3 * seconds / ranks,
+            "step_table_bytes_per_rank_step": sizes["cluster_step_trace.csv"] / (ranks * steps),
+            "summary_bytes": sizes["cluster_summary.json"],
+            "timeline_bytes": sizes["cluster_timeline.json"],
+        }
 
 
 def main() -> None:
@@ -124,17 +146,21 @@ def main() -> None:
     print("bytes per rank per step (raw store / step_trace csv / timeline json / all outputs):")
     for ops in (0, 50):
         b = bytes_per_step(2000, ops)
-        print(f"  {BUCKETS} buckets, {ops:3d} user ops: raw {b['raw']:7.0f} B   step_trace {b['step_trace']:5.0f} B"
-              f"   timeline {b['timeline']:7.0f} B   all outputs {b['all_outputs']:7.0f} B")
+        print(
+            f"  {BUCKETS} buckets, {ops:3d} user ops: raw {b['raw']:7.0f} B   step_trace {b['step_trace']:5.0f} B"
+            f"   timeline {b['timeline']:7.0f} B   all outputs {b['all_outputs']:7.0f} B"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         template = Path(tmp)
         record_steps(template, args.steps, 0)
         print(f"merge cost, {args.steps} steps per rank, timeline of at most {TIMELINE_RANKS} ranks:")
         for n in args.ranks:
             m = merge_cost(n, args.steps, template)
-            print(f"  {n:5d} ranks: {m['seconds']:6.2f} s ({m['ms_per_rank']:.1f} ms / rank)   cluster_step_trace "
-                  f"{m['step_table_bytes_per_rank_step']:.0f} B / rank-step   summary {m['summary_bytes'] / 1e3:.0f} kB"
-                  f"   timeline {m['timeline_bytes'] / 1e6:.2f} MB")
+            print(
+                f"  {n:5d} ranks: {m['seconds']:6.2f} s ({m['ms_per_rank']:.1f} ms / rank)   cluster_step_trace "
+                f"{m['step_table_bytes_per_rank_step']:.0f} B / rank-step   summary {m['summary_bytes'] / 1e3:.0f} kB"
+                f"   timeline {m['timeline_bytes'] / 1e6:.2f} MB"
+            )
 
 
 if __name__ == "__main__":

@@ -23,19 +23,18 @@ Issue 25: reading + interpreting the raw store at 1e7 events >= 1.5x faster than
 "Events" are profview's recorded events (a span is two: begin and end), as in profiler_info;
 VizTracer records one entry per call, so both rates are also given per span.
 """
+
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import timeit
 from pathlib import Path
 
@@ -92,14 +91,19 @@ print(json.dumps(res))
     env = dict(os.environ)
     if impl == "python":
         env["PROFVIEW_PURE_PYTHON"] = "1"
-    out = subprocess.run([sys.executable, "-c", code, str(tmp / f"pv-{impl}"), str(N_SPANS)], env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp / f"pv-{impl}"), str(N_SPANS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def bench_torch() -> float | None:
     try:
-        import torch
+        from torch.profiler import ProfilerActivity, profile, record_function
     except ImportError:
         return None
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -251,15 +255,17 @@ def checkout(tmp: Path, ref: str) -> Path:
     root = Path(__file__).resolve().parents[1]
     tree = tmp / "baseline-tree"
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), ref], cwd=root, check=True)
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True, capture_output=True
+    )
     return tree
 
 
 def time_stages(tree: Path, directory: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    r = subprocess.run([sys.executable, "-c", STAGES_CHILD, str(directory)], capture_output=True, text=True,
-                       env=env, cwd=str(tree))
+    r = subprocess.run(
+        [sys.executable, "-c", STAGES_CHILD, str(directory)], capture_output=True, text=True, env=env, cwd=str(tree)
+    )
     if r.returncode != 0:
         raise SystemExit(f"stage timing failed in {tree}: {r.stderr.strip().splitlines()[-1]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -271,13 +277,18 @@ def bench_stages(tmp: Path, sizes: list[float], repeat: int, baseline: str | Non
     trees = {"this checkout": root}
     if baseline:
         trees = {f"baseline {baseline}": checkout(tmp, baseline), **trees}
-    print(f"== raw store stages: reading + interpreting (fresh process each, median of {repeat}; "
-          f"load average {os.getloadavg()[0]:.1f} at start)")
+    print(
+        f"== raw store stages: reading + interpreting (fresh process each, median of {repeat}; "
+        f"load average {os.getloadavg()[0]:.1f} at start)"
+    )
     try:
         for size in sizes:
             directory = tmp / f"stages-{int(size)}"
-            subprocess.run([sys.executable, "-c", RECORD_CHILD, str(directory), str(size)], check=True,
-                           env={**os.environ, "PYTHONPATH": str(root)})
+            subprocess.run(
+                [sys.executable, "-c", RECORD_CHILD, str(directory), str(size)],
+                check=True,
+                env={**os.environ, "PYTHONPATH": str(root)},
+            )
             runs: dict[str, list[dict]] = {name: [] for name in trees}
             for _ in range(repeat):
                 for name, tree in trees.items():
@@ -287,13 +298,17 @@ def bench_stages(tmp: Path, sizes: list[float], repeat: int, baseline: str | Non
                 read, interp = [r["read_s"] for r in rs], [r["interpret_s"] for r in rs]
                 medians.append(statistics.median(a + b for a, b in zip(read, interp)))
                 cpu.append(statistics.median(r["cpu_s"] for r in rs))
-                print(f"  {rs[0]['events']:>11,} events, {name:24s} read {statistics.median(read):5.2f} s "
-                      f"({min(read):.2f}-{max(read):.2f})  interpret {statistics.median(interp):5.2f} s "
-                      f"({min(interp):.2f}-{max(interp):.2f})  both {medians[-1]:5.2f} s, CPU {cpu[-1]:5.2f} s")
+                print(
+                    f"  {rs[0]['events']:>11,} events, {name:24s} read {statistics.median(read):5.2f} s "
+                    f"({min(read):.2f}-{max(read):.2f})  interpret {statistics.median(interp):5.2f} s "
+                    f"({min(interp):.2f}-{max(interp):.2f})  both {medians[-1]:5.2f} s, CPU {cpu[-1]:5.2f} s"
+                )
             if baseline:
                 speedup = medians[0] / medians[1]
-                print(f"  -> {speedup:.2f}x faster than {baseline} ({cpu[0] / cpu[1]:.2f}x less CPU; target 1.5x at "
-                      f"1e7: {'met' if speedup >= 1.5 else 'NOT met'}); load average now {os.getloadavg()[0]:.1f}")
+                print(
+                    f"  -> {speedup:.2f}x faster than {baseline} ({cpu[0] / cpu[1]:.2f}x less CPU; target 1.5x at "
+                    f"1e7: {'met' if speedup >= 1.5 else 'NOT met'}); load average now {os.getloadavg()[0]:.1f}"
+                )
             shutil.rmtree(directory, ignore_errors=True)
     finally:
         if baseline:
@@ -305,11 +320,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="1e5,1e6,1e7", help="event counts for the analyse() benchmark")
     ap.add_argument("--repeat", type=int, default=3, help="analyse() / VizTracer runs per size, alternating")
     ap.add_argument("--analyse-only", action="store_true", help="skip the per-span cost section")
-    ap.add_argument("--stages", action="store_true",
-                    help="only the raw store's stages: reading and interpreting, at each size")
+    ap.add_argument(
+        "--stages", action="store_true", help="only the raw store's stages: reading and interpreting, at each size"
+    )
     ap.add_argument("--baseline", help="with --stages: a git ref timed on the same recordings, alternating")
-    ap.add_argument("--loads", default="quiet",
-                    help="quiet and / or busy (a process spinning on a core meanwhile), e.g. quiet,busy")
+    ap.add_argument(
+        "--loads", default="quiet", help="quiet and / or busy (a process spinning on a core meanwhile), e.g. quiet,busy"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -323,13 +340,20 @@ def main() -> None:
             py = bench_profview(tmp, "python")
             torch_ns = bench_torch()
             viz = bench_viztracer(tmp)
-            rows = [("profview phase() [C hot path]", c["phase_ns"]), ("profview op() [C hot path]", c["op_ns"]),
-                    ("profview phase() [pure Python]", py["phase_ns"]), ("profview op() [pure Python]", py["op_ns"]),
-                    ("torch record_function (profiler active)", torch_ns), ("VizTracer log_event", viz),
-                    ("floor: 2x perf_counter_ns + append", floor)]
+            rows = [
+                ("profview phase() [C hot path]", c["phase_ns"]),
+                ("profview op() [C hot path]", c["op_ns"]),
+                ("profview phase() [pure Python]", py["phase_ns"]),
+                ("profview op() [pure Python]", py["op_ns"]),
+                ("torch record_function (profiler active)", torch_ns),
+                ("VizTracer log_event", viz),
+                ("floor: 2x perf_counter_ns + append", floor),
+            ]
             for name, v in rows:
-                print(f"  {name:42s} {'n/a' if v is None else f'{v:8.0f} ns'}"
-                      + ("" if v is None else f"   x{v / c['phase_ns']:.1f} of profview phase()"))
+                print(
+                    f"  {name:42s} {'n/a' if v is None else f'{v:8.0f} ns'}"
+                    + ("" if v is None else f"   x{v / c['phase_ns']:.1f} of profview phase()")
+                )
             print(f"  target: span <= 400 ns -> {'met' if c['phase_ns'] <= 400 else 'NOT met'}")
             print(f"== memory: {c['bytes_per_event']:.1f} bytes per recorded event (C), target <= 40")
         for load in args.loads.split(","):
@@ -357,8 +381,10 @@ def _median_range(values: list[float]) -> str:
 
 def compare_analyse(tmp: Path, sizes: list[float], repeat: int, load: str) -> None:
     """analyse() end to end against VizTracer's stop() + save() of as many entries as profview recorded spans."""
-    print(f"== analyse() end to end vs VizTracer stop() + save(), {load} machine (load average "
-          f"{os.getloadavg()[0]:.1f}; fresh process each, alternating, {repeat} each)")
+    print(
+        f"== analyse() end to end vs VizTracer stop() + save(), {load} machine (load average "
+        f"{os.getloadavg()[0]:.1f}; fresh process each, alternating, {repeat} each)"
+    )
     for s in sizes:
         ours, theirs = [], []
         for _ in range(repeat):
@@ -370,11 +396,14 @@ def compare_analyse(tmp: Path, sizes: list[float], repeat: int, load: str) -> No
             continue
         r = good[0]
         secs = [x["seconds"] for x in good]
-        print(f"  profview  {r['events']:>11,} events ({r['spans']:,} spans): {_median_range(secs)}  "
-              f"{r['events'] / statistics.median(secs) / 1e6:5.2f} M events/s  peak RSS "
-              f"{max(x['peak_rss_mb'] for x in good):6.0f} MB  trace: {r['trace_content']} ({r['trace_events']:,} events, "
-              f"{r['trace_bytes'] / 1e6:.1f} MB, {r['trace_bytes_per_event']:5.1f} B/event), event file "
-              f"{r['event_file_bytes'] / 1e6:.0f} MB ({r['event_file_bytes_per_event']:4.1f} B/span)")
+        print(
+            f"  profview  {r['events']:>11,} events ({r['spans']:,} spans): {_median_range(secs)}  "
+            f"{r['events'] / statistics.median(secs) / 1e6:5.2f} M events/s  peak RSS "
+            f"{max(x['peak_rss_mb'] for x in good):6.0f} MB  trace: {r['trace_content']} "
+            f"({r['trace_events']:,} events, "
+            f"{r['trace_bytes'] / 1e6:.1f} MB, {r['trace_bytes_per_event']:5.1f} B/event), event file "
+            f"{r['event_file_bytes'] / 1e6:.0f} MB ({r['event_file_bytes_per_event']:4.1f} B/span)"
+        )
         viz = [v for v in theirs if v and "error" not in v]
         if not viz:
             if theirs and theirs[0] is not None:
@@ -384,14 +413,18 @@ def compare_analyse(tmp: Path, sizes: list[float], repeat: int, load: str) -> No
             continue
         vs = [v["seconds"] for v in viz]
         v = viz[0]
-        print(f"  VizTracer {v['spans']:>11,} entries (1 a call):          {_median_range(vs)}  "
-              f"{v['spans'] / statistics.median(vs) / 1e6:5.2f} M entries/s  peak RSS "
-              f"{max(x['peak_rss_mb'] for x in viz):6.0f} MB  trace {v['trace_bytes'] / 1e6:.0f} MB")
+        print(
+            f"  VizTracer {v['spans']:>11,} entries (1 a call):          {_median_range(vs)}  "
+            f"{v['spans'] / statistics.median(vs) / 1e6:5.2f} M entries/s  peak RSS "
+            f"{max(x['peak_rss_mb'] for x in viz):6.0f} MB  trace {v['trace_bytes'] / 1e6:.0f} MB"
+        )
         same_spans = statistics.median(vs) / statistics.median(secs)
         per_event = (r["events"] / statistics.median(secs)) / (v["spans"] / statistics.median(vs))
-        print(f"  -> medians: VizTracer's time / profview's for the same spans x{same_spans:.2f}; events/s "
-              f"(profview events, 2 a span, / VizTracer entries) x{per_event:.2f} (issue 25 target x3: "
-              f"{'met' if per_event >= 3 else 'NOT met'})")
+        print(
+            f"  -> medians: VizTracer's time / profview's for the same spans x{same_spans:.2f}; events/s "
+            f"(profview events, 2 a span, / VizTracer entries) x{per_event:.2f} (issue 25 target x3: "
+            f"{'met' if per_event >= 3 else 'NOT met'})"
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ recording of `--analyse-events` events (two per span: 2e7 give 1e7 rows) analyse
 and by TREE, alternating, each in a fresh process, three times: the event file's write inside
 analyse() (write_event_file, timed around the call), analyse() itself, the file's bytes per row.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler.formats import EVENT_HEAD_FIELDS  # noqa: E402
 from bench_core import RECORD_CHILD  # noqa: E402  (benchmarks/ is the script's own folder)
+
+from profiler.formats import EVENT_HEAD_FIELDS  # noqa: E402
 
 LOAD = r"""
 import json, re, sys, time
@@ -70,22 +72,27 @@ print(time.perf_counter() - t0, int(re.search(r"VmHWM:\s+(\d+)", open("/proc/sel
 def columns(n: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     start = np.cumsum(rng.integers(50, 400, n)).astype(np.int64)
-    return {"ph": np.full(n, ord("X"), np.uint8), "lane": (np.arange(n) % 5).astype(np.uint16),
-            "start_ns": start, "dur_ns": rng.integers(100, 300, n).astype(np.int64),
-            "name": rng.integers(0, 40, n).astype(np.int32), "category": rng.integers(0, 4, n).astype(np.uint16),
-            "step": (np.arange(n) // 50_000).astype(np.int32), "args": np.full(n, -1, np.int32)}
+    return {
+        "ph": np.full(n, ord("X"), np.uint8),
+        "lane": (np.arange(n) % 5).astype(np.uint16),
+        "start_ns": start,
+        "dur_ns": rng.integers(100, 300, n).astype(np.int64),
+        "name": rng.integers(0, 40, n).astype(np.int32),
+        "category": rng.integers(0, 4, n).astype(np.uint16),
+        "step": (np.arange(n) // 50_000).astype(np.int32),
+        "args": np.full(n, -1, np.int32),
+    }
 
 
 def head_coded(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, list[int]]]:
     """The version-2 layout of version-1 columns: start, duration, step and head per row; the distinct heads."""
     fields = [name for name, _ in EVENT_HEAD_FIELDS]
     key = np.zeros(len(cols["start_ns"]), np.int64)
-    for name in fields:                  # one number per head (mixed radix; the generator's codes are small)
+    for name in fields:  # one number per head (mixed radix; the generator's codes are small)
         values = cols[name].astype(np.int64) + 1
         key = key * (int(values.max()) + 1) + values
     distinct, first, head = np.unique(key, return_index=True, return_inverse=True)
-    rows = {"start_ns": cols["start_ns"], "dur_ns": cols["dur_ns"], "step": cols["step"],
-            "head": head.astype(np.int32)}
+    rows = {"start_ns": cols["start_ns"], "dur_ns": cols["dur_ns"], "step": cols["step"], "head": head.astype(np.int32)}
     return rows, {name: cols[name][first].tolist() for name in fields}
 
 
@@ -94,15 +101,20 @@ def write(kind: str, cols: dict | tuple, path: Path) -> float:
     t0 = time.perf_counter()
     if kind.startswith("arrow"):
         import pyarrow as pa
+
         comp = {"arrow": None, "arrow-heads": None, "arrow-lz4": "lz4", "arrow-zstd": "zstd"}[kind]
-        table = pa.table(cols[0]).replace_schema_metadata({"profview": json.dumps({"heads": cols[1]})}) \
-            if kind == "arrow-heads" else pa.table(cols)
+        table = (
+            pa.table(cols[0]).replace_schema_metadata({"profview": json.dumps({"heads": cols[1]})})
+            if kind == "arrow-heads"
+            else pa.table(cols)
+        )
         with pa.OSFile(str(path), "wb") as sink:
             with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=comp)) as w:
                 w.write_table(table, max_chunksize=1 << 20)
     elif kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
+
         pq.write_table(pa.table(cols), str(path))
     elif kind == "npz":
         np.savez(path, **cols)
@@ -139,8 +151,13 @@ RECORD = RECORD_CHILD + 'print("{}")\n'
 
 def in_tree(tree: Path, code: str, *args: str) -> dict:
     """Run `code` in a fresh process importing profview from `tree`; its last line of output, as JSON."""
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=str(tree),
-                       env={**os.environ, "PYTHONPATH": str(tree)})
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=str(tree),
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
     if r.returncode != 0:
         raise SystemExit(f"failed in {tree}: {r.stderr.strip().splitlines()[-1]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -152,8 +169,11 @@ def span(values: list[float], fmt: str = "{:.2f}") -> str:
 
 def bench_analyse(base: Path, events: float, baseline: Path) -> None:
     """The event file written inside analyse(): this checkout against `baseline`, on one recording, alternating."""
-    print(f"== analyse() of one recording of {events:.0e} events, this checkout and {baseline}, alternating, "
-          f"fresh processes; load average {os.getloadavg()[0]:.1f} at start", flush=True)
+    print(
+        f"== analyse() of one recording of {events:.0e} events, this checkout and {baseline}, alternating, "
+        f"fresh processes; load average {os.getloadavg()[0]:.1f} at start",
+        flush=True,
+    )
     recording = base / "recording"
     in_tree(ROOT, RECORD, str(recording), str(events))
     trees = {"this checkout": ROOT, f"baseline {baseline}": baseline}
@@ -165,9 +185,12 @@ def bench_analyse(base: Path, events: float, baseline: Path) -> None:
             runs[name].append(in_tree(tree, ANALYSE, str(copies[name])))
     for name, rs in runs.items():
         r = rs[0]
-        print(f"  {name}: event file version {r['version']}, {r['rows']:,} rows, {r['bytes'] / 1e6:.0f} MB, "
-              f"{r['bytes'] / r['rows']:.1f} B/row; its write inside analyse() {span([x['write_s'] for x in rs])} s; "
-              f"analyse() {span([x['analyse_s'] for x in rs])} s", flush=True)
+        print(
+            f"  {name}: event file version {r['version']}, {r['rows']:,} rows, {r['bytes'] / 1e6:.0f} MB, "
+            f"{r['bytes'] / r['rows']:.1f} B/row; its write inside analyse() {span([x['write_s'] for x in rs])} s; "
+            f"analyse() {span([x['analyse_s'] for x in rs])} s",
+            flush=True,
+        )
     print(f"  load average now {os.getloadavg()[0]:.1f}")
     for copy in copies.values():
         shutil.rmtree(copy)
@@ -178,8 +201,10 @@ def bench_containers(base: Path, n: int) -> None:
     cols = columns(n)
     coded = head_coded(cols)
     dtypes = json.dumps(dict(EVENT_HEAD_FIELDS))
-    print(f"{n:,} events, {sum(c.nbytes for c in cols.values()) / n:.0f} B/event in memory, {len(coded[1]['ph'])} "
-          f"distinct heads; load average {os.getloadavg()[0]:.1f} at start")
+    print(
+        f"{n:,} events, {sum(c.nbytes for c in cols.values()) / n:.0f} B/event in memory, {len(coded[1]['ph'])} "
+        f"distinct heads; load average {os.getloadavg()[0]:.1f} at start"
+    )
     print(f"{'format':12} {'size MB':>8} {'B/event':>8} {'write s':>14} {'load s':>14} {'load RSS MB':>12}")
     for kind in ("arrow", "arrow-heads", "arrow-lz4", "arrow-zstd", "parquet", "npz", "npz-deflate"):
         path = base / f"events.{kind}"
@@ -187,16 +212,31 @@ def bench_containers(base: Path, n: int) -> None:
         writes = [write(kind, data, path) for _ in range(2 if kind != "npz-deflate" else 1)]
         loads = []
         for _ in range(3):
-            out = subprocess.run([sys.executable, "-c", LOAD, kind, str(path if kind.startswith(("arrow", "parquet"))
-                                                                       else str(path) + ("" if str(path).endswith(".npz") else ".npz")),
-                                  dtypes],
-                                 capture_output=True, text=True, check=True).stdout.split()
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    LOAD,
+                    kind,
+                    str(
+                        path
+                        if kind.startswith(("arrow", "parquet"))
+                        else str(path) + ("" if str(path).endswith(".npz") else ".npz")
+                    ),
+                    dtypes,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
             loads.append((float(out[0]), float(out[1])))
         p = path if path.exists() else Path(str(path) + ".npz")
         size = p.stat().st_size
-        print(f"{kind:12} {size / 1e6:8.0f} {size / n:8.1f} {min(writes):6.2f}-{max(writes):<6.2f} "
-              f"{min(l[0] for l in loads):6.2f}-{max(l[0] for l in loads):<6.2f} {max(l[1] for l in loads):12.0f}",
-              flush=True)
+        print(
+            f"{kind:12} {size / 1e6:8.0f} {size / n:8.1f} {min(writes):6.2f}-{max(writes):<6.2f} "
+            f"{min(t for t, _ in loads):6.2f}-{max(t for t, _ in loads):<6.2f} {max(rss for _, rss in loads):12.0f}",
+            flush=True,
+        )
         p.unlink()
     print(f"load average now {os.getloadavg()[0]:.1f}")
 

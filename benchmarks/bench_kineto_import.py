@@ -9,6 +9,7 @@ device time breakdown, and the output files), and HTA's own parse
 
     .venv/bin/python benchmarks/bench_kineto_import.py [--events N] [--gzip] [--skip-hta]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ def replicated_trace(seed: dict, target_events: int) -> dict:
     start = min(e["ts"] for e in body)
     span = max(e["ts"] + e.get("dur", 0) for e in body) - start + COPY_GAP_US
     steps_per_copy = sum(1 for e in body if STEP.match(str(e.get("name", ""))))
-    id_stride = 1 + max(max(e.get("args", {}).get("correlation", 0), e.get("args", {}).get("External id", 0))
-                        for e in body)
+    id_stride = 1 + max(
+        max(e.get("args", {}).get("correlation", 0), e.get("args", {}).get("External id", 0)) for e in body
+    )
     copies = max(1, (target_events - len(metadata)) // len(body))
     # Kineto's own window ("PyTorch Profiler (0)") covers every copy, as a real long capture's does:
     # the importer skips events far outside it as damaged.
@@ -116,11 +118,13 @@ def main() -> None:
         print(f"imported: {len(run.ops)} ops, {len(run.steps)} steps, {len(run.spans)} spans")
         del run
         ours = timed("profview read_kineto_trace", lambda: read_kineto_trace(path))
-        with tempfile.TemporaryDirectory(prefix="bench_kineto_out_") as out:   # not in HTA's trace_dir
+        with tempfile.TemporaryDirectory(prefix="bench_kineto_out_") as out:  # not in HTA's trace_dir
             whole = timed("profview import-kineto (+ analysis)", lambda: import_kineto_trace(path, out))
             devices = json.loads(next(Path(out).glob("report_*.json")).read_text())["devices"]
-        print("device time: " + "; ".join(f"{d['device']} busy {d['busy_pct']:.1f} %, idle {d['idle_pct']:.1f} %"
-                                          for d in devices))
+        print(
+            "device time: "
+            + "; ".join(f"{d['device']} busy {d['busy_pct']:.1f} %, idle {d['idle_pct']:.1f} %" for d in devices)
+        )
         if args.skip_hta:
             return
         theirs = timed("HTA TraceAnalysis(trace_dir)", lambda: hta_load(Path(tmp)))

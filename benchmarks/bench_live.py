@@ -22,6 +22,7 @@ Run: python benchmarks/bench_live.py [--rate 1e6] [--seconds 15] [--steps 150] [
 
 Other processes share this machine: the figures are ranges over repetitions, not single numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -123,16 +124,26 @@ def start_watcher(directory: Path, view: str = "plain") -> tuple[subprocess.Pope
     """`profview watch DIR` once it has started (imports done), and its CPU seconds then. "plain":
     stdout a pipe (plain lines); "rich": stdout a pseudo-terminal (the rich view), drained by a thread."""
     if view == "plain":
-        proc = subprocess.Popen([*PROFVIEW, "watch", str(directory), "--plain"], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        proc.stdout.readline()                 # "status=waiting": imports done
+        proc = subprocess.Popen(
+            [*PROFVIEW, "watch", str(directory), "--plain"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        proc.stdout.readline()  # "status=waiting": imports done
     else:
         import pty
         import threading
 
         master, slave = pty.openpty()
-        proc = subprocess.Popen([*PROFVIEW, "watch", str(directory)], cwd=REPO, stdout=slave, stderr=slave,
-                                env=dict(os.environ, COLUMNS="120", LINES="40"))
+        proc = subprocess.Popen(
+            [*PROFVIEW, "watch", str(directory)],
+            cwd=REPO,
+            stdout=slave,
+            stderr=slave,
+            env=dict(os.environ, COLUMNS="120", LINES="40"),
+        )
         os.close(slave)
         first = threading.Event()
 
@@ -146,7 +157,7 @@ def start_watcher(directory: Path, view: str = "plain") -> tuple[subprocess.Pope
                 first.set()
 
         threading.Thread(target=drain, daemon=True).start()
-        first.wait(60)                         # the first frame: imports done
+        first.wait(60)  # the first frame: imports done
     t = psutil.Process(proc.pid).cpu_times()
     return proc, t.user + t.system
 
@@ -177,8 +188,13 @@ def follow_benchmark(rate: float, seconds: float, view: str = "plain") -> None:
         out.mkdir()
         watcher, cpu0 = start_watcher(out, view)
         t0 = time.monotonic()
-        rec = subprocess.run([PYTHON, "-c", RECORDER, str(out), str(rate), str(seconds), "10000"], cwd=REPO,
-                             capture_output=True, text=True, check=True)
+        rec = subprocess.run(
+            [PYTHON, "-c", RECORDER, str(out), str(rate), str(seconds), "10000"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         recorded = json.loads(rec.stdout.strip().splitlines()[-1])
         t_end = time.monotonic()
         cpu1, lines = finish_watcher(watcher)
@@ -191,26 +207,47 @@ def follow_benchmark(rate: float, seconds: float, view: str = "plain") -> None:
         raw_mb = sum(p.stat().st_size for p in (out / "raw").glob("*.pvraw")) / 1e6
         shown = "plain lines" if view == "plain" else "the rich view on a pseudo-terminal"
         print(f"1. following a fast recording (profview watch, {shown}, its own process)")
-        print(f"   recording: {recorded['events']:,} events in {recorded['steps']:,} steps over "
-              f"{recorded['seconds']:.1f} s = {recorded['rate'] / 1e6:.2f} M events/s ({raw_mb:.0f} MB raw store)")
+        print(
+            f"   recording: {recorded['events']:,} events in {recorded['steps']:,} steps over "
+            f"{recorded['seconds']:.1f} s = {recorded['rate'] / 1e6:.2f} M events/s ({raw_mb:.0f} MB raw store)"
+        )
         if view == "plain":
-            print(f"   watcher:   read {records:,} records = {records / recorded['seconds'] / 1e6:.2f} M records/s "
-                  f"(ratio to the recording: {records / max(recorded['events'], 1):.3f}); saw {last.get('steps')} of "
-                  f"{recorded['steps']} steps; exited {t_exit - t_end:.2f} s after the recording did")
+            print(
+                f"   watcher:   read {records:,} records = {records / recorded['seconds'] / 1e6:.2f} M records/s "
+                f"(ratio to the recording: {records / max(recorded['events'], 1):.3f}); saw {last.get('steps')} of "
+                f"{recorded['steps']} steps; exited {t_exit - t_end:.2f} s after the recording did"
+            )
         print(f"   watcher CPU: {cpu:.2f} s over {wall:.1f} s = {100 * cpu / wall:.1f} % of one core (target < 10 %)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def step_benchmark(steps: int, blocks: int, threads: int) -> None:
-    print(f"2. a PyTorch training loop (CIFAR-sized CNN, batch 32, SGD, Profiler + attach, torch threads {threads}): "
-          f"{blocks} blocks of {steps} steps in one process, without and with `profview watch` "
-          "following it (A B B A ...; the watcher started before its block)")
+    print(
+        f"2. a PyTorch training loop (CIFAR-sized CNN, batch 32, SGD, Profiler + attach, torch threads {threads}): "
+        f"{blocks} blocks of {steps} steps in one process, without and with `profview watch` "
+        "following it (A B B A ...; the watcher started before its block)"
+    )
     work = Path(tempfile.mkdtemp(prefix="profview-bench-train-"))
     try:
         out = work / "run"
-        r = subprocess.run([PYTHON, "-c", TRAIN, str(out), str(steps), str(threads), str(REPO / "tests"), str(blocks),
-                            json.dumps([*PROFVIEW, "watch"])], cwd=REPO, capture_output=True, text=True, check=True)
+        r = subprocess.run(
+            [
+                PYTHON,
+                "-c",
+                TRAIN,
+                str(out),
+                str(steps),
+                str(threads),
+                str(REPO / "tests"),
+                str(blocks),
+                json.dumps([*PROFVIEW, "watch"]),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         results = json.loads(r.stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -219,12 +256,16 @@ def step_benchmark(steps: int, blocks: int, threads: int) -> None:
     for before, watched in pairs:
         ratios.append(watched["median_ms"] / before["median_ms"])
         cpu_ratios.append(watched["cpu_ms"] / before["cpu_ms"])
-        print(f"   median step {before['median_ms']:.2f} ms alone -> {watched['median_ms']:.2f} ms watched "
-              f"(x{ratios[-1]:.3f}); training thread CPU {before['cpu_ms']:.2f} -> {watched['cpu_ms']:.2f} ms a step "
-              f"(x{cpu_ratios[-1]:.3f}); the watcher took {watched['watcher_cpu_pct']:.1f} % of one core")
-    print(f"   with / without a watcher: median step x{statistics.median(ratios):.3f} "
-          f"(range x{min(ratios):.3f} - x{max(ratios):.3f}); training CPU per step x{statistics.median(cpu_ratios):.3f} "
-          f"(range x{min(cpu_ratios):.3f} - x{max(cpu_ratios):.3f})")
+        print(
+            f"   median step {before['median_ms']:.2f} ms alone -> {watched['median_ms']:.2f} ms watched "
+            f"(x{ratios[-1]:.3f}); training thread CPU {before['cpu_ms']:.2f} -> {watched['cpu_ms']:.2f} ms a step "
+            f"(x{cpu_ratios[-1]:.3f}); the watcher took {watched['watcher_cpu_pct']:.1f} % of one core"
+        )
+    print(
+        f"   with / without a watcher: median step x{statistics.median(ratios):.3f} "
+        f"(range x{min(ratios):.3f} - x{max(ratios):.3f}); training CPU per step x{statistics.median(cpu_ratios):.3f} "
+        f"(range x{min(cpu_ratios):.3f} - x{max(cpu_ratios):.3f})"
+    )
 
 
 def main() -> None:
@@ -235,11 +276,15 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=12, help="blocks, without and with a watcher (A B B A ...)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the training loop")
     parser.add_argument("--only", choices=("follow", "train"), help="run one part only")
-    parser.add_argument("--view", choices=("plain", "rich", "both"), default="both",
-                        help="the watcher's output in part 1: plain lines, the rich view (on a pseudo-terminal), both")
+    parser.add_argument(
+        "--view",
+        choices=("plain", "rich", "both"),
+        default="both",
+        help="the watcher's output in part 1: plain lines, the rich view (on a pseudo-terminal), both",
+    )
     args = parser.parse_args()
     if args.only != "train":
-        for view in (("plain", "rich") if args.view == "both" else (args.view,)):
+        for view in ("plain", "rich") if args.view == "both" else (args.view,):
             follow_benchmark(args.rate, args.seconds, view)
     if args.only != "follow":
         step_benchmark(args.steps, args.blocks, args.threads)

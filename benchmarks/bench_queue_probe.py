@@ -7,6 +7,7 @@ ProfiledQueue while a Profiler records (a clock read + one hot-path sample per p
 Best of `repeat` runs (the least disturbed by other processes). Prints ns per put and per get,
 the overhead over queue.Queue, and the ratio of put + get times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profiler import Profiler  # noqa: E402
-from profiler.record.recorder import HOT_PATH_IMPL  # noqa: E402
-from profiler.data.queues import ProfiledQueue  # noqa: E402
+from profiler import Profiler
+from profiler.data.queues import ProfiledQueue
+from profiler.record.recorder import HOT_PATH_IMPL
 
-BATCH = 64      # puts then gets per round: the queue never blocks, so only the per-call cost is timed
+BATCH = 64  # puts then gets per round: the queue never blocks, so only the per-call cost is timed
 
 
 def time_queue(q: queue.Queue, ops: int) -> tuple[float, float]:
@@ -52,8 +53,13 @@ def measure(ops: int, repeat: int) -> dict[str, tuple[float, float]]:
             runs[PLAIN].append(time_queue(queue.Queue(BATCH), ops))
             runs[IDLE].append(time_queue(ProfiledQueue(BATCH, "bench"), ops))
             # the flusher stays out of the timed loop: only the probe's own cost is measured
-            prof = Profiler(output_path=Path(out) / str(k), host_counters=False, gpu_counters=False,
-                            memory_budget_mb=256, flush_interval_s=60)
+            prof = Profiler(
+                output_path=Path(out) / str(k),
+                host_counters=False,
+                gpu_counters=False,
+                memory_budget_mb=256,
+                flush_interval_s=60,
+            )
             runs[RECORDING].append(time_queue(ProfiledQueue(BATCH, "bench"), ops))
             prof.stop()
     return {name: (min(r[0] for r in rs), min(r[1] for r in rs)) for name, rs in runs.items()}

@@ -19,6 +19,7 @@ read are timed too, alternating with this checkout's (before / after under the s
 Targets (issue 16): at 1e7 events the report builds in <= 5 s with peak RSS <= 1 GB and HTML <= 15 MB;
 the page opens in <= 3 s; a zoom redraw takes <= 300 ms. At 1e8 it builds in bounded memory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,10 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 def prelude(tree: Path) -> str:
     """The start of every child's code: profview, its tests and benchmarks imported from the checkout `tree`."""
-    return f"import sys, time, resource, json\nsys.path[:0] = [{str(tree)!r}, {str(tree / 'tests')!r}, {str(tree / 'benchmarks')!r}]\n"
+    return (
+        "import sys, time, resource, json\n"
+        f"sys.path[:0] = [{str(tree)!r}, {str(tree / 'tests')!r}, {str(tree / 'benchmarks')!r}]\n"
+    )
 
 
 WRITE_RUN = r"""
@@ -108,6 +112,7 @@ def synthetic_run(directory: Path, events: int, tree: Path = ROOT) -> Path:
 def chrome_trace_of(directory: Path) -> Path:
     """timeline_0.json holding exactly the event file's events, in profview's layout (row kernel)."""
     import numpy as np
+
     from profiler.export.chrome_trace import head_text
     from profiler.export.timeline_model import Head
     from profiler.export.trace_text import row_texts
@@ -121,11 +126,17 @@ def chrome_trace_of(directory: Path) -> Path:
     with open(path, "wb") as out:
         out.write(b'{"traceEvents":[\n')
         for start, stop in f.chunks():
-            cols = {c: f.column(c, start, stop) for c in ("ph", "lane", "start_ns", "dur_ns", "name", "category", "args")}
+            cols = {
+                c: f.column(c, start, stop) for c in ("ph", "lane", "start_ns", "dur_ns", "name", "category", "args")
+            }
             import pandas as pd
-            code1, _ = pd.factorize((cols["lane"].astype(np.uint64) << np.uint64(48)) |
-                                    (cols["name"].astype(np.uint64) << np.uint64(20)) |
-                                    (cols["category"].astype(np.uint64) << np.uint64(8)) | cols["ph"].astype(np.uint64))
+
+            code1, _ = pd.factorize(
+                (cols["lane"].astype(np.uint64) << np.uint64(48))
+                | (cols["name"].astype(np.uint64) << np.uint64(20))
+                | (cols["category"].astype(np.uint64) << np.uint64(8))
+                | cols["ph"].astype(np.uint64)
+            )
             key, _ = pd.factorize(code1.astype(np.int64) * (len(f.args) + 1) + cols["args"] + 1)
             first = np.zeros(key.max() + 1, np.int64)
             first[key[::-1]] = np.arange(len(key))[::-1]
@@ -135,27 +146,46 @@ def chrome_trace_of(directory: Path) -> Path:
                 a = int(cols["args"][i])
                 args = json.loads(f.args[a]) if a >= 0 else None
                 ph = chr(int(cols["ph"][i]))
-                heads.append(head_text(Head(ph, lane["pid"], lane["tid"], f.categories[int(cols["category"][i])],
-                                            f.names[int(cols["name"][i])], args)))
+                heads.append(
+                    head_text(
+                        Head(
+                            ph,
+                            lane["pid"],
+                            lane["tid"],
+                            f.categories[int(cols["category"][i])],
+                            f.names[int(cols["name"][i])],
+                            args,
+                        )
+                    )
+                )
             blob = b"".join(heads)
             offsets = np.concatenate([[0], np.cumsum([len(h) for h in heads])]).astype(np.int64)
             x = cols["ph"] == ord("X")
             for sel, dur in ((x, cols["dur_ns"]), (~x, None)):
                 rows = np.flatnonzero(sel)
                 if len(rows):
-                    for text in row_texts(blob, offsets, key.astype(np.int64), cols["start_ns"].astype(np.int64),
-                                          None if dur is None else dur.astype(np.int64), rows.astype(np.int64)):
+                    for text in row_texts(
+                        blob,
+                        offsets,
+                        key.astype(np.int64),
+                        cols["start_ns"].astype(np.int64),
+                        None if dur is None else dur.astype(np.int64),
+                        rows.astype(np.int64),
+                    ):
                         out.write(text)
-        meta = [{"ph": "M", "pid": l["pid"], "tid": l["tid"], "name": "thread_name", "args": {"name": l["thread"]}}
-                for l in lanes]
+        meta = [
+            {"ph": "M", "pid": lane["pid"], "tid": lane["tid"], "name": "thread_name", "args": {"name": lane["thread"]}}
+            for lane in lanes
+        ]
         out.write(",\n".join(json.dumps(m) for m in meta).encode() + b'\n],"displayTimeUnit":"ms"}\n')
     return path
 
 
 def child(code: str, *args, tree: Path = ROOT, timeout: Optional[int] = 1800) -> dict:
     """Run `code` in a fresh process importing from `tree`; its last line of output, as JSON."""
-    r = subprocess.run([sys.executable, "-c", prelude(tree) + code, *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-c", prelude(tree) + code, *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["killed"])[-1]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -167,7 +197,6 @@ def browser(page: Path, repeat: int) -> tuple[list[float], list[float], list[flo
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
-
     from viewer_browser import ALL_TABS_DRAWN
 
     opens, loads, zooms = [], [], []
@@ -175,9 +204,17 @@ def browser(page: Path, repeat: int) -> tuple[list[float], list[float], list[flo
         options = Options()
         options.binary_location = CHROMIUM
         with tempfile.TemporaryDirectory() as profile:
-            for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                        "--disable-component-update", "--no-first-run", "--disable-sync", "--window-size=1400,1000",
-                        f"--user-data-dir={profile}"):
+            for arg in (
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-sync",
+                "--window-size=1400,1000",
+                f"--user-data-dir={profile}",
+            ):
                 options.add_argument(arg)
             driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
             driver.set_script_timeout(300)
@@ -225,15 +262,24 @@ def span(values: list[float], fmt: str = "{:.2f}") -> str:
 def print_build(label: str, events: Path, builds: list[dict], reads: list[dict]) -> None:
     """The event file's size, the report build and the timeline read of one checkout's run."""
     ok = [b for b in builds if "error" not in b]
-    print(f"  event file{label}: {events.stat().st_size / 1e6:.0f} MB, "
-          f"{events.stat().st_size / reads[0]['events']:.1f} B/event", flush=True)
+    print(
+        f"  event file{label}: {events.stat().st_size / 1e6:.0f} MB, "
+        f"{events.stat().st_size / reads[0]['events']:.1f} B/event",
+        flush=True,
+    )
     if not ok:
         print(f"  report build{label} failed: {builds[0]['error']}")
         return
-    print(f"  report build{label}: wall {span([b['wall'] for b in ok])} s, cpu {span([b['cpu'] for b in ok])} s, "
-          f"peak RSS {span([b['rss_mb'] for b in ok], '{:.0f}')} MB, HTML {ok[0]['bytes'] / 1e6:.1f} MB", flush=True)
-    print(f"  timeline read{label}, event file + level of detail: {span([r['wall'] for r in reads])} s, "
-          f"peak RSS {span([r['rss_mb'] for r in reads], '{:.0f}')} MB", flush=True)
+    print(
+        f"  report build{label}: wall {span([b['wall'] for b in ok])} s, cpu {span([b['cpu'] for b in ok])} s, "
+        f"peak RSS {span([b['rss_mb'] for b in ok], '{:.0f}')} MB, HTML {ok[0]['bytes'] / 1e6:.1f} MB",
+        flush=True,
+    )
+    print(
+        f"  timeline read{label}, event file + level of detail: {span([r['wall'] for r in reads])} s, "
+        f"peak RSS {span([r['rss_mb'] for r in reads], '{:.0f}')} MB",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -255,12 +301,12 @@ def main() -> int:
         print(f"== {count:,} events (load average {os.getloadavg()[0]:.1f})", flush=True)
         builds: dict[str, list[dict]] = {label: [] for label in trees}
         reads: dict[str, list[dict]] = {label: [] for label in trees}
-        for _ in range(args.repeat):                      # the checkouts alternate: the same load for both
+        for _ in range(args.repeat):  # the checkouts alternate: the same load for both
             for label, (tree, run) in trees.items():
                 report = base / f"report-{count}{'-baseline' if label else ''}.html"
                 builds[label].append(child(BUILD, run, report, tree=tree))
                 reads[label].append(child(READ_EVENTS, run / "events_0.arrow", tree=tree))
-        for label, (tree, run) in trees.items():
+        for label, (_tree, run) in trees.items():
             print_build(label, run / "events_0.arrow", builds[label], reads[label])
         print(f"  load average now {os.getloadavg()[0]:.1f}", flush=True)
         new = reads[""]
@@ -277,12 +323,18 @@ def main() -> int:
                     print(f"  {label}: failed: {runs[0]['error']}")
                     continue
                 ratio = min(r["wall"] for r in good) / min(r["wall"] for r in new)
-                print(f"  {label}: {span([r['wall'] for r in good])} s, peak RSS "
-                      f"{span([r['rss_mb'] for r in good], '{:.0f}')} MB -> event file x{ratio:.1f} faster", flush=True)
+                print(
+                    f"  {label}: {span([r['wall'] for r in good])} s, peak RSS "
+                    f"{span([r['rss_mb'] for r in good], '{:.0f}')} MB -> event file x{ratio:.1f} faster",
+                    flush=True,
+                )
         if not args.no_browser and count <= 2 * 10**7:
             opens, loads, zooms = browser(base / f"report-{count}.html", args.repeat)
-            print(f"  browser: page open (first tab drawn) {span(opens)} s, all tabs drawn {span(loads)} s; "
-                  f"zoom redraw {span(zooms, '{:.0f}')} ms", flush=True)
+            print(
+                f"  browser: page open (first tab drawn) {span(opens)} s, all tabs drawn {span(loads)} s; "
+                f"zoom redraw {span(zooms, '{:.0f}')} ms",
+                flush=True,
+            )
     return 0
 
 

@@ -8,6 +8,7 @@ iterations launch `period` ops of ~300 names (names repeat inside an iteration, 
 each size: `ensure_steps` end to end (lanes, period, boundaries, placing every op in its step),
 checked against the loop's own iteration count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ from profiler.model import OP_COLUMNS, THREAD_COLUMNS, Run, conform
 def synthetic_run(n_ops: int, period: int, seed: int = 0) -> tuple[Run, int]:
     rng = np.random.default_rng(seed)
     unit = rng.integers(0, 300, period)
-    unit[0] = 300                                                   # the iteration's first op
+    unit[0] = 300  # the iteration's first op
     iterations = n_ops // period
     codes = np.tile(unit, iterations)
     first = np.tile(np.arange(period) == 0, iterations)
@@ -36,10 +37,18 @@ def synthetic_run(n_ops: int, period: int, seed: int = 0) -> tuple[Run, int]:
     dur = np.concatenate([dur, np.full(n_load, 5_000)])
     stream = np.concatenate([np.zeros(len(codes) - n_load, np.int8), np.ones(n_load, np.int8)])
     names = [f"aten::op{i}" for i in range(306)]
-    ops = conform({"device": pd.Categorical.from_codes(np.zeros(len(codes), np.int8), ["cpu"]),
-                   "stream": pd.Categorical.from_codes(stream, ["MainThread", "loader"]),
-                   "name": pd.Categorical.from_codes(codes, names), "op_type": pd.Categorical.from_codes(codes, names),
-                   "start_ns": start, "dur_ns": dur, "self_ns": dur}, OP_COLUMNS)
+    ops = conform(
+        {
+            "device": pd.Categorical.from_codes(np.zeros(len(codes), np.int8), ["cpu"]),
+            "stream": pd.Categorical.from_codes(stream, ["MainThread", "loader"]),
+            "name": pd.Categorical.from_codes(codes, names),
+            "op_type": pd.Categorical.from_codes(codes, names),
+            "start_ns": start,
+            "dur_ns": dur,
+            "self_ns": dur,
+        },
+        OP_COLUMNS,
+    )
     threads = conform({"tid": [0, 1], "os_tid": [1, 2], "name": ["MainThread", "loader"]}, THREAD_COLUMNS)
     return Run(info={"data_origin": "profview"}, ops=ops, threads=threads), iterations
 
@@ -57,9 +66,11 @@ def main() -> None:
             run = ensure_steps(run)
             seconds = time.perf_counter() - started
         found = run.info["step_boundaries"]
-        print(f"{len(run.ops):>12,} ops: {seconds:6.2f} s ({1e9 * seconds / len(run.ops):5.0f} ns/op), "
-              f"{len(run.steps)} steps for {iterations} iterations, period {found.get('period')}, "
-              f"boundary rule: {found.get('boundary_rule')}")
+        print(
+            f"{len(run.ops):>12,} ops: {seconds:6.2f} s ({1e9 * seconds / len(run.ops):5.0f} ns/op), "
+            f"{len(run.steps)} steps for {iterations} iterations, period {found.get('period')}, "
+            f"boundary rule: {found.get('boundary_rule')}"
+        )
 
 
 if __name__ == "__main__":

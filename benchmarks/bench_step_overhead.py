@@ -26,6 +26,7 @@ ratio to the baseline and to its torch.profiler peer ("torch", or "torch sampled
 steps+sampled), and the wall-time mean (which includes window ends: torch's post-processing and
 export). Targets: steps <= 1.01 x baseline; ops <= torch; steps+sampled <= torch sampled.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,17 +47,23 @@ from torch.profiler import schedule as torch_schedule
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from profiler import Profiler, schedule  # noqa: E402
 from torch_loops import cifar_batch, small_cnn  # noqa: E402
+
+from profiler import Profiler, schedule  # noqa: E402
 
 MODES = ("baseline", "markers", "steps", "hook floor", "steps+sampled", "ops", "torch", "torch sampled")
 #: the torch.profiler mode each mode is compared with
 PEER = {"steps+sampled": "torch sampled"}
 #: per model: (build model and batch, warmup steps, timed steps)
 MODELS: dict[str, tuple[Callable[[], tuple[nn.Module, tuple]], int, int]] = {
-    "mlp": (lambda: (nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
-                                   nn.Linear(128, 10)),
-                     (torch.randn(32, 128), torch.randint(0, 10, (32,)))), 50, 500),
+    "mlp": (
+        lambda: (
+            nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10)),
+            (torch.randn(32, 128), torch.randint(0, 10, (32,))),
+        ),
+        50,
+        500,
+    ),
     "cnn": (lambda: (small_cnn(), cifar_batch()), 5, 40),
 }
 
@@ -74,9 +81,15 @@ class _NoPhase:
 _NO_PHASE = _NoPhase()
 
 
-def timed_steps(model: nn.Module, optimizer, batch, warmup: int, steps: int,
-                after_step: Callable[[], None] = lambda: None,
-                phase: Callable[[str], object] = lambda name: _NO_PHASE) -> tuple[list[int], list[int]]:
+def timed_steps(
+    model: nn.Module,
+    optimizer,
+    batch,
+    warmup: int,
+    steps: int,
+    after_step: Callable[[], None] = lambda: None,
+    phase: Callable[[str], object] = lambda name: _NO_PHASE,
+) -> tuple[list[int], list[int]]:
     """Per-iteration wall and thread-CPU time (ns) of the loop, after `warmup` untimed iterations."""
     x, y = batch
     wall, cpu = [], []
@@ -96,16 +109,17 @@ def timed_steps(model: nn.Module, optimizer, batch, warmup: int, steps: int,
     return wall, cpu
 
 
-def run_block(mode: str, model: nn.Module, optimizer, batch, warmup: int, steps: int,
-              out: Path) -> tuple[list[int], list[int]]:
+def run_block(
+    mode: str, model: nn.Module, optimizer, batch, warmup: int, steps: int, out: Path
+) -> tuple[list[int], list[int]]:
     """One block of `mode`: set the profiler up, time the loop, tear it down (not timed)."""
     if mode == "baseline":
         return timed_steps(model, optimizer, batch, warmup, steps)
     if mode == "hook floor":
-        noop = lambda *args, **kwargs: None          # noqa: E731
+        noop = lambda *args, **kwargs: None
         handles = [optimizer.register_step_pre_hook(noop), optimizer.register_step_post_hook(noop)]
         handles += [p.register_post_accumulate_grad_hook(noop) for p in list(model.parameters())[:1]]
-        model.forward = model.forward                # an instance attribute, as attach() sets
+        model.forward = model.forward  # an instance attribute, as attach() sets
         try:
             return timed_steps(model, optimizer, batch, warmup, steps)
         finally:
@@ -123,8 +137,11 @@ def run_block(mode: str, model: nn.Module, optimizer, batch, warmup: int, steps:
     if mode == "torch sampled":
         out.mkdir(parents=True)
         windows = iter(range(1 << 30))
-        prof = profile(activities=[ProfilerActivity.CPU], schedule=torch_schedule(wait=46, warmup=2, active=2),
-                       on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"window-{next(windows)}.json")))
+        prof = profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=torch_schedule(wait=46, warmup=2, active=2),
+            on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"window-{next(windows)}.json")),
+        )
         prof.start()
         try:
             return timed_steps(model, optimizer, batch, warmup, steps, prof.step)
@@ -154,24 +171,33 @@ def bench(name: str, reps: int, tmp: Path) -> dict[str, dict[str, float]]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     blocks: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for rep in range(reps):
-        order = MODES[rep % len(MODES):] + MODES[:rep % len(MODES)]
+        order = MODES[rep % len(MODES) :] + MODES[: rep % len(MODES)]
         for mode in order:
             wall, cpu = run_block(mode, model, optimizer, batch, warmup, steps, tmp / f"{name}-{mode}")
-            blocks[mode].append({"wall_ms": statistics.median(wall) / 1e6, "cpu_ms": statistics.median(cpu) / 1e6,
-                                 "mean_ms": statistics.fmean(wall) / 1e6})
+            blocks[mode].append(
+                {
+                    "wall_ms": statistics.median(wall) / 1e6,
+                    "cpu_ms": statistics.median(cpu) / 1e6,
+                    "mean_ms": statistics.fmean(wall) / 1e6,
+                }
+            )
     return {m: {k: statistics.median(b[k] for b in blocks[m]) for k in blocks[m][0]} for m in MODES}
 
 
 def report(name: str, result: dict[str, dict[str, float]]) -> None:
     base = result["baseline"]
     print(f"\n{name}: medians over repetitions (wall mean includes window ends; x peer: see PEER)")
-    print(f"  {'mode':14s} {'wall ms':>9s} {'x base':>7s} {'x peer':>8s} {'cpu ms':>9s} {'x base':>7s} "
-          f"{'x peer':>8s} {'wall mean':>9s}")
+    print(
+        f"  {'mode':14s} {'wall ms':>9s} {'x base':>7s} {'x peer':>8s} {'cpu ms':>9s} {'x base':>7s} "
+        f"{'x peer':>8s} {'wall mean':>9s}"
+    )
     for mode, r in result.items():
         peer = result[PEER.get(mode, "torch")]
-        print(f"  {mode:14s} {r['wall_ms']:9.4f} {r['wall_ms'] / base['wall_ms']:7.3f} "
-              f"{r['wall_ms'] / peer['wall_ms']:8.3f} {r['cpu_ms']:9.4f} {r['cpu_ms'] / base['cpu_ms']:7.3f} "
-              f"{r['cpu_ms'] / peer['cpu_ms']:8.3f} {r['mean_ms']:9.4f}")
+        print(
+            f"  {mode:14s} {r['wall_ms']:9.4f} {r['wall_ms'] / base['wall_ms']:7.3f} "
+            f"{r['wall_ms'] / peer['wall_ms']:8.3f} {r['cpu_ms']:9.4f} {r['cpu_ms'] / base['cpu_ms']:7.3f} "
+            f"{r['cpu_ms'] / peer['cpu_ms']:8.3f} {r['mean_ms']:9.4f}"
+        )
 
 
 def main() -> None:
@@ -181,7 +207,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    warnings.filterwarnings("ignore", message="Warning: Profiler clears events")   # torch sampled: expected
+    warnings.filterwarnings("ignore", message="Warning: Profiler clears events")  # torch sampled: expected
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.reps} interleaved repetitions")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):

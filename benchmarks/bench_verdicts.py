@@ -10,6 +10,7 @@ numbers) and the seconds the scenario took (loop + analyse). `known` marks the s
 suite expects profview to get wrong today (xfail). The second pass starts `--busy` processes spinning
 `while True: pass` and reruns the bank: how many verdicts stay right under load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ def run_bank(names: list[str], root: Path, label: str) -> dict[str, Outcome]:
     for name in names:
         try:
             outcomes[name] = run_scenario(SCENARIOS[name], root / label / name)
-        except Exception as exc:           # a scenario that crashes is reported, the others still run
+        except Exception as exc:  # a scenario that crashes is reported, the others still run
             o = Outcome(name, root / label / name, {})
             o.problems = [f"crashed: {exc!r}"]
             o.figures = "crashed"
@@ -107,14 +108,18 @@ def main() -> int:
         stayed = [n for n in names if quiet[n].right and busy[n].right]
         flipped_wrong = [n for n in names if quiet[n].right and not busy[n].right]
         flipped_right = [n for n in names if not quiet[n].right and busy[n].right]
-        print(f"\nUnder load: {len(stayed)} of {sum(o.right for o in quiet.values())} verdicts that were right on the "
-              f"quiet machine stayed right; {sum(o.right for o in busy.values())} of {len(names)} right under load.")
+        print(
+            f"\nUnder load: {len(stayed)} of {sum(o.right for o in quiet.values())} verdicts that were right on the "
+            f"quiet machine stayed right; {sum(o.right for o in busy.values())} of {len(names)} right under load."
+        )
         if flipped_wrong:
             print(f"  right quiet, wrong under load: {', '.join(flipped_wrong)}")
         if flipped_right:
             print(f"  wrong quiet, right under load: {', '.join(flipped_right)}")
-        print(f"Bank time: quiet {sum(o.seconds for o in quiet.values()):.1f} s, "
-              f"busy {sum(o.seconds for o in busy.values()):.1f} s")
+        print(
+            f"Bank time: quiet {sum(o.seconds for o in quiet.values()):.1f} s, "
+            f"busy {sum(o.seconds for o in busy.values()):.1f} s"
+        )
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -8,6 +8,7 @@ include_last_profiler_step=True, ns rounding off), and profview's `device_time` 
 
     .venv/bin/python benchmarks/device_time_vs_hta.py
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,13 @@ def hta_figures(path: Path, work: Path) -> tuple[dict, set]:
     overlap = analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0]
     frame = analysis.t.get_trace(analysis.t.get_ranks()[0])
     kept = set(frame.loc[frame["stream"].ne(-1), "correlation"].astype(int))
-    return {"idle": temporal["idle_time_pctg"], "compute": temporal["compute_time_pctg"],
-            "non_compute": temporal["non_compute_time_pctg"], "overlap": overlap,
-            "window_ms": temporal["kernel_time(us)"] / 1000}, kept
+    return {
+        "idle": temporal["idle_time_pctg"],
+        "compute": temporal["compute_time_pctg"],
+        "non_compute": temporal["non_compute_time_pctg"],
+        "overlap": overlap,
+        "window_ms": temporal["kernel_time(us)"] / 1000,
+    }, kept
 
 
 def _pct(value) -> str:
@@ -65,20 +70,27 @@ def main() -> None:
             on_kept = device_time(run.ops[~device | run.ops["correlation"].isin(kept).to_numpy()]).iloc[0]
             rows.append((name, whole["device"], hta, whole, on_kept))
             causes.append((name, whole))
-    print("| trace | device | HTA idle / compute / non-compute % | profview, HTA's kernels | profview, whole trace "
-          "| HTA overlap % | profview overlap % (HTA's kernels / whole) |")
+    print(
+        "| trace | device | HTA idle / compute / non-compute % | profview, HTA's kernels | profview, whole trace "
+        "| HTA overlap % | profview overlap % (HTA's kernels / whole) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, device, hta, whole, kept in rows:
-        trio = lambda r: f"{_pct(r['idle_pct'])} / {_pct(r['compute_pct'])} / {_pct(r['non_compute_pct'])}"  # noqa: E731
-        print(f"| {name} | {device} | {_pct(hta['idle'])} / {_pct(hta['compute'])} / {_pct(hta['non_compute'])} "
-              f"| {trio(kept)} | {trio(whole)} | {_pct(hta['overlap'])} "
-              f"| {_pct(kept['comm_compute_overlap_pct'])} / {_pct(whole['comm_compute_overlap_pct'])} |")
+        trio = lambda r: f"{_pct(r['idle_pct'])} / {_pct(r['compute_pct'])} / {_pct(r['non_compute_pct'])}"
+        print(
+            f"| {name} | {device} | {_pct(hta['idle'])} / {_pct(hta['compute'])} / {_pct(hta['non_compute'])} "
+            f"| {trio(kept)} | {trio(whole)} | {_pct(hta['overlap'])} "
+            f"| {_pct(kept['comm_compute_overlap_pct'])} / {_pct(whole['comm_compute_overlap_pct'])} |"
+        )
     print()
     print("| trace | window ms | idle ms | " + " | ".join(f"{c} ms" for c in IDLE_CAUSES) + " |")
     print("|---|---|---|" + "---|" * len(IDLE_CAUSES))
     for name, row in causes:
-        print(f"| {name} | {row['window_ms']:.1f} | {row['idle_ms']:.1f} | "
-              + " | ".join(f"{row[f'idle_{c}_ms']:.1f}" for c in IDLE_CAUSES) + " |")
+        print(
+            f"| {name} | {row['window_ms']:.1f} | {row['idle_ms']:.1f} | "
+            + " | ".join(f"{row[f'idle_{c}_ms']:.1f}" for c in IDLE_CAUSES)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

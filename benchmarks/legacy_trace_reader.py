@@ -10,6 +10,7 @@ Names and arguments are parsed later, with `json`, only for the events a page sh
 Any file that does not have that layout (pretty-printed, several events per line, string
 thread ids, ...) is read with `json` instead: slower, same result.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -40,11 +41,11 @@ class Trace:
     """The complete events ("X") of a trace as columns, plus lane names and a count of the rest."""
 
     path: Path
-    lane: np.ndarray                 # int32 lane index of each complete event
-    ts_us: np.ndarray                # float64 start, microseconds from the origin
-    dur_us: np.ndarray               # float64 duration, microseconds
-    lanes: pd.DataFrame              # lane index -> pid, tid, process, thread, label
-    phase_counts: dict[str, int]     # every event in the file, by `ph`
+    lane: np.ndarray  # int32 lane index of each complete event
+    ts_us: np.ndarray  # float64 start, microseconds from the origin
+    dur_us: np.ndarray  # float64 duration, microseconds
+    lanes: pd.DataFrame  # lane index -> pid, tid, process, thread, label
+    phase_counts: dict[str, int]  # every event in the file, by `ph`
     details: Callable[[np.ndarray], list[dict[str, Any]]] = field(repr=False)
 
     @property
@@ -97,7 +98,7 @@ def _colons(a: np.ndarray) -> np.ndarray:
     hits = []
     for shift in range(2):
         n = (len(a) - shift) // 2
-        hits.append(np.flatnonzero(a[shift:shift + 2 * n].view(np.uint16) == pattern) * 2 + shift)
+        hits.append(np.flatnonzero(a[shift : shift + 2 * n].view(np.uint16) == pattern) * 2 + shift)
     return np.sort(np.concatenate(hits), kind="stable")  # two sorted runs: a linear merge
 
 
@@ -155,7 +156,7 @@ def parse_numbers(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
     digits = last_digit + 1 - ((dot_at >= 0) & (dot_at < last_digit))
     odd = (last_digit < 0) | (digits > 18) | (stop_at >= NUMBER_WIDTH) | (after == 101) | (after == 69)
     decimals = np.where(dot_at >= 0, np.maximum(last_digit - dot_at, 0), 0)
-    values = mantissa / 10.0 ** decimals
+    values = mantissa / 10.0**decimals
     values[negative] *= -1
     for i in np.flatnonzero(odd):
         values[i] = _slow_number(a, int(pos[i]))
@@ -164,7 +165,7 @@ def parse_numbers(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 def _slow_number(a: np.ndarray, pos: int) -> float:
     """One number the vectorised parser could not take (exponent, very long, or not a number)."""
-    text = bytes(a[pos:pos + 64]).split(b",")[0].split(b"}")[0].split(b"]")[0].strip()
+    text = bytes(a[pos : pos + 64]).split(b",")[0].split(b"}")[0].split(b"]")[0].strip()
     try:
         return float(text)
     except ValueError:
@@ -218,7 +219,7 @@ def _parse_chunk(buffer, start: int, end: int) -> dict[str, np.ndarray]:
 
 def _read_lines(buffer, progress: Progress):
     """The fast path: one event per line."""
-    tail = bytes(buffer[max(0, len(buffer) - 256):]).rstrip()
+    tail = bytes(buffer[max(0, len(buffer) - 256) :]).rstrip()
     if not tail.endswith((b"}", b"]")):
         raise LayoutError("the file does not end its JSON (truncated?)")
     parts = []
@@ -235,15 +236,16 @@ def _read_lines(buffer, progress: Progress):
     starts, ends = cols["start"][complete], cols["end"][complete]
 
     def details(index: np.ndarray) -> list[dict[str, Any]]:
-        return [json.loads(bytes(buffer[starts[i]:ends[i]]).rstrip(b", \r\n\t"))
-                for i in index]
+        return [json.loads(bytes(buffer[starts[i] : ends[i]]).rstrip(b", \r\n\t")) for i in index]
 
     meta_rows = np.flatnonzero(cols["ph"] == ord("M"))
-    meta = [json.loads(bytes(buffer[cols["start"][i]:cols["end"][i]]).rstrip(b", \r\n\t")) for i in meta_rows]
+    meta = [json.loads(bytes(buffer[cols["start"][i] : cols["end"][i]]).rstrip(b", \r\n\t")) for i in meta_rows]
     phases, counts = np.unique(cols["ph"], return_counts=True)
     columns = {
-        "ts": cols["ts"][complete], "dur": cols["dur"][complete],
-        "pid": cols["pid"][complete], "tid": cols["tid"][complete],
+        "ts": cols["ts"][complete],
+        "dur": cols["dur"][complete],
+        "pid": cols["pid"][complete],
+        "tid": cols["tid"][complete],
         "counts": {chr(p): int(c) for p, c in zip(phases, counts)},
     }
     return columns, details, meta
@@ -269,7 +271,8 @@ def _read_json(buffer, path: Path):
             raise InputError(f"{path} is malformed: an event has a non-numeric {key!r}") from None
 
     columns = {
-        "ts": column("ts"), "dur": column("dur"),
+        "ts": column("ts"),
+        "dur": column("dur"),
         "pid": np.array([e.get("pid", 0) for e in complete], dtype=object),
         "tid": np.array([e.get("tid", 0) for e in complete], dtype=object),
         "counts": {str(k): int(v) for k, v in counts.items()},
@@ -283,8 +286,13 @@ def _lane_keys(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, list[tuple
 
     Numeric ids (the fast path) are factorised as one int64 key; anything else pair by pair.
     """
-    if pid.dtype.kind == "f" and np.isfinite(pid).all() and np.isfinite(tid).all() \
-            and (pid == np.round(pid)).all() and (tid == np.round(tid)).all():
+    if (
+        pid.dtype.kind == "f"
+        and np.isfinite(pid).all()
+        and np.isfinite(tid).all()
+        and (pid == np.round(pid)).all()
+        and (tid == np.round(tid)).all()
+    ):
         key = pid.astype(np.int64) * (1 << 32) + tid.astype(np.int64)
         codes, uniques = pd.factorize(key)
         return codes, [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in uniques]
@@ -319,5 +327,12 @@ def _lane_table(pid: np.ndarray, tid: np.ndarray, meta: list[dict[str, Any]]) ->
 
 def _assemble(path: Path, columns: dict, details, meta) -> Trace:
     lane, lanes = _lane_table(columns["pid"], columns["tid"], meta)
-    return Trace(path=path, lane=lane, ts_us=columns["ts"], dur_us=columns["dur"], lanes=lanes,
-                 phase_counts=columns["counts"], details=details)
+    return Trace(
+        path=path,
+        lane=lane,
+        ts_us=columns["ts"],
+        dur_us=columns["dur"],
+        lanes=lanes,
+        phase_counts=columns["counts"],
+        details=details,
+    )

@@ -19,6 +19,7 @@ directory (its rank from the RANK / WORLD_SIZE environment); rank 0 writes the c
 it reads the events this module sends on the file descriptor named by PROFVIEW_RUN_FD (JSON lines:
 the output directory, and where the script's own Profiler records when the automatic one steps aside).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,17 @@ class _Terminated(BaseException):
 class AutoProfiler:
     """A Profiler for a script that has none (see the module doc)."""
 
-    def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
-                 attach: bool = True, data: bool = True, advisor_thresholds: Optional[dict] = None,
-                 cluster_timeout_s: float = 120.0, control: Optional[Callable[[dict], None]] = None) -> None:
+    def __init__(
+        self,
+        output_path: str | os.PathLike = "./profiler_data",
+        *,
+        ops: bool = False,
+        attach: bool = True,
+        data: bool = True,
+        advisor_thresholds: Optional[dict] = None,
+        cluster_timeout_s: float = 120.0,
+        control: Optional[Callable[[dict], None]] = None,
+    ) -> None:
         self.output_path = Path(output_path)
         self.ops = ops
         self.follow_optimizer = attach
@@ -73,7 +82,7 @@ class AutoProfiler:
 
     # ---- start / stop ----------------------------------------------------------------------
 
-    def start(self) -> "AutoProfiler":
+    def start(self) -> AutoProfiler:
         """Start recording and put the patches in place (torch's when the script imports it)."""
         self._created = [p for p in (self.output_path, self.output_path / "raw") if not p.exists()]
         kwargs: dict[str, Any] = {"advisor_thresholds": self.advisor_thresholds}
@@ -82,11 +91,24 @@ class AutoProfiler:
         self.profiler = Profiler(self.output_path, **kwargs)
         self.active = True
         self._patches.replace(Profiler, "start", self._wrap_profiler_start(Profiler.start))
-        self.torch = TorchFollower(self.profiler, self._patches, lambda: self.active, attach=self.follow_optimizer,
-                                   data=self.time_data, ops=self.ops)
+        self.torch = TorchFollower(
+            self.profiler,
+            self._patches,
+            lambda: self.active,
+            attach=self.follow_optimizer,
+            data=self.time_data,
+            ops=self.ops,
+        )
         self.torch.install()
-        self.control({"event": "started", "output": str(self.output_path.resolve()), "rank": self.profiler.rank,
-                      "world_size": self.profiler.world_size, "pid": os.getpid()})
+        self.control(
+            {
+                "event": "started",
+                "output": str(self.output_path.resolve()),
+                "rank": self.profiler.rank,
+                "world_size": self.profiler.world_size,
+                "pid": os.getpid(),
+            }
+        )
         return self
 
     def unpatch(self) -> None:
@@ -105,14 +127,22 @@ class AutoProfiler:
             written += self._cluster_without_dist()
             return written
         except ProfviewError as exc:
-            print(f"profview run: the recording could not be analysed: {exc} (raw store: {self.output_path / 'raw'})",
-                  file=sys.stderr)
+            print(
+                f"profview run: the recording could not be analysed: {exc} (raw store: {self.output_path / 'raw'})",
+                file=sys.stderr,
+            )
         except KeyboardInterrupt:
-            print(f"profview run: analysis interrupted; run `profview analyse {self.output_path}` to analyse the "
-                  "recording", file=sys.stderr)
-        except Exception as exc:        # never hide the script's own outcome behind an analysis failure
-            print(f"profview run: the analysis failed ({type(exc).__name__}: {exc}); run `profview analyse "
-                  f"{self.output_path}` to retry", file=sys.stderr)
+            print(
+                f"profview run: analysis interrupted; run `profview analyse {self.output_path}` to analyse the "
+                "recording",
+                file=sys.stderr,
+            )
+        except Exception as exc:  # never hide the script's own outcome behind an analysis failure
+            print(
+                f"profview run: the analysis failed ({type(exc).__name__}: {exc}); run `profview analyse "
+                f"{self.output_path}` to retry",
+                file=sys.stderr,
+            )
         return []
 
     def _cluster_without_dist(self) -> list[Path]:
@@ -142,8 +172,11 @@ class AutoProfiler:
                 auto.step_aside()
                 out = original(profiler)
                 auto.control({"event": "stepped_aside", "output": str(Path(profiler.output_path).resolve())})
-                print(f"profview run: the script records with its own Profiler ({profiler.output_path}); "
-                      "the automatic one stepped aside", file=sys.stderr)
+                print(
+                    f"profview run: the script records with its own Profiler ({profiler.output_path}); "
+                    "the automatic one stepped aside",
+                    file=sys.stderr,
+                )
                 return out
             return original(profiler)
 
@@ -160,7 +193,7 @@ class AutoProfiler:
         p.stop()
         raw = p.output_path / "raw" / raw_file_name(p.rank, os.getpid())
         raw.unlink(missing_ok=True)
-        for path in reversed(self._created):       # folders the automatic profiler made, when still empty
+        for path in reversed(self._created):  # folders the automatic profiler made, when still empty
             try:
                 path.rmdir()
             except OSError:
@@ -176,11 +209,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", action="store_true", help="also capture operators through torch.profiler on a few steps")
     p.add_argument("--no-attach", action="store_true", help="do not follow the first torch optimizer")
     p.add_argument("--no-data", action="store_true", help="do not time DataLoader fetches")
-    p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                   help="an advisor threshold for the analysis (repeatable)")
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an advisor threshold for the analysis (repeatable)",
+    )
     p.add_argument("--cluster-timeout", type=float, default=120.0, help=argparse.SUPPRESS)
-    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
-                   help="run a module as `python -m MODULE` does (the rest of the line is its arguments)")
+    p.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE ...",
+        help="run a module as `python -m MODULE` does (the rest of the line is its arguments)",
+    )
     p.add_argument("target", nargs=argparse.REMAINDER, help="the script and its arguments")
     return p
 
@@ -220,7 +263,7 @@ def _control_channel() -> Optional[Callable[[dict], None]]:
 
 def _run_target(script: Optional[str], module: Optional[str], args: list[str]) -> None:
     if module is not None:
-        sys.argv = [module, *args]                 # sys.path[0] is the working directory, as for python -m
+        sys.argv = [module, *args]  # sys.path[0] is the working directory, as for python -m
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return
     path = Path(script)
@@ -260,8 +303,12 @@ def _watch_for_stuck_termination(handled: threading.Event) -> None:
             if not data:
                 return
             if signal.SIGTERM in data and not handled.wait(TERM_GRACE_S):
-                print("profview run: the script did not stop on SIGTERM (blocked outside Python); exiting without "
-                      "the analysis (run `profview analyse DIR`)", file=sys.stderr, flush=True)
+                print(
+                    "profview run: the script did not stop on SIGTERM (blocked outside Python); exiting without "
+                    "the analysis (run `profview analyse DIR`)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 os._exit(128 + signal.SIGTERM)
 
     threading.Thread(target=watch, name="profview-term-watch", daemon=True).start()
@@ -289,9 +336,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"profview run: error: {exc}", file=sys.stderr)
         return 2
     control = _control_channel()
-    auto = AutoProfiler(args.output, ops=args.ops, attach=not args.no_attach, data=not args.no_data,
-                        advisor_thresholds=thresholds or None, cluster_timeout_s=args.cluster_timeout,
-                        control=control)
+    auto = AutoProfiler(
+        args.output,
+        ops=args.ops,
+        attach=not args.no_attach,
+        data=not args.no_data,
+        advisor_thresholds=thresholds or None,
+        cluster_timeout_s=args.cluster_timeout,
+        control=control,
+    )
 
     handled = threading.Event()
 
@@ -317,14 +370,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     except _Terminated as exc:
         ending = exc
     except BaseException as exc:
-        exc.__traceback__ = _own_frames(exc.__traceback__)    # the hook prints the exception's own traceback
+        exc.__traceback__ = _own_frames(exc.__traceback__)  # the hook prints the exception's own traceback
         sys.excepthook(type(exc), exc, exc.__traceback__)
         status = 1
     finally:
         if signal.getsignal(signal.SIGTERM) is on_term:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     auto.finish()
-    if isinstance(ending, _Terminated):             # die by SIGTERM, as the script would have
+    if isinstance(ending, _Terminated):  # die by SIGTERM, as the script would have
         sys.stdout.flush()
         sys.stderr.flush()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -337,6 +390,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from profiler.auto import main as _main      # the module proper, not this __main__ copy
+    from profiler.auto import main as _main  # the module proper, not this __main__ copy
 
     sys.exit(_main())

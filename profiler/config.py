@@ -12,12 +12,14 @@ torch.distributed is initialised. A source given in `sources=` replaces the defa
 and the settings; a shortcut that configures only sources given in `sources=` is an error, as it
 would be ignored.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, TypedDict
+from typing import Any, Optional, TypedDict
 
 from profiler.capture import Collectives, GpuCounters, HostCounters, Source, TorchOps
 from profiler.capture.distributed import initialised_dist
@@ -54,9 +56,14 @@ class Settings:
     advisor_thresholds: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.timeline_max_events, bool) or not isinstance(self.timeline_max_events, int) \
-                or self.timeline_max_events < 0:
-            raise ValueError(f"timeline_max_events wants a whole number of events >= 0, not {self.timeline_max_events!r}")
+        if (
+            isinstance(self.timeline_max_events, bool)
+            or not isinstance(self.timeline_max_events, int)
+            or self.timeline_max_events < 0
+        ):
+            raise ValueError(
+                f"timeline_max_events wants a whole number of events >= 0, not {self.timeline_max_events!r}"
+            )
         object.__setattr__(self, "advisor_thresholds", _checked_thresholds(self.advisor_thresholds))
 
 
@@ -64,16 +71,16 @@ class Shortcuts(TypedDict, total=False):
     """The keywords `Profiler(...)` accepts besides its own parameters: each configures a default
     source or a field of `Settings` (the same name there)."""
 
-    host_counters: bool                 # HostCounters (psutil) as a default source
-    gpu_counters: bool                  # GpuCounters (NVML) as a default source
-    counter_interval_s: float           # the default counters' interval_s
-    collectives: bool                   # Collectives as a default source (when torch.distributed is initialised)
-    framework: Optional[str]            # "torch": TorchOps as a default source
-    ops_schedule: Optional[Schedule]    # the op capture's schedule (framework="torch", attach())
-    record_shapes: bool                 # the op capture's torch.profiler options
+    host_counters: bool  # HostCounters (psutil) as a default source
+    gpu_counters: bool  # GpuCounters (NVML) as a default source
+    counter_interval_s: float  # the default counters' interval_s
+    collectives: bool  # Collectives as a default source (when torch.distributed is initialised)
+    framework: Optional[str]  # "torch": TorchOps as a default source
+    ops_schedule: Optional[Schedule]  # the op capture's schedule (framework="torch", attach())
+    record_shapes: bool  # the op capture's torch.profiler options
     profile_memory: bool
     with_stack: bool
-    memory_budget_mb: float             # Settings
+    memory_budget_mb: float  # Settings
     flush_interval_s: float
     clock_sync: bool
     gzip_timeline: bool
@@ -84,7 +91,10 @@ class Shortcuts(TypedDict, total=False):
 #: The shortcuts that set a source option, and the kinds of source whose defaults they configure.
 OPTION_SHORTCUTS: dict[str, tuple[type[Source], ...]] = {
     "counter_interval_s": (HostCounters, GpuCounters),
-    "ops_schedule": (TorchOps,), "record_shapes": (TorchOps,), "profile_memory": (TorchOps,), "with_stack": (TorchOps,),
+    "ops_schedule": (TorchOps,),
+    "record_shapes": (TorchOps,),
+    "profile_memory": (TorchOps,),
+    "with_stack": (TorchOps,),
 }
 _SETTINGS = tuple(f.name for f in dataclasses.fields(Settings))
 
@@ -95,12 +105,13 @@ class Configuration:
 
     sources: list[Source]
     settings: Settings
-    op_capture: TorchOps           # the sources' TorchOps, else the one attach(ops=True) adds
-    framework: Optional[str]       # "torch" when ops are captured from the start
+    op_capture: TorchOps  # the sources' TorchOps, else the one attach(ops=True) adds
+    framework: Optional[str]  # "torch" when ops are captured from the start
 
 
-def configure(sources: Iterable[Source] = (), settings: Optional[Settings] = None,
-              shortcuts: Optional[Mapping[str, Any]] = None) -> Configuration:
+def configure(
+    sources: Iterable[Source] = (), settings: Optional[Settings] = None, shortcuts: Optional[Mapping[str, Any]] = None
+) -> Configuration:
     """The sources and settings of `Profiler(sources=..., settings=..., **shortcuts)` (see the module doc)."""
     given = list(sources)
     short = dict(shortcuts or {})
@@ -111,14 +122,19 @@ def configure(sources: Iterable[Source] = (), settings: Optional[Settings] = Non
     for name, kinds in OPTION_SHORTCUTS.items():
         if name in short and all(_has(given, kind) for kind in kinds):
             kind = " and ".join(k.__name__ for k in kinds)
-            raise ValueError(f"{name}= configures default sources, but the {kind} given in sources= has its own "
-                             "options: set them there")
+            raise ValueError(
+                f"{name}= configures default sources, but the {kind} given in sources= has its own "
+                "options: set them there"
+            )
     interval = short.get("counter_interval_s", 0.1)
     op_capture = next((s for s in given if isinstance(s, TorchOps)), None)
     if op_capture is None:
-        op_capture = TorchOps(short.get("ops_schedule"), record_shapes=short.get("record_shapes", False),
-                              profile_memory=short.get("profile_memory", False),
-                              with_stack=short.get("with_stack", False))
+        op_capture = TorchOps(
+            short.get("ops_schedule"),
+            record_shapes=short.get("record_shapes", False),
+            profile_memory=short.get("profile_memory", False),
+            with_stack=short.get("with_stack", False),
+        )
     built: list[Source] = []
     if short.get("host_counters", True) and not _has(given, HostCounters):
         built.append(HostCounters(interval))

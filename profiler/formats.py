@@ -6,6 +6,7 @@ Readers are strict about what consumers rely on (the file parses, the required c
 numbers are numbers) and tolerant of everything else, so a malformed or half-written file gives
 one sentence naming it (InputError) instead of a traceback deep inside a consumer.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any, Iterable, Optional
+from typing import IO, Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -63,7 +65,9 @@ def rank_file(kind: str, rank: int) -> str:
 
 #: The step phases, in order. They tile a step: iteration_gap_ms + fp_bp_ms + tail_ms == total_ms.
 PHASES: tuple[tuple[str, str], ...] = (
-    ("iteration_gap_ms", "iteration gap"), ("fp_bp_ms", "forward + backward"), ("tail_ms", "tail"),
+    ("iteration_gap_ms", "iteration gap"),
+    ("fp_bp_ms", "forward + backward"),
+    ("tail_ms", "tail"),
 )
 PHASE_COLUMNS = tuple(column for column, _ in PHASES)
 #: Other per-step figures (column, label); all-reduce and data wait overlap the phases.
@@ -80,28 +84,85 @@ STEP_START = "start_ms"
 OP_COUNT = "op_count"
 
 STEP_TRACE_COLUMNS = [
-    "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
-    "all_reduce_overlap_ms", "data_wait_ms", "gap_host_ms", "op_count", "profiler_overhead_ms", "start_unix_ns",
+    "step",
+    "start_ms",
+    "iteration_gap_ms",
+    "fp_bp_ms",
+    "tail_ms",
+    "total_ms",
+    "all_reduce_ms",
+    "all_reduce_overlap_ms",
+    "data_wait_ms",
+    "gap_host_ms",
+    "op_count",
+    "profiler_overhead_ms",
+    "start_unix_ns",
     "fp_start_unix_ns",
-    "bp_end_unix_ns", "end_unix_ns", "fp_start_source", "bp_end_source", "step_source", DEVICE_BUSY[0],
+    "bp_end_unix_ns",
+    "end_unix_ns",
+    "fp_start_source",
+    "bp_end_source",
+    "step_source",
+    DEVICE_BUSY[0],
     DEVICE_IDLE[0],
 ]
 OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]
-OP_DETAIL_COLUMNS = ["device", "name", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "min_ms",
-                     "max_ms", "share_pct", "shapes", "scope"]
+OP_DETAIL_COLUMNS = [
+    "device",
+    "name",
+    "op_type",
+    "category",
+    "count",
+    "total_ms",
+    "self_ms",
+    "avg_ms",
+    "min_ms",
+    "max_ms",
+    "share_pct",
+    "shapes",
+    "scope",
+]
 DATA_QUEUE_COLUMNS = ["queue", "time_ms", "event", "size", "capacity", "wait_ms", "step"]
 DEVICE_COUNTER_COLUMNS = ["source", "device", "metric", "time_ms", "value"]
 #: The keys of each entry of report_{rank}.json's "devices" list, one per device (analysis/device_time.py):
 #: the device's time breakdown over its window (HTA's definitions) and its idle time split by cause.
 DEVICE_TIME_COLUMNS = [
-    "device", "window_ms", "busy_ms", "idle_ms", "busy_pct", "idle_pct", "compute_pct", "non_compute_pct",
-    "comm_pct", "memory_pct", "comm_compute_overlap_pct", "executions", "streams", "idle_sync_ms",
-    "idle_data_ms", "idle_host_ms", "idle_launch_ms", "idle_other_ms",
+    "device",
+    "window_ms",
+    "busy_ms",
+    "idle_ms",
+    "busy_pct",
+    "idle_pct",
+    "compute_pct",
+    "non_compute_pct",
+    "comm_pct",
+    "memory_pct",
+    "comm_compute_overlap_pct",
+    "executions",
+    "streams",
+    "idle_sync_ms",
+    "idle_data_ms",
+    "idle_host_ms",
+    "idle_launch_ms",
+    "idle_other_ms",
 ]
 CLUSTER_STEP_COLUMNS = [
-    "rank", "step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "comm_ms",
-    "comm_overlap_ms", "exposed_comm_ms", "wait_ms", "busy_ms", "fp_bp_excl_comm_ms", "tail_excl_comm_ms",
-    "slowest_rank", "behind_slowest_ms",
+    "rank",
+    "step",
+    "start_ms",
+    "iteration_gap_ms",
+    "fp_bp_ms",
+    "tail_ms",
+    "total_ms",
+    "comm_ms",
+    "comm_overlap_ms",
+    "exposed_comm_ms",
+    "wait_ms",
+    "busy_ms",
+    "fp_bp_excl_comm_ms",
+    "tail_excl_comm_ms",
+    "slowest_rank",
+    "behind_slowest_ms",
 ]
 
 # ---- the Chrome trace (timeline_{rank}.json) -------------------------------------------------
@@ -127,18 +188,18 @@ EVENT_INDEX_STEP = 1 << 16
 #: The fields of a row's head, with their numpy dtypes: what many rows share, so the file stores each
 #: distinct head once (the metadata's `heads` table, one array per field) and a row its head's index.
 EVENT_HEAD_FIELDS: tuple[tuple[str, str], ...] = (
-    ("ph", "uint8"),          # the Chrome trace phase letter as a byte: X complete, i instant, C counter, s / f flow
-    ("lane", "uint16"),       # index into the lanes table (pid, tid, process and thread names, kind)
-    ("name", "int32"),        # index into the names table
-    ("category", "uint16"),   # index into the categories table (step, phase, span, compute, host, counter, ...)
-    ("args", "int32"),        # index into the args table (JSON text), -1 for none
+    ("ph", "uint8"),  # the Chrome trace phase letter as a byte: X complete, i instant, C counter, s / f flow
+    ("lane", "uint16"),  # index into the lanes table (pid, tid, process and thread names, kind)
+    ("name", "int32"),  # index into the names table
+    ("category", "uint16"),  # index into the categories table (step, phase, span, compute, host, counter, ...)
+    ("args", "int32"),  # index into the args table (JSON text), -1 for none
 )
 #: The event file's columns, in order, with their numpy dtypes.
 EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("start_ns", "int64"),    # start (time of an instant / counter value), ns from the run's origin
-    ("dur_ns", "int64"),      # duration, 0 for events without one
-    ("step", "int32"),        # the step the event started in, -1 outside every step
-    ("head", "int32"),        # index into the heads table
+    ("start_ns", "int64"),  # start (time of an instant / counter value), ns from the run's origin
+    ("dur_ns", "int64"),  # duration, 0 for events without one
+    ("step", "int32"),  # the step the event started in, -1 outside every step
+    ("head", "int32"),  # index into the heads table
 )
 #: The columns of each version's files, in order: version 1 stored the head fields in every row.
 EVENT_FILE_COLUMNS: dict[int, tuple[str, ...]] = {
@@ -150,23 +211,40 @@ EVENT_FIELD_DTYPES: dict[str, str] = dict(EVENT_HEAD_FIELDS + EVENT_COLUMNS)
 
 # ---- queue names --------------------------------------------------------------------------
 
-ARROW = "->"                     # a connector queue between two pipeline stages: "producer->consumer"
-HOST_QUEUE = "host_queue"        # the host pipeline's output: batches ready on the host
-DEVICE_QUEUE = "device_queue"    # batches already staged on the device, waiting for compute
+ARROW = "->"  # a connector queue between two pipeline stages: "producer->consumer"
+HOST_QUEUE = "host_queue"  # the host pipeline's output: batches ready on the host
+DEVICE_QUEUE = "device_queue"  # batches already staged on the device, waiting for compute
 
 # ---- readers ------------------------------------------------------------------------------
 
 _STEP_NUMBERS = ["step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms"]
-_CLUSTER_NUMBERS = ["rank", "step", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "comm_ms",
-                    "comm_overlap_ms", "exposed_comm_ms", "wait_ms", "busy_ms", "fp_bp_excl_comm_ms",
-                    "tail_excl_comm_ms", "slowest_rank"]
+_CLUSTER_NUMBERS = [
+    "rank",
+    "step",
+    "iteration_gap_ms",
+    "fp_bp_ms",
+    "tail_ms",
+    "total_ms",
+    "comm_ms",
+    "comm_overlap_ms",
+    "exposed_comm_ms",
+    "wait_ms",
+    "busy_ms",
+    "fp_bp_excl_comm_ms",
+    "tail_excl_comm_ms",
+    "slowest_rank",
+]
 #: What a reader requires of each CSV: (columns that must exist, the ones among them that must be numbers).
 CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
     "step_trace": (_STEP_NUMBERS, _STEP_NUMBERS),
-    "op_type": (["device", "op_type", "count", "total_ms", "avg_ms", "share_pct"],
-                ["count", "total_ms", "avg_ms", "share_pct"]),
-    "op_detail": (["device", "op_type", "name", "count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
-                  ["count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"]),
+    "op_type": (
+        ["device", "op_type", "count", "total_ms", "avg_ms", "share_pct"],
+        ["count", "total_ms", "avg_ms", "share_pct"],
+    ),
+    "op_detail": (
+        ["device", "op_type", "name", "count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
+        ["count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
+    ),
     "data_queue": (["queue", "time_ms", "size", "capacity"], ["time_ms", "size", "capacity"]),
     "device_counters": (["source", "device", "metric", "time_ms", "value"], ["time_ms", "value"]),
     "cluster_step_trace": (_CLUSTER_NUMBERS, _CLUSTER_NUMBERS),
@@ -174,12 +252,15 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
 #: Every column of each CSV the writer writes: the numeric ones among them are checked whenever
 #: present (a consumer computes with them), the required ones must be present.
 CSV_COLUMNS: dict[str, list[str]] = {
-    "step_trace": STEP_TRACE_COLUMNS, "op_type": OP_TYPE_COLUMNS, "op_detail": OP_DETAIL_COLUMNS,
-    "data_queue": DATA_QUEUE_COLUMNS, "device_counters": DEVICE_COUNTER_COLUMNS,
+    "step_trace": STEP_TRACE_COLUMNS,
+    "op_type": OP_TYPE_COLUMNS,
+    "op_detail": OP_DETAIL_COLUMNS,
+    "data_queue": DATA_QUEUE_COLUMNS,
+    "device_counters": DEVICE_COUNTER_COLUMNS,
     "cluster_step_trace": CLUSTER_STEP_COLUMNS,
 }
 #: Columns read as text whatever they look like (an op named "1" stays "1").
-TEXT_DTYPES = {c: str for c in ("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source")}
+TEXT_DTYPES = dict.fromkeys(("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source"), str)
 #: Text columns that may be absent in a file and are then filled with "".
 OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "step_source", "event")
 #: Numeric columns that may hold a value that is not finite, and the spellings the writer uses for
@@ -188,16 +269,16 @@ OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_sourc
 #: 1e400), is refused.
 NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("device_counters", "value"): ("nan", "inf", "-inf"),
-    ("step_trace", DEVICE_BUSY[0]): ("",),       # empty: no device data in the step
+    ("step_trace", DEVICE_BUSY[0]): ("",),  # empty: no device data in the step
     ("step_trace", DEVICE_IDLE[0]): ("",),
-    ("step_trace", GAP_HOST[0]): ("",),          # empty: the run did not measure its data wait
+    ("step_trace", GAP_HOST[0]): ("",),  # empty: the run did not measure its data wait
 }
 
 #: The bound (exclusive) on the magnitude of a number of an output file: whole numbers (counts,
 #: sizes, steps, ns) are int64s, and times in ms come from the run's int64 ns clock. A value at or
 #: beyond it (1e308 ms, a capacity of 2**64) is damage, refused by the readers with the file, column and line; only a
 #: user's counter value (device_counters.value) may be any float.
-MAX_WHOLE = 2.0 ** 63
+MAX_WHOLE = 2.0**63
 MAX_MS = MAX_WHOLE / 1e6
 UNBOUNDED_COLUMNS = {("device_counters", "value")}
 
@@ -214,7 +295,7 @@ def column_limit(kind: str, column: str) -> float:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _escape_surrogate(match: "re.Match[str]") -> str:
+def _escape_surrogate(match: re.Match[str]) -> str:
     code = ord(match.group(0))
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
@@ -233,13 +314,13 @@ def valid_text(text: str) -> str:
     return text
 
 
-def valid_texts(values: Iterable[Any]) -> "list[Any] | None":
+def valid_texts(values: Iterable[Any]) -> list[Any] | None:
     """The values with every str made `valid_text`, or None when none needed it (the usual case)."""
     values = list(values)
     try:
         "".join(values).encode("utf-8")
         return None
-    except TypeError:                       # not all text: check the strings one by one
+    except TypeError:  # not all text: check the strings one by one
         if all(not isinstance(v, str) or v == valid_text(v) for v in values):
             return None
     except UnicodeEncodeError:
@@ -296,9 +377,17 @@ def regular_file(path: Path, what: str = "", noun: str = "file") -> os.stat_resu
     except OSError as exc:
         raise InputError(f"cannot read {label}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "a named pipe (FIFO)"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "not a regular file"
+        )
         raise InputError(f"{label} is {kind}, not a {noun}")
     return st
 
@@ -324,13 +413,18 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(data, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): it may be truncated "
-                         "or not a profview file") from None
+        raise InputError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): it may be truncated "
+            "or not a profview file"
+        ) from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not valid JSON: it is not UTF-8 text (byte {exc.start})") from None
-    except ValueError as exc:         # a NaN / Infinity literal (parse_constant), an over-long integer
-        what = f"a {exc} literal, which JSON does not allow" if str(exc) in ("NaN", "Infinity", "-Infinity") \
+    except ValueError as exc:  # a NaN / Infinity literal (parse_constant), an over-long integer
+        what = (
+            f"a {exc} literal, which JSON does not allow"
+            if str(exc) in ("NaN", "Infinity", "-Infinity")
             else "a number Python cannot read"
+        )
         raise InputError(f"{path} is not valid JSON: it holds {what}") from None
     except RecursionError:
         raise InputError(f"{path} is not a profview file: its JSON is nested too deeply to read") from None
@@ -379,12 +473,20 @@ def read_profiler_info(path: Path) -> dict[str, Any]:
             raise InputError(f"{path} is malformed: {key} should be {meaning}, not {_shown(value)}")
     version = info.get("schema_version", SCHEMA_VERSION)
     if version > SCHEMA_VERSION or version < 1:
-        raise InputError(f"{path} has schema version {version}, " + (
-            f"newer than this profview reads ({SCHEMA_VERSION}); upgrade profview" if version > SCHEMA_VERSION
-            else "which no profview writes"))
+        raise InputError(
+            f"{path} has schema version {version}, "
+            + (
+                f"newer than this profview reads ({SCHEMA_VERSION}); upgrade profview"
+                if version > SCHEMA_VERSION
+                else "which no profview writes"
+            )
+        )
     outputs = info.get("outputs", [])
-    bad = [name for name in outputs if not isinstance(name, str) or not name or Path(name).name != name
-           or name in (".", "..")]
+    bad = [
+        name
+        for name in outputs
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", "..")
+    ]
     if bad:
         raise InputError(f"{path} is malformed: outputs lists {_shown(bad[0])}, which is not a file name")
     if not all(isinstance(w, str) for w in info.get("warnings", [])):
@@ -421,9 +523,20 @@ def nullable(spec: Any) -> Nullable:
     return Nullable((spec,))
 
 
-_FINDING = {"kind": TEXT, "key": TEXT, "severity": TEXT, "title": TEXT, "at_stake_ms": NUMBER,
-            "at_stake_pct": NUMBER, "evidence": TEXT, "threshold": TEXT, "suggestion": TEXT, "files": [TEXT],
-            "metrics": {ANY_KEY: NUMBER}, "rank": WHOLE}
+_FINDING = {
+    "kind": TEXT,
+    "key": TEXT,
+    "severity": TEXT,
+    "title": TEXT,
+    "at_stake_ms": NUMBER,
+    "at_stake_pct": NUMBER,
+    "evidence": TEXT,
+    "threshold": TEXT,
+    "suggestion": TEXT,
+    "files": [TEXT],
+    "metrics": {ANY_KEY: NUMBER},
+    "rank": WHOLE,
+}
 
 #: The type of every key of the output JSON documents (report, queue_summary, cluster_summary) that
 #: some reader uses: a dict is an object (its keys checked when present, others ignored; ANY_KEY for
@@ -432,51 +545,140 @@ _FINDING = {"kind": TEXT, "key": TEXT, "severity": TEXT, "title": TEXT, "at_stak
 #: the values without re-checking; an absent key is fine (older files, imports).
 DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "report": {
-        "schema_version": WHOLE, "verdict": TEXT, "headline": TEXT, "framework": TEXT,
-        "steps": {"analysed": WHOLE, "warmup_skipped": WHOLE, "outliers": WHOLE, "steady": WHOLE, "rule": TEXT, "mean_ms": NUMBER, "median_ms": NUMBER,
-                  "wall_ms": NUMBER, "mean_phase_ms": {ANY_KEY: NUMBER}, "share_pct": {ANY_KEY: NUMBER},
-                  "op_captured_steps": WHOLE, "data_wait_measured": FLAG, "source": TEXT, "source_note": TEXT},
+        "schema_version": WHOLE,
+        "verdict": TEXT,
+        "headline": TEXT,
+        "framework": TEXT,
+        "steps": {
+            "analysed": WHOLE,
+            "warmup_skipped": WHOLE,
+            "outliers": WHOLE,
+            "steady": WHOLE,
+            "rule": TEXT,
+            "mean_ms": NUMBER,
+            "median_ms": NUMBER,
+            "wall_ms": NUMBER,
+            "mean_phase_ms": {ANY_KEY: NUMBER},
+            "share_pct": {ANY_KEY: NUMBER},
+            "op_captured_steps": WHOLE,
+            "data_wait_measured": FLAG,
+            "source": TEXT,
+            "source_note": TEXT,
+        },
         "thresholds": {ANY_KEY: FIGURE},
         "findings": [_FINDING],
-        "devices": [{**{c: NUMBER for c in DEVICE_TIME_COLUMNS}, "device": TEXT}],
+        "devices": [{**dict.fromkeys(DEVICE_TIME_COLUMNS, NUMBER), "device": TEXT}],
     },
     "queue_summary": {
         "schema_version": WHOLE,
         "thresholds": {"empty_ratio_warning": FIGURE, "full_ratio_line": FIGURE, "meaning": TEXT},
-        "verdict": {"kind": TEXT, "reason": TEXT, "feed_queue": TEXT_OR_NULL, "host_queue": TEXT_OR_NULL,
-                    "device_queue": TEXT_OR_NULL, "bottleneck_stage": TEXT_OR_NULL},
-        "queues": [{"queue": TEXT, "role": TEXT, "producer": TEXT, "consumer": TEXT, "capacity": NUMBER,
-                    "samples": NUMBER, "puts": NUMBER, "gets": NUMBER, "empty_ratio": NUMBER, "full_ratio": NUMBER,
-                    "put_full_ratio": NUMBER, "time_empty_ratio": NUMBER, "time_full_ratio": NUMBER,
-                    "mean_size": NUMBER, "max_size": NUMBER, "span_ms": NUMBER, "get_wait_ms": NUMBER,
-                    "get_wait_mean_ms": NUMBER, "get_wait_per_step_ms": NUMBER, "put_wait_ms": NUMBER}],
-        "pipeline": {"stages": [{"stage": TEXT, "depth": NUMBER, "input_queue": TEXT_OR_NULL,
-                                 "output_queue": TEXT_OR_NULL, "input_full_ratio": NUMBER,
-                                 "output_empty_ratio": NUMBER, "slow": FLAG}],
-                     "bottleneck_stage": TEXT_OR_NULL},
+        "verdict": {
+            "kind": TEXT,
+            "reason": TEXT,
+            "feed_queue": TEXT_OR_NULL,
+            "host_queue": TEXT_OR_NULL,
+            "device_queue": TEXT_OR_NULL,
+            "bottleneck_stage": TEXT_OR_NULL,
+        },
+        "queues": [
+            {
+                "queue": TEXT,
+                "role": TEXT,
+                "producer": TEXT,
+                "consumer": TEXT,
+                "capacity": NUMBER,
+                "samples": NUMBER,
+                "puts": NUMBER,
+                "gets": NUMBER,
+                "empty_ratio": NUMBER,
+                "full_ratio": NUMBER,
+                "put_full_ratio": NUMBER,
+                "time_empty_ratio": NUMBER,
+                "time_full_ratio": NUMBER,
+                "mean_size": NUMBER,
+                "max_size": NUMBER,
+                "span_ms": NUMBER,
+                "get_wait_ms": NUMBER,
+                "get_wait_mean_ms": NUMBER,
+                "get_wait_per_step_ms": NUMBER,
+                "put_wait_ms": NUMBER,
+            }
+        ],
+        "pipeline": {
+            "stages": [
+                {
+                    "stage": TEXT,
+                    "depth": NUMBER,
+                    "input_queue": TEXT_OR_NULL,
+                    "output_queue": TEXT_OR_NULL,
+                    "input_full_ratio": NUMBER,
+                    "output_empty_ratio": NUMBER,
+                    "slow": FLAG,
+                }
+            ],
+            "bottleneck_stage": TEXT_OR_NULL,
+        },
         "totals": {ANY_KEY: NUMBER},
-        "steps": [{"step": NUMBER, "iteration_gap_ms": NUMBER, "data_wait_ms": NUMBER, "gap_wait_ms": NUMBER,
-                   "gap_wait_pct": NUMBER, "get_wait_ms": {ANY_KEY: NUMBER}}],
+        "steps": [
+            {
+                "step": NUMBER,
+                "iteration_gap_ms": NUMBER,
+                "data_wait_ms": NUMBER,
+                "gap_wait_ms": NUMBER,
+                "gap_wait_pct": NUMBER,
+                "get_wait_ms": {ANY_KEY: NUMBER},
+            }
+        ],
     },
     "cluster_summary": {
         "schema_version": WHOLE,
-        "ranks": {"world_size": WHOLE, "profiled": [WHOLE], "present": [WHOLE], "missing": [WHOLE],
-                  "not_profiled": [WHOLE], "stopped_early": {ANY_KEY: {}}, "last_step": WHOLE},
-        "clock": {"method": TEXT, "reference_rank": WHOLE, "origin_unix_ns": WHOLE, "max_uncertainty_ns": NUMBER,
-                  "per_rank": {ANY_KEY: {}}},
+        "ranks": {
+            "world_size": WHOLE,
+            "profiled": [WHOLE],
+            "present": [WHOLE],
+            "missing": [WHOLE],
+            "not_profiled": [WHOLE],
+            "stopped_early": {ANY_KEY: {}},
+            "last_step": WHOLE,
+        },
+        "clock": {
+            "method": TEXT,
+            "reference_rank": WHOLE,
+            "origin_unix_ns": WHOLE,
+            "max_uncertainty_ns": NUMBER,
+            "per_rank": {ANY_KEY: {}},
+        },
         "steps": {ANY_KEY: WHOLE},
         "per_rank": [{ANY_KEY: NUMBER}],
-        "straggler": nullable({"rank": WHOLE, "slowest_share_pct": NUMBER, "excess_ms": NUMBER, "phase": TEXT,
-                               "phase_excess_ms": {ANY_KEY: NUMBER}, "others_wait_ms": NUMBER}),
+        "straggler": nullable(
+            {
+                "rank": WHOLE,
+                "slowest_share_pct": NUMBER,
+                "excess_ms": NUMBER,
+                "phase": TEXT,
+                "phase_excess_ms": {ANY_KEY: NUMBER},
+                "others_wait_ms": NUMBER,
+            }
+        ),
         "communication": {ANY_KEY: NUMBER},
         "findings": [_FINDING],
         "warnings": [TEXT],
         "devices": [{ANY_KEY: (int, float, str, type(None))}],
-        "device_time": [{**{c: NUMBER for c in DEVICE_TIME_COLUMNS}, "device": TEXT, "rank": WHOLE}],
+        "device_time": [{**dict.fromkeys(DEVICE_TIME_COLUMNS, NUMBER), "device": TEXT, "rank": WHOLE}],
         "timeline_ranks": [WHOLE],
-        "timeline": {"file": TEXT, "content": TEXT, "events": WHOLE, "events_written": WHOLE, "max_events": WHOLE,
-                     "steps": [WHOLE], "median_step": WHOLE, "slowest_step": WHOLE, "outlier_steps": [WHOLE],
-                     "outlier_steps_left_out": [WHOLE], "rest": TEXT},
+        "timeline": {
+            "file": TEXT,
+            "content": TEXT,
+            "events": WHOLE,
+            "events_written": WHOLE,
+            "max_events": WHOLE,
+            "steps": [WHOLE],
+            "median_step": WHOLE,
+            "slowest_step": WHOLE,
+            "outlier_steps": [WHOLE],
+            "outlier_steps_left_out": [WHOLE],
+            "rest": TEXT,
+        },
         "outputs": [TEXT],
     },
 }
@@ -542,7 +744,7 @@ def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     columns consumers rely on must hold finite numbers (NON_FINITE_CELLS lists the exceptions).
     """
     required, numeric = CSV_REQUIRED[kind]
-    if isinstance(path, (str, os.PathLike)):      # a file (the live view passes text in memory)
+    if isinstance(path, (str, os.PathLike)):  # a file (the live view passes text in memory)
         regular_file(path)
     try:
         frame = pd.read_csv(path, na_filter=False, dtype=TEXT_DTYPES)
@@ -557,18 +759,21 @@ def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     if missing:
         raise InputError(f"{path} is malformed: missing column(s) {', '.join(missing)}")
     text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
-    for col in numeric + [c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric
-                          and c not in text]:
-        frame[col] = _numeric_column(frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()),
-                                     column_limit(kind, col))
+    for col in numeric + [
+        c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric and c not in text
+    ]:
+        frame[col] = _numeric_column(
+            frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()), column_limit(kind, col)
+        )
     for col in OPTIONAL_TEXT:
         if col in frame.columns:
             frame[col] = frame[col].astype(str)
     return frame
 
 
-def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...],
-                    limit: float = math.inf) -> pd.Series:
+def _numeric_column(
+    column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...], limit: float = math.inf
+) -> pd.Series:
     """A CSV column as float64 numbers (int64 when every cell is whole), or InputError naming the
     first line that is not a finite number (or one of the `non_finite` spellings) or is at or
     beyond `limit` in magnitude."""
@@ -590,9 +795,13 @@ def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         cell = str(column.iloc[row])
-        what = ("an empty value" if not cell.strip() else
-                f"a value that is not a finite number ({cell[:40]!r})" if _is_number_text(cell) else
-                f"a non-numeric value ({cell[:40]!r})")
+        what = (
+            "an empty value"
+            if not cell.strip()
+            else f"a value that is not a finite number ({cell[:40]!r})"
+            if _is_number_text(cell)
+            else f"a non-numeric value ({cell[:40]!r})"
+        )
         raise InputError(f"{path} is malformed: column {name} has {what} on line {row + 2}")
     with np.errstate(invalid="ignore"):
         beyond = (np.abs(values) >= limit) & np.isfinite(values)
@@ -602,8 +811,10 @@ def _numeric_column(column: pd.Series, path: Path, name: str, non_finite: tuple[
 
 
 def _beyond_limit(column: pd.Series, path: Path, name: str, row: int) -> None:
-    raise InputError(f"{path} is malformed: column {name} has {str(column.iloc[row])[:40]!r} on line {row + 2}, "
-                     "beyond what a 64-bit clock or count can hold")
+    raise InputError(
+        f"{path} is malformed: column {name} has {str(column.iloc[row])[:40]!r} on line {row + 2}, "
+        "beyond what a 64-bit clock or count can hold"
+    )
 
 
 _SPELLED = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -726,7 +937,7 @@ class EventFile:
         for i in range(first, last + 1):
             b0 = int(self.batch_starts[i])
             values = self._batch(i).column(index).to_numpy(zero_copy_only=True)
-            parts.append(values[max(start - b0, 0):stop - b0])
+            parts.append(values[max(start - b0, 0) : stop - b0])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def chunks(self, stop: Optional[int] = None, rows: int = 1 << 22):
@@ -752,14 +963,14 @@ def read_event_file(path: Path) -> EventFile:
     """Open an events_{rank}.arrow, checking what consumers rely on; one sentence when it is not one."""
     try:
         import pyarrow as pa
-    except ImportError:       # pragma: no cover - a core dependency
+    except ImportError:  # pragma: no cover - a core dependency
         raise InputError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
     path = Path(path)
-    regular_file(path)                       # a FIFO would block the open, a device never end
+    regular_file(path)  # a FIFO would block the open, a device never end
     try:
         if valid_text(str(path)) == str(path):
             source = pa.OSFile(str(path), "r")
-        else:                                # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
+        else:  # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
             source = pa.PythonFile(open(path, "rb"), mode="r")
         reader = pa.ipc.open_file(source)
     except FileNotFoundError:
@@ -771,7 +982,7 @@ def read_event_file(path: Path) -> EventFile:
     raw = (reader.schema.metadata or {}).get(EVENT_FILE_META_KEY.encode())
     try:
         meta = json.loads(raw) if raw else None
-        if isinstance(meta, dict) and reader.num_record_batches:      # the row index, in the last (empty) batch
+        if isinstance(meta, dict) and reader.num_record_batches:  # the row index, in the last (empty) batch
             last = reader.get_batch_with_custom_metadata(reader.num_record_batches - 1).custom_metadata
             index = (last or {}).get(EVENT_FILE_META_KEY.encode())
             if index:
@@ -782,8 +993,10 @@ def read_event_file(path: Path) -> EventFile:
         raise InputError(f"{path} is not a profview event file (or it is damaged)")
     version = meta.get("version")
     if not isinstance(version, int) or version > EVENT_FILE_VERSION:
-        raise InputError(f"{path} has event-file version {version!r}, newer than this viewer reads "
-                         f"({EVENT_FILE_VERSION}); upgrade profview")
+        raise InputError(
+            f"{path} has event-file version {version!r}, newer than this viewer reads "
+            f"({EVENT_FILE_VERSION}); upgrade profview"
+        )
     if reader.schema.names != list(EVENT_FILE_COLUMNS.get(version, ())):
         raise InputError(f"{path} is malformed: its columns are not the event file's")
     for key in ("names", "categories", "args", "lanes", "lane_complete", "complete_rows"):

@@ -9,10 +9,12 @@ origin (`info["clock"]["origin_unix_ns"]` is the Unix time of that origin, so ab
 origin_unix_ns + t). Columns keep a fixed order and dtype so that output files are
 deterministic.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, TypedDict
+from typing import Any, Optional, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -22,19 +24,19 @@ from profiler.formats import valid_text, valid_texts
 #: One op schema (every source): host ops, user ops, device kernels, memcpy, collectives.
 OP_COLUMNS: dict[str, str] = {
     # String columns are "object" or pandas categoricals (sources with many rows use categoricals).
-    "device": "object",       # "cpu", "cuda:0", "npu:1", ...
-    "stream": "object",       # host thread name, or device stream id as text ("7")
-    "name": "object",         # op name as the source reports it (kernel name, aten::conv2d, full op name)
-    "op_type": "object",      # op type (Conv2D, aten::conv2d, MatMul, nccl:all_reduce, Memcpy HtoD ...)
-    "category": "object",     # compute | comm | memcpy | memset | host | user | runtime | sync | annotation
+    "device": "object",  # "cpu", "cuda:0", "npu:1", ...
+    "stream": "object",  # host thread name, or device stream id as text ("7")
+    "name": "object",  # op name as the source reports it (kernel name, aten::conv2d, full op name)
+    "op_type": "object",  # op type (Conv2D, aten::conv2d, MatMul, nccl:all_reduce, Memcpy HtoD ...)
+    "category": "object",  # compute | comm | memcpy | memset | host | user | runtime | sync | annotation
     "start_ns": "int64",
     "dur_ns": "int64",
-    "self_ns": "int64",       # dur_ns minus time of ops nested inside it on the same lane (== dur_ns for leaves)
-    "step": "int64",          # step the op started in, -1 when outside every step
-    "shapes": "object",       # input shapes as text when recorded, else ""
-    "dtypes": "object",       # input types as text when recorded (torch: ["double","float",...]), else ""
-    "correlation": "int64",   # host-launch <-> device-kernel correlation id, -1 when none
-    "source": "object",       # marker | torch | kineto | ascend | mindspore
+    "self_ns": "int64",  # dur_ns minus time of ops nested inside it on the same lane (== dur_ns for leaves)
+    "step": "int64",  # step the op started in, -1 when outside every step
+    "shapes": "object",  # input shapes as text when recorded, else ""
+    "dtypes": "object",  # input types as text when recorded (torch: ["double","float",...]), else ""
+    "correlation": "int64",  # host-launch <-> device-kernel correlation id, -1 when none
+    "source": "object",  # marker | torch | kineto | ascend | mindspore
 }
 
 #: Op categories of a device's work: what busy time, the device breakdown and device op tables count.
@@ -46,18 +48,18 @@ NOT_WORK_CATEGORIES = ("runtime", "sync", "annotation")
 
 #: Named host spans that are not ops: phases (forward, backward, tail, all_reduce, ...) and user spans.
 SPAN_COLUMNS: dict[str, str] = {
-    "tid": "int64",           # profview thread index (see threads table)
-    "kind": "object",         # phase | span | overhead
+    "tid": "int64",  # profview thread index (see threads table)
+    "kind": "object",  # phase | span | overhead
     "name": "object",
     "start_ns": "int64",
     "dur_ns": "int64",
-    "depth": "int64",         # nesting depth on its thread, 0 = outermost
+    "depth": "int64",  # nesting depth on its thread, 0 = outermost
 }
 
 #: Point events: marks (fp_start, bp_end, ...) and user instants.
 INSTANT_COLUMNS: dict[str, str] = {
     "tid": "int64",
-    "kind": "object",         # mark | instant
+    "kind": "object",  # mark | instant
     "name": "object",
     "time_ns": "int64",
 }
@@ -70,14 +72,14 @@ STEP_COLUMNS: dict[str, str] = {
     "end_ns": "int64",
     "fp_start_ns": "int64",
     "bp_end_ns": "int64",
-    "overhead_ns": "int64",   # profiler's own time spent inside this step (calls + flushes)
+    "overhead_ns": "int64",  # profiler's own time spent inside this step (calls + flushes)
 }
 
 #: Sampled counters: host (psutil), GPU (NVML), user counters (profiler.counter).
 COUNTER_COLUMNS: dict[str, str] = {
-    "source": "object",       # host | nvml | user | queue
-    "device": "object",       # "host", "cuda:0", ...
-    "metric": "object",       # cpu_percent, rss_bytes, gpu_util_percent, ...
+    "source": "object",  # host | nvml | user | queue
+    "device": "object",  # "host", "cuda:0", ...
+    "metric": "object",  # cpu_percent, rss_bytes, gpu_util_percent, ...
     "time_ns": "int64",
     "value": "float64",
 }
@@ -86,17 +88,17 @@ COUNTER_COLUMNS: dict[str, str] = {
 QUEUE_COLUMNS: dict[str, str] = {
     "queue": "object",
     "time_ns": "int64",
-    "event": "object",        # put | get
-    "size": "int64",          # queue size right after the event
-    "capacity": "int64",      # 0 = unbounded
-    "wait_ns": "int64",       # how long the put / get blocked
-    "tid": "int64",           # thread that did the put / get (-1 when unknown)
+    "event": "object",  # put | get
+    "size": "int64",  # queue size right after the event
+    "capacity": "int64",  # 0 = unbounded
+    "wait_ns": "int64",  # how long the put / get blocked
+    "tid": "int64",  # thread that did the put / get (-1 when unknown)
 }
 
 #: Threads / lanes of the host side.
 THREAD_COLUMNS: dict[str, str] = {
-    "tid": "int64",           # profview thread index, stable within a run
-    "os_tid": "int64",        # the OS / Python thread identifier
+    "tid": "int64",  # profview thread index, stable within a run
+    "os_tid": "int64",  # the OS / Python thread identifier
     "name": "object",
 }
 
@@ -167,15 +169,15 @@ NATIVE_ORIGIN = "profview"
 class ClockInfo(TypedDict, total=False):
     """`RunInfo.clock`: where the run's time 0 is."""
 
-    clock: str                    # which clock the times are on: perf_counter_ns, "kineto: <rule>", ascend_syscnt, ...
-    origin_unix_ns: int           # Unix time of the run's time 0 (0: unknown)
-    origin_monotonic_ns: int      # recordings: the perf_counter_ns reading of time 0
-    origin_device_ns: int         # imported device logs: the device clock's reading of time 0
-    origin_ts_us: float           # Kineto: the trace's ts of time 0
-    tick_ns: int                  # device counters: ns per tick
-    note: str                     # why the origin is what it is
-    host_start: dict[str, int]    # Ascend: host_start.log's clock readings
-    offset_method: str            # recordings: how the offset to rank 0 was found (capture/distributed.py)
+    clock: str  # which clock the times are on: perf_counter_ns, "kineto: <rule>", ascend_syscnt, ...
+    origin_unix_ns: int  # Unix time of the run's time 0 (0: unknown)
+    origin_monotonic_ns: int  # recordings: the perf_counter_ns reading of time 0
+    origin_device_ns: int  # imported device logs: the device clock's reading of time 0
+    origin_ts_us: float  # Kineto: the trace's ts of time 0
+    tick_ns: int  # device counters: ns per tick
+    note: str  # why the origin is what it is
+    host_start: dict[str, int]  # Ascend: host_start.log's clock readings
+    offset_method: str  # recordings: how the offset to rank 0 was found (capture/distributed.py)
     offset_to_rank0_ns: Optional[int]
     offset_uncertainty_ns: Optional[int]
     offset_rounds: int
@@ -208,34 +210,34 @@ class RunInfo(TypedDict, total=False):
     schema_version: int
     tool: str
     tool_version: str
-    recorded_with: Optional[str]              # the profview version that recorded the raw store
-    data_origin: str                          # NATIVE_ORIGIN, or the importer that read the capture
-    source_path: str                          # imports: the capture that was read
+    recorded_with: Optional[str]  # the profview version that recorded the raw store
+    data_origin: str  # NATIVE_ORIGIN, or the importer that read the capture
+    source_path: str  # imports: the capture that was read
     rank: int
     world_size: int
-    distributed_backend: str                  # Kineto: distributedInfo.backend
+    distributed_backend: str  # Kineto: distributedInfo.backend
     host: str
     pid: int
-    device_id: int                            # imported device captures: the device the run is
+    device_id: int  # imported device captures: the device the run is
     framework_versions: dict[str, str]
-    devices: list[dict[str, Any]]             # Kineto: deviceProperties
-    origin_unix_ns: int                       # Kineto: the same as clock.origin_unix_ns
+    devices: list[dict[str, Any]]  # Kineto: deviceProperties
+    origin_unix_ns: int  # Kineto: the same as clock.origin_unix_ns
     clock: ClockInfo
-    sources: dict[str, dict[str, Any]]        # per source (or per imported file kind): status, files, ...
-    config: dict[str, Any]                    # the Profiler's options
+    sources: dict[str, dict[str, Any]]  # per source (or per imported file kind): status, files, ...
+    config: dict[str, Any]  # the Profiler's options
     recording: RecordingInfo
-    overhead: dict[str, Any]                  # per_event_ns, flush_ms; total_ms once analysed
-    step_tid: int                             # the thread whose step() calls cut the steps (-1: none)
-    steps: dict[str, Any]                     # count (first, last once analysed)
-    step_boundaries: dict[str, Any]           # set when steps were inferred: analysis.steps.StepInference
-    steps_from: str                           # with reference devices: "npu:<id>" or "host"
-    ascend_devices: list[dict[str, Any]]      # with reference devices: one entry per device merged
-    kineto: dict[str, Any]                    # Kineto: schema_version, trace_name, events, not_imported
-    ascend: dict[str, Any]                    # Ascend JOB: job_dir, backend, record counts, fp / bp ops
-    mindspore: dict[str, Any]                 # MindSpore: layout, device
+    overhead: dict[str, Any]  # per_event_ns, flush_ms; total_ms once analysed
+    step_tid: int  # the thread whose step() calls cut the steps (-1: none)
+    steps: dict[str, Any]  # count (first, last once analysed)
+    step_boundaries: dict[str, Any]  # set when steps were inferred: analysis.steps.StepInference
+    steps_from: str  # with reference devices: "npu:<id>" or "host"
+    ascend_devices: list[dict[str, Any]]  # with reference devices: one entry per device merged
+    kineto: dict[str, Any]  # Kineto: schema_version, trace_name, events, not_imported
+    ascend: dict[str, Any]  # Ascend JOB: job_dir, backend, record counts, fp / bp ops
+    mindspore: dict[str, Any]  # MindSpore: layout, device
     warnings: list[str]
-    outputs: list[str]                        # written last by the writer: every file of the rank
-    timeline: dict[str, Any]                  # what timeline_{rank}.json holds (export/writers/timeline.py)
+    outputs: list[str]  # written last by the writer: every file of the rank
+    timeline: dict[str, Any]  # what timeline_{rank}.json holds (export/writers/timeline.py)
 
 
 def data_origin(info: RunInfo) -> str:

@@ -10,6 +10,7 @@
 Recording is cheap: a span is two (time, code) records written by the hot path
 (profiler/record); everything else happens in `analyse()`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -20,17 +21,18 @@ import socket
 import sys
 import threading
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Unpack
+from typing import Any, Callable, Optional, Unpack
 
 from profiler._version import __version__
-from profiler.errors import ProfilerUsageWarning, ProfviewError
-from profiler.record.recorder import HOT_PATH_IMPL, Recorder, Span, active_recorder, clock_anchor, hot, now_ns
-from profiler.schedule import ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.capture import Source, TorchHooks, TorchOps
 from profiler.capture.base import MARKERS
 from profiler.capture.distributed import detect_rank, exchange_clock_offsets, initialised_dist, wait_for_ranks
 from profiler.config import Settings, Shortcuts, configure
+from profiler.errors import ProfilerUsageWarning, ProfviewError
+from profiler.record.recorder import HOT_PATH_IMPL, Recorder, Span, active_recorder, clock_anchor, hot, now_ns
+from profiler.schedule import ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.store.kinds import COUNTER, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP
 from profiler.store.raw import RawWriter, archive_previous_recording, raw_file_name
 
@@ -86,7 +88,7 @@ class Profiler:
         output_path: str | os.PathLike = "./profiler_data",
         start_profile: bool = True,
         schedule: Optional[Schedule] = None,
-        on_trace_ready: Optional[Callable[["Profiler"], Any]] = None,
+        on_trace_ready: Optional[Callable[[Profiler], Any]] = None,
         *,
         sources: Iterable[Source] = (),
         rank: Optional[int] = None,
@@ -102,15 +104,15 @@ class Profiler:
         self.on_trace_ready = on_trace_ready
         self.rank, self.world_size = detect_rank(rank, world_size)
         self.ranks = sorted(int(r) for r in ranks) if ranks is not None else None
-        self.active = self.ranks is None or self.rank in self.ranks   # False: records nothing
+        self.active = self.ranks is None or self.rank in self.ranks  # False: records nothing
         self.memory_budget_bytes = int(self.settings.memory_budget_mb * (1 << 20))
         self.flush_interval_s = self.settings.flush_interval_s
         self._clock_offset: dict = {}
         self._framework = config.framework
-        self._op_capture = config.op_capture         # what attach(ops=True) adds, when no TorchOps is here
-        self._steps_from_hooks = False          # a source (TorchHooks on an optimizer) ends the steps
-        self._stepper = hot.Stepper(0, self._end_step_slow)   # holds the step counter; ends steps
-        self.last_window: Optional[tuple[int, int]] = None   # (first, last) step of the last completed window
+        self._op_capture = config.op_capture  # what attach(ops=True) adds, when no TorchOps is here
+        self._steps_from_hooks = False  # a source (TorchHooks on an optimizer) ends the steps
+        self._stepper = hot.Stepper(0, self._end_step_slow)  # holds the step counter; ends steps
+        self.last_window: Optional[tuple[int, int]] = None  # (first, last) step of the last completed window
         self._action = ProfilerAction.NONE
         self._window_first = 0
         self._recorder: Optional[Recorder] = None
@@ -120,7 +122,7 @@ class Profiler:
         self._stopped = False
         self.sources: list[Source] = config.sources
         if self.active:
-            for source in self.sources:           # once all are known: a source may look at the others
+            for source in self.sources:  # once all are known: a source may look at the others
                 source.bind(self)
         # Fast paths: `profiler.phase(name)` / `profiler.span(name)` are a dict lookup that
         # returns a cached C span (see the methods of the same name for the documentation).
@@ -134,25 +136,28 @@ class Profiler:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> "Profiler":
+    def start(self) -> Profiler:
         """Start recording (no-op when already recording)."""
         if self._recorder is not None:
             return self
         if self._stopped:
             raise ProfviewError("this Profiler was stopped; create a new Profiler to record again")
-        if not self._clock_offset:     # a collective call: every rank, recording or not
+        if not self._clock_offset:  # a collective call: every rank, recording or not
             self._clock_offset = exchange_clock_offsets() if self.settings.clock_sync else {"offset_method": "off"}
         if not self.active:
             return self
-        if active_recorder() is not None:     # the hot path is process-wide: one recording at a time
+        if active_recorder() is not None:  # the hot path is process-wide: one recording at a time
             raise ProfviewError(
                 "another Profiler is already recording in this process; stop it before starting a new one"
             )
         archived = archive_previous_recording(self.output_path, self.rank)
         if archived is not None:
-            warnings.warn(f"{self.output_path} already held a recording of rank {self.rank}; it was moved to "
-                          f"{archived} (use a fresh output_path to keep runs apart)", ProfilerUsageWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"{self.output_path} already held a recording of rank {self.rank}; it was moved to "
+                f"{archived} (use a fresh output_path to keep runs apart)",
+                ProfilerUsageWarning,
+                stacklevel=2,
+            )
         self._writer = RawWriter(self.output_path / "raw" / raw_file_name(self.rank, os.getpid()))
         self._recorder = Recorder(self._writer, self.memory_budget_bytes, self.flush_interval_s)
         self._stepper.code = self._recorder.point_code(STEP, "step")
@@ -196,7 +201,7 @@ class Profiler:
         except Exception:
             pass
 
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         return self.start()
 
     def __exit__(self, *exc) -> bool:
@@ -225,10 +230,13 @@ class Profiler:
             self.step_num += 1
             return
         if self._steps_from_hooks:
-            self._warn_once("step-attached", "profiler.step() ignored: the optimizer hook installed by "
-                            "attach() ends each step (pass step_on_optimizer=False to attach() to call step() yourself)")
+            self._warn_once(
+                "step-attached",
+                "profiler.step() ignored: the optimizer hook installed by "
+                "attach() ends each step (pass step_on_optimizer=False to attach() to call step() yourself)",
+            )
             return
-        self._stepper()          # its fast path (see _update_fast_step), else _end_step_slow
+        self._stepper()  # its fast path (see _update_fast_step), else _end_step_slow
 
     def _end_step_slow(self, t0: int) -> None:
         if self._recorder is None:
@@ -250,7 +258,7 @@ class Profiler:
         stepper.step += 1
         self._enter_step(stepper.step, t0, ended_action=self._action, ended=ended)
         self._update_fast_step()
-        stepper.overhead = now_ns() - t0          # step()'s own cost belongs to the step it begins
+        stepper.overhead = now_ns() - t0  # step()'s own cost belongs to the step it begins
 
     def _update_fast_step(self) -> None:
         """Let the C stepper enter the coming steps on its own while nothing changes: the
@@ -261,15 +269,19 @@ class Profiler:
         stepper = self._stepper
         on = self._recorder is not None and self.active and self._step_thread is not None
         stepper.owner = self._step_thread if on else 0
-        stepper.fast_until = min([next_change(self.schedule, stepper.step)]
-                                 + [s.quiet_until(stepper.step) for s in self.sources]) if on else 0
+        stepper.fast_until = (
+            min([next_change(self.schedule, stepper.step)] + [s.quiet_until(stepper.step) for s in self.sources])
+            if on
+            else 0
+        )
         if on and not self._steps_from_hooks:
             self.step = stepper
         else:
             self.__dict__.pop("step", None)
 
-    def _enter_step(self, step: int, t: int, ended_action: ProfilerAction = ProfilerAction.NONE,
-                    ended: int = -1) -> None:
+    def _enter_step(
+        self, step: int, t: int, ended_action: ProfilerAction = ProfilerAction.NONE, ended: int = -1
+    ) -> None:
         """Apply the schedule's action for `step`: open / close recording windows, notify sources.
 
         Runs once per step on the training thread, so it avoids Enum properties and no-op calls.
@@ -313,13 +325,15 @@ class Profiler:
         """For a source that ends the steps itself (`TorchHooks` on an optimizer, from its `bind`): the
         function that ends a step. From now on `step()` is ignored; one source at a time."""
         if self._steps_from_hooks:
-            raise ProfviewError("an optimizer attached earlier already ends the steps; attach this one "
-                                "with step_on_optimizer=False")
+            raise ProfviewError(
+                "an optimizer attached earlier already ends the steps; attach this one with step_on_optimizer=False"
+            )
         self._steps_from_hooks = True
         return self._stepper
 
-    def attach(self, model: Any, optimizer: Any = None, *, ops: bool = True,
-               step_on_optimizer: bool = True) -> "Profiler":
+    def attach(
+        self, model: Any, optimizer: Any = None, *, ops: bool = True, step_on_optimizer: bool = True
+    ) -> Profiler:
         """PyTorch: fp start / bp end / step end from hooks on `model` and `optimizer` (docs/pytorch.md).
 
         A shortcut for `add_source(TorchHooks(model, optimizer, step_on_optimizer=...))`: the root
@@ -347,7 +361,8 @@ class Profiler:
         return self._spans[name]
 
     def op(self, name: Any, op_type: Optional[str] = None):
-        """A user op timed like a device op (op tables, timeline): `with profiler.op("MatMul"):` or `@profiler.op("MatMul")`.
+        """A user op timed like a device op (op tables, timeline): `with profiler.op("MatMul"):` or
+        `@profiler.op("MatMul")`.
 
         `op_type` groups ops in op_type_{rank}.csv; it defaults to the name. Used bare as a decorator
         (`@profiler.op`), the op is named after the function.
@@ -398,12 +413,12 @@ class Profiler:
     def _point(self, kind: str, name: str, extra: str = "") -> int:
         rec = self._recorder
         if rec is None:
-            return 0      # not started: hot.emit / hot.sample are disabled, the code is unused
+            return 0  # not started: hot.emit / hot.sample are disabled, the code is unused
         return rec.point_code(kind, name, extra)
 
     def _new_span(self, kind: str, name: str, extra: str = ""):
         if not self.active:
-            return Span(0, 1)       # never recorded: this rank's hot path stays disabled
+            return Span(0, 1)  # never recorded: this rank's hot path stays disabled
         if self._recorder is None:
             raise ProfviewError("the Profiler is not started; call profiler.start() before recording spans")
         return self._recorder.span(kind, name, extra)
@@ -420,8 +435,9 @@ class Profiler:
         if self._recorder is not None:
             self._recorder.flush()
 
-    def analyse(self, stop: bool = True, progress: bool = True, cluster_timeout_s: float = 120.0,
-                quiet: bool = False) -> list[Path]:
+    def analyse(
+        self, stop: bool = True, progress: bool = True, cluster_timeout_s: float = 120.0, quiet: bool = False
+    ) -> list[Path]:
         """Stop recording (unless stop=False), analyse the raw store and write the outputs. Returns their paths.
 
         Prints one line (on stderr): where the outputs are, the verdict, and the command that shows
@@ -436,7 +452,7 @@ class Profiler:
                 written = self._analyse_own(progress)
             else:
                 self._recorder.flush()
-                with self._recorder.paused():     # no flush may append while the store is read
+                with self._recorder.paused():  # no flush may append while the store is read
                     written = self._analyse_own(progress)
         else:
             self.stop()
@@ -453,8 +469,9 @@ class Profiler:
         """Analyse this rank's raw store into its output files."""
         from profiler.postprocess.recording import analyse_directory
 
-        return analyse_directory(self.output_path, ranks=[self.rank], progress=progress,
-                                 gzip_timeline=self.settings.gzip_timeline)
+        return analyse_directory(
+            self.output_path, ranks=[self.rank], progress=progress, gzip_timeline=self.settings.gzip_timeline
+        )
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -473,8 +490,12 @@ class Profiler:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "framework_versions": _framework_versions(),
-            "clock": {"origin_monotonic_ns": origin_mono, "origin_unix_ns": origin_unix,
-                      "clock": "perf_counter_ns", **self._clock_offset},
+            "clock": {
+                "origin_monotonic_ns": origin_mono,
+                "origin_unix_ns": origin_unix,
+                "clock": "perf_counter_ns",
+                **self._clock_offset,
+            },
             "per_event_cost_ns": per_event_ns,
             "config": {
                 "output_path": str(self.output_path),
@@ -523,13 +544,13 @@ def _calibrate_event_cost(recorder: Recorder, spans: int = 2000) -> float:
     hot.drain()
     hot.set_enabled(True)
     best_spans = best_bare = float("inf")
-    for _ in range(3):      # the fastest of each loop: a preempted bare loop must not cancel the spans' cost
+    for _ in range(3):  # the fastest of each loop: a preempted bare loop must not cancel the spans' cost
         t0 = now_ns()
         for _ in range(spans):
             with span:
                 pass
         t1 = now_ns()
-        for _ in range(spans):   # the bare loop, subtracted
+        for _ in range(spans):  # the bare loop, subtracted
             pass
         t2 = now_ns()
         best_spans, best_bare = min(best_spans, t1 - t0), min(best_bare, t2 - t1)

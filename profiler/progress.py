@@ -1,5 +1,6 @@
 """The one progress reporter for long work (analysing a big raw store, reading a big timeline,
 building a report): one updating line on stderr, shown only once the work has taken a while."""
+
 from __future__ import annotations
 
 import sys
@@ -15,8 +16,9 @@ class Progress:
     nothing before `delay_s` has passed, nothing when disabled.
     """
 
-    def __init__(self, title: str = "", enabled: bool = True, stream: Optional[TextIO] = None,
-                 delay_s: float = 0.0) -> None:
+    def __init__(
+        self, title: str = "", enabled: bool = True, stream: Optional[TextIO] = None, delay_s: float = 0.0
+    ) -> None:
         self.title = title
         self.enabled = enabled
         self.stream = stream or sys.stderr
@@ -27,7 +29,7 @@ class Progress:
         self._tty = self.stream.isatty()
 
     @classmethod
-    def silent(cls) -> "Progress":
+    def silent(cls) -> Progress:
         """A Progress that prints nothing (library use, tests)."""
         return cls(enabled=False)
 
@@ -35,8 +37,11 @@ class Progress:
         """Report a stage of the work and, optionally, how far into it (`done` of `total`)."""
         now = time.monotonic()
         finished = total is not None and done is not None and done >= total
-        if (not self.enabled or now - self._t0 < self.delay_s
-                or (self._tty and now - self._last < 0.25 and not finished)):
+        if (
+            not self.enabled
+            or now - self._t0 < self.delay_s
+            or (self._tty and now - self._last < 0.25 and not finished)
+        ):
             return
         self._last = now
         if total and isinstance(total, int) and isinstance(done, int) and total < 10_000:
@@ -65,7 +70,7 @@ class Progress:
             self.stream.flush()
             self._shown = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:

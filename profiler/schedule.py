@@ -1,4 +1,5 @@
 """Which steps are recorded: `schedule(wait=, warmup=, active=, repeat=, skip_first=)`, as in torch.profiler."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -8,10 +9,10 @@ from typing import Callable
 class ProfilerAction(Enum):
     """What the profiler does during a step."""
 
-    NONE = 0              # not recorded
-    WARMUP = 1            # sources warm up (e.g. torch's Kineto); the step trace is not recorded
-    RECORD = 2            # recorded
-    RECORD_AND_SAVE = 3   # recorded, and the last step of an active window: on_trace_ready fires after it
+    NONE = 0  # not recorded
+    WARMUP = 1  # sources warm up (e.g. torch's Kineto); the step trace is not recorded
+    RECORD = 2  # recorded
+    RECORD_AND_SAVE = 3  # recorded, and the last step of an active window: on_trace_ready fires after it
 
     @property
     def records(self) -> bool:

@@ -1,6 +1,7 @@
 """A numpy MLP trained on the reference Ascend-style device, fed per step and then in sink mode.
 
-    python sample_runs/ascend_reference_device.py [--out profiler_data/ascend_ref] [--steps 30] [--loader-ms 15] [--decode 0]
+    python sample_runs/ascend_reference_device.py [--out profiler_data/ascend_ref] [--steps 30] \
+[--loader-ms 15] [--decode 0]
     profview profiler_data/ascend_ref/feed      (and .../sink)
 
 No NPU needed: `AscendReferenceDevice` runs every op (numpy kernels) on its own stream threads,
@@ -15,14 +16,15 @@ loader whose cost grows with a busy machine as the step's does).
 * sink: `dev.data_queue(loader, depth=4)` stages batches on the device ahead of compute, so
   loading overlaps the previous iterations and the gap collapses.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 # Run as a script: one BLAS thread per device stream (the streams are the device's parallelism; a
 # multi-threaded BLAS inside each stream oversubscribes the cores and its spinning threads stall
@@ -31,17 +33,17 @@ if __name__ == "__main__":
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
-from profiler import Profiler  # noqa: E402
-from profiler.reference.device import AscendReferenceDevice, Task  # noqa: E402
-from viewer.inputs import load_input  # noqa: E402
-from viewer.stats import verdict_phases  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from profiler import Profiler
+from profiler.reference.device import AscendReferenceDevice, Task
+from viewer.inputs import load_input
+from viewer.stats import verdict_phases
 
 BATCH, FEATURES, HIDDEN, CLASSES = 256, 1024, 2048, 10
-REPLICAS = 4            # the all-reduce averages this many (simulated) replicas' gradients
+REPLICAS = 4  # the all-reduce averages this many (simulated) replicas' gradients
 LR = 0.05
 NET, GRAD = "Default/network", "Gradients/Default/network"
 
@@ -86,7 +88,7 @@ class NumpyMLP:
         self.w1 = (rng.standard_normal((FEATURES, HIDDEN)) * 0.03).astype(np.float32)
         self.w2 = (rng.standard_normal((HIDDEN, CLASSES)) * 0.03).astype(np.float32)
 
-    def step(self, dev: AscendReferenceDevice, x: "np.ndarray | Task", y: "np.ndarray | Task") -> Task:
+    def step(self, dev: AscendReferenceDevice, x: np.ndarray | Task, y: np.ndarray | Task) -> Task:
         """Queue one training iteration (forward, backward, all-reduce on stream 1, update); returns the loss."""
         launch = dev.launch
         dev.fp_start()
@@ -94,10 +96,16 @@ class NumpyMLP:
         a = launch(f"{NET}/ReLU-op2", "ReLU", relu, h)
         logits = launch(f"{NET}/fc2/MatMul-op3", "MatMul", np.matmul, a, self.w2)
         prob = launch(f"{NET}/Softmax-op4", "Softmax", softmax, logits)
-        loss = launch(f"{NET}/SoftmaxCrossEntropyWithLogits-op5", "SoftmaxCrossEntropyWithLogits",
-                      cross_entropy, prob, y)
-        g = launch(f"{GRAD}/SoftmaxCrossEntropyWithLogitsGrad-op6", "SoftmaxCrossEntropyWithLogitsGrad",
-                   cross_entropy_grad, prob, y)
+        loss = launch(
+            f"{NET}/SoftmaxCrossEntropyWithLogits-op5", "SoftmaxCrossEntropyWithLogits", cross_entropy, prob, y
+        )
+        g = launch(
+            f"{GRAD}/SoftmaxCrossEntropyWithLogitsGrad-op6",
+            "SoftmaxCrossEntropyWithLogitsGrad",
+            cross_entropy_grad,
+            prob,
+            y,
+        )
         gw2 = launch(f"{GRAD}/fc2/MatMul-op7", "MatMul", lambda a_, g_: a_.T @ g_, a, g)
         ga = launch(f"{GRAD}/fc2/MatMul-op8", "MatMul", lambda g_, w: g_ @ w.T, g, self.w2)
         gh = launch(f"{GRAD}/ReluGrad-op9", "ReluGrad", relu_grad, ga, h)
@@ -110,8 +118,9 @@ class NumpyMLP:
         return loss
 
 
-def batches(steps: int, loader_ms: float, seed: int = 1, pool: int = 8,
-            decode: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def batches(
+    steps: int, loader_ms: float, seed: int = 1, pool: int = 8, decode: int = 0
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """A slow input pipeline: each batch takes `loader_ms` (a sleep standing in for reading, which uses
     no CPU: the batches cycle through a pool made up front) plus `decode` passes of CPU work (one
     BATCH x FEATURES x FEATURES matmul each, about a quarter of a step's compute; the batch is unchanged)."""
@@ -124,7 +133,7 @@ def batches(steps: int, loader_ms: float, seed: int = 1, pool: int = 8,
         time.sleep(loader_ms / 1e3)
         x, y = data[i % pool]
         for _ in range(decode):
-            x = x @ mix               # the identity: the work of a decode, the same batch out
+            x = x @ mix  # the identity: the work of a decode, the same batch out
         yield x, y
 
 
@@ -134,12 +143,16 @@ def train(out: Path, steps: int, sink: bool, loader_ms: float, depth: int = 4, d
     dev = AscendReferenceDevice(profiler, device_id=0, streams=2)
     model = NumpyMLP(np.random.default_rng(0))
     source = batches(steps, loader_ms, decode=decode)
-    feed = (dev.data_queue(source, depth=depth) if sink else           # sink: staged ahead on a probed queue
-            profiler.iterate((dev.to_device(x), dev.to_device(y)) for x, y in source))   # feed: each fetch timed
+    feed = (
+        dev.data_queue(source, depth=depth)
+        if sink
+        # sink: staged ahead on a probed queue
+        else profiler.iterate((dev.to_device(x), dev.to_device(y)) for x, y in source)
+    )  # feed: each fetch timed
     losses = []
     for x, y in feed:
         loss = model.step(dev, x, y)
-        dev.iter_end().result()           # graph-mode style: the host waits for the whole iteration
+        dev.iter_end().result()  # graph-mode style: the host waits for the whole iteration
         losses.append(float(loss.result()))
         profiler.step()
     profiler.analyse(progress=False)
@@ -155,9 +168,11 @@ def device_phases(out: Path) -> pd.DataFrame:
 def summary(phases: pd.DataFrame) -> str:
     """Median phases of the device step trace."""
     m = phases["median_ms"]
-    return (f"median step {m['step']:.1f} ms: iteration gap {m['iteration gap']:.1f} ms, "
-            f"forward+backward {m['forward + backward']:.1f} ms, tail {m['tail']:.1f} ms "
-            f"(all-reduce {m['all-reduce']:.1f} ms)")
+    return (
+        f"median step {m['step']:.1f} ms: iteration gap {m['iteration gap']:.1f} ms, "
+        f"forward+backward {m['forward + backward']:.1f} ms, tail {m['tail']:.1f} ms "
+        f"(all-reduce {m['all-reduce']:.1f} ms)"
+    )
 
 
 def main() -> None:
@@ -174,8 +189,10 @@ def main() -> None:
         gaps[mode] = phases.at["iteration gap", "median_ms"]
         print(f"[{mode}] loss {losses[0]:.3f} -> {losses[-1]:.3f}; {summary(phases)}")
     loader = f"{args.loader_ms:g} ms" + (f" + {args.decode} decode pass(es)" if args.decode else "")
-    print(f"sink mode hides the {loader} loader: iteration gap {gaps['feed']:.1f} -> {gaps['sink']:.1f} ms. "
-          f"See: profview {args.out / 'feed'} --compare {args.out / 'sink'}")
+    print(
+        f"sink mode hides the {loader} loader: iteration gap {gaps['feed']:.1f} -> {gaps['sink']:.1f} ms. "
+        f"See: profview {args.out / 'feed'} --compare {args.out / 'sink'}"
+    )
 
 
 if __name__ == "__main__":

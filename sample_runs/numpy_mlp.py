@@ -8,6 +8,7 @@ on the host (a deliberately slow input step), then forward, backward and the SGD
 marked phases, with every matrix op timed as an op. The printed conclusion is read from the
 files analyse() writes, the step figures as `profview --summary` shows them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
-from profiler import Profiler  # noqa: E402
-from viewer.inputs import load_input  # noqa: E402
-from viewer.stats import verdict_phases  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from profiler import Profiler
+from viewer.inputs import load_input
+from viewer.stats import verdict_phases
 
 BATCH, FEATURES, HIDDEN, CLASSES = 256, 512, 1024, 10
 
@@ -27,7 +28,7 @@ BATCH, FEATURES, HIDDEN, CLASSES = 256, 512, 1024, 10
 def make_batch(rng: np.random.Generator, w_true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A synthetic batch; the extra normalisation passes stand in for image decoding."""
     x = rng.standard_normal((BATCH, FEATURES)).astype(np.float32)
-    for _ in range(6):                     # the slow part of the input pipeline
+    for _ in range(6):  # the slow part of the input pipeline
         x = (x - x.mean(axis=0)) / (x.std(axis=0) + 1e-6)
     y = np.argmax(x @ w_true, axis=1)
     return x, y
@@ -87,10 +88,12 @@ def conclusion(out: Path) -> str:
     phases = verdict_phases(run.step_trace, run.report)
     m, share = phases["median_ms"], phases["share_pct"]
     top = run.op_type.iloc[0]
-    return (f"median step {m['step']:.1f} ms: iteration gap {m['iteration gap']:.1f} ms "
-            f"({share['iteration gap']:.0f} % of step time, the host 'decode'), forward+backward "
-            f"{m['forward + backward']:.1f} ms, tail {m['tail']:.1f} ms; top op type {top['op_type']} "
-            f"({top['share_pct']:.0f} % of op time). See: profview {out}")
+    return (
+        f"median step {m['step']:.1f} ms: iteration gap {m['iteration gap']:.1f} ms "
+        f"({share['iteration gap']:.0f} % of step time, the host 'decode'), forward+backward "
+        f"{m['forward + backward']:.1f} ms, tail {m['tail']:.1f} ms; top op type {top['op_type']} "
+        f"({top['share_pct']:.0f} % of op time). See: profview {out}"
+    )
 
 
 def main() -> None:

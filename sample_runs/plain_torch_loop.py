@@ -7,6 +7,7 @@ each image from a simulated slow store (a sleep), so with one worker the loop wa
 most of the time: the live view shows the split and the `input_bound` verdict while it runs.
 `--workers 4` gives the loader enough workers to keep up.
 """
+
 import argparse
 import time
 
@@ -40,12 +41,24 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 10),
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    loader = DataLoader(SlowImages(args.steps * args.batch, args.read_ms / 1e3), batch_size=args.batch,
-                        num_workers=args.workers, shuffle=True)
+    loader = DataLoader(
+        SlowImages(args.steps * args.batch, args.read_ms / 1e3),
+        batch_size=args.batch,
+        num_workers=args.workers,
+        shuffle=True,
+    )
     for step, (x, y) in enumerate(loader):
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)

@@ -22,6 +22,7 @@ the advisor's verdict and the change against the previous stage, computed exactl
 `profview compare PREVIOUS STAGE` computes it. The model runs on one thread (torch.set_num_threads(1))
 so that on a two-core machine the loader workers have the other core.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
-from profiler import ProfiledDataLoader, Profiler  # noqa: E402
-from profiler.analysis.findings.operators import OP_FAMILIES  # noqa: E402
-from profiler.analysis.compare import interval_text  # noqa: E402
-from viewer.pages.compare import comparison  # noqa: E402
-from viewer.inputs import load_input  # noqa: E402
-from viewer.stats import verdict_phases  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from profiler import ProfiledDataLoader, Profiler
+from profiler.analysis.compare import interval_text
+from profiler.analysis.findings.operators import OP_FAMILIES
+from viewer.inputs import load_input
+from viewer.pages.compare import comparison
+from viewer.stats import verdict_phases
 
 BATCH = 32
 LOAD_TO_COMPUTE = 2.5  # one worker needs this many times the compute time to load a batch (stage a)
@@ -79,14 +80,14 @@ class SyntheticCIFAR(Dataset):
         rng = np.random.default_rng(i)
         padded = np.pad(self.images[i], ((0, 0), (4, 4), (4, 4)), mode="reflect")
         y, x = rng.integers(0, 9, size=2)
-        img = padded[:, y:y + 32, x:x + 32]
+        img = padded[:, y : y + 32, x : x + 32]
         if rng.random() < 0.5:
             img = img[:, :, ::-1]
         img = (img.astype(np.float32) / 255.0 - MEAN) / STD
         return torch.from_numpy(np.ascontiguousarray(img)), int(self.labels[i])
 
 
-GROUPS = 8             # GroupNorm groups (GroupNorm: a ResNet for small per-device batches)
+GROUPS = 8  # GroupNorm groups (GroupNorm: a ResNet for small per-device batches)
 
 
 class Float64GroupNorm(nn.GroupNorm):
@@ -120,11 +121,18 @@ class Block(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int, careful: bool = False) -> None:
         super().__init__()
         self.careful = careful
-        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), norm_layer(careful, cout),
-                                  act_layer(careful), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
-                                  norm_layer(careful, cout))
-        self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm_layer(careful, cout))
-                      if stride != 1 or cin != cout else nn.Identity())
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+            norm_layer(careful, cout),
+            act_layer(careful),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+            norm_layer(careful, cout),
+        )
+        self.short = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm_layer(careful, cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         body, short = self.body(x), self.short(x)
@@ -136,21 +144,45 @@ class Block(nn.Module):
 def resnet8(careful: bool = False) -> nn.Module:
     """A CIFAR ResNet with GroupNorm and one basic block per stage (32, 64, 128 channels: the convolutions
     carry the compute, so the float64 mistake's casts stand out by themselves)."""
-    return nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1, bias=False), norm_layer(careful, 32), act_layer(careful),
-                         Block(32, 32, 1, careful), Block(32, 64, 2, careful), Block(64, 128, 2, careful),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, 1, 1, bias=False),
+        norm_layer(careful, 32),
+        act_layer(careful),
+        Block(32, 32, 1, careful),
+        Block(32, 64, 2, careful),
+        Block(64, 128, 2, careful),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(128, 10),
+    )
 
 
 #: stage -> (directory name, what it changes, loader options, float64 "care")
 STAGES: dict[str, tuple[str, str, dict, bool]] = {
-    "a": ("a_one_worker", "one loader worker, no prefetch to speak of",
-          {"num_workers": 1, "prefetch_factor": 2}, False),
-    "b": ("b_prefetch", "4 loader workers, prefetch_factor=4",
-          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, False),
-    "c": ("c_float64", "GroupNorm, ReLU and residual sums in float64 (casts around each)",
-          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, True),
-    "d": ("d_fixed", "back to float32 throughout",
-          {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True}, False),
+    "a": (
+        "a_one_worker",
+        "one loader worker, no prefetch to speak of",
+        {"num_workers": 1, "prefetch_factor": 2},
+        False,
+    ),
+    "b": (
+        "b_prefetch",
+        "4 loader workers, prefetch_factor=4",
+        {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True},
+        False,
+    ),
+    "c": (
+        "c_float64",
+        "GroupNorm, ReLU and residual sums in float64 (casts around each)",
+        {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True},
+        True,
+    ),
+    "d": (
+        "d_fixed",
+        "back to float32 throughout",
+        {"num_workers": 4, "prefetch_factor": 4, "persistent_workers": True},
+        False,
+    ),
 }
 
 
@@ -170,24 +202,27 @@ def store_latency_ms(batches: int = 6) -> float:
     return LOAD_TO_COMPUTE * float(np.min(times[1:])) * 1e3 / BATCH
 
 
-def train_stage(out: Path, steps: int, loader_options: dict, careful: bool, read_ms: float,
-                gzip_timeline: bool = False) -> Path:
+def train_stage(
+    out: Path, steps: int, loader_options: dict, careful: bool, read_ms: float, gzip_timeline: bool = False
+) -> Path:
     """Profile `steps` training steps of resnet8 (float64 `careful` or not) with the given loader into `out`
     (emptied first)."""
-    shutil.rmtree(out, ignore_errors=True)      # a raw store holds one recording: start afresh
+    shutil.rmtree(out, ignore_errors=True)  # a raw store holds one recording: start afresh
     torch.manual_seed(0)
     model = resnet8(careful)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    loader = ProfiledDataLoader(DataLoader(SyntheticCIFAR(BATCH * (steps + 1), read_ms), batch_size=BATCH, shuffle=False,
-                                           **loader_options))
-    profiler = Profiler(output_path=out, framework="torch", gpu_counters=False, gzip_timeline=gzip_timeline,
-                        record_shapes=True)     # input types: the float64 ops of stage c
-    profiler.attach(model, optimizer)           # fp start, bp end and the step end come from hooks
+    loader = ProfiledDataLoader(
+        DataLoader(SyntheticCIFAR(BATCH * (steps + 1), read_ms), batch_size=BATCH, shuffle=False, **loader_options)
+    )
+    profiler = Profiler(
+        output_path=out, framework="torch", gpu_counters=False, gzip_timeline=gzip_timeline, record_shapes=True
+    )  # input types: the float64 ops of stage c
+    profiler.attach(model, optimizer)  # fp start, bp end and the step end come from hooks
     for i, (x, y) in enumerate(loader):
         loss = nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad()
         loss.backward()
-        optimizer.step()                        # ends the profiler step (attach)
+        optimizer.step()  # ends the profiler step (attach)
         if i + 1 == steps:
             break
     profiler.analyse(progress=False)
@@ -202,17 +237,21 @@ def stage_line(name: str, what: str, directory: Path) -> str:
     m, share = phases["median_ms"], phases["share_pct"]
     report = run.report or {}
     top = (report.get("findings") or [{}])[0]
-    lines = [f"[{name}] {what}:",
-             f"    median step {m['step']:.1f} ms — iteration gap {m['iteration gap']:.1f} ms "
-             f"({share['iteration gap']:.0f} % of step time), forward+backward {m['forward + backward']:.1f} ms, "
-             f"tail {m['tail']:.1f} ms",
-             f"    advisor: {report.get('verdict')} — {top.get('title', 'no finding')}"]
+    lines = [
+        f"[{name}] {what}:",
+        f"    median step {m['step']:.1f} ms — iteration gap {m['iteration gap']:.1f} ms "
+        f"({share['iteration gap']:.0f} % of step time), forward+backward {m['forward + backward']:.1f} ms, "
+        f"tail {m['tail']:.1f} ms",
+        f"    advisor: {report.get('verdict')} — {top.get('title', 'no finding')}",
+    ]
     queue = (run.queue_summary or {}).get("verdict") or {}
     if queue:
         stats = {q["queue"]: q for q in run.queue_summary.get("queues", [])}
         feed = stats.get(queue.get("feed_queue"), {})
-        lines.append(f"    loader queue: empty at {100 * (feed.get('empty_ratio') or 0):.0f} % of gets, "
-                     f"full at {100 * (feed.get('full_ratio') or 0):.0f} % (queue verdict: {queue.get('kind')})")
+        lines.append(
+            f"    loader queue: empty at {100 * (feed.get('empty_ratio') or 0):.0f} % of gets, "
+            f"full at {100 * (feed.get('full_ratio') or 0):.0f} % (queue verdict: {queue.get('kind')})"
+        )
     if run.op_type is not None and len(run.op_type):
         shares = run.op_type.set_index("op_type")["share_pct"]
         cast = shares[shares.index.str.contains(OP_FAMILIES["cast"][0])].sum()
@@ -228,11 +267,13 @@ def change_line(previous: Path, current: Path) -> str:
     phases = c.phases.set_index("column")
     resolved = ", ".join(f["kind"] for f in c.findings["resolved"]) or "none"
     introduced = ", ".join(f["kind"] for f in c.findings["introduced"]) or "none"
-    return (f"    vs {previous.name}: mean step {v['base_mean_step_ms']:.1f} -> {v['new_mean_step_ms']:.1f} ms "
-            f"({v['delta_pct']:+.0f} %, {interval_text(v)}: {v['outcome']}); "
-            f"iteration gap {phases.at['iteration_gap_ms', 'delta_ms']:+.1f} ms, "
-            f"forward+backward {phases.at['fp_bp_ms', 'delta_ms']:+.1f} ms; findings resolved: {resolved}; "
-            f"introduced: {introduced}")
+    return (
+        f"    vs {previous.name}: mean step {v['base_mean_step_ms']:.1f} -> {v['new_mean_step_ms']:.1f} ms "
+        f"({v['delta_pct']:+.0f} %, {interval_text(v)}: {v['outcome']}); "
+        f"iteration gap {phases.at['iteration_gap_ms', 'delta_ms']:+.1f} ms, "
+        f"forward+backward {phases.at['fp_bp_ms', 'delta_ms']:+.1f} ms; findings resolved: {resolved}; "
+        f"introduced: {introduced}"
+    )
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ Each tree then runs `profview analyse`, the importers, `profview DIR -o report.h
 time stamp in the footer is masked), `--summary` and `compare`, and the outputs are compared.
 Exit status 1 when any file differs or exists on one side only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,24 +99,44 @@ def run(cmd: list[str], tree: Path, cwd: Path | None = None, ok_codes=(0,)) -> s
 def make_inputs(tree: Path, inputs: Path, events: float) -> None:
     py = sys.executable
     for rank in (0, 1):
-        run([py, "-c", RECORD_EVENTS, str(inputs / "events"), str(events if rank == 0 else events / 10), str(rank)], tree)
+        run(
+            [py, "-c", RECORD_EVENTS, str(inputs / "events"), str(events if rank == 0 else events / 10), str(rank)],
+            tree,
+        )
     run([py, "-c", RECORD_TORCH, str(inputs / "torch"), "29731"], tree)
-    run([py, "sample_runs/ascend_reference_device.py", "--out", str(inputs / "ascend_ref"), "--steps", "8",
-         "--loader-ms", "5"], tree)
+    run(
+        [
+            py,
+            "sample_runs/ascend_reference_device.py",
+            "--out",
+            str(inputs / "ascend_ref"),
+            "--steps",
+            "8",
+            "--loader-ms",
+            "5",
+        ],
+        tree,
+    )
 
 
 def outputs_of(tree: Path, inputs: Path, out: Path) -> None:
     """Everything `tree` writes from `inputs`, under `out`."""
     py, cli = sys.executable, [sys.executable, "-m", "viewer.cli"]
     shutil.copytree(inputs, out / "recordings", symlinks=True)
-    recordings = [out / "recordings" / "events", out / "recordings" / "torch",
-                  out / "recordings" / "ascend_ref" / "feed"]
+    recordings = [
+        out / "recordings" / "events",
+        out / "recordings" / "torch",
+        out / "recordings" / "ascend_ref" / "feed",
+    ]
     for directory in recordings:
         run(cli + ["analyse", str(directory)], tree)
     imported = out / "imported"
     for trace in sorted((CAPTURES / "kineto").glob("*.json.gz")):
         run(cli + ["import-kineto", str(trace), "-o", str(imported / trace.name.split(".")[0])], tree)
-    run(cli + ["import-ascend", str(CAPTURES / "ascend" / "JOB3"), "-o", str(imported / "JOB3"), "--format", "both"], tree)
+    run(
+        cli + ["import-ascend", str(CAPTURES / "ascend" / "JOB3"), "-o", str(imported / "JOB3"), "--format", "both"],
+        tree,
+    )
     module = "profiler.postprocess.imported" if (tree / "profiler/postprocess").is_dir() else "profiler.importers"
     mindspore = f"import sys\nfrom {module} import import_mindspore_dir\nimport_mindspore_dir(sys.argv[1], sys.argv[2])"
     run([py, "-W", "ignore", "-c", mindspore, str(CAPTURES / "mindspore_cpu"), str(imported / "mindspore_cpu")], tree)
@@ -128,9 +149,15 @@ def outputs_of(tree: Path, inputs: Path, out: Path) -> None:
         (texts / f"{name}.summary.txt").write_text(run(cli + [str(directory), "--summary"], tree).stdout)
     compare = run(cli + ["compare", str(imported / "diff_control"), str(imported / "diff_test")], tree, ok_codes=(0, 1))
     (texts / "compare.txt").write_text(compare.stdout)
-    for report in reports.glob("*.html"):        # the build time stamp is the one varying byte
-        report.write_text(re.sub(r"built by profview (\S+) on [^<]*<", r"built by profview \1 on STAMP<",
-                                 report.read_text(encoding="utf-8")), encoding="utf-8")
+    for report in reports.glob("*.html"):  # the build time stamp is the one varying byte
+        report.write_text(
+            re.sub(
+                r"built by profview (\S+) on [^<]*<",
+                r"built by profview \1 on STAMP<",
+                report.read_text(encoding="utf-8"),
+            ),
+            encoding="utf-8",
+        )
 
 
 def compare_trees(a: Path, b: Path) -> tuple[int, list[str]]:
@@ -167,15 +194,17 @@ def main() -> int:
             shutil.rmtree(work / name, ignore_errors=True)
             shutil.rmtree(work / "out", ignore_errors=True)
             print(f"analysing with the {name} tree ...", flush=True)
-            outputs_of(tree, inputs, work / "out")       # one path for both: outputs quote their paths
+            outputs_of(tree, inputs, work / "out")  # one path for both: outputs quote their paths
             (work / "out").rename(work / name)
         n, problems = compare_trees(work / "baseline", work / "current")
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
     for line in problems:
         print(line)
-    print(f"{n} files compared: {n - sum(p.startswith('differs') for p in problems)} identical, "
-          f"{len(problems)} problem(s) (work directory: {work})")
+    print(
+        f"{n} files compared: {n - sum(p.startswith('differs') for p in problems)} identical, "
+        f"{len(problems)} problem(s) (work directory: {work})"
+    )
     return 1 if problems else 0
 
 

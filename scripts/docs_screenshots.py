@@ -5,6 +5,7 @@
 Each image is one tab of a report built exactly as `profview DIR -o report.html` builds it, shown
 in headless Chromium at 1400 px wide after every plot of the tab is drawn.
 """
+
 from __future__ import annotations
 
 import sys
@@ -15,8 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from viewer.cli import main  # noqa: E402
 from viewer_browser import close_driver, new_driver  # noqa: E402
+
+from viewer.cli import main  # noqa: E402
 
 EXAMPLE = REPO / "sample_runs" / "example_profile"
 IMAGES = REPO / "docs" / "img"

@@ -1,4 +1,5 @@
 """Shared fixtures: the real captures in tests/data (see its README for provenance and licences)."""
+
 import signal
 from pathlib import Path
 
@@ -41,6 +42,6 @@ def torch_one_thread():
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)      # a tiny model: threads only contend with a busy machine
+    torch.set_num_threads(1)  # a tiny model: threads only contend with a busy machine
     yield torch
     torch.set_num_threads(before)

@@ -11,6 +11,7 @@ workers fill their prefetch queue (4 workers x prefetch_factor 4 = 16 batches) b
 steps begin, and they deliver 4 batches per 400 ms meanwhile: the loop never waits for a batch
 (what remains is the scheduling of its own process on a loaded machine, ~20 ms in some steps).
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 BATCH = 8
 ITEM_SLEEP_S = 0.05
-STEPS = 11                      # profiled (after one warm-up step); the advisor leaves the first out
+STEPS = 11  # profiled (after one warm-up step); the advisor leaves the first out
 PREFETCH = 4
 #: How long the workers get to fill their prefetch queue: 3x the time each needs for its PREFETCH batches.
 FILL_S = 3 * PREFETCH * BATCH * ITEM_SLEEP_S
@@ -46,16 +47,29 @@ class Block(nn.Module):
 
     def __init__(self, c: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
-                                  nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c))
+        self.body = nn.Sequential(
+            nn.Conv2d(c, c, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x + self.body(x))
 
 
 def resnet_like(c: int = 24) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
-                         Block(c), Block(c), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, c, 3, padding=1, bias=False),
+        nn.BatchNorm2d(c),
+        nn.ReLU(),
+        Block(c),
+        Block(c),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(c, 10),
+    )
 
 
 def main(num_workers: int, trace: str) -> None:
@@ -71,7 +85,9 @@ def main(num_workers: int, trace: str) -> None:
     batches = iter(loader)
     if num_workers:
         time.sleep(FILL_S)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=STEPS, repeat=1)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=STEPS, repeat=1)
+    ) as prof:
         for _ in range(1 + STEPS):
             x, y = next(batches)
             optimizer.zero_grad()

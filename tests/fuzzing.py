@@ -18,6 +18,7 @@ raw store's chunk layout is re-implemented here from docs/architecture.md ("The 
 A case is a pure function of (entry point, mutation, integer seed) and the seeds: the same triple
 always gives the same damage (the recording's own timings differ from run to run, not the damage).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -35,9 +36,10 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Union
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,11 +51,11 @@ REFUSE, EITHER = "refuse", "either"
 #: Outcome kinds. The first two are fine; every other one is a failure.
 REFUSED, ACCEPTED = "refused", "accepted"
 TRACEBACK, HANG, SIGNAL = "traceback", "hang", "signal"
-MESSY = "messy_refusal"              # non-zero exit without exactly one "profview: error: ..." sentence
+MESSY = "messy_refusal"  # non-zero exit without exactly one "profview: error: ..." sentence
 ACCEPTED_INVALID = "accepted_invalid"  # exit 0 on an input that is certainly invalid
-NO_OUTPUT = "no_output"              # exit 0 but the promised output is not there
-WRONG_NUMBER = "wrong_number"        # exit 0 with numbers an oracle can show to be wrong
-SKIPPED = "skipped"                  # the case cannot be built here (e.g. chmod 000 as root)
+NO_OUTPUT = "no_output"  # exit 0 but the promised output is not there
+WRONG_NUMBER = "wrong_number"  # exit 0 with numbers an oracle can show to be wrong
+SKIPPED = "skipped"  # the case cannot be built here (e.g. chmod 000 as root)
 FAILURES = (TRACEBACK, HANG, SIGNAL, MESSY, ACCEPTED_INVALID, NO_OUTPUT, WRONG_NUMBER)
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -61,7 +63,7 @@ DEFAULT_TIMEOUT_S = 60.0
 WATCH_TIMEOUT_S = 45.0
 #: Address-space cap of each CLI process (an input such as /dev/zero must end in a refusal or a
 #: MemoryError, not take the machine down).
-MEMORY_LIMIT_BYTES = 6 * 1024 ** 3
+MEMORY_LIMIT_BYTES = 6 * 1024**3
 
 Arg = Union[str, Path]
 
@@ -96,7 +98,7 @@ def privileged() -> bool:
 
 #: The recording, made in a subprocess through the public API only: phases, ops, a counter, a
 #: ProfiledQueue fed by a producer thread, a few steps, then analyse().
-RECORDING_SCRIPT = r'''
+RECORDING_SCRIPT = r"""
 import sys, threading, time
 from profiler import Profiler, ProfiledQueue
 
@@ -129,11 +131,11 @@ for step in range(12):
 producer.join()
 for path in profiler.analyse(progress=False):
     print(path)
-'''
+"""
 
 #: The reference-device seed: a recording whose Ascend-style device (profiler.reference) writes a JOB
 #: log and a clock-sync file into raw/, merged by analyse() (device ops, steps from the device).
-REFERENCE_DEVICE_SCRIPT = r'''
+REFERENCE_DEVICE_SCRIPT = r"""
 import sys
 import numpy as np
 from profiler import Profiler
@@ -152,7 +154,7 @@ for step in range(6):
     profiler.step()
 for path in profiler.analyse(progress=False):
     print(path)
-'''
+"""
 
 #: Kineto traces small enough to parse and re-serialise for every case.
 KINETO_JSON_SEEDS = ("alexnet", "cpu_only", "sampled_rank-0", "nccl_data")
@@ -162,31 +164,47 @@ class Seeds:
     """Valid inputs every case starts from (never modified: cases work on copies). A plain class,
     so that hypothesis prints it in one line."""
 
-    def __init__(self, root: Path, profview: Path, kineto: dict[str, Path], job: Path, ms_cpu: Path,
-                 ms_gold: Path, refdev: Path, cluster: Path, privileged: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        profview: Path,
+        kineto: dict[str, Path],
+        job: Path,
+        ms_cpu: Path,
+        ms_gold: Path,
+        refdev: Path,
+        cluster: Path,
+        privileged: bool = False,
+    ) -> None:
         self.root = root
-        self.profview = profview              # an analysed recording, with raw/
-        self.refdev = refdev                  # an analysed recording with a reference Ascend device in raw/
-        self.cluster = cluster                # the profview recording as two ranks: cluster_summary.json too
-        self.kineto = kineto                  # name -> .json.gz (copies of the real traces)
-        self.job = job                        # Ascend JOB3
-        self.ms_cpu = ms_cpu                  # MindSpore 2.x CPU output directory
-        self.ms_gold = ms_gold                # MindSpore's 2020 parse of JOB3 (run_1 layout)
+        self.profview = profview  # an analysed recording, with raw/
+        self.refdev = refdev  # an analysed recording with a reference Ascend device in raw/
+        self.cluster = cluster  # the profview recording as two ranks: cluster_summary.json too
+        self.kineto = kineto  # name -> .json.gz (copies of the real traces)
+        self.job = job  # Ascend JOB3
+        self.ms_cpu = ms_cpu  # MindSpore 2.x CPU output directory
+        self.ms_gold = ms_gold  # MindSpore's 2020 parse of JOB3 (run_1 layout)
         self.privileged = privileged
 
     def __repr__(self) -> str:
         return f"Seeds({self.root})"
 
     def kinds(self) -> dict[str, Path]:
-        return {"profview": self.profview, "job": self.job, "ms_cpu": self.ms_cpu, "ms_gold": self.ms_gold,
-                "refdev": self.refdev, "cluster": self.cluster}
+        return {
+            "profview": self.profview,
+            "job": self.job,
+            "ms_cpu": self.ms_cpu,
+            "ms_gold": self.ms_gold,
+            "refdev": self.refdev,
+            "cluster": self.cluster,
+        }
 
 
 def _copy_writable(src: Path, dst: Path) -> None:
     """Copy a tree (or file) so that the copy is writable even when the source is read-only."""
     if src.is_dir():
         shutil.copytree(src, dst, copy_function=shutil.copyfile)
-        for dirpath, dirnames, filenames in os.walk(dst):
+        for dirpath, _dirnames, filenames in os.walk(dst):
             os.chmod(dirpath, 0o755)
             for name in filenames:
                 os.chmod(os.path.join(dirpath, name), 0o644)
@@ -196,11 +214,18 @@ def _copy_writable(src: Path, dst: Path) -> None:
         os.chmod(dst, 0o644)
 
 
-def record_profview_run(out: Path, timeout: float = 300, script: str = RECORDING_SCRIPT,
-                        env: Optional[dict[str, str]] = None) -> Path:
+def record_profview_run(
+    out: Path, timeout: float = 300, script: str = RECORDING_SCRIPT, env: Optional[dict[str, str]] = None
+) -> Path:
     """Make a profview seed: a real recording through the public API (`script`), analysed."""
-    result = subprocess.run([sys.executable, "-c", script, str(out)], cwd=str(out.parent),
-                            env={**_child_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(out)],
+        cwd=str(out.parent),
+        env={**_child_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if result.returncode != 0 or not (out / "raw").is_dir():
         raise RuntimeError(f"the seed recording failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
     return out
@@ -211,7 +236,7 @@ def record_two_ranks(out: Path, timeout: float = 300) -> Path:
     other, into one directory), analysed together (the cluster files)."""
     for rank in (0, 1):
         record_profview_run(out, timeout, env={"RANK": str(rank), "WORLD_SIZE": "2"})
-    run_profview(["analyse", out], timeout=timeout)        # both ranks together: the cluster files
+    run_profview(["analyse", out], timeout=timeout)  # both ranks together: the cluster files
     if not (out / "cluster_summary.json").is_file():
         raise RuntimeError(f"the cluster seed wrote no cluster_summary.json: {sorted(p.name for p in out.iterdir())}")
     return out
@@ -225,16 +250,24 @@ def build_seeds(root: Path, captures: Path = CAPTURES) -> Seeds:
     cluster = record_two_ranks(root / "cluster_run")
     kineto = {}
     for trace in sorted((captures / "kineto").glob("*.json.gz")):
-        name = trace.name[:-len(".json.gz")]
+        name = trace.name[: -len(".json.gz")]
         _copy_writable(trace, root / "kineto" / trace.name)
         kineto[name] = root / "kineto" / trace.name
     _copy_writable(captures / "ascend" / "JOB3", root / "ascend" / "JOB3")
     _copy_writable(captures / "ascend" / "run_1_gold", root / "mindspore_gold" / "run_1")
     ms_cpu_src = next(p for p in sorted((captures / "mindspore_cpu").iterdir()) if p.is_dir())
     _copy_writable(ms_cpu_src, root / "mindspore_cpu" / ms_cpu_src.name)
-    return Seeds(root=root, profview=profview, kineto=kineto, job=root / "ascend" / "JOB3",
-                 ms_cpu=root / "mindspore_cpu" / ms_cpu_src.name, ms_gold=root / "mindspore_gold" / "run_1",
-                 refdev=refdev, cluster=cluster, privileged=privileged())
+    return Seeds(
+        root=root,
+        profview=profview,
+        kineto=kineto,
+        job=root / "ascend" / "JOB3",
+        ms_cpu=root / "mindspore_cpu" / ms_cpu_src.name,
+        ms_gold=root / "mindspore_gold" / "run_1",
+        refdev=refdev,
+        cluster=cluster,
+        privileged=privileged(),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,7 +301,7 @@ def zero_fill(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         return data, "zero fill of an empty file (no-op)"
     start = rng.randrange(len(data))
     n = min(len(data) - start, rng.choice([1, 8, 64, 512, 4096, 1 << 16]))
-    return data[:start] + bytes(n) + data[start + n:], f"{n} bytes zeroed at {start}"
+    return data[:start] + bytes(n) + data[start + n :], f"{n} bytes zeroed at {start}"
 
 
 def splice(data: bytes, rng: random.Random, blob: Optional[bytes] = None) -> tuple[bytes, str]:
@@ -282,9 +315,33 @@ BYTE_DAMAGE = {"truncate": truncate, "bitflip": bitflip, "zero_fill": zero_fill,
 
 #: Cell values for CSV / text fields: (text, a valid finite number in the contract's decimal form?)
 NASTY_CELLS = [
-    "nan", "NaN", "inf", "-inf", "Infinity", "", "abc", "-1", "-0.000001", "1e300", "-1e300", "1e400",
-    "99999999999999999999999999", "-9223372036854775809", "0x10", "1_000", " 5", "1,5", "true", "None",
-    "\x00", "\x00\x00\x00", "1.5", "-0", "\u202e\u00e9\U0001f600", "'; DROP TABLE", "<script>alert(1)</script>",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "Infinity",
+    "",
+    "abc",
+    "-1",
+    "-0.000001",
+    "1e300",
+    "-1e300",
+    "1e400",
+    "99999999999999999999999999",
+    "-9223372036854775809",
+    "0x10",
+    "1_000",
+    " 5",
+    "1,5",
+    "true",
+    "None",
+    "\x00",
+    "\x00\x00\x00",
+    "1.5",
+    "-0",
+    "\u202e\u00e9\U0001f600",
+    "'; DROP TABLE",
+    "<script>alert(1)</script>",
 ]
 DECIMAL = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 INTEGER = re.compile(r"^-?\d+$")
@@ -304,31 +361,50 @@ def numeric_ok(text: str, integer: bool = False) -> bool:
 def nasty_cell(rng: random.Random) -> str:
     roll = rng.random()
     if roll < 0.06:
-        return "N" * ONE_MB                      # a 1 MB name / value
+        return "N" * ONE_MB  # a 1 MB name / value
     if roll < 0.10:
-        return "1" * rng.choice([400, 5000])     # a number too long for int64 (and for int() > 4300 digits)
+        return "1" * rng.choice([400, 5000])  # a number too long for int64 (and for int() > 4300 digits)
     return rng.choice(NASTY_CELLS)
 
 
 #: JSON tokens spliced into documents: (raw text, valid JSON per RFC 8259?)
 def nasty_json_token(rng: random.Random) -> tuple[str, bool]:
     choices: list[tuple[str, bool]] = [
-        ("null", True), ("true", True), ("false", True), ("0", True), ("-1", True), ("1e300", True),
-        ("-1e300", True), ("1e400", True), ("-0", True), ("1.5", True), ('""', True), ('"x"', True),
-        ('"1"', True), ("[]", True), ("{}", True), ('[1, "x", null]', True), ('{"a": 1, "a": [2]}', True),
-        ('"\\u0000"', True), ('"\\ud800"', True), ("NaN", False), ("Infinity", False), ("-Infinity", False),
-        ("9223372036854775808", True), ("-9223372036854775809", True),
+        ("null", True),
+        ("true", True),
+        ("false", True),
+        ("0", True),
+        ("-1", True),
+        ("1e300", True),
+        ("-1e300", True),
+        ("1e400", True),
+        ("-0", True),
+        ("1.5", True),
+        ('""', True),
+        ('"x"', True),
+        ('"1"', True),
+        ("[]", True),
+        ("{}", True),
+        ('[1, "x", null]', True),
+        ('{"a": 1, "a": [2]}', True),
+        ('"\\u0000"', True),
+        ('"\\ud800"', True),
+        ("NaN", False),
+        ("Infinity", False),
+        ("-Infinity", False),
+        ("9223372036854775808", True),
+        ("-9223372036854775809", True),
     ]
     roll = rng.random()
     if roll < 0.06:
         return '"' + "N" * ONE_MB + '"', True
     if roll < 0.10:
-        return "1" * 5000, True                               # Python refuses int() of > 4300 digits
+        return "1" * 5000, True  # Python refuses int() of > 4300 digits
     if roll < 0.14:
         depth = rng.choice([1000, 100_000])
-        return "[" * depth + "]" * depth, True                # deeper than the recursion limit
+        return "[" * depth + "]" * depth, True  # deeper than the recursion limit
     if roll < 0.17:
-        return '"\xff\xfe"', False                            # raw non-UTF-8 (written with latin-1)
+        return '"\xff\xfe"', False  # raw non-UTF-8 (written with latin-1)
     return rng.choice(choices)
 
 
@@ -338,10 +414,10 @@ SENTINEL = "\u2603FUZZ\u2603"
 def dumps_with_token(doc, path: Sequence, token: str, compact: bool = True) -> bytes:
     """`doc` as JSON with the node at `path` replaced by the raw `token` text."""
     _set_path(doc, path, SENTINEL)
-    text = json.dumps(doc, separators=(",", ":") if compact else None)    # ASCII: escapes everything else
+    text = json.dumps(doc, separators=(",", ":") if compact else None)  # ASCII: escapes everything else
     text = text.replace(json.dumps(SENTINEL), token, 1)
     data = text.encode("utf-8", errors="surrogatepass")
-    return data.replace('"\xff\xfe"'.encode("utf-8"), b'"\xff\xfe"') if "\xff" in token else data
+    return data.replace('"\xff\xfe"'.encode(), b'"\xff\xfe"') if "\xff" in token else data
 
 
 def _set_path(doc, path: Sequence, value) -> None:
@@ -375,8 +451,10 @@ def random_json_path(doc, rng: random.Random, max_depth: int = 12) -> list:
 
 def json_strictly_valid(data: bytes) -> bool:
     """Whether `data` is RFC 8259 JSON as Python can hold it (no NaN / Infinity, UTF-8)."""
+
     def no_constants(name):
         raise ValueError(name)
+
     try:
         json.loads(data.decode("utf-8"), parse_constant=no_constants)
         return True
@@ -392,13 +470,30 @@ def duplicate_key(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     m = rng.choice(matches)
     token, _ = nasty_json_token(rng)
     insert = m.group(0) + token.encode("utf-8", errors="surrogateescape") + b","
-    return data[:m.start()] + insert + data[m.start():], f"key {m.group(1).decode()!r} given twice (first: {token[:40]})"
+    return data[: m.start()] + insert + data[
+        m.start() :
+    ], f"key {m.group(1).decode()!r} given twice (first: {token[:40]})"
 
 
 def mutate_json_bytes(data: bytes, rng: random.Random, strict_invalid_refuses: bool) -> tuple[bytes, str, str]:
     """One damage to a JSON document. Returns (bytes, detail, expectation)."""
-    how = rng.choice(["truncate", "bitflip", "zero_fill", "splice", "token", "token", "token", "drop_key",
-                      "duplicate_key", "top_level", "non_utf8", "nul", "deep"])
+    how = rng.choice(
+        [
+            "truncate",
+            "bitflip",
+            "zero_fill",
+            "splice",
+            "token",
+            "token",
+            "token",
+            "drop_key",
+            "duplicate_key",
+            "top_level",
+            "non_utf8",
+            "nul",
+            "deep",
+        ]
+    )
     if how in BYTE_DAMAGE:
         out, detail = BYTE_DAMAGE[how](data, rng)
     elif how == "duplicate_key":
@@ -446,8 +541,25 @@ def _show_path(path: Sequence) -> str:
 def mutate_text_lines(data: bytes, rng: random.Random, delimiters: bytes = rb"[ ,;:\t]") -> tuple[bytes, str]:
     """One damage to a line-oriented text file (space / comma / semicolon separated fields)."""
     lines = data.split(b"\n")
-    how = rng.choice(["token", "token", "token", "drop_token", "dup_lines", "delete_lines", "long_line", "truncate",
-                      "crlf", "nul", "non_utf8", "bitflip", "zero_fill", "empty", "shuffle"])
+    how = rng.choice(
+        [
+            "token",
+            "token",
+            "token",
+            "drop_token",
+            "dup_lines",
+            "delete_lines",
+            "long_line",
+            "truncate",
+            "crlf",
+            "nul",
+            "non_utf8",
+            "bitflip",
+            "zero_fill",
+            "empty",
+            "shuffle",
+        ]
+    )
     i = rng.randrange(len(lines)) if lines else 0
     if how in ("token", "drop_token") and lines and lines[i]:
         parts = re.split(b"(" + delimiters + b")", lines[i])
@@ -459,7 +571,7 @@ def mutate_text_lines(data: bytes, rng: random.Random, delimiters: bytes = rb"[ 
             parts[j] = new
             detail = f"line {i + 1}: field {j // 2} {old[:40]!r} -> {new[:40]!r}"
         else:
-            del parts[j:j + 2]
+            del parts[j : j + 2]
             detail = f"line {i + 1}: field {j // 2} ({old[:40]!r}) removed"
         lines[i] = b"".join(parts)
         return b"\n".join(lines), detail
@@ -469,7 +581,7 @@ def mutate_text_lines(data: bytes, rng: random.Random, delimiters: bytes = rb"[ 
         return b"\n".join(lines), f"line {i + 1} repeated {k} more times"
     if how == "delete_lines" and lines:
         k = rng.randint(1, max(1, len(lines) // 2))
-        del lines[i:i + k]
+        del lines[i : i + k]
         return b"\n".join(lines), f"{k} lines deleted from line {i + 1}"
     if how == "long_line":
         lines.insert(i, b"N" * ONE_MB)
@@ -499,10 +611,31 @@ def mutate_text_lines(data: bytes, rng: random.Random, delimiters: bytes = rb"[ 
 # The profview output contract (docs/formats.md): which CSV columns are numbers
 # --------------------------------------------------------------------------------------------
 
-TEXT_COLUMNS = {"device", "op_type", "category", "name", "shapes", "scope", "queue", "event", "source", "metric",
-                "fp_start_source", "bp_end_source", "step_source"}
-INT_COLUMNS = {"step", "count", "size", "capacity", "start_unix_ns", "fp_start_unix_ns", "bp_end_unix_ns",
-               "end_unix_ns"}
+TEXT_COLUMNS = {
+    "device",
+    "op_type",
+    "category",
+    "name",
+    "shapes",
+    "scope",
+    "queue",
+    "event",
+    "source",
+    "metric",
+    "fp_start_source",
+    "bp_end_source",
+    "step_source",
+}
+INT_COLUMNS = {
+    "step",
+    "count",
+    "size",
+    "capacity",
+    "start_unix_ns",
+    "fp_start_unix_ns",
+    "bp_end_unix_ns",
+    "end_unix_ns",
+}
 #: Numeric cells that may hold a value that is not finite, in exactly the writer's spellings
 #: (docs/formats.md: a user counter may be NaN or infinite; device_counters writes nan / inf / -inf).
 NON_FINITE_CELLS = {("device_counters", "value"): ("nan", "inf", "-inf")}
@@ -527,10 +660,33 @@ def mutate_profview_csv(data: bytes, name: str, rng: random.Random) -> tuple[byt
     header = lines[0].split(",")
     rows = [i for i in range(1, len(lines)) if lines[i]]
     kind = _csv_kind(name)
-    how = rng.choice(["cell", "cell", "cell", "cell", "drop_column", "rename_column", "duplicate_column",
-                      "extra_column", "duplicate_rows", "shuffle_rows", "short_row", "long_row", "header_only",
-                      "empty", "semicolons", "unbalanced_quote", "bom", "crlf", "non_utf8", "nul", "truncate",
-                      "bitflip", "zero_fill"])
+    how = rng.choice(
+        [
+            "cell",
+            "cell",
+            "cell",
+            "cell",
+            "drop_column",
+            "rename_column",
+            "duplicate_column",
+            "extra_column",
+            "duplicate_rows",
+            "shuffle_rows",
+            "short_row",
+            "long_row",
+            "header_only",
+            "empty",
+            "semicolons",
+            "unbalanced_quote",
+            "bom",
+            "crlf",
+            "non_utf8",
+            "nul",
+            "truncate",
+            "bitflip",
+            "zero_fill",
+        ]
+    )
     if how == "cell" and rows:
         r = rng.choice(rows)
         cells = lines[r].split(",")
@@ -541,9 +697,12 @@ def mutate_profview_csv(data: bytes, name: str, rng: random.Random) -> tuple[byt
         lines[r] = ",".join(cells)
         column = header[c]
         expect = EITHER
-        if column not in TEXT_COLUMNS and not numeric_ok(value, integer=column in INT_COLUMNS) \
-                and value not in NON_FINITE_CELLS.get((kind, column), ()):
-            expect = REFUSE                  # a non-number (or NaN / inf) where the contract has a number
+        if (
+            column not in TEXT_COLUMNS
+            and not numeric_ok(value, integer=column in INT_COLUMNS)
+            and value not in NON_FINITE_CELLS.get((kind, column), ())
+        ):
+            expect = REFUSE  # a non-number (or NaN / inf) where the contract has a number
         return ("\n".join(lines)).encode("utf-8"), f"cell line {r + 1} {column}: {old!r} -> {value[:40]!r}", expect
     if how in ("drop_column", "rename_column", "duplicate_column") and header:
         c = rng.randrange(len(header))
@@ -625,8 +784,8 @@ def contract_problems(out_dir: Path) -> Optional[str]:
     import csv
     import math
 
-    csv.field_size_limit(2 ** 31 - 1)             # 1 MB op names are valid
-    eps = lambda x: 2e-5 + 1e-9 * abs(x)          # noqa: E731 - 6-decimal printing, summed three times
+    csv.field_size_limit(2**31 - 1)  # 1 MB op names are valid
+    eps = lambda x: 2e-5 + 1e-9 * abs(x)
     for path in sorted(out_dir.glob("*.csv")):
         kind = _csv_kind(path.name)
         if kind not in REQUIRED_COLUMNS:
@@ -644,12 +803,22 @@ def contract_problems(out_dir: Path) -> Optional[str]:
                 v = _floats(row, numeric)
             except (TypeError, ValueError):
                 return f"{where}: a numeric column holds text ({row})"[:300]
-            bad = [c for c, x in v.items() if not math.isfinite(x) and row[c] not in NON_FINITE_CELLS.get((kind, c), ())]
+            bad = [
+                c for c, x in v.items() if not math.isfinite(x) and row[c] not in NON_FINITE_CELLS.get((kind, c), ())
+            ]
             if bad:
                 return f"{where}: {bad[0]} = {row[bad[0]]} (not a finite number)"
             if kind == "step_trace":
-                for c in ("iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms",
-                          "all_reduce_overlap_ms", "data_wait_ms", "profiler_overhead_ms"):
+                for c in (
+                    "iteration_gap_ms",
+                    "fp_bp_ms",
+                    "tail_ms",
+                    "total_ms",
+                    "all_reduce_ms",
+                    "all_reduce_overlap_ms",
+                    "data_wait_ms",
+                    "profiler_overhead_ms",
+                ):
                     if v.get(c, 0) < 0:
                         return f"{where}: {c} = {row[c]} (a negative duration)"
                 parts = v["iteration_gap_ms"] + v["fp_bp_ms"] + v["tail_ms"]
@@ -682,13 +851,13 @@ def contract_problems(out_dir: Path) -> Optional[str]:
     return None
 
 
-def _both(first: Callable[["Case"], Optional[str]], second: Optional[Callable[["Case"], Optional[str]]]):
+def _both(first: Callable[[Case], Optional[str]], second: Optional[Callable[[Case], Optional[str]]]):
     if second is None:
         return first
     return lambda case: first(case) or second(case)
 
 
-def _contract_oracle(out_dir: Path) -> Callable[["Case"], Optional[str]]:
+def _contract_oracle(out_dir: Path) -> Callable[[Case], Optional[str]]:
     return lambda case: contract_problems(out_dir) if out_dir.is_dir() else None
 
 
@@ -696,7 +865,7 @@ def _contract_oracle(out_dir: Path) -> Callable[["Case"], Optional[str]]:
 # The raw store's chunks (docs/architecture.md, "The raw store")
 # --------------------------------------------------------------------------------------------
 
-CHUNK_PREFIX = struct.Struct("<4sIQI")     # "PVCK", header_len, payload_len, crc32(header + payload)
+CHUNK_PREFIX = struct.Struct("<4sIQI")  # "PVCK", header_len, payload_len, crc32(header + payload)
 
 
 @dataclass
@@ -723,12 +892,12 @@ def split_chunks(data: bytes) -> list[RawChunk]:
         if magic != b"PVCK" or pos + CHUNK_PREFIX.size + hl + pl > len(data):
             break
         body = pos + CHUNK_PREFIX.size
-        chunks.append(RawChunk(data[body:body + hl], data[body + hl:body + hl + pl]))
+        chunks.append(RawChunk(data[body : body + hl], data[body + hl : body + hl + pl]))
         pos = body + hl + pl
     return chunks
 
 
-NASTY_INT64 = [0, 1, -1, 2 ** 63 - 1, -(2 ** 63), 2 ** 62, 10 ** 18, -10 ** 15, 12345678901, 7, 8, 2 ** 31, 2 ** 32 + 1]
+NASTY_INT64 = [0, 1, -1, 2**63 - 1, -(2**63), 2**62, 10**18, -(10**15), 12345678901, 7, 8, 2**31, 2**32 + 1]
 
 
 def mutate_raw_chunks(data: bytes, rng: random.Random) -> tuple[bytes, str]:
@@ -736,8 +905,25 @@ def mutate_raw_chunks(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     chunks = split_chunks(data)
     if not chunks:
         return truncate(data, rng)
-    how = rng.choice(["drop", "drop", "duplicate", "reorder", "header", "header", "header_bytes", "json_payload",
-                      "json_payload", "json_payload", "words", "words", "words", "odd_payload", "len_lie"])
+    how = rng.choice(
+        [
+            "drop",
+            "drop",
+            "duplicate",
+            "reorder",
+            "header",
+            "header",
+            "header_bytes",
+            "json_payload",
+            "json_payload",
+            "json_payload",
+            "words",
+            "words",
+            "words",
+            "odd_payload",
+            "len_lie",
+        ]
+    )
     i = rng.randrange(len(chunks))
     table = chunks[i].head().get("table", "?")
     if how == "drop":
@@ -761,13 +947,37 @@ def mutate_raw_chunks(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         key = rng.choice(sorted(head) + ["v", "table", "words", "thread", "first", "dropped", "fmt"])
         token, _ = nasty_json_token(rng)
         if rng.random() < 0.3:
-            token = rng.choice(['2', '"1"', "-1", "0", '"events"', '"samples"', '"no-such-table"', "1.5",
-                                '"json"', '"bin"', "99999999999999999999"])
+            token = rng.choice(
+                [
+                    "2",
+                    '"1"',
+                    "-1",
+                    "0",
+                    '"events"',
+                    '"samples"',
+                    '"no-such-table"',
+                    "1.5",
+                    '"json"',
+                    '"bin"',
+                    "99999999999999999999",
+                ]
+            )
         chunks[i].header = dumps_with_token(head, [key], token)
         detail = f"chunk {i} ({table}) header {key} = {token[:60]}"
     elif how == "header_bytes":
-        blob = rng.choice([b"", b"not json", b"[1,2]", b'"x"', b"\xff\xfe", b"{" * 10000, b"null",
-                           b'{"v":1,"table":"meta","v":2}', b"{\"v\": NaN, \"table\": \"events\"}"])
+        blob = rng.choice(
+            [
+                b"",
+                b"not json",
+                b"[1,2]",
+                b'"x"',
+                b"\xff\xfe",
+                b"{" * 10000,
+                b"null",
+                b'{"v":1,"table":"meta","v":2}',
+                b'{"v": NaN, "table": "events"}',
+            ]
+        )
         chunks[i].header = blob
         detail = f"chunk {i} ({table}) header bytes = {blob[:30]!r}"
     elif how == "json_payload":
@@ -786,28 +996,28 @@ def mutate_raw_chunks(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         payload = bytearray(chunks[i].payload)
         if how == "odd_payload" or len(payload) < 8:
             cut = rng.choice([1, 3, 7, 8, 12, 24])
-            chunks[i].payload = bytes(payload[:max(0, len(payload) - cut)])
+            chunks[i].payload = bytes(payload[: max(0, len(payload) - cut)])
             detail = f"chunk {i} ({table}) payload shortened by {cut} bytes (not whole records)"
         else:
             edits = []
             for _ in range(rng.randint(1, 4)):
                 w = rng.randrange(len(payload) // 8)
-                value = rng.choice(NASTY_INT64 + [rng.randrange(-2 ** 63, 2 ** 63)])
+                value = rng.choice(NASTY_INT64 + [rng.randrange(-(2**63), 2**63)])
                 struct.pack_into("<q", payload, 8 * w, value)
                 edits.append(f"word {w}={value}")
             chunks[i].payload = bytes(payload)
             detail = f"chunk {i} ({table}) payload {', '.join(edits)}"
     else:
         c = chunks[i]
-        lie = rng.choice([0, 1, 2 ** 32 - 1, 2 ** 63, 2 ** 64 - 1])
+        lie = rng.choice([0, 1, 2**32 - 1, 2**63, 2**64 - 1])
         field_ = rng.choice(["header_len", "payload_len"])
         raw = bytearray(c.encode())
         if field_ == "header_len":
-            struct.pack_into("<I", raw, 4, lie % 2 ** 32)
+            struct.pack_into("<I", raw, 4, lie % 2**32)
         else:
             struct.pack_into("<Q", raw, 8, lie)
         before = b"".join(x.encode() for x in chunks[:i])
-        after = b"".join(x.encode() for x in chunks[i + 1:])
+        after = b"".join(x.encode() for x in chunks[i + 1 :])
         return before + bytes(raw) + after, f"chunk {i} ({table}) {field_} = {lie} (CRC unchanged)"
     return b"".join(c.encode() for c in chunks), detail
 
@@ -816,6 +1026,7 @@ def mutate_raw_chunks(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 # Cases
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Ctx:
     """What a mutation works on: a fresh copy of the entry point's seed in `work`."""
@@ -823,15 +1034,15 @@ class Ctx:
     rng: random.Random
     work: Path
     seeds: Seeds
-    entry: str                             # the entry point the case is for
-    kind: str                              # seed kind of `input`: profview, kineto, job, ms_cpu, ms_gold
-    input: Path                            # what the entry point opens (a mutation may replace it)
-    args: list[Arg] = field(default_factory=list)      # extra CLI arguments
-    output: Optional[Path] = None          # overrides the -o target
+    entry: str  # the entry point the case is for
+    kind: str  # seed kind of `input`: profview, kineto, job, ms_cpu, ms_gold
+    input: Path  # what the entry point opens (a mutation may replace it)
+    args: list[Arg] = field(default_factory=list)  # extra CLI arguments
+    output: Optional[Path] = None  # overrides the -o target
     detail: str = ""
     expect: str = EITHER
-    skip: str = ""                         # non-empty: the case cannot be built here (why)
-    check: Optional[Callable[["Case"], Optional[str]]] = None   # an oracle for exit 0: a problem or None
+    skip: str = ""  # non-empty: the case cannot be built here (why)
+    check: Optional[Callable[[Case], Optional[str]]] = None  # an oracle for exit 0: a problem or None
 
     def say(self, detail: str, expect: str = EITHER) -> None:
         self.detail, self.expect = detail, expect
@@ -840,10 +1051,10 @@ class Ctx:
 @dataclass(frozen=True)
 class Mutation:
     name: str
-    family: str                            # raw store, outputs, kineto, ascend, mindspore, paths, cli
-    kinds: tuple[str, ...]                 # seed kinds it applies to ("*": any)
+    family: str  # raw store, outputs, kineto, ascend, mindspore, paths, cli
+    kinds: tuple[str, ...]  # seed kinds it applies to ("*": any)
     apply: Callable[[Ctx], None]
-    entries: Optional[tuple[str, ...]] = None   # restrict to these entry points
+    entries: Optional[tuple[str, ...]] = None  # restrict to these entry points
 
 
 @dataclass
@@ -856,16 +1067,17 @@ class Case:
     detail: str
     expect: str
     work: Path
-    commands: list[list[Arg]]              # CLI argument lists, run in order while they succeed
-    output: Optional[Path] = None          # must exist after exit 0
+    commands: list[list[Arg]]  # CLI argument lists, run in order while they succeed
+    output: Optional[Path] = None  # must exist after exit 0
     skip: str = ""
-    check: Optional[Callable[["Case"], Optional[str]]] = None
+    check: Optional[Callable[[Case], Optional[str]]] = None
 
     def describe(self) -> str:
-        cmds = " && ".join("profview " + " ".join(shlex.quote(_short(a, self.work)) for a in c)
-                           for c in self.commands)
-        return (f"entry point {self.entry}, mutation {self.family}/{self.mutation} (seed {self.seed}, "
-                f"input {self.kind}): {self.detail} [expect {self.expect}]\n  $ {cmds}")
+        cmds = " && ".join("profview " + " ".join(shlex.quote(_short(a, self.work)) for a in c) for c in self.commands)
+        return (
+            f"entry point {self.entry}, mutation {self.family}/{self.mutation} (seed {self.seed}, "
+            f"input {self.kind}): {self.detail} [expect {self.expect}]\n  $ {cmds}"
+        )
 
 
 def _short(arg: Arg, work: Path) -> str:
@@ -881,8 +1093,8 @@ def mutation(name: str, family: str, kinds: Sequence[str], entries: Optional[Seq
     def register(fn: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
         MUTATIONS[name] = Mutation(name, family, tuple(kinds), fn, tuple(entries) if entries else None)
         return fn
-    return register
 
+    return register
 
 
 def _files(root: Path, pattern: str = "*") -> list[Path]:
@@ -890,6 +1102,7 @@ def _files(root: Path, pattern: str = "*") -> list[Path]:
 
 
 # --- raw store ------------------------------------------------------------------------------
+
 
 def _raw_files(ctx: Ctx) -> list[Path]:
     return sorted((ctx.input / "raw").glob("*.pvraw"))
@@ -912,13 +1125,13 @@ def _raw_bytes(ctx: Ctx) -> None:
     how = ctx.rng.choice(["truncate", "truncate", "bitflip", "zero_fill", "splice"])
     data = path.read_bytes()
     if how == "splice" and ctx.rng.random() < 0.5:
-        tail = data[:CHUNK_PREFIX.size + ctx.rng.randrange(40)]
+        tail = data[: CHUNK_PREFIX.size + ctx.rng.randrange(40)]
         out, detail = data + tail, f"a partial chunk ({len(tail)} bytes) appended"
     else:
         out, detail = BYTE_DAMAGE[how](data, ctx.rng)
     path.write_bytes(out)
     _clear_outputs(ctx)
-    ctx.say(f"{path.name}: {detail}", EITHER)   # torn chunks are skipped by design
+    ctx.say(f"{path.name}: {detail}", EITHER)  # torn chunks are skipped by design
 
 
 @mutation("raw_chunks", "raw store", ["profview"], ["analyse", "watch"])
@@ -935,8 +1148,12 @@ def _raw_empty(ctx: Ctx) -> None:
     path = _one_raw(ctx)
     data = path.read_bytes()
     choice = ctx.rng.choice(["empty", "nul", "random", "magic_only"])
-    out = {"empty": b"", "nul": bytes(len(data)), "random": ctx.rng.randbytes(len(data)),
-           "magic_only": b"PVCK" * (len(data) // 4)}[choice]
+    out = {
+        "empty": b"",
+        "nul": bytes(len(data)),
+        "random": ctx.rng.randbytes(len(data)),
+        "magic_only": b"PVCK" * (len(data) // 4),
+    }[choice]
     path.write_bytes(out)
     _clear_outputs(ctx)
     ctx.say(f"{path.name}: the only raw file is {choice} ({len(out)} bytes)", REFUSE)
@@ -944,6 +1161,7 @@ def _raw_empty(ctx: Ctx) -> None:
 
 def _count_oracle(seed_dir: Path) -> Callable[[Case], Optional[str]]:
     """After re-analysing a store whose raw file was duplicated, the op counts must be the seed's."""
+
     def check(case: Case) -> Optional[str]:
         expected = _op_counts(seed_dir / "op_type_0.csv")
         got = _op_counts(case.work / "input" / "op_type_0.csv")
@@ -954,6 +1172,7 @@ def _count_oracle(seed_dir: Path) -> Callable[[Case], Optional[str]]:
         if steps_got is not None and steps_seed is not None and steps_got != steps_seed:
             return f"step_trace_0.csv has {steps_got - 1} steps, the recording had {steps_seed - 1}"
         return None
+
     return check
 
 
@@ -990,8 +1209,18 @@ def _raw_dup(ctx: Ctx) -> None:
 @mutation("raw_other_rank", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_other_rank(ctx: Ctx) -> None:
     path = _one_raw(ctx)
-    name = ctx.rng.choice(["r1-p1.pvraw", "r-1-p1.pvraw", "r99999999999999999999999-p1.pvraw", "rX-pY.pvraw",
-                           ".pvraw", "r0-p.pvraw", "r٣-p1.pvraw", "r0-p1.pvraw.pvraw"])
+    name = ctx.rng.choice(
+        [
+            "r1-p1.pvraw",
+            "r-1-p1.pvraw",
+            "r99999999999999999999999-p1.pvraw",
+            "rX-pY.pvraw",
+            ".pvraw",
+            "r0-p.pvraw",
+            "r٣-p1.pvraw",
+            "r0-p1.pvraw.pvraw",
+        ]
+    )
     shutil.copyfile(path, path.with_name(name))
     _clear_outputs(ctx)
     ctx.say(f"{path.name} also stored as {name!r}", EITHER)
@@ -1000,8 +1229,18 @@ def _raw_other_rank(ctx: Ctx) -> None:
 @mutation("raw_special_entry", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_special(ctx: Ctx) -> None:
     raw = ctx.input / "raw"
-    what = ctx.rng.choice(["fifo", "symlink_loop", "dangling_symlink", "directory", "dev_zero", "dev_null",
-                           "unreadable", "socket_like_fifo_only"])
+    what = ctx.rng.choice(
+        [
+            "fifo",
+            "symlink_loop",
+            "dangling_symlink",
+            "directory",
+            "dev_zero",
+            "dev_null",
+            "unreadable",
+            "socket_like_fifo_only",
+        ]
+    )
     name = "r0-p99999.pvraw"
     target = raw / name
     if what == "fifo":
@@ -1034,8 +1273,9 @@ def _raw_special(ctx: Ctx) -> None:
 @mutation("raw_dir_structure", "raw store", ["profview"], ["analyse", "watch"])
 def _raw_structure(ctx: Ctx) -> None:
     raw = ctx.input / "raw"
-    what = ctx.rng.choice(["raw_is_file", "raw_empty", "raw_missing", "raw_symlink_loop", "raw_nested",
-                           "raw_previous_only"])
+    what = ctx.rng.choice(
+        ["raw_is_file", "raw_empty", "raw_missing", "raw_symlink_loop", "raw_nested", "raw_previous_only"]
+    )
     _clear_outputs(ctx)
     if what == "raw_is_file":
         shutil.rmtree(raw)
@@ -1091,12 +1331,33 @@ def _info_fields(ctx: Ctx) -> None:
     path = ctx.input / "profiler_info_0.json"
     info = json.loads(path.read_text())
     rng = ctx.rng
-    key = rng.choice(["schema_version", "outputs", "rank", "world_size", "steps", "clock", "recording",
-                      "source_path", "data_origin", "warnings", "sources", "overhead"])
+    key = rng.choice(
+        [
+            "schema_version",
+            "outputs",
+            "rank",
+            "world_size",
+            "steps",
+            "clock",
+            "recording",
+            "source_path",
+            "data_origin",
+            "warnings",
+            "sources",
+            "overhead",
+        ]
+    )
     values = {
         "schema_version": ["2", '"1"', "1.0", "-1", "null", "true", "99999999999999999999", "0"],
-        "outputs": ['["no_such_file.csv"]', '["../../../etc/passwd"]', '[1, null, {}]', '"step_trace_0.csv"',
-                    '["timeline_0.json", "timeline_0.json"]', "null", '["' + "x" * 5000 + '"]'],
+        "outputs": [
+            '["no_such_file.csv"]',
+            '["../../../etc/passwd"]',
+            "[1, null, {}]",
+            '"step_trace_0.csv"',
+            '["timeline_0.json", "timeline_0.json"]',
+            "null",
+            '["' + "x" * 5000 + '"]',
+        ],
         "rank": ["5", "-1", '"0"', "null", "1e300"],
         "world_size": ["0", "-1", "1000000000", '"x"', "null"],
         "steps": ['{"count": -1, "first": 5, "last": 2}', '{"count": "x"}', "[]", "null"],
@@ -1104,7 +1365,7 @@ def _info_fields(ctx: Ctx) -> None:
         "recording": ['{"dropped_events": -5, "torn_chunks": "x"}', '{"events": 1e400}', "[]", "7"],
         "source_path": ['"' + "p" * 100_000 + '"', "[]", '"\\u0000"', '"\\ud800"', "42"],
         "data_origin": ['"kineto"', '"ascend"', '"unknown"', "null", "[]"],
-        "warnings": ['"just a string"', "[1, 2]", '[null]', '["' + "w" * ONE_MB + '"]', "{}"],
+        "warnings": ['"just a string"', "[1, 2]", "[null]", '["' + "w" * ONE_MB + '"]', "{}"],
         "sources": ['{"markers": "ok"}', "[]", '{"x": {"status": 5}}'],
         "overhead": ['{"total_ms": "x", "per_event_ns": null}', "[]", '{"total_ms": -1e300}'],
     }[key]
@@ -1124,18 +1385,48 @@ def _timeline(ctx: Ctx) -> None:
     path = ctx.input / "timeline_0.json"
     data = path.read_bytes()
     rng = ctx.rng
-    how = rng.choice(["line_field", "line_field", "line_field", "bytes", "pretty", "garbage_line", "events_per_line",
-                      "huge_name", "gz_name", "empty"])
+    how = rng.choice(
+        [
+            "line_field",
+            "line_field",
+            "line_field",
+            "bytes",
+            "pretty",
+            "garbage_line",
+            "events_per_line",
+            "huge_name",
+            "gz_name",
+            "empty",
+        ]
+    )
     if how == "line_field":
         lines = data.split(b"\n")
-        event_lines = [i for i, line in enumerate(lines) if line.startswith(b"{\"ph\"")]
+        event_lines = [i for i, line in enumerate(lines) if line.startswith(b'{"ph"')]
         i = rng.choice(event_lines)
         key = rng.choice([b"ts", b"dur", b"pid", b"tid", b"ph", b"name", b"args", b"cat"])
         m = re.search(b'"' + key + b'":("[^"]*"|[^,}]*|\\{[^}]*\\})', lines[i])
-        token = rng.choice(["-1", "1e300", "1e400", "NaN", "Infinity", '"12"', "null", "[]", "-0",
-                            "99999999999999999999999", '"X"', '"B"', '"E"', '"C"', "   7", "1" * 5000])
+        token = rng.choice(
+            [
+                "-1",
+                "1e300",
+                "1e400",
+                "NaN",
+                "Infinity",
+                '"12"',
+                "null",
+                "[]",
+                "-0",
+                "99999999999999999999999",
+                '"X"',
+                '"B"',
+                '"E"',
+                '"C"',
+                "   7",
+                "1" * 5000,
+            ]
+        )
         if m:
-            lines[i] = lines[i][:m.start(1)] + token.encode() + lines[i][m.end(1):]
+            lines[i] = lines[i][: m.start(1)] + token.encode() + lines[i][m.end(1) :]
         path.write_bytes(b"\n".join(lines))
         ctx.say(f"timeline_0.json line {i + 1}: {key.decode()} = {token[:40]}", EITHER)
     elif how == "bytes":
@@ -1151,8 +1442,9 @@ def _timeline(ctx: Ctx) -> None:
     elif how == "garbage_line":
         lines = data.split(b"\n")
         i = rng.randrange(1, len(lines))
-        lines.insert(i, rng.choice([b"garbage", b"{}", b"{\"ph\":\"X\"},", b"\x00\x00", b"\xff\xfe,",
-                                    b'{"ph":"X","ts":,"dur":},']))
+        lines.insert(
+            i, rng.choice([b"garbage", b"{}", b'{"ph":"X"},', b"\x00\x00", b"\xff\xfe,", b'{"ph":"X","ts":,"dur":},'])
+        )
         path.write_bytes(b"\n".join(lines))
         ctx.say(f"timeline_0.json: a garbage line at {i + 1}", EITHER)
     elif how == "huge_name":
@@ -1191,14 +1483,14 @@ def _output_files(ctx: Ctx) -> None:
             os.symlink("/dev/zero", path)
         elif what == "dangling_symlink":
             os.symlink("gone-" + name, path)
-    ctx.say(f"{name} is {what.replace('_', ' ')}", REFUSE)   # every one of them is listed in `outputs`
+    ctx.say(f"{name} is {what.replace('_', ' ')}", REFUSE)  # every one of them is listed in `outputs`
 
 
 @mutation("output_extra_ranks", "outputs CSV/JSON", ["profview"], VIEW_ENTRIES)
 def _extra_ranks(ctx: Ctx) -> None:
     rng = ctx.rng
     rank = rng.choice(["1", "7", "00", "99999999999999999999999", "٣", "-1", "0x1"])
-    names = ["profiler_info_0.json"] + ([n for n in OUTPUT_CSVS + OUTPUT_JSONS[1:]] if rng.random() < 0.5 else [])
+    names = ["profiler_info_0.json"] + (list(OUTPUT_CSVS + OUTPUT_JSONS[1:]) if rng.random() < 0.5 else [])
     for name in names:
         shutil.copyfile(ctx.input / name, ctx.input / name.replace("_0.", f"_{rank}."))
     ctx.say(f"rank 0's files copied as rank {rank!r} ({len(names)} files)", EITHER)
@@ -1223,8 +1515,24 @@ def _dir_state(ctx: Ctx) -> None:
 
 
 #: JSON values of every type (and numbers beyond 64 bits), to put where a reader expects another type.
-TYPE_TOKENS = ['"x"', '""', "0", "-1", "1.5", "true", "false", "null", "[]", "{}", '[1, "a", null]', '{"a": {"b": 1}}',
-               str(10 ** 30), "-1e308", "1e308", '"1e308"']
+TYPE_TOKENS = [
+    '"x"',
+    '""',
+    "0",
+    "-1",
+    "1.5",
+    "true",
+    "false",
+    "null",
+    "[]",
+    "{}",
+    '[1, "a", null]',
+    '{"a": {"b": 1}}',
+    str(10**30),
+    "-1e308",
+    "1e308",
+    '"1e308"',
+]
 
 
 @mutation("output_json_types", "outputs CSV/JSON", ["profview", "cluster"], VIEW_ENTRIES)
@@ -1244,12 +1552,26 @@ def _json_types(ctx: Ctx) -> None:
 
 
 #: Numbers at and beyond what a 64-bit clock or count holds, and the smallest floats.
-EXTREME_CELLS = ["1e308", "-1e308", "1.7976931348623157e308", "99999999999999999999", "18446744073709551615",
-                 "9223372036854775807", "-9223372036854775808", "9223372036854775808", "9.3e12", "9.2e12", "5e-324",
-                 "1e-300", "-0.0", "1e15", "4503599627370497"]
+EXTREME_CELLS = [
+    "1e308",
+    "-1e308",
+    "1.7976931348623157e308",
+    "99999999999999999999",
+    "18446744073709551615",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "9223372036854775808",
+    "9.3e12",
+    "9.2e12",
+    "5e-324",
+    "1e-300",
+    "-0.0",
+    "1e15",
+    "4503599627370497",
+]
 #: The largest magnitude docs/formats.md allows in a column: ms (and % / ratios) from the int64 ns
 #: clock, whole numbers in int64; device_counters.value is any float.
-MAX_WHOLE_CELL = 2.0 ** 63
+MAX_WHOLE_CELL = 2.0**63
 MAX_MS_CELL = MAX_WHOLE_CELL / 1e6
 
 
@@ -1280,8 +1602,10 @@ def _extreme_numbers(ctx: Ctx) -> None:
         cells[c] = value
         lines[r] = ",".join(cells)
     path.write_text("\n".join(lines))
-    ctx.say(f"{name}: {column} = {value} on {len(changed)} line(s)",
-            REFUSE if _beyond_contract(kind, column, value) else EITHER)
+    ctx.say(
+        f"{name}: {column} = {value} on {len(changed)} line(s)",
+        REFUSE if _beyond_contract(kind, column, value) else EITHER,
+    )
 
 
 #: Names an op or a queue may have in a user's program, each valid in a CSV cell without quoting.
@@ -1306,8 +1630,7 @@ def _output_names(ctx: Ctx) -> None:
     for name in OUTPUT_CSVS:
         path = ctx.input / name
         lines = path.read_text().split("\n")
-        path.write_text("\n".join(",".join(new if cell == old else cell for cell in line.split(","))
-                                   for line in lines))
+        path.write_text("\n".join(",".join(new if cell == old else cell for cell in line.split(",")) for line in lines))
     for name in ("queue_summary_0.json", "report_0.json"):
         path = ctx.input / name
         path.write_text(json.dumps(_renamed(json.loads(path.read_text()), old, new), indent=2))
@@ -1315,6 +1638,7 @@ def _output_names(ctx: Ctx) -> None:
 
 
 # --- Kineto traces ----------------------------------------------------------------------------
+
 
 def _kineto_events(doc) -> list:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
@@ -1340,7 +1664,10 @@ def _kineto_bytes(ctx: Ctx) -> None:
     if how == "bitflip_body":
         out, detail = bitflip(data, ctx.rng, (min(10, len(data) - 1), len(data)))
     elif how == "gzip_trailer":
-        out, detail = data + ctx.rng.choice([b"\x00" * 8, b"garbage", b"\x1f\x8b\x08\x00"]), "bytes after the gzip stream"
+        out, detail = (
+            data + ctx.rng.choice([b"\x00" * 8, b"garbage", b"\x1f\x8b\x08\x00"]),
+            "bytes after the gzip stream",
+        )
     else:
         out, detail = BYTE_DAMAGE[how](data, ctx.rng)
     ctx.input.write_bytes(out)
@@ -1365,8 +1692,22 @@ def _write_kineto(ctx: Ctx, data: bytes) -> None:
 
 #: The event fields and argument fields Kineto writes.
 KINETO_FIELDS = ["ts", "dur", "pid", "tid", "ph", "name", "cat", "args", "id", "s", "bp"]
-KINETO_ARGS = ["device", "stream", "correlation", "Input Dims", "External id", "Device Id", "Total Allocated",
-               "Total Reserved", "Bytes", "Record function id", "Ev Idx", "name", "labels", "sort_index"]
+KINETO_ARGS = [
+    "device",
+    "stream",
+    "correlation",
+    "Input Dims",
+    "External id",
+    "Device Id",
+    "Total Allocated",
+    "Total Reserved",
+    "Bytes",
+    "Record function id",
+    "Ev Idx",
+    "name",
+    "labels",
+    "sort_index",
+]
 
 
 @mutation("kineto_event_fields", "Kineto", ["kineto"])
@@ -1387,12 +1728,31 @@ def _kineto_fields(ctx: Ctx) -> None:
         path = (["traceEvents"] if isinstance(doc, dict) else []) + [i, key]
     token, strict = nasty_json_token(rng)
     if rng.random() < 0.3:
-        token = rng.choice(['"X"', '"B"', '"E"', '"b"', '"f"', '"M"', '"??"', '"kernel"', '"cpu_op"',
-                            '"user_annotation"', '"ProfilerStep#1"', '"gpu_memcpy"', '"cuda_sync"', "-5", "0"])
+        token = rng.choice(
+            [
+                '"X"',
+                '"B"',
+                '"E"',
+                '"b"',
+                '"f"',
+                '"M"',
+                '"??"',
+                '"kernel"',
+                '"cpu_op"',
+                '"user_annotation"',
+                '"ProfilerStep#1"',
+                '"gpu_memcpy"',
+                '"cuda_sync"',
+                "-5",
+                "0",
+            ]
+        )
     data = dumps_with_token(doc, path, token)
     _write_kineto(ctx, data)
-    ctx.say(f"event {i} ({event.get('cat', event.get('ph'))}) {_show_path(path[-2:])} = {token[:60]}",
-            EITHER if strict or "\xff" not in token else REFUSE)
+    ctx.say(
+        f"event {i} ({event.get('cat', event.get('ph'))}) {_show_path(path[-2:])} = {token[:60]}",
+        EITHER if strict or "\xff" not in token else REFUSE,
+    )
 
 
 @mutation("kineto_steps", "Kineto", ["kineto"])
@@ -1405,9 +1765,19 @@ def _kineto_steps(ctx: Ctx) -> None:
     how = rng.choice(["rename", "overlap", "duplicate", "zero_length", "reverse_time", "add_steps"])
     if how == "rename" and steps:
         e = rng.choice(steps)
-        e["name"] = rng.choice(["ProfilerStep#", "ProfilerStep#x", "ProfilerStep#-1", "ProfilerStep#1e400",
-                                "ProfilerStep#99999999999999999999999", "ProfilerStep#" + "9" * 5000,
-                                "ProfilerStep#١", "ProfilerStep#1 ", "ProfilerStep#0x10"])
+        e["name"] = rng.choice(
+            [
+                "ProfilerStep#",
+                "ProfilerStep#x",
+                "ProfilerStep#-1",
+                "ProfilerStep#1e400",
+                "ProfilerStep#99999999999999999999999",
+                "ProfilerStep#" + "9" * 5000,
+                "ProfilerStep#١",
+                "ProfilerStep#1 ",
+                "ProfilerStep#0x10",
+            ]
+        )
         detail = f"a step renamed {e['name'][:40]!r}"
     elif how == "overlap" and len(steps) > 1:
         a, b = rng.sample(steps, 2)
@@ -1430,8 +1800,17 @@ def _kineto_steps(ctx: Ctx) -> None:
     else:
         base = ops[0] if ops else {"ts": 0, "pid": 1, "tid": 1}
         for k in range(rng.choice([1, 100])):
-            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k * 7}",
-                           "pid": base.get("pid", 1), "tid": base.get("tid", 1), "ts": base.get("ts", 0), "dur": 1})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{k * 7}",
+                    "pid": base.get("pid", 1),
+                    "tid": base.get("tid", 1),
+                    "ts": base.get("ts", 0),
+                    "dur": 1,
+                }
+            )
         detail = "stacked ProfilerStep annotations at one time"
     _write_kineto(ctx, json.dumps(doc).encode())
     ctx.say(detail, EITHER)
@@ -1441,8 +1820,22 @@ def _kineto_steps(ctx: Ctx) -> None:
 def _kineto_structure(ctx: Ctx) -> None:
     rng = ctx.rng
     doc = _load_kineto_json(ctx)
-    how = rng.choice(["no_events", "events_not_list", "events_empty", "bare_array", "junk_events", "top_level",
-                      "meta_fields", "deep_args", "duplicate_keys", "huge_name", "non_utf8", "nan_literal"])
+    how = rng.choice(
+        [
+            "no_events",
+            "events_not_list",
+            "events_empty",
+            "bare_array",
+            "junk_events",
+            "top_level",
+            "meta_fields",
+            "deep_args",
+            "duplicate_keys",
+            "huge_name",
+            "non_utf8",
+            "nan_literal",
+        ]
+    )
     expect = REFUSE
     if how == "no_events":
         doc.pop("traceEvents", None)
@@ -1454,28 +1847,47 @@ def _kineto_structure(ctx: Ctx) -> None:
         doc["traceEvents"] = []
         data = json.dumps(doc).encode()
     elif how == "bare_array":
-        data, expect = json.dumps(doc["traceEvents"]).encode(), EITHER    # the Chrome "JSON array" format
+        data, expect = json.dumps(doc["traceEvents"]).encode(), EITHER  # the Chrome "JSON array" format
     elif how == "junk_events":
         doc["traceEvents"][rng.randrange(len(doc["traceEvents"]))] = rng.choice([1, "x", None, [], [1, 2]])
         data, expect = json.dumps(doc).encode(), EITHER
     elif how == "top_level":
-        data = rng.choice([b"[]", b"{}", b"null", b"\"trace\"", b"1"])
+        data = rng.choice([b"[]", b"{}", b"null", b'"trace"', b"1"])
     elif how == "meta_fields":
-        key = rng.choice(["schemaVersion", "deviceProperties", "distributedInfo", "displayTimeUnit",
-                          "baseTimeNanoseconds", "traceName", "record_shapes"])
+        key = rng.choice(
+            [
+                "schemaVersion",
+                "deviceProperties",
+                "distributedInfo",
+                "displayTimeUnit",
+                "baseTimeNanoseconds",
+                "traceName",
+                "record_shapes",
+            ]
+        )
         doc[key] = SENTINEL
         token, _ = nasty_json_token(rng)
         if key == "distributedInfo" and rng.random() < 0.6:
-            token = rng.choice(['{"rank": -1}', '{"rank": "x"}', '{"rank": 1e300}', '{"rank": 99999999999999999999}',
-                                '{"world_size": 0, "rank": 3}', '{"rank": null}'])
+            token = rng.choice(
+                [
+                    '{"rank": -1}',
+                    '{"rank": "x"}',
+                    '{"rank": 1e300}',
+                    '{"rank": 99999999999999999999}',
+                    '{"world_size": 0, "rank": 3}',
+                    '{"rank": null}',
+                ]
+            )
         data, expect = dumps_with_token(doc, [key], token), EITHER
     elif how == "deep_args":
         e = rng.choice(doc["traceEvents"])
         if isinstance(e, dict):
             e["args"] = SENTINEL
         depth = rng.choice([1000, 100_000])
-        data, expect = json.dumps(doc).encode().replace(json.dumps(SENTINEL).encode(),
-                                                       b"[" * depth + b"]" * depth, 1), EITHER
+        data, expect = (
+            json.dumps(doc).encode().replace(json.dumps(SENTINEL).encode(), b"[" * depth + b"]" * depth, 1),
+            EITHER,
+        )
     elif how == "duplicate_keys":
         data, _ = duplicate_key(json.dumps(doc).encode(), rng)
         expect = EITHER
@@ -1488,7 +1900,7 @@ def _kineto_structure(ctx: Ctx) -> None:
     else:
         e = rng.choice([e for e in doc["traceEvents"] if isinstance(e, dict) and "dur" in e] or doc["traceEvents"])
         e["dur"] = float(rng.choice(["nan", "inf", "-inf"]))
-        data, expect = json.dumps(doc).encode(), EITHER    # Python writes NaN / Infinity literals
+        data, expect = json.dumps(doc).encode(), EITHER  # Python writes NaN / Infinity literals
     _write_kineto(ctx, data)
     if expect == REFUSE and _strictly_loadable_trace(ctx.input):
         expect = EITHER
@@ -1496,6 +1908,7 @@ def _kineto_structure(ctx: Ctx) -> None:
 
 
 # --- Ascend JOB directories -------------------------------------------------------------------
+
 
 def _job_file(ctx: Ctx, prefix: str) -> Path:
     return next(p for p in _files(ctx.input) if p.name.startswith(prefix))
@@ -1512,8 +1925,21 @@ def _ascend_hwts(ctx: Ctx) -> None:
     rng = ctx.rng
     path = _job_file(ctx, "hwts.log.data")
     data = bytearray(path.read_bytes())
-    how = rng.choice(["record", "record", "record", "truncate", "cut_record", "bitflip", "zero_fill", "empty",
-                      "shuffle", "all_same", "syscnt_constant"])
+    how = rng.choice(
+        [
+            "record",
+            "record",
+            "record",
+            "truncate",
+            "cut_record",
+            "bitflip",
+            "zero_fill",
+            "empty",
+            "shuffle",
+            "all_same",
+            "syscnt_constant",
+        ]
+    )
     n = len(data) // HWTS_RECORD
     if how == "record":
         edits = []
@@ -1526,32 +1952,32 @@ def _ascend_hwts(ctx: Ctx) -> None:
             elif fld == "task_id":
                 struct.pack_into("<H", data, at + 6, rng.choice([0, 1, 24999, 25000, 65535]))
             elif fld == "stream":
-                struct.pack_into("<I", data, at + 16, rng.choice([0, 2 ** 32 - 1, 2 ** 31]))
+                struct.pack_into("<I", data, at + 16, rng.choice([0, 2**32 - 1, 2**31]))
             elif fld == "syscnt":
-                struct.pack_into("<Q", data, at + 8, rng.choice([0, 1, 2 ** 64 - 1, 2 ** 63, 2 ** 63 - 1]))
+                struct.pack_into("<Q", data, at + 8, rng.choice([0, 1, 2**64 - 1, 2**63, 2**63 - 1]))
             elif fld == "syscnt_back":
                 (cur,) = struct.unpack_from("<Q", data, at + 8)
                 struct.pack_into("<Q", data, at + 8, max(0, cur - 10 ** rng.randint(3, 11)))
             elif fld == "pmu":
                 data[at] = 4 | (data[at] & 0xF0)
-                struct.pack_into("<Q", data, at + 24, rng.choice([0, 2 ** 64 - 1]))
+                struct.pack_into("<Q", data, at + 24, rng.choice([0, 2**64 - 1]))
             else:
-                data[at:at + HWTS_RECORD] = b" " * HWTS_RECORD
+                data[at : at + HWTS_RECORD] = b" " * HWTS_RECORD
             edits.append(f"record {r} {fld}")
         out, detail = bytes(data), ", ".join(edits[:6]) + (" ..." if len(edits) > 6 else "")
     elif how == "cut_record":
         cut = rng.randrange(1, HWTS_RECORD)
-        out, detail = bytes(data[:len(data) - cut]), f"last record cut by {cut} bytes"
+        out, detail = bytes(data[: len(data) - cut]), f"last record cut by {cut} bytes"
     elif how == "empty":
         out, detail = b"", "emptied"
     elif how == "shuffle":
-        records = [bytes(data[i:i + HWTS_RECORD]) for i in range(0, n * HWTS_RECORD, HWTS_RECORD)]
+        records = [bytes(data[i : i + HWTS_RECORD]) for i in range(0, n * HWTS_RECORD, HWTS_RECORD)]
         rng.shuffle(records)
         out, detail = b"".join(records), "records shuffled (syscnt no longer monotonic)"
     elif how == "all_same":
         out, detail = bytes(data[:HWTS_RECORD]) * n, "every record the first one"
     elif how == "syscnt_constant":
-        value = rng.choice([0, 123456789, 2 ** 64 - 1])
+        value = rng.choice([0, 123456789, 2**64 - 1])
         for r in range(n):
             struct.pack_into("<Q", data, r * HWTS_RECORD + 8, value)
         out, detail = bytes(data), f"the system counter never advances (every syscnt {value})"
@@ -1568,8 +1994,20 @@ def _ascend_tt(ctx: Ctx) -> None:
     path = _job_file(ctx, "training_trace")
     data = bytearray(path.read_bytes())
     n = len(data) // TT_RECORD
-    how = rng.choice(["record", "record", "record", "truncate", "cut_record", "bitflip", "zero_fill", "empty",
-                      "duplicate_steps", "reverse"])
+    how = rng.choice(
+        [
+            "record",
+            "record",
+            "record",
+            "truncate",
+            "cut_record",
+            "bitflip",
+            "zero_fill",
+            "empty",
+            "duplicate_steps",
+            "reverse",
+        ]
+    )
     if how == "record":
         edits = []
         for _ in range(rng.randint(1, 20)):
@@ -1577,23 +2015,23 @@ def _ascend_tt(ctx: Ctx) -> None:
             at = r * TT_RECORD
             fld = rng.choice(["tag", "syscnt", "stream"])
             if fld == "tag":
-                struct.pack_into("<Q", data, at, rng.choice([0, 1, 2, 3, 4, 254, 255, 256, 2 ** 64 - 1, 10010]))
+                struct.pack_into("<Q", data, at, rng.choice([0, 1, 2, 3, 4, 254, 255, 256, 2**64 - 1, 10010]))
             elif fld == "syscnt":
-                struct.pack_into("<Q", data, at + 12, rng.choice([0, 1, 2 ** 64 - 1, 2 ** 63, 10 ** 9]))
+                struct.pack_into("<Q", data, at + 12, rng.choice([0, 1, 2**64 - 1, 2**63, 10**9]))
             else:
                 struct.pack_into("<H", data, at + 10, rng.choice([0, 65535]))
             edits.append(f"record {r} {fld}")
         out, detail = bytes(data), ", ".join(edits[:6]) + (" ..." if len(edits) > 6 else "")
     elif how == "cut_record":
         cut = rng.randrange(1, TT_RECORD)
-        out, detail = bytes(data[:len(data) - cut]), f"last record cut by {cut} bytes"
+        out, detail = bytes(data[: len(data) - cut]), f"last record cut by {cut} bytes"
     elif how == "empty":
         out, detail = b"", "emptied"
     elif how == "duplicate_steps":
         k = rng.randrange(n)
-        out, detail = bytes(data[:k * TT_RECORD]) * 2 + bytes(data[k * TT_RECORD:]), "the first steps written twice"
+        out, detail = bytes(data[: k * TT_RECORD]) * 2 + bytes(data[k * TT_RECORD :]), "the first steps written twice"
     elif how == "reverse":
-        records = [bytes(data[i:i + TT_RECORD]) for i in range(0, n * TT_RECORD, TT_RECORD)]
+        records = [bytes(data[i : i + TT_RECORD]) for i in range(0, n * TT_RECORD, TT_RECORD)]
         out, detail = b"".join(reversed(records)), "records reversed"
     else:
         out, detail = BYTE_DAMAGE[how](bytes(data), rng)
@@ -1604,8 +2042,12 @@ def _ascend_tt(ctx: Ctx) -> None:
 
 @mutation("ascend_text", "Ascend", ["job", "refdev"], ASCEND_ENTRIES)
 def _ascend_text(ctx: Ctx) -> None:
-    prefixes = ["Framework.host.vm.task_desc_info", "Framework.host.vm.graph_desc_info", "Framework.host.vm.point",
-                "host_start.log"]
+    prefixes = [
+        "Framework.host.vm.task_desc_info",
+        "Framework.host.vm.graph_desc_info",
+        "Framework.host.vm.point",
+        "host_start.log",
+    ]
     names = [p.name for p in _files(ctx.input)]
     prefix = ctx.rng.choice([p for p in prefixes if any(n.startswith(p) for n in names)])
     path = _job_file(ctx, prefix)
@@ -1616,9 +2058,27 @@ def _ascend_text(ctx: Ctx) -> None:
 
 
 #: Task ids, stream ids, block dims and point tags as a damaged or hostile Framework file may hold them.
-ID_TOKENS = ["x", "", "-1", "-9223372036854775809", "9223372036854775807", "9223372036854775808",
-             "99999999999999999999999", "65535", "65536", "4294967296", "1e3", "1.5", "nan", "0x10", "1_000",
-             "\u0663", "\u00b2", "+5", " 7"]
+ID_TOKENS = [
+    "x",
+    "",
+    "-1",
+    "-9223372036854775809",
+    "9223372036854775807",
+    "9223372036854775808",
+    "99999999999999999999999",
+    "65535",
+    "65536",
+    "4294967296",
+    "1e3",
+    "1.5",
+    "nan",
+    "0x10",
+    "1_000",
+    "\u0663",
+    "\u00b2",
+    "+5",
+    " 7",
+]
 
 
 @mutation("ascend_task_ids", "Ascend", ["job", "refdev"], ASCEND_ENTRIES)
@@ -1645,18 +2105,19 @@ def _ascend_task_ids(ctx: Ctx) -> None:
 
 # --- the reference device's sidecar (clock-sync) file ------------------------------------------
 
+
 def _device_damaged(ctx: Ctx) -> None:
     """A reference device's files were damaged: analyse the raw store afresh."""
     if ctx.kind == "refdev":
         _clear_outputs(ctx)
 
 
-def _left_out_oracle(case: "Case") -> Optional[str]:
+def _left_out_oracle(case: Case) -> Optional[str]:
     """After a clock-sync file no run can write, the device must be left out with a warning."""
     try:
         info = json.loads((case.work / "input" / "profiler_info_0.json").read_text())
     except (OSError, ValueError):
-        return None                               # the viewer's own checks judge a missing info
+        return None  # the viewer's own checks judge a missing info
     warnings = info.get("warnings") if isinstance(info, dict) else None
     if any(isinstance(w, str) and "npu:0" in w and "not merged" in w for w in warnings or []):
         return None
@@ -1665,9 +2126,22 @@ def _left_out_oracle(case: "Case") -> Optional[str]:
 
 #: Values of the clock-sync file's numbers that no reference device writes (left out with a warning),
 #: and some it may (0, a float that equals the whole number).
-CLOCK_BAD = ['"x"', "NaN", "Infinity", "-1", "1e30", str(10 ** 30), str(2 ** 63), "true", "null", "[]", "{}", "1.5",
-             '"100000000"']
-CLOCK_ODD = ["0", "1", str(2 ** 62)]
+CLOCK_BAD = [
+    '"x"',
+    "NaN",
+    "Infinity",
+    "-1",
+    "1e30",
+    str(10**30),
+    str(2**63),
+    "true",
+    "null",
+    "[]",
+    "{}",
+    "1.5",
+    '"100000000"',
+]
+CLOCK_ODD = ["0", "1", str(2**62)]
 
 
 @mutation("refdev_clock_sync", "reference device", ["refdev"], ("analyse",))
@@ -1678,15 +2152,36 @@ def _refdev_clock_sync(ctx: Ctx) -> None:
     docs = [json.loads(line) if line.strip() else None for line in lines]
     pairs = [i for i, d in enumerate(docs) if isinstance(d, dict) and "host_monotonic_ns" in d]
     iterations = [i for i, d in enumerate(docs) if isinstance(d, dict) and "iteration" in d]
-    how = rng.choice(["hz", "pair", "pair", "host_step", "host_step", "non_utf8", "not_object", "torn",
-                      "no_pairs", "empty", "removed", "odd_values"])
+    how = rng.choice(
+        [
+            "hz",
+            "pair",
+            "pair",
+            "host_step",
+            "host_step",
+            "non_utf8",
+            "not_object",
+            "torn",
+            "no_pairs",
+            "empty",
+            "removed",
+            "odd_values",
+        ]
+    )
     warned = True
     if how in ("hz", "pair", "host_step", "odd_values"):
-        i = {"hz": 0, "pair": rng.choice(pairs), "odd_values": rng.choice(pairs),
-             "host_step": rng.choice(iterations or [0])}[how]
-        key = {"hz": "syscnt_hz", "pair": rng.choice(["host_monotonic_ns", "syscnt"]),
-               "odd_values": rng.choice(["host_monotonic_ns", "syscnt"]),
-               "host_step": rng.choice(["host_step", "iteration"])}[how]
+        i = {
+            "hz": 0,
+            "pair": rng.choice(pairs),
+            "odd_values": rng.choice(pairs),
+            "host_step": rng.choice(iterations or [0]),
+        }[how]
+        key = {
+            "hz": "syscnt_hz",
+            "pair": rng.choice(["host_monotonic_ns", "syscnt"]),
+            "odd_values": rng.choice(["host_monotonic_ns", "syscnt"]),
+            "host_step": rng.choice(["host_step", "iteration"]),
+        }[how]
         token = rng.choice(CLOCK_ODD if how == "odd_values" else CLOCK_BAD)
         docs[i][key] = SENTINEL
         lines[i] = dumps_with_token(docs[i], [key], token)
@@ -1702,7 +2197,7 @@ def _refdev_clock_sync(ctx: Ctx) -> None:
         detail = f"a JSON line that is not an object at line {i + 1}"
     elif how == "torn":
         last = max(i for i, line in enumerate(lines) if line.strip())
-        lines[last] = lines[last][:rng.randrange(1, len(lines[last]))]
+        lines[last] = lines[last][: rng.randrange(1, len(lines[last]))]
         detail, warned = "the last line torn", False
     elif how == "no_pairs":
         lines = [line for i, line in enumerate(lines) if i not in pairs]
@@ -1725,12 +2220,31 @@ def _refdev_clock_sync(ctx: Ctx) -> None:
 def _ascend_layout(ctx: Ctx) -> None:
     rng = ctx.rng
     job = ctx.input
-    how = rng.choice(["remove_needed", "only_unneeded", "extra_slice", "slice_names", "two_jobs_same_device",
-                      "nested_jobs", "data_is_file", "empty_slices", "device_mismatch", "done_files"])
+    how = rng.choice(
+        [
+            "remove_needed",
+            "only_unneeded",
+            "extra_slice",
+            "slice_names",
+            "two_jobs_same_device",
+            "nested_jobs",
+            "data_is_file",
+            "empty_slices",
+            "device_mismatch",
+            "done_files",
+        ]
+    )
     expect = EITHER
     if how == "remove_needed":
-        prefix = rng.choice(["hwts.log.data", "training_trace", "Framework.host.vm.task_desc_info",
-                             "Framework.host.vm.graph_desc_info", "Framework.host.vm.point"])
+        prefix = rng.choice(
+            [
+                "hwts.log.data",
+                "training_trace",
+                "Framework.host.vm.task_desc_info",
+                "Framework.host.vm.graph_desc_info",
+                "Framework.host.vm.point",
+            ]
+        )
         _job_file(ctx, prefix).unlink()
         detail = f"{prefix}.* removed"
     elif how == "only_unneeded":
@@ -1744,8 +2258,9 @@ def _ascend_layout(ctx: Ctx) -> None:
         detail = f"{p.name} also stored as a later slice"
     elif how == "slice_names":
         p = _job_file(ctx, rng.choice(["hwts.log.data", "training_trace", "Framework.host.vm.point"]))
-        new = p.name[:-len("slice_0")] + rng.choice(["slice_x", "slice_-1", "slice_", "slice_99999999999999999999",
-                                                      "slice_٣", "slice_0.done", "slice_0 "])
+        new = p.name[: -len("slice_0")] + rng.choice(
+            ["slice_x", "slice_-1", "slice_", "slice_99999999999999999999", "slice_٣", "slice_0.done", "slice_0 "]
+        )
         p.rename(p.with_name(new))
         detail = f"{p.name} renamed {new!r}"
     elif how == "two_jobs_same_device":
@@ -1782,6 +2297,7 @@ def _ascend_layout(ctx: Ctx) -> None:
 
 # --- MindSpore outputs ------------------------------------------------------------------------
 
+
 @mutation("mindspore_cpu_files", "MindSpore", ["ms_cpu"])
 def _ms_cpu(ctx: Ctx) -> None:
     rng = ctx.rng
@@ -1805,8 +2321,24 @@ def _ms_trace_view_fields(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     doc = json.loads(data)
     i = rng.randrange(len(doc))
     key = rng.choice(["ts", "dur", "pid", "tid", "ph", "name", "args"])
-    token = rng.choice(['"-1"', '"1e400"', '"nan"', '"inf"', '"abc"', '""', '"1795245674352900.963.5"', "12.5", "null",
-                        '"' + "9" * 400 + '"', '"1,5"', "[]", '"-0"', '" 12"'])
+    token = rng.choice(
+        [
+            '"-1"',
+            '"1e400"',
+            '"nan"',
+            '"inf"',
+            '"abc"',
+            '""',
+            '"1795245674352900.963.5"',
+            "12.5",
+            "null",
+            '"' + "9" * 400 + '"',
+            '"1,5"',
+            "[]",
+            '"-0"',
+            '" 12"',
+        ]
+    )
     doc[i].setdefault(key, None)
     return dumps_with_token(doc, [i, key], token, compact=False), f"event {i} {key} = {token[:40]}"
 
@@ -1814,8 +2346,9 @@ def _ms_trace_view_fields(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 @mutation("mindspore_cpu_layout", "MindSpore", ["ms_cpu"])
 def _ms_cpu_layout(ctx: Ctx) -> None:
     rng = ctx.rng
-    how = rng.choice(["remove_file", "empty_framework", "output_is_file", "only_trace_view", "empty_files",
-                      "rank_names"])
+    how = rng.choice(
+        ["remove_file", "empty_framework", "output_is_file", "only_trace_view", "empty_files", "rank_names"]
+    )
     expect = EITHER
     if how == "remove_file":
         p = rng.choice(_files(ctx.input))
@@ -1896,14 +2429,36 @@ def _ms_gold_layout(ctx: Ctx) -> None:
 FILE_INPUT = ("kineto",)
 
 
-@mutation("path_special", "paths/special files", ["*"],
-          ("view-html", "view-summary", "analyse", "import-kineto", "import-ascend", "compare", "view-foreign"))
+@mutation(
+    "path_special",
+    "paths/special files",
+    ["*"],
+    ("view-html", "view-summary", "analyse", "import-kineto", "import-ascend", "compare", "view-foreign"),
+)
 def _path_special(ctx: Ctx) -> None:
     rng = ctx.rng
     name = ctx.input.name
-    what = rng.choice(["missing", "empty_dir", "file_for_dir", "dir_for_file", "fifo", "symlink_loop",
-                       "dangling_symlink", "too_long", "long_component", "dev_zero", "dev_null", "unreadable",
-                       "empty_file", "nul_file", "non_utf8_name", "symlink_to_seed", "dot_name"])
+    what = rng.choice(
+        [
+            "missing",
+            "empty_dir",
+            "file_for_dir",
+            "dir_for_file",
+            "fifo",
+            "symlink_loop",
+            "dangling_symlink",
+            "too_long",
+            "long_component",
+            "dev_zero",
+            "dev_null",
+            "unreadable",
+            "empty_file",
+            "nul_file",
+            "non_utf8_name",
+            "symlink_to_seed",
+            "dot_name",
+        ]
+    )
     holder = ctx.work / "special"
     holder.mkdir()
     target = holder / name
@@ -1943,7 +2498,7 @@ def _path_special(ctx: Ctx) -> None:
     elif what == "non_utf8_name":
         target = holder / os.fsdecode(b"run-\xff\xfe-" + os.fsencode(name))
         shutil.move(str(ctx.input), str(target))
-        expect = EITHER                      # a valid input under an odd name
+        expect = EITHER  # a valid input under an odd name
     elif what == "symlink_to_seed":
         os.symlink(ctx.input, target)
         expect = EITHER
@@ -1956,23 +2511,28 @@ def _path_special(ctx: Ctx) -> None:
     ctx.say(f"input is {what.replace('_', ' ')}", expect)
 
 
-@mutation("output_path", "paths/special files", ["*"],
-          ("view-html", "view-foreign", "import-kineto", "import-ascend", "compare"))
+@mutation(
+    "output_path",
+    "paths/special files",
+    ["*"],
+    ("view-html", "view-foreign", "import-kineto", "import-ascend", "compare"),
+)
 def _output_path(ctx: Ctx) -> None:
     rng = ctx.rng
     # (Not a FIFO: writing a report into a named pipe nobody reads blocks, as the user asked.)
-    what = rng.choice(["missing_parent", "is_dir", "is_file", "dev_full", "under_file", "non_utf8", "too_long",
-                       "is_symlink_loop"])
+    what = rng.choice(
+        ["missing_parent", "is_dir", "is_file", "dev_full", "under_file", "non_utf8", "too_long", "is_symlink_loop"]
+    )
     expect = REFUSE
     if what == "missing_parent":
         ctx.output = ctx.work / "no" / "such" / "dir" / "out"
-        expect = EITHER                       # creating the parents is fine too
+        expect = EITHER  # creating the parents is fine too
     elif what == "is_dir":
         ctx.output = ctx.work / "a_dir"
         ctx.output.mkdir()
         (ctx.output / "keep").write_text("x")
         if ctx.entry.startswith("import-"):
-            expect = EITHER                   # import -o names a directory: an existing one is fine
+            expect = EITHER  # import -o names a directory: an existing one is fine
     elif what == "dev_full":
         ctx.output = Path("/dev/full")
     elif what == "under_file":
@@ -1982,7 +2542,7 @@ def _output_path(ctx: Ctx) -> None:
         ctx.output = ctx.work / "a_file"
         ctx.output.write_text("x")
         if not ctx.entry.startswith("import-"):
-            expect = EITHER                   # -o report.html over an existing file: overwriting is fine
+            expect = EITHER  # -o report.html over an existing file: overwriting is fine
     elif what == "non_utf8":
         ctx.output = ctx.work / os.fsdecode(b"out-\xff\xfe")
         expect = EITHER
@@ -1996,11 +2556,24 @@ def _output_path(ctx: Ctx) -> None:
 
 # --- CLI arguments --------------------------------------------------------------------------
 
+
 @mutation("cli_port_host", "CLI args", ["profview"], ("serve",))
 def _port_host(ctx: Ctx) -> None:
     rng = ctx.rng
-    port = rng.choice(["-1", "65536", "70000", "2147483648", "18446744073709551616", "-9223372036854775808",
-                       "99999999999999999999", "1e3", "0x50", ""])
+    port = rng.choice(
+        [
+            "-1",
+            "65536",
+            "70000",
+            "2147483648",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "99999999999999999999",
+            "1e3",
+            "0x50",
+            "",
+        ]
+    )
     host = rng.choice([None, None, "256.256.256.256", "no-such-host.invalid", "::::", "h" * 300, "1.2.3"])
     if host is not None and rng.random() < 0.5:
         port = rng.choice(["65536", "-1", "99999999999999999999"])
@@ -2013,8 +2586,24 @@ def _view_args(ctx: Ctx) -> None:
     rng = ctx.rng
     which = rng.choice(["steps", "steps", "rank", "compare"])
     if which == "steps":
-        value = rng.choice(["5:3", "a:b", "1e3", "-5:-1", "99999999999999999999:", ":", "0:0", "100:200", "3:",
-                            ":-1", "--1", "1:2:3", "٣:٥", " 1 : 2 "])
+        value = rng.choice(
+            [
+                "5:3",
+                "a:b",
+                "1e3",
+                "-5:-1",
+                "99999999999999999999:",
+                ":",
+                "0:0",
+                "100:200",
+                "3:",
+                ":-1",
+                "--1",
+                "1:2:3",
+                "٣:٥",
+                " 1 : 2 ",
+            ]
+        )
         ctx.args += ["--steps", value]
         refuse = value in ("5:3", "a:b", "1e3", "1:2:3", "--1")
         ctx.say(f"--steps {value!r}", REFUSE if refuse else EITHER)
@@ -2035,13 +2624,31 @@ def _view_args(ctx: Ctx) -> None:
 
 @mutation("cli_thresholds", "CLI args", ["profview"], ("analyse",))
 def _thresholds(ctx: Ctx) -> None:
-    value = ctx.rng.choice(["input_gap_pct=nan", "input_gap_pct=inf", "input_gap_pct=-1", "input_gap_pct=1e400",
-                            "warmup_steps=1.5", "warmup_steps=99999999999999999999", "warmup_steps=-3", "nosuch=1",
-                            "=1", "input_gap_pct=", "input_gap_pct", "severity_high_pct=0", "tail_pct=100000",
-                            "outlier_min_pct=-inf", "warmup_steps=1e3"])
+    value = ctx.rng.choice(
+        [
+            "input_gap_pct=nan",
+            "input_gap_pct=inf",
+            "input_gap_pct=-1",
+            "input_gap_pct=1e400",
+            "warmup_steps=1.5",
+            "warmup_steps=99999999999999999999",
+            "warmup_steps=-3",
+            "nosuch=1",
+            "=1",
+            "input_gap_pct=",
+            "input_gap_pct",
+            "severity_high_pct=0",
+            "tail_pct=100000",
+            "outlier_min_pct=-inf",
+            "warmup_steps=1e3",
+        ]
+    )
     ctx.args += ["--threshold", value]
     refuse = any(s in value for s in ("nan", "inf", "=-", "1e400", "nosuch", "=1.5")) or value in (
-        "=1", "input_gap_pct=", "input_gap_pct")
+        "=1",
+        "input_gap_pct=",
+        "input_gap_pct",
+    )
     ctx.say(f"--threshold {value!r}", REFUSE if refuse else EITHER)
 
 
@@ -2076,11 +2683,12 @@ def _format(ctx: Ctx) -> None:
 # Entry points
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Entry:
     name: str
-    kinds: tuple[str, ...]                 # seed kinds it opens
-    build: Callable[[Ctx], tuple[list[list[Arg]], Optional[Path]]]   # -> commands, the output to expect
+    kinds: tuple[str, ...]  # seed kinds it opens
+    build: Callable[[Ctx], tuple[list[list[Arg]], Optional[Path]]]  # -> commands, the output to expect
 
 
 def _out(ctx: Ctx, default: str) -> Path:
@@ -2110,8 +2718,11 @@ def _import_kineto(ctx: Ctx):
 
 
 def _import_ascend(ctx: Ctx):
-    fmt = [] if any(str(a) == "--format" for a in ctx.args) else ["--format", ctx.rng.choice(
-        ["profview", "mindspore", "both"])]
+    fmt = (
+        []
+        if any(str(a) == "--format" for a in ctx.args)
+        else ["--format", ctx.rng.choice(["profview", "mindspore", "both"])]
+    )
     out = _out(ctx, "imported")
     ctx.check = ctx.check or _contract_oracle(out)
     return [["import-ascend", ctx.input, "-o", out, *fmt, *ctx.args]], out
@@ -2194,8 +2805,11 @@ def make_case(entry: str, mutation_name: str, seed: int, seeds: Seeds, work: Pat
     kind = rng.choice(kinds)
     work.mkdir(parents=True, exist_ok=True)
     if kind == "kineto":
-        names = KINETO_JSON_SEEDS if mutation_name in ("kineto_event_fields", "kineto_steps", "kineto_structure") \
+        names = (
+            KINETO_JSON_SEEDS
+            if mutation_name in ("kineto_event_fields", "kineto_steps", "kineto_structure")
             else sorted(seeds.kineto)
+        )
         trace = seeds.kineto[rng.choice(names)]
         target = work / "input" / trace.name
     else:
@@ -2205,8 +2819,20 @@ def make_case(entry: str, mutation_name: str, seed: int, seeds: Seeds, work: Pat
     ctx = Ctx(rng=rng, work=work, seeds=seeds, entry=entry, kind=kind, input=target)
     m.apply(ctx)
     commands, output = e.build(ctx)
-    return Case(entry=entry, mutation=mutation_name, family=m.family, seed=seed, kind=kind, detail=ctx.detail,
-                expect=ctx.expect, work=work, commands=commands, output=output, skip=ctx.skip, check=ctx.check)
+    return Case(
+        entry=entry,
+        mutation=mutation_name,
+        family=m.family,
+        seed=seed,
+        kind=kind,
+        detail=ctx.detail,
+        expect=ctx.expect,
+        work=work,
+        commands=commands,
+        output=output,
+        skip=ctx.skip,
+        check=ctx.check,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -2214,11 +2840,13 @@ def make_case(entry: str, mutation_name: str, seed: int, seeds: Seeds, work: Pat
 # --------------------------------------------------------------------------------------------
 
 #: Runs `viewer.cli` like the `profview` script does, under an address-space cap.
-LAUNCHER = ("import resource, runpy, sys\n"
-            "limit = int(sys.argv.pop(1))\n"
-            "if limit: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
-            "sys.argv[0] = 'profview'\n"
-            "runpy.run_module('viewer.cli', run_name='__main__', alter_sys=True)\n")
+LAUNCHER = (
+    "import resource, runpy, sys\n"
+    "limit = int(sys.argv.pop(1))\n"
+    "if limit: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "sys.argv[0] = 'profview'\n"
+    "runpy.run_module('viewer.cli', run_name='__main__', alter_sys=True)\n"
+)
 
 
 def _child_env() -> dict[str, str]:
@@ -2234,19 +2862,30 @@ def _child_env() -> dict[str, str]:
 @dataclass
 class RunResult:
     argv: list[Arg]
-    returncode: Optional[int]              # None: killed after the timeout
+    returncode: Optional[int]  # None: killed after the timeout
     stdout: str
     stderr: str
     seconds: float
 
 
-def run_profview(args: Sequence[Arg], timeout: float = DEFAULT_TIMEOUT_S, cwd: Optional[Path] = None,
-                 memory_limit: int = MEMORY_LIMIT_BYTES) -> RunResult:
+def run_profview(
+    args: Sequence[Arg],
+    timeout: float = DEFAULT_TIMEOUT_S,
+    cwd: Optional[Path] = None,
+    memory_limit: int = MEMORY_LIMIT_BYTES,
+) -> RunResult:
     """One `profview ARGS` in a subprocess of this checkout (own session, killed whole on timeout)."""
     argv = [sys.executable, "-c", LAUNCHER, str(memory_limit), *[os.fspath(a) for a in args]]
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=str(cwd or REPO), env=_child_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=str(cwd or REPO),
+        env=_child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         code: Optional[int] = proc.returncode
@@ -2257,16 +2896,17 @@ def run_profview(args: Sequence[Arg], timeout: float = DEFAULT_TIMEOUT_S, cwd: O
             pass
         out, err = proc.communicate()
         code = None
-    return RunResult(list(args), code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                     time.monotonic() - started)
+    return RunResult(
+        list(args), code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), time.monotonic() - started
+    )
 
 
 @dataclass
 class Verdict:
     kind: str
-    signature: str = ""                    # failures: what makes two failures the same bug
-    message: str = ""                      # the error sentence, or the traceback's last lines
-    command: int = 0                       # which of the case's commands it is about
+    signature: str = ""  # failures: what makes two failures the same bug
+    message: str = ""  # the error sentence, or the traceback's last lines
+    command: int = 0  # which of the case's commands it is about
     results: list[RunResult] = field(default_factory=list, repr=False)
 
     @property
@@ -2284,7 +2924,7 @@ def traceback_signature(stderr: str) -> tuple[str, str, list[str]]:
     last traceback in `stderr`."""
     lines = stderr.splitlines()
     start = max(i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)"))
-    block = [line[len(line) - len(line.lstrip()):] if k == 0 else line for k, line in enumerate(lines[start:])]
+    block = [line[len(line) - len(line.lstrip()) :] if k == 0 else line for k, line in enumerate(lines[start:])]
     frames = [FRAME.match(line) for line in block]
     project = None
     for m in frames:
@@ -2298,7 +2938,7 @@ def traceback_signature(stderr: str) -> tuple[str, str, list[str]]:
             project = f"{rel.as_posix()}:{m.group('func')}"
     exc_type = "?"
     last_frame = max((k for k, m in enumerate(frames) if m), default=0)
-    for line in block[last_frame + 1:]:
+    for line in block[last_frame + 1 :]:
         if line.strip() and not line.startswith((" ", "\t")):
             exc_type = re.split(r"[:\s]", line, maxsplit=1)[0]
             break
@@ -2315,8 +2955,13 @@ def classify(case: Case, results: list[RunResult]) -> Verdict:
             # as documented (docs/live.md); that is not a hang.
             return Verdict(ACCEPTED, message="waits for a recording to start", command=n, results=results)
         if r.returncode is None:
-            return Verdict(HANG, f"hang in {case.entry} ({case.family}/{case.mutation})",
-                           f"no answer after {r.seconds:.0f} s", n, results)
+            return Verdict(
+                HANG,
+                f"hang in {case.entry} ({case.family}/{case.mutation})",
+                f"no answer after {r.seconds:.0f} s",
+                n,
+                results,
+            )
         if "Traceback (most recent call last)" in r.stderr:
             exc, frame, tail = traceback_signature(r.stderr)
             return Verdict(TRACEBACK, f"{exc} @ {frame}", "\n".join(tail), n, results)
@@ -2328,19 +2973,30 @@ def classify(case: Case, results: list[RunResult]) -> Verdict:
             errors = [ERROR_LINE.match(line) for line in lines]
             errors = [m for m in errors if m]
             others = [line for line in lines if not ERROR_LINE.match(line) and not WARNING_LINE.match(line)]
-            if r.returncode == 2:        # argparse: a usage block before its one error line
+            if r.returncode == 2:  # argparse: a usage block before its one error line
                 others = [line for line in others if not line.startswith(("usage: ", " ", "\t"))]
             if r.returncode not in (1, 2) or len(errors) != 1 or others:
-                why = (f"exit {r.returncode}, {len(errors)} error line(s)" +
-                       (f", other output: {others[0][:120]!r}" if others else ""))
-                return Verdict(MESSY, f"messy refusal in {case.entry}: {why.split(',')[0]}",
-                               why + "\n" + r.stderr.strip()[-800:], n, results)
+                why = f"exit {r.returncode}, {len(errors)} error line(s)" + (
+                    f", other output: {others[0][:120]!r}" if others else ""
+                )
+                return Verdict(
+                    MESSY,
+                    f"messy refusal in {case.entry}: {why.split(',')[0]}",
+                    why + "\n" + r.stderr.strip()[-800:],
+                    n,
+                    results,
+                )
             return Verdict(REFUSED, message=errors[0].group("msg"), command=n, results=results)
         if not last:
             continue
         if case.expect == REFUSE:
-            return Verdict(ACCEPTED_INVALID, f"accepted invalid input: {case.family}/{case.mutation}",
-                           f"exit 0 on: {case.detail}", n, results)
+            return Verdict(
+                ACCEPTED_INVALID,
+                f"accepted invalid input: {case.family}/{case.mutation}",
+                f"exit 0 on: {case.detail}",
+                n,
+                results,
+            )
         if case.output is not None and n == 0 and not _output_present(case.output):
             return Verdict(NO_OUTPUT, f"exit 0 without output: {case.entry}", f"{case.output} missing", n, results)
         if case.check is not None:
@@ -2371,7 +3027,7 @@ def run_case(case: Case, timeout: float = DEFAULT_TIMEOUT_S) -> Verdict:
     if case.skip:
         return Verdict(SKIPPED, message=case.skip)
     results = []
-    if case.entry == "watch":       # it waits for a recording that never starts: no need for the full minute
+    if case.entry == "watch":  # it waits for a recording that never starts: no need for the full minute
         timeout = min(timeout, WATCH_TIMEOUT_S)
     for argv in case.commands:
         r = run_profview(argv, timeout=timeout, cwd=case.work)
@@ -2394,6 +3050,7 @@ def report(case: Case, verdict: Verdict) -> str:
 # --------------------------------------------------------------------------------------------
 # Keeping failing inputs
 # --------------------------------------------------------------------------------------------
+
 
 def copy_case_tree(src: Path, dst: Path) -> None:
     """Copy a case directory without opening special files: FIFOs are re-made, symlinks kept
@@ -2424,25 +3081,44 @@ def save_case(case: Case, verdict: Verdict, dest: Path) -> Path:
     """Keep a failing case for reproduction: its whole directory, `repro.sh`, `case.json`, `stderr.txt`."""
     dest.mkdir(parents=True, exist_ok=True)
     copy_case_tree(case.work, dest / "case")
-    lines = ["#!/bin/sh", "# " + case.describe().splitlines()[0].replace("\n", " "),
-             'cd "$(dirname "$0")/case" || exit 1',
-             f'REPO="${{PROFVIEW_REPO:-{REPO}}}"', f'PY="${{PROFVIEW_PYTHON:-{sys.executable}}}"',
-             f"ulimit -v {MEMORY_LIMIT_BYTES // 1024}   # the campaign's address-space cap (an input may be /dev/zero)"]
+    lines = [
+        "#!/bin/sh",
+        "# " + case.describe().splitlines()[0].replace("\n", " "),
+        'cd "$(dirname "$0")/case" || exit 1',
+        f'REPO="${{PROFVIEW_REPO:-{REPO}}}"',
+        f'PY="${{PROFVIEW_PYTHON:-{sys.executable}}}"',
+        f"ulimit -v {MEMORY_LIMIT_BYTES // 1024}   # the campaign's address-space cap (an input may be /dev/zero)",
+    ]
     for argv in case.commands:
-        args = " ".join(shlex.quote(os.fsdecode(a) if not isinstance(a, str) else a).replace(str(case.work), ".")
-                        if len(os.fspath(a)) < 1000 else f'"$(python3 -c \'print("L"*{len(os.fspath(a)) - 20})\')"'
-                        for a in argv)
+        args = " ".join(
+            shlex.quote(os.fsdecode(a) if not isinstance(a, str) else a).replace(str(case.work), ".")
+            if len(os.fspath(a)) < 1000
+            else f'"$(python3 -c \'print("L"*{len(os.fspath(a)) - 20})\')"'
+            for a in argv
+        )
         lines.append(f'PYTHONPATH="$REPO" "$PY" -m viewer.cli {args} || exit $?')
     (dest / "repro.sh").write_text("\n".join(lines) + "\n", errors="surrogateescape")
     (dest / "repro.sh").chmod(0o755)
     r = verdict.results[verdict.command] if verdict.results else None
     (dest / "stderr.txt").write_text(r.stderr if r else "", errors="surrogateescape")
-    (dest / "case.json").write_text(json.dumps({
-        "entry": case.entry, "mutation": case.mutation, "family": case.family, "seed": case.seed,
-        "input_kind": case.kind, "detail": case.detail[:2000], "expect": case.expect, "verdict": verdict.kind,
-        "signature": verdict.signature, "message": verdict.message[-3000:],
-        "commands": [[_short(a, case.work) for a in c] for c in case.commands],
-    }, indent=2))
+    (dest / "case.json").write_text(
+        json.dumps(
+            {
+                "entry": case.entry,
+                "mutation": case.mutation,
+                "family": case.family,
+                "seed": case.seed,
+                "input_kind": case.kind,
+                "detail": case.detail[:2000],
+                "expect": case.expect,
+                "verdict": verdict.kind,
+                "signature": verdict.signature,
+                "message": verdict.message[-3000:],
+                "commands": [[_short(a, case.work) for a in c] for c in case.commands],
+            },
+            indent=2,
+        )
+    )
     return dest
 
 

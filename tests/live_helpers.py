@@ -1,4 +1,5 @@
 """Real recording processes for the live-view tests (profview watch, --live, the follower)."""
+
 from __future__ import annotations
 
 import os
@@ -47,16 +48,28 @@ def python_env() -> dict:
     return env
 
 
-def start_recorder(out: Path, steps: int, data_s: float = 0.004, op_type: str = "MatMul",
-                   analyse: bool = True, rank: Optional[int] = None, world_size: int = 1) -> subprocess.Popen:
+def start_recorder(
+    out: Path,
+    steps: int,
+    data_s: float = 0.004,
+    op_type: str = "MatMul",
+    analyse: bool = True,
+    rank: Optional[int] = None,
+    world_size: int = 1,
+) -> subprocess.Popen:
     """A recording process writing into `out` (its stdout / stderr piped); `rank` of `world_size`
     through the environment, as torchrun passes them."""
     env = python_env()
     if rank is not None:
         env.update(RANK=str(rank), WORLD_SIZE=str(world_size))
-    return subprocess.Popen([sys.executable, "-c", RECORDER, str(out), str(steps), str(data_s), op_type,
-                             "analyse" if analyse else "stop"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", RECORDER, str(out), str(steps), str(data_s), op_type, "analyse" if analyse else "stop"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def record(out: Path, steps: int, data_s: float = 0.001, op_type: str = "MatMul") -> None:

@@ -11,6 +11,7 @@ what it keeps depends on PATTERN:
 - stairs: 24 MB at three steps spread over the run (an allocator growing its arenas), nothing else;
 - flat: nothing.
 """
+
 from __future__ import annotations
 
 import sys

@@ -23,6 +23,7 @@ with `Model.train(..., callbacks=[ProfviewCallback(...)])`. Scenarios, each into
 
 Writes OUT_DIR/facts.json: steps trained per scenario, MindSpore's version, the callbacks' summaries.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import nn
 from mindspore.dataset import GeneratorDataset
 from mindspore.train import Callback, LossMonitor, Model
@@ -42,8 +42,8 @@ from profiler.capture.mindspore import MindSporeCapture
 from profiler.integrations.mindspore import ProfviewCallback
 
 BATCH = 16
-SLOW_SAMPLE_S = 0.025         # 16 samples a batch: 400 ms of data a step, ~10x a step's compute (~40 ms;
-SLOW_STEPS = 10               # ~240 ms measured with the 2 cores shared by a dozen jobs: still input-bound)
+SLOW_SAMPLE_S = 0.025  # 16 samples a batch: 400 ms of data a step, ~10x a step's compute (~40 ms;
+SLOW_STEPS = 10  # ~240 ms measured with the 2 cores shared by a dozen jobs: still input-bound)
 
 
 class Samples:
@@ -63,14 +63,15 @@ class Samples:
             time.sleep(self.sleep_s)
         # numpy arrays, not numpy scalars: MindSpore 2.10 converts rows with np.array(x, copy=False), which
         # numpy 2 refuses for a scalar (it needs a copy)
-        return self.x[i], self.y[i:i + 1].reshape(())
+        return self.x[i], self.y[i : i + 1].reshape(())
 
 
 class CNN(nn.Cell):
     def __init__(self) -> None:
         super().__init__()
-        self.body = nn.SequentialCell([nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(),
-                                       nn.Conv2d(16, 16, 3), nn.ReLU(), nn.Flatten()])
+        self.body = nn.SequentialCell(
+            [nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 16, 3), nn.ReLU(), nn.Flatten()]
+        )
         self.head = nn.Dense(16 * 16 * 16, 10)
 
     def construct(self, x):
@@ -116,7 +117,7 @@ def pynative_loop(out: Path, steps: int) -> dict:
         profiler.mark("fp_start")
         loss, grads = grad_fn(x, y)
         optimizer(grads)
-        loss.asnumpy()                  # wait for the step (PyNative runs asynchronously)
+        loss.asnumpy()  # wait for the step (PyNative runs asynchronously)
         profiler.mark("bp_end")
         profiler.step()
     profiler.analyse(quiet=True)
@@ -135,8 +136,9 @@ def main(out: Path) -> None:
     ms.dataset.config.set_prefetch_size(prefetch)
     from mindspore.profiler import ProfilerActivity, profile, tensorboard_trace_handler
 
-    own = profile(activities=[ProfilerActivity.CPU],
-                  on_trace_ready=tensorboard_trace_handler(str(out / "own_profiler" / "ms")))
+    own = profile(
+        activities=[ProfilerActivity.CPU], on_trace_ready=tensorboard_trace_handler(str(out / "own_profiler" / "ms"))
+    )
     own.start()
     facts["own_profiler"] = train(out / "own_profiler" / "prof", 1, 4, mindspore_profiler=out / "own_profiler" / "ms")
     own.stop()

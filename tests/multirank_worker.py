@@ -7,6 +7,7 @@ rank R's forward (a straggler); `--kill-rank R --kill-after K` makes rank R die 
 K steps (no clean stop, no analyse); the survivors' next all-reduce fails or times out, they stop
 profiling and analyse what they have. Every rank prints one JSON line with what it did.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from profiler import Profiler  # noqa: E402
+from profiler import Profiler
 
 
 class Net(nn.Module):
@@ -72,7 +73,7 @@ def main() -> int:
     try:
         for step in range(args.steps):
             if rank == args.kill_rank and step == args.kill_after:
-                time.sleep(0.2)                 # let the flusher write what this rank recorded
+                time.sleep(0.2)  # let the flusher write what this rank recorded
                 os._exit(17)
             time.sleep(args.step_sleep_ms / 1e3)
             x, y = torch.randn(32, 64, generator=gen), torch.randint(0, 10, (32,), generator=gen)
@@ -84,11 +85,13 @@ def main() -> int:
             optimizer.step()
             optimizer.zero_grad()
             done += 1
-    except RuntimeError as exc:          # a peer died: the collective failed or timed out
+    except RuntimeError as exc:  # a peer died: the collective failed or timed out
         error = str(exc).splitlines()[0][:200]
     written = profiler.analyse(progress=False, cluster_timeout_s=args.cluster_timeout_s)
-    print(json.dumps({"rank": rank, "steps": done, "error": error, "written": sorted(p.name for p in written)}),
-          flush=True)
+    print(
+        json.dumps({"rank": rank, "steps": done, "error": error, "written": sorted(p.name for p in written)}),
+        flush=True,
+    )
     if not error:
         dist.destroy_process_group()
     return 0

@@ -27,6 +27,7 @@ profview) and returns those measurements (`truth`). Then:
 
 Only one Profiler may record at a time in a process: run scenarios one after another.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:             # run from a checkout without installing (and the DDP workers)
+if str(REPO) not in sys.path:  # run from a checkout without installing (and the DDP workers)
     sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
@@ -57,9 +58,20 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from profiler import ProfiledDataLoader, Profiler, ProfilerAction, schedule  # noqa: E402
 
 #: bottleneck verdicts of report_{rank}.json (docs/formats.md "report")
-BOTTLENECKS = ("input_bound", "transmission_bound", "host_bound", "gap_bound", "op_hotspot", "tail_bound",
-               "comm_bound", "step_outliers", "memory_growth", "profiler_overhead", "straggler_rank")
-WARMUP = 1                       # the advisor's default warmup_steps: statistics start at step 1
+BOTTLENECKS = (
+    "input_bound",
+    "transmission_bound",
+    "host_bound",
+    "gap_bound",
+    "op_hotspot",
+    "tail_bound",
+    "comm_bound",
+    "step_outliers",
+    "memory_growth",
+    "profiler_overhead",
+    "straggler_rank",
+)
+WARMUP = 1  # the advisor's default warmup_steps: statistics start at step 1
 
 # ----------------------------------------------------------------------------------------- outcome
 
@@ -78,14 +90,14 @@ class Outcome:
     info: dict = field(default_factory=dict)
     op_type: Optional[pd.DataFrame] = None
     cluster: Optional[dict] = None
-    problems: list[str] = field(default_factory=list)    # judge(): what profview got wrong
-    insane: list[str] = field(default_factory=list)      # sanity(): what the injection failed to do
+    problems: list[str] = field(default_factory=list)  # judge(): what profview got wrong
+    insane: list[str] = field(default_factory=list)  # sanity(): what the injection failed to do
     figures: str = ""
 
     @classmethod
-    def load(cls, name: str, out: Path, truth: dict, rank: int = 0) -> "Outcome":
+    def load(cls, name: str, out: Path, truth: dict, rank: int = 0) -> Outcome:
         o = cls(name, out, truth)
-        read = lambda stem: json.loads((out / stem).read_text()) if (out / stem).is_file() else None  # noqa: E731
+        read = lambda stem: json.loads((out / stem).read_text()) if (out / stem).is_file() else None
         o.report = read(f"report_{rank}.json") or {}
         o.info = read(f"profiler_info_{rank}.json") or {}
         o.queue = read(f"queue_summary_{rank}.json")
@@ -136,15 +148,15 @@ class Scenario:
     """One training loop with one injected bottleneck and what a correct profiler says about it."""
 
     name: str
-    injected: str                                   # what the loop does wrong, in one line
-    expected: str                                   # the verdict / finding a correct profiler gives
-    loop: Callable[[Path], dict]                    # trains into the directory, returns its own measurements
-    judge: Callable[[Outcome], list[str]]           # [] = profview says what a correct profiler must say
-    sanity: Callable[[Outcome], list[str]]          # [] = the injection had the intended effect
-    figures: Callable[[Outcome], str]               # key figures for the benchmark's table
-    wrong_today: str = ""                           # non-empty: profview's current wrong answer (xfail reason)
-    flaky_today: bool = False                       # wrong_today happens in some runs only (xfail, not strict)
-    multiprocess: bool = False                      # spawns its own processes (DDP)
+    injected: str  # what the loop does wrong, in one line
+    expected: str  # the verdict / finding a correct profiler gives
+    loop: Callable[[Path], dict]  # trains into the directory, returns its own measurements
+    judge: Callable[[Outcome], list[str]]  # [] = profview says what a correct profiler must say
+    sanity: Callable[[Outcome], list[str]]  # [] = the injection had the intended effect
+    figures: Callable[[Outcome], str]  # key figures for the benchmark's table
+    wrong_today: str = ""  # non-empty: profview's current wrong answer (xfail reason)
+    flaky_today: bool = False  # wrong_today happens in some runs only (xfail, not strict)
+    multiprocess: bool = False  # spawns its own processes (DDP)
 
 
 class WrongVerdict(AssertionError):
@@ -227,8 +239,9 @@ class SlowDataset(Dataset):
         return self.x[i], self.y[i]
 
 
-def loader(batch: int, steps: int, item_ms: float = 0.0, cpu: bool = False, workers: int = 0,
-           features: int = 256) -> ProfiledDataLoader:
+def loader(
+    batch: int, steps: int, item_ms: float = 0.0, cpu: bool = False, workers: int = 0, features: int = 256
+) -> ProfiledDataLoader:
     """A real torch DataLoader (real worker processes when workers > 0) wrapped by ProfiledDataLoader."""
     options = {"num_workers": workers}
     if workers:
@@ -258,8 +271,9 @@ class BatchedDataset(Dataset):
 
 def fast_loader(batch: int, steps: int, features: int = 256, workers: int = 2) -> ProfiledDataLoader:
     """A DataLoader of pre-batched data with `workers` workers: batches are ready long before they are needed."""
-    return ProfiledDataLoader(DataLoader(BatchedDataset(batch, steps + 2, features), batch_size=None,
-                                         num_workers=workers))
+    return ProfiledDataLoader(
+        DataLoader(BatchedDataset(batch, steps + 2, features), batch_size=None, num_workers=workers)
+    )
 
 
 class StartTogether:
@@ -276,8 +290,7 @@ class StartTogether:
 def memory_batches(batch: int, n: int, features: int = 256, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Batches already in memory (no DataLoader): a synthetic benchmark, a cached dataset."""
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, features, generator=g), torch.randint(0, 10, (batch,), generator=g))
-            for _ in range(n)]
+    return [(torch.randn(batch, features, generator=g), torch.randint(0, 10, (batch,), generator=g)) for _ in range(n)]
 
 
 def new_profiler(out: Path, **kw) -> Profiler:
@@ -316,7 +329,7 @@ class Clock:
             yield item
 
     def truth(self, **extra) -> dict[str, Any]:
-        out: dict[str, Any] = {k: v for k, v in self.parts.items()}
+        out: dict[str, Any] = dict(self.parts)
         out["iter_ms"] = list(1e3 * np.diff(self.ends))
         out["iterations"] = len(self.ends) - 1
         out.update(extra)
@@ -333,7 +346,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 
 # ----------------------------------------------------------------------------------------- input bound
 
-DATA_STEPS = 30          # 29 analysed steps (odd: see data_sleep_w2)
+DATA_STEPS = 30  # 29 analysed steps (odd: see data_sleep_w2)
 DATA_BATCH = 32
 
 
@@ -375,8 +388,9 @@ def shard_loop(workers: int, batch_ms: float, steps: int) -> Callable[[Path], di
         model = mlp()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         shards = BatchedDataset(DATA_BATCH, steps + 2, 256, read_ms=batch_ms)
-        data = ProfiledDataLoader(DataLoader(shards, batch_size=None, num_workers=workers,
-                                             worker_init_fn=StartTogether(0.5)))
+        data = ProfiledDataLoader(
+            DataLoader(shards, batch_size=None, num_workers=workers, worker_init_fn=StartTogether(0.5))
+        )
         return attached_training(out, model, optimizer, data, steps).truth(batch_ms=batch_ms, workers=workers)
 
     return run
@@ -387,8 +401,10 @@ def judge_input(o: Outcome) -> list[str]:
     problems = verdict_is(o, "input_bound")
     f = o.finding("input_bound")
     if f is not None and not near(f["at_stake_ms"], wait):
-        problems.append(f"input_bound puts {f['at_stake_ms']:.1f} ms per step at stake, the loop waited "
-                        f"{wait:.1f} ms per step on average")
+        problems.append(
+            f"input_bound puts {f['at_stake_ms']:.1f} ms per step at stake, the loop waited "
+            f"{wait:.1f} ms per step on average"
+        )
     gap = o.mean("iteration_gap_ms")
     if not near(gap, wait):
         problems.append(f"mean iteration gap {gap:.1f} ms, the loop waited {wait:.1f} ms per step for data")
@@ -405,15 +421,24 @@ def figures_input(o: Outcome) -> str:
     stats = {x["queue"]: x for x in (o.queue or {}).get("queues", [])}
     empty = stats.get(q.get("feed_queue"), {}).get("empty_ratio")
     queue = f"; queue {q.get('kind')} (empty {100 * empty:.0f} %)" if q else "; no queue probed"
-    return (f"loop waits {truth_mean(o, 'wait_ms'):.1f} ms/step = {share_ms(o, 'wait_ms'):.0f} %; "
-            f"gap mean {o.mean('iteration_gap_ms'):.1f} median {o.median('iteration_gap_ms'):.1f} ms{queue}")
+    return (
+        f"loop waits {truth_mean(o, 'wait_ms'):.1f} ms/step = {share_ms(o, 'wait_ms'):.0f} %; "
+        f"gap mean {o.mean('iteration_gap_ms'):.1f} median {o.median('iteration_gap_ms'):.1f} ms{queue}"
+    )
 
 
 def input_scenario(name: str, workers: int, batch_ms: float, cpu: bool, steps: int = DATA_STEPS) -> Scenario:
     kind = "busy-loop (CPU-bound)" if cpu else "time.sleep (I/O-bound)"
     per = f"{batch_ms:.0f} ms per batch per worker" if workers else f"{batch_ms:.0f} ms per batch"
-    return Scenario(name, f"slow __getitem__, {kind}, {per}, DataLoader num_workers={workers}, {steps} steps",
-                    "input_bound", data_loop(workers, batch_ms, cpu, steps), judge_input, sane_input, figures_input)
+    return Scenario(
+        name,
+        f"slow __getitem__, {kind}, {per}, DataLoader num_workers={workers}, {steps} steps",
+        "input_bound",
+        data_loop(workers, batch_ms, cpu, steps),
+        judge_input,
+        sane_input,
+        figures_input,
+    )
 
 
 # ----------------------------------------------------------------------------------------- compute bound
@@ -453,13 +478,19 @@ def judge_balanced(o: Outcome) -> list[str]:
     """Nothing injected: no high-severity finding, except step_outliers when the loop's own clock saw
     those slow steps too (the machine's other jobs, not an invention)."""
     real = loop_outlier_share(o)
-    high = [f for f in o.findings if f["severity"] == "high"
-            and not (f["kind"] == "step_outliers" and real >= 0.5 * f["at_stake_pct"])]
+    high = [
+        f
+        for f in o.findings
+        if f["severity"] == "high" and not (f["kind"] == "step_outliers" and real >= 0.5 * f["at_stake_pct"])
+    ]
     if not high:
         return []
-    return [f"verdict is {o.top}, expected balanced; high-severity findings on a loop with nothing injected: "
-            f"{[f['kind'] + ' (%.0f %%)' % f['at_stake_pct'] for f in high]} (the loop's own slow iterations "
-            f"add {real:.0f} %)"]
+    kinds = [f"{f['kind']} ({f['at_stake_pct']:.0f} %)" for f in high]
+    return [
+        f"verdict is {o.top}, expected balanced; high-severity findings on a loop with nothing injected: "
+        f"{kinds} (the loop's own slow iterations "
+        f"add {real:.0f} %)"
+    ]
 
 
 def sane_compute(o: Outcome) -> list[str]:
@@ -468,9 +499,11 @@ def sane_compute(o: Outcome) -> list[str]:
 
 
 def figures_compute(o: Outcome) -> str:
-    return (f"compute {share_ms(o, 'compute_ms'):.0f} % by the loop's clock; fp_bp median "
-            f"{o.median('fp_bp_ms'):.1f} ms, gap {o.median('iteration_gap_ms'):.1f} ms, "
-            f"tail {o.median('tail_ms'):.1f} ms")
+    return (
+        f"compute {share_ms(o, 'compute_ms'):.0f} % by the loop's clock; fp_bp median "
+        f"{o.median('fp_bp_ms'):.1f} ms, gap {o.median('iteration_gap_ms'):.1f} ms, "
+        f"tail {o.median('tail_ms'):.1f} ms"
+    )
 
 
 # ----------------------------------------------------------------------------------------- host bound
@@ -525,7 +558,7 @@ def per_sample_metrics(logits: torch.Tensor, y: torch.Tensor, stats: dict) -> No
         ranked = sorted(range(len(row)), key=row.__getitem__, reverse=True)
         stats["top3"] += label in ranked[:3]
         stats["rank"][label] += ranked.index(label)
-        for c, p in enumerate(row):                          # per-class mean probability, calibration bins
+        for c, p in enumerate(row):  # per-class mean probability, calibration bins
             stats["mean_prob"][c] += p
             stats["bins"][min(int(p * 10), 9)] += 1
         stats["confidence"][label] += probs[i, label].item()
@@ -539,8 +572,15 @@ def host_metrics_loop(out: Path) -> dict:
     model = mlp(32, hidden=128, depth=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = fast_loader(batch, HOST_STEPS, features=32)
-    stats = {"confusion": [[0] * 10 for _ in range(10)], "entropy": [0.0] * 10, "confidence": [0.0] * 10, "top3": 0,
-             "rank": [0] * 10, "mean_prob": [0.0] * 10, "bins": [0] * 10}
+    stats = {
+        "confusion": [[0] * 10 for _ in range(10)],
+        "entropy": [0.0] * 10,
+        "confidence": [0.0] * 10,
+        "top3": 0,
+        "rank": [0] * 10,
+        "mean_prob": [0.0] * 10,
+        "bins": [0] * 10,
+    }
     clock = Clock()
     profiler = new_profiler(out)
     profiler.attach(model, optimizer, ops=False)
@@ -571,8 +611,10 @@ def judge_host_gap(o: Outcome) -> list[str]:
     # workers starve while the loop computes metrics): a finding at about the loop's own measured wait is
     # right whatever its severity (the verdict is host_bound, above); one above what the loop waited is not
     if wrong is not None and wrong["at_stake_ms"] > 1.5 * wait + 1.0:
-        problems.append(f"an input_bound finding ({wrong['severity']}, {wrong['at_stake_ms']:.1f} ms) on a loop that "
-                        f"waited {wait:.1f} ms per step for data")
+        problems.append(
+            f"an input_bound finding ({wrong['severity']}, {wrong['at_stake_ms']:.1f} ms) on a loop that "
+            f"waited {wait:.1f} ms per step for data"
+        )
     return problems
 
 
@@ -591,8 +633,10 @@ def judge_host_after_step(o: Outcome) -> list[str]:
     work = float(np.median(o.truth["tail_work_ms"][WARMUP:]))
     f = o.finding("host_bound")
     if f is not None and not near(f["at_stake_ms"], work, rel=0.4):
-        problems.append(f"host_bound puts {f['at_stake_ms']:.1f} ms at stake, the work after optimizer.step() "
-                        f"took {work:.1f} ms per step (median)")
+        problems.append(
+            f"host_bound puts {f['at_stake_ms']:.1f} ms at stake, the work after optimizer.step() "
+            f"took {work:.1f} ms per step (median)"
+        )
     if o.finding("input_bound") is not None:
         problems.append("an input_bound finding on a loop whose data is in memory")
     return problems
@@ -609,8 +653,10 @@ def sane_host(o: Outcome) -> list[str]:
 
 def figures_host(o: Outcome) -> str:
     q = ((o.queue or {}).get("verdict") or {}).get("kind", "no queue probed")
-    return (f"host work {truth_mean(o, 'host_ms'):.1f} ms/step = {share_ms(o, 'host_ms'):.0f} % (loop clock); "
-            f"gap median {o.median('iteration_gap_ms'):.1f} ms; queue: {q}")
+    return (
+        f"host work {truth_mean(o, 'host_ms'):.1f} ms/step = {share_ms(o, 'host_ms'):.0f} % (loop clock); "
+        f"gap median {o.median('iteration_gap_ms'):.1f} ms; queue: {q}"
+    )
 
 
 # ----------------------------------------------------------------------------------------- tail
@@ -637,11 +683,13 @@ class ManyTensors(nn.Module):
 
 def judge_tail(o: Outcome) -> list[str]:
     problems = verdict_is(o, "tail_bound")
-    work = float(np.median(o.truth["tail_work_ms"][WARMUP:]))      # a regular per-step cost: its median
+    work = float(np.median(o.truth["tail_work_ms"][WARMUP:]))  # a regular per-step cost: its median
     f = o.finding("tail_bound")
     if f is not None and f["at_stake_ms"] < 0.6 * work:
-        problems.append(f"tail_bound puts {f['at_stake_ms']:.1f} ms at stake, the injected tail work took "
-                        f"{work:.1f} ms per step (median)")
+        problems.append(
+            f"tail_bound puts {f['at_stake_ms']:.1f} ms at stake, the injected tail work took "
+            f"{work:.1f} ms per step (median)"
+        )
     for wrong in ("input_bound", "host_bound"):
         if o.finding(wrong) is not None and o.finding(wrong)["severity"] == "high":
             problems.append(f"a high {wrong} finding for work done after backward")
@@ -654,9 +702,11 @@ def sane_tail(o: Outcome) -> list[str]:
 
 
 def figures_tail(o: Outcome) -> str:
-    return (f"tail work {truth_mean(o, 'tail_work_ms'):.1f} ms/step = {share_ms(o, 'tail_work_ms'):.0f} % "
-            f"(loop clock); median gap {o.median('iteration_gap_ms'):.1f}, fp_bp {o.median('fp_bp_ms'):.1f}, "
-            f"tail {o.median('tail_ms'):.1f} ms")
+    return (
+        f"tail work {truth_mean(o, 'tail_work_ms'):.1f} ms/step = {share_ms(o, 'tail_work_ms'):.0f} % "
+        f"(loop clock); median gap {o.median('iteration_gap_ms'):.1f}, fp_bp {o.median('fp_bp_ms'):.1f}, "
+        f"tail {o.median('tail_ms'):.1f} ms"
+    )
 
 
 def grad_clip_loop(out: Path) -> dict:
@@ -672,7 +722,7 @@ def grad_clip_loop(out: Path) -> dict:
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         clock.begin()
-        for _ in range(4):           # clipping per parameter group of a 4-group schedule, foreach off
+        for _ in range(4):  # clipping per parameter group of a 4-group schedule, foreach off
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
         clock.end("tail_work_ms")
         optimizer.step()
@@ -690,7 +740,7 @@ class WeightEMA:
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
-        for _ in range(4):           # four EMA copies (several decays), as in some recipes
+        for _ in range(4):  # four EMA copies (several decays), as in some recipes
             for s, p in zip(self.shadow, model.parameters()):
                 s.mul_(self.decay).add_(p.detach(), alpha=1 - self.decay)
 
@@ -802,7 +852,7 @@ def subclass_loop(out: Path) -> dict:
     torch then hooks SGD.step as well as ClampingSGD.step."""
     torch.manual_seed(0)
     probe = nn.Linear(10, 2)
-    probe_optimizer = torch.optim.SGD(probe.parameters(), lr=0.1)   # patches torch.optim.SGD.step (torch does that)
+    probe_optimizer = torch.optim.SGD(probe.parameters(), lr=0.1)  # patches torch.optim.SGD.step (torch does that)
     model = ManyTensors()
     optimizer = ClampingSGD(model.parameters(), lr=0.01)
     batches = memory_batches(16, TAIL_STEPS)
@@ -831,6 +881,7 @@ class Lookahead(torch.optim.Optimizer):
 
     def __init__(self, base: torch.optim.Optimizer, alpha: float = 0.5, k: int = 6) -> None:
         from collections import OrderedDict, defaultdict
+
         self._base_optimizer = base
         self.param_groups = base.param_groups
         self.defaults = base.defaults
@@ -930,15 +981,19 @@ def judge_accumulation(o: Outcome) -> list[str]:
     per_step = truth_mean(o, "iter_ms")
     fp_bp = o.median("fp_bp_ms")
     if not fp_bp >= 0.6 * per_step:
-        problems.append(f"median forward + backward {fp_bp:.1f} ms, an optimizer step of "
-                        f"{o.truth['accumulate']} micro-batches took {per_step:.1f} ms")
+        problems.append(
+            f"median forward + backward {fp_bp:.1f} ms, an optimizer step of "
+            f"{o.truth['accumulate']} micro-batches took {per_step:.1f} ms"
+        )
     return problems + judge_balanced(o)
 
 
 def figures_steps(o: Outcome) -> str:
     extra = f", skipped optimizer steps {o.truth['skipped']}" if "skipped" in o.truth else ""
-    return (f"{len(o.steps)} profiler steps for {o.truth['iterations']} iterations{extra}; median step "
-            f"{o.median('total_ms'):.1f} ms (loop {np.median(o.truth['iter_ms'][WARMUP:]):.1f} ms)")
+    return (
+        f"{len(o.steps)} profiler steps for {o.truth['iterations']} iterations{extra}; median step "
+        f"{o.median('total_ms'):.1f} ms (loop {np.median(o.truth['iter_ms'][WARMUP:]):.1f} ms)"
+    )
 
 
 # ----------------------------------------------------------------------------------------- outliers
@@ -962,8 +1017,10 @@ class RecModel(nn.Module):
 
 def id_batches(batch: int, n: int, rows: int = 250_000, fields: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
-    return [(torch.randint(0, rows, (batch, fields), generator=g), torch.randint(0, 10, (batch,), generator=g))
-            for _ in range(n)]
+    return [
+        (torch.randint(0, rows, (batch, fields), generator=g), torch.randint(0, 10, (batch,), generator=g))
+        for _ in range(n)
+    ]
 
 
 def checkpoint_loop(out: Path) -> dict:
@@ -983,8 +1040,7 @@ def checkpoint_loop(out: Path) -> dict:
         train_step(model, optimizer, x, y)
         clock.begin()
         if (i + 1) % EVERY == 0:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": i},
-                       ckpt / "last.pt")
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": i}, ckpt / "last.pt")
         clock.end("spike_ms")
         clock.iteration()
     profiler.analyse(progress=False)
@@ -1025,11 +1081,12 @@ def judge_outliers(o: Outcome) -> list[str]:
     period = f["metrics"].get("period_steps")
     if period != EVERY:
         problems.append(f"step_outliers names period {period}, the spikes come every {EVERY} steps")
-    spiked = set(range(EVERY, len(o.steps), EVERY))          # the spike after iteration k*5-1 is in step k*5's gap
+    spiked = set(range(EVERY, len(o.steps), EVERY))  # the spike after iteration k*5-1 is in step k*5's gap
     slow = set(o.analysed.loc[o.analysed["total_ms"] > 1.5 * o.median("total_ms"), "step"].astype(int))
     if not spiked <= slow:
-        problems.append(f"steps {sorted(spiked - slow)} hold a spike but are not 1.5 x the median step "
-                        "in step_trace_0.csv")
+        problems.append(
+            f"steps {sorted(spiked - slow)} hold a spike but are not 1.5 x the median step in step_trace_0.csv"
+        )
     if not len(spiked) <= f["metrics"].get("outliers", 0) <= len(spiked) + 3:
         problems.append(f"{f['metrics'].get('outliers'):.0f} outlier steps, {len(spiked)} spikes injected")
     return problems
@@ -1046,8 +1103,10 @@ def sane_outliers(o: Outcome) -> list[str]:
 def figures_outliers(o: Outcome) -> str:
     spikes = [s for s in o.truth["spike_ms"] if s > 1.0]
     f = o.finding("step_outliers") or {"metrics": {}}
-    return (f"{len(spikes)} spikes of {np.median(spikes):.1f} ms on a {np.median(o.truth['iter_ms']):.1f} ms step; "
-            f"outliers {f['metrics'].get('outliers', 0):.0f}, period {f['metrics'].get('period_steps', 0):.0f}")
+    return (
+        f"{len(spikes)} spikes of {np.median(spikes):.1f} ms on a {np.median(o.truth['iter_ms']):.1f} ms step; "
+        f"outliers {f['metrics'].get('outliers', 0):.0f}, period {f['metrics'].get('period_steps', 0):.0f}"
+    )
 
 
 # ----------------------------------------------------------------------------------------- ops
@@ -1092,7 +1151,7 @@ def float64_loop(ops_schedule_active: int = 0) -> Callable[[Path], dict]:
         batches = memory_batches(256, OP_STEPS, features=32)
         kw, captured = op_schedule(ops_schedule_active)
         clock = Clock()
-        profiler = new_profiler(out, record_shapes=True, **kw)      # input types: the float64 ops
+        profiler = new_profiler(out, record_shapes=True, **kw)  # input types: the float64 ops
         profiler.attach(model, optimizer)
         for x, y in batches:
             train_step(model, optimizer, x, y)
@@ -1116,15 +1175,19 @@ def judge_float64(o: Outcome) -> list[str]:
     rows = o.op_type[o.op_type["op_type"].astype(str).str.contains(CAST)]
     per_captured = float(rows["self_ms"].sum()) / o.truth["captured"]
     if not near(cast["at_stake_ms"], per_captured, rel=0.25, abs_ms=0.5):
-        problems.append(f"Cast finding puts {cast['at_stake_ms']:.2f} ms per step at stake; op_type_0.csv holds "
-                        f"{rows['self_ms'].sum():.1f} ms of casts over {o.truth['captured']} captured steps = "
-                        f"{per_captured:.2f} ms per captured step")
+        problems.append(
+            f"Cast finding puts {cast['at_stake_ms']:.2f} ms per step at stake; op_type_0.csv holds "
+            f"{rows['self_ms'].sum():.1f} ms of casts over {o.truth['captured']} captured steps = "
+            f"{per_captured:.2f} ms per captured step"
+        )
     if cast["severity"] != "high":
         problems.append(f"Cast finding is {cast['severity']} ({cast['at_stake_pct']:.1f} % of the step)")
-    waste = o.finding("precision_waste")          # the float64 adds and the casts around them, charged together
+    waste = o.finding("precision_waste")  # the float64 adds and the casts around them, charged together
     if waste is None or waste["at_stake_ms"] < 0.9 * per_captured:
-        problems.append(f"precision_waste finding {waste and waste['at_stake_ms']} ms does not hold the "
-                        f"{per_captured:.2f} ms of casts per captured step")
+        problems.append(
+            f"precision_waste finding {waste and waste['at_stake_ms']} ms does not hold the "
+            f"{per_captured:.2f} ms of casts per captured step"
+        )
     return problems
 
 
@@ -1133,7 +1196,7 @@ def sane_float64(o: Outcome) -> list[str]:
         return ["no op_type_0.csv: no ops were captured"]
     rows = o.op_type[o.op_type["op_type"].astype(str).str.contains(CAST)]
     per_step = float(rows["self_ms"].sum()) / o.truth["captured"]
-    share = 100 * per_step / truth_mean(o, "iter_ms")        # what the Cast finding's at_stake_pct should be
+    share = 100 * per_step / truth_mean(o, "iter_ms")  # what the Cast finding's at_stake_pct should be
     return [] if share >= 25 else [f"casts per captured step are only {share:.0f} % of the mean step (want >= 25 %)"]
 
 
@@ -1143,8 +1206,10 @@ def figures_float64(o: Outcome) -> str:
     rows = o.op_type[o.op_type["op_type"].astype(str).str.contains(CAST)]
     cast = next((f for f in o.findings if str(f.get("key", "")).startswith("op_hotspot:cast")), None)
     stake = f"{cast['at_stake_ms']:.2f} ms ({cast['severity']})" if cast else "none"
-    return (f"casts {rows['self_ms'].sum() / o.truth['captured']:.2f} ms per captured step "
-            f"({o.truth['captured']} captured), {rows['share_pct'].sum():.0f} % of op time; finding stake {stake}")
+    return (
+        f"casts {rows['self_ms'].sum() / o.truth['captured']:.2f} ms per captured step "
+        f"({o.truth['captured']} captured), {rows['share_pct'].sum():.0f} % of op time; finding stake {stake}"
+    )
 
 
 class TinyBlock(nn.Module):
@@ -1210,12 +1275,15 @@ def judge_tiny_ops(o: Outcome) -> list[str]:
         return problems
     per_captured = float(o.op_type["count"].sum()) / o.truth["captured"]
     if not near(f["metrics"].get("ops_per_step", 0), per_captured, rel=0.25, abs_ms=0):
-        problems.append(f"host_bound counts {f['metrics'].get('ops_per_step'):.0f} ops per step; op_type_0.csv "
-                        f"holds {per_captured:.0f} per captured step ({o.truth['captured']} captured)")
+        problems.append(
+            f"host_bound counts {f['metrics'].get('ops_per_step'):.0f} ops per step; op_type_0.csv "
+            f"holds {per_captured:.0f} per captured step ({o.truth['captured']} captured)"
+        )
     idle = f["metrics"].get("idle_share_pct", 0)
     if idle > 80:
-        problems.append(f"host_bound says {idle:.0f} % of forward + backward runs no op: steps without op capture "
-                        "counted as idle")
+        problems.append(
+            f"host_bound says {idle:.0f} % of forward + backward runs no op: steps without op capture counted as idle"
+        )
     return problems
 
 
@@ -1229,8 +1297,10 @@ def sane_tiny_ops(o: Outcome) -> list[str]:
 def figures_tiny_ops(o: Outcome) -> str:
     f = o.finding("host_bound") or {"metrics": {}}
     m = f["metrics"]
-    return (f"fp_bp median {o.median('fp_bp_ms'):.1f} ms; ops/step {m.get('ops_per_step', 0):.0f}, "
-            f"median op {m.get('median_op_us', 0):.1f} us, idle {m.get('idle_share_pct', 0):.0f} %")
+    return (
+        f"fp_bp median {o.median('fp_bp_ms'):.1f} ms; ops/step {m.get('ops_per_step', 0):.0f}, "
+        f"median op {m.get('median_op_us', 0):.1f} us, idle {m.get('idle_share_pct', 0):.0f} %"
+    )
 
 
 # ----------------------------------------------------------------------------------------- memory growth
@@ -1240,8 +1310,13 @@ def memory_growth_loop(out: Path) -> dict:
     """The leak below, in a fresh Python process: in a long-lived one (the test session) the heap that
     earlier tests freed absorbs hundreds of MB of new allocations, and RSS, what the finding reads, stays flat."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "memory-worker", str(out)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "memory-worker", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"the memory_growth worker failed:\n{done.stderr[-2000:]}")
     return json.loads((out / "truth.json").read_text())
@@ -1272,12 +1347,12 @@ def _leaking_loop(out: Path) -> dict:
         losses = F.cross_entropy(model(x), y, reduction="none")
         losses.mean().backward(retain_graph=True)
         optimizer.step()
-        history.append(losses)                 # meant: losses.mean().item()
+        history.append(losses)  # meant: losses.mean().item()
         history.append(torch.randn(512, 1024))  # plus a cached copy of the batch's hidden features
         rss.append(proc.memory_info().rss)
-        time.sleep(0.1)                        # logging: the run lasts longer than memory_trend_s (5 s)
+        time.sleep(0.1)  # logging: the run lasts longer than memory_trend_s (5 s)
         clock.iteration()
-    time.sleep(0.15)                           # one more counter sample after the last step
+    time.sleep(0.15)  # one more counter sample after the last step
     profiler.analyse(progress=False)
     grown = (rss[-1] - rss[0]) / 2**20
     del history
@@ -1328,7 +1403,7 @@ def forgotten_step_loop(out: Path) -> dict:
             loss.backward()
         with profiler.phase("optimizer"):
             optimizer.step()
-        clock.iteration()                      # profiler.step() forgotten here
+        clock.iteration()  # profiler.step() forgotten here
         if i + 1 == 20:
             break
     profiler.analyse(progress=False)
@@ -1344,8 +1419,10 @@ def judge_forgotten(o: Outcome) -> list[str]:
         problems.append(f"step_trace_0.csv step_source is {sources}, expected ['inferred']")
     steps = o.report.get("steps") or {}
     if steps.get("source") != "inferred" or "step()" not in str(steps.get("source_note", "")):
-        problems.append(f"report steps do not say they were inferred and that step() gives exact boundaries "
-                        f"(source {steps.get('source')!r}, note {steps.get('source_note')!r})")
+        problems.append(
+            f"report steps do not say they were inferred and that step() gives exact boundaries "
+            f"(source {steps.get('source')!r}, note {steps.get('source_note')!r})"
+        )
     return problems
 
 
@@ -1355,8 +1432,10 @@ def sane_forgotten(o: Outcome) -> list[str]:
 
 
 def figures_forgotten(o: Outcome) -> str:
-    return (f"{len(o.steps)} step rows ({sorted(set(o.steps.get('step_source', [])))}), "
-            f"{(o.report.get('steps') or {}).get('source_note', '')[:80]!r}; " + figures_input(o))
+    return (
+        f"{len(o.steps)} step rows ({sorted(set(o.steps.get('step_source', [])))}), "
+        f"{(o.report.get('steps') or {}).get('source_note', '')[:80]!r}; " + figures_input(o)
+    )
 
 
 # ----------------------------------------------------------------------------------------- manual phases
@@ -1406,20 +1485,32 @@ def ddp_loop(out: Path) -> dict:
     port = free_port()
     procs = {}
     for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        procs[rank] = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "ddp-worker", str(out)],
-                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        }
+        procs[rank] = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "ddp-worker", str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     results: dict[int, Any] = {}
     errors = []
     for rank, p in procs.items():
         try:
             stdout, stderr = p.communicate(timeout=DDP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             for q in procs.values():
                 q.kill()
-            raise RuntimeError(f"DDP rank {rank} did not finish within {DDP_DEADLINE_S} s")
+            raise RuntimeError(f"DDP rank {rank} did not finish within {DDP_DEADLINE_S} s") from exc
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if p.returncode != 0 or not lines:
             errors.append(f"rank {rank} exited {p.returncode}: {stderr[-2000:]}")
@@ -1427,13 +1518,18 @@ def ddp_loop(out: Path) -> dict:
             results[rank] = json.loads(lines[-1])
     if errors:
         raise RuntimeError("; ".join(errors))
-    return {"ranks": results, "iter_ms": results[DDP_SLOW_RANK]["iter_ms"],
-            "iterations": DDP_STEPS, "extra_ms": results[DDP_SLOW_RANK]["extra_ms"]}
+    return {
+        "ranks": results,
+        "iter_ms": results[DDP_SLOW_RANK]["iter_ms"],
+        "iterations": DDP_STEPS,
+        "extra_ms": results[DDP_SLOW_RANK]["extra_ms"],
+    }
 
 
 def ddp_worker(out: Path) -> None:
-    import torch.distributed as dist
     from datetime import timedelta
+
+    import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
@@ -1447,7 +1543,7 @@ def ddp_worker(out: Path) -> None:
     profiler.attach(model, optimizer, ops=False)
     for x, y in batches:
         clock.begin()
-        time.sleep((DDP_EXTRA_MS if rank == DDP_SLOW_RANK else 2.0) / 1e3)   # the slow rank's input pipeline
+        time.sleep((DDP_EXTRA_MS if rank == DDP_SLOW_RANK else 2.0) / 1e3)  # the slow rank's input pipeline
         clock.end("extra_ms")
         train_step(model, optimizer, x, y)
         clock.iteration()
@@ -1480,8 +1576,10 @@ def sane_ddp(o: Outcome) -> list[str]:
 
 def figures_ddp(o: Outcome) -> str:
     s = (o.cluster or {}).get("straggler") or {}
-    return (f"straggler rank {s.get('rank')}, excess {s.get('excess_ms', 0):.1f} ms in {s.get('phase')}; "
-            f"cluster findings {[f.get('kind') for f in (o.cluster or {}).get('findings', [])]}")
+    return (
+        f"straggler rank {s.get('rank')}, excess {s.get('excess_ms', 0):.1f} ms in {s.get('phase')}; "
+        f"cluster findings {[f.get('kind') for f in (o.cluster or {}).get('findings', [])]}"
+    )
 
 
 # ----------------------------------------------------------------------------------------- the bank
@@ -1492,9 +1590,18 @@ def _bank() -> list[Scenario]:
     for workers, ms in ((0, 20.0), (1, 40.0)):
         s.append(input_scenario(f"data_sleep_w{workers}", workers, ms, cpu=False))
     # 20 steps, 19 analysed: an odd number (see WRONG_TODAY)
-    s.append(Scenario("data_sleep_w2", "slow __getitem__, time.sleep (I/O-bound): pre-batched shards, 240 ms per "
-                      "shard, DataLoader num_workers=2 starting together, 20 steps", "input_bound",
-                      shard_loop(2, 240.0, 20), judge_input, sane_input, figures_input))
+    s.append(
+        Scenario(
+            "data_sleep_w2",
+            "slow __getitem__, time.sleep (I/O-bound): pre-batched shards, 240 ms per "
+            "shard, DataLoader num_workers=2 starting together, 20 steps",
+            "input_bound",
+            shard_loop(2, 240.0, 20),
+            judge_input,
+            sane_input,
+            figures_input,
+        )
+    )
     s.append(input_scenario("data_sleep_w8", 8, 400.0, cpu=False))
     # 8 spinning workers also slow the loop's own step (they share its 2 cores): 400 ms a batch keeps the
     # wait well above half the loop's time on a loaded machine (120 ms gave 47 % at load 14-17, 240 ms 58 %
@@ -1502,66 +1609,217 @@ def _bank() -> list[Scenario]:
     for workers, ms in ((0, 20.0), (1, 40.0), (2, 60.0), (8, 400.0)):
         s.append(input_scenario(f"data_cpu_w{workers}", workers, ms, cpu=True))
     s += [
-        Scenario("compute_bound", "nothing: a ~50 ms MLP step fed by 2 fast workers (pre-batched)", "balanced",
-                 compute_bound, judge_balanced, sane_compute, figures_compute),
-        Scenario("host_log_sleep_loader",
-                 "a blocking 40 ms log call after optimizer.step(); fast 2-worker DataLoader (pre-batched)",
-                 "host_bound", host_log_loop(True), judge_host_gap, sane_host, figures_host),
-        Scenario("host_log_sleep_memory", "a blocking 40 ms log call after optimizer.step(); batches already in "
-                 "memory, nothing measures the data wait", "gap_bound", host_log_loop(False), judge_gap_unmeasured,
-                 sane_host, figures_host),
-        Scenario("host_log_sleep_iterate", "a blocking 40 ms log call after optimizer.step(); batches in memory "
-                 "fetched through profiler.iterate()", "host_bound", host_log_loop(False, iterate=True),
-                 judge_host_gap, sane_host, figures_host),
-        Scenario("host_item_metrics", "per-sample metrics in Python with .item() after optimizer.step(); fast loader",
-                 "host_bound", host_metrics_loop, judge_host_gap, sane_host, figures_host),
-        Scenario("tail_grad_clip", "clip_grad_norm_(foreach=False) x4 between backward and optimizer.step()",
-                 "tail_bound", grad_clip_loop, judge_tail, sane_tail, figures_tail),
-        Scenario("tail_ema_attach", "per-tensor EMA of the weights after optimizer.step(); attach() ends the step "
-                 "at optimizer.step(), so the EMA is host work between steps", "host_bound",
-                 ema_loop(manual_step=False), judge_host_after_step, sane_tail, figures_tail),
-        Scenario("tail_ema_manual",
-                 "per-tensor EMA of the weights after optimizer.step(); phases + profiler.step() last",
-                 "tail_bound", ema_loop(manual_step=True), judge_tail, sane_tail, figures_tail),
-        Scenario("tail_python_optimizer", "Adam as a per-tensor Python loop (no foreach / fused)",
-                 "tail_bound", python_optimizer_loop, judge_tail, sane_tail, figures_tail),
-        Scenario("opt_subclass_super_step", "SGD subclass: slow clamping, then super().step(); plain SGD also in use",
-                 "tail_bound, steps == iterations", subclass_loop, judge_subclass, sane_tail, figures_tail),
-        Scenario("opt_wrapper_lookahead", "timm-style Lookahead(SGD) attached; input-bound (20 ms batches, 0 workers)",
-                 "input_bound, steps == iterations", lookahead_loop, judge_wrapped_input, sane_input, figures_steps),
-        Scenario("opt_grad_scaler",
-                 "GradScaler(float16 autocast) skips optimizer.step() on overflow; input-bound (30 ms batches)",
-                 "input_bound, steps == iterations", grad_scaler_loop, judge_wrapped_input, sane_scaler, figures_steps),
-        Scenario("grad_accumulation", "4 micro-batches per optimizer.step(); nothing else",
-                 "balanced, steps == optimizer steps", grad_accumulation_loop, judge_accumulation,
-                 lambda o: [], figures_steps),
-        Scenario("checkpoint_every_5", "torch.save(model + optimizer state, 64 MB) every 5 steps",
-                 "step_outliers (every 5 steps)", checkpoint_loop, judge_outliers, sane_outliers, figures_outliers),
-        Scenario("eval_every_5", "an evaluation pass (12 batches, no_grad) every 5 steps",
-                 "step_outliers (every 5 steps)", eval_loop, judge_outliers, sane_outliers, figures_outliers),
-        Scenario("float64_ops_every_step", "float64 bias sums + casts; attach() op capture on every step",
-                 "precision_waste first, op_hotspot (Cast), high", float64_loop(), judge_float64, sane_float64,
-                 figures_float64),
-        Scenario("float64_ops_8_of_24", "float64 bias sums + casts; ops on 8 of 24 steps (ops_schedule)",
-                 "precision_waste first, op_hotspot (Cast), high, per captured step", float64_loop(8),
-                 judge_float64, sane_float64,
-                 figures_float64),
-        Scenario("tiny_ops_every_step", "~1800 tiny ops per step (60 tiny modules on 4 x 8 tensors); ops every step",
-                 "host_bound (launch-bound)", tiny_ops_loop(), judge_tiny_ops, sane_tiny_ops, figures_tiny_ops),
-        Scenario("tiny_ops_8_of_24", "the same tiny-op model; ops on 8 of 24 steps (ops_schedule)",
-                 "host_bound (launch-bound), per captured step", tiny_ops_loop(8), judge_tiny_ops, sane_tiny_ops,
-                 figures_tiny_ops),
-        Scenario("memory_growth", "a list keeps every step's loss graph and a 2 MB tensor",
-                 "memory_growth finding", memory_growth_loop, judge_memory, sane_memory, figures_memory),
-        Scenario("step_forgotten", "Profiler() with phases, profiler.step() never called; input-bound loop",
-                 "input_bound, on 20 steps inferred from the repeating phases (step_source inferred; the report "
-                 "says so and that step() gives exact boundaries)", forgotten_step_loop, judge_forgotten,
-                 sane_forgotten, figures_forgotten),
-        Scenario("manual_phases_input", "quickstart API (phases + step()); 1 worker, 40 ms batches",
-                 "input_bound", manual_phases_loop, judge_input, sane_input, figures_input),
-        Scenario("ddp_slow_rank", "2 DDP ranks (gloo); rank 1 sleeps 40 ms more per step before forward",
-                 "straggler_rank 1 (cluster_summary.json)", ddp_loop, judge_ddp, sane_ddp, figures_ddp,
-                 multiprocess=True),
+        Scenario(
+            "compute_bound",
+            "nothing: a ~50 ms MLP step fed by 2 fast workers (pre-batched)",
+            "balanced",
+            compute_bound,
+            judge_balanced,
+            sane_compute,
+            figures_compute,
+        ),
+        Scenario(
+            "host_log_sleep_loader",
+            "a blocking 40 ms log call after optimizer.step(); fast 2-worker DataLoader (pre-batched)",
+            "host_bound",
+            host_log_loop(True),
+            judge_host_gap,
+            sane_host,
+            figures_host,
+        ),
+        Scenario(
+            "host_log_sleep_memory",
+            "a blocking 40 ms log call after optimizer.step(); batches already in "
+            "memory, nothing measures the data wait",
+            "gap_bound",
+            host_log_loop(False),
+            judge_gap_unmeasured,
+            sane_host,
+            figures_host,
+        ),
+        Scenario(
+            "host_log_sleep_iterate",
+            "a blocking 40 ms log call after optimizer.step(); batches in memory fetched through profiler.iterate()",
+            "host_bound",
+            host_log_loop(False, iterate=True),
+            judge_host_gap,
+            sane_host,
+            figures_host,
+        ),
+        Scenario(
+            "host_item_metrics",
+            "per-sample metrics in Python with .item() after optimizer.step(); fast loader",
+            "host_bound",
+            host_metrics_loop,
+            judge_host_gap,
+            sane_host,
+            figures_host,
+        ),
+        Scenario(
+            "tail_grad_clip",
+            "clip_grad_norm_(foreach=False) x4 between backward and optimizer.step()",
+            "tail_bound",
+            grad_clip_loop,
+            judge_tail,
+            sane_tail,
+            figures_tail,
+        ),
+        Scenario(
+            "tail_ema_attach",
+            "per-tensor EMA of the weights after optimizer.step(); attach() ends the step "
+            "at optimizer.step(), so the EMA is host work between steps",
+            "host_bound",
+            ema_loop(manual_step=False),
+            judge_host_after_step,
+            sane_tail,
+            figures_tail,
+        ),
+        Scenario(
+            "tail_ema_manual",
+            "per-tensor EMA of the weights after optimizer.step(); phases + profiler.step() last",
+            "tail_bound",
+            ema_loop(manual_step=True),
+            judge_tail,
+            sane_tail,
+            figures_tail,
+        ),
+        Scenario(
+            "tail_python_optimizer",
+            "Adam as a per-tensor Python loop (no foreach / fused)",
+            "tail_bound",
+            python_optimizer_loop,
+            judge_tail,
+            sane_tail,
+            figures_tail,
+        ),
+        Scenario(
+            "opt_subclass_super_step",
+            "SGD subclass: slow clamping, then super().step(); plain SGD also in use",
+            "tail_bound, steps == iterations",
+            subclass_loop,
+            judge_subclass,
+            sane_tail,
+            figures_tail,
+        ),
+        Scenario(
+            "opt_wrapper_lookahead",
+            "timm-style Lookahead(SGD) attached; input-bound (20 ms batches, 0 workers)",
+            "input_bound, steps == iterations",
+            lookahead_loop,
+            judge_wrapped_input,
+            sane_input,
+            figures_steps,
+        ),
+        Scenario(
+            "opt_grad_scaler",
+            "GradScaler(float16 autocast) skips optimizer.step() on overflow; input-bound (30 ms batches)",
+            "input_bound, steps == iterations",
+            grad_scaler_loop,
+            judge_wrapped_input,
+            sane_scaler,
+            figures_steps,
+        ),
+        Scenario(
+            "grad_accumulation",
+            "4 micro-batches per optimizer.step(); nothing else",
+            "balanced, steps == optimizer steps",
+            grad_accumulation_loop,
+            judge_accumulation,
+            lambda o: [],
+            figures_steps,
+        ),
+        Scenario(
+            "checkpoint_every_5",
+            "torch.save(model + optimizer state, 64 MB) every 5 steps",
+            "step_outliers (every 5 steps)",
+            checkpoint_loop,
+            judge_outliers,
+            sane_outliers,
+            figures_outliers,
+        ),
+        Scenario(
+            "eval_every_5",
+            "an evaluation pass (12 batches, no_grad) every 5 steps",
+            "step_outliers (every 5 steps)",
+            eval_loop,
+            judge_outliers,
+            sane_outliers,
+            figures_outliers,
+        ),
+        Scenario(
+            "float64_ops_every_step",
+            "float64 bias sums + casts; attach() op capture on every step",
+            "precision_waste first, op_hotspot (Cast), high",
+            float64_loop(),
+            judge_float64,
+            sane_float64,
+            figures_float64,
+        ),
+        Scenario(
+            "float64_ops_8_of_24",
+            "float64 bias sums + casts; ops on 8 of 24 steps (ops_schedule)",
+            "precision_waste first, op_hotspot (Cast), high, per captured step",
+            float64_loop(8),
+            judge_float64,
+            sane_float64,
+            figures_float64,
+        ),
+        Scenario(
+            "tiny_ops_every_step",
+            "~1800 tiny ops per step (60 tiny modules on 4 x 8 tensors); ops every step",
+            "host_bound (launch-bound)",
+            tiny_ops_loop(),
+            judge_tiny_ops,
+            sane_tiny_ops,
+            figures_tiny_ops,
+        ),
+        Scenario(
+            "tiny_ops_8_of_24",
+            "the same tiny-op model; ops on 8 of 24 steps (ops_schedule)",
+            "host_bound (launch-bound), per captured step",
+            tiny_ops_loop(8),
+            judge_tiny_ops,
+            sane_tiny_ops,
+            figures_tiny_ops,
+        ),
+        Scenario(
+            "memory_growth",
+            "a list keeps every step's loss graph and a 2 MB tensor",
+            "memory_growth finding",
+            memory_growth_loop,
+            judge_memory,
+            sane_memory,
+            figures_memory,
+        ),
+        Scenario(
+            "step_forgotten",
+            "Profiler() with phases, profiler.step() never called; input-bound loop",
+            "input_bound, on 20 steps inferred from the repeating phases (step_source inferred; the report "
+            "says so and that step() gives exact boundaries)",
+            forgotten_step_loop,
+            judge_forgotten,
+            sane_forgotten,
+            figures_forgotten,
+        ),
+        Scenario(
+            "manual_phases_input",
+            "quickstart API (phases + step()); 1 worker, 40 ms batches",
+            "input_bound",
+            manual_phases_loop,
+            judge_input,
+            sane_input,
+            figures_input,
+        ),
+        Scenario(
+            "ddp_slow_rank",
+            "2 DDP ranks (gloo); rank 1 sleeps 40 ms more per step before forward",
+            "straggler_rank 1 (cluster_summary.json)",
+            ddp_loop,
+            judge_ddp,
+            sane_ddp,
+            figures_ddp,
+            multiprocess=True,
+        ),
     ]
     return s
 
@@ -1601,7 +1859,7 @@ def _run_once(sc: Scenario, out: Path) -> Outcome:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)              # the model on one core: the loader workers / the other rank get the other
+    torch.set_num_threads(1)  # the model on one core: the loader workers / the other rank get the other
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -1616,7 +1874,7 @@ def _run_once(sc: Scenario, out: Path) -> Outcome:
     o.problems = sc.judge(o)
     try:
         o.figures = sc.figures(o)
-    except Exception as exc:              # figures are for the table only
+    except Exception as exc:  # figures are for the table only
         o.figures = f"<figures failed: {exc!r}>"
     return o
 
@@ -1628,9 +1886,13 @@ if __name__ == "__main__":
         memory_growth_worker(Path(sys.argv[2]))
     else:
         import tempfile
+
         names = sys.argv[1:] or list(SCENARIOS)
         with tempfile.TemporaryDirectory() as tmp:
             for name in names:
                 o = run_scenario(SCENARIOS[name], Path(tmp) / name)
-                print(f"{name}: {o.seconds:.1f}s right={o.right} got {o.top}\n    {o.figures}"
-                      f"\n    problems={o.problems}\n    insane={o.insane}", flush=True)
+                print(
+                    f"{name}: {o.seconds:.1f}s right={o.right} got {o.top}\n    {o.figures}"
+                    f"\n    problems={o.problems}\n    insane={o.insane}",
+                    flush=True,
+                )

@@ -4,6 +4,7 @@ Every loop below is real code profiled by a real Profiler: the problems are inje
 (a slow loader, a slow link, a slow all-reduce) or real heavy work (float64 casts, thousands of
 tiny ops, a periodic checkpoint written to disk). The report is the one analyse() writes.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,11 +71,21 @@ def first(report: dict) -> dict:
 
 
 def assert_fields(finding: dict) -> None:
-    for key in ("kind", "severity", "title", "at_stake_ms", "at_stake_pct", "evidence", "threshold", "suggestion",
-                "files", "metrics"):
+    for key in (
+        "kind",
+        "severity",
+        "title",
+        "at_stake_ms",
+        "at_stake_pct",
+        "evidence",
+        "threshold",
+        "suggestion",
+        "files",
+        "metrics",
+    ):
         assert key in finding, key
     assert any(name in finding["evidence"] for name in finding["files"])
-    assert question_of(finding["key"]) is not None, finding["key"]      # its question declares the key it carries
+    assert question_of(finding["key"]) is not None, finding["key"]  # its question declares the key it carries
 
 
 # ----------------------------------------------------------------------------- one problem per run
@@ -83,7 +94,7 @@ def assert_fields(finding: dict) -> None:
 def test_input_bound_plain_loop(tmp_path):
     def body(p, i):
         with p.phase("data"):
-            time.sleep(0.060)              # a slow loader, no prefetch
+            time.sleep(0.060)  # a slow loader, no prefetch
         fwd_bwd(p, 20.0)
 
     report = train(tmp_path, 16, body)
@@ -92,14 +103,14 @@ def test_input_bound_plain_loop(tmp_path):
     assert (f["kind"], f["severity"], report["verdict"]) == ("input_bound", "high", "input_bound")
     # 60 ms of an ~80 ms step; every sleep may wake up late on a loaded machine (45 ms late at load 17)
     assert f["at_stake_pct"] >= 40 and 60 <= f["at_stake_ms"] <= 130
-    assert "profiler.prefetch" in f["suggestion"]            # plain Python: the profiler's own prefetch
+    assert "profiler.prefetch" in f["suggestion"]  # plain Python: the profiler's own prefetch
     assert "input_gap_pct" in f["threshold"]
 
 
 def test_input_bound_from_queue_verdict(tmp_path):
     def slow_source():
         for i in range(10_000):
-            time.sleep(0.200)              # 20 x the step: ahead of the step's own late wake-ups under load
+            time.sleep(0.200)  # 20 x the step: ahead of the step's own late wake-ups under load
             yield i
 
     state = {}
@@ -119,7 +130,7 @@ def test_input_bound_from_queue_verdict(tmp_path):
 
 def test_transmission_bound_from_queue_verdict(tmp_path):
     def slow_copy(batch):
-        time.sleep(0.200)                  # a slow host -> device link: 20 x the step, as above
+        time.sleep(0.200)  # a slow host -> device link: 20 x the step, as above
         return batch
 
     state = {}
@@ -142,9 +153,9 @@ def test_host_work_between_steps_when_the_queues_keep_up(tmp_path):
 
     def body(p, i):
         if i == 0:
-            state["it"] = iter(p.prefetch(range(10_000), depth=4))     # data is always ready
+            state["it"] = iter(p.prefetch(range(10_000), depth=4))  # data is always ready
         next(state["it"])
-        time.sleep(0.030)                  # per-step host work (metrics, logging) before the forward
+        time.sleep(0.030)  # per-step host work (metrics, logging) before the forward
         fwd_bwd(p, 20.0)
 
     report = train(tmp_path, 16, body)
@@ -160,7 +171,7 @@ def test_tail_bound(tmp_path):
 
     def body(p, i):
         fwd_bwd(p, 4.0)
-        with p.phase("optimizer"):         # a slow, unfused update
+        with p.phase("optimizer"):  # a slow, unfused update
             for _ in range(6):
                 big[:] = big * 0.999 + 0.001
 
@@ -173,18 +184,18 @@ def test_tail_bound(tmp_path):
 def test_comm_bound(tmp_path):
     def body(p, i):
         fwd_bwd(p, 25.0)
-        with p.phase("all_reduce"):        # a gradient all-reduce on a slow network, after backward
+        with p.phase("all_reduce"):  # a gradient all-reduce on a slow network, after backward
             time.sleep(0.030)
 
     report = train(tmp_path, 16, body)
     f = first(report)
     assert (f["kind"], f["severity"]) == ("comm_bound", "high")
-    assert f["metrics"]["exposed_ms"] >= 29 and f["metrics"]["overlap_ms"] == 0    # a 30 ms sleep, nothing beside it
-    assert not [x for x in report["findings"] if x["kind"] == "tail_bound"]   # comm is not counted twice
+    assert f["metrics"]["exposed_ms"] >= 29 and f["metrics"]["overlap_ms"] == 0  # a 30 ms sleep, nothing beside it
+    assert not [x for x in report["findings"] if x["kind"] == "tail_bound"]  # comm is not counted twice
 
 
 def test_step_outliers_periodic_checkpoint(tmp_path):
-    weights = RNG.standard_normal(12_000_000).astype(np.float32)      # 48 MB "checkpoint"
+    weights = RNG.standard_normal(12_000_000).astype(np.float32)  # 48 MB "checkpoint"
 
     def body(p, i):
         fwd_bwd(p, 5.0)
@@ -194,7 +205,7 @@ def test_step_outliers_periodic_checkpoint(tmp_path):
                     np.save(f, weights)
                     f.flush()
                     os.fsync(f.fileno())
-                time.sleep(0.03)           # and a slow network file system
+                time.sleep(0.03)  # and a slow network file system
 
     report = train(tmp_path, 21, body)
     f = first(report)
@@ -202,14 +213,14 @@ def test_step_outliers_periodic_checkpoint(tmp_path):
     assert f["metrics"]["outliers"] >= 4 and f["metrics"]["period_steps"] == 5, f["evidence"]
     assert all(str(s) in f["evidence"] for s in (4, 9, 14, 19))
     assert "every 5 steps" in f["title"] and "tail" in f["evidence"]
-    assert not [x for x in report["findings"] if x["kind"] == "tail_bound"]   # the typical step's tail is short
+    assert not [x for x in report["findings"] if x["kind"] == "tail_bound"]  # the typical step's tail is short
 
 
 def test_profiler_overhead(tmp_path):
     def body(p, i):
         op = p.op("tiny")
         with p.phase("forward"):
-            for _ in range(20_000):        # spans in a tight inner loop
+            for _ in range(20_000):  # spans in a tight inner loop
                 with op:
                     pass
 
@@ -278,7 +289,7 @@ def test_op_hotspot_cast_and_batchnorm(tmp_path):
     assert report["framework"] == "torch"
     cast = next(f for f in report["findings"] if f["title"].startswith("Cast"))
     assert "autocast" in cast["suggestion"] and "aten::copy_" in cast["evidence"]
-    ops = pd.read_csv(tmp_path / "op_type_0.csv")     # the evidence is the op table's numbers
+    ops = pd.read_csv(tmp_path / "op_type_0.csv")  # the evidence is the op table's numbers
     norm = ops[ops["op_type"].str.contains("batch_?norm", case=False, regex=True)]["share_pct"].sum()
     bn = next(f for f in report["findings"] if f["title"].startswith("BatchNorm"))
     assert bn["metrics"]["share_pct"] == pytest.approx(norm, abs=0.01)
@@ -301,7 +312,7 @@ def test_host_bound_many_tiny_ops(tmp_path):
 def test_straggler_rank_from_real_rank_step_traces(tmp_path):
     """The cluster analysis emits straggler_rank in the advisor's finding shape (same fields, plus rank)."""
     infos, traces = {}, {}
-    for rank, ms in ((0, 20.0), (1, 20.0), (2, 60.0)):      # 40 ms more: far above a loaded machine's late wake-ups
+    for rank, ms in ((0, 20.0), (1, 20.0), (2, 60.0)):  # 40 ms more: far above a loaded machine's late wake-ups
         out = tmp_path / f"r{rank}"
         train(out, 12, lambda p, i, ms=ms: fwd_bwd(p, ms), rank=rank, world_size=3)
         traces[rank] = pd.read_csv(out / f"step_trace_{rank}.csv")
@@ -321,7 +332,7 @@ def test_straggler_rank_from_real_rank_step_traces(tmp_path):
 def test_thresholds_from_config_and_overrides(tmp_path):
     def body(p, i):
         with p.phase("data"):
-            time.sleep(0.002)          # ~10 % of the step: far below 50, far above 5, also on a loaded machine
+            time.sleep(0.002)  # ~10 % of the step: far below 50, far above 5, also on a loaded machine
         fwd_bwd(p, 16.0)
 
     report = train(tmp_path, 12, body, advisor_thresholds={"input_gap_pct": 50})
@@ -331,6 +342,7 @@ def test_thresholds_from_config_and_overrides(tmp_path):
     assert info["config"]["advisor_thresholds"] == {"input_gap_pct": 50}
 
     from viewer.cli import main
+
     assert main(["analyse", str(tmp_path), "--threshold", "input_gap_pct=5%"]) == 0
     report = json.loads((tmp_path / "report_0.json").read_text())
     assert report["thresholds"]["input_gap_pct"] == 5
@@ -375,7 +387,7 @@ def test_real_ascend_capture(captures):
     assert f["at_stake_ms"] == pytest.approx(exposed, abs=1e-3)
     assert f["at_stake_pct"] == pytest.approx(100 * exposed / steady["total_ms"].mean(), abs=0.01)
     assert "all_reduce_fusion_config" in f["suggestion"]
-    assert report["steps"]["op_captured_steps"] == (steps["op_count"] > 0).sum() == 14   # of 15, one is warm-up
+    assert report["steps"]["op_captured_steps"] == (steps["op_count"] > 0).sum() == 14  # of 15, one is warm-up
     launch = [x for x in report["findings"] if x["key"] == "host_bound:launch"]
     assert all(x["metrics"]["ops_per_step"] > 150 for x in launch)
 

@@ -1,5 +1,6 @@
 """The reference Ascend-style device: its log in the formats of RAW_FORMATS.md, its API, and a numpy
 model run through it, checked against what the host saw (the device's intervals on the host clock)."""
+
 from __future__ import annotations
 
 import json
@@ -13,22 +14,27 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler, ProfviewError
-from profiler.postprocess.recording import load_rank
-from profiler.record.recorder import now_ns
 from profiler.importers.ascend import read_ascend_job, to_run
-from profiler.reference.device import AscendReferenceDevice
-from profiler.reference.merge import HOST_STEP_LANE, HOST_STEP_SPAN, read_clock_sync
 from profiler.importers.ascend.hwts import GLOBAL_TASK_ID_MIN, decode_hwts
-from profiler.reference.log_writer import (CLOCK_SYNC_NAME, hwts_bytes, task_pair_bytes, tensor_description,
-                                                training_trace_bytes)
 from profiler.importers.ascend.slices import Joined
 from profiler.importers.ascend.training_trace import decode_training_trace
+from profiler.postprocess.recording import load_rank
+from profiler.record.recorder import now_ns
+from profiler.reference.device import AscendReferenceDevice
+from profiler.reference.log_writer import (
+    CLOCK_SYNC_NAME,
+    hwts_bytes,
+    task_pair_bytes,
+    tensor_description,
+    training_trace_bytes,
+)
+from profiler.reference.merge import HOST_STEP_LANE, HOST_STEP_SPAN, read_clock_sync
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sample_runs"))
 from ascend_reference_device import NumpyMLP, batches  # noqa: E402
 
-TICK = 10       # ns per syscnt tick: device times are tick edges, up to 10 ns before the true instant
+TICK = 10  # ns per syscnt tick: device times are tick edges, up to 10 ns before the true instant
 
 
 def joined(data: np.ndarray) -> Joined:
@@ -39,14 +45,19 @@ def joined(data: np.ndarray) -> Joined:
 
 
 def test_hwts_records_have_the_documented_layout():
-    data = hwts_bytes(np.array([0, 1, 0]), np.array([25000, 25000, 40000]), np.array([7, 7, 9]),
-                      np.array([123456789012, 123456789099, 2**40]), first_cnt=15)
+    data = hwts_bytes(
+        np.array([0, 1, 0]),
+        np.array([25000, 25000, 40000]),
+        np.array([7, 7, 9]),
+        np.array([123456789012, 123456789099, 2**40]),
+        first_cnt=15,
+    )
     raw = data.tobytes()
     assert len(raw) == 3 * 64
-    assert raw[0] == 0 | (15 << 4) and raw[64] == 1 | (0 << 4)           # log type + rolling 4-bit cnt
-    assert struct.unpack_from("<H", raw, 6)[0] == 25000                  # task id at 6
-    assert struct.unpack_from("<Q", raw, 8)[0] == 123456789012           # syscnt at 8
-    assert struct.unpack_from("<I", raw, 16)[0] == 7                     # stream id at 16
+    assert raw[0] == 0 | (15 << 4) and raw[64] == 1 | (0 << 4)  # log type + rolling 4-bit cnt
+    assert struct.unpack_from("<H", raw, 6)[0] == 25000  # task id at 6
+    assert struct.unpack_from("<Q", raw, 8)[0] == 123456789012  # syscnt at 8
+    assert struct.unpack_from("<I", raw, 16)[0] == 7  # stream id at 16
     assert raw[20:64] == bytes(44)
     records, problems = decode_hwts(joined(data))
     assert problems == []
@@ -58,7 +69,11 @@ def test_task_pairs_and_trace_points_decode_back():
     pairs = task_pair_bytes(np.array([25001, 25002]), np.array([0, 1]), np.array([100, 150]), np.array([120, 400]))
     records, _ = decode_hwts(joined(pairs))
     assert records[["log_type", "task_id", "stream_id", "syscnt"]].values.tolist() == [
-        [0, 25001, 0, 100], [1, 25001, 0, 120], [0, 25002, 1, 150], [1, 25002, 1, 400]]
+        [0, 25001, 0, 100],
+        [1, 25001, 0, 120],
+        [0, 25002, 1, 150],
+        [1, 25002, 1, 400],
+    ]
     trace = training_trace_bytes(np.array([10000, 1, 255]), np.zeros(3), np.array([0, 0, 0]), np.array([5, 6, 9]))
     assert len(trace) == 60 and struct.unpack_from("<QHHQ", trace.tobytes(), 20) == (1, 0, 0, 6)
     frame, _ = decode_training_trace(joined(trace))
@@ -78,7 +93,7 @@ def test_tensor_descriptions_use_the_vm_enum():
 def test_streams_run_in_order_and_tasks_wait_across_streams(tmp_path):
     with AscendReferenceDevice(device_id=3, streams=2, job_dir=tmp_path / "JOB") as dev:
         slow = dev.launch("Default/Slow-op1", "Slow", lambda: (time.sleep(0.05), np.arange(4.0))[1])
-        doubled = dev.launch("Default/Mul-op2", "Mul", lambda a: a * 2, slow, stream=1)   # waits for stream 0
+        doubled = dev.launch("Default/Mul-op2", "Mul", lambda a: a * 2, slow, stream=1)  # waits for stream 0
         assert not doubled.done()
         assert doubled.result(timeout=10).tolist() == [0, 2, 4, 6]
         order = []
@@ -86,11 +101,11 @@ def test_streams_run_in_order_and_tasks_wait_across_streams(tmp_path):
             dev.launch("Default/Append-op3", "Append", order.append, i)
         dev.synchronize()
         assert order == list(range(20))
-    with pytest.warns(UserWarning, match="there are no steps"):       # no fp_start / iter_end: no iterations
+    with pytest.warns(UserWarning, match="there are no steps"):  # no fp_start / iter_end: no iterations
         job = read_ascend_job(tmp_path / "JOB")
     assert job.device_id == 3 and len(job.executions) == 22
     assert (job.tasks["task_id"] >= GLOBAL_TASK_ID_MIN).all() and job.tasks["task_id"].is_unique
-    assert len(job.tasks) == 3          # one task id per op: the ops form one graph
+    assert len(job.tasks) == 3  # one task id per op: the ops form one graph
     mul = job.executions[job.executions["op"] == job.op_names.index("Default/Mul-op2")].iloc[0]
     slow_run = job.executions[job.executions["op"] == job.op_names.index("Default/Slow-op1")].iloc[0]
     assert mul["start"] >= slow_run["start"] + slow_run["dur"] and mul["stream_id"] == 1
@@ -107,7 +122,7 @@ def test_kernel_errors_reach_the_host(tmp_path):
         dependent.result(timeout=10)
     with pytest.raises(ZeroDivisionError):
         dev.synchronize()
-    dev.synchronize()                   # reported once
+    dev.synchronize()  # reported once
     dev.close()
     assert dev.info()["failed_tasks"] == 2
 
@@ -118,7 +133,7 @@ def test_misuse_is_refused(tmp_path):
     with pytest.raises(ValueError, match="was launched as 'A'"):
         dev.launch("Default/A-op1", "B", int)
     with pytest.raises(ValueError, match="not a compute stream"):
-        dev.launch("Default/C-op2", "C", int, stream=2)         # stream 2 is the data stream
+        dev.launch("Default/C-op2", "C", int, stream=2)  # stream 2 is the data stream
     dev.close()
     with pytest.raises(ProfviewError, match="closed"):
         dev.launch("Default/A-op1", "A", int)
@@ -138,11 +153,20 @@ def test_stand_alone_job_directory_has_every_file(tmp_path):
             dev.all_reduce("Default/AllReduce-op3", np.copy, h, stream=1)
             dev.iter_end().result(timeout=10)
     names = sorted(p.name for p in job_dir.iterdir())
-    assert names == ["Framework.host.vm.graph_desc_info.0.slice_0", "Framework.host.vm.point.0.slice_0",
-                     "Framework.host.vm.task_desc_info.0.slice_0", "hwts.log.data.45.dev.profiler_default_tag.0.slice_0",
-                     CLOCK_SYNC_NAME.format(dev=0), "training_trace.46.dev.profiler_default_tag.0.slice_0"]
+    assert names == [
+        "Framework.host.vm.graph_desc_info.0.slice_0",
+        "Framework.host.vm.point.0.slice_0",
+        "Framework.host.vm.task_desc_info.0.slice_0",
+        "hwts.log.data.45.dev.profiler_default_tag.0.slice_0",
+        CLOCK_SYNC_NAME.format(dev=0),
+        "training_trace.46.dev.profiler_default_tag.0.slice_0",
+    ]
     assert (job_dir / "Framework.host.vm.point.0.slice_0").read_text().splitlines() == [
-        "1 Default/MatMul-op1", "2 Gradients/ReluGrad-op2", "3 Default/AllReduce-op3", "4 Default/AllReduce-op3"]
+        "1 Default/MatMul-op1",
+        "2 Gradients/ReluGrad-op2",
+        "3 Default/AllReduce-op3",
+        "4 Default/AllReduce-op3",
+    ]
     job = read_ascend_job(job_dir)
     assert job.warnings == []
     run = to_run(job)
@@ -175,6 +199,7 @@ class TimedDevice(AscendReferenceDevice):
                 return fn(*values)
             finally:
                 rec["fn_end"] = now_ns()
+
         return rec, run
 
     def launch(self, name, op_type, fn, *args, stream=0):
@@ -220,7 +245,7 @@ def test_device_ops_lie_within_what_the_host_saw(model_run):
         device_ops = device_ops.sort_values("start_ns")
         host = launched[launched["name"] == name]
         assert len(device_ops) == len(host) == STEPS, name
-        start = device_ops["start_ns"].to_numpy() + origin          # back on the host clock
+        start = device_ops["start_ns"].to_numpy() + origin  # back on the host clock
         end = start + device_ops["dur_ns"].to_numpy()
         # launch call <= device start <= the callable started; the callable ended <= device end <= host saw it
         assert (start >= host["launched"].to_numpy() - TICK).all(), name
@@ -237,7 +262,7 @@ def test_all_reduce_intervals_lie_within_what_the_host_saw(model_run):
     origin = int(run.info["clock"]["origin_monotonic_ns"])
     lane = run.threads.loc[run.threads["name"] == "npu:0 stream 1 all_reduce", "tid"]
     spans = run.spans[(run.spans["name"] == "all_reduce") & run.spans["tid"].isin(lane)].sort_values("start_ns")
-    host = pd.DataFrame([r for r in truth if r["kind"] == "all_reduce"])      # stream 1 runs them in launch order
+    host = pd.DataFrame([r for r in truth if r["kind"] == "all_reduce"])  # stream 1 runs them in launch order
     assert len(spans) == len(host) == 2 * STEPS
     start = spans["start_ns"].to_numpy() + origin
     end = start + spans["dur_ns"].to_numpy()
@@ -252,7 +277,7 @@ def test_step_trace_comes_from_the_device_points(model_run):
     assert np.allclose(st["iteration_gap_ms"] + st["fp_bp_ms"] + st["tail_ms"], st["total_ms"], atol=3e-6)
     assert (st[["iteration_gap_ms", "fp_bp_ms", "tail_ms"]] >= 0).all().all()
     assert (st["fp_start_source"] == "marked").all() and (st["bp_end_source"] == "marked").all()
-    assert (st["all_reduce_ms"] > 0).all() and (st["all_reduce_overlap_ms"] == 0).all()   # after BP_END: tail
+    assert (st["all_reduce_ms"] > 0).all() and (st["all_reduce_overlap_ms"] == 0).all()  # after BP_END: tail
     assert run.info["steps_from"] == "npu:0"
     ops = run.ops[run.ops["device"] == "npu:0"]
     for step in run.steps.itertuples():
@@ -286,7 +311,7 @@ def test_host_steps_are_kept_as_spans(model_run):
 def test_device_steps_are_numbered_by_the_host_step_that_began_them(tmp_path):
     profiler = Profiler(tmp_path / "run", host_counters=False, gpu_counters=False)
     for _ in range(3):
-        profiler.step()                 # three host steps before the device starts iterating
+        profiler.step()  # three host steps before the device starts iterating
     dev = AscendReferenceDevice(profiler, streams=1)
     for _ in range(2):
         dev.fp_start()
@@ -359,7 +384,7 @@ def test_a_killed_run_keeps_the_device_log_up_to_its_last_flush(tmp_path):
     assert done.returncode == -9, done.stderr[-2000:]
     profiler_run = load_rank(out, 0)
     assert profiler_run.info["steps_from"] == "npu:0"
-    assert profiler_run.steps["step"].tolist() == [0, 1, 2, 3, 4]      # the unfinished iteration is left out
+    assert profiler_run.steps["step"].tolist() == [0, 1, 2, 3, 4]  # the unfinished iteration is left out
     ops = profiler_run.ops[profiler_run.ops["device"] == "npu:0"]
     assert ops["name"].tolist() == ["Default/MatMul-op1"] * 5
     assert any("without ITER_END" in w for w in profiler_run.info["warnings"])

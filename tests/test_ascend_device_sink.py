@@ -1,5 +1,6 @@
 """Sink mode on the reference device: the sample MLP with a 15 ms loader, fed per step and then through
 the device data queue (run as a user runs it, in a subprocess: one BLAS thread per stream)."""
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,28 @@ from viewer.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 LOADER_MS = 15.0
-WARMUP = 2          # steps left out of the medians (the sink's queue fills during them)
+WARMUP = 2  # steps left out of the medians (the sink's queue fills during them)
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("ascend_ref")
-    done = subprocess.run([sys.executable, str(REPO / "sample_runs" / "ascend_reference_device.py"), "--out", str(out),
-                           "--steps", "16", "--loader-ms", str(LOADER_MS)],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "sample_runs" / "ascend_reference_device.py"),
+            "--out",
+            str(out),
+            "--steps",
+            "16",
+            "--loader-ms",
+            str(LOADER_MS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done.stdout
 
@@ -65,7 +79,7 @@ def test_the_sample_prints_what_the_summary_shows(sample, capsys):
     assert printed, stdout
     for mode, value in (("feed", printed[1]), ("sink", printed[2])):
         assert main([str(out / mode), "--summary"]) == 0
-        table = capsys.readouterr().out           # "iteration gap   mean  median  p95  max  share %"
+        table = capsys.readouterr().out  # "iteration gap   mean  median  p95  max  share %"
         median = float(re.search(r"^iteration gap\s+[\d.]+\s+([\d.]+)", table, re.M)[1])
         assert float(value) == pytest.approx(median, abs=0.051), (mode, table)
 

@@ -1,4 +1,5 @@
 """Ascend JOB3 raw slices -> MindSpore-format files (byte-identical to the 2020 gold) and our schema."""
+
 from __future__ import annotations
 
 import csv
@@ -9,14 +10,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS
-from profiler.importers.ascend import ascend_job_devices, is_ascend_job_dir, read_ascend_job, to_run
 from profiler.export.mindspore import write_mindspore_outputs
+from profiler.importers.ascend import ascend_job_devices, is_ascend_job_dir, read_ascend_job, to_run
+from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS
 
 GOLD_FILES = [
-    "step_trace_raw_1_detail_time.csv", "step_trace_point_info.json", "aicore_intermediate_1_type.csv",
-    "aicore_intermediate_1_detail.csv", "framework_raw_1.csv", "output_op_compute_time_1.txt",
-    "output_timeline_data_1.txt", "min_cycle_counter_1.txt", "timeline_display_1.json", "timeline_summary_1.json",
+    "step_trace_raw_1_detail_time.csv",
+    "step_trace_point_info.json",
+    "aicore_intermediate_1_type.csv",
+    "aicore_intermediate_1_detail.csv",
+    "framework_raw_1.csv",
+    "output_op_compute_time_1.txt",
+    "output_timeline_data_1.txt",
+    "min_cycle_counter_1.txt",
+    "timeline_display_1.json",
+    "timeline_summary_1.json",
 ]
 
 
@@ -91,8 +99,11 @@ def test_run_steps_and_averages_match_gold(run, gold: Path):
     assert steps["start_ns"].tolist() == [(r["start_point"] - origin_ticks) * 10 for r in rows]
     assert steps["bp_end_ns"].tolist() == [(r["bp_point"] - origin_ticks) * 10 for r in rows]
     later = steps.iloc[1:]  # device steps 2..N, as the gold average row
-    for column, start, end in (("iteration_interval", "start_ns", "fp_start_ns"),
-                               ("fp_and_bp", "fp_start_ns", "bp_end_ns"), ("tail", "bp_end_ns", "end_ns")):
+    for column, start, end in (
+        ("iteration_interval", "start_ns", "fp_start_ns"),
+        ("fp_and_bp", "fp_start_ns", "bp_end_ns"),
+        ("tail", "bp_end_ns", "end_ns"),
+    ):
         mean_ticks = Fraction(int((later[end] - later[start]).sum()), 10 * len(later))
         assert round(mean_ticks) == int(average[column]), column  # round(Fraction) is half-to-even
 
@@ -114,8 +125,10 @@ def test_all_reduce_intervals_are_phase_spans_one_lane_per_stream(run, gold: Pat
 def test_ops_are_assigned_to_the_step_containing_their_start(run):
     ops, steps = run.ops, run.steps.set_index("step")
     inside = ops[ops["step"] >= 0]
-    assert ((inside["start_ns"].to_numpy() >= steps.loc[inside["step"], "start_ns"].to_numpy()) &
-            (inside["start_ns"].to_numpy() < steps.loc[inside["step"], "end_ns"].to_numpy())).all()
+    assert (
+        (inside["start_ns"].to_numpy() >= steps.loc[inside["step"], "start_ns"].to_numpy())
+        & (inside["start_ns"].to_numpy() < steps.loc[inside["step"], "end_ns"].to_numpy())
+    ).all()
     # The first ops start before the first step (whose start is its FP point): only those are outside.
     outside = ops[ops["step"] < 0]
     assert (outside["start_ns"] < steps["start_ns"].min()).all()
@@ -150,6 +163,9 @@ def test_step_trace_analysis_of_the_run_matches_the_device_step_trace(run, gold:
         assert got.iteration_gap_ms == pytest.approx(row["iteration_interval"] / 1e5, abs=1e-9)
         assert got.fp_bp_ms == pytest.approx(row["fp_and_bp"] / 1e5, abs=1e-9)
         assert got.tail_ms == pytest.approx(row["tail"] / 1e5, abs=1e-9)
-        union = _union_ticks([(row[f"{c}_start_point"], row[f"{c}_end_point"]) for c in blocks if row[c]],
-                             row["start_point"], row["end_point"])
+        union = _union_ticks(
+            [(row[f"{c}_start_point"], row[f"{c}_end_point"]) for c in blocks if row[c]],
+            row["start_point"],
+            row["end_point"],
+        )
         assert got.all_reduce_ms == pytest.approx(union / 1e5, abs=1e-9)

@@ -1,5 +1,6 @@
 """Broken copies of JOB3: every problem is a warning naming the file (and offset), the rest still parses;
 a job with nothing usable is one ProfviewError sentence."""
+
 from __future__ import annotations
 
 import shutil
@@ -8,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from profiler.errors import ProfviewError
-from profiler.importers.ascend import read_ascend_job, to_run
 from profiler.export.mindspore import write_mindspore_outputs
+from profiler.importers.ascend import read_ascend_job, to_run
 
 HWTS = "hwts.log.data.45.dev.profiler_default_tag.1.slice_0"
 TASK_DESC = "Framework.host.vm.task_desc_info.1.slice_0"
@@ -39,8 +40,9 @@ def test_truncated_hwts_record_is_reported_with_file_and_offset(job_copy: Path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 30])  # the last 64-byte record loses 30 bytes
     job = _read_with_warnings(job_copy)
-    assert job.warnings == [f"{HWTS} at byte {len(data) - 64}: 34 trailing bytes do not form a whole "
-                            "64-byte HWTS record and were ignored"]
+    assert job.warnings == [
+        f"{HWTS} at byte {len(data) - 64}: 34 trailing bytes do not form a whole 64-byte HWTS record and were ignored"
+    ]
     assert len(job.hwts) == 62846
     assert len(job.executions) == 2817 and len(job.steps) == 322  # the lost record is an unmapped device task
 
@@ -48,8 +50,8 @@ def test_truncated_hwts_record_is_reported_with_file_and_offset(job_copy: Path):
 def test_invalid_record_type_is_skipped_and_outputs_stay_identical(job_copy: Path, captures: Path, tmp_path: Path):
     path = job_copy / HWTS
     data = path.read_bytes()
-    bogus = bytes([0x06]) + data[101 * 64 + 1: 102 * 64]  # record 101 with its type set to 6
-    path.write_bytes(data[: 101 * 64] + bogus + data[101 * 64:])
+    bogus = bytes([0x06]) + data[101 * 64 + 1 : 102 * 64]  # record 101 with its type set to 6
+    path.write_bytes(data[: 101 * 64] + bogus + data[101 * 64 :])
     job = _read_with_warnings(job_copy)
     assert job.warnings == [f"{HWTS} at byte {101 * 64}: 1 HWTS record(s) of invalid type [6] skipped (first here)"]
     assert len(job.hwts) == 62847
@@ -62,8 +64,10 @@ def test_invalid_record_type_is_skipped_and_outputs_stay_identical(job_copy: Pat
 def test_missing_task_desc_keeps_steps_and_drops_ops(job_copy: Path):
     (job_copy / TASK_DESC).unlink()
     job = _read_with_warnings(job_copy)
-    assert job.warnings == ["no Framework.host.vm.task_desc_info.<dev>.slice_<n> file for device 1: device tasks "
-                            "cannot be mapped to ops, so there are no op timings"]
+    assert job.warnings == [
+        "no Framework.host.vm.task_desc_info.<dev>.slice_<n> file for device 1: device tasks "
+        "cannot be mapped to ops, so there are no op timings"
+    ]
     run = to_run(job)
     assert run.ops.empty and len(run.steps) == 322 and len(run.spans) == 3542
     assert run.info["sources"]["task_desc"]["status"].startswith("absent")
@@ -83,8 +87,8 @@ def test_records_straddling_two_slices_are_joined(job_copy: Path):
     data = path.read_bytes()
     cut = 1000 * 64 + 17
     path.write_bytes(data[:cut])
-    (job_copy / HWTS.replace("slice_0", "slice_10")).write_bytes(data[cut + 5000:])  # slice 10 sorts after 2
-    (job_copy / HWTS.replace("slice_0", "slice_2")).write_bytes(data[cut:cut + 5000])
+    (job_copy / HWTS.replace("slice_0", "slice_10")).write_bytes(data[cut + 5000 :])  # slice 10 sorts after 2
+    (job_copy / HWTS.replace("slice_0", "slice_2")).write_bytes(data[cut : cut + 5000])
     job = read_ascend_job(job_copy)
     assert job.warnings == [] and len(job.hwts) == 62847 and len(job.executions) == 2817
 
@@ -103,9 +107,11 @@ def test_truncated_training_trace_drops_the_incomplete_last_step(job_copy: Path)
     path.write_bytes(data[:-7])  # the last ITER_END record is cut
     job = _read_with_warnings(job_copy)
     name = Path(TRACE).name
-    assert job.warnings == [f"{name} at byte {len(data) - 20}: 13 trailing bytes do not form a whole "
-                            "20-byte training-trace record and were ignored",
-                            f"{name}: 1 step(s) without ITER_END (profiling stopped mid-step) were left out"]
+    assert job.warnings == [
+        f"{name} at byte {len(data) - 20}: 13 trailing bytes do not form a whole "
+        "20-byte training-trace record and were ignored",
+        f"{name}: 1 step(s) without ITER_END (profiling stopped mid-step) were left out",
+    ]
     assert len(job.steps) == 321 and job.steps["step_num"].max() == 321
 
 
@@ -117,8 +123,9 @@ def test_malformed_task_desc_line_is_skipped(job_copy: Path, captures: Path):
     path.write_text("".join(lines))
     job = _read_with_warnings(job_copy)
     offset = sum(len(line) for line in lines[:5])
-    assert job.warnings == [f"{TASK_DESC} at byte {offset}: malformed task_desc line skipped: "
-                            f"{lines[5].rstrip()[:80]!r}"]
+    assert job.warnings == [
+        f"{TASK_DESC} at byte {offset}: malformed task_desc line skipped: {lines[5].rstrip()[:80]!r}"
+    ]
     assert broken_op not in job.op_names
     timeline = (captures / "ascend" / "run_1_gold" / "output_timeline_data_1.txt").read_text().splitlines()
     runs_of_broken_op = sum(line.startswith(broken_op + ",") for line in timeline)
@@ -150,4 +157,3 @@ def test_nothing_usable_is_an_error_naming_the_files(job_copy: Path):
 def test_other_device_is_rejected(job_copy: Path):
     with pytest.raises(ProfviewError, match=r"has no slices for device 0 \(found devices \[1\]\)"):
         read_ascend_job(job_copy, device_id=0)
-

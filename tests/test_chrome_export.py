@@ -2,6 +2,7 @@
 median, slowest, outliers) and `profview export --chrome`, which writes the Chrome trace again from
 the event file, byte for byte what analyse() writes for the same events: on a torch training loop,
 a multi-thread recording with a queue, and a real Kineto GPU capture (device lanes, flows)."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler import Profiler, ProfiledQueue
+from profiler import ProfiledQueue, Profiler
 from profiler.export.chrome_from_events import export_chrome_trace
 from profiler.export.chrome_trace import write_chrome_trace
 from profiler.export.timeline_model import timeline_events
@@ -22,7 +23,7 @@ from profiler.postprocess.imported import import_capture
 from profiler.postprocess.recording import load_rank
 from viewer.cli import main
 
-ORDINARY_S, OUTLIER_S, SLOWEST_S = 0.03, 0.3, 0.6     # a step's sleep: outliers 10x, the slowest 20x the others
+ORDINARY_S, OUTLIER_S, SLOWEST_S = 0.03, 0.3, 0.6  # a step's sleep: outliers 10x, the slowest 20x the others
 OUTLIERS, SLOWEST = (12, 20), 7
 
 
@@ -77,8 +78,8 @@ def trace_steps(path: Path) -> list[int]:
 @pytest.fixture(scope="module")
 def over_limit(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("over") / "profiler_data"
-    slow = {SLOWEST: SLOWEST_S, **{s: OUTLIER_S for s in OUTLIERS}}
-    record_threads(out, 24, slow, timeline_max_events=100)       # ~12 events a step: ~290 in all
+    slow = {SLOWEST: SLOWEST_S, **dict.fromkeys(OUTLIERS, OUTLIER_S)}
+    record_threads(out, 24, slow, timeline_max_events=100)  # ~12 events a step: ~290 in all
     return out
 
 
@@ -87,13 +88,16 @@ def test_past_the_limit_the_trace_holds_exactly_the_median_slowest_and_outlier_s
     info = read_profiler_info(out / "profiler_info_0.json")
     tl = info["timeline"]
     median, slowest, outliers = expected_key_steps(out)
-    assert slowest == SLOWEST and set(OUTLIERS) | {SLOWEST} <= outliers        # the injected ones, 10-20x the others
+    assert slowest == SLOWEST and set(OUTLIERS) | {SLOWEST} <= outliers  # the injected ones, 10-20x the others
     assert tl["content"] == "key steps" and tl["max_events"] == 100 and tl["events"] > 250
     assert (tl["median_step"], tl["slowest_step"], set(tl["outlier_steps"])) == (median, slowest, outliers)
     assert tl["outlier_steps_left_out"] == [] and tl["steps"] == sorted({median, slowest} | outliers)
     assert trace_steps(out / "timeline_0.json") == tl["steps"]
-    rows = [line for line in (out / "timeline_0.json").read_text().splitlines() if line.startswith('{"ph":"')
-            and '"ph":"M"' not in line]
+    rows = [
+        line
+        for line in (out / "timeline_0.json").read_text().splitlines()
+        if line.startswith('{"ph":"') and '"ph":"M"' not in line
+    ]
     assert len(rows) == tl["events_written"] <= 100
     assert {"timeline_0.json", "events_0.arrow"} <= set(info["outputs"])
     assert "profview export --chrome" in tl["rest"]
@@ -102,8 +106,9 @@ def test_past_the_limit_the_trace_holds_exactly_the_median_slowest_and_outlier_s
     again = write_chrome_trace(ev.of_steps(tl["steps"]), out.parent / "of_steps.json")
     assert again.read_bytes() == (out / "timeline_0.json").read_bytes()
     wanted = np.array(tl["steps"])
-    streamed = export_chrome_trace(read_event_file(out / "events_0.arrow"), out.parent / "streamed.json",
-                                   keep=lambda step: np.isin(step, wanted))
+    streamed = export_chrome_trace(
+        read_event_file(out / "events_0.arrow"), out.parent / "streamed.json", keep=lambda step: np.isin(step, wanted)
+    )
     assert streamed.read_bytes() == again.read_bytes()
     # and the whole run is there on demand
     assert main(["export", str(out), "--chrome", "-o", str(out.parent / "whole.json")]) == 0
@@ -139,12 +144,13 @@ def assert_export_matches(out: Path, tmp: Path, first: int, last: int) -> None:
 
 
 def test_export_chrome_is_the_analysed_trace_of_a_torch_loop(tmp_path, torch_one_thread):
-    from profiler import schedule
     from torch_loops import profiled_cnn_run
+
+    from profiler import schedule
 
     out = tmp_path / "torch"
     profiled_cnn_run(out, steps=8, framework="torch", ops_schedule=schedule(wait=2, warmup=1, active=3))
-    assert read_profiler_info(out / "profiler_info_0.json")["timeline"]["events"] > 500     # torch ops in it
+    assert read_profiler_info(out / "profiler_info_0.json")["timeline"]["events"] > 500  # torch ops in it
     assert_export_matches(out, tmp_path, 3, 5)
 
 
@@ -164,6 +170,7 @@ def test_export_chrome_is_the_imported_trace_of_a_kineto_gpu_capture(tmp_path, c
     assert sum(e["ph"] == "s" for e in whole) > 100 and len({e["pid"] for e in whole}) >= 2
     assert main(["export", str(out), "--chrome", "-o", str(tmp_path / "whole.json.gz")]) == 0
     import gzip
+
     assert gzip.decompress((tmp_path / "whole.json.gz").read_bytes()) == (out / "timeline_0.json").read_bytes()
     from profiler.analysis.steps import ensure_steps
     from profiler.importers.kineto import read_kineto_trace
@@ -176,11 +183,14 @@ def test_export_chrome_is_the_imported_trace_of_a_kineto_gpu_capture(tmp_path, c
     assert 0 < len(flows) < sum(e["ph"] in "sf" for e in whole)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--chrome", "--to", "mlflow"], "wants one target"),
-    ([], "wants one target"),
-    (["--to", "mlflow", "--steps", "1:2"], "go with --chrome"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--chrome", "--to", "mlflow"], "wants one target"),
+        ([], "wants one target"),
+        (["--to", "mlflow", "--steps", "1:2"], "go with --chrome"),
+    ],
+)
 def test_export_wants_exactly_one_target(over_limit, capsys, argv, says):
     assert main(["export", str(over_limit), *argv]) != 0
     err = capsys.readouterr().err
@@ -203,9 +213,13 @@ def test_the_timeline_note_points_at_export_when_the_trace_holds_key_steps_only(
 
     tl = SimpleNamespace(path=Path("events_0.arrow"))
     window = SimpleNamespace(total=10, events=[1, 2, 3], hidden_max_ms=0.002, hidden_ms=0.01)
-    assert _window_note(tl, window, {"content": TIMELINE_FULL}).endswith("Open timeline_0.json in Perfetto for every event.")
+    assert _window_note(tl, window, {"content": TIMELINE_FULL}).endswith(
+        "Open timeline_0.json in Perfetto for every event."
+    )
     key_steps = _window_note(tl, window, {"content": TIMELINE_KEY_STEPS, "file": "timeline_0.json.gz", "steps": [3, 7]})
     assert "timeline_0.json.gz holds the key steps only ([3, 7])" in key_steps
     assert "profview export --chrome DIR --steps A:B" in key_steps and "Perfetto" not in key_steps
-    assert _window_note(tl, SimpleNamespace(total=3, events=[1, 2, 3]), {}) == \
-        "All 3 events overlapping this window are drawn."
+    assert (
+        _window_note(tl, SimpleNamespace(total=3, events=[1, 2, 3]), {})
+        == "All 3 events overlapping this window are drawn."
+    )

@@ -1,4 +1,5 @@
 """`profview analyse DIR` re-runs the core analysis from DIR/raw; the viewer then reads the result."""
+
 from __future__ import annotations
 
 from pathlib import Path

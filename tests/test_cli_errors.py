@@ -1,4 +1,5 @@
 """The profview command on bad input: one clear sentence on stderr, a non-zero exit, no traceback."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from viewer_fixtures import Spec, write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,8 +17,14 @@ REPO = Path(__file__).resolve().parents[1]
 def profview(*args: str) -> subprocess.CompletedProcess:
     """Run the CLI as a user would, in a subprocess."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "viewer.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "viewer.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def assert_one_sentence(result: subprocess.CompletedProcess, *fragments: str, code: int = 1) -> None:
@@ -81,12 +87,15 @@ def test_newer_schema(good, tmp_path):
     assert_one_sentence(profview(run, "--summary"), "schema version 2", "upgrade")
 
 
-@pytest.mark.parametrize("content, message", [
-    ("step,start_ms\n0,1\n", "missing column(s)"),
-    ("", "is empty"),
-    ("step,start_ms,iteration_gap_ms,fp_bp_ms,tail_ms,total_ms,all_reduce_ms\n0,1,2,3,4,abc,0\n", "non-numeric"),
-    ('step,start_ms,iteration_gap_ms,fp_bp_ms,tail_ms,total_ms,all_reduce_ms\n0,1,2,"3\n', "not a valid CSV"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("step,start_ms\n0,1\n", "missing column(s)"),
+        ("", "is empty"),
+        ("step,start_ms,iteration_gap_ms,fp_bp_ms,tail_ms,total_ms,all_reduce_ms\n0,1,2,3,4,abc,0\n", "non-numeric"),
+        ('step,start_ms,iteration_gap_ms,fp_bp_ms,tail_ms,total_ms,all_reduce_ms\n0,1,2,"3\n', "not a valid CSV"),
+    ],
+)
 def test_malformed_csv(good, tmp_path, content, message):
     run = copy_run(good, tmp_path / "run")
     (run / "step_trace_0.csv").write_text(content)

@@ -1,5 +1,6 @@
 """`profview import` (and its aliases `import-ascend` / `import-kineto`), and `profview PATH` opening Ascend JOB,
 MindSpore and Kineto inputs."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_cli_errors import assert_one_sentence, profview
 
 from profiler.reference.device import AscendReferenceDevice
-from test_cli_errors import assert_one_sentence, profview
 from viewer.inputs import load_input
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def test_import_ascend_formats(ascend, tmp_path, command, fmt, ours, theirs):
 
 def test_import_ascend_multi_device_job_gives_one_rank_per_device(tmp_path):
     job = tmp_path / "JOB"
-    for device in (0, 2):       # two reference devices writing into one JOB directory
+    for device in (0, 2):  # two reference devices writing into one JOB directory
         with AscendReferenceDevice(device_id=device, job_dir=job) as dev:
             for _ in range(2):
                 dev.fp_start()
@@ -78,7 +79,7 @@ def test_import_ascend_multi_device_job_gives_one_rank_per_device(tmp_path):
     for rank in (0, 2):
         assert len(pd.read_csv(tmp_path / "out" / f"step_trace_{rank}.csv")) == 2
         assert pd.read_csv(tmp_path / "out" / f"op_type_{rank}.csv")["device"].tolist() == [f"npu:{rank}"]
-    assert [r.rank for r in load_input(job)] == [0, 2]          # `profview JOB` opens every device
+    assert [r.rank for r in load_input(job)] == [0, 2]  # `profview JOB` opens every device
 
 
 def test_import_kineto_gives_a_directory_the_viewer_opens(captures, tmp_path):
@@ -95,10 +96,12 @@ def test_import_kineto_gives_a_directory_the_viewer_opens(captures, tmp_path):
 
 def test_import_recognises_every_format(captures, tmp_path):
     """One command for every format: the format is found from the input, ranks as each importer gives them."""
-    for source, rank, origin, steps in [("kineto/sampled_rank-1.json.gz", 1, "kineto", 2),
-                                        ("ascend/JOB3", 1, "ascend", 322),
-                                        ("ascend/run_1_gold", 1, "mindspore", 322),
-                                        ("mindspore_cpu/cnn_50steps_ascend_ms", 0, "mindspore", 50)]:
+    for source, rank, origin, steps in [
+        ("kineto/sampled_rank-1.json.gz", 1, "kineto", 2),
+        ("ascend/JOB3", 1, "ascend", 322),
+        ("ascend/run_1_gold", 1, "mindspore", 322),
+        ("mindspore_cpu/cnn_50steps_ascend_ms", 0, "mindspore", 50),
+    ]:
         out = tmp_path / source.replace("/", "_")
         result = profview("import", captures / source, "-o", out)
         assert result.returncode == 0, result.stderr
@@ -111,20 +114,28 @@ def test_import_recognises_every_format(captures, tmp_path):
 def test_import_bad_inputs(captures, tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
-    assert_one_sentence(profview("import", notes, "-o", tmp_path / "out"), f"{notes} is not a capture profview imports: "
-                        "it is not an Ascend profiling JOB directory, a MindSpore profiler output directory or a "
-                        "PyTorch profiler (Kineto) trace")
+    assert_one_sentence(
+        profview("import", notes, "-o", tmp_path / "out"),
+        f"{notes} is not a capture profview imports: "
+        "it is not an Ascend profiling JOB directory, a MindSpore profiler output directory or a "
+        "PyTorch profiler (Kineto) trace",
+    )
     assert_one_sentence(profview("import", tmp_path / "nope", "-o", tmp_path / "out"), "nope does not exist")
     done = profview("import", captures / "kineto" / "cpu_only.json.gz", "-o", tmp_path / "done")
     assert done.returncode == 0, done.stderr
-    assert_one_sentence(profview("import", tmp_path / "done", "-o", tmp_path / "out"),
-                        "is already a profview output directory: open it with `profview")
-    assert_one_sentence(profview("import", captures / "kineto" / "cpu_only.json.gz", "-o", tmp_path / "out",
-                                 "--format", "both"),
-                        "is read as a PyTorch profiler (Kineto) trace, which is imported as profview outputs only")
-    assert_one_sentence(profview("import", notes, "-o", tmp_path / "out", "--from", "nsight"),
-                        "no importer is called 'nsight'; the formats are ascend (Ascend profiling JOB directory), "
-                        "mindspore (MindSpore profiler output directory), kineto (PyTorch profiler (Kineto) trace)")
+    assert_one_sentence(
+        profview("import", tmp_path / "done", "-o", tmp_path / "out"),
+        "is already a profview output directory: open it with `profview",
+    )
+    assert_one_sentence(
+        profview("import", captures / "kineto" / "cpu_only.json.gz", "-o", tmp_path / "out", "--format", "both"),
+        "is read as a PyTorch profiler (Kineto) trace, which is imported as profview outputs only",
+    )
+    assert_one_sentence(
+        profview("import", notes, "-o", tmp_path / "out", "--from", "nsight"),
+        "no importer is called 'nsight'; the formats are ascend (Ascend profiling JOB directory), "
+        "mindspore (MindSpore profiler output directory), kineto (PyTorch profiler (Kineto) trace)",
+    )
     assert_one_sentence(profview("import", notes, "-o", tmp_path / "out", "--from", "kineto"), "not valid JSON")
     assert not (tmp_path / "out").exists()
 

@@ -8,6 +8,7 @@
 Margins are generous: the effects are several times the thresholds, and the tests pass with a
 busy background process on the 2-core machine (`python -c "while True: pass" &`).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,9 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torch_loops import cifar_batch, read_csv, small_cnn, train  # noqa: E402
 
 from profiler import Profiler, schedule  # noqa: E402
-from torch_loops import cifar_batch, read_csv, small_cnn, train  # noqa: E402
 from viewer.cli import main  # noqa: E402
 
 torch.set_num_threads(1)
@@ -46,7 +47,7 @@ class Images(Dataset):
 
     def __getitem__(self, i: int):
         acc = 0
-        for k in range(self.work):          # the decode: CPU time, the image below is the same
+        for k in range(self.work):  # the decode: CPU time, the image below is the same
             acc ^= k
         g = torch.Generator().manual_seed(i)
         return torch.randn(3, 32, 32, generator=g), i % 10
@@ -61,7 +62,7 @@ def dataloader_run(out: Path, work: int) -> Path:
     profiler = Profiler(out, host_counters=False, gpu_counters=False)
     profiler.attach(model, optimizer)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")             # DataLoader's "this machine has 2 cores" advice
+        warnings.simplefilter("ignore")  # DataLoader's "this machine has 2 cores" advice
         for x, y in loader:
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
@@ -83,7 +84,7 @@ def test_dataloader_fix_is_faster_with_an_interval_and_passes_the_gate(loader_ru
     assert main(["compare", str(slow), str(fast), "--fail-if-slower", "5%", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     v = json.loads(out.read_text())["verdict"]
-    base, new = (pd.read_csv(d / "step_trace_0.csv").iloc[1:] for d in (slow, fast))   # warm-up step left out
+    base, new = (pd.read_csv(d / "step_trace_0.csv").iloc[1:] for d in (slow, fast))  # warm-up step left out
     assert v["base_steps"] == len(base) == STEPS - 1
     assert v["base_mean_step_ms"] == pytest.approx(base["total_ms"].mean(), abs=1e-3)
     assert v["new_mean_step_ms"] == pytest.approx(new["total_ms"].mean(), abs=1e-3)
@@ -103,7 +104,7 @@ def test_dataloader_fix_is_faster_with_an_interval_and_passes_the_gate(loader_ru
 # ----------------------------------------------------------------------------- ops per captured step
 
 OP_STEPS = 21
-CAPTURED = 3                    # ops_schedule: steps 6, 7, 8 (wait 5, warm-up 1, active 3, once)
+CAPTURED = 3  # ops_schedule: steps 6, 7, 8 (wait 5, warm-up 1, active 3, once)
 CONV_BACKWARD = "aten::convolution_backward"
 
 
@@ -138,8 +139,12 @@ def test_op_times_per_captured_step(op_runs, tmp_path, capsys):
     assert main(["compare", str(sampled), str(every), "--json", str(tmp_path / "c.json")]) == 0
     text = capsys.readouterr().out
     doc = json.loads((tmp_path / "c.json").read_text())
-    assert doc["op_steps"]["base"] == {"steps": CAPTURED, "recorded_steps": OP_STEPS, "basis": "steps_with_ops",
-                                       "note": f"{CAPTURED} of {OP_STEPS} steps captured ops"}
+    assert doc["op_steps"]["base"] == {
+        "steps": CAPTURED,
+        "recorded_steps": OP_STEPS,
+        "basis": "steps_with_ops",
+        "note": f"{CAPTURED} of {OP_STEPS} steps captured ops",
+    }
     assert doc["op_steps"]["new"]["steps"] == OP_STEPS
     assert f"per step that captured ops (op_count > 0): BASE {CAPTURED} of {OP_STEPS} steps, NEW {OP_STEPS} of" in text
     row = next(r for r in doc["op_types"] if r["op_type"] == CONV_BACKWARD)
@@ -170,5 +175,7 @@ def test_older_step_trace_without_op_count_falls_back_to_all_steps(op_runs, tmp_
     assert doc["op_steps"]["base"]["basis"] == "all_steps" and doc["op_steps"]["base"]["steps"] == OP_STEPS
     assert "no op_count column" in doc["op_steps"]["base"]["note"]
     assert main(["compare", str(old), str(every)]) == 0
-    assert f"BASE: the step trace has no op_count column (an older output): divided by all {OP_STEPS} steps" in \
-        capsys.readouterr().out
+    assert (
+        f"BASE: the step trace has no op_count column (an older output): divided by all {OP_STEPS} steps"
+        in capsys.readouterr().out
+    )

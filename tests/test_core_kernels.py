@@ -1,4 +1,5 @@
 """The C analysis kernels give exactly what their numpy references give, on clean and broken input."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profiler.export import trace_text
 from profiler.kernels import columns, nesting
 from profiler.kernels.intervals import place
-from profiler.export import trace_text
 
 needs_nesting_kernel = pytest.mark.skipif(nesting._kernel is None, reason="C nesting kernel not built")
 needs_rows_kernel = pytest.mark.skipif(trace_text._trace_rows is None, reason="C trace-row kernel not built")
@@ -25,7 +26,7 @@ def random_events(rng: np.random.Generator, n_groups: int, n: int, broken: bool)
             if stack and (rng.random() < 0.5 or len(stack) > 6):
                 d = stack.pop()
                 if broken and rng.random() < 0.05:
-                    d = int(rng.integers(0, 5))          # an end of the wrong descriptor
+                    d = int(rng.integers(0, 5))  # an end of the wrong descriptor
                 code.append(2 * d + 1)
             else:
                 d = int(rng.integers(0, 5))
@@ -33,21 +34,21 @@ def random_events(rng: np.random.Generator, n_groups: int, n: int, broken: bool)
                 code.append(2 * d)
             group.append(g)
             t.append(now)
-        for d in reversed(stack):                        # close what is still open
+        for d in reversed(stack):  # close what is still open
             now += 1
             group.append(g)
             code.append(2 * d + 1)
             t.append(now)
     group, code, t = map(np.asarray, (group, code, t))
-    if broken:                                           # lanes cut at both ends, events dropped
+    if broken:  # lanes cut at both ends, events dropped
         keep = np.ones(len(code), bool)
         for g in range(n_groups):
             rows = np.flatnonzero(group == g)
             keep[rows[: int(rng.integers(0, 5))]] = False
-            keep[rows[len(rows) - int(rng.integers(0, 5)):]] = False
+            keep[rows[len(rows) - int(rng.integers(0, 5)) :]] = False
         keep &= rng.random(len(code)) > 0.02
         group, code, t = group[keep], code[keep], t[keep]
-    mix = np.argsort(t, kind="stable")                   # lanes interleaved by time
+    mix = np.argsort(t, kind="stable")  # lanes interleaved by time
     return group[mix] * 7 + 3, code[mix], t[mix]
 
 
@@ -66,13 +67,18 @@ def as_chunks(rng: np.random.Generator, group: np.ndarray, code: np.ndarray, t: 
 
 def labels(rng: np.random.Generator, n_threads: int, n_desc: int) -> nesting.Labels:
     """Label tables of each width the kernel writes (1, 2 and 4 bytes)."""
-    return nesting.Labels(*(rng.integers(-100, 100, n).astype(t)
-                            for n, t in ((n_threads, np.int8), (n_desc, np.int16), (n_desc, np.int32))))
+    return nesting.Labels(
+        *(
+            rng.integers(-100, 100, n).astype(t)
+            for n, t in ((n_threads, np.int8), (n_desc, np.int16), (n_desc, np.int32))
+        )
+    )
 
 
 #: descriptors 0-4: ops (0, 2), other spans (1, 4), and 3 is no span event (a mark: never paired)
-CODE_CLASS = np.repeat(np.array([nesting.OP_SPAN, nesting.OTHER_SPAN, nesting.OP_SPAN, nesting.NOT_SPAN,
-                                 nesting.OTHER_SPAN], np.int8), 2)
+CODE_CLASS = np.repeat(
+    np.array([nesting.OP_SPAN, nesting.OTHER_SPAN, nesting.OP_SPAN, nesting.NOT_SPAN, nesting.OTHER_SPAN], np.int8), 2
+)
 
 
 def assert_same_rows(c: nesting.SpanRows, ref: nesting.SpanRows) -> None:
@@ -126,11 +132,20 @@ def test_nesting_kernel_visits_a_thread_whose_chunks_go_back_in_time_in_lane_ord
 def test_nesting_numbers_on_a_known_lane() -> None:
     """B0 B1 E1 B1 E1 E0 with times 0, 10, 30, 40, 45, 100: the outer span's self time is 100 - 25."""
     events = np.array([[0, 0], [10, 2], [30, 3], [40, 2], [45, 3], [100, 1]], np.int64)
-    code_class = np.array([nesting.OP_SPAN] * 2 + [nesting.OTHER_SPAN] * 2, np.int8)   # the outer one an op
+    code_class = np.array([nesting.OP_SPAN] * 2 + [nesting.OTHER_SPAN] * 2, np.int8)  # the outer one an op
     ident = nesting.Labels(np.arange(1, dtype=np.int32), np.arange(2, dtype=np.int32), np.arange(2, dtype=np.int32))
     for use_kernel in (True, False):
-        s = nesting.nest_events([events[:2], events[2:]], np.zeros(2, np.int64), code_class, ident, ident,
-                                np.array([-10]), np.array([1000]), 5, use_kernel=use_kernel)
+        s = nesting.nest_events(
+            [events[:2], events[2:]],
+            np.zeros(2, np.int64),
+            code_class,
+            ident,
+            ident,
+            np.array([-10]),
+            np.array([1000]),
+            5,
+            use_kernel=use_kernel,
+        )
         assert s.ops["start_ns"].tolist() == [-5] and s.ops["dur_ns"].tolist() == [100]
         assert s.ops["self_ns"].tolist() == [75] and s.ops["by_desc"].tolist() == [0]
         assert s.spans["start_ns"].tolist() == [5, 35] and s.spans["dur_ns"].tolist() == [20, 5]
@@ -140,10 +155,10 @@ def test_nesting_numbers_on_a_known_lane() -> None:
 
 def test_column_ranges_kernel_matches_numpy() -> None:
     rng = np.random.default_rng(0)
-    table = rng.integers(-2**62, 2**62, (10_001, 4), dtype=np.int64)
-    table[17] = [-2**63, 2**63 - 1, 0, 5]
+    table = rng.integers(-(2**62), 2**62, (10_001, 4), dtype=np.int64)
+    table[17] = [-(2**63), 2**63 - 1, 0, 5]
     assert columns.ranges(table) == columns.ranges(table, use_kernel=False)
-    assert columns.ranges(table)[0][0] == -2**63 and columns.ranges(table)[1][1] == 2**63 - 1
+    assert columns.ranges(table)[0][0] == -(2**63) and columns.ranges(table)[1][1] == 2**63 - 1
     assert columns.ranges(table[:0]) is None
 
 
@@ -151,7 +166,7 @@ def row_text(*args, use_kernel: bool, buffer=None) -> bytes:
     return b"".join(bytes(piece) for piece in trace_text.row_texts(*args, buffer=buffer, use_kernel=use_kernel))
 
 
-EDGE_NS = [0, 1, -1, 124, 125, 999, 1000, -1000, 10**13, 15 * 10**12 * 1000, -(10**18), 2**63 - 1, -2**63]
+EDGE_NS = [0, 1, -1, 124, 125, 999, 1000, -1000, 10**13, 15 * 10**12 * 1000, -(10**18), 2**63 - 1, -(2**63)]
 
 
 def row_arrays(rng, n: int, with_dur: bool, scale: str):
@@ -159,14 +174,14 @@ def row_arrays(rng, n: int, with_dur: bool, scale: str):
     blob = b"".join(heads)
     offsets = np.concatenate([[0], np.cumsum([len(h) for h in heads])]).astype(np.int64)
     key = rng.integers(0, len(heads), n).astype(np.int64)
-    if scale == "full":          # anywhere in int64: huge, negative, zero
-        ts = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
-        dur = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+    if scale == "full":  # anywhere in int64: huge, negative, zero
+        ts = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
+        dur = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
     else:
-        ts = rng.integers(-10**6, 10**13, n).astype(np.int64)
+        ts = rng.integers(-(10**6), 10**13, n).astype(np.int64)
         dur = rng.integers(0, 10**9, n).astype(np.int64)
-    ts[:len(EDGE_NS)] = EDGE_NS
-    dur[:len(EDGE_NS)] = EDGE_NS[::-1]
+    ts[: len(EDGE_NS)] = EDGE_NS
+    dur[: len(EDGE_NS)] = EDGE_NS[::-1]
     order = np.argsort(key, kind="stable").astype(np.int64)
     return (blob, offsets, key, ts, dur if with_dur else None, order)
 
@@ -177,7 +192,7 @@ def row_arrays(rng, n: int, with_dur: bool, scale: str):
 def test_trace_row_kernel_matches_numpy(with_dur: bool, scale: str) -> None:
     """Byte for byte, for any int64 time: huge (1.5e13 ticks and beyond), negative, zero."""
     args = row_arrays(np.random.default_rng(1), 20_000, with_dur, scale)
-    small = np.empty(4096, dtype=np.uint8)               # many refills of a small buffer
+    small = np.empty(4096, dtype=np.uint8)  # many refills of a small buffer
     text = row_text(*args, use_kernel=True, buffer=small)
     assert text == row_text(*args, use_kernel=False)
     _, _, key, ts, dur, order = args
@@ -226,7 +241,7 @@ def test_touching_spans_touch_exactly_in_float64() -> None:
     assert np.array_equal((ts[:-1] - ts[0]) + d[:-1], ts[1:] - ts[0])
 
 
-@pytest.mark.parametrize("max_dense_keys", [1 << 24, 1])        # counting pass, and the np.unique path
+@pytest.mark.parametrize("max_dense_keys", [1 << 24, 1])  # counting pass, and the np.unique path
 def test_group_rows_matches_pandas_groupby(max_dense_keys):
     """Counting-pass grouping (op tables) = pandas groupby(sort=True, observed=True): same groups in
     the same order, sizes, exact sums, min / max, first values; with categoricals whose categories
@@ -241,10 +256,12 @@ def test_group_rows_matches_pandas_groupby(max_dense_keys):
     dur = rng.integers(0, 2**40, n)
     df = pd.DataFrame({"device": device, "name": name, "other": other, "dur": dur})
     g = group_rows(df["device"], df["name"], max_dense_keys=max_dense_keys)
-    ref = (df.assign(device=df["device"].astype(str))
-           .groupby(["device", "name"], sort=True, observed=True)
-           .agg(n=("dur", "size"), s=("dur", "sum"), lo=("dur", "min"), hi=("dur", "max"), first=("other", "first"))
-           .reset_index())
+    ref = (
+        df.assign(device=df["device"].astype(str))
+        .groupby(["device", "name"], sort=True, observed=True)
+        .agg(n=("dur", "size"), s=("dur", "sum"), lo=("dur", "min"), hi=("dur", "max"), first=("other", "first"))
+        .reset_index()
+    )
     assert list(g.values(df["device"])) == list(ref["device"]) and list(g.values(df["name"])) == list(ref["name"])
     assert list(g.size) == list(ref["n"]) and list(g.sum(dur)) == list(ref["s"])
     assert list(g.min(dur)) == list(ref["lo"]) and list(g.max(dur)) == list(ref["hi"])

@@ -1,4 +1,5 @@
 """Recording: schedule windows, concurrent threads, memory budget, misuse, both hot-path implementations."""
+
 import json
 import os
 import subprocess
@@ -48,8 +49,8 @@ def test_quiet_steps_skip_the_python_step_path_and_keep_the_count(tmp_path):
     """Steps a source declares quiet (quiet_until) and that keep the schedule's action are entered
     by the C stepper alone: on_step runs only where needed, yet every step is counted and the
     windows are the schedule's."""
-    from profiler.schedule import next_change
     from profiler.capture.base import Source
+    from profiler.schedule import next_change
 
     class EveryThird(Source):
         name = "every_third"
@@ -90,7 +91,7 @@ def test_schedule_windows_start_where_the_previous_step_ended(tmp_path):
     p.analyse(progress=False)
     st = pd.read_csv(tmp_path / "step_trace_0.csv")
     assert list(st["step"]) == [2, 3, 4, 7, 8, 9]
-    assert (st["total_ms"] > 1.5).all()      # first step of each window is whole, not truncated
+    assert (st["total_ms"] > 1.5).all()  # first step of each window is whole, not truncated
 
 
 def test_eight_threads_record_concurrently(tmp_path):
@@ -175,9 +176,9 @@ def test_unknown_phase_warns_with_a_suggestion(tmp_path):
             pass
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with p.phase("forwrd"):        # warned once only
+        with p.phase("forwrd"):  # warned once only
             pass
-        with p.span("my region"):      # free-form spans never warn
+        with p.span("my region"):  # free-form spans never warn
             pass
     p.stop()
 
@@ -208,6 +209,7 @@ def test_one_recording_at_a_time(tmp_path):
 
 def test_context_manager_decorator_counter_instant(tmp_path):
     with _quiet(tmp_path) as p:
+
         @p.op("Decorated", op_type="Fn")
         def f(x):
             return x + 1
@@ -223,7 +225,10 @@ def test_context_manager_decorator_counter_instant(tmp_path):
             p.step()
     p.analyse(progress=False)
     detail = pd.read_csv(tmp_path / "op_detail_0.csv")
-    assert dict(zip(detail["name"], detail["count"])) == {"Decorated": 3, "test_context_manager_decorator_counter_instant.<locals>.bare": 3}
+    assert dict(zip(detail["name"], detail["count"])) == {
+        "Decorated": 3,
+        "test_context_manager_decorator_counter_instant.<locals>.bare": 3,
+    }
     counters = pd.read_csv(tmp_path / "device_counters_0.csv")
     assert list(counters.loc[counters["metric"] == "loss", "value"]) == pytest.approx([1.0, 0.5, 1 / 3])
     trace = json.load(open(tmp_path / "timeline_0.json"))
@@ -282,9 +287,9 @@ def test_second_recording_into_the_same_directory_keeps_the_first(tmp_path):
     with pytest.warns(ProfilerUsageWarning, match="already held a recording"):
         record(5)
     st = pd.read_csv(tmp_path / "step_trace_0.csv")
-    assert list(st["step"]) == [0, 1, 2, 3, 4]                 # the second recording only
+    assert list(st["step"]) == [0, 1, 2, 3, 4]  # the second recording only
     previous = list((tmp_path / "raw" / "previous").glob("*/*.pvraw"))
-    assert len(previous) == 1                                   # the first one, kept
+    assert len(previous) == 1  # the first one, kept
 
 
 @pytest.mark.parametrize("module", ["profiler.record._hotpath", "profiler.record.buffers"])

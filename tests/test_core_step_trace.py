@@ -1,4 +1,5 @@
 """Step trace from a real loop with injected sleeps: each phase measured against ground truth."""
+
 import time
 
 import numpy as np
@@ -63,7 +64,7 @@ def test_phases_match_ground_truth(tmp_path, marks):
 def test_phases_sum_to_total_and_steps_tile(tmp_path):
     st, _ = _run_loop(tmp_path, steps=5)
     parts = st["iteration_gap_ms"] + st["fp_bp_ms"] + st["tail_ms"]
-    assert np.allclose(parts, st["total_ms"], atol=3e-6)          # 6-decimal rounding of three terms
+    assert np.allclose(parts, st["total_ms"], atol=3e-6)  # 6-decimal rounding of three terms
     assert (st[["iteration_gap_ms", "fp_bp_ms", "tail_ms"]] >= 0).all().all()
     # steps tile the window: each step starts exactly where the previous one ended
     assert (st["start_unix_ns"].iloc[1:].to_numpy() == st["end_unix_ns"].iloc[:-1].to_numpy()).all()
@@ -75,14 +76,14 @@ def test_boundaries_inferred_from_ops(tmp_path):
     truth = []
     t_step = time.perf_counter_ns()
     for _ in range(8):
-        time.sleep(0.010)                      # gap: no op recorded
+        time.sleep(0.010)  # gap: no op recorded
         t_fp = time.perf_counter_ns()
         with p.op("Conv2D"):
             time.sleep(0.008)
         with p.op("MatMul"):
             time.sleep(0.004)
         t_bp = time.perf_counter_ns()
-        time.sleep(0.006)                      # tail: no op recorded
+        time.sleep(0.006)  # tail: no op recorded
         t_end = time.perf_counter_ns()
         p.step()
         truth.append((t_step, t_fp, t_bp, t_end))
@@ -115,14 +116,14 @@ def test_all_reduce_overlap(tmp_path):
     import threading
 
     p = Profiler(output_path=tmp_path, host_counters=False, gpu_counters=False)
-    truth = []                       # (all-reduce ms, its overlap with backward ms), by this test's clock
+    truth = []  # (all-reduce ms, its overlap with backward ms), by this test's clock
     for _ in range(3):
         with p.phase("forward"):
             time.sleep(0.005)
         done = threading.Event()
         times = {}
 
-        def comm():
+        def comm(times=times, done=done):
             times["ar0"] = time.perf_counter_ns()
             with p.phase("all_reduce"):
                 time.sleep(0.010)

@@ -1,4 +1,5 @@
 """Raw store crash safety, Chrome trace validity and determinism."""
+
 import json
 import os
 import signal
@@ -13,8 +14,8 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler
-from profiler.postprocess.recording import analyse_directory
 from profiler.export.trace_text import fixed_decimal
+from profiler.postprocess.recording import analyse_directory
 
 CRASHING_LOOP = r"""
 import sys, time
@@ -34,7 +35,7 @@ while True:
 
 def test_sigkill_loses_at_most_about_a_second(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", CRASHING_LOOP, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    completed = []                      # (step, monotonic time it completed)
+    completed = []  # (step, monotonic time it completed)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -50,14 +51,14 @@ def test_sigkill_loses_at_most_about_a_second(tmp_path):
 
     # offline analysis of the crashed run's raw store, through the CLI
     r = subprocess.run([sys.executable, "-m", "viewer.cli", "analyse", str(tmp_path)], capture_output=True, text=True)
-    if r.returncode != 0 and "No module named" in r.stderr:   # CLI not there: same function, in-process
+    if r.returncode != 0 and "No module named" in r.stderr:  # CLI not there: same function, in-process
         analyse_directory(tmp_path, progress=False)
     else:
         assert r.returncode == 0, r.stderr
     st = pd.read_csv(tmp_path / "step_trace_0.csv")
     recovered = set(st["step"])
     assert set(must_have) <= recovered
-    assert list(st["step"]) == list(range(len(st)))          # a prefix, no holes
+    assert list(st["step"]) == list(range(len(st)))  # a prefix, no holes
     info = json.load(open(tmp_path / "profiler_info_0.json"))
     assert info["recording"]["stopped_cleanly"] is False
     assert any("did not stop cleanly" in w for w in info["warnings"])
@@ -74,6 +75,7 @@ def test_torn_last_chunk_is_skipped_and_reported(tmp_path):
     data = raw.read_bytes()
     # append half of a valid-looking chunk, as a kill during write() would leave it
     from profiler.store.raw import encode_chunk
+
     extra = encode_chunk({"table": "events", "thread": 1, "words": 2}, b"\x00" * 64)
     raw.write_bytes(data + extra[: len(extra) // 2])
     analyse_directory(tmp_path, progress=False)
@@ -103,8 +105,12 @@ def test_chrome_trace_is_valid_and_nested(tmp_path):
     _record_run(tmp_path)
     trace = json.load(open(tmp_path / "timeline_0.json"))
     events = trace["traceEvents"]
-    required = {"X": {"name", "ph", "ts", "dur", "pid", "tid"}, "i": {"name", "ph", "ts", "pid", "tid", "s"},
-                "C": {"name", "ph", "ts", "pid", "args"}, "M": {"name", "ph", "pid", "args"}}
+    required = {
+        "X": {"name", "ph", "ts", "dur", "pid", "tid"},
+        "i": {"name", "ph", "ts", "pid", "tid", "s"},
+        "C": {"name", "ph", "ts", "pid", "args"},
+        "M": {"name", "ph", "pid", "args"},
+    }
     kinds = defaultdict(int)
     for e in events:
         kinds[e["ph"]] += 1
@@ -115,7 +121,7 @@ def test_chrome_trace_is_valid_and_nested(tmp_path):
     lanes = defaultdict(list)
     for e in events:
         if e["ph"] == "X":
-            lanes[(e["pid"], e["tid"])].append((e["ts"], e["dur"]))     # exact: times are k / 1024 µs
+            lanes[(e["pid"], e["tid"])].append((e["ts"], e["dur"]))  # exact: times are k / 1024 µs
     for lane in lanes.values():
         assert lane == sorted(lane, key=lambda x: (x[0], -x[1])), "events sorted by start within each thread"
         stack = []
@@ -153,7 +159,7 @@ def test_gzip_timeline(tmp_path):
     assert not (tmp_path / "timeline_0.json").exists()
 
 
-@pytest.mark.parametrize("ns", [0, 1, 999, 1000, 123456789, 10**15, -5, -123456, 2**63 - 1, -2**63])
+@pytest.mark.parametrize("ns", [0, 1, 999, 1000, 123456789, 10**15, -5, -123456, 2**63 - 1, -(2**63)])
 def test_fixed_decimal_round_trips(ns):
     row = fixed_decimal(np.array([ns]), 30).tobytes().decode()
     assert float(row) * 1000 == pytest.approx(ns, abs=0.5, rel=1e-15)

@@ -1,6 +1,7 @@
 """The device time breakdown (profiler/analysis/device_time.py) beyond the comparison with HTA
 (tests/test_kineto_import.py): Ascend device logs, the reference device against what its host
 did, the sync calls it recognises, and what reaches the output files."""
+
 from __future__ import annotations
 
 import json
@@ -70,10 +71,15 @@ def test_sync_calls(captures: Path):
         calls = runtime_calls(read_kineto_trace(captures / "kineto" / f"{trace}.json.gz").ops)
         kinds[trace] = calls.groupby(["kind", "name"]).size().to_dict()
     assert {name: n for (kind, name), n in kinds["alexnet"].items() if kind == "sync"} == {
-        "cudaStreamSynchronize": 16, "cudaDeviceSynchronize": 5, "cudaMemcpyAsync": 16}
+        "cudaStreamSynchronize": 16,
+        "cudaDeviceSynchronize": 5,
+        "cudaMemcpyAsync": 16,
+    }
     assert {name: n for (kind, name), n in kinds["nccl_data"].items() if kind == "sync"} == {
-        "cudaEventSynchronize": 24, "cudaDeviceSynchronize": 1}
-    assert kinds["nccl_data"][("launch", "cudaMemcpyAsync")] == 960       # Memcpy DtoD: asynchronous
+        "cudaEventSynchronize": 24,
+        "cudaDeviceSynchronize": 1,
+    }
+    assert kinds["nccl_data"][("launch", "cudaMemcpyAsync")] == 960  # Memcpy DtoD: asynchronous
     assert kinds["nccl_data"][("launch", "cudaLaunchKernel")] == 2550
     assert ("other", "cudaEventRecord") in kinds["nccl_data"]
 

@@ -1,4 +1,5 @@
 """DirectFile: the timeline's page-cache-bypassing writer gives exactly the bytes written."""
+
 import os
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def test_exact_bytes_through_o_direct(tmp_path, buffer_bytes):
     f = _write(tmp_path / "out.bin", pieces, buffer_bytes)
     assert (tmp_path / "out.bin").read_bytes() == b"".join(pieces)
     full_blocks = len(b"".join(pieces)) // BLOCK * BLOCK
-    assert f.direct_bytes == (full_blocks if hasattr(os, "O_DIRECT") else 0)   # ext4 /tmp takes O_DIRECT
+    assert f.direct_bytes == (full_blocks if hasattr(os, "O_DIRECT") else 0)  # ext4 /tmp takes O_DIRECT
 
 
 def test_tmpfs_gets_exact_bytes():

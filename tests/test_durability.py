@@ -3,6 +3,7 @@ recording at full speed, two analyses of one directory at once, and SIGKILL at r
 while recording and while analysing. Real threads, real subprocesses, real signals; exact counts,
 with the one documented allowance: a killed recording loses at most what it recorded since its
 last flush (docs/architecture.md, "The raw store")."""
+
 import json
 import os
 import random
@@ -24,8 +25,14 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def _cli(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "viewer.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=ENV, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "viewer.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+        cwd=str(REPO),
+    )
 
 
 def _info(d: Path, rank: int = 0) -> dict:
@@ -42,6 +49,7 @@ def _temps(d: Path) -> list[str]:
 
 
 # ---- threads and processes at full speed ---------------------------------------------------
+
 
 def test_sixteen_threads_in_two_waves_lose_nothing(tmp_path):
     """32 threads (two waves of 16, the second reusing the first's thread idents) each record
@@ -62,8 +70,9 @@ def test_sixteen_threads_in_two_waves_lose_nothing(tmp_path):
 
     for wave in range(waves):
         barrier = threading.Barrier(width)
-        threads = [threading.Thread(target=worker, args=(wave * width + k,), name=f"w{wave * width + k}")
-                   for k in range(width)]
+        threads = [
+            threading.Thread(target=worker, args=(wave * width + k,), name=f"w{wave * width + k}") for k in range(width)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -73,8 +82,7 @@ def test_sixteen_threads_in_two_waves_lose_nothing(tmp_path):
     counts = _op_counts(tmp_path)
     rec = _info(tmp_path)["recording"]
     assert rec["dropped_events"] == 0 and rec["unmatched_span_events"] == 0 and rec["lost_events"] == 0
-    assert {k: v for k, v in counts.items()} == {f"{kind}-{i}": n for i in range(waves * width)
-                                                 for kind in ("outer", "inner")}
+    assert dict(counts) == {f"{kind}-{i}": n for i in range(waves * width) for kind in ("outer", "inner")}
     assert rec["events"] >= waves * width * 4 * n
 
 
@@ -103,12 +111,20 @@ print(json.dumps({"rank": rank}))
 
 def test_four_processes_recording_into_one_directory_lose_nothing(tmp_path):
     n = 30_000
-    procs = [subprocess.Popen([sys.executable, "-c", FOUR_RANKS, str(tmp_path), str(r), str(n)], env=ENV,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FOUR_RANKS, str(tmp_path), str(r), str(n)],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(4)
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-    r = _cli("analyse", tmp_path)                  # all ranks again, and the cluster files
+    r = _cli("analyse", tmp_path)  # all ranks again, and the cluster files
     assert r.returncode == 0, r.stderr
     for rank in range(4):
         rec = _info(tmp_path, rank)["recording"]
@@ -121,6 +137,7 @@ def test_four_processes_recording_into_one_directory_lose_nothing(tmp_path):
 
 
 # ---- two analyses at once --------------------------------------------------------------------
+
 
 def _record_steps(out: Path, steps: int, ops: int) -> None:
     p = Profiler(out, host_counters=False, gpu_counters=False)
@@ -143,9 +160,17 @@ def test_two_analyses_of_one_directory_at_once_both_succeed(tmp_path):
     assert first.returncode == 0, first.stderr
     reference = _outputs(tmp_path)
     for attempt in range(6):
-        procs = [subprocess.Popen([sys.executable, "-m", "viewer.cli", "analyse", str(tmp_path)], env=ENV,
-                                  cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "viewer.cli", "analyse", str(tmp_path)],
+                env=ENV,
+                cwd=str(REPO),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         for proc in procs:
             out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, f"attempt {attempt}: {err}"
@@ -182,9 +207,13 @@ while True:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_at_a_random_moment_while_recording_is_recovered(tmp_path, seed):
     delay = random.Random(f"record/{seed}").uniform(0.3, 2.5)
-    proc = subprocess.Popen([sys.executable, "-c", RECORDING_LOOP, str(tmp_path), str(FLUSH_INTERVAL_S)],
-                            stdout=subprocess.PIPE, text=True, env=ENV)
-    done: list[tuple[int, float]] = []             # (step, when it completed), as the child reported it
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RECORDING_LOOP, str(tmp_path), str(FLUSH_INTERVAL_S)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    done: list[tuple[int, float]] = []  # (step, when it completed), as the child reported it
     first = proc.stdout.readline().split()
     done.append((int(first[0]), float(first[1])))
     kill_at = time.monotonic() + delay
@@ -207,11 +236,11 @@ def test_sigkill_at_a_random_moment_while_recording_is_recovered(tmp_path, seed)
     r = _cli("analyse", tmp_path)
     assert r.returncode == 0, r.stderr
     steps = list(pd.read_csv(tmp_path / "step_trace_0.csv")["step"])
-    assert steps == list(range(len(steps)))                         # a prefix, no holes, no duplicates
+    assert steps == list(range(len(steps)))  # a prefix, no holes, no duplicates
     assert set(must_have) <= set(steps)
-    assert len(steps) <= len(reported) + 1                          # step() may have run before its print
+    assert len(steps) <= len(reported) + 1  # step() may have run before its print
     ops = _op_counts(tmp_path)
-    assert len(steps) <= ops["MatMul"] <= len(steps) + 1            # the unfinished step may hold its op
+    assert len(steps) <= ops["MatMul"] <= len(steps) + 1  # the unfinished step may hold its op
     rec = _info(tmp_path)["recording"]
     assert rec["stopped_cleanly"] is False and rec["torn_chunks"] <= 1 and rec["duplicate_chunks"] == 0
 
@@ -264,8 +293,13 @@ def _check_recovered(d: Path) -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_at_a_random_moment_of_profiler_analyse_is_recovered(tmp_path, seed):
-    proc = subprocess.Popen([sys.executable, "-c", ANALYSING, str(tmp_path), str(STEPS), str(OPS)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ANALYSING, str(tmp_path), str(STEPS), str(OPS)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     assert proc.stdout.readline().strip() == "stopped"
     started = time.monotonic()
     time.sleep(random.Random(f"analyse/{seed}").uniform(0.0, 1.5))
@@ -279,11 +313,21 @@ def test_sigkill_at_a_random_moment_of_profiler_analyse_is_recovered(tmp_path, s
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_at_a_random_moment_of_a_re_analysis_is_recovered(tmp_path, seed):
     """Killing `profview analyse` over an earlier analysis's outputs never leaves a mix the viewer trusts."""
-    proc = subprocess.run([sys.executable, "-c", ANALYSING, str(tmp_path), str(STEPS), str(OPS)], env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", ANALYSING, str(tmp_path), str(STEPS), str(OPS)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
-    again = subprocess.Popen([sys.executable, "-m", "viewer.cli", "analyse", str(tmp_path)], env=ENV, cwd=str(REPO),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    again = subprocess.Popen(
+        [sys.executable, "-m", "viewer.cli", "analyse", str(tmp_path)],
+        env=ENV,
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     time.sleep(random.Random(f"reanalyse/{seed}").uniform(0.2, 2.0))
     os.kill(again.pid, signal.SIGKILL)
     again.wait()

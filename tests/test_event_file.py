@@ -3,6 +3,7 @@
 field reads as version 1 stored it. The committed example profile's files are version 1: they still
 open, export their Chrome trace and build their timeline page, and the same events written again as
 version 2 give the same fields, row index, Chrome trace and page."""
+
 from __future__ import annotations
 
 import gzip
@@ -14,17 +15,23 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from viewer_fixtures import Spec, write_run
 
 from profiler.errors import InputError
 from profiler.export import event_file
 from profiler.export.chrome_from_events import write_trace_from_events
 from profiler.export.event_file import EventStreamWriter
-from profiler.formats import EVENT_COLUMNS, EVENT_FIELD_DTYPES, EVENT_FILE_COLUMNS, EVENT_HEAD_FIELDS, EventFile, \
-    read_event_file
+from profiler.formats import (
+    EVENT_COLUMNS,
+    EVENT_FIELD_DTYPES,
+    EVENT_FILE_COLUMNS,
+    EVENT_HEAD_FIELDS,
+    EventFile,
+    read_event_file,
+)
 from viewer.context import Context
 from viewer.inputs import load_input
 from viewer.pages import timeline
-from viewer_fixtures import Spec, write_run
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "sample_runs" / "example_profile").iterdir())
 FIELDS = [name for name in EVENT_FIELD_DTYPES if name != "head"]
@@ -44,11 +51,20 @@ def rewrite_as_v2(v1: Path, path: Path) -> Path:
     f = read_event_file(v1)
     heads, codes = head_codes(f)
     rows = {"start_ns": f.column("start_ns"), "dur_ns": f.column("dur_ns"), "step": f.column("step"), "head": codes}
-    with EventStreamWriter(path, rank=f.meta["rank"], names=f.names, categories=f.categories, args=f.args,
-                           heads=heads, lanes=f.lanes, data_origin=f.meta["data_origin"],
-                           origin_unix_ns=f.meta["origin_unix_ns"], chrome=f.meta["chrome"]) as w:
-        w.write({k: v[:f.complete_rows] for k, v in rows.items()})
-        w.write({k: v[f.complete_rows:] for k, v in rows.items()}, complete=False)
+    with EventStreamWriter(
+        path,
+        rank=f.meta["rank"],
+        names=f.names,
+        categories=f.categories,
+        args=f.args,
+        heads=heads,
+        lanes=f.lanes,
+        data_origin=f.meta["data_origin"],
+        origin_unix_ns=f.meta["origin_unix_ns"],
+        chrome=f.meta["chrome"],
+    ) as w:
+        w.write({k: v[: f.complete_rows] for k, v in rows.items()})
+        w.write({k: v[f.complete_rows :] for k, v in rows.items()}, complete=False)
     return path
 
 
@@ -88,7 +104,7 @@ def test_a_version_2_file_stores_start_duration_step_and_head(example):
     assert batches(v1.path)[0].names == list(EVENT_FILE_COLUMNS[1])
     assert_version_2_layout(v2.path)
     assert len(batches(v2.path)[1]) > 3
-    assert len(v2.meta["heads"]["ph"]) < v2.rows / 10          # what rows share is stored once
+    assert len(v2.meta["heads"]["ph"]) < v2.rows / 10  # what rows share is stored once
 
 
 def test_an_imported_gpu_capture_is_written_as_version_2(tmp_path, captures):
@@ -100,15 +116,23 @@ def test_an_imported_gpu_capture_is_written_as_version_2(tmp_path, captures):
     assert f.meta["version"] == 2 and f.meta["phase_rows"]["s"] > 100
     assert_version_2_layout(f.path)
     flows = slice(f.rows - f.meta["phase_rows"]["s"] - f.meta["phase_rows"]["f"], f.rows)
-    assert set(chr(p) for p in f.column("ph", flows.start, flows.stop).tolist()) == {"s", "f"}
+    assert {chr(p) for p in f.column("ph", flows.start, flows.stop).tolist()} == {"s", "f"}
     assert len(f.meta["heads"]["ph"]) > flows.stop - flows.start
 
 
 def test_every_field_reads_as_version_1_stored_it(example):
     v1, v2 = (read_event_file(d / "events_0.arrow") for d in example)
     assert v2.rows == v1.rows > 9000
-    ranges = [(0, None), (0, 1), (999, 1001), (1500, 4321), (v1.complete_rows - 5, v1.complete_rows + 5),
-              (v1.rows - 3, v1.rows + 10), (7, 7), (-5, 3)]
+    ranges = [
+        (0, None),
+        (0, 1),
+        (999, 1001),
+        (1500, 4321),
+        (v1.complete_rows - 5, v1.complete_rows + 5),
+        (v1.rows - 3, v1.rows + 10),
+        (7, 7),
+        (-5, 3),
+    ]
     for name in FIELDS:
         for start, stop in ranges:
             a, b = v1.column(name, start, stop), v2.column(name, start, stop)
@@ -144,9 +168,16 @@ def test_a_newer_version_is_refused_in_one_sentence(tmp_path, monkeypatch):
         read_event_file(path)
 
 
-@pytest.mark.parametrize("heads", [None, {"ph": [88]}, {name: [0, 1] for name, _ in EVENT_HEAD_FIELDS} | {"lane": [0]},
-                                   {name: [-1] for name, _ in EVENT_HEAD_FIELDS},
-                                   {name: ["x"] for name, _ in EVENT_HEAD_FIELDS}])
+@pytest.mark.parametrize(
+    "heads",
+    [
+        None,
+        {"ph": [88]},
+        {name: [0, 1] for name, _ in EVENT_HEAD_FIELDS} | {"lane": [0]},
+        {name: [-1] for name, _ in EVENT_HEAD_FIELDS},
+        {name: ["x"] for name, _ in EVENT_HEAD_FIELDS},
+    ],
+)
 def test_a_damaged_heads_table_is_refused_in_one_sentence(tmp_path, heads):
     """Rewritten metadata: a heads table missing, short of a field, of unequal lengths or not the fields' integers."""
     path = rewrite_as_v2(EXAMPLES[0] / "events_0.arrow", tmp_path / "good.arrow")

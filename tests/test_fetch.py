@@ -1,5 +1,6 @@
 """The one timed iterator (profiler/data/fetch.py): every fetch a `data` phase, the wrapped object's
 length and attributes kept, a probe's bookkeeping inside the fetch, and plain next() when told."""
+
 from __future__ import annotations
 
 import time
@@ -37,7 +38,7 @@ def test_every_fetch_is_a_data_phase_and_the_loader_shows_through(tmp_path):
     assert seen == [0, 1, 2, 3]
     run = load_rank(tmp_path, 0)
     data = run.spans[(run.spans["kind"] == "phase") & (run.spans["name"] == "data")]
-    assert len(data) == 5                                     # four batches and the fetch that ended the loop
+    assert len(data) == 5  # four batches and the fetch that ended the loop
     assert (data["dur_ns"].iloc[:4] >= FETCH_S * 1e9).all()
     assert data["dur_ns"].iloc[4] < FETCH_S * 1e9 / 2
 

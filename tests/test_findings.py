@@ -4,6 +4,7 @@ A toy question declared here (as a new finding module would be) reads a real Kin
 device timeline; the registered questions are checked for what they declare (needs, thresholds,
 keys), and the Data pipeline page is shown to pick its findings from the registry on a real run.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,20 @@ def memcpy_time(data: DeviceTimeline, ctx: Context) -> list[Finding]:
     RECEIVED.update(ops=data.ops, op_type=data.op_type)
     device = data.ops[(data.ops["device"] != "cpu").to_numpy()]
     memcpy_ms = float(device.loc[(device["category"] == "memcpy").to_numpy(), "dur_ns"].sum()) / 1e6
-    return [Finding(kind="memcpy_time", title=f"memcpy takes {memcpy_ms:.3f} ms", at_stake_ms=0.0, at_stake_pct=0.0,
-                    evidence=f"[{ctx.file('timeline', 'json')}: memcpy]", threshold="any", suggestion="-",
-                    files=[ctx.file("timeline", "json")], severity="low", metrics={"memcpy_ms": memcpy_ms})]
+    return [
+        Finding(
+            kind="memcpy_time",
+            title=f"memcpy takes {memcpy_ms:.3f} ms",
+            at_stake_ms=0.0,
+            at_stake_pct=0.0,
+            evidence=f"[{ctx.file('timeline', 'json')}: memcpy]",
+            threshold="any",
+            suggestion="-",
+            files=[ctx.file("timeline", "json")],
+            severity="low",
+            metrics={"memcpy_ms": memcpy_ms},
+        )
+    ]
 
 
 TOY = Question(name="memcpy", page="timeline", keys=("memcpy_time",), rank=Rule(DeviceTimeline, memcpy_time))
@@ -52,7 +64,7 @@ TOY = Question(name="memcpy", page="timeline", keys=("memcpy_time",), rank=Rule(
 def alexnet(captures):
     """A real Kineto capture (AlexNet on one GPU), analysed as `profview import` does (its steps inferred)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")            # the capture has no ProfilerStep: steps are inferred, with a warning
+        warnings.simplefilter("ignore")  # the capture has no ProfilerStep: steps are inferred, with a warning
         return analyse_run(ensure_steps(read_kineto_trace(captures / "kineto" / "alexnet.json.gz")))
 
 
@@ -81,7 +93,7 @@ def test_a_new_question_joins_the_report_with_one_registration(alexnet):
     added = [f for f in report["findings"] if f["kind"] == "memcpy_time"]
     assert len(added) == 1 and added[0]["key"] == "memcpy_time" and added[0]["files"] == ["timeline_0.json"]
     assert len(report["findings"]) == len(plain["findings"]) + 1
-    assert report["verdict"] == plain["verdict"]                       # a low finding does not change it
+    assert report["verdict"] == plain["verdict"]  # a low finding does not change it
     assert [f for f in report["findings"] if f["kind"] != "memcpy_time"] == plain["findings"]
     assert question_of("memcpy_time", QUESTIONS + (TOY,)) is TOY and question_of("memcpy_time") is None
 
@@ -92,7 +104,9 @@ def test_a_need_nobody_offers_is_named_with_what_is_offered(alexnet):
         opz: pd.DataFrame
 
     data, ctx = rank_context(alexnet)
-    with pytest.raises(AttributeError, match=r"a finding needs 'opz', which RankData does not offer \(it offers .*op_type"):
+    with pytest.raises(
+        AttributeError, match=r"a finding needs 'opz', which RankData does not offer \(it offers .*op_type"
+    ):
         Rule(Typo, memcpy_time).answer(data, ctx)
 
 
@@ -114,7 +128,7 @@ def test_every_registered_need_is_offered():
 
 def test_thresholds_are_the_verdicts_and_each_questions_own():
     names = list(VERDICT_THRESHOLDS) + [name for q in QUESTIONS for name in q.thresholds]
-    assert len(names) == len(set(names))                               # no question redefines another's
+    assert len(names) == len(set(names))  # no question redefines another's
     assert list(DEFAULT_THRESHOLDS) == names
     by_name = {q.name: q for q in QUESTIONS}
     assert by_name["input"].thresholds["input_gap_pct"].default == DEFAULT_THRESHOLDS["input_gap_pct"] == 10.0
@@ -124,7 +138,7 @@ def test_thresholds_are_the_verdicts_and_each_questions_own():
 def test_keys_find_their_question():
     assert question_of("host_bound:gap").name == "input"
     assert question_of("host_bound:launch").name == "launch"
-    assert question_of("host_bound") is None                           # shared kind: only its key says whose
+    assert question_of("host_bound") is None  # shared kind: only its key says whose
     assert question_of("op_hotspot:cast:cuda:0").name == "operators"
     assert question_of("memory_growth:host:rss_bytes").page == "counters"
     assert question_of("straggler_rank").page == "cluster"
@@ -148,17 +162,17 @@ def test_the_data_pipeline_page_shows_the_data_findings_only(tmp_path):
     p = Profiler(output_path=tmp_path, host_counters=False, gpu_counters=False)
     for i in range(16):
         with p.phase("data"):
-            time.sleep(0.008)                      # the loop waits for data about half the step
+            time.sleep(0.008)  # the loop waits for data about half the step
         with p.phase("forward"):
             time.sleep(0.006)
         if i % 5 == 4:
             with p.span("checkpoint"):
-                time.sleep(0.08)                   # a periodic slow step
+                time.sleep(0.08)  # a periodic slow step
         p.step()
     p.analyse(progress=False)
     kinds = {f["kind"] for f in json.loads((tmp_path / "report_0.json").read_text())["findings"]}
     assert {"input_bound", "step_outliers"} <= kinds
     html = pipeline.build(ViewerContext(load_input(tmp_path)))
     assert "What it costs the step" in html and "Input pipeline: the loop waits for data" in html
-    assert '<span class="note">input_bound</span>' in html                 # a finding row, its kind under the title
+    assert '<span class="note">input_bound</span>' in html  # a finding row, its kind under the title
     assert '<span class="note">step_outliers</span>' not in html and "slow steps, every 5 steps add" not in html

@@ -10,6 +10,7 @@ of each stream's idle time): sync + data + host = host_wait (the host launched t
 launch = kernel_wait (queued work, gap under 30 us), other = other. test_host_side_causes_match_hta below
 checks the same mapping on the device-level figures the findings use.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,28 +51,58 @@ def findings(rep: dict, key_prefix: str) -> list[dict]:
 # --------------------------------------------------------------------------- the classifier
 
 
-@pytest.mark.parametrize("name, family, precision", [
-    ("ampere_sgemm_128x64_nn", "gemm", "fp32"),
-    ("volta_sgemm_128x32_nt", "gemm", "fp32"),
-    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x4_nn_align1>(cutlass_80_tensorop_s1688gemm_64x64_"
-     "32x4_nn_align1::Params)", "gemm", "tensor_core"),
-    ("volta_h884gemm_64x64_ldg8_nn", "gemm", "tensor_core"),
-    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", "gemm", "tensor_core"),
-    ("void cutlass::Kernel<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>", "gemm", "tensor_core"),
-    ("volta_dgemm_128x64_nn", "gemm", "fp64"),
-    ("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "convolution", "fp32"),
-    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1"
-     "_g1_tensor16x8x8_alignc4_execute_kernel", "convolution", "tensor_core"),
-    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "normalisation", "fp32"),
-    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float)", "normalisation",
-     "fp32"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<double>, at::detail::Array<char*, "
-     "3> >(int)", "elementwise", "fp64"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::nan_to_num_kernel_cuda(at::TensorIteratorBase&, "
-     "c10::optional<double>, c10::optional<double>)::{lambda(float)#1}>", "elementwise", ""),
-    ("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*, int const*, int*)", "other", ""),
-    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "comm", ""),
-])
+@pytest.mark.parametrize(
+    "name, family, precision",
+    [
+        ("ampere_sgemm_128x64_nn", "gemm", "fp32"),
+        ("volta_sgemm_128x32_nt", "gemm", "fp32"),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x4_nn_align1>("
+            "cutlass_80_tensorop_s1688gemm_64x64_32x4_nn_align1::Params)",
+            "gemm",
+            "tensor_core",
+        ),
+        ("volta_h884gemm_64x64_ldg8_nn", "gemm", "tensor_core"),
+        ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", "gemm", "tensor_core"),
+        (
+            "void cutlass::Kernel<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>",
+            "gemm",
+            "tensor_core",
+        ),
+        ("volta_dgemm_128x64_nn", "gemm", "fp64"),
+        ("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "convolution", "fp32"),
+        (
+            "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1"
+            "_g1_tensor16x8x8_alignc4_execute_kernel",
+            "convolution",
+            "tensor_core",
+        ),
+        (
+            "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)",
+            "normalisation",
+            "fp32",
+        ),
+        (
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float)",
+            "normalisation",
+            "fp32",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<double>, "
+            "at::detail::Array<char*, 3> >(int)",
+            "elementwise",
+            "fp64",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::nan_to_num_kernel_cuda("
+            "at::TensorIteratorBase&, c10::optional<double>, c10::optional<double>)::{lambda(float)#1}>",
+            "elementwise",
+            "",
+        ),
+        ("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*, int const*, int*)", "other", ""),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "comm", ""),
+    ],
+)
 def test_kernel_names(name: str, family: str, precision: str):
     """Family and precision from the vendor libraries' naming: the shape codes of tensor-core kernels
     (h884, s1688, s16816, tensorop, tf32), cuBLAS' s / d prefixes, template arguments; an argument type
@@ -84,14 +115,17 @@ def test_every_kernel_of_the_traces_is_classified(captures: Path):
     every CUTLASS `tensorop` kernel a tensor-core one, and on the two CNNs (alexnet, the DDP ResNet of
     nccl_data) the named families cover most compute time (the recommendation models' embedding and
     sort kernels are `other`)."""
-    frames = [classify(device_executions(read_kineto_trace(captures / "kineto" / f"{t}.json.gz").ops))
-              for t in GPU_TRACES]
+    frames = [
+        classify(device_executions(read_kineto_trace(captures / "kineto" / f"{t}.json.gz").ops)) for t in GPU_TRACES
+    ]
     ex = pd.concat(frames, ignore_index=True)
     names = ex["name"].astype(str)
     assert (ex.loc[(ex["category"] == "comm").to_numpy(), "family"] == "comm").all()
     assert (ex.loc[ex["category"].isin(["memcpy", "memset"]).to_numpy(), "family"] == "memory").all()
     sgemm = names.str.contains("sgemm") & ~names.str.contains("scudnn|implicit_convolve")
-    assert sgemm.sum() > 100 and (ex.loc[sgemm, "family"] == "gemm").all() and (ex.loc[sgemm, "precision"] == "fp32").all()
+    assert (
+        sgemm.sum() > 100 and (ex.loc[sgemm, "family"] == "gemm").all() and (ex.loc[sgemm, "precision"] == "fp32").all()
+    )
     tensorop = names.str.contains("tensorop")
     assert tensorop.sum() > 100 and (ex.loc[tensorop, "precision"] == "tensor_core").all()
     for trace, frame in zip(GPU_TRACES, frames):
@@ -140,7 +174,7 @@ def test_alexnet_verdict(captures: Path):
     assert rep["verdict"] == "host_bound"
     top = rep["findings"][0]
     assert top["key"] == "host_bound:device" and top["title"].startswith("Host-bound") and top["severity"] == "high"
-    assert not findings(rep, "host_bound:launch")            # the host-gap guess is not made beside it
+    assert not findings(rep, "host_bound:launch")  # the host-gap guess is not made beside it
 
 
 def test_diff_control_verdict(captures: Path):
@@ -178,7 +212,9 @@ def test_nccl_data_verdict(captures: Path):
     assert not findings(rep, "comm_bound") and not findings(rep, "host_bound:launch")
 
 
-@pytest.mark.parametrize("trace, comm_pct, overlap", [("sampled_rank-0", 32.40, 14.95), ("sampled_rank-1", 30.79, 19.93)])
+@pytest.mark.parametrize(
+    "trace, comm_pct, overlap", [("sampled_rank-0", 32.40, 14.95), ("sampled_rank-1", 30.79, 19.93)]
+)
 def test_sampled_ranks_verdict(captures: Path, trace: str, comm_pct: float, overlap: float):
     """HTA: idle 55.21 % / 52.89 % (never balanced); host_wait dominates every stream but the main compute
     stream 7, which also has ~0.5-0.6 s `other` (kernels queued behind the peer's send/recv). Device-level,
@@ -235,8 +271,9 @@ def test_memcpy_rule_on_pageable_copies(captures: Path):
     ops = read_kineto_trace(captures / "kineto" / "alexnet.json.gz").ops
     ex = device_executions(ops)
     copies = ex[ex["category"].isin(["memcpy", "memset"]).to_numpy()]
-    assert f["at_stake_ms"] == pytest.approx(_union_ms(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy()),
-                                             abs=0.01)
+    assert f["at_stake_ms"] == pytest.approx(
+        _union_ms(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy()), abs=0.01
+    )
     assert f["metrics"]["pageable_copies"] == 16 and "pin_memory=True" in f["suggestion"]
     assert "non_blocking=True" in f["suggestion"]
 
@@ -250,9 +287,10 @@ def test_precision_rule_sums_the_fp32_matrix_kernels(captures: Path):
     ex = device_executions(read_kineto_trace(captures / "kineto" / "alexnet.json.gz").ops)
     names = ex["name"].astype(str)
     fp32 = (names.str.contains("sgemm|scudnn|gcgemm|cublasLt") | names.str.startswith("void fft2d")).to_numpy()
-    assert f["at_stake_ms"] == pytest.approx(_union_ms(ex["start_ns"].to_numpy()[fp32], ex["end_ns"].to_numpy()[fp32]),
-                                             abs=0.01)
-    assert not findings(rep, "device_precision:fp64")         # alexnet has no float64 kernel
+    assert f["at_stake_ms"] == pytest.approx(
+        _union_ms(ex["start_ns"].to_numpy()[fp32], ex["end_ns"].to_numpy()[fp32]), abs=0.01
+    )
+    assert not findings(rep, "device_precision:fp64")  # alexnet has no float64 kernel
 
 
 def test_fp64_kernels_found(captures: Path):
@@ -332,8 +370,17 @@ def test_call_site_is_the_python_frame_when_recorded(captures: Path, tmp_path: P
     doc = _load(captures / "kineto" / "alexnet.json.gz")
     call = next(e for e in doc["traceEvents"] if e.get("name") == "cudaDeviceSynchronize")
     for name, pad in (("train.py(10): main", 20), ("train.py(42): log_metrics", 10)):
-        doc["traceEvents"].append({"ph": "X", "cat": "python_function", "name": name, "pid": call["pid"],
-                                   "tid": call["tid"], "ts": call["ts"] - pad, "dur": call["dur"] + 2 * pad})
+        doc["traceEvents"].append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": name,
+                "pid": call["pid"],
+                "tid": call["tid"],
+                "ts": call["ts"] - pad,
+                "dur": call["dur"] + 2 * pad,
+            }
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ops = read_kineto_trace(_write(doc, tmp_path / "stack.json.gz", compress=True)).ops

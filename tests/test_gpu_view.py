@@ -2,6 +2,7 @@
 overlap against HolisticTraceAnalysis on the real Kineto traces with NCCL kernels, the "Device time"
 block of `--summary`, the Overview and the cluster summary, all read from report_{rank}.json's
 "devices" records."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,8 +57,9 @@ def overlap_pct(trace) -> float:
 
 @pytest.mark.filterwarnings("ignore:The inplace keyword")  # HTA 0.5 under pandas 3
 @pytest.mark.parametrize("trace", NCCL_TRACES)
-def test_step_trace_overlap_is_htas_kernel_level_overlap(captures: Path, trace: str, tmp_path: Path,
-                                                          tmp_path_factory, monkeypatch) -> None:
+def test_step_trace_overlap_is_htas_kernel_level_overlap(
+    captures: Path, trace: str, tmp_path: Path, tmp_path_factory, monkeypatch
+) -> None:
     """On the executions HTA keeps, the step trace's all-reduce overlap summed over the steps is HTA's
     comm / compute overlap within 1 point; so is the imported trace's step_trace csv wherever HTA
     keeps every execution (diff_test: HTA drops 614 kernels launched before the host recording).
@@ -91,15 +93,17 @@ def test_step_trace_overlap_is_htas_kernel_level_overlap(captures: Path, trace: 
         assert report["verdict"] == "comm_bound"
         (comm,) = [f for f in report["findings"] if f["kind"] == "comm_bound"]
         # one definition: the finding's kernel figures are the step trace's columns over the steady steps
-        steady = written[written["step"].isin(written["step"].iloc[report["steps"]["warmup_skipped"]:])]
+        steady = written[written["step"].isin(written["step"].iloc[report["steps"]["warmup_skipped"] :])]
         assert report["steps"]["outliers"] == 0 and len(steady) == report["steps"]["steady"]
         assert comm["metrics"]["comm_kernel_ms"] == pytest.approx(steady["all_reduce_ms"].mean(), abs=1e-3)
         assert comm["metrics"]["exposed_ms"] == pytest.approx(
-            (steady["all_reduce_ms"] - steady["all_reduce_overlap_ms"]).mean(), abs=1e-3)
+            (steady["all_reduce_ms"] - steady["all_reduce_overlap_ms"]).mean(), abs=1e-3
+        )
         assert comm["at_stake_pct"] == pytest.approx(20.08, abs=0.01)
 
 
 # --------------------------------------------------------------------------- the figures where people look
+
 
 def profview(*args: str) -> subprocess.CompletedProcess:
     """The profview command, as a user runs it."""
@@ -118,9 +122,16 @@ def expected_row(d: dict) -> list[str]:
     """A report devices record as the Device time tables show it (one decimal, the report's values)."""
     causes = {c: d[f"idle_{c}_ms"] for c in ("sync", "data", "host", "launch", "other")}
     lead = max(causes, key=causes.get)
-    return [d["device"], f"{d['busy_pct']:.1f}", f"{d['idle_pct']:.1f}", f"{d['compute_pct']:.1f}",
-            f"{d['comm_pct']:.1f}", f"{d['memory_pct']:.1f}", f"{d['comm_compute_overlap_pct']:.1f}",
-            f"{IDLE_CAUSE_LABELS[lead]}: {causes[lead]:.1f} ms ({100 * causes[lead] / d['idle_ms']:.1f} % of idle)"]
+    return [
+        d["device"],
+        f"{d['busy_pct']:.1f}",
+        f"{d['idle_pct']:.1f}",
+        f"{d['compute_pct']:.1f}",
+        f"{d['comm_pct']:.1f}",
+        f"{d['memory_pct']:.1f}",
+        f"{d['comm_compute_overlap_pct']:.1f}",
+        f"{IDLE_CAUSE_LABELS[lead]}: {causes[lead]:.1f} ms ({100 * causes[lead] / d['idle_ms']:.1f} % of idle)",
+    ]
 
 
 def test_summary_prints_the_device_time_block(nccl_dir: Path, captures: Path, tmp_path: Path) -> None:
@@ -134,7 +145,7 @@ def test_summary_prints_the_device_time_block(nccl_dir: Path, captures: Path, tm
     head = next(i for i, line in enumerate(lines) if line.startswith("Device time ("))
     assert lines[head + 1].split()[:3] == ["device", "window", "ms"]
     row = lines[head + 3]
-    assert lines[head + 4] == ""                                   # one device, one row
+    assert lines[head + 4] == ""  # one device, one row
     assert row.split()[:8] == ["cuda:0", "660.551", "23.8", "76.2", "17.5", "7.1", "0.4", "15.6"]
     expected = expected_row(device)
     assert row.split()[:2] == [expected[0], f"{device['window_ms']:.3f}"] and row.split()[2:8] == expected[1:7]
@@ -148,11 +159,13 @@ def test_summary_prints_the_device_time_block(nccl_dir: Path, captures: Path, tm
 
 def section_rows(html: str, page: str, title: str) -> list[list[str]]:
     """The rows of the first table under the section `title` of a report page, as cell texts."""
-    body = html[html.index(f'id="page-{page}"'):]
-    body = body[body.index(f"<h2>{title}</h2>"):]
-    body = body[:body.index("</table>")]
-    return [[unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
-            for tr in re.findall(r"<tr>(.*?)</tr>", body)[1:]]
+    body = html[html.index(f'id="page-{page}"') :]
+    body = body[body.index(f"<h2>{title}</h2>") :]
+    body = body[: body.index("</table>")]
+    return [
+        [unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+        for tr in re.findall(r"<tr>(.*?)</tr>", body)[1:]
+    ]
 
 
 def test_overview_shows_the_device_time_in_a_browser(nccl_dir: Path, tmp_path: Path) -> None:
@@ -189,7 +202,8 @@ const plot = heading.parentElement.querySelector('div.plot');
     assert sum(shares.values()) == pytest.approx(100.0, abs=0.01)
     assert shares["compute"] == pytest.approx(device["compute_pct"], abs=1e-6)
     assert shares["idle: host work (launching too slowly)"] == pytest.approx(
-        100 * device["idle_host_ms"] / device["window_ms"], abs=1e-3)
+        100 * device["idle_host_ms"] / device["window_ms"], abs=1e-3
+    )
 
 
 def test_cluster_summary_and_page_have_each_ranks_device_time(captures: Path, tmp_path: Path) -> None:
@@ -209,13 +223,17 @@ def test_cluster_summary_and_page_have_each_ranks_device_time(captures: Path, tm
     reports = {r: json.loads((tmp_path / f"report_{r}.json").read_text())["devices"] for r in (0, 1)}
     assert doc["device_time"] == [{"rank": r, **d} for r in (0, 1) for d in reports[r]]
     assert [(d["rank"], d["device"], round(d["busy_pct"], 1)) for d in doc["device_time"]] == [
-        (0, "cuda:0", 44.8), (1, "cuda:1", 47.1)]
+        (0, "cuda:0", 44.8),
+        (1, "cuda:1", 47.1),
+    ]
 
     out = tmp_path / "report.html"
     assert profview(str(tmp_path), "-o", str(out)).returncode == 0
     rows = section_rows(out.read_text(), "cluster", "Device time per rank")
-    assert [(r[0], r[1], r[3], r[4]) for r in rows] == [("0", "cuda:0", "44.8 %", "55.2 %"),
-                                                        ("1", "cuda:1", "47.1 %", "52.9 %")]
+    assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
+        ("0", "cuda:0", "44.8 %", "55.2 %"),
+        ("1", "cuda:1", "47.1 %", "52.9 %"),
+    ]
 
 
 # --------------------------------------------------------------------------- the DataLoader story
@@ -227,11 +245,16 @@ def measured_data_wait(trace: Path) -> dict[int, tuple[float, float]]:
     """Per ProfilerStep#N of a torch.profiler trace, straight from its JSON: (the time inside
     torch's DataLoader ranges, the step's length), in ms."""
     events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
-    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
-             if e["name"].startswith("ProfilerStep#")}
+    steps = {
+        int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e["name"].startswith("ProfilerStep#")
+    }
     loads = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith(DATA_RANGE)]
-    return {n: (sum(min(e, end) - max(s, start) for s, e in loads if s < end and e > start) / 1000,
-                (end - start) / 1000) for n, (start, end) in steps.items()}
+    return {
+        n: (sum(min(e, end) - max(s, start) for s, e in loads if s < end and e > start) / 1000, (end - start) / 1000)
+        for n, (start, end) in steps.items()
+    }
 
 
 def share_pct(per_step: dict[int, tuple[float, float]], steps) -> float:
@@ -246,8 +269,13 @@ def dataloader_runs(tmp_path_factory) -> dict[int, tuple[Path, Path]]:
     runs = {}
     for workers in (0, 4):
         trace, out = base / f"workers{workers}.json", base / f"workers{workers}"
-        made = subprocess.run([sys.executable, str(REPO / "tests" / "dataloader_story.py"), str(workers), str(trace)],
-                              capture_output=True, text=True, timeout=600, cwd=REPO)
+        made = subprocess.run(
+            [sys.executable, str(REPO / "tests" / "dataloader_story.py"), str(workers), str(trace)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=REPO,
+        )
         assert made.returncode == 0, made.stderr
         imported = profview("import", str(trace), "-o", str(out))
         assert imported.returncode == 0, imported.stderr
@@ -265,11 +293,11 @@ def test_dataloader_without_workers_is_input_bound(dataloader_runs) -> None:
     assert sorted(rows["step"]) == sorted(measured) and len(measured) == 11
     for step, wait in zip(rows["step"], rows["data_wait_ms"]):
         assert wait == pytest.approx(measured[int(step)][0], abs=0.01)
-        assert measured[int(step)][0] >= 400 * 0.99                   # 8 items x 50 ms, asleep
+        assert measured[int(step)][0] >= 400 * 0.99  # 8 items x 50 ms, asleep
     report = json.loads((out / "report_0.json").read_text())
     assert report["verdict"] == "input_bound"
     (finding,) = [f for f in report["findings"] if f["kind"] == "input_bound"]
-    analysed = sorted(measured)[report["steps"]["warmup_skipped"]:]
+    analysed = sorted(measured)[report["steps"]["warmup_skipped"] :]
     assert share_pct(measured, analysed) > 40
     assert finding["metrics"]["data_wait_share_pct"] == pytest.approx(share_pct(measured, analysed), abs=3)
     assert finding["title"].startswith("Input pipeline: the loop waits for data")
@@ -287,12 +315,13 @@ def test_dataloader_with_four_workers_is_not_and_compare_says_faster(dataloader_
 
     result = profview("compare", str(dataloader_runs[0][1]), str(out))
     assert result.returncode == 0, result.stderr
-    verdict = re.search(r"^Verdict: faster\. Mean step ([\d.]+) ms -> ([\d.]+) ms: -[\d.]+ ms \(-([\d.]+) %",
-                        result.stdout, re.M)
+    verdict = re.search(
+        r"^Verdict: faster\. Mean step ([\d.]+) ms -> ([\d.]+) ms: -[\d.]+ ms \(-([\d.]+) %", result.stdout, re.M
+    )
     assert verdict, result.stdout
     before, after = float(verdict.group(1)), float(verdict.group(2))
-    assert after < before - 300                                      # the 400 ms wait, less the noise
+    assert after < before - 300  # the 400 ms wait, less the noise
     wait_row = next(line for line in result.stdout.splitlines() if line.startswith("data wait "))
-    cells = wait_row[len("data wait "):].split()
-    assert "*" in cells                                              # significant
-    assert float(cells[0]) >= 400 * 0.99 and float(cells[1]) < 40   # BASE, NEW mean ms per step
+    cells = wait_row[len("data wait ") :].split()
+    assert "*" in cells  # significant
+    assert float(cells[0]) >= 400 * 0.99 and float(cells[1]) < 40  # BASE, NEW mean ms per step

@@ -1,4 +1,5 @@
 """Host counters (psutil): CPU %, RSS and threads in device_counters_{rank}.csv, with plausible values."""
+
 import json
 import threading
 import time
@@ -31,7 +32,7 @@ def host_run(tmp_path_factory):
     _spin(0.4)
     busy_truth = 100 * (sum(psutil.Process().cpu_times()[:2]) - cpu0) / (time.perf_counter() - wall0)
     p.step()
-    block = np.ones(ALLOC_BYTES, dtype=np.uint8)        # every page written: resident
+    block = np.ones(ALLOC_BYTES, dtype=np.uint8)  # every page written: resident
     time.sleep(0.25)
     p.step()
     del block
@@ -44,7 +45,7 @@ def host_run(tmp_path_factory):
     stop.set()
     for w in workers:
         w.join()
-    rss_at_stop = psutil.Process().memory_info().rss     # before analyse() (and later tests) move it
+    rss_at_stop = psutil.Process().memory_info().rss  # before analyse() (and later tests) move it
     p.analyse(progress=False)
     counters = pd.read_csv(out / "device_counters_0.csv")
     trace = pd.read_csv(out / "step_trace_0.csv")
@@ -54,7 +55,9 @@ def host_run(tmp_path_factory):
 def _in_step(counters: pd.DataFrame, trace: pd.DataFrame, step: int, metric: str) -> pd.Series:
     row = trace.set_index("step").loc[step]
     end = row["start_ms"] + row["total_ms"]
-    m = counters[(counters["metric"] == metric) & (counters["time_ms"] >= row["start_ms"]) & (counters["time_ms"] < end)]
+    m = counters[
+        (counters["metric"] == metric) & (counters["time_ms"] >= row["start_ms"]) & (counters["time_ms"] < end)
+    ]
     return m["value"]
 
 
@@ -62,7 +65,7 @@ def test_every_host_metric_is_sampled(host_run):
     out, host, _, _, _ = host_run
     assert set(host["metric"]) == set(HOST_METRICS)
     assert set(host["device"]) == {"host"}
-    assert host.groupby("metric").size().min() >= 20          # ~1 s at 20 ms
+    assert host.groupby("metric").size().min() >= 20  # ~1 s at 20 ms
     info = json.loads((out / "profiler_info_0.json").read_text())
     assert info["sources"]["host_counters"]["status"] == "ok"
 
@@ -97,5 +100,5 @@ def test_thread_count_follows_the_threads_started(host_run):
     _, host, trace, _, _ = host_run
     before = _in_step(host, trace, 2, "threads").median()
     during = _in_step(host, trace, 3, "threads").median()
-    assert before >= 2                         # the loop's thread and profview's own threads
+    assert before >= 2  # the loop's thread and profview's own threads
     assert during - before == 4

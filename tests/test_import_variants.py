@@ -12,6 +12,7 @@ captures by rewriting them in tmp (the captures themselves are never changed):
 Each variant must give the same run as the original (up to what the variant cannot express), and
 `profview PATH -o report.html` must work on it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,8 +40,9 @@ STEP_TRACE = "step_trace_raw_1_detail_time.csv"
 def _profview(*args) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("DISPLAY", None)
-    return subprocess.run([sys.executable, "-m", "viewer.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "viewer.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def _report_works(path: Path, tmp: Path) -> None:
@@ -66,9 +68,14 @@ def _relative(run) -> dict:
     """What a variant must keep: per step its number and duration, per op its name, relative start, duration."""
     steps = run.steps.sort_values("step")
     ops = run.ops.sort_values(["start_ns", "name"], kind="stable")
-    return {"steps": steps["step"].tolist(), "step_dur": (steps["end_ns"] - steps["start_ns"]).to_numpy(),
-            "op_names": ops["name"].astype(str).tolist(), "op_start": ops["start_ns"].to_numpy(),
-            "op_dur": ops["dur_ns"].to_numpy(), "categories": ops["category"].astype(str).tolist()}
+    return {
+        "steps": steps["step"].tolist(),
+        "step_dur": (steps["end_ns"] - steps["start_ns"]).to_numpy(),
+        "op_names": ops["name"].astype(str).tolist(),
+        "op_start": ops["start_ns"].to_numpy(),
+        "op_dur": ops["dur_ns"].to_numpy(),
+        "categories": ops["category"].astype(str).tolist(),
+    }
 
 
 def _torch_1_13(doc: dict) -> dict:
@@ -105,7 +112,7 @@ def test_torch_1_13_style_trace_gives_the_same_run(nccl, tmp_path: Path):
     assert abs(run.info["origin_unix_ns"] - original.info["origin_unix_ns"]) <= 1000
     assert run.steps["step"].tolist() == original.steps["step"].tolist() == [4, 5, 6]
     # whole µs instead of µs with 3 decimals: every time within a µs of the original (ties may reorder)
-    step_dur = lambda r: (r.steps["end_ns"] - r.steps["start_ns"]).to_numpy()  # noqa: E731
+    step_dur = lambda r: (r.steps["end_ns"] - r.steps["start_ns"]).to_numpy()
     assert np.abs(step_dur(run) - step_dur(original)).max() <= 1000
     key = ["name", "category", "start_ns", "dur_ns"]
     a = original.ops[key].astype({"name": str, "category": str}).sort_values(key, ignore_index=True)
@@ -157,14 +164,14 @@ def test_a_damaged_time_or_step_number_costs_only_that_event(nccl, tmp_path: Pat
     ops = [e for e in out["traceEvents"] if e.get("cat") == "cpu_op"]
     ops[0]["ts"] = -1
     ops[1]["ts"] = 1e300
-    ops[2]["dur"] = 1e15                      # 31 years
+    ops[2]["dur"] = 1e15  # 31 years
     step = next(e for e in out["traceEvents"] if e.get("name") == "ProfilerStep#5")
     step["name"] = "ProfilerStep#99999999999999999999999"
     trace = _write(out, tmp_path / "damaged.json", compress=False)
     run = read_kineto_trace(trace)
     assert len(run.ops) == len(original.ops) - 3
     assert sorted(run.steps["step"]) == [4, 6]
-    assert run.ops["start_ns"].min() >= 0 and run.ops["start_ns"].max() < 10 ** 10
+    assert run.ops["start_ns"].min() >= 0 and run.ops["start_ns"].max() < 10**10
     warnings = " ".join(run.info["warnings"])
     assert "times cannot be real" in warnings and "skipped 1 malformed" in warnings
     _report_works(trace, tmp_path)
@@ -185,9 +192,18 @@ def _with_device_step_ranges(doc: dict) -> dict:
         for stream in sorted({e["args"]["stream"] for e in inside}):
             on = [e for e in inside if e["args"]["stream"] == stream]
             first, end = min(e["ts"] for e in on), max(e["ts"] + e["dur"] for e in on)
-            out["traceEvents"].append({"ph": "X", "cat": "gpu_user_annotation", "name": step["name"], "pid": on[0]["pid"],
-                                       "tid": stream, "ts": first, "dur": end - first,
-                                       "args": {"device": on[0]["args"]["device"], "stream": stream}})
+            out["traceEvents"].append(
+                {
+                    "ph": "X",
+                    "cat": "gpu_user_annotation",
+                    "name": step["name"],
+                    "pid": on[0]["pid"],
+                    "tid": stream,
+                    "ts": first,
+                    "dur": end - first,
+                    "args": {"device": on[0]["args"]["device"], "stream": stream},
+                }
+            )
     return out
 
 
@@ -211,9 +227,16 @@ def test_device_step_ranges_are_annotations_not_work(nccl, tmp_path: Path):
 #: torch 1.8's categories for today's (Kineto's first schema: the TensorBoard plugin's samples,
 #: pytorch/kineto tb_plugin/test/gpu_metrics_input.json, read by tb_plugin/.../profiler/trace.py).
 #: record_function ranges had no category of their own: they were `Operator` events like ops.
-_TORCH_1_8_CATEGORY = {"cpu_op": "Operator", "user_annotation": "Operator", "python_function": "Python",
-                       "cuda_runtime": "Runtime", "cuda_driver": "Runtime", "kernel": "Kernel",
-                       "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
+_TORCH_1_8_CATEGORY = {
+    "cpu_op": "Operator",
+    "user_annotation": "Operator",
+    "python_function": "Python",
+    "cuda_runtime": "Runtime",
+    "cuda_driver": "Runtime",
+    "kernel": "Kernel",
+    "gpu_memcpy": "Memcpy",
+    "gpu_memset": "Memset",
+}
 
 
 def _torch_1_8(doc: dict) -> dict:
@@ -253,9 +276,9 @@ def test_torch_1_8_schema_is_read(nccl, tmp_path: Path):
     variant = _write(_torch_1_8(doc), tmp_path / "rank0.pt.trace.json", compress=False)
     run = read_kineto_trace(variant)
     assert run.steps["step"].tolist() == original.steps["step"].tolist() == [4, 5, 6]
-    step_dur = lambda r: (r.steps["end_ns"] - r.steps["start_ns"]).to_numpy()  # noqa: E731
+    step_dur = lambda r: (r.steps["end_ns"] - r.steps["start_ns"]).to_numpy()
     assert np.abs(step_dur(run) - step_dur(original)).max() <= 1000
-    counts = lambda r: r.ops.groupby("category", observed=True).size().to_dict()  # noqa: E731
+    counts = lambda r: r.ops.groupby("category", observed=True).size().to_dict()
     before, after = counts(original), counts(run)
     ranges = original.spans[~original.spans["name"].str.match(r"##|Optimizer\.|DistributedDataParallel")]
     assert set(ranges["name"]) == {"nccl:all_reduce", "nccl:broadcast"}
@@ -337,8 +360,10 @@ def _mindspore_1x(gold: Path, out: Path) -> Path:
     lines = (gold / STEP_TRACE).read_text().splitlines()
     header = lines[0].split(",")
     renamed = [h.replace("_parallel_0", "_0_AllReduce") for h in header]
-    point = [h == "start_point" or h == "end_point" or h.endswith(("fp_point", "bp_point", "_start_point", "_end_point"))
-             for h in header]
+    point = [
+        h == "start_point" or h == "end_point" or h.endswith(("fp_point", "bp_point", "_start_point", "_end_point"))
+        for h in header
+    ]
     rows = [renamed]
     intervals = []
     for line in lines[1:]:
@@ -346,8 +371,9 @@ def _mindspore_1x(gold: Path, out: Path) -> Path:
         if cells[0] == "-":
             continue
         intervals.append(int(cells[header.index("iteration_interval")]))
-        rows.append([str(int(c) + OFFSET_TICKS) if is_point and c not in ("", "0") else c
-                     for c, is_point in zip(cells, point)])
+        rows.append(
+            [str(int(c) + OFFSET_TICKS) if is_point and c not in ("", "0") else c for c, is_point in zip(cells, point)]
+        )
     summary = ["0"] * len(header)
     summary[header.index("iteration_interval")] = str(round(sum(intervals) / len(intervals)))
     rows.append(summary)
@@ -369,7 +395,7 @@ def _mindspore_1x(gold: Path, out: Path) -> Path:
 def test_mindspore_1x_directory_gives_the_2020_run(gold: Path, tmp_path: Path):
     variant = _mindspore_1x(gold, tmp_path / "ms1x")
     (old,), (new,) = read_mindspore_dir(gold), read_mindspore_dir(variant)
-    assert new.info["warnings"] == []                     # the summary row is not a step, nor damage
+    assert new.info["warnings"] == []  # the summary row is not a step, nor damage
     assert len(new.steps) == len(old.steps) == 322 and new.steps["step"].tolist() == old.steps["step"].tolist()
     shift = OFFSET_TICKS * 10
     assert new.info["clock"]["origin_device_ns"] == old.info["clock"]["origin_device_ns"] + shift
@@ -378,7 +404,7 @@ def test_mindspore_1x_directory_gives_the_2020_run(gold: Path, tmp_path: Path):
         assert a.drop(columns=[c for c in ("lane",) if c in a]).equals(b.drop(columns=[c for c in ("lane",) if c in b]))
     assert len(new.ops) == len(old.ops) == 2817
     assert (new.ops["dur_ns"].to_numpy() == old.ops["dur_ns"].to_numpy()).all()
-    assert np.abs(new.ops["start_ns"].to_numpy() - old.ops["start_ns"].to_numpy()).max() <= 10   # one tick
+    assert np.abs(new.ops["start_ns"].to_numpy() - old.ops["start_ns"].to_numpy()).max() <= 10  # one tick
     _report_works(variant, tmp_path)
 
 
@@ -408,9 +434,14 @@ def test_mindspore_2x_ascend_output_is_named_in_the_refusal(tmp_path: Path):
     """A layout the importer does not read yet gets one sentence that says what it is."""
     out = tmp_path / "rank_0" / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
-    (out / "trace_view.json").write_text(json.dumps([
-        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "Ascend Hardware"}},
-        {"ph": "X", "name": "MatMul", "pid": 1, "tid": 2, "ts": "1795245674352900.963", "dur": "12.5"}]))
+    (out / "trace_view.json").write_text(
+        json.dumps(
+            [
+                {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "Ascend Hardware"}},
+                {"ph": "X", "name": "MatMul", "pid": 1, "tid": 2, "ts": "1795245674352900.963", "dur": "12.5"},
+            ]
+        )
+    )
     (out / "kernel_details.csv").write_text("Step Id,Name,Type,Start Time(us),Duration(us)\n1,MatMul,MatMul,1,2\n")
     result = _profview(tmp_path, "--summary")
     assert result.returncode == 1 and "Traceback" not in result.stderr
@@ -433,7 +464,7 @@ def test_mindspore_cpu_times_since_boot_and_damaged_launches(captures: Path, tmp
         (variant / "FRAMEWORK" / name).write_bytes((source / "FRAMEWORK" / name).read_bytes())
     lines = (source / "FRAMEWORK" / "cpu_op_execute_timestamp_0.txt").read_text().splitlines()
     first = min(int(t.split(",")[0]) for line in lines for t in line.split(";")[2].split())
-    boot = 3_600 * 10 ** 9                     # the machine booted an hour before the first launch
+    boot = 3_600 * 10**9  # the machine booted an hour before the first launch
     rewritten = []
     for line in lines:
         name, kind, launches = line.split(";")

@@ -2,6 +2,7 @@
 `profview import`, `profview PATH` and the viewer with no other edit; formats are recognised from
 their content, the most confident one reading an input; installed plug-ins come in through the
 `profview.importers` entry-point group."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 import toy_format
+
 from profiler.analysis.advisor import framework_of
 from profiler.analysis.steps import exact_steps_advice
 from profiler.errors import InputError
@@ -67,8 +68,10 @@ def test_profview_path_summarises_a_registered_format(toy, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "Step breakdown over 4 recorded step(s)" in text
     rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.startswith(("matmul ", "relu "))}
-    assert rows == {"matmul": ["matmul", "4", "1.200", "1.200", "0.300", "75.0"],
-                    "relu": ["relu", "4", "0.400", "0.400", "0.100", "25.0"]}
+    assert rows == {
+        "matmul": ["matmul", "4", "1.200", "1.200", "0.300", "75.0"],
+        "relu": ["relu", "4", "0.400", "0.400", "0.100", "25.0"],
+    }
 
 
 def test_the_viewer_loads_a_registered_format(toy, tmp_path):
@@ -87,10 +90,10 @@ def test_the_analysis_speaks_of_a_registered_format_in_its_own_words(toy, tmp_pa
     assert "period 2 ops, 6 steps; write step lines into the toy capture for exact boundaries" in warning
     step_trace = pd.read_csv(tmp_path / "out" / "step_trace_2.csv")
     assert step_trace["op_count"].tolist() == [2] * 6 and set(step_trace["step_source"]) == {"inferred"}
-    assert step_trace["total_ms"].sum() == pytest.approx(5.4)                # the capture: 5 ms + the last 400 µs
+    assert step_trace["total_ms"].sum() == pytest.approx(5.4)  # the capture: 5 ms + the last 400 µs
     assert_toy_ops(tmp_path / "out", steps=6)
     assert exact_steps_advice({"data_origin": "toy"}) == toy.exact_steps
-    assert framework_of({"data_origin": "toy"}) == "torch"          # the toy declares torch's vocabulary
+    assert framework_of({"data_origin": "toy"}) == "torch"  # the toy declares torch's vocabulary
 
 
 def test_an_unregistered_format_is_not_recognised(tmp_path):
@@ -105,28 +108,54 @@ def test_the_most_confident_format_reads_an_input(toy, tmp_path):
     assert kineto.IMPORTER.detect(named_like_a_trace) == NAMED and toy.detect(named_like_a_trace) == CERTAIN
     assert registry.detect(named_like_a_trace) is toy
     registry.unregister(toy.data_origin)
-    assert registry.detect(named_like_a_trace) is kineto.IMPORTER          # only the name is a trace's: kineto
+    assert registry.detect(named_like_a_trace) is kineto.IMPORTER  # only the name is a trace's: kineto
 
 
-@pytest.mark.parametrize("make, expected", [
-    (lambda d, c: c / "kineto" / "alexnet.json.gz", (kineto.IMPORTER, CERTAIN)),
-    (lambda d, c: _copy(c / "kineto" / "cpu_only.json.gz", d / "capture.bin"), (kineto.IMPORTER, CERTAIN)),
-    (lambda d, c: _write(d / "unzipped.txt", gzip.decompress((c / "kineto" / "cpu_only.json.gz").read_bytes())),
-     (kineto.IMPORTER, CERTAIN)),
-    (lambda d, c: _write(d / "events", json.dumps([{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
-                                                    "ts": 1, "dur": 2}]).encode()), (kineto.IMPORTER, CERTAIN)),
-    (lambda d, c: _write(d / "chrome", b'{"traceEvents": []}'), (kineto.IMPORTER, SHAPED)),
-    (lambda d, c: _write(d / "cut.json.gz", (c / "kineto" / "cpu_only.json.gz").read_bytes()[:100]),
-     (kineto.IMPORTER, NAMED)),
-    (lambda d, c: c / "ascend" / "JOB3", (ascend.IMPORTER, CERTAIN)),
-    (lambda d, c: c / "ascend", (ascend.IMPORTER, CERTAIN)),                 # a directory of JOB* directories
-    (lambda d, c: c / "ascend" / "run_1_gold", (mindspore.IMPORTER, CERTAIN)),
-    (lambda d, c: c / "mindspore_cpu", (mindspore.IMPORTER, CERTAIN)),
-    (lambda d, c: _mkdir(d / "ms" / "ASCEND_PROFILER_OUTPUT").parent, (mindspore.IMPORTER, SHAPED)),
-    (lambda d, c: _write(d / "notes.json.txt", b"hello"), (None, NOT_IT)),
-    (lambda d, c: _mkdir(d / "empty"), (None, NOT_IT)),
-], ids=["kineto", "kineto-any-name", "kineto-unzipped", "bare-event-array", "chrome-json", "cut-gzip", "ascend-job",
-        "ascend-jobs", "mindspore-2020", "mindspore-cpu", "mindspore-layout", "text", "empty-dir"])
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda d, c: c / "kineto" / "alexnet.json.gz", (kineto.IMPORTER, CERTAIN)),
+        (lambda d, c: _copy(c / "kineto" / "cpu_only.json.gz", d / "capture.bin"), (kineto.IMPORTER, CERTAIN)),
+        (
+            lambda d, c: _write(d / "unzipped.txt", gzip.decompress((c / "kineto" / "cpu_only.json.gz").read_bytes())),
+            (kineto.IMPORTER, CERTAIN),
+        ),
+        (
+            lambda d, c: _write(
+                d / "events",
+                json.dumps([{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}]).encode(),
+            ),
+            (kineto.IMPORTER, CERTAIN),
+        ),
+        (lambda d, c: _write(d / "chrome", b'{"traceEvents": []}'), (kineto.IMPORTER, SHAPED)),
+        (
+            lambda d, c: _write(d / "cut.json.gz", (c / "kineto" / "cpu_only.json.gz").read_bytes()[:100]),
+            (kineto.IMPORTER, NAMED),
+        ),
+        (lambda d, c: c / "ascend" / "JOB3", (ascend.IMPORTER, CERTAIN)),
+        (lambda d, c: c / "ascend", (ascend.IMPORTER, CERTAIN)),  # a directory of JOB* directories
+        (lambda d, c: c / "ascend" / "run_1_gold", (mindspore.IMPORTER, CERTAIN)),
+        (lambda d, c: c / "mindspore_cpu", (mindspore.IMPORTER, CERTAIN)),
+        (lambda d, c: _mkdir(d / "ms" / "ASCEND_PROFILER_OUTPUT").parent, (mindspore.IMPORTER, SHAPED)),
+        (lambda d, c: _write(d / "notes.json.txt", b"hello"), (None, NOT_IT)),
+        (lambda d, c: _mkdir(d / "empty"), (None, NOT_IT)),
+    ],
+    ids=[
+        "kineto",
+        "kineto-any-name",
+        "kineto-unzipped",
+        "bare-event-array",
+        "chrome-json",
+        "cut-gzip",
+        "ascend-job",
+        "ascend-jobs",
+        "mindspore-2020",
+        "mindspore-cpu",
+        "mindspore-layout",
+        "text",
+        "empty-dir",
+    ],
+)
 def test_formats_are_recognised_from_their_content(make, expected, tmp_path, captures):
     path = make(tmp_path, captures)
     importer, confidence = expected
@@ -175,7 +204,7 @@ def test_register_refuses_a_taken_or_malformed_format():
     with pytest.raises(ValueError, match="framework must be one of"):
         Importer("toy2", "x", toy_format.toy_confidence, toy_format.read_toy, "jax", "n/a")
     with pytest.raises(ValueError, match="not a profiler.importers.base.Importer"):
-        registry.register("toy")                                            # type: ignore[arg-type]
+        registry.register("toy")  # type: ignore[arg-type]
     assert [i.data_origin for i in registry.importers()] == ["ascend", "mindspore", "kineto"]
 
 
@@ -186,20 +215,28 @@ def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path):
     dist = site / "profview_toy-1.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: profview-toy\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[profview.importers]\ntoy = toy_format:IMPORTER\n"
-                                           "missing = no_such_module_here:IMPORTER\n")
+    (dist / "entry_points.txt").write_text(
+        "[profview.importers]\ntoy = toy_format:IMPORTER\nmissing = no_such_module_here:IMPORTER\n"
+    )
     capture = toy_format.toy_capture(tmp_path / "run.toy")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO / "tests"), str(REPO)]))
 
     def profview(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "viewer.cli", *args], capture_output=True, text=True, env=env,
-                              timeout=300, cwd=tmp_path)
+        return subprocess.run(
+            [sys.executable, "-m", "viewer.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,
+        )
 
     imported = profview("import", str(capture), "-o", str(tmp_path / "out"))
     assert imported.returncode == 0, imported.stderr
     assert imported.stderr.splitlines() == [
         "profview: warning: the importer plug-in missing (no_such_module_here:IMPORTER) cannot be loaded "
-        "(ModuleNotFoundError: No module named 'no_such_module_here'); it is left out"]
+        "(ModuleNotFoundError: No module named 'no_such_module_here'); it is left out"
+    ]
     assert_toy_outputs(tmp_path / "out")
     summary = profview(str(capture), "--summary")
     assert summary.returncode == 0, summary.stderr

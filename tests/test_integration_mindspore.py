@@ -4,6 +4,7 @@ tests/mindspore_worker.py trains a small CNN in its own process (MindSpore and i
 of the test process), once per scenario, and the analysed outputs are checked here: the steps
 trained, the data wait, the verdict in MindSpore's terms, MindSpore's own profiler merged.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,9 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_missing_mindspore_is_one_clear_sentence():
-    code = ("import sys; sys.modules['mindspore'] = None\n"
-            "try:\n    import profiler.integrations.mindspore\n"
-            "except ImportError as e:\n    print(e)\n")
+    code = (
+        "import sys; sys.modules['mindspore'] = None\n"
+        "try:\n    import profiler.integrations.mindspore\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "profiler.integrations.mindspore needs mindspore" in r.stdout
@@ -32,17 +35,27 @@ def test_missing_mindspore_is_one_clear_sentence():
 def runs(tmp_path_factory) -> tuple[Path, dict]:
     """Every scenario of the worker, trained once: (their directory, the worker's facts)."""
     if importlib.util.find_spec("mindspore") is None:
-        pytest.fail("mindspore is a test dependency (scripts/setup_env.sh installs it: pip install 'profview[mindspore]')")
+        pytest.fail(
+            "mindspore is a test dependency (scripts/setup_env.sh installs it: pip install 'profview[mindspore]')"
+        )
     out = tmp_path_factory.mktemp("mindspore")
-    r = subprocess.run([sys.executable, str(REPO / "tests" / "mindspore_worker.py"), str(out)], capture_output=True,
-                       text=True, cwd=REPO, timeout=900)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "mindspore_worker.py"), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     return out, json.loads((out / "facts.json").read_text())
 
 
 def _outputs(out: Path) -> tuple[pd.DataFrame, dict, dict]:
-    return (pd.read_csv(out / "step_trace_0.csv"), json.loads((out / "report_0.json").read_text()),
-            json.loads((out / "profiler_info_0.json").read_text()))
+    return (
+        pd.read_csv(out / "step_trace_0.csv"),
+        json.loads((out / "report_0.json").read_text()),
+        json.loads((out / "profiler_info_0.json").read_text()),
+    )
 
 
 def _timeline(out: Path) -> list[dict]:
@@ -69,7 +82,9 @@ def test_data_wait_is_the_fetch_of_each_batch_and_epochs_are_marked(runs):
     trace, _, info = _outputs(out / "fast")
     assert info["sources"]["mindspore"]["data_wait"] == "dataset iterator"
     events = _timeline(out / "fast")
-    data = sorted((e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3) for e in events if e.get("ph") == "X" and e["name"] == "data")
+    data = sorted(
+        (e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3) for e in events if e.get("ph") == "X" and e["name"] == "data"
+    )
     # one fetch per step, at the start of its step; the fetch that finds an epoch exhausted is not a data wait
     assert len(data) == len(trace) == 12
     for (start, end), row in zip(data, trace.itertuples()):
@@ -89,14 +104,14 @@ def test_fast_dataset_is_not_input_bound(runs):
 def test_slow_generator_dataset_is_input_bound_in_mindspore_terms(runs):
     out, _ = runs
     trace, report, info = _outputs(out / "slow")
-    assert info["sources"]["mindspore"]["dataset_sink_mode"] is False      # asked for, but the CPU trains without
+    assert info["sources"]["mindspore"]["dataset_sink_mode"] is False  # asked for, but the CPU trains without
     assert report["verdict"] == "input_bound", report["headline"]
     top = report["findings"][0]
     assert top["kind"] == "input_bound"
     for term in ("num_parallel_workers", "python_multiprocessing=True", "dataset_sink_mode=True"):
         assert term in top["suggestion"]
-    steps = trace.iloc[1:]                                    # step 0 compiles the graph
-    assert steps["data_wait_ms"].sum() >= 0.9 * steps["iteration_gap_ms"].sum()   # the gap is the measured fetch
+    steps = trace.iloc[1:]  # step 0 compiles the graph
+    assert steps["data_wait_ms"].sum() >= 0.9 * steps["iteration_gap_ms"].sum()  # the gap is the measured fetch
 
 
 def test_mindspore_profiler_ops_are_merged_inside_the_network_calls(runs):
@@ -104,7 +119,7 @@ def test_mindspore_profiler_ops_are_merged_inside_the_network_calls(runs):
     trace, _, info = _outputs(out / "fast")
     merged = info["sources"]["mindspore"]["merged"]
     ms_dir = Path(info["sources"]["mindspore"]["profiler_dir"])
-    assert ms_dir.parent == out / "fast" / "raw"                          # beside the raw store
+    assert ms_dir.parent == out / "fast" / "raw"  # beside the raw store
     assert len(merged) == 1 and merged[0]["ops"] == _mindspore_launches(ms_dir) > 0
     op_types = pd.read_csv(out / "fast" / "op_type_0.csv")
     assert op_types["count"].sum() == merged[0]["ops"] and "Conv2D" in set(op_types["op_type"])
@@ -149,7 +164,7 @@ def test_a_crashed_training_leaves_a_complete_raw_store(runs):
 
     out, facts = runs
     assert "crash injected" in facts["crash"]["error"]
-    assert not (out / "crash" / "step_trace_0.csv").exists()           # no analysis at on_train_end
+    assert not (out / "crash" / "step_trace_0.csv").exists()  # no analysis at on_train_end
     assert main(["analyse", str(out / "crash")]) == 0
     trace, _, info = _outputs(out / "crash")
     assert info["recording"]["stopped_cleanly"] is True
@@ -160,5 +175,5 @@ def test_pynative_custom_loop_with_profiler_step(runs):
     out, facts = runs
     trace, report, _ = _outputs(out / "pynative")
     assert trace["step"].tolist() == list(range(facts["pynative"]["steps_trained"]))
-    assert (trace["data_wait_ms"] > 0).all()                  # profiler.iterate() timed every fetch
-    assert report["framework"] == "mindspore"                 # MindSporeCapture names the run
+    assert (trace["data_wait_ms"] > 0).all()  # profiler.iterate() timed every fetch
+    assert report["framework"] == "mindspore"  # MindSporeCapture names the run

@@ -1,5 +1,6 @@
 """Kineto (PyTorch profiler) trace import, checked on the real traces in tests/data/kineto
 against HolisticTraceAnalysis and against counts taken straight from the raw JSON."""
+
 from __future__ import annotations
 
 import gzip
@@ -20,19 +21,19 @@ from profiler.analysis.device_time import IDLE_CAUSES, device_time, idle_gaps
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.errors import ProfviewError
+from profiler.importers import kineto_events
+from profiler.importers.kineto import is_kineto_trace, read_kineto_trace, read_kineto_traces
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
 from profiler.model import (
-    NOT_WORK_CATEGORIES,
     COUNTER_COLUMNS,
     INSTANT_COLUMNS,
+    NOT_WORK_CATEGORIES,
     OP_COLUMNS,
     SPAN_COLUMNS,
     STEP_COLUMNS,
     THREAD_COLUMNS,
     conform,
 )
-from profiler.importers import kineto_events
-from profiler.importers.kineto import is_kineto_trace, read_kineto_trace, read_kineto_traces
-from profiler.kernels.nesting import enclosing_parents, nesting_depths
 
 TRACES = [
     "alexnet.json.gz",
@@ -94,12 +95,12 @@ def test_kernels_equal_raw_trace(kineto_dir: Path, trace: str) -> None:
 class HtaView:
     """What HTA 0.5 says of one trace (TraceAnalysis with include_last_profiler_step=True)."""
 
-    kept: pd.DataFrame          # its kernel rows after its own load and iteration filter: name, correlation, dur_us
-    device_correlations: set    # correlation ids of every device event it kept (kernels, memcpy, memset, syncs)
-    breakdown: pd.DataFrame     # get_gpu_kernel_breakdown: sum per kernel name (memory kernels off)
-    temporal: "pd.Series | None"  # get_temporal_breakdown's row (None without kernels)
-    overlap: float              # get_comm_comp_overlap's percentage (NaN without communication)
-    idle: "pd.DataFrame | None"   # get_idle_time_breakdown: idle time (us) per stream and category
+    kept: pd.DataFrame  # its kernel rows after its own load and iteration filter: name, correlation, dur_us
+    device_correlations: set  # correlation ids of every device event it kept (kernels, memcpy, memset, syncs)
+    breakdown: pd.DataFrame  # get_gpu_kernel_breakdown: sum per kernel name (memory kernels off)
+    temporal: pd.Series | None  # get_temporal_breakdown's row (None without kernels)
+    overlap: float  # get_comm_comp_overlap's percentage (NaN without communication)
+    idle: pd.DataFrame | None  # get_idle_time_breakdown: idle time (us) per stream and category
 
 
 _hta: dict[Path, HtaView] = {}
@@ -141,7 +142,8 @@ def hta_view(path: Path, tmp_dir: Path) -> HtaView:
             breakdown=breakdown,
             temporal=analysis.get_temporal_breakdown(visualize=False).iloc[0] if gpu else None,
             overlap=float(analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
-            if gpu else math.nan,
+            if gpu
+            else math.nan,
             idle=analysis.get_idle_time_breakdown(ranks=[rank], visualize=False)[0] if gpu else None,
         )
     return _hta[path]
@@ -226,11 +228,16 @@ def test_idle_causes_match_hta_idle_breakdown(kineto_dir: Path, trace: str, tmp_
     view = hta_view(kineto_dir / trace, tmp_path_factory.mktemp("hta"))
     gaps = idle_gaps(hta_kept_ops(imported(kineto_dir / trace), view), per_stream=True)
     us = gaps.groupby("stream")[[f"{c}_ns" for c in IDLE_CAUSES]].sum() / 1000
-    ours = pd.DataFrame({"host_wait": us["sync_ns"] + us["data_ns"] + us["host_ns"],
-                         "kernel_wait": us["launch_ns"], "other": us["other_ns"]})
+    ours = pd.DataFrame(
+        {
+            "host_wait": us["sync_ns"] + us["data_ns"] + us["host_ns"],
+            "kernel_wait": us["launch_ns"],
+            "other": us["other_ns"],
+        }
+    )
     theirs = view.idle.pivot(index="stream", columns="idle_category", values="idle_time").fillna(0.0)
     theirs.index = theirs.index.astype(str)
-    assert set(ours.index) <= set(theirs.index)      # HTA lists streams of one execution (no gap) too
+    assert set(ours.index) <= set(theirs.index)  # HTA lists streams of one execution (no gap) too
     for stream, row in ours.reindex(theirs.index, fill_value=0.0).iterrows():
         total = max(float(theirs.loc[stream].sum()), 1.0)
         for category in ("host_wait", "kernel_wait", "other"):
@@ -329,7 +336,8 @@ def test_repeated_step_annotation_keeps_the_first(tmp_path: Path, kineto_dir: Pa
     run = read_kineto_trace(path)
     pd.testing.assert_frame_equal(run.steps, imported(kineto_dir / "sampled_rank-0.json.gz").steps)
     assert run.info["warnings"] == [
-        "ignored 1 repeated ProfilerStep annotations (the first of each step number is kept)"]
+        "ignored 1 repeated ProfilerStep annotations (the first of each step number is kept)"
+    ]
 
 
 def test_steps_without_phase_annotations_leave_fp_bp_to_analysis(kineto_dir: Path) -> None:
@@ -385,7 +393,6 @@ def test_device_ops_keep_stream_device_and_correlation(kineto_dir: Path) -> None
     assert sorted(device["correlation"]) == sorted(e["args"]["correlation"] for e in raw)
 
 
-
 @pytest.mark.parametrize("trace", ["sampled_rank-0.json.gz", "nccl_data.json.gz", "alexnet.json.gz"])
 def test_device_ops_link_to_their_launch(kineto_dir: Path, trace: str) -> None:
     """Every kernel / memcpy / memset shares its correlation id with the runtime call that
@@ -401,13 +408,12 @@ def test_device_ops_link_to_their_launch(kineto_dir: Path, trace: str) -> None:
 def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path) -> None:
     run = imported(kineto_dir / "sampled_rank-0.json.gz")
     host = run.ops[run.ops["device"] == "cpu"]
-    assert set(host["stream"]) == set(run.threads["name"]) == {
-        "thread 4037 (python3.8)", "thread 23695 (python3.8)"}
+    assert set(host["stream"]) == set(run.threads["name"]) == {"thread 4037 (python3.8)", "thread 23695 (python3.8)"}
     assert set(run.threads["os_tid"]) == {4037, 23695}
     raw = Counter(
         (e["name"], json.dumps(e["args"]["Input Dims"], separators=(",", ":")) if "Input Dims" in e["args"] else "")
         for e in raw_trace(kineto_dir / "sampled_rank-0.json.gz")["traceEvents"]
-        if e.get("cat") == "cpu_op" and e["name"] != "forward"      # TorchScript's method scope: a span
+        if e.get("cat") == "cpu_op" and e["name"] != "forward"  # TorchScript's method scope: a span
     )
     cpu_ops = host[host["category"] == "host"]
     assert Counter(zip(cpu_ops["name"], cpu_ops["shapes"])) == raw
@@ -521,9 +527,14 @@ def test_clock_of_old_traces_is_unix_us(kineto_dir: Path) -> None:
 @pytest.mark.parametrize("trace", TRACES)
 def test_tables_follow_the_model_schema(kineto_dir: Path, trace: str) -> None:
     run = imported(kineto_dir / trace)
-    for frame, schema in [(run.ops, OP_COLUMNS), (run.spans, SPAN_COLUMNS), (run.steps, STEP_COLUMNS),
-                          (run.instants, INSTANT_COLUMNS), (run.counters, COUNTER_COLUMNS),
-                          (run.threads, THREAD_COLUMNS)]:
+    for frame, schema in [
+        (run.ops, OP_COLUMNS),
+        (run.spans, SPAN_COLUMNS),
+        (run.steps, STEP_COLUMNS),
+        (run.instants, INSTANT_COLUMNS),
+        (run.counters, COUNTER_COLUMNS),
+        (run.threads, THREAD_COLUMNS),
+    ]:
         assert list(frame.columns) == list(schema)
         conformed = conform(frame, schema)
         for column, dtype in schema.items():
@@ -547,7 +558,7 @@ def test_json_fallback_gives_the_same_run(kineto_dir: Path, monkeypatch) -> None
 
 
 def test_counter_events(tmp_path: Path, kineto_dir: Path) -> None:
-    """"C" events become one counter row per numeric series, on the run's clock."""
+    """ "C" events become one counter row per numeric series, on the run's clock."""
     raw = raw_trace(kineto_dir / "sampled_rank-0.json.gz")
     t0 = min(e["ts"] for e in raw["traceEvents"] if e.get("ph") != "M")
     raw["traceEvents"] += [
@@ -558,7 +569,9 @@ def test_counter_events(tmp_path: Path, kineto_dir: Path) -> None:
     path.write_text(json.dumps(raw))
     counters = read_kineto_trace(path).counters
     assert counters[["metric", "time_ns", "value"]].values.tolist() == [
-        ["Memory.used", 5000, 10.0], ["Memory.used", 7000, 12.5]]
+        ["Memory.used", 5000, 10.0],
+        ["Memory.used", 7000, 12.5],
+    ]
     assert set(counters["source"]) == {"kineto"} and set(counters["device"]) == {"host"}
 
 
@@ -572,14 +585,20 @@ def test_trace_exported_by_torch(tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     path = tmp_path / "torch_trace.json"
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(8 * 14 * 14, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 10)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
     before = time.time_ns()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True,
-                 with_stack=True, schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        profile_memory=True,
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
         for _ in range(4):
             with record_function("## forward ##"):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -628,14 +647,27 @@ def _resnet_like():
     class Block(nn.Module):
         def __init__(self, channels: int) -> None:
             super().__init__()
-            self.body = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
-                                      nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+            self.body = nn.Sequential(
+                nn.Conv2d(channels, channels, 3, padding=1),
+                nn.BatchNorm2d(channels),
+                nn.ReLU(),
+                nn.Conv2d(channels, channels, 3, padding=1),
+                nn.BatchNorm2d(channels),
+            )
 
         def forward(self, x):
             return nn.functional.relu(x + self.body(x))
 
-    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), Block(16), Block(16),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        Block(16),
+        Block(16),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    )
 
 
 def _record_training(path: Path, workers: int) -> Path:
@@ -648,8 +680,11 @@ def _record_training(path: Path, workers: int) -> Path:
     model = _resnet_like()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loader = torch.utils.data.DataLoader(SlowImages(), batch_size=8, num_workers=workers)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=2, warmup=1, active=4, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=2, warmup=1, active=4, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
         for i, (x, y) in enumerate(loader):
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -667,7 +702,7 @@ def loader_traces(tmp_path_factory, torch_one_thread) -> dict[int, Path]:
     return {workers: _record_training(out / f"workers{workers}.json", workers) for workers in (0, 4)}
 
 
-@pytest.mark.filterwarnings("ignore:This DataLoader will create")   # 4 workers on 2 cores: they sleep
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 4 workers on 2 cores: they sleep
 def test_dataloader_ranges_are_the_measured_data_wait(loader_traces) -> None:
     """torch.profiler's `enumerate(DataLoader)#..._next__` ranges are the data wait of the imported
     trace, step by step: with num_workers=0 every fetch loads a batch (>= 40 ms of sleeping), with 4
@@ -684,7 +719,7 @@ def test_dataloader_ranges_are_the_measured_data_wait(loader_traces) -> None:
         assert trace["data_wait_ms"].to_numpy() == pytest.approx(per_step, abs=1e-6)
         # the fetch (and the ops collating its batch) is the iteration gap, not forward + backward
         assert (trace["iteration_gap_ms"] >= trace["data_wait_ms"]).all()
-        assert trace["device_busy_ms"].isna().all() and trace["device_idle_ms"].isna().all()   # a CPU run
+        assert trace["device_busy_ms"].isna().all() and trace["device_idle_ms"].isna().all()  # a CPU run
         waits[workers] = trace["data_wait_ms"].mean()
     fetch_ms = 8 * SlowImages.FETCH_S * 1000
     assert waits[0] >= fetch_ms
@@ -729,7 +764,7 @@ def test_json_without_trace_events(tmp_path: Path, content: str) -> None:
 
 def test_an_empty_event_array_is_a_trace_without_events(tmp_path: Path) -> None:
     path = tmp_path / "other.json"
-    path.write_text("[]")                   # Chrome's "JSON array" format, with no event
+    path.write_text("[]")  # Chrome's "JSON array" format, with no event
     assert _error(path).startswith(f"Kineto trace {path} has no usable events: none of its 0 events")
 
 
@@ -771,11 +806,20 @@ def test_is_kineto_trace(tmp_path: Path, kineto_dir: Path) -> None:
     plain.write_bytes(gzip.decompress((kineto_dir / "alexnet.json.gz").read_bytes()))
     assert is_kineto_trace(plain)
     profview_timeline = tmp_path / "timeline_0.json"
-    profview_timeline.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "compute", "name": "k", "pid": 0, "tid": 0, "ts": 0, "dur": 1}], "otherData": {}}))
+    profview_timeline.write_text(
+        json.dumps(
+            {
+                "traceEvents": [{"ph": "X", "cat": "compute", "name": "k", "pid": 0, "tid": 0, "ts": 0, "dur": 1}],
+                "otherData": {},
+            }
+        )
+    )
     old_torch = tmp_path / "old.pt.trace.json"  # torch 1.8: no schemaVersion header yet
-    old_torch.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 1}]}))
+    old_torch.write_text(
+        json.dumps(
+            {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 1}]}
+        )
+    )
     assert is_kineto_trace(old_torch)
     not_json = tmp_path / "notes.txt"
     not_json.write_text("hello")

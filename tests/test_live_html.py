@@ -1,4 +1,5 @@
 """`profview DIR --live`: the report of a recording in progress, refreshed from the growing raw store."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from live_helpers import REPO, profview, python_env, start_recorder, wait_for
+
 from viewer.live import LiveReport
 from viewer.page import Live
 from viewer.report import PAGES
@@ -77,7 +78,7 @@ def test_the_live_json_step_count_grows_with_the_recording(growing, live_server)
     assert "pages" not in server.json(have=current["version"])
     overview = current["pages"]["overview"]
     assert "input_bound" in overview and "Verdict and findings" in overview
-    assert EVIL not in overview and "&lt;img src=x onerror=alert(1)&gt;" in overview     # escaped
+    assert EVIL not in overview and "&lt;img src=x onerror=alert(1)&gt;" in overview  # escaped
     assert EVIL not in json.dumps(current["figures"])
     page = server.get("").decode()
     assert 'id="pv-live"' in page and EVIL not in page
@@ -103,15 +104,23 @@ def test_the_live_page_updates_in_a_browser(growing, live_server):
         assert wait_for(lambda: int(banner.get_attribute("data-steps") or 0) > first_steps, 30, every=0.2)
         overview = driver.find_element("id", "page-overview")
         assert "input_bound" in overview.text
-        assert wait_for(lambda: driver.execute_script(
-            "return Array.from(document.querySelectorAll('#page-overview div.plot'))"
-            ".filter(d => d.offsetParent !== null).every(d => d.dataset.done && d.querySelector('svg.main-svg'))"),
-            30, every=0.2)
+        assert wait_for(
+            lambda: driver.execute_script(
+                "return Array.from(document.querySelectorAll('#page-overview div.plot'))"
+                ".filter(d => d.offsetParent !== null).every(d => d.dataset.done && d.querySelector('svg.main-svg'))"
+            ),
+            30,
+            every=0.2,
+        )
         driver.find_element("css selector", "nav button[data-page=pipeline]").click()
-        assert wait_for(lambda: driver.execute_script(
-            "const p = Array.from(document.querySelectorAll('#page-pipeline div.plot'))"
-            ".filter(d => d.offsetParent !== null); return p.length > 0 && p.every(d => d.dataset.done)"),
-            30, every=0.2)
+        assert wait_for(
+            lambda: driver.execute_script(
+                "const p = Array.from(document.querySelectorAll('#page-pipeline div.plot'))"
+                ".filter(d => d.offsetParent !== null); return p.length > 0 && p.every(d => d.dataset.done)"
+            ),
+            30,
+            every=0.2,
+        )
         assert "host_queue" in driver.find_element("id", "page-pipeline").text
         assert driver.execute_script("return document.querySelectorAll('img[src=x]').length") == 0
         screenshot(driver, "live_overview")
@@ -127,8 +136,9 @@ def test_live_bad_input_is_one_sentence(tmp_path, case):
     args = ["--live", "--no-browser"] + (["-o", str(tmp_path / "r.html")] if case == "with_output" else [])
     if case == "with_output":
         (target / "raw").mkdir()
-    result = subprocess.run(profview(str(target), *args), cwd=REPO, env=python_env(), capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        profview(str(target), *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("profview: error: ")

@@ -1,4 +1,5 @@
 """`profview watch DIR`: a real watcher process following a real recording process."""
+
 from __future__ import annotations
 
 import signal
@@ -7,22 +8,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from live_helpers import REPO, profview, python_env, record, start_recorder, steps_in, wait_for
+
 from profiler.postprocess.live import LiveRecording
 from viewer.watch import parse_plain_line, plain_line, render, sparkline
 
 
 def watcher(directory: Path, *extra: str) -> subprocess.Popen:
     """`profview watch DIR` with stdout a pipe (not a terminal: plain lines)."""
-    return subprocess.Popen(profview("watch", str(directory), "--interval", "0.3", *extra), cwd=REPO,
-                            env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        profview("watch", str(directory), "--interval", "0.3", *extra),
+        cwd=REPO,
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_watch_follows_a_growing_recording_to_its_end(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    watch = watcher(out)                                # started before anything is recorded
+    watch = watcher(out)  # started before anything is recorded
     try:
         assert watch.stdout.readline().startswith("profview-watch status=waiting")
         rec = start_recorder(out, steps=500, data_s=0.006)
@@ -48,7 +55,7 @@ def test_watch_follows_a_growing_recording_to_its_end(tmp_path):
     assert last["verdict"] == "input_bound" and "waits for data" in last["top"]
     assert last["queue.host_queue"].endswith("/4")
     window = [int(x) for x in last["window"].split("-")]
-    assert window == [400, 499]                          # the advisor read the last 100 steps
+    assert window == [400, 499]  # the advisor read the last 100 steps
     assert float(last["data_wait_ms"]) >= 0.5 * float(last["iteration_gap_ms"]) > 0
     assert lines[-1].startswith("profview watch: the recording ended: 500 steps of rank 0")
 
@@ -57,21 +64,29 @@ def test_watch_shows_every_rank_and_the_slowest(tmp_path):
     out = tmp_path / "run"
     # rank 1 waits 30 x rank 0's data time: on a loaded machine every sleep also wakes up late (up to ~45 ms
     # at load 17), which a 3 ms vs 12 ms pair did not survive
-    recorders = [start_recorder(out, steps=60, data_s=0.005 if rank == 0 else 0.150, rank=rank, world_size=2,
-                                analyse=False) for rank in (0, 1)]
+    recorders = [
+        start_recorder(out, steps=60, data_s=0.005 if rank == 0 else 0.150, rank=rank, world_size=2, analyse=False)
+        for rank in (0, 1)
+    ]
     try:
         # start watching once the recorders made the directory (a missing one is waited for: test_watch_wait.py)
         assert wait_for(out.is_dir, 120)
-        result = subprocess.run(profview("watch", str(out), "--interval", "0.3"), cwd=REPO, env=python_env(),
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            profview("watch", str(out), "--interval", "0.3"),
+            cwd=REPO,
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         for rec in recorders:
             rec.wait(timeout=300)
     assert result.returncode == 0, result.stderr
     last = parse_plain_line([line for line in result.stdout.splitlines() if line.startswith("profview-watch")][-1])
     assert last["status"] == "ended" and last["ranks"] == "2"
-    assert last["slowest_rank"] == "1" and last["rank"] == "1"       # the advisor reads the slowest rank
-    assert float(last["rank1_step_ms"]) > 2 * float(last["rank0_step_ms"])    # 30 x the data wait
+    assert last["slowest_rank"] == "1" and last["rank"] == "1"  # the advisor reads the slowest rank
+    assert float(last["rank1_step_ms"]) > 2 * float(last["rank0_step_ms"])  # 30 x the data wait
     assert result.stdout.splitlines()[-1].endswith("slowest rank 1")
 
 
@@ -83,8 +98,9 @@ def test_watching_never_writes_into_the_directory(tmp_path):
         return sorted((str(p.relative_to(out)), p.stat().st_size, p.stat().st_mtime_ns) for p in out.rglob("*"))
 
     before = listing()
-    result = subprocess.run(profview("watch", str(out)), cwd=REPO, env=python_env(), capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        profview("watch", str(out)), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert listing() == before
     assert result.stdout.splitlines()[-1].startswith("profview watch: the recording ended: 60 steps")
@@ -93,7 +109,7 @@ def test_watching_never_writes_into_the_directory(tmp_path):
 def test_ctrl_c_stops_watching_with_a_summary(tmp_path):
     out = tmp_path / "run"
     rec = start_recorder(out, steps=100_000, data_s=0.002, analyse=False)
-    assert wait_for(out.is_dir, 120)                  # the recorder made it (on a busy machine it starts late)
+    assert wait_for(out.is_dir, 120)  # the recorder made it (on a busy machine it starts late)
     watch = watcher(out)
     try:
         assert wait_for(lambda: steps_in_log(watch) > 0, 60)
@@ -113,7 +129,7 @@ def steps_in_log(proc: subprocess.Popen) -> int:
     return int(parse_plain_line(line).get("steps", 0)) if line.startswith("profview-watch") else 0
 
 
-@pytest.mark.parametrize("case", ["file", "not_raw", "bad_window"])   # missing: test_watch_wait.py
+@pytest.mark.parametrize("case", ["file", "not_raw", "bad_window"])  # missing: test_watch_wait.py
 def test_bad_input_is_one_sentence(tmp_path, case):
     target = tmp_path / "x"
     args = []
@@ -125,8 +141,9 @@ def test_bad_input_is_one_sentence(tmp_path, case):
     elif case == "bad_window":
         target.mkdir()
         args = ["--window", "0"]
-    result = subprocess.run(profview("watch", str(target), *args), cwd=REPO, env=python_env(),
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        profview("watch", str(target), *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("profview: error: ") and "Traceback" not in result.stderr

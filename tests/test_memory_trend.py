@@ -6,6 +6,7 @@ a leak of 2 MB a step is reported with that rate; a loop that keeps nothing, a w
 a straight line through them would call 85 MB, the false alarm of issue 22), are not. Then the
 rule on series.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,18 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
 from live_helpers import REPO, python_env
-from profiler.analysis.trend import (BINS, MIN_POINTS, MIN_SPAN_S, RISING_BINS, counter_trend, sustained_growth,
-                                     theil_sen_slope, trend_of)
+
+from profiler.analysis.trend import (
+    BINS,
+    MIN_POINTS,
+    MIN_SPAN_S,
+    RISING_BINS,
+    counter_trend,
+    sustained_growth,
+    theil_sen_slope,
+    trend_of,
+)
 
 MB = float(1 << 20)
 STEPS, STEP_S = 80, 0.1
@@ -29,10 +38,18 @@ PATTERNS = ("leak", "warmup", "stairs", "flat")
 def loops(tmp_path_factory):
     """pattern -> output directory of a finished, analysed run (the three run side by side)."""
     root = tmp_path_factory.mktemp("memory_loops")
-    procs = {p: subprocess.Popen([sys.executable, str(REPO / "tests" / "memory_loops.py"), str(root / p), p,
-                                  str(STEPS), str(STEP_S)], cwd=REPO, env=python_env(),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in PATTERNS}
-    for pattern, proc in procs.items():
+    procs = {
+        p: subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "memory_loops.py"), str(root / p), p, str(STEPS), str(STEP_S)],
+            cwd=REPO,
+            env=python_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in PATTERNS
+    }
+    for _pattern, proc in procs.items():
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err
     return {p: root / p for p in PATTERNS}
@@ -57,7 +74,7 @@ def test_a_real_leak_is_reported_with_its_rate(loops):
     found = growth_findings(loops["leak"])
     assert len(found) == 1, found
     f = found[0]
-    assert 2 * 0.75 < f["metrics"]["mb_per_step"] < 2 * 1.3, f["evidence"]      # 2 MB kept a step
+    assert 2 * 0.75 < f["metrics"]["mb_per_step"] < 2 * 1.3, f["evidence"]  # 2 MB kept a step
     assert f["metrics"]["grown_mb"] > 100 and f["metrics"]["seconds_to_limit"] > 0
     assert f["key"] == "memory_growth:host:rss_bytes" and "limit is reached in" in f["title"]
     assert f"the median of each 1/{BINS} of the span above the previous one's" in f["evidence"]
@@ -73,16 +90,16 @@ def test_a_warmup_plateau_is_not_a_leak(loops):
     out = loops["warmup"]
     c = pd.read_csv(out / "device_counters_0.csv")
     rss = c[c["metric"] == "rss_bytes"]["value"]
-    assert (rss.max() - rss.min()) / MB > 150            # the warm-up did fill 200 MB
+    assert (rss.max() - rss.min()) / MB > 150  # the warm-up did fill 200 MB
     assert growth_findings(out) == []
     t, v = steady_rss(out)
-    assert (v[-1] - v[len(v) // 2]) / MB < 8             # and the second half kept nothing
+    assert (v[-1] - v[len(v) // 2]) / MB < 8  # and the second half kept nothing
 
 
 def test_allocator_jumps_spread_over_the_run_are_not_a_leak(loops):
     out = loops["stairs"]
     t, v = steady_rss(out)
-    assert (v[-1] - v[0]) / MB > 60                      # the three 24 MB jumps happened inside the analysed steps
+    assert (v[-1] - v[0]) / MB > 60  # the three 24 MB jumps happened inside the analysed steps
     assert growth_findings(out) == []
     trend = trend_of(t, v)
     # big enough and long enough for the old straight-line rule, but only a few parts of the run rise
@@ -102,8 +119,8 @@ def test_theil_sen_ignores_spikes_and_gc_drops():
     t_ns, t = series(20)
     rng = np.random.default_rng(1)
     v = 500 * MB + 3 * MB * t + rng.normal(0, 0.2 * MB, len(t))
-    v[::7] += 200 * MB                                   # spikes
-    v[3::11] -= 150 * MB                                 # drops
+    v[::7] += 200 * MB  # spikes
+    v[3::11] -= 150 * MB  # drops
     assert theil_sen_slope(t, v) / MB == pytest.approx(3.0, rel=0.03)
     trend = sustained_growth(t_ns, v, 32 * MB, MIN_SPAN_S)
     assert trend is not None and trend.slope_per_s / MB == pytest.approx(3.0, rel=0.03)
@@ -130,7 +147,7 @@ def test_a_staircase_is_a_leak_only_when_it_climbs_throughout(jumps, sustained):
 
 def test_a_warmup_that_levels_off_is_not_growth_and_one_that_goes_on_leaking_is():
     t_ns, t = series(12)
-    warm = 200 * MB * np.minimum(t / 2, 1.0)                # 200 MB over the first 2 s
+    warm = 200 * MB * np.minimum(t / 2, 1.0)  # 200 MB over the first 2 s
     assert sustained_growth(t_ns, 300 * MB + warm, 32 * MB, MIN_SPAN_S) is None
     leaking = sustained_growth(t_ns, 300 * MB + warm + 8 * MB * t, 32 * MB, MIN_SPAN_S)
     assert leaking is not None and leaking.slope_per_s / MB > 8
@@ -139,24 +156,24 @@ def test_a_warmup_that_levels_off_is_not_growth_and_one_that_goes_on_leaking_is(
 def test_growth_within_the_noise_is_not_a_trend():
     t_ns, t = series(30)
     rng = np.random.default_rng(3)
-    v = 800 * MB + 1.5 * MB * t + rng.normal(0, 40 * MB, len(t))       # +45 MB under +-40 MB of jitter
+    v = 800 * MB + 1.5 * MB * t + rng.normal(0, 40 * MB, len(t))  # +45 MB under +-40 MB of jitter
     trend = trend_of(t_ns, v)
     assert trend.grown / MB > 32 and trend.grown < 4 * trend.spread
     assert sustained_growth(t_ns, v, 32 * MB, MIN_SPAN_S) is None
 
 
 def test_too_short_or_too_little_is_no_trend():
-    t_ns, t = series(3)                                  # 30 samples over 3 s
+    t_ns, t = series(3)  # 30 samples over 3 s
     v = 100 * MB + 50 * MB * t
     assert sustained_growth(t_ns, v, 32 * MB, MIN_SPAN_S) is None
     assert sustained_growth(t_ns, v, 32 * MB, 2.0) is not None
     assert counter_trend(t_ns, v, MIN_SPAN_S) is None
-    assert counter_trend(t_ns[:MIN_POINTS - 1], v[:MIN_POINTS - 1]) is None
+    assert counter_trend(t_ns[: MIN_POINTS - 1], v[: MIN_POINTS - 1]) is None
     assert counter_trend(t_ns, v, 2.0) / MB == pytest.approx(50.0)
 
 
 def test_long_series_use_a_fixed_sample_of_pairs():
-    t_ns, t = series(600, 0.05)                          # 12,000 samples: 72 million pairs
+    t_ns, t = series(600, 0.05)  # 12,000 samples: 72 million pairs
     v = 1000 * MB + 0.25 * MB * t + np.random.default_rng(4).normal(0, 2 * MB, len(t))
     first, second = trend_of(t_ns, v), trend_of(t_ns, v.copy())
     assert first == second

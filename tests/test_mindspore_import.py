@@ -1,11 +1,12 @@
 """MindSpore / MindInsight profiler output directories -> Runs, checked against numbers computed
 here directly from the files."""
+
 from __future__ import annotations
 
 import csv
 import json
 import shutil
-from collections import Counter, defaultdict
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
@@ -42,9 +43,12 @@ def _tables(run) -> dict[str, pd.DataFrame]:
     steps = run.steps.copy()
     for c in ("start_ns", "end_ns", "fp_start_ns", "bp_end_ns"):
         steps[c] += origin
-    return {"ops": run.ops.drop(columns="source").assign(start_ns=run.ops["start_ns"] + origin),
-            "steps": steps, "spans": run.spans.assign(start_ns=run.spans["start_ns"] + origin),
-            "threads": run.threads}
+    return {
+        "ops": run.ops.drop(columns="source").assign(start_ns=run.ops["start_ns"] + origin),
+        "steps": steps,
+        "spans": run.spans.assign(start_ns=run.spans["start_ns"] + origin),
+        "threads": run.threads,
+    }
 
 
 def test_gold_2020_import_counts(gold_run, gold: Path):
@@ -64,8 +68,9 @@ def test_gold_2020_import_counts(gold_run, gold: Path):
     assert len(gold_run.steps) == len(rows) == 322
     origin = gold_run.info["clock"]["origin_device_ns"]
     assert (gold_run.steps["fp_start_ns"] + origin).tolist() == [int(r["fp_point"]) * 10 for r in rows]
-    reduce_cells = [int(v) for r in rows for k, v in r.items()
-                    if k.startswith("stream_") and not k.endswith("_point") and int(v)]
+    reduce_cells = [
+        int(v) for r in rows for k, v in r.items() if k.startswith("stream_") and not k.endswith("_point") and int(v)
+    ]
     assert len(gold_run.spans) == len(reduce_cells) == 3542
     assert gold_run.spans["dur_ns"].sum() == 10 * sum(reduce_cells)
 
@@ -175,9 +180,15 @@ def test_mindspore_cpu_trace_view_agrees_and_gives_scope_spans(cpu_dir: Path):
 def test_mindspore_cpu_shapes_follow_launch_order(cpu_dir: Path):
     run = read_mindspore_dir(cpu_dir)[0]
     first_lines = (cpu_dir / "FRAMEWORK" / "cpu_framework_0.txt").read_text().splitlines()[:2]
-    assert first_lines[0].startswith("Conv2D;Conv2D-op0;") and "input_1:[32, 3, 32, 32];input_2:[8, 3, 3, 3]" in first_lines[0]
+    assert (
+        first_lines[0].startswith("Conv2D;Conv2D-op0;")
+        and "input_1:[32, 3, 32, 32];input_2:[8, 3, 3, 3]" in first_lines[0]
+    )
     first_two = run.ops.sort_values("start_ns", kind="stable").head(2)
-    assert first_two["shapes"].tolist() == ["[[32, 3, 32, 32], [8, 3, 3, 3]]", "[[32, 8, 32, 32], [8], [8], [8], [8], [], [], [], [], []]"]
+    assert first_two["shapes"].tolist() == [
+        "[[32, 3, 32, 32], [8, 3, 3, 3]]",
+        "[[32, 8, 32, 32], [8], [8], [8], [8], [], [], [], [], []]",
+    ]
     per_name = run.ops.groupby("name")["shapes"].nunique()
     assert (per_name == 1).all()  # every op launch of one name had one input signature
 
@@ -198,7 +209,9 @@ def test_malformed_step_trace_row_is_a_warning_and_the_rest_remains(gold: Path, 
 def test_missing_columns_are_reported(gold: Path, tmp_path: Path):
     shutil.copyfile(gold / "output_timeline_data_1.txt", tmp_path / "output_timeline_data_1.txt")
     (tmp_path / "framework_raw_1.csv").write_text("task_id,stream_id\r\n1,2\r\n")
-    with pytest.warns(UserWarning, match=r"framework_raw_1.csv: missing column\(s\) \['full_op_name', 'op_type', 'op_info'\]"):
+    with pytest.warns(
+        UserWarning, match=r"framework_raw_1.csv: missing column\(s\) \['full_op_name', 'op_type', 'op_info'\]"
+    ):
         run = read_mindspore_dir(tmp_path)[0]
     assert len(run.ops) == 2817 and run.ops["op_type"].nunique() == 29  # types then come from the op names
 
@@ -235,5 +248,7 @@ def test_an_unusable_rank_is_skipped_with_a_warning(gold: Path, tmp_path: Path):
         runs = read_mindspore_dir(tmp_path)
     assert [r.info["rank"] for r in runs] == [1] and len(runs[0].steps) == 322
     messages = [str(w.message) for w in caught]
-    assert any(m.startswith("skipped rank_0 ascend 0: ") and "step_trace_raw_0_detail_time.csv: 1 step row(s)" in m
-               for m in messages)
+    assert any(
+        m.startswith("skipped rank_0 ascend 0: ") and "step_trace_raw_0_detail_time.csv: 1 step row(s)" in m
+        for m in messages
+    )

@@ -4,6 +4,7 @@ Each scenario is one job of tests/multirank_worker.py processes; the jobs are mo
 that the checks share them. Every process has a generous deadline and is killed when it passes it,
 so a hang fails the test instead of stalling the suite.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,11 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
-from profiler.postprocess.recording import analyse_directory  # noqa: E402
+from profiler.postprocess.recording import analyse_directory
 
 WORKER = Path(__file__).with_name("multirank_worker.py")
 REPO = WORKER.parents[1]
-DEADLINE_S = 240          # per job: start-up of N torch processes on 2 loaded cores is slow
+DEADLINE_S = 240  # per job: start-up of N torch processes on 2 loaded cores is slow
 DELAY_MS = 30.0
 
 
@@ -32,9 +33,9 @@ DELAY_MS = 30.0
 class Job:
     out: Path
     world: int
-    results: dict[int, dict]        # rank -> the worker's JSON line (absent for a rank that died)
-    codes: dict[int, int]           # rank -> exit code
-    stderr: dict[int, str]          # rank -> the end of its stderr
+    results: dict[int, dict]  # rank -> the worker's JSON line (absent for a rank that died)
+    codes: dict[int, int]  # rank -> exit code
+    stderr: dict[int, str]  # rank -> the end of its stderr
 
     def csv(self, name: str) -> pd.DataFrame:
         return pd.read_csv(self.out / name)
@@ -54,11 +55,23 @@ def launch(out: Path, world: int, *args: str) -> Job:
     port = free_port()
     procs = {}
     for rank in range(world):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(REPO)}
-        procs[rank] = subprocess.Popen([sys.executable, str(WORKER), str(out), *args], env=env,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(REPO),
+        }
+        procs[rank] = subprocess.Popen(
+            [sys.executable, str(WORKER), str(out), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     results, codes, errors = {}, {}, {}
     for rank, p in procs.items():
         try:
@@ -78,8 +91,9 @@ def launch(out: Path, world: int, *args: str) -> Job:
 @pytest.fixture(scope="module")
 def straggler_job(tmp_path_factory) -> Job:
     """2 ranks, rank 1's forward sleeps 30 ms every step."""
-    return launch(tmp_path_factory.mktemp("straggler"), 2, "--steps", "6", "--delay-rank", "1",
-                  "--delay-ms", str(DELAY_MS))
+    return launch(
+        tmp_path_factory.mktemp("straggler"), 2, "--steps", "6", "--delay-rank", "1", "--delay-ms", str(DELAY_MS)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +105,22 @@ def four_rank_job(tmp_path_factory) -> Job:
 @pytest.fixture(scope="module")
 def killed_job(tmp_path_factory) -> Job:
     """3 ranks; rank 2 dies with os._exit after 3 steps, the others' next all-reduce fails."""
-    return launch(tmp_path_factory.mktemp("killed"), 3, "--steps", "8", "--kill-rank", "2", "--kill-after", "3",
-                  "--step-sleep-ms", "20", "--timeout-s", "30", "--cluster-timeout-s", "8")
+    return launch(
+        tmp_path_factory.mktemp("killed"),
+        3,
+        "--steps",
+        "8",
+        "--kill-rank",
+        "2",
+        "--kill-after",
+        "3",
+        "--step-sleep-ms",
+        "20",
+        "--timeout-s",
+        "30",
+        "--cluster-timeout-s",
+        "8",
+    )
 
 
 def assert_ok(job: Job) -> None:
@@ -106,8 +134,13 @@ def timeline_events(path: Path) -> list[dict]:
 
 def check_rank_files(job: Job, rank: int, steps: int) -> pd.DataFrame:
     """Every per-rank file is there and the step trace sums; returns the step trace."""
-    for name in (f"profiler_info_{rank}.json", f"step_trace_{rank}.csv", f"timeline_{rank}.json",
-                 f"op_type_{rank}.csv", f"report_{rank}.json"):
+    for name in (
+        f"profiler_info_{rank}.json",
+        f"step_trace_{rank}.csv",
+        f"timeline_{rank}.json",
+        f"op_type_{rank}.csv",
+        f"report_{rank}.json",
+    ):
         assert (job.out / name).is_file(), name
     assert list((job.out / "raw").glob(f"r{rank}-p*.pvraw"))
     trace = job.csv(f"step_trace_{rank}.csv")
@@ -184,7 +217,7 @@ def test_merged_timeline_past_its_limit_holds_the_clusters_key_steps(straggler_j
     summary = json.loads((copy / "cluster_summary.json").read_text())
     capped = summary["timeline"]
     table = pd.read_csv(copy / "cluster_step_trace.csv")
-    pace = table[table["step"] >= 1].groupby("step")["total_ms"].max()      # warm-up step 0 left out
+    pace = table[table["step"] >= 1].groupby("step")["total_ms"].max()  # warm-up step 0 left out
     by_time = pace.sort_values(kind="stable")
     median, slowest = int(by_time.index[(len(by_time) - 1) // 2]), int(pace.idxmax())
     assert capped["content"] == "key steps" and capped["max_events"] == 1 and capped["events"] == full["events"]
@@ -195,8 +228,15 @@ def test_merged_timeline_past_its_limit_holds_the_clusters_key_steps(straggler_j
     # each rank keeps exactly its rows that start inside the chosen steps' windows
     windows = {(e["pid"], e["args"]["step"]): (e["ts"], e["ts"] + e["dur"]) for e in rows if e["cat"] == "step"}
     chosen = [w for (pid, step), w in windows.items() if step in capped["steps"]]
-    inside = [e for e in rows if any(windows[(e["pid"], s)][0] <= e["ts"] < windows[(e["pid"], s)][1]
-                                     for s in capped["steps"] if (e["pid"], s) in windows)]
+    inside = [
+        e
+        for e in rows
+        if any(
+            windows[(e["pid"], s)][0] <= e["ts"] < windows[(e["pid"], s)][1]
+            for s in capped["steps"]
+            if (e["pid"], s) in windows
+        )
+    ]
     assert len(chosen) == 2 * len(capped["steps"])
     assert sorted(map(json.dumps, kept)) == sorted(map(json.dumps, inside))
 
@@ -230,7 +270,7 @@ def test_four_ranks_every_rank_profiled_and_merged(four_rank_job):
         assert comm["broadcast"] == 4 and comm["all_gather"] == 4 and comm["all_reduce"] >= 4
         counters = four_rank_job.csv(f"device_counters_{rank}.csv")
         sizes = set(counters.loc[counters["metric"] == "comm_bytes", "value"])
-        assert {256 * 4.0, 16 * 4.0} <= sizes          # the broadcast and all_gather payloads
+        assert {256 * 4.0, 16 * 4.0} <= sizes  # the broadcast and all_gather payloads
     assert set(merged_processes(four_rank_job)) == {0, 1, 2, 3}
     summary = four_rank_job.json("cluster_summary.json")
     assert summary["ranks"]["present"] == [0, 1, 2, 3] and summary["ranks"]["missing"] == []
@@ -252,7 +292,7 @@ def test_a_killed_rank_is_reported_and_the_others_are_analysed(killed_job):
     assert summary["ranks"]["present"] == [0, 1, 2]
     assert summary["ranks"]["stopped_early"]["2"]["stopped_cleanly"] is False
     assert any("rank 2 did not stop cleanly" in w for w in summary["warnings"])
-    assert 1 <= len(killed_job.csv("step_trace_2.csv")) <= 3      # rank 0 analysed the dead rank's store
+    assert 1 <= len(killed_job.csv("step_trace_2.csv")) <= 3  # rank 0 analysed the dead rank's store
 
 
 def test_profview_analyse_merges_the_ranks_that_exist(killed_job, tmp_path):
@@ -288,13 +328,13 @@ def test_ranks_option_profiles_a_subset_without_deadlock(tmp_path):
 
 
 def test_cluster_page_shows_heatmap_bars_and_the_straggler(straggler_job, tmp_path):
-    from viewer.pages import cluster
-    from viewer.context import Context
-    from viewer.inputs import load_input
-
     import shutil
 
-    copy = tmp_path / "loaded"                   # pages read RunData only: the files may be gone once loaded
+    from viewer.context import Context
+    from viewer.inputs import load_input
+    from viewer.pages import cluster
+
+    copy = tmp_path / "loaded"  # pages read RunData only: the files may be gone once loaded
     shutil.copytree(straggler_job.out, copy)
     ctx = Context(load_input(copy))
     shutil.rmtree(copy)
@@ -304,6 +344,7 @@ def test_cluster_page_shows_heatmap_bars_and_the_straggler(straggler_job, tmp_pa
     assert "Rank 1 is a straggler" in html and "measured clock offsets to rank 0" in html
     report = tmp_path / "report.html"
     from viewer.cli import main
+
     assert main([str(straggler_job.out), "-o", str(report)]) == 0
     assert '"type":"heatmap"' in report.read_text()
 

@@ -1,4 +1,5 @@
 """Cluster analysis without processes: clock offsets, straggler / wait rules, rank coverage, imported GPU traces."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,11 +10,14 @@ import pandas as pd
 import pytest
 
 from profiler.analysis.cluster import (
-    clock_shifts, cluster_summary, compact_ranks, rank_coverage, timeline_ranks,
+    clock_shifts,
+    cluster_summary,
+    compact_ranks,
+    rank_coverage,
+    timeline_ranks,
 )
-from profiler.formats import STEP_TRACE_COLUMNS
 from profiler.capture.distributed import estimate_offsets, payload_bytes
-
+from profiler.formats import STEP_TRACE_COLUMNS
 
 # ---- clock offsets ----------------------------------------------------------------------------
 
@@ -24,8 +28,8 @@ def simulated_rounds(offsets_ns: np.ndarray, rounds: int, rng: np.random.Generat
     stamps = np.empty((world, rounds, 2), dtype=np.int64)
     t = 1_000_000_000
     for k in range(rounds):
-        enter = t + rng.integers(0, 2_000_000 if k == 0 else 20_000, world)   # round 0: ranks arrive spread out
-        release = enter.max() + rng.integers(5_000, 40_000)                   # nobody leaves before the last enters
+        enter = t + rng.integers(0, 2_000_000 if k == 0 else 20_000, world)  # round 0: ranks arrive spread out
+        release = enter.max() + rng.integers(5_000, 40_000)  # nobody leaves before the last enters
         leave = release + rng.integers(1_000, 30_000, world)
         stamps[:, k, 0] = enter + offsets_ns
         stamps[:, k, 1] = leave + offsets_ns
@@ -44,7 +48,7 @@ def test_offsets_are_recovered_within_their_uncertainty():
 
 
 def test_inconsistent_bounds_fall_back_to_the_min_round_trip_round():
-    stamps = np.array([[[0, 100], [1000, 1100]], [[500, 600], [-5000, -4900]]])     # rank 1's clock jumped
+    stamps = np.array([[[0, 100], [1000, 1100]], [[500, 600], [-5000, -4900]]])  # rank 1's clock jumped
     offset, uncertainty, consistent = estimate_offsets(stamps)
     assert not consistent[1] and consistent[0]
     assert offset[1] == 500 and uncertainty[1] == 100
@@ -76,10 +80,18 @@ def trace(gap, fp_bp, tail, comm, overlap, steps=10, start_ms=0.0, first_step=0)
 
 
 def info(rank, world=4, offset=0, origin_mono=0, clean=True, ranks=None):
-    return {"rank": rank, "world_size": world, "recording": {"stopped_cleanly": clean},
-            "config": {"ranks": ranks},
-            "clock": {"origin_monotonic_ns": origin_mono, "origin_unix_ns": 10**18 + origin_mono,
-                      "offset_to_rank0_ns": offset, "offset_uncertainty_ns": 1000}}
+    return {
+        "rank": rank,
+        "world_size": world,
+        "recording": {"stopped_cleanly": clean},
+        "config": {"ranks": ranks},
+        "clock": {
+            "origin_monotonic_ns": origin_mono,
+            "origin_unix_ns": 10**18 + origin_mono,
+            "offset_to_rank0_ns": offset,
+            "offset_uncertainty_ns": 1000,
+        },
+    }
 
 
 def test_a_slow_forward_is_the_straggler_and_the_others_wait():
@@ -91,11 +103,13 @@ def test_a_slow_forward_is_the_straggler_and_the_others_wait():
     assert doc["straggler"]["excess_ms"] == pytest.approx(20.0)
     assert doc["straggler"]["others_wait_ms"] == pytest.approx(20.0)
     assert (table["slowest_rank"] == 2).all()
-    assert table.loc[table["rank"] != 2, "wait_ms"].eq(20).all() and table.loc[table["rank"] == 2, "wait_ms"].eq(0).all()
+    assert (
+        table.loc[table["rank"] != 2, "wait_ms"].eq(20).all() and table.loc[table["rank"] == 2, "wait_ms"].eq(0).all()
+    )
     finding = next(f for f in doc["findings"] if f["kind"] == "straggler_rank")
     assert finding["rank"] == 2 and finding["severity"] == "high"
     assert doc["communication"]["wait_ms"] == pytest.approx(15.0)
-    assert not any(f["kind"] == "comm_bound" for f in doc["findings"])     # the exposed comm is waiting
+    assert not any(f["kind"] == "comm_bound" for f in doc["findings"])  # the exposed comm is waiting
 
 
 def test_balanced_ranks_have_no_straggler_but_can_be_comm_bound():
@@ -108,8 +122,11 @@ def test_balanced_ranks_have_no_straggler_but_can_be_comm_bound():
 
 def test_missing_not_profiled_and_stopped_early_ranks():
     traces = {0: trace(1, 10, 1, 1, 0), 1: trace(1, 10, 1, 1, 0, steps=4), 3: trace(1, 10, 1, 1, 0)}
-    infos = {0: info(0, world=6, ranks=[0, 1, 2, 3]), 1: info(1, world=6, clean=False, ranks=[0, 1, 2, 3]),
-             3: info(3, world=6, ranks=[0, 1, 2, 3])}
+    infos = {
+        0: info(0, world=6, ranks=[0, 1, 2, 3]),
+        1: info(1, world=6, clean=False, ranks=[0, 1, 2, 3]),
+        3: info(3, world=6, ranks=[0, 1, 2, 3]),
+    }
     cov = rank_coverage(infos, traces)
     assert cov["missing"] == [2] and cov["not_profiled"] == [4, 5] and cov["present"] == [0, 1, 3]
     assert cov["stopped_early"] == {"1": {"last_step": 3, "stopped_cleanly": False}}
@@ -174,9 +191,11 @@ def test_two_imported_gpu_ranks_breakdown_and_cluster(captures, tmp_path):
     paths = [captures / "kineto" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
     runs = read_kineto_traces(paths)
     analyses = {run.rank: analyse_run(ensure_steps(run)) for run in runs}
-    doc, table = cluster_summary({r: a.run.info for r, a in analyses.items()},
-                                 {r: a.step_trace for r, a in analyses.items()},
-                                 ops_by_rank={r: a.run.ops for r, a in analyses.items()})
+    doc, table = cluster_summary(
+        {r: a.run.info for r, a in analyses.items()},
+        {r: a.step_trace for r, a in analyses.items()},
+        ops_by_rank={r: a.run.ops for r, a in analyses.items()},
+    )
     assert doc["ranks"]["world_size"] == 128 and doc["ranks"]["present"] == [0, 1]
     assert len(doc["ranks"]["missing"]) == 126 and "126 of 128 ranks wrote no data: 2-127" in doc["warnings"][0]
     devices = {d["rank"]: d for d in doc["devices"]}
@@ -194,5 +213,5 @@ def test_two_imported_gpu_ranks_breakdown_and_cluster(captures, tmp_path):
     events = json.loads((tmp_path / "cluster_timeline.json").read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     assert names[0] == "host (rank 0)" and names[1] == "host (rank 1)"
-    assert {e["pid"] for e in events if e.get("cat") == "comm"} == {1000, 2000}     # each rank's GPU
+    assert {e["pid"] for e in events if e.get("cat") == "comm"} == {1000, 2000}  # each rank's GPU
     assert {p.name for p in written} == {"cluster_step_trace.csv", "cluster_timeline.json", "cluster_summary.json"}

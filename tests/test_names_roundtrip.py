@@ -8,6 +8,7 @@ the user runs them. Names must come back equal in op_detail_{rank}.csv, device_c
 and the report's op table, except lone surrogates, which no UTF-8 file can hold: they come back
 escaped as docs/formats.md says (`profiler.formats.valid_text`).
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,9 +28,31 @@ from profiler.formats import read_csv, valid_text
 REPO = Path(__file__).resolve().parents[1]
 
 #: The names the brief lists, and a few more that defeat CSV readers (NA / nan / null are text).
-ODD_NAMES = ["", "\x00", "\r", "\n", "\r\n", "a,b", 'q"uote', '"', "ünï€😀", os.fsdecode(b"\xff"), "x\ud800y",
-             "c\x00d", " lead", "trail ", "=1+2", "1", "nan", "NA", "null", "#c", "<script>alert(1)</script>",
-             "\u2028", "N" * (1 << 20)]
+ODD_NAMES = [
+    "",
+    "\x00",
+    "\r",
+    "\n",
+    "\r\n",
+    "a,b",
+    'q"uote',
+    '"',
+    "ünï€😀",
+    os.fsdecode(b"\xff"),
+    "x\ud800y",
+    "c\x00d",
+    " lead",
+    "trail ",
+    "=1+2",
+    "1",
+    "nan",
+    "NA",
+    "null",
+    "#c",
+    "<script>alert(1)</script>",
+    "\u2028",
+    "N" * (1 << 20),
+]
 ODD_VALUES = [float("nan"), float("inf"), float("-inf"), 1.5]
 
 
@@ -50,13 +73,19 @@ def _record(out: Path, names: list[str], values: list[float]) -> None:
 def _profview(*args) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("DISPLAY", None)
-    return subprocess.run([sys.executable, "-m", "viewer.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300, errors="replace")
+    return subprocess.run(
+        [sys.executable, "-m", "viewer.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        errors="replace",
+    )
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     csv.field_size_limit(1 << 30)
-    with open(path, newline="", encoding="utf-8") as f:           # strict UTF-8: a lone surrogate cannot be there
+    with open(path, newline="", encoding="utf-8") as f:  # strict UTF-8: a lone surrogate cannot be there
         return list(csv.DictReader(f))
 
 
@@ -78,21 +107,31 @@ def _check_round_trip(out: Path, names: list[str], values: list[float], tmp: Pat
     assert set(counters["metric"]) == expected
     written = {(r["metric"], r["value"]) for r in _csv_rows(out / "device_counters_0.csv")}
     for value in values:
-        spelled = "nan" if math.isnan(value) else "inf" if value == math.inf else "-inf" if value == -math.inf \
+        spelled = (
+            "nan"
+            if math.isnan(value)
+            else "inf"
+            if value == math.inf
+            else "-inf"
+            if value == -math.inf
             else f"{value:.6f}"
+        )
         assert any(v == spelled for _, v in written), (spelled, sorted({v for _, v in written}))
     # every JSON output is strict RFC 8259 (no NaN / Infinity literals) and UTF-8
     for name in ("profiler_info_0.json", "report_0.json"):
-        json.loads((out / name).read_bytes().decode("utf-8"), parse_constant=lambda c: pytest.fail(f"{name}: {c}"))
+        json.loads(
+            (out / name).read_bytes().decode("utf-8"), parse_constant=lambda c, name=name: pytest.fail(f"{name}: {c}")
+        )
     # the viewer reads the run's own files: HTML report and summary
     report = tmp / "r.html"
     result = _profview(out, "-o", report)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     html = report.read_bytes().decode("utf-8")
-    assert "alert(1)</script>" not in html                      # escaped wherever a name is shown
-    rows = [row for block in _report_tables(html) if isinstance(block, dict) and "rows" in block
-            for row in block["rows"]]
-    assert {row[1] for row in rows} == expected              # the op table's name column
+    assert "alert(1)</script>" not in html  # escaped wherever a name is shown
+    rows = [
+        row for block in _report_tables(html) if isinstance(block, dict) and "rows" in block for row in block["rows"]
+    ]
+    assert {row[1] for row in rows} == expected  # the op table's name column
     result = _profview(out, "--summary")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "\r" not in result.stdout.replace("\r\n", "\n") and "\x00" not in result.stdout
@@ -124,11 +163,11 @@ from hypothesis import strategies as st  # noqa: E402
 _ANY_CHAR = st.characters(codec=None, categories=None)
 
 
-@settings(max_examples=6, derandomize=True, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
-@given(names=st.lists(st.text(_ANY_CHAR, max_size=12),
-                      min_size=1, max_size=6, unique_by=valid_text),
-       values=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=3))
+@settings(max_examples=6, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    names=st.lists(st.text(_ANY_CHAR, max_size=12), min_size=1, max_size=6, unique_by=valid_text),
+    values=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=3),
+)
 def test_any_names_round_trip(tmp_path_factory, names, values):
     tmp = tmp_path_factory.mktemp("names")
     _record(tmp / "run", names, values)

@@ -1,5 +1,6 @@
 """GPU counters: NVML absent on this machine (reported, never raised), and the sampler path driven
 by a fake NVML module injected at the pynvml boundary."""
+
 import json
 import time
 import warnings
@@ -49,7 +50,7 @@ class FakeNvml:
         return SimpleNamespace(used=(h + 1) << 30, total=16 << 30)
 
     def nvmlDeviceGetPowerUsage(self, h):
-        return 150_000 + 1000 * h              # milliwatts
+        return 150_000 + 1000 * h  # milliwatts
 
     def nvmlDeviceGetClockInfo(self, h, kind):
         assert kind == self.NVML_CLOCK_SM
@@ -61,8 +62,7 @@ class FakeNvml:
 
 
 def _run(out, sources=(), gpu_counters=False, steps=5, step_s=0.03) -> dict:
-    p = Profiler(out, host_counters=False, gpu_counters=gpu_counters, counter_interval_s=0.005,
-                 sources=list(sources))
+    p = Profiler(out, host_counters=False, gpu_counters=gpu_counters, counter_interval_s=0.005, sources=list(sources))
     for _ in range(steps):
         time.sleep(step_s)
         p.step()
@@ -80,13 +80,13 @@ def test_absent_nvml_is_reported_once_without_exception_or_warnings(tmp_path, ca
     assert caught == []
     out, err = capfd.readouterr()
     assert "NVML" not in out + err
-    assert not (tmp_path / "device_counters_0.csv").exists()      # nothing was sampled
+    assert not (tmp_path / "device_counters_0.csv").exists()  # nothing was sampled
 
 
 def test_absent_pynvml_module_is_reported(tmp_path, monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "pynvml", None)      # import pynvml -> ImportError
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     info = _run(tmp_path, gpu_counters=True, steps=1)
     assert info["sources"]["nvml"]["status"].startswith("absent: ")
     assert "pynvml" in info["sources"]["nvml"]["status"]
@@ -103,16 +103,18 @@ def test_fake_nvml_values_land_in_counters_and_timeline(tmp_path):
     assert set(nv["device"]) == {"cuda:0", "cuda:1"}
     assert set(nv["metric"]) == set(GPU_METRICS)
     per = nv.groupby(["device", "metric"])["value"]
-    assert per.size().min() >= 5                           # sampled through the whole run
+    assert per.size().min() >= 5  # sampled through the whole run
     last = per.last()
-    assert last[("cuda:1", "power_w")] == 151.0            # mW -> W
+    assert last[("cuda:1", "power_w")] == 151.0  # mW -> W
     assert last[("cuda:0", "mem_used_bytes")] == 1 << 30
     assert last[("cuda:1", "temperature_c")] == 61
     assert last[("cuda:0", "sm_clock_mhz")] == 1410
     util = nv[(nv["device"] == "cuda:1") & (nv["metric"] == "gpu_util_pct")]["value"]
     assert util.between(10, 16).all() and util.nunique() > 1
-    assert nv["time_ms"].is_monotonic_increasing or nv.groupby(["device", "metric"])["time_ms"].apply(
-        lambda s: s.is_monotonic_increasing).all()
+    assert (
+        nv["time_ms"].is_monotonic_increasing
+        or nv.groupby(["device", "metric"])["time_ms"].apply(lambda s: s.is_monotonic_increasing).all()
+    )
     events = json.loads((tmp_path / "timeline_0.json").read_text())["traceEvents"]
     counters = [e for e in events if e.get("ph") == "C" and e["name"] == "power_w (cuda:1)"]
     assert len(counters) == per.size()[("cuda:1", "power_w")]

@@ -5,6 +5,7 @@ float32, torch.profiler capturing ops with record_shapes=True) and on hand-built
 charging rule; the annotation rule on every real Kineto capture in tests/data/kineto and on a live
 torch capture with record_function ranges.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -21,9 +22,9 @@ from torch import nn  # noqa: E402
 from profiler import Profiler  # noqa: E402
 from profiler.analysis.findings.precision import float64_charged  # noqa: E402
 from profiler.formats import read_csv  # noqa: E402
-from profiler.postprocess.imported import import_capture  # noqa: E402
 from profiler.importers.kineto import _ANNOTATION_NAME, read_kineto_trace  # noqa: E402
 from profiler.model import OP_COLUMNS, conform  # noqa: E402
+from profiler.postprocess.imported import import_capture  # noqa: E402
 
 TRACES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob("*.json.gz"))
 
@@ -34,29 +35,32 @@ TRACES = sorted(p.name for p in (Path(__file__).parent / "data" / "kineto").glob
 def _ops(rows: list[tuple]) -> pd.DataFrame:
     """Host ops on one thread from (name, start, dur, self, dtypes) rows, all in step 0."""
     frame = pd.DataFrame(rows, columns=["name", "start_ns", "dur_ns", "self_ns", "dtypes"])
-    return conform(frame.assign(device="cpu", stream="main", op_type=frame["name"], category="host", step=0),
-                   OP_COLUMNS)
+    return conform(
+        frame.assign(device="cpu", stream="main", op_type=frame["name"], category="host", step=0), OP_COLUMNS
+    )
 
 
 def test_float64_ops_their_casts_and_what_runs_inside_them_are_charged() -> None:
     """A cast into float64 has float32 inputs itself: it is charged for the float64 copy_ inside it,
     and so is its allocation; a cast between other types, float32 ops, a float32 op scaled by a
     float64 number and a scope around float64 ops (forward) are not."""
-    ops = _ops([
-        ("forward", 0, 1000, 100, ""),                                        # 0 scope: not charged
-        ("aten::to", 10, 200, 5, '["float","Scalar"]'),                       # 1 cast float -> double
-        ("aten::_to_copy", 12, 190, 10, '["float","Scalar"]'),                # 2
-        ("aten::empty_strided", 13, 20, 20, '["ScalarList"]'),                # 3 its allocation
-        ("aten::copy_", 40, 150, 150, '["double","float","Scalar"]'),          # 4 the float64 copy
-        ("aten::group_norm", 300, 300, 20, '["double","Scalar","double"]'),   # 5 a float64 op
-        ("aten::native_group_norm", 305, 280, 260, '["double","double"]'),    # 6
-        ("aten::empty", 310, 20, 20, '["ScalarList"]'),                       # 7 inside a float64 op
-        ("aten::to", 700, 50, 10, '["float","Scalar"]'),                      # 8 cast float -> half
-        ("aten::copy_", 705, 40, 40, '["c10::Half","float"]'),                # 9
-        ("aten::mm", 800, 100, 100, '["float","float"]'),                     # 10 float32 work
-        ("aten::mul", 900, 30, 30, '["float","double","float"]'),             # 11 float32 op, float64 number
-        ("aten::copy_", 940, 30, 30, '["double","double","Scalar"]'),         # 12 float64 data moved
-    ])
+    ops = _ops(
+        [
+            ("forward", 0, 1000, 100, ""),  # 0 scope: not charged
+            ("aten::to", 10, 200, 5, '["float","Scalar"]'),  # 1 cast float -> double
+            ("aten::_to_copy", 12, 190, 10, '["float","Scalar"]'),  # 2
+            ("aten::empty_strided", 13, 20, 20, '["ScalarList"]'),  # 3 its allocation
+            ("aten::copy_", 40, 150, 150, '["double","float","Scalar"]'),  # 4 the float64 copy
+            ("aten::group_norm", 300, 300, 20, '["double","Scalar","double"]'),  # 5 a float64 op
+            ("aten::native_group_norm", 305, 280, 260, '["double","double"]'),  # 6
+            ("aten::empty", 310, 20, 20, '["ScalarList"]'),  # 7 inside a float64 op
+            ("aten::to", 700, 50, 10, '["float","Scalar"]'),  # 8 cast float -> half
+            ("aten::copy_", 705, 40, 40, '["c10::Half","float"]'),  # 9
+            ("aten::mm", 800, 100, 100, '["float","float"]'),  # 10 float32 work
+            ("aten::mul", 900, 30, 30, '["float","double","float"]'),  # 11 float32 op, float64 number
+            ("aten::copy_", 940, 30, 30, '["double","double","Scalar"]'),  # 12 float64 data moved
+        ]
+    )
     charged = float64_charged(ops)
     assert np.flatnonzero(charged).tolist() == [1, 2, 3, 4, 5, 6, 7, 12]
     assert int(ops["self_ns"][charged].sum()) == 5 + 10 + 20 + 150 + 20 + 260 + 20 + 30
@@ -125,9 +129,13 @@ def _raw_float64_ms(directory: Path) -> float:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as fh:
             events = json.load(fh)["traceEvents"]
-        total += sum(e["dur"] for e in events if e.get("cat") == "cpu_op"
-                     and e["name"] in ("aten::native_group_norm", "aten::native_group_norm_backward")
-                     and "double" in (e.get("args", {}).get("Input type") or []))
+        total += sum(
+            e["dur"]
+            for e in events
+            if e.get("cat") == "cpu_op"
+            and e["name"] in ("aten::native_group_norm", "aten::native_group_norm_backward")
+            and "double" in (e.get("args", {}).get("Input type") or [])
+        )
     return total / 1e3
 
 
@@ -136,11 +144,12 @@ def test_float64_loop_ranks_precision_waste_first(loops: dict) -> None:
     casts per step: at least the float64 GroupNorm time torch itself recorded, at most the op time."""
     directory, report = loops["float64"]
     top = report["findings"][0]
-    assert top["kind"] == "precision_waste" and report["verdict"] == "precision_waste", \
-        [(f["key"], f["severity"], f["at_stake_pct"]) for f in report["findings"]]
+    assert top["kind"] == "precision_waste" and report["verdict"] == "precision_waste", [
+        (f["key"], f["severity"], f["at_stake_pct"]) for f in report["findings"]
+    ]
     assert top["severity"] == "high"
     analysed = report["steps"]["analysed"]
-    norm_ms = _raw_float64_ms(directory) / STEPS              # every step captured (the first one too)
+    norm_ms = _raw_float64_ms(directory) / STEPS  # every step captured (the first one too)
     assert top["at_stake_ms"] >= 0.5 * norm_ms > 0
     detail = read_csv(directory / "op_detail_0.csv", "op_detail")
     op_ms = float(detail.loc[detail["device"] == "cpu", "self_ms"].sum()) / analysed
@@ -164,8 +173,9 @@ def _annotation_names(path: Path) -> set[str]:
     ProfilerStep#N, `## forward ##`, Optimizer.step#..., TorchScript's `forward`)."""
     with gzip.open(path, "rt") as fh:
         events = json.load(fh)["traceEvents"]
-    return ({e["name"] for e in events if e.get("cat") in ("user_annotation", "gpu_user_annotation")}
-            | {e["name"] for e in events if e.get("cat") == "cpu_op" and _ANNOTATION_NAME.fullmatch(e["name"])})
+    return {e["name"] for e in events if e.get("cat") in ("user_annotation", "gpu_user_annotation")} | {
+        e["name"] for e in events if e.get("cat") == "cpu_op" and _ANNOTATION_NAME.fullmatch(e["name"])
+    }
 
 
 def test_real_gpu_trace_with_a_little_float64_has_no_finding(captures: Path, tmp_path: Path) -> None:
@@ -179,7 +189,7 @@ def test_real_gpu_trace_with_a_little_float64_has_no_finding(captures: Path, tmp
     names = set(charged["name"].astype(str))
     assert {"aten::log", "aten::sub"} <= names and "CompiledFunction" not in names
     muls = charged.loc[charged["name"] == "aten::mul", "dtypes"].astype(str)
-    assert len(muls) and not muls.str.contains('"float"').any()        # mul(double, double) only
+    assert len(muls) and not muls.str.contains('"float"').any()  # mul(double, double) only
     assert 0 < charged["self_ns"].sum() / 1e6 < 10
     import_capture(path, tmp_path)
     report = json.loads(next(tmp_path.glob("report_*.json")).read_text())
@@ -202,12 +212,15 @@ def test_no_annotation_is_an_op_of_an_imported_trace(captures: Path, trace: str,
         types = read_csv(detail.with_name(detail.name.replace("op_detail", "op_type")), "op_type")
         assert not set(types.loc[types["category"] != "comm", "op_type"].astype(str)) & annotations
     timeline = json.loads(next(tmp_path.glob("timeline_*.json")).read_text())
-    spans = {e["name"] for e in (timeline["traceEvents"] if isinstance(timeline, dict) else timeline)
-             if e.get("ph") == "X" and e.get("cat") in ("span", "step")}
+    spans = {
+        e["name"]
+        for e in (timeline["traceEvents"] if isinstance(timeline, dict) else timeline)
+        if e.get("ph") == "X" and e.get("cat") in ("span", "step")
+    }
     host = {n for n in annotations if not n.startswith("ProfilerStep#")}
     assert host and host <= spans | {n for n in annotations if n.startswith("nccl:")}, sorted(host - spans)[:5]
     if trace.startswith("sampled_rank"):
-        assert "forward" in spans         # TorchScript's method scope, a cpu_op in the file: a span, not an op
+        assert "forward" in spans  # TorchScript's method scope, a cpu_op in the file: a span, not an op
 
 
 def test_record_function_ranges_of_a_live_capture_are_spans(tmp_path: Path, torch_one_thread) -> None:

@@ -1,4 +1,5 @@
 """Queue probes and the queue analysis: exact numbers on hand-made event tables, real threads for the instruments."""
+
 import json
 import random
 import threading
@@ -11,8 +12,18 @@ import pytest
 
 from profiler import Pipeline, ProfiledQueue, Profiler, QueueProbe, prefetch
 from profiler.analysis.queues import (
-    COMPUTE, DATA_PROCESS, DATA_TRANSMISSION, UNKNOWN, endpoints, feed_queues, pipeline_stages, queue_stats,
-    queue_summary, role, slowest_stage, verdict,
+    COMPUTE,
+    DATA_PROCESS,
+    DATA_TRANSMISSION,
+    UNKNOWN,
+    endpoints,
+    feed_queues,
+    pipeline_stages,
+    queue_stats,
+    queue_summary,
+    role,
+    slowest_stage,
+    verdict,
 )
 from profiler.capture.queues import GET, PUT
 from profiler.data.queues import connector_name
@@ -23,16 +34,27 @@ MS = 1_000_000
 def events(rows, queue="q", capacity=2, tid=0):
     """(time ms, event, size after, wait ms) rows -> a run.queues table."""
     t, ev, size, wait = zip(*rows)
-    return pd.DataFrame({"queue": queue, "time_ns": np.array(t) * MS, "event": ev, "size": size,
-                         "capacity": capacity, "wait_ns": np.array(wait) * MS, "tid": tid})
+    return pd.DataFrame(
+        {
+            "queue": queue,
+            "time_ns": np.array(t) * MS,
+            "event": ev,
+            "size": size,
+            "capacity": capacity,
+            "wait_ns": np.array(wait) * MS,
+            "tid": tid,
+        }
+    )
 
 
 # size: [0,10) 1, [10,20) 2, [20,30) 1, [30,45) 0, [45,50) 1, then 0
-HAND = events([(0, "put", 1, 0), (10, "put", 2, 0), (20, "get", 1, 0), (30, "get", 0, 0),
-               (45, "put", 1, 0), (50, "get", 0, 10)])
+HAND = events(
+    [(0, "put", 1, 0), (10, "put", 2, 0), (20, "get", 1, 0), (30, "get", 0, 0), (45, "put", 1, 0), (50, "get", 0, 10)]
+)
 
 
 # ---- analysis: pure functions ---------------------------------------------------------------
+
 
 def test_ratios_from_the_size_step_function():
     s = queue_stats(HAND, n_steps=2).iloc[0]
@@ -59,8 +81,12 @@ def test_unbounded_queue_has_no_full_ratio():
 
 def test_names_carry_the_pipeline_structure():
     assert endpoints("decode->batch") == ("decode", "batch") and endpoints("host_queue") == ("", "host_queue")
-    assert [role(n) for n in ("batch->host_queue", "device_queue", "a->b", "mine")] == \
-        ["host_queue", "device_queue", "connector", "queue"]
+    assert [role(n) for n in ("batch->host_queue", "device_queue", "a->b", "mine")] == [
+        "host_queue",
+        "device_queue",
+        "connector",
+        "queue",
+    ]
     assert connector_name("a", "b") == "a->b"
     with pytest.raises(ValueError):
         connector_name("a->x", "b")
@@ -76,8 +102,9 @@ def _stats(rows):
 
 
 def test_slow_stage_input_full_output_empty():
-    stats = _stats([("read->decode", 50, 0.0, 0.95), ("decode->augment", 50, 0.9, 0.0),
-                    ("augment->host_queue", 50, 0.8, 0.0)])
+    stats = _stats(
+        [("read->decode", 50, 0.0, 0.95), ("decode->augment", 50, 0.9, 0.0), ("augment->host_queue", 50, 0.8, 0.0)]
+    )
     stages = pipeline_stages(stats)
     assert list(stages["stage"]) == ["read", "decode", "augment"] and list(stages["depth"]) == [0, 1, 2]
     assert list(stages["slow"]) == [False, True, False]
@@ -90,13 +117,16 @@ def test_slow_source_stage_is_the_one_whose_output_is_starved():
     assert list(stages["slow"]) == [True, False] and slowest_stage(stages) == "read"
 
 
-@pytest.mark.parametrize("rows, kind", [
-    ([("host_queue", 10, 0.1, 0.8), ("device_queue", 10, 0.29, 0.7)], COMPUTE),
-    ([("host_queue", 10, 0.05, 0.9), ("device_queue", 10, 0.8, 0.0)], DATA_TRANSMISSION),
-    ([("host_queue", 10, 0.7, 0.0), ("device_queue", 10, 0.8, 0.0)], DATA_PROCESS),
-    ([("host_queue", 10, 0.3, 0.0)], DATA_PROCESS),          # the warning line itself counts as starved
-    ([("host_queue", 0, float("nan"), float("nan"))], UNKNOWN),
-])
+@pytest.mark.parametrize(
+    "rows, kind",
+    [
+        ([("host_queue", 10, 0.1, 0.8), ("device_queue", 10, 0.29, 0.7)], COMPUTE),
+        ([("host_queue", 10, 0.05, 0.9), ("device_queue", 10, 0.8, 0.0)], DATA_TRANSMISSION),
+        ([("host_queue", 10, 0.7, 0.0), ("device_queue", 10, 0.8, 0.0)], DATA_PROCESS),
+        ([("host_queue", 10, 0.3, 0.0)], DATA_PROCESS),  # the warning line itself counts as starved
+        ([("host_queue", 0, float("nan"), float("nan"))], UNKNOWN),
+    ],
+)
 def test_verdict_rules(rows, kind):
     stats = _stats(rows)
     empty = pd.DataFrame({"queue": [], "event": [], "tid": []})
@@ -104,16 +134,27 @@ def test_verdict_rules(rows, kind):
 
 
 def test_feed_queue_without_well_known_names_is_what_the_stepping_thread_reads():
-    ev = pd.concat([events([(0, "put", 1, 0), (1, "get", 0, 0)], queue="mine", tid=7),
-                    events([(0, "put", 1, 0), (1, "get", 0, 0)], queue="other", tid=3)])
+    ev = pd.concat(
+        [
+            events([(0, "put", 1, 0), (1, "get", 0, 0)], queue="mine", tid=7),
+            events([(0, "put", 1, 0), (1, "get", 0, 0)], queue="other", tid=3),
+        ]
+    )
     stats = queue_stats(ev)
     assert feed_queues(stats, ev, step_tid=7)["feed_queue"] == "mine"
 
 
 def test_summary_is_json_and_joins_waits_to_the_gaps():
-    trace = pd.DataFrame({"step": [0, 1], "start_unix_ns": [0, 25 * MS], "fp_start_unix_ns": [5 * MS, 45 * MS],
-                          "end_unix_ns": [25 * MS, 60 * MS], "iteration_gap_ms": [5.0, 20.0],
-                          "data_wait_ms": [0.0, 10.0]})
+    trace = pd.DataFrame(
+        {
+            "step": [0, 1],
+            "start_unix_ns": [0, 25 * MS],
+            "fp_start_unix_ns": [5 * MS, 45 * MS],
+            "end_unix_ns": [25 * MS, 60 * MS],
+            "iteration_gap_ms": [5.0, 20.0],
+            "data_wait_ms": [0.0, 10.0],
+        }
+    )
     doc = queue_summary(HAND, trace, step_tid=0)
     text = json.dumps(doc, allow_nan=False, sort_keys=True)
     assert json.loads(text) == doc and queue_summary(HAND, trace, step_tid=0) == doc
@@ -127,6 +168,7 @@ def test_summary_is_json_and_joins_waits_to_the_gaps():
 
 
 # ---- ProfiledQueue and QueueProbe, recorded by a real Profiler -------------------------------
+
 
 def _recorded(out):
     return pd.read_csv(out / "data_queue_0.csv")
@@ -169,20 +211,20 @@ def test_get_wait_is_the_time_blocked(tmp_path):
     threading.Timer(0.05, q.put, args=("x",)).start()
     t0 = time.perf_counter_ns()
     q.get()
-    truth_ms = (time.perf_counter_ns() - t0) / 1e6       # the whole get() call: the blocked time and a little more
+    truth_ms = (time.perf_counter_ns() - t0) / 1e6  # the whole get() call: the blocked time and a little more
     q.put("y")
     q.get()
     p.step()
     p.analyse(progress=False)
     gets = _recorded(tmp_path).query("event == 'get'")
     assert truth_ms - 5 < gets["wait_ms"].iloc[0] <= truth_ms and gets["wait_ms"].iloc[0] > 40
-    assert gets["wait_ms"].iloc[1] == 0                    # a get that did not block reads no clock for it
+    assert gets["wait_ms"].iloc[1] == 0  # a get that did not block reads no clock for it
 
 
 def test_probe_follows_the_active_recording(tmp_path):
     probe = QueueProbe("custom", capacity=8)
-    probe.record(PUT, 1)                                   # no Profiler: nothing happens
-    for run in ("a", "b"):                                 # each recording interns its own codes
+    probe.record(PUT, 1)  # no Profiler: nothing happens
+    for run in ("a", "b"):  # each recording interns its own codes
         p = Profiler(output_path=tmp_path / run, host_counters=False, gpu_counters=False)
         probe.record(PUT, 1)
         probe.record_at(GET, time.perf_counter_ns(), 0, wait_ns=3 * MS)
@@ -194,6 +236,7 @@ def test_probe_follows_the_active_recording(tmp_path):
 
 
 # ---- prefetch and Pipeline semantics (no Profiler needed) ------------------------------------
+
 
 class Jittery:
     """Map-style source whose items take random times, so parallel workers finish out of order."""
@@ -232,6 +275,7 @@ def test_prefetch_exception_arrives_after_the_items_before_it():
     def gen():
         yield from range(3)
         raise KeyError("source")
+
     got = []
     with pytest.raises(KeyError):
         for x in prefetch(gen()):
@@ -249,7 +293,7 @@ def test_leaving_the_loop_stops_the_threads():
     assert next(it) == 0
     it.close()
     assert not _pipeline_threads()
-    for x in Pipeline(range(10_000), depth=2).map(str, workers=2, name="s"):   # break: the iterator is dropped
+    for _x in Pipeline(range(10_000), depth=2).map(str, workers=2, name="s"):  # break: the iterator is dropped
         break
     deadline = time.monotonic() + 2
     while _pipeline_threads() and time.monotonic() < deadline:
@@ -268,10 +312,11 @@ def test_pipeline_order_batches_and_errors():
         if x == 11:
             raise ZeroDivisionError("eleven")
         return x
+
     got = []
     with pytest.raises(ZeroDivisionError):
         for b in Pipeline(range(30)).map(fail, workers=4, name="fail").batch(2):
             got.append(b)
-    assert got == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]      # the batch holding item 11 is not delivered
+    assert got == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]  # the batch holding item 11 is not delivered
     with pytest.raises(ValueError, match="twice"):
         Pipeline(range(3), name="a").map(str, name="a")

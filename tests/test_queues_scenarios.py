@@ -4,6 +4,7 @@ Each scenario runs under a real Profiler, is analysed to files, and the numbers 
 against the design (which stage is slow) and against ground truth measured by the test itself
 (how long each next() really blocked).
 """
+
 import json
 import time
 
@@ -68,10 +69,12 @@ def _decode(x):
 
 
 def _pipeline(decode_workers):
-    return (Pipeline(range(ITEMS), name="read", depth=4)
-            .map(_decode, workers=decode_workers, name="decode")
-            .map(lambda x: x + 1, name="augment")
-            .batch(BATCH))
+    return (
+        Pipeline(range(ITEMS), name="read", depth=4)
+        .map(_decode, workers=decode_workers, name="decode")
+        .map(lambda x: x + 1, name="augment")
+        .batch(BATCH)
+    )
 
 
 def test_slow_stage_is_named_and_more_workers_make_it_compute_bound(tmp_path):
@@ -126,11 +129,13 @@ def test_data_bound_loop_then_prefetch_fixes_it(tmp_path):
     # get-wait joined to the step trace: each step's gap is (almost) all waiting for data.
     steps = pd.DataFrame(slow["steps"])
     assert len(trace) == STEPS == len(true_waits)
-    gap = trace["iteration_gap_ms"].to_numpy()[1:]          # step 0 also holds the set-up time
+    gap = trace["iteration_gap_ms"].to_numpy()[1:]  # step 0 also holds the set-up time
     assert np.all(np.abs(gap - trace["data_wait_ms"].to_numpy()[1:]) < TOL_MS)
     assert np.all(np.abs(gap - steps["gap_wait_ms"].to_numpy()[1:]) < TOL_MS)
     assert np.all(np.abs(trace["data_wait_ms"].to_numpy() - true_waits) < TOL_MS)
-    assert trace["iteration_gap_ms"].iloc[-10:].mean() > 10      # ~20 ms load - 5 ms compute, once the head start is used up
+    assert (
+        trace["iteration_gap_ms"].iloc[-10:].mean() > 10
+    )  # ~20 ms load - 5 ms compute, once the head start is used up
 
     fast, trace4, _, _ = run_loop(tmp_path / "fast", lambda: _host_and_device(4), COMPUTE_S, head_start_s=0.1)
     assert fast["verdict"]["kind"] == "compute"
@@ -140,13 +145,17 @@ def test_data_bound_loop_then_prefetch_fixes_it(tmp_path):
 
 # ---- a slow host -> device stage ---------------------------------------------------------------
 
+
 def test_slow_transfer_is_data_transmission(tmp_path):
     def slow_copy(batch):
         time.sleep(0.010)
         return batch.clone()
 
-    summary, _, _, _ = run_loop(tmp_path, lambda: device_prefetch(
-        prefetch((torch.zeros(4) for _ in range(25)), depth=4), slow_copy, depth=2), 0.002)
+    summary, _, _, _ = run_loop(
+        tmp_path,
+        lambda: device_prefetch(prefetch((torch.zeros(4) for _ in range(25)), depth=4), slow_copy, depth=2),
+        0.002,
+    )
     q = by_queue(summary)
     assert summary["verdict"]["kind"] == "data_transmission"
     assert q["device_queue"]["empty_ratio"] >= 0.5
@@ -154,6 +163,7 @@ def test_slow_transfer_is_data_transmission(tmp_path):
 
 
 # ---- PyTorch DataLoader with worker processes ---------------------------------------------------
+
 
 class Items(torch.utils.data.Dataset):
     def __init__(self, n, delay_s):
@@ -175,13 +185,13 @@ def test_dataloader_occupancy_and_slow_getitem(tmp_path):
     # slow __getitem__: 50 ms per batch over 2 workers, 2 ms step -> the loop waits for data
     slow, trace, _, true_waits = run_loop(tmp_path / "slow", lambda: _loader(0.050), 0.002)
     q = slow["queues"][0]
-    assert q["queue"] == "host_queue" and q["capacity"] == 4        # 2 workers x prefetch_factor 2
-    assert q["puts"] == q["gets"] == 30                              # every batch logged by a worker, every get seen
+    assert q["queue"] == "host_queue" and q["capacity"] == 4  # 2 workers x prefetch_factor 2
+    assert q["puts"] == q["gets"] == 30  # every batch logged by a worker, every get seen
     assert slow["verdict"]["kind"] == "data_process"
     # the two workers finish in step, so about every other get finds the second batch of a pair ready
     assert q["empty_ratio"] >= 0.3 and q["mean_size"] < 1
     assert np.all(np.abs(trace["data_wait_ms"].to_numpy() - true_waits) < TOL_MS)
-    assert trace["data_wait_ms"].iloc[1:].mean() > 15                # ~25 ms per batch - 2 ms step
+    assert trace["data_wait_ms"].iloc[1:].mean() > 15  # ~25 ms per batch - 2 ms step
 
     # fast __getitem__, 10 ms step -> the workers stay ahead, the prefetch is (nearly) full
     fast, _, _, _ = run_loop(tmp_path / "fast", lambda: _loader(0.001), 0.010)

@@ -2,6 +2,7 @@
 profiler_info_{rank}.json (a recording with a reference Ascend device, a recording whose steps are
 inferred, every real capture imported) is declared there with the type it has, and the checks of
 the validated reader (formats.INFO_FIELDS) agree with it."""
+
 from __future__ import annotations
 
 import json
@@ -29,13 +30,22 @@ def type_problems(value: Any, hint: Any, where: str) -> list[str]:
         if not isinstance(value, dict):
             return [f"{where}: {value!r} is not an object"]
         fields = typing.get_type_hints(hint)
-        return [problem for key, item in value.items()
-                for problem in (type_problems(item, fields[key], f"{where}.{key}") if key in fields
-                                else [f"{where}.{key} is not declared in {hint.__name__}"])]
+        return [
+            problem
+            for key, item in value.items()
+            for problem in (
+                type_problems(item, fields[key], f"{where}.{key}")
+                if key in fields
+                else [f"{where}.{key} is not declared in {hint.__name__}"]
+            )
+        ]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return [] if any(not type_problems(value, option, where) for option in args) else \
-            [f"{where}: {value!r} is none of {args}"]
+        return (
+            []
+            if any(not type_problems(value, option, where) for option in args)
+            else [f"{where}: {value!r} is none of {args}"]
+        )
     if origin is dict:
         if not isinstance(value, dict):
             return [f"{where}: {value!r} is not an object"]
@@ -58,7 +68,7 @@ def written_infos(tmp_path_factory, captures: Path) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("infos")
     profiler = Profiler(root / "device", host_counters=False, gpu_counters=False)
     device = AscendReferenceDevice(profiler, streams=1)
-    for step in range(3):                         # the device's iterations cut the steps
+    for step in range(3):  # the device's iterations cut the steps
         device.fp_start()
         device.launch("Default/Mul-op1", "Mul", np.multiply, np.ones(4), step)
         device.bp_end()
@@ -66,20 +76,27 @@ def written_infos(tmp_path_factory, captures: Path) -> dict[str, dict]:
         profiler.step()
     profiler.analyse(progress=False)
     unmarked = Profiler(root / "unmarked", host_counters=False, gpu_counters=False)
-    for _ in range(6):                           # no step(): steps are inferred from the phases
+    for _ in range(6):  # no step(): steps are inferred from the phases
         with unmarked.phase("forward"):
             with unmarked.op("matmul", "MatMul"):
                 pass
         with unmarked.phase("backward"):
             pass
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")         # the inferred steps, the captures' own problems: not the subject
+        warnings.simplefilter("ignore")  # the inferred steps, the captures' own problems: not the subject
         unmarked.analyse(progress=False)
-        for name, capture in [("kineto", "kineto/sampled_rank-1.json.gz"), ("ascend", "ascend/JOB3"),
-                              ("mindspore", "ascend/run_1_gold"), ("mindspore_cpu", "mindspore_cpu")]:
+        for name, capture in [
+            ("kineto", "kineto/sampled_rank-1.json.gz"),
+            ("ascend", "ascend/JOB3"),
+            ("mindspore", "ascend/run_1_gold"),
+            ("mindspore_cpu", "mindspore_cpu"),
+        ]:
             import_capture(captures / capture, root / name)
-    return {directory.name: json.loads(info.read_text())
-            for directory in sorted(root.iterdir()) for info in sorted(directory.glob("profiler_info_*.json"))}
+    return {
+        directory.name: json.loads(info.read_text())
+        for directory in sorted(root.iterdir())
+        for info in sorted(directory.glob("profiler_info_*.json"))
+    }
 
 
 def test_every_written_field_is_declared_with_its_type(written_infos):
@@ -89,14 +106,29 @@ def test_every_written_field_is_declared_with_its_type(written_infos):
     for name, info in written_infos.items():
         assert type_problems(info, RunInfo, name) == [], name
     written = {key for info in written_infos.values() for key in info}
-    assert written >= {"schema_version", "recording", "config", "devices", "kineto", "ascend", "mindspore", "outputs",
-                       "source_path", "device_id", "origin_unix_ns", "step_boundaries", "ascend_devices"}
+    assert written >= {
+        "schema_version",
+        "recording",
+        "config",
+        "devices",
+        "kineto",
+        "ascend",
+        "mindspore",
+        "outputs",
+        "source_path",
+        "device_id",
+        "origin_unix_ns",
+        "step_boundaries",
+        "ascend_devices",
+    }
 
 
 def test_a_field_of_the_wrong_type_is_found():
     assert type_problems({"rank": "0", "clock": {"origin_unix_ns": 1.5}, "extra": 1}, RunInfo, "info") == [
-        "info.rank: '0' is not int", "info.clock.origin_unix_ns: 1.5 is not int",
-        "info.extra is not declared in RunInfo"]
+        "info.rank: '0' is not int",
+        "info.clock.origin_unix_ns: 1.5 is not int",
+        "info.extra is not declared in RunInfo",
+    ]
 
 
 def test_the_reader_checks_agree_with_the_definition():

@@ -2,6 +2,7 @@
 tell the tuning story, the numbers they print are the ones in the files, and `profview compare`
 on the before / after prefetch stages reports the gap delta, the resolved finding and the CI gate.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,21 +17,31 @@ import pytest
 from viewer.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-STAGE = re.compile(r"^\[(?P<name>\w+)\].*?\n\s+median step (?P<step>[\d.]+) ms — iteration gap (?P<gap>[\d.]+) ms "
-                   r"\((?P<gap_pct>\d+) % of step time\).*?\n\s+advisor: (?P<verdict>\w+) — (?P<top>[^\n]*)", re.M | re.S)
+STAGE = re.compile(
+    r"^\[(?P<name>\w+)\].*?\n\s+median step (?P<step>[\d.]+) ms — iteration gap (?P<gap>[\d.]+) ms "
+    r"\((?P<gap_pct>\d+) % of step time\).*?\n\s+advisor: (?P<verdict>\w+) — (?P<top>[^\n]*)",
+    re.M | re.S,
+)
 
 
 def run_sample(script: str, *args: str) -> str:
     """Run sample_runs/`script` like a user would; return what it printed."""
-    done = subprocess.run([sys.executable, str(REPO / "sample_runs" / script), *args], capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "sample_runs" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
 def stages(stdout: str) -> dict[str, dict[str, str]]:
     """The printed stage blocks, by stage name."""
-    return {m["name"]: {**m.groupdict(), "block": stdout[m.start():].split("\n[", 1)[0]} for m in STAGE.finditer(stdout)}
+    return {
+        m["name"]: {**m.groupdict(), "block": stdout[m.start() :].split("\n[", 1)[0]} for m in STAGE.finditer(stdout)
+    }
 
 
 def verdict_steps(directory: Path) -> dict:
@@ -69,7 +80,9 @@ def test_resnet_tuning_story(resnet):
     assert cast > 3 * max(d_cast, 1) and d_norm < 12
     report = json.loads((out / "c_float64" / "report_0.json").read_text())
     hot = [f["title"] for f in report["findings"] if f["kind"] == "op_hotspot" and f["severity"] != "low"]
-    assert any(t.startswith("Cast") for t in hot) and not any(t.startswith("BatchNorm / normalisation") for t in hot), hot
+    assert any(t.startswith("Cast") for t in hot) and not any(t.startswith("BatchNorm / normalisation") for t in hot), (
+        hot
+    )
     # the float64 ops and their casts, charged together, rank first (30-65 % of the step; high from 20 %)
     assert report["verdict"] == report["findings"][0]["kind"] == "precision_waste"
     assert re.search(r"vs b_prefetch: .*introduced: [^;]*op_hotspot", c["block"])
@@ -90,8 +103,22 @@ def test_compare_before_after_prefetch(resnet, tmp_path, capsys):
     out, _, _ = resnet
     a, b = out / "a_one_worker", out / "b_prefetch"
     verdict_file = tmp_path / "compare.json"
-    assert main(["compare", str(a), str(b), "--json", str(verdict_file), "--fail-if-slower", "5%",
-                 "-o", str(tmp_path / "compare.html")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(a),
+                str(b),
+                "--json",
+                str(verdict_file),
+                "--fail-if-slower",
+                "5%",
+                "-o",
+                str(tmp_path / "compare.html"),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     doc = json.loads(verdict_file.read_text())
     phases = {p["column"]: p for p in doc["phases"]}
@@ -99,11 +126,13 @@ def test_compare_before_after_prefetch(resnet, tmp_path, capsys):
     expected_gap = new["iteration_gap_ms"].mean() - base["iteration_gap_ms"].mean()
     assert phases["iteration_gap_ms"]["delta_ms"] == pytest.approx(expected_gap, abs=1e-3)
     assert phases["iteration_gap_ms"]["median_delta_ms"] == pytest.approx(
-        new["iteration_gap_ms"].median() - base["iteration_gap_ms"].median(), abs=1e-3)
+        new["iteration_gap_ms"].median() - base["iteration_gap_ms"].median(), abs=1e-3
+    )
     assert expected_gap < -0.3 * base["total_ms"].mean()
     assert doc["verdict"]["outcome"] == "faster" and doc["verdict"]["exit_code"] == 0
     assert doc["verdict"]["delta_pct"] == pytest.approx(
-        100 * (new["total_ms"].mean() / base["total_ms"].mean() - 1), abs=1e-2)
+        100 * (new["total_ms"].mean() / base["total_ms"].mean() - 1), abs=1e-2
+    )
     assert doc["verdict"]["ci_high_pct"] < 0
     assert "input_bound" in [f["kind"] for f in doc["findings"]["resolved"]]
     assert "Resolved: [high] Input pipeline" in text and "CI gate (--fail-if-slower 5%): pass" in text
@@ -113,14 +142,14 @@ def test_compare_before_after_prefetch(resnet, tmp_path, capsys):
     assert main(["compare", str(b), str(a), "--fail-if-slower", "5%", "--json", "-"]) == 1
     gate = json.loads(capsys.readouterr().out)["verdict"]
     assert gate["failed"] and gate["outcome"] == "slower" and gate["delta_pct"] > 5
-    assert main(["compare", str(b), str(a)]) == 0            # no gate: slower is reported, not failed
+    assert main(["compare", str(b), str(a)]) == 0  # no gate: slower is reported, not failed
 
 
 def test_numpy_mlp_conclusion(tmp_path):
     stdout = run_sample("numpy_mlp.py", "--out", str(tmp_path), "--steps", "20")
     m = re.search(r"median step ([\d.]+) ms: iteration gap ([\d.]+) ms \((\d+) %", stdout)
     assert m, stdout
-    figures = verdict_steps(tmp_path)              # the advisor's figures, as --summary prints them
+    figures = verdict_steps(tmp_path)  # the advisor's figures, as --summary prints them
     assert float(m[1]) == pytest.approx(figures["median_ms"], abs=0.051)
     assert float(m[3]) == pytest.approx(figures["share_pct"]["iteration_gap_ms"], abs=0.51)
 
@@ -153,8 +182,9 @@ def test_ascend_reference_device_feed_vs_sink(tmp_path, capsys):
     """Sink mode on the reference Ascend-style device: compare resolves the input finding. The loader
     decodes on the CPU (2 passes, about half a step's compute), so its share of the step does not
     depend on how busy the machine is: a sleeping loader drowns in a step that takes seconds at load 15."""
-    stdout = run_sample("ascend_reference_device.py", "--out", str(tmp_path), "--steps", "12",
-                        "--loader-ms", "0", "--decode", "2")
+    stdout = run_sample(
+        "ascend_reference_device.py", "--out", str(tmp_path), "--steps", "12", "--loader-ms", "0", "--decode", "2"
+    )
     assert "sink mode hides the 0 ms + 2 decode pass(es) loader" in stdout
     feed_report = json.loads((tmp_path / "feed" / "report_0.json").read_text())
     assert "input_bound" in [f["kind"] for f in feed_report["findings"]]

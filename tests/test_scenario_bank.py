@@ -13,34 +13,42 @@ wrong behaviour as the reason: the suite stays green, a fix turns the test into 
 (then remove the entry from `WRONG_TODAY` in scenario_bank.py), and any other breakage still fails.
 The few whose wrong answer depends on timing are `strict=False` (`flaky_today`).
 """
+
 from __future__ import annotations
 
 import pytest
 
 pytest.importorskip("torch")
 
-from scenario_bank import SCENARIOS, WrongVerdict, run_scenario  # noqa: E402
+from scenario_bank import SCENARIOS, WrongVerdict, run_scenario
 
 
 def _param(name: str):
     sc = SCENARIOS[name]
     marks = []
     if sc.wrong_today:
-        marks.append(pytest.mark.xfail(strict=not sc.flaky_today, raises=WrongVerdict,
-                                       reason=("FLAKY TODAY (wrong in some runs): " if sc.flaky_today else "")
-                                       + sc.wrong_today))
+        marks.append(
+            pytest.mark.xfail(
+                strict=not sc.flaky_today,
+                raises=WrongVerdict,
+                reason=("FLAKY TODAY (wrong in some runs): " if sc.flaky_today else "") + sc.wrong_today,
+            )
+        )
     return pytest.param(name, marks=marks, id=name)
 
 
 @pytest.mark.parametrize("name", [_param(name) for name in SCENARIOS])
 def test_scenario(name, tmp_path):
     sc = SCENARIOS[name]
-    outcome = run_scenario(sc, tmp_path / name, attempts=2)     # again only if the injection did not hold
-    assert not outcome.insane, (f"{name}: the injected bottleneck did not take effect ({outcome.figures}): "
-                                + "; ".join(outcome.insane))
+    outcome = run_scenario(sc, tmp_path / name, attempts=2)  # again only if the injection did not hold
+    assert not outcome.insane, f"{name}: the injected bottleneck did not take effect ({outcome.figures}): " + "; ".join(
+        outcome.insane
+    )
     if outcome.problems:
-        raise WrongVerdict(f"{name}: injected {sc.injected}; expected {sc.expected}; profview says {outcome.top}. "
-                           f"Key figures: {outcome.figures}. Wrong: " + "; ".join(outcome.problems))
+        raise WrongVerdict(
+            f"{name}: injected {sc.injected}; expected {sc.expected}; profview says {outcome.top}. "
+            f"Key figures: {outcome.figures}. Wrong: " + "; ".join(outcome.problems)
+        )
 
 
 def test_the_bank_is_big_enough_and_every_wrong_answer_is_explained():

@@ -1,6 +1,7 @@
 """Recorded source names resolve through one registry (profiler/capture/registry.py): built-in sources,
 and sources from outside the production path (the reference device, a plug-in package) declared in
 the `profview.sources` entry-point group, found by `profview analyse DIR` in a fresh process."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pandas as pd
-
 from live_helpers import profview, python_env
 
 #: A plug-in source: it records nothing through the hot path, and leaves a sidecar beside the raw
 #: store that its merge turns into ops (as torch's traces or a device log are).
-TOY_SOURCE = '''
+TOY_SOURCE = """
 import json, os
 from pathlib import Path
 import pandas as pd
@@ -50,9 +50,9 @@ class ToyOps(Source):
                             "source": "toy"})
         run.ops = conform(pd.concat([run.ops, conform(toy, OP_COLUMNS)], ignore_index=True), OP_COLUMNS)
         return run
-'''
+"""
 
-RECORD_TOY = '''
+RECORD_TOY = """
 import sys, time
 from profiler import Profiler
 from toy_profview_source import ToyOps
@@ -62,9 +62,9 @@ for _ in range(3):
     time.sleep(0.01)
     p.step()
 p.stop()
-'''
+"""
 
-RECORD_REFERENCE = '''
+RECORD_REFERENCE = """
 import sys
 import numpy as np
 from profiler import Profiler
@@ -78,10 +78,10 @@ for _ in range(3):
     dev.iter_end().result(timeout=30)
     p.step()
 p.stop()
-'''
+"""
 
 #: Analyse in this fresh process, and say which reference / plug-in modules were imported before and after.
-ANALYSE = '''
+ANALYSE = """
 import json, sys
 from profiler.postprocess.recording import analyse_directory
 def loaded():
@@ -89,7 +89,7 @@ def loaded():
 before = loaded()
 analyse_directory(sys.argv[1], progress=False)
 print(json.dumps({"before": before, "after": loaded()}))
-'''
+"""
 
 
 def _plugin_dir(tmp_path: Path, entry_points: str, module: str = TOY_SOURCE) -> Path:
@@ -119,8 +119,8 @@ def test_a_reference_device_recording_is_merged_by_a_fresh_analysis(tmp_path):
     out = tmp_path / "run"
     _run([sys.executable, "-c", RECORD_REFERENCE, str(out)], python_env())
     seen = json.loads(_run([sys.executable, "-c", ANALYSE, str(out)], python_env()).stdout)
-    assert seen["before"] == []                    # the analysis path itself imports no reference module
-    assert "profiler.reference.device" in seen["after"]        # the entry point named it for "ascend_dev0"
+    assert seen["before"] == []  # the analysis path itself imports no reference module
+    assert "profiler.reference.device" in seen["after"]  # the entry point named it for "ascend_dev0"
     ops = pd.read_csv(out / "op_detail_0.csv")
     assert ops[["device", "name", "count"]].values.tolist() == [["npu:0", "Default/MatMul-op1", 3]]
     assert json.loads((out / "profiler_info_0.json").read_text())["steps_from"] == "npu:0"
@@ -128,21 +128,29 @@ def test_a_reference_device_recording_is_merged_by_a_fresh_analysis(tmp_path):
 
 def test_a_recording_of_built_in_sources_loads_no_plugin(tmp_path):
     out = tmp_path / "run"
-    plug = _plugin_dir(tmp_path, """
+    plug = _plugin_dir(
+        tmp_path,
+        """
         [profview.sources]
         toy = toy_profview_source:ToyOps
-    """)
-    record = "import sys\nfrom profiler import Profiler\np = Profiler(sys.argv[1], gpu_counters=False)\np.step()\np.stop()"
+    """,
+    )
+    record = (
+        "import sys\nfrom profiler import Profiler\np = Profiler(sys.argv[1], gpu_counters=False)\np.step()\np.stop()"
+    )
     _run([sys.executable, "-c", record, str(out)], python_env())
     seen = json.loads(_run([sys.executable, "-c", ANALYSE, str(out)], _env(plug)).stdout)
     assert seen == {"before": [], "after": []}
 
 
 def test_a_plugin_source_declared_by_entry_point_is_merged_by_profview_analyse(tmp_path):
-    plug = _plugin_dir(tmp_path, """
+    plug = _plugin_dir(
+        tmp_path,
+        """
         [profview.sources]
         toy = toy_profview_source:ToyOps
-    """)
+    """,
+    )
     out = tmp_path / "run"
     _run([sys.executable, "-c", RECORD_TOY, str(out)], _env(plug))
     _run(profview("analyse", str(out)), _env(plug))
@@ -157,11 +165,14 @@ def test_a_plugin_source_declared_by_entry_point_is_merged_by_profview_analyse(t
 
 
 def test_a_broken_plugin_is_one_warning_and_the_analysis_goes_on(tmp_path):
-    plug = _plugin_dir(tmp_path, """
+    plug = _plugin_dir(
+        tmp_path,
+        """
         [profview.sources]
         broken = no_such_module_for_profview:Nothing
         toy = toy_profview_source:ToyOps
-    """)
+    """,
+    )
     out = tmp_path / "run"
     _run([sys.executable, "-c", RECORD_TOY, str(out)], _env(plug))
     done = _run(profview("analyse", str(out)), _env(plug))

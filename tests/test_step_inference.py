@@ -6,6 +6,7 @@ taken out), real profview recordings of loops that never call step() (ground tru
 own clock), and synthetic sequences for the properties (noise, a capture that begins inside an
 iteration, periods inside the iteration, a name logged every few steps, speed).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -25,8 +26,18 @@ import pytest
 
 from profiler import Profiler
 from profiler.analysis.results import analyse_run
-from profiler.analysis.steps import (INFERRED, MARKED, WHOLE_RUN, Lane, boundary_name, ensure_steps, find_period,
-                                     iteration_starts, names_role, work_reach)
+from profiler.analysis.steps import (
+    INFERRED,
+    MARKED,
+    WHOLE_RUN,
+    Lane,
+    boundary_name,
+    ensure_steps,
+    find_period,
+    iteration_starts,
+    names_role,
+    work_reach,
+)
 from profiler.errors import ProfilerUsageWarning
 from profiler.importers.kineto import read_kineto_trace
 from profiler.importers.mindspore import read_mindspore_dir
@@ -40,8 +51,11 @@ ITERATIONS = 15
 
 def _outputs(out: Path) -> tuple[pd.DataFrame, dict, dict]:
     """step_trace, profiler_info and report of rank 0."""
-    return (pd.read_csv(out / "step_trace_0.csv"), json.loads((out / "profiler_info_0.json").read_text()),
-            json.loads((out / "report_0.json").read_text()))
+    return (
+        pd.read_csv(out / "step_trace_0.csv"),
+        json.loads((out / "profiler_info_0.json").read_text()),
+        json.loads((out / "report_0.json").read_text()),
+    )
 
 
 def _ms(perf_ns: np.ndarray, info: dict) -> np.ndarray:
@@ -56,8 +70,9 @@ def _analyse(p: Profiler) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, ProfilerUsageWarning)]
 
 
-def _numpy_loop(out: Path, start_inside: bool = False, stop_inside: bool = False
-                ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _numpy_loop(
+    out: Path, start_inside: bool = False, stop_inside: bool = False
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """A loop of four numpy ops per iteration recorded with profiler.op, 5 ms of unrecorded data loading
     before each iteration, a setup op before the loop and an eval op after it, step() never called.
     `start_inside`: the Profiler starts inside iteration 0, after its first op; `stop_inside`: the
@@ -73,7 +88,7 @@ def _numpy_loop(out: Path, start_inside: bool = False, stop_inside: bool = False
             time.sleep(0.002)
     first, last = [], []
     for i in range(ITERATIONS):
-        time.sleep(0.005)                                      # data loading, not recorded
+        time.sleep(0.005)  # data loading, not recorded
         first.append(time.perf_counter_ns())
         if p is None:
             b = a @ a
@@ -133,12 +148,12 @@ def test_mindspore_cpu_capture_has_its_50_steps_each_with_the_whole_graph(captur
         run = ensure_steps(run)
     steps = run.steps
     assert len(steps) == 50
-    assert (steps["start_ns"].to_numpy()[1:] == steps["end_ns"].to_numpy()[:-1]).all()     # they tile
+    assert (steps["start_ns"].to_numpy()[1:] == steps["end_ns"].to_numpy()[:-1]).all()  # they tile
     assert steps["start_ns"].iloc[0] == run.ops["start_ns"].min()
     assert steps["end_ns"].iloc[-1] == (run.ops["start_ns"] + run.ops["dur_ns"]).max()
     assert (run.ops["step"] >= 0).all()
     contents = run.ops.groupby("step")["name"].apply(lambda names: frozenset(Counter(names).items()))
-    assert len(contents) == 50 and contents.nunique() == 1                 # the same multiset in every step
+    assert len(contents) == 50 and contents.nunique() == 1  # the same multiset in every step
     assert len(run.ops) == 50 * 43
     first = run.ops.sort_values("start_ns", kind="stable").groupby("step")["name"].first()
     assert set(first) == {"Default/network-WithLossCell/_backbone-Net/features-SequentialCell/0-Conv2d/Conv2D-op0"}
@@ -154,16 +169,23 @@ def test_mindspore_cpu_capture_has_its_50_steps_each_with_the_whole_graph(captur
 
 def test_summary_shows_how_the_steps_were_found(captures):
     """`profview DIR --summary` (and the Overview: the same key figures) says the steps are inferred."""
-    done = subprocess.run([sys.executable, "-m", "viewer.cli", str(captures / "mindspore_cpu"), "--summary"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "viewer.cli", str(captures / "mindspore_cpu"), "--summary"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "steps inferred from the op launch sequence (cpu thread 0): period 43 ops, 50 steps" in done.stdout
 
 
 def _without_step_annotations(path: Path, out: Path) -> Path:
     trace = json.loads(gzip.open(path).read())
-    trace["traceEvents"] = [e for e in trace["traceEvents"]
-                            if not (isinstance(e, dict) and re.match(r"ProfilerStep#\d+", str(e.get("name", ""))))]
+    trace["traceEvents"] = [
+        e
+        for e in trace["traceEvents"]
+        if not (isinstance(e, dict) and re.match(r"ProfilerStep#\d+", str(e.get("name", ""))))
+    ]
     out.write_text(json.dumps(trace))
     return out
 
@@ -213,16 +235,16 @@ def test_numpy_loop_without_step_gets_its_iterations_and_boundaries(tmp_path):
     # step k begins where iteration k-1's last op ended: the unrecorded data loading is step k's gap
     start = trace["start_ms"].to_numpy()
     assert np.all(np.abs(start[1:] - _ms(last[:-1], info)) < 0.5)
-    assert np.all(start[1:] < _ms(first[1:], info) - 3.0)              # well before the next first op
-    assert (trace["iteration_gap_ms"].iloc[1:] > 4.0).all()            # the 5 ms sleep
-    assert trace["op_count"].tolist() == [5] + [4] * (ITERATIONS - 2) + [5]    # setup / eval at the edges
+    assert np.all(start[1:] < _ms(first[1:], info) - 3.0)  # well before the next first op
+    assert (trace["iteration_gap_ms"].iloc[1:] > 4.0).all()  # the 5 ms sleep
+    assert trace["op_count"].tolist() == [5] + [4] * (ITERATIONS - 2) + [5]  # setup / eval at the edges
 
 
 def test_recording_that_starts_inside_an_iteration_gets_a_partial_first_step(tmp_path):
     first, last, warned = _numpy_loop(tmp_path, start_inside=True)
     trace, info, _ = _outputs(tmp_path)
     assert info["step_boundaries"]["partial_first_step"] is True
-    assert len(trace) == ITERATIONS                                     # 1 partial + 14 whole iterations
+    assert len(trace) == ITERATIONS  # 1 partial + 14 whole iterations
     assert trace["op_count"].tolist() == [3] + [4] * (ITERATIONS - 2) + [5]
     start = trace["start_ms"].to_numpy()
     assert np.all(np.abs(start[1:] - _ms(last[:-1], info)) < 0.5)
@@ -233,7 +255,7 @@ def test_recording_that_ends_inside_an_iteration_gets_a_partial_last_step(tmp_pa
     trace, info, _ = _outputs(tmp_path)
     assert info["step_boundaries"]["partial_last_step"] is True
     assert "the last one partial" in info["step_boundaries"]["note"]
-    assert len(trace) == ITERATIONS                                     # 14 whole iterations + 1 partial
+    assert len(trace) == ITERATIONS  # 14 whole iterations + 1 partial
     assert trace["op_count"].tolist() == [5] + [4] * (ITERATIONS - 2) + [1]
     start = trace["start_ms"].to_numpy()
     assert np.all(np.abs(start[1:] - _ms(last[:-1], info)) < 0.5)
@@ -269,7 +291,7 @@ def test_torch_loop_with_phases_and_no_step_is_cut_after_the_optimizer(tmp_path)
     assert np.all(np.abs(start[1:] - _ms(opt_end[:-1], info)) < 0.5)
     assert np.all(start[1:] <= _ms(data_start[1:], info) + 0.5)
     assert (trace["data_wait_ms"].iloc[1:] > 7.0).all() and (trace["fp_start_source"] == MARKED).all()
-    assert report["steps"]["source"] == INFERRED         # the verdict: scenario step_forgotten (tests/scenario_bank.py)
+    assert report["steps"]["source"] == INFERRED  # the verdict: scenario step_forgotten (tests/scenario_bank.py)
 
 
 def test_random_op_names_fall_back_to_one_step_and_say_why(tmp_path):
@@ -302,24 +324,23 @@ def test_marked_steps_say_so_and_the_report_is_unchanged(tmp_path):
 
 
 def test_exact_period_and_the_longest_idle_gap_begins_the_iteration():
-    unit = np.array([7, 1, 2, 3, 1, 2, 3, 4, 5])                     # 1 2 3 repeat inside the iteration
-    codes, start, dur = _iterations(np.roll(unit, -3), 30)          # the sequence starts mid-iteration ...
+    unit = np.array([7, 1, 2, 3, 1, 2, 3, 4, 5])  # 1 2 3 repeat inside the iteration
+    codes, start, dur = _iterations(np.roll(unit, -3), 30)  # the sequence starts mid-iteration ...
     codes, start, dur = codes[2:], start[2:], dur[2:]
     gap = np.tile(np.roll(unit, -3) == 7, 30)[2:]
-    start = start + np.cumsum(np.where(gap, 3_000_000, 0))           # ... and 3 ms idle precede op7
+    start = start + np.cumsum(np.where(gap, 3_000_000, 0))  # ... and 3 ms idle precede op7
     period, boundary, cuts, work_before = _cuts(codes, start, dur)
     assert period.launches == 9 and boundary.code == 7 and boundary.rule == "longest idle gap"
-    assert work_before and len(cuts) == 30                           # a partial iteration, then 30 cuts
+    assert work_before and len(cuts) == 30  # a partial iteration, then 30 cuts
     assert np.array_equal(np.searchsorted(start, cuts, side="left"), np.flatnonzero(codes == 7))
 
 
 def test_irregular_launches_at_the_edges_and_between_iterations():
     rng = np.random.default_rng(1)
     codes, start, dur = _iterations(np.arange(20), 40)
-    extra = rng.integers(0, len(codes), 60)                          # 60 loader ops of 30 names at random
+    extra = rng.integers(0, len(codes), 60)  # 60 loader ops of 30 names at random
     codes = np.insert(codes, extra, 100 + rng.integers(0, 30, 60))
-    codes = np.concatenate([[200, 201, 202, 5, 6], codes, [203, 3, 204]])   # junk at both ends
-    start = np.sort(rng.integers(0, 10**9, len(codes)))               # times do not matter here
+    codes = np.concatenate([[200, 201, 202, 5, 6], codes, [203, 3, 204]])  # junk at both ends
     period, why = find_period(codes, int(codes.max()) + 1)
     assert period is not None and period.repetitions in (40, 41) and 20 <= period.launches <= 23
     assert (period.per_period[:20] == 1).all() and (period.per_period[100:] == 0).all()
@@ -330,34 +351,37 @@ def test_a_period_inside_the_iteration_is_not_the_iteration_when_loop_names_say_
     period is regular too, but it leaves the optimizer step irregular; the iteration makes it regular.
     (Without such a name the two cannot be told apart: a name every 12 iterations looks the same.)"""
     layer = [10, 11, 12, 13]
-    unit = np.array([0, 1, *layer * 12, 2, 3, 4, 5])                 # 12 identical layers, then loss / optimizer
+    unit = np.array([0, 1, *layer * 12, 2, 3, 4, 5])  # 12 identical layers, then loss / optimizer
     codes, start, dur = _iterations(unit, 20)
     names = np.array([f"aten::op{i}" for i in range(14)], dtype=object)
     names[4] = "Optimizer.step#SGD.step"
     loop = names_role(names, np.zeros(14, dtype=bool)) != ""
     period, why = find_period(codes, 14, loop)
     assert period is not None and period.repetitions == 20 and period.launches == len(unit)
-    period, why = find_period(codes, 14)                              # no loop names: the shortest period
+    period, why = find_period(codes, 14)  # no loop names: the shortest period
     assert period is not None and period.repetitions == 240
 
 
 def test_a_name_logged_every_few_steps_does_not_make_steps_of_several_iterations():
     unit = np.arange(10)
     codes, start, dur = _iterations(unit, 50)
-    log = np.flatnonzero(codes == 9)[4::5] + 1                       # a metrics op after every 5th iteration
+    log = np.flatnonzero(codes == 9)[4::5] + 1  # a metrics op after every 5th iteration
     codes = np.insert(codes, log, 50)
     period, why = find_period(codes, 51)
     assert period is not None and period.repetitions == 50
     names = np.array(["data", "forward", "backward", "optimizer", *[f"op{i}" for i in range(47)]], dtype=object)
-    loop = names_role(names, np.zeros(51, dtype=bool)) != ""           # phases: the same answer
+    loop = names_role(names, np.zeros(51, dtype=bool)) != ""  # phases: the same answer
     assert find_period(codes, 51, loop)[0].repetitions == 50
 
 
-@pytest.mark.parametrize("codes", [
-    np.random.default_rng(2).integers(0, 8, 3000),                   # random order over a small alphabet
-    np.full(500, 3),                                                 # one name only: its period says nothing
-    np.arange(1000),                                                 # nothing repeats
-])
+@pytest.mark.parametrize(
+    "codes",
+    [
+        np.random.default_rng(2).integers(0, 8, 3000),  # random order over a small alphabet
+        np.full(500, 3),  # one name only: its period says nothing
+        np.arange(1000),  # nothing repeats
+    ],
+)
 def test_no_period(codes):
     period, why = find_period(codes.astype(np.int64), int(codes.max()) + 1)
     assert period is None and why
@@ -370,5 +394,5 @@ def test_a_million_launches_take_well_under_a_few_seconds():
     codes, start, dur = _iterations(unit, 1000)
     started = time.perf_counter()
     period, boundary, cuts, _ = _cuts(codes, start, dur)
-    assert time.perf_counter() - started < 10.0                      # generous: a busy 2-core machine
+    assert time.perf_counter() - started < 10.0  # generous: a busy 2-core machine
     assert period.repetitions == 1000 and boundary.code == 1000 and len(cuts) == 1000

@@ -3,6 +3,7 @@ device counter at ~1.5e13 ticks while its op timeline keeps its own millisecond 
 the steps land ~1.5e14 ns away from the ops (too wide for the trace's old fixed-width field: the
 report ended in `ValueError ... fixed-width field`), gives a report, a Chrome trace and an event
 file with the same times."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
 TICK_NS = 10
-SHIFT_TICKS = 15_000_000_000_000 - 43_806_850_547      # the first step starts at 1.5e13 ticks
+SHIFT_TICKS = 15_000_000_000_000 - 43_806_850_547  # the first step starts at 1.5e13 ticks
 
 
 def shifted_gold(gold: Path, out: Path) -> Path:
@@ -37,15 +38,28 @@ def shifted_gold(gold: Path, out: Path) -> Path:
 def test_huge_device_times_give_a_report_and_exact_timelines(captures, tmp_path):
     run = shifted_gold(captures / "ascend" / "run_1_gold", tmp_path / "gold_shifted")
     report = tmp_path / "r.html"
-    result = subprocess.run([sys.executable, "-m", "viewer.cli", str(run), "-o", str(report)],
-                            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "viewer.cli", str(run), "-o", str(report)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=REPO,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and report.stat().st_size > 1e6
     out = tmp_path / "imported"
-    result = subprocess.run([sys.executable, "-m", "viewer.cli", "import-mindspore", str(run), "-o", str(out)],
-                            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=600)
-    if result.returncode != 0:          # the importer's command name differs: import through the API
+    result = subprocess.run(
+        [sys.executable, "-m", "viewer.cli", "import-mindspore", str(run), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=REPO,
+        timeout=600,
+    )
+    if result.returncode != 0:  # the importer's command name differs: import through the API
         from profiler.postprocess.imported import import_mindspore_dir
+
         import_mindspore_dir(run, out)
     trace_path = next(out.glob("timeline_*.json"))
     events = [e for e in json.loads(trace_path.read_text())["traceEvents"] if e.get("ph") == "X"]
@@ -54,8 +68,8 @@ def test_huge_device_times_give_a_report_and_exact_timelines(captures, tmp_path)
     f = read_event_file(next(out.glob("events_*.arrow")))
     start = f.column("start_ns", 0, f.complete_rows)
     dur = f.column("dur_ns", 0, f.complete_rows)
-    assert f.complete_rows == len(events) and start.max() > 1.4e14       # steps far from the ops
-    ts = np.array([e["ts"] for e in events])                           # same rows, same order
+    assert f.complete_rows == len(events) and start.max() > 1.4e14  # steps far from the ops
+    ts = np.array([e["ts"] for e in events])  # same rows, same order
     assert np.all(np.abs(ts * 1000 - start) <= 0.5 + np.abs(start) * 2e-16)
     ends = np.array([e["ts"] + e["dur"] for e in events])
     assert np.all(np.abs(ends * 1000 - (start + dur)) <= 0.5 + np.abs(start) * 2e-16)

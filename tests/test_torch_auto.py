@@ -1,6 +1,7 @@
 """What `profview run` installs in a script's process, in-process: run-time patches and their undo
 (integrations/patching.py), the model found from an optimizer and the torch follower
 (integrations/torch_auto.py). tests/test_run_command.py runs the whole launcher on real scripts."""
+
 from __future__ import annotations
 
 import importlib
@@ -42,7 +43,7 @@ def test_find_model_is_the_outermost_module_holding_the_optimizer_parameters():
     inner = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     outer = Wrapper(inner)
     head = nn.Linear(2, 2)
-    with_more = nn.Sequential(inner, head)           # holds them too, and a parameter of its own
+    with_more = nn.Sequential(inner, head)  # holds them too, and a parameter of its own
     params = {id(p) for p in inner.parameters()}
     assert find_model(params) is outer
     assert find_model({id(p) for p in with_more.parameters()}) is with_more
@@ -67,7 +68,7 @@ def test_patches_after_import_and_undo(tmp_path, monkeypatch):
     assert profview_late_module.VALUE == 41
     never = Patches()
     never.after_import("profview_other_late_module", got.append)
-    never.undo()                                      # undone before the import: the hook is gone
+    never.undo()  # undone before the import: the hook is gone
     assert len(sys.meta_path) == hooks - 1
     (tmp_path / "profview_other_late_module.py").write_text("")
     importlib.import_module("profview_other_late_module")
@@ -80,17 +81,17 @@ def test_the_follower_attaches_the_first_optimizer_and_times_loader_fetches(tmp_
     p = Profiler(tmp_path, host_counters=False, gpu_counters=False)
     patches = Patches()
     follower = TorchFollower(p, patches, lambda: True)
-    follower.install()                                 # torch is imported: patched now
+    follower.install()  # torch is imported: patched now
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    torch.optim.SGD(model.parameters(), lr=0.01)        # a second optimizer is not followed
+    torch.optim.SGD(model.parameters(), lr=0.01)  # a second optimizer is not followed
     assert follower.model is model and follower.optimizer is optimizer
     assert [type(s) for s in p.sources] == [TorchHooks]
     loader = torch.utils.data.DataLoader(SlowSamples(), batch_size=4)
     batches = iter(loader)
     assert len(batches) == 3
-    for x, y in batches:                                # no profiler.step(): the optimizer ends the steps
+    for x, y in batches:  # no profiler.step(): the optimizer ends the steps
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
@@ -99,5 +100,5 @@ def test_the_follower_attaches_the_first_optimizer_and_times_loader_fetches(tmp_
     p.analyse(progress=False, quiet=True)
     steps = pd.read_csv(tmp_path / "step_trace_0.csv")
     assert steps["step"].tolist() == [0, 1, 2]
-    assert (steps["data_wait_ms"] >= FETCH_S * 1e3).all()       # four samples of FETCH_S / 4 per batch
+    assert (steps["data_wait_ms"] >= FETCH_S * 1e3).all()  # four samples of FETCH_S / 4 per batch
     assert (steps["fp_bp_ms"] > 0).all()

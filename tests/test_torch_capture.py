@@ -1,4 +1,5 @@
 """torch.profiler op capture: a real CNN training loop on the CPU, checked against torch's own numbers."""
+
 import gzip
 import json
 import subprocess
@@ -8,23 +9,31 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
-
-from profiler import Profiler, schedule  # noqa: E402
-from profiler.postprocess.recording import load_rank  # noqa: E402
-from profiler.record.recorder import clock_anchor  # noqa: E402
-from profiler.capture.base import Source  # noqa: E402
-from profiler.capture.torch_capture import TorchOps, torch_index_entries  # noqa: E402
 from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn, torch_capture_of, train  # noqa: E402
 
+from profiler import Profiler, schedule  # noqa: E402
+from profiler.capture.base import Source  # noqa: E402
+from profiler.capture.torch_capture import TorchOps, torch_index_entries  # noqa: E402
+from profiler.postprocess.recording import load_rank  # noqa: E402
+from profiler.record.recorder import clock_anchor  # noqa: E402
+
 torch.set_num_threads(1)
-EXPECTED_OPS = {"aten::conv2d", "aten::convolution", "aten::batch_norm", "aten::native_batch_norm",
-                "aten::relu", "aten::max_pool2d", "aten::linear", "aten::convolution_backward",
-                "aten::native_batch_norm_backward", "aten::threshold_backward"}
+EXPECTED_OPS = {
+    "aten::conv2d",
+    "aten::convolution",
+    "aten::batch_norm",
+    "aten::native_batch_norm",
+    "aten::relu",
+    "aten::max_pool2d",
+    "aten::linear",
+    "aten::convolution_backward",
+    "aten::native_batch_norm_backward",
+    "aten::threshold_backward",
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +45,11 @@ def cnn_run(tmp_path_factory):
 
 def test_import_profiler_does_not_import_torch(tmp_path):
     """Neither the import nor a whole recording and analysis without framework / attach imports torch."""
-    code = ("import sys, profiler; from profiler import Profiler; assert 'torch' not in sys.modules\n"
-            f"p = Profiler({str(tmp_path)!r}, gpu_counters=False); p.step(); p.step(); p.analyse(progress=False)\n"
-            "assert not [m for m in sys.modules if m.split('.')[0] == 'torch'], 'torch imported'")
+    code = (
+        "import sys, profiler; from profiler import Profiler; assert 'torch' not in sys.modules\n"
+        f"p = Profiler({str(tmp_path)!r}, gpu_counters=False); p.step(); p.step(); p.analyse(progress=False)\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'torch'], 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
 
 
@@ -48,8 +59,8 @@ def test_op_tables_hold_the_aten_ops(cnn_run):
     assert EXPECTED_OPS <= set(detail["name"])
     assert set(detail["device"]) == {"cpu"}
     conv = detail.set_index("name").loc["aten::conv2d"]
-    assert conv["count"] == 2 * 6                    # two convolutions a step, six steps
-    assert conv["self_ms"] < conv["total_ms"]         # self excludes the nested convolution kernels
+    assert conv["count"] == 2 * 6  # two convolutions a step, six steps
+    assert conv["self_ms"] < conv["total_ms"]  # self excludes the nested convolution kernels
     op_type = read_csv(out, "op_type")
     assert abs(op_type["share_pct"].sum() - 100.0) < 0.01
     info = json.loads((out / "profiler_info_0.json").read_text())
@@ -64,7 +75,7 @@ def test_per_op_totals_match_torch_key_averages(cnn_run):
     detail = read_csv(out, "op_detail").set_index("name")
     compared = 0
     for name, e in averages.items():
-        if not name.startswith("aten::") or e.cpu_time_total < 50:       # us; tiny ops are all noise
+        if not name.startswith("aten::") or e.cpu_time_total < 50:  # us; tiny ops are all noise
             continue
         ours = detail.loc[name]
         assert ours["count"] == e.count, name
@@ -131,7 +142,7 @@ def test_torch_ops_land_inside_profview_spans(tmp_path):
     assert len(mm) == len(probe) == 20
     assert (mm["start_ns"].to_numpy() >= probe["start_ns"].to_numpy()).all()
     assert ((mm["start_ns"] + mm["dur_ns"]).to_numpy() <= (probe["start_ns"] + probe["dur_ns"]).to_numpy()).all()
-    assert set(mm["stream"]) == {"MainThread"}          # the profview lane of the same thread
+    assert set(mm["stream"]) == {"MainThread"}  # the profview lane of the same thread
 
 
 def test_ops_schedule_samples_op_capture_while_every_step_is_traced(tmp_path):
@@ -142,7 +153,7 @@ def test_ops_schedule_samples_op_capture_while_every_step_is_traced(tmp_path):
     run = load_rank(tmp_path, 0)
     assert sorted(set(run.ops["step"])) == [3, 4, 8, 9]
     per_step = run.ops.groupby("step").size()
-    assert per_step.nunique() == 1                     # every sampled step has its full op set
+    assert per_step.nunique() == 1  # every sampled step has its full op set
     assert torch_capture_of(p).windows_saved == 2
     windows = sorted(tmp_path.glob("raw/*-torch-*.json.gz"))
     assert len(windows) == 2 and not list(tmp_path.glob("raw/*-torch-*.json"))
@@ -158,7 +169,7 @@ def test_one_step_windows_back_to_back(tmp_path):
     p = profiled_cnn_run(tmp_path, steps=4, ops_schedule=schedule(wait=0, warmup=0, active=1))
     run = load_rank(tmp_path, 0)
     assert sorted(set(run.ops["step"])) == [0, 1, 2, 3]
-    assert run.ops.groupby("step").size()[1:].nunique() == 1      # step 0 is the loop's first (warm-up work)
+    assert run.ops.groupby("step").size()[1:].nunique() == 1  # step 0 is the loop's first (warm-up work)
     entries = [entry for _, entry in torch_index_entries(tmp_path, 0)]
     # the fifth is step 4, begun by the last step end and cut short by stop()
     assert [(e["first_step"], e["last_step"]) for e in entries] == [(k, k) for k in range(5)]
@@ -176,22 +187,31 @@ def test_record_shapes_fills_the_shapes_column(tmp_path):
 def test_options_are_off_by_default(cnn_run):
     out, _ = cnn_run
     info = json.loads((out / "profiler_info_0.json").read_text())
-    assert {k: info["config"][k] for k in ("record_shapes", "profile_memory", "with_stack")} == \
-        {"record_shapes": False, "profile_memory": False, "with_stack": False}
+    assert {k: info["config"][k] for k in ("record_shapes", "profile_memory", "with_stack")} == {
+        "record_shapes": False,
+        "profile_memory": False,
+        "with_stack": False,
+    }
     assert set(read_csv(out, "op_detail")["shapes"]) == {""}
 
 
 def _device_trace(base: int, ts_us: float) -> dict:
     """A Kineto trace of one CUDA launch: host op, runtime launch and memcpy / kernel on stream 7."""
+
     def x(cat, name, pid, tid, dt, dur, **args):
         return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts_us + dt, "dur": dur, "args": args}
-    return {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": [
-        x("cpu_op", "aten::mm", 100, 100, 0, 50),
-        x("cuda_runtime", "cudaLaunchKernel", 100, 100, 10, 5, correlation=41),
-        x("cuda_runtime", "cudaMemcpyAsync", 100, 100, 20, 5, correlation=42),
-        x("kernel", "volta_sgemm_128x64_nn", 0, 7, 30, 40, device=0, stream=7, correlation=41),
-        x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 0, 7, 80, 10, device=0, stream=7, correlation=42),
-    ]}
+
+    return {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": base,
+        "traceEvents": [
+            x("cpu_op", "aten::mm", 100, 100, 0, 50),
+            x("cuda_runtime", "cudaLaunchKernel", 100, 100, 10, 5, correlation=41),
+            x("cuda_runtime", "cudaMemcpyAsync", 100, 100, 20, 5, correlation=42),
+            x("kernel", "volta_sgemm_128x64_nn", 0, 7, 30, 40, device=0, stream=7, correlation=41),
+            x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 0, 7, 80, 10, device=0, stream=7, correlation=42),
+        ],
+    }
 
 
 class _SidecarsOnly(Source):
@@ -211,11 +231,18 @@ def test_device_ops_and_launch_flows_from_a_cuda_trace(tmp_path):
     p.step()
     p.stop()
     base = unix - 1_000_000_000
-    stem = next(tmp_path.glob("raw/*.pvraw")).name[:-len(".pvraw")]
+    stem = next(tmp_path.glob("raw/*.pvraw")).name[: -len(".pvraw")]
     (tmp_path / "raw" / f"{stem}-torch-0.json.gz").write_bytes(
-        gzip.compress(json.dumps(_device_trace(base, 1_000_000.0)).encode()))
-    entry = {"file": f"{stem}-torch-0.json", "window": 0, "first_step": 1, "last_step": 1,
-             "anchor": {"monotonic_ns": mono, "unix_ns": unix}, "threads": {"100": "MainThread"}}
+        gzip.compress(json.dumps(_device_trace(base, 1_000_000.0)).encode())
+    )
+    entry = {
+        "file": f"{stem}-torch-0.json",
+        "window": 0,
+        "first_step": 1,
+        "last_step": 1,
+        "anchor": {"monotonic_ns": mono, "unix_ns": unix},
+        "threads": {"100": "MainThread"},
+    }
     (tmp_path / "raw" / f"{stem}-torch.jsonl").write_text(json.dumps(entry) + "\n")
     p.analyse(progress=False)
     op_type = read_csv(tmp_path, "op_type").set_index(["device", "op_type"])

@@ -1,4 +1,5 @@
 """attach(model, optimizer): the step trace of a real PyTorch loop with no phase() / step() calls."""
+
 import time
 import warnings
 
@@ -7,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
+from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn  # noqa: E402
 
 from profiler import Profiler, ProfilerUsageWarning  # noqa: E402
-from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn  # noqa: E402
 
 torch.set_num_threads(1)
 TOL_MS = 1.0
@@ -51,7 +52,7 @@ def test_boundaries_match_ground_truth(tmp_path):
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         t_bp = time.perf_counter_ns()
-        time.sleep(0.003)                       # tail work before the optimizer
+        time.sleep(0.003)  # tail work before the optimizer
         optimizer.step()
         t_end = time.perf_counter_ns()
         truth.append((t_prev, t_fp, t_bp, t_end))
@@ -87,7 +88,7 @@ def test_injected_data_loading_sleep_shows_as_iteration_gap(tmp_path):
     slow = read_csv(profiled_cnn_run(tmp_path / "slow", steps=8, load=slow_loading).output_path, "step_trace")
     extra_gap = slow["iteration_gap_ms"][1:].median() - base["iteration_gap_ms"][1:].median()
     assert extra_gap == pytest.approx(np.median(slept[1:]), abs=2.0)
-    assert (slow["iteration_gap_ms"][1:].to_numpy() >= np.array(slept[1:])).all()   # each step's own sleep
+    assert (slow["iteration_gap_ms"][1:].to_numpy() >= np.array(slept[1:])).all()  # each step's own sleep
 
 
 def test_gradient_accumulation_spans_all_micro_batches(tmp_path):
@@ -99,7 +100,7 @@ def test_gradient_accumulation_spans_all_micro_batches(tmp_path):
         optimizer.zero_grad()
         t_fp = 0
         for half in (x[:16], x[16:]):
-            time.sleep(0.002)                   # the second one is between micro-batches: inside fp..bp
+            time.sleep(0.002)  # the second one is between micro-batches: inside fp..bp
             t_fp = t_fp or time.perf_counter_ns()
             nn.functional.cross_entropy(model(half), y[:16]).backward()
         spans.append((time.perf_counter_ns() - t_fp) / 1e6)
@@ -121,7 +122,8 @@ def test_explicit_step_is_ignored_with_one_warning(tmp_path):
             p.step()
     assert [str(w.message) for w in caught if w.category is ProfilerUsageWarning] == [
         "profiler.step() ignored: the optimizer hook installed by attach() ends each step "
-        "(pass step_on_optimizer=False to attach() to call step() yourself)"]
+        "(pass step_on_optimizer=False to attach() to call step() yourself)"
+    ]
     p.analyse(progress=False)
     assert len(read_csv(tmp_path, "step_trace")) == 3
 
@@ -133,7 +135,7 @@ def test_step_on_optimizer_false_leaves_steps_to_the_loop(tmp_path):
         nn.functional.cross_entropy(model(x), y).backward()
         if i % 2:
             optimizer.step()
-            p.step()                              # one profiler step per optimizer step
+            p.step()  # one profiler step per optimizer step
     p.analyse(progress=False)
     trace = read_csv(tmp_path, "step_trace")
     assert len(trace) == 3
@@ -143,14 +145,13 @@ def test_step_on_optimizer_false_leaves_steps_to_the_loop(tmp_path):
 def test_hooks_are_removed_when_the_profiler_stops(tmp_path):
     model, optimizer, (x, _), p = _attached(tmp_path)
     assert "forward" in model.__dict__ and "step" in optimizer.__dict__
-    assert not model._forward_pre_hooks        # no module hook: torch's fast __call__ path stays
+    assert not model._forward_pre_hooks  # no module hook: torch's fast __call__ path stays
     expected = nn.Sequential.forward(model, x)
-    assert torch.equal(model(x), expected)      # the wrapper passes the call on unchanged
+    assert torch.equal(model(x), expected)  # the wrapper passes the call on unchanged
     p.stop()
     assert "forward" not in model.__dict__ and not model._forward_pre_hooks and not model._forward_hooks
-    assert "step" not in optimizer.__dict__     # the class's step applies again
-    assert all(p._post_accumulate_grad_hooks is None or not p._post_accumulate_grad_hooks
-               for p in model.parameters())
+    assert "step" not in optimizer.__dict__  # the class's step applies again
+    assert all(p._post_accumulate_grad_hooks is None or not p._post_accumulate_grad_hooks for p in model.parameters())
 
 
 def test_after_the_first_backward_pass_only_its_last_gradients_stay_hooked(tmp_path):
@@ -162,7 +163,7 @@ def test_after_the_first_backward_pass_only_its_last_gradients_stay_hooked(tmp_p
     torch.manual_seed(0)
     model, (x, y) = small_cnn(), cifar_batch()
     first = next(model.parameters())
-    first.requires_grad_(False)                 # frozen: not hooked, not chosen
+    first.requires_grad_(False)  # frozen: not hooked, not chosen
     optimizer = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.01)
     p = _quiet_profiler(tmp_path)
     p.attach(model, optimizer, ops=False)
@@ -172,9 +173,12 @@ def test_after_the_first_backward_pass_only_its_last_gradients_stay_hooked(tmp_p
 
     trainable = [name for name, q in model.named_parameters() if q.requires_grad]
     assert hooked() == trainable
-    order = []                                   # the test's own record of the first pass
-    mine = [q.register_post_accumulate_grad_hook(lambda q, n=n: order.append(n))
-            for n, q in model.named_parameters() if q.requires_grad]
+    order = []  # the test's own record of the first pass
+    mine = [
+        q.register_post_accumulate_grad_hook(lambda q, n=n: order.append(n))
+        for n, q in model.named_parameters()
+        if q.requires_grad
+    ]
     for step in range(3):
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
@@ -193,6 +197,7 @@ def test_after_the_first_backward_pass_only_its_last_gradients_stay_hooked(tmp_p
 def test_forward_wrapper_keeps_an_instance_forward_and_keyword_arguments(tmp_path):
     """A forward set on the instance before attach() (as some libraries do) is wrapped, called with
     the caller's keyword arguments, and put back on stop(); a user's own forward hook still runs."""
+
     class Scaled(nn.Module):
         def forward(self, x, scale=1.0):
             return x * scale
@@ -222,6 +227,7 @@ def test_forward_wrapper_keeps_an_instance_forward_and_keyword_arguments(tmp_pat
 
 def test_inference_and_tuple_outputs(tmp_path):
     """No grad: no bp end (and no error); several outputs: one bp end per backward pass."""
+
     class TwoHeads(nn.Module):
         def __init__(self):
             super().__init__()
@@ -256,7 +262,7 @@ def test_second_attach_that_also_steps_is_refused(tmp_path):
 
 # ---- exactly one step per outermost optimizer.step() ------------------------------------------
 
-OPT_WORK_S = 0.02          # work done inside the optimizer's own step: it must land in the tail
+OPT_WORK_S = 0.02  # work done inside the optimizer's own step: it must land in the tail
 
 
 class SlowSGD(torch.optim.SGD):
@@ -289,7 +295,7 @@ def _loop(model, optimizer, x, y, steps, zero_grad_first=True, scaler=None, sche
         loss = nn.functional.cross_entropy(model(x), y)
         if scaler is not None:
             scaler.scale(loss).backward()
-            if i in poison:                                   # inf gradients: the scaler skips this step
+            if i in poison:  # inf gradients: the scaler skips this step
                 next(model.parameters()).grad.fill_(float("inf"))
             scaler.step(optimizer)
             scaler.update()
@@ -305,7 +311,7 @@ def _loop(model, optimizer, x, y, steps, zero_grad_first=True, scaler=None, sche
 @pytest.mark.parametrize("case", ["subclass", "wrapper", "scheduler_after", "scheduler_before", "zero_grad_last"])
 def test_one_step_per_outermost_optimizer_step(tmp_path, case):
     torch.manual_seed(0)
-    torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)      # SGD.step is patched by torch now
+    torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)  # SGD.step is patched by torch now
     model, (x, y) = small_cnn(), cifar_batch()
     inner = (SlowSGD if case == "subclass" else torch.optim.SGD)(model.parameters(), lr=0.01)
     stepper = Lookahead(inner) if case == "wrapper" else inner
@@ -318,14 +324,14 @@ def test_one_step_per_outermost_optimizer_step(tmp_path, case):
     _loop(model, stepper, x, y, steps, zero_grad_first=case != "zero_grad_last", scheduler=scheduler)
     p.analyse(progress=False)
     trace = read_csv(tmp_path, "step_trace")
-    assert list(trace["step"]) == list(range(steps)), case       # one step per iteration, never two
+    assert list(trace["step"]) == list(range(steps)), case  # one step per iteration, never two
     if case in ("subclass",):
         # the subclass's own work is in the optimizer phase: the tail, not the next step's compute
         assert (trace["tail_ms"].iloc[1:] >= OPT_WORK_S * 1e3 * 0.8).all()
     if case == "scheduler_after":
         assert scheduler.get_last_lr()[0] == pytest.approx(0.01 * 0.1 ** (steps // 2))
     p_step = inner.__dict__.get("step")
-    assert p_step is None or getattr(p_step, "_wrapped_by_lr_sched", False)   # our wrapper is gone
+    assert p_step is None or getattr(p_step, "_wrapped_by_lr_sched", False)  # our wrapper is gone
 
 
 def test_a_wrapper_optimizer_work_lands_in_the_step_it_ends(tmp_path):
@@ -340,7 +346,7 @@ def test_a_wrapper_optimizer_work_lands_in_the_step_it_ends(tmp_path):
     p.analyse(progress=False)
     trace = read_csv(tmp_path, "step_trace")
     assert len(trace) == 6
-    assert (trace["iteration_gap_ms"].iloc[1:] < OPT_WORK_S * 1e3 * 0.5).all()   # not in the next step's gap
+    assert (trace["iteration_gap_ms"].iloc[1:] < OPT_WORK_S * 1e3 * 0.5).all()  # not in the next step's gap
 
 
 def test_grad_scaler_skipped_steps_still_end_the_step(tmp_path):
@@ -353,7 +359,7 @@ def test_grad_scaler_skipped_steps_still_end_the_step(tmp_path):
     p.attach(model, optimizer, ops=False)
     before = [q.detach().clone() for q in model.parameters()]
     _loop(model, optimizer, x, y, 1, scaler=scaler, poison={0})
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))    # really skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # really skipped
     _loop(model, optimizer, x, y, 6, scaler=scaler, poison={2, 3})
     p.analyse(progress=False)
     trace = read_csv(tmp_path, "step_trace")

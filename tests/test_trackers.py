@@ -1,5 +1,6 @@
 """`profview export DIR --to tensorboard|mlflow` (profiler.integrations.trackers), read back with each
 library's own reader: the per-step phases equal step_trace_{rank}.csv, the verdict equals report_{rank}.json's."""
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from tracker_readback import assert_steps_match, expected, mlflow_metric, mlflow_run, tensorboard_run
+
 from viewer.cli import main
 
-DATA_S, COMPUTE_S, TAIL_S = 0.03, 0.01, 0.003      # per step: the data wait dominates (input_bound)
+DATA_S, COMPUTE_S, TAIL_S = 0.03, 0.01, 0.003  # per step: the data wait dominates (input_bound)
 STEPS = 8
 
 
@@ -49,25 +50,42 @@ def test_tensorboard_export_reads_back_as_the_step_trace(input_bound_run, tmp_pa
     top = report["findings"][0]
     assert texts["profview/findings"].startswith(f"1. input_bound: {top['title']} ({top['at_stake_pct']:g} %")
     assert scalars["profview/mean_step_ms"][STEPS - 1] == pytest.approx(report["steps"]["mean_ms"], rel=1e-6)
-    assert "profview/device_busy_ms" not in scalars            # no device ops in a host loop
+    assert "profview/device_busy_ms" not in scalars  # no device ops in a host loop
 
 
 def test_mlflow_export_reads_back_as_the_step_trace(input_bound_run, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     store = (tmp_path / "mlruns").as_uri()
-    assert main(["export", str(input_bound_run), "--to", "mlflow", "--tracking-uri", store,
-                 "--experiment", "tests", "--run-name", "loop"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(input_bound_run),
+                "--to",
+                "mlflow",
+                "--tracking-uri",
+                store,
+                "--experiment",
+                "tests",
+                "--run-name",
+                "loop",
+            ]
+        )
+        == 0
+    )
     line = capsys.readouterr().err
     run_id = line.split("MLflow run ")[1].split()[0]
-    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ          # profview put the variable back
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")      # MLflow 3 opens a file store only with it
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ  # profview put the variable back
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 opens a file store only with it
     client, run = mlflow_run(store, run_id)
     assert run.info.run_name == "loop rank 0" and run.info.status == "FINISHED"
     assert client.get_experiment(run.info.experiment_id).name == "tests"
     trace, report = expected(input_bound_run)
-    values = {f"profview/{c}": {s: v for s, (v, _) in mlflow_metric(client, run_id, f"profview/{c}").items()}
-              for c in ("iteration_gap_ms", "data_wait_ms", "fp_bp_ms", "tail_ms", "total_ms")}
+    values = {
+        f"profview/{c}": {s: v for s, (v, _) in mlflow_metric(client, run_id, f"profview/{c}").items()}
+        for c in ("iteration_gap_ms", "data_wait_ms", "fp_bp_ms", "tail_ms", "total_ms")
+    }
     assert_steps_match(values, trace, rel=1e-9)
     tags = run.data.tags
     assert tags["profview/verdict"] == report["verdict"] == "input_bound"
@@ -83,7 +101,7 @@ def test_mlflow_default_store_is_a_file_store_in_the_directory(input_bound_run, 
     shutil.copytree(input_bound_run, out)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert main(["export", str(out), "--to", "mlflow"]) == 0
-    assert list((out / "mlruns").glob("*/*/metrics/profview/total_ms"))     # the file store's layout
+    assert list((out / "mlruns").glob("*/*/metrics/profview/total_ms"))  # the file store's layout
 
 
 def test_device_busy_is_the_union_of_device_ops_per_step(tmp_path):
@@ -98,7 +116,7 @@ def test_device_busy_is_the_union_of_device_ops_per_step(tmp_path):
     a = np.ones((256, 256), dtype=np.float32)
     for _ in range(5):
         tasks = [dev.launch(f"Default/MatMul-op{k}", "MatMul", np.matmul, a, a) for k in range(3)]
-        time.sleep(0.01)                 # host work between launches: the device idles part of the step
+        time.sleep(0.01)  # host work between launches: the device idles part of the step
         tasks[-1].result()
         profiler.step()
     profiler.analyse(quiet=True)
@@ -108,8 +126,11 @@ def test_device_busy_is_the_union_of_device_ops_per_step(tmp_path):
     trace = pd.read_csv(out / "step_trace_0.csv")
     events = json.loads((out / "timeline_0.json").read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
-    ops = [(e["ts"] * 1e3, (e["ts"] + e["dur"]) * 1e3) for e in events
-           if e.get("ph") == "X" and "npu" in str(names.get(e["pid"], "")) and e.get("cat") not in ("phase", "span")]
+    ops = [
+        (e["ts"] * 1e3, (e["ts"] + e["dur"]) * 1e3)
+        for e in events
+        if e.get("ph") == "X" and "npu" in str(names.get(e["pid"], "")) and e.get("cat") not in ("phase", "span")
+    ]
     assert ops
     for row in trace.itertuples():
         lo, hi = row.start_ms * 1e6, (row.start_ms + row.total_ms) * 1e6
@@ -125,9 +146,11 @@ def test_device_busy_is_the_union_of_device_ops_per_step(tmp_path):
 def test_export_refuses_what_it_cannot_export(tmp_path, input_bound_run, capsys):
     assert main(["export", str(tmp_path), "--to", "tensorboard"]) == 1
     assert "holds no analysed run" in capsys.readouterr().err
-    assert main(["export", str(input_bound_run), "--to", "tensorboard", "--logdir", str(tmp_path / "x"), "-r", "3"]) == 1
+    assert (
+        main(["export", str(input_bound_run), "--to", "tensorboard", "--logdir", str(tmp_path / "x"), "-r", "3"]) == 1
+    )
     assert "has no rank 3 (its ranks: 0)" in capsys.readouterr().err
-    assert not (tmp_path / "x").exists()                       # nothing written before the check
+    assert not (tmp_path / "x").exists()  # nothing written before the check
     with pytest.raises(SystemExit):
         main(["export", str(input_bound_run), "--to", "wandb"])
 

@@ -1,5 +1,6 @@
 """The HTML report in a real browser, built from a real profiled loop (two ranks) and from a
 synthetic directory with every optional file (queues, counters, findings)."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from viewer_browser import ALL_TABS_DRAWN, close_driver, console_errors, new_driver, screenshot
 from viewer_fixtures import XSS, Spec, profile_loop, write_run
 
@@ -33,8 +33,14 @@ def synthetic_run(tmp_path_factory) -> Path:
 
 
 def build(directory: Path, out: Path, *extra: str) -> Path:
-    result = subprocess.run([sys.executable, "-m", "viewer.cli", str(directory), "-o", str(out), *extra],
-                            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "viewer.cli", str(directory), "-o", str(out), *extra],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=REPO,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -75,15 +81,18 @@ def test_xss_op_name_is_text(real_run, driver, tmp_path):
     report = build(real_run, tmp_path / "report.html")
     open_report(driver, report)
     from selenium.common.exceptions import NoAlertPresentException
+
     with pytest.raises(NoAlertPresentException):
-        driver.switch_to.alert.text
+        _ = driver.switch_to.alert.text
     assert driver.execute_script("return document.querySelectorAll('img').length") == 0
     driver.execute_script("profview.show('operators')")
     cells = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#page-operators td')).map(td => td.textContent)")
+        "return Array.from(document.querySelectorAll('#page-operators td')).map(td => td.textContent)"
+    )
     assert XSS in cells
-    labels = driver.execute_script("return Array.from(document.querySelectorAll('#page-operators svg text'))"
-                                   ".map(t => t.textContent)")
+    labels = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#page-operators svg text')).map(t => t.textContent)"
+    )
     assert XSS in labels
     assert console_errors(driver) == []
 
@@ -100,14 +109,16 @@ def test_op_table_filters_and_sorts(synthetic_run, driver, tmp_path):
     assert 0 < after < before
     names = driver.execute_script(
         "return Array.from(document.querySelectorAll('#page-operators div.sortable tbody tr td:nth-child(2)'))"
-        ".map(td => td.textContent)")
+        ".map(td => td.textContent)"
+    )
     assert all("MatMul" in n for n in names)
     header = driver.find_elements("css selector", "#page-operators div.sortable th")[4]  # count
     header.click()
     header.click()
     counts = driver.execute_script(
         "return Array.from(document.querySelectorAll('#page-operators div.sortable tbody tr td:nth-child(5)'))"
-        ".map(td => Number(td.textContent.replace(/,/g, '')))")
+        ".map(td => Number(td.textContent.replace(/,/g, '')))"
+    )
     assert counts == sorted(counts)
 
 
@@ -120,8 +131,13 @@ def test_steps_option_sets_the_detail_window(synthetic_run, driver, tmp_path):
 
 
 def test_serve_mode_answers_on_loopback(synthetic_run):
-    proc = subprocess.Popen([sys.executable, "-m", "viewer.cli", str(synthetic_run), "--no-browser"],
-                            stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "viewer.cli", str(synthetic_run), "--no-browser"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=REPO,
+    )
     try:
         line = ""
         deadline = time.monotonic() + 120

@@ -1,13 +1,15 @@
 """A 10-million-event run: the report is built (level of detail keeps it small) and says what it aggregated."""
+
 from __future__ import annotations
 
 import re
 import time
 
-from viewer.context import Context
-from viewer.report import build_report
-from viewer.inputs import load_input
 from viewer_fixtures import Spec, write_run
+
+from viewer.context import Context
+from viewer.inputs import load_input
+from viewer.report import build_report
 
 EVENTS = 10_000_000
 STEPS = 200

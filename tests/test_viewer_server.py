@@ -1,5 +1,6 @@
 """The one HTTP server of the viewer (viewer/server.py), for a built report and the live one: what it
 answers, how a reply that fails is said, where it binds, and an address it cannot bind."""
+
 from __future__ import annotations
 
 import subprocess
@@ -8,8 +9,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from live_helpers import REPO, profview, python_env
+
 from profiler.errors import InputError, ProfviewError
 from viewer.server import Reply, ReportServer, fixed
 
@@ -57,17 +58,24 @@ def test_a_reply_that_fails_is_one_sentence_and_the_server_goes_on(server, capfd
     def broken(query):
         return {}["missing"]
 
-    s = server({"/": vanished, "/data.json": broken,
-                "/echo": lambda query: Reply(repr(sorted(query.items())).encode(), "text/plain")})
+    s = server(
+        {
+            "/": vanished,
+            "/data.json": broken,
+            "/echo": lambda query: Reply(repr(sorted(query.items())).encode(), "text/plain"),
+        }
+    )
     status, kind, body = get(s.url)
     assert status == 500 and kind.startswith("text/plain")
     assert body.decode() == "profview: cannot build /: the recording's directory was removed"
     status, _, body = get(s.url + "data.json")
     assert status == 500 and body.decode() == "profview: cannot build /data.json: KeyError: 'missing'"
-    assert get(s.url + "echo?have=3&x=a")[2] == b"[('have', ['3']), ('x', ['a'])]"     # still serving
+    assert get(s.url + "echo?have=3&x=a")[2] == b"[('have', ['3']), ('x', ['a'])]"  # still serving
     err = capfd.readouterr().err.splitlines()
-    assert err == ["profview: cannot build /: the recording's directory was removed",
-                   "profview: cannot build /data.json: KeyError: 'missing'"]
+    assert err == [
+        "profview: cannot build /: the recording's directory was removed",
+        "profview: cannot build /data.json: KeyError: 'missing'",
+    ]
 
 
 @pytest.mark.parametrize("host", ["h" * 300, "256.256.256.256"])
@@ -84,11 +92,12 @@ def test_the_cli_refuses_an_address_it_cannot_bind_in_one_line(tmp_path, live):
     target = write_run(tmp_path / "run", Spec(steps=4, ops_per_step=2))
     (target / "raw").mkdir(exist_ok=True)
     args = [str(target), "--no-browser", "--host", "h" * 300] + (["--live"] if live else [])
-    result = subprocess.run(profview(*args), cwd=REPO, env=python_env(), capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(profview(*args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith(f"profview: error: cannot serve on {'h' * 80}:0: ")
     assert "Traceback" not in result.stderr
-    assert lines[:-1] == [f"profview: warning: serving on {'h' * 300} makes the report (op names, paths) reachable "
-                          "from other machines; the default 127.0.0.1 keeps it local"]
+    assert lines[:-1] == [
+        f"profview: warning: serving on {'h' * 300} makes the report (op names, paths) reachable "
+        "from other machines; the default 127.0.0.1 keeps it local"
+    ]

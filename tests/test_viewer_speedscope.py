@@ -4,6 +4,7 @@ speedscope is installed from the npm registry at test time into a cache director
 ($PROFVIEW_NPM_CACHE, default ~/.cache/profview-tests), once; the test serves its release
 build and our trace on 127.0.0.1 and loads it with `#profileURL=` in headless Chromium.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,7 +18,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from viewer_browser import close_driver, console_errors, new_driver, require_chromium, screenshot
 from viewer_fixtures import XSS, profile_loop
 
@@ -35,8 +35,12 @@ def speedscope_release() -> Path:
                 pytest.fail("npm is not installed (apt-get install npm)")
             pytest.skip("npm is not installed")
         cache.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), SPEEDSCOPE],
-                                capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), SPEEDSCOPE],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert result.returncode == 0, result.stderr
     return release
 

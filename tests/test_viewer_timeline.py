@@ -1,6 +1,7 @@
 """The timeline page on a real PyTorch loop whose ops were captured on a few steps only
 (`ops_schedule`), in a real browser: hover durations, the phase row, the default window, zooming;
 and its Chrome trace loaded in speedscope without a warning."""
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from viewer_browser import ALL_TABS_DRAWN, close_driver, console_errors, new_driver, require_chromium, screenshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,8 +29,9 @@ STEPS = 16
 @pytest.fixture(scope="module")
 def sampled_run(tmp_path_factory) -> Path:
     """16 steps of a small CNN under attach(); torch.profiler ops on steps 11-13 only."""
-    from profiler import schedule
     from torch_loops import profiled_cnn_run
+
+    from profiler import schedule
 
     out = tmp_path_factory.mktemp("sampled") / "profiler_data"
     profiled_cnn_run(out, steps=STEPS, framework="torch", ops_schedule=schedule(wait=10, warmup=1, active=3))
@@ -40,8 +41,14 @@ def sampled_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def report(sampled_run, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report") / "report.html"
-    result = subprocess.run([sys.executable, "-m", "viewer.cli", str(sampled_run), "-o", str(out)],
-                            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "viewer.cli", str(sampled_run), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=REPO,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -94,8 +101,9 @@ def test_default_window_holds_ops(timeline_page, sampled_run):
                        .map(t => [t.name, t.customdata.length]);""")
     per_trace = dict(drawn)
     assert per_trace.get("host", 0) >= len(ops), per_trace
-    options = d.execute_script("return Array.from(document.querySelectorAll('#page-timeline select option'))"
-                               ".map(o => o.textContent)")
+    options = d.execute_script(
+        "return Array.from(document.querySelectorAll('#page-timeline select option')).map(o => o.textContent)"
+    )
     assert any(o.startswith("captured window: steps") for o in options), options
     screenshot(d, "timeline-default-window")
 
@@ -111,7 +119,8 @@ def test_hover_shows_the_duration_of_the_bar(timeline_page, sampled_run):
     ev = events_of(sampled_run)
     ops = ev[ev["category"].isin(OP_CATEGORIES) & (ev["step"] == step)]
     target = ops.loc[ops["dur_ns"].idxmax()]
-    found = d.execute_script("""
+    found = d.execute_script(
+        """
         const div = document.querySelector('#page-timeline .window.active div.plot');
         const name = arguments[0], start = arguments[1];
         for (let c = 0; c < div.data.length; c++) {
@@ -121,19 +130,27 @@ def test_hover_shows_the_duration_of_the_bar(timeline_page, sampled_run):
             if (t.customdata[p][0] === name && Math.abs(t.customdata[p][1] - start) < 1e-6) return [c, p];
           }
         }
-        return null;""", target["name"], target["start_ns"] / 1e6)
+        return null;""",
+        target["name"],
+        target["start_ns"] / 1e6,
+    )
     assert found, f"{target['name']} not drawn"
-    bar = d.execute_script("""
+    bar = d.execute_script(
+        """
         const div = document.querySelector('#page-timeline .window.active div.plot');
         const traces = div.querySelectorAll('.barlayer .trace');
-        return traces[arguments[0]].querySelectorAll('.point')[arguments[1]];""", *found)
+        return traces[arguments[0]].querySelectorAll('.point')[arguments[1]];""",
+        *found,
+    )
     ActionChains(d).move_to_element(bar).perform()
     deadline = time.monotonic() + 10
     text = ""
     while "duration" not in text and time.monotonic() < deadline:
         time.sleep(0.1)
-        text = d.execute_script("return Array.from(document.querySelectorAll('#page-timeline .hoverlayer .hovertext'))"
-                                ".map(e => e.textContent).join('|')")
+        text = d.execute_script(
+            "return Array.from(document.querySelectorAll('#page-timeline .hoverlayer .hovertext'))"
+            ".map(e => e.textContent).join('|')"
+        )
     duration = float(re.search(r"duration: ([\d.]+) ms", text).group(1))
     start = float(re.search(r"start: ([\d.]+) ms", text).group(1))
     assert duration == pytest.approx(target["dur_ns"] / 1e6, abs=0.0006), text
@@ -162,22 +179,27 @@ def test_phase_row_matches_the_step_trace(timeline_page, sampled_run):
                   fill: point ? getComputedStyle(point).fill : null};
         }).filter(t => t);""")
     by_name = {t["name"]: t for t in traces}
-    for column, label in (("iteration_gap_ms", "iteration gap"), ("fp_bp_ms", "forward + backward"),
-                          ("tail_ms", "tail")):
+    for column, label in (
+        ("iteration_gap_ms", "iteration gap"),
+        ("fp_bp_ms", "forward + backward"),
+        ("tail_ms", "tail"),
+    ):
         t = by_name[label]
         assert np.allclose(t["x"], csv[column], atol=1e-6), label
         hexa = COLUMN_COLORS[column].lstrip("#")
-        assert t["fill"] == "rgb({}, {}, {})".format(*(int(hexa[i:i + 2], 16) for i in (0, 2, 4))), label
+        assert t["fill"] == "rgb({}, {}, {})".format(*(int(hexa[i : i + 2], 16) for i in (0, 2, 4))), label
     assert np.allclose(by_name["iteration gap"]["base"], csv["start_ms"], atol=1e-6)
-    names = d.execute_script("return Array.from(document.querySelectorAll('#page-timeline .legendtext'))"
-                             ".map(e => e.textContent)")
+    names = d.execute_script(
+        "return Array.from(document.querySelectorAll('#page-timeline .legendtext')).map(e => e.textContent)"
+    )
     assert not [n for n in names if re.fullmatch(r"trace \d+", n)], names
 
 
 def test_steps_stay_on_one_row(timeline_page):
     d = timeline_page
-    rows = d.execute_script("return Array.from(document.querySelectorAll('#page-timeline .ytick text'))"
-                            ".map(e => e.textContent)")
+    rows = d.execute_script(
+        "return Array.from(document.querySelectorAll('#page-timeline .ytick text')).map(e => e.textContent)"
+    )
     assert "steps" in rows and not any(r.startswith("steps ›") for r in rows)
 
 

@@ -1,4 +1,5 @@
 """Small pieces of the viewer: escaping, option parsing, the event file and its level of detail, thinning."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from viewer_fixtures import XSS, Spec, write_run
 
 from viewer.cli import parse_steps
+from viewer.formatting import clean
 from viewer.html import plot_text, script_json
 from viewer.lod import busy_levels, captured_runs, depths, self_times, step_windows, window_events
 from viewer.series import thin
 from viewer.server import is_loopback
-from viewer.formatting import clean
 from viewer.trace import load_timeline
-from viewer_fixtures import XSS, Spec, write_run
 
 
 def test_script_json_cannot_close_the_script():
@@ -58,7 +59,7 @@ def test_event_file_lanes_and_rows(tmp_path):
     run, tl = small_run(tmp_path)
     assert tl.lanes["kind"].tolist() == ["host", "host", "steps", "device"]
     assert tl.phase_counts == {"X": 8 * 6 * 2 + 8 * 3, "i": 1}
-    for lane in range(4):            # every lane's rows sorted by start
+    for lane in range(4):  # every lane's rows sorted by start
         first, count, longest = tl.file.lane_rows(lane)
         start = tl.file.column("start_ns", first, first + count)
         assert count and np.all(np.diff(start) >= 0)
@@ -101,8 +102,11 @@ def test_window_events_and_self_time(tmp_path):
     assert (ev["start_ns"] < t1 * 1e6).all() and ((ev["start_ns"] + ev["dur_ns"]) > t0 * 1e6).all()
     names = tl.names(ev["name"].to_numpy())
     forward = names.index("forward")
-    inside = (ev["lane"] == ev["lane"][forward]) & (ev["start_ns"] >= ev["start_ns"][forward]) & \
-             (ev["start_ns"] + ev["dur_ns"] <= ev["start_ns"][forward] + ev["dur_ns"][forward])
+    inside = (
+        (ev["lane"] == ev["lane"][forward])
+        & (ev["start_ns"] >= ev["start_ns"][forward])
+        & (ev["start_ns"] + ev["dur_ns"] <= ev["start_ns"][forward] + ev["dur_ns"][forward])
+    )
     inside[forward] = False
     assert ev["self_ns"][forward] == ev["dur_ns"][forward] - ev["dur_ns"][inside].sum()
     few = window_events(tl, "step 3", t0, t1, budget=5)
@@ -111,12 +115,13 @@ def test_window_events_and_self_time(tmp_path):
 
 def test_default_window_is_the_median_captured_step():
     import pandas as pd
+
     steps = pd.DataFrame({"step": range(10), "start_ms": np.arange(10) * 10.0, "total_ms": [10.0] * 9 + [30.0]})
     windows = step_windows(steps, None, {6: 50, 7: 40, 8: 60})
     assert windows[0][0].startswith("median captured step: step 7")
     assert windows[1][0].startswith("captured window: steps 6–8")
     assert captured_runs([8, 6, 7, 2]) == [(2, 2), (6, 8)]
-    assert step_windows(steps, None, {s: 5 for s in range(10)})[0][0].startswith("median step")
+    assert step_windows(steps, None, dict.fromkeys(range(10), 5))[0][0].startswith("median step")
 
 
 def test_self_times_subtract_direct_children_only():
@@ -170,10 +175,20 @@ def test_a_directory_without_event_file_says_so(tmp_path):
     assert "the viewer reads only the event file: re-run" in html
 
 
-@pytest.mark.parametrize("ms, report, terminal", [
-    (1234.5, "1,234 ms", "1.23 s"), (150.0, "150 ms", "150.0 ms"), (12.345, "12.35 ms", "12.3 ms"),
-    (2.5, "2.50 ms", "2.50 ms"), (0.25, "250.0 µs", "0.25 ms"), (0.0, "0.0 µs", "0.00 ms"),
-    (-0.5, "-500.0 µs", "-0.50 ms"), (float("nan"), "nan µs", "—"), (float("inf"), "inf ms", "—")])
+@pytest.mark.parametrize(
+    "ms, report, terminal",
+    [
+        (1234.5, "1,234 ms", "1.23 s"),
+        (150.0, "150 ms", "150.0 ms"),
+        (12.345, "12.35 ms", "12.3 ms"),
+        (2.5, "2.50 ms", "2.50 ms"),
+        (0.25, "250.0 µs", "0.25 ms"),
+        (0.0, "0.0 µs", "0.00 ms"),
+        (-0.5, "-500.0 µs", "-0.50 ms"),
+        (float("nan"), "nan µs", "—"),
+        (float("inf"), "inf ms", "—"),
+    ],
+)
 def test_durations_in_the_report_and_the_terminal(ms, report, terminal):
     from viewer.formatting import REPORT, TERMINAL, fmt_ms
 
@@ -186,8 +201,12 @@ def test_signed_changes_and_missing_values():
 
     assert [fmt_ms(v, signed=True) for v in (2.5, -2.5, 0.0)] == ["+2.50 ms", "-2.50 ms", "0.0 µs"]
     assert [fmt_pct(v) for v in (12.345, -3.0)] == ["12.3 %", "-3.0 %"]
-    assert [fmt_pct(v, signed=True, missing="n/a") for v in (4.0, -4.0, None, float("nan"))] == \
-        ["+4.0 %", "-4.0 %", "n/a", "n/a"]
+    assert [fmt_pct(v, signed=True, missing="n/a") for v in (4.0, -4.0, None, float("nan"))] == [
+        "+4.0 %",
+        "-4.0 %",
+        "n/a",
+        "n/a",
+    ]
     assert (fmt_seconds(1_234_567.0), fmt_seconds(None)) == ("1,234.57 s", "—")
     assert [fmt_duration(s) for s in (12.34, 245, 7625)] == ["12.3 s", "4m05s", "2h07m"]
     assert [fmt_bytes(n) for n in (3 * 2**30, 5 * 2**20, float("nan"))] == ["3.00 GB", "5.0 MB", "—"]
@@ -196,11 +215,31 @@ def test_signed_changes_and_missing_values():
 def test_plain_json_values_as_a_file_holds_them():
     from profiler.formats import plain_document, plain_value
 
-    doc = {"n": np.int64(3), "x": np.float32(0.5), "bad": float("nan"), "arr": np.array([1, 2]),
-           "t": (1, "a"), 7: True, "nested": [{"inf": np.float64("inf")}], "path": Path("/tmp/x")}
+    doc = {
+        "n": np.int64(3),
+        "x": np.float32(0.5),
+        "bad": float("nan"),
+        "arr": np.array([1, 2]),
+        "t": (1, "a"),
+        7: True,
+        "nested": [{"inf": np.float64("inf")}],
+        "path": Path("/tmp/x"),
+    }
     got = plain_document(doc)
-    assert got == json.loads(json.dumps(got)) == {"n": 3, "x": 0.5, "bad": None, "arr": [1, 2], "t": [1, "a"],
-                                                  "7": True, "nested": [{"inf": None}], "path": "/tmp/x"}
+    assert (
+        got
+        == json.loads(json.dumps(got))
+        == {
+            "n": 3,
+            "x": 0.5,
+            "bad": None,
+            "arr": [1, 2],
+            "t": [1, "a"],
+            "7": True,
+            "nested": [{"inf": None}],
+            "path": "/tmp/x",
+        }
+    )
     assert type(got["n"]) is int and type(got["x"]) is float
     assert [plain_value(v, digits=4) for v in (np.float64(1.234567), 2, "gpu:0")] == [1.2346, 2, "gpu:0"]
     assert script_json({"a": np.arange(3), "b": np.int32(5)}) == '{"a":[0,1,2],"b":5}'
@@ -227,9 +266,16 @@ def test_the_live_report_shows_the_pages_that_declare_a_live_mode(tmp_path):
     from viewer.rundata import load_profview_dir
 
     runs = load_profview_dir(write_run(tmp_path / "run", Spec(steps=6, ops_per_step=4)))
-    assert [p.key for p in pages(Context(runs))] == ["overview", "operators", "pipeline", "timeline", "counters",
-                                                     "cluster"]
+    assert [p.key for p in pages(Context(runs))] == [
+        "overview",
+        "operators",
+        "pipeline",
+        "timeline",
+        "counters",
+        "cluster",
+    ]
     assert [p.key for p in pages(Context(runs, compare=runs))][:2] == ["overview", "compare"]
     live = [p.key for p in pages(Context(runs, live=True))]
-    assert live == [p.key for p in PAGES if p.live is not Live.HIDDEN] == ["overview", "operators", "pipeline",
-                                                                             "counters"]
+    assert (
+        live == [p.key for p in PAGES if p.live is not Live.HIDDEN] == ["overview", "operators", "pipeline", "counters"]
+    )

@@ -1,5 +1,6 @@
 """`profview watch` before the job starts (a directory that does not exist yet, --timeout) and its
 memory trend (none before there are samples enough for one). Real recording processes."""
+
 from __future__ import annotations
 
 import json
@@ -8,9 +9,9 @@ import sys
 import time
 
 import pytest
+from live_helpers import REPO, profview, python_env, record, start_recorder, wait_for
 from rich.console import Console
 
-from live_helpers import REPO, profview, python_env, record, start_recorder, wait_for
 from profiler.postprocess.live import LiveRecording
 from viewer.watch import parse_plain_line, plain_fields, plain_line, render
 
@@ -18,21 +19,28 @@ MB = float(1 << 20)
 
 
 def run_watch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(profview("watch", *args), cwd=REPO, env=python_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        profview("watch", *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_watch_waits_for_a_directory_the_job_creates_later(tmp_path):
     out = tmp_path / "later" / "run"
     err_path = tmp_path / "watch.err"
     with err_path.open("w") as err:
-        watch = subprocess.Popen(profview("watch", str(out), "--interval", "0.3", "--plain"), cwd=REPO,
-                                 env=python_env(), stdout=subprocess.PIPE, stderr=err, text=True)
+        watch = subprocess.Popen(
+            profview("watch", str(out), "--interval", "0.3", "--plain"),
+            cwd=REPO,
+            env=python_env(),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
     try:
         assert wait_for(lambda: "waiting for" in err_path.read_text(), 60)
         time.sleep(1.0)
-        assert watch.poll() is None and not out.exists()          # still waiting, for as long as it takes
-        recorder = start_recorder(out, steps=150)                   # the job starts and makes the directory
+        assert watch.poll() is None and not out.exists()  # still waiting, for as long as it takes
+        recorder = start_recorder(out, steps=150)  # the job starts and makes the directory
         stdout, _ = watch.communicate(timeout=300)
         assert recorder.wait(timeout=300) == 0
     finally:
@@ -54,36 +62,41 @@ def test_timeout_on_a_directory_that_never_appears_is_one_sentence(tmp_path):
     assert result.stderr.splitlines() == [
         f"profview watch: waiting for {missing} (it does not exist yet)",
         f"profview: error: {missing} did not appear within --timeout 1.5 s (start the training with its "
-        f"output directory there, or watch another directory)"]
+        f"output directory there, or watch another directory)",
+    ]
     assert result.stdout == "" and not missing.exists()
 
 
 def test_timeout_on_a_directory_without_a_recording_is_one_sentence(tmp_path):
     result = run_watch(str(tmp_path), "--timeout", "1", "--interval", "0.2", "--plain")
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.splitlines() == [f"profview: error: no recording appeared in {tmp_path} within --timeout "
-                                          f"1 s (no raw store written there yet)"]
+    assert result.stderr.splitlines() == [
+        f"profview: error: no recording appeared in {tmp_path} within --timeout 1 s (no raw store written there yet)"
+    ]
 
 
 def test_a_directory_under_a_file_is_refused_at_once(tmp_path):
     (tmp_path / "file").write_text("x")
     result = run_watch(str(tmp_path / "file" / "run"))
     assert result.returncode == 1
-    assert result.stderr.splitlines() == [f"profview: error: {tmp_path / 'file' / 'run'} cannot appear: "
-                                          f"{tmp_path / 'file'} is not a directory"]
+    assert result.stderr.splitlines() == [
+        f"profview: error: {tmp_path / 'file' / 'run'} cannot appear: {tmp_path / 'file'} is not a directory"
+    ]
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "nan"])
 def test_a_timeout_that_is_not_a_positive_number_is_refused(tmp_path, value):
     result = run_watch(str(tmp_path), f"--timeout={value}")
     assert result.returncode == 1
-    assert result.stderr.splitlines() == ["profview: error: --window wants a positive number of steps, --interval "
-                                          "and --timeout a positive number of seconds"]
+    assert result.stderr.splitlines() == [
+        "profview: error: --window wants a positive number of steps, --interval "
+        "and --timeout a positive number of seconds"
+    ]
 
 
 def test_no_memory_trend_before_there_are_samples_for_one(tmp_path):
     out = tmp_path / "short"
-    record(out, 3)                                       # a few steps: a few counter samples
+    record(out, 3)  # a few steps: a few counter samples
     live = LiveRecording(out)
     snap = live.update()
     live.close()
@@ -100,8 +113,14 @@ def test_no_memory_trend_before_there_are_samples_for_one(tmp_path):
 def test_the_memory_trend_of_a_long_enough_run_is_the_advisors_slope(tmp_path):
     """A real 2 MB-a-step leak over ~8 s: watch's MB/min is the slope the memory_growth finding reports."""
     out = tmp_path / "leak"
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "memory_loops.py"), str(out), "leak", "80", "0.1"],
-                          cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "memory_loops.py"), str(out), "leak", "80", "0.1"],
+        cwd=REPO,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report_0.json").read_text())
     finding = [f for f in report["findings"] if f["kind"] == "memory_growth"][0]

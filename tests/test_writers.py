@@ -2,6 +2,7 @@
 line, profiler_info lists exactly what was written, earlier outputs no longer written are removed, a
 failing writer leaves no partial file and no profiler_info, and the Chrome trace of a step range is
 exactly the full trace's rows of those steps."""
+
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ from typing import Optional
 
 import numpy as np
 import pytest
+from test_core_store import _record_run as record  # a real recording: phases, nested ops, marks, counters
 
 from profiler.analysis.results import Analysis, analyse_run
 from profiler.analysis.steps import ensure_steps
@@ -23,7 +25,6 @@ from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, Wri
 from profiler.formats import RANK_FILES
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.recording import analyse_directory, load_rank
-from test_core_store import _record_run as record   # a real recording: phases, nested ops, marks, counters
 
 
 def info_outputs(out: Path) -> list[str]:
@@ -55,6 +56,7 @@ def toy_output(monkeypatch):
 
     def register(writer: Toy) -> None:
         monkeypatch.setattr(outputs, "WRITERS", WRITERS[:-2] + [writer] + WRITERS[-2:])
+
     return register
 
 
@@ -75,7 +77,7 @@ def test_a_registered_writer_is_written_listed_and_removed_when_it_writes_nothin
     toy_output(Toy())
     analyse_directory(tmp_path, progress=False)
     listed = info_outputs(tmp_path)
-    assert (tmp_path / "toy_0.txt").read_text() == "".join(f"{s}\n" for s in range(6))   # 6 steps
+    assert (tmp_path / "toy_0.txt").read_text() == "".join(f"{s}\n" for s in range(6))  # 6 steps
     # in registry order: the analysis's files, the new one, then the timeline's; profiler_info last
     assert listed == before[:-3] + ["toy_0.txt"] + before[-3:]
 
@@ -139,8 +141,10 @@ def trace_rows(path: Path) -> tuple[list[str], list[str]]:
 
 def test_the_chrome_trace_of_a_step_range_is_the_full_traces_rows_of_those_steps(tmp_path, captures):
     record(tmp_path)
-    cases = [(load_rank(tmp_path, 0), 2, 4),
-             (ensure_steps(read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz")), 552, 552)]
+    cases = [
+        (load_rank(tmp_path, 0), 2, 4),
+        (ensure_steps(read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz")), 552, 552),
+    ]
     for i, (run, first, last) in enumerate(cases):
         ev = timeline_events(run)
         full = write_chrome_trace(ev, tmp_path / f"full_{i}.json")
@@ -155,13 +159,16 @@ def test_the_chrome_trace_of_a_step_range_is_the_full_traces_rows_of_those_steps
 
         whole, ranged = json.loads(full.read_text()), json.loads(part.read_text())
         assert ranged["otherData"] == whole["otherData"]
-        assert [e for e in ranged["traceEvents"] if e["ph"] == "M"] == [e for e in whole["traceEvents"] if e["ph"] == "M"]
+        assert [e for e in ranged["traceEvents"] if e["ph"] == "M"] == [
+            e for e in whole["traceEvents"] if e["ph"] == "M"
+        ]
         launches = run.ops[(run.ops["device"] == "cpu") & (run.ops["correlation"] >= 0)]
         in_range = set(launches.loc[launches["step"].between(first, last), "correlation"].tolist())
         flows = [e for e in ranged["traceEvents"] if e["ph"] in "sf"]
         all_flows = [e for e in whole["traceEvents"] if e["ph"] in "sf"]
         assert flows == [e for e in all_flows if e["id"] in in_range]
-        if i == 1:          # the Kineto capture's launches: some of the range's, not all of them
+        if i == 1:  # the Kineto capture's launches: some of the range's, not all of them
             assert 0 < len(flows) < len(all_flows)
-        assert [line for line in part_rest if '"ph":"s"' not in line and '"ph":"f"' not in line] == \
-               [line for line in full_rest if '"ph":"s"' not in line and '"ph":"f"' not in line]
+        assert [line for line in part_rest if '"ph":"s"' not in line and '"ph":"f"' not in line] == [
+            line for line in full_rest if '"ph":"s"' not in line and '"ph":"f"' not in line
+        ]

@@ -1,4 +1,5 @@
 """Real PyTorch training loops on the CPU for the torch capture / hooks tests and the benchmark."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,9 +17,16 @@ BATCH = 32
 def small_cnn() -> nn.Module:
     """A CIFAR-sized CNN: conv / batch norm / relu blocks, pooling and a linear head."""
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 10),
     )
 
 
@@ -28,9 +36,14 @@ def cifar_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(BATCH, 3, 32, 32, generator=g), torch.randint(0, 10, (BATCH,), generator=g)
 
 
-def train(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor],
-          steps: int, load: Callable[[], None] = lambda: None,
-          step_end: Optional[Callable[[], None]] = None) -> None:
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    steps: int,
+    load: Callable[[], None] = lambda: None,
+    step_end: Optional[Callable[[], None]] = None,
+) -> None:
     """The training loop: `load()` stands in for data loading; `step_end` for profiler.step()."""
     x, y = batch
     for _ in range(steps):
@@ -42,8 +55,7 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[torch
             step_end()
 
 
-def profiled_cnn_run(out: Path, steps: int = 6, load: Callable[[], None] = lambda: None,
-                     **profiler_kwargs) -> Profiler:
+def profiled_cnn_run(out: Path, steps: int = 6, load: Callable[[], None] = lambda: None, **profiler_kwargs) -> Profiler:
     """Train the CNN for `steps` steps under a Profiler attached to it, and analyse."""
     torch.manual_seed(0)
     model = small_cnn()

@@ -10,6 +10,7 @@ test_importer_registry.py registers it (`register(IMPORTER)`) or installs it as 
 point of the `profview.importers` group naming `toy_format:IMPORTER`); nothing else in profview
 knows it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,25 +43,41 @@ def read_toy(path: Path) -> list[Run]:
     if not lines or lines[0][:2] != ["toyprof", "1"]:
         raise ProfviewError(f"{path} is not a toy capture: it does not start with 'toyprof 1'")
     rank = int(lines[0][3]) if lines[0][2:3] == ["rank"] else 0
-    steps = pd.DataFrame([(int(s), int(a) * 1000, int(b) * 1000) for kind, s, a, b in
-                          (line for line in lines if line[0] == "step")],
-                         columns=["step", "start_ns", "end_ns"], dtype="int64")
-    ops = pd.DataFrame([(stream, name, int(start) * 1000, int(dur) * 1000) for kind, stream, name, start, dur in
-                        (line for line in lines if line[0] == "op")],
-                       columns=["stream", "name", "start_ns", "dur_ns"])
+    steps = pd.DataFrame(
+        [(int(s), int(a) * 1000, int(b) * 1000) for kind, s, a, b in (line for line in lines if line[0] == "step")],
+        columns=["step", "start_ns", "end_ns"],
+        dtype="int64",
+    )
+    ops = pd.DataFrame(
+        [
+            (stream, name, int(start) * 1000, int(dur) * 1000)
+            for kind, stream, name, start, dur in (line for line in lines if line[0] == "op")
+        ],
+        columns=["stream", "name", "start_ns", "dur_ns"],
+    )
     if ops.empty:
         raise ProfviewError(f"toy capture {path} has no op")
     steps = conform(steps, STEP_COLUMNS).assign(overhead_ns=0)
-    ops = ops.assign(device="toy:0", op_type=ops["name"], category="compute", self_ns=ops["dur_ns"],
-                     step=assign_steps(ops["start_ns"].to_numpy(np.int64), steps), source="toy")
-    return [Run(info={"data_origin": "toy", "rank": rank, "warnings": []}, ops=conform(ops, OP_COLUMNS),
-                steps=steps)]
+    ops = ops.assign(
+        device="toy:0",
+        op_type=ops["name"],
+        category="compute",
+        self_ns=ops["dur_ns"],
+        step=assign_steps(ops["start_ns"].to_numpy(np.int64), steps),
+        source="toy",
+    )
+    return [Run(info={"data_origin": "toy", "rank": rank, "warnings": []}, ops=conform(ops, OP_COLUMNS), steps=steps)]
 
 
 #: The declaration a plug-in package exposes (entry point group `profview.importers`).
 IMPORTER = Importer(
-    data_origin="toy", title="toy profiler capture", detect=toy_confidence, read=read_toy, framework="torch",
-    exact_steps="write step lines into the toy capture for exact boundaries")
+    data_origin="toy",
+    title="toy profiler capture",
+    detect=toy_confidence,
+    read=read_toy,
+    framework="torch",
+    exact_steps="write step lines into the toy capture for exact boundaries",
+)
 
 
 def toy_capture(path: Path, steps: int = 3, with_steps: bool = True, rank: int = 2) -> Path:

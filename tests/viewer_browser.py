@@ -1,4 +1,5 @@
 """Headless Chromium for the viewer tests: skipped locally without Chromium, required under CI."""
+
 from __future__ import annotations
 
 import os
@@ -53,9 +54,18 @@ def new_driver(width: int = 1400, height: int = 1000):
     profile = tempfile.mkdtemp(prefix="profview-chromium-")
     options = Options()
     options.binary_location = str(CHROMIUM)
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}", f"--user-data-dir={profile}"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

@@ -5,7 +5,8 @@ CSS = """
 * { box-sizing: border-box; }
 body { margin:0; font-family: Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif;
        color:var(--ink); background:var(--bg); font-size:14px; }
-header { background:#fff; border-bottom:1px solid var(--line); padding:14px 28px 0; position:sticky; top:0; z-index:10; }
+header { background:#fff; border-bottom:1px solid var(--line); padding:14px 28px 0; \
+position:sticky; top:0; z-index:10; }
 header h1 { margin:0; font-size:18px; font-weight:600; }
 header .meta { color:var(--muted); font-size:12px; margin:4px 0 10px; }
 nav { display:flex; gap:2px; }
@@ -39,7 +40,8 @@ table.data td { overflow-wrap:anywhere; }
 .table-scroll { max-height:560px; overflow:auto; border:1px solid var(--line); border-radius:4px; }
 .verdict { font-size:16px; font-weight:600; padding:10px 14px; border-left:4px solid var(--accent);
            background:#EEF3FA; border-radius:4px; margin-bottom:12px; }
-.sev { display:inline-block; padding:1px 8px; border-radius:10px; font-size:11.5px; font-weight:600; color:#fff; white-space:nowrap; }
+.sev { display:inline-block; padding:1px 8px; border-radius:10px; font-size:11.5px; font-weight:600; color:#fff; \
+white-space:nowrap; }
 .sev-high { background:#C0392B; } .sev-medium { background:#E39B3B; } .sev-low { background:#6BA368; }
 .sev-info { background:#7A8B99; }
 .grid2 { display:grid; grid-template-columns: 1fr 1fr; gap:18px; }
@@ -50,7 +52,7 @@ code { background:var(--bg); padding:1px 5px; border-radius:3px; font-size:12.5p
 @media (max-width: 1000px) { .grid2 { grid-template-columns: 1fr; } }
 """
 
-JS = r"""
+JS = """
 (function () {
   "use strict";
   var figures = JSON.parse(document.getElementById("pv-figures").textContent);
@@ -97,7 +99,8 @@ JS = r"""
       for (var i = i0; i < i1; i++) { x.push(t0 + (i + 0.5) * width); }
       for (var lane = 0; lane < lod.lanes; lane++) {
         var zr = [], cr = [], base = lane * l.bins;
-        for (var j = i0; j < i1; j++) { zr.push(l.busy[base + j] / 2.55); cr.push(l.started[base + j]); events += l.started[base + j]; }
+        for (var j = i0; j < i1; j++) { zr.push(l.busy[base + j] / 2.55); cr.push(l.started[base + j]); \
+events += l.started[base + j]; }
         z.push(zr); c.push(cr);
       }
       var started = performance.now();
@@ -197,7 +200,8 @@ JS = r"""
       });
       tbody.appendChild(frag);
       thead.querySelectorAll("th").forEach(function (th, i) {
-        th.className = (kinds[i] !== "text" ? "num " : "") + (i === k ? (state.desc ? "sorted-desc" : "sorted-asc") : "");
+        th.className = (kinds[i] !== "text" ? "num " : "") + \
+(i === k ? (state.desc ? "sorted-desc" : "sorted-asc") : "");
       });
       count.textContent = "showing " + Math.min(limit, shown.length).toLocaleString() + " of " +
         shown.length.toLocaleString() + " matching rows (" + rows.length.toLocaleString() + " in all)";

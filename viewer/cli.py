@@ -16,6 +16,7 @@
 are those of profiler.importers.registry. Subcommands live in COMMANDS: adding one is one entry.
 Every failure the user can fix is reported as one sentence on stderr with a non-zero exit.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,16 +24,16 @@ import functools
 import math
 import os
 import sys
-import warnings
 import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from profiler._version import __version__
-from profiler.errors import ProfviewError
+from profiler.errors import InputError, ProfviewError
 from profiler.postprocess.imported import ASCEND_FORMATS
-from profiler.errors import InputError
 from profiler.progress import Progress
 
 DEFAULT_COMMAND = "view"
@@ -67,33 +68,55 @@ def parse_port(text: str) -> int:
     except ValueError:
         port = -1
     if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"--port wants a port number from 1 to 65535 (leave it out for a free "
-                                         f"one), not {text[:40]!r}")
+        raise argparse.ArgumentTypeError(
+            f"--port wants a port number from 1 to 65535 (leave it out for a free one), not {text[:40]!r}"
+        )
     return port
 
 
 def _configure_view(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", type=Path, help="a profview output directory (e.g. ./profiler_data)")
     out = p.add_argument_group("what to produce (default: build the report and serve it)")
-    out.add_argument("-o", "--output", metavar="FILE", type=Path,
-                     help="write the self-contained HTML report to FILE and exit (no server)")
-    out.add_argument("-s", "--summary", action="store_true",
-                     help="print a text summary (step breakdown, top ops, verdict) and exit")
+    out.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        type=Path,
+        help="write the self-contained HTML report to FILE and exit (no server)",
+    )
+    out.add_argument(
+        "-s", "--summary", action="store_true", help="print a text summary (step breakdown, top ops, verdict) and exit"
+    )
     sel = p.add_argument_group("what to show")
     sel.add_argument("-r", "--rank", type=int, metavar="R", help="the rank to show (default: the lowest found)")
-    sel.add_argument("--steps", type=parse_steps, metavar="A:B",
-                     help="only steps A to B (inclusive); also the timeline's detailed window")
-    sel.add_argument("--compare", metavar="NEW", type=Path,
-                     help="add a Compare tab: DIR (BASE) against NEW (a profview directory or a trace)")
+    sel.add_argument(
+        "--steps",
+        type=parse_steps,
+        metavar="A:B",
+        help="only steps A to B (inclusive); also the timeline's detailed window",
+    )
+    sel.add_argument(
+        "--compare",
+        metavar="NEW",
+        type=Path,
+        help="add a Compare tab: DIR (BASE) against NEW (a profview directory or a trace)",
+    )
     srv = p.add_argument_group("serving")
-    srv.add_argument("--host", default="127.0.0.1",
-                     help="address to serve on (default 127.0.0.1; anything else is reachable from other machines)")
-    srv.add_argument("--port", type=parse_port, default=0, metavar="P",
-                     help="port to serve on, 1-65535 (default: a free one)")
+    srv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to serve on (default 127.0.0.1; anything else is reachable from other machines)",
+    )
+    srv.add_argument(
+        "--port", type=parse_port, default=0, metavar="P", help="port to serve on, 1-65535 (default: a free one)"
+    )
     srv.add_argument("--no-browser", action="store_true", help="do not open a web browser")
-    srv.add_argument("--live", action="store_true",
-                     help="follow DIR's recording while it runs: serve the report of its recent steps and "
-                          "refresh the Overview and Data pipeline pages every few seconds")
+    srv.add_argument(
+        "--live",
+        action="store_true",
+        help="follow DIR's recording while it runs: serve the report of its recent steps and "
+        "refresh the Overview and Data pipeline pages every few seconds",
+    )
 
 
 def run_view(args: argparse.Namespace) -> int:
@@ -101,19 +124,24 @@ def run_view(args: argparse.Namespace) -> int:
     if args.live:
         return run_live(args)
     from viewer.context import Context, Options
-    from viewer.report import build_report
     from viewer.inputs import load_input
+    from viewer.report import build_report
     from viewer.summary import render
 
     progress = Progress(enabled=sys.stderr.isatty(), delay_s=1.0)
     started = time.monotonic()
-    ctx = Context(load_input(args.dir), Options(rank=args.rank, steps=args.steps), progress,
-                  compare=load_input(args.compare) if args.compare is not None else None)
+    ctx = Context(
+        load_input(args.dir),
+        Options(rank=args.rank, steps=args.steps),
+        progress,
+        compare=load_input(args.compare) if args.compare is not None else None,
+    )
     ctx.run  # noqa: B018 -- validates --rank before any work
     if args.summary:
         sys.stdout.write(render(ctx))
         if ctx.compare:
             from viewer.pages.compare import comparison, render_text
+
             sys.stdout.write("\n" + render_text(comparison(ctx.runs, ctx.compare, args.rank)))
         if args.output is None:
             return 0
@@ -123,20 +151,34 @@ def run_view(args: argparse.Namespace) -> int:
     html = encode_report(build_report(ctx))
     progress.done()
     from viewer.server import fixed, serve
-    serve(fixed(html), args.host, args.port, open_browser=not args.no_browser,
-          announce=lambda line: print(line, file=sys.stderr, flush=True))
+
+    serve(
+        fixed(html),
+        args.host,
+        args.port,
+        open_browser=not args.no_browser,
+        announce=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     return 0
 
 
 def run_live(args: argparse.Namespace) -> int:
     """Serve the live report of a recording in progress (viewer.live)."""
     if args.output is not None or args.summary or args.compare is not None or args.steps is not None:
-        raise InputError("--live serves the report of a recording while it runs; it does not combine with "
-                         "--output, --summary, --compare or --steps")
+        raise InputError(
+            "--live serves the report of a recording while it runs; it does not combine with "
+            "--output, --summary, --compare or --steps"
+        )
     from viewer.live import serve_live
 
-    serve_live(args.dir, args.host, args.port, rank=args.rank, open_browser=not args.no_browser,
-               announce=lambda line: print(line, file=sys.stderr, flush=True))
+    serve_live(
+        args.dir,
+        args.host,
+        args.port,
+        rank=args.rank,
+        open_browser=not args.no_browser,
+        announce=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     return 0
 
 
@@ -166,20 +208,31 @@ def parse_percent(text: str) -> float:
     try:
         return parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--fail-if-slower wants a finite percentage such as 5%, not {text[:40]!r}") \
-            from None
+        raise argparse.ArgumentTypeError(
+            f"--fail-if-slower wants a finite percentage such as 5%, not {text[:40]!r}"
+        ) from None
 
 
 def _configure_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", metavar="BASE", type=Path, help="the run before (a profview directory or a Kineto trace)")
     p.add_argument("new", metavar="NEW", type=Path, help="the run after")
-    p.add_argument("--fail-if-slower", metavar="PCT", type=parse_percent, dest="fail_if_slower",
-                   help="exit 1 when NEW's mean step is significantly slower than BASE's (95 %% interval above 0) "
-                        "and by more than PCT %% (a CI gate; docs/tuning-guide.md)")
-    p.add_argument("--json", metavar="FILE", type=Path,
-                   help="write the comparison as JSON to FILE ('-': stdout, instead of the text)")
-    p.add_argument("-o", "--output", metavar="FILE", type=Path,
-                   help="also write an HTML report of BASE with a Compare tab")
+    p.add_argument(
+        "--fail-if-slower",
+        metavar="PCT",
+        type=parse_percent,
+        dest="fail_if_slower",
+        help="exit 1 when NEW's mean step is significantly slower than BASE's (95 %% interval above 0) "
+        "and by more than PCT %% (a CI gate; docs/tuning-guide.md)",
+    )
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        type=Path,
+        help="write the comparison as JSON to FILE ('-': stdout, instead of the text)",
+    )
+    p.add_argument(
+        "-o", "--output", metavar="FILE", type=Path, help="also write an HTML report of BASE with a Compare tab"
+    )
     p.add_argument("-r", "--rank", type=int, metavar="R", help="the rank to compare (default: the lowest found)")
 
 
@@ -187,9 +240,9 @@ def run_compare(args: argparse.Namespace) -> int:
     """Print (or write as JSON) BASE -> NEW and return the verdict's exit code: 1 when the gate fails."""
     import json
 
-    from viewer.pages.compare import comparison, render_text
     from viewer.context import Context, Options
     from viewer.inputs import load_input
+    from viewer.pages.compare import comparison, render_text
 
     started = time.monotonic()
     base, new = load_input(args.base), load_input(args.new)
@@ -206,21 +259,28 @@ def run_compare(args: argparse.Namespace) -> int:
                 raise InputError(f"cannot write {args.json}: {exc.strerror or exc}") from None
     if args.output is not None:
         options = Options(rank=args.rank, fail_if_slower_pct=args.fail_if_slower)
-        write_report(Context(base, options, Progress(enabled=sys.stderr.isatty(), delay_s=1.0), compare=new), args.output, started)
+        write_report(
+            Context(base, options, Progress(enabled=sys.stderr.isatty(), delay_s=1.0), compare=new),
+            args.output,
+            started,
+        )
     return int(result.verdict["exit_code"])
 
 
 def parse_threshold(text: str) -> tuple[str, float]:
     """`name=value` for --threshold (names and defaults: docs/formats.md, "report"): a finite number
     >= 0, a whole number for the thresholds that count (warmup_steps, launch_ops_per_step)."""
-    from profiler.analysis.advisor import DEFAULT_THRESHOLDS, parse_threshold as parse
+    from profiler.analysis.advisor import DEFAULT_THRESHOLDS
+    from profiler.analysis.advisor import parse_threshold as parse
 
     try:
         name, value = parse(text)
     except ProfviewError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"--threshold {name} wants a finite number >= 0, not {text.partition('=')[2][:40]!r}")
+        raise argparse.ArgumentTypeError(
+            f"--threshold {name} wants a finite number >= 0, not {text.partition('=')[2][:40]!r}"
+        )
     if isinstance(DEFAULT_THRESHOLDS[name], int) and value != int(value):
         raise argparse.ArgumentTypeError(f"--threshold {name} counts, so it wants a whole number, not {value:g}")
     return name, value
@@ -228,9 +288,15 @@ def parse_threshold(text: str) -> tuple[str, float]:
 
 def _configure_analyse(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", type=Path, help="a profview directory with a raw/ store")
-    p.add_argument("--threshold", metavar="NAME=VALUE", type=parse_threshold, action="append", default=[],
-                   help="override an advisor threshold, e.g. --threshold input_gap_pct=20 (repeatable; "
-                        "docs/formats.md lists them)")
+    p.add_argument(
+        "--threshold",
+        metavar="NAME=VALUE",
+        type=parse_threshold,
+        action="append",
+        default=[],
+        help="override an advisor threshold, e.g. --threshold input_gap_pct=20 (repeatable; "
+        "docs/formats.md lists them)",
+    )
 
 
 def run_analyse(args: argparse.Namespace) -> int:
@@ -253,21 +319,32 @@ def run_analyse(args: argparse.Namespace) -> int:
 
 def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = None) -> None:
     """`profview import`'s arguments; an alias (`import-kineto`) names its format instead of --from."""
-    p.add_argument("path", metavar="PATH", type=Path,
-                   help="a capture: a PyTorch profiler (Kineto) trace (.json or .json.gz), an Ascend profiling JOB "
-                        "directory (or a directory of JOB* directories), a MindSpore profiler output directory, or "
-                        "a format an installed package adds; its format is recognised from its content")
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        type=Path,
+        help="a capture: a PyTorch profiler (Kineto) trace (.json or .json.gz), an Ascend profiling JOB "
+        "directory (or a directory of JOB* directories), a MindSpore profiler output directory, or "
+        "a format an installed package adds; its format is recognised from its content",
+    )
     p.add_argument("-o", "--output", metavar="OUT_DIR", type=Path, required=True, help="where to write the outputs")
     if data_origin is None:
-        p.add_argument("--from", dest="data_origin", metavar="FORMAT",
-                       help="read PATH as this format instead of recognising it: kineto, ascend, mindspore, or an "
-                            "installed one")
+        p.add_argument(
+            "--from",
+            dest="data_origin",
+            metavar="FORMAT",
+            help="read PATH as this format instead of recognising it: kineto, ascend, mindspore, or an installed one",
+        )
     else:
         p.set_defaults(data_origin=data_origin)
     if data_origin in (None, "ascend"):
-        p.add_argument("--format", choices=sorted(ASCEND_FORMATS), default="profview",
-                       help="profview: one rank per device (default); mindspore: the MindSpore/MindInsight 2020 files "
-                            "of each device of an Ascend JOB directory; both")
+        p.add_argument(
+            "--format",
+            choices=sorted(ASCEND_FORMATS),
+            default="profview",
+            help="profview: one rank per device (default); mindspore: the MindSpore/MindInsight 2020 files "
+            "of each device of an Ascend JOB directory; both",
+        )
     else:
         p.set_defaults(format="profview")
 
@@ -281,17 +358,29 @@ def run_import(args: argparse.Namespace) -> int:
 
 def _configure_watch(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", type=Path, help="a recording's output directory (its raw/ store grows)")
-    p.add_argument("-r", "--rank", type=int, metavar="R",
-                   help="the rank whose recent steps the advisor reads (default: the slowest rank)")
-    p.add_argument("--window", type=int, default=100, metavar="N",
-                   help="the advisor reads the last N steps (default 100)")
+    p.add_argument(
+        "-r",
+        "--rank",
+        type=int,
+        metavar="R",
+        help="the rank whose recent steps the advisor reads (default: the slowest rank)",
+    )
+    p.add_argument(
+        "--window", type=int, default=100, metavar="N", help="the advisor reads the last N steps (default 100)"
+    )
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
-    p.add_argument("--plain", action="store_true",
-                   help="print plain key=value lines instead of the live view (the default when stdout is "
-                        "not a terminal)")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="give up (exit 1) when no recording has appeared in DIR after SECONDS (default: wait; "
-                        "DIR may not exist yet)")
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="print plain key=value lines instead of the live view (the default when stdout is not a terminal)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up (exit 1) when no recording has appeared in DIR after SECONDS (default: wait; "
+        "DIR may not exist yet)",
+    )
 
 
 def run_watch(args: argparse.Namespace) -> int:
@@ -299,13 +388,22 @@ def run_watch(args: argparse.Namespace) -> int:
     from viewer.watch import watch
 
     if args.window < 1 or args.interval <= 0 or (args.timeout is not None and not args.timeout > 0):
-        raise InputError("--window wants a positive number of steps, --interval and --timeout a positive number "
-                         "of seconds")
-    status = watch(args.dir, interval_s=args.interval, window_steps=args.window, rank=args.rank,
-                   plain=True if args.plain else None, timeout_s=args.timeout)
+        raise InputError(
+            "--window wants a positive number of steps, --interval and --timeout a positive number of seconds"
+        )
+    status = watch(
+        args.dir,
+        interval_s=args.interval,
+        window_steps=args.window,
+        rank=args.rank,
+        plain=True if args.plain else None,
+        timeout_s=args.timeout,
+    )
     if status:
-        raise ProfviewError(f"the recording in {args.dir} stopped without an end-of-recording chunk (its process "
-                            f"exited or was killed); `profview analyse {args.dir}` analyses what it flushed")
+        raise ProfviewError(
+            f"the recording in {args.dir} stopped without an end-of-recording chunk (its process "
+            f"exited or was killed); `profview analyse {args.dir}` analyses what it flushed"
+        )
     return 0
 
 
@@ -326,38 +424,67 @@ def _configure_export(p: argparse.ArgumentParser) -> None:
     from profiler.integrations.trackers.export import TRACKERS
 
     p.add_argument("dir", metavar="DIR", type=Path, help="an analysed profview output directory")
-    p.add_argument("-r", "--rank", type=int, action="append", metavar="R",
-                   help="export this rank only (repeatable; default: every analysed rank)")
+    p.add_argument(
+        "-r",
+        "--rank",
+        type=int,
+        action="append",
+        metavar="R",
+        help="export this rank only (repeatable; default: every analysed rank)",
+    )
     target = p.add_argument_group("targets (one of them)")
-    target.add_argument("--to", choices=sorted(TRACKERS), metavar="TRACKER",
-                        help=f"an experiment tracker ({', '.join(sorted(TRACKERS))}): per-step phases as "
-                             "scalars / metrics, the verdict and top findings as text / tags (docs/integrations.md)")
-    target.add_argument("--chrome", action="store_true",
-                        help="the Chrome trace (Perfetto, chrome://tracing) of every event, from the event file "
-                             "events_{rank}.arrow: what analyse() writes as timeline_{rank}.json for a run within "
-                             "its event limit, byte for byte (docs/formats.md)")
+    target.add_argument(
+        "--to",
+        choices=sorted(TRACKERS),
+        metavar="TRACKER",
+        help=f"an experiment tracker ({', '.join(sorted(TRACKERS))}): per-step phases as "
+        "scalars / metrics, the verdict and top findings as text / tags (docs/integrations.md)",
+    )
+    target.add_argument(
+        "--chrome",
+        action="store_true",
+        help="the Chrome trace (Perfetto, chrome://tracing) of every event, from the event file "
+        "events_{rank}.arrow: what analyse() writes as timeline_{rank}.json for a run within "
+        "its event limit, byte for byte (docs/formats.md)",
+    )
     chrome = p.add_argument_group("--chrome options")
     chrome.add_argument("--steps", type=parse_steps, metavar="A:B", help="only the events of steps A to B (inclusive)")
-    chrome.add_argument("-o", "--output", type=Path, metavar="FILE",
-                        help="write the trace to FILE (- for stdout; .gz compresses; default DIR/timeline_{rank}_full.json "
-                             "or DIR/timeline_{rank}_steps_A-B.json)")
+    chrome.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the trace to FILE (- for stdout; .gz compresses; default DIR/timeline_{rank}_full.json "
+        "or DIR/timeline_{rank}_steps_A-B.json)",
+    )
     tracker = p.add_argument_group("tracker options")
-    tracker.add_argument("--logdir", type=Path, metavar="PATH",
-                         help="tensorboard: the log directory (default DIR/tensorboard); rank r goes to PATH/rank<r>")
-    tracker.add_argument("--tracking-uri", metavar="URI",
-                         help="mlflow: the tracking store (default $MLFLOW_TRACKING_URI, else a local file store "
-                              "in DIR/mlruns)")
-    tracker.add_argument("--experiment", default="profview", metavar="NAME",
-                         help="mlflow: the experiment (default: profview)")
-    tracker.add_argument("--run-name", metavar="NAME", help="mlflow: run name (default: DIR's name); ' rank r' is appended")
+    tracker.add_argument(
+        "--logdir",
+        type=Path,
+        metavar="PATH",
+        help="tensorboard: the log directory (default DIR/tensorboard); rank r goes to PATH/rank<r>",
+    )
+    tracker.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        help="mlflow: the tracking store (default $MLFLOW_TRACKING_URI, else a local file store in DIR/mlruns)",
+    )
+    tracker.add_argument(
+        "--experiment", default="profview", metavar="NAME", help="mlflow: the experiment (default: profview)"
+    )
+    tracker.add_argument(
+        "--run-name", metavar="NAME", help="mlflow: run name (default: DIR's name); ' rank r' is appended"
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
     """Write DIR's analysed ranks into the tracker of --to (profiler.integrations.trackers.export), or
     their Chrome trace from the event file with --chrome (profiler.export.chrome_from_events)."""
     if (args.to is None) == (not args.chrome):
-        raise InputError("profview export wants one target: --to TRACKER (tensorboard or mlflow) or --chrome "
-                         "(the Chrome trace from the event file)")
+        raise InputError(
+            "profview export wants one target: --to TRACKER (tensorboard or mlflow) or --chrome "
+            "(the Chrome trace from the event file)"
+        )
     if not args.chrome and (args.steps is not None or args.output is not None):
         raise InputError("--steps and -o go with --chrome (the Chrome trace); a tracker export takes every step")
     if args.chrome:
@@ -369,8 +496,9 @@ def run_export(args: argparse.Namespace) -> int:
         return 0
     from profiler.integrations.trackers.export import Destination, export_directory
 
-    destination = Destination(args.dir, logdir=args.logdir, tracking_uri=args.tracking_uri,
-                              experiment=args.experiment, run_name=args.run_name)
+    destination = Destination(
+        args.dir, logdir=args.logdir, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name
+    )
     for line in export_directory(args.to, destination, args.rank):
         print(f"profview: {line}", file=sys.stderr)
     return 0
@@ -384,27 +512,52 @@ def _print_paths(paths: Sequence[Path]) -> int:
 
 #: Every subcommand.
 COMMANDS: dict[str, Command] = {
-    DEFAULT_COMMAND: Command("build the HTML report of DIR and serve it (the default: `profview DIR`)",
-                             _configure_view, run_view),
-    "analyse": Command("re-run the analysis of DIR from its raw store and rewrite the output files",
-                       _configure_analyse, run_analyse),
-    "compare": Command("compare two runs, BASE -> NEW: step phases, ops, queues, findings; exit 1 when "
-                       "--fail-if-slower is exceeded", _configure_compare, run_compare),
-    "run": Command("run a Python script (or -m module) with profiling on and no change to it: the live view while "
-                   "it runs, the analysis when it ends; exits with the script's status", _configure_run, run_run),
-    "watch": Command("follow a recording live in the terminal as its raw store grows: step rate and times, the "
-                     "split, the advisor's verdict on the recent steps, queues, memory, ranks", _configure_watch,
-                     run_watch),
-    "import": Command("import a capture into a profview output directory: a PyTorch profiler (Kineto) trace, an "
-                      "Ascend JOB directory (--format: and/or its MindSpore files), a MindSpore profiler output "
-                      "directory, or a format an installed package adds", _configure_import, run_import),
-    "import-ascend": Command("the same as `profview import --from ascend` (an Ascend profiling JOB directory)",
-                             functools.partial(_configure_import, data_origin="ascend"), run_import),
-    "import-kineto": Command("the same as `profview import --from kineto` (a PyTorch profiler trace)",
-                             functools.partial(_configure_import, data_origin="kineto"), run_import),
-    "export": Command("write an analysed run's step breakdown, verdict and top findings into an experiment "
-                      "tracker (--to tensorboard or mlflow), or its Chrome trace from the event file (--chrome)",
-                      _configure_export, run_export),
+    DEFAULT_COMMAND: Command(
+        "build the HTML report of DIR and serve it (the default: `profview DIR`)", _configure_view, run_view
+    ),
+    "analyse": Command(
+        "re-run the analysis of DIR from its raw store and rewrite the output files", _configure_analyse, run_analyse
+    ),
+    "compare": Command(
+        "compare two runs, BASE -> NEW: step phases, ops, queues, findings; exit 1 when --fail-if-slower is exceeded",
+        _configure_compare,
+        run_compare,
+    ),
+    "run": Command(
+        "run a Python script (or -m module) with profiling on and no change to it: the live view while "
+        "it runs, the analysis when it ends; exits with the script's status",
+        _configure_run,
+        run_run,
+    ),
+    "watch": Command(
+        "follow a recording live in the terminal as its raw store grows: step rate and times, the "
+        "split, the advisor's verdict on the recent steps, queues, memory, ranks",
+        _configure_watch,
+        run_watch,
+    ),
+    "import": Command(
+        "import a capture into a profview output directory: a PyTorch profiler (Kineto) trace, an "
+        "Ascend JOB directory (--format: and/or its MindSpore files), a MindSpore profiler output "
+        "directory, or a format an installed package adds",
+        _configure_import,
+        run_import,
+    ),
+    "import-ascend": Command(
+        "the same as `profview import --from ascend` (an Ascend profiling JOB directory)",
+        functools.partial(_configure_import, data_origin="ascend"),
+        run_import,
+    ),
+    "import-kineto": Command(
+        "the same as `profview import --from kineto` (a PyTorch profiler trace)",
+        functools.partial(_configure_import, data_origin="kineto"),
+        run_import,
+    ),
+    "export": Command(
+        "write an analysed run's step breakdown, verdict and top findings into an experiment "
+        "tracker (--to tensorboard or mlflow), or its Chrome trace from the event file (--chrome)",
+        _configure_export,
+        run_export,
+    ),
 }
 
 EPILOG = """examples:
@@ -435,10 +588,13 @@ EPILOG = """examples:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command of COMMANDS."""
     parser = argparse.ArgumentParser(
-        prog="profview", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        prog="profview",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
         description="See where every millisecond of every training step went, and what to fix first.\n\n"
-                    "usage forms:\n  profview DIR [options]      same as `profview view DIR`\n"
-                    "  profview COMMAND ...")
+        "usage forms:\n  profview DIR [options]      same as `profview view DIR`\n"
+        "  profview COMMAND ...",
+    )
     parser.add_argument("--version", action="version", version=f"profview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, command in COMMANDS.items():
@@ -476,7 +632,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
-    except OSError as exc:       # the file system refused (a name too long, a full disk): one sentence, no traceback
+    except OSError as exc:  # the file system refused (a name too long, a full disk): one sentence, no traceback
         where = exc.filename if isinstance(exc.filename, (str, bytes, Path)) else None
         shown = os.fsdecode(where) if where is not None else "a file"
         shown = shown if len(shown) <= 200 else f"{shown[:100]}...{shown[-100:]} ({len(shown)} characters)"

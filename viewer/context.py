@@ -3,6 +3,7 @@
 Its own module, below the pages and the report, so that pages never import the report that
 assembles them.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -26,7 +27,7 @@ class Options:
     top_ops: int = 12
     table_rows: int = 500
     detail_events: int = 4000
-    fail_if_slower_pct: Optional[float] = None     # the compare tab's CI gate, when one was given
+    fail_if_slower_pct: Optional[float] = None  # the compare tab's CI gate, when one was given
 
 
 @dataclass
@@ -36,8 +37,8 @@ class Context:
     runs: list[RunData]
     options: Options = field(default_factory=Options)
     progress: Progress = field(default_factory=Progress.silent)
-    compare: Optional[list[RunData]] = None         # NEW run(s) of the compare tab (`--compare`); the runs are BASE
-    live: bool = False                              # the live report of a recording in progress (viewer.live)
+    compare: Optional[list[RunData]] = None  # NEW run(s) of the compare tab (`--compare`); the runs are BASE
+    live: bool = False  # the live report of a recording in progress (viewer.live)
     figures: dict[str, str] = field(default_factory=dict)
     data_blocks: dict[str, str] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=itertools.count)

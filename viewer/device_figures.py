@@ -1,6 +1,7 @@
 """Device time as the viewer shows it (`--summary`, Overview, Cluster): report_{rank}.json's
 "devices" records read as they are (profiler/analysis/device_time.py computed them; nothing here
 recomputes a figure), with the idle cause that took the most time named in words."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,8 +36,8 @@ class DeviceFigures:
     non_compute_pct: float
     comm_pct: float
     memory_pct: float
-    overlap_pct: Optional[float]        # comm / compute overlap, in % of communication time; None without comm
-    idle_ms: dict[str, float]           # idle time per cause (IDLE_CAUSE_LABELS' keys)
+    overlap_pct: Optional[float]  # comm / compute overlap, in % of communication time; None without comm
+    idle_ms: dict[str, float]  # idle time per cause (IDLE_CAUSE_LABELS' keys)
 
     def idle_share_pct(self, cause: str) -> float:
         """The idle time of one cause, in % of the window."""
@@ -52,7 +53,7 @@ class DeviceFigures:
         return cause, self.idle_ms[cause], 100.0 * self.idle_ms[cause] / total
 
     def leading_cause_text(self) -> str:
-        """"waiting for data: 12.3 ms (80.1 % of idle)", or "-" when the device was never idle."""
+        """ "waiting for data: 12.3 ms (80.1 % of idle)", or "-" when the device was never idle."""
         lead = self.leading_cause
         if lead is None:
             return "-"
@@ -69,21 +70,49 @@ def device_figures(report: Optional[dict[str, Any]]) -> list[DeviceFigures]:
     for r in records:
         if not isinstance(r, dict) or number(r.get("window_ms")) is None:
             continue
-        shares = {k: number(r.get(k)) or 0.0 for k in ("busy_pct", "idle_pct", "compute_pct", "non_compute_pct",
-                                                       "comm_pct", "memory_pct")}
-        out.append(DeviceFigures(device=str(r.get("device", "")), window_ms=float(r["window_ms"]), **shares,
-                                 overlap_pct=number(r.get("comm_compute_overlap_pct")),
-                                 idle_ms={c: number(r.get(f"idle_{c}_ms")) or 0.0 for c in IDLE_CAUSE_LABELS}))
+        shares = {
+            k: number(r.get(k)) or 0.0
+            for k in ("busy_pct", "idle_pct", "compute_pct", "non_compute_pct", "comm_pct", "memory_pct")
+        }
+        out.append(
+            DeviceFigures(
+                device=str(r.get("device", "")),
+                window_ms=float(r["window_ms"]),
+                **shares,
+                overlap_pct=number(r.get("comm_compute_overlap_pct")),
+                idle_ms={c: number(r.get(f"idle_{c}_ms")) or 0.0 for c in IDLE_CAUSE_LABELS},
+            )
+        )
     return out
 
 
 def device_table(devices: list[DeviceFigures], ranks: Optional[list[int]] = None) -> str:
     """The devices' figures as an HTML table (`ranks`: each device's rank, as a first column)."""
-    rows = [[d.device, fmt_ms(d.window_ms), fmt_pct(d.busy_pct), fmt_pct(d.idle_pct), fmt_pct(d.compute_pct),
-             fmt_pct(d.comm_pct), fmt_pct(d.memory_pct), fmt_pct(d.overlap_pct, missing="-"), d.leading_cause_text()]
-            for d in devices]
-    headers = ["device", "window", "busy", "idle", "compute", "communication", "memory", "comm overlap",
-               "leading idle cause"]
+    rows = [
+        [
+            d.device,
+            fmt_ms(d.window_ms),
+            fmt_pct(d.busy_pct),
+            fmt_pct(d.idle_pct),
+            fmt_pct(d.compute_pct),
+            fmt_pct(d.comm_pct),
+            fmt_pct(d.memory_pct),
+            fmt_pct(d.overlap_pct, missing="-"),
+            d.leading_cause_text(),
+        ]
+        for d in devices
+    ]
+    headers = [
+        "device",
+        "window",
+        "busy",
+        "idle",
+        "compute",
+        "communication",
+        "memory",
+        "comm overlap",
+        "leading idle cause",
+    ]
     numeric = [False] + [True] * 7 + [False]
     if ranks is not None:
         rows = [[rank] + row for rank, row in zip(ranks, rows)]
@@ -98,13 +127,29 @@ IDLE_COLORS = ("#C0392B", "#E39B3B", "#8E6CB8", "#B5651D", "#C9CED4")
 def device_bars(devices: list[DeviceFigures], labels: Optional[list[str]] = None) -> go.Figure:
     """One horizontal bar per device (`labels`: its name on the axis, the device's by default): its
     window split into compute, non-compute and idle by cause (100 %)."""
-    parts = [("compute", "#3366A8", [d.compute_pct for d in devices]),
-             ("non-compute (comm, memory)", "#6BA368", [d.non_compute_pct for d in devices])]
-    parts += [(f"idle: {label}", color, [d.idle_share_pct(cause) for d in devices])
-              for (cause, label), color in zip(IDLE_CAUSE_LABELS.items(), IDLE_COLORS)]
+    parts = [
+        ("compute", "#3366A8", [d.compute_pct for d in devices]),
+        ("non-compute (comm, memory)", "#6BA368", [d.non_compute_pct for d in devices]),
+    ]
+    parts += [
+        (f"idle: {label}", color, [d.idle_share_pct(cause) for d in devices])
+        for (cause, label), color in zip(IDLE_CAUSE_LABELS.items(), IDLE_COLORS)
+    ]
     fig = go.Figure()
     for label, color, values in parts:
-        fig.add_bar(y=labels or [d.device for d in devices], x=values, name=label, orientation="h", marker_color=color,
-                    hovertemplate=f"%{{y}}<br>{label}: %{{x:.1f}} % of the window<extra></extra>")
-    return styled(fig, barmode="stack", height=max(200, 120 + 40 * len(devices)), xaxis_title="% of the device's window",
-                  xaxis=dict(range=[0, 100]), yaxis=dict(type="category", autorange="reversed"))
+        fig.add_bar(
+            y=labels or [d.device for d in devices],
+            x=values,
+            name=label,
+            orientation="h",
+            marker_color=color,
+            hovertemplate=f"%{{y}}<br>{label}: %{{x:.1f}} % of the window<extra></extra>",
+        )
+    return styled(
+        fig,
+        barmode="stack",
+        height=max(200, 120 + 40 * len(devices)),
+        xaxis_title="% of the device's window",
+        xaxis=dict(range=[0, 100]),
+        yaxis=dict(type="category", autorange="reversed"),
+    )

@@ -4,13 +4,14 @@ Used for report_{rank}.json on the overview and cluster_summary.json on the clus
 follow the advisor's finding shape, read tolerantly (see viewer.stats.findings). A page that shows
 only its own findings picks them with `on_page`: each finding module declares its page.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from profiler.analysis.findings import question_of
-from viewer.html import esc
 from viewer.formatting import fmt_ms, fmt_pct
+from viewer.html import esc
 from viewer.stats import number
 
 SEVERITY_CLASS = {"high": "sev-high", "critical": "sev-high", "medium": "sev-medium", "low": "sev-low"}
@@ -19,8 +20,9 @@ SEVERITY_CLASS = {"high": "sev-high", "critical": "sev-high", "medium": "sev-med
 def stake(finding: dict[str, Any]) -> str:
     """ "2.10 ms / step · 4.0 %" from whatever of at_stake_ms / at_stake_pct is a number."""
     ms, pct = number(finding["at_stake_ms"]), number(finding["at_stake_pct"])
-    return " · ".join(([fmt_ms(ms) + " / step"] if ms is not None else [])
-                      + ([fmt_pct(pct)] if pct is not None else []))
+    return " · ".join(
+        ([fmt_ms(ms) + " / step"] if ms is not None else []) + ([fmt_pct(pct)] if pct is not None else [])
+    )
 
 
 def on_page(items: list[dict[str, Any]], page: str) -> list[dict[str, Any]]:
@@ -36,10 +38,12 @@ def on_page(items: list[dict[str, Any]], page: str) -> list[dict[str, Any]]:
 def _row(finding: dict[str, Any]) -> str:
     severity = str(finding["severity"] or "info")
     badge = f'<span class="sev {SEVERITY_CLASS.get(severity.lower(), "sev-info")}">{esc(severity)}</span>'
-    return (f"<tr><td>{badge}</td><td><b>{esc(finding['title'])}</b><br>"
-            f'<span class="note">{esc(finding["kind"])}</span></td><td class="num">{esc(stake(finding))}</td>'
-            f"<td>{esc(finding['evidence'])}<br><span class=\"note\">threshold: {esc(finding['threshold'])}</span>"
-            f"</td><td>{esc(finding['suggestion'])}</td></tr>")
+    return (
+        f"<tr><td>{badge}</td><td><b>{esc(finding['title'])}</b><br>"
+        f'<span class="note">{esc(finding["kind"])}</span></td><td class="num">{esc(stake(finding))}</td>'
+        f'<td>{esc(finding["evidence"])}<br><span class="note">threshold: {esc(finding["threshold"])}</span>'
+        f"</td><td>{esc(finding['suggestion'])}</td></tr>"
+    )
 
 
 def render(verdict: str, items: list[dict[str, Any]]) -> str:
@@ -47,5 +51,7 @@ def render(verdict: str, items: list[dict[str, Any]]) -> str:
     head = f'<div class="verdict">{esc(verdict)}</div>' if verdict else ""
     if not items:
         return head
-    return (head + '<table class="data"><thead><tr><th>severity</th><th>finding</th><th class="num">at stake</th>'
-            f"<th>evidence</th><th>suggestion</th></tr></thead><tbody>{''.join(map(_row, items))}</tbody></table>")
+    return (
+        head + '<table class="data"><thead><tr><th>severity</th><th>finding</th><th class="num">at stake</th>'
+        f"<th>evidence</th><th>suggestion</th></tr></thead><tbody>{''.join(map(_row, items))}</tbody></table>"
+    )

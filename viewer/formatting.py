@@ -5,6 +5,7 @@ Durations are given in ms and written on a ladder of units (`DurationStyle`): th
 `REPORT` (1,234 ms · 12.34 ms · 567.8 µs) and the terminal view's `TERMINAL` (1.23 s · 12.3 ms ·
 1.23 ms, "—" for a value not measured).
 """
+
 from __future__ import annotations
 
 import math

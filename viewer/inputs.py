@@ -6,6 +6,7 @@ an installed package adds) that the importer registry (profiler.importers.regist
 is imported (profiler.postprocess.imported) into a temporary directory that lives as long as this
 process, and read from there. A new format is added to the registry, not here.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -36,14 +37,13 @@ def _describe_unknown(path: Path) -> str:
         if not any(path.iterdir()):
             return f"{path} is empty: it holds no profview output (expected profiler_info_<rank>.json)"
         if (path / "raw").is_dir():
-            return (f"{path} holds a raw store but no analysed output; "
-                    f"run `profview analyse {path}` first")
+            return f"{path} holds a raw store but no analysed output; run `profview analyse {path}` first"
         return f"{path} is not a profview output directory (no profiler_info_<rank>.json in it)"
     if path.is_file() and path.stat().st_size == 0:
         return f"{path} is an empty file, not a profview output directory or a trace"
     try:
         regular_file(path)
-    except InputError as exc:                # a FIFO, a device, a dangling symlink: say which
+    except InputError as exc:  # a FIFO, a device, a dangling symlink: say which
         return f"{exc}: it is not a profview output directory or a trace file"
     return f"{path} is not a profview output directory, nor {formats_sentence()}"
 
@@ -65,7 +65,7 @@ def load_input(path: Path) -> list[RunData]:
         if not runs:
             raise InputError(f"{path} holds no run")
         return runs
-    except OSError as exc:                   # a name too long, a symlink loop, a directory that vanished
+    except OSError as exc:  # a name too long, a symlink loop, a directory that vanished
         where = exc.filename if isinstance(exc.filename, str) else path
         raise InputError(f"cannot open {shown_path(Path(where))}: {exc.strerror or exc}") from None
 
@@ -73,4 +73,4 @@ def load_input(path: Path) -> list[RunData]:
 def shown_path(path: Path, limit: int = 200) -> str:
     """A path for a message: whole up to `limit` characters, else its start and end."""
     text = str(path)
-    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 2:]} ({len(text)} characters)"
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]} ({len(text)} characters)"

@@ -11,13 +11,15 @@ figures). The page polls `/live.json` every few seconds: a small status (`steps`
 into the live page only swaps them in and draws their figures. The `AT_LOAD` pages show the window
 as it was when the page was loaded; reload for a newer one. Nothing is written into DIR.
 """
+
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from profiler.errors import InputError
 from profiler.postprocess.live import LiveRecording, Snapshot, window_outputs
@@ -46,13 +48,15 @@ def status_text(snap: Snapshot, refreshed: str) -> str:
     state = "ended" if snap.finished else "stopped without an end chunk" if snap.gone else "recording"
     text = f"live · rank {shown.rank} · {shown.steps:,} steps so far · {shown.steps_per_s:.2f} steps/s · {state}"
     if snap.figures is not None:
-        text += (f" · {refreshed}: steps {snap.figures.first_step}–{snap.figures.last_step}"
-                 f" (updated {time.strftime('%H:%M:%S')})")
+        text += (
+            f" · {refreshed}: steps {snap.figures.first_step}–{snap.figures.last_step}"
+            f" (updated {time.strftime('%H:%M:%S')})"
+        )
     return text
 
 
 def _listed(titles: list[str]) -> str:
-    """"A", "A and B", "A, B and C"."""
+    """ "A", "A and B", "A, B and C"."""
     return " and ".join(filter(None, [", ".join(titles[:-1]), *titles[-1:]]))
 
 
@@ -60,20 +64,26 @@ class LiveReport:
     """The live state the server answers from: the last snapshot, and the pages built from it.
     `start()` refreshes it every `interval_s` in a background thread until `stop()`."""
 
-    def __init__(self, directory: Path, rank: Optional[int] = None, window_steps: int = 500,
-                 interval_s: float = 2.0) -> None:
+    def __init__(
+        self, directory: Path, rank: Optional[int] = None, window_steps: int = 500, interval_s: float = 2.0
+    ) -> None:
         self.directory = Path(directory)
         self.rank = rank
         self.interval_s = interval_s
-        self.recording = LiveRecording(self.directory, window_steps=window_steps, rank=rank,
-                                       max_window_events=1_000_000, min_analysis_interval_s=interval_s)
+        self.recording = LiveRecording(
+            self.directory,
+            window_steps=window_steps,
+            rank=rank,
+            max_window_events=1_000_000,
+            min_analysis_interval_s=interval_s,
+        )
         self._lock = threading.Lock()
         self._built_for: Any = None
         self.version = 0
         self.snapshot: Optional[Snapshot] = None
         self.doc: dict[str, Any] = {}
         self._pages_json = "{}"
-        self._refreshed = ""                        # the titles of the refreshed pages, for the banner
+        self._refreshed = ""  # the titles of the refreshed pages, for the banner
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.refresh()
@@ -92,9 +102,14 @@ class LiveReport:
                 self._built_for = analysis
                 self.version += 1
                 self._pages_json = '{"pages":' + json.dumps(built) + ',"figures":' + ctx.figures_json() + "}"
-            self.doc = {"version": self.version, "steps": snap.steps, "ended": bool(snap.finished),
-                        "rank": snap.shown_rank, "status": status_text(snap, self._refreshed),
-                        "window": list(snap.analysed_steps) if snap.analysed_steps else None}
+            self.doc = {
+                "version": self.version,
+                "steps": snap.steps,
+                "ended": bool(snap.finished),
+                "rank": snap.shown_rank,
+                "status": status_text(snap, self._refreshed),
+                "window": list(snap.analysed_steps) if snap.analysed_steps else None,
+            }
 
     def _context(self) -> Context:
         data = window_rundata(self.recording, self.directory, self.snapshot.shown_rank if self.snapshot else self.rank)
@@ -114,10 +129,13 @@ class LiveReport:
             ctx = self._context()
             html = build_report(ctx)
             status, version = self.doc.get("status", ""), self.version
-        banner = (f'<div id="pv-live" class="note" style="margin:0 0 12px;padding:6px 10px;background:#FFF8E1;'
-                  f'border-radius:4px" data-version="{version}">{esc(status)}</div>')
+        banner = (
+            f'<div id="pv-live" class="note" style="margin:0 0 12px;padding:6px 10px;background:#FFF8E1;'
+            f'border-radius:4px" data-version="{version}">{esc(status)}</div>'
+        )
         script = LIVE_JS.replace("__VERSION__", str(int(version))).replace(
-            "__INTERVAL__", str(int(self.interval_s * 1000)))
+            "__INTERVAL__", str(int(self.interval_s * 1000))
+        )
         html = html.replace("<main>", "<main>" + banner, 1)
         html = html.replace("</body></html>", f"<script>{script}</script></body></html>", 1)
         return html.encode("utf-8")
@@ -135,13 +153,13 @@ class LiveReport:
         while not self._stop.wait(self.interval_s):
             try:
                 self.refresh()
-            except Exception as exc:        # keep serving what was built; say why it is not updating
+            except Exception as exc:  # keep serving what was built; say why it is not updating
                 with self._lock:
                     self.doc["status"] = f"live · not updating: {type(exc).__name__}: {exc}"
             if self.doc.get("ended"):
                 return
 
-    def start(self) -> "LiveReport":
+    def start(self) -> LiveReport:
         """Refresh in a background thread."""
         self._thread = threading.Thread(target=self.run, name="profview-live", daemon=True)
         self._thread.start()
@@ -154,17 +172,29 @@ class LiveReport:
         self.recording.close()
 
 
-def serve_live(directory: Path, host: str = "127.0.0.1", port: int = 0, rank: Optional[int] = None,
-               open_browser: bool = True, announce: Callable[[str], None] = print, interval_s: float = 2.0,
-               window_steps: int = 500) -> None:
+def serve_live(
+    directory: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    rank: Optional[int] = None,
+    open_browser: bool = True,
+    announce: Callable[[str], None] = print,
+    interval_s: float = 2.0,
+    window_steps: int = 500,
+) -> None:
     """Serve the live report of `directory` until interrupted."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise InputError(f"{directory} does not exist" if not directory.exists() else
-                         f"{directory} is not a directory (--live follows a recording's output directory)")
+        raise InputError(
+            f"{directory} does not exist"
+            if not directory.exists()
+            else f"{directory} is not a directory (--live follows a recording's output directory)"
+        )
     if not (directory / "raw").is_dir() and not find_raw_files(directory):
-        raise InputError(f"{directory} has no raw store ({directory / 'raw'}): --live follows a recording made "
-                         "with profview while it runs")
+        raise InputError(
+            f"{directory} has no raw store ({directory / 'raw'}): --live follows a recording made "
+            "with profview while it runs"
+        )
     live = LiveReport(directory, rank=rank, interval_s=interval_s, window_steps=window_steps).start()
     try:
         serve(live.routes(), host, port, f"the live report of {directory}", open_browser, announce)
@@ -174,7 +204,7 @@ def serve_live(directory: Path, host: str = "127.0.0.1", port: int = 0, rank: Op
 
 #: Swaps in the live pages (see the module doc). Plots it draws carry data-rendered, so the report's
 #: own script leaves them alone; they are drawn when their tab is shown, like the report's.
-LIVE_JS = r"""
+LIVE_JS = """
 (function () {
   "use strict";
   var config = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"]};
@@ -217,7 +247,8 @@ LIVE_JS = r"""
     banner.dataset.ended = doc.ended ? "1" : "";
   }
   function poll() {
-    fetch("live.json?have=" + version, {cache: "no-store"}).then(function (r) { return r.json(); }).then(function (doc) {
+    fetch("live.json?have=" + version, {cache: "no-store"}).then(function (r) { return r.json(); })\
+.then(function (doc) {
       if (doc.pages && doc.version !== version) { apply(doc); }
       show(doc);
       if (!doc.ended) { setTimeout(poll, interval); }

@@ -11,6 +11,7 @@ up to a budget per window, and say what they left out. Nothing is dropped silent
 Everything is computed in one streaming pass over the event file's rows (sorted by lane and
 start), a few million rows at a time, so memory stays bounded whatever the run's size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,8 +25,8 @@ from profiler.kernels.intervals import covered_before
 from viewer.trace import Timeline
 
 OVERVIEW_BINS = 1200
-MAX_LEVELS = 7                 # 1,200 .. 76,800 columns
-CELL_BUDGET = 600_000          # cells over every lane and level kept in the page (~3 bytes each)
+MAX_LEVELS = 7  # 1,200 .. 76,800 columns
+CELL_BUDGET = 600_000  # cells over every lane and level kept in the page (~3 bytes each)
 CHUNK_ROWS = 1 << 21
 
 
@@ -35,11 +36,11 @@ class Levels:
 
     t0_ns: int
     t1_ns: int
-    lanes: list[int]                  # event-file lane of each row of the arrays
-    covered_ns: np.ndarray            # (lanes, finest bins) float64
-    started: np.ndarray               # (lanes, finest bins) int64
+    lanes: list[int]  # event-file lane of each row of the arrays
+    covered_ns: np.ndarray  # (lanes, finest bins) float64
+    started: np.ndarray  # (lanes, finest bins) int64
     levels: int
-    ops_per_step: dict[int, int] = field(default_factory=dict)   # op events per step (every lane)
+    ops_per_step: dict[int, int] = field(default_factory=dict)  # op events per step (every lane)
 
     @property
     def finest_bins(self) -> int:
@@ -84,7 +85,7 @@ def busy_levels(tl: Timeline, lanes: list[int], t0_ns: int, t1_ns: int, levels: 
     covered = np.zeros((len(lanes), bins))
     started = np.zeros((len(lanes), bins), dtype=np.int64)
     op_codes = tl.op_category_codes()
-    step_counts = np.zeros(0, dtype=np.int64)      # op events per step + 1 (index 0: outside every step)
+    step_counts = np.zeros(0, dtype=np.int64)  # op events per step + 1 (index 0: outside every step)
     file = tl.file
     for lane in range(len(tl.lanes)):
         first, count, _ = file.lane_rows(lane)
@@ -100,7 +101,7 @@ def busy_levels(tl: Timeline, lanes: list[int], t0_ns: int, t1_ns: int, levels: 
                     counts = np.bincount(file.column("step", a, b)[is_op].astype(np.int64) + 1)
                     if len(counts) > len(step_counts):
                         step_counts = np.concatenate([step_counts, np.zeros(len(counts) - len(step_counts), np.int64)])
-                    step_counts[:len(counts)] += counts
+                    step_counts[: len(counts)] += counts
             if not drawn:
                 continue
             start = file.column("start_ns", a, b)
@@ -129,10 +130,10 @@ class Window:
     label: str
     t0_ms: float
     t1_ms: float
-    events: pd.DataFrame           # the drawn events: lane, start_ns, dur_ns, name, category, step, args, self_ns
-    total: int                     # events overlapping the window
-    hidden_max_ms: float = 0.0     # the longest event left out
-    hidden_ms: float = 0.0         # summed duration of the events left out
+    events: pd.DataFrame  # the drawn events: lane, start_ns, dur_ns, name, category, step, args, self_ns
+    total: int  # events overlapping the window
+    hidden_max_ms: float = 0.0  # the longest event left out
+    hidden_ms: float = 0.0  # summed duration of the events left out
 
 
 COLUMNS = ("lane", "start_ns", "dur_ns", "name", "category", "step", "args")
@@ -172,18 +173,37 @@ def window_events(tl: Timeline, label: str, t0_ms: float, t1_ms: float, budget: 
                 part["start_ns"], part["dur_ns"] = start[hit], dur[hit]
                 parts.append(pd.DataFrame(part))
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in COLUMNS})
-    frame = frame.astype({"lane": np.int64, "start_ns": np.int64, "dur_ns": np.int64, "name": np.int64,
-                          "category": np.int64, "step": np.int64, "args": np.int64})
-    frame["self_ns"] = self_times(frame["lane"].to_numpy(), frame["start_ns"].to_numpy(),
-                                  frame["start_ns"].to_numpy() + frame["dur_ns"].to_numpy())
+    frame = frame.astype(
+        {
+            "lane": np.int64,
+            "start_ns": np.int64,
+            "dur_ns": np.int64,
+            "name": np.int64,
+            "category": np.int64,
+            "step": np.int64,
+            "args": np.int64,
+        }
+    )
+    frame["self_ns"] = self_times(
+        frame["lane"].to_numpy(),
+        frame["start_ns"].to_numpy(),
+        frame["start_ns"].to_numpy() + frame["dur_ns"].to_numpy(),
+    )
     total = len(frame)
     if total <= budget:
         return Window(label, t0_ms, t1_ms, frame, total)
     order = np.argsort(-frame["dur_ns"].to_numpy(), kind="stable")
     shown, hidden = np.sort(order[:budget]), order[budget:]
     dur = frame["dur_ns"].to_numpy()
-    return Window(label, t0_ms, t1_ms, frame.iloc[shown].reset_index(drop=True), total,
-                  float(dur[hidden].max()) / 1e6, float(dur[hidden].sum()) / 1e6)
+    return Window(
+        label,
+        t0_ms,
+        t1_ms,
+        frame.iloc[shown].reset_index(drop=True),
+        total,
+        float(dur[hidden].max()) / 1e6,
+        float(dur[hidden].sum()) / 1e6,
+    )
 
 
 def nesting(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -228,9 +248,12 @@ def captured_runs(steps: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def step_windows(steps: Optional[pd.DataFrame], chosen: Optional[tuple],
-                 ops_per_step: Optional[dict[int, int]] = None,
-                 typical: Optional[pd.DataFrame] = None) -> list[tuple[str, float, float]]:
+def step_windows(
+    steps: Optional[pd.DataFrame],
+    chosen: Optional[tuple],
+    ops_per_step: Optional[dict[int, int]] = None,
+    typical: Optional[pd.DataFrame] = None,
+) -> list[tuple[str, float, float]]:
     """The windows to detail, the default first.
 
     The --steps range when given. Else, when ops were captured on some steps only (an
@@ -261,19 +284,33 @@ def step_windows(steps: Optional[pd.DataFrame], chosen: Optional[tuple],
     if with_ops and len(with_ops) < len(number):
         rows = np.flatnonzero(np.isin(number, with_ops))
         median = int(rows[np.argsort(total[rows], kind="stable")[len(rows) // 2]])
-        windows.append((f"median captured step: step {number[median]} ({total[median]:.1f} ms, "
-                        f"{ops.get(int(number[median]), 0):,} ops)", float(start[median]), float(end[median])))
+        windows.append(
+            (
+                f"median captured step: step {number[median]} ({total[median]:.1f} ms, "
+                f"{ops.get(int(number[median]), 0):,} ops)",
+                float(start[median]),
+                float(end[median]),
+            )
+        )
         seen.add(("step", median))
         for a, b in captured_runs(with_ops):
             if a == b:
                 continue
             keep = (number >= a) & (number <= b)
-            windows.append((f"captured window: steps {a}–{b} ({sum(ops.get(s, 0) for s in range(a, b + 1)):,} ops)",
-                            float(start[keep].min()), float(end[keep].max())))
+            windows.append(
+                (
+                    f"captured window: steps {a}–{b} ({sum(ops.get(s, 0) for s in range(a, b + 1)):,} ops)",
+                    float(start[keep].min()),
+                    float(end[keep].max()),
+                )
+            )
     typical_rows = np.flatnonzero(np.isin(number, (steps if typical is None else typical)["step"].to_numpy()))
     typical_rows = typical_rows if len(typical_rows) else np.arange(len(number))
-    picks = [("median step", int(typical_rows[median_position(total[typical_rows])])),
-             ("slowest step", int(np.argmax(total))), ("fastest step", int(np.argmin(total)))]
+    picks = [
+        ("median step", int(typical_rows[median_position(total[typical_rows])])),
+        ("slowest step", int(np.argmax(total))),
+        ("fastest step", int(np.argmin(total))),
+    ]
     for what, i in picks:
         if ("step", i) not in seen:
             seen.add(("step", i))

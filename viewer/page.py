@@ -3,6 +3,7 @@ what the live report (`profview DIR --live`) does with it.
 
 Every module of viewer/pages/ ends with its `PAGE`; viewer/report.py lists them in tab order.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,9 +16,9 @@ from viewer.context import Context
 class Live(Enum):
     """How the live report of a recording in progress shows a page."""
 
-    HIDDEN = "hidden"               # not in the live report: its data only exists once a run is analysed
-    AT_LOAD = "at load"             # the recent window as it was when the live page was loaded
-    REFRESHED = "refreshed"         # re-built every time the live analysis reads a newer window
+    HIDDEN = "hidden"  # not in the live report: its data only exists once a run is analysed
+    AT_LOAD = "at load"  # the recent window as it was when the live page was loaded
+    REFRESHED = "refreshed"  # re-built every time the live analysis reads a newer window
 
 
 def always(ctx: Context) -> bool:

@@ -19,6 +19,7 @@ Under torchrun, run it per rank: `torchrun --nproc-per-node 2 --no-python profvi
 each rank records into the same directory (its rank from the environment), and only local rank 0
 shows the live view (of every rank).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,28 +44,54 @@ PLAIN_EVERY_S = 10.0
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", metavar="DIR", type=Path, default=Path("profiler_data"),
-                   help="where the recording and its analysis go (default ./profiler_data)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="DIR",
+        type=Path,
+        default=Path("profiler_data"),
+        help="where the recording and its analysis go (default ./profiler_data)",
+    )
     p.add_argument("--no-live", action="store_true", help="no live view: only run, record and analyse")
-    p.add_argument("--ops", action="store_true",
-                   help="also capture per-operator timings through torch.profiler on a few steps (5 from step 7)")
-    p.add_argument("--no-attach", action="store_true",
-                   help="do not follow the first torch optimizer (no step ends are recorded then)")
+    p.add_argument(
+        "--ops",
+        action="store_true",
+        help="also capture per-operator timings through torch.profiler on a few steps (5 from step 7)",
+    )
+    p.add_argument(
+        "--no-attach",
+        action="store_true",
+        help="do not follow the first torch optimizer (no step ends are recorded then)",
+    )
     p.add_argument("--no-data", action="store_true", help="do not time torch DataLoader fetches as data wait")
-    p.add_argument("--threshold", metavar="NAME=VALUE", action="append", default=[],
-                   help="an advisor threshold for the analysis, e.g. input_gap_pct=20 (repeatable)")
-    p.add_argument("--window", type=int, default=100, metavar="N", help="the live view's advisor reads the last N steps")
-    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
-                   help="run a module as `python -m MODULE` does (everything after it is its arguments)")
-    p.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS ...]",
-                   help="the script to run and its arguments")
+    p.add_argument(
+        "--threshold",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="an advisor threshold for the analysis, e.g. input_gap_pct=20 (repeatable)",
+    )
+    p.add_argument(
+        "--window", type=int, default=100, metavar="N", help="the live view's advisor reads the last N steps"
+    )
+    p.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE ...",
+        help="run a module as `python -m MODULE` does (everything after it is its arguments)",
+    )
+    p.add_argument(
+        "target", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS ...]", help="the script to run and its arguments"
+    )
 
 
 def child_command(args: argparse.Namespace) -> list[str]:
     """The child's command line: python -m profiler.auto with the options, then the script or module."""
     cmd = [sys.executable, "-m", "profiler.auto", "--output", str(args.output)]
-    cmd += [flag for flag, on in (("--ops", args.ops), ("--no-attach", args.no_attach), ("--no-data", args.no_data))
-            if on]
+    cmd += [
+        flag for flag, on in (("--ops", args.ops), ("--no-attach", args.no_attach), ("--no-data", args.no_data)) if on
+    ]
     for t in args.threshold:
         cmd += ["--threshold", t]
     if args.module is not None:
@@ -78,8 +105,11 @@ def child_command(args: argparse.Namespace) -> list[str]:
         raise InputError("name the script to run: profview run [options] train.py [args...] (or -m package.module)")
     script = Path(target[0])
     if not script.is_file():
-        raise InputError(f"{script} does not exist or is not a file" if not script.exists()
-                         else f"{script} is not a file (profview run wants a Python script, or -m package.module)")
+        raise InputError(
+            f"{script} does not exist or is not a file"
+            if not script.exists()
+            else f"{script} is not a file (profview run wants a Python script, or -m package.module)"
+        )
     return cmd + ["--", *target]
 
 
@@ -114,10 +144,15 @@ def run(args: argparse.Namespace) -> int:
         env["PYTHONUNBUFFERED"] = "1"
     started = time.time()
     try:
-        child = subprocess.Popen(cmd, env=env, pass_fds=(write_fd,), start_new_session=True,
-                                 stdout=subprocess.PIPE if piped else None,
-                                 stderr=subprocess.STDOUT if piped else None,
-                                 preexec_fn=_child_signals)
+        child = subprocess.Popen(
+            cmd,
+            env=env,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            stdout=subprocess.PIPE if piped else None,
+            stderr=subprocess.STDOUT if piped else None,
+            preexec_fn=_child_signals,
+        )
     except OSError as exc:
         os.close(read_fd)
         raise InputError(f"cannot start {sys.executable}: {exc.strerror or exc}") from None
@@ -130,12 +165,24 @@ def run(args: argparse.Namespace) -> int:
         if live:
             lines: Optional[queue.Queue] = queue.Queue() if piped else None
             pump = _Pump(child.stdout, lines) if piped else None
-            relay.note = (lambda text: lines.put(text)) if lines is not None else \
-                (lambda text: print(text, file=sys.stderr, flush=True))
-            watch(args.output, since=started - 1.0, window_steps=args.window, plain=not piped,
-                  out=sys.stdout if piped else sys.stderr, lines=lines, redirect=control.directory,
-                  stop_when=lambda: child.poll() is not None and (pump is None or pump.done),
-                  until_end=False, final=False, plain_every_s=0.0 if piped else PLAIN_EVERY_S)
+            relay.note = (
+                (lambda text: lines.put(text))
+                if lines is not None
+                else (lambda text: print(text, file=sys.stderr, flush=True))
+            )
+            watch(
+                args.output,
+                since=started - 1.0,
+                window_steps=args.window,
+                plain=not piped,
+                out=sys.stdout if piped else sys.stderr,
+                lines=lines,
+                redirect=control.directory,
+                stop_when=lambda: child.poll() is not None and (pump is None or pump.done),
+                until_end=False,
+                final=False,
+                plain_every_s=0.0 if piped else PLAIN_EVERY_S,
+            )
         child.wait()
     finally:
         for sig, handler in previous.items():
@@ -182,8 +229,10 @@ class _Relay:
                 self._send(signal.SIGKILL)
                 return
             if self.interrupts == 1:
-                self.note("profview run: interrupted: the script stops and its recording is analysed "
-                          "(Ctrl-C again interrupts the analysis, a third time kills it)")
+                self.note(
+                    "profview run: interrupted: the script stops and its recording is analysed "
+                    "(Ctrl-C again interrupts the analysis, a third time kills it)"
+                )
             self._send(signal.SIGINT)
         else:
             self._send(signal.SIGTERM)
@@ -199,7 +248,7 @@ class _Pump(threading.Thread):
     """Reads the child's output and queues it line by line; a line rewritten with carriage returns
     (a progress bar) is queued as its last state, when its newline comes."""
 
-    def __init__(self, stream, lines: "queue.Queue[str]") -> None:
+    def __init__(self, stream, lines: queue.Queue[str]) -> None:
         super().__init__(name="profview-run-output", daemon=True)
         self.stream = stream
         self.lines = lines

@@ -7,20 +7,30 @@ sentence, an absent optional file leaves its page saying "no data"), or from mem
 report hands over the analysis of a recording's recent window, viewer.live). Pages read nothing
 else: the event file is opened through `RunData.timeline()`.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.formats import (CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CSV_REQUIRED, info_files, rank_file, read_csv,
-                              read_document, read_profiler_info, regular_file)
+from profiler.formats import (
+    CLUSTER_STEP_TRACE,
+    CLUSTER_SUMMARY,
+    CSV_REQUIRED,
+    info_files,
+    rank_file,
+    read_csv,
+    read_document,
+    read_profiler_info,
+    regular_file,
+)
 from viewer.trace import Timeline, load_timeline
-
 
 #: The per-rank tables (CSV) and documents (JSON) a RunData holds, each in the field named after its kind.
 RANK_TABLES = ("step_trace", "op_type", "op_detail", "data_queue", "device_counters")
@@ -45,13 +55,12 @@ class RunData:
     report: Optional[dict[str, Any]] = None
     cluster_summary: Optional[dict[str, Any]] = None
     cluster_step_trace: Optional[pd.DataFrame] = None
-    timeline_path: Optional[Path] = None          # the Chrome trace (for Perfetto; the viewer does not read it)
-    events_path: Optional[Path] = None            # the columnar event file (read through timeline())
+    timeline_path: Optional[Path] = None  # the Chrome trace (for Perfetto; the viewer does not read it)
+    events_path: Optional[Path] = None  # the columnar event file (read through timeline())
     _timeline: Optional[Timeline] = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_outputs(cls, rank: int, directory: Path, outputs: Mapping[str, Any],
-                     **paths: Optional[Path]) -> "RunData":
+    def from_outputs(cls, rank: int, directory: Path, outputs: Mapping[str, Any], **paths: Optional[Path]) -> RunData:
         """The RunData of a rank's outputs by kind: "profiler_info" (the info), RANK_TABLES, RANK_DOCUMENTS and
         CLUSTER_OUTPUTS, absent ones left out or None; `paths`: timeline_path and events_path."""
         unknown = set(outputs) - {"profiler_info", *RANK_TABLES, *RANK_DOCUMENTS, *CLUSTER_OUTPUTS}
@@ -104,15 +113,22 @@ def load_rank(directory: Path, rank: int, info_path: Path, cluster: Mapping[str,
     listed = info.get("outputs", [])
     missing = [name for name in listed if not os.path.lexists(directory / name)]
     if missing:
-        raise InputError(f"{directory} is incomplete: {missing[0]} listed in {info_path.name} is missing "
-                         f"(the analysis may have been interrupted; re-run `profview analyse {directory}`)")
+        raise InputError(
+            f"{directory} is incomplete: {missing[0]} listed in {info_path.name} is missing "
+            f"(the analysis may have been interrupted; re-run `profview analyse {directory}`)"
+        )
     for name in listed:
-        regular_file(directory / name)          # a FIFO, a directory or /dev/zero is one sentence, not a hang
+        regular_file(directory / name)  # a FIFO, a directory or /dev/zero is one sentence, not a hang
     outputs = read_outputs(directory, {kind: rank_file(kind, rank) for kind in RANK_TABLES + RANK_DOCUMENTS})
     timeline = directory / rank_file("timeline", rank)
     timeline_path = _optional(timeline) or _optional(timeline.with_name(timeline.name + ".gz"))
-    return RunData.from_outputs(rank, directory, {"profiler_info": info, **outputs, **cluster},
-                                timeline_path=timeline_path, events_path=_optional(directory / rank_file("events", rank)))
+    return RunData.from_outputs(
+        rank,
+        directory,
+        {"profiler_info": info, **outputs, **cluster},
+        timeline_path=timeline_path,
+        events_path=_optional(directory / rank_file("events", rank)),
+    )
 
 
 def load_profview_dir(directory: Path) -> list[RunData]:

@@ -3,6 +3,7 @@
 A queue probed at every put / get or a counter sampled for hours has far more points than a
 plot has pixels; each bin keeps its mean, min and max so spikes stay visible.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,13 +21,16 @@ class Series:
     y: np.ndarray
     low: np.ndarray
     high: np.ndarray
-    binned_from: int = 0      # original number of points when binned, 0 when raw
+    binned_from: int = 0  # original number of points when binned, 0 when raw
 
     @property
     def note(self) -> str:
         """What was done to the series, for the page."""
-        return f"{self.binned_from:,} samples binned into {len(self.x):,} points (mean, with min-max band)" \
-            if self.binned_from else ""
+        return (
+            f"{self.binned_from:,} samples binned into {len(self.x):,} points (mean, with min-max band)"
+            if self.binned_from
+            else ""
+        )
 
 
 def thin(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> Series:
@@ -50,19 +54,56 @@ def thin(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> Series:
     return Series(centres[keep], sums[keep] / counts[keep], low[keep], high[keep], binned_from=len(x))
 
 
-def add_line(fig, x: np.ndarray, y: np.ndarray, name: str, color: str, row: int, hover: str,
-             shape: str = "linear", legend: bool = False) -> str:
+def add_line(
+    fig,
+    x: np.ndarray,
+    y: np.ndarray,
+    name: str,
+    color: str,
+    row: int,
+    hover: str,
+    shape: str = "linear",
+    legend: bool = False,
+) -> str:
     """Add a thinned line (with its min-max band when binned) to subplot `row`; returns the thinning note.
 
     `name` must already be escaped for plotly; `hover` is the y part of the hover template.
     """
     s = thin(x, y)
     if s.binned_from:
-        fig.add_scatter(x=s.x, y=s.high, mode="lines", line=dict(width=0), showlegend=False, name=f"{name} max",
-                        hoverinfo="skip", row=row, col=1)
-        fig.add_scatter(x=s.x, y=s.low, mode="lines", line=dict(width=0), fill="tonexty", name=f"{name} min",
-                        fillcolor="rgba(122,139,153,0.22)", showlegend=False, hoverinfo="skip", row=row, col=1)
-    fig.add_scatter(x=s.x, y=s.y, mode="lines", name=name, showlegend=legend,
-                    line=dict(color=color, width=1.5, shape=shape),
-                    hovertemplate=f"{name}<br>%{{x:.1f}} ms: {hover}<extra></extra>", row=row, col=1)
+        fig.add_scatter(
+            x=s.x,
+            y=s.high,
+            mode="lines",
+            line=dict(width=0),
+            showlegend=False,
+            name=f"{name} max",
+            hoverinfo="skip",
+            row=row,
+            col=1,
+        )
+        fig.add_scatter(
+            x=s.x,
+            y=s.low,
+            mode="lines",
+            line=dict(width=0),
+            fill="tonexty",
+            name=f"{name} min",
+            fillcolor="rgba(122,139,153,0.22)",
+            showlegend=False,
+            hoverinfo="skip",
+            row=row,
+            col=1,
+        )
+    fig.add_scatter(
+        x=s.x,
+        y=s.y,
+        mode="lines",
+        name=name,
+        showlegend=legend,
+        line=dict(color=color, width=1.5, shape=shape),
+        hovertemplate=f"{name}<br>%{{x:.1f}} ms: {hover}<extra></extra>",
+        row=row,
+        col=1,
+    )
     return f"{name}: {s.note}" if s.binned_from else ""

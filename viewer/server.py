@@ -6,6 +6,7 @@ reply that fails to build is a 500 whose text is one sentence, said once on stde
 server goes on. It binds 127.0.0.1 unless told otherwise (`serve` warns when the address is
 reachable from other machines); an address it cannot bind is one sentence (InputError).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -13,9 +14,10 @@ import os
 import sys
 import threading
 import webbrowser
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Mapping, Optional
+from typing import Callable, Optional
 from urllib.parse import parse_qs, urlparse
 
 from profiler.errors import InputError, ProfviewError
@@ -69,7 +71,7 @@ def _failure(path: str, exc: Exception) -> str:
 
 def _handler(routes: Mapping[str, Route]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's naming)
+        def do_GET(self):
             url = urlparse(self.path)
             path = "/" if url.path in REPORT_PATHS else url.path
             if path == "/favicon.ico":
@@ -82,7 +84,7 @@ def _handler(routes: Mapping[str, Route]) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 reply = route(parse_qs(url.query))
-            except Exception as exc:        # a page that fails to build: say why, keep serving the others
+            except Exception as exc:  # a page that fails to build: say why, keep serving the others
                 message = _failure(path, exc)
                 print(message, file=sys.stderr, flush=True)
                 reply = Reply(message.encode("utf-8", errors="backslashreplace"), "text/plain; charset=utf-8")
@@ -120,13 +122,13 @@ class ReportServer:
             self._server = _HTTPServer((host, port), _handler(dict(routes)))
         except OSError as exc:
             raise InputError(f"cannot serve on {host[:80]}:{port}: {exc.strerror or exc}") from None
-        except (UnicodeError, ValueError, OverflowError) as exc:     # a host name too long to encode, a port out of range
+        except (UnicodeError, ValueError, OverflowError) as exc:  # a host name too long to encode, a port out of range
             raise InputError(f"cannot serve on {host[:80]}:{port}: {str(exc) or type(exc).__name__}") from None
         shown_host = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown_host}:{self._server.server_address[1]}/"
         self._thread: Optional[threading.Thread] = None
 
-    def start(self) -> "ReportServer":
+    def start(self) -> ReportServer:
         """Serve in a background thread (until close())."""
         self._thread = threading.Thread(target=self._server.serve_forever, name="profview-server", daemon=True)
         self._thread.start()
@@ -146,13 +148,21 @@ class ReportServer:
         self._server.server_close()
 
 
-def serve(routes: Mapping[str, Route], host: str = "127.0.0.1", port: int = 0, what: str = "the report",
-          open_browser: bool = True, announce: Callable[[str], None] = print) -> None:
+def serve(
+    routes: Mapping[str, Route],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    what: str = "the report",
+    open_browser: bool = True,
+    announce: Callable[[str], None] = print,
+) -> None:
     """Serve `routes` (`what` they are, for the announcement) until interrupted (Ctrl-C). Warns when
     the address is reachable from other machines."""
     if not is_loopback(host):
-        announce(f"profview: warning: serving on {host} makes the report (op names, paths) reachable from "
-                 "other machines; the default 127.0.0.1 keeps it local")
+        announce(
+            f"profview: warning: serving on {host} makes the report (op names, paths) reachable from "
+            "other machines; the default 127.0.0.1 keeps it local"
+        )
     server = ReportServer(routes, host, port)
     announce(f"profview: serving {what} at {server.url} (Ctrl-C to stop)")
     if open_browser and has_display():

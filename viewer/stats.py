@@ -1,6 +1,7 @@
 """Numbers shared by the report pages and the terminal summary: step phases, outliers, top ops,
 findings. Pure functions over the loaded tables, so both outputs always agree.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,9 +41,16 @@ def phase_table(steps: pd.DataFrame) -> pd.DataFrame:
         if col not in steps:
             continue
         values = steps[col].to_numpy(dtype=np.float64)
-        rows.append({"phase": label, "mean_ms": values.mean(), "median_ms": median_of(values),
-                     "p95_ms": np.percentile(values, 95), "max_ms": values.max(),
-                     "share_pct": 100.0 * values.sum() / total})
+        rows.append(
+            {
+                "phase": label,
+                "mean_ms": values.mean(),
+                "median_ms": median_of(values),
+                "p95_ms": np.percentile(values, 95),
+                "max_ms": values.max(),
+                "share_pct": 100.0 * values.sum() / total,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -96,13 +104,27 @@ def shares_with_other(op_type: pd.DataFrame, device: str, n: int) -> pd.DataFram
     head, rest = rows.head(n), rows.iloc[n:]
     out = head[["op_type", "share_pct", "total_ms", "count"]].reset_index(drop=True)
     if len(rest):
-        other = {"op_type": f"other ({len(rest)} types)", "share_pct": rest["share_pct"].sum(),
-                 "total_ms": rest["total_ms"].sum(), "count": rest["count"].sum()}
+        other = {
+            "op_type": f"other ({len(rest)} types)",
+            "share_pct": rest["share_pct"].sum(),
+            "total_ms": rest["total_ms"].sum(),
+            "count": rest["count"].sum(),
+        }
         out = pd.concat([out, pd.DataFrame([other])], ignore_index=True)
     return out
 
 
-FINDING_FIELDS = ("kind", "key", "severity", "title", "at_stake_ms", "at_stake_pct", "evidence", "threshold", "suggestion")
+FINDING_FIELDS = (
+    "kind",
+    "key",
+    "severity",
+    "title",
+    "at_stake_ms",
+    "at_stake_pct",
+    "evidence",
+    "threshold",
+    "suggestion",
+)
 
 
 def findings(report: Optional[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -110,7 +132,7 @@ def findings(report: Optional[dict[str, Any]]) -> tuple[str, list[dict[str, Any]
     if not report:
         return "", []
     verdict = report.get("verdict", "")
-    if verdict and report.get("headline"):          # the advisor's one-sentence reason
+    if verdict and report.get("headline"):  # the advisor's one-sentence reason
         verdict = f"{verdict} — {report['headline']}"
     items = report.get("findings", [])
     out = []
@@ -132,12 +154,12 @@ def number(value: Any) -> Optional[float]:
 class KeyFigures:
     """report_{rank}.json "steps": the advisor's figures, for every page to show the same numbers."""
 
-    rule: str                                  # which steps: "mean over N steps, the first k left out ..."
+    rule: str  # which steps: "mean over N steps, the first k left out ..."
     mean_ms: float
-    median_ms: Optional[float]                 # None: an older report without it
+    median_ms: Optional[float]  # None: an older report without it
     wall_ms: float
-    shares: list[tuple[str, float]]            # (label, % of the steady steps' time)
-    note: str                                  # how steps were found (when not marked), what was not measured
+    shares: list[tuple[str, float]]  # (label, % of the steady steps' time)
+    note: str  # how steps were found (when not marked), what was not measured
 
 
 def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
@@ -148,15 +170,23 @@ def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
     shares = steps.get("share_pct") if isinstance(steps.get("share_pct"), dict) else {}
     labels = [*formats.PHASES, formats.DATA_WAIT, formats.GAP_HOST, formats.ALL_REDUCE]
     measured = bool(steps.get("data_wait_measured"))
-    picked = [(label, number(shares.get(col))) for col, label in labels
-              if number(shares.get(col)) is not None and (measured or col not in ("data_wait_ms", "gap_host_ms"))]
+    picked = [
+        (label, number(shares.get(col)))
+        for col, label in labels
+        if number(shares.get(col)) is not None and (measured or col not in ("data_wait_ms", "gap_host_ms"))
+    ]
     advice = MEASURE_DATA_WAIT.get(str(report.get("framework")), MEASURE_DATA_WAIT["plain"])
     note = "" if measured else f"data wait not measured: the iteration gap is data loading or host work ({advice})"
-    source = str(steps.get("source_note") or "")              # steps inferred / one whole-run step
+    source = str(steps.get("source_note") or "")  # steps inferred / one whole-run step
     note = "; ".join(part for part in (source, note) if part)
-    return KeyFigures(rule=str(steps.get("rule", "")), mean_ms=float(steps["mean_ms"]),
-                      median_ms=number(steps.get("median_ms")),
-                      wall_ms=number(steps.get("wall_ms")) or 0.0, shares=picked, note=note)
+    return KeyFigures(
+        rule=str(steps.get("rule", "")),
+        mean_ms=float(steps["mean_ms"]),
+        median_ms=number(steps.get("median_ms")),
+        wall_ms=number(steps.get("wall_ms")) or 0.0,
+        shares=picked,
+        note=note,
+    )
 
 
 def queue_verdict_text(summary: Optional[dict[str, Any]]) -> str:

@@ -1,16 +1,16 @@
 """The terminal summary (`profview DIR --summary`): step breakdown, top ops and the verdict as text,
 in the spirit of torch.profiler's key_averages().table().
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from profiler import formats
 from viewer.context import Context
 from viewer.device_figures import device_figures
 from viewer.formatting import clean
-from viewer.stats import (findings, key_figures, number, outliers, phase_table, queue_verdict_text, step_window,
-                          top_ops)
+from viewer.stats import findings, key_figures, number, outliers, phase_table, queue_verdict_text, step_window, top_ops
 
 NAME_WIDTH = 44
 
@@ -35,13 +35,20 @@ def _steps_block(ctx: Context) -> list[str]:
     if not len(window.analysed):
         return ["No steps in the selected --steps range."]
     table = phase_table(window.steady)
-    rows = [(r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}",
-             f"{r.share_pct:.1f}") for r in table.itertuples()]
+    rows = [
+        (r.phase, f"{r.mean_ms:.3f}", f"{r.median_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.max_ms:.3f}", f"{r.share_pct:.1f}")
+        for r in table.itertuples()
+    ]
     slow = outliers(window)
-    scope = (f"{len(window.analysed)} selected step(s) (--steps), ms" if ctx.options.steps is not None
-             else f"{len(run.step_trace)} recorded step(s), ms: the verdict's figures")
-    lines = [f"Step breakdown over {scope} ({window.note}):",
-             text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5)]
+    scope = (
+        f"{len(window.analysed)} selected step(s) (--steps), ms"
+        if ctx.options.steps is not None
+        else f"{len(run.step_trace)} recorded step(s), ms: the verdict's figures"
+    )
+    lines = [
+        f"Step breakdown over {scope} ({window.note}):",
+        text_table(["phase", "mean", "median", "p95", "max", "share %"], rows, [False] + [True] * 5),
+    ]
     if len(slow):
         listed = ", ".join(f"{int(s)} ({t:.1f} ms)" for s, t in zip(slow["step"].head(5), slow["total_ms"].head(5)))
         lines.append(f"Outlier steps ({len(slow)}): {listed}{' …' if len(slow) > 5 else ''}")
@@ -56,13 +63,24 @@ def _ops_block(ctx: Context) -> list[str]:
     top = top_ops(detail, 10)
     has_self = "self_ms" in detail.columns
     for device, ops in top.groupby("device", sort=True):
-        rows = [(clean(r.name, NAME_WIDTH), clean(r.op_type, 24), int(r.count), f"{r.total_ms:.3f}",
-                 *([f"{r.self_ms:.3f}"] if has_self else []), f"{r.avg_ms:.3f}", f"{r.share_pct:.1f}")
-                for r in ops.itertuples()]
-        headers = ["name", "type", "count", "total ms", *(["self ms"] if has_self else []), "avg ms",
-                   "self share %"]
-        lines += ["", f"Top ops on {clean(device)} by total time (self share: of the device's summed self time):",
-                  text_table(headers, rows, [False, False] + [True] * (len(headers) - 2))]
+        rows = [
+            (
+                clean(r.name, NAME_WIDTH),
+                clean(r.op_type, 24),
+                int(r.count),
+                f"{r.total_ms:.3f}",
+                *([f"{r.self_ms:.3f}"] if has_self else []),
+                f"{r.avg_ms:.3f}",
+                f"{r.share_pct:.1f}",
+            )
+            for r in ops.itertuples()
+        ]
+        headers = ["name", "type", "count", "total ms", *(["self ms"] if has_self else []), "avg ms", "self share %"]
+        lines += [
+            "",
+            f"Top ops on {clean(device)} by total time (self share: of the device's summed self time):",
+            text_table(headers, rows, [False, False] + [True] * (len(headers) - 2)),
+        ]
     return lines
 
 
@@ -72,9 +90,12 @@ def _key_figures_block(ctx: Context) -> list[str]:
     if figures is None:
         return []
     median = "" if figures.median_ms is None else f"median step {figures.median_ms:.2f} ms, "
-    lines = ["", f"Verdict figures ({clean(figures.rule)}):",
-             f"  mean step {figures.mean_ms:.2f} ms, {median}wall time {figures.wall_ms / 1e3:.2f} s (outliers included); " +
-             ", ".join(f"{label} {share:.1f} %" for label, share in figures.shares)]
+    lines = [
+        "",
+        f"Verdict figures ({clean(figures.rule)}):",
+        f"  mean step {figures.mean_ms:.2f} ms, {median}wall time {figures.wall_ms / 1e3:.2f} s (outliers included); "
+        + ", ".join(f"{label} {share:.1f} %" for label, share in figures.shares),
+    ]
     if figures.note:
         lines.append(f"  {clean(figures.note)}")
     return lines
@@ -86,14 +107,37 @@ def _device_block(ctx: Context) -> list[str]:
     devices = device_figures(ctx.run.report)
     if not devices:
         return []
-    rows = [(d.device, f"{d.window_ms:.3f}", f"{d.busy_pct:.1f}", f"{d.idle_pct:.1f}", f"{d.compute_pct:.1f}",
-             f"{d.comm_pct:.1f}", f"{d.memory_pct:.1f}", "-" if d.overlap_pct is None else f"{d.overlap_pct:.1f}",
-             d.leading_cause_text()) for d in devices]
-    headers = ["device", "window ms", "busy %", "idle %", "compute %", "comm %", "memory %", "comm overlap %",
-               "leading idle cause"]
-    return ["", "Device time (each device's own timeline, first to last execution; shares of that window; "
-                "comm overlap: share of communication time with compute running):",
-            text_table(headers, rows, [False] + [True] * 7 + [False])]
+    rows = [
+        (
+            d.device,
+            f"{d.window_ms:.3f}",
+            f"{d.busy_pct:.1f}",
+            f"{d.idle_pct:.1f}",
+            f"{d.compute_pct:.1f}",
+            f"{d.comm_pct:.1f}",
+            f"{d.memory_pct:.1f}",
+            "-" if d.overlap_pct is None else f"{d.overlap_pct:.1f}",
+            d.leading_cause_text(),
+        )
+        for d in devices
+    ]
+    headers = [
+        "device",
+        "window ms",
+        "busy %",
+        "idle %",
+        "compute %",
+        "comm %",
+        "memory %",
+        "comm overlap %",
+        "leading idle cause",
+    ]
+    return [
+        "",
+        "Device time (each device's own timeline, first to last execution; shares of that window; "
+        "comm overlap: share of communication time with compute running):",
+        text_table(headers, rows, [False] + [True] * 7 + [False]),
+    ]
 
 
 def _queue_block(ctx: Context) -> list[str]:
@@ -135,11 +179,13 @@ def _cluster_block(ctx: Context) -> list[str]:
         by_phase = straggler.get("phase_excess_ms") if isinstance(straggler.get("phase_excess_ms"), dict) else {}
         excess, in_phase = number(straggler.get("excess_ms")), number(by_phase.get(phase))
         wait = number(straggler.get("others_wait_ms"))
-        lines.append(f"  straggler: rank {clean(straggler['rank'])}"
-                     + (f", busy {excess:.2f} ms per step longer than the others" if excess is not None else "")
-                     + (f"; the phase it is slowest in: {clean(_straggler_phase(phase))}" if phase else "")
-                     + (f" (+{in_phase:.2f} ms per step)" if in_phase is not None else "")
-                     + (f"; the others wait {wait:.2f} ms per step for it" if wait is not None else ""))
+        lines.append(
+            f"  straggler: rank {clean(straggler['rank'])}"
+            + (f", busy {excess:.2f} ms per step longer than the others" if excess is not None else "")
+            + (f"; the phase it is slowest in: {clean(_straggler_phase(phase))}" if phase else "")
+            + (f" (+{in_phase:.2f} ms per step)" if in_phase is not None else "")
+            + (f"; the others wait {wait:.2f} ms per step for it" if wait is not None else "")
+        )
     elif summary is not None:
         lines.append("  no straggler: no rank is the slowest in most steps by the advisor's straggler_pct")
     else:
@@ -159,12 +205,15 @@ def _recording_block(ctx: Context) -> list[str]:
     notes = []
     dropped, torn, lost = (rec.get(k) for k in ("dropped_events", "torn_chunks", "lost_events"))
     if isinstance(dropped, int) and dropped > 0:
-        notes.append(f"{dropped:,} events were dropped while recording ({clean(rec.get('dropped_reason', ''))}): "
-                     "raise memory_budget_mb or flush more often.")
+        notes.append(
+            f"{dropped:,} events were dropped while recording ({clean(rec.get('dropped_reason', ''))}): "
+            "raise memory_budget_mb or flush more often."
+        )
     if isinstance(torn, int) and torn > 0:
         lost_text = f", {lost:,} recorded events lost with them" if isinstance(lost, int) and lost > 0 else ""
-        notes.append(f"{torn} raw-store chunk(s) were damaged and skipped{lost_text} (profiler_info: "
-                     "recording.damaged_chunks).")
+        notes.append(
+            f"{torn} raw-store chunk(s) were damaged and skipped{lost_text} (profiler_info: recording.damaged_chunks)."
+        )
     return ["", "Recording: " + " ".join(notes)] if notes else []
 
 
@@ -172,6 +221,20 @@ def render(ctx: Context) -> str:
     """The whole summary as text."""
     run = ctx.run
     head = f"profview summary — {clean(run.shown_path)} (rank {run.rank}; {len(ctx.runs)} rank(s) here)"
-    return "\n".join([head, "=" * min(len(head), 100), *_cluster_block(ctx), *_steps_block(ctx), *_ops_block(ctx),
-                      *_key_figures_block(ctx), *_device_block(ctx), *_queue_block(ctx), *_recording_block(ctx),
-                      *_verdict_block(ctx)]) + "\n"
+    return (
+        "\n".join(
+            [
+                head,
+                "=" * min(len(head), 100),
+                *_cluster_block(ctx),
+                *_steps_block(ctx),
+                *_ops_block(ctx),
+                *_key_figures_block(ctx),
+                *_device_block(ctx),
+                *_queue_block(ctx),
+                *_recording_block(ctx),
+                *_verdict_block(ctx),
+            ]
+        )
+        + "\n"
+    )

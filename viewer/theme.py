@@ -3,6 +3,7 @@
 Phases keep their colour on every page (overview bars, cluster bars, the timeline), so a
 reader learns once that orange is the iteration gap.
 """
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -10,18 +11,23 @@ import plotly.graph_objects as go
 from profiler import formats
 
 #: Each step-trace figure's colour, by column.
-COLUMN_COLORS = {"iteration_gap_ms": "#E39B3B", "fp_bp_ms": "#3366A8", "tail_ms": "#6BA368",
-                 "all_reduce_ms": "#C0392B"}
+COLUMN_COLORS = {"iteration_gap_ms": "#E39B3B", "fp_bp_ms": "#3366A8", "tail_ms": "#6BA368", "all_reduce_ms": "#C0392B"}
 #: (step_trace column, label, colour) of the phases (profiler.formats.PHASES), and of all-reduce
 PHASES = [(column, label, COLUMN_COLORS[column]) for column, label in formats.PHASES]
 ALL_REDUCE = (*formats.ALL_REDUCE, COLUMN_COLORS[formats.ALL_REDUCE[0]])
 
 CATEGORY_COLORS = {
-    "compute": "#3366A8", "comm": "#C0392B", "memcpy": "#8E6CB8", "memset": "#B08BD6",
-    "host": "#7A8B99", "user": "#2A9D8F", "phase": "#9DB4D3", "span": "#B5651D", "step": "#B0B7BF",
+    "compute": "#3366A8",
+    "comm": "#C0392B",
+    "memcpy": "#8E6CB8",
+    "memset": "#B08BD6",
+    "host": "#7A8B99",
+    "user": "#2A9D8F",
+    "phase": "#9DB4D3",
+    "span": "#B5651D",
+    "step": "#B0B7BF",
 }
-PALETTE = ["#3366A8", "#E39B3B", "#6BA368", "#C0392B", "#8E6CB8", "#2A9D8F", "#B5651D", "#7A8B99",
-           "#D4A017", "#5DA5DA"]
+PALETTE = ["#3366A8", "#E39B3B", "#6BA368", "#C0392B", "#8E6CB8", "#2A9D8F", "#B5651D", "#7A8B99", "#D4A017", "#5DA5DA"]
 OTHER = "#C9CED4"
 FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
@@ -34,9 +40,14 @@ def category_color(category: str, index: int = 0) -> str:
 def styled(fig: go.Figure, height: int = 360, **layout) -> go.Figure:
     """Apply the report's common layout (overridable through `layout`) to a figure and return it."""
     base = dict(
-        template="plotly_white", height=height, font=dict(family=FONT, size=12, color="#1F2933"),
-        margin=dict(l=60, r=20, t=36, b=44), hoverlabel=dict(font=dict(family=FONT, size=12)),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"), colorway=PALETTE)
+        template="plotly_white",
+        height=height,
+        font=dict(family=FONT, size=12, color="#1F2933"),
+        margin=dict(l=60, r=20, t=36, b=44),
+        hoverlabel=dict(font=dict(family=FONT, size=12)),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"),
+        colorway=PALETTE,
+    )
     fig.update_layout(**{**base, **layout})
     fig.update_annotations(font=dict(size=13, color="#3E4C59"))  # subplot titles
     return fig

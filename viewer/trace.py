@@ -5,6 +5,7 @@ second time as columns (Apache Arrow IPC), which this module opens without readi
 fetched per lane and time range (window queries) or streamed in chunks (the whole-run level of
 detail), so a file of 1e8 events is read in bounded memory.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,8 @@ class Timeline:
     """A run's events: the file, its lanes (with labels and kinds) and counts by event kind."""
 
     file: EventFile
-    lanes: pd.DataFrame              # lane index -> pid, tid, process, thread, kind, label
-    phase_counts: dict[str, int]     # rows by Chrome-trace phase letter (X, i, C, s, f)
+    lanes: pd.DataFrame  # lane index -> pid, tid, process, thread, kind, label
+    phase_counts: dict[str, int]  # rows by Chrome-trace phase letter (X, i, C, s, f)
 
     @property
     def path(self) -> Path:
@@ -88,7 +89,8 @@ def load_timeline(path: Path) -> Timeline:
     """Open an events_{rank}.arrow."""
     file = read_event_file(path)
     lanes = pd.DataFrame(file.lanes, columns=["pid", "tid", "process", "thread", "kind", "process_sort"])
-    lanes["label"] = [f"{t}" if k == "steps" else f"{p} / {t}"
-                      for p, t, k in zip(lanes["process"], lanes["thread"], lanes["kind"])]
+    lanes["label"] = [
+        f"{t}" if k == "steps" else f"{p} / {t}" for p, t, k in zip(lanes["process"], lanes["thread"], lanes["kind"])
+    ]
     counts = {str(k): int(v) for k, v in file.meta.get("phase_rows", {}).items()}
     return Timeline(file=file, lanes=lanes, phase_counts=counts)

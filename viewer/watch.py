@@ -10,6 +10,7 @@ directory, in its own process, and exits when every rank's end-of-recording chun
 (with a one-line summary), when the recording's processes are gone, or on Ctrl-C. Started before
 the job, it waits for the directory to appear (`--timeout`: for at most that long).
 """
+
 from __future__ import annotations
 
 import queue
@@ -51,7 +52,7 @@ def status_word(snap: Snapshot) -> str:
     if snap.finished:
         return "ended"
     if snap.gone and len(snap.gone) == len(snap.ranks):
-        return "stopped"            # every writer exited without an end chunk
+        return "stopped"  # every writer exited without an end chunk
     return "recording"
 
 
@@ -72,8 +73,16 @@ def plain_fields(snap: Snapshot) -> dict[str, object]:
     shown = snap.rank(snap.shown_rank)
     if shown is None:
         return fields
-    fields.update({"t_s": f"{shown.elapsed_s:.1f}", "rank": shown.rank, "ranks": len(snap.ranks),
-                   "steps": shown.steps, "steps_per_s": f"{shown.steps_per_s:.2f}", "step_ms": f"{shown.mean_ms:.3f}"})
+    fields.update(
+        {
+            "t_s": f"{shown.elapsed_s:.1f}",
+            "rank": shown.rank,
+            "ranks": len(snap.ranks),
+            "steps": shown.steps,
+            "steps_per_s": f"{shown.steps_per_s:.2f}",
+            "step_ms": f"{shown.mean_ms:.3f}",
+        }
+    )
     if len(shown.recent_ms):
         fields["last_step_ms"] = f"{shown.recent_ms[-1]:.3f}"
     f = snap.figures
@@ -90,7 +99,7 @@ def plain_fields(snap: Snapshot) -> dict[str, object]:
     for m in snap.memory:
         key = "rss" if m.label == "host RSS" else f"gpu_mem.{m.device}"
         fields[f"{key}_mb"] = f"{m.last_bytes / (1 << 20):.1f}"
-        if m.bytes_per_s is not None:           # no trend before there are samples enough for one
+        if m.bytes_per_s is not None:  # no trend before there are samples enough for one
             fields[f"{key}_mb_per_min"] = f"{m.bytes_per_s * 60 / (1 << 20):+.2f}"
     if len(snap.ranks) > 1 and snap.slowest_rank is not None:
         fields["slowest_rank"] = snap.slowest_rank
@@ -120,11 +129,18 @@ def final_line(snap: Snapshot, directory: Path, interrupted: bool = False) -> st
     shown = snap.rank(snap.shown_rank)
     if shown is None:
         return f"profview watch: no recording appeared in {clean(directory)}"
-    how = ("stopped watching" if interrupted else "the recording ended" if snap.finished
-           else "the recording stopped without an end-of-recording chunk (its process was killed?)")
+    how = (
+        "stopped watching"
+        if interrupted
+        else "the recording ended"
+        if snap.finished
+        else "the recording stopped without an end-of-recording chunk (its process was killed?)"
+    )
     ranks = f"rank {shown.rank}" + (f" of {len(snap.ranks)}" if len(snap.ranks) > 1 else "")
-    text = (f"profview watch: {how}: {shown.steps:,} steps of {ranks} in {fmt_duration(shown.elapsed_s)} "
-            f"({shown.steps_per_s:.2f} steps/s, recent step {fmt_ms(shown.mean_ms, TERMINAL)})")
+    text = (
+        f"profview watch: {how}: {shown.steps:,} steps of {ranks} in {fmt_duration(shown.elapsed_s)} "
+        f"({shown.steps_per_s:.2f} steps/s, recent step {fmt_ms(shown.mean_ms, TERMINAL)})"
+    )
     f = snap.figures
     if f is not None:
         top = f" — {clean(f.top['title'])}" if f.top and f.verdict != "balanced" else ""
@@ -150,7 +166,9 @@ def render(snap: Snapshot, directory: Path):
     shown = snap.rank(snap.shown_rank)
     state = status_word(snap)
     head = Text()
-    head.append(state, style={"recording": "bold green", "ended": "bold blue", "waiting": "yellow"}.get(state, "bold red"))
+    head.append(
+        state, style={"recording": "bold green", "ended": "bold blue", "waiting": "yellow"}.get(state, "bold red")
+    )
     if shown is None:
         head.append(f" · waiting for a recording in {clean(directory / 'raw')} …")
         return Panel(head, title=Text(f"profview watch · {clean(directory)}"), title_align="left")
@@ -162,33 +180,59 @@ def render(snap: Snapshot, directory: Path):
     if len(shown.recent_ms):
         r = shown.recent_ms
         line = Text(sparkline(r, SPARK_WIDTH), style="cyan")
-        line.append(f"  last {fmt_ms(r[-1], TERMINAL)} · mean {fmt_ms(r.mean(), TERMINAL)} · "
-                    f"min {fmt_ms(r.min(), TERMINAL)} · max {fmt_ms(r.max(), TERMINAL)}")
+        line.append(
+            f"  last {fmt_ms(r[-1], TERMINAL)} · mean {fmt_ms(r.mean(), TERMINAL)} · "
+            f"min {fmt_ms(r.min(), TERMINAL)} · max {fmt_ms(r.max(), TERMINAL)}"
+        )
         grid.add_row(f"step time ({min(len(r), SPARK_WIDTH)})", line)
     f = snap.figures
     if f is not None:
-        grid.add_row("mean step", Text(f"{fmt_ms(f.mean_ms, TERMINAL)} over steps {f.first_step}–{f.last_step} "
-                                      f"(the advisor's window, {f.steps} steps)"))
+        grid.add_row(
+            "mean step",
+            Text(
+                f"{fmt_ms(f.mean_ms, TERMINAL)} over steps {f.first_step}–{f.last_step} "
+                f"(the advisor's window, {f.steps} steps)"
+            ),
+        )
         bar, legend = _split_bar(f)
         grid.add_row("split", bar)
         grid.add_row("", legend)
         grid.add_row("verdict", _verdict(f))
         if f.queues:
-            grid.add_row("queues", Text(" · ".join(
-                f"{clean(q.name, 40)} {q.size}/{q.capacity} (mean {q.mean_size:.1f}"
-                + (f", empty at {100 * q.empty_ratio:.0f} % of gets)" if q.empty_ratio is not None else ")")
-                for q in f.queues)))
+            grid.add_row(
+                "queues",
+                Text(
+                    " · ".join(
+                        f"{clean(q.name, 40)} {q.size}/{q.capacity} (mean {q.mean_size:.1f}"
+                        + (f", empty at {100 * q.empty_ratio:.0f} % of gets)" if q.empty_ratio is not None else ")")
+                        for q in f.queues
+                    )
+                ),
+            )
     elif snap.analysis_error:
         grid.add_row("verdict", Text(clean(snap.analysis_error), style="red"))
     elif shown.steps == 0:
-        grid.add_row("verdict", Text("no step yet: steps end at profiler.step() (with `profview run`: at each "
-                                     "optimizer.step() of the first optimizer)", style="dim"))
+        grid.add_row(
+            "verdict",
+            Text(
+                "no step yet: steps end at profiler.step() (with `profview run`: at each "
+                "optimizer.step() of the first optimizer)",
+                style="dim",
+            ),
+        )
     else:
         grid.add_row("verdict", Text("waiting for the advisor's first reading …", style="dim"))
     if snap.memory:
-        grid.add_row("memory", Text(" · ".join(
-            f"{m.label}{'' if m.device == 'host' else ' ' + clean(m.device)} {fmt_bytes(m.last_bytes)} "
-            f"({_per_min(m.bytes_per_s)})" for m in snap.memory)))
+        grid.add_row(
+            "memory",
+            Text(
+                " · ".join(
+                    f"{m.label}{'' if m.device == 'host' else ' ' + clean(m.device)} {fmt_bytes(m.last_bytes)} "
+                    f"({_per_min(m.bytes_per_s)})"
+                    for m in snap.memory
+                )
+            ),
+        )
     notes = []
     if snap.torn_chunks:
         notes.append(f"{snap.torn_chunks} torn chunk(s) skipped")
@@ -217,8 +261,11 @@ def _split_bar(f, width: int = 40):
     parts = []
     if f.data_wait_measured:
         parts.append(("data_wait_ms", "data wait", min(ms["data_wait_ms"], ms["iteration_gap_ms"])))
-    parts += [("gap_host", "gap" if not f.data_wait_measured else "other gap", host_gap),
-              ("fp_bp_ms", "fp+bp", ms["fp_bp_ms"]), ("tail_ms", "tail", ms["tail_ms"])]
+    parts += [
+        ("gap_host", "gap" if not f.data_wait_measured else "other gap", host_gap),
+        ("fp_bp_ms", "fp+bp", ms["fp_bp_ms"]),
+        ("tail_ms", "tail", ms["tail_ms"]),
+    ]
     total = sum(p[2] for p in parts) or 1.0
     bar, legend = Text(), Text()
     for key, _, value in parts:
@@ -235,7 +282,9 @@ def _verdict(f):
     text = Text()
     top = f.top or {}
     severity = str(top.get("severity") or "")
-    text.append(f" {f.verdict} ", style=SEVERITY_STYLE.get(severity, "bold") if f.verdict != "balanced" else "bold green")
+    text.append(
+        f" {f.verdict} ", style=SEVERITY_STYLE.get(severity, "bold") if f.verdict != "balanced" else "bold green"
+    )
     if top:
         text.append(f"  {clean(top.get('title', ''))}")
         if severity:
@@ -250,21 +299,35 @@ def _ranks_table(snap: Snapshot):
     from rich.text import Text
 
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for name, justify in (("rank", "right"), ("steps", "right"), ("step time", "right"), ("steps/s", "right"),
-                          ("recent steps", "left"), ("", "left")):
+    for name, justify in (
+        ("rank", "right"),
+        ("steps", "right"),
+        ("step time", "right"),
+        ("steps/s", "right"),
+        ("recent steps", "left"),
+        ("", "left"),
+    ):
         table.add_column(name, justify=justify)
     median = float(np.median([r.mean_ms for r in snap.ranks if len(r.recent_ms)] or [0.0]))
     for r in snap.ranks:
         note = Text()
         if r.rank == snap.slowest_rank and len(snap.ranks) > 1:
-            note.append("slowest" + (f" (+{100 * (r.mean_ms / median - 1):.0f} % vs median)" if median > 0 else ""),
-                        style="bold red")
+            note.append(
+                "slowest" + (f" (+{100 * (r.mean_ms / median - 1):.0f} % vs median)" if median > 0 else ""),
+                style="bold red",
+            )
         if r.gone:
             note.append(" exited", style="red")
         elif r.ended:
             note.append(" ended", style="blue")
-        table.add_row(str(r.rank), f"{r.steps:,}", fmt_ms(r.mean_ms, TERMINAL), f"{r.steps_per_s:.2f}",
-                      Text(sparkline(r.recent_ms, 30), style="cyan"), note)
+        table.add_row(
+            str(r.rank),
+            f"{r.steps:,}",
+            fmt_ms(r.mean_ms, TERMINAL),
+            f"{r.steps_per_s:.2f}",
+            Text(sparkline(r.recent_ms, 30), style="cyan"),
+            note,
+        )
     return table
 
 
@@ -293,12 +356,25 @@ class _Session:
         self.recording.close()
 
 
-def watch(directory: Path, *, interval_s: float = 1.0, window_steps: int = 100, rank: Optional[int] = None,
-          plain: Optional[bool] = None, out: Optional[TextIO] = None, since: Optional[float] = None,
-          stop_when: Optional[Callable[[], bool]] = None, lines: Optional["queue.Queue[str]"] = None,
-          redirect: Optional[Callable[[], Optional[Path]]] = None, until_end: bool = True, final: bool = True,
-          plain_every_s: float = 0.0, exit_on_gone_s: float = 5.0, timeout_s: Optional[float] = None,
-          err: Optional[TextIO] = None) -> int:
+def watch(
+    directory: Path,
+    *,
+    interval_s: float = 1.0,
+    window_steps: int = 100,
+    rank: Optional[int] = None,
+    plain: Optional[bool] = None,
+    out: Optional[TextIO] = None,
+    since: Optional[float] = None,
+    stop_when: Optional[Callable[[], bool]] = None,
+    lines: Optional[queue.Queue[str]] = None,
+    redirect: Optional[Callable[[], Optional[Path]]] = None,
+    until_end: bool = True,
+    final: bool = True,
+    plain_every_s: float = 0.0,
+    exit_on_gone_s: float = 5.0,
+    timeout_s: Optional[float] = None,
+    err: Optional[TextIO] = None,
+) -> int:
     """Follow `directory` and return an exit status: 0 when its recording ended (every rank's end
     chunk arrived; with `until_end`), 1 when its writers are gone without one, 0 when `stop_when()`
     is true or on Ctrl-C. `lines`: text to print above the live view (a script's output, for
@@ -322,8 +398,9 @@ def watch(directory: Path, *, interval_s: float = 1.0, window_steps: int = 100, 
         session.close()
 
 
-def wait_for_directory(directory: Path, deadline: Optional[float], timeout_s: Optional[float], poll_s: float,
-                       err: TextIO) -> None:
+def wait_for_directory(
+    directory: Path, deadline: Optional[float], timeout_s: Optional[float], poll_s: float, err: TextIO
+) -> None:
     """Return once `directory` exists (saying "waiting for DIR" on `err` while it does not); InputError
     when it is not a directory, or when it has not appeared by `deadline` (time.monotonic())."""
     said = False
@@ -332,8 +409,10 @@ def wait_for_directory(directory: Path, deadline: Optional[float], timeout_s: Op
         if blocked is not None and not blocked.is_dir():
             raise InputError(f"{directory} cannot appear: {blocked} is not a directory")
         if deadline is not None and time.monotonic() >= deadline:
-            raise InputError(f"{directory} did not appear within --timeout {timeout_s:g} s (start the training "
-                             f"with its output directory there, or watch another directory)")
+            raise InputError(
+                f"{directory} did not appear within --timeout {timeout_s:g} s (start the training "
+                f"with its output directory there, or watch another directory)"
+            )
         if not said:
             err.write(f"profview watch: waiting for {clean(directory)} (it does not exist yet)\n")
             err.flush()
@@ -351,10 +430,19 @@ def _isatty(out: TextIO) -> bool:
 
 
 class _Loop:
-    def __init__(self, session: _Session, interval_s: float, stop_when, lines, until_end: bool,
-                 exit_on_gone_s: float, deadline: Optional[float] = None, timeout_s: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        session: _Session,
+        interval_s: float,
+        stop_when,
+        lines,
+        until_end: bool,
+        exit_on_gone_s: float,
+        deadline: Optional[float] = None,
+        timeout_s: Optional[float] = None,
+    ) -> None:
         self.session = session
-        self.deadline = deadline            # time.monotonic() by which a recording must have appeared
+        self.deadline = deadline  # time.monotonic() by which a recording must have appeared
         self.timeout_s = timeout_s
         self.interval_s = interval_s
         self.stop_when = stop_when
@@ -406,8 +494,10 @@ class _Loop:
         stopping = self._stopping()
         self.snap = self.session.update(force=stopping)
         if self.snap.waiting and self.deadline is not None and time.monotonic() >= self.deadline:
-            raise InputError(f"no recording appeared in {self.session.directory} within --timeout "
-                             f"{self.timeout_s:g} s (no raw store written there yet)")
+            raise InputError(
+                f"no recording appeared in {self.session.directory} within --timeout "
+                f"{self.timeout_s:g} s (no raw store written there yet)"
+            )
         done = self._done(self.snap)
         if done is None and not stopping:
             return None
@@ -452,8 +542,15 @@ class _Loop:
         self.snap = self.session.update()
         status = 0
         try:
-            with Live(render(self.snap, self.session.directory), console=console, auto_refresh=False,
-                      transient=False, redirect_stdout=False, redirect_stderr=False) as live:
+            with Live(
+                render(self.snap, self.session.directory),
+                console=console,
+                auto_refresh=False,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            ) as live:
+
                 def emit(text: str) -> None:
                     live.console.print(Text.from_ansi(text), soft_wrap=True, highlight=False, markup=False)
 
@@ -466,8 +563,9 @@ class _Loop:
                     self._sleep(emit)
         except KeyboardInterrupt:
             if final:
-                console.print(Text(final_line(self.snap, self.session.directory, interrupted=True)),
-                              highlight=False, markup=False)
+                console.print(
+                    Text(final_line(self.snap, self.session.directory, interrupted=True)), highlight=False, markup=False
+                )
             return 0
         if final:
             console.print(Text(final_line(self.snap, self.session.directory)), highlight=False, markup=False)

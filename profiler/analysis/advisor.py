@@ -22,19 +22,27 @@ Python). Multi-rank findings (straggler_rank, the cluster's comm_bound) have the
 a `rank`; the cluster analysis (cluster.py) gets them from `cluster_findings` and stores them in
 cluster_summary.json (docs/formats.md).
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol
+from collections.abc import Mapping
+from typing import Any, Optional, Protocol
 
+from profiler.analysis.findings import QUESTIONS
+from profiler.analysis.findings.base import (
+    BALANCED,
+    Context,
+    Finding,
+    Question,
+    StepWindow,
+    Threshold,
+    data_wait_measured,
+)
+from profiler.analysis.steps import median_of
 from profiler.errors import ProfviewError
 from profiler.formats import PHASE_COLUMNS
-from profiler.analysis.findings import QUESTIONS
-from profiler.analysis.steps import median_of
 from profiler.importers.registry import importer_for
 from profiler.model import RunInfo, data_origin
-from profiler.analysis.findings.base import (
-    BALANCED, Context, Finding, Question, StepWindow, Threshold, data_wait_measured,
-)
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -43,14 +51,19 @@ VERDICT_THRESHOLDS = {
     "warmup_steps": Threshold(1, "first steps left out of every statistic (lazy initialisation, allocator warm-up)"),
     "severity_high_pct": Threshold(20.0, "a finding with at least this % of the mean step at stake is high severity"),
     "severity_medium_pct": Threshold(8.0, "... at least this % is medium severity (below: low)"),
-    "device_idle_pct": Threshold(50.0, "a device idle at least this % of its window is never balanced: the largest "
-                                       "cause of its idle time is reported as high severity"),
+    "device_idle_pct": Threshold(
+        50.0,
+        "a device idle at least this % of its window is never balanced: the largest "
+        "cause of its idle time is reported as high severity",
+    ),
 }
 
 #: Every threshold, its default and what it means (docs/formats.md "report", docs/tuning-guide.md).
 THRESHOLD_DOCS: dict[str, tuple[float, str]] = {
     name: (t.default, t.doc)
-    for table in (VERDICT_THRESHOLDS, *(q.thresholds for q in QUESTIONS)) for name, t in table.items()}
+    for table in (VERDICT_THRESHOLDS, *(q.thresholds for q in QUESTIONS))
+    for name, t in table.items()
+}
 DEFAULT_THRESHOLDS: dict[str, float] = {name: value for name, (value, _) in THRESHOLD_DOCS.items()}
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -120,8 +133,8 @@ class RankFacts(Protocol):
     """What the advisor itself reads of a rank (`results.RankData`); the questions read what they declare."""
 
     steps: StepWindow
-    step_source: str                          # marked | inferred | whole_run (analysis/steps.py)
-    step_source_note: str                     # the sentence saying how steps were found, when not marked
+    step_source: str  # marked | inferred | whole_run (analysis/steps.py)
+    step_source_note: str  # the sentence saying how steps were found, when not marked
 
 
 def with_severity(findings: list[Finding], thresholds: Mapping[str, float]) -> list[Finding]:
@@ -133,7 +146,9 @@ def with_severity(findings: list[Finding], thresholds: Mapping[str, float]) -> l
 
 def rank_findings(findings: list[Finding], thresholds: Mapping[str, float]) -> list[Finding]:
     """The findings with their severity, in report order: severity, then time at stake."""
-    return sorted(with_severity(findings, thresholds), key=lambda f: (SEVERITY_ORDER[f.severity], -f.at_stake_ms, f.kind))
+    return sorted(
+        with_severity(findings, thresholds), key=lambda f: (SEVERITY_ORDER[f.severity], -f.at_stake_ms, f.kind)
+    )
 
 
 #: the per-step figures report["steps"] gives (the Overview's key figures and --summary read them)
@@ -148,16 +163,20 @@ def key_figures(data: RankFacts) -> dict[str, Any]:
     steps = data.steps
     steady = steps.steady
     steady_ms = float(steady["total_ms"].sum())
-    present = [c for c in KEY_FIGURES if c in steady and steady[c].notna().any()]   # gap_host_ms: unmeasured
+    present = [c for c in KEY_FIGURES if c in steady and steady[c].notna().any()]  # gap_host_ms: unmeasured
     return {
-        "analysed": int(len(steps.analysed)), "warmup_skipped": int(steps.skipped),
-        "outliers": int(len(steps.analysed) - len(steady)), "steady": int(len(steady)),
-        "rule": steps.note, "mean_ms": round(steps.mean_ms, 4),
+        "analysed": int(len(steps.analysed)),
+        "warmup_skipped": int(steps.skipped),
+        "outliers": int(len(steps.analysed) - len(steady)),
+        "steady": int(len(steady)),
+        "rule": steps.note,
+        "mean_ms": round(steps.mean_ms, 4),
         "median_ms": round(median_of(steady["total_ms"].to_numpy()), 4),
         "wall_ms": round(float(steps.analysed["total_ms"].sum()), 4),
         "mean_phase_ms": {c: round(steps.per_step(c), 4) for c in present},
-        "share_pct": {c: round(100.0 * float(steady[c].sum()) / steady_ms, 3) if steady_ms > 0 else 0.0
-                      for c in present},
+        "share_pct": {
+            c: round(100.0 * float(steady[c].sum()) / steady_ms, 3) if steady_ms > 0 else 0.0 for c in present
+        },
         "op_captured_steps": int(len(steps.captured)) if "op_count" in steps.analysed else None,
         "data_wait_measured": data_wait_measured(steps),
         # only for steps that were not marked (absent: step() / annotations / the device marked them)
@@ -170,10 +189,13 @@ def headline(verdict: str, findings: list[Finding], data: RankFacts) -> str:
     steps = data.steps
     gap = steps.per_step("iteration_gap_ms")
     wait = gap - steps.per_step("gap_host_ms") if data_wait_measured(steps) else None
-    gap_text = (f"iteration gap {gap:.2f} ms ({wait:.2f} ms data wait)" if wait is not None
-                else f"iteration gap {gap:.2f} ms")
-    split = (f"mean step {steps.mean_ms:.2f} ms: {gap_text}, forward + backward "
-             f"{steps.per_step('fp_bp_ms'):.2f} ms, tail {steps.per_step('tail_ms'):.2f} ms")
+    gap_text = (
+        f"iteration gap {gap:.2f} ms ({wait:.2f} ms data wait)" if wait is not None else f"iteration gap {gap:.2f} ms"
+    )
+    split = (
+        f"mean step {steps.mean_ms:.2f} ms: {gap_text}, forward + backward "
+        f"{steps.per_step('fp_bp_ms'):.2f} ms, tail {steps.per_step('tail_ms'):.2f} ms"
+    )
     if verdict == BALANCED:
         return f"no high-severity bottleneck ({split})"
     return f"{findings[0].title}: fix this first ({split})"
@@ -182,9 +204,15 @@ def headline(verdict: str, findings: list[Finding], data: RankFacts) -> str:
 def advise(data: RankFacts, ctx: Context, questions: tuple[Question, ...] = QUESTIONS) -> dict[str, Any]:
     """Ask every question of one rank and return report_{rank}.json: verdict, headline, ranked findings, thresholds."""
     if not len(data.steps.analysed):
-        return {"schema_version": REPORT_SCHEMA_VERSION, "verdict": BALANCED, "headline": "No steps to analyse.",
-                "framework": ctx.framework, "findings": [], "thresholds": dict(ctx.thresholds),
-                "steps": {"analysed": 0, "warmup_skipped": 0}}
+        return {
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "verdict": BALANCED,
+            "headline": "No steps to analyse.",
+            "framework": ctx.framework,
+            "findings": [],
+            "thresholds": dict(ctx.thresholds),
+            "steps": {"analysed": 0, "warmup_skipped": 0},
+        }
     found = rank_findings([f for q in questions if q.rank for f in q.rank.answer(data, ctx)], ctx.thresholds)
     verdict = found[0].kind if found and found[0].severity == "high" else BALANCED
     return {

@@ -12,18 +12,20 @@ measures, gives them `ClusterData`, and assembles cluster_summary.json.
 Inputs are each rank's step trace (step_trace_{rank}.csv's columns) and profiler_info; the
 clock shifts put all ranks on one time axis: the reference (lowest present) rank's origin.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
-from profiler.formats import CLUSTER_STEP_COLUMNS, plain_value
 from profiler.analysis.advisor import cluster_findings, framework_of, resolve_thresholds
 from profiler.analysis.findings.base import Context
 from profiler.analysis.findings.straggler import Straggler, find_straggler
+from profiler.formats import CLUSTER_STEP_COLUMNS, plain_value
 
 CLUSTER_SCHEMA_VERSION = 1
 
@@ -90,14 +92,21 @@ def clock_shifts(infos: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, int]
         uncertainty = None
         method = "unix_clock"
     shifts = {r: base[r] - base[ref] for r in ranks}
-    return shifts, {"method": method, "reference_rank": ref,
-                    "origin_unix_ns": int(clocks[ref].get("origin_unix_ns", 0)),
-                    "max_uncertainty_ns": uncertainty,
-                    "per_rank": {str(r): {"shift_ns": shifts[r],
-                                          "offset_to_rank0_ns": clocks[r].get("offset_to_rank0_ns"),
-                                          "offset_method": clocks[r].get("offset_method"),
-                                          "offset_uncertainty_ns": clocks[r].get("offset_uncertainty_ns")}
-                                 for r in ranks}}
+    return shifts, {
+        "method": method,
+        "reference_rank": ref,
+        "origin_unix_ns": int(clocks[ref].get("origin_unix_ns", 0)),
+        "max_uncertainty_ns": uncertainty,
+        "per_rank": {
+            str(r): {
+                "shift_ns": shifts[r],
+                "offset_to_rank0_ns": clocks[r].get("offset_to_rank0_ns"),
+                "offset_method": clocks[r].get("offset_method"),
+                "offset_uncertainty_ns": clocks[r].get("offset_uncertainty_ns"),
+            }
+            for r in ranks
+        },
+    }
 
 
 # ---- the per rank, per step table ---------------------------------------------------------
@@ -124,16 +133,22 @@ def _rank_rows(rank: int, trace: pd.DataFrame, shift_ns: int) -> pd.DataFrame:
     comm = trace["all_reduce_ms"].to_numpy(np.float64)
     overlap = trace["all_reduce_overlap_ms"].to_numpy(np.float64)
     exposed = np.clip(comm - overlap, 0, None)
-    return pd.DataFrame({
-        "rank": rank, "step": trace["step"].to_numpy(np.int64),
-        "start_ms": trace["start_ms"].to_numpy(np.float64) + shift_ns / 1e6,
-        "iteration_gap_ms": trace["iteration_gap_ms"].to_numpy(np.float64),
-        "fp_bp_ms": trace["fp_bp_ms"].to_numpy(np.float64), "tail_ms": trace["tail_ms"].to_numpy(np.float64),
-        "total_ms": trace["total_ms"].to_numpy(np.float64), "comm_ms": comm, "comm_overlap_ms": overlap,
-        "exposed_comm_ms": exposed,
-        "fp_bp_excl_comm_ms": np.clip(trace["fp_bp_ms"].to_numpy(np.float64) - overlap, 0, None),
-        "tail_excl_comm_ms": np.clip(trace["tail_ms"].to_numpy(np.float64) - exposed, 0, None),
-    })
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "step": trace["step"].to_numpy(np.int64),
+            "start_ms": trace["start_ms"].to_numpy(np.float64) + shift_ns / 1e6,
+            "iteration_gap_ms": trace["iteration_gap_ms"].to_numpy(np.float64),
+            "fp_bp_ms": trace["fp_bp_ms"].to_numpy(np.float64),
+            "tail_ms": trace["tail_ms"].to_numpy(np.float64),
+            "total_ms": trace["total_ms"].to_numpy(np.float64),
+            "comm_ms": comm,
+            "comm_overlap_ms": overlap,
+            "exposed_comm_ms": exposed,
+            "fp_bp_excl_comm_ms": np.clip(trace["fp_bp_ms"].to_numpy(np.float64) - overlap, 0, None),
+            "tail_excl_comm_ms": np.clip(trace["tail_ms"].to_numpy(np.float64) - exposed, 0, None),
+        }
+    )
 
 
 def rank_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -141,8 +156,11 @@ def rank_table(table: pd.DataFrame) -> pd.DataFrame:
     if not len(table):
         return pd.DataFrame()
     means = table.groupby("rank", sort=True).agg(
-        steps=("step", "size"), first_step=("step", "min"), last_step=("step", "max"),
-        **{c: (c, "mean") for c in CLUSTER_STEP_COLUMNS[3:14]})
+        steps=("step", "size"),
+        first_step=("step", "min"),
+        last_step=("step", "max"),
+        **{c: (c, "mean") for c in CLUSTER_STEP_COLUMNS[3:14]},
+    )
     contested = table[table.groupby("step")["rank"].transform("size") > 1]
     slowest = contested.loc[contested["rank"] == contested["slowest_rank"], "rank"].value_counts()
     means["slowest_steps"] = slowest.reindex(means.index, fill_value=0).astype(np.int64)
@@ -161,29 +179,39 @@ def communication(ranks: pd.DataFrame) -> dict[str, float]:
     step = float(ranks["total_ms"].mean()) or 1.0
     comm, exposed, wait = (float(ranks[c].mean()) for c in ("comm_ms", "exposed_comm_ms", "wait_ms"))
     transfer = max(exposed - wait, 0.0)
-    return {"step_ms": step, "comm_ms": comm, "comm_overlap_ms": float(ranks["comm_overlap_ms"].mean()),
-            "exposed_comm_ms": exposed, "wait_ms": wait, "exposed_transfer_ms": transfer,
-            "comm_share_pct": 100.0 * comm / step, "exposed_comm_share_pct": 100.0 * exposed / step,
-            "wait_share_pct": 100.0 * wait / step, "exposed_transfer_share_pct": 100.0 * transfer / step}
+    return {
+        "step_ms": step,
+        "comm_ms": comm,
+        "comm_overlap_ms": float(ranks["comm_overlap_ms"].mean()),
+        "exposed_comm_ms": exposed,
+        "wait_ms": wait,
+        "exposed_transfer_ms": transfer,
+        "comm_share_pct": 100.0 * comm / step,
+        "exposed_comm_share_pct": 100.0 * exposed / step,
+        "wait_share_pct": 100.0 * wait / step,
+        "exposed_transfer_share_pct": 100.0 * transfer / step,
+    }
 
 
 @dataclass(frozen=True)
 class ClusterData:
     """What the job offers the findings' cluster rules, by name (a finding module's `ClusterNeeds` fields)."""
 
-    straggler: Optional[Straggler]            # the straggler find_straggler found, if any
-    communication: Mapping[str, float]        # communication(): the cluster's mean communication figures
-    mean_step_ms: float                       # the ranks' mean step (1.0 when it is 0)
+    straggler: Optional[Straggler]  # the straggler find_straggler found, if any
+    communication: Mapping[str, float]  # communication(): the cluster's mean communication figures
+    mean_step_ms: float  # the ranks' mean step (1.0 when it is 0)
 
 
 # ---- the summary --------------------------------------------------------------------------
 
 
-def cluster_summary(infos: Mapping[int, Mapping[str, Any]], traces: Mapping[int, pd.DataFrame],
-                    thresholds: Optional[Mapping[str, float]] = None,
-                    ops_by_rank: Optional[Mapping[int, pd.DataFrame]] = None,
-                    devices_by_rank: Optional[Mapping[int, Sequence[Mapping[str, Any]]]] = None,
-                    ) -> tuple[dict[str, Any], pd.DataFrame]:
+def cluster_summary(
+    infos: Mapping[int, Mapping[str, Any]],
+    traces: Mapping[int, pd.DataFrame],
+    thresholds: Optional[Mapping[str, float]] = None,
+    ops_by_rank: Optional[Mapping[int, pd.DataFrame]] = None,
+    devices_by_rank: Optional[Mapping[int, Sequence[Mapping[str, Any]]]] = None,
+) -> tuple[dict[str, Any], pd.DataFrame]:
     """cluster_summary.json's document and cluster_step_trace.csv's table from every rank's step trace and info.
 
     `devices_by_rank`: each rank's report "devices" records (its device time breakdown), listed per
@@ -196,10 +224,18 @@ def cluster_summary(infos: Mapping[int, Mapping[str, Any]], traces: Mapping[int,
     table = cluster_step_table(traces, shifts)
     ranks = rank_table(table)
     coverage = rank_coverage(infos, traces)
-    doc: dict[str, Any] = {"schema_version": CLUSTER_SCHEMA_VERSION, "ranks": coverage, "clock": clock,
-                           "steps": _step_span(table), "per_rank": [], "straggler": None,
-                           "communication": None, "findings": [], "warnings": coverage_warnings(coverage),
-                           "device_time": rank_device_time(devices_by_rank or {})}
+    doc: dict[str, Any] = {
+        "schema_version": CLUSTER_SCHEMA_VERSION,
+        "ranks": coverage,
+        "clock": clock,
+        "steps": _step_span(table),
+        "per_rank": [],
+        "straggler": None,
+        "communication": None,
+        "findings": [],
+        "warnings": coverage_warnings(coverage),
+        "device_time": rank_device_time(devices_by_rank or {}),
+    }
     if ops_by_rank is not None:
         doc["devices"] = _records(device_breakdown(ops_by_rank))
     if not len(ranks):
@@ -207,9 +243,12 @@ def cluster_summary(infos: Mapping[int, Mapping[str, Any]], traces: Mapping[int,
     straggler = find_straggler(table, ranks, th["straggler_pct"])
     comm = communication(ranks)
     ctx = Context(rank=None, framework=framework_of(next(iter(infos.values()), {})), thresholds=th)
-    doc.update(per_rank=_records(ranks), straggler=straggler.to_json() if straggler else None,
-               communication={k: round(v, 4) for k, v in comm.items()},
-               findings=cluster_findings(ClusterData(straggler, comm, comm["step_ms"]), ctx))
+    doc.update(
+        per_rank=_records(ranks),
+        straggler=straggler.to_json() if straggler else None,
+        communication={k: round(v, 4) for k, v in comm.items()},
+        findings=cluster_findings(ClusterData(straggler, comm, comm["step_ms"]), ctx),
+    )
     return doc, table
 
 
@@ -237,19 +276,28 @@ def _step_span(table: pd.DataFrame) -> dict[str, Any]:
     if not len(table):
         return {"count": 0, "first": None, "last": None, "all_ranks": 0}
     per_step = table.groupby("step")["rank"].size()
-    return {"count": int(len(per_step)), "first": int(per_step.index.min()), "last": int(per_step.index.max()),
-            "all_ranks": int((per_step == per_step.max()).sum())}
+    return {
+        "count": int(len(per_step)),
+        "first": int(per_step.index.min()),
+        "last": int(per_step.index.max()),
+        "all_ranks": int((per_step == per_step.max()).sum()),
+    }
 
 
 def coverage_warnings(coverage: Mapping[str, Any]) -> list[str]:
     """Sentences about ranks that are missing or stopped early."""
     out = []
     if coverage["missing"]:
-        out.append(f"{len(coverage['missing'])} of {coverage['world_size']} ranks wrote no data: "
-                   f"{compact_ranks(coverage['missing'])}; the others are analysed")
+        out.append(
+            f"{len(coverage['missing'])} of {coverage['world_size']} ranks wrote no data: "
+            f"{compact_ranks(coverage['missing'])}; the others are analysed"
+        )
     for rank, s in coverage["stopped_early"].items():
-        where = (f"its data ends at step {s['last_step']}" if s["last_step"] == coverage["last_step"] else
-                 f"its data ends at step {s['last_step']}, the cluster's at step {coverage['last_step']}")
+        where = (
+            f"its data ends at step {s['last_step']}"
+            if s["last_step"] == coverage["last_step"]
+            else f"its data ends at step {s['last_step']}, the cluster's at step {coverage['last_step']}"
+        )
         how = "did not stop cleanly (killed?)" if not s["stopped_cleanly"] else "stopped early"
         out.append(f"rank {rank} {how}: {where}")
     return out
@@ -275,8 +323,12 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 def rank_device_time(devices_by_rank: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Every rank's device time records (report_{rank}.json's "devices", as they are), each with its
     rank, in rank order: one definition of busy / idle, the device_time module's."""
-    return [{"rank": int(rank), **record} for rank, records in sorted(devices_by_rank.items())
-            for record in records if isinstance(record, Mapping)]
+    return [
+        {"rank": int(rank), **record}
+        for rank, records in sorted(devices_by_rank.items())
+        for record in records
+        if isinstance(record, Mapping)
+    ]
 
 
 # ---- imported multi-rank traces: device time per rank -------------------------------------
@@ -297,10 +349,12 @@ def device_breakdown(ops_by_rank: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
                 row[f"{c}_ms"] = float(d.loc[cat == c, "dur_ns"].sum()) / 1e6
                 row[f"{c}_count"] = int((cat == c).sum())
             comp, comm = d[cat == "compute"], d[cat == "comm"]
-            covered = covered_ns(comp["start_ns"].to_numpy(np.int64),
-                                 (comp["start_ns"] + comp["dur_ns"]).to_numpy(np.int64),
-                                 comm["start_ns"].to_numpy(np.int64),
-                                 (comm["start_ns"] + comm["dur_ns"]).to_numpy(np.int64))
+            covered = covered_ns(
+                comp["start_ns"].to_numpy(np.int64),
+                (comp["start_ns"] + comp["dur_ns"]).to_numpy(np.int64),
+                comm["start_ns"].to_numpy(np.int64),
+                (comm["start_ns"] + comm["dur_ns"]).to_numpy(np.int64),
+            )
             row["comm_overlap_compute_ms"] = float(covered.sum()) / 1e6
             rows.append(row)
     return pd.DataFrame(rows)

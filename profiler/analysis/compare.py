@@ -22,13 +22,14 @@ capture may run on a few steps only, `ops_schedule`), and totals; an older step 
 
 Deltas are NEW - BASE: negative is faster.
 """
+
 from __future__ import annotations
 
 import math
-
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -40,8 +41,14 @@ from profiler.analysis.steps import analysed_steps
 #: version of the compare JSON (`Comparison.to_json`); 2: the verdict decides by the mean with an interval
 COMPARE_SCHEMA_VERSION = 2
 #: step-trace columns compared, with their labels (the step itself last)
-PHASES: list[tuple[str, str]] = [*formats.PHASES, formats.ALL_REDUCE, formats.DATA_WAIT, formats.GAP_HOST,
-                                 formats.PROFILER_OVERHEAD, formats.STEP_TOTAL]
+PHASES: list[tuple[str, str]] = [
+    *formats.PHASES,
+    formats.ALL_REDUCE,
+    formats.DATA_WAIT,
+    formats.GAP_HOST,
+    formats.PROFILER_OVERHEAD,
+    formats.STEP_TOTAL,
+]
 STEP = formats.STEP_TOTAL[0]
 DATA_WAIT, GAP_HOST = formats.DATA_WAIT[0], formats.GAP_HOST[0]
 #: queue statistics compared (queue_summary "queues" entries)
@@ -95,14 +102,26 @@ def op_steps(step_trace: pd.DataFrame) -> dict[str, Any]:
     step with ops) every recorded step. `basis` says which, `note` says why in words."""
     recorded = max(len(step_trace), 1)
     if OP_COUNT not in step_trace:
-        return {"steps": recorded, "recorded_steps": recorded, "basis": "all_steps",
-                "note": f"the step trace has no {OP_COUNT} column (an older output): divided by all {recorded} steps"}
+        return {
+            "steps": recorded,
+            "recorded_steps": recorded,
+            "basis": "all_steps",
+            "note": f"the step trace has no {OP_COUNT} column (an older output): divided by all {recorded} steps",
+        }
     captured = int((pd.to_numeric(step_trace[OP_COUNT], errors="coerce").fillna(0) > 0).sum())
     if captured == 0:
-        return {"steps": recorded, "recorded_steps": recorded, "basis": "all_steps",
-                "note": f"no step has ops ({OP_COUNT} is 0 everywhere): divided by all {recorded} steps"}
-    return {"steps": captured, "recorded_steps": recorded, "basis": "steps_with_ops",
-            "note": f"{captured} of {recorded} steps captured ops"}
+        return {
+            "steps": recorded,
+            "recorded_steps": recorded,
+            "basis": "all_steps",
+            "note": f"no step has ops ({OP_COUNT} is 0 everywhere): divided by all {recorded} steps",
+        }
+    return {
+        "steps": captured,
+        "recorded_steps": recorded,
+        "basis": "steps_with_ops",
+        "note": f"{captured} of {recorded} steps captured ops",
+    }
 
 
 @dataclass
@@ -122,20 +141,40 @@ class Comparison:
 
     def to_json(self, top: int = 20) -> dict[str, Any]:
         """The verdict and every table (op tables cut to the `top` largest changes)."""
-        return {"schema_version": COMPARE_SCHEMA_VERSION, "base": self.base, "new": self.new,
-                "verdict": self.verdict, "phases": _records(self.phases),
-                "step_time_distribution": _records(self.distribution), "op_steps": self.op_steps,
-                "op_types": _records(self.op_types.head(top)), "ops": _records(self.ops.head(top)),
-                "queues": _records(self.queues), "findings": self.findings}
+        return {
+            "schema_version": COMPARE_SCHEMA_VERSION,
+            "base": self.base,
+            "new": self.new,
+            "verdict": self.verdict,
+            "phases": _records(self.phases),
+            "step_time_distribution": _records(self.distribution),
+            "op_steps": self.op_steps,
+            "op_types": _records(self.op_types.head(top)),
+            "ops": _records(self.ops.head(top)),
+            "queues": _records(self.queues),
+            "findings": self.findings,
+        }
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for row in df.to_dict("records"):
-        out.append({k: (None if isinstance(v, float) and v != v else
-                        round(float(v), 4) if isinstance(v, (float, np.floating)) else
-                        bool(v) if isinstance(v, (bool, np.bool_)) else
-                        int(v) if isinstance(v, (np.integer,)) else v) for k, v in row.items()})
+        out.append(
+            {
+                k: (
+                    None
+                    if isinstance(v, float) and v != v
+                    else round(float(v), 4)
+                    if isinstance(v, (float, np.floating))
+                    else bool(v)
+                    if isinstance(v, (bool, np.bool_))
+                    else int(v)
+                    if isinstance(v, (np.integer,))
+                    else v
+                )
+                for k, v in row.items()
+            }
+        )
     return out
 
 
@@ -174,35 +213,36 @@ def block_length(x: np.ndarray) -> int:
     m_max = min(int(np.ceil(np.sqrt(n))) + kn, n - 2)
     lags = np.arange(m_max + 1)
     spectrum = np.fft.rfft(eps, 2 * n)
-    acv = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[:m_max + 1] / n      # autocovariance at each lag
-    if not (acv[0] > 0 and np.isfinite(acv).all()):       # constant steps, or times beyond float range
+    acv = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[: m_max + 1] / n  # autocovariance at each lag
+    if not (acv[0] > 0 and np.isfinite(acv).all()):  # constant steps, or times beyond float range
         return 1
     squares = np.concatenate([[0.0], np.cumsum(eps * eps)])
-    head = squares[n - lags] - squares[0]                                          # sum of eps[:n-k]^2
-    tail = squares[n] - squares[lags]                                              # sum of eps[k:]^2
+    head = squares[n - lags] - squares[0]  # sum of eps[:n-k]^2
+    tail = squares[n] - squares[lags]  # sum of eps[k:]^2
     with np.errstate(divide="ignore", invalid="ignore"):
         acf = np.abs(acv * n) / np.sqrt(head * tail)
     acf = np.nan_to_num(acf, nan=0.0)
     critical = 2.0 * np.sqrt(np.log10(n) / n)
-    insignificant = acf[1:] < critical                                             # lags 1..m_max
+    insignificant = acf[1:] < critical  # lags 1..m_max
     m_hat = None
-    for start in range(0, max(len(insignificant) - kn + 1, 0)):                    # <= ~sqrt(n) lags
-        if insignificant[start:start + kn].all():
+    for start in range(max(len(insignificant) - kn + 1, 0)):  # <= ~sqrt(n) lags
+        if insignificant[start : start + kn].all():
             m_hat = start
             break
     m = min(2 * max(m_hat, 1), m_max) if m_hat is not None else m_max
     k = np.arange(1, m + 1)
-    window = np.where(k / m <= 0.5, 1.0, 2.0 * (1.0 - k / m))                     # flat-top lag window
-    g = float(np.sum(2.0 * window * k * acv[1:m + 1]))
-    long_run = float(acv[0] + np.sum(2.0 * window * acv[1:m + 1]))
+    window = np.where(k / m <= 0.5, 1.0, 2.0 * (1.0 - k / m))  # flat-top lag window
+    g = float(np.sum(2.0 * window * k * acv[1 : m + 1]))
+    long_run = float(acv[0] + np.sum(2.0 * window * acv[1 : m + 1]))
     if long_run <= 0 or g == 0:
         return cap if long_run <= 0 else 1
     size = (2.0 * g * g / (4.0 / 3.0 * long_run * long_run)) ** (1.0 / 3.0) * n ** (1.0 / 3.0)
     return int(min(max(round(size), 1), cap)) if np.isfinite(size) else cap
 
 
-def bootstrap_means(values: np.ndarray, resamples: int, rng: np.random.Generator,
-                    size: Optional[int] = None) -> np.ndarray:
+def bootstrap_means(
+    values: np.ndarray, resamples: int, rng: np.random.Generator, size: Optional[int] = None
+) -> np.ndarray:
     """Circular block bootstrap of the column means of `values` (steps x columns): resamples x columns.
 
     Each resample strings together ceil(n / size) blocks of `size` consecutive steps (wrapping
@@ -217,16 +257,16 @@ def bootstrap_means(values: np.ndarray, resamples: int, rng: np.random.Generator
     n, cols = values.shape
     size = max(1, min(int(size if size is not None else block_length(values[:, 0])), n))
     blocks = -(-n // size)
-    extended = np.concatenate([values, values[:size - 1]]) if size > 1 else values
+    extended = np.concatenate([values, values[: size - 1]]) if size > 1 else values
     sums = np.vstack([np.zeros((1, cols)), np.cumsum(extended, axis=0)])
-    block_sums = np.ascontiguousarray((sums[size:size + n] - sums[:n]).T)      # per column: the block from each step
+    block_sums = np.ascontiguousarray((sums[size : size + n] - sums[:n]).T)  # per column: the block from each step
     out = np.empty((resamples, cols))
     chunk = max(1, 200_000 // blocks)
     for lo in range(0, resamples, chunk):
         m = min(chunk, resamples - lo)
         starts = rng.integers(0, n, size=(m, blocks))
-        for col in range(cols):                                                 # 1-d gathers: ~5x a 2-d one
-            out[lo:lo + m, col] = block_sums[col][starts].sum(axis=1)
+        for col in range(cols):  # 1-d gathers: ~5x a 2-d one
+            out[lo : lo + m, col] = block_sums[col][starts].sum(axis=1)
     return out / (blocks * size)
 
 
@@ -243,11 +283,11 @@ def t_quantile(p: float, df: float) -> float:
     z = NormalDist().inv_cdf(p)
     if not np.isfinite(df):
         return z
-    g1 = (z ** 3 + z) / 4
-    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
-    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
-    g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
-    return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
 
 
 def expanded_tail(confidence: float, se: tuple[float, float], blocks: tuple[int, int]) -> float:
@@ -259,16 +299,17 @@ def expanded_tail(confidence: float, se: tuple[float, float], blocks: tuple[int,
     """
     plain = (1.0 - confidence) / 2.0
     (se_b, se_n), (k_b, k_n) = se, blocks
-    var = se_b ** 2 + se_n ** 2
+    var = se_b**2 + se_n**2
     if var <= 0 or min(k_b, k_n) < 2:
         return plain
-    df = var ** 2 / (se_b ** 4 / (k_b - 1) + se_n ** 4 / (k_n - 1))
-    inflate = np.sqrt((se_b ** 2 * k_b / (k_b - 1) + se_n ** 2 * k_n / (k_n - 1)) / var)
+    df = var**2 / (se_b**4 / (k_b - 1) + se_n**4 / (k_n - 1))
+    inflate = np.sqrt((se_b**2 * k_b / (k_b - 1) + se_n**2 * k_n / (k_n - 1)) / var)
     return 1.0 - NormalDist().cdf(t_quantile(1.0 - plain, df) * inflate)
 
 
-def _mean_change(base: pd.DataFrame, new: pd.DataFrame, columns: list[str], confidence: float,
-                 resamples: int, seed: int) -> tuple[pd.DataFrame, Optional[dict[str, Any]]]:
+def _mean_change(
+    base: pd.DataFrame, new: pd.DataFrame, columns: list[str], confidence: float, resamples: int, seed: int
+) -> tuple[pd.DataFrame, Optional[dict[str, Any]]]:
     b = base[columns].to_numpy(np.float64)
     n = new[columns].to_numpy(np.float64)
     out = pd.DataFrame({"column": columns, "base_mean_ms": b.mean(axis=0), "new_mean_ms": n.mean(axis=0)})
@@ -299,14 +340,24 @@ def _mean_change(base: pd.DataFrame, new: pd.DataFrame, columns: list[str], conf
     if defined.any():
         low_pct[defined], high_pct[defined] = np.percentile(ratio[:, defined], q, axis=0)
     out["ci_low_pct"], out["ci_high_pct"] = low_pct, high_pct
-    info = {"name": "circular block bootstrap of the mean step, expanded percentile interval",
-            "resamples": resamples, "seed": seed, "block_steps": {"base": sizes[0], "new": sizes[1]},
-            "percentiles": [round(q[0], 4), round(q[1], 4)]}
+    info = {
+        "name": "circular block bootstrap of the mean step, expanded percentile interval",
+        "resamples": resamples,
+        "seed": seed,
+        "block_steps": {"base": sizes[0], "new": sizes[1]},
+        "percentiles": [round(q[0], 4), round(q[1], 4)],
+    }
     return out, info
 
 
-def mean_change(base: pd.DataFrame, new: pd.DataFrame, columns: list[str], confidence: float = CONFIDENCE,
-                resamples: int = RESAMPLES, seed: int = SEED) -> pd.DataFrame:
+def mean_change(
+    base: pd.DataFrame,
+    new: pd.DataFrame,
+    columns: list[str],
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> pd.DataFrame:
     """Per column: both means, NEW - BASE (ms, %) and its `confidence` interval (ms, %).
 
     Both runs are resampled independently by `bootstrap_means` (blocks sized by `block_length`
@@ -318,8 +369,9 @@ def mean_change(base: pd.DataFrame, new: pd.DataFrame, columns: list[str], confi
     return _mean_change(base, new, columns, confidence, resamples, seed)[0]
 
 
-def significant(delta_ms: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray, base_step_ms: float,
-                noise_pct: float) -> np.ndarray:
+def significant(
+    delta_ms: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray, base_step_ms: float, noise_pct: float
+) -> np.ndarray:
     """A change counts when its interval excludes 0 and it is at least `noise_pct` % of BASE's mean step.
 
     Without an interval (too few steps: NaN) the change alone decides.
@@ -351,8 +403,7 @@ def phase_deltas(base: pd.DataFrame, new: pd.DataFrame, noise_pct: float = DEFAU
     table = mean_change(base, new, columns)
     table.insert(0, "phase", [labels[c] for c in columns])
     base_step = float(base[STEP].mean())
-    table["significant"] = significant(table["delta_ms"], table["ci_low_ms"], table["ci_high_ms"], base_step,
-                                       noise_pct)
+    table["significant"] = significant(table["delta_ms"], table["ci_low_ms"], table["ci_high_ms"], base_step, noise_pct)
     table["base_median_ms"] = [float(base[c].median()) for c in columns]
     table["new_median_ms"] = [float(new[c].median()) for c in columns]
     table["median_delta_ms"] = table["new_median_ms"] - table["base_median_ms"]
@@ -370,16 +421,25 @@ def unmeasured_split_as_nan(steps: pd.DataFrame) -> pd.DataFrame:
     return steps.assign(**{DATA_WAIT: np.nan})
 
 
-def step_distribution(base: pd.DataFrame, new: pd.DataFrame, spans_ms: Optional[tuple[float, float]] = None
-                      ) -> pd.DataFrame:
+def step_distribution(
+    base: pd.DataFrame, new: pd.DataFrame, spans_ms: Optional[tuple[float, float]] = None
+) -> pd.DataFrame:
     """Step count, mean, wall time (sum of the analysed steps), recorded span, spread and quantiles of
     each run, one row per statistic."""
+
     def stats(steps: pd.DataFrame, span: Optional[float]) -> dict[str, float]:
         t = steps[STEP].to_numpy(np.float64)
         out = {name: float(np.percentile(t, q)) for name, q in QUANTILES.items()}
-        return {"steps": float(len(t)), "mean": float(t.mean()), "wall": float(t.sum()),
-                "span": float("nan") if span is None else span, "std": float(t.std()), "min": float(t.min()),
-                **out, "max": float(t.max())}
+        return {
+            "steps": float(len(t)),
+            "mean": float(t.mean()),
+            "wall": float(t.sum()),
+            "span": float("nan") if span is None else span,
+            "std": float(t.std()),
+            "min": float(t.min()),
+            **out,
+            "max": float(t.max()),
+        }
 
     spans = spans_ms or (None, None)
     b, n = stats(base, spans[0]), stats(new, spans[1])
@@ -388,8 +448,13 @@ def step_distribution(base: pd.DataFrame, new: pd.DataFrame, spans_ms: Optional[
     return table
 
 
-def verdict(base: pd.DataFrame, new: pd.DataFrame, fail_if_slower_pct: Optional[float] = None,
-            noise_pct: float = DEFAULT_NOISE_PCT, spans_ms: Optional[tuple[float, float]] = None) -> dict[str, Any]:
+def verdict(
+    base: pd.DataFrame,
+    new: pd.DataFrame,
+    fail_if_slower_pct: Optional[float] = None,
+    noise_pct: float = DEFAULT_NOISE_PCT,
+    spans_ms: Optional[tuple[float, float]] = None,
+) -> dict[str, Any]:
     """faster / slower / no significant change by the mean step with its interval, and the CI gate.
 
     `base` and `new` are the analysed steps; `spans_ms` the runs' recorded spans (recorded_span_ms).
@@ -409,22 +474,34 @@ def verdict(base: pd.DataFrame, new: pd.DataFrame, fail_if_slower_pct: Optional[
     b_wall, n_wall = float(base[STEP].sum()), float(new[STEP].sum())
     spans = spans_ms or (None, None)
     v: dict[str, Any] = {
-        "outcome": outcome, "significant": sig,
+        "outcome": outcome,
+        "significant": sig,
         "decided_by": "mean step of the analysed steps",
-        "base_steps": int(len(base)), "new_steps": int(len(new)),
-        "base_mean_step_ms": _round(b_mean), "new_mean_step_ms": _round(n_mean),
-        "delta_ms": _round(delta), "delta_pct": _round(change, 3),
+        "base_steps": int(len(base)),
+        "new_steps": int(len(new)),
+        "base_mean_step_ms": _round(b_mean),
+        "new_mean_step_ms": _round(n_mean),
+        "delta_ms": _round(delta),
+        "delta_pct": _round(change, 3),
         "confidence": CONFIDENCE if has_interval else None,
-        "ci_low_ms": _round(low) if has_interval else None, "ci_high_ms": _round(high) if has_interval else None,
+        "ci_low_ms": _round(low) if has_interval else None,
+        "ci_high_ms": _round(high) if has_interval else None,
         "ci_low_pct": _round(low_pct, 3) if has_interval else None,
         "ci_high_pct": _round(high_pct, 3) if has_interval else None,
         "interval_method": method,
         "noise_pct": noise_pct,
-        "base_wall_ms": _round(b_wall), "new_wall_ms": _round(n_wall), "wall_delta_ms": _round(n_wall - b_wall),
-        "base_span_ms": _round(spans[0]), "new_span_ms": _round(spans[1]),
-        "base_median_step_ms": _round(b_med), "new_median_step_ms": _round(n_med),
-        "median_delta_ms": _round(n_med - b_med), "median_delta_pct": _round(_pct_change(b_med, n_med), 3),
-        "fail_if_slower_pct": fail_if_slower_pct, "failed": bool(failed), "exit_code": 1 if failed else 0,
+        "base_wall_ms": _round(b_wall),
+        "new_wall_ms": _round(n_wall),
+        "wall_delta_ms": _round(n_wall - b_wall),
+        "base_span_ms": _round(spans[0]),
+        "new_span_ms": _round(spans[1]),
+        "base_median_step_ms": _round(b_med),
+        "new_median_step_ms": _round(n_med),
+        "median_delta_ms": _round(n_med - b_med),
+        "median_delta_pct": _round(_pct_change(b_med, n_med), 3),
+        "fail_if_slower_pct": fail_if_slower_pct,
+        "failed": bool(failed),
+        "exit_code": 1 if failed else 0,
     }
     v["reason"] = _reason(v)
     v["gate"] = _gate_text(v) if fail_if_slower_pct is not None else None
@@ -434,8 +511,10 @@ def verdict(base: pd.DataFrame, new: pd.DataFrame, fail_if_slower_pct: Optional[
 def interval_text(v: Mapping[str, Any]) -> str:
     """`95 % interval -44.0 % to -39.1 %` (or why there is none)."""
     if v.get("ci_low_pct") is None:
-        return (f"no interval: too few analysed steps (BASE {v['base_steps']}, NEW {v['new_steps']}; "
-                f"at least {MIN_STEPS_FOR_INTERVAL} each)")
+        return (
+            f"no interval: too few analysed steps (BASE {v['base_steps']}, NEW {v['new_steps']}; "
+            f"at least {MIN_STEPS_FOR_INTERVAL} each)"
+        )
     return f"{100 * v['confidence']:g} % interval {v['ci_low_pct']:+.1f} % to {v['ci_high_pct']:+.1f} %"
 
 
@@ -464,8 +543,10 @@ def _gate_text(v: Mapping[str, Any]) -> str:
     limit, change = v["fail_if_slower_pct"], v["delta_pct"]
     interval = interval_text(v)
     if v["failed"]:
-        return (f"FAIL: NEW's mean step is significantly slower, {change:+.1f} % ({interval}), "
-                f"more than the {limit:g} % allowed")
+        return (
+            f"FAIL: NEW's mean step is significantly slower, {change:+.1f} % ({interval}), "
+            f"more than the {limit:g} % allowed"
+        )
     if v["outcome"] == SLOWER:
         return f"pass: NEW is slower by {change:+.1f} % ({interval}), within the {limit:g} % allowed"
     if v["outcome"] == FASTER:
@@ -476,8 +557,9 @@ def _gate_text(v: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------- ops
 
 
-def op_deltas(base: Optional[pd.DataFrame], new: Optional[pd.DataFrame], key: list[str],
-              base_steps: int, new_steps: int) -> pd.DataFrame:
+def op_deltas(
+    base: Optional[pd.DataFrame], new: Optional[pd.DataFrame], key: list[str], base_steps: int, new_steps: int
+) -> pd.DataFrame:
     """Per `key` (device + op_type, or device + name): counts, totals, per-step times and their change.
 
     `base_steps` / `new_steps` are the steps each op table covers (`op_steps`: those that captured
@@ -511,6 +593,7 @@ def same_devices(base: pd.Series, new: pd.Series) -> tuple[pd.Series, pd.Series]
     A single-GPU job recorded on cuda:3 and again on cuda:1 is the same job: both become
     `cuda`. With several devices of a kind on either side the names are kept as they are.
     """
+
     def single(devices: pd.Series) -> dict[str, str]:
         kinds = pd.Series(devices.unique()).str.split(":").str[0]
         counts = kinds.value_counts()
@@ -518,8 +601,7 @@ def same_devices(base: pd.Series, new: pd.Series) -> tuple[pd.Series, pd.Series]
 
     b, n = single(base), single(new)
     shared = set(b.values()) & set(n.values())
-    return (base.map(lambda d: b[d] if b.get(d) in shared else d),
-            new.map(lambda d: n[d] if n.get(d) in shared else d))
+    return (base.map(lambda d: b[d] if b.get(d) in shared else d), new.map(lambda d: n[d] if n.get(d) in shared else d))
 
 
 def _op_side(table: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -570,14 +652,16 @@ PROBLEM_SEVERITIES = ("high", "medium")
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
-def _findings(report: Optional[Mapping[str, Any]], severities: tuple[str, ...] = PROBLEM_SEVERITIES
-              ) -> dict[str, Mapping[str, Any]]:
+def _findings(
+    report: Optional[Mapping[str, Any]], severities: tuple[str, ...] = PROBLEM_SEVERITIES
+) -> dict[str, Mapping[str, Any]]:
     items = report.get("findings") if isinstance(report, Mapping) else None
-    return {finding_key(f): f for f in items or []
-            if isinstance(f, Mapping) and f.get("severity") in severities}
+    return {finding_key(f): f for f in items or [] if isinstance(f, Mapping) and f.get("severity") in severities}
 
 
-def finding_changes(base: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def finding_changes(
+    base: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
     """Problems (high / medium findings) resolved (gone from NEW's findings), introduced (absent from
     BASE's), and those in both: improved (a lower severity in NEW, medium -> low included), worsened
     (a higher one) and persisting (the same); `problems`: how many each report has (None: no report)."""
@@ -587,34 +671,47 @@ def finding_changes(base: Optional[Mapping[str, Any]], new: Optional[Mapping[str
     def brief(f: Mapping[str, Any]) -> dict[str, Any]:
         return {k: f.get(k) for k in ("kind", "severity", "title", "at_stake_ms", "at_stake_pct")}
 
-    both = [{**brief(n_all[k]), "key": k, "base_severity": b_all[k].get("severity"),
-             "base_at_stake_ms": b_all[k].get("at_stake_ms")}
-            for k in [*b, *(k for k in n if k not in b)] if k in b_all and k in n_all]
+    both = [
+        {
+            **brief(n_all[k]),
+            "key": k,
+            "base_severity": b_all[k].get("severity"),
+            "base_at_stake_ms": b_all[k].get("at_stake_ms"),
+        }
+        for k in [*b, *(k for k in n if k not in b)]
+        if k in b_all and k in n_all
+    ]
 
     def moved(x: Mapping[str, Any]) -> int:
         return SEVERITY_RANK[str(x["severity"])] - SEVERITY_RANK[str(x["base_severity"])]
 
-    return {"resolved": [{**brief(b[k]), "key": k} for k in b if k not in n_all],
-            "introduced": [{**brief(n[k]), "key": k} for k in n if k not in b_all],
-            "improved": [x for x in both if moved(x) > 0],
-            "worsened": [x for x in both if moved(x) < 0],
-            "persisting": [x for x in both if moved(x) == 0],
-            "verdicts": [(base or {}).get("verdict"), (new or {}).get("verdict")],
-            "problems": {"base": len(b) if isinstance(base, Mapping) else None,
-                         "new": len(n) if isinstance(new, Mapping) else None}}
+    return {
+        "resolved": [{**brief(b[k]), "key": k} for k in b if k not in n_all],
+        "introduced": [{**brief(n[k]), "key": k} for k in n if k not in b_all],
+        "improved": [x for x in both if moved(x) > 0],
+        "worsened": [x for x in both if moved(x) < 0],
+        "persisting": [x for x in both if moved(x) == 0],
+        "verdicts": [(base or {}).get("verdict"), (new or {}).get("verdict")],
+        "problems": {
+            "base": len(b) if isinstance(base, Mapping) else None,
+            "new": len(n) if isinstance(new, Mapping) else None,
+        },
+    }
 
 
 # ----------------------------------------------------------------------------- all of it
 
 
-def compare_runs(base: RunTables, new: RunTables, fail_if_slower_pct: Optional[float] = None,
-                 noise_pct: float = DEFAULT_NOISE_PCT) -> Comparison:
+def compare_runs(
+    base: RunTables, new: RunTables, fail_if_slower_pct: Optional[float] = None, noise_pct: float = DEFAULT_NOISE_PCT
+) -> Comparison:
     """BASE -> NEW: phases, step-time distribution, op types, ops, queues, findings and the verdict."""
     b_steps, n_steps = base.steps(), new.steps()
     spans = (recorded_span_ms(base.step_trace), recorded_span_ms(new.step_trace))
     b_ops, n_ops = base.op_steps(), new.op_steps()
     return Comparison(
-        base=base.label, new=new.label,
+        base=base.label,
+        new=new.label,
         verdict=verdict(b_steps, n_steps, fail_if_slower_pct, noise_pct, spans),
         phases=phase_deltas(b_steps, n_steps, noise_pct),
         distribution=step_distribution(b_steps, n_steps, spans),

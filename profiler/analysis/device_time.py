@@ -24,6 +24,7 @@ way, with `other` instead of `host`.
 
 Pure: DataFrames and arrays in, DataFrames out; one numpy / pandas pass, no Python loop per event.
 """
+
 from __future__ import annotations
 
 import re
@@ -62,15 +63,17 @@ def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
     """The executions of every device: device, stream, category, name, start_ns, end_ns, correlation."""
     ex = ops[((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy()]
     start = ex["start_ns"].to_numpy(np.int64)
-    return pd.DataFrame({
-        "device": _categorical(ex["device"]),
-        "stream": _categorical(ex["stream"]),
-        "category": _categorical(ex["category"]),
-        "name": _categorical(ex["name"]),
-        "start_ns": start,
-        "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
-        "correlation": ex["correlation"].to_numpy(np.int64),
-    })
+    return pd.DataFrame(
+        {
+            "device": _categorical(ex["device"]),
+            "stream": _categorical(ex["stream"]),
+            "category": _categorical(ex["category"]),
+            "name": _categorical(ex["name"]),
+            "start_ns": start,
+            "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
+            "correlation": ex["correlation"].to_numpy(np.int64),
+        }
+    )
 
 
 def _categorical(column: pd.Series) -> pd.Categorical:
@@ -98,13 +101,15 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     sync = blocking | ((corr >= 0) & _member(corr, np.sort(ex_corr[copies])))
     launch = (corr >= 0) & _member(corr, np.sort(ex_corr[ex_corr >= 0]))
     start = rt["start_ns"].to_numpy(np.int64)
-    return pd.DataFrame({
-        "name": _categorical(rt["name"]),
-        "start_ns": start,
-        "end_ns": start + rt["dur_ns"].to_numpy(np.int64),
-        "correlation": corr,
-        "kind": np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object),
-    })
+    return pd.DataFrame(
+        {
+            "name": _categorical(rt["name"]),
+            "start_ns": start,
+            "end_ns": start + rt["dur_ns"].to_numpy(np.int64),
+            "correlation": corr,
+            "kind": np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object),
+        }
+    )
 
 
 def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -117,15 +122,16 @@ def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
 def _matches(names: pd.Series, test) -> np.ndarray:
     """test(name) for every row, computed once per distinct name."""
     names = pd.Series(_categorical(names))
-    hits = [bool(test(str(name))) for name in names.cat.categories] + [False]     # code -1: no name
+    hits = [bool(test(str(name))) for name in names.cat.categories] + [False]  # code -1: no name
     return np.asarray(hits, dtype=bool)[names.cat.codes.to_numpy()]
 
 
 # ----------------------------------------------------------------------------- idle gaps
 
 
-def idle_gaps(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY),
-              per_stream: bool = False) -> pd.DataFrame:
+def idle_gaps(
+    ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY), per_stream: bool = False
+) -> pd.DataFrame:
     """Every idle gap of every device (of every stream with `per_stream`: HTA's idle time breakdown
     works per stream), with its time split by cause (the module docstring).
 
@@ -137,15 +143,16 @@ def idle_gaps(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EM
     return _gaps(ex, _runtime_calls(ops, ex), data_wait, per_stream)
 
 
-def _gaps(ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray],
-          per_stream: bool) -> pd.DataFrame:
+def _gaps(
+    ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray], per_stream: bool
+) -> pd.DataFrame:
     lanes = ex["device"].cat.codes.to_numpy(np.int64)
     if per_stream:
         lanes = lanes * len(ex["stream"].cat.categories) + ex["stream"].cat.codes.to_numpy(np.int64)
     first, start, end, lane = _merged(lanes, ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy())
     same = lane[1:] == lane[:-1]
     g_start, g_end = end[:-1][same], start[1:][same]
-    ends_gap = first[1:][same]                              # the execution that ends each gap
+    ends_gap = first[1:][same]  # the execution that ends each gap
     launched = _launch_time(ex["correlation"].to_numpy()[ends_gap], calls)
     data_s, data_e = (np.asarray(a, dtype=np.int64) for a in data_wait)
     sync_s, sync_e = _sync_shadows(calls)
@@ -157,18 +164,22 @@ def _gaps(ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np
     unknown = launched < 0
     rest = length - data_or_sync
     zero = np.zeros(len(length), dtype=np.int64)
-    return pd.DataFrame({
-        "device": ex["device"].to_numpy(dtype=object)[ends_gap],
-        "stream": ex["stream"].to_numpy(dtype=object)[ends_gap] if per_stream else np.full(len(g_start), "", object),
-        "start_ns": g_start,
-        "end_ns": g_end,
-        "next_launch_ns": launched,
-        "sync_ns": np.where(queued, zero, data_or_sync - data),
-        "data_ns": np.where(queued, zero, data),
-        "host_ns": np.where(queued | unknown, zero, rest),
-        "launch_ns": np.where(short, length, zero),
-        "other_ns": np.where(queued, length - np.where(short, length, zero), np.where(unknown, rest, zero)),
-    })
+    return pd.DataFrame(
+        {
+            "device": ex["device"].to_numpy(dtype=object)[ends_gap],
+            "stream": ex["stream"].to_numpy(dtype=object)[ends_gap]
+            if per_stream
+            else np.full(len(g_start), "", object),
+            "start_ns": g_start,
+            "end_ns": g_end,
+            "next_launch_ns": launched,
+            "sync_ns": np.where(queued, zero, data_or_sync - data),
+            "data_ns": np.where(queued, zero, data),
+            "host_ns": np.where(queued | unknown, zero, rest),
+            "launch_ns": np.where(short, length, zero),
+            "other_ns": np.where(queued, length - np.where(short, length, zero), np.where(unknown, rest, zero)),
+        }
+    )
 
 
 def _merged(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -228,7 +239,7 @@ def device_time(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_
     return pd.DataFrame(rows, columns=DEVICE_TIME_COLUMNS)
 
 
-def _device_row(device: str, ex: pd.DataFrame, causes: "pd.Series | None") -> dict:
+def _device_row(device: str, ex: pd.DataFrame, causes: pd.Series | None) -> dict:
     """The breakdown of one device from its executions."""
     start, end, category = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy(), ex["category"].to_numpy(dtype=object)
     window = int(end.max() - start.min())
@@ -241,12 +252,19 @@ def _device_row(device: str, ex: pd.DataFrame, causes: "pd.Series | None") -> di
     pct = (lambda ns: 100.0 * ns / window) if window > 0 else (lambda ns: 0.0)
     ms = 1e-6
     row = {
-        "device": device, "window_ms": window * ms, "busy_ms": busy * ms, "idle_ms": (window - busy) * ms,
-        "busy_pct": pct(busy), "idle_pct": pct(window - busy), "compute_pct": pct(compute_ns),
-        "non_compute_pct": pct(busy - compute_ns), "comm_pct": pct(comm_ns),
+        "device": device,
+        "window_ms": window * ms,
+        "busy_ms": busy * ms,
+        "idle_ms": (window - busy) * ms,
+        "busy_pct": pct(busy),
+        "idle_pct": pct(window - busy),
+        "compute_pct": pct(compute_ns),
+        "non_compute_pct": pct(busy - compute_ns),
+        "comm_pct": pct(comm_ns),
         "memory_pct": pct(_length(start[memory], end[memory])),
         "comm_compute_overlap_pct": 100.0 * overlap / comm_ns if comm_ns > 0 else None,
-        "executions": int(len(ex)), "streams": int(ex["stream"].nunique()),
+        "executions": int(len(ex)),
+        "streams": int(ex["stream"].nunique()),
     }
     for cause in IDLE_CAUSES:
         row[f"idle_{cause}_ms"] = (float(causes[f"{cause}_ns"]) if causes is not None else 0.0) * ms
@@ -291,16 +309,18 @@ def sync_calls(ops: pd.DataFrame) -> pd.DataFrame:
     ex = device_executions(ops)
     calls = _runtime_calls(ops, ex)
     runtime = (ops["category"] == "runtime").to_numpy()
-    host = ops[(ops["device"] == "cpu").to_numpy() | runtime]           # the runtime calls, in calls' order
+    host = ops[(ops["device"] == "cpu").to_numpy() | runtime]  # the runtime calls, in calls' order
     sync_at = np.flatnonzero((calls["kind"] == "sync").to_numpy())
     sync = calls.iloc[sync_at]
-    return pd.DataFrame({
-        "name": sync["name"].astype(str).to_numpy(dtype=object),
-        "call_site": _call_sites(host, np.flatnonzero((host["category"] == "runtime").to_numpy())[sync_at]),
-        "start_ns": sync["start_ns"].to_numpy(np.int64),
-        "end_ns": sync["end_ns"].to_numpy(np.int64),
-        "shadow_end_ns": _sync_shadows(calls)[1],
-    })
+    return pd.DataFrame(
+        {
+            "name": sync["name"].astype(str).to_numpy(dtype=object),
+            "call_site": _call_sites(host, np.flatnonzero((host["category"] == "runtime").to_numpy())[sync_at]),
+            "start_ns": sync["start_ns"].to_numpy(np.int64),
+            "end_ns": sync["end_ns"].to_numpy(np.int64),
+            "shadow_end_ns": _sync_shadows(calls)[1],
+        }
+    )
 
 
 def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
@@ -308,8 +328,9 @@ def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     lane = pd.Categorical(host["stream"].astype(str)).codes.astype(np.int64)
     start = host["start_ns"].to_numpy(np.int64)
     parent = enclosing_parents(lane, start, start + host["dur_ns"].to_numpy(np.int64))
-    usable = ((host["category"] != "runtime").to_numpy()
-              & ~_matches(host["name"], lambda n: STEP_ANNOTATION.fullmatch(n) is not None))
+    usable = (host["category"] != "runtime").to_numpy() & ~_matches(
+        host["name"], lambda n: STEP_ANNOTATION.fullmatch(n) is not None
+    )
     frame = _matches(host["name"], lambda n: PYTHON_FRAME.search(n) is not None)
     n = len(rows)
     inner, outer, python = np.full(n, -1), np.full(n, -1), np.full(n, -1)
@@ -326,9 +347,12 @@ def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
         at = np.where(live, parent[np.maximum(at, 0)], -1)
     head = np.where(python >= 0, python, outer)
     names = host["name"]
-    text = [("" if h < 0 else str(names.iat[h]) if h == i else f"{names.iat[h]} > {names.iat[i]}")
-            for h, i in zip(head, inner)]
+    text = [
+        ("" if h < 0 else str(names.iat[h]) if h == i else f"{names.iat[h]} > {names.iat[i]}")
+        for h, i in zip(head, inner)
+    ]
     return np.asarray(text, dtype=object)
+
 
 def comm_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each window [q_start, q_end): how long communication kernels ran on the devices in it (the
@@ -340,6 +364,9 @@ def comm_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -
     comm, compute = category == "comm", category == "compute"
     either = comm | compute
     comm_ns = covered_ns(start[comm], end[comm], q_start, q_end)
-    overlap = comm_ns + covered_ns(start[compute], end[compute], q_start, q_end) \
+    overlap = (
+        comm_ns
+        + covered_ns(start[compute], end[compute], q_start, q_end)
         - covered_ns(start[either], end[either], q_start, q_end)
+    )
     return comm_ns, np.maximum(overlap, 0)

@@ -8,6 +8,7 @@ Kernel names are the vendor libraries' (cuBLAS `ampere_sgemm_128x64_nn`, cuDNN
 <4, at::native::CUDAFunctor_add<float> ...>`): the patterns below read the conventions those names follow.
 Pure: one regex test per distinct name.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,10 +21,20 @@ import pandas as pd
 #: execution's category first (model.DEVICE_WORK_CATEGORIES).
 FAMILIES: tuple[tuple[str, re.Pattern], ...] = (
     ("comm", re.compile(r"(?i)nccl|rccl|hccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv")),
-    ("convolution", re.compile(r"(?i)conv|fprop|dgrad|wgrad|scudnn|hcudnn|implicit_?gemm|winograd|fft2d|gcgemm"
-                               r"|im2col|col2im")),
-    ("normalisation", re.compile(r"(?i)batch_?norm|\bbn_|[_:]bn_(?:fw|bw)|layer_?norm|group_?norm|instance_?norm"
-                                 r"|rms_?norm|welford")),
+    (
+        "convolution",
+        re.compile(
+            r"(?i)conv|fprop|dgrad|wgrad|scudnn|hcudnn|implicit_?gemm|winograd|fft2d|gcgemm"
+            r"|im2col|col2im"
+        ),
+    ),
+    (
+        "normalisation",
+        re.compile(
+            r"(?i)batch_?norm|\bbn_|[_:]bn_(?:fw|bw)|layer_?norm|group_?norm|instance_?norm"
+            r"|rms_?norm|welford"
+        ),
+    ),
     ("gemm", re.compile(r"(?i)(?<!fb)gemm|gemv|matmul|cublas|cutlass|bmm_|_mm_|\bdot_kernel|splitKreduce")),
     ("elementwise", re.compile(r"(?i)elementwise|pointwise|vectorized|unrolled|triton_poi|multi_tensor_apply")),
 )
@@ -33,11 +44,21 @@ MATRIX_FAMILIES = ("gemm", "convolution")
 #: Precisions, tested in this order on every kernel name.
 PRECISIONS: tuple[tuple[str, re.Pattern], ...] = (
     # float64: cuBLAS d/z GEMMs, templates instantiated on double (`CUDAFunctor_add<double>`).
-    ("fp64", re.compile(r"(?i)dgemm|zgemm|dgemv|fp64|_f64|(?<!optional)<\s*double\b|(?<!optional<)\bdouble\s*>|c10::complex<double")),
+    (
+        "fp64",
+        re.compile(
+            r"(?i)dgemm|zgemm|dgemv|fp64|_f64|(?<!optional)<\s*double\b|(?<!optional<)\bdouble\s*>|c10::complex<double"
+        ),
+    ),
     # tensor cores: cuBLAS / CUTLASS shapes (h884, s1688, h16816, i8816), CUTLASS `tensorop`, cuDNN's
     # xmma kernels in tf32 / f16 / bf16, `*_fp16_*` / `*_bf16_*` library kernels, wmma / hmma.
-    ("tensor_core", re.compile(r"(?i)[hsi](?:884|1688|16816|8816)|tensorop|tensor\d+x\d+x\d+|_tf32|tf32f32|hmma|wmma"
-                               r"|_(?:fp16|bf16|f16)_|(?:fp16|bf16|f16)(?:f16|f32|bf16)|xmma.*(?:f16|bf16|tf32)")),
+    (
+        "tensor_core",
+        re.compile(
+            r"(?i)[hsi](?:884|1688|16816|8816)|tensorop|tensor\d+x\d+x\d+|_tf32|tf32f32|hmma|wmma"
+            r"|_(?:fp16|bf16|f16)_|(?:fp16|bf16|f16)(?:f16|f32|bf16)|xmma.*(?:f16|bf16|tf32)"
+        ),
+    ),
     # half precision on the ordinary cores: hgemm, c10::Half / BFloat16 templates.
     ("half", re.compile(r"(?i)hgemm|c10::Half|BFloat16|__half|__nv_bfloat16")),
     # float32 on the ordinary cores: cuBLAS s / c GEMMs, cuDNN's s-kernels, float templates.

@@ -10,10 +10,12 @@ so nothing in it is left out as warm-up.
 Step times and rates come from the step samples alone (`step_times`), so they cover every step
 of the run at a few bytes a step, whatever the window.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -60,16 +62,16 @@ class LiveFigures:
 
     first_step: int
     last_step: int
-    steps: int                                   # steps the advisor's figures are over
+    steps: int  # steps the advisor's figures are over
     mean_ms: float
-    split_ms: dict = field(default_factory=dict)     # SPLIT column -> mean ms per step
-    split_pct: dict = field(default_factory=dict)    # SPLIT column -> % of the steps' time
+    split_ms: dict = field(default_factory=dict)  # SPLIT column -> mean ms per step
+    split_pct: dict = field(default_factory=dict)  # SPLIT column -> % of the steps' time
     data_wait_measured: bool = False
     verdict: str = "balanced"
     headline: str = ""
-    top: Optional[dict] = None                   # the top finding (kind, severity, title, at_stake_pct)
+    top: Optional[dict] = None  # the top finding (kind, severity, title, at_stake_pct)
     findings: int = 0
-    queues: list = field(default_factory=list)   # QueueNow
+    queues: list = field(default_factory=list)  # QueueNow
     report: dict = field(default_factory=dict)
 
 
@@ -84,15 +86,20 @@ def live_figures(analysis: Analysis) -> Optional[LiveFigures]:
     findings = report.get("findings") or []
     top = findings[0] if findings else None
     return LiveFigures(
-        first_step=int(trace["step"].min()), last_step=int(trace["step"].max()),
-        steps=int(figures.get("analysed", len(trace))), mean_ms=float(figures.get("mean_ms", trace["total_ms"].mean())),
+        first_step=int(trace["step"].min()),
+        last_step=int(trace["step"].max()),
+        steps=int(figures.get("analysed", len(trace))),
+        mean_ms=float(figures.get("mean_ms", trace["total_ms"].mean())),
         split_ms={c: float(phases.get(c, 0.0)) for c, _ in SPLIT},
         split_pct={c: float(shares.get(c, 0.0)) for c, _ in SPLIT},
         data_wait_measured=bool(figures.get("data_wait_measured")),
-        verdict=str(report.get("verdict", "balanced")), headline=str(report.get("headline", "")),
+        verdict=str(report.get("verdict", "balanced")),
+        headline=str(report.get("headline", "")),
         top={k: top.get(k) for k in ("kind", "severity", "title", "at_stake_pct", "at_stake_ms")} if top else None,
-        findings=len(findings), queues=queues_now(analysis.run.queues, analysis.extra_json.get("queue_summary")),
-        report=report)
+        findings=len(findings),
+        queues=queues_now(analysis.run.queues, analysis.extra_json.get("queue_summary")),
+        report=report,
+    )
 
 
 def queues_now(queues: pd.DataFrame, summary: Optional[Mapping[str, Any]] = None) -> list[QueueNow]:
@@ -108,9 +115,15 @@ def queues_now(queues: pd.DataFrame, summary: Optional[Mapping[str, Any]] = None
     for name, q in ordered.groupby("queue", sort=True, observed=True):
         row = stats.get(str(name), {})
         empty = row.get("empty_ratio")
-        out.append(QueueNow(name=str(name), size=int(q["size"].iloc[-1]), capacity=int(q["capacity"].max()),
-                            mean_size=float(q["size"].mean()),
-                            empty_ratio=float(empty) if isinstance(empty, (int, float)) and empty == empty else None))
+        out.append(
+            QueueNow(
+                name=str(name),
+                size=int(q["size"].iloc[-1]),
+                capacity=int(q["capacity"].max()),
+                mean_size=float(q["size"].mean()),
+                empty_ratio=float(empty) if isinstance(empty, (int, float)) and empty == empty else None,
+            )
+        )
     return out
 
 
@@ -127,8 +140,11 @@ def step_times(t: np.ndarray, step: np.ndarray, window_starts: np.ndarray) -> tu
     prev_step = np.concatenate([[-2], step[:-1]])
     # the latest window start at or before each step end
     i = np.searchsorted(starts, t, side="right") - 1
-    win_start = (np.where(i >= 0, starts[np.maximum(i, 0)], np.iinfo(np.int64).min) if len(starts)
-                 else np.full(len(t), np.iinfo(np.int64).min))      # no window start read (a damaged store)
+    win_start = (
+        np.where(i >= 0, starts[np.maximum(i, 0)], np.iinfo(np.int64).min)
+        if len(starts)
+        else np.full(len(t), np.iinfo(np.int64).min)
+    )  # no window start read (a damaged store)
     continues = (prev_step == step - 1) & (win_start <= prev_t)
     begin = np.where(continues, prev_t, win_start)
     known = continues | (i >= 0)

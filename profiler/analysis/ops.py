@@ -1,4 +1,5 @@
 """Operator statistics: per device and op type, and per device and op name."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,8 +58,11 @@ def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     with_shapes = ops[ops["shapes"] != ""]
     if len(with_shapes) == 0:
         return [""] * len(table)
-    d = (with_shapes.drop_duplicates(["device", "name", "shapes"])
-         .groupby(["device", "name"], observed=True)["shapes"].agg(lambda s: ";".join(map(str, s))))
+    d = (
+        with_shapes.drop_duplicates(["device", "name", "shapes"])
+        .groupby(["device", "name"], observed=True)["shapes"]
+        .agg(lambda s: ";".join(map(str, s)))
+    )
     return [d.get((dev, name), "") for dev, name in zip(table["device"], table["name"])]
 
 
@@ -70,7 +74,8 @@ def _finish(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFra
     t["self_ms"] = t["self_ns"] / 1e6
     t["avg_ms"] = t["total_ms"] / t["count"]
     denom = t["device"].map(dev_total).to_numpy(dtype=np.float64)
-    t["share_pct"] = np.divide(t["self_ns"].to_numpy(dtype=np.float64) * 100.0, denom,
-                               out=np.zeros(len(t)), where=denom > 0)
+    t["share_pct"] = np.divide(
+        t["self_ns"].to_numpy(dtype=np.float64) * 100.0, denom, out=np.zeros(len(t)), where=denom > 0
+    )
     t = t.sort_values(order, ascending=[True, False, True], kind="stable")
     return t[columns].reset_index(drop=True)

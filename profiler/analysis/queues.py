@@ -19,6 +19,7 @@ The verdict (docs/data-pipeline.md explains the thresholds):
 - data_process: the feed queue is starved and so is the host queue (or none is probed); the
   pipeline's bottleneck stage is named when the queues carry stage names ("a->b").
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -26,9 +27,8 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.kernels.intervals import covered_ns
 from profiler.formats import ARROW, DEVICE_QUEUE, HOST_QUEUE
-from profiler.kernels.intervals import assign_steps
+from profiler.kernels.intervals import assign_steps, covered_ns
 
 #: a queue is starved when at least this share of its gets found it empty (MindInsight's warning line)
 EMPTY_RATIO_WARNING = 0.30
@@ -37,15 +37,33 @@ FULL_RATIO_LINE = 0.50
 DATA_PROCESS, DATA_TRANSMISSION, COMPUTE, UNKNOWN = "data_process", "data_transmission", "compute", "unknown"
 
 QUEUE_STATS_COLUMNS = [
-    "queue", "role", "producer", "consumer", "capacity", "samples", "puts", "gets", "empty_ratio", "full_ratio",
-    "put_full_ratio", "time_empty_ratio", "time_full_ratio", "mean_size", "max_size", "span_ms",
-    "get_wait_ms", "get_wait_mean_ms", "get_wait_per_step_ms", "put_wait_ms",
+    "queue",
+    "role",
+    "producer",
+    "consumer",
+    "capacity",
+    "samples",
+    "puts",
+    "gets",
+    "empty_ratio",
+    "full_ratio",
+    "put_full_ratio",
+    "time_empty_ratio",
+    "time_full_ratio",
+    "mean_size",
+    "max_size",
+    "span_ms",
+    "get_wait_ms",
+    "get_wait_mean_ms",
+    "get_wait_per_step_ms",
+    "put_wait_ms",
 ]
 STAGE_COLUMNS = ["stage", "depth", "input_queue", "output_queue", "input_full_ratio", "output_empty_ratio", "slow"]
 STEP_WAIT_COLUMNS = ["step", "iteration_gap_ms", "data_wait_ms", "gap_wait_ms", "gap_wait_pct"]
 
 
 # ---- names ------------------------------------------------------------------------------------
+
 
 def endpoints(name: str) -> tuple[str, str]:
     """(producer stage, consumer) of a queue name: "a->b" -> ("a", "b"); "host_queue" -> ("", "host_queue")."""
@@ -62,6 +80,7 @@ def role(name: str) -> str:
 
 
 # ---- per queue --------------------------------------------------------------------------------
+
 
 def size_at_call(t: np.ndarray, size: np.ndarray, is_put: np.ndarray, wait: np.ndarray) -> np.ndarray:
     """Per event (sorted by time), the queue's size when the put / get was called (t - wait).
@@ -97,14 +116,18 @@ def _one_queue(ev: pd.DataFrame, n_steps: int) -> dict[str, Any]:
     nan = float("nan")
     get_wait_ms = float(wait[gets].sum()) / 1e6
     return {
-        "capacity": cap, "samples": len(t), "puts": int(puts.sum()), "gets": int(gets.sum()),
+        "capacity": cap,
+        "samples": len(t),
+        "puts": int(puts.sum()),
+        "gets": int(gets.sum()),
         "empty_ratio": _share(at_call[gets] <= 0),
         "full_ratio": _share(at_call[gets] >= cap) if cap > 0 else nan,
         "put_full_ratio": _share(at_call[puts] >= cap) if cap > 0 else nan,
         "time_empty_ratio": _time_share(dt, size <= 0, span),
         "time_full_ratio": _time_share(dt, size >= cap, span) if cap > 0 else nan,
         "mean_size": float((size * dt).sum() / span) if span > 0 else float(size.mean()),
-        "max_size": int(size.max()), "span_ms": span / 1e6,
+        "max_size": int(size.max()),
+        "span_ms": span / 1e6,
         "get_wait_ms": get_wait_ms,
         "get_wait_mean_ms": get_wait_ms / gets.sum() if gets.any() else nan,
         "get_wait_per_step_ms": get_wait_ms / n_steps if n_steps else nan,
@@ -117,19 +140,31 @@ def queue_stats(queues: pd.DataFrame, n_steps: int = 0) -> pd.DataFrame:
     rows = []
     for name, ev in queues.groupby("queue", sort=True):
         producer, consumer = endpoints(str(name))
-        rows.append({"queue": str(name), "role": role(str(name)), "producer": producer, "consumer": consumer,
-                     **_one_queue(ev, n_steps)})
+        rows.append(
+            {
+                "queue": str(name),
+                "role": role(str(name)),
+                "producer": producer,
+                "consumer": consumer,
+                **_one_queue(ev, n_steps),
+            }
+        )
     return pd.DataFrame(rows, columns=QUEUE_STATS_COLUMNS)
 
 
 # ---- per step ---------------------------------------------------------------------------------
 
+
 def _trace_steps(trace: pd.DataFrame, origin_unix_ns: int) -> pd.DataFrame:
     """The step trace's boundaries back on the run clock (ns from the origin)."""
-    return pd.DataFrame({"step": trace["step"].to_numpy(),
-                         "start_ns": trace["start_unix_ns"].to_numpy() - origin_unix_ns,
-                         "fp_ns": trace["fp_start_unix_ns"].to_numpy() - origin_unix_ns,
-                         "end_ns": trace["end_unix_ns"].to_numpy() - origin_unix_ns})
+    return pd.DataFrame(
+        {
+            "step": trace["step"].to_numpy(),
+            "start_ns": trace["start_unix_ns"].to_numpy() - origin_unix_ns,
+            "fp_ns": trace["fp_start_unix_ns"].to_numpy() - origin_unix_ns,
+            "end_ns": trace["end_unix_ns"].to_numpy() - origin_unix_ns,
+        }
+    )
 
 
 def get_wait_per_step(queues: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -156,11 +191,20 @@ def gap_waits(queues: pd.DataFrame, trace: pd.DataFrame, origin_unix_ns: int, co
     gap_wait_ms = gap_wait / 1e6
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = np.where(gap > 0, 100.0 * gap_wait_ms / gap, np.nan)
-    return pd.DataFrame({"step": steps["step"], "iteration_gap_ms": gap, "data_wait_ms": trace["data_wait_ms"].to_numpy(),
-                         "gap_wait_ms": gap_wait_ms, "gap_wait_pct": pct}, columns=STEP_WAIT_COLUMNS)
+    return pd.DataFrame(
+        {
+            "step": steps["step"],
+            "iteration_gap_ms": gap,
+            "data_wait_ms": trace["data_wait_ms"].to_numpy(),
+            "gap_wait_ms": gap_wait_ms,
+            "gap_wait_pct": pct,
+        },
+        columns=STEP_WAIT_COLUMNS,
+    )
 
 
 # ---- pipeline -----------------------------------------------------------------------------------
+
 
 def _depths(inputs: dict[str, str], producer_of: dict[str, str]) -> dict[str, int]:
     """Distance of each stage from a source stage (a stage without input queue), following input queues."""
@@ -191,21 +235,30 @@ def pipeline_stages(stats: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=STAGE_COLUMNS)
     by_name = stats.set_index("queue")
     producer_of = dict(zip(named["queue"], named["producer"]))
-    inputs = {s: "" for s in named["producer"]}
+    inputs = dict.fromkeys(named["producer"], "")
     for q in named.sort_values("full_ratio", ascending=False, kind="stable").itertuples():
         if q.consumer in inputs and not inputs[q.consumer]:
-            inputs[q.consumer] = q.queue       # the fullest input when a stage has several
+            inputs[q.consumer] = q.queue  # the fullest input when a stage has several
     depth = _depths(inputs, producer_of)
     rows = []
     for q in named.itertuples():
         inp = inputs[q.producer]
         in_full = float(by_name.at[inp, "full_ratio"]) if inp else float("nan")
         starved = q.empty_ratio >= EMPTY_RATIO_WARNING
-        rows.append({"stage": q.producer, "depth": depth[q.producer], "input_queue": inp, "output_queue": q.queue,
-                     "input_full_ratio": in_full, "output_empty_ratio": q.empty_ratio,
-                     "slow": bool(starved and (not inp or in_full >= FULL_RATIO_LINE))})
-    return pd.DataFrame(rows, columns=STAGE_COLUMNS).sort_values(["depth", "stage", "output_queue"], kind="stable",
-                                                                  ignore_index=True)
+        rows.append(
+            {
+                "stage": q.producer,
+                "depth": depth[q.producer],
+                "input_queue": inp,
+                "output_queue": q.queue,
+                "input_full_ratio": in_full,
+                "output_empty_ratio": q.empty_ratio,
+                "slow": bool(starved and (not inp or in_full >= FULL_RATIO_LINE)),
+            }
+        )
+    return pd.DataFrame(rows, columns=STAGE_COLUMNS).sort_values(
+        ["depth", "stage", "output_queue"], kind="stable", ignore_index=True
+    )
 
 
 def slowest_stage(stages: pd.DataFrame) -> Optional[str]:
@@ -219,10 +272,15 @@ def slowest_stage(stages: pd.DataFrame) -> Optional[str]:
 
 # ---- verdict ------------------------------------------------------------------------------------
 
+
 def _busiest(stats: pd.DataFrame, mask: pd.Series) -> Optional[str]:
     """Among the queues selected by `mask`, the one with the most gets."""
     s = stats[mask]
-    return str(s.sort_values(["gets", "queue"], ascending=[False, True], kind="stable")["queue"].iloc[0]) if len(s) else None
+    return (
+        str(s.sort_values(["gets", "queue"], ascending=[False, True], kind="stable")["queue"].iloc[0])
+        if len(s)
+        else None
+    )
 
 
 def feed_queues(stats: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> dict[str, Optional[str]]:
@@ -261,23 +319,41 @@ def verdict(stats: pd.DataFrame, roles: dict[str, Optional[str]], stage: Optiona
         return {**out, "kind": UNKNOWN, "reason": "no probed queue is read by the consumer"}
     feed_empty = float(by_name.at[feed, "empty_ratio"])
     if feed_empty < EMPTY_RATIO_WARNING:
-        return {**out, "kind": COMPUTE, "reason": (
-            f"the consumer found {feed} empty at {_pct(feed_empty)} of its gets (below the "
-            f"{_pct(EMPTY_RATIO_WARNING)} line): data arrives in time, so look at the ops")}
+        return {
+            **out,
+            "kind": COMPUTE,
+            "reason": (
+                f"the consumer found {feed} empty at {_pct(feed_empty)} of its gets (below the "
+                f"{_pct(EMPTY_RATIO_WARNING)} line): data arrives in time, so look at the ops"
+            ),
+        }
     host_empty = float(by_name.at[host, "empty_ratio"]) if host else float("nan")
     if device and host and host != device and host_empty < EMPTY_RATIO_WARNING:
-        return {**out, "kind": DATA_TRANSMISSION, "reason": (
-            f"{device} was empty at {_pct(feed_empty)} of the consumer's gets while {host} had data at "
-            f"{_pct(1 - host_empty)} of the transfer's gets (full at {_pct(float(by_name.at[host, 'full_ratio']))}): "
-            "the host->device stage cannot keep up")}
+        return {
+            **out,
+            "kind": DATA_TRANSMISSION,
+            "reason": (
+                f"{device} was empty at {_pct(feed_empty)} of the consumer's gets while {host} had data at "
+                f"{_pct(1 - host_empty)} of the transfer's gets "
+                f"(full at {_pct(float(by_name.at[host, 'full_ratio']))}): "
+                "the host->device stage cannot keep up"
+            ),
+        }
     where = f"; the slowest stage is {stage}" if stage else ""
     upstream = f" and {host} at {_pct(host_empty)}" if host and host != feed else ""
-    return {**out, "kind": DATA_PROCESS, "bottleneck_stage": stage, "reason": (
-        f"the consumer found {feed} empty at {_pct(feed_empty)} of its gets{upstream}: the host input "
-        f"pipeline is too slow{where}")}
+    return {
+        **out,
+        "kind": DATA_PROCESS,
+        "bottleneck_stage": stage,
+        "reason": (
+            f"the consumer found {feed} empty at {_pct(feed_empty)} of its gets{upstream}: the host input "
+            f"pipeline is too slow{where}"
+        ),
+    }
 
 
 # ---- the document -------------------------------------------------------------------------------
+
 
 def _clean(v: Any) -> Any:
     """JSON-safe, deterministic values: NaN -> None, floats rounded to 6 decimals, numpy -> Python."""
@@ -303,20 +379,31 @@ def _step_rows(waits: pd.DataFrame, per_queue: pd.DataFrame) -> list[dict[str, A
 def _totals(waits: pd.DataFrame) -> dict[str, Any]:
     gap = float(waits["iteration_gap_ms"].sum())
     gap_wait = float(waits["gap_wait_ms"].sum())
-    return {k: _clean(v) for k, v in {
-        "steps": len(waits), "iteration_gap_ms": gap, "gap_wait_ms": gap_wait, "data_wait_ms": float(waits["data_wait_ms"].sum()),
-        "gap_wait_pct": 100.0 * gap_wait / gap if gap > 0 else float("nan")}.items()}
+    return {
+        k: _clean(v)
+        for k, v in {
+            "steps": len(waits),
+            "iteration_gap_ms": gap,
+            "gap_wait_ms": gap_wait,
+            "data_wait_ms": float(waits["data_wait_ms"].sum()),
+            "gap_wait_pct": 100.0 * gap_wait / gap if gap > 0 else float("nan"),
+        }.items()
+    }
 
 
 THRESHOLDS = {
     "empty_ratio_warning": EMPTY_RATIO_WARNING,
     "full_ratio_line": FULL_RATIO_LINE,
-    "meaning": ("a queue is starved when >= empty_ratio_warning of its gets found it empty, and mostly full when "
-                ">= full_ratio_line of its gets found it at capacity (docs/data-pipeline.md)"),
+    "meaning": (
+        "a queue is starved when >= empty_ratio_warning of its gets found it empty, and mostly full when "
+        ">= full_ratio_line of its gets found it at capacity (docs/data-pipeline.md)"
+    ),
 }
 
 
-def queue_summary(queues: pd.DataFrame, trace: pd.DataFrame, step_tid: int = -1, origin_unix_ns: int = 0) -> dict[str, Any]:
+def queue_summary(
+    queues: pd.DataFrame, trace: pd.DataFrame, step_tid: int = -1, origin_unix_ns: int = 0
+) -> dict[str, Any]:
     """The queue_summary document (docs/formats.md): per-queue stats, per-step waits, stages, verdict."""
     stats = queue_stats(queues, n_steps=len(trace))
     steps = _trace_steps(trace, origin_unix_ns)
@@ -334,4 +421,3 @@ def queue_summary(queues: pd.DataFrame, trace: pd.DataFrame, step_tid: int = -1,
         "totals": _totals(waits),
         "steps": _step_rows(waits, get_wait_per_step(queues, steps)),
     }
-

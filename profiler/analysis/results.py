@@ -1,22 +1,24 @@
 """Run every analysis on a Run: the tables the exporters write and the viewer shows."""
+
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import pandas as pd
 
-from profiler.model import Run
 from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
+from profiler.analysis.device_time import device_time
 from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.findings.device import DeviceTimeline
-from profiler.analysis.steps import analysed_steps, step_source
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
-from profiler.analysis.device_time import device_time
+from profiler.analysis.steps import analysed_steps, step_source
+from profiler.model import Run
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Analysis:
     step_trace: pd.DataFrame
     op_type: pd.DataFrame
     op_detail: pd.DataFrame
-    extra_json: dict[str, Any] = field(default_factory=dict)   # file stem -> JSON document (queue summary, report)
+    extra_json: dict[str, Any] = field(default_factory=dict)  # file stem -> JSON document (queue summary, report)
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time(): one row per device
 
 
@@ -45,14 +47,28 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
     """
     step_tid = int(run.info.get("step_tid", -1))
     origin_unix_ns = int(run.info.get("clock", {}).get("origin_unix_ns", 0))
-    trace = step_trace(run.steps, run.spans, run.instants, run.ops, run.queues,
-                       step_tid=step_tid, step_lane=step_lane(run), origin_unix_ns=origin_unix_ns,
-                       step_source=step_source(run.info)[0])
-    analysis = Analysis(run=run, step_trace=trace, op_type=op_type_table(run.ops), op_detail=op_detail_table(run.ops),
-                        devices=device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid)))
+    trace = step_trace(
+        run.steps,
+        run.spans,
+        run.instants,
+        run.ops,
+        run.queues,
+        step_tid=step_tid,
+        step_lane=step_lane(run),
+        origin_unix_ns=origin_unix_ns,
+        step_source=step_source(run.info)[0],
+    )
+    analysis = Analysis(
+        run=run,
+        step_trace=trace,
+        op_type=op_type_table(run.ops),
+        op_detail=op_detail_table(run.ops),
+        devices=device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid)),
+    )
     if len(run.queues):
-        analysis.extra_json["queue_summary"] = queue_summary(run.queues, trace, step_tid=step_tid,
-                                                             origin_unix_ns=origin_unix_ns)
+        analysis.extra_json["queue_summary"] = queue_summary(
+            run.queues, trace, step_tid=step_tid, origin_unix_ns=origin_unix_ns
+        )
     analysis.extra_json["report"] = report(analysis, thresholds)
     return analysis
 
@@ -61,8 +77,10 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
     """The advisor's report_{rank}.json (after every other extra_json document: it reads the queue summary)."""
     config = a.run.info.get("config") if isinstance(a.run.info.get("config"), dict) else {}
     th = resolve_thresholds(config.get("advisor_thresholds"), thresholds)
-    return {"devices": device_records(a.devices),
-            **advise(RankData(a, th), Context(rank=a.run.rank, framework=framework_of(a.run.info), thresholds=th))}
+    return {
+        "devices": device_records(a.devices),
+        **advise(RankData(a, th), Context(rank=a.run.rank, framework=framework_of(a.run.info), thresholds=th)),
+    }
 
 
 class RankData:
@@ -141,9 +159,19 @@ def device_records(devices: pd.DataFrame) -> list[dict[str, Any]]:
     """report_{rank}.json's "devices": one object per device (formats.DEVICE_TIME_COLUMNS), times to
     the ns (6 decimals of ms, as the CSVs) and shares to 0.0001 point, null where a value does not apply."""
     digits = {c: 6 if c.endswith("_ms") else 4 for c in devices.columns if c.endswith(("_ms", "_pct"))}
-    return [{key: (None if value is None or (isinstance(value, float) and math.isnan(value)) else
-                   round(float(value), digits[key]) if key in digits else value)
-             for key, value in row.items()} for row in devices.to_dict("records")]
+    return [
+        {
+            key: (
+                None
+                if value is None or (isinstance(value, float) and math.isnan(value))
+                else round(float(value), digits[key])
+                if key in digits
+                else value
+            )
+            for key, value in row.items()
+        }
+        for row in devices.to_dict("records")
+    ]
 
 
 def recording_losses(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,7 +188,9 @@ def memory_limits(info: Mapping[str, Any]) -> dict[str, float]:
     if isinstance(host.get("memory_limit_bytes"), (int, float)):
         out["host|host"] = float(host["memory_limit_bytes"])
     nvml = sources.get("nvml") if isinstance(sources.get("nvml"), Mapping) else {}
-    for device, total in (nvml.get("memory_total_bytes") or {}).items() if isinstance(nvml.get("memory_total_bytes"), Mapping) else ():
+    for device, total in (
+        (nvml.get("memory_total_bytes") or {}).items() if isinstance(nvml.get("memory_total_bytes"), Mapping) else ()
+    ):
         if isinstance(total, (int, float)):
             out[f"nvml|{device}"] = float(total)
     return out

@@ -7,6 +7,7 @@ points, hooks), marks (`mark("fp_start")`), forward / backward phases (all `mark
 inferred from the ops and spans recorded on the stepping thread inside the step (`inferred`);
 with none of these they are `missing` and the split puts everything into fp_bp.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,16 +17,14 @@ from profiler.analysis.device_time import busy_in_windows, comm_in_windows
 from profiler.formats import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
 from profiler.kernels.intervals import assign_steps, covered_ns, union
 
-GAP_PHASES = ("data",)                              # host work that belongs to the iteration gap
+GAP_PHASES = ("data",)  # host work that belongs to the iteration gap
 TAIL_PHASES = ("tail", "optimizer", "all_reduce")  # work after the last backward compute
 #: torch.profiler's own range around each DataLoader fetch ("enumerate(DataLoader)#_SingleProcess
 #: DataLoaderIter.__next__"): measured data wait, like profview's `data` phase.
 TORCH_DATA_SPAN = "enumerate(DataLoader)#"
 
 
-
-def per_step(times: np.ndarray, values: np.ndarray, steps: pd.DataFrame, how: str,
-             missing: int = -1) -> np.ndarray:
+def per_step(times: np.ndarray, values: np.ndarray, steps: pd.DataFrame, how: str, missing: int = -1) -> np.ndarray:
     """Per step (in `steps` order), `how` ("min" / "max" / "sum") of the values whose times fall
     inside it; `missing` for steps with none."""
     return reduce_per_step(step_positions(assign_steps(times, steps), steps), values, len(steps), how, missing)
@@ -38,8 +37,11 @@ def reduce_per_step(pos: np.ndarray, values: np.ndarray, n_steps: int, how: str,
     pos = pos if every else pos[ok]
     values = np.asarray(values, dtype=np.int64)
     values = values if every else values[ok]
-    ufunc, neutral = {"min": (np.minimum, np.iinfo(np.int64).max), "max": (np.maximum, np.iinfo(np.int64).min),
-                      "sum": (np.add, 0)}[how]
+    ufunc, neutral = {
+        "min": (np.minimum, np.iinfo(np.int64).max),
+        "max": (np.maximum, np.iinfo(np.int64).min),
+        "sum": (np.add, 0),
+    }[how]
     out = np.full(n_steps, neutral, dtype=np.int64)
     ufunc.at(out, pos, values)
     seen = np.bincount(pos, minlength=n_steps) > 0
@@ -49,13 +51,15 @@ def reduce_per_step(pos: np.ndarray, values: np.ndarray, n_steps: int, how: str,
 def step_positions(step_numbers: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     """Row of each step number in `steps` (-1 for -1 or unknown numbers)."""
     nums = steps["step"].to_numpy(dtype=np.int64)
-    if len(nums) and bool(np.all(np.diff(nums) == 1)):       # consecutive numbers: plain arithmetic
+    if len(nums) and bool(np.all(np.diff(nums) == 1)):  # consecutive numbers: plain arithmetic
         pos = step_numbers - nums[0]
         return np.where((step_numbers >= 0) & (pos < len(nums)) & (pos >= 0), pos, -1)
     return pd.Index(nums).get_indexer(step_numbers)
 
 
-def marked_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def marked_boundaries(
+    steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray]:
     """fp start / bp end per step from the source, marks and forward / backward phases (-1 when none)."""
     fp = steps["fp_start_ns"].to_numpy().copy()
     bp = steps["bp_end_ns"].to_numpy().copy()
@@ -66,8 +70,10 @@ def marked_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.Dat
     bp_marks = marks.loc[marks["name"] == "bp_end", "time_ns"].to_numpy()
     fwd_start = fwd["start_ns"].to_numpy()
     fp_mark = _combine_min(per_step(fp_marks, fp_marks, steps, "min"), per_step(fwd_start, fwd_start, steps, "min"))
-    bp_mark = np.maximum(per_step(bp_marks, bp_marks, steps, "max"),
-                         per_step(bwd["start_ns"].to_numpy(), (bwd["start_ns"] + bwd["dur_ns"]).to_numpy(), steps, "max"))
+    bp_mark = np.maximum(
+        per_step(bp_marks, bp_marks, steps, "max"),
+        per_step(bwd["start_ns"].to_numpy(), (bwd["start_ns"] + bwd["dur_ns"]).to_numpy(), steps, "max"),
+    )
     fp = np.where(fp >= 0, fp, fp_mark)
     bp = np.where(bp >= 0, bp, bp_mark)
     return fp, bp
@@ -80,10 +86,14 @@ def _combine_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(m == big, -1, m)
 
 
-def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFrame,
-                        step_lane: str = "", step_tid: int = -1,
-                        data_wait: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64)),
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def inferred_boundaries(
+    steps: pd.DataFrame,
+    spans: pd.DataFrame,
+    ops: pd.DataFrame,
+    step_lane: str = "",
+    step_tid: int = -1,
+    data_wait: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64)),
+) -> tuple[np.ndarray, np.ndarray]:
     """fp start / bp end per step from the compute recorded inside it (-1 when there is none).
 
     Compute = ops that do not start while the loop waits for data (`data_wait` intervals: the ops
@@ -101,10 +111,10 @@ def inferred_boundaries(steps: pd.DataFrame, spans: pd.DataFrame, ops: pd.DataFr
     fp = bp = np.full(len(steps), -1, dtype=np.int64)
     for start, dur in (_start_dur(compute), _host_op_start_dur(ops, step_lane)):
         pos = step_positions(assign_steps(start, steps), steps)
-        pos[_inside(start, *data_wait)] = -1                 # collating a batch: gap work
+        pos[_inside(start, *data_wait)] = -1  # collating a batch: gap work
         fp = _combine_min(fp, reduce_per_step(pos, start, len(steps), "min"))
         end = start + dur
-        pos[end > limit[pos]] = -1                           # ends after the step's tail began
+        pos[end > limit[pos]] = -1  # ends after the step's tail began
         bp = np.maximum(bp, reduce_per_step(pos, end, len(steps), "max"))
     return fp, bp
 
@@ -129,9 +139,17 @@ def _host_op_start_dur(ops: pd.DataFrame, step_lane: str) -> tuple[np.ndarray, n
     return (start, dur) if host.all() else (start[host], dur[host])
 
 
-def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame, ops: pd.DataFrame,
-               queues: pd.DataFrame, step_tid: int = -1, step_lane: str = "",
-               origin_unix_ns: int = 0, step_source: str = "marked") -> pd.DataFrame:
+def step_trace(
+    steps: pd.DataFrame,
+    spans: pd.DataFrame,
+    instants: pd.DataFrame,
+    ops: pd.DataFrame,
+    queues: pd.DataFrame,
+    step_tid: int = -1,
+    step_lane: str = "",
+    origin_unix_ns: int = 0,
+    step_source: str = "marked",
+) -> pd.DataFrame:
     """One row per step with the phases of DESIGN.md's step trace; gap + fp_bp + tail == total exactly.
 
     `step_source` says where the step boundaries come from (`marked`, `inferred`, `whole_run`:
@@ -152,43 +170,51 @@ def step_trace(steps: pd.DataFrame, spans: pd.DataFrame, instants: pd.DataFrame,
     gap_wait = covered_ns(dw_s, dw_e, start, fp)
     op_count = op_counts(ops, steps)
     ms = 1e-6
-    return pd.DataFrame({
-        "step": steps["step"].to_numpy(),
-        "start_ms": start * ms,
-        "iteration_gap_ms": (fp - start) * ms,
-        "fp_bp_ms": (bp - fp) * ms,
-        "tail_ms": (end - bp) * ms,
-        "total_ms": (end - start) * ms,
-        "all_reduce_ms": all_reduce * ms,
-        "all_reduce_overlap_ms": overlap * ms,
-        "data_wait_ms": wait * ms,
-        "gap_host_ms": (fp - start - gap_wait) * ms if measured_wait else np.full(len(steps), np.nan),
-        "op_count": op_count,
-        "profiler_overhead_ms": steps["overhead_ns"].to_numpy() * ms,
-        "start_unix_ns": start + origin_unix_ns,
-        "fp_start_unix_ns": fp + origin_unix_ns,
-        "bp_end_unix_ns": bp + origin_unix_ns,
-        "end_unix_ns": end + origin_unix_ns,
-        "fp_start_source": fp_src,
-        "bp_end_source": bp_src,
-        "step_source": np.full(len(steps), step_source, dtype=object),
-        **device_columns(ops, start, end, op_count),
-    }, columns=STEP_TRACE_COLUMNS)
+    return pd.DataFrame(
+        {
+            "step": steps["step"].to_numpy(),
+            "start_ms": start * ms,
+            "iteration_gap_ms": (fp - start) * ms,
+            "fp_bp_ms": (bp - fp) * ms,
+            "tail_ms": (end - bp) * ms,
+            "total_ms": (end - start) * ms,
+            "all_reduce_ms": all_reduce * ms,
+            "all_reduce_overlap_ms": overlap * ms,
+            "data_wait_ms": wait * ms,
+            "gap_host_ms": (fp - start - gap_wait) * ms if measured_wait else np.full(len(steps), np.nan),
+            "op_count": op_count,
+            "profiler_overhead_ms": steps["overhead_ns"].to_numpy() * ms,
+            "start_unix_ns": start + origin_unix_ns,
+            "fp_start_unix_ns": fp + origin_unix_ns,
+            "bp_end_unix_ns": bp + origin_unix_ns,
+            "end_unix_ns": end + origin_unix_ns,
+            "fp_start_source": fp_src,
+            "bp_end_source": bp_src,
+            "step_source": np.full(len(steps), step_source, dtype=object),
+            **device_columns(ops, start, end, op_count),
+        },
+        columns=STEP_TRACE_COLUMNS,
+    )
 
 
-def device_columns(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray, op_count: np.ndarray) -> dict[str, np.ndarray]:
+def device_columns(
+    ops: pd.DataFrame, start: np.ndarray, end: np.ndarray, op_count: np.ndarray
+) -> dict[str, np.ndarray]:
     """device_busy_ms / device_idle_ms per step: how long any device executed something in the step,
     and the rest of the step. NaN (an empty cell) for steps without device data: no device in the
     run, no op captured in the step, or the step outside the devices' recorded time."""
     busy, recorded = busy_in_windows(ops, start, end)
     has_data = recorded & (op_count > 0)
     ms = 1e-6
-    return {DEVICE_BUSY[0]: np.where(has_data, busy * ms, np.nan),
-            DEVICE_IDLE[0]: np.where(has_data, (end - start - busy) * ms, np.nan)}
+    return {
+        DEVICE_BUSY[0]: np.where(has_data, busy * ms, np.nan),
+        DEVICE_IDLE[0]: np.where(has_data, (end - start - busy) * ms, np.nan),
+    }
 
 
-def all_reduce_columns(spans: pd.DataFrame, ops: pd.DataFrame, start: np.ndarray, end: np.ndarray,
-                       fp: np.ndarray, bp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def all_reduce_columns(
+    spans: pd.DataFrame, ops: pd.DataFrame, start: np.ndarray, end: np.ndarray, fp: np.ndarray, bp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """all_reduce / all_reduce_overlap (ns) per step. In a step where communication kernels ran on a
     device: their union in the step, and the part of it during which compute kernels ran too (the
     kernel-level overlap of HTA's get_comm_comp_overlap). Elsewhere, from the host: the union of
@@ -214,7 +240,7 @@ def is_data_wait(spans: pd.DataFrame) -> np.ndarray:
     """Spans that are data waits: `data` phases (each fetch of a ProfiledDataLoader, or the user's
     own) and torch.profiler's DataLoader ranges (TORCH_DATA_SPAN) of imported or captured traces."""
     names = spans["name"]
-    if isinstance(names.dtype, pd.CategoricalDtype):      # recordings: millions of spans, few names
+    if isinstance(names.dtype, pd.CategoricalDtype):  # recordings: millions of spans, few names
         torch_data = np.append(names.cat.categories.astype(str).str.startswith(TORCH_DATA_SPAN), False)
         torch_data = torch_data[names.cat.codes.to_numpy()]
     else:

@@ -7,11 +7,13 @@ same phases and ops of a Python loop) in the same order, so the sequence of name
 thread's phases, a host thread's or a device stream's ops) repeats once per iteration. Steps are
 cut where that repeating unit begins; only when no lane repeats is the run one step (whole_run).
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -25,16 +27,16 @@ from profiler.model import NATIVE_ORIGIN, STEP_COLUMNS, Run, RunInfo, data_origi
 #: Where a run's step boundaries come from (step_trace's step_source column).
 MARKED, INFERRED, WHOLE_RUN = "marked", "inferred", "whole_run"
 
-MIN_FULL_PERIODS = 2          # full repetitions between anchors needed to call a sequence periodic (3 anchors)
-REGULAR_SHARE = 0.75          # a name is regular when it occurs the same number of times in this share of periods
-MIN_REGULAR_LAUNCHES = 0.6    # share of a period's launches that must be of regular names for the period to count
-MIN_REGULAR_FREQUENT = 0.6    # ... and share of its frequent names that must be regular
-FREQUENT_SHARE = 0.25         # a name is frequent when it occurs in this share of the compared periods
-CANDIDATE_COUNTS = 8          # occurrence counts tried as the number of iterations (the most common ones)
-CANDIDATE_ANCHORS = 64        # names of one count compared for even spacing
-EVALUATED_PERIODS = 200       # periods whose contents are compared (evenly spread over the run)
-GAP_DOMINANCE = 2.0           # the idle gap before the boundary is at least this many times the next one ...
-GAP_MIN_SHARE = 0.002         # ... and at least this share of the period's duration (and GAP_MIN_NS)
+MIN_FULL_PERIODS = 2  # full repetitions between anchors needed to call a sequence periodic (3 anchors)
+REGULAR_SHARE = 0.75  # a name is regular when it occurs the same number of times in this share of periods
+MIN_REGULAR_LAUNCHES = 0.6  # share of a period's launches that must be of regular names for the period to count
+MIN_REGULAR_FREQUENT = 0.6  # ... and share of its frequent names that must be regular
+FREQUENT_SHARE = 0.25  # a name is frequent when it occurs in this share of the compared periods
+CANDIDATE_COUNTS = 8  # occurrence counts tried as the number of iterations (the most common ones)
+CANDIDATE_ANCHORS = 64  # names of one count compared for even spacing
+EVALUATED_PERIODS = 200  # periods whose contents are compared (evenly spread over the run)
+GAP_DOMINANCE = 2.0  # the idle gap before the boundary is at least this many times the next one ...
+GAP_MIN_SHARE = 0.002  # ... and at least this share of the period's duration (and GAP_MIN_NS)
 GAP_MIN_NS = 20_000
 _NO_TIME = np.iinfo(np.int64).min
 
@@ -48,28 +50,28 @@ class Lane:
     """One launch sequence, in start order: a host thread's phases, spans and ops (merged), a device
     stream's ops, or the ops of a host stream that is no known thread."""
 
-    label: str                    # "thread MainThread", "cuda:0 stream 7"
-    kind: str                     # phases (a thread with phases) | host | device | spans (a thread with spans only)
-    codes: np.ndarray             # int32 name code per launch
-    names: np.ndarray             # name of each code
-    is_op: np.ndarray             # per code: an op name (else a phase / span name)
-    is_phase: np.ndarray          # per code: a phase name
-    role: np.ndarray              # per code: "" | "gap" | "forward" | "end" (names_role)
+    label: str  # "thread MainThread", "cuda:0 stream 7"
+    kind: str  # phases (a thread with phases) | host | device | spans (a thread with spans only)
+    codes: np.ndarray  # int32 name code per launch
+    names: np.ndarray  # name of each code
+    is_op: np.ndarray  # per code: an op name (else a phase / span name)
+    is_phase: np.ndarray  # per code: a phase name
+    role: np.ndarray  # per code: "" | "gap" | "forward" | "end" (names_role)
     start_ns: np.ndarray
     end_ns: np.ndarray
-    tid: int = -1                 # profview thread index, when the lane is a thread
+    tid: int = -1  # profview thread index, when the lane is a thread
 
 
 @dataclass(frozen=True)
 class Period:
     """A lane's repeating unit, found from a name that occurs once per repetition (the anchor)."""
 
-    anchor: int                   # code of the anchor name
-    repetitions: int              # anchor occurrences
-    launches: int                 # median launches from one anchor to the next
-    per_period: np.ndarray        # per code: occurrences per period (0: irregular)
-    regular_share: float          # share of the compared periods' launches that are of regular names
-    regular_frequent: float       # share of the frequent names (in FREQUENT_SHARE of the periods) that are regular
+    anchor: int  # code of the anchor name
+    repetitions: int  # anchor occurrences
+    launches: int  # median launches from one anchor to the next
+    per_period: np.ndarray  # per code: occurrences per period (0: irregular)
+    regular_share: float  # share of the compared periods' launches that are of regular names
+    regular_frequent: float  # share of the frequent names (in FREQUENT_SHARE of the periods) that are regular
 
     @property
     def regular_names(self) -> int:
@@ -81,32 +83,38 @@ class Boundary:
     """The name that begins each iteration, and the rule that chose it."""
 
     code: int
-    rule: str                     # "after the optimizer step" | "forward" | "longest idle gap" | "sequence start"
+    rule: str  # "after the optimizer step" | "forward" | "longest idle gap" | "sequence start"
 
 
 @dataclass(frozen=True)
 class StepInference:
     """Where a run's steps come from when its data marks none: report / profiler_info material."""
 
-    source: str                   # inferred | whole_run
-    note: str                     # one sentence for the report, the Overview and --summary
+    source: str  # inferred | whole_run
+    note: str  # one sentence for the report, the Overview and --summary
     lane: str = ""
-    period: int = 0               # launches per iteration on the lane
-    composition: str = ""         # what a period holds: "43 ops", "4 phases", "42 spans + 4208 ops"
+    period: int = 0  # launches per iteration on the lane
+    composition: str = ""  # what a period holds: "43 ops", "4 phases", "42 spans + 4208 ops"
     steps: int = 0
-    boundary: str = ""            # the name each iteration begins with
+    boundary: str = ""  # the name each iteration begins with
     rule: str = ""
-    partial_first: bool = False   # step 0 holds less than 90 % of a period's regular work
-    partial_last: bool = False    # so does the last step
-    reason: str = ""              # whole_run: why no period was found
+    partial_first: bool = False  # step 0 holds less than 90 % of a period's regular work
+    partial_last: bool = False  # so does the last step
+    reason: str = ""  # whole_run: why no period was found
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source, "note": self.note}
         if self.source == INFERRED:
-            out.update(lane=self.lane, period=self.period, period_holds=self.composition, steps=self.steps,
-                       boundary=self.boundary,
-                       boundary_rule=self.rule, partial_first_step=self.partial_first,
-                       partial_last_step=self.partial_last)
+            out.update(
+                lane=self.lane,
+                period=self.period,
+                period_holds=self.composition,
+                steps=self.steps,
+                boundary=self.boundary,
+                boundary_rule=self.rule,
+                partial_first_step=self.partial_first,
+                partial_last_step=self.partial_last,
+            )
         else:
             out["reason"] = self.reason
         return out
@@ -143,15 +151,15 @@ def evenest_anchors(codes: np.ndarray, counts: np.ndarray, tried: list[int]) -> 
     finds the occurrences of every candidate name; a radix sort groups them by name."""
     names = [np.flatnonzero(counts == c)[:CANDIDATE_ANCHORS] for c in tried]
     every = np.concatenate(names)
-    rank = np.full(len(counts), -1, dtype=np.int16)       # <= 8 x 64 names
+    rank = np.full(len(counts), -1, dtype=np.int16)  # <= 8 x 64 names
     rank[every] = np.arange(len(every))
     of = rank[codes]
     at = np.flatnonzero(of >= 0)
-    at = at[np.argsort(of[at], kind="stable")]            # grouped by name, positions ascending
+    at = at[np.argsort(of[at], kind="stable")]  # grouped by name, positions ascending
     del of
     out, offset = [], 0
     for count, group in zip(tried, names):
-        rows = at[offset:offset + len(group) * count].reshape(len(group), count)
+        rows = at[offset : offset + len(group) * count].reshape(len(group), count)
         offset += len(group) * count
         gaps = np.diff(rows, axis=1)
         spread = (gaps.max(axis=1) - gaps.min(axis=1)) / np.maximum(np.median(gaps, axis=1), 1)
@@ -190,14 +198,19 @@ def period_contents(codes: np.ndarray, n_codes: int, anchor: int, at: Optional[n
     agree = (table == typical[:, None]).sum(axis=1)
     regular = (typical >= 1) & (agree >= REGULAR_SHARE * shown)
     frequent = (table > 0).sum(axis=1) >= FREQUENT_SHARE * shown
-    return Period(anchor=anchor, repetitions=len(at), launches=int(np.median(np.diff(at))),
-                  per_period=np.where(regular, typical, 0),
-                  regular_share=float(table[regular].sum()) / max(len(idx), 1),
-                  regular_frequent=float((regular & frequent).sum()) / max(int(frequent.sum()), 1))
+    return Period(
+        anchor=anchor,
+        repetitions=len(at),
+        launches=int(np.median(np.diff(at))),
+        per_period=np.where(regular, typical, 0),
+        regular_share=float(table[regular].sum()) / max(len(idx), 1),
+        regular_frequent=float((regular & frequent).sum()) / max(int(frequent.sum()), 1),
+    )
 
 
-def find_period(codes: np.ndarray, n_codes: int, loop_names: Optional[np.ndarray] = None
-                ) -> tuple[Optional[Period], str]:
+def find_period(
+    codes: np.ndarray, n_codes: int, loop_names: Optional[np.ndarray] = None
+) -> tuple[Optional[Period], str]:
     """The repeating unit of a name sequence, or None and why there is none.
 
     Each of the commonest occurrence counts proposes its most evenly spaced name as the anchor; a
@@ -218,19 +231,27 @@ def find_period(codes: np.ndarray, n_codes: int, loop_names: Optional[np.ndarray
     tried = candidate_counts(counts)
     if not tried:
         return None, f"no name occurs {MIN_FULL_PERIODS + 1} times or more"
-    found = [p for p in (period_contents(codes, n_codes, anchor, at) for anchor, at in evenest_anchors(codes, counts, tried))
-             if p is not None]
-    regular = [p for p in found if p.regular_share >= MIN_REGULAR_LAUNCHES and p.regular_frequent >= MIN_REGULAR_FREQUENT]
+    found = [
+        p
+        for p in (period_contents(codes, n_codes, anchor, at) for anchor, at in evenest_anchors(codes, counts, tried))
+        if p is not None
+    ]
+    regular = [
+        p for p in found if p.regular_share >= MIN_REGULAR_LAUNCHES and p.regular_frequent >= MIN_REGULAR_FREQUENT
+    ]
     valid = [p for p in regular if p.regular_names >= 2]
     if not valid:
         if regular:
             return None, "only one name repeats regularly (it may run several times an iteration)"
         best = max(found, key=lambda p: min(p.regular_share, p.regular_frequent), default=None)
         share = min(best.regular_share, best.regular_frequent) if best is not None else 0.0
-        return None, (f"no repeating unit: at best {100 * share:.0f} % of the launches (and of the frequent names) "
-                      f"are of names that occur the same number of times in each repetition")
-    loop = (np.zeros(n_codes, dtype=bool) if loop_names is None else np.asarray(loop_names, dtype=bool)) & \
-        (counts > MIN_FULL_PERIODS)
+        return None, (
+            f"no repeating unit: at best {100 * share:.0f} % of the launches (and of the frequent names) "
+            f"are of names that occur the same number of times in each repetition"
+        )
+    loop = (np.zeros(n_codes, dtype=bool) if loop_names is None else np.asarray(loop_names, dtype=bool)) & (
+        counts > MIN_FULL_PERIODS
+    )
     return min(valid, key=lambda p: (-int((p.per_period[loop] > 0).sum()), -p.repetitions)), ""
 
 
@@ -267,10 +288,15 @@ def names_role(names: np.ndarray, is_op: np.ndarray) -> np.ndarray:
     """
     text = pd.Series(names, dtype=object).astype(str)
     word = text.str.strip("# ").str.lower()
-    role = np.select([word.isin(GAP_PHASES).to_numpy() | text.str.startswith("enumerate(DataLoader)#").to_numpy(),
-                      word.eq("forward").to_numpy() | text.eq("DistributedDataParallel.forward").to_numpy(),
-                      word.isin(("optimizer", "tail")).to_numpy() | text.str.startswith("Optimizer.step#").to_numpy()],
-                     ["gap", "forward", "end"], "").astype(object)
+    role = np.select(
+        [
+            word.isin(GAP_PHASES).to_numpy() | text.str.startswith("enumerate(DataLoader)#").to_numpy(),
+            word.eq("forward").to_numpy() | text.eq("DistributedDataParallel.forward").to_numpy(),
+            word.isin(("optimizer", "tail")).to_numpy() | text.str.startswith("Optimizer.step#").to_numpy(),
+        ],
+        ["gap", "forward", "end"],
+        "",
+    ).astype(object)
     return np.where(is_op, "", role)
 
 
@@ -345,7 +371,7 @@ def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool,
     """Whether the first / last of the steps beginning at `starts` holds less than 90 % of the
     regular work of a period (a capture that began or ended inside an iteration)."""
     work = ((period.per_period > 0) & (lane.role != "gap"))[lane.codes]
-    at = np.searchsorted(lane.start_ns[work], starts, side="left")          # the lane is in start order
+    at = np.searchsorted(lane.start_ns[work], starts, side="left")  # the lane is in start order
     per_step = np.diff(np.append(at, int(work.sum())))
     full = float(period.per_period[lane.role != "gap"].sum())
     return bool(per_step[0] < 0.9 * full), bool(len(starts) > 1 and per_step[-1] < 0.9 * full)
@@ -354,7 +380,7 @@ def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool,
 def period_composition(lane: Lane, period: Period) -> str:
     """What one period holds on average, for sentences: "43 ops", "4 phases", "3 phases + 5 ops"."""
     at = np.flatnonzero(lane.codes == period.anchor)
-    inside = np.bincount(lane.codes[at[0]:at[-1]], minlength=len(lane.names))
+    inside = np.bincount(lane.codes[at[0] : at[-1]], minlength=len(lane.names))
     phases, ops = int(inside[lane.is_phase].sum()), int(inside[lane.is_op].sum())
     counts = {"phases": phases, "spans": int(inside.sum()) - phases - ops, "ops": ops}
     parts = [f"{round(n / (len(at) - 1))} {what}" for what, n in counts.items() if round(n / (len(at) - 1))]
@@ -385,13 +411,13 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
     s_phase = (spans["kind"] == "phase").to_numpy()
     o_start, o_dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     o_codes, o_names = name_codes(ops["name"])
-    o_codes += len(s_names)                                # one code space: span names, then op names
+    o_codes += len(s_names)  # one code space: span names, then op names
     device, devices = name_codes(ops["device"])
     stream, streams = name_codes(ops["stream"])
     width = max(len(streams), 1)
     o_lane = device
     o_lane *= width
-    o_lane += stream                                       # (device, stream) of each op, in place
+    o_lane += stream  # (device, stream) of each op, in place
     del device, stream
     n_lanes = len(devices) * width
     size = np.bincount(o_lane, minlength=n_lanes)
@@ -399,8 +425,9 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
     np.minimum.at(first_op, o_lane, o_start)
     present = np.flatnonzero(size)
     lane_host = np.array([str(devices[k // width]) == "cpu" for k in present], dtype=bool)
-    lane_tid = np.array([tid_of.get(str(streams[k % width]), -1) if h else -1 for k, h in zip(present, lane_host)],
-                        dtype=np.int64)
+    lane_tid = np.array(
+        [tid_of.get(str(streams[k % width]), -1) if h else -1 for k, h in zip(present, lane_host)], dtype=np.int64
+    )
     names = np.concatenate([s_names, o_names])
     is_op = np.concatenate([np.zeros(len(s_names), dtype=bool), np.ones(len(o_names), dtype=bool)])
     is_phase = np.zeros(len(names), dtype=bool)
@@ -410,42 +437,57 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
     def merged(label: str, kind: str, span_rows: np.ndarray, lanes: np.ndarray, tid: int) -> Lane:
         wanted = np.zeros(n_lanes, dtype=bool)
         wanted[lanes] = True
-        if int(size[lanes].sum()) == len(o_lane):          # every op: no copy
+        if int(size[lanes].sum()) == len(o_lane):  # every op: no copy
             codes, start, dur = o_codes, o_start, o_dur
         else:
-            op_rows = np.flatnonzero(wanted[o_lane])       # a lookup: np.isin would sort the column
+            op_rows = np.flatnonzero(wanted[o_lane])  # a lookup: np.isin would sort the column
             codes, start, dur = o_codes[op_rows], o_start[op_rows], o_dur[op_rows]
         if len(span_rows):
             codes = np.concatenate([s_codes[span_rows], codes])
             start = np.concatenate([s_start[span_rows], start])
             dur = np.concatenate([s_dur[span_rows], dur])
         if len(start) > 1 and bool((np.diff(start) < 0).any()):
-            order = np.argsort(start, kind="stable")          # spans first on ties: they enclose
+            order = np.argsort(start, kind="stable")  # spans first on ties: they enclose
             codes, start, dur = codes[order], start[order], dur[order]
         return Lane(label, kind, codes, names, is_op, is_phase, role, start, start + dur, tid)
 
-    first = pd.concat([pd.Series(s_start).groupby(s_tid).min(),
-                       pd.Series(first_op[present][lane_tid >= 0], index=lane_tid[lane_tid >= 0])])
+    first = pd.concat(
+        [
+            pd.Series(s_start).groupby(s_tid).min(),
+            pd.Series(first_op[present][lane_tid >= 0], index=lane_tid[lane_tid >= 0]),
+        ]
+    )
     first = first.groupby(level=0).min().sort_values(kind="stable")
     with_phases = set(np.unique(s_tid[s_phase]).tolist())
     with_ops = set(lane_tid[lane_tid >= 0].tolist())
     order = [t for t in first.index if t in with_phases] + [t for t in first.index if t in with_ops - with_phases]
     for tid in order:
-        yield merged(_thread_label(thread.get(tid, str(tid))), "phases" if tid in with_phases else "host",
-                     np.flatnonzero(s_tid == tid), present[lane_tid == tid], tid)
+        yield merged(
+            _thread_label(thread.get(tid, str(tid))),
+            "phases" if tid in with_phases else "host",
+            np.flatnonzero(s_tid == tid),
+            present[lane_tid == tid],
+            tid,
+        )
     others = pd.DataFrame({"lane": present, "host": lane_host, "first": first_op[present], "size": size[present]})
     others = others[others["lane"].isin(present[lane_tid < 0])]
-    for kind, rows in (("host", others[others["host"]].sort_values("first", kind="stable")),
-                       ("device", others[~others["host"]].sort_values(["size", "first"], ascending=[False, True],
-                                                                       kind="stable"))):
+    for kind, rows in (
+        ("host", others[others["host"]].sort_values("first", kind="stable")),
+        ("device", others[~others["host"]].sort_values(["size", "first"], ascending=[False, True], kind="stable")),
+    ):
         for key in rows["lane"].tolist():
             dev, name = devices[key // width], streams[key % width]
             label = f"{dev} thread {name}" if kind == "host" else f"{dev} stream {name}"
             yield merged(label, kind, np.empty(0, dtype=np.int64), np.array([key]), -1)
     for tid in first.index:
         if tid not in with_phases and tid not in with_ops:
-            yield merged(_thread_label(thread.get(tid, str(tid))), "spans", np.flatnonzero(s_tid == tid),
-                         np.empty(0, dtype=np.int64), tid)
+            yield merged(
+                _thread_label(thread.get(tid, str(tid))),
+                "spans",
+                np.flatnonzero(s_tid == tid),
+                np.empty(0, dtype=np.int64),
+                tid,
+            )
 
 
 def _thread_label(name: str) -> str:
@@ -461,8 +503,13 @@ def _thread_names(threads: pd.DataFrame) -> dict[int, str]:
 
 def capture_extent(run: Run) -> Optional[tuple[int, int]]:
     """The first and last time of anything recorded (span / op starts and ends, instants), or None."""
-    times = [run.spans["start_ns"], run.spans["start_ns"] + run.spans["dur_ns"],
-             run.ops["start_ns"], run.ops["start_ns"] + run.ops["dur_ns"], run.instants["time_ns"]]
+    times = [
+        run.spans["start_ns"],
+        run.spans["start_ns"] + run.spans["dur_ns"],
+        run.ops["start_ns"],
+        run.ops["start_ns"] + run.ops["dur_ns"],
+        run.instants["time_ns"],
+    ]
     present = [np.asarray(t, dtype=np.int64) for t in times if len(t)]
     if not present:
         return None
@@ -473,8 +520,16 @@ def steps_from_starts(starts: np.ndarray, end_ns: int) -> pd.DataFrame:
     """Steps 0..n-1 from their start times (ascending); each ends where the next begins, the last at `end_ns`."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.append(starts[1:], end_ns)
-    return pd.DataFrame({"step": np.arange(len(starts), dtype=np.int64), "start_ns": starts, "end_ns": ends,
-                         "fp_start_ns": -1, "bp_end_ns": -1, "overhead_ns": 0})[list(STEP_COLUMNS)]
+    return pd.DataFrame(
+        {
+            "step": np.arange(len(starts), dtype=np.int64),
+            "start_ns": starts,
+            "end_ns": ends,
+            "fp_start_ns": -1,
+            "bp_end_ns": -1,
+            "overhead_ns": 0,
+        }
+    )[list(STEP_COLUMNS)]
 
 
 def infer_steps(run: Run, extent: tuple[int, int]) -> tuple[Optional[pd.DataFrame], StepInference, Optional[Lane]]:
@@ -502,10 +557,18 @@ def infer_steps(run: Run, extent: tuple[int, int]) -> tuple[Optional[pd.DataFram
             reasons.append(f"{lane.label}: its iterations do not begin inside the capture")
             continue
         first, last = partial_edges(lane, period, starts)
-        inference = StepInference(INFERRED, "", lane=lane.label, period=period.launches, steps=len(starts),
-                                  composition=period_composition(lane, period),
-                                  boundary=str(lane.names[boundary.code]), rule=boundary.rule,
-                                  partial_first=first, partial_last=last)
+        inference = StepInference(
+            INFERRED,
+            "",
+            lane=lane.label,
+            period=period.launches,
+            steps=len(starts),
+            composition=period_composition(lane, period),
+            boundary=str(lane.names[boundary.code]),
+            rule=boundary.rule,
+            partial_first=first,
+            partial_last=last,
+        )
         return steps_from_starts(starts, extent[1]), inference_with_note(inference, run.info), lane
     more = f" (and {len(reasons) - 1} other lane(s) without a period)" if len(reasons) > 1 else ""
     return None, StepInference(WHOLE_RUN, "", reason=(reasons[0] + more) if reasons else "nothing was launched"), None
@@ -517,12 +580,17 @@ def inference_with_note(inference: StepInference, info: RunInfo) -> StepInferenc
     if inference.source == WHOLE_RUN:
         note = f"one step spans the whole capture ({inference.reason}); {advice}"
     else:
-        what = "op launch sequence" if inference.composition.endswith(" ops") and "+" not in inference.composition \
+        what = (
+            "op launch sequence"
+            if inference.composition.endswith(" ops") and "+" not in inference.composition
             else "launch sequence"
+        )
         edges = [e for e, on in (("first", inference.partial_first), ("last", inference.partial_last)) if on]
         partial = f", the {' and '.join(edges)} one{'s' if len(edges) > 1 else ''} partial" if edges else ""
-        note = (f"steps inferred from the {what} ({inference.lane}): period {inference.composition}, "
-                f"{inference.steps} steps{partial}; {advice}")
+        note = (
+            f"steps inferred from the {what} ({inference.lane}): period {inference.composition}, "
+            f"{inference.steps} steps{partial}; {advice}"
+        )
     return StepInference(**{**inference.__dict__, "note": note})
 
 
@@ -548,26 +616,35 @@ def ensure_steps(run: Run) -> Run:
         return run
     extent = capture_extent(run)
     if extent is None:
-        raise ProfviewError("nothing was recorded: no step, span or op (call profiler.step() at the end of "
-                            "each iteration and mark phases with profiler.phase())")
+        raise ProfviewError(
+            "nothing was recorded: no step, span or op (call profiler.step() at the end of "
+            "each iteration and mark phases with profiler.phase())"
+        )
     origin = data_origin(run.info)
     steps, inference, lane = infer_steps(run, extent)
     if steps is None:
         inference = inference_with_note(inference, run.info)
         steps = steps_from_starts(np.array([extent[0]]), extent[1])
         if origin == NATIVE_ORIGIN:
-            message = (f"no profiler.step() call was recorded: the whole recording is analysed as one step "
-                       f"(no repeating launch sequence to infer steps from: {inference.reason}; call "
-                       f"profiler.step() at the end of each iteration for a per-step breakdown)")
+            message = (
+                f"no profiler.step() call was recorded: the whole recording is analysed as one step "
+                f"(no repeating launch sequence to infer steps from: {inference.reason}; call "
+                f"profiler.step() at the end of each iteration for a per-step breakdown)"
+            )
         else:
-            message = (f"the {origin} capture has no step markers: it is analysed as one step spanning the "
-                       f"whole capture (no repeating launch sequence to infer steps from: {inference.reason})")
+            message = (
+                f"the {origin} capture has no step markers: it is analysed as one step spanning the "
+                f"whole capture (no repeating launch sequence to infer steps from: {inference.reason})"
+            )
     else:
-        lead = ("no profiler.step() call was recorded" if origin == NATIVE_ORIGIN
-                else f"the {origin} capture has no step markers")
+        lead = (
+            "no profiler.step() call was recorded"
+            if origin == NATIVE_ORIGIN
+            else f"the {origin} capture has no step markers"
+        )
         message = f"{lead}: {inference.note}"
         if origin == NATIVE_ORIGIN and lane is not None and lane.tid >= 0 and int(run.info.get("step_tid", -1)) < 0:
-            run.info["step_tid"] = lane.tid      # the loop's thread, as a step() call would have named it
+            run.info["step_tid"] = lane.tid  # the loop's thread, as a step() call would have named it
     warnings.warn(message, ProfilerUsageWarning, stacklevel=3)
     run.info.setdefault("warnings", []).append(message)
     run.info["step_boundaries"] = inference.to_json()

@@ -18,6 +18,7 @@ long as the loop runs. `sustained_growth` tells them apart with the rule docs/fo
 `counter_trend` is the slope alone for the live views, `None` until there are enough samples.
 Pure numpy, deterministic: long series use a fixed sample of the pairs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,10 +45,10 @@ RISE_SHARE = 0.25
 class Trend:
     """A counter's robust trend over a span of samples."""
 
-    slope_per_s: float        # Theil-Sen slope, counter units per second
-    grown: float              # slope x span: how much the trend grew the counter
-    spread: float             # robust spread of the values around the fitted line (1.4826 x MAD)
-    rising_bins: int          # times the median rose from one part of the span to the next (of BINS - 1)
+    slope_per_s: float  # Theil-Sen slope, counter units per second
+    grown: float  # slope x span: how much the trend grew the counter
+    spread: float  # robust spread of the values around the fitted line (1.4826 x MAD)
+    rising_bins: int  # times the median rose from one part of the span to the next (of BINS - 1)
     span_s: float
     points: int
 
@@ -97,7 +98,13 @@ def trend_of(t_ns: np.ndarray, values: np.ndarray) -> Optional[Trend]:
 def sustained_growth(t_ns: np.ndarray, values: np.ndarray, min_growth: float, min_span_s: float) -> Optional[Trend]:
     """The trend of a series when it grows for good (the module doc's rule), else None."""
     trend = trend_of(t_ns, values)
-    if (trend is None or trend.span_s < min_span_s or trend.slope_per_s <= 0 or trend.grown < min_growth
-            or trend.grown < NOISE_RATIO * trend.spread or trend.rising_bins < RISING_BINS):
+    if (
+        trend is None
+        or trend.span_s < min_span_s
+        or trend.slope_per_s <= 0
+        or trend.grown < min_growth
+        or trend.grown < NOISE_RATIO * trend.spread
+        or trend.rising_bins < RISING_BINS
+    ):
         return None
     return trend

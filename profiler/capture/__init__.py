@@ -2,6 +2,7 @@
 and op capture, collectives, MindSpore's profiler) and the queue probe. Each source records through the hot path and,
 after recording, merges what it left beside the raw store (capture/base.py, `Source.merge`);
 `registry.py` is where the analysis finds a recorded source's class."""
+
 from profiler.capture.base import Source
 from profiler.capture.distributed import Collectives
 from profiler.capture.host import HostCounters

@@ -9,6 +9,7 @@ device's log) or records samples of its own kind (collectives) turns them into t
 in its `merge`, which the analysis calls for every source the recording names: the names resolve
 to classes through `capture/registry.py`.
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from profiler.record.recorder import hot, now_ns
-from profiler.store.kinds import COUNTER
 from profiler.schedule import NEVER, Schedule
+from profiler.store.kinds import COUNTER
 
 if TYPE_CHECKING:
     from profiler.model import Run
@@ -38,17 +39,17 @@ class Host(Protocol):
 
     output_path: Path
     rank: int
-    active: bool                    # False on a rank the Profiler leaves out (`ranks=`): nothing records
+    active: bool  # False on a rank the Profiler leaves out (`ranks=`): nothing records
     schedule: Schedule
     flush_interval_s: float
-    sources: "list[Source]"
+    sources: list[Source]
 
     @property
     def step_num(self) -> int: ...
 
-    def add_source(self, source: "Source") -> None: ...
+    def add_source(self, source: Source) -> None: ...
 
-    def take_over_steps(self, source: "Source") -> Callable[[], None]: ...
+    def take_over_steps(self, source: Source) -> Callable[[], None]: ...
 
 
 class Source:
@@ -65,10 +66,10 @@ class Source:
         """Called once when the source joins a Profiler (its sources are all known by then), before
         start(). Raise to refuse the Profiler (the source is then not added)."""
 
-    def start(self, recorder: "Recorder") -> None:
+    def start(self, recorder: Recorder) -> None:
         """Called when recording starts."""
 
-    def on_step(self, step: int, action: "ProfilerAction") -> None:
+    def on_step(self, step: int, action: ProfilerAction) -> None:
         """Called by Profiler.step() with the number and action of the step that begins."""
 
     def quiet_until(self, step: int) -> int:
@@ -95,7 +96,7 @@ class Source:
         return name == cls.name
 
     @classmethod
-    def merge(cls, run: "Run", recording: "Recording") -> "Run":
+    def merge(cls, run: Run, recording: Recording) -> Run:
         """`run` with what this source recorded outside the event stream merged in. Default: nothing."""
         return run
 
@@ -112,7 +113,7 @@ class Sampler(Source):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._codes: dict[tuple[str, str], int] = {}
-        self._recorder: "Recorder | None" = None
+        self._recorder: Recorder | None = None
 
     def open(self) -> list[tuple[str, str]]:
         """Prepare reading; return the (device, metric) pairs this sampler produces. Raise to mark it absent."""
@@ -122,7 +123,7 @@ class Sampler(Source):
         """One reading: [(device, metric, value), ...]."""
         raise NotImplementedError
 
-    def start(self, recorder: "Recorder") -> None:
+    def start(self, recorder: Recorder) -> None:
         self._recorder = recorder
         try:
             pairs = self.open()
@@ -166,7 +167,7 @@ class Sampler(Source):
             try:
                 self._record_reading()
                 failures = 0
-            except Exception as exc:      # one failed reading is skipped; persistent failure stops the sampler
+            except Exception as exc:  # one failed reading is skipped; persistent failure stops the sampler
                 failures += 1
                 if failures >= 10:
                     self.status = f"absent: stopped after repeated read failures ({exc})"

@@ -22,6 +22,7 @@ is needed. `comm_tables` turns those samples into `comm` ops (the step trace's a
 and a `comm_bytes` counter series. Launch to completion is what the rank experienced: waiting for
 slower ranks included, which is how the cluster analysis measures the wait.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,12 +53,23 @@ COMM_STREAM = "collectives"
 #: op name of a DDP gradient bucket's all-reduce
 DDP_BUCKET = "all_reduce (DDP bucket)"
 #: torch.distributed functions wrapped by Collectives (those that exist in the installed torch)
-COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-               "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "reduce", "gather", "scatter",
-               "barrier")
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+)
 CLOCK_ROUNDS = 8
 
-_inside_hook = threading.local()    # a DDP bucket being timed: its inner dist.all_reduce is not timed twice
+_inside_hook = threading.local()  # a DDP bucket being timed: its inner dist.all_reduce is not timed twice
 
 
 # ---- rank detection -----------------------------------------------------------------------
@@ -146,12 +158,15 @@ def exchange_clock_offsets(rounds: int = CLOCK_ROUNDS) -> dict:
     all_stamps = np.stack([t.cpu().numpy() for t in everyone])
     offset, uncertainty, consistent = estimate_offsets(all_stamps)
     rank = dist.get_rank()
-    return {"offset_method": "all_gather_bounds" if consistent[rank] else "all_gather_min_rtt",
-            "offset_to_rank0_ns": int(offset[rank]), "offset_uncertainty_ns": int(uncertainty[rank]),
-            "offset_rounds": rounds}
+    return {
+        "offset_method": "all_gather_bounds" if consistent[rank] else "all_gather_min_rtt",
+        "offset_to_rank0_ns": int(offset[rank]),
+        "offset_uncertainty_ns": int(uncertainty[rank]),
+        "offset_rounds": rounds,
+    }
 
 
-_arrivals = itertools.count()     # one key per analyse() call: every rank makes the same calls
+_arrivals = itertools.count()  # one key per analyse() call: every rank makes the same calls
 
 
 def wait_for_ranks(timeout_s: float) -> bool:
@@ -177,14 +192,21 @@ def wait_for_ranks(timeout_s: float) -> bool:
         while arrived < world and time.monotonic() < deadline:
             time.sleep(0.02)
             arrived = store.add(key, 0)
-    except Exception as exc:        # the store lives on rank 0's host: it died with it
-        warnings.warn(f"profview: cannot reach the job's store to meet the other ranks ({exc}); "
-                      "run `profview analyse DIR` afterwards to merge the ranks", ProfilerUsageWarning, stacklevel=3)
+    except Exception as exc:  # the store lives on rank 0's host: it died with it
+        warnings.warn(
+            f"profview: cannot reach the job's store to meet the other ranks ({exc}); "
+            "run `profview analyse DIR` afterwards to merge the ranks",
+            ProfilerUsageWarning,
+            stacklevel=3,
+        )
         return False
     if arrived < world:
-        warnings.warn(f"profview: only {arrived} of {world} ranks reached analyse() within {timeout_s:g} s; "
-                      "the cluster files cover the ranks that wrote data (a rank may have died)",
-                      ProfilerUsageWarning, stacklevel=3)
+        warnings.warn(
+            f"profview: only {arrived} of {world} ranks reached analyse() within {timeout_s:g} s; "
+            "the cluster files cover the ranks that wrote data (a rank may have died)",
+            ProfilerUsageWarning,
+            stacklevel=3,
+        )
     return arrived >= world
 
 
@@ -202,10 +224,16 @@ def tensor_bytes(obj: Any) -> int:
 
 
 #: which argument of each collective is the payload this rank sends (position, keyword)
-_PAYLOAD_ARG = {"all_gather": (1, "tensor"), "all_gather_into_tensor": (1, "input_tensor"),
-                "reduce_scatter": (1, "input_list"), "reduce_scatter_tensor": (1, "input"),
-                "all_to_all": (1, "input_tensor_list"), "all_to_all_single": (1, "input"),
-                "scatter": (1, "scatter_list"), "barrier": (None, None)}
+_PAYLOAD_ARG = {
+    "all_gather": (1, "tensor"),
+    "all_gather_into_tensor": (1, "input_tensor"),
+    "reduce_scatter": (1, "input_list"),
+    "reduce_scatter_tensor": (1, "input"),
+    "all_to_all": (1, "input_tensor_list"),
+    "all_to_all_single": (1, "input"),
+    "scatter": (1, "scatter_list"),
+    "barrier": (None, None),
+}
 
 
 def payload_bytes(op: str, args: tuple, kwargs: dict) -> int:
@@ -230,16 +258,16 @@ class Collectives(Source):
     name = "collectives"
 
     @classmethod
-    def merge(cls, run: "Run", recording: "Recording") -> "Run":
+    def merge(cls, run: Run, recording: Recording) -> Run:
         """The recorded collectives become `comm` ops and a `comm_bytes` counter (with_collectives)."""
         return with_collectives(run, recording.tables)
 
     def __init__(self) -> None:
         super().__init__()
-        self._recorder: Optional["Recorder"] = None
+        self._recorder: Optional[Recorder] = None
         self._originals: dict[str, Callable] = {}
 
-    def start(self, recorder: "Recorder") -> None:
+    def start(self, recorder: Recorder) -> None:
         dist = initialised_dist()
         if dist is None:
             self.status = "absent: torch.distributed is not initialised"
@@ -293,12 +321,11 @@ def _future_of(work: Any) -> Any:
         return None
     try:
         return get_future()
-    except RuntimeError:    # backends without futures: the launch time is all we get
+    except RuntimeError:  # backends without futures: the launch time is all we get
         return None
 
 
-def instrument_ddp(model: Any, code_of: Callable[[], int], hook: Optional[Callable] = None,
-                   state: Any = None) -> bool:
+def instrument_ddp(model: Any, code_of: Callable[[], int], hook: Optional[Callable] = None, state: Any = None) -> bool:
     """Time every DDP gradient bucket's all-reduce through a communication hook (bytes = bucket size).
 
     `code_of()` gives the sample code of the bucket collective in the current recording (the
@@ -312,7 +339,7 @@ def instrument_ddp(model: Any, code_of: Callable[[], int], hook: Optional[Callab
 
     inner = hook or allreduce_hook
 
-    def timed_hook(hook_state, bucket):      # no annotations: DDP checks them against its own types
+    def timed_hook(hook_state, bucket):  # no annotations: DDP checks them against its own types
         t0 = now_ns()
         nbytes = tensor_bytes(bucket.buffer())
         _inside_hook.active = True
@@ -324,7 +351,7 @@ def instrument_ddp(model: Any, code_of: Callable[[], int], hook: Optional[Callab
 
     try:
         model.register_comm_hook(state, timed_hook)
-    except RuntimeError:        # "register_comm_hook can only be called once"
+    except RuntimeError:  # "register_comm_hook can only be called once"
         return False
     return True
 
@@ -343,7 +370,7 @@ def is_ddp(model: Any) -> bool:
 # ---- analysis side: samples -> comm ops and a bytes counter -------------------------------
 
 
-def comm_tables(t: "RawTables") -> tuple[pd.DataFrame, pd.DataFrame]:
+def comm_tables(t: RawTables) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The collectives recorded in one rank's raw tables: (ops, counters), times relative to the origin.
 
     Ops: category `comm`, device `cpu`, stream `collectives`, name as recorded (`all_reduce`,
@@ -358,15 +385,26 @@ def comm_tables(t: "RawTables") -> tuple[pd.DataFrame, pd.DataFrame]:
     s = s[np.argsort(s[:, 0], kind="stable")]
     d = s[:, 1] >> 1
     start = s[:, 0] - int(t.meta["clock"]["origin_monotonic_ns"])
-    ops = pd.DataFrame({"device": "cpu", "stream": COMM_STREAM, "name": name_of[d], "op_type": extra_of[d],
-                        "category": "comm", "start_ns": start, "dur_ns": s[:, 2], "self_ns": s[:, 2],
-                        "source": COMM})
-    counters = pd.DataFrame({"source": COMM, "device": "cpu", "metric": "comm_bytes", "time_ns": start,
-                             "value": s[:, 3].astype(np.float64)})
+    ops = pd.DataFrame(
+        {
+            "device": "cpu",
+            "stream": COMM_STREAM,
+            "name": name_of[d],
+            "op_type": extra_of[d],
+            "category": "comm",
+            "start_ns": start,
+            "dur_ns": s[:, 2],
+            "self_ns": s[:, 2],
+            "source": COMM,
+        }
+    )
+    counters = pd.DataFrame(
+        {"source": COMM, "device": "cpu", "metric": "comm_bytes", "time_ns": start, "value": s[:, 3].astype(np.float64)}
+    )
     return ops, counters
 
 
-def with_collectives(run: "Run", t: "RawTables") -> "Run":
+def with_collectives(run: Run, t: RawTables) -> Run:
     """`run` with the collectives of its raw tables added to its ops (steps assigned) and counters."""
     ops, counters = comm_tables(t)
     if not len(ops):

@@ -1,4 +1,5 @@
 """Host counters from psutil: process and system CPU %, resident memory, thread count."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ class HostCounters(Sampler):
 
         self._psutil = psutil
         self._proc = psutil.Process(os.getpid())
-        self._proc.cpu_percent(None)        # the first call only sets the baseline
+        self._proc.cpu_percent(None)  # the first call only sets the baseline
         psutil.cpu_percent(None)
         self._cpu_window_start = time.perf_counter()
         self.details["memory_limit_bytes"] = memory_limit_bytes(psutil.virtual_memory().total)
@@ -36,8 +37,10 @@ class HostCounters(Sampler):
             now = time.perf_counter()
             if now - self._cpu_window_start >= self.interval_s / 2:
                 self._cpu_window_start = now
-                out += [("host", "process_cpu_pct", p.cpu_percent(None)),
-                        ("host", "system_cpu_pct", self._psutil.cpu_percent(None))]
+                out += [
+                    ("host", "process_cpu_pct", p.cpu_percent(None)),
+                    ("host", "system_cpu_pct", self._psutil.cpu_percent(None)),
+                ]
             return out
 
 

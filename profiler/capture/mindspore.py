@@ -17,6 +17,7 @@ the run as it is, with a warning saying so.
 
 mindspore is imported only when the source starts; `import profiler` never imports it.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,15 +56,16 @@ class MindSporeCapture(Source):
 
     name = "mindspore"
 
-    def __init__(self, run_profiler: bool = False, profiler_dir: "Optional[str | os.PathLike]" = None,
-                 **details: Any) -> None:
+    def __init__(
+        self, run_profiler: bool = False, profiler_dir: Optional[str | os.PathLike] = None, **details: Any
+    ) -> None:
         super().__init__()
         self.run_profiler = run_profiler
         self.profiler_dir = Path(profiler_dir) if profiler_dir is not None else None
         self.details.update(details)
         self._profile: Any = None
 
-    def start(self, recorder: "Recorder") -> None:
+    def start(self, recorder: Recorder) -> None:
         try:
             import mindspore
         except ImportError as exc:
@@ -72,8 +74,14 @@ class MindSporeCapture(Source):
         if self.run_profiler and self.profiler_dir is None:
             raw = Path(recorder.writer.path)
             self.profiler_dir = raw.with_name(f"{raw.stem}-mindspore")
-        self.details.update({"mindspore": mindspore.__version__, "pid": os.getpid(), "runs_profiler": self.run_profiler,
-                             "profiler_dir": str(self.profiler_dir) if self.profiler_dir is not None else None})
+        self.details.update(
+            {
+                "mindspore": mindspore.__version__,
+                "pid": os.getpid(),
+                "runs_profiler": self.run_profiler,
+                "profiler_dir": str(self.profiler_dir) if self.profiler_dir is not None else None,
+            }
+        )
         if self.run_profiler:
             self._profile = _start_profile(mindspore, self.profiler_dir)
 
@@ -84,7 +92,7 @@ class MindSporeCapture(Source):
             profile.stop()
 
     @classmethod
-    def merge(cls, run: Run, recording: "Recording") -> Run:
+    def merge(cls, run: Run, recording: Recording) -> Run:
         """The launches MindSpore's profiler recorded in this process join the op table (merge_mindspore_profiler)."""
         details = recording.tables.sources.get(cls.name, {})
         if not details.get("profiler_dir"):
@@ -106,8 +114,15 @@ def _start_profile(mindspore: Any, directory: Path) -> Any:
 
 def process_output_dirs(directory: Path, pid: int) -> list[Path]:
     """MindSpore's output directories of process `pid` in `directory`, oldest first."""
-    found = [p for p in sorted(directory.iterdir()) if p.is_dir() and (m := _OUTPUT_DIR.search(p.name))
-             and int(m["pid"]) == pid] if directory.is_dir() else []
+    found = (
+        [
+            p
+            for p in sorted(directory.iterdir())
+            if p.is_dir() and (m := _OUTPUT_DIR.search(p.name)) and int(m["pid"]) == pid
+        ]
+        if directory.is_dir()
+        else []
+    )
     return found
 
 
@@ -116,8 +131,10 @@ def merge_mindspore_profiler(run: Run, directory: Path, pid: int) -> Run:
     warns = run.info.setdefault("warnings", [])
     outputs = process_output_dirs(directory, pid)
     if not outputs:
-        warns.append(f"MindSpore's profiler output of process {pid} is not in {directory} (MindSpore writes it when "
-                     "its profiler stops): its ops were not merged; `profview analyse` merges it once it is there")
+        warns.append(
+            f"MindSpore's profiler output of process {pid} is not in {directory} (MindSpore writes it when "
+            "its profiler stops): its ops were not merged; `profview analyse` merges it once it is there"
+        )
         return run
     origin_unix = int(run.info.get("clock", {}).get("origin_unix_ns", 0))
     ops, merged = [run.ops], []
@@ -127,15 +144,19 @@ def merge_mindspore_profiler(run: Run, directory: Path, pid: int) -> Run:
                 warnings.simplefilter("always")
                 found = read_mindspore_dir(output)
         except ProfviewError as exc:
-            warns.append(f"MindSpore profiler output {output.name} was not merged ({exc}); MindSpore writes its files "
-                         "when its profiler stops: `profview analyse` merges them once they are there")
+            warns.append(
+                f"MindSpore profiler output {output.name} was not merged ({exc}); MindSpore writes its files "
+                "when its profiler stops: `profview analyse` merges them once they are there"
+            )
             continue
         warns.extend(f"{output.name}: {w.message}" for w in caught)
         for imported in found:
             clock = imported.info.get("clock", {})
             if clock.get("clock") != "host_realtime":
-                warns.append(f"MindSpore profiler output {output.name} ({imported.info['mindspore']['layout']} layout) "
-                             "has no Unix clock to place it on the recording's: not merged")
+                warns.append(
+                    f"MindSpore profiler output {output.name} ({imported.info['mindspore']['layout']} layout) "
+                    "has no Unix clock to place it on the recording's: not merged"
+                )
                 continue
             shift = int(clock["origin_unix_ns"]) - origin_unix
             ops.append(conform(imported.ops.assign(start_ns=imported.ops["start_ns"] + shift), OP_COLUMNS))

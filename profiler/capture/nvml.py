@@ -3,6 +3,7 @@
 Without a driver or a GPU, NVML raises on init: the source is then recorded as
 `absent: <NVML's reason>` in profiler_info, once, and nothing else happens.
 """
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -21,13 +22,14 @@ class GpuCounters(Sampler):
 
     def __init__(self, interval_s: float = 0.1, nvml: ModuleType | None = None) -> None:
         super().__init__(interval_s)
-        self._nvml = nvml          # injectable at the pynvml boundary, for tests
+        self._nvml = nvml  # injectable at the pynvml boundary, for tests
         self._handles: list = []
 
     def open(self) -> list[tuple[str, str]]:
         nvml = self._nvml
         if nvml is None:
             import pynvml as nvml
+
             self._nvml = nvml
         nvml.nvmlInit()
         count = nvml.nvmlDeviceGetCount()
@@ -36,7 +38,9 @@ class GpuCounters(Sampler):
             raise RuntimeError("NVML found no GPU")
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.details["devices"] = [self._name(h) for h in self._handles]
-        totals = {f"cuda:{i}": getattr(nvml.nvmlDeviceGetMemoryInfo(h), "total", None) for i, h in enumerate(self._handles)}
+        totals = {
+            f"cuda:{i}": getattr(nvml.nvmlDeviceGetMemoryInfo(h), "total", None) for i, h in enumerate(self._handles)
+        }
         self.details["memory_total_bytes"] = {dev: int(total) for dev, total in totals.items() if total}
         return [(f"cuda:{i}", m) for i in range(count) for m in GPU_METRICS]
 

@@ -12,6 +12,7 @@ Queue names carry the pipeline structure (docs/data-pipeline.md, profiler.format
 `device_queue`, or `producer->consumer` for a connector between two named stages. The queues
 that probe themselves (`ProfiledQueue`, the pipeline, the torch loader) are in profiler/data/.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from profiler.record.recorder import active_recorder, hot, now_ns
 from profiler.store.kinds import QUEUE_GET, QUEUE_PUT
 
-PUT, GET = 0, 1          # event index for QueueProbe.record / record_at
+PUT, GET = 0, 1  # event index for QueueProbe.record / record_at
 
 
 class QueueProbe:
@@ -46,7 +47,7 @@ class QueueProbe:
         rec = active_recorder()
         if rec is not self._recorder:
             self._recorder = rec
-            if rec is not None:       # descriptors are per recording: intern them again
+            if rec is not None:  # descriptors are per recording: intern them again
                 extra = str(self.capacity)
                 self._codes = (rec.point_code(QUEUE_PUT, self.name, extra), rec.point_code(QUEUE_GET, self.name, extra))
         return rec is not None

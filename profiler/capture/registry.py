@@ -13,12 +13,13 @@
   loaded only for names no built-in source claims. A raw store is data: no module path read from it
   is ever imported, only the classes installed packages declare.
 """
+
 from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Iterable
 from importlib.metadata import entry_points
-from typing import Iterable
 
 from profiler.capture.base import MARKERS, Source
 from profiler.capture.distributed import Collectives
@@ -43,14 +44,20 @@ def plugin_sources() -> tuple[type[Source], ...]:
     for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: (p.name, p.value)):
         try:
             cls = point.load()
-        except Exception as exc:        # a broken plug-in must not stop the analysis of everything else
-            warnings.warn(f"the source plug-in {point.name} = {point.value} cannot be loaded ({type(exc).__name__}: "
-                          f"{exc}); recordings naming it are analysed without its data", ProfilerUsageWarning,
-                          stacklevel=2)
+        except Exception as exc:  # a broken plug-in must not stop the analysis of everything else
+            warnings.warn(
+                f"the source plug-in {point.name} = {point.value} cannot be loaded ({type(exc).__name__}: "
+                f"{exc}); recordings naming it are analysed without its data",
+                ProfilerUsageWarning,
+                stacklevel=2,
+            )
             continue
         if not (isinstance(cls, type) and issubclass(cls, Source)):
-            warnings.warn(f"the source plug-in {point.name} = {point.value} is not a profiler Source class; it is "
-                          "ignored", ProfilerUsageWarning, stacklevel=2)
+            warnings.warn(
+                f"the source plug-in {point.name} = {point.value} is not a profiler Source class; it is ignored",
+                ProfilerUsageWarning,
+                stacklevel=2,
+            )
             continue
         found.append(cls)
     return tuple(found)

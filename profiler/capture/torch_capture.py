@@ -21,6 +21,7 @@ A per-window anchor keeps NTP slewing between the two clocks out of long runs.
 
 torch is imported only when a capture starts; `import profiler` never imports it.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -36,16 +37,16 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.errors import ProfviewError
-from profiler.record.recorder import clock_anchor, hot
-from profiler.store.kinds import FLUSH
-from profiler.model import OP_COLUMNS, SPAN_COLUMNS, THREAD_COLUMNS, Run, conform
-from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
-from profiler.kernels.intervals import assign_steps
 from profiler.capture.base import Host, Source
-from profiler.store.load import Recording
+from profiler.errors import ProfviewError
 from profiler.importers.kineto import read_kineto_trace
+from profiler.kernels.intervals import assign_steps
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.model import OP_COLUMNS, SPAN_COLUMNS, THREAD_COLUMNS, Run, conform
+from profiler.record.recorder import clock_anchor, hot
+from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
+from profiler.store.kinds import FLUSH
+from profiler.store.load import Recording
 
 if TYPE_CHECKING:
     from profiler.record.recorder import Recorder
@@ -93,21 +94,26 @@ class TorchOps(Source):
         """The ops of every exported window join the run's (merge_torch_traces)."""
         return merge_torch_traces(run, recording.directory, recording.rank)
 
-    def __init__(self, schedule: Optional[Schedule] = None, *, record_shapes: bool = False,
-                 profile_memory: bool = False, with_stack: bool = False) -> None:
+    def __init__(
+        self,
+        schedule: Optional[Schedule] = None,
+        *,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+    ) -> None:
         super().__init__()
-        self.schedule = schedule            # as given: None follows the Profiler's schedule (bind)
-        self._actions = op_schedule(schedule or always_record)    # what each step does to torch.profiler
+        self.schedule = schedule  # as given: None follows the Profiler's schedule (bind)
+        self._actions = op_schedule(schedule or always_record)  # what each step does to torch.profiler
         #: the step now running; on_step is not called on quiet steps, so the profiler's count (bind)
         self._current_step: Callable[[], int] = lambda: self._step
-        self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
-                        "with_stack": with_stack}
-        self.torch_profiler: Any = None     # the torch.profiler.profile doing the capture (key_averages())
+        self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory, "with_stack": with_stack}
+        self.torch_profiler: Any = None  # the torch.profiler.profile doing the capture (key_averages())
         self.windows_saved = 0
-        self._stem: Optional[Path] = None   # raw/r{rank}-p{pid}
+        self._stem: Optional[Path] = None  # raw/r{rank}-p{pid}
         self._step = 0
         self._window_first: Optional[int] = None
-        self._action = ProfilerAction.NONE       # op action of the step now running
+        self._action = ProfilerAction.NONE  # op action of the step now running
         self._stopped = False
         self._compressors: list[threading.Thread] = []
         self.details.update(self.options)
@@ -119,7 +125,7 @@ class TorchOps(Source):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def start(self, recorder: "Recorder") -> None:
+    def start(self, recorder: Recorder) -> None:
         try:
             import torch
             import torch.profiler as tprof
@@ -127,15 +133,20 @@ class TorchOps(Source):
             self.status = f"absent: torch is not importable ({exc})"
             return
         self._tprof = tprof
-        self._flush_code = recorder.point_code(FLUSH, "flush")   # the profiler's own background work
+        self._flush_code = recorder.point_code(FLUSH, "flush")  # the profiler's own background work
         path = Path(recorder.writer.path)
         self._stem = path.with_name(path.name[: -len(path.suffix)] if path.suffix else path.name)
         activities = [tprof.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(tprof.ProfilerActivity.CUDA)
         self._activities = activities
-        self.details.update({"torch": torch.__version__, "activities": [a.name for a in activities],
-                             "traces": f"{self._stem.name}-torch-*{TRACE_SUFFIX}.gz"})
+        self.details.update(
+            {
+                "torch": torch.__version__,
+                "activities": [a.name for a in activities],
+                "traces": f"{self._stem.name}-torch-*{TRACE_SUFFIX}.gz",
+            }
+        )
 
     def on_step(self, step: int, action: ProfilerAction) -> None:
         """Drive torch.profiler into `step`'s op action.
@@ -153,9 +164,12 @@ class TorchOps(Source):
         self._action = self._actions(step)
         if self.torch_profiler is None:
             self.torch_profiler = self._tprof.profile(
-                activities=self._activities, on_trace_ready=self._save_window,
-                schedule=lambda _k: self._tprof.ProfilerAction[self._action.name], **self.options)
-            self.torch_profiler.record_steps = False       # no ProfilerStep#N ranges (see above)
+                activities=self._activities,
+                on_trace_ready=self._save_window,
+                schedule=lambda _k: self._tprof.ProfilerAction[self._action.name],
+                **self.options,
+            )
+            self.torch_profiler.record_steps = False  # no ProfilerStep#N ranges (see above)
             _quietly(self.torch_profiler.start)
         elif self._action != previous or previous is ProfilerAction.RECORD_AND_SAVE:
             _quietly(self.torch_profiler.step)
@@ -173,7 +187,7 @@ class TorchOps(Source):
             return
         self._stopped = True
         if self.torch_profiler is not None:
-            self.torch_profiler.stop()       # a window still open is exported now
+            self.torch_profiler.stop()  # a window still open is exported now
         for thread in self._compressors:
             thread.join()
         self.details["windows"] = self.windows_saved
@@ -191,19 +205,25 @@ class TorchOps(Source):
         t0 = time.perf_counter_ns()
         try:
             prof.export_chrome_trace(str(path))
-        except (OSError, RuntimeError) as exc:       # a full disk must not stop the training loop
+        except (OSError, RuntimeError) as exc:  # a full disk must not stop the training loop
             self.details.setdefault("errors", []).append(f"window {self.windows_saved}: {exc}")
             return
         mono, unix = clock_anchor()
-        entry = {"file": name, "window": self.windows_saved, "first_step": first, "last_step": max(first, last),
-                 "anchor": {"monotonic_ns": mono, "unix_ns": unix},
-                 "threads": {str(t.native_id): t.name for t in threading.enumerate() if t.native_id},
-                 "export_ms": (time.perf_counter_ns() - t0) / 1e6}
+        entry = {
+            "file": name,
+            "window": self.windows_saved,
+            "first_step": first,
+            "last_step": max(first, last),
+            "anchor": {"monotonic_ns": mono, "unix_ns": unix},
+            "threads": {str(t.native_id): t.name for t in threading.enumerate() if t.native_id},
+            "export_ms": (time.perf_counter_ns() - t0) / 1e6,
+        }
         with open(f"{self._stem}{INDEX_SUFFIX}", "a", encoding="utf-8") as index:
             index.write(json.dumps(entry, sort_keys=True) + "\n")
         self.windows_saved += 1
-        thread = threading.Thread(target=_compress, args=(path, self._flush_code), name="profview-torch-gzip",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=_compress, args=(path, self._flush_code), name="profview-torch-gzip", daemon=True
+        )
         thread.start()
         self._compressors = [t for t in self._compressors if t.is_alive()] + [thread]
 
@@ -227,7 +247,7 @@ def _compress(path: Path, flush_code: int) -> None:
         os.replace(partial, path.with_name(path.name + ".gz"))
         os.remove(path)
     except OSError:
-        pass            # the plain .json stays, and is read as it is
+        pass  # the plain .json stays, and is read as it is
     hot.sample(t0, flush_code, time.perf_counter_ns() - t0, 0)
 
 
@@ -279,14 +299,19 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
             warns.append(f"torch capture window {entry.get('window')} was not merged: {exc}")
             continue
         anchor = entry["anchor"]
-        shift = (int(trace.info["clock"]["origin_unix_ns"]) - int(anchor["unix_ns"])
-                 + int(anchor["monotonic_ns"]) - origin_mono)
+        shift = (
+            int(trace.info["clock"]["origin_unix_ns"])
+            - int(anchor["unix_ns"])
+            + int(anchor["monotonic_ns"])
+            - origin_mono
+        )
         names = _thread_names(trace, entry.get("threads", {}), set(run.threads["name"].astype(str)))
-        window_ops = pd.concat([conform(trace.ops, OP_COLUMNS), conform(_comm_ops(trace), OP_COLUMNS)],
-                               ignore_index=True)
+        window_ops = pd.concat(
+            [conform(trace.ops, OP_COLUMNS), conform(_comm_ops(trace), OP_COLUMNS)], ignore_index=True
+        )
         window_ops = collapse_redispatch(conform(window_ops, OP_COLUMNS))
         window_ops["start_ns"] += shift
-        window_ops["stream"] = window_ops["stream"].astype(object).map(lambda s: names.get(s, s))
+        window_ops["stream"] = window_ops["stream"].astype(object).map(lambda s, names=names: names.get(s, s))
         window_ops["source"] = "torch"
         ops.append(window_ops)
         spans.append(_annotation_spans(trace, names, shift))
@@ -321,7 +346,7 @@ def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
         only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
         dup = np.zeros(len(host), dtype=bool)
         dup[child] = only_child & (names[parent[child]] == names[child])
-        dup[child] &= ~dup[parent[child]]            # chains collapse one level per round
+        dup[child] &= ~dup[parent[child]]  # chains collapse one level per round
         if not dup.any():
             return ops
         self_ns = ops["self_ns"].to_numpy().copy()
@@ -346,10 +371,15 @@ def _annotation_spans(trace: Run, names: dict, shift: int) -> pd.DataFrame:
     with their thread's name in the run (`names`) in place of the trace's thread id."""
     spans = trace.spans[~trace.spans["name"].astype(str).str.startswith(COMM_PREFIXES)]
     lane = dict(zip(trace.threads["tid"], trace.threads["name"]))
-    return pd.DataFrame({"thread": [names.get(lane[t], lane[t]) for t in spans["tid"]],
-                         "kind": spans["kind"].to_numpy(dtype=object), "name": spans["name"].to_numpy(dtype=object),
-                         "start_ns": spans["start_ns"].to_numpy(np.int64) + shift,
-                         "dur_ns": spans["dur_ns"].to_numpy(np.int64)})
+    return pd.DataFrame(
+        {
+            "thread": [names.get(lane[t], lane[t]) for t in spans["tid"]],
+            "kind": spans["kind"].to_numpy(dtype=object),
+            "name": spans["name"].to_numpy(dtype=object),
+            "start_ns": spans["start_ns"].to_numpy(np.int64) + shift,
+            "dur_ns": spans["dur_ns"].to_numpy(np.int64),
+        }
+    )
 
 
 def _with_spans(run: Run, added: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -363,8 +393,12 @@ def _with_spans(run: Run, added: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     if new:
         first = int(threads["tid"].max()) + 1 if len(threads) else 0
         tid_of.update({name: first + i for i, name in enumerate(new)})
-        threads = conform(pd.concat([threads, pd.DataFrame(
-            {"tid": [tid_of[n] for n in new], "os_tid": -1, "name": new})], ignore_index=True), THREAD_COLUMNS)
+        threads = conform(
+            pd.concat(
+                [threads, pd.DataFrame({"tid": [tid_of[n] for n in new], "os_tid": -1, "name": new})], ignore_index=True
+            ),
+            THREAD_COLUMNS,
+        )
     added = added.assign(tid=added["thread"].map(tid_of).astype(np.int64), depth=0)
     spans = pd.concat([conform(run.spans, SPAN_COLUMNS), conform(added, SPAN_COLUMNS)], ignore_index=True)
     spans = spans.sort_values("start_ns", kind="stable", ignore_index=True)
@@ -378,9 +412,16 @@ def _comm_ops(trace: Run) -> pd.DataFrame:
     spans = trace.spans
     comm = spans[spans["name"].astype(str).str.startswith(COMM_PREFIXES)]
     lane = dict(zip(trace.threads["tid"], trace.threads["name"]))
-    return pd.DataFrame({
-        "device": "cpu", "stream": comm["tid"].map(lane).to_numpy(dtype=object),
-        "name": comm["name"].to_numpy(dtype=object), "op_type": comm["name"].to_numpy(dtype=object),
-        "category": "comm", "start_ns": comm["start_ns"].to_numpy(), "dur_ns": comm["dur_ns"].to_numpy(),
-        "self_ns": comm["dur_ns"].to_numpy(), "correlation": np.full(len(comm), -1, dtype=np.int64),
-    })
+    return pd.DataFrame(
+        {
+            "device": "cpu",
+            "stream": comm["tid"].map(lane).to_numpy(dtype=object),
+            "name": comm["name"].to_numpy(dtype=object),
+            "op_type": comm["name"].to_numpy(dtype=object),
+            "category": "comm",
+            "start_ns": comm["start_ns"].to_numpy(),
+            "dur_ns": comm["dur_ns"].to_numpy(),
+            "self_ns": comm["dur_ns"].to_numpy(),
+            "correlation": np.full(len(comm), -1, dtype=np.int64),
+        }
+    )

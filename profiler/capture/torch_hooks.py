@@ -36,16 +36,17 @@
 All times are host times: on a GPU, bp end is when the host finished issuing backward work.
 torch is imported lazily so that `import profiler` never imports it.
 """
+
 from __future__ import annotations
 
 import sys
 import types
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from profiler.record.recorder import hot
-from profiler.store.kinds import COMM, MARK, PHASE
 from profiler.capture.base import Host, Source
 from profiler.capture.distributed import DDP_BUCKET, Collectives, instrument_ddp, is_ddp
+from profiler.record.recorder import hot
+from profiler.store.kinds import COMM, MARK, PHASE
 
 if TYPE_CHECKING:
     from profiler.record.recorder import Recorder
@@ -76,18 +77,20 @@ class TorchHooks(Source):
         self._model = model
         self._optimizer = optimizer
         self.step_on_optimizer = step_on_optimizer and optimizer is not None
-        self._end_step: Optional[Callable[[], Any]] = None      # the Profiler's step end (bind)
-        self._recorder: Optional["Recorder"] = None
+        self._end_step: Optional[Callable[[], Any]] = None  # the Profiler's step end (bind)
+        self._recorder: Optional[Recorder] = None
         self._handles: list = []
-        self._first_pass: list = []      # parameters in the order the first backward pass accumulated them
+        self._first_pass: list = []  # parameters in the order the first backward pass accumulated them
         self._first_pass_hooks: list = []
-        self.details.update({
-            "model": type(model).__name__,
-            "optimizer": type(optimizer).__name__ if optimizer is not None else None,
-            "step_on_optimizer": self.step_on_optimizer,
-            "bp_end": "autograd engine callback after the first backward pass, then the gradient "
-                      "it accumulated last",
-        })
+        self.details.update(
+            {
+                "model": type(model).__name__,
+                "optimizer": type(optimizer).__name__ if optimizer is not None else None,
+                "step_on_optimizer": self.step_on_optimizer,
+                "bp_end": "autograd engine callback after the first backward pass, then the gradient "
+                "it accumulated last",
+            }
+        )
 
     def bind(self, profiler: Host) -> None:
         """Take over the Profiler's step ends (step_on_optimizer), and time a DDP model's buckets
@@ -104,18 +107,21 @@ class TorchHooks(Source):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def start(self, recorder: "Recorder") -> None:
+    def start(self, recorder: Recorder) -> None:
         import torch
 
         self._recorder = recorder
         self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
-        self._fp_code = recorder.point_code(MARK, "fp_start")      # the codes profiler.mark() records
+        self._fp_code = recorder.point_code(MARK, "fp_start")  # the codes profiler.mark() records
         self._bp_code = recorder.point_code(MARK, "bp_end")
-        optimizer_phase = recorder.span(PHASE, "optimizer")         # = profiler.phase("optimizer")
+        optimizer_phase = recorder.span(PHASE, "optimizer")  # = profiler.phase("optimizer")
         model = self._model
         self._handles = [_ForwardWrapper(model, hot.Emitter(self._fp_code, model.forward))]
-        self._first_pass_hooks = [p.register_post_accumulate_grad_hook(self._on_first_pass_gradient)
-                                  for p in model.parameters() if p.requires_grad]
+        self._first_pass_hooks = [
+            p.register_post_accumulate_grad_hook(self._on_first_pass_gradient)
+            for p in model.parameters()
+            if p.requires_grad
+        ]
         self._handles += self._first_pass_hooks
         if self._optimizer is not None:
             self._handles.append(_OptimizerStep(self._optimizer, optimizer_phase, self._end_step))
@@ -138,13 +144,14 @@ class TorchHooks(Source):
         hot.emit(self._bp_code)
         for handle in self._first_pass_hooks:
             handle.remove()
-        last = self._first_pass[-BP_END_PARAMS:]          # each parameter accumulates once a pass
+        last = self._first_pass[-BP_END_PARAMS:]  # each parameter accumulates once a pass
         self._first_pass_hooks, self._first_pass = [], []
         emitter = hot.Emitter(self._bp_code)
         self._handles += [param.register_post_accumulate_grad_hook(emitter) for param in last]
         names = {id(param): name for name, param in self._model.named_parameters()}
-        self.details["bp_end"] = ("accumulation of the gradient the first backward pass finished with: "
-                                  + ", ".join(names.get(id(param), "?") for param in last))
+        self.details["bp_end"] = "accumulation of the gradient the first backward pass finished with: " + ", ".join(
+            names.get(id(param), "?") for param in last
+        )
 
 
 class _ForwardWrapper:
@@ -162,7 +169,7 @@ class _ForwardWrapper:
 
     def remove(self) -> None:
         if self._module is None:
-            return                                   # removed already (hook handles allow that too)
+            return  # removed already (hook handles allow that too)
         if self._module.__dict__.get("forward") is self._wrapper:
             if self._had_own:
                 self._module.forward = self._own
@@ -182,14 +189,14 @@ class _OptimizerStep:
         self._end_step = end_step
         self._attached = True
         self._depth = 0
-        self._inner = optimizer.__dict__.get("step")       # an instance step set before us (an LR scheduler's)
+        self._inner = optimizer.__dict__.get("step")  # an instance step set before us (an LR scheduler's)
 
         def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
             return self.call(lambda: self.original(*args, **kwargs))
 
         if getattr(self._inner, "_wrapped_by_lr_sched", False):
             step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]  # the scheduler's check still holds
-        self._method = types.MethodType(step, optimizer)     # a bound method: LRScheduler wraps its __func__
+        self._method = types.MethodType(step, optimizer)  # a bound method: LRScheduler wraps its __func__
         optimizer.__dict__["step"] = self._method
         _ATTACHED[id(optimizer)] = self
         _patch_grad_scaler()
@@ -234,7 +241,7 @@ class _OptimizerStep:
 
 #: id(optimizer) -> its _OptimizerStep, while attached (GradScaler.step looks its optimizer up here)
 _ATTACHED: dict[int, _OptimizerStep] = {}
-_SCALER_STEP: list = []         # (GradScaler, its own step) while it is patched
+_SCALER_STEP: list = []  # (GradScaler, its own step) while it is patched
 
 
 def _patch_grad_scaler() -> None:

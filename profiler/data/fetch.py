@@ -6,10 +6,12 @@ DataLoader with or without workers (`ProfiledDataLoader` uses this), a generator
 dataset iterator, a DataLoader's own iterator (`profview run` wraps `DataLoader.__iter__` with
 it). `profiler.iterate(loader)` is the public form.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable, Optional
 
 from profiler.record.recorder import active_recorder, now_ns
 from profiler.store.kinds import PHASE
@@ -22,14 +24,18 @@ class TimedFetches:
     too). While `timing()`, when given, says no, fetches are plain next() calls. len() and every
     other attribute are the wrapped object's, so a wrapped DataLoader iterator still looks like one."""
 
-    def __init__(self, iterable: Iterable, then: Optional[Callable[[int, int], None]] = None,
-                 timing: Optional[Callable[[], bool]] = None) -> None:
+    def __init__(
+        self,
+        iterable: Iterable,
+        then: Optional[Callable[[int, int], None]] = None,
+        timing: Optional[Callable[[], bool]] = None,
+    ) -> None:
         self._iterable = iterable
         self._then = then
         self._timing = timing
         self._it: Optional[Iterator] = None
 
-    def __iter__(self) -> "TimedFetches":
+    def __iter__(self) -> TimedFetches:
         return self
 
     def __next__(self) -> Any:
@@ -49,6 +55,6 @@ class TimedFetches:
         return len(self._iterable)
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("_iterable", "_then", "_timing", "_it"):      # not set yet (copying, unpickling)
+        if name in ("_iterable", "_then", "_timing", "_it"):  # not set yet (copying, unpickling)
             raise AttributeError(name)
         return getattr(self._iterable, name)

@@ -14,6 +14,7 @@ stage. The consumer receives every item before the failing one, then the excepti
 (`close()`, leaving a `for` loop early, or dropping the iterator) sets one stop event that every
 blocking put / get / turn-wait of the pipeline polls, so no thread stays blocked.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,15 +22,16 @@ import itertools
 import threading
 import time
 import weakref
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from profiler.data.queues import POLL_S, Cancelled, ProfiledQueue, connector_name
 from profiler.formats import DEVICE_QUEUE, HOST_QUEUE
 
-JOIN_TIMEOUT_S = 2.0      # close() waits this long for threads busy in user code, then leaves them (daemons)
+JOIN_TIMEOUT_S = 2.0  # close() waits this long for threads busy in user code, then leaves them (daemons)
 
-Take = Callable[[], tuple]     # a stage's input: returns the next (seq, payload), may raise Cancelled
+Take = Callable[[], tuple]  # a stage's input: returns the next (seq, payload), may raise Cancelled
 
 
 class _End:
@@ -66,9 +68,9 @@ class _Stage:
 
     def __init__(self, workers: int, out: ProfiledQueue, copies: int, stop: threading.Event) -> None:
         self.out = out
-        self.copies = copies                 # workers of the next stage: each needs its own end marker
+        self.copies = copies  # workers of the next stage: each needs its own end marker
         self.stop = stop
-        self.halted = threading.Event()      # a worker of this stage failed: the others stop
+        self.halted = threading.Event()  # a worker of this stage failed: the others stop
         self._turns = _Turns() if workers > 1 else None
         self._lock = threading.Lock()
         self._alive = workers
@@ -86,7 +88,7 @@ class _Stage:
         """Put fn(arg) in source order; when fn raises, send the exception instead and return False."""
         try:
             result = fn(arg)
-        except BaseException as exc:          # re-raised in the consumer (SystemExit too: never hang it)
+        except BaseException as exc:  # re-raised in the consumer (SystemExit too: never hang it)
             self.fail(seq, exc)
             return False
         self.put(seq, result)
@@ -120,8 +122,10 @@ class _Stage:
 
 # ---- stage bodies: run(take, stage) in each worker thread -----------------------------------
 
+
 def _read_source(items: Iterable) -> Callable[[Take, _Stage], None]:
     """The source stage (one thread): the iterable's items in order, then the end marker."""
+
     def run(take: Take, stage: _Stage) -> None:
         n = 0
         try:
@@ -130,15 +134,17 @@ def _read_source(items: Iterable) -> Callable[[Take, _Stage], None]:
                 n += 1
         except Cancelled:
             raise
-        except BaseException as exc:          # re-raised in the consumer (SystemExit too: never hang it)
+        except BaseException as exc:  # re-raised in the consumer (SystemExit too: never hang it)
             stage.fail(n, exc)
             return
         stage.worker_done(n, _End())
+
     return run
 
 
 def _apply(fn: Callable[[Any], Any]) -> Callable[[Take, _Stage], None]:
     """A map stage worker: fn on each input, outputs in input order."""
+
     def run(take: Take, stage: _Stage) -> None:
         while True:
             seq, payload = take()
@@ -149,11 +155,13 @@ def _apply(fn: Callable[[Any], Any]) -> Callable[[Take, _Stage], None]:
                 return
             if not stage.put_result(seq, fn, payload):
                 return
+
     return run
 
 
 def _batcher(size: int, collate: Callable[[list], Any], drop_last: bool) -> Callable[[Take, _Stage], None]:
     """The batch stage (one thread): `size` consecutive items -> collate(items)."""
+
     def run(take: Take, stage: _Stage) -> None:
         items: list = []
         n = 0
@@ -169,16 +177,19 @@ def _batcher(size: int, collate: Callable[[list], Any], drop_last: bool) -> Call
             if end is not None:
                 stage.worker_done(n, end)
                 return
+
     return run
 
 
 def _guarded(run: Callable[[Take, _Stage], None]) -> Callable[[Take, _Stage], None]:
     """A worker body that ends quietly when the pipeline shuts down."""
+
     def body(take: Take, stage: _Stage) -> None:
         try:
             run(take, stage)
         except Cancelled:
             pass
+
     return body
 
 
@@ -198,8 +209,13 @@ class PipelineIterator(Iterator):
     `queues` maps each queue name to its `ProfiledQueue`, in pipeline order.
     """
 
-    def __init__(self, specs: Sequence[_Spec], queue_names: Sequence[str], depth: int,
-                 ready: Optional[Callable[[Any], Any]] = None) -> None:
+    def __init__(
+        self,
+        specs: Sequence[_Spec],
+        queue_names: Sequence[str],
+        depth: int,
+        ready: Optional[Callable[[Any], Any]] = None,
+    ) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, not {depth}")
         self._stop = threading.Event()
@@ -218,13 +234,15 @@ class PipelineIterator(Iterator):
             stage = _Stage(spec.workers, queues[i], copies, self._stop)
             take = spec.take or functools.partial(queues[i - 1].get_unless, self._stop)
             body = _guarded(spec.run)
-            threads += [threading.Thread(target=body, args=(take, stage), daemon=True, name=f"profview-{spec.name}-{k}")
-                        for k in range(spec.workers)]
+            threads += [
+                threading.Thread(target=body, args=(take, stage), daemon=True, name=f"profview-{spec.name}-{k}")
+                for k in range(spec.workers)
+            ]
         for t in threads:
             t.start()
         return threads
 
-    def __iter__(self) -> "PipelineIterator":
+    def __iter__(self) -> PipelineIterator:
         return self
 
     def __next__(self) -> Any:
@@ -232,7 +250,7 @@ class PipelineIterator(Iterator):
             raise StopIteration
         try:
             _, payload = self._out.get_unless(self._stop)
-        except Cancelled:                     # closed from another thread
+        except Cancelled:  # closed from another thread
             self._done = True
             raise StopIteration from None
         if type(payload) is _End:
@@ -251,13 +269,12 @@ class PipelineIterator(Iterator):
             if t is not threading.current_thread():
                 t.join(max(deadline - time.monotonic(), 0.0))
 
-    def __enter__(self) -> "PipelineIterator":
+    def __enter__(self) -> PipelineIterator:
         return self
 
     def __exit__(self, *exc) -> bool:
         self.close()
         return False
-
 
 
 class Pipeline:
@@ -282,20 +299,21 @@ class Pipeline:
         self._specs = [_Spec(name, 1, _read_source(source))]
         self._started = False
 
-    def map(self, fn: Callable[[Any], Any], workers: int = 1, name: Optional[str] = None) -> "Pipeline":
+    def map(self, fn: Callable[[Any], Any], workers: int = 1, name: Optional[str] = None) -> Pipeline:
         """Add a stage applying `fn` to every item with `workers` threads (outputs stay in order)."""
         if workers < 1:
             raise ValueError(f"workers must be >= 1, not {workers}")
         return self._add(_Spec(name or getattr(fn, "__name__", "map"), workers, _apply(fn)))
 
-    def batch(self, size: int, name: str = "batch", collate: Callable[[list], Any] = list,
-              drop_last: bool = False) -> "Pipeline":
+    def batch(
+        self, size: int, name: str = "batch", collate: Callable[[list], Any] = list, drop_last: bool = False
+    ) -> Pipeline:
         """Add a stage grouping `size` consecutive items into collate(items); a short last batch unless drop_last."""
         if size < 1:
             raise ValueError(f"batch size must be >= 1, not {size}")
         return self._add(_Spec(name, 1, _batcher(size, collate, drop_last)))
 
-    def _add(self, spec: _Spec) -> "Pipeline":
+    def _add(self, spec: _Spec) -> Pipeline:
         if spec.name in {s.name for s in self._specs}:
             raise ValueError(f"stage name {spec.name!r} is used twice; stage names name the queues and must be unique")
         self._specs.append(spec)
@@ -325,6 +343,7 @@ def _claim_indices(n: int) -> Take:
     def take() -> tuple:
         i = next(claims)
         return (i, i) if i < n else (n, _End())
+
     return take
 
 
@@ -334,9 +353,10 @@ def prefetch(source: Iterable, depth: int = 2, name: str = HOST_QUEUE, workers: 
     A map-style source (`len()` and `[i]`, e.g. a torch Dataset) is read by index: each of the
     `workers` threads claims the next index and reads `source[i]`, and the outputs are put in
     index order, so the consumer sees exactly `source[0], ..., source[len - 1]`. Any other
-    iterable is iterated by one thread (workers must be 1). At most `depth` items wait in the queue, plus one finished item
-    per worker waiting for its turn. An exception in the producer is raised in the consumer
-    after every item before it. Threads start now; `close()` or leaving the loop stops them.
+    iterable is iterated by one thread (workers must be 1). At most `depth` items wait in the
+    queue, plus one finished item per worker waiting for its turn. An exception in the producer
+    is raised in the consumer after every item before it. Threads start now; `close()` or leaving
+    the loop stops them.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, not {workers}")
@@ -345,19 +365,23 @@ def prefetch(source: Iterable, depth: int = 2, name: str = HOST_QUEUE, workers: 
     elif workers == 1:
         spec = _Spec(name, 1, _read_source(source))
     else:
-        raise ValueError(f"prefetch(workers={workers}) needs a map-style source (len() and [i]) to read in "
-                         f"parallel and keep the order; {type(source).__name__} can only be read by one thread "
-                         "(use workers=1, or Pipeline(...).map(fn, workers=N) for the per-item work)")
+        raise ValueError(
+            f"prefetch(workers={workers}) needs a map-style source (len() and [i]) to read in "
+            f"parallel and keep the order; {type(source).__name__} can only be read by one thread "
+            "(use workers=1, or Pipeline(...).map(fn, workers=N) for the per-item work)"
+        )
     return PipelineIterator([spec], [name], depth)
 
 
-def device_prefetch(batches: Iterable, to_device: Callable[[Any], Any], depth: int = 2,
-                    name: str = DEVICE_QUEUE) -> PipelineIterator:
+def device_prefetch(
+    batches: Iterable, to_device: Callable[[Any], Any], depth: int = 2, name: str = DEVICE_QUEUE
+) -> PipelineIterator:
     """Stage batches on the device ahead of compute: a thread applies `to_device` and fills queue `name`.
 
     `to_device(batch)` runs in the stage's thread (a host->device copy, e.g.
     `torch_data.TorchDeviceCopy`). If it has a `ready(staged)` method, the consumer calls it on
     each batch before use (CUDA: make the compute stream wait for the side-stream copy).
     """
-    return PipelineIterator([_Spec(name, 1, _read_source(map(to_device, batches)))], [name], depth,
-                            ready=getattr(to_device, "ready", None))
+    return PipelineIterator(
+        [_Spec(name, 1, _read_source(map(to_device, batches)))], [name], depth, ready=getattr(to_device, "ready", None)
+    )

@@ -3,6 +3,7 @@
 The probe (profiler.capture.queues.QueueProbe) runs inside the queue's own mutex (in `_put` /
 `_get`, where the size is exact), so probing takes no lock the queue does not already take.
 """
+
 from __future__ import annotations
 
 import queue
@@ -14,7 +15,7 @@ from profiler.capture.queues import GET, PUT, QueueProbe
 from profiler.formats import ARROW
 from profiler.record.recorder import active_recorder, now_ns
 
-POLL_S = 0.05            # how often a cancellable blocking put / get looks at its cancel event
+POLL_S = 0.05  # how often a cancellable blocking put / get looks at its cancel event
 
 
 class Cancelled(Exception):
@@ -61,8 +62,8 @@ class ProfiledQueue(queue.Queue):
     def __init__(self, maxsize: int = 0, name: str = "queue") -> None:
         super().__init__(maxsize)
         self.probe = QueueProbe(name, maxsize)
-        self._get_waits: dict[int, int] = {}      # thread ident -> ns blocked in its current get
-        self._put_waits: dict[int, int] = {}      # ... in its current put
+        self._get_waits: dict[int, int] = {}  # thread ident -> ns blocked in its current get
+        self._put_waits: dict[int, int] = {}  # ... in its current put
         self.not_empty = _TimedCondition(self.mutex, self._get_waits)
         self.not_full = _TimedCondition(self.mutex, self._put_waits)
 
@@ -70,13 +71,13 @@ class ProfiledQueue(queue.Queue):
     def name(self) -> str:
         return self.probe.name
 
-    def _put(self, item: Any) -> None:        # runs under self.mutex
+    def _put(self, item: Any) -> None:  # runs under self.mutex
         self.queue.append(item)
         wait = self._put_waits.pop(get_ident(), 0) if self._put_waits else 0
         if active_recorder() is not None:
             self.probe.record(PUT, len(self.queue), wait)
 
-    def _get(self) -> Any:                    # runs under self.mutex
+    def _get(self) -> Any:  # runs under self.mutex
         item = self.queue.popleft()
         wait = self._get_waits.pop(get_ident(), 0) if self._get_waits else 0
         if active_recorder() is not None:

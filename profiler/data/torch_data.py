@@ -19,21 +19,23 @@ each get from the log: a put per finished batch (at its worker's time), a get pe
 Capacity = num_workers x prefetch_factor: the DataLoader never has more batches in flight
 (dispatched to workers and not yet returned), so the occupancy stays within [0, capacity].
 """
+
 from __future__ import annotations
 
 import multiprocessing
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from profiler.errors import ProfilerUsageWarning
-from profiler.data.fetch import TimedFetches
-from profiler.record.recorder import now_ns
 from profiler.capture.queues import GET, PUT, QueueProbe
+from profiler.data.fetch import TimedFetches
+from profiler.errors import ProfilerUsageWarning
 from profiler.formats import HOST_QUEUE
+from profiler.record.recorder import now_ns
 
-RING = 64      # finished-batch times kept per worker between two reads (a worker has <= prefetch_factor in flight)
+RING = 64  # finished-batch times kept per worker between two reads (a worker has <= prefetch_factor in flight)
 
 
 class _CompletionLog:
@@ -82,7 +84,7 @@ class _Occupancy:
     def __init__(self, log: _CompletionLog, probe: QueueProbe) -> None:
         self.log = log
         self.probe = probe
-        self.seen = log.counts()          # batches finished before this epoch are not ours
+        self.seen = log.counts()  # batches finished before this epoch are not ours
         self.produced = 0
         self.consumed = 0
 
@@ -111,7 +113,7 @@ class _Occupancy:
         before = min(ready, self.consumed + self.probe.capacity - self.produced)
         self._puts(times[:before])
         self.consumed += 1
-        if self.produced < self.consumed:      # the returned batch was never logged: workers predate the wrap
+        if self.produced < self.consumed:  # the returned batch was never logged: workers predate the wrap
             return False
         t_get = t1 if before == ready else max(int(times[before]) - 1, t0)
         self.probe.record_at(GET, t_get, self.produced - self.consumed, t_get - t0)
@@ -155,9 +157,12 @@ class ProfiledDataLoader:
             if probing[0] and not occupancy.got(t0, t1):
                 probing[0] = False
                 if warn:
-                    warnings.warn("ProfiledDataLoader: the loader's workers were started before it was wrapped; "
-                                  "wrap it before the first iteration to probe its occupancy", ProfilerUsageWarning,
-                                  stacklevel=3)
+                    warnings.warn(
+                        "ProfiledDataLoader: the loader's workers were started before it was wrapped; "
+                        "wrap it before the first iteration to probe its occupancy",
+                        ProfilerUsageWarning,
+                        stacklevel=3,
+                    )
 
         return probe
 
@@ -167,6 +172,7 @@ class ProfiledDataLoader:
 
 
 # ---- host -> device ---------------------------------------------------------------------------
+
 
 def map_tensors(batch: Any, fn: Callable[[Any], Any]) -> Any:
     """`batch` with fn applied to every tensor inside (nested tuples, lists and dicts)."""
@@ -212,8 +218,9 @@ class TorchDeviceCopy:
         import torch
 
         with torch.cuda.stream(self._stream):
-            out = map_tensors(batch, lambda t: (t.pin_memory() if t.device.type == "cpu" else t)
-                              .to(self.device, non_blocking=True))
+            out = map_tensors(
+                batch, lambda t: (t.pin_memory() if t.device.type == "cpu" else t).to(self.device, non_blocking=True)
+            )
             event = torch.cuda.Event()
             event.record(self._stream)
         return _Staged(out, event)

@@ -7,12 +7,14 @@ trace's metadata (M) events and otherData (`chrome`), the flows' steps in their 
 rows are streamed in chunks, each turned into an `EventBlock` whose heads are rebuilt from the
 string tables, and written by the Chrome writer's own functions.
 """
+
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import BinaryIO, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -41,8 +43,10 @@ def write_trace_from_events(ef: EventFile, f: BinaryIO, keep: StepFilter = None)
     many events (rows and flow points) it holds."""
     chrome = ef.meta.get("chrome")
     if not isinstance(chrome, dict) or not isinstance(chrome.get("meta"), list):
-        raise InputError(f"{ef.path} was written by an earlier profview, without what the Chrome trace needs; "
-                         "`profview analyse DIR` (from the raw store) writes it again")
+        raise InputError(
+            f"{ef.path} was written by an earlier profview, without what the Chrome trace needs; "
+            "`profview analyse DIR` (from the raw store) writes it again"
+        )
     flows = int(ef.meta.get("phase_rows", {}).get("s", 0)) + int(ef.meta.get("phase_rows", {}).get("f", 0))
     heads = _Heads(ef)
     buffer = new_row_buffer()
@@ -81,43 +85,66 @@ class _Heads:
         head = self._cache.get(key)
         if head is None:
             info = self.ef.lanes[lane]
-            head = self._cache[key] = Head(chr(ph), int(info["pid"]), int(info["tid"]), self.ef.categories[category],
-                                           self.ef.names[name], None if args < 0 else self._args[args])
+            head = self._cache[key] = Head(
+                chr(ph),
+                int(info["pid"]),
+                int(info["tid"]),
+                self.ef.categories[category],
+                self.ef.names[name],
+                None if args < 0 else self._args[args],
+            )
         return head
 
     def columns(self, lo: int, hi: int) -> dict[str, np.ndarray]:
-        return {name: self.ef.column(name, lo, hi) for name in
-                ("ph", "lane", "name", "category", "args", "start_ns", "dur_ns", "step")}
+        return {
+            name: self.ef.column(name, lo, hi)
+            for name in ("ph", "lane", "name", "category", "args", "start_ns", "dur_ns", "step")
+        }
 
     def block(self, lo: int, hi: int, with_dur: bool) -> EventBlock:
         """Rows [lo, hi) as an EventBlock (heads numbered in first-seen order)."""
         c = self.columns(lo, hi)
         names = max(len(self.ef.names), 1)
         lane_name = c["lane"].astype(np.int64) * names + c["name"]
-        rest = (c["category"].astype(np.int64) * 256 + c["ph"]) * (len(self.ef.args) + 1) + (c["args"].astype(np.int64) + 1)
+        rest = (c["category"].astype(np.int64) * 256 + c["ph"]) * (len(self.ef.args) + 1) + (
+            c["args"].astype(np.int64) + 1
+        )
         a, a_n = pd.factorize(lane_name)
         b, b_n = pd.factorize(rest)
         key, uniques = pd.factorize(a.astype(np.int64) * max(len(b_n), 1) + b)
         first = first_rows(key.astype(np.int64), len(uniques))
-        specs = [self.head(int(c["ph"][r]), int(c["lane"][r]), int(c["name"][r]), int(c["category"][r]),
-                           int(c["args"][r])) for r in first.tolist()]
-        return EventBlock(specs, key.astype(np.int64), c["start_ns"], c["dur_ns"] if with_dur else None,
-                          c["step"].astype(np.int64))
+        specs = [
+            self.head(int(c["ph"][r]), int(c["lane"][r]), int(c["name"][r]), int(c["category"][r]), int(c["args"][r]))
+            for r in first.tolist()
+        ]
+        return EventBlock(
+            specs, key.astype(np.int64), c["start_ns"], c["dur_ns"] if with_dur else None, c["step"].astype(np.int64)
+        )
 
     def flows(self, lo: int, hi: int) -> Iterator[dict]:
         """The flow points of rows [lo, hi), as the trace's flow events."""
         if hi <= lo:
             return
         c = self.columns(lo, hi)
-        for ph, lane, name, cat, args, ns, step in zip(*(c[k].tolist() for k in
-                                                         ("ph", "lane", "name", "category", "args", "start_ns", "step"))):
+        for ph, lane, name, cat, args, ns, step in zip(
+            *(c[k].tolist() for k in ("ph", "lane", "name", "category", "args", "start_ns", "step"))
+        ):
             info = self.ef.lanes[lane]
-            yield flow_event(chr(ph), self._args[args]["id"], int(info["pid"]), int(info["tid"]), ns,
-                             self.ef.categories[cat], self.ef.names[name], step)
+            yield flow_event(
+                chr(ph),
+                self._args[args]["id"],
+                int(info["pid"]),
+                int(info["tid"]),
+                ns,
+                self.ef.categories[cat],
+                self.ef.names[name],
+                step,
+            )
 
 
-def export_directory_traces(directory: Path, ranks: Optional[list[int]], first: Optional[int], last: Optional[int],
-                            output: Optional[Path]) -> list[Path]:
+def export_directory_traces(
+    directory: Path, ranks: Optional[list[int]], first: Optional[int], last: Optional[int], output: Optional[Path]
+) -> list[Path]:
     """`profview export --chrome`: the Chrome trace of steps `first`..`last` (None: every event) of
     each rank's event file in `directory` (`ranks`, default all), at `output` (one rank; `-`:
     stdout; a name ending in .gz: compressed) or beside it as timeline_{rank}_full.json /
@@ -125,11 +152,16 @@ def export_directory_traces(directory: Path, ranks: Optional[list[int]], first: 
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory} does not exist or is not a directory")
-    found = {rank: directory / rank_file("events", rank) for rank in info_files(directory)
-             if (directory / rank_file("events", rank)).is_file()}
+    found = {
+        rank: directory / rank_file("events", rank)
+        for rank in info_files(directory)
+        if (directory / rank_file("events", rank)).is_file()
+    }
     if not found:
-        raise InputError(f"{directory} has no event file (events_{{rank}}.arrow): analyse the run first "
-                         f"(`profview analyse {directory}`), or import the capture (`profview import`)")
+        raise InputError(
+            f"{directory} has no event file (events_{{rank}}.arrow): analyse the run first "
+            f"(`profview analyse {directory}`), or import the capture (`profview import`)"
+        )
     ranks = sorted(found) if not ranks else list(dict.fromkeys(ranks))
     missing = [r for r in ranks if r not in found]
     if missing:

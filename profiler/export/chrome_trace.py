@@ -5,14 +5,16 @@ A trace is `{"traceEvents":[` + rows + flow and metadata events + `],"displayTim
 "otherData":{...}}`. Rows are written from an `EventBlock` in any order of any of its rows, so a
 trace of some rows (a step range: `TimelineEvents.in_steps`) is written the same way as the whole.
 """
+
 from __future__ import annotations
 
 import contextlib
 import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Optional
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from profiler.formats import TIMELINE_FULL, TIMELINE_KEY_STEPS, TIMELINE_MAX_EVE
 from profiler.model import Run
 
 TRACE_START = b'{"traceEvents":[\n'
-INSTANT_SCOPE = ',"s":"t"'      # instants are thread-scoped
+INSTANT_SCOPE = ',"s":"t"'  # instants are thread-scoped
 
 
 def head_text(h: Head) -> bytes:
@@ -55,8 +57,10 @@ def write_rows(f: BinaryIO, b: EventBlock, order: np.ndarray, buffer: Optional[n
 def write_trace_end(f: BinaryIO, events: list[dict], other: dict) -> None:
     """The events written as JSON objects (flows, metadata: keys starting with `_` left out), then
     the end of the trace with its `otherData`."""
-    text = ",\n".join(json.dumps({k: v for k, v in e.items() if not k.startswith("_")}, ensure_ascii=False,
-                                 separators=(",", ":")) for e in events)
+    text = ",\n".join(
+        json.dumps({k: v for k, v in e.items() if not k.startswith("_")}, ensure_ascii=False, separators=(",", ":"))
+        for e in events
+    )
     f.write(text.encode())
     f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
 
@@ -96,11 +100,11 @@ class TracePlan:
     first while the trace stays within `max_events` (those that do not fit are `left_out`).
     """
 
-    events: int                             # events (rows and flow points) of the whole trace
+    events: int  # events (rows and flow points) of the whole trace
     max_events: int
-    steps: Optional[tuple[int, ...]] = None     # None: the whole trace; else the steps written, ascending
-    written: int = 0                        # events written
-    left_out: tuple[int, ...] = ()          # outlier steps left out to stay within max_events
+    steps: Optional[tuple[int, ...]] = None  # None: the whole trace; else the steps written, ascending
+    written: int = 0  # events written
+    left_out: tuple[int, ...] = ()  # outlier steps left out to stay within max_events
 
     @property
     def content(self) -> str:
@@ -145,10 +149,22 @@ def plan_steps(total: int, key: KeySteps, step_counts: Callable[[list[int]], lis
 def describe_plan(plan: TracePlan, key: KeySteps, file: str, rest: str) -> dict[str, Any]:
     """What a Chrome trace holds, for profiler_info's and cluster_summary's `timeline` (docs/formats.md):
     its file, content and event counts and, for a key-steps trace, the steps and where the rest is."""
-    info: dict[str, Any] = {"file": file, "content": plan.content, "events": plan.events,
-                            "events_written": plan.written, "max_events": plan.max_events}
+    info: dict[str, Any] = {
+        "file": file,
+        "content": plan.content,
+        "events": plan.events,
+        "events_written": plan.written,
+        "max_events": plan.max_events,
+    }
     if plan.steps is not None:
-        info.update({"steps": list(plan.steps), "median_step": key.median, "slowest_step": key.slowest,
-                     "outlier_steps": list(key.outliers), "outlier_steps_left_out": list(plan.left_out),
-                     "rest": rest})
+        info.update(
+            {
+                "steps": list(plan.steps),
+                "median_step": key.median,
+                "slowest_step": key.slowest,
+                "outlier_steps": list(key.outliers),
+                "outlier_steps_left_out": list(plan.left_out),
+                "rest": rest,
+            }
+        )
     return info

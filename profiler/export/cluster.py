@@ -10,31 +10,57 @@ The summary and the step table come from the per-rank outputs (step_trace_{rank}
 profiler_info_{rank}.json: small files, read for every rank); the timeline needs each rank's
 events and reads the raw store of at most TIMELINE_RANKS ranks (docs/architecture.md, "Scale").
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
 
 from profiler.analysis.cluster import cluster_summary, timeline_ranks
-from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file, read_csv, read_json_object
-from profiler.model import Run
-from profiler.export.chrome_trace import (TRACE_START, describe_plan, plan_steps, timeline_max_events, write_rows,
-                                         write_trace_end)
+from profiler.export.chrome_trace import (
+    TRACE_START,
+    describe_plan,
+    plan_steps,
+    timeline_max_events,
+    write_rows,
+    write_trace_end,
+)
 from profiler.export.csv_json import write_csv, write_json
 from profiler.export.files import AtomicWrite
 from profiler.export.key_steps import KeySteps, key_steps_of, run_thresholds
-from profiler.export.timeline_model import (EventBlock, Lanes, lane_codes, merge_blocks, op_block, span_block,
-                                            step_block, stepped, thread_order)
+from profiler.export.timeline_model import (
+    EventBlock,
+    Lanes,
+    lane_codes,
+    merge_blocks,
+    op_block,
+    span_block,
+    step_block,
+    stepped,
+    thread_order,
+)
+from profiler.formats import (
+    CLUSTER_STEP_TRACE,
+    CLUSTER_SUMMARY,
+    CLUSTER_TIMELINE,
+    info_files,
+    rank_file,
+    read_csv,
+    read_json_object,
+)
+from profiler.model import Run
 
-TIMELINE_RANKS = 16          # ranks drawn in the merged timeline (all of them up to this many)
+TIMELINE_RANKS = 16  # ranks drawn in the merged timeline (all of them up to this many)
 
 
 def read_rank_outputs(directory: Path) -> tuple[dict[int, dict], dict[int, pd.DataFrame]]:
-    """profiler_info and step trace of every analysed rank in `directory` (a rank without a step trace gets an empty one)."""
+    """profiler_info and step trace of every analysed rank in `directory` (a rank without a step trace
+    gets an empty one)."""
     infos: dict[int, dict] = {}
     traces: dict[int, pd.DataFrame] = {}
     for rank, path in info_files(directory).items():
@@ -59,8 +85,9 @@ def is_cluster(infos: Mapping[int, dict]) -> bool:
     return len(infos) > 1 or any(int(i.get("world_size", 1) or 1) > 1 for i in infos.values())
 
 
-def write_cluster_outputs(directory: Path, load_run: Callable[[Path, int], Run],
-                          max_events: Optional[int] = None) -> list[Path]:
+def write_cluster_outputs(
+    directory: Path, load_run: Callable[[Path, int], Run], max_events: Optional[int] = None
+) -> list[Path]:
     """Analyse the ranks' outputs in `directory` together and write the cluster files (the merged
     timeline within `max_events`, by default the recorded limit); [] for a single-rank run."""
     directory = Path(directory)
@@ -72,8 +99,9 @@ def write_cluster_outputs(directory: Path, load_run: Callable[[Path, int], Run],
     return write_cluster_files(directory, doc, table, runs, max_events)
 
 
-def write_cluster_files(directory: Path, doc: dict, table: pd.DataFrame, runs: Sequence[Run],
-                        max_events: Optional[int] = None) -> list[Path]:
+def write_cluster_files(
+    directory: Path, doc: dict, table: pd.DataFrame, runs: Sequence[Run], max_events: Optional[int] = None
+) -> list[Path]:
     """Write the step table, the merged timeline of `runs` (at most `max_events` events: by default
     the limit the first run was recorded with) and the summary (listing the outputs)."""
     shifts = {int(r): int(c["shift_ns"]) for r, c in doc["clock"].get("per_rank", {}).items()}
@@ -83,11 +111,16 @@ def write_cluster_files(directory: Path, doc: dict, table: pd.DataFrame, runs: S
         limit = timeline_max_events(runs[0]) if max_events is None else max_events
         views = [RankView.of(run) for run in runs]
         key = cluster_key_steps(table, runs[0])
-        plan = plan_steps(sum(v.count for v in views), key,
-                          lambda steps: list(np.sum([v.step_counts(steps) for v in views], axis=0)), limit)
+        plan = plan_steps(
+            sum(v.count for v in views),
+            key,
+            lambda steps: list(np.sum([v.step_counts(steps) for v in views], axis=0)),
+            limit,
+        )
         written.append(write_cluster_timeline(views, shifts, directory / CLUSTER_TIMELINE, doc["clock"], plan.steps))
-        doc["timeline"] = describe_plan(plan, key, CLUSTER_TIMELINE,
-                                        "every event of a rank: profview export --chrome DIR -r R [--steps A:B]")
+        doc["timeline"] = describe_plan(
+            plan, key, CLUSTER_TIMELINE, "every event of a rank: profview export --chrome DIR -r R [--steps A:B]"
+        )
     doc["outputs"] = [p.name for p in written] + [CLUSTER_SUMMARY]
     written.append(write_json(doc, directory / CLUSTER_SUMMARY))
     return written
@@ -96,8 +129,14 @@ def write_cluster_files(directory: Path, doc: dict, table: pd.DataFrame, runs: S
 def cluster_view(run: Run) -> Run:
     """What the merged timeline shows of a rank: steps, phases and spans, marks, and its collectives."""
     comm = run.ops[run.ops["category"].astype(str) == "comm"]
-    return Run(info=run.info, ops=comm.reset_index(drop=True), spans=run.spans, instants=run.instants,
-               steps=run.steps, threads=run.threads)
+    return Run(
+        info=run.info,
+        ops=comm.reset_index(drop=True),
+        spans=run.spans,
+        instants=run.instants,
+        steps=run.steps,
+        threads=run.threads,
+    )
 
 
 def cluster_key_steps(table: pd.DataFrame, run: Run) -> KeySteps:
@@ -120,11 +159,13 @@ class RankView:
     order: np.ndarray
 
     @classmethod
-    def of(cls, run: Run) -> "RankView":
+    def of(cls, run: Run) -> RankView:
         view = cluster_view(run)
         lanes = Lanes(view)
-        complete = merge_blocks([stepped(b, view) for b in (step_block(view, lanes), span_block(view, lanes),
-                                                             op_block(view, lanes))], with_dur=True)
+        complete = merge_blocks(
+            [stepped(b, view) for b in (step_block(view, lanes), span_block(view, lanes), op_block(view, lanes))],
+            with_dur=True,
+        )
         codes, _ = lane_codes(complete.specs)
         return cls(run, lanes, complete, thread_order(codes[complete.key], complete.ts_ns, complete.dur_ns))
 
@@ -144,8 +185,13 @@ class RankView:
         return self.order[np.isin(np.asarray(self.complete.step)[self.order], np.asarray(steps, dtype=np.int64))]
 
 
-def write_cluster_timeline(views: Sequence[RankView], shifts_ns: Mapping[int, int], path: Path,
-                           clock: Optional[dict] = None, steps: Optional[tuple[int, ...]] = None) -> Path:
+def write_cluster_timeline(
+    views: Sequence[RankView],
+    shifts_ns: Mapping[int, int],
+    path: Path,
+    clock: Optional[dict] = None,
+    steps: Optional[tuple[int, ...]] = None,
+) -> Path:
     """One Chrome trace with a process per rank (pid = rank), each rank's times shifted onto the common
     axis; only the events of `steps` when given."""
     meta: list[dict] = []
@@ -156,8 +202,16 @@ def write_cluster_timeline(views: Sequence[RankView], shifts_ns: Mapping[int, in
             shifted = replace(v.complete, ts_ns=np.asarray(v.complete.ts_ns, dtype=np.int64) + shift)
             write_rows(f, shifted, v.rows(steps))
             meta += v.lanes.meta
-            meta.append({"ph": "M", "pid": v.lanes.host_pid, "tid": 0, "name": "process_labels",
-                         "args": {"labels": str(v.run.info.get("host", ""))}})
-        write_trace_end(f, meta, {"tool": "profview", "kind": "cluster", "ranks": [v.run.rank for v in views],
-                                  "clock": clock or {}})
+            meta.append(
+                {
+                    "ph": "M",
+                    "pid": v.lanes.host_pid,
+                    "tid": 0,
+                    "name": "process_labels",
+                    "args": {"labels": str(v.run.info.get("host", ""))},
+                }
+            )
+        write_trace_end(
+            f, meta, {"tool": "profview", "kind": "cluster", "ranks": [v.run.rank for v in views], "clock": clock or {}}
+        )
     return Path(path)

@@ -1,5 +1,6 @@
 """Deterministic CSV and JSON files, written atomically: the same table or document always gives the
 same bytes (docs/formats.md, "General rules")."""
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,15 @@ def write_csv(df: pd.DataFrame, path: Path, na_rep: str = "") -> Path:
     """
     quoting = csv.QUOTE_ALL if _holds_carriage_return(df) else csv.QUOTE_MINIMAL
     with AtomicWrite(path) as out:
-        df.to_csv(out.tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n", quoting=quoting,
-                  na_rep=na_rep, errors="backslashreplace")
+        df.to_csv(
+            out.tmp,
+            index=False,
+            float_format=FLOAT_FORMAT,
+            lineterminator="\n",
+            quoting=quoting,
+            na_rep=na_rep,
+            errors="backslashreplace",
+        )
     return out.path
 
 
@@ -58,9 +66,10 @@ def write_json(obj: Any, path: Path) -> Path:
     """
     try:
         text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable, allow_nan=False)
-    except ValueError:                       # a NaN / inf somewhere: null instead
-        text = json.dumps(_finite(obj), indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable,
-                          allow_nan=False)
+    except ValueError:  # a NaN / inf somewhere: null instead
+        text = json.dumps(
+            _finite(obj), indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable, allow_nan=False
+        )
     return write_atomic(path, (text + "\n").encode("utf-8", errors="backslashreplace"))
 
 

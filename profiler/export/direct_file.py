@@ -8,14 +8,15 @@ device. The last partial block is written after O_DIRECT is switched off again, 
 exactly the bytes written. Where O_DIRECT is missing (macOS, Windows) or refused (tmpfs, some
 network filesystems) this is an ordinary buffered file.
 """
+
 from __future__ import annotations
 
 import mmap
 import os
 from pathlib import Path
 
-BLOCK = 4096                   # O_DIRECT alignment of addresses, sizes and offsets (covers 512-byte devices)
-BUFFER_BYTES = 8 << 20         # one device write per 8 MiB
+BLOCK = 4096  # O_DIRECT alignment of addresses, sizes and offsets (covers 512-byte devices)
+BUFFER_BYTES = 8 << 20  # one device write per 8 MiB
 
 
 class DirectFile:
@@ -24,8 +25,8 @@ class DirectFile:
     def __init__(self, path: Path, buffer_bytes: int = BUFFER_BYTES) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
         self._fd = -1
-        self.direct = False            # the descriptor has O_DIRECT now
-        self.direct_bytes = 0          # bytes that went to the device around the page cache
+        self.direct = False  # the descriptor has O_DIRECT now
+        self.direct_bytes = 0  # bytes that went to the device around the page cache
         if hasattr(os, "O_DIRECT"):
             try:
                 self._fd = os.open(path, flags | os.O_DIRECT, 0o644)
@@ -34,7 +35,7 @@ class DirectFile:
                 pass
         if self._fd < 0:
             self._fd = os.open(path, flags, 0o644)
-        self._buffer = mmap.mmap(-1, buffer_bytes)     # anonymous mmap: page-aligned, reused for every write
+        self._buffer = mmap.mmap(-1, buffer_bytes)  # anonymous mmap: page-aligned, reused for every write
         self._view = memoryview(self._buffer)
         self._fill = 0
         self._written = 0
@@ -61,7 +62,7 @@ class DirectFile:
         capacity = len(self._view)
         while pos < n:
             take = min(capacity - self._fill, n - pos)
-            self._view[self._fill:self._fill + take] = data[pos:pos + take]
+            self._view[self._fill : self._fill + take] = data[pos : pos + take]
             self._fill += take
             pos += take
             if self._fill == capacity:
@@ -77,13 +78,13 @@ class DirectFile:
             except OSError:
                 if not self.direct:
                     raise
-                self._buffered()            # the filesystem took the open but refuses direct writes
+                self._buffered()  # the filesystem took the open but refuses direct writes
                 continue
             done += n
             self.direct_bytes += n if self.direct else 0
         self._fill -= size
         if self._fill:
-            self._view[:self._fill] = self._view[size:size + self._fill]
+            self._view[: self._fill] = self._view[size : size + self._fill]
 
     def _buffered(self) -> None:
         """Switch the descriptor to ordinary buffered writes."""
@@ -99,7 +100,7 @@ class DirectFile:
             aligned = self._fill - self._fill % BLOCK if self.direct else self._fill
             if aligned:
                 self._drain(aligned)
-            if self._fill:                  # the unaligned tail, through the page cache
+            if self._fill:  # the unaligned tail, through the page cache
                 if self.direct:
                     self._buffered()
                 self._drain(self._fill)
@@ -109,7 +110,7 @@ class DirectFile:
             self._view.release()
             self._buffer.close()
 
-    def __enter__(self) -> "DirectFile":
+    def __enter__(self) -> DirectFile:
         return self
 
     def __exit__(self, *exc) -> None:

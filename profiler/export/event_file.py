@@ -11,6 +11,7 @@ longest first, then instants and counter values sorted by lane and time, then fl
 Chrome trace's order. The metadata's `chrome` (the trace's M events and otherData) and the flows'
 steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,11 +57,21 @@ def _lane_table(ev: TimelineEvents, pairs: list[tuple[int, int]]) -> list[dict]:
             sort[m["pid"]] = m["args"]["sort_index"]
     out = []
     for pid, tid in pairs:
-        kind = "steps" if (pid == ev.lanes.host_pid and tid == STEP_TID) else (
-            "host" if pid == ev.lanes.host_pid else "device")
-        out.append({"pid": int(pid), "tid": int(tid), "process": process.get(pid, f"pid {pid}"),
-                    "thread": thread.get((pid, tid), "counters" if tid == 0 and (pid, tid) not in thread else f"tid {tid}"),
-                    "kind": kind, "process_sort": int(sort.get(pid, 0))})
+        kind = (
+            "steps"
+            if (pid == ev.lanes.host_pid and tid == STEP_TID)
+            else ("host" if pid == ev.lanes.host_pid else "device")
+        )
+        out.append(
+            {
+                "pid": int(pid),
+                "tid": int(tid),
+                "process": process.get(pid, f"pid {pid}"),
+                "thread": thread.get((pid, tid), "counters" if tid == 0 and (pid, tid) not in thread else f"tid {tid}"),
+                "kind": kind,
+                "process_sort": int(sort.get(pid, 0)),
+            }
+        )
     return out
 
 
@@ -75,22 +86,43 @@ class EventStreamWriter:
     each lane's sorted by start; then the other rows (`complete=False`).
     """
 
-    def __init__(self, path: Path, *, rank: int, names: list[str], categories: list[str], args: list[str],
-                 heads: dict[str, np.ndarray], lanes: list[dict], data_origin: str = "profview",
-                 origin_unix_ns: int = 0, chrome: Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        rank: int,
+        names: list[str],
+        categories: list[str],
+        args: list[str],
+        heads: dict[str, np.ndarray],
+        lanes: list[dict],
+        data_origin: str = "profview",
+        origin_unix_ns: int = 0,
+        chrome: Optional[dict] = None,
+    ) -> None:
         import pyarrow as pa
 
         self._pa = pa
         self.path = Path(path)
         self._heads = {name: np.asarray(heads[name], dtype=dtype) for name, dtype in formats.EVENT_HEAD_FIELDS}
-        meta = {"format": formats.EVENT_FILE_FORMAT, "version": formats.EVENT_FILE_VERSION, "rank": int(rank),
-                "data_origin": data_origin, "origin_unix_ns": int(origin_unix_ns),
-                "names": list(names), "categories": list(categories), "args": list(args), "lanes": list(lanes),
-                "heads": {name: values.tolist() for name, values in self._heads.items()}}
+        meta = {
+            "format": formats.EVENT_FILE_FORMAT,
+            "version": formats.EVENT_FILE_VERSION,
+            "rank": int(rank),
+            "data_origin": data_origin,
+            "origin_unix_ns": int(origin_unix_ns),
+            "names": list(names),
+            "categories": list(categories),
+            "args": list(args),
+            "lanes": list(lanes),
+            "heads": {name: values.tolist() for name, values in self._heads.items()},
+        }
         if chrome is not None:
             meta["chrome"] = chrome
-        self.schema = pa.schema([(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
-                                metadata={formats.EVENT_FILE_META_KEY: _json(meta)})
+        self.schema = pa.schema(
+            [(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
+            metadata={formats.EVENT_FILE_META_KEY: _json(meta)},
+        )
         self._file = AtomicWrite(self.path)
         self._raw = DirectFile(self._file.tmp)
         self._writer = pa.ipc.new_file(pa.PythonFile(self._raw, mode="w"), self.schema)
@@ -125,8 +157,10 @@ class EventStreamWriter:
         self._head_rows += head_rows
         pa = self._pa
         for i in range(0, n, BATCH_ROWS):
-            arrays = [pa.array(np.ascontiguousarray(np.asarray(cols[name])[i:i + BATCH_ROWS], dtype=dtype))
-                      for name, dtype in formats.EVENT_COLUMNS]
+            arrays = [
+                pa.array(np.ascontiguousarray(np.asarray(cols[name])[i : i + BATCH_ROWS], dtype=dtype))
+                for name, dtype in formats.EVENT_COLUMNS
+            ]
             self._writer.write_batch(pa.record_batch(arrays, schema=self.schema))
             self._batch_rows.append(min(BATCH_ROWS, n - i))
         self.rows += n
@@ -142,22 +176,28 @@ class EventStreamWriter:
                 self._last_lane = k
             done = int(self._lane_count[k])
             step = formats.EVENT_INDEX_STEP
-            self._lane_index[k] += start[a + (-done) % step:b:step].tolist()
+            self._lane_index[k] += start[a + (-done) % step : b : step].tolist()
             self._lane_count[k] += b - a
             self._lane_longest[k] = max(int(self._lane_longest[k]), int(dur[a:b].max()))
 
     def close(self) -> Path:
         """Write the row index and finish the file (atomically renamed into place)."""
         pa = self._pa
-        index = {"rows": self.rows, "complete_rows": self.complete_rows,
-                 "phase_rows": _phase_rows(self._heads["ph"], self._head_rows),
-                 "lane_complete": [[int(f), int(c), int(m)] for f, c, m in
-                                   zip(self._lane_first, self._lane_count, self._lane_longest)],
-                 "lane_index_step": formats.EVENT_INDEX_STEP, "lane_index": self._lane_index,
-                 "batch_rows": self._batch_rows + [0]}
+        index = {
+            "rows": self.rows,
+            "complete_rows": self.complete_rows,
+            "phase_rows": _phase_rows(self._heads["ph"], self._head_rows),
+            "lane_complete": [
+                [int(f), int(c), int(m)] for f, c, m in zip(self._lane_first, self._lane_count, self._lane_longest)
+            ],
+            "lane_index_step": formats.EVENT_INDEX_STEP,
+            "lane_index": self._lane_index,
+            "batch_rows": self._batch_rows + [0],
+        }
         empty = [pa.array(np.empty(0, dtype=dtype)) for _, dtype in formats.EVENT_COLUMNS]
-        self._writer.write_batch(pa.record_batch(empty, schema=self.schema),
-                                 custom_metadata={formats.EVENT_FILE_META_KEY: _json(index)})
+        self._writer.write_batch(
+            pa.record_batch(empty, schema=self.schema), custom_metadata={formats.EVENT_FILE_META_KEY: _json(index)}
+        )
         self._writer.close()
         self._raw.close()
         return self._file.commit()
@@ -168,7 +208,7 @@ class EventStreamWriter:
         finally:
             self._file.discard()
 
-    def __enter__(self) -> "EventStreamWriter":
+    def __enter__(self) -> EventStreamWriter:
         return self
 
     def __exit__(self, exc_type, *rest) -> None:
@@ -203,25 +243,50 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     args_text = [_args_text(h.args) for h in all_specs]
     distinct_args = sorted({a for a in args_text if a is not None})
     args_index = {a: i for i, a in enumerate(distinct_args)}
-    heads = {"ph": np.array([ord(h.ph) for h in all_specs], dtype=np.int64),
-             "lane": np.array([pair_index[(h.pid, h.tid)] for h in all_specs], dtype=np.int64),
-             "name": name_code, "category": cat_code,
-             "args": np.array([-1 if a is None else args_index[a] for a in args_text], dtype=np.int64)}
+    heads = {
+        "ph": np.array([ord(h.ph) for h in all_specs], dtype=np.int64),
+        "lane": np.array([pair_index[(h.pid, h.tid)] for h in all_specs], dtype=np.int64),
+        "name": name_code,
+        "category": cat_code,
+        "args": np.array([-1 if a is None else args_index[a] for a in args_text], dtype=np.int64),
+    }
     c, p = ev.complete, ev.points
-    with EventStreamWriter(path, rank=ev.rank, names=names, categories=categories, args=distinct_args,
-                           heads=heads, lanes=_lane_table(ev, pairs), data_origin=ev.data_origin,
-                           origin_unix_ns=int(ev.origin_unix_ns),
-                           chrome={"meta": ev.lanes.meta, "other": ev.other_data}) as writer:
-        for b, order, head_offset, complete in ((c, ev.complete_order, 0, True),
-                                                (p, ev.points_order, n_complete_heads, False)):
+    with EventStreamWriter(
+        path,
+        rank=ev.rank,
+        names=names,
+        categories=categories,
+        args=distinct_args,
+        heads=heads,
+        lanes=_lane_table(ev, pairs),
+        data_origin=ev.data_origin,
+        origin_unix_ns=int(ev.origin_unix_ns),
+        chrome={"meta": ev.lanes.meta, "other": ev.other_data},
+    ) as writer:
+        for b, order, head_offset, complete in (
+            (c, ev.complete_order, 0, True),
+            (p, ev.points_order, n_complete_heads, False),
+        ):
             for i in range(0, len(order), BATCH_ROWS):
-                rows = order[i:i + BATCH_ROWS]
+                rows = order[i : i + BATCH_ROWS]
                 dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
-                writer.write({"start_ns": np.asarray(b.ts_ns)[rows], "dur_ns": dur, "step": np.asarray(b.step)[rows],
-                              "head": b.key[rows] + head_offset}, complete=complete)
-        if flows:               # in the Chrome trace's order, each with its launching op's step
-            writer.write({"start_ns": np.array([e["_ns"] for e in flows], dtype=np.int64),
-                          "dur_ns": np.zeros(len(flows), np.int64),
-                          "step": np.array([e["_step"] for e in flows], dtype=np.int64),
-                          "head": np.arange(len(flows), dtype=np.int64) + len(specs)}, complete=False)
+                writer.write(
+                    {
+                        "start_ns": np.asarray(b.ts_ns)[rows],
+                        "dur_ns": dur,
+                        "step": np.asarray(b.step)[rows],
+                        "head": b.key[rows] + head_offset,
+                    },
+                    complete=complete,
+                )
+        if flows:  # in the Chrome trace's order, each with its launching op's step
+            writer.write(
+                {
+                    "start_ns": np.array([e["_ns"] for e in flows], dtype=np.int64),
+                    "dur_ns": np.zeros(len(flows), np.int64),
+                    "step": np.array([e["_step"] for e in flows], dtype=np.int64),
+                    "head": np.arange(len(flows), dtype=np.int64) + len(specs),
+                },
+                complete=False,
+            )
     return Path(path)

@@ -3,6 +3,7 @@ renamed into place (`AtomicWrite`, the one place that does it), and one rank's o
 cluster files) are written under a lock, so two analyses of one directory never collide and a
 killed one never leaves a half-written output under its final name (docs/architecture.md, "The lock
 and the outputs")."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +14,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Optional
 
 from profiler.errors import ProfviewError
 
@@ -49,7 +51,7 @@ class AtomicWrite:
         with contextlib.suppress(OSError):
             self.tmp.unlink()
 
-    def __enter__(self) -> "AtomicWrite":
+    def __enter__(self) -> AtomicWrite:
         return self
 
     def __exit__(self, exc_type: Optional[type], *rest: object) -> None:
@@ -102,10 +104,12 @@ def output_lock(directory: Path, what: str, timeout_s: float = LOCK_TIMEOUT_S) -
                 break
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    break            # a file system without flock: go on unlocked, as before locks existed
+                    break  # a file system without flock: go on unlocked, as before locks existed
                 if time.monotonic() > deadline:
-                    raise ProfviewError(f"another analysis of {directory} ({what}) has been writing its outputs for "
-                                        f"over {timeout_s:.0f} s; wait for it to finish, or stop it, and try again") from None
+                    raise ProfviewError(
+                        f"another analysis of {directory} ({what}) has been writing its outputs for "
+                        f"over {timeout_s:.0f} s; wait for it to finish, or stop it, and try again"
+                    ) from None
                 if not told:
                     print(f"profview: waiting for another analysis of {directory} ({what}) to finish", file=sys.stderr)
                     told = True

@@ -2,6 +2,7 @@
 steps the statistics use (warm-up left out) and by the report's outlier rule (advisor thresholds
 as the run was recorded with). A timeline too large to open whole shows these (chrome_trace.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ def key_steps_of(totals: pd.DataFrame, thresholds: dict[str, float]) -> KeySteps
     by_time = steps.sort_values(["total_ms", "step"], kind="stable")
     median = int(by_time["step"].iloc[(len(by_time) - 1) // 2])
     slowest = int(steps["step"].iloc[int(np.argmax(steps["total_ms"].to_numpy()))])
-    slow = outlier_steps(steps, thresholds["outlier_min_pct"]).sort_values(["total_ms", "step"],
-                                                                           ascending=[False, True], kind="stable")
+    slow = outlier_steps(steps, thresholds["outlier_min_pct"]).sort_values(
+        ["total_ms", "step"], ascending=[False, True], kind="stable"
+    )
     return KeySteps(median, slowest, tuple(int(s) for s in slow["step"]))

@@ -4,6 +4,7 @@ The formatters are pure (job in, text out) and reproduce the 2020 parser's arith
 per-execution float ms, sequential float sums, exact decimal sums where it used `Decimal`,
 half-even rounding, CRLF line ends for files it wrote with the csv module (RAW_FORMATS.md 5-7).
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,8 +25,17 @@ from profiler.importers.ascend.job import AscendJob
 TICKS_PER_MS = 1e5
 #: Timeline pid of the all-reduce lanes.
 REDUCE_PID = 10000
-STEP_TRACE_BASE_COLUMNS = ["step_num", "start_point", "end_point", "total", "fp_point", "bp_point",
-                           "iteration_interval", "fp_and_bp", "tail"]
+STEP_TRACE_BASE_COLUMNS = [
+    "step_num",
+    "start_point",
+    "end_point",
+    "total",
+    "fp_point",
+    "bp_point",
+    "iteration_interval",
+    "fp_and_bp",
+    "tail",
+]
 
 
 def _csv_text(rows: list[list]) -> str:
@@ -62,13 +72,15 @@ def op_statistics(job: AscendJob) -> pd.DataFrame:
     total = _sequential_sums(group, dur_ms, len(first))
     same_key = ex["key"].to_numpy() == first["key"].to_numpy()[group]
     count = np.bincount(group[same_key], minlength=len(first))
-    return pd.DataFrame({
-        "full_name": [job.op_names[i] for i in first["op"].tolist()],
-        "stream_id": first["stream_id"].to_numpy(),
-        "count": count,
-        "total_ms": total,
-        "avg_ms": total / count,
-    })
+    return pd.DataFrame(
+        {
+            "full_name": [job.op_names[i] for i in first["op"].tolist()],
+            "stream_id": first["stream_id"].to_numpy(),
+            "count": count,
+            "total_ms": total,
+            "avg_ms": total / count,
+        }
+    )
 
 
 def timeline_rows(job: AscendJob, ops: pd.DataFrame) -> pd.DataFrame:
@@ -80,12 +92,14 @@ def timeline_rows(job: AscendJob, ops: pd.DataFrame) -> pd.DataFrame:
     group = _op_order(ex)
     start_ms = ex["start"].to_numpy() / TICKS_PER_MS
     order = np.lexsort((np.arange(len(ex)), group, start_ms))
-    return pd.DataFrame({
-        "full_name": ops["full_name"].to_numpy()[group[order]],
-        "stream_id": ops["stream_id"].to_numpy()[group[order]],
-        "start_ms": start_ms[order],
-        "dur_ms": ex["dur"].to_numpy()[order] / TICKS_PER_MS,
-    })
+    return pd.DataFrame(
+        {
+            "full_name": ops["full_name"].to_numpy()[group[order]],
+            "stream_id": ops["stream_id"].to_numpy()[group[order]],
+            "start_ms": start_ms[order],
+            "dur_ms": ex["dur"].to_numpy()[order] / TICKS_PER_MS,
+        }
+    )
 
 
 def min_cycle_counter(job: AscendJob) -> float:
@@ -100,16 +114,28 @@ def step_trace_table(job: AscendJob) -> tuple[list[str], np.ndarray]:
     """The step-trace header and int rows (one a step). Reduce columns are those of the first step;
     later steps' values for them (0 when absent) fill in, other reduce pairs are not shown."""
     s = job.steps
-    base = np.column_stack([s["step_num"], s["start"], s["end"], s["end"] - s["start"], s["fp"], s["bp"],
-                            s["fp"] - s["start"], s["bp"] - s["fp"], s["end"] - s["bp"]]).astype(np.int64)
+    base = np.column_stack(
+        [
+            s["step_num"],
+            s["start"],
+            s["end"],
+            s["end"] - s["start"],
+            s["fp"],
+            s["bp"],
+            s["fp"] - s["start"],
+            s["bp"] - s["fp"],
+            s["end"] - s["bp"],
+        ]
+    ).astype(np.int64)
     r = job.reduces
     first = r[r["step_num"] == s["step_num"].iloc[0]] if len(s) else r.iloc[:0]
     header = list(STEP_TRACE_BASE_COLUMNS)
     for sid, k in zip(first["stream_id"].tolist(), first["k"].tolist()):
         name = f"stream_{sid}_parallel_{k}"
         header += [f"{name}_start_point", f"{name}_end_point", name]
-    block = pd.Series(np.arange(len(first)),
-                      index=pd.MultiIndex.from_arrays([first["stream_id"], first["k"]]), dtype=np.int64)
+    block = pd.Series(
+        np.arange(len(first)), index=pd.MultiIndex.from_arrays([first["stream_id"], first["k"]]), dtype=np.int64
+    )
     found = block.reindex(pd.MultiIndex.from_arrays([r["stream_id"], r["k"]])).to_numpy()
     row = np.searchsorted(s["step_num"].to_numpy(), r["step_num"].to_numpy())
     shown = ~np.isnan(found)
@@ -145,9 +171,11 @@ def point_info_json(job: AscendJob) -> str:
 
 def op_compute_time_txt(ops: pd.DataFrame) -> str:
     """output_op_compute_time_<dev>.txt: per-op average ms and stream, then their float total."""
-    lines = ["====================op compute time====================",
-             "op_name       compute_time(ms) stream_id",
-             "------------  ---------------  ---------"]
+    lines = [
+        "====================op compute time====================",
+        "op_name       compute_time(ms) stream_id",
+        "------------  ---------------  ---------",
+    ]
     lines += [f"{n} {a!r}  {s}" for n, a, s in zip(ops["full_name"], ops["avg_ms"].tolist(), ops["stream_id"])]
     lines.append(f"total op  {_float_total(ops['avg_ms'])!r} 0")
     return "\n".join(lines) + "\n"
@@ -161,15 +189,20 @@ def _float_total(values: pd.Series) -> float:
 def timeline_data_txt(rows: pd.DataFrame) -> str:
     """output_timeline_data_<dev>.txt: one `name,stream,start_ms,dur_ms` line an execution."""
     lines = ["op_name, stream_id, start_time(ms), duration(ms)"]
-    lines += [f"{n},{s},{b!r},{d!r}" for n, s, b, d in
-              zip(rows["full_name"], rows["stream_id"].tolist(), rows["start_ms"].tolist(), rows["dur_ms"].tolist())]
+    lines += [
+        f"{n},{s},{b!r},{d!r}"
+        for n, s, b, d in zip(
+            rows["full_name"], rows["stream_id"].tolist(), rows["start_ms"].tolist(), rows["dur_ms"].tolist()
+        )
+    ]
     return "\n".join(lines) + "\n"
 
 
 def aicore_detail_csv(ops: pd.DataFrame) -> str:
     """aicore_intermediate_<dev>_detail.csv: per-op average ms."""
-    return _csv_text([["full_op_name", "execution_time"]] +
-                     [[n, repr(a)] for n, a in zip(ops["full_name"], ops["avg_ms"].tolist())])
+    return _csv_text(
+        [["full_op_name", "execution_time"]] + [[n, repr(a)] for n, a in zip(ops["full_name"], ops["avg_ms"].tolist())]
+    )
 
 
 def _op_types(job: AscendJob, names: pd.Series) -> pd.Series:
@@ -188,7 +221,7 @@ def aicore_type_csv(job: AscendJob, ops: pd.DataFrame) -> str:
         total = Decimal(repr(_float_total(ops["avg_ms"])))
         for op_type, members in pd.Series(range(len(ops))).groupby(types.to_numpy(), sort=False):
             time = sum((averages[i] for i in members), Decimal(0))
-            share = time / total * 100 if total else Decimal(0)      # no time at all: every record at one syscnt
+            share = time / total * 100 if total else Decimal(0)  # no time at all: every record at one syscnt
             rows.append([op_type, str(time), len(members), str(round(share, 2))])
     return _csv_text(rows)
 
@@ -206,14 +239,23 @@ def short_op_name(full_name: str, backend: str) -> str:
 
 def framework_raw_csv(job: AscendJob) -> str:
     """framework_raw_<dev>.csv: graph_desc ops joined with their task_desc line, then task-only ops."""
-    tasks = {n: [t, s, b] for n, b, t, s in job.tasks[["full_name", "block_dim", "task_id", "stream_id"]]
-             .itertuples(index=False)}
+    tasks = {
+        n: [t, s, b]
+        for n, b, t, s in job.tasks[["full_name", "block_dim", "task_id", "stream_id"]].itertuples(index=False)
+    }
     rows = [["task_id", "stream_id", "block_dim", "full_op_name", "op_name", "op_type", "subgraph", "op_info"]]
     for name, op_type, op_info in job.graph.itertuples(index=False):
         subgraph = name.split("/", 1)[0]
-        rows.append(tasks.pop(name, ["", "", ""]) + [
-            name, short_op_name(name, job.backend), op_type,
-            subgraph if subgraph in ("Default", "Gradients") else "", json.dumps(op_info)])
+        rows.append(
+            tasks.pop(name, ["", "", ""])
+            + [
+                name,
+                short_op_name(name, job.backend),
+                op_type,
+                subgraph if subgraph in ("Default", "Gradients") else "",
+                json.dumps(op_info),
+            ]
+        )
     rows += [task + [name, "", "", "", ""] for name, task in tasks.items()]
     return _csv_text(rows)
 
@@ -222,7 +264,9 @@ def timeline_events(job: AscendJob, rows: pd.DataFrame, min_counter: float) -> l
     """timeline_display events: executions and step-trace all-reduce intervals, stable-sorted by start."""
     graph = job.graph.drop_duplicates("full_name", keep="last").set_index("full_name")
     events, starts = [], []
-    for name, stream, start_ms, dur_ms in rows[["full_name", "stream_id", "start_ms", "dur_ms"]].itertuples(index=False):
+    for name, stream, start_ms, dur_ms in rows[["full_name", "stream_id", "start_ms", "dur_ms"]].itertuples(
+        index=False
+    ):
         event = {"name": name, "ph": "X", "tid": int(stream), "ts": 0.0, "dur": dur_ms * 1000, "pid": job.device_id}
         if name in graph.index:
             event["name"] = short_op_name(name, job.backend)
@@ -234,8 +278,16 @@ def timeline_events(job: AscendJob, rows: pd.DataFrame, min_counter: float) -> l
     start_points, durations = table[:, duration_cols - 2], table[:, duration_cols]
     for row, block in np.argwhere((start_points != 0) & (durations != 0)).tolist():
         name = header[duration_cols[block]]
-        events.append({"name": name, "ph": "X", "tid": int(name.split("_")[1]), "ts": 0.0,
-                       "dur": int(durations[row, block]) / TICKS_PER_MS * 1000, "pid": REDUCE_PID})
+        events.append(
+            {
+                "name": name,
+                "ph": "X",
+                "tid": int(name.split("_")[1]),
+                "ts": 0.0,
+                "dur": int(durations[row, block]) / TICKS_PER_MS * 1000,
+                "pid": REDUCE_PID,
+            }
+        )
         starts.append(int(start_points[row, block]) / TICKS_PER_MS)
     min_ms = min_counter / TICKS_PER_MS
     order = np.argsort(np.array(starts, dtype=np.float64), kind="stable")
@@ -255,8 +307,14 @@ def timeline_summary_json(events: list[dict], ops: pd.DataFrame, n_executions: i
     total = 0.0
     for event in op_events:
         total += event["dur"]
-    return json.dumps({"total_time": total, "num_of_streams": len({e["tid"] for e in op_events}),
-                       "num_of_ops": len(ops), "op_exe_times": n_executions})
+    return json.dumps(
+        {
+            "total_time": total,
+            "num_of_streams": len({e["tid"] for e in op_events}),
+            "num_of_ops": len(ops),
+            "op_exe_times": n_executions,
+        }
+    )
 
 
 def mindspore_outputs(job: AscendJob) -> dict[str, str]:
@@ -272,15 +330,17 @@ def mindspore_outputs(job: AscendJob) -> dict[str, str]:
         rows = timeline_rows(job, ops)
         counter = min_cycle_counter(job)
         events = timeline_events(job, rows, counter)
-        files.update({
-            f"aicore_intermediate_{dev}_type.csv": aicore_type_csv(job, ops),
-            f"aicore_intermediate_{dev}_detail.csv": aicore_detail_csv(ops),
-            f"output_op_compute_time_{dev}.txt": op_compute_time_txt(ops),
-            f"output_timeline_data_{dev}.txt": timeline_data_txt(rows),
-            f"min_cycle_counter_{dev}.txt": repr(counter),
-            f"timeline_display_{dev}.json": timeline_display_json(events),
-            f"timeline_summary_{dev}.json": timeline_summary_json(events, ops, len(job.executions)),
-        })
+        files.update(
+            {
+                f"aicore_intermediate_{dev}_type.csv": aicore_type_csv(job, ops),
+                f"aicore_intermediate_{dev}_detail.csv": aicore_detail_csv(ops),
+                f"output_op_compute_time_{dev}.txt": op_compute_time_txt(ops),
+                f"output_timeline_data_{dev}.txt": timeline_data_txt(rows),
+                f"min_cycle_counter_{dev}.txt": repr(counter),
+                f"timeline_display_{dev}.json": timeline_display_json(events),
+                f"timeline_summary_{dev}.json": timeline_summary_json(events, ops, len(job.executions)),
+            }
+        )
     if len(job.graph) or len(job.tasks):
         files[f"framework_raw_{dev}.csv"] = framework_raw_csv(job)
     return files

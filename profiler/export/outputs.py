@@ -2,6 +2,7 @@
 writer (`writers.WRITERS`), then profiler_info, under the rules of docs/architecture.md, "The lock
 and the outputs": profiler_info removed first and written last, listing the outputs; outputs an
 earlier analysis wrote but this one does not removed."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,9 +13,7 @@ from typing import Any, Callable, Optional
 from profiler.analysis.results import Analysis
 from profiler.export.chrome_trace import timeline_max_events
 from profiler.export.timeline_model import timeline_events
-from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions
-from profiler.export.writers import profiler_info
-from profiler.formats import TIMELINE_MAX_EVENTS
+from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions, profiler_info
 from profiler.model import Run
 
 
@@ -42,8 +41,9 @@ def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> Time
     return TimelineFiles([p for p in written if p is not None], {k: v for k, v in info.items() if v is not None})
 
 
-def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
-                  timeline: Optional[Callable[[], TimelineFiles]] = None) -> list[Path]:
+def write_outputs(
+    a: Analysis, out_dir: Path, gzip_timeline: bool = False, timeline: Optional[Callable[[], TimelineFiles]] = None
+) -> list[Path]:
     """Write every output file of one rank; returns the paths in the order written.
 
     `timeline`, when given, returns the timeline's files once the caller has written them
@@ -65,7 +65,7 @@ def write_outputs(a: Analysis, out_dir: Path, gzip_timeline: bool = False,
     timeline_files = timeline() if timeline else write_timeline(a.run, out_dir, gzip_timeline)
     written += timeline_files.paths
     for stale in set(rank_outputs(rank)) - {p.name for p in written} - {info_path.name}:
-        _remove(out_dir / stale)             # an earlier analysis's output this one does not write
+        _remove(out_dir / stale)  # an earlier analysis's output this one does not write
     written.append(profiler_info.write_profiler_info(a, out_dir, written, timeline_files.info))
     return written
 

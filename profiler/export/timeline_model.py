@@ -6,10 +6,12 @@ Events that share everything but their times (phase letter, lane, category, name
 `Head`; an `EventBlock` holds, per event, the index of its head, its start, duration and step.
 Nothing here formats text: the writers encode heads and times their own way.
 """
+
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Iterable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -19,7 +21,7 @@ from profiler.kernels.grouping import codes_and_labels, first_rows
 from profiler.kernels.intervals import assign_steps
 from profiler.model import Run
 
-STEP_TID = 1_000_000          # the lane that shows steps on the host process
+STEP_TID = 1_000_000  # the lane that shows steps on the host process
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,10 @@ class EventBlock:
     """Events grouped by head: `specs[key[i]]` is what event i shares with others."""
 
     specs: list[Head]
-    key: np.ndarray                 # index into specs, per event
+    key: np.ndarray  # index into specs, per event
     ts_ns: np.ndarray
-    dur_ns: Optional[np.ndarray]    # None for instants and counter values
-    step: Optional[np.ndarray] = None   # the step of each event (-1 outside every step), when known
+    dur_ns: Optional[np.ndarray]  # None for instants and counter values
+    step: Optional[np.ndarray] = None  # the step of each event (-1 outside every step), when known
 
 
 def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
@@ -54,7 +56,7 @@ def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
     decoded = []
     for col in cols:
         codes, uniques = codes_and_labels(col)
-        combined *= len(uniques) + 1                        # in place: these arrays have a row per event
+        combined *= len(uniques) + 1  # in place: these arrays have a row per event
         combined += codes
         decoded.append((codes, uniques))
     key, first = _dense(combined)
@@ -77,14 +79,22 @@ class Lanes:
         self.rank = run.rank
         self.host_pid = run.rank
         self.meta: list[dict] = [
-            {"ph": "M", "pid": self.host_pid, "tid": 0, "name": "process_name", "args": {"name": f"host (rank {run.rank})"}},
+            {
+                "ph": "M",
+                "pid": self.host_pid,
+                "tid": 0,
+                "name": "process_name",
+                "args": {"name": f"host (rank {run.rank})"},
+            },
             {"ph": "M", "pid": self.host_pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
             {"ph": "M", "pid": self.host_pid, "tid": STEP_TID, "name": "thread_name", "args": {"name": "steps"}},
             {"ph": "M", "pid": self.host_pid, "tid": STEP_TID, "name": "thread_sort_index", "args": {"sort_index": -1}},
         ]
         self.thread_tid = {str(n): int(t) for t, n in zip(run.threads["tid"], run.threads["name"])}
         for name, tid in self.thread_tid.items():
-            self.meta.append({"ph": "M", "pid": self.host_pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
+            self.meta.append(
+                {"ph": "M", "pid": self.host_pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
+            )
         self.device_pid: dict[str, int] = {}
         self.stream_tid: dict[tuple[str, str], int] = {}
 
@@ -92,22 +102,40 @@ class Lanes:
         tid = self.thread_tid.get(stream)
         if tid is None:
             tid = self.thread_tid[stream] = len(self.thread_tid) + 1
-            self.meta.append({"ph": "M", "pid": self.host_pid, "tid": tid, "name": "thread_name", "args": {"name": stream}})
+            self.meta.append(
+                {"ph": "M", "pid": self.host_pid, "tid": tid, "name": "thread_name", "args": {"name": stream}}
+            )
         return tid
 
     def device_lane(self, device: str, stream: str) -> tuple[int, int]:
         pid = self.device_pid.get(device)
         if pid is None:
             pid = self.device_pid[device] = 1000 * (self.rank + 1) + len(self.device_pid)
-            self.meta.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name",
-                              "args": {"name": f"{device} (rank {self.rank})"}})
-            self.meta.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index",
-                              "args": {"sort_index": len(self.device_pid)}})
+            self.meta.append(
+                {
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": 0,
+                    "name": "process_name",
+                    "args": {"name": f"{device} (rank {self.rank})"},
+                }
+            )
+            self.meta.append(
+                {
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": 0,
+                    "name": "process_sort_index",
+                    "args": {"sort_index": len(self.device_pid)},
+                }
+            )
         tid = self.stream_tid.get((device, stream))
         if tid is None:
             tid = int(stream) if str(stream).isdigit() else 100_000 + len(self.stream_tid)
             self.stream_tid[(device, stream)] = tid
-            self.meta.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": f"stream {stream}"}})
+            self.meta.append(
+                {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": f"stream {stream}"}}
+            )
         return pid, tid
 
     def lane(self, device: str, stream: str) -> tuple[int, int]:
@@ -135,8 +163,13 @@ def span_block(run: Run, lanes: Lanes) -> EventBlock:
 def step_block(run: Run, lanes: Lanes) -> EventBlock:
     st = run.steps
     specs = [Head("X", lanes.host_pid, STEP_TID, "step", f"step {int(s)}", {"step": int(s)}) for s in st["step"]]
-    return EventBlock(specs, np.arange(len(st)), st["start_ns"].to_numpy(),
-                      (st["end_ns"] - st["start_ns"]).to_numpy(), st["step"].to_numpy())
+    return EventBlock(
+        specs,
+        np.arange(len(st)),
+        st["start_ns"].to_numpy(),
+        (st["end_ns"] - st["start_ns"]).to_numpy(),
+        st["step"].to_numpy(),
+    )
 
 
 def instant_block(run: Run, lanes: Lanes) -> EventBlock:
@@ -152,13 +185,25 @@ def counter_blocks(run: Run, lanes: Lanes) -> Iterable[EventBlock]:
     if len(c):
         key, uniq = _keys(c["source"], c["device"], c["metric"])
         vals = c["value"].to_numpy()
-        yield _value_block(lanes, key, uniq, c["time_ns"].to_numpy(), vals,
-                           lambda u: (f"{u[2]} ({u[1]})" if u[1] not in ("", "host") else str(u[2]), "value"))
+        yield _value_block(
+            lanes,
+            key,
+            uniq,
+            c["time_ns"].to_numpy(),
+            vals,
+            lambda u: (f"{u[2]} ({u[1]})" if u[1] not in ("", "host") else str(u[2]), "value"),
+        )
     q = run.queues
     if len(q):
         key, uniq = _keys(q["queue"])
-        yield _value_block(lanes, key, uniq, q["time_ns"].to_numpy(), q["size"].to_numpy().astype(np.float64),
-                           lambda u: (f"queue {u[0]}", "size"))
+        yield _value_block(
+            lanes,
+            key,
+            uniq,
+            q["time_ns"].to_numpy(),
+            q["size"].to_numpy().astype(np.float64),
+            lambda u: (f"queue {u[0]}", "size"),
+        )
 
 
 def _value_block(lanes: Lanes, key: np.ndarray, uniq: list, t: np.ndarray, values: np.ndarray, label) -> EventBlock:
@@ -215,7 +260,7 @@ def merge_blocks(blocks: list[EventBlock], with_dur: bool) -> EventBlock:
         if with_dur:
             dur.append(np.asarray(b.dur_ns, dtype=np.int64))
         step.append(np.full(len(b.key), -1, np.int64) if b.step is None else np.asarray(b.step, dtype=np.int64))
-    cat = (lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64))
+    cat = lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64)
     return EventBlock(specs, cat(keys), cat(ts), cat(dur) if with_dur else None, cat(step))
 
 
@@ -263,7 +308,7 @@ def thread_order(lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray]) ->
     if dur is not None and n > 1:
         tied = np.flatnonzero((t[1:] == t[:-1]) & (lanes_sorted[1:] == lanes_sorted[:-1]))
         if len(tied):
-            rows = np.unique(np.concatenate([tied, tied + 1]))      # positions in tie groups, ascending
+            rows = np.unique(np.concatenate([tied, tied + 1]))  # positions in tie groups, ascending
             sub = order[rows]
             order[rows] = sub[np.lexsort((-dur[sub], t[rows], lanes_sorted[rows]))]
     return order
@@ -276,32 +321,36 @@ class TimelineEvents:
     rank: int
     data_origin: str
     origin_unix_ns: int
-    complete: EventBlock            # X events: steps, spans, ops
-    complete_order: np.ndarray      # rows of `complete` by lane, start, longest first
-    points: EventBlock              # instants and counter values (no duration)
-    points_order: np.ndarray        # rows of `points` by lane and time
-    flows: list[dict]               # flow_events
+    complete: EventBlock  # X events: steps, spans, ops
+    complete_order: np.ndarray  # rows of `complete` by lane, start, longest first
+    points: EventBlock  # instants and counter values (no duration)
+    points_order: np.ndarray  # rows of `points` by lane and time
+    flows: list[dict]  # flow_events
     lanes: Lanes
-    lane_pairs: list[tuple[int, int]]   # the (pid, tid) of every lane of `complete` and `points`, sorted
-    key_steps: KeySteps = KeySteps()    # the run's median, slowest and outlier steps
+    lane_pairs: list[tuple[int, int]]  # the (pid, tid) of every lane of `complete` and `points`, sorted
+    key_steps: KeySteps = KeySteps()  # the run's median, slowest and outlier steps
 
     @property
     def other_data(self) -> dict:
         """What the Chrome trace's `otherData` says of the run (the event file keeps it to write the same trace)."""
-        return {"tool": "profview", "rank": self.rank, "data_origin": self.data_origin,
-                "origin_unix_ns": self.origin_unix_ns}
+        return {
+            "tool": "profview",
+            "rank": self.rank,
+            "data_origin": self.data_origin,
+            "origin_unix_ns": self.origin_unix_ns,
+        }
 
     @property
     def count(self) -> int:
         """How many events the Chrome trace of these holds (rows and flow points; not the metadata)."""
         return len(self.complete_order) + len(self.points_order) + len(self.flows)
 
-    def in_steps(self, first: int, last: int) -> "TimelineEvents":
+    def in_steps(self, first: int, last: int) -> TimelineEvents:
         """The events of steps `first`..`last` (inclusive), in the same order: rows whose step is
         in the range, flows whose launching op's is; the lanes stay all the run's."""
         return self._where(lambda step: (step >= first) & (step <= last))
 
-    def of_steps(self, steps: Collection[int]) -> "TimelineEvents":
+    def of_steps(self, steps: Collection[int]) -> TimelineEvents:
         """The events of the given steps, as `in_steps`."""
         wanted = np.asarray(sorted(steps), dtype=np.int64)
         return self._where(lambda step: np.isin(step, wanted))
@@ -313,39 +362,56 @@ class TimelineEvents:
             return []
         low, high = int(wanted.min()), int(wanted.max())
         counts = np.zeros(high - low + 1, dtype=np.int64)
-        for step in (np.asarray(self.complete.step)[self.complete_order], np.asarray(self.points.step)[self.points_order],
-                     np.array([e["_step"] for e in self.flows], dtype=np.int64)):
+        for step in (
+            np.asarray(self.complete.step)[self.complete_order],
+            np.asarray(self.points.step)[self.points_order],
+            np.array([e["_step"] for e in self.flows], dtype=np.int64),
+        ):
             inside = step[(step >= low) & (step <= high)]
             counts += np.bincount(inside - low, minlength=len(counts))
         return counts[wanted - low].tolist()
 
-    def _where(self, keep: Callable[[np.ndarray], np.ndarray]) -> "TimelineEvents":
+    def _where(self, keep: Callable[[np.ndarray], np.ndarray]) -> TimelineEvents:
         """The events whose step (a flow's: its launching op's) `keep` selects (a mask of a step array)."""
+
         def rows(b: EventBlock, order: np.ndarray) -> np.ndarray:
             return order[keep(np.asarray(b.step)[order])]
 
         flow_steps = np.array([e["_step"] for e in self.flows], dtype=np.int64)
         kept = np.flatnonzero(keep(flow_steps)).tolist() if len(flow_steps) else []
-        return replace(self, complete_order=rows(self.complete, self.complete_order),
-                       points_order=rows(self.points, self.points_order), flows=[self.flows[i] for i in kept])
+        return replace(
+            self,
+            complete_order=rows(self.complete, self.complete_order),
+            points_order=rows(self.points, self.points_order),
+            flows=[self.flows[i] for i in kept],
+        )
 
 
 def timeline_events(run: Run) -> TimelineEvents:
     """Group a run's events by row head and put them in the timeline's order."""
     lanes = Lanes(run)
-    complete = merge_blocks([stepped(b, run) for b in (step_block(run, lanes), span_block(run, lanes),
-                                                        op_block(run, lanes))], with_dur=True)
-    points = merge_blocks([stepped(b, run) for b in (instant_block(run, lanes), *counter_blocks(run, lanes))],
-                          with_dur=False)
+    complete = merge_blocks(
+        [stepped(b, run) for b in (step_block(run, lanes), span_block(run, lanes), op_block(run, lanes))], with_dur=True
+    )
+    points = merge_blocks(
+        [stepped(b, run) for b in (instant_block(run, lanes), *counter_blocks(run, lanes))], with_dur=False
+    )
     flows = flow_events(run, lanes)
     codes, pairs = lane_codes(complete.specs + points.specs)
     n_complete = len(complete.specs)
     return TimelineEvents(
-        rank=run.rank, data_origin=run.info.get("data_origin", "profview"),
+        rank=run.rank,
+        data_origin=run.info.get("data_origin", "profview"),
         origin_unix_ns=run.info.get("clock", {}).get("origin_unix_ns", 0),
-        complete=complete, complete_order=thread_order(codes[:n_complete][complete.key], complete.ts_ns, complete.dur_ns),
-        points=points, points_order=thread_order(codes[n_complete:][points.key], points.ts_ns, None),
-        flows=flows, lanes=lanes, lane_pairs=pairs, key_steps=key_steps(run))
+        complete=complete,
+        complete_order=thread_order(codes[:n_complete][complete.key], complete.ts_ns, complete.dur_ns),
+        points=points,
+        points_order=thread_order(codes[n_complete:][points.key], points.ts_ns, None),
+        flows=flows,
+        lanes=lanes,
+        lane_pairs=pairs,
+        key_steps=key_steps(run),
+    )
 
 
 def stepped(b: EventBlock, run: Run) -> EventBlock:

@@ -5,9 +5,11 @@ Rows are formatted by a C kernel (`_trace_rows.c`) when it is built, else by `fo
 which lays them out as fixed-width byte matrices with integer arithmetic on numpy arrays and then
 drops the padding; both give the same bytes (tests/test_core_kernels.py).
 """
+
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 import numpy as np
 
@@ -15,14 +17,14 @@ from profiler.kernels.native import native
 
 _trace_rows = native("profiler.export._trace_rows")
 
-TS_WIDTH = 28                 # the longest time: "-" + 16 integer digits + "." + 10 decimals (any int64 ns)
+TS_WIDTH = 28  # the longest time: "-" + 16 integer digits + "." + 10 decimals (any int64 ns)
 DUR_WIDTH = 28
-INT_WIDTH = 17                # sign and integer digits
-FRAC_DIGITS = 10              # k / 1024 has at most 10 decimals
+INT_WIDTH = 17  # sign and integer digits
+FRAC_DIGITS = 10  # k / 1024 has at most 10 decimals
 MIN_DECIMALS = 3
 
 
-_TRIPLETS = np.array([list(f"{i:03d}".encode()) for i in range(1000)], dtype=np.uint8)   # "000".."999"
+_TRIPLETS = np.array([list(f"{i:03d}".encode()) for i in range(1000)], dtype=np.uint8)  # "000".."999"
 
 
 def _floor_divmod(v: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,31 +74,31 @@ def grid_decimal(ip: np.ndarray, frac: np.ndarray) -> np.ndarray:
     rest = whole
     for g in range(6):
         rest, low = np.divmod(rest, 1000)
-        digits[:, 18 - 3 * (g + 1):18 - 3 * g] = _TRIPLETS[low]
+        digits[:, 18 - 3 * (g + 1) : 18 - 3 * g] = _TRIPLETS[low]
     n_digits = np.ones(n, dtype=np.int64)
     for k in range(1, 17):
-        n_digits += whole >= 10 ** k
+        n_digits += whole >= 10**k
     cols = np.arange(INT_WIDTH)[None, :]
-    first = INT_WIDTH - n_digits                    # column of the first digit
-    body = digits[:, 1:]                            # 17 columns
+    first = INT_WIDTH - n_digits  # column of the first digit
+    body = digits[:, 1:]  # 17 columns
     out[:, :INT_WIDTH] = np.where(cols >= first[:, None], body, ord(" "))
     if neg.any():
         rows = np.flatnonzero(neg)
         out[rows, first[rows] - 1] = ord("-")
     out[:, INT_WIDTH] = ord(".")
-    f = part * 9765625                              # 10 decimals of part / 1024
+    f = part * 9765625  # 10 decimals of part / 1024
     fd = np.empty((n, 12), dtype=np.uint8)
     for g in range(4):
         f, low = np.divmod(f, 1000)
-        fd[:, 12 - 3 * (g + 1):12 - 3 * g] = _TRIPLETS[low]
-    frac_text = fd[:, 2:]                           # 10 columns
-    zeros = np.zeros(n, dtype=np.int64)             # trailing zeros that may go (at most 7)
+        fd[:, 12 - 3 * (g + 1) : 12 - 3 * g] = _TRIPLETS[low]
+    frac_text = fd[:, 2:]  # 10 columns
+    zeros = np.zeros(n, dtype=np.int64)  # trailing zeros that may go (at most 7)
     still = np.ones(n, dtype=bool)
     for c in range(FRAC_DIGITS - 1, MIN_DECIMALS - 1, -1):
         still &= frac_text[:, c] == ord("0")
         zeros += still
     keep_cols = np.arange(FRAC_DIGITS)[None, :] < (FRAC_DIGITS - zeros)[:, None]
-    out[:, INT_WIDTH + 1:] = np.where(keep_cols, frac_text, ord(" "))
+    out[:, INT_WIDTH + 1 :] = np.where(keep_cols, frac_text, ord(" "))
     return out
 
 
@@ -106,8 +108,8 @@ def fixed_decimal(ns: np.ndarray, width: int = TS_WIDTH) -> np.ndarray:
     return _widen(grid_decimal(ip, frac), width)
 
 
-ROWS_PER_WRITE = 1 << 20      # numpy path: rows formatted per write, bounding the memory of a block's text
-BUFFER_BYTES = 32 << 20       # C path: one reused output buffer per trace
+ROWS_PER_WRITE = 1 << 20  # numpy path: rows formatted per write, bounding the memory of a block's text
+BUFFER_BYTES = 32 << 20  # C path: one reused output buffer per trace
 _MID = b',"dur":'
 _SPACE = ord(" ")
 
@@ -117,9 +119,17 @@ def new_row_buffer() -> Optional[np.ndarray]:
     return np.empty(BUFFER_BYTES, dtype=np.uint8) if _trace_rows is not None else None
 
 
-def row_texts(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray],
-              order: Optional[np.ndarray], buffer: Optional[np.ndarray] = None, tail: bytes = b"},\n",
-              use_kernel: bool = True) -> Iterator[bytes | memoryview]:
+def row_texts(
+    heads: bytes,
+    offsets: np.ndarray,
+    key: np.ndarray,
+    ts: np.ndarray,
+    dur: Optional[np.ndarray],
+    order: Optional[np.ndarray],
+    buffer: Optional[np.ndarray] = None,
+    tail: bytes = b"},\n",
+    use_kernel: bool = True,
+) -> Iterator[bytes | memoryview]:
     """The text of rows order[0:n] (or 0:n), piece by piece: head[key] + ts [+ ,"dur": + dur] + tail.
 
     With the C kernel the pieces are views of `buffer`, valid until the next piece is asked for.
@@ -127,22 +137,46 @@ def row_texts(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np.ndarray
     n = len(key) if order is None else len(order)
     if _trace_rows is None or not use_kernel:
         for start in range(0, n, ROWS_PER_WRITE):
-            yield format_rows_numpy(heads, offsets, key, ts, dur, order, start, min(n, start + ROWS_PER_WRITE),
-                                    TS_WIDTH, DUR_WIDTH, _MID, tail)
+            yield format_rows_numpy(
+                heads,
+                offsets,
+                key,
+                ts,
+                dur,
+                order,
+                start,
+                min(n, start + ROWS_PER_WRITE),
+                TS_WIDTH,
+                DUR_WIDTH,
+                _MID,
+                tail,
+            )
         return
     longest = int(np.diff(offsets).max(initial=0)) + TS_WIDTH + len(_MID) + DUR_WIDTH + len(tail)
     if buffer is None or len(buffer) < longest:
         buffer = np.empty(max(BUFFER_BYTES, longest), dtype=np.uint8)
     start = 0
     while start < n:
-        start, size = _trace_rows.format_rows(buffer, heads, offsets, key, ts, dur, order, start, n,
-                                              TS_WIDTH, DUR_WIDTH, _MID, tail)
+        start, size = _trace_rows.format_rows(
+            buffer, heads, offsets, key, ts, dur, order, start, n, TS_WIDTH, DUR_WIDTH, _MID, tail
+        )
         yield memoryview(buffer)[:size]
 
 
-def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray],
-                      order: Optional[np.ndarray], start: int, stop: int, ts_width: int, dur_width: int,
-                      mid: bytes, tail: bytes) -> bytes:
+def format_rows_numpy(
+    heads: bytes,
+    offsets: np.ndarray,
+    key: np.ndarray,
+    ts: np.ndarray,
+    dur: Optional[np.ndarray],
+    order: Optional[np.ndarray],
+    start: int,
+    stop: int,
+    ts_width: int,
+    dur_width: int,
+    mid: bytes,
+    tail: bytes,
+) -> bytes:
     """The rows order[start:stop] as text (the C kernel's reference and fallback).
 
     Rows must come grouped by key; each run of one key is laid out as a (rows, columns) byte matrix
@@ -159,7 +193,7 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
     out = []
     for a, b in zip(starts, stops):
         k = int(keys[a])
-        head = np.frombuffer(heads[offsets[k]:offsets[k + 1]], dtype=np.uint8)
+        head = np.frombuffer(heads[offsets[k] : offsets[k + 1]], dtype=np.uint8)
         m = b - a
         parts = [np.broadcast_to(head, (m, len(head))), ts_text[a:b]]
         if dur_text is not None:
@@ -167,10 +201,10 @@ def format_rows_numpy(heads: bytes, offsets: np.ndarray, key: np.ndarray, ts: np
         parts.append(np.broadcast_to(tail_bytes, (m, len(tail_bytes))))
         matrix = np.hstack(parts)
         keep = np.ones(matrix.shape, dtype=bool)
-        keep[:, len(head):len(head) + ts_width] = ts_text[a:b] != _SPACE
+        keep[:, len(head) : len(head) + ts_width] = ts_text[a:b] != _SPACE
         if dur_text is not None:
             at = len(head) + ts_width + len(mid)
-            keep[:, at:at + dur_width] = dur_text[a:b] != _SPACE
+            keep[:, at : at + dur_width] = dur_text[a:b] != _SPACE
         out.append(matrix[keep].tobytes())
     return b"".join(out)
 
@@ -179,4 +213,3 @@ def _widen(text: np.ndarray, width: int) -> np.ndarray:
     if width < TS_WIDTH:
         raise ValueError(f"the field width must be at least {TS_WIDTH}")
     return text if width == TS_WIDTH else np.hstack([np.full((len(text), width - TS_WIDTH), _SPACE, np.uint8), text])
-

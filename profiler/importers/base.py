@@ -5,6 +5,7 @@ An `Importer` says how to recognise its format from the input's content (`detect
 how to read it into `Run`s, the `data_origin` those runs carry, and how the analysis speaks about
 them (whose vocabulary the advisor's suggestions use, how to capture exact step boundaries).
 """
+
 from __future__ import annotations
 
 import re
@@ -38,14 +39,14 @@ class Importer:
     the input; `runs(path)` is `read` with every run's data_origin set.
     """
 
-    data_origin: str                        # the runs' info["data_origin"]; `profview import --from` value
-    title: str                              # what the input is, for sentences: "PyTorch profiler (Kineto) trace"
-    detect: Callable[[Path], float]         # confidence that `path` is this format (CERTAIN ... NOT_IT)
-    read: Callable[[Path], "list[Run]"]     # the runs, one per rank
-    framework: str                          # FRAMEWORKS: whose terms the advisor's suggestions use
-    exact_steps: str                        # how to capture exact step boundaries, said when steps are inferred
+    data_origin: str  # the runs' info["data_origin"]; `profview import --from` value
+    title: str  # what the input is, for sentences: "PyTorch profiler (Kineto) trace"
+    detect: Callable[[Path], float]  # confidence that `path` is this format (CERTAIN ... NOT_IT)
+    read: Callable[[Path], list[Run]]  # the runs, one per rank
+    framework: str  # FRAMEWORKS: whose terms the advisor's suggestions use
+    exact_steps: str  # how to capture exact step boundaries, said when steps are inferred
 
-    def runs(self, path: Path) -> "list[Run]":
+    def runs(self, path: Path) -> list[Run]:
         """`read(path)`, every run's data_origin set to this format's (what the analysis looks it up by)."""
         runs = self.read(path)
         for run in runs:
@@ -59,8 +60,11 @@ class Importer:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.data_origin):
-            raise ValueError(f"importer data_origin {self.data_origin!r} should be a lower-case identifier "
-                             "(it names temporary directories and is typed on the command line)")
+            raise ValueError(
+                f"importer data_origin {self.data_origin!r} should be a lower-case identifier "
+                "(it names temporary directories and is typed on the command line)"
+            )
         if self.framework not in FRAMEWORKS:
-            raise ValueError(f"importer {self.data_origin!r}: framework must be one of {FRAMEWORKS}, "
-                             f"not {self.framework!r}")
+            raise ValueError(
+                f"importer {self.data_origin!r}: framework must be one of {FRAMEWORKS}, not {self.framework!r}"
+            )

@@ -9,6 +9,7 @@ Everything is columnar: the events are read into numpy columns once (kineto_even
 per distinct (phase, category) pair, and every table is built with array operations; nesting
 and self time come from kernels/nesting.py (complete intervals).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,25 +17,16 @@ import math
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
 from profiler.importers.base import NAMED, NOT_IT, Importer
-from profiler.model import (
-    COUNTER_COLUMNS,
-    INSTANT_COLUMNS,
-    OP_COLUMNS,
-    SPAN_COLUMNS,
-    STEP_COLUMNS,
-    THREAD_COLUMNS,
-    Run,
-    RunInfo,
-)
 from profiler.importers.kineto_events import (
     Coded,
     EventColumns,
@@ -49,6 +41,16 @@ from profiler.importers.kineto_events import (
     trace_confidence,
 )
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
+from profiler.model import (
+    COUNTER_COLUMNS,
+    INSTANT_COLUMNS,
+    OP_COLUMNS,
+    SPAN_COLUMNS,
+    STEP_COLUMNS,
+    THREAD_COLUMNS,
+    Run,
+    RunInfo,
+)
 
 SOURCE = "kineto"
 
@@ -103,7 +105,7 @@ _ANNOTATION_NAME = re.compile(
 HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER = range(8)
 METADATA, FLOW, PROFILER, UNKNOWN, MALFORMED, OUTSIDE = range(8, 14)
 #: Times at or beyond this (us) cannot be converted to int64 ns from any origin >= 0.
-_MAX_TIME_US = float(2 ** 53)
+_MAX_TIME_US = float(2**53)
 #: The least slack around Kineto's profiling window within which events are believed.
 _WINDOW_SLACK_US = 1e6
 _TIMED_KINDS = (HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER, PROFILER)
@@ -122,7 +124,7 @@ _MEMCPY_KIND = re.compile(r"Memcpy [A-Za-z]+")
 #: Unix-epoch microseconds, which are all above this.
 _UNIX_US_FLOOR = 1e15
 #: Unix times at or beyond this (ns, year 2116) are not believed: absolute times stay int64 with room to spare.
-_MAX_UNIX_NS = 2 ** 62
+_MAX_UNIX_NS = 2**62
 #: "Device Type" of Kineto's "[memory]" instant events (c10::DeviceType codes) -> device prefix.
 _MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 
@@ -130,7 +132,7 @@ _MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 # ----------------------------------------------------------------------------- public API
 
 
-def read_kineto_trace(path: "str | os.PathLike[str]") -> Run:
+def read_kineto_trace(path: str | os.PathLike[str]) -> Run:
     """Import one saved PyTorch profiler trace (.json or .json.gz) as a `Run`.
 
     Raises ProfviewError with one sentence naming the file when it is missing, unreadable,
@@ -143,7 +145,7 @@ def read_kineto_trace(path: "str | os.PathLike[str]") -> Run:
     return run
 
 
-def read_kineto_traces(paths: Iterable["str | os.PathLike[str]"]) -> list[Run]:
+def read_kineto_traces(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
     """Import the traces of several ranks, one `Run` per file in the given order.
 
     The rank of each comes from its distributedInfo; ranks claimed by two files are reported
@@ -153,13 +155,11 @@ def read_kineto_traces(paths: Iterable["str | os.PathLike[str]"]) -> list[Run]:
     by_rank = Counter(run.rank for run in runs)
     for run in runs:
         if by_rank[run.rank] > 1:
-            run.info["warnings"].append(
-                f"rank {run.rank} is claimed by {by_rank[run.rank]} of the imported traces"
-            )
+            run.info["warnings"].append(f"rank {run.rank} is claimed by {by_rank[run.rank]} of the imported traces")
     return runs
 
 
-def is_kineto_trace(path: "str | os.PathLike[str]") -> bool:
+def is_kineto_trace(path: str | os.PathLike[str]) -> bool:
     """True when `path` is a file that looks like a Kineto trace (reads at most its first MiB)."""
     return os.path.isfile(path) and looks_like_kineto(path)
 
@@ -178,9 +178,13 @@ def kineto_confidence(path: Path) -> float:
 
 #: The format, for profiler.importers.registry.
 IMPORTER = Importer(
-    data_origin=SOURCE, title="PyTorch profiler (Kineto) trace", detect=kineto_confidence,
-    read=lambda path: [read_kineto_trace(path)], framework="torch",
-    exact_steps="record with a torch.profiler schedule and prof.step() once per iteration for exact boundaries")
+    data_origin=SOURCE,
+    title="PyTorch profiler (Kineto) trace",
+    detect=kineto_confidence,
+    read=lambda path: [read_kineto_trace(path)],
+    framework="torch",
+    exact_steps="record with a torch.profiler schedule and prof.step() once per iteration for exact boundaries",
+)
 
 
 def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace") -> Run:
@@ -246,19 +250,17 @@ def _classify(cols: EventColumns) -> np.ndarray:
     kind[instant & cols.name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
     kind[instant & np.isnan(cols.pid)] = PROFILER
 
-    kind[np.isin(kind, (HOST_OP, SPAN)) & cols.name.map(
-        lambda v: isinstance(v, str) and _BAD_STEP_NAME.match(v) is not None, dtype=bool)] = MALFORMED
+    kind[
+        np.isin(kind, (HOST_OP, SPAN))
+        & cols.name.map(lambda v: isinstance(v, str) and _BAD_STEP_NAME.match(v) is not None, dtype=bool)
+    ] = MALFORMED
 
     has_time = np.isfinite(cols.ts_us)
     has_dur = np.isfinite(cols.dur_us) & (cols.dur_us >= 0)
     has_lane = np.isfinite(cols.pid) & np.isfinite(cols.tid)
     timed = np.isin(kind, _TIMED_KINDS)
     complete = cols.ph.map(lambda v: v == "X", dtype=bool)
-    valid = (
-        (~timed | (has_time & is_str))
-        & (~(timed & complete) | has_dur)
-        & (~np.isin(kind, _LANE_KINDS) | has_lane)
-    )
+    valid = (~timed | (has_time & is_str)) & (~(timed & complete) | has_dur) & (~np.isin(kind, _LANE_KINDS) | has_lane)
     kind[~valid] = MALFORMED
     kind[np.isin(kind, _TIMED_KINDS) & ~_plausible_times(cols, kind, complete)] = OUTSIDE
     return kind
@@ -275,8 +277,14 @@ def _plausible_times(cols: EventColumns, kind: np.ndarray, complete: np.ndarray)
     tens of ms after it in real traces; a `ts` of -1, 1e300 or a year away is damage."""
     end = cols.ts_us + np.where(complete, np.nan_to_num(cols.dur_us), 0.0)
     ok = (cols.ts_us >= 0) & (end < _MAX_TIME_US)
-    window = np.flatnonzero((kind == PROFILER) & complete & cols.cat.map(lambda v: v == "Trace", dtype=bool)
-                            & ok & np.isfinite(cols.dur_us) & (cols.dur_us >= 0))
+    window = np.flatnonzero(
+        (kind == PROFILER)
+        & complete
+        & cols.cat.map(lambda v: v == "Trace", dtype=bool)
+        & ok
+        & np.isfinite(cols.dur_us)
+        & (cols.dur_us >= 0)
+    )
     if len(window):
         first, last = float(np.min(cols.ts_us[window])), float(np.max((cols.ts_us + cols.dur_us)[window]))
         slack = max(last - first, _WINDOW_SLACK_US)
@@ -293,8 +301,11 @@ def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, n
     clock = _Clock.of(trace, math.floor(float(np.min(cols.ts_us[np.isin(kind, _TIMED_KINDS)]))))
     if clock.rule == "unknown":
         base = trace.get("baseTimeNanoseconds")
-        why = ("its baseTimeNanoseconds is not a usable Unix time" if base is not None else
-               "no baseTimeNanoseconds and ts is not Unix time")
+        why = (
+            "its baseTimeNanoseconds is not a usable Unix time"
+            if base is not None
+            else "no baseTimeNanoseconds and ts is not Unix time"
+        )
         warnings.append(f"the trace gives no absolute time ({why}): origin_unix_ns is 0")
 
     thread_rows = np.flatnonzero(np.isin(kind, _THREAD_KINDS))
@@ -302,8 +313,10 @@ def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, n
     steps, step_warnings = _steps(cols, np.flatnonzero(kind == STEP), clock)
     warnings += step_warnings
     if steps.empty:
-        warnings.append("no ProfilerStep#N annotations (the trace was not recorded with a "
-                        "torch.profiler schedule and prof.step()): every op has step -1")
+        warnings.append(
+            "no ProfilerStep#N annotations (the trace was not recorded with a "
+            "torch.profiler schedule and prof.step()): every op has step -1"
+        )
     spans = _spans(cols, np.flatnonzero(kind == SPAN), thread_of, clock)
     steps = _with_phase_bounds(steps, spans)
     steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
@@ -331,7 +344,7 @@ class _Clock:
     rule: str  # how origin_unix_ns was found
 
     @classmethod
-    def of(cls, trace: Mapping[str, Any], origin_us: int) -> "_Clock":
+    def of(cls, trace: Mapping[str, Any], origin_us: int) -> _Clock:
         """Newer Kineto writes ts relative to `baseTimeNanoseconds` (Unix ns =
         base + ts_us * 1000); older traces write Unix-epoch microseconds directly."""
         base = trace.get("baseTimeNanoseconds")
@@ -429,8 +442,9 @@ def _steps(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> tuple[pd.Data
     duplicated = frame["step"].duplicated()
     warnings = []
     if duplicated.any():
-        warnings.append(f"ignored {int(duplicated.sum())} repeated ProfilerStep annotations "
-                        "(the first of each step number is kept)")
+        warnings.append(
+            f"ignored {int(duplicated.sum())} repeated ProfilerStep annotations (the first of each step number is kept)"
+        )
     frame = frame[~duplicated]
     steps = pd.DataFrame(
         {
@@ -465,7 +479,7 @@ def _step_rows(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _phase_of(name: Any, user_range: bool) -> str:
-    """"forward" / "backward" for the phase annotations that mark a training step's compute:
+    """ "forward" / "backward" for the phase annotations that mark a training step's compute:
     record_function("## forward ##") style names (torchrec and many training loops),
     DistributedDataParallel.forward (torch's own) and, in a `user_annotation` range (`user_range`),
     a bare record_function("forward"); "" for every other annotation (a bare `forward` cpu_op is a
@@ -533,7 +547,8 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _
             "depth": nesting_depths(enclosing_parents(tid, start, end)),
             "end_ns": end,
             "phase": combine(cols.name[rows], cols.cat[rows]).map(
-                lambda pair: _phase_of(pair[0], pair[1] == "user_annotation")),
+                lambda pair: _phase_of(pair[0], pair[1] == "user_annotation")
+            ),
         },
         columns=[*SPAN_COLUMNS, "end_ns", "phase"],
     ).sort_values("start_ns", kind="stable", ignore_index=True)
@@ -594,14 +609,17 @@ def _ops(
         "source": Coded.constant(SOURCE, len(rows)),
     }
     return pd.DataFrame(
-        {key: value[order].categorical() if isinstance(value, Coded) else value[order]
-         for key, value in columns.items()},
+        {
+            key: value[order].categorical() if isinstance(value, Coded) else value[order]
+            for key, value in columns.items()
+        },
         columns=list(OP_COLUMNS),
     )
 
 
-def _host_op_columns(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray,
-                     threads: pd.DataFrame) -> dict[str, Any]:
+def _host_op_columns(
+    cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, threads: pd.DataFrame
+) -> dict[str, Any]:
     """Columns of host ops: device "cpu", the thread's name as stream, the name as op type."""
     return {
         "device": Coded.constant("cpu", len(rows)),
@@ -691,8 +709,10 @@ def _input_types(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
 
 def _counters(cols: EventColumns, kind: np.ndarray, clock: _Clock) -> pd.DataFrame:
     """Memory counters from "[memory]" instants and the series of "C" counter events."""
-    frames = [_memory_counters(cols, np.flatnonzero(kind == MEMORY), clock),
-              _chrome_counters(cols, np.flatnonzero(kind == COUNTER), clock)]
+    frames = [
+        _memory_counters(cols, np.flatnonzero(kind == MEMORY), clock),
+        _chrome_counters(cols, np.flatnonzero(kind == COUNTER), clock),
+    ]
     return pd.concat(frames, ignore_index=True).sort_values(
         ["time_ns", "device", "metric"], kind="stable", ignore_index=True
     )
@@ -731,11 +751,11 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
     metric, time_ns, value = [], [], []
     events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.args[rows])
     for name, t, args in events:
-        for series, v in (args.items() if isinstance(args, dict) else ()):
+        for series, v in args.items() if isinstance(args, dict) else ():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 try:
                     number = float(v)
-                except OverflowError:         # an integer too large for a float: not a sample
+                except OverflowError:  # an integer too large for a float: not a sample
                     continue
                 metric.append(f"{name}.{series}")
                 time_ns.append(t)
@@ -755,8 +775,9 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
 # ----------------------------------------------------------------------------- info
 
 
-def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock: _Clock,
-          warnings: list[str]) -> RunInfo:
+def _info(
+    trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock: _Clock, warnings: list[str]
+) -> RunInfo:
     """Run metadata: rank / world size, clock origin, devices, versions, import counts."""
     dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
     host_pids = cols.pid[kind == HOST_OP]
@@ -774,8 +795,11 @@ def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock:
         "pid": int(pd.Series(host_pids).mode().iloc[0]) if host_pids.size else -1,
         "framework_versions": versions,
         "origin_unix_ns": clock.origin_unix_ns,
-        "clock": {"origin_unix_ns": clock.origin_unix_ns, "clock": f"kineto: {clock.rule}",
-                  "origin_ts_us": clock.origin_us},
+        "clock": {
+            "origin_unix_ns": clock.origin_unix_ns,
+            "clock": f"kineto: {clock.rule}",
+            "origin_ts_us": clock.origin_us,
+        },
         "devices": _devices(trace.get("deviceProperties", trace.get("computeProperties"))),
         "kineto": {
             "schema_version": _scalar(trace.get("schemaVersion")),
@@ -827,10 +851,10 @@ def _devices(properties: Any) -> list[dict[str, Any]]:
 
 
 #: The largest rank believed (a rank names files: profiler_info_<rank>.json).
-_MAX_RANK = 2 ** 31 - 1
+_MAX_RANK = 2**31 - 1
 
 
-def _int_or(value: Any, default: int, low: int = -2 ** 63, high: int = 2 ** 63 - 1) -> int:
+def _int_or(value: Any, default: int, low: int = -(2**63), high: int = 2**63 - 1) -> int:
     """`value` as an int in [low, high] (distributedInfo numbers may be written as text), else `default`."""
     try:
         number = int(value) if not isinstance(value, bool) else default

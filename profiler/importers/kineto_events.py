@@ -6,6 +6,7 @@ is installed (an optional speed-up) and the standard json module otherwise, with
 garbage collector paused: a trace of a million events allocates millions of dicts, and letting
 the collector re-scan them while they are built makes parsing about three times slower.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +16,10 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -79,7 +81,7 @@ def _read_bytes(path: Path, limit: int = -1) -> bytes:
             return gz.read(limit)
 
 
-def load_trace_object(path: "str | os.PathLike[str]") -> dict[str, Any]:
+def load_trace_object(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a .json / .json.gz Kineto trace into its top-level JSON object (a bare event array,
     Chrome's "JSON array" format, becomes {"traceEvents": [...]}).
 
@@ -109,19 +111,19 @@ def load_trace_object(path: "str | os.PathLike[str]") -> dict[str, Any]:
         raise ProfviewError(f"Kineto trace {path} is not a trace: its JSON is nested too deeply to read.") from None
     except MemoryError:
         raise ProfviewError(f"Kineto trace {path} is too large to parse in the memory available here.") from None
-    if isinstance(trace, list):         # Chrome's "JSON array" format: the events alone
+    if isinstance(trace, list):  # Chrome's "JSON array" format: the events alone
         trace = {"traceEvents": trace}
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ProfviewError(f"{path} is not a Kineto trace: it has no traceEvents list.")
     return trace
 
 
-def looks_like_kineto(path: "str | os.PathLike[str]") -> bool:
+def looks_like_kineto(path: str | os.PathLike[str]) -> bool:
     """True when the file (plain or gzip) starts like a Kineto trace (`trace_confidence` is CERTAIN)."""
     return trace_confidence(path) == CERTAIN
 
 
-def trace_confidence(path: "str | os.PathLike[str]") -> float:
+def trace_confidence(path: str | os.PathLike[str]) -> float:
     """How surely the file's content (plain or gzip) is a Kineto trace, from its first MiB only (cheap
     enough for a CLI to probe any file).
 
@@ -154,10 +156,10 @@ class Coded:
     """
 
     codes: np.ndarray  # int64 index into `values`
-    values: list       # the distinct values
+    values: list  # the distinct values
 
     @classmethod
-    def of(cls, column: "Sequence[Any] | np.ndarray") -> "Coded":
+    def of(cls, column: Sequence[Any] | np.ndarray) -> Coded:
         """Factorise a sequence of JSON values (unhashable ones count as None) or a numeric array."""
         if isinstance(column, np.ndarray) and column.dtype != object:
             codes, uniques = pd.factorize(column, use_na_sentinel=False)
@@ -171,24 +173,24 @@ class Coded:
             codes = [add(v if v.__hash__ is not None else None, len(index)) for v in column]
         return cls(np.asarray(codes, dtype=np.int64), list(index))
 
-    def __getitem__(self, rows: np.ndarray) -> "Coded":
+    def __getitem__(self, rows: np.ndarray) -> Coded:
         return Coded(self.codes[rows], self.values)
 
     def __len__(self) -> int:
         return len(self.codes)
 
     @classmethod
-    def constant(cls, value: Any, n: int) -> "Coded":
+    def constant(cls, value: Any, n: int) -> Coded:
         return cls(np.zeros(n, dtype=np.int64), [value])
 
     @classmethod
-    def concat(cls, *parts: "Coded") -> "Coded":
+    def concat(cls, *parts: Coded) -> Coded:
         """The parts one after the other (values seen in several parts are merged)."""
         offsets = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
         codes = np.concatenate([p.codes + offset for p, offset in zip(parts, offsets)])
         return cls(codes, [v for p in parts for v in p.values])._deduplicated()
 
-    def _deduplicated(self) -> "Coded":
+    def _deduplicated(self) -> Coded:
         remap, uniques = pd.factorize(_object_array(self.values), use_na_sentinel=False)
         return Coded(remap[self.codes], list(uniques))
 
@@ -196,7 +198,7 @@ class Coded:
         """func(value) for every row, computed once per distinct value."""
         return _spread([func(v) for v in self.values], dtype)[self.codes]
 
-    def mapped(self, func: Callable[[Any], Any]) -> "Coded":
+    def mapped(self, func: Callable[[Any], Any]) -> Coded:
         """The coded column of func(value), computed once per distinct value."""
         return Coded(self.codes, [func(v) for v in self.values])._deduplicated()
 
@@ -250,14 +252,14 @@ def dense_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class EventColumns:
     """The trace's events as parallel columns, one row per event object."""
 
-    ph: Coded           # "X", "i", "C", "M", "s", "f", ...
-    cat: Coded          # Kineto category ("cpu_op", "kernel", ...), None when absent
+    ph: Coded  # "X", "i", "C", "M", "s", "f", ...
+    cat: Coded  # Kineto category ("cpu_op", "kernel", ...), None when absent
     name: Coded
-    pid: np.ndarray     # float64: process id (host) or device id; NaN for Kineto's text lanes ("Spans")
-    tid: np.ndarray     # float64: thread id (host) or stream id; NaN when not a number
-    ts_us: np.ndarray   # float64 microseconds, NaN when absent or not a number
+    pid: np.ndarray  # float64: process id (host) or device id; NaN for Kineto's text lanes ("Spans")
+    tid: np.ndarray  # float64: thread id (host) or stream id; NaN when not a number
+    ts_us: np.ndarray  # float64 microseconds, NaN when absent or not a number
     dur_us: np.ndarray  # float64 microseconds, NaN when absent or not a number
-    args: np.ndarray    # object: the events' args dicts (None when absent)
+    args: np.ndarray  # object: the events' args dicts (None when absent)
 
     def __len__(self) -> int:
         return len(self.ts_us)
@@ -275,8 +277,16 @@ def _fields(events: Sequence[Any]) -> list[tuple]:
     """
     nan = _NAN
     rows = [
-        (e.get("ph"), e.get("cat"), e.get("name"), e.get("pid", nan), e.get("tid", nan),
-         e.get("ts", nan), e.get("dur", nan), e.get("args"))
+        (
+            e.get("ph"),
+            e.get("cat"),
+            e.get("name"),
+            e.get("pid", nan),
+            e.get("tid", nan),
+            e.get("ts", nan),
+            e.get("dur", nan),
+            e.get("args"),
+        )
         for e in events
     ]
     return list(zip(*rows)) or [()] * 8
@@ -301,7 +311,7 @@ def _number_or_nan(value: Any) -> float:
     if value.__class__ in (int, float):
         try:
             return float(value)
-        except OverflowError:            # an integer too large for a float
+        except OverflowError:  # an integer too large for a float
             return _NAN
     if value.__class__ is str and _DECIMAL_TEXT.match(value):
         return float(value)

@@ -12,6 +12,7 @@ Two layouts are read (see docs/ascend.md):
 
 Unreadable files become warnings; a directory with nothing usable raises ProfviewError.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,19 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
+from profiler.importers.ascend.device_run import (
+    SYSCNT_TICK_NS,
+    device_run,
+    dims,
+    input_shapes,
+    lookup,
+    op_type_from_name,
+    reduce_spans,
+    shapes_text,
+)
+from profiler.importers.ascend.hwts import MAX_SYSCNT
 from profiler.importers.base import CERTAIN, NOT_IT, SHAPED, Importer
 from profiler.model import Run, RunInfo
-from profiler.importers.ascend.device_run import (SYSCNT_TICK_NS, device_run, dims, input_shapes, lookup,
-                                                op_type_from_name, reduce_spans, shapes_text)
-from profiler.importers.ascend.hwts import MAX_SYSCNT
 
 #: The data_origin of the runs read from a MindSpore / MindInsight output directory.
 DATA_ORIGIN = "mindspore"
@@ -54,7 +63,7 @@ _ASCEND_2X_FILES = ("kernel_details.csv", "step_trace_time.csv", "op_statistic.c
 _REDUCE_COLUMN = re.compile(r"^stream_(?P<sid>\d+)_(?:parallel_(?P<k_old>\d+)|(?P<k>\d+)_(?P<type>[A-Za-z]\w*))$")
 
 #: Times in ms at or beyond this (2**62 ns) cannot be held as int64 ns with room for arithmetic.
-_MAX_MS = 2 ** 62 / 1e6
+_MAX_MS = 2**62 / 1e6
 
 #: Unix ns of 2001-09-09: smaller host timestamps are not on the Unix clock.
 _UNIX_NS_FLOOR = 10**18
@@ -64,7 +73,10 @@ class _Problems(list):
     """Messages about unusable input, in order."""
 
     def unreadable(self, path: Path, error: Exception) -> None:
-        self.append(f"{path.name}: unreadable ({type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}); skipped")
+        self.append(
+            f"{path.name}: unreadable "
+            f"({type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}); skipped"
+        )
 
 
 def _files_by_id(directory: Path, patterns: dict[str, re.Pattern[str]]) -> dict[int, dict[str, Path]]:
@@ -73,7 +85,7 @@ def _files_by_id(directory: Path, patterns: dict[str, re.Pattern[str]]) -> dict[
     for path in sorted(directory.iterdir()) if directory.is_dir() else []:
         for kind, pattern in patterns.items():
             match = pattern.match(path.name)
-            if match and len(match[1]) <= 9 and path.is_file():     # a device / rank id names output files
+            if match and len(match[1]) <= 9 and path.is_file():  # a device / rank id names output files
                 found.setdefault(int(match[1]), {})[kind] = path
     return found
 
@@ -94,8 +106,9 @@ def _layouts(directory: Path) -> list[tuple[str, int, dict[str, Path]]]:
     trace_view = _trace_view(directory)
     if trace_view is not None and not cpu:
         cpu = {0: {}}
-    found += [("cpu", rank, {**files, **({"trace_view": trace_view} if trace_view else {})})
-              for rank, files in cpu.items()]
+    found += [
+        ("cpu", rank, {**files, **({"trace_view": trace_view} if trace_view else {})}) for rank, files in cpu.items()
+    ]
     return found
 
 
@@ -149,12 +162,17 @@ def read_mindspore_dir(path: str | Path) -> list[Run]:
 
 #: The format, for profiler.importers.registry: one rank per device (Ascend outputs) or rank (CPU outputs).
 IMPORTER = Importer(
-    data_origin=DATA_ORIGIN, title="MindSpore profiler output directory", detect=mindspore_confidence,
-    read=read_mindspore_dir, framework="mindspore",
-    exact_steps="a capture with a step trace (the device's iteration ends) gives exact boundaries")
+    data_origin=DATA_ORIGIN,
+    title="MindSpore profiler output directory",
+    detect=mindspore_confidence,
+    read=read_mindspore_dir,
+    framework="mindspore",
+    exact_steps="a capture with a step trace (the device's iteration ends) gives exact boundaries",
+)
 
 
 # --- shared parsing helpers --------------------------------------------------------------------
+
 
 def scaled_decimal_text(text: pd.Series, digits: int) -> np.ndarray:
     """Decimal strings times 10**digits as exact int64 ("1795245674352900.963", 3 -> 1795245674352900963).
@@ -173,7 +191,7 @@ def scaled_decimal_text(text: pd.Series, digits: int) -> np.ndarray:
 #: Plain decimals: what MindSpore writes ("-0" included); anything else goes through float().
 _PLAIN_DECIMAL = r"^-?\d{1,19}(?:\.\d*)?$"
 #: |value| x 10**digits must stay below this (int64 with room for origin arithmetic).
-_SCALED_LIMIT = 2 ** 62
+_SCALED_LIMIT = 2**62
 
 
 def scaled_decimals(text: pd.Series, digits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -193,13 +211,13 @@ def scaled_decimals(text: pd.Series, digits: int) -> tuple[np.ndarray, np.ndarra
         in_int64 = (parts[0].str.len() < 19) | (parts[0] <= str(_SCALED_LIMIT - 1))
         whole = parts[0].where(in_int64, "0").astype(np.int64).to_numpy()
         fraction = parts[2].str.ljust(digits, "0").str[:digits].replace("", "0").astype(np.int64).to_numpy()
-        fits = in_int64.to_numpy() & (whole < _SCALED_LIMIT // 10 ** digits)
-        value = np.where(fits, whole, 0) * 10 ** digits + fraction
+        fits = in_int64.to_numpy() & (whole < _SCALED_LIMIT // 10**digits)
+        value = np.where(fits, whole, 0) * 10**digits + fraction
         values[plain] = np.where(negative, -value, value)
         ok[np.flatnonzero(plain)[~fits]] = False
-    for i in np.flatnonzero(~plain):            # exponent forms and junk: rare, one by one
+    for i in np.flatnonzero(~plain):  # exponent forms and junk: rare, one by one
         try:
-            number = float(text.iloc[i]) * 10 ** digits
+            number = float(text.iloc[i]) * 10**digits
         except ValueError:
             continue
         if np.isfinite(number) and abs(number) < _SCALED_LIMIT:
@@ -247,21 +265,34 @@ def _run_info(layout: str, ident: int, device: str, files: dict[str, Path], prob
 
 
 def _no_steps() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "start_ns", "end_ns", "fp_start_ns", "bp_end_ns")})
+    return pd.DataFrame(
+        {c: pd.Series(dtype="int64") for c in ("step", "start_ns", "end_ns", "fp_start_ns", "bp_end_ns")}
+    )
 
 
 def _no_spans() -> pd.DataFrame:
-    return pd.DataFrame({"lane": pd.Series(dtype=object), "lane_id": pd.Series(dtype="int64"),
-                         "kind": pd.Series(dtype=object), "name": pd.Series(dtype=object),
-                         "start_ns": pd.Series(dtype="int64"), "dur_ns": pd.Series(dtype="int64"),
-                         "depth": pd.Series(dtype="int64")})
+    return pd.DataFrame(
+        {
+            "lane": pd.Series(dtype=object),
+            "lane_id": pd.Series(dtype="int64"),
+            "kind": pd.Series(dtype=object),
+            "name": pd.Series(dtype=object),
+            "start_ns": pd.Series(dtype="int64"),
+            "dur_ns": pd.Series(dtype="int64"),
+            "depth": pd.Series(dtype="int64"),
+        }
+    )
 
 
 # --- Ascend device outputs -----------------------------------------------------------------------
 
 #: Step-trace columns that repeat a difference of two points: (column, later point, earlier point).
-_STEP_DIFFERENCES = (("total", "end_point", "start_point"), ("iteration_interval", "fp_point", "start_point"),
-                     ("fp_and_bp", "bp_point", "fp_point"), ("tail", "end_point", "bp_point"))
+_STEP_DIFFERENCES = (
+    ("total", "end_point", "start_point"),
+    ("iteration_interval", "fp_point", "start_point"),
+    ("fp_and_bp", "bp_point", "fp_point"),
+    ("tail", "end_point", "bp_point"),
+)
 
 
 def step_trace_tables(frame: pd.DataFrame, path: Path, problems: _Problems) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -280,7 +311,7 @@ def step_trace_tables(frame: pd.DataFrame, path: Path, problems: _Problems) -> t
     base = ["start_point", "end_point", "fp_point"] + (["bp_point"] if "bp_point" in frame else [])
     points = {c: _tick_column(frame[c], empty_is_zero=False) for c in base}
     zero_points = np.logical_and.reduce([points[c][1] & (points[c][0] == 0) for c in base])
-    summary = step_text.isin(["-", "0"]).to_numpy() | zero_points      # MindSpore's steps count from 1
+    summary = step_text.isin(["-", "0"]).to_numpy() | zero_points  # MindSpore's steps count from 1
     step_ok = step_text.str.match(r"^\d{1,9}$").to_numpy(dtype=bool)
     step_num = np.where(step_ok, pd.to_numeric(step_text.where(step_ok, "0")).to_numpy(dtype=np.int64), 0)
     good = ~summary & step_ok & (step_num >= 1) & np.logical_and.reduce([points[c][1] for c in base])
@@ -294,35 +325,57 @@ def step_trace_tables(frame: pd.DataFrame, path: Path, problems: _Problems) -> t
     damaged = ~summary & ~good
     if damaged.any():
         lines = (np.flatnonzero(damaged) + 2).tolist()
-        problems.append(f"{path.name}: {len(lines)} step row(s) whose points are not whole tick counts in order, or "
-                        f"disagree with the row's own total / interval columns, were left out (line "
-                        f"{', '.join(map(str, lines[:5]))}{'...' if len(lines) > 5 else ''})")
+        problems.append(
+            f"{path.name}: {len(lines)} step row(s) whose points are not whole tick counts in order, or "
+            f"disagree with the row's own total / interval columns, were left out (line "
+            f"{', '.join(map(str, lines[:5]))}{'...' if len(lines) > 5 else ''})"
+        )
     if not good.any():
         return empty_steps
     rows = np.flatnonzero(good)
-    ns = lambda column: v[column][rows] * SYSCNT_TICK_NS  # noqa: E731
-    steps = pd.DataFrame({
-        "step": step_num[rows] - 1,
-        "start_ns": ns("start_point"), "end_ns": ns("end_point"), "fp_start_ns": ns("fp_point"),
-        "bp_end_ns": ns("bp_point") if "bp_point" in v else -1,
-    })
-    blocks = [(c, m) for c in frame.columns if (m := _REDUCE_COLUMN.match(c))
-              and f"{c}_start_point" in frame.columns and f"{c}_end_point" in frame.columns]
+    ns = lambda column: v[column][rows] * SYSCNT_TICK_NS
+    steps = pd.DataFrame(
+        {
+            "step": step_num[rows] - 1,
+            "start_ns": ns("start_point"),
+            "end_ns": ns("end_point"),
+            "fp_start_ns": ns("fp_point"),
+            "bp_end_ns": ns("bp_point") if "bp_point" in v else -1,
+        }
+    )
+    blocks = [
+        (c, m)
+        for c in frame.columns
+        if (m := _REDUCE_COLUMN.match(c)) and f"{c}_start_point" in frame.columns and f"{c}_end_point" in frame.columns
+    ]
     reduces, odd = [], 0
     for b, (c, m) in enumerate(blocks):
         (start, start_ok), (end, end_ok), (dur, dur_ok) = (
             _tick_column(frame[name].iloc[rows], empty_is_zero=True)
-            for name in (f"{c}_start_point", f"{c}_end_point", c))
+            for name in (f"{c}_start_point", f"{c}_end_point", c)
+        )
         present = (start != 0) & (dur != 0)
         valid = start_ok & end_ok & dur_ok & (end >= start) & (dur == end - start)
         odd += int((present & ~valid).sum())
         keep = present & valid
-        reduces.append(pd.DataFrame({"row": np.arange(len(rows))[keep], "block": b, "stream_id": int(m["sid"]),
-                                     "start_ns": start[keep] * SYSCNT_TICK_NS, "end_ns": end[keep] * SYSCNT_TICK_NS}))
+        reduces.append(
+            pd.DataFrame(
+                {
+                    "row": np.arange(len(rows))[keep],
+                    "block": b,
+                    "stream_id": int(m["sid"]),
+                    "start_ns": start[keep] * SYSCNT_TICK_NS,
+                    "end_ns": end[keep] * SYSCNT_TICK_NS,
+                }
+            )
+        )
     if odd:
-        problems.append(f"{path.name}: {odd} all-reduce interval(s) whose points disagree with their duration "
-                        "column were left out")
-    reduces = pd.concat(reduces) if reduces else pd.DataFrame(columns=["row", "block", "stream_id", "start_ns", "end_ns"])
+        problems.append(
+            f"{path.name}: {odd} all-reduce interval(s) whose points disagree with their duration column were left out"
+        )
+    reduces = (
+        pd.concat(reduces) if reduces else pd.DataFrame(columns=["row", "block", "stream_id", "start_ns", "end_ns"])
+    )
     reduces = reduces.sort_values(["row", "block"], kind="stable")
     return steps, reduces[["stream_id", "start_ns", "end_ns"]].astype(np.int64).reset_index(drop=True)
 
@@ -338,8 +391,11 @@ def _op_descriptions(path: Path | None, problems: _Problems) -> pd.DataFrame:
             shapes.append(input_shapes(json.loads(text)) if text else "")
         except (ValueError, AttributeError, TypeError, RecursionError):
             shapes.append("")
-    return pd.DataFrame({"op_type": frame["op_type"].to_numpy(), "shapes": shapes},
-                        index=frame["full_op_name"].to_numpy()).groupby(level=0).last()
+    return (
+        pd.DataFrame({"op_type": frame["op_type"].to_numpy(), "shapes": shapes}, index=frame["full_op_name"].to_numpy())
+        .groupby(level=0)
+        .last()
+    )
 
 
 def _min_cycle_counter(path: Path | None, problems: _Problems) -> float | None:
@@ -366,7 +422,9 @@ def _timeline_ops(files: dict[str, Path], device: str, problems: _Problems) -> p
     frame = _read_csv(path, problems, []) if path else None
     if frame is None or frame.shape[1] < 4:
         if path is not None and frame is not None:
-            problems.append(f"{path.name}: expected 4 columns (op_name, stream_id, start_time(ms), duration(ms)); skipped")
+            problems.append(
+                f"{path.name}: expected 4 columns (op_name, stream_id, start_time(ms), duration(ms)); skipped"
+            )
         elif path is None:
             problems.append(f"no output_timeline_data file for device {device}: there are no per-launch op timings")
         return pd.DataFrame(columns=["device", "stream", "name", "op_type", "start_ns", "dur_ns", "shapes", "source"])
@@ -374,26 +432,30 @@ def _timeline_ops(files: dict[str, Path], device: str, problems: _Problems) -> p
     start_ms = pd.to_numeric(frame["start_ms"].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
     dur_ms = pd.to_numeric(frame["dur_ms"].str.strip(), errors="coerce").to_numpy(dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        ok = (start_ms >= 0) & (start_ms < _MAX_MS) & (dur_ms >= 0) & (dur_ms < _MAX_MS)   # NaN fails every test
+        ok = (start_ms >= 0) & (start_ms < _MAX_MS) & (dur_ms >= 0) & (dur_ms < _MAX_MS)  # NaN fails every test
     if not ok.all():
-        problems.append(f"{path.name}: {int((~ok).sum())} line(s) whose start_time or duration is not a finite, "
-                        f"non-negative number of ms were left out (line {_lines(np.flatnonzero(~ok) + 2)})")
+        problems.append(
+            f"{path.name}: {int((~ok).sum())} line(s) whose start_time or duration is not a finite, "
+            f"non-negative number of ms were left out (line {_lines(np.flatnonzero(~ok) + 2)})"
+        )
         frame, start_ms, dur_ms = frame[ok], start_ms[ok], dur_ms[ok]
     counter = _min_cycle_counter(files.get("min_cycle_counter"), problems)
     if counter is not None and len(start_ms) and start_ms.min() * 2 < counter / 1e5:
         start_ms = start_ms + counter / 1e5
     described = _op_descriptions(files.get("framework"), problems)
     names = frame["name"].astype(object)
-    return pd.DataFrame({
-        "device": device,
-        "stream": frame["stream"].str.strip().to_numpy(dtype=object),
-        "name": names.to_numpy(),
-        "op_type": lookup(names, described["op_type"], op_type_from_name).to_numpy(dtype=object),
-        "start_ns": np.rint(start_ms * 1e6).astype(np.int64),
-        "dur_ns": np.rint(dur_ms * 1e6).astype(np.int64),
-        "shapes": lookup(names, described["shapes"], "").to_numpy(dtype=object),
-        "source": "mindspore",
-    })
+    return pd.DataFrame(
+        {
+            "device": device,
+            "stream": frame["stream"].str.strip().to_numpy(dtype=object),
+            "name": names.to_numpy(),
+            "op_type": lookup(names, described["op_type"], op_type_from_name).to_numpy(dtype=object),
+            "start_ns": np.rint(start_ms * 1e6).astype(np.int64),
+            "dur_ns": np.rint(dur_ms * 1e6).astype(np.int64),
+            "shapes": lookup(names, described["shapes"], "").to_numpy(dtype=object),
+            "source": "mindspore",
+        }
+    )
 
 
 def _read_ascend_outputs(dev: int, files: dict[str, Path], problems: _Problems) -> Run:
@@ -408,12 +470,16 @@ def _read_ascend_outputs(dev: int, files: dict[str, Path], problems: _Problems) 
     if frame is not None:
         steps, reduces = step_trace_tables(frame, path, problems)
     info = _run_info("ascend", dev, device, files, problems)
-    info["clock"] = {"clock": "ascend_syscnt", "tick_ns": SYSCNT_TICK_NS,
-                     "note": "Device syscnt times: the outputs carry no Unix anchor, origin_unix_ns is 0."}
+    info["clock"] = {
+        "clock": "ascend_syscnt",
+        "tick_ns": SYSCNT_TICK_NS,
+        "note": "Device syscnt times: the outputs carry no Unix anchor, origin_unix_ns is 0.",
+    }
     return device_run(info, ops, steps, reduce_spans(device, reduces), clock_unix_ns=None)
 
 
 # --- MindSpore 2.x CPU outputs --------------------------------------------------------------------
+
 
 def parse_cpu_timestamps(text: str) -> tuple[pd.DataFrame, list[int]]:
     """cpu_op_execute_timestamp lines `full_name;kind;start_ns,dur_ms,tid start_ns,dur_ms,tid ...`
@@ -432,12 +498,18 @@ def parse_cpu_timestamps(text: str) -> tuple[pd.DataFrame, list[int]]:
         names.extend([fields[0]] * (len(launches) // 3))
         line_of.extend([number] * (len(launches) // 3))
     cells = np.array(triplets, dtype=object).reshape(-1, 3)
-    return pd.DataFrame({"name": pd.Series(names, dtype=object), "start_ns": pd.Series(cells[:, 0], dtype=object),
-                         "dur_ms": pd.Series(cells[:, 1], dtype=object), "tid": pd.Series(cells[:, 2], dtype=object),
-                         "line": np.array(line_of, dtype=np.int64)}), bad
+    return pd.DataFrame(
+        {
+            "name": pd.Series(names, dtype=object),
+            "start_ns": pd.Series(cells[:, 0], dtype=object),
+            "dur_ms": pd.Series(cells[:, 1], dtype=object),
+            "tid": pd.Series(cells[:, 2], dtype=object),
+            "line": np.array(line_of, dtype=np.int64),
+        }
+    ), bad
 
 
-def _lines(numbers: "list[int] | np.ndarray") -> str:
+def _lines(numbers: list[int] | np.ndarray) -> str:
     numbers = list(numbers)
     return ", ".join(map(str, numbers[:5])) + ("..." if len(numbers) > 5 else "")
 
@@ -451,24 +523,30 @@ def _trace_view_events(path: Path | None, problems: _Problems) -> pd.DataFrame:
         events = json.loads(path.read_bytes())
         if isinstance(events, dict):
             events = events.get("traceEvents", [])
-        processes = {e["pid"]: e["args"]["name"] for e in events
-                     if e.get("ph") == "M" and e.get("name") == "process_name"}
+        processes = {
+            e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+        }
         spans = [e for e in events if e.get("ph") == "X"]
         start, start_ok = scaled_decimals(pd.Series([str(e["ts"]) for e in spans], dtype=object), 3)
         dur, dur_ok = scaled_decimals(pd.Series([str(e["dur"]) for e in spans], dtype=object), 3)
-        frame = pd.DataFrame({
-            "process": [str(processes.get(e.get("pid"), e.get("pid"))) for e in spans],
-            "tid": [int(e.get("tid", 0)) for e in spans],
-            "name": pd.Series([str(e["name"]) for e in spans], dtype=object),
-            "start_ns": start, "dur_ns": dur,
-        })
+        frame = pd.DataFrame(
+            {
+                "process": [str(processes.get(e.get("pid"), e.get("pid"))) for e in spans],
+                "tid": [int(e.get("tid", 0)) for e in spans],
+                "name": pd.Series([str(e["name"]) for e in spans], dtype=object),
+                "start_ns": start,
+                "dur_ns": dur,
+            }
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as error:
         problems.unreadable(path, error)
         return pd.DataFrame(columns=columns)
     ok = start_ok & dur_ok & (start >= 0) & (dur >= 0)
     if not ok.all():
-        problems.append(f"{path.name}: {int((~ok).sum())} event(s) whose ts / dur is not a finite, non-negative "
-                        "number were left out")
+        problems.append(
+            f"{path.name}: {int((~ok).sum())} event(s) whose ts / dur is not a finite, non-negative "
+            "number were left out"
+        )
     return frame[ok].reset_index(drop=True)
 
 
@@ -482,29 +560,49 @@ def _cpu_launches(files: dict[str, Path], events: pd.DataFrame, problems: _Probl
             problems.unreadable(path, error)
         else:
             if bad_lines:
-                problems.append(f"{path.name}: {len(bad_lines)} line(s) without launches in threes "
-                                f"(start_ns,dur_ms,tid) skipped (line {_lines(bad_lines)})")
+                problems.append(
+                    f"{path.name}: {len(bad_lines)} line(s) without launches in threes "
+                    f"(start_ns,dur_ms,tid) skipped (line {_lines(bad_lines)})"
+                )
             start, start_ok = scaled_decimals(launches["start_ns"], 0)
             dur, dur_ok = scaled_decimals(launches["dur_ms"], 6)
             ok = start_ok & dur_ok & (start >= 0) & (dur >= 0)
             if not ok.all():
-                problems.append(f"{path.name}: {int((~ok).sum())} launch(es) whose start or duration is not a finite, "
-                                f"non-negative number were left out (line {_lines(np.unique(launches['line'][~ok]))})")
+                problems.append(
+                    f"{path.name}: {int((~ok).sum())} launch(es) whose start or duration is not a finite, "
+                    f"non-negative number were left out (line {_lines(np.unique(launches['line'][~ok]))})"
+                )
             if ok.any() or events[events["process"] == "CPU OP"].empty:
-                return pd.DataFrame({"name": launches["name"][ok].to_numpy(dtype=object), "start_ns": start[ok],
-                                     "dur_ns": dur[ok], "tid": launches["tid"][ok].astype(str).to_numpy(dtype=object)})
+                return pd.DataFrame(
+                    {
+                        "name": launches["name"][ok].to_numpy(dtype=object),
+                        "start_ns": start[ok],
+                        "dur_ns": dur[ok],
+                        "tid": launches["tid"][ok].astype(str).to_numpy(dtype=object),
+                    }
+                )
     cpu = events[events["process"] == "CPU OP"]
     if cpu.empty:
         view = files.get("trace_view")
         ascend = [n for n in _ASCEND_2X_FILES if view is not None and (view.parent / n).is_file()]
         if ascend:
-            problems.append(f"this is a MindSpore 2.x Ascend output ({', '.join(ascend)} in {view.parent.name}), "
-                            "whose device files profview does not read yet; only its CPU op files would be")
+            problems.append(
+                f"this is a MindSpore 2.x Ascend output ({', '.join(ascend)} in {view.parent.name}), "
+                "whose device files profview does not read yet; only its CPU op files would be"
+            )
         else:
-            problems.append("no cpu_op_execute_timestamp file and no CPU OP events in trace_view.json: "
-                            "there are no per-launch op timings")
-    return pd.DataFrame({"name": cpu["name"].to_numpy(dtype=object), "start_ns": cpu["start_ns"].to_numpy(np.int64),
-                         "dur_ns": cpu["dur_ns"].to_numpy(np.int64), "tid": cpu["tid"].astype(str).to_numpy()})
+            problems.append(
+                "no cpu_op_execute_timestamp file and no CPU OP events in trace_view.json: "
+                "there are no per-launch op timings"
+            )
+    return pd.DataFrame(
+        {
+            "name": cpu["name"].to_numpy(dtype=object),
+            "start_ns": cpu["start_ns"].to_numpy(np.int64),
+            "dur_ns": cpu["dur_ns"].to_numpy(np.int64),
+            "tid": cpu["tid"].astype(str).to_numpy(),
+        }
+    )
 
 
 def _launch_shapes(path: Path | None, short_names: np.ndarray, problems: _Problems) -> np.ndarray:
@@ -533,28 +631,49 @@ def _read_cpu_outputs(rank: int, files: dict[str, Path], problems: _Problems) ->
     events = _trace_view_events(files.get("trace_view"), problems)
     launches = _cpu_launches(files, events, problems).sort_values("start_ns", kind="stable")
     detail = _read_csv(files["op_detail"], problems, ["full_op_name", "op_type"]) if "op_detail" in files else None
-    types = (pd.Series(detail["op_type"].to_numpy(), index=detail["full_op_name"].to_numpy()).groupby(level=0).last()
-             if detail is not None else pd.Series(dtype=object))
+    types = (
+        pd.Series(detail["op_type"].to_numpy(), index=detail["full_op_name"].to_numpy()).groupby(level=0).last()
+        if detail is not None
+        else pd.Series(dtype=object)
+    )
     names = launches["name"].astype(object).reset_index(drop=True)
-    ops = pd.DataFrame({
-        "device": "cpu",
-        "stream": launches["tid"].astype(str).to_numpy(dtype=object),
-        "name": names.to_numpy(),
-        "op_type": lookup(names, types, op_type_from_name).to_numpy(dtype=object),
-        "start_ns": launches["start_ns"].to_numpy(np.int64),
-        "dur_ns": launches["dur_ns"].to_numpy(np.int64),
-        "shapes": _launch_shapes(files.get("framework"), names.map(lambda n: n.rsplit("/", 1)[-1]).to_numpy(),
-                                 problems),
-        "source": "mindspore",
-    })
+    ops = pd.DataFrame(
+        {
+            "device": "cpu",
+            "stream": launches["tid"].astype(str).to_numpy(dtype=object),
+            "name": names.to_numpy(),
+            "op_type": lookup(names, types, op_type_from_name).to_numpy(dtype=object),
+            "start_ns": launches["start_ns"].to_numpy(np.int64),
+            "dur_ns": launches["dur_ns"].to_numpy(np.int64),
+            "shapes": _launch_shapes(
+                files.get("framework"), names.map(lambda n: n.rsplit("/", 1)[-1]).to_numpy(), problems
+            ),
+            "source": "mindspore",
+        }
+    )
     scopes = events[events["process"] == "Scope Layer"]
     scopes = scopes.assign(start_ns=scopes["start_ns"] - _trace_view_shift(events, launches))
-    spans = pd.DataFrame({"lane": "scope", "lane_id": 0, "kind": "span", "name": scopes["name"].to_numpy(dtype=object),
-                          "start_ns": scopes["start_ns"].to_numpy(np.int64), "dur_ns": scopes["dur_ns"].to_numpy(np.int64),
-                          "depth": scopes["tid"].to_numpy(np.int64)}) if len(scopes) else _no_spans()
+    spans = (
+        pd.DataFrame(
+            {
+                "lane": "scope",
+                "lane_id": 0,
+                "kind": "span",
+                "name": scopes["name"].to_numpy(dtype=object),
+                "start_ns": scopes["start_ns"].to_numpy(np.int64),
+                "dur_ns": scopes["dur_ns"].to_numpy(np.int64),
+                "depth": scopes["tid"].to_numpy(np.int64),
+            }
+        )
+        if len(scopes)
+        else _no_spans()
+    )
     info = _run_info("cpu", rank, "cpu", files, problems)
     on_unix = len(ops) and ops["start_ns"].min() > _UNIX_NS_FLOOR
-    info["clock"] = {"clock": "host_realtime" if on_unix else "host_unknown",
-                     "note": "CPU op timestamps are Unix ns." if on_unix else
-                     "CPU op timestamps are not on the Unix clock: origin_unix_ns is 0."}
+    info["clock"] = {
+        "clock": "host_realtime" if on_unix else "host_unknown",
+        "note": "CPU op timestamps are Unix ns."
+        if on_unix
+        else "CPU op timestamps are not on the Unix clock: origin_unix_ns is 0.",
+    }
     return device_run(info, ops, _no_steps(), spans, clock_unix_ns=0 if on_unix else None)

@@ -6,13 +6,15 @@ are listed in BUILT_IN, one line each; an installed package adds its own through
 at run time with `register`. `profview import`, `profview PATH` (viewer/inputs.py) and what the
 analysis says about imported runs (analysis/steps.py, analysis/advisor.py) all look formats up here.
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from profiler.errors import ProfviewError
 from profiler.importers import ascend, kineto, mindspore
@@ -92,9 +94,12 @@ def _confidence(importer: Importer, path: Path) -> float:
         return float(importer.detect(path))
     except OSError:
         raise
-    except Exception as exc:  # noqa: BLE001 -- any bug of one detector must not hide the other formats
-        warnings.warn(f"the {importer.data_origin} importer failed to look at {path} "
-                      f"({type(exc).__name__}: {exc}); it is taken not to be a {importer.title}")
+    except Exception as exc:
+        warnings.warn(
+            f"the {importer.data_origin} importer failed to look at {path} "
+            f"({type(exc).__name__}: {exc}); it is taken not to be a {importer.title}",
+            stacklevel=2,
+        )
         return NOT_IT
 
 
@@ -106,13 +111,16 @@ def _installed() -> tuple[Importer, ...]:
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             importer = point.load()
-        except Exception as exc:  # noqa: BLE001 -- a broken plug-in must not break the other formats
-            warnings.warn(f"the importer plug-in {point.name} ({point.value}) cannot be loaded "
-                          f"({type(exc).__name__}: {exc}); it is left out")
+        except Exception as exc:
+            warnings.warn(
+                f"the importer plug-in {point.name} ({point.value}) cannot be loaded "
+                f"({type(exc).__name__}: {exc}); it is left out",
+                stacklevel=2,
+            )
             continue
         problem = _problem(importer, [*BUILT_IN, *found])
         if problem:
-            warnings.warn(f"the importer plug-in {point.name} ({point.value}) is left out: {problem}")
+            warnings.warn(f"the importer plug-in {point.name} ({point.value}) is left out: {problem}", stacklevel=2)
             continue
         found.append(importer)
     return tuple(found)

@@ -1,8 +1,10 @@
 """Pieces shared by the framework integrations (no framework imports here)."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from profiler import Profiler
 from profiler.postprocess.recording import verdict_line
@@ -10,8 +12,9 @@ from profiler.postprocess.recording import verdict_line
 
 def missing_framework(module: str, package: str, extra: str) -> ImportError:
     """The ImportError an integration module raises when its framework is not installed."""
-    return ImportError(f"{module} needs {package}, which is not installed: "
-                       f"pip install 'profview[{extra}]' (or pip install {package})")
+    return ImportError(
+        f"{module} needs {package}, which is not installed: pip install 'profview[{extra}]' (or pip install {package})"
+    )
 
 
 def summary_lines(profiler: Profiler, outputs: Iterable[Path]) -> list[str]:
@@ -28,7 +31,7 @@ def end_recording(profiler: Profiler, analyse: bool, verbose: bool) -> tuple[lis
     if not analyse:
         profiler.stop()
         return [], []
-    outputs = profiler.analyse(quiet=True)       # on a rank left out by `ranks=`: [] (it still joins in)
+    outputs = profiler.analyse(quiet=True)  # on a rank left out by `ranks=`: [] (it still joins in)
     lines = summary_lines(profiler, outputs) if outputs else []
     if verbose:
         for line in lines:

@@ -10,11 +10,14 @@ first training epoch to `on_train_end` (docs/integrations.md):
 
 | Lightning action | profview |
 |---|---|
-| `[_TrainingEpochLoop].train_dataloader_next` (and the epoch's `iter()` before the first one) | `data` phase (the data wait) |
+| `[_TrainingEpochLoop].train_dataloader_next` (and the epoch's `iter()` before the first one) | \
+`data` phase (the data wait) |
 | `[Strategy]<S>.training_step` (up to the backward pass) | `forward` phase (fp start) |
 | from the first `on_before_backward` hook to the first `on_after_backward` hook | `backward` phase (bp end) |
-| from the first `on_before_optimizer_step` to the end of `[LightningModule]<M>.optimizer_step` (manual optimization: `optimizer_step`) | `optimizer` phase (tail) |
-| validation inside fit: `on_validation_model_zero_grad` / `on_validation_model_eval` / `on_validation_start` up to the first `on_validation_end` hook | `evaluate` span |
+| from the first `on_before_optimizer_step` to the end of `[LightningModule]<M>.optimizer_step` \
+(manual optimization: `optimizer_step`) | `optimizer` phase (tail) |
+| validation inside fit: `on_validation_model_zero_grad` / `on_validation_model_eval` / \
+`on_validation_start` up to the first `on_validation_end` hook | `evaluate` span |
 | `save_checkpoint` (`Trainer.save_checkpoint`, which ModelCheckpoint calls) | `save_checkpoint` span |
 
 One profiler step per optimizer step (`accumulate_grad_batches` micro-batches are one step): a
@@ -26,6 +29,7 @@ tail, and the fetch of the next batch is the next step's data wait.
 (every action is passed on to the profiler you configured, whose summary is unchanged) and
 putting it back at teardown.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,12 +41,13 @@ try:
     from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger
     from lightning.pytorch.profilers import Profiler as LightningProfiler
 except ImportError:
-    try:                                  # the standalone package, same API
+    try:  # the standalone package, same API
         from pytorch_lightning.callbacks import Callback
         from pytorch_lightning.loggers import MLFlowLogger, TensorBoardLogger
         from pytorch_lightning.profilers import Profiler as LightningProfiler
-    except ImportError as exc:            # pragma: no cover - exercised only without Lightning
+    except ImportError as exc:  # pragma: no cover - exercised only without Lightning
         from profiler.integrations._common import missing_framework
+
         raise missing_framework("profiler.integrations.lightning", "lightning", "lightning") from exc
 
 from profiler import Profiler, ProfilerUsageWarning
@@ -53,8 +58,20 @@ __all__ = ["ProfviewCallback", "ProfviewProfiler"]
 
 
 # what a Lightning action is to the recording (see the module's documentation)
-(_FETCH, _FORWARD, _BACKWARD, _AFTER_BACKWARD, _OPTIMIZER_HOOK, _OPTIMIZER_STEP, _MANUAL_STEP, _SAVE,
- _VALIDATION_START, _VALIDATION_END, _TRAIN_END, _BATCH_END) = range(12)
+(
+    _FETCH,
+    _FORWARD,
+    _BACKWARD,
+    _AFTER_BACKWARD,
+    _OPTIMIZER_HOOK,
+    _OPTIMIZER_STEP,
+    _MANUAL_STEP,
+    _SAVE,
+    _VALIDATION_START,
+    _VALIDATION_END,
+    _TRAIN_END,
+    _BATCH_END,
+) = range(12)
 _OTHER = (-1,)
 
 
@@ -72,7 +89,7 @@ def _classify(action: str) -> tuple[int]:
         return (_OPTIMIZER_HOOK,)
     if action.startswith("[LightningModule]") and action.endswith(".optimizer_step"):
         return (_OPTIMIZER_STEP,)
-    if action == "optimizer_step":                       # manual optimization
+    if action == "optimizer_step":  # manual optimization
         return (_MANUAL_STEP,)
     if action == "save_checkpoint":
         return (_SAVE,)
@@ -95,18 +112,18 @@ class _Recording:
         self.ops = ops
         self.profiler_kwargs = dict(profiler_kwargs)
         self.profiler: Optional[Profiler] = None
-        self.live = False              # from the first training epoch to on_train_end
-        self.finished = False          # recorded and stopped, not analysed yet
+        self.live = False  # from the first training epoch to on_train_end
+        self.finished = False  # recorded and stopped, not analysed yet
         self._spans = SpanStack()
-        self._stepped = False          # an optimizer step ran since the last profiler step
-        self._kinds: dict[str, tuple[int]] = {}     # action name -> _classify(action)
+        self._stepped = False  # an optimizer step ran since the last profiler step
+        self._kinds: dict[str, tuple[int]] = {}  # action name -> _classify(action)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     def begin(self) -> None:
         kw = dict(self.profiler_kwargs)
         if self.ops:
-            kw.setdefault("framework", "torch")     # op capture through torch.profiler, no hooks needed
+            kw.setdefault("framework", "torch")  # op capture through torch.profiler, no hooks needed
         self.profiler = Profiler(output_path=self.output_path, **kw)
         self._spans = SpanStack()
         self._stepped = False
@@ -142,7 +159,7 @@ class _Recording:
 
     def start(self, action: str) -> None:
         if not self.live:
-            if action != "run_training_epoch" or self.finished:   # only the fit loop runs training epochs
+            if action != "run_training_epoch" or self.finished:  # only the fit loop runs training epochs
                 return
             self.begin()
         kind = self.kind_of(action)
@@ -154,7 +171,7 @@ class _Recording:
         elif kind == _FORWARD:
             self._open("forward", "phase")
         elif kind == _BACKWARD:
-            self._spans.close("forward")          # manual optimization: backward inside training_step
+            self._spans.close("forward")  # manual optimization: backward inside training_step
             self._open("backward", "phase")
         elif kind == _AFTER_BACKWARD:
             self._spans.close("backward")
@@ -215,17 +232,21 @@ class _TrackerLog:
 
     def __init__(self) -> None:
         self.trackers: Optional[LiveTrackers] = None
-        self._logged_at = -1           # the trainer's global_step at the last update
+        self._logged_at = -1  # the trainer's global_step at the last update
 
     def open(self, trainer: Any) -> None:
-        if trainer.is_global_zero:     # loggers log on rank 0
+        if trainer.is_global_zero:  # loggers log on rank 0
             self.trackers = LiveTrackers(_tracker_sinks(trainer.loggers))
             self._logged_at = -1
 
     def batch_end(self, trainer: Any, profiler: Optional[Profiler]) -> None:
         step = trainer.global_step
-        if (self.trackers is not None and profiler is not None and step != self._logged_at
-                and step % max(trainer.log_every_n_steps, 1) == 0):
+        if (
+            self.trackers is not None
+            and profiler is not None
+            and step != self._logged_at
+            and step % max(trainer.log_every_n_steps, 1) == 0
+        ):
             self._logged_at = step
             self.trackers.update(profiler)
 
@@ -253,8 +274,14 @@ class ProfviewProfiler(LightningProfiler):
     are. `self.profiler` is the profview Profiler, `self.lines` what summary() reported.
     """
 
-    def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
-                 log_to_trackers: bool = False, **profiler_kwargs: Any) -> None:
+    def __init__(
+        self,
+        output_path: str | os.PathLike = "./profiler_data",
+        *,
+        ops: bool = False,
+        log_to_trackers: bool = False,
+        **profiler_kwargs: Any,
+    ) -> None:
         super().__init__(dirpath=None, filename=None)
         self._recording = _Recording(output_path, ops, profiler_kwargs)
         self.log_to_trackers = log_to_trackers
@@ -273,8 +300,12 @@ class ProfviewProfiler(LightningProfiler):
             if trainer is not None:
                 self._log.open(trainer)
             else:
-                warnings.warn("log_to_trackers: the Trainer running ProfviewProfiler was not found (it sets the "
-                              "module on its profiler); nothing is logged", ProfilerUsageWarning, stacklevel=2)
+                warnings.warn(
+                    "log_to_trackers: the Trainer running ProfviewProfiler was not found (it sets the "
+                    "module on its profiler); nothing is logged",
+                    ProfilerUsageWarning,
+                    stacklevel=2,
+                )
 
     def stop(self, action_name: str) -> None:
         self._recording.stop(action_name)
@@ -325,7 +356,7 @@ class _Chained(LightningProfiler):
     def teardown(self, stage: Optional[str]) -> None:
         self._inner.teardown(stage)
 
-    def __del__(self) -> None:     # the base class tears down on deletion; the inner profiler is not ours
+    def __del__(self) -> None:  # the base class tears down on deletion; the inner profiler is not ours
         pass
 
     def __getattr__(self, name: str) -> Any:
@@ -350,9 +381,16 @@ class ProfviewCallback(Callback):
     puts itself in front of `trainer.profiler` and passes every action on to it.
     """
 
-    def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
-                 analyse: bool = True, verbose: bool = True, log_to_trackers: bool = False,
-                 **profiler_kwargs: Any) -> None:
+    def __init__(
+        self,
+        output_path: str | os.PathLike = "./profiler_data",
+        *,
+        ops: bool = False,
+        analyse: bool = True,
+        verbose: bool = True,
+        log_to_trackers: bool = False,
+        **profiler_kwargs: Any,
+    ) -> None:
         self._recording = _Recording(output_path, ops, profiler_kwargs)
         self.analyse = analyse
         self.verbose = verbose
@@ -369,9 +407,12 @@ class ProfviewCallback(Callback):
         if stage != "fit" or self._installed is not None:
             return
         if isinstance(trainer.profiler, (ProfviewProfiler, _Chained)):
-            warnings.warn("ProfviewCallback is not recording: the Trainer's profiler already records with "
-                          "profview (use one of ProfviewProfiler and ProfviewCallback)", ProfilerUsageWarning,
-                          stacklevel=2)
+            warnings.warn(
+                "ProfviewCallback is not recording: the Trainer's profiler already records with "
+                "profview (use one of ProfviewProfiler and ProfviewCallback)",
+                ProfilerUsageWarning,
+                stacklevel=2,
+            )
             return
         self._installed = _Chained(self._recording, trainer.profiler)
         trainer.profiler = self._installed
@@ -384,7 +425,7 @@ class ProfviewCallback(Callback):
         self._log.batch_end(trainer, self.profiler)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self._recording.end()          # the raw store is complete; `profview analyse DIR` analyses it
+        self._recording.end()  # the raw store is complete; `profview analyse DIR` analyses it
         self._uninstall(trainer)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:

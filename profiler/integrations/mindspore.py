@@ -25,6 +25,7 @@ The dataset iterator is found among MindSpore's live iterators (its `ITERATORS_L
 it is not found (another MindSpore version), steps still end at the next step begin and the data
 wait is not measured (a warning says so).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,9 @@ from typing import Any, Callable, Optional
 try:
     import mindspore
     from mindspore.train import Callback
-except ImportError as exc:       # pragma: no cover - exercised only without MindSpore
+except ImportError as exc:  # pragma: no cover - exercised only without MindSpore
     from profiler.integrations._common import missing_framework
+
     raise missing_framework("profiler.integrations.mindspore", "mindspore", "mindspore") from exc
 
 from profiler import Profiler, ProfilerUsageWarning
@@ -60,9 +62,15 @@ class ProfviewCallback(Callback):
     After training, `self.profiler` is the Profiler, `self.outputs` the files analyse() wrote.
     """
 
-    def __init__(self, output_path: "str | os.PathLike" = "./profiler_data", *,
-                 mindspore_profiler: "bool | str | os.PathLike" = False, analyse: bool = True, verbose: bool = True,
-                 **profiler_kwargs: Any) -> None:
+    def __init__(
+        self,
+        output_path: str | os.PathLike = "./profiler_data",
+        *,
+        mindspore_profiler: bool | str | os.PathLike = False,
+        analyse: bool = True,
+        verbose: bool = True,
+        **profiler_kwargs: Any,
+    ) -> None:
         super().__init__()
         self.output_path = output_path
         self.mindspore_profiler = mindspore_profiler
@@ -73,12 +81,12 @@ class ProfviewCallback(Callback):
         self.outputs: list = []
         self.summary: list[str] = []
         self._spans = SpanStack()
-        self._restore: Optional[Callable[[], None]] = None     # puts the dataset iterator back
-        self._step_pending = False       # a step's network call ended; profiler.step() not called yet
-        self._epoch_steps = 0            # steps ended in this epoch
-        self._fetches_per_epoch = 0      # batches the iterator gives an epoch (0: unknown)
-        self._queue: Any = None          # sink mode: False once the device queue cannot be read
-        self._training = False           # between on_train_begin and on_train_end
+        self._restore: Optional[Callable[[], None]] = None  # puts the dataset iterator back
+        self._step_pending = False  # a step's network call ended; profiler.step() not called yet
+        self._epoch_steps = 0  # steps ended in this epoch
+        self._fetches_per_epoch = 0  # batches the iterator gives an epoch (0: unknown)
+        self._queue: Any = None  # sink mode: False once the device queue cannot be read
+        self._training = False  # between on_train_begin and on_train_end
 
     # ---- MindSpore's callback hooks --------------------------------------------------------
 
@@ -86,11 +94,14 @@ class ProfviewCallback(Callback):
         cb = run_context.original_args()
         sink = bool(cb.get("dataset_sink_mode", False))
         run_profiler = self.mindspore_profiler is True
-        source = MindSporeCapture(run_profiler=run_profiler,
-                                  profiler_dir=None if isinstance(self.mindspore_profiler, bool) else self.mindspore_profiler,
-                                  dataset_sink_mode=sink, sink_size=int(cb.get("sink_size", -1) or -1),
-                                  mode="graph" if mindspore.get_context("mode") == mindspore.GRAPH_MODE else "pynative",
-                                  device_target=str(mindspore.get_context("device_target")))
+        source = MindSporeCapture(
+            run_profiler=run_profiler,
+            profiler_dir=None if isinstance(self.mindspore_profiler, bool) else self.mindspore_profiler,
+            dataset_sink_mode=sink,
+            sink_size=int(cb.get("sink_size", -1) or -1),
+            mode="graph" if mindspore.get_context("mode") == mindspore.GRAPH_MODE else "pynative",
+            device_target=str(mindspore.get_context("device_target")),
+        )
         self._spans = SpanStack()
         self._step_pending, self._epoch_steps, self._queue = False, 0, None
         self.profiler = Profiler(output_path=self.output_path, sources=[source], **self.profiler_kwargs)
@@ -101,8 +112,12 @@ class ProfviewCallback(Callback):
             self._restore = _time_fetches(dataset, self._before_fetch, self._after_fetch)
             source.details["data_wait"] = "dataset iterator" if self._restore is not None else "not measured"
             if self._restore is None:
-                warnings.warn("profview: MindSpore's dataset iterator was not found, so the data wait is not measured "
-                              "(steps are recorded)", ProfilerUsageWarning, stacklevel=2)
+                warnings.warn(
+                    "profview: MindSpore's dataset iterator was not found, so the data wait is not measured "
+                    "(steps are recorded)",
+                    ProfilerUsageWarning,
+                    stacklevel=2,
+                )
         else:
             source.details["data_wait"] = "device queue"
 
@@ -115,7 +130,7 @@ class ProfviewCallback(Callback):
         if not self._live():
             return
         self._spans.close("data")
-        self._end_step()                 # sink mode, or no timed iterator: the step ends here
+        self._end_step()  # sink mode, or no timed iterator: the step ends here
         cb = run_context.original_args()
         if cb.get("dataset_sink_mode", False):
             self._read_queue(cb.get("dataset_helper", None))
@@ -143,14 +158,15 @@ class ProfviewCallback(Callback):
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         """Model.train leaves the callbacks' context on an exception: the iterator is put back, the step in
-        progress ends if its network call did, and recording stops, so the raw store is complete (`profview analyse DIR` analyses the crashed run). A normal exit
-        does nothing: Model.fit also enters and leaves the callbacks for each evaluation during training."""
+        progress ends if its network call did, and recording stops, so the raw store is complete
+        (`profview analyse DIR` analyses the crashed run). A normal exit does nothing: Model.fit also
+        enters and leaves the callbacks for each evaluation during training."""
         if exc_type is None or not self._training:
             return
         self._put_back()
         self._training = False
         self._spans.close_all()
-        self._end_step()                 # a step whose network call ended is a step; its tail ends here
+        self._end_step()  # a step whose network call ended is a step; its tail ends here
         self.profiler.stop()
 
     # ---- the data wait ---------------------------------------------------------------------
@@ -172,7 +188,7 @@ class ProfviewCallback(Callback):
             return
         try:
             size = helper.get_mbuf_queue_size()
-        except Exception:                 # not supported on this target: stop asking
+        except Exception:  # not supported on this target: stop asking
             self._queue = False
             return
         self.profiler.counter("device_queue_size", float(size))
@@ -200,11 +216,16 @@ def _time_fetches(dataset: Any, before: Callable[[], None], after: Callable[[], 
         from mindspore.dataset.engine.iterators import ITERATORS_LIST
     except ImportError:
         return None
-    iterators = [it for ref in ITERATORS_LIST if (it := ref()) is not None
-                 and getattr(it, "_Iterator__ori_dataset", None) is dataset and getattr(it, "_runtime_context", None)]
+    iterators = [
+        it
+        for ref in ITERATORS_LIST
+        if (it := ref()) is not None
+        and getattr(it, "_Iterator__ori_dataset", None) is dataset
+        and getattr(it, "_runtime_context", None)
+    ]
     if dataset is None or not iterators:
         return None
-    iterator = iterators[-1]                  # the newest: Model.train creates it just before on_train_begin
+    iterator = iterators[-1]  # the newest: Model.train creates it just before on_train_begin
     original = iterator.__next__
 
     def timed_next():

@@ -1,6 +1,7 @@
 """Changing a program's code while it runs, and undoing it: attributes replaced on their owners
 and a hook for a module the program has not imported yet. What `profview run` uses to follow a
 script that has no profiling code (profiler/auto.py, integrations/torch_auto.py)."""
+
 from __future__ import annotations
 
 import importlib.abc

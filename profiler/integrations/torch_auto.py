@@ -13,6 +13,7 @@ once the script imports torch; everything it patches is undone with its `Patches
   `data` phase (the loop's data wait, `data/fetch.TimedFetches`), as `ProfiledDataLoader` times
   it; the first loader with worker processes also has its worker queue probed as `host_queue`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,16 @@ class TorchFollower:
     """Attaches `profiler` to the script's first optimizer (`attach`) and times its DataLoader
     fetches (`data`), through `patches`, while `following()` says so."""
 
-    def __init__(self, profiler: Profiler, patches: Patches, following: Callable[[], bool], *,
-                 attach: bool = True, data: bool = True, ops: bool = False) -> None:
+    def __init__(
+        self,
+        profiler: Profiler,
+        patches: Patches,
+        following: Callable[[], bool],
+        *,
+        attach: bool = True,
+        data: bool = True,
+        ops: bool = False,
+    ) -> None:
         self.profiler = profiler
         self.patches = patches
         self.following = following
@@ -45,7 +54,7 @@ class TorchFollower:
         self.optimizer: Any = None
         self.model: Any = None
         self._probed_queue = False
-        self._probes: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self._probes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
     def install(self) -> None:
         """Patch torch now if the script imported it, else when it does."""
@@ -61,9 +70,13 @@ class TorchFollower:
             if self.time_data:
                 loader = torch.utils.data.DataLoader
                 self.patches.replace(loader, "__iter__", self._wrap_loader_iter(loader.__iter__))
-        except Exception as exc:        # an unexpected torch: record without the torch hooks
-            warnings.warn(f"profview run: cannot follow torch ({type(exc).__name__}: {exc}); recording without "
-                          "its optimizer and DataLoader hooks", ProfilerUsageWarning, stacklevel=2)
+        except Exception as exc:  # an unexpected torch: record without the torch hooks
+            warnings.warn(
+                f"profview run: cannot follow torch ({type(exc).__name__}: {exc}); recording without "
+                "its optimizer and DataLoader hooks",
+                ProfilerUsageWarning,
+                stacklevel=2,
+            )
 
     # ---- the optimizer ---------------------------------------------------------------------
 
@@ -78,8 +91,12 @@ class TorchFollower:
                 try:
                     follower._attach(optimizer)
                 except Exception as exc:
-                    warnings.warn(f"profview run: cannot attach to the optimizer ({type(exc).__name__}: {exc}); "
-                                  "steps are not recorded", ProfilerUsageWarning, stacklevel=2)
+                    warnings.warn(
+                        f"profview run: cannot attach to the optimizer ({type(exc).__name__}: {exc}); "
+                        "steps are not recorded",
+                        ProfilerUsageWarning,
+                        stacklevel=2,
+                    )
 
         return __init__
 
@@ -92,7 +109,7 @@ class TorchFollower:
         if model is not None:
             p.attach(model, optimizer, ops=self.ops)
             return
-        optimizer.register_step_post_hook(lambda *_: p.step())    # no module holds them: its step ends the steps
+        optimizer.register_step_post_hook(lambda *_: p.step())  # no module holds them: its step ends the steps
 
     def _time_collectives(self) -> None:
         """The process group a script initialises after the Profiler started: time its collectives
@@ -111,7 +128,7 @@ class TorchFollower:
         def __iter__(loader: Any) -> Any:
             if not follower.following():
                 return original(loader)
-            probe = follower._epoch_probe(loader)      # first: it wraps collate_fn before the workers start
+            probe = follower._epoch_probe(loader)  # first: it wraps collate_fn before the workers start
             return TimedFetches(original(loader), then=probe, timing=follower.following)
 
         return __iter__
@@ -136,7 +153,7 @@ def find_model(param_ids: set) -> Any:
     import torch.nn as nn
 
     best, best_key = [], None
-    with warnings.catch_warnings():            # isinstance() on deprecated torch aliases warns
+    with warnings.catch_warnings():  # isinstance() on deprecated torch aliases warns
         warnings.simplefilter("ignore")
         modules = [obj for obj in gc.get_objects() if isinstance(obj, nn.Module)]
     for obj in modules:

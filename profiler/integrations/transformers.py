@@ -17,6 +17,7 @@ What is recorded (docs/integrations.md):
 - `log`, `evaluate` and `save_checkpoint` spans around the Trainer's logging, evaluation and
   checkpoint saving.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,9 @@ from typing import Any, Optional
 
 try:
     from transformers import TrainerCallback
-except ImportError as exc:       # pragma: no cover - exercised only without transformers
+except ImportError as exc:  # pragma: no cover - exercised only without transformers
     from profiler.integrations._common import missing_framework
+
     raise missing_framework("profiler.integrations.transformers", "transformers", "transformers") from exc
 
 from profiler import Profiler
@@ -60,9 +62,17 @@ class ProfviewCallback(TrainerCallback):
     After training, `self.profiler` is the Profiler, `self.outputs` the files analyse() wrote.
     """
 
-    def __init__(self, output_path: str | os.PathLike = "./profiler_data", *, ops: bool = False,
-                 attach: bool = True, analyse: bool = True, verbose: bool = True, log_to_trackers: bool = False,
-                 **profiler_kwargs: Any) -> None:
+    def __init__(
+        self,
+        output_path: str | os.PathLike = "./profiler_data",
+        *,
+        ops: bool = False,
+        attach: bool = True,
+        analyse: bool = True,
+        verbose: bool = True,
+        log_to_trackers: bool = False,
+        **profiler_kwargs: Any,
+    ) -> None:
         self.output_path = output_path
         self.log_to_trackers = log_to_trackers
         self.ops = ops
@@ -77,14 +87,14 @@ class ProfviewCallback(TrainerCallback):
 
     def _reset(self) -> None:
         self._spans = SpanStack()
-        self._pending: list[str] = []        # post-step work still to come: log / evaluate / save
-        self._step_pending = False           # an optimizer step finished; profiler.step() not called yet
-        self._await_epoch_end = False        # on_epoch_end (and its own post-step work) comes before the next fetch
-        self._final = False                  # the last optimizer step of the run
+        self._pending: list[str] = []  # post-step work still to come: log / evaluate / save
+        self._step_pending = False  # an optimizer step finished; profiler.step() not called yet
+        self._await_epoch_end = False  # on_epoch_end (and its own post-step work) comes before the next fetch
+        self._final = False  # the last optimizer step of the run
         self._last_logged_step = -1
         self._save_if_best = False
-        self._live = False                   # between on_train_begin and on_train_end
-        self._attach_to = None               # (model, optimizer) still to attach
+        self._live = False  # between on_train_begin and on_train_end
+        self._attach_to = None  # (model, optimizer) still to attach
         self._trackers: Optional[LiveTrackers] = None
 
     # ---- recording -------------------------------------------------------------------------
@@ -93,11 +103,11 @@ class ProfviewCallback(TrainerCallback):
         self._reset()
         kw = dict(self.profiler_kwargs)
         if self.ops and not self.attach:
-            kw.setdefault("framework", "torch")      # op capture without hooks
+            kw.setdefault("framework", "torch")  # op capture without hooks
         self.profiler = Profiler(output_path=self.output_path, **kw)
         self._live = True
         self._last_logged_step = state.global_step
-        if self.log_to_trackers and state.is_world_process_zero:     # the Trainer reports from rank 0 only
+        if self.log_to_trackers and state.is_world_process_zero:  # the Trainer reports from rank 0 only
             self._trackers = LiveTrackers(_tracker_sinks(args))
         self._attach_to = (model, optimizer) if self.attach and model is not None else None
         if getattr(args, "eval_on_start", False):
@@ -112,8 +122,8 @@ class ProfviewCallback(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if not self._recording():
             return
-        if self._pending or self._step_pending:   # normally done already: a hook that never came
-            self._close_post_step()               # must not keep the step open
+        if self._pending or self._step_pending:  # normally done already: a hook that never came
+            self._close_post_step()  # must not keep the step open
             self._end_step()
         self._spans.close("data")
         if not self.attach:
@@ -133,11 +143,14 @@ class ProfviewCallback(TrainerCallback):
             return
         self._spans.close("optimizer")
         self._step_pending = True
-        self._final = bool(control.should_training_stop) or (state.max_steps > 0 and state.global_step >= state.max_steps)
+        self._final = bool(control.should_training_stop) or (
+            state.max_steps > 0 and state.global_step >= state.max_steps
+        )
         # the loop leaves the epoch after this update: on_epoch_end and its own log / evaluate /
         # save come before the next fetch, and belong to this step's tail
-        self._await_epoch_end = (bool(control.should_epoch_stop) or bool(control.should_training_stop)
-                                 or _whole(state.epoch))
+        self._await_epoch_end = (
+            bool(control.should_epoch_stop) or bool(control.should_training_stop) or _whole(state.epoch)
+        )
         self._plan(args, state, control)
         self._advance()
 
@@ -164,7 +177,7 @@ class ProfviewCallback(TrainerCallback):
         if not self._recording() or "evaluate" not in self._pending:
             return
         if self._save_if_best and "save" not in self._pending and _new_best(args, state, metrics):
-            self._pending.append("save")     # save_strategy="best": the Trainer saves right after
+            self._pending.append("save")  # save_strategy="best": the Trainer saves right after
         self._done("evaluate")
 
     def on_save(self, args, state, control, **kwargs):
@@ -193,8 +206,11 @@ class ProfviewCallback(TrainerCallback):
             todo.append("evaluate")
         if control.should_save:
             todo.append("save")
-        self._save_if_best = (control.should_evaluate and not control.should_save
-                              and str(getattr(args.save_strategy, "value", args.save_strategy)) == "best")
+        self._save_if_best = (
+            control.should_evaluate
+            and not control.should_save
+            and str(getattr(args.save_strategy, "value", args.save_strategy)) == "best"
+        )
         self._pending = todo
 
     def _advance(self) -> None:

@@ -3,6 +3,7 @@
 `ranges` runs the C kernel (`_columns.c`, one pass over the rows) when it is built, else numpy
 (a pass per column and bound); both give the same numbers (tests/test_core_kernels.py).
 """
+
 from __future__ import annotations
 
 from typing import Optional

@@ -4,6 +4,7 @@ Key columns are categoricals (the run model's string columns) or anything `pd.fa
 Each column's distinct values are ranked in sorted order, so group numbers follow the sorted key
 combinations, as `groupby(sort=True, observed=True)` orders them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,9 +20,9 @@ MAX_DENSE_KEYS = 1 << 24
 class Groups:
     """Rows grouped by key: `of_row` gives each row's group, `first_row` each group's first row."""
 
-    of_row: np.ndarray          # int64 group number of every row
-    first_row: np.ndarray       # row index of each group's first row (groups in sorted key order)
-    size: np.ndarray            # rows in each group
+    of_row: np.ndarray  # int64 group number of every row
+    first_row: np.ndarray  # row index of each group's first row (groups in sorted key order)
+    size: np.ndarray  # rows in each group
 
     def __len__(self) -> int:
         return len(self.first_row)
@@ -92,5 +93,5 @@ def first_rows(of_row: np.ndarray, n_groups: int) -> np.ndarray:
     """Index of the first row of each group (-1 for an empty group)."""
     first = np.full(n_groups, -1, dtype=np.int64)
     rows = np.arange(len(of_row) - 1, -1, -1, dtype=np.int64)
-    first[of_row[::-1]] = rows            # assignments run in order: the last write, the first row, wins
+    first[of_row[::-1]] = rows  # assignments run in order: the last write, the first row, wins
     return first

@@ -1,4 +1,5 @@
 """Interval arithmetic on sorted numpy arrays: unions, coverage, and which interval (or step) holds each time."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,7 +25,7 @@ def covered_before(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
     if len(s) == 0:
         return np.zeros(len(t), dtype=np.result_type(s, t))
     cum = np.concatenate([[0], np.cumsum(e - s)])
-    i = np.searchsorted(s, t, side="right")            # intervals starting before t
+    i = np.searchsorted(s, t, side="right")  # intervals starting before t
     last = np.maximum(i - 1, 0)
     partial = np.clip(t - s[last], 0, e[last] - s[last])
     return np.where(i > 0, cum[last] + partial, 0)
@@ -38,7 +39,7 @@ def covered_ns(starts: np.ndarray, ends: np.ndarray, q_start: np.ndarray, q_end:
     return np.maximum(covered_before(s, e, q_end) - covered_before(s, e, q_start), 0)
 
 
-MAX_SORTED_RUNS = 10_000     # beyond this many sorted runs, place each time by binary search
+MAX_SORTED_RUNS = 10_000  # beyond this many sorted runs, place each time by binary search
 
 
 def sorted_run_breaks(times: np.ndarray) -> np.ndarray:
@@ -46,8 +47,9 @@ def sorted_run_breaks(times: np.ndarray) -> np.ndarray:
     return np.flatnonzero(times[1:] < times[:-1]) + 1
 
 
-def place(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels: np.ndarray,
-          end_inclusive: bool = False) -> np.ndarray:
+def place(
+    times: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, end_inclusive: bool = False
+) -> np.ndarray:
     """labels[k] of the interval k = [starts[k], ends[k]) holding each time ([..., ends[k]] when
     `end_inclusive`), -1 outside all; intervals sorted by start (the latest-starting one wins).
 
@@ -61,10 +63,12 @@ def place(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels: np.nd
         return np.full(len(times), -1, dtype=labels.dtype)
     side = "right" if end_inclusive else "left"
     breaks = sorted_run_breaks(times)
-    if len(breaks) <= MAX_SORTED_RUNS and bool(np.all(ends[:-1] < starts[1:] if end_inclusive else ends[:-1] <= starts[1:])):
+    if len(breaks) <= MAX_SORTED_RUNS and bool(
+        np.all(ends[:-1] < starts[1:] if end_inclusive else ends[:-1] <= starts[1:])
+    ):
         if not len(breaks):
             return _place_sorted(times, starts, ends, labels, side)
-        out = np.empty(len(times), dtype=labels.dtype)       # each run's labels written in place, no concatenation
+        out = np.empty(len(times), dtype=labels.dtype)  # each run's labels written in place, no concatenation
         for lo, hi in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(times)]])):
             out[lo:hi] = _place_sorted(times[lo:hi], starts, ends, labels, side)
         return out
@@ -78,7 +82,7 @@ def _place_sorted(run: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels:
     lo = np.searchsorted(run, starts, side="left")
     hi = np.searchsorted(run, ends, side=side)
     values = np.full(2 * len(labels) + 1, -1, dtype=labels.dtype)
-    values[1::2] = labels                             # -1, label 0, -1, label 1, ..., -1
+    values[1::2] = labels  # -1, label 0, -1, label 1, ..., -1
     lengths = np.empty(len(values), dtype=np.int64)
     lengths[1::2] = hi - lo
     lengths[0], lengths[-1] = lo[0], len(run) - hi[-1]

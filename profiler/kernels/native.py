@@ -1,4 +1,5 @@
 """The optional C extensions: each has a pure-Python / numpy twin with the same results."""
+
 from __future__ import annotations
 
 import importlib

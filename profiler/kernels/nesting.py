@@ -5,6 +5,7 @@
 kernel (`_nesting.c`, two linear passes, no per-event array) when it is built, else with the
 vectorised numpy reference below; both give identical results (tests/test_core_kernels.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,10 @@ class Labels:
     by_desc2: np.ndarray
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return tuple(np.ascontiguousarray(x, dtype=x.dtype if x.dtype in LABEL_TYPES else np.int32)
-                     for x in (self.by_thread, self.by_desc, self.by_desc2))
+        return tuple(
+            np.ascontiguousarray(x, dtype=x.dtype if x.dtype in LABEL_TYPES else np.int32)
+            for x in (self.by_thread, self.by_desc, self.by_desc2)
+        )
 
 
 LABEL_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
@@ -52,23 +55,31 @@ class SpanRows:
 
     ops: dict[str, np.ndarray]
     spans: dict[str, np.ndarray]
-    unmatched: int               # span events inside a window left without a partner
-    outside: int                 # events (of any kind) outside every recording window: not data
+    unmatched: int  # span events inside a window left without a partner
+    outside: int  # events (of any kind) outside every recording window: not data
 
 
-def nest_events(chunks: list[np.ndarray], chunk_tid: np.ndarray, code_class: np.ndarray, op_labels: Labels,
-                span_labels: Labels, win_start: np.ndarray, win_stop: np.ndarray, origin: int,
-                use_kernel: bool = True) -> SpanRows:
+def nest_events(
+    chunks: list[np.ndarray],
+    chunk_tid: np.ndarray,
+    code_class: np.ndarray,
+    op_labels: Labels,
+    span_labels: Labels,
+    win_start: np.ndarray,
+    win_stop: np.ndarray,
+    origin: int,
+    use_kernel: bool = True,
+) -> SpanRows:
     """Pair the span events of each thread within each recording window, and time them.
 
     `chunks` are events chunks ((n, 2) int64: time, code), each one thread's (`chunk_tid`), in
     recording order; `code_class[code]` says what an event is (NOT_SPAN / OP_SPAN / OTHER_SPAN),
     and `op_labels` / `span_labels` what its row is labelled with; an event belongs to the latest
-    window [win_start, win_stop] starting at or before it (none: not data). Within a lane (a thread in one window), a begin at nesting depth d is closed by the
-    next event at depth d when that is an end of the same descriptor. Depth is the running count
-    of begins minus ends; a leading end (its span began before the window) or a trailing begin (not
-    ended when it closed) is unmatched. Self time is the duration minus that of the spans directly
-    inside.
+    window [win_start, win_stop] starting at or before it (none: not data). Within a lane (a thread
+    in one window), a begin at nesting depth d is closed by the next event at depth d when that is
+    an end of the same descriptor. Depth is the running count of begins minus ends; a leading end
+    (its span began before the window) or a trailing begin (not ended when it closed) is unmatched.
+    Self time is the duration minus that of the spans directly inside.
     """
     chunk_tid = np.asarray(chunk_tid, dtype=np.int64)
     code_class = np.ascontiguousarray(code_class, dtype=np.int8)
@@ -77,13 +88,23 @@ def nest_events(chunks: list[np.ndarray], chunk_tid: np.ndarray, code_class: np.
     if _kernel is None or not use_kernel:
         return _nest_events_numpy(chunks, chunk_tid, code_class, op_labels, span_labels, win_start, win_stop, origin)
     chunks = [np.ascontiguousarray(c, dtype=np.int64).reshape(-1, 2) for c in chunks]
-    order = np.argsort(chunk_tid, kind="stable")          # each thread's chunks, in recording order
+    order = np.argsort(chunk_tid, kind="stable")  # each thread's chunks, in recording order
     lens = np.array([len(c) for c in chunks], dtype=np.int64)
     labels = (op_labels.tables(), span_labels.tables())
-    got = _kernel.nest_events(chunks, order.astype(np.int64), np.zeros(len(order), np.int64), lens[order],
-                              chunk_tid[order], code_class, *labels, win_start, win_stop, int(origin))
+    got = _kernel.nest_events(
+        chunks,
+        order.astype(np.int64),
+        np.zeros(len(order), np.int64),
+        lens[order],
+        chunk_tid[order],
+        code_class,
+        *labels,
+        win_start,
+        win_stop,
+        int(origin),
+    )
     outside = None
-    if got is None:           # times go back within a thread (damaged records): visit in the exact order
+    if got is None:  # times go back within a thread (damaged records): visit in the exact order
         segments, outside = _exact_segments(chunks, chunk_tid, code_class, win_start, win_stop)
         got = _kernel.nest_events(chunks, *segments, code_class, *labels, win_start, win_stop, int(origin))
     ops, spans, unmatched, visited_outside = got
@@ -92,8 +113,12 @@ def nest_events(chunks: list[np.ndarray], chunk_tid: np.ndarray, code_class: np.
         types = [x.dtype for x in label_tables] + [np.int64] * 3
         return {k: np.frombuffer(b, dtype=t) for k, b, t in zip(names, buffers, types)}
 
-    return SpanRows(columns(OP_ROW_COLUMNS, ops, labels[0]), columns(SPAN_ROW_COLUMNS, spans, labels[1]),
-                    int(unmatched), int(visited_outside if outside is None else outside))
+    return SpanRows(
+        columns(OP_ROW_COLUMNS, ops, labels[0]),
+        columns(SPAN_ROW_COLUMNS, spans, labels[1]),
+        int(unmatched),
+        int(visited_outside if outside is None else outside),
+    )
 
 
 OP_ROW_COLUMNS = ("by_thread", "by_desc", "by_desc2", "start_ns", "dur_ns", "self_ns")
@@ -136,16 +161,17 @@ def _exact_segments(chunks, chunk_tid, code_class, win_start, win_stop):
     return (seg_chunk, seg_start, seg_len, chunk_tid[seg_chunk]), int(np.count_nonzero(win < 0))
 
 
-def _nest_events_numpy(chunks, chunk_tid, code_class, op_labels, span_labels, win_start, win_stop,
-                       origin) -> SpanRows:
+def _nest_events_numpy(chunks, chunk_tid, code_class, op_labels, span_labels, win_start, win_stop, origin) -> SpanRows:
     """The numpy reference of `nest_events`: per-event columns, a stable sort by lane, `_pair`."""
     t, code, tid, win, cls, selected = _event_columns(chunks, chunk_tid, code_class, win_start, win_stop)
     outside = int(np.count_nonzero(win < 0))
     order, lane = _lane_order(tid, win, selected, len(win_start))
     if not len(order):
+
         def empty(columns, labels):
             types = [x.dtype for x in labels.tables()] + [np.int64] * 3
             return {k: np.empty(0, t) for k, t in zip(columns, types)}
+
         return SpanRows(empty(OP_ROW_COLUMNS, op_labels), empty(SPAN_ROW_COLUMNS, span_labels), 0, outside)
     begin, end, level, unmatched = _pair(lane, code, order)
     start = t[begin]
@@ -156,9 +182,14 @@ def _nest_events_numpy(chunks, chunk_tid, code_class, op_labels, span_labels, wi
 
     def rows(mask: np.ndarray, labels: Labels, last: np.ndarray) -> dict[str, np.ndarray]:
         by_thread, by_desc, by_desc2 = labels.tables()
-        return {"by_thread": by_thread[tid[begin][mask]], "by_desc": by_desc[desc[mask]],
-                "by_desc2": by_desc2[desc[mask]], "start_ns": start[mask] - origin, "dur_ns": dur[mask],
-                "last": last[mask]}
+        return {
+            "by_thread": by_thread[tid[begin][mask]],
+            "by_desc": by_desc[desc[mask]],
+            "by_desc2": by_desc2[desc[mask]],
+            "start_ns": start[mask] - origin,
+            "dur_ns": dur[mask],
+            "last": last[mask],
+        }
 
     ops, spans = rows(is_op, op_labels, self_ns), rows(~is_op, span_labels, level)
     ops["self_ns"], spans["depth"] = ops.pop("last"), spans.pop("last")
@@ -170,7 +201,7 @@ def _pair(group: np.ndarray, code: np.ndarray, order) -> tuple[np.ndarray, np.nd
     grouping events by (group, level) leaves sequences E? (B E)* B? that pair up by adjacency."""
     n = len(code) if order is None else len(order)
     sorted_key = group if order is None else group[order]
-    step = (1 - 2 * (code & 1)).astype(np.int8)            # +1 begin, -1 end
+    step = (1 - 2 * (code & 1)).astype(np.int8)  # +1 begin, -1 end
     if order is not None:
         step = step[order]
     # 1. nesting level of every event, each group starting at depth 0
@@ -178,14 +209,14 @@ def _pair(group: np.ndarray, code: np.ndarray, order) -> tuple[np.ndarray, np.nd
     sizes = np.diff(np.append(firsts, n))
     depth_after = np.cumsum(step, dtype=np.int32)
     depth_after -= np.repeat(depth_after[firsts] - step[firsts], sizes)
-    level = depth_after - (step > 0)                      # a begin sits at its depth before, an end after
+    level = depth_after - (step > 0)  # a begin sits at its depth before, an end after
     # ends of spans begun before the window make levels negative: shift each group to start at 0
     level -= np.repeat(np.minimum.reduceat(level, firsts), sizes)
     # 2. within each (group, level), recording order alternates begin, end
     group_id = np.repeat(np.arange(len(firsts), dtype=np.int32), sizes)
     level_key = group_id.astype(np.int64) * (int(level.max()) + 1) + level
     within = stable_order(level_key)
-    pos = np.arange(n)                                      # visiting position of each event
+    pos = np.arange(n)  # visiting position of each event
     if within is not None:
         pos, level_key, level, step = pos[within], level_key[within], level[within], step[within]
     ev = pos if order is None else order[pos]
@@ -203,7 +234,7 @@ def stable_order(key: np.ndarray):
     if len(key) < 2 or bool(np.all(key[1:] >= key[:-1])):
         return None
     if key.min() >= 0 and key.max() < 2**15:
-        key = key.astype(np.int16)          # numpy sorts <= 16-bit integers with a stable radix sort
+        key = key.astype(np.int16)  # numpy sorts <= 16-bit integers with a stable radix sort
     return np.argsort(key, kind="stable")
 
 
@@ -217,11 +248,15 @@ def self_time(start: np.ndarray, dur: np.ndarray, lane: np.ndarray, level: np.nd
     if n == 0:
         return np.empty(0, np.int64)
     df = pd.DataFrame({"start": start, "lane": lane, "level": level, "i": np.arange(n)})
-    parents = (df.rename(columns={"i": "parent"}).assign(level=df["level"] + 1, parent_end=start + dur)
-               .sort_values("start", kind="stable"))
+    parents = (
+        df.rename(columns={"i": "parent"})
+        .assign(level=df["level"] + 1, parent_end=start + dur)
+        .sort_values("start", kind="stable")
+    )
     children = df[df["level"] > 0].sort_values("start", kind="stable")
-    m = pd.merge_asof(children, parents, on="start", by=["lane", "level"], direction="backward",
-                      allow_exact_matches=True)
+    m = pd.merge_asof(
+        children, parents, on="start", by=["lane", "level"], direction="backward", allow_exact_matches=True
+    )
     m = m.dropna(subset=["parent"])
     m = m[m["start"].to_numpy() + dur[m["i"].to_numpy()] <= m["parent_end"].to_numpy()]
     child_time = np.bincount(m["parent"].astype(np.int64), weights=dur[m["i"].to_numpy()], minlength=n)

@@ -5,11 +5,13 @@ Runs; each is analysed like a recording and written as the usual outputs, one ra
 viewer and `profview compare` then read the directory like any other. Problems with the input raise
 ProfviewError with one sentence.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional
 
 from profiler.errors import ProfviewError
 from profiler.formats import info_files
@@ -23,8 +25,12 @@ from profiler.model import Run
 ASCEND_FORMATS = {"profview": ("profview",), "mindspore": ("mindspore",), "both": ("profview", "mindspore")}
 
 
-def import_capture(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]",
-                   data_origin: Optional[str] = None, formats: Sequence[str] = ("profview",)) -> list[Path]:
+def import_capture(
+    path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    data_origin: Optional[str] = None,
+    formats: Sequence[str] = ("profview",),
+) -> list[Path]:
     """Import the capture at `path` into `out_dir` and return the files written.
 
     Its format is the one the registry detects, or the one named `data_origin` ("kineto", "ascend",
@@ -35,9 +41,11 @@ def import_capture(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[s
     importer = importer_named(data_origin) if data_origin is not None else capture_format(path)
     if set(formats) != {"profview"}:
         if importer is not ascend.IMPORTER:
-            raise ProfviewError(f"{path} is read as {importer.title_with_article}, which is imported as profview outputs only: "
-                                "the MindSpore files (--format mindspore or both) are written from Ascend JOB "
-                                "directories")
+            raise ProfviewError(
+                f"{path} is read as {importer.title_with_article}, which is imported as profview outputs only: "
+                "the MindSpore files (--format mindspore or both) are written from Ascend JOB "
+                "directories"
+            )
         return import_ascend_job(path, out_dir, formats)
     return write_runs(importer.runs(path), out_dir, source=path)
 
@@ -55,8 +63,9 @@ def capture_format(path: Path) -> Importer:
     raise ProfviewError(f"{path} is not a capture profview imports: it is not {formats_sentence()}")
 
 
-def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
-               source: "str | os.PathLike[str] | None" = None) -> list[Path]:
+def write_runs(
+    runs: Iterable[Run], out_dir: str | os.PathLike[str], source: str | os.PathLike[str] | None = None
+) -> list[Path]:
     """Analyse each run and write its outputs into `out_dir` (one rank each; ranks must differ).
 
     `source` (what was imported) is kept as `source_path` in profiler_info, for the viewer's titles.
@@ -68,17 +77,19 @@ def write_runs(runs: Iterable[Run], out_dir: "str | os.PathLike[str]",
     runs = list(runs)
     ranks = [run.rank for run in runs]
     if len(set(ranks)) != len(ranks):
-        raise ProfviewError(f"the imported runs claim the same rank more than once (ranks {ranks}), "
-                            "so they cannot share one output directory")
+        raise ProfviewError(
+            f"the imported runs claim the same rank more than once (ranks {ranks}), "
+            "so they cannot share one output directory"
+        )
     written: list[Path] = []
     for run in runs:
         if source is not None:
             run.info.setdefault("source_path", str(source))
-        written += _writing(out_dir, lambda: write_outputs(analyse_run(ensure_steps(run)), Path(out_dir)))
+        written += _writing(out_dir, lambda run=run: write_outputs(analyse_run(ensure_steps(run)), Path(out_dir)))
     return written
 
 
-def _writing(out_dir: "str | os.PathLike[str]", write: Callable[[], list[Path]]) -> list[Path]:
+def _writing(out_dir: str | os.PathLike[str], write: Callable[[], list[Path]]) -> list[Path]:
     """Run a writer, turning a file-system failure into one sentence about `out_dir`."""
     try:
         return write()
@@ -86,8 +97,9 @@ def _writing(out_dir: "str | os.PathLike[str]", write: Callable[[], list[Path]])
         raise ProfviewError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
 
 
-def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]",
-                      formats: Sequence[str] = ("profview",)) -> list[Path]:
+def import_ascend_job(
+    job_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], formats: Sequence[str] = ("profview",)
+) -> list[Path]:
     """Import every device of an Ascend JOB directory (or of its JOB* subdirectories) into `out_dir`.
 
     `formats`: "profview" writes the profview outputs with one rank per device (rank = device
@@ -101,17 +113,17 @@ def import_ascend_job(job_dir: "str | os.PathLike[str]", out_dir: "str | os.Path
     written: list[Path] = []
     if "mindspore" in formats:
         for job in jobs:
-            written += _writing(out, lambda: write_mindspore_outputs(job, out))
+            written += _writing(out, lambda job=job: write_mindspore_outputs(job, out))
     if "profview" in formats:
         written += write_runs([ascend.to_run(job) for job in jobs], out, source=job_dir)
     return written
 
 
-def import_kineto_trace(trace: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
+def import_kineto_trace(trace: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Import a PyTorch profiler (Kineto) trace file into `out_dir` (its rank from the trace)."""
     return import_capture(trace, out_dir, data_origin="kineto")
 
 
-def import_mindspore_dir(path: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]") -> list[Path]:
+def import_mindspore_dir(path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Import a MindSpore / MindInsight profiler output directory into `out_dir` (one rank per device)."""
     return import_capture(path, out_dir, data_origin="mindspore")

@@ -11,13 +11,15 @@ measured CPU time decides when the next one is due), so a fast recording is foll
 bounded cost. `window_outputs` hands that analysis to the live report as its output files would
 hold it (in memory). Nothing is written into the directory.
 """
+
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -44,15 +46,15 @@ class RankStatus:
     """One rank, from its step samples."""
 
     rank: int
-    steps: int                        # steps recorded so far
-    last_step: int                    # the number of the last one (-1: none yet)
-    recent_ms: np.ndarray             # durations of the last steps (ms), oldest first
-    mean_ms: float                    # their mean
+    steps: int  # steps recorded so far
+    last_step: int  # the number of the last one (-1: none yet)
+    recent_ms: np.ndarray  # durations of the last steps (ms), oldest first
+    mean_ms: float  # their mean
     steps_per_s: float
     ended: bool
-    gone: bool                        # its process exited without an end chunk
-    since_last_step_s: Optional[float]    # seconds since the last step ended (same host only)
-    elapsed_s: float = 0.0            # since the recording started (to its last step once it ended)
+    gone: bool  # its process exited without an end chunk
+    since_last_step_s: Optional[float]  # seconds since the last step ended (same host only)
+    elapsed_s: float = 0.0  # since the recording started (to its last step once it ended)
     pid: int = 0
     host: str = ""
 
@@ -62,7 +64,7 @@ class MemoryTrend:
     label: str
     device: str
     last_bytes: float
-    bytes_per_s: Optional[float]      # None until there are enough samples for a trend (analysis.trend)
+    bytes_per_s: Optional[float]  # None until there are enough samples for a trend (analysis.trend)
     limit_bytes: Optional[float] = None
 
 
@@ -71,20 +73,20 @@ class Snapshot:
     """What a live view shows at one refresh."""
 
     directory: Path
-    ranks: list = field(default_factory=list)        # RankStatus, by rank
+    ranks: list = field(default_factory=list)  # RankStatus, by rank
     world_size: int = 0
-    shown_rank: Optional[int] = None                 # the rank the analysis is of
+    shown_rank: Optional[int] = None  # the rank the analysis is of
     slowest_rank: Optional[int] = None
     figures: Optional[LiveFigures] = None
-    analysed_steps: tuple = ()                       # (first, last) step of the analysed window
+    analysed_steps: tuple = ()  # (first, last) step of the analysed window
     analysis_age_s: Optional[float] = None
     analysis_cpu_s: float = 0.0
     analysis_error: str = ""
-    memory: list = field(default_factory=list)       # MemoryTrend
-    finished: bool = False                           # every rank wrote its end chunk
-    gone: list = field(default_factory=list)         # ranks whose writer died without an end chunk
+    memory: list = field(default_factory=list)  # MemoryTrend
+    finished: bool = False  # every rank wrote its end chunk
+    gone: list = field(default_factory=list)  # ranks whose writer died without an end chunk
     torn_chunks: int = 0
-    pending_bytes: int = 0                           # chunks being written (retried next poll)
+    pending_bytes: int = 0  # chunks being written (retried next poll)
     dropped_events: int = 0
     events_read: int = 0
     bytes_read: int = 0
@@ -122,10 +124,19 @@ class LiveRecording:
             directory of one about to start).
     """
 
-    def __init__(self, directory, *, window_steps: int = 100, recent_steps: int = 60,
-                 max_window_events: int = 300_000, rank: Optional[int] = None,
-                 thresholds: Optional[Mapping[str, Any]] = None, analysis_duty: float = 0.04,
-                 min_analysis_interval_s: float = 2.0, since: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        directory,
+        *,
+        window_steps: int = 100,
+        recent_steps: int = 60,
+        max_window_events: int = 300_000,
+        rank: Optional[int] = None,
+        thresholds: Optional[Mapping[str, Any]] = None,
+        analysis_duty: float = 0.04,
+        min_analysis_interval_s: float = 2.0,
+        since: Optional[float] = None,
+    ) -> None:
         self.directory = Path(directory)
         self.window_steps = max(int(window_steps), 1)
         self.recent_steps = max(int(recent_steps), 2)
@@ -134,8 +145,12 @@ class LiveRecording:
         self.thresholds = dict(thresholds or {})
         self.analysis_duty = analysis_duty
         self.min_analysis_interval_s = min_analysis_interval_s
-        self.follower = Follower(self.directory, keep_steps=self.window_steps + 2,
-                                 max_events=max(2 * self.max_window_events, 100_000), since=since)
+        self.follower = Follower(
+            self.directory,
+            keep_steps=self.window_steps + 2,
+            max_events=max(2 * self.max_window_events, 100_000),
+            since=since,
+        )
         self._analysis: dict[int, tuple[Analysis, LiveFigures, float, int]] = {}  # rank -> (.., at, steps seen)
         self._due = 0.0
         self._cpu = 0.0
@@ -170,10 +185,18 @@ class LiveRecording:
             seen = self._analysis.get(shown)
             if seen is None or seen[3] != state.step_count:
                 self._analyse(shown, state, now)
-        snap = Snapshot(directory=self.directory, ranks=ranks, world_size=self.follower.world_size,
-                        shown_rank=shown, slowest_rank=slowest.rank if slowest else None,
-                        finished=self.follower.finished, gone=gone, analysis_cpu_s=self._cpu,
-                        analysis_error=self._error, bytes_read=self.bytes_read)
+        snap = Snapshot(
+            directory=self.directory,
+            ranks=ranks,
+            world_size=self.follower.world_size,
+            shown_rank=shown,
+            slowest_rank=slowest.rank if slowest else None,
+            finished=self.follower.finished,
+            gone=gone,
+            analysis_cpu_s=self._cpu,
+            analysis_error=self._error,
+            bytes_read=self.bytes_read,
+        )
         for s in self.follower.ranks.values():
             snap.torn_chunks += s.torn_chunks
             snap.pending_bytes += sum(f.pending for f in s.files.values())
@@ -201,26 +224,35 @@ class LiveRecording:
         return min(ranks) if ranks else None
 
     def _status(self, s: RankState) -> RankStatus:
-        recent = s.steps.by_time(self.recent_steps + 1)     # the first one only gives the next its start
+        recent = s.steps.by_time(self.recent_steps + 1)  # the first one only gives the next its start
         nums, _, dur = step_times(recent[:, 0], recent[:, 2], s.window_starts())
-        if (nums >= WARMUP_STEPS).sum() >= 2:           # the first step (imports, set-up) is not a step time
+        if (nums >= WARMUP_STEPS).sum() >= 2:  # the first step (imports, set-up) is not a step time
             dur = dur[nums >= WARMUP_STEPS]
-        dur = dur[-self.recent_steps:]
+        dur = dur[-self.recent_steps :]
         since = None
         meta = s.meta or {}
         last_t = int(recent[-1, 0]) if len(recent) else s.origin_ns
         ends = [int(f.end["stop_ns"]) for f in s.files.values() if f.end and isinstance(f.end.get("stop_ns"), int)]
         elapsed = ((max(ends) if ends else last_t) - s.origin_ns) / 1e9 if s.meta else 0.0
         if meta.get("host") == self.follower.host and not s.ended:
-            now = time.perf_counter_ns()        # CLOCK_MONOTONIC: the recording's clock on this host
+            now = time.perf_counter_ns()  # CLOCK_MONOTONIC: the recording's clock on this host
             elapsed = (now - s.origin_ns) / 1e9
             if len(recent):
                 since = max((now - last_t) / 1e9, 0.0)
-        return RankStatus(rank=s.rank, steps=s.step_count, last_step=int(recent[-1, 2]) if len(recent) else -1,
-                          recent_ms=dur / 1e6, mean_ms=float(dur.mean() / 1e6) if len(dur) else 0.0,
-                          steps_per_s=rate_per_s(dur), ended=s.ended, gone=False, since_last_step_s=since,
-                          elapsed_s=max(elapsed, 0.0),
-                          pid=int(meta.get("pid", 0) or 0), host=str(meta.get("host", "")))
+        return RankStatus(
+            rank=s.rank,
+            steps=s.step_count,
+            last_step=int(recent[-1, 2]) if len(recent) else -1,
+            recent_ms=dur / 1e6,
+            mean_ms=float(dur.mean() / 1e6) if len(dur) else 0.0,
+            steps_per_s=rate_per_s(dur),
+            ended=s.ended,
+            gone=False,
+            since_last_step_s=since,
+            elapsed_s=max(elapsed, 0.0),
+            pid=int(meta.get("pid", 0) or 0),
+            host=str(meta.get("host", "")),
+        )
 
     def _analyse(self, rank: int, state: RankState, now: float) -> None:
         cpu0 = time.thread_time()

@@ -5,12 +5,14 @@ run's raw store is analysed exactly like a clean one. A rank's Run is its raw ta
 then each source the recording names merges what it left beside the raw store (`Source.merge`;
 the names resolve to classes in capture/registry.py, plug-ins included).
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Optional
 
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
@@ -23,15 +25,13 @@ from profiler.export.outputs import rank_outputs, write_outputs, write_timeline
 from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, rank_file, read_document
 from profiler.model import Run
 from profiler.progress import Progress
-from profiler.store.interpret import interpret
-from profiler.store.interpret import dropped_sentence
+from profiler.store.interpret import dropped_sentence, interpret
 from profiler.store.load import RawStore, Recording, read_raw_tables, scan_raw_store
 
-BIG_STORE_BYTES = 8 << 20      # show progress above this much raw data
+BIG_STORE_BYTES = 8 << 20  # show progress above this much raw data
 
 
-def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None,
-              store: Optional[RawStore] = None) -> Run:
+def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None, store: Optional[RawStore] = None) -> Run:
     """The Run recorded for `rank` in `directory/raw`, with every recorded source's data merged in:
     sources that define steps first (a device's step trace is the truth when it has one), then steps
     inferred for a run without any (one step when nothing repeats), then the others onto those steps."""
@@ -41,8 +41,12 @@ def load_rank(directory: Path, rank: int, progress: Optional[Progress] = None,
         skipped = store.warnings_for(rank)
         why = f": {skipped[0]}" if skipped else ""
         raise ProfviewError(f"no readable raw data for rank {rank} in {Path(directory) / 'raw'}{why}")
-    tables = read_raw_tables(paths, progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None,
-                             rank=rank, notes=store.warnings_for(rank))
+    tables = read_raw_tables(
+        paths,
+        progress=(lambda i, n: progress.stage("reading raw store", i, n)) if progress else None,
+        rank=rank,
+        notes=store.warnings_for(rank),
+    )
     if progress:
         progress.stage(f"interpreting {tables.records:,} records")
     recording = Recording(Path(directory), rank, tables)
@@ -66,10 +70,14 @@ def _nothing_analysable(run: Run, paths: list[Path]) -> str:
         return f"nothing can be analysed: {dropped_sentence(dropped, 0, run.info.get('config', {}))}"
     if damaged or lost:
         first = next((w for w in run.info.get("warnings", []) if "torn chunk" in w), "")
-        return (f"nothing can be analysed: {damaged} damaged chunk(s) of {', '.join(str(p) for p in paths)} held "
-                f"the recording ({lost:,} recorded events lost){'; first: ' + first if first else ''}")
-    return ("nothing was recorded: no step, span or op (call profiler.step() at the end of each iteration and mark "
-            "phases with profiler.phase())")
+        return (
+            f"nothing can be analysed: {damaged} damaged chunk(s) of {', '.join(str(p) for p in paths)} held "
+            f"the recording ({lost:,} recorded events lost){'; first: ' + first if first else ''}"
+        )
+    return (
+        "nothing was recorded: no step, span or op (call profiler.step() at the end of each iteration and mark "
+        "phases with profiler.phase())"
+    )
 
 
 def check_directory(directory: Path, store: Optional[RawStore] = None) -> RawStore:
@@ -84,16 +92,25 @@ def check_directory(directory: Path, store: Optional[RawStore] = None) -> RawSto
         if skipped:
             raise ProfviewError(f"{directory / 'raw'} holds no readable raw file: {skipped[0]}")
         if (directory / "raw" / "previous").is_dir() and any((directory / "raw" / "previous").glob("*/*.pvraw")):
-            raise ProfviewError(f"{directory / 'raw'} holds no current recording, only earlier ones moved to "
-                                f"{directory / 'raw' / 'previous'} (analyse one by copying it to a directory's raw/)")
-        raise ProfviewError(f"{directory} has no raw store ({directory / 'raw'} with *.pvraw files): "
-                            "it is not a profview recording, or nothing was flushed before the run ended")
+            raise ProfviewError(
+                f"{directory / 'raw'} holds no current recording, only earlier ones moved to "
+                f"{directory / 'raw' / 'previous'} (analyse one by copying it to a directory's raw/)"
+            )
+        raise ProfviewError(
+            f"{directory} has no raw store ({directory / 'raw'} with *.pvraw files): "
+            "it is not a profview recording, or nothing was flushed before the run ended"
+        )
     return store
 
 
-def analyse_directory(directory, ranks: Optional[Iterable[int]] = None, progress: bool = True,
-                      gzip_timeline: bool = False, leave_out_failed: bool = False,
-                      thresholds: Optional[Mapping[str, float]] = None) -> list[Path]:
+def analyse_directory(
+    directory,
+    ranks: Optional[Iterable[int]] = None,
+    progress: bool = True,
+    gzip_timeline: bool = False,
+    leave_out_failed: bool = False,
+    thresholds: Optional[Mapping[str, float]] = None,
+) -> list[Path]:
     """Analyse the raw store of `directory` (all ranks, or `ranks`) and write the outputs there.
 
     `thresholds` override the advisor's (report_{rank}.json), on top of those the run was recorded with.
@@ -142,8 +159,9 @@ def _size(path: Path) -> int:
         return 0
 
 
-def analyse_and_write(run: Run, directory: Path, gzip_timeline: bool = False,
-                      thresholds: Optional[Mapping[str, float]] = None) -> list[Path]:
+def analyse_and_write(
+    run: Run, directory: Path, gzip_timeline: bool = False, thresholds: Optional[Mapping[str, float]] = None
+) -> list[Path]:
     """Analyse one rank's run and write its outputs. The timeline (Chrome trace and event file) needs
     only the run, so a second thread writes it meanwhile (its row formatting and file writes release the GIL).
     Call it holding the rank's output_lock: it removes what killed analyses of the rank left behind."""
@@ -174,5 +192,7 @@ def verdict_line(directory: Path, rank: int) -> str:
     reason = f" — {top}" if verdict != "balanced" and top else ""
     source = steps.get("source", "marked")
     how = "" if source == "marked" else f" ({'inferred' if source == 'inferred' else 'one step: no step markers'})"
-    return (f"profview: {steps.get('analysed', 0)} steps{how} of rank {rank} analysed into {directory}; verdict: "
-            f"{verdict}{reason}. Next: profview {directory}")
+    return (
+        f"profview: {steps.get('analysed', 0)} steps{how} of rank {rank} analysed into {directory}; verdict: "
+        f"{verdict}{reason}. Next: profview {directory}"
+    )

@@ -6,6 +6,7 @@ GIL for its whole duration, so the flusher's `drain()` never sees half a record:
 records from the front of each buffer and deletes them in place (`del buf[:n]`), while the owner
 keeps appending at the back.
 """
+
 from __future__ import annotations
 
 import struct
@@ -14,7 +15,7 @@ from array import array
 from time import perf_counter_ns as now
 
 _local = threading.local()
-_buffers: list["_ThreadBuffer"] = []     # every thread that ever recorded
+_buffers: list[_ThreadBuffer] = []  # every thread that ever recorded
 _registry_lock = threading.Lock()
 # room: bytes the budget still allows (budget minus what the buffers hold; drain() gives it back)
 _state = {"enabled": False, "room": 64 << 20, "callback": None}

@@ -5,6 +5,7 @@ a begin event carries code `2d`, an end event `2d + 1`. The hot path (C `_hotpat
 pure-Python `buffers` fallback) only ever writes `(t, code)` integers; descriptors, thread names
 and everything else reach the raw store from here, off the hot path.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -12,12 +13,12 @@ import functools
 import sys
 import threading
 import time
-from typing import Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Callable, Optional
 
 from profiler.kernels.native import native
 from profiler.store.kinds import FLUSH
 from profiler.store.raw import RawWriter
-
 
 
 def _load_hot_path():
@@ -30,6 +31,7 @@ def _load_hot_path():
         if a - 1_000_000 <= c <= b + 1_000_000:
             return _hotpath, "c"
     from profiler.record import buffers
+
     return buffers, "python"
 
 
@@ -46,7 +48,10 @@ class Span(hot.Span):
         def wrapper(*args, **kwargs):
             with self:
                 return fn(*args, **kwargs)
+
         return wrapper
+
+
 now_ns: Callable[[], int] = time.perf_counter_ns
 
 
@@ -63,10 +68,10 @@ def clock_anchor() -> tuple[int, int]:
     return best[1], best[2]
 
 
-_active: Optional["Recorder"] = None       # the hot path is process-wide: one recording at a time
+_active: Optional[Recorder] = None  # the hot path is process-wide: one recording at a time
 
 
-def active_recorder() -> Optional["Recorder"]:
+def active_recorder() -> Optional[Recorder]:
     """The recorder of the recording running in this process (started, not yet closed), else None."""
     return _active
 
@@ -78,11 +83,11 @@ class Recorder:
         self.writer = writer
         self.budget_bytes = budget_bytes
         self.flush_interval_s = flush_interval_s
-        self._lock = threading.Lock()            # guards descriptors and the flush itself
+        self._lock = threading.Lock()  # guards descriptors and the flush itself
         self._descriptors: list[tuple[str, str, str]] = []
         self._ids: dict[tuple[str, str, str], int] = {}
         self._written_descriptors = 0
-        self._threads_seen: dict[int, tuple[str, int]] = {}     # ident -> (name, native id)
+        self._threads_seen: dict[int, tuple[str, int]] = {}  # ident -> (name, native id)
         self._threads_written: dict[int, tuple[str, int]] = {}  # what the raw store already has
         self._spans: dict[tuple[str, str, str], object] = {}
         self.events_recorded = 0
@@ -93,7 +98,7 @@ class Recorder:
         self._flush_code = self.point_code(FLUSH, "flush")
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
-        hot.drain()                      # nothing of an earlier recording may leak into this one
+        hot.drain()  # nothing of an earlier recording may leak into this one
         hot.set_budget(budget_bytes)
         hot.set_thread_callback(self._on_new_thread)
 
@@ -134,7 +139,7 @@ class Recorder:
     def _thread_table(self, drained_idents: list[int]) -> list[dict]:
         """Threads new or renamed since the last flush, with their current names."""
         live = {t.ident: t for t in threading.enumerate()}
-        for ident in drained_idents:    # threads that registered with the hot path before this recorder
+        for ident in drained_idents:  # threads that registered with the hot path before this recorder
             self._threads_seen.setdefault(ident, (f"thread-{ident}", 0))
         changed = []
         for ident, seen in list(self._threads_seen.items()):
@@ -167,7 +172,7 @@ class Recorder:
             t0 = now_ns()
             drained = hot.drain()
             try:
-                new_desc = self._descriptors[self._written_descriptors:]
+                new_desc = self._descriptors[self._written_descriptors :]
                 if new_desc:
                     self.writer.append_json("descriptors", [list(k) for k in new_desc], first=self._written_descriptors)
                     self._written_descriptors += len(new_desc)
@@ -184,7 +189,7 @@ class Recorder:
                     if samples:
                         self.writer.append("samples", samples, thread=ident, words=4)
                         self.samples_recorded += len(samples) // 32
-            except OSError as exc:   # disk full, file removed: count what is lost, keep the run alive
+            except OSError as exc:  # disk full, file removed: count what is lost, keep the run alive
                 self.write_errors += 1
                 self.dropped += sum(len(e) // 16 + len(s) // 32 for _, e, s, _ in drained)
                 print(f"profview: could not write the raw store ({exc}); events are being dropped", file=sys.stderr)
@@ -210,14 +215,17 @@ class Recorder:
         self._flusher = None
         self.flush()
         try:
-            self.writer.append_json("end", {
-                **final,
-                "events_recorded": self.events_recorded,
-                "samples_recorded": self.samples_recorded,
-                "dropped_events": self.dropped,
-                "write_errors": self.write_errors,
-                "flush_ms": self.flush_ns_total / 1e6,
-            })
+            self.writer.append_json(
+                "end",
+                {
+                    **final,
+                    "events_recorded": self.events_recorded,
+                    "samples_recorded": self.samples_recorded,
+                    "dropped_events": self.dropped,
+                    "write_errors": self.write_errors,
+                    "flush_ms": self.flush_ns_total / 1e6,
+                },
+            )
             self.writer.sync()
         except OSError:
             pass

@@ -28,32 +28,42 @@ to the host, and reports exactly as an Ascend device does (docs/ascend.md, "Refe
 The log goes to `<output_path>/raw/r<rank>-p<pid>-ascend_dev<id>/`, a JOB directory that
 `read_ascend_job` (and `profview import-ascend`) reads like a real one.
 """
+
 from __future__ import annotations
 
 import os
 import queue
 import re
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
+from profiler.capture.base import STEPS, Host, Source
 from profiler.errors import ProfviewError
-from profiler.record.recorder import now_ns
 from profiler.importers.ascend.device_run import SYSCNT_TICK_NS
 from profiler.importers.ascend.hwts import GLOBAL_TASK_ID_MIN
-from profiler.reference.log_writer import (CLOCK_SYNC_FORMAT, SYSCNT_HZ, JobWriter, device_dir_name,
-                                                graph_desc_line, point_line, task_desc_line, tensor_description)
 from profiler.importers.ascend.training_trace import BP_END_TAG, FP_START_TAG, ITER_END_TAGS
-from profiler.capture.base import STEPS, Host, Source
 from profiler.model import Run
+from profiler.record.recorder import now_ns
+from profiler.reference.log_writer import (
+    CLOCK_SYNC_FORMAT,
+    SYSCNT_HZ,
+    JobWriter,
+    device_dir_name,
+    graph_desc_line,
+    point_line,
+    task_desc_line,
+    tensor_description,
+)
 from profiler.reference.merge import merge_ascend_devices
 from profiler.store.load import Recording
 
 if TYPE_CHECKING:
-    from profiler.record.recorder import Recorder
     from profiler.data.pipeline import PipelineIterator
+    from profiler.record.recorder import Recorder
 
 LAST_TASK_ID = 0xFFFF
 #: The step marker's tag: a job id (tags 0 and > 255 mark the start of an iteration).
@@ -105,7 +115,7 @@ class _Op:
 
     def __init__(self, name: str, op_type: str, task_id: int, stream: int) -> None:
         self.name, self.op_type, self.task_id, self.stream = name, op_type, task_id, stream
-        self.tensors: Optional[tuple[list, list]] = None     # (inputs, outputs) descriptions
+        self.tensors: Optional[tuple[list, list]] = None  # (inputs, outputs) descriptions
         self.written = False
 
 
@@ -119,8 +129,8 @@ class _Log:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.tasks: list[int] = []       # task_id, stream_id, start, end
-        self.points: list[int] = []      # tag, task_id, stream_id, syscnt
+        self.tasks: list[int] = []  # task_id, stream_id, start, end
+        self.points: list[int] = []  # tag, task_id, stream_id, syscnt
 
     def task(self, task_id: int, stream_id: int, start: int, end: int) -> None:
         with self.lock:
@@ -198,7 +208,7 @@ class _Stream:
             command()
 
 
-DEVICE_SOURCE = re.compile(r"ascend_dev\d+")     # the name a device records under: ascend_dev<id>
+DEVICE_SOURCE = re.compile(r"ascend_dev\d+")  # the name a device records under: ascend_dev<id>
 
 
 class AscendReferenceDevice(Source):
@@ -215,7 +225,7 @@ class AscendReferenceDevice(Source):
     """
 
     name = "ascend_dev"
-    merge_stage = STEPS          # a device that recorded iterations gives the run its steps
+    merge_stage = STEPS  # a device that recorded iterations gives the run its steps
 
     @classmethod
     def recorded_as(cls, name: str) -> bool:
@@ -226,8 +236,15 @@ class AscendReferenceDevice(Source):
         """Every device's log parsed like a real one and put on the host clock (merge_ascend_devices)."""
         return merge_ascend_devices(run, recording.directory, recording.rank)
 
-    def __init__(self, profiler: Optional[Host] = None, device_id: int = 0, streams: int = 1, *,
-                 job_dir: Optional["str | Path"] = None, flush_interval_s: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        profiler: Optional[Host] = None,
+        device_id: int = 0,
+        streams: int = 1,
+        *,
+        job_dir: Optional[str | Path] = None,
+        flush_interval_s: Optional[float] = None,
+    ) -> None:
         super().__init__()
         if streams < 1:
             raise ValueError(f"streams must be >= 1, not {streams}")
@@ -239,32 +256,44 @@ class AscendReferenceDevice(Source):
         if job_dir is None and profiler is not None and profiler.active:
             job_dir = profiler.output_path / "raw" / device_dir_name(profiler.rank, os.getpid(), device_id)
         self._writer = JobWriter(Path(job_dir), device_id) if job_dir is not None else None
-        self._epoch_ns = now_ns()           # the device counter reads 0 here
+        self._epoch_ns = now_ns()  # the device counter reads 0 here
         self._log = _Log()
         self._ops: dict[str, _Op] = {}
-        self._points: dict[int, str] = {}   # point-file tag -> op name
+        self._points: dict[int, str] = {}  # point-file tag -> op name
         self._points_written: set[int] = set()
         self._reduce_tags: dict[str, int] = {}
         self._last_op: dict[int, str] = {}  # stream -> last op launched on it
         self._fp_pending: set[int] = set()  # streams whose next launch is the FP-start op
-        self._host_steps: list[int] = []    # per iteration, the host step that began it
+        self._host_steps: list[int] = []  # per iteration, the host step that began it
         self._host_steps_written = 0
-        self._errors: list[BaseException] = []     # kernel errors not yet raised by synchronize()
-        self._failed = 0                            # tasks that failed (their own error or an input's)
-        self._lock = threading.Lock()       # op table (launches may come from several host threads)
+        self._errors: list[BaseException] = []  # kernel errors not yet raised by synchronize()
+        self._failed = 0  # tasks that failed (their own error or an input's)
+        self._lock = threading.Lock()  # op table (launches may come from several host threads)
         self._flush_lock = threading.Lock()
         self._closed = False
         self._streams = [_Stream(device_id, s) for s in range(streams + 1)]
-        self.details.update({"device": f"npu:{device_id}", "streams": streams, "data_stream": self.data_stream,
-                             "job_dir": str(job_dir) if job_dir is not None else None})
+        self.details.update(
+            {
+                "device": f"npu:{device_id}",
+                "streams": streams,
+                "data_stream": self.data_stream,
+                "job_dir": str(job_dir) if job_dir is not None else None,
+            }
+        )
         if self._writer is not None:
-            self._writer.clock_sync(format=CLOCK_SYNC_FORMAT, version=1, device_id=device_id, syscnt_hz=SYSCNT_HZ,
-                                    host_clock="perf_counter_ns")
+            self._writer.clock_sync(
+                format=CLOCK_SYNC_FORMAT,
+                version=1,
+                device_id=device_id,
+                syscnt_hz=SYSCNT_HZ,
+                host_clock="perf_counter_ns",
+            )
             self._sync_pair()
         interval = flush_interval_s or (profiler.flush_interval_s if profiler is not None else 0.2)
         self._stop_flusher = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_loop, args=(interval,), daemon=True,
-                                         name=f"ascend-dev{device_id}-log")
+        self._flusher = threading.Thread(
+            target=self._flush_loop, args=(interval,), daemon=True, name=f"ascend-dev{device_id}-log"
+        )
         self._flusher.start()
         if profiler is not None:
             profiler.add_source(self)
@@ -298,7 +327,7 @@ class AscendReferenceDevice(Source):
         """Copy a batch (numpy arrays, possibly in tuples / lists / dicts) to the device, on the data stream."""
         return self._kernel(*COPY_OP, copy_tree, (value,), self.data_stream)
 
-    def data_queue(self, batches: Iterable[Any], depth: int = 2) -> "PipelineIterator":
+    def data_queue(self, batches: Iterable[Any], depth: int = 2) -> PipelineIterator:
         """Sink mode: a thread copies `batches` to the device ahead of compute, through the probed
         queue `device_queue` (at most `depth` staged batches). Iterate it for the staged batches."""
         from profiler.data.pipeline import device_prefetch
@@ -348,7 +377,7 @@ class AscendReferenceDevice(Source):
         before (the data stream, busy staging later batches, is not waited for). The returned Task
         completes at ITER_END: `dev.iter_end().result()` waits for the whole iteration."""
         stream = self._compute_stream(stream)
-        events = [s.event() for s in self._streams[:self.streams] if s.id != stream]
+        events = [s.event() for s in self._streams[: self.streams] if s.id != stream]
         task = Task("iter_end", stream)
 
         def run() -> None:
@@ -370,7 +399,7 @@ class AscendReferenceDevice(Source):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def start(self, recorder: "Recorder") -> None:
+    def start(self, recorder: Recorder) -> None:
         """Source hook: nothing to do, the device runs from its creation."""
 
     def stop(self) -> None:
@@ -392,7 +421,7 @@ class AscendReferenceDevice(Source):
             self.details["records"] = dict(self._writer.records)
         self.details["failed_tasks"] = self._failed
 
-    def __enter__(self) -> "AscendReferenceDevice":
+    def __enter__(self) -> AscendReferenceDevice:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -413,8 +442,10 @@ class AscendReferenceDevice(Source):
                 if op is None:
                     task_id = GLOBAL_TASK_ID_MIN + len(self._ops)
                     if task_id > LAST_TASK_ID:
-                        raise ProfviewError(f"npu:{self.device_id} has more distinct ops than task ids "
-                                            f"({LAST_TASK_ID - GLOBAL_TASK_ID_MIN + 1}); reuse op names")
+                        raise ProfviewError(
+                            f"npu:{self.device_id} has more distinct ops than task ids "
+                            f"({LAST_TASK_ID - GLOBAL_TASK_ID_MIN + 1}); reuse op names"
+                        )
                     op = self._ops[name] = _Op(name, op_type, task_id, stream)
         if op.op_type != op_type:
             raise ValueError(f"op {name!r} was launched as {op.op_type!r} before, now as {op_type!r}")
@@ -431,7 +462,7 @@ class AscendReferenceDevice(Source):
         def run() -> None:
             try:
                 values = _resolved(args)
-            except BaseException as exc:        # a failed input: the op does not run
+            except BaseException as exc:  # a failed input: the op does not run
                 return self._fail(task, exc)
             start = self.syscnt()
             try:
@@ -464,8 +495,10 @@ class AscendReferenceDevice(Source):
             if tag is None:
                 tag = FIRST_REDUCE_TAG + 2 * len(self._reduce_tags)
                 if tag + 1 > LAST_REDUCE_TAG:
-                    raise ProfviewError(f"npu:{self.device_id} has more all-reduce ops than training-trace tags "
-                                        f"({(LAST_REDUCE_TAG - FIRST_REDUCE_TAG + 1) // 2})")
+                    raise ProfviewError(
+                        f"npu:{self.device_id} has more all-reduce ops than training-trace tags "
+                        f"({(LAST_REDUCE_TAG - FIRST_REDUCE_TAG + 1) // 2})"
+                    )
                 self._reduce_tags[name] = tag
                 self._points[tag] = self._points[tag + 1] = name
         return tag
@@ -474,6 +507,7 @@ class AscendReferenceDevice(Source):
         def run() -> None:
             for tag in tags:
                 self._log.point(tag, stream, self.syscnt())
+
         self._streams[stream].submit(run)
 
     def _flush_loop(self, interval_s: float) -> None:
@@ -499,7 +533,7 @@ class AscendReferenceDevice(Source):
             new_points = sorted(set(self._points) - self._points_written)
             writer.lines("point", [point_line(tag, self._points[tag]) for tag in new_points])
             self._points_written.update(new_points)
-            host_steps = self._host_steps[self._host_steps_written:]
+            host_steps = self._host_steps[self._host_steps_written :]
             for k, host_step in enumerate(host_steps, start=self._host_steps_written):
                 writer.clock_sync(iteration=k, host_step=host_step)
             self._host_steps_written += len(host_steps)

@@ -9,12 +9,14 @@ records, and a new slice is started once the current one reaches `slice_bytes`.
 The one file a real JOB directory does not have is the clock-sync file (`CLOCK_SYNC_NAME`),
 JSON lines that tie the device counter to the host clock (docs/ascend.md, "Reference device").
 """
+
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,12 +27,14 @@ from profiler.importers.ascend.slices import SLICE_NAMES
 from profiler.importers.ascend.training_trace import TRACE_DTYPE
 
 #: The whole 64-byte HWTS record of a task Start / End (RAW_FORMATS.md section 1); bytes 20-63 stay 0.
-HWTS_WRITE_DTYPE = np.dtype({
-    "names": ["head", "core_id", "reserved", "block_id", "task_id", "syscnt", "stream_id"],
-    "formats": ["u1", "u1", "<u2", "<u2", "<u2", "<u8", "<u4"],
-    "offsets": [0, 1, 2, 4, 6, 8, 16],
-    "itemsize": HWTS_RECORD_BYTES,
-})
+HWTS_WRITE_DTYPE = np.dtype(
+    {
+        "names": ["head", "core_id", "reserved", "block_id", "task_id", "syscnt", "stream_id"],
+        "formats": ["u1", "u1", "<u2", "<u2", "<u2", "<u8", "<u4"],
+        "offsets": [0, 1, 2, 4, 6, 8, 16],
+        "itemsize": HWTS_RECORD_BYTES,
+    }
+)
 
 #: Slice size at which the writer starts the next slice (real jobs cut theirs at a few MB).
 SLICE_BYTES = 8 << 20
@@ -51,8 +55,9 @@ DEFAULT_FORMAT = "DefaultFormat"
 _VM_CODE = {name.removeprefix("NUMBER_TYPE_"): code for code, name in VM_DATA_TYPES.items()}
 
 
-def hwts_bytes(log_type: np.ndarray, task_id: np.ndarray, stream_id: np.ndarray, syscnt: np.ndarray,
-               first_cnt: int = 0) -> np.ndarray:
+def hwts_bytes(
+    log_type: np.ndarray, task_id: np.ndarray, stream_id: np.ndarray, syscnt: np.ndarray, first_cnt: int = 0
+) -> np.ndarray:
     """HWTS records (uint8, 64 bytes each) for the given columns.
 
     `cnt`, the 4-bit rolling counter in the high bits of byte 0, counts records from `first_cnt`;
@@ -68,16 +73,21 @@ def hwts_bytes(log_type: np.ndarray, task_id: np.ndarray, stream_id: np.ndarray,
     return records.view(np.uint8)
 
 
-def task_pair_bytes(task_id: np.ndarray, stream_id: np.ndarray, start: np.ndarray, end: np.ndarray,
-                    first_cnt: int = 0) -> np.ndarray:
+def task_pair_bytes(
+    task_id: np.ndarray, stream_id: np.ndarray, start: np.ndarray, end: np.ndarray, first_cnt: int = 0
+) -> np.ndarray:
     """HWTS records of task executions, each as a Start record immediately followed by its End."""
     n = len(task_id)
-    return hwts_bytes(np.tile(np.array([TASK_START, TASK_END]), n), np.repeat(task_id, 2),
-                      np.repeat(stream_id, 2), np.column_stack([start, end]).ravel(), first_cnt)
+    return hwts_bytes(
+        np.tile(np.array([TASK_START, TASK_END]), n),
+        np.repeat(task_id, 2),
+        np.repeat(stream_id, 2),
+        np.column_stack([start, end]).ravel(),
+        first_cnt,
+    )
 
 
-def training_trace_bytes(tag: np.ndarray, task_id: np.ndarray, stream_id: np.ndarray,
-                         syscnt: np.ndarray) -> np.ndarray:
+def training_trace_bytes(tag: np.ndarray, task_id: np.ndarray, stream_id: np.ndarray, syscnt: np.ndarray) -> np.ndarray:
     """Training-trace records (uint8, 20 bytes each: u64 tag, u16 task id, u16 stream id, u64 syscnt)."""
     records = np.zeros(len(tag), dtype=TRACE_DTYPE)
     records["tag"], records["task_id"], records["stream_id"], records["syscnt"] = tag, task_id, stream_id, syscnt
@@ -105,14 +115,19 @@ def task_desc_line(full_name: str, block_dim: int, task_id: int, stream_id: int)
     return f"{full_name} {block_dim} {task_id} {stream_id}\n"
 
 
-def graph_desc_line(full_name: str, op_type: str, inputs: Sequence[tuple[int, str]],
-                    outputs: Sequence[tuple[int, str]]) -> str:
+def graph_desc_line(
+    full_name: str, op_type: str, inputs: Sequence[tuple[int, str]], outputs: Sequence[tuple[int, str]]
+) -> str:
     """One graph_desc line: op name, type and per tensor its id, format, data type and quoted shape."""
     tokens = [f"op_name:{full_name}", f"op_type:{op_type}"]
     for side, tensors in (("input", inputs), ("output", outputs)):
         for k, (data_type, shape) in enumerate(tensors):
-            tokens += [f"{side}_id:{k}", f"{side}_format:{DEFAULT_FORMAT}", f"{side}_data_type:{data_type}",
-                       f'{side}_shape:"{shape}"']
+            tokens += [
+                f"{side}_id:{k}",
+                f"{side}_format:{DEFAULT_FORMAT}",
+                f"{side}_data_type:{data_type}",
+                f'{side}_shape:"{shape}"',
+            ]
     return " ".join(tokens) + "\n"
 
 

@@ -17,6 +17,7 @@ Clock (docs/ascend.md, "Reference device"): a pair (host perf_counter_ns h, sysc
 counter took value s at host time h, so device tick c is at host time h + 10 (c - s); the run's
 times are then counted from the recording's `origin_monotonic_ns`.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
-from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, THREAD_COLUMNS, Run, conform
 from profiler.importers.ascend.device_run import SYSCNT_TICK_NS
 from profiler.importers.ascend.job import read_ascend_job, to_run
-from profiler.reference.log_writer import CLOCK_SYNC_NAME, DEVICE_DIR_PATTERN, SYSCNT_HZ
 from profiler.kernels.intervals import assign_steps
+from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, THREAD_COLUMNS, Run, conform
+from profiler.reference.log_writer import CLOCK_SYNC_NAME, DEVICE_DIR_PATTERN, SYSCNT_HZ
 
 #: Name and lane of the host's step boundaries once the device's steps replace them.
 HOST_STEP_SPAN = "host_step"
@@ -50,8 +51,8 @@ class ClockSync:
     """The content of a reference device's clock-sync file."""
 
     syscnt_hz: int
-    pairs: np.ndarray                      # (n, 2) int64: host perf_counter_ns, syscnt
-    host_steps: dict[int, int] = field(default_factory=dict)   # device iteration -> host step
+    pairs: np.ndarray  # (n, 2) int64: host perf_counter_ns, syscnt
+    host_steps: dict[int, int] = field(default_factory=dict)  # device iteration -> host step
 
     def host_ns(self, device_ns: np.ndarray | int) -> np.ndarray | int:
         """Host perf_counter_ns of device-clock ns (syscnt x 10), by the first pair."""
@@ -60,7 +61,7 @@ class ClockSync:
 
     def residual_ns(self) -> int:
         """How far the later pairs are from the first pair's line (0 for a counter without drift)."""
-        exact = self.pairs.astype(object)          # Python ints: a damaged pair cannot wrap around int64
+        exact = self.pairs.astype(object)  # Python ints: a damaged pair cannot wrap around int64
         predicted = self.host_ns(exact[:, 1] * SYSCNT_TICK_NS)
         return int(np.abs(exact[:, 0] - predicted).max())
 
@@ -92,17 +93,23 @@ def read_clock_sync(path: Path) -> ClockSync:
             raise ProfviewError(f"{path.name} line {number} is not a JSON object")
         where = f"{path.name} line {number}"
         if "host_monotonic_ns" in obj:
-            pairs.append((_clock_value(obj["host_monotonic_ns"], where, "host_monotonic_ns"),
-                          _clock_value(obj.get("syscnt"), where, "syscnt", MAX_SYSCNT)))
+            pairs.append(
+                (
+                    _clock_value(obj["host_monotonic_ns"], where, "host_monotonic_ns"),
+                    _clock_value(obj.get("syscnt"), where, "syscnt", MAX_SYSCNT),
+                )
+            )
         elif "iteration" in obj:
-            host_steps[_clock_value(obj["iteration"], where, "iteration")] = \
-                _clock_value(obj.get("host_step"), where, "host_step")
+            host_steps[_clock_value(obj["iteration"], where, "iteration")] = _clock_value(
+                obj.get("host_step"), where, "host_step"
+            )
         else:
             header.update(obj)
     hz = header.get("syscnt_hz", 0)
     if hz != SYSCNT_HZ or isinstance(hz, bool):
-        raise ProfviewError(f"{path.name} gives a {_shown_value(hz)} Hz device counter; the log parser reads "
-                            "100 MHz ticks")
+        raise ProfviewError(
+            f"{path.name} gives a {_shown_value(hz)} Hz device counter; the log parser reads 100 MHz ticks"
+        )
     if not pairs:
         raise ProfviewError(f"{path.name} holds no host/device clock pair")
     return ClockSync(SYSCNT_HZ, np.array(pairs, dtype=np.int64), host_steps)
@@ -147,7 +154,7 @@ class _Device:
 
 
 def _load_device(job_dir: Path, device_id: int, origin_monotonic_ns: int) -> _Device:
-    with warnings.catch_warnings():            # the problems are kept in the run's warnings instead
+    with warnings.catch_warnings():  # the problems are kept in the run's warnings instead
         warnings.simplefilter("ignore")
         job = read_ascend_job(job_dir, device_id)
     device = to_run(job)
@@ -155,8 +162,10 @@ def _load_device(job_dir: Path, device_id: int, origin_monotonic_ns: int) -> _De
     origin_device_ns = int(device.info["clock"]["origin_device_ns"])
     shift = int(sync.host_ns(origin_device_ns)) - origin_monotonic_ns
     if abs(shift) > MAX_SHIFT_NS:
-        raise ProfviewError(f"{CLOCK_SYNC_NAME.format(dev=device_id)} puts the device {shift / 1e9:.3g} s away "
-                            "from the host's recording, which no clock pair of a real run does")
+        raise ProfviewError(
+            f"{CLOCK_SYNC_NAME.format(dev=device_id)} puts the device {shift / 1e9:.3g} s away "
+            "from the host's recording, which no clock pair of a real run does"
+        )
     return _Device(job_dir, device_id, device, sync, shift)
 
 
@@ -173,7 +182,7 @@ def device_steps(device: _Device, host_steps: pd.DataFrame) -> pd.DataFrame:
     """
     steps = _shifted(device.run.steps, _STEP_TIMES, device.shift_ns)
     numbers = np.array([device.sync.host_steps.get(int(i), int(i)) for i in steps["step"]], dtype=np.int64)
-    if (np.diff(numbers) > 0).all():       # else fp_start() was not called once per host step: keep iterations
+    if (np.diff(numbers) > 0).all():  # else fp_start() was not called once per host step: keep iterations
         steps["step"] = numbers
     host = host_steps.set_index("step")
     steps["overhead_ns"] = steps["step"].map(host["overhead_ns"]).fillna(0).to_numpy(dtype=np.int64)
@@ -186,8 +195,16 @@ def device_steps(device: _Device, host_steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _host_step_spans(steps: pd.DataFrame, tid: int) -> pd.DataFrame:
-    return pd.DataFrame({"tid": tid, "kind": "span", "name": HOST_STEP_SPAN, "start_ns": steps["start_ns"],
-                         "dur_ns": steps["end_ns"] - steps["start_ns"], "depth": 0})
+    return pd.DataFrame(
+        {
+            "tid": tid,
+            "kind": "span",
+            "name": HOST_STEP_SPAN,
+            "start_ns": steps["start_ns"],
+            "dur_ns": steps["end_ns"] - steps["start_ns"],
+            "depth": 0,
+        }
+    )
 
 
 def merge_ascend_devices(run: Run, directory: Path, rank: int) -> Run:
@@ -214,16 +231,20 @@ def merge_ascend_devices(run: Run, directory: Path, rank: int) -> Run:
     for device in devices:
         d = device.run
         ops.append(conform(_shifted(d.ops, ("start_ns",), device.shift_ns), OP_COLUMNS))
-        spans.append(conform(_shifted(d.spans, ("start_ns",), device.shift_ns).assign(tid=d.spans["tid"] + next_tid),
-                             SPAN_COLUMNS))
+        spans.append(
+            conform(
+                _shifted(d.spans, ("start_ns",), device.shift_ns).assign(tid=d.spans["tid"] + next_tid), SPAN_COLUMNS
+            )
+        )
         threads.append(conform(d.threads.assign(tid=d.threads["tid"] + next_tid), THREAD_COLUMNS))
         next_tid += len(d.threads)
         warns.extend(f"npu:{device.device_id}: {w}" for w in d.info.get("warnings", []))
     stepping = next((d for d in devices if len(d.run.steps)), None)
     if stepping is not None:
         spans.append(conform(_host_step_spans(run.steps, next_tid), SPAN_COLUMNS))
-        threads.append(conform(pd.DataFrame({"tid": [next_tid], "os_tid": [-1], "name": [HOST_STEP_LANE]}),
-                               THREAD_COLUMNS))
+        threads.append(
+            conform(pd.DataFrame({"tid": [next_tid], "os_tid": [-1], "name": [HOST_STEP_LANE]}), THREAD_COLUMNS)
+        )
         run.steps = device_steps(stepping, run.steps)
     merged = conform(pd.concat(ops, ignore_index=True), OP_COLUMNS)
     merged["step"] = assign_steps(merged["start_ns"].to_numpy(), run.steps)
@@ -238,9 +259,17 @@ def merge_ascend_devices(run: Run, directory: Path, rank: int) -> Run:
 def _device_info(device: _Device) -> dict[str, Any]:
     a = device.run.info["ascend"]
     return {
-        "device": f"npu:{device.device_id}", "job_dir": str(device.job_dir), "op_executions": a["op_executions"],
-        "steps": int(len(device.run.steps)), "all_reduce_intervals": int(len(device.run.spans)),
-        "fp_start_op": a["fp_start_op"], "bp_end_op": a["bp_end_op"],
-        "clock": {"shift_ns": device.shift_ns, "origin_device_ns": int(device.run.info["clock"]["origin_device_ns"]),
-                  "sync_pairs": int(len(device.sync.pairs)), "sync_residual_ns": device.sync.residual_ns()},
+        "device": f"npu:{device.device_id}",
+        "job_dir": str(device.job_dir),
+        "op_executions": a["op_executions"],
+        "steps": int(len(device.run.steps)),
+        "all_reduce_intervals": int(len(device.run.spans)),
+        "fp_start_op": a["fp_start_op"],
+        "bp_end_op": a["bp_end_op"],
+        "clock": {
+            "shift_ns": device.shift_ns,
+            "origin_device_ns": int(device.run.info["clock"]["origin_device_ns"]),
+            "sync_pairs": int(len(device.sync.pairs)),
+            "sync_residual_ns": device.sync.residual_ns(),
+        },
     }

@@ -26,6 +26,7 @@ Per rank it keeps:
 `store.interpret.interpret()`, cut at a step boundary with a window start there, so the first step
 of the window is whole. Nothing is ever written: the follower opens the files read-only.
 """
+
 from __future__ import annotations
 
 import collections
@@ -63,7 +64,7 @@ class _Grow:
     def __init__(self, width: int) -> None:
         self._a = np.empty((64, width), np.int64)
         self.n = 0
-        self.ordered = True          # rows in time order (column 0): the usual case, one stepping thread
+        self.ordered = True  # rows in time order (column 0): the usual case, one stepping thread
 
     def add(self, rows: np.ndarray) -> None:
         if len(rows) and self.ordered:
@@ -72,24 +73,24 @@ class _Grow:
         need = self.n + len(rows)
         if need > len(self._a):
             grown = np.empty((max(need, 2 * len(self._a)), self._a.shape[1]), np.int64)
-            grown[:self.n] = self._a[:self.n]
+            grown[: self.n] = self._a[: self.n]
             self._a = grown
-        self._a[self.n:need] = rows
+        self._a[self.n : need] = rows
         self.n = need
 
     @property
     def rows(self) -> np.ndarray:
-        return self._a[:self.n]
+        return self._a[: self.n]
 
     def by_time(self, last: Optional[int] = None) -> np.ndarray:
         """The rows in time order (the `last` ones only): no sort while they arrived in order."""
         rows = self.rows if self.ordered else self.rows[np.argsort(self.rows[:, 0], kind="stable")]
-        return rows if last is None else rows[max(len(rows) - last, 0):]
+        return rows if last is None else rows[max(len(rows) - last, 0) :]
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the rows where `mask`."""
-        rest = self._a[:self.n][mask]
-        self._a[:len(rest)] = rest
+        rest = self._a[: self.n][mask]
+        self._a[: len(rest)] = rest
         self.n = len(rest)
         self.ordered = bool(np.all(rest[1:, 0] >= rest[:-1, 0]))
 
@@ -104,8 +105,8 @@ class FileState:
     inode: int
     raw: RawFile
     fd: int = -1
-    grew_at: float = 0.0             # time.monotonic() when it last grew
-    crc_retries: int = 0             # polls that ended on a checksum mismatch at the end of the file
+    grew_at: float = 0.0  # time.monotonic() when it last grew
+    crc_retries: int = 0  # polls that ended on a checksum mismatch at the end of the file
 
     @property
     def pending(self) -> int:
@@ -130,18 +131,18 @@ class RankState:
     """Everything the follower holds for one rank."""
 
     rank: int
-    files: dict = field(default_factory=dict)          # path -> FileState
+    files: dict = field(default_factory=dict)  # path -> FileState
     reader: TableReader = field(default_factory=TableReader)
     kind_code: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
-    steps: _Grow = field(default_factory=lambda: _Grow(4))      # t, code, step, cost (every step sample)
-    windows: _Grow = field(default_factory=lambda: _Grow(5))    # window start / stop samples, + thread
-    counters: _Grow = field(default_factory=lambda: _Grow(4))   # recent counter samples
-    events: collections.deque = field(default_factory=collections.deque)   # (t_last, t, records (n, 2), thread)
+    steps: _Grow = field(default_factory=lambda: _Grow(4))  # t, code, step, cost (every step sample)
+    windows: _Grow = field(default_factory=lambda: _Grow(5))  # window start / stop samples, + thread
+    counters: _Grow = field(default_factory=lambda: _Grow(4))  # recent counter samples
+    events: collections.deque = field(default_factory=collections.deque)  # (t_last, t, records (n, 2), thread)
     samples: collections.deque = field(default_factory=collections.deque)  # (t_last, rows (n, 4), thread)
     held_events: int = 0
     held_samples: int = 0
-    evicted_until: Optional[int] = None   # the newest time of a dropped chunk: the held data is whole after it
-    events_read: int = 0             # every event ever ingested (the benchmark's rate)
+    evicted_until: Optional[int] = None  # the newest time of a dropped chunk: the held data is whole after it
+    events_read: int = 0  # every event ever ingested (the benchmark's rate)
     samples_read: int = 0
 
     @property
@@ -204,15 +205,22 @@ class PollResult:
     events: int = 0
     samples: int = 0
     new_steps: int = 0
-    reset_ranks: list = field(default_factory=list)    # ranks whose recording was replaced (files moved away)
+    reset_ranks: list = field(default_factory=list)  # ranks whose recording was replaced (files moved away)
 
 
 class Follower:
     """Follows the raw store of `directory` (see the module doc). `since` (a Unix time): leave out
     raw files last written before it (an earlier recording in the directory of one about to start)."""
 
-    def __init__(self, directory, keep_steps: int = 200, max_events: int = 2_000_000, trend_s: float = 600.0,
-                 stale_after_s: float = 3.0, since: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        directory,
+        keep_steps: int = 200,
+        max_events: int = 2_000_000,
+        trend_s: float = 600.0,
+        stale_after_s: float = 3.0,
+        since: Optional[float] = None,
+    ) -> None:
         self.directory = Path(directory)
         self.keep_steps = int(keep_steps)
         self.max_events = int(max_events)
@@ -244,7 +252,7 @@ class Follower:
         listing = self._listing()
         present = set(listing)
         listing = {k: p for k, p in listing.items() if k not in self._ignored}
-        for rank, state in list(self.ranks.items()):       # a file moved away: a new recording of the rank
+        for rank, state in list(self.ranks.items()):  # a file moved away: a new recording of the rank
             if any((f.path.name, f.inode) not in present for f in state.files.values()):
                 self._close_rank(state)
                 del self.ranks[rank]
@@ -296,7 +304,7 @@ class Follower:
         if size <= start:
             return
         final = self._tail_is_final(f, now)
-        wanted = f.raw.wanted if f.raw.waiting == SHORT else 0     # a chunk longer than READ_LIMIT
+        wanted = f.raw.wanted if f.raw.waiting == SHORT else 0  # a chunk longer than READ_LIMIT
         data = os.pread(f.fd, min(size, max(start + READ_LIMIT, wanted)) - start, start)
         result.bytes_read += len(data)
         if start == 0 and len(data) >= len(MAGIC) and not data.startswith(MAGIC):
@@ -377,13 +385,16 @@ class Follower:
         if state.steps.n > self.keep_steps:
             horizon = int(state.steps.by_time(self.keep_steps + 1)[0, 0])
         events, samples = state.events, state.samples
-        while events and ((horizon is not None and events[0][0] < horizon)
-                          or state.held_events - len(events[0][1]) >= self.max_events):
+        while events and (
+            (horizon is not None and events[0][0] < horizon) or state.held_events - len(events[0][1]) >= self.max_events
+        ):
             t_last, t, _, _ = events.popleft()
             state.held_events -= len(t)
             state.evicted_until = max(t_last, state.evicted_until or t_last)
-        while samples and ((horizon is not None and samples[0][0] < horizon)
-                           or state.held_samples - len(samples[0][1]) >= self.max_events // 4):
+        while samples and (
+            (horizon is not None and samples[0][0] < horizon)
+            or state.held_samples - len(samples[0][1]) >= self.max_events // 4
+        ):
             t_last, rows, _ = samples.popleft()
             state.held_samples -= len(rows)
             state.evicted_until = max(t_last, state.evicted_until or t_last)
@@ -403,7 +414,7 @@ class Follower:
         for state in self.ranks.values():
             self._close_rank(state)
 
-    def __enter__(self) -> "Follower":
+    def __enter__(self) -> Follower:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -418,8 +429,11 @@ class Follower:
     @property
     def finished(self) -> bool:
         """Every rank of the job has written its end chunk and nothing is left to read."""
-        return (bool(self.ranks) and len(self.ranks) >= self.world_size
-                and all(s.ended and not any(f.pending for f in s.files.values()) for s in self.ranks.values()))
+        return (
+            bool(self.ranks)
+            and len(self.ranks) >= self.world_size
+            and all(s.ended and not any(f.pending for f in s.files.values()) for s in self.ranks.values())
+        )
 
     def gone(self) -> list[int]:
         """Ranks whose every writer has exited without an end chunk (killed): nothing more will come."""
@@ -461,25 +475,43 @@ class Follower:
             kind = state.kind_code[rows[:, 1] >> 1]
             keep = (kind != _WSTART) & (kind != _WSTOP)
             if cut is not None:
-                keep &= rows[:, 0] > cut          # a step sample at the cut ends the step before
+                keep &= rows[:, 0] > cut  # a step sample at the cut ends the step before
             if keep.any():
                 sm.append(rows[keep])
                 sm_thread.append(np.full(int(keep.sum()), thread, np.int64))
         wins, win_thread = self._window_samples(state, st, cut)
         sm.append(wins)
         sm_thread.append(win_thread)
-        files = [f for f in state.files.values()]
-        end = files[0].end if len(files) == 1 else (
-            {"stopped_cleanly": all(bool((f.end or {}).get("stopped_cleanly")) for f in files)} if state.ended else None)
+        files = list(state.files.values())
+        end = (
+            files[0].end
+            if len(files) == 1
+            else (
+                {"stopped_cleanly": all(bool((f.end or {}).get("stopped_cleanly")) for f in files)}
+                if state.ended
+                else None
+            )
+        )
         reader = state.reader
         torn, damaged, lost = reader.damage()
         return RawTables(
-            meta=reader.meta, descriptors=list(reader.descriptors), thread_names=dict(reader.thread_names),
-            events=[p[0] for p in parts], ev_chunk_thread=np.array([p[1] for p in parts], np.int64),
-            sm=np.concatenate(sm), sm_thread=np.concatenate(sm_thread), sources=dict(reader.sources),
-            end=end if state.ended else None, dropped=reader.dropped, torn_chunks=torn, damaged=damaged,
-            lost_records=lost, duplicate_chunks=reader.duplicate_chunks, warnings=reader.warnings(),
-            files=[str(f.path) for f in files])
+            meta=reader.meta,
+            descriptors=list(reader.descriptors),
+            thread_names=dict(reader.thread_names),
+            events=[p[0] for p in parts],
+            ev_chunk_thread=np.array([p[1] for p in parts], np.int64),
+            sm=np.concatenate(sm),
+            sm_thread=np.concatenate(sm_thread),
+            sources=dict(reader.sources),
+            end=end if state.ended else None,
+            dropped=reader.dropped,
+            torn_chunks=torn,
+            damaged=damaged,
+            lost_records=lost,
+            duplicate_chunks=reader.duplicate_chunks,
+            warnings=reader.warnings(),
+            files=[str(f.path) for f in files],
+        )
 
     def _cut(self, state: RankState, st: np.ndarray, steps: int, max_events: Optional[int]) -> Optional[int]:
         """The step end the window starts at (None: from the start of the recording): `steps` steps
@@ -499,7 +531,7 @@ class Follower:
         if floor is not None and (cut is None or cut < floor):
             i = int(np.searchsorted(ends, floor, side="left"))
             cut = int(ends[min(i, len(ends) - 1)])
-        if cut is not None and cut >= int(ends[-1]):        # keep at least the last step
+        if cut is not None and cut >= int(ends[-1]):  # keep at least the last step
             cut = int(ends[-2]) if len(ends) > 1 else None
         return cut
 

@@ -1,4 +1,5 @@
 """Give the raw tables meaning: spans, ops, marks, counters, queue events and steps of a `Run`."""
+
 from __future__ import annotations
 
 import bisect
@@ -9,8 +10,18 @@ import pandas as pd
 from profiler._version import __version__
 from profiler.kernels.intervals import assign_steps, count_per_interval, covered_ns
 from profiler.kernels.nesting import NOT_SPAN, OP_SPAN, OTHER_SPAN, Labels, nest_events
-from profiler.model import Run, RunInfo, conform, OP_COLUMNS, SPAN_COLUMNS, INSTANT_COLUMNS, STEP_COLUMNS, COUNTER_COLUMNS, \
-    QUEUE_COLUMNS, THREAD_COLUMNS
+from profiler.model import (
+    COUNTER_COLUMNS,
+    INSTANT_COLUMNS,
+    OP_COLUMNS,
+    QUEUE_COLUMNS,
+    SPAN_COLUMNS,
+    STEP_COLUMNS,
+    THREAD_COLUMNS,
+    Run,
+    RunInfo,
+    conform,
+)
 from profiler.store import kinds as K
 from profiler.store.load import RawTables, descriptor_columns, window_of, windows_from_samples
 
@@ -29,12 +40,18 @@ def interpret(t: RawTables) -> Run:
     # Rows come out with the codes of their categorical columns (stream, name, op type; kind, name).
     code_class = np.select([kind_of == K.OP, np.isin(kind_of, K.SPAN_KINDS)], [OP_SPAN, OTHER_SPAN], NOT_SPAN)
     (stream_cats, stream_codes), (kind_cats, kind_codes), (name_cats, name_codes), (type_cats, type_codes) = (
-        categories(labels) for labels in (threads["name"].to_numpy(), kind_of, name_of, extra_of))
-    rows = nest_events(t.events, chunk_tid, np.repeat(code_class.astype(np.int8), 2),
-                       Labels(stream_codes, name_codes, type_codes),
-                       Labels(np.arange(len(threads), dtype=np.int32), kind_codes, name_codes),
-                       windows["start_ns"].to_numpy(dtype=np.int64), windows["stop_ns"].to_numpy(dtype=np.int64),
-                       origin)
+        categories(labels) for labels in (threads["name"].to_numpy(), kind_of, name_of, extra_of)
+    )
+    rows = nest_events(
+        t.events,
+        chunk_tid,
+        np.repeat(code_class.astype(np.int8), 2),
+        Labels(stream_codes, name_codes, type_codes),
+        Labels(np.arange(len(threads), dtype=np.int32), kind_codes, name_codes),
+        windows["start_ns"].to_numpy(dtype=np.int64),
+        windows["stop_ns"].to_numpy(dtype=np.int64),
+        origin,
+    )
     instants = _instants(t, chunk_tid, windows, kind_of, name_of, origin)
 
     sm_desc = t.sm[:, 1] >> 1
@@ -54,19 +71,30 @@ def interpret(t: RawTables) -> Run:
         "source": constant("marker", len(op["start_ns"])),
     }
     del op
-    spans = {"tid": span.pop("by_thread"), "kind": categorical(span.pop("by_desc"), kind_cats),
-             "name": categorical(span.pop("by_desc2"), name_cats), **span}
+    spans = {
+        "tid": span.pop("by_thread"),
+        "kind": categorical(span.pop("by_desc"), kind_cats),
+        "name": categorical(span.pop("by_desc2"), name_cats),
+        **span,
+    }
     counters = _counters(t, sm_kind, sm_desc, name_of, extra_of, origin)
     queues = _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin)
     info = _info(t, rows.unmatched, rows.outside, step_tid, len(steps))
-    return Run(info=info, ops=conform(ops, OP_COLUMNS), spans=conform(spans, SPAN_COLUMNS),
-               instants=conform(instants, INSTANT_COLUMNS), steps=conform(steps, STEP_COLUMNS),
-               counters=conform(counters, COUNTER_COLUMNS), queues=conform(queues, QUEUE_COLUMNS),
-               threads=conform(threads, THREAD_COLUMNS))
+    return Run(
+        info=info,
+        ops=conform(ops, OP_COLUMNS),
+        spans=conform(spans, SPAN_COLUMNS),
+        instants=conform(instants, INSTANT_COLUMNS),
+        steps=conform(steps, STEP_COLUMNS),
+        counters=conform(counters, COUNTER_COLUMNS),
+        queues=conform(queues, QUEUE_COLUMNS),
+        threads=conform(threads, THREAD_COLUMNS),
+    )
 
 
-def _instants(t: RawTables, chunk_tid: np.ndarray, windows: pd.DataFrame, kind_of: np.ndarray, name_of: np.ndarray,
-              origin: int) -> pd.DataFrame:
+def _instants(
+    t: RawTables, chunk_tid: np.ndarray, windows: pd.DataFrame, kind_of: np.ndarray, name_of: np.ndarray, origin: int
+) -> pd.DataFrame:
     """Marks and instants inside a recording window, in recording order."""
     is_point = np.repeat(np.isin(kind_of, (K.MARK, K.INSTANT)), 2)
     parts = [(c[is_point[c[:, 1]]], tid) for c, tid in zip(t.events, chunk_tid)] if is_point.any() else []
@@ -76,8 +104,9 @@ def _instants(t: RawTables, chunk_tid: np.ndarray, windows: pd.DataFrame, kind_o
     inside = window_of(pt[:, 0], windows) >= 0
     pt, tid = pt[inside], tid[inside]
     pt_desc = pt[:, 1] >> 1
-    return pd.DataFrame({"tid": tid, "kind": by_code(pt_desc, kind_of), "name": by_code(pt_desc, name_of),
-                         "time_ns": pt[:, 0] - origin})
+    return pd.DataFrame(
+        {"tid": tid, "kind": by_code(pt_desc, kind_of), "name": by_code(pt_desc, name_of), "time_ns": pt[:, 0] - origin}
+    )
 
 
 def categories(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -127,8 +156,9 @@ def _threads(t: RawTables) -> tuple[dict[int, int], pd.DataFrame]:
     return lut, pd.DataFrame({"tid": np.arange(len(seen)), "os_tid": seen.astype(np.int64), "name": names})
 
 
-def _steps(t: RawTables, sm_kind: np.ndarray, sm_tid: np.ndarray, windows: pd.DataFrame,
-           origin: int) -> tuple[pd.DataFrame, int]:
+def _steps(
+    t: RawTables, sm_kind: np.ndarray, sm_tid: np.ndarray, windows: pd.DataFrame, origin: int
+) -> tuple[pd.DataFrame, int]:
     """One row per completed step: from the previous step() (or its window's start) to its step() call."""
     s = t.sm[sm_kind == K.STEP]
     tids = sm_tid[sm_kind == K.STEP]
@@ -140,9 +170,11 @@ def _steps(t: RawTables, sm_kind: np.ndarray, sm_tid: np.ndarray, windows: pd.Da
     if len(s) > 1 and not bool(np.all(np.diff(s[:, 2]) > 0)):
         # step() numbers only grow: keep the longest growing run of them, the rest are damaged records
         counting = longest_increasing(s[:, 2])
-        t.warnings.append(f"{int((~counting).sum())} step end(s) whose step number does not follow the "
-                          "others (a damaged raw record) were left out")
-        after_damage = np.concatenate([[False], ~counting[:-1]])[counting]   # a left-out end just before
+        t.warnings.append(
+            f"{int((~counting).sum())} step end(s) whose step number does not follow the "
+            "others (a damaged raw record) were left out"
+        )
+        after_damage = np.concatenate([[False], ~counting[:-1]])[counting]  # a left-out end just before
         s = s[counting]
     end, num, call_cost = s[:, 0], s[:, 2], s[:, 3]
     win = window_of(end, windows)
@@ -154,14 +186,22 @@ def _steps(t: RawTables, sm_kind: np.ndarray, sm_tid: np.ndarray, windows: pd.Da
     continues = ((prev_num == num - 1) | after_damage) & (prev_win == win)
     start = np.where(continues, prev_end, windows["start_ns"].to_numpy()[win])
     overhead = call_cost + _flush_overlap(t, sm_kind, start, end) + _event_cost(t, start, end)
-    steps = pd.DataFrame({"step": num, "start_ns": start - origin, "end_ns": end - origin,
-                          "fp_start_ns": -1, "bp_end_ns": -1, "overhead_ns": overhead.astype(np.int64)})
+    steps = pd.DataFrame(
+        {
+            "step": num,
+            "start_ns": start - origin,
+            "end_ns": end - origin,
+            "fp_start_ns": -1,
+            "bp_end_ns": -1,
+            "overhead_ns": overhead.astype(np.int64),
+        }
+    )
     return steps, step_tid
 
 
 def longest_increasing(values: np.ndarray) -> np.ndarray:
     """Mask of one longest strictly increasing subsequence of `values` (patience sorting, O(n log n))."""
-    tails: list[int] = []                 # tails[k]: index of the smallest last value of a run of length k+1
+    tails: list[int] = []  # tails[k]: index of the smallest last value of a run of length k+1
     tail_values: list[int] = []
     parent = np.full(len(values), -1, dtype=np.int64)
     for i, v in enumerate(values.tolist()):
@@ -189,7 +229,7 @@ def _flush_overlap(t: RawTables, sm_kind: np.ndarray, start: np.ndarray, end: np
 def _event_cost(t: RawTables, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Events recorded inside each step times the calibrated cost of one event."""
     n = count_per_interval(t.sm[:, 0], start, end)
-    for c in t.events:                    # each chunk a sorted run, as a whole
+    for c in t.events:  # each chunk a sorted run, as a whole
         n += count_per_interval(np.ascontiguousarray(c[:, 0]), start, end)
     return n * float(t.meta.get("per_event_cost_ns", 0.0))
 
@@ -201,8 +241,15 @@ def _counters(t, sm_kind, sm_desc, name_of, extra_of, origin) -> pd.DataFrame:
     source_of = np.array([p[0] for p in parts], dtype=object)
     device_of = np.array([p[1] for p in parts], dtype=object)
     d = sm_desc[m]
-    return pd.DataFrame({"source": source_of[d], "device": device_of[d], "metric": name_of[d],
-                         "time_ns": t.sm[m, 0] - origin, "value": t.sm[m, 3].copy().view(np.float64)})
+    return pd.DataFrame(
+        {
+            "source": source_of[d],
+            "device": device_of[d],
+            "metric": name_of[d],
+            "time_ns": t.sm[m, 0] - origin,
+            "value": t.sm[m, 3].copy().view(np.float64),
+        }
+    )
 
 
 def _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin) -> pd.DataFrame:
@@ -211,13 +258,23 @@ def _queues(t, sm_kind, sm_desc, sm_tid, name_of, extra_of, origin) -> pd.DataFr
     capacity_of = np.array([int(x) if str(x).isdigit() else 0 for x in extra_of], dtype=np.int64)
     size, wait, cap = t.sm[:, 2], t.sm[:, 3], capacity_of[sm_desc]
     damaged = m & ((size < 0) | (wait < 0) | ((cap > 0) & (size > cap)))
-    if damaged.any():         # a probe never records these: damaged raw records
-        t.warnings.append(f"{int(damaged.sum())} queue sample(s) with a negative size or wait, or a size above the "
-                          "queue's capacity (damaged raw records) were left out")
+    if damaged.any():  # a probe never records these: damaged raw records
+        t.warnings.append(
+            f"{int(damaged.sum())} queue sample(s) with a negative size or wait, or a size above the "
+            "queue's capacity (damaged raw records) were left out"
+        )
         m &= ~damaged
-    return pd.DataFrame({"queue": name_of[sm_desc[m]], "time_ns": t.sm[m, 0] - origin,
-                         "event": np.where(sm_kind[m] == K.QUEUE_PUT, "put", "get"),
-                         "size": size[m], "capacity": cap[m], "wait_ns": wait[m], "tid": sm_tid[m]})
+    return pd.DataFrame(
+        {
+            "queue": name_of[sm_desc[m]],
+            "time_ns": t.sm[m, 0] - origin,
+            "event": np.where(sm_kind[m] == K.QUEUE_PUT, "put", "get"),
+            "size": size[m],
+            "capacity": cap[m],
+            "wait_ns": wait[m],
+            "tid": sm_tid[m],
+        }
+    )
 
 
 def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: int) -> RunInfo:
@@ -225,11 +282,15 @@ def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: in
     end = t.end or {}
     warnings = list(t.warnings)
     if t.end is None:
-        warnings.append("the recording did not stop cleanly (no end-of-recording chunk): the process was "
-                        "probably killed; everything flushed before that is analysed")
+        warnings.append(
+            "the recording did not stop cleanly (no end-of-recording chunk): the process was "
+            "probably killed; everything flushed before that is analysed"
+        )
     if unmatched:
-        warnings.append(f"{unmatched} span begin/end events had no partner (spans open when recording "
-                        "started, stopped or crashed) and were left out")
+        warnings.append(
+            f"{unmatched} span begin/end events had no partner (spans open when recording "
+            "started, stopped or crashed) and were left out"
+        )
     events = t.records
     dropped = max(int(t.dropped), int(end.get("dropped_events", 0)))
     config = meta.get("config", {})
@@ -263,8 +324,7 @@ def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: in
             "memory_budget_bytes": config.get("memory_budget_bytes"),
             "raw_files": t.files,
         },
-        "overhead": {"per_event_ns": meta.get("per_event_cost_ns", 0.0),
-                     "flush_ms": end.get("flush_ms")},
+        "overhead": {"per_event_ns": meta.get("per_event_cost_ns", 0.0), "flush_ms": end.get("flush_ms")},
         "step_tid": step_tid,
         "steps": {"count": n_steps},
         "warnings": warnings,
@@ -277,7 +337,12 @@ def dropped_sentence(dropped: int, kept: int, config: dict) -> str:
     interval = config.get("flush_interval_s")
     budget_text = f" ({budget / (1 << 20):.3g} MB)" if isinstance(budget, (int, float)) and budget > 0 else ""
     interval_text = f" (flush_interval_s={interval:g})" if isinstance(interval, (int, float)) and interval > 0 else ""
-    what = (f"{dropped + kept:,} events were recorded and all were dropped" if not kept else
-            f"{dropped:,} of {dropped + kept:,} recorded events were dropped")
-    return (f"{what}: the memory budget{budget_text} was full between two flushes to the raw store (or a write "
-            f"failed); raise memory_budget_mb or flush more often{interval_text}")
+    what = (
+        f"{dropped + kept:,} events were recorded and all were dropped"
+        if not kept
+        else f"{dropped:,} of {dropped + kept:,} recorded events were dropped"
+    )
+    return (
+        f"{what}: the memory budget{budget_text} was full between two flushes to the raw store (or a write "
+        f"failed); raise memory_budget_mb or flush more often{interval_text}"
+    )

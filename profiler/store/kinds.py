@@ -5,9 +5,20 @@ says what the event is (docs/architecture.md, "The hot path"): spans (phase, spa
 (mark, instant), and samples (counter, step, window start / stop, flush, queue put / get,
 collectives).
 """
+
 PHASE, SPAN, OP, MARK, INSTANT, COUNTER, STEP, WINDOW_START, WINDOW_STOP, FLUSH, QUEUE_PUT, QUEUE_GET = (
-    "phase", "span", "op", "mark", "instant", "counter", "step", "window_start", "window_stop",
-    "flush", "queue_put", "queue_get",
+    "phase",
+    "span",
+    "op",
+    "mark",
+    "instant",
+    "counter",
+    "step",
+    "window_start",
+    "window_stop",
+    "flush",
+    "queue_put",
+    "queue_get",
 )
 #: a collective (sample: start, code, duration_ns, bytes); extra is the collective's op type
 COMM = "comm"

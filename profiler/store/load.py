@@ -10,6 +10,7 @@ costs its own records and nothing else, and is reported (file, chunk index, byte
 lost); a file that cannot be read (not a regular file, a broken symlink) is skipped with a
 warning; the same recording stored twice (a copied file, a repeated chunk) is counted once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,10 +20,10 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.kernels.intervals import place
 from profiler.errors import ProfviewError
+from profiler.kernels.intervals import place
 from profiler.store import kinds
-from profiler.store.raw import RawFile, find_raw_files, rank_of_name, read_raw_file, _read_bytes
+from profiler.store.raw import RawFile, _read_bytes, find_raw_files, rank_of_name, read_raw_file
 from profiler.store.tables import TableReader, clean_meta, json_or_none
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -36,20 +37,20 @@ class RawTables:
 
     meta: dict
     descriptors: list[tuple[str, str, str]]
-    thread_names: dict[int, str]                  # ident -> name
-    events: list[np.ndarray]                      # each events chunk's (time, code) records, (n, 2) int64
-    ev_chunk_thread: np.ndarray                   # thread ident of each events chunk (a chunk is one thread's)
-    sm: np.ndarray                                # samples, shape (n, 4): t, code, a, b
+    thread_names: dict[int, str]  # ident -> name
+    events: list[np.ndarray]  # each events chunk's (time, code) records, (n, 2) int64
+    ev_chunk_thread: np.ndarray  # thread ident of each events chunk (a chunk is one thread's)
+    sm: np.ndarray  # samples, shape (n, 4): t, code, a, b
     sm_thread: np.ndarray
     sources: dict = field(default_factory=dict)
     end: Optional[dict] = None
     dropped: int = 0
-    torn_chunks: int = 0                          # damaged chunks (torn by a kill, or corrupt)
+    torn_chunks: int = 0  # damaged chunks (torn by a kill, or corrupt)
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-    damaged: list[dict] = field(default_factory=list)   # Damage.to_json() of each damaged chunk
-    lost_records: int = 0                         # records in damaged chunks or naming lost descriptors
-    duplicate_chunks: int = 0                     # chunks stored twice (copied files, repeated chunks)
+    damaged: list[dict] = field(default_factory=list)  # Damage.to_json() of each damaged chunk
+    lost_records: int = 0  # records in damaged chunks or naming lost descriptors
+    duplicate_chunks: int = 0  # chunks stored twice (copied files, repeated chunks)
 
     @property
     def n_events(self) -> int:
@@ -72,14 +73,15 @@ class Recording:
 
 # ---- finding a rank's files ------------------------------------------------------------------
 
+
 @dataclass
 class RawStore:
     """The raw files of a directory by rank, and what was wrong with the entries that were skipped."""
 
     directory: Path
     files: dict[int, list[Path]] = field(default_factory=dict)
-    notes: dict[int, list[str]] = field(default_factory=dict)     # rank -> warnings about its entries
-    orphans: list[str] = field(default_factory=list)              # warnings about entries of no rank
+    notes: dict[int, list[str]] = field(default_factory=dict)  # rank -> warnings about its entries
+    orphans: list[str] = field(default_factory=list)  # warnings about entries of no rank
 
     @property
     def ranks(self) -> list[int]:
@@ -95,7 +97,7 @@ class RawStore:
 def _peek_rank(path: Path) -> tuple[Optional[int], str]:
     """The rank a raw file's metadata chunk names (None when it has none), or why it cannot be read."""
     report = RawFile(path)
-    data = _read_bytes(path, report, populate=False)     # only the first chunks are read
+    data = _read_bytes(path, report, populate=False)  # only the first chunks are read
     if data is None:
         return None, report.unreadable
     try:
@@ -105,7 +107,7 @@ def _peek_rank(path: Path) -> tuple[Optional[int], str]:
                 if meta is not None and type(meta.get("rank")) is int and 0 <= meta["rank"] < 1 << 31:
                     return int(meta["rank"]), ""
                 return None, ""
-    except ProfviewError:        # a newer format: reading the file says so
+    except ProfviewError:  # a newer format: reading the file says so
         pass
     return None, ""
 
@@ -123,13 +125,15 @@ def scan_raw_store(directory: Path) -> RawStore:
             continue
         rank = meta_rank if meta_rank is not None else name_rank
         if rank is None:
-            store.orphans.append(f"{path} is not named r<rank>-p<pid>.pvraw and has no readable metadata chunk "
-                                 "naming its rank: skipped")
+            store.orphans.append(
+                f"{path} is not named r<rank>-p<pid>.pvraw and has no readable metadata chunk naming its rank: skipped"
+            )
             continue
         if name_rank is not None and meta_rank is not None and name_rank != meta_rank:
             store.notes.setdefault(rank, []).append(
                 f"{path} is named for rank {name_rank} but holds a recording of rank {meta_rank} (its metadata "
-                f"chunk says so): analysed as rank {meta_rank}")
+                f"chunk says so): analysed as rank {meta_rank}"
+            )
         store.files.setdefault(rank, []).append(path)
     return store
 
@@ -145,8 +149,13 @@ def raw_ranks(directory: Path) -> list[int]:
 
 # ---- reading a rank ------------------------------------------------------------------------
 
-def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], None]] = None,
-                    rank: Optional[int] = None, notes: Optional[list[str]] = None) -> RawTables:
+
+def read_raw_tables(
+    paths: list[Path],
+    progress: Optional[Callable[[int, int], None]] = None,
+    rank: Optional[int] = None,
+    notes: Optional[list[str]] = None,
+) -> RawTables:
     """The raw tables of one rank, from its raw files (several processes may share a rank).
 
     `notes` are warnings about this rank's entries that were skipped before reading (scan_raw_store).
@@ -157,11 +166,11 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
         if progress:
             progress(i + 1, len(paths))
     reader = TableReader()
-    for i, f in enumerate(files):             # files with the same metadata chunk hold one recording
+    for i, f in enumerate(files):  # files with the same metadata chunk hold one recording
         meta = next((c for c in f.chunks if c.table == "meta" and clean_meta(json_or_none(c), [], "")), None)
         reader.add_file(f, ("meta", meta.key) if meta is not None else ("file", i))
     chunks = [(f, c) for rec in reader.recordings for f in rec.files for c in f.chunks if reader.unique(f, c)]
-    for f, c in chunks:                       # the tables first: records may precede their descriptors
+    for f, c in chunks:  # the tables first: records may precede their descriptors
         if c.table not in RECORD_TABLES:
             reader.take(f, c)
     ev_parts, sm_parts = [], []
@@ -175,11 +184,19 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
     # new thread's first one. Nesting pairs events in recording order per ident, so order them here.
     # The chunks stay views of the memory-mapped files: the events are never copied.
     ev_parts.sort(key=lambda part: int(part.words[0, 0]))
-    tables = RawTables(meta={}, descriptors=reader.descriptors, thread_names=reader.thread_names,
-                       events=[p.words for p in ev_parts],
-                       ev_chunk_thread=np.array([p.thread for p in ev_parts], dtype=np.int64),
-                       sm=np.empty((0, 4), np.int64), sm_thread=np.empty(0, np.int64), sources=reader.sources,
-                       end=reader.end, dropped=reader.dropped, duplicate_chunks=reader.duplicate_chunks)
+    tables = RawTables(
+        meta={},
+        descriptors=reader.descriptors,
+        thread_names=reader.thread_names,
+        events=[p.words for p in ev_parts],
+        ev_chunk_thread=np.array([p.thread for p in ev_parts], dtype=np.int64),
+        sm=np.empty((0, 4), np.int64),
+        sm_thread=np.empty(0, np.int64),
+        sources=reader.sources,
+        end=reader.end,
+        dropped=reader.dropped,
+        duplicate_chunks=reader.duplicate_chunks,
+    )
     tables.torn_chunks, tables.damaged, tables.lost_records = reader.damage()
     if sm_parts:
         tables.sm = np.concatenate([p.words for p in sm_parts])
@@ -190,11 +207,15 @@ def read_raw_tables(paths: list[Path], progress: Optional[Callable[[int, int], N
         tables.meta = reader.meta
     elif tables.records:
         first = min(p.t_min for p in ev_parts + sm_parts)
-        tables.meta = {"rank": rank if rank is not None else 0,
-                       "clock": {"origin_monotonic_ns": first, "origin_unix_ns": 0}}
-        tables.warnings.append("the metadata chunk of this rank's recording is missing or damaged: times are "
-                               "counted from the first record, wall-clock times and the recording's settings "
-                               "are unknown")
+        tables.meta = {
+            "rank": rank if rank is not None else 0,
+            "clock": {"origin_monotonic_ns": first, "origin_unix_ns": 0},
+        }
+        tables.warnings.append(
+            "the metadata chunk of this rank's recording is missing or damaged: times are "
+            "counted from the first record, wall-clock times and the recording's settings "
+            "are unknown"
+        )
     else:
         raise ProfviewError(_nothing_readable(paths, files, tables.warnings))
     _drop_before_origin(tables, [p.t_min for p in ev_parts])
@@ -229,8 +250,10 @@ def _nothing_readable(paths: list[Path], files: list[RawFile], warnings: list[st
         return f"no raw file of this rank can be read: {'; '.join(unreadable)}"
     damaged = sum(f.torn_chunks for f in files)
     why = f" ({damaged} damaged chunk(s) skipped)" if damaged else ""
-    return (f"the raw store {names} has no metadata chunk and no readable record{why}: it is not a profview "
-            "recording or was cut short at its start")
+    return (
+        f"the raw store {names} has no metadata chunk and no readable record{why}: it is not a profview "
+        "recording or was cut short at its start"
+    )
 
 
 def _repair_windows(t: RawTables) -> None:
@@ -275,11 +298,15 @@ def _repair_windows(t: RawTables) -> None:
         extra = np.array([[at, code, -1, 0] for at in added], dtype=np.int64)
         t.sm = np.concatenate([t.sm, extra])
         t.sm_thread = np.concatenate([t.sm_thread, np.full(len(added), thread, np.int64)])
-        t.warnings.append(f"{len(added)} recording-window start(s) were lost (a damaged chunk or the memory budget "
-                          "took them): each such window is taken to start at its first record")
+        t.warnings.append(
+            f"{len(added)} recording-window start(s) were lost (a damaged chunk or the memory budget "
+            "took them): each such window is taken to start at its first record"
+        )
     if lost_stops:
-        t.warnings.append(f"{lost_stops} recording-window end(s) were lost: each such window is taken to end "
-                          "where the next one starts")
+        t.warnings.append(
+            f"{lost_stops} recording-window end(s) were lost: each such window is taken to end "
+            "where the next one starts"
+        )
 
 
 def _descriptor_id(t: RawTables, key: tuple[str, str, str]) -> int:
@@ -291,6 +318,7 @@ def _descriptor_id(t: RawTables, key: tuple[str, str, str]) -> int:
 
 
 # ---- interpretation ------------------------------------------------------------------------
+
 
 def descriptor_columns(descriptors: list[tuple[str, str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """kind, name and extra of every descriptor id, as arrays indexable by id."""
@@ -322,5 +350,10 @@ def windows_from_samples(sm: np.ndarray, kind_of: np.ndarray) -> pd.DataFrame:
 
 def window_of(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
     """Index of the window [start, stop] containing each time (int32), -1 when outside every window."""
-    return place(t, windows["start_ns"].to_numpy(dtype=np.int64), windows["stop_ns"].to_numpy(dtype=np.int64),
-                 np.arange(len(windows), dtype=np.int32), end_inclusive=True)
+    return place(
+        t,
+        windows["start_ns"].to_numpy(dtype=np.int64),
+        windows["stop_ns"].to_numpy(dtype=np.int64),
+        np.arange(len(windows), dtype=np.int32),
+        end_inclusive=True,
+    )

@@ -15,6 +15,7 @@ reader) and for one still being written (`store/follow.py`, which walks each new
 arrives): what it cannot use is recorded in the file's `RawFile`, the one channel through which
 damage is said (`Damage` sentences and warnings).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -26,15 +27,16 @@ import stat
 import struct
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from profiler.errors import ProfviewError
 
 MAGIC = b"PVCK"
 FORMAT_VERSION = 1
-_PREFIX = struct.Struct("<4sIQI")       # magic, header_len, payload_len, crc32
+_PREFIX = struct.Struct("<4sIQI")  # magic, header_len, payload_len, crc32
 RAW_SUFFIX = ".pvraw"
 
 
@@ -62,7 +64,7 @@ class RawWriter:
     def append(self, table: str, payload: bytes, **header: Any) -> None:
         data = encode_chunk({"table": table, **header}, payload)
         view = memoryview(data)
-        while view:                          # os.write may write less than asked (e.g. on a pipe)
+        while view:  # os.write may write less than asked (e.g. on a pipe)
             n = os.write(self._fd, view)
             view = view[n:]
         self.chunks_written += 1
@@ -83,10 +85,10 @@ class RawWriter:
 @dataclass
 class Chunk:
     header: dict[str, Any]
-    payload: memoryview          # a view into the file's bytes (no copy)
-    index: int = 0               # position among the file's chunks (damaged ones count too)
-    offset: int = 0              # byte offset of the chunk in its file
-    crc: int = 0                 # the chunk's checksum: with its sizes, what de-duplication compares
+    payload: memoryview  # a view into the file's bytes (no copy)
+    index: int = 0  # position among the file's chunks (damaged ones count too)
+    offset: int = 0  # byte offset of the chunk in its file
+    crc: int = 0  # the chunk's checksum: with its sizes, what de-duplication compares
     head_len: int = 0
 
     @property
@@ -105,7 +107,9 @@ class Chunk:
         metadata and the end never repeat word for word within a recording; other chunks can (a
         dropped count alone, the source table written at start and at stop), so for them the place in
         the file is part of the key: they are de-duplicated only against a copy of the file."""
-        unique = self.table in ("samples", "descriptors", "meta", "end") or (self.table == "events" and len(self.payload))
+        unique = self.table in ("samples", "descriptors", "meta", "end") or (
+            self.table == "events" and len(self.payload)
+        )
         repeatable = not unique
         return self.crc, self.head_len, len(self.payload), self.offset if repeatable else -1
 
@@ -122,29 +126,43 @@ class Damage:
     """A chunk (or a stretch of bytes) of a raw file that could not be used, and what it cost."""
 
     file: str
-    chunk: int                   # index of the chunk in its file
-    offset: int                  # byte offset
+    chunk: int  # index of the chunk in its file
+    offset: int  # byte offset
     nbytes: int
     why: str
     table: Optional[str] = None
-    records_lost: Optional[int] = None    # events + samples the chunk held, when its header says
+    records_lost: Optional[int] = None  # events + samples the chunk held, when its header says
 
     def sentence(self) -> str:
         what = f" ({self.table} table)" if self.table else ""
-        lost = (f"; {self.records_lost:,} recorded events lost with it" if self.records_lost
-                else "; it held no events" if self.records_lost == 0 else "")
-        return (f"{self.file}: skipped a torn chunk (chunk {self.chunk}{what}) at byte {self.offset} "
-                f"({self.nbytes} bytes): {self.why}{lost}")
+        lost = (
+            f"; {self.records_lost:,} recorded events lost with it"
+            if self.records_lost
+            else "; it held no events"
+            if self.records_lost == 0
+            else ""
+        )
+        return (
+            f"{self.file}: skipped a torn chunk (chunk {self.chunk}{what}) at byte {self.offset} "
+            f"({self.nbytes} bytes): {self.why}{lost}"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "chunk": self.chunk, "offset": self.offset, "bytes": self.nbytes,
-                "table": self.table, "events_lost": self.records_lost, "why": self.why}
+        return {
+            "file": self.file,
+            "chunk": self.chunk,
+            "offset": self.offset,
+            "bytes": self.nbytes,
+            "table": self.table,
+            "events_lost": self.records_lost,
+            "why": self.why,
+        }
 
 
 #: why a walk over a growing file stopped before its end (RawFile.waiting)
-SHORT = "short"          # the next chunk is not whole yet: a write still landing, or a torn tail
-CHECKSUM = "checksum"    # the last chunk fails its checksum: maybe a write still landing
-MARKER = "marker"        # no chunk marker yet after bytes that are not a chunk
+SHORT = "short"  # the next chunk is not whole yet: a write still landing, or a torn tail
+CHECKSUM = "checksum"  # the last chunk fails its checksum: maybe a write still landing
+MARKER = "marker"  # no chunk marker yet after bytes that are not a chunk
 
 
 @dataclass
@@ -161,19 +179,19 @@ class RawFile:
 
     path: Path
     chunks: list[Chunk] = field(default_factory=list)
-    damaged: list[Damage] = field(default_factory=list)          # in chunk order
-    notes: list[tuple[int, str]] = field(default_factory=list)   # (chunk index, warning), in chunk order
-    unreadable: str = ""         # why the file could not be read at all ("" when it could)
+    damaged: list[Damage] = field(default_factory=list)  # in chunk order
+    notes: list[tuple[int, str]] = field(default_factory=list)  # (chunk index, warning), in chunk order
+    unreadable: str = ""  # why the file could not be read at all ("" when it could)
     size: int = 0
-    duplicates: int = 0          # chunks repeating chunks already read (a copied file, a repeated chunk)
-    repeats: dict[str, int] = field(default_factory=dict)   # file whose chunk was repeated -> how many
-    unknown: list = field(default_factory=list)   # [records, chunks, where the first was] naming unknown descriptors
+    duplicates: int = 0  # chunks repeating chunks already read (a copied file, a repeated chunk)
+    repeats: dict[str, int] = field(default_factory=dict)  # file whose chunk was repeated -> how many
+    unknown: list = field(default_factory=list)  # [records, chunks, where the first was] naming unknown descriptors
     meta: Optional[dict] = None  # what its metadata chunk says (checked)
-    end: Optional[dict] = None   # what its end-of-recording chunk says (checked)
-    offset: int = 0              # bytes walked: whole chunks and reported damage
-    next_index: int = 0          # index of the next chunk (damaged stretches count)
-    waiting: str = ""            # why the last walk stopped before the end of its bytes ("" when it did not)
-    wanted: int = 0              # the offset the walk needs bytes up to, when it stopped for a SHORT chunk
+    end: Optional[dict] = None  # what its end-of-recording chunk says (checked)
+    offset: int = 0  # bytes walked: whole chunks and reported damage
+    next_index: int = 0  # index of the next chunk (damaged stretches count)
+    waiting: str = ""  # why the last walk stopped before the end of its bytes ("" when it did not)
+    wanted: int = 0  # the offset the walk needs bytes up to, when it stopped for a SHORT chunk
 
     @property
     def torn_chunks(self) -> int:
@@ -187,8 +205,9 @@ class RawFile:
         """Record that a whole chunk cannot be used (its content is invalid although its checksum holds)."""
         if records_lost is None:
             records_lost = records_in(chunk.table, len(chunk.payload))
-        self._add(Damage(str(self.path), chunk.index, chunk.offset, chunk.nbytes, why, chunk.table or None,
-                         records_lost))
+        self._add(
+            Damage(str(self.path), chunk.index, chunk.offset, chunk.nbytes, why, chunk.table or None, records_lost)
+        )
 
     def _add(self, d: Damage) -> None:
         bisect.insort(self.damaged, d, key=lambda x: x.chunk)
@@ -204,8 +223,10 @@ class RawFile:
         rest = self.damaged[limit:]
         if rest:
             lost = sum(d.records_lost or 0 for d in rest)
-            out.append(f"{self.path}: {len(rest)} more damaged chunk(s) skipped ({sum(d.nbytes for d in rest)} bytes, "
-                       f"{lost:,} recorded events known lost with them)")
+            out.append(
+                f"{self.path}: {len(rest)} more damaged chunk(s) skipped ({sum(d.nbytes for d in rest)} bytes, "
+                f"{lost:,} recorded events known lost with them)"
+            )
         return out
 
     def sentences(self) -> list[str]:
@@ -213,16 +234,22 @@ class RawFile:
         out = self.damage_warnings()
         for other, n in self.repeats.items():
             if other == str(self.path):
-                out.append(f"{self.path}: {n} chunk(s) repeat earlier chunks of the same file word for word: each "
-                           "was counted once")
+                out.append(
+                    f"{self.path}: {n} chunk(s) repeat earlier chunks of the same file word for word: each "
+                    "was counted once"
+                )
             else:
-                out.append(f"{self.path} repeats {n} chunk(s) of {other} (the same recording stored twice, e.g. a "
-                           "copied raw file): each was counted once")
+                out.append(
+                    f"{self.path} repeats {n} chunk(s) of {other} (the same recording stored twice, e.g. a "
+                    "copied raw file): each was counted once"
+                )
         out += [text for _, text in self.notes]
         if self.unknown:
             n, chunks, where = self.unknown
-            out.append(f"{self.path}: {n:,} recorded events in {chunks} chunk(s) name descriptors that no readable "
-                       f"descriptors chunk defines (first: {where.split(': ', 1)[1]}); they were left out")
+            out.append(
+                f"{self.path}: {n:,} recorded events in {chunks} chunk(s) name descriptors that no readable "
+                f"descriptors chunk defines (first: {where.split(': ', 1)[1]}); they were left out"
+            )
         return out
 
     def walk(self, data, base: int = 0, final: bool = True) -> Iterator[Chunk]:
@@ -246,8 +273,11 @@ class RawFile:
                     if not final:
                         self.waiting, self.wanted = SHORT, base + pos + _PREFIX.size
                         return
-                    self._damaged(base + pos, end - pos, "the chunk header is cut short (the run was probably killed "
-                                  "while writing)")
+                    self._damaged(
+                        base + pos,
+                        end - pos,
+                        "the chunk header is cut short (the run was probably killed while writing)",
+                    )
                     pos = end
                     return
                 magic, head_len, payload_len, crc = _PREFIX.unpack_from(data, pos)
@@ -267,31 +297,41 @@ class RawFile:
                         self.waiting, self.wanted = SHORT, base + stop
                         return
                     nxt = data.find(MAGIC, pos + 1)
-                    head = data[body:body + head_len] if body + head_len <= end else None
+                    head = data[body : body + head_len] if body + head_len <= end else None
                     if nxt < 0:
-                        self._damaged(base + pos, end - pos, "the chunk is cut short (the run was probably killed "
-                                      "while writing)", head, payload_len)
+                        self._damaged(
+                            base + pos,
+                            end - pos,
+                            "the chunk is cut short (the run was probably killed while writing)",
+                            head,
+                            payload_len,
+                        )
                         pos = end
                         return
                     self._damaged(base + pos, nxt - pos, "its length field points past the end of the file", head, None)
                     pos = nxt
                     continue
-                head = data[body:body + head_len]
-                payload = view[body + head_len:stop]
+                head = data[body : body + head_len]
+                payload = view[body + head_len : stop]
                 if zlib.crc32(payload, zlib.crc32(head)) != crc:
                     # The sizes are probably right when the next chunk starts where they say; else resynchronise.
-                    if stop == end or data[stop:stop + 4] == MAGIC:
+                    if stop == end or data[stop : stop + 4] == MAGIC:
                         nxt = stop
                     elif not final and end - stop < 4 and MAGIC.startswith(bytes(data[stop:end])):
-                        nxt = -1             # the next chunk's marker may be landing
+                        nxt = -1  # the next chunk's marker may be landing
                     else:
                         nxt = data.find(MAGIC, pos + 1)
                     if not final and (stop == end or nxt < 0):
                         self.waiting = CHECKSUM if stop == end else MARKER
                         return
                     nxt = nxt if nxt >= 0 else end
-                    self._damaged(base + pos, nxt - pos, "checksum mismatch (damaged bytes)", head,
-                                  payload_len if nxt == stop else None)
+                    self._damaged(
+                        base + pos,
+                        nxt - pos,
+                        "checksum mismatch (damaged bytes)",
+                        head,
+                        payload_len if nxt == stop else None,
+                    )
                     pos = nxt
                     continue
                 chunk = Chunk({}, payload, self.next_index, base + pos, crc, head_len)
@@ -334,7 +374,7 @@ def records_in(table: Optional[str], payload_len: int) -> Optional[int]:
 def _parse_header(head) -> Any:
     try:
         return json.loads(bytes(head))
-    except (ValueError, RecursionError):      # not JSON, not UTF-8, nested too deep
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
         return None
 
 
@@ -350,7 +390,9 @@ def checked_header(head, name: str) -> tuple[Optional[dict], str]:
         return header, f"its header has no valid format version (v = {_show(v)})"
     if v > FORMAT_VERSION:
         if header.get("table") == "meta":
-            raise ProfviewError(f"{name} was written by a newer profview (raw format v{v}); upgrade profview to read it.")
+            raise ProfviewError(
+                f"{name} was written by a newer profview (raw format v{v}); upgrade profview to read it."
+            )
         return header, f"it says raw format v{v}, newer than this reader (v{FORMAT_VERSION})"
     if not isinstance(header.get("table"), str):
         return header, f"its header names no table (table = {_show(header.get('table'))})"
@@ -363,9 +405,13 @@ def _show(value: Any) -> str:
 
 
 def _kind_of(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return what
     return "not a regular file"
@@ -395,7 +441,7 @@ def _read_bytes(path: Path, report: RawFile, populate: bool = True):
         try:
             flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
             return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
-        except (ValueError, OSError, AttributeError):   # no mmap on this file system or platform
+        except (ValueError, OSError, AttributeError):  # no mmap on this file system or platform
             parts, left = [], size
             while left > 0:
                 part = os.read(fd, min(left, 1 << 24))

@@ -14,6 +14,7 @@ same words, for the same damage:
 - a bad entry costs that entry (a descriptor, a thread name, a metadata field): a warning;
 - records naming descriptors no readable descriptors chunk defines are left out and counted.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,9 @@ class Records:
     """The records of one events (t, code) or samples (t, code, a, b) chunk, codes in the rank's ids."""
 
     table: str
-    words: np.ndarray            # (n, 2) or (n, 4) int64
+    words: np.ndarray  # (n, 2) or (n, 4) int64
     thread: int
-    t_min: int                   # the earliest and latest time
+    t_min: int  # the earliest and latest time
     t_max: int
 
 
@@ -50,12 +51,12 @@ class TableReader:
         self.metas: list[dict] = []
         self.thread_names: dict[int, str] = {}
         self.sources: dict = {}
-        self.end: Optional[dict] = None               # the last end-of-recording chunk read
-        self.dropped = 0                              # records the recorder dropped (events chunks' counts)
-        self.lost_records = 0                         # records naming unknown descriptors
+        self.end: Optional[dict] = None  # the last end-of-recording chunk read
+        self.dropped = 0  # records the recorder dropped (events chunks' counts)
+        self.lost_records = 0  # records naming unknown descriptors
         self.recordings: list[_Recording] = []
         self._by_identity: dict[Any, _Recording] = {}
-        self._of_file: dict[int, _Recording] = {}     # id(file) -> its recording
+        self._of_file: dict[int, _Recording] = {}  # id(file) -> its recording
 
     # ---- files and copies ----------------------------------------------------------------------
 
@@ -176,8 +177,11 @@ class TableReader:
             rec.lut[first + k] = gid
         rec.lut_array = None
         if bad:
-            f.warn(c.index, f"{where}: {bad} descriptor(s) unreadable or contradicting an earlier chunk; records "
-                   "naming them are left out")
+            f.warn(
+                c.index,
+                f"{where}: {bad} descriptor(s) unreadable or contradicting an earlier chunk; records "
+                "naming them are left out",
+            )
         rec.next_local = max(rec.next_local, first + len(obj))
 
     def _records(self, f: RawFile, c: Chunk, rec: _Recording) -> Optional[Records]:
@@ -191,8 +195,9 @@ class TableReader:
             if _is_int(dropped) and dropped >= 0:
                 self.dropped += dropped
             else:
-                f.warn(c.index, f"{c.where(str(f.path))}: its dropped count is invalid ({dropped!r:.40}) and was "
-                       "ignored")
+                f.warn(
+                    c.index, f"{c.where(str(f.path))}: its dropped count is invalid ({dropped!r:.40}) and was ignored"
+                )
         words = np.frombuffer(c.payload, dtype="<i8").reshape(-1, width)
         if not len(words):
             return None
@@ -238,10 +243,10 @@ class _Recording:
 
     def __init__(self) -> None:
         self.files: list[RawFile] = []
-        self.lut: dict[int, int] = {}             # file-local descriptor id -> the rank's id (-1: unreadable)
-        self.lut_array: Optional[tuple[np.ndarray, bool, bool]] = None   # (lut, identity, complete), built once
-        self.next_local = 0                       # a descriptors chunk without `first` starts here
-        self.seen: dict[tuple, RawFile] = {}      # chunk key -> the file of its first copy
+        self.lut: dict[int, int] = {}  # file-local descriptor id -> the rank's id (-1: unreadable)
+        self.lut_array: Optional[tuple[np.ndarray, bool, bool]] = None  # (lut, identity, complete), built once
+        self.next_local = 0  # a descriptors chunk without `first` starts here
+        self.seen: dict[tuple, RawFile] = {}  # chunk key -> the file of its first copy
 
     def remap(self, words: np.ndarray) -> tuple[np.ndarray, int, tuple[int, int]]:
         """Records with their codes in the rank's descriptor ids, how many named an unknown one (left
@@ -253,9 +258,9 @@ class _Recording:
                 lut[local] = gid
             self.lut_array = lut, bool(size) and np.array_equal(lut, np.arange(size)), bool((lut >= 0).all())
         lut, identity, complete = self.lut_array
-        lo, hi = ranges(words)                    # one pass over the chunk: its times' and codes' ranges
+        lo, hi = ranges(words)  # one pass over the chunk: its times' and codes' ranges
         known = complete and len(lut) and lo[1] >= 0 and hi[1] < 2 * len(lut)
-        if known and identity:                    # the usual case: no copy, no per-record array
+        if known and identity:  # the usual case: no copy, no per-record array
             return words, 0, (lo[0], hi[0])
         desc = words[:, 1] >> 1
         bad = None
@@ -279,6 +284,7 @@ class _Recording:
 
 
 # ---- checking what the chunks say ------------------------------------------------------------
+
 
 def _is_int(v: Any) -> bool:
     return type(v) is int
@@ -309,8 +315,14 @@ def thread_names(obj: list, where: str) -> tuple[dict[int, str], str]:
             bad += 1
             name = f"thread-{ident}"
         names[ident] = name
-    problem = (f"{where}: {bad} thread entr{'y' if bad == 1 else 'ies'} without a valid ident or name (such "
-               "threads keep a generic name)") if bad else ""
+    problem = (
+        (
+            f"{where}: {bad} thread entr{'y' if bad == 1 else 'ies'} without a valid ident or name (such "
+            "threads keep a generic name)"
+        )
+        if bad
+        else ""
+    )
     return names, problem
 
 
@@ -339,11 +351,18 @@ def clean_meta(obj: Any, warnings: list[str], where: str) -> Optional[dict]:
         clock["origin_unix_ns"] = 0
         warnings.append(f"{where}: the metadata's wall-clock origin is unreadable: wall-clock times are unknown")
     meta["clock"] = clock
-    expected = {"rank": _is_int, "world_size": _is_int, "pid": _is_int, "host": lambda v: isinstance(v, str),
-                "tool_version": lambda v: isinstance(v, str),
-                "framework_versions": lambda v: isinstance(v, dict), "config": lambda v: isinstance(v, dict),
-                "per_event_cost_ns": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                and math.isfinite(v) and v >= 0}
+    expected = {
+        "rank": _is_int,
+        "world_size": _is_int,
+        "pid": _is_int,
+        "host": lambda v: isinstance(v, str),
+        "tool_version": lambda v: isinstance(v, str),
+        "framework_versions": lambda v: isinstance(v, dict),
+        "config": lambda v: isinstance(v, dict),
+        "per_event_cost_ns": lambda v: (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        ),
+    }
     bad = [k for k, ok in expected.items() if k in meta and not ok(meta[k])]
     for k in bad:
         del meta[k]
@@ -363,7 +382,8 @@ def clean_end(obj: Any) -> Optional[dict]:
     if "stopped_cleanly" in end and not isinstance(end["stopped_cleanly"], bool):
         del end["stopped_cleanly"]
     flush = end.get("flush_ms")
-    if flush is not None and not (isinstance(flush, (int, float)) and not isinstance(flush, bool)
-                                  and math.isfinite(flush) and flush >= 0):
+    if flush is not None and not (
+        isinstance(flush, (int, float)) and not isinstance(flush, bool) and math.isfinite(flush) and flush >= 0
+    ):
         del end["flush_ms"]
     return end

@@ -7,6 +7,7 @@ collectives: the straggler is the bright row), per-rank stacked bars that separa
 communication and waiting, and the cluster's findings. Without them it falls back to the ranks'
 own step traces.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,10 +16,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from profiler.formats import CSV_REQUIRED
-from viewer.html import absent, cards, esc, section, table
-from viewer.formatting import fmt_ms, fmt_pct
 from viewer.context import Context
 from viewer.device_figures import device_bars, device_figures, device_table
+from viewer.formatting import fmt_ms, fmt_pct
+from viewer.html import absent, cards, esc, section, table
 from viewer.page import Page
 from viewer.stats import findings, number, select_steps
 from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
@@ -55,8 +56,13 @@ def stacked(means: pd.DataFrame, parts: list[tuple[str, str, str]]) -> go.Figure
     fig = go.Figure()
     x = [f"rank {int(r)}" for r in means["rank"]]
     for col, label, color in parts:
-        fig.add_bar(x=x, y=means[col], name=label, marker_color=color,
-                    hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
+        fig.add_bar(
+            x=x,
+            y=means[col],
+            name=label,
+            marker_color=color,
+            hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>",
+        )
     return styled(fig, barmode="stack", yaxis_title="mean ms per step", xaxis=dict(type="category"))
 
 
@@ -65,15 +71,22 @@ def step_lines(ctx: Context) -> go.Figure:
     fig = go.Figure()
     for i, run in enumerate(r for r in ctx.runs if r.step_trace is not None):
         steps = select_steps(run.step_trace, ctx.options.steps)
-        fig.add_scatter(x=steps["step"], y=steps["total_ms"], mode="lines", name=f"rank {run.rank}",
-                        line=dict(color=PALETTE[i % len(PALETTE)], width=1.5),
-                        hovertemplate=f"rank {run.rank}, step %{{x}}: %{{y:.2f}} ms<extra></extra>")
+        fig.add_scatter(
+            x=steps["step"],
+            y=steps["total_ms"],
+            mode="lines",
+            name=f"rank {run.rank}",
+            line=dict(color=PALETTE[i % len(PALETTE)], width=1.5),
+            hovertemplate=f"rank {run.rank}, step %{{x}}: %{{y:.2f}} ms<extra></extra>",
+        )
     return styled(fig, xaxis_title="step", yaxis_title="step time (ms)")
 
 
 def _rank_table(means: pd.DataFrame) -> str:
-    rows = [[int(r["rank"]), int(r["steps"])] + [fmt_ms(r[c]) for c, _, _ in PHASES] + [fmt_ms(r["total_ms"])]
-            for _, r in means.iterrows()]
+    rows = [
+        [int(r["rank"]), int(r["steps"])] + [fmt_ms(r[c]) for c, _, _ in PHASES] + [fmt_ms(r["total_ms"])]
+        for _, r in means.iterrows()
+    ]
     headers = ["rank", "steps"] + [label for _, label, _ in PHASES] + ["step"]
     return table(headers, rows, [True] * len(headers))
 
@@ -81,7 +94,7 @@ def _rank_table(means: pd.DataFrame) -> str:
 # ---- device time per rank (report_{rank}.json's "devices", or the cluster summary's copy) -------
 
 
-def _device_section(ctx: Context, summary: "dict[str, Any] | None") -> str:
+def _device_section(ctx: Context, summary: dict[str, Any] | None) -> str:
     """Each rank's devices: busy / idle, on what, and why they waited; "" when no rank has a device.
     From cluster_summary.json's `device_time` when it has one, else from the ranks' own reports."""
     records = summary.get("device_time") if isinstance(summary, dict) else None
@@ -100,9 +113,12 @@ def _device_section(ctx: Context, summary: "dict[str, Any] | None") -> str:
     if not devices:
         return ""
     labels = [f"rank {rank} {d.device}" for rank, d in zip(ranks, devices)]
-    return section("Device time per rank", device_table(devices, ranks) + ctx.figure(device_bars(devices, labels)),
-                   "From each device's own timeline (report_{rank}.json's devices): shares of the device's window, "
-                   "first to last execution; comm overlap = share of communication time with compute running.")
+    return section(
+        "Device time per rank",
+        device_table(devices, ranks) + ctx.figure(device_bars(devices, labels)),
+        "From each device's own timeline (report_{rank}.json's devices): shares of the device's window, "
+        "first to last execution; comm overlap = share of communication time with compute running.",
+    )
 
 
 # ---- from the cluster files -------------------------------------------------------------------
@@ -112,12 +128,20 @@ def busy_heatmap(steps: pd.DataFrame) -> go.Figure:
     """Rank x step heatmap of busy time (step minus wait): the rank the others wait for is the bright row."""
     grid = steps.pivot(index="rank", columns="step", values="busy_ms").sort_index()
     wait = steps.pivot(index="rank", columns="step", values="wait_ms").reindex_like(grid)
-    fig = go.Figure(go.Heatmap(
-        z=grid.to_numpy(), x=grid.columns.to_numpy(), y=[f"rank {int(r)}" for r in grid.index],
-        customdata=wait.to_numpy(), colorscale="YlOrRd", colorbar=dict(title="busy ms"),
-        hovertemplate="%{y}, step %{x}<br>busy %{z:.2f} ms<br>waiting %{customdata:.2f} ms<extra></extra>"))
-    return styled(fig, height=max(260, 60 + 22 * len(grid)), xaxis_title="step",
-                  yaxis=dict(type="category", autorange="reversed"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(),
+            x=grid.columns.to_numpy(),
+            y=[f"rank {int(r)}" for r in grid.index],
+            customdata=wait.to_numpy(),
+            colorscale="YlOrRd",
+            colorbar=dict(title="busy ms"),
+            hovertemplate="%{y}, step %{x}<br>busy %{z:.2f} ms<br>waiting %{customdata:.2f} ms<extra></extra>",
+        )
+    )
+    return styled(
+        fig, height=max(260, 60 + 22 * len(grid)), xaxis_title="step", yaxis=dict(type="category", autorange="reversed")
+    )
 
 
 def cluster_means(steps: pd.DataFrame) -> pd.DataFrame:
@@ -152,11 +176,15 @@ def _coverage_cards(summary: dict[str, Any], means: pd.DataFrame) -> str:
 def _notes(summary: dict[str, Any]) -> str:
     warnings = [str(w) for w in summary.get("warnings", []) if w] if isinstance(summary.get("warnings"), list) else []
     clock = summary.get("clock", {}) if isinstance(summary.get("clock"), dict) else {}
-    method = {"offset_to_rank0": "measured clock offsets to rank 0",
-              "unix_clock": "the ranks' Unix clocks (no offset was measured)"}.get(clock.get("method"))
+    method = {
+        "offset_to_rank0": "measured clock offsets to rank 0",
+        "unix_clock": "the ranks' Unix clocks (no offset was measured)",
+    }.get(clock.get("method"))
     if method:
         unc = number(clock.get("max_uncertainty_ns"))
-        warnings.append(f"Ranks are aligned by {method}" + (f", uncertainty up to {fmt_ms(unc / 1e6)}." if unc else "."))
+        warnings.append(
+            f"Ranks are aligned by {method}" + (f", uncertainty up to {fmt_ms(unc / 1e6)}." if unc else ".")
+        )
     return "".join(f'<p class="note">{esc(w)}</p>' for w in warnings)
 
 
@@ -173,19 +201,26 @@ def _cluster_page(summary: dict[str, Any], steps: pd.DataFrame, ctx: Context) ->
     if not len(steps):
         return section("Cluster", absent("No step of the cluster step trace is in the selected range."))
     means = cluster_means(steps)
-    rows = [[int(r["rank"]), int(r["steps"])] + [fmt_ms(r[c]) for c in ("total_ms", "busy_ms", "comm_ms", "wait_ms")]
-            for _, r in means.iterrows()]
+    rows = [
+        [int(r["rank"]), int(r["steps"])] + [fmt_ms(r[c]) for c in ("total_ms", "busy_ms", "comm_ms", "wait_ms")]
+        for _, r in means.iterrows()
+    ]
     headers = ["rank", "steps", "step", "busy", "communication", "waiting"]
-    return (section("Ranks", _coverage_cards(summary, means) + _notes(summary))
-            + section("Findings", _findings_table(summary))
-            + section("Busy time per rank and step", ctx.figure(busy_heatmap(steps)),
-                      "busy = step time minus the time spent waiting for other ranks at the collectives")
-            + '<div class="grid2">'
-            + section("Mean step per rank", ctx.figure(stacked(means, STACK)))
-            + section("Step time per rank", ctx.figure(step_lines(ctx)))
-            + "</div><br>"
-            + section("Per-rank averages", table(headers, rows, [True] * len(headers)))
-            + _device_section(ctx, summary))
+    return (
+        section("Ranks", _coverage_cards(summary, means) + _notes(summary))
+        + section("Findings", _findings_table(summary))
+        + section(
+            "Busy time per rank and step",
+            ctx.figure(busy_heatmap(steps)),
+            "busy = step time minus the time spent waiting for other ranks at the collectives",
+        )
+        + '<div class="grid2">'
+        + section("Mean step per rank", ctx.figure(stacked(means, STACK)))
+        + section("Step time per rank", ctx.figure(step_lines(ctx)))
+        + "</div><br>"
+        + section("Per-rank averages", table(headers, rows, [True] * len(headers)))
+        + _device_section(ctx, summary)
+    )
 
 
 def build(ctx: Context) -> str:
@@ -194,23 +229,31 @@ def build(ctx: Context) -> str:
     if summary is not None and steps is not None and len(steps):
         return _cluster_page(summary, steps, ctx)
     if len(ctx.runs) < 2:
-        return section("Cluster", absent("Only one rank wrote to this directory; the cluster view compares "
-                                         "ranks of a multi-process job."))
+        return section(
+            "Cluster",
+            absent("Only one rank wrote to this directory; the cluster view compares ranks of a multi-process job."),
+        )
     means = rank_means(ctx)
     if not len(means):
         return section("Cluster", absent("No rank has a step trace."))
     slow = means.loc[means["total_ms"].idxmax()]
     fast = means.loc[means["total_ms"].idxmin()]
     spread = slow["total_ms"] - fast["total_ms"]
-    kpis = [("ranks", str(len(means))), ("slowest rank", f"rank {int(slow['rank'])}"),
-            ("its mean step", fmt_ms(slow["total_ms"])), ("spread slowest − fastest", fmt_ms(spread))]
-    return (section("Ranks", cards(kpis))
-            + '<div class="grid2">'
-            + section("Mean step breakdown per rank", ctx.figure(stacked(means, PHASES)))
-            + section("Step time per rank", ctx.figure(step_lines(ctx)))
-            + "</div><br>"
-            + section("Per-rank averages", _rank_table(means))
-            + _device_section(ctx, None))
+    kpis = [
+        ("ranks", str(len(means))),
+        ("slowest rank", f"rank {int(slow['rank'])}"),
+        ("its mean step", fmt_ms(slow["total_ms"])),
+        ("spread slowest − fastest", fmt_ms(spread)),
+    ]
+    return (
+        section("Ranks", cards(kpis))
+        + '<div class="grid2">'
+        + section("Mean step breakdown per rank", ctx.figure(stacked(means, PHASES)))
+        + section("Step time per rank", ctx.figure(step_lines(ctx)))
+        + "</div><br>"
+        + section("Per-rank averages", _rank_table(means))
+        + _device_section(ctx, None)
+    )
 
 
 #: Not live: the live report follows one rank, and the cluster files come from analysing every rank.

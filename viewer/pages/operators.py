@@ -1,19 +1,30 @@
 """Operators: which op types take each device's time, and every op in a sortable table."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from viewer.html import absent, esc, plot_text, section
 from viewer.context import Context
+from viewer.html import absent, esc, plot_text, section
 from viewer.page import Live, Page
 from viewer.stats import shares_with_other
 from viewer.theme import OTHER, PALETTE, styled
 
 #: Columns of the detail table: (op_detail column, header, kind).
-DETAIL_COLUMNS = [("device", "device", "text"), ("name", "name", "text"), ("op_type", "type", "text"),
-                  ("category", "category", "text"), ("count", "count", "int"), ("total_ms", "total ms", "num"),
-                  ("self_ms", "self ms", "num"), ("avg_ms", "avg ms", "num"), ("min_ms", "min ms", "num"),
-                  ("max_ms", "max ms", "num"), ("share_pct", "share %", "num"), ("shapes", "shapes", "text")]
+DETAIL_COLUMNS = [
+    ("device", "device", "text"),
+    ("name", "name", "text"),
+    ("op_type", "type", "text"),
+    ("category", "category", "text"),
+    ("count", "count", "int"),
+    ("total_ms", "total ms", "num"),
+    ("self_ms", "self ms", "num"),
+    ("avg_ms", "avg ms", "num"),
+    ("min_ms", "min ms", "num"),
+    ("max_ms", "max ms", "num"),
+    ("share_pct", "share %", "num"),
+    ("shapes", "shapes", "text"),
+]
 
 
 def type_shares(op_type, device: str, top: int) -> go.Figure:
@@ -21,15 +32,28 @@ def type_shares(op_type, device: str, top: int) -> go.Figure:
     rows = shares_with_other(op_type, device, top).iloc[::-1]
     colors = [OTHER if name.startswith("other (") else PALETTE[0] for name in rows["op_type"]]
     labels = [plot_text(name) for name in rows["op_type"]]
-    fig = go.Figure(go.Bar(
-        x=rows["share_pct"], y=labels, orientation="h", marker_color=colors,
-        customdata=list(zip(rows["total_ms"], rows["count"])),
-        text=[f"{v:.1f} %" for v in rows["share_pct"]], textposition="outside", cliponaxis=False,
-        hovertemplate="%{y}<br>%{x:.1f} % of device time<br>%{customdata[0]:.2f} ms in %{customdata[1]} calls"
-                      "<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=rows["share_pct"],
+            y=labels,
+            orientation="h",
+            marker_color=colors,
+            customdata=list(zip(rows["total_ms"], rows["count"])),
+            text=[f"{v:.1f} %" for v in rows["share_pct"]],
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="%{y}<br>%{x:.1f} % of device time<br>%{customdata[0]:.2f} ms in %{customdata[1]} calls"
+            "<extra></extra>",
+        )
+    )
     height = max(220, 26 * len(rows) + 80)
-    return styled(fig, height=height, xaxis_title="share of device self time (%)",
-                  yaxis=dict(type="category", automargin=True), margin=dict(l=10, r=50, t=20, b=44))
+    return styled(
+        fig,
+        height=height,
+        xaxis_title="share of device self time (%)",
+        yaxis=dict(type="category", automargin=True),
+        margin=dict(l=10, r=50, t=20, b=44),
+    )
 
 
 def _detail_table(ctx: Context, op_detail) -> str:
@@ -37,25 +61,35 @@ def _detail_table(ctx: Context, op_detail) -> str:
     present = [(c, h, k) for c, h, k in DETAIL_COLUMNS if c in op_detail.columns]
     names = [c for c, _, _ in present]
     frame = op_detail[names].astype(object)
-    payload = {"columns": [h for _, h, _ in present], "kinds": [k for _, _, k in present],
-               "rows": frame.where(frame.notna(), "").to_numpy().tolist(), "limit": ctx.options.table_rows,
-               "sort": names.index("total_ms"), "device": names.index("device")}
+    payload = {
+        "columns": [h for _, h, _ in present],
+        "kinds": [k for _, _, k in present],
+        "rows": frame.where(frame.notna(), "").to_numpy().tolist(),
+        "limit": ctx.options.table_rows,
+        "sort": names.index("total_ms"),
+        "device": names.index("device"),
+    }
     source = ctx.data(payload)
     devices = sorted(op_detail["device"].unique())
     options = '<option value="">all devices</option>' + "".join(
-        f'<option value="{esc(d)}">{esc(d)}</option>' for d in devices)
-    return (f'<div class="sortable" data-source="{source}"><div class="table-tools">'
-            f'<input type="search" placeholder="filter by name, type, shape…" aria-label="filter">'
-            f'<select aria-label="device">{options}</select><span class="count"></span></div>'
-            f'<div class="table-scroll"><table class="data sortable"><thead></thead><tbody></tbody></table></div></div>')
+        f'<option value="{esc(d)}">{esc(d)}</option>' for d in devices
+    )
+    return (
+        f'<div class="sortable" data-source="{source}"><div class="table-tools">'
+        f'<input type="search" placeholder="filter by name, type, shape…" aria-label="filter">'
+        f'<select aria-label="device">{options}</select><span class="count"></span></div>'
+        f'<div class="table-scroll"><table class="data sortable"><thead></thead><tbody></tbody></table></div></div>'
+    )
 
 
 #: what the tab says when the run has no op table: how to get one
-NO_OPS = ("No op table (op_type / op_detail csv) in this run: per-operator timings are recorded only when asked "
-          "for. PyTorch: profiler.attach(model, optimizer) captures them (ops=True, the default; ops_schedule= "
-          "picks the steps), Profiler(framework=\"torch\") from the start, `profview run --ops train.py` on a few "
-          "steps without changing the script; MindSpore: ProfviewCallback(mindspore_profiler=True). A Kineto trace or a MindSpore / Ascend "
-          "profiler directory opened with profview brings its own.")
+NO_OPS = (
+    "No op table (op_type / op_detail csv) in this run: per-operator timings are recorded only when asked "
+    "for. PyTorch: profiler.attach(model, optimizer) captures them (ops=True, the default; ops_schedule= "
+    'picks the steps), Profiler(framework="torch") from the start, `profview run --ops train.py` on a few '
+    "steps without changing the script; MindSpore: ProfviewCallback(mindspore_profiler=True). A Kineto trace "
+    "or a MindSpore / Ascend profiler directory opened with profview brings its own."
+)
 
 
 def build(ctx: Context) -> str:
@@ -68,14 +102,24 @@ def build(ctx: Context) -> str:
     if has_types:
         figs = []
         for device in sorted(run.op_type["device"].unique()):
-            figs.append(section(f"Op types on {device}", ctx.figure(type_shares(run.op_type, device, ctx.options.top_ops)),
-                                f"Top {ctx.options.top_ops} types by share of self time; the rest as 'other'."))
+            figs.append(
+                section(
+                    f"Op types on {device}",
+                    ctx.figure(type_shares(run.op_type, device, ctx.options.top_ops)),
+                    f"Top {ctx.options.top_ops} types by share of self time; the rest as 'other'.",
+                )
+            )
         parts.append('<div class="grid2">' + "".join(figs) + "</div><br>")
     else:
         parts.append(section("Op types", absent("No op-type table (op_type csv) in this run.")))
     if run.op_detail is not None and len(run.op_detail):
-        parts.append(section("Op details", _detail_table(ctx, run.op_detail),
-                             "Click a header to sort; type to filter. Times are summed over the profiled steps."))
+        parts.append(
+            section(
+                "Op details",
+                _detail_table(ctx, run.op_detail),
+                "Click a header to sort; type to filter. Times are summed over the profiled steps.",
+            )
+        )
     else:
         parts.append(section("Op details", absent("No op detail table (op_detail csv) in this run.")))
     return "".join(parts)

@@ -5,13 +5,29 @@ the page its findings belong to. Adding a finding is one new module and one line
 the advisor (`analysis/advisor.py`) runs them and keeps the verdict, the viewer reads their pages
 from here. The order of `QUESTIONS` is the order of their thresholds in report_{rank}.json.
 """
+
 from __future__ import annotations
 
 from typing import Optional
 
 from profiler.analysis.findings import (
-    communication, device_compute, device_data, device_dependency, device_launch, device_precision, device_sync, input_pipeline,
-    launch, memcpy, memory, operators, outliers, precision, recording, straggler, tail,
+    communication,
+    device_compute,
+    device_data,
+    device_dependency,
+    device_launch,
+    device_precision,
+    device_sync,
+    input_pipeline,
+    launch,
+    memcpy,
+    memory,
+    operators,
+    outliers,
+    precision,
+    recording,
+    straggler,
+    tail,
 )
 from profiler.analysis.findings.base import Question
 

@@ -7,12 +7,14 @@ thresholds (defaults and meaning) and, per scope, a `Rule`: a dataclass naming t
 reads (each field is a datum the rank or the cluster offers, `profiler.analysis.results.RankData`
 / `profiler.analysis.cluster.ClusterData`) and the function that turns it into findings.
 """
+
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import pandas as pd
 
@@ -25,7 +27,9 @@ MB = float(1 << 20)
 #: Names of dtype conversion ops, in every framework (the Cast op family of operators.py; precision.py
 #: charges those around float64 ops): MindSpore / Ascend Cast, torch's aten::to / _to_copy / copy_ and
 #: their backward, CUDA copy kernels.
-CAST_OP_NAME = re.compile(r"(?i)(?:^cast\b|^cast-|/cast|aten::(?:to|_to_copy|copy_|type_as)$|tocopybackward|copy_kernel)")
+CAST_OP_NAME = re.compile(
+    r"(?i)(?:^cast\b|^cast-|/cast|aten::(?:to|_to_copy|copy_|type_as)$|tocopybackward|copy_kernel)"
+)
 
 
 @dataclass
@@ -43,13 +47,22 @@ class Finding:
     metrics: dict[str, float] = field(default_factory=dict)
     severity: str = ""
     rank: Optional[int] = None
-    key: str = ""                             # what makes two runs' findings the same problem (compare)
+    key: str = ""  # what makes two runs' findings the same problem (compare)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "key": self.key or self.kind, "severity": self.severity, "title": self.title,
-               "at_stake_ms": round(float(self.at_stake_ms), 3), "at_stake_pct": round(float(self.at_stake_pct), 2),
-               "evidence": self.evidence, "threshold": self.threshold, "suggestion": self.suggestion,
-               "files": self.files, "metrics": {k: round(float(v), 4) for k, v in self.metrics.items()}}
+        out = {
+            "kind": self.kind,
+            "key": self.key or self.kind,
+            "severity": self.severity,
+            "title": self.title,
+            "at_stake_ms": round(float(self.at_stake_ms), 3),
+            "at_stake_pct": round(float(self.at_stake_pct), 2),
+            "evidence": self.evidence,
+            "threshold": self.threshold,
+            "suggestion": self.suggestion,
+            "files": self.files,
+            "metrics": {k: round(float(v), 4) for k, v in self.metrics.items()},
+        }
         if self.rank is not None:
             out["rank"] = int(self.rank)
         return out
@@ -102,7 +115,9 @@ def offered(data: object, name: str) -> Any:
     """The datum `name` of `data`, or an error naming what `data` offers (a typo in a module's needs)."""
     if not hasattr(data, name):
         known = ", ".join(n for n in dir(data) if not n.startswith("_"))
-        raise AttributeError(f"a finding needs {name!r}, which {type(data).__name__} does not offer (it offers {known})")
+        raise AttributeError(
+            f"a finding needs {name!r}, which {type(data).__name__} does not offer (it offers {known})"
+        )
     return getattr(data, name)
 
 

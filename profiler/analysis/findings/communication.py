@@ -5,15 +5,23 @@ HTA's get_comm_comp_overlap: communication kernel time no compute kernel overlap
 trace; for the job from the cluster's figures, where the time ranks spend waiting for a slower rank is
 taken out (that wait is the straggler question's).
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
 from profiler.analysis.findings.base import (
-    Context, Finding, Question, Rule, StepWindow, Threshold, exposed_comm, pct_text,
+    Context,
+    Finding,
+    Question,
+    Rule,
+    StepWindow,
+    Threshold,
+    exposed_comm,
+    pct_text,
 )
 from profiler.analysis.findings.device import DeviceTimeline, exposed_ms, in_steps_ms
 
@@ -23,12 +31,12 @@ THRESHOLDS = {
 
 FIX = {
     "torch": "overlap the gradient all-reduce with backward: DistributedDataParallel buckets it already; "
-             "tune bucket_cap_mb, set gradient_as_bucket_view=True, and use no_sync() for gradient "
-             "accumulation micro-batches",
+    "tune bucket_cap_mb, set gradient_as_bucket_view=True, and use no_sync() for gradient "
+    "accumulation micro-batches",
     "mindspore": "fuse and overlap the all-reduce (set_auto_parallel_context(all_reduce_fusion_config=[...]) "
-                 "or comm_fusion) and check the network between the ranks",
+    "or comm_fusion) and check the network between the ranks",
     "plain": "overlap communication with compute (start the all-reduce of early layers' gradients during "
-             "backward) and bucket small tensors into larger messages",
+    "backward) and bucket small tensors into larger messages",
 }
 
 
@@ -51,13 +59,21 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         return []
     comm, overlap = steps.per_step("all_reduce_ms"), steps.per_step("all_reduce_overlap_ms")
     f = ctx.file("step_trace")
-    return [steps.finding(
-        "comm_bound", exposed, title=f"Communication not hidden behind compute: {pct_text(share)} of the step",
-        evidence=(f"all-reduce {comm:.2f} ms per step, of which {overlap:.2f} ms overlaps compute and "
-                  f"{exposed:.2f} ms is exposed ({steps.note}) [{f}: all_reduce_ms, all_reduce_overlap_ms]"),
-        threshold=ctx.rule_text("exposed communication, % of step time", "comm_exposed_pct"),
-        suggestion=FIX[ctx.framework], files=[f], metrics={"all_reduce_ms": comm, "overlap_ms": overlap,
-                                                           "exposed_ms": exposed})]
+    return [
+        steps.finding(
+            "comm_bound",
+            exposed,
+            title=f"Communication not hidden behind compute: {pct_text(share)} of the step",
+            evidence=(
+                f"all-reduce {comm:.2f} ms per step, of which {overlap:.2f} ms overlaps compute and "
+                f"{exposed:.2f} ms is exposed ({steps.note}) [{f}: all_reduce_ms, all_reduce_overlap_ms]"
+            ),
+            threshold=ctx.rule_text("exposed communication, % of step time", "comm_exposed_pct"),
+            suggestion=FIX[ctx.framework],
+            files=[f],
+            metrics={"all_reduce_ms": comm, "overlap_ms": overlap, "exposed_ms": exposed},
+        )
+    ]
 
 
 def _device_findings(data: Needs, ctx: Context) -> list[Finding]:
@@ -74,15 +90,25 @@ def _device_findings(data: Needs, ctx: Context) -> list[Finding]:
         start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
         total = in_steps_ms(start[comm], end[comm], steps)
         overlap = data.device.row(device)["comm_compute_overlap_pct"]
-        out.append(steps.finding(
-            "comm_bound", exposed, title=f"Communication not hidden behind compute: {pct_text(share)} of the step",
-            evidence=(f"communication kernels run {total:.2f} ms per step on {device}, {exposed:.2f} ms of it with no "
-                      f"compute kernel beside them ({steps.note}); over the run {overlap:.1f} % of communication "
-                      f"kernel time overlaps compute kernels [{ctx.file('report', 'json')}: devices "
-                      f"comm_compute_overlap_pct]"),
-            threshold=ctx.rule_text("communication kernel time without compute, % of step time", "comm_exposed_pct"),
-            suggestion=FIX[ctx.framework], files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
-            metrics={"comm_kernel_ms": total, "exposed_ms": exposed, "comm_compute_overlap_pct": float(overlap)}))
+        out.append(
+            steps.finding(
+                "comm_bound",
+                exposed,
+                title=f"Communication not hidden behind compute: {pct_text(share)} of the step",
+                evidence=(
+                    f"communication kernels run {total:.2f} ms per step on {device}, {exposed:.2f} ms of it with no "
+                    f"compute kernel beside them ({steps.note}); over the run {overlap:.1f} % of communication "
+                    f"kernel time overlaps compute kernels [{ctx.file('report', 'json')}: devices "
+                    f"comm_compute_overlap_pct]"
+                ),
+                threshold=ctx.rule_text(
+                    "communication kernel time without compute, % of step time", "comm_exposed_pct"
+                ),
+                suggestion=FIX[ctx.framework],
+                files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
+                metrics={"comm_kernel_ms": total, "exposed_ms": exposed, "comm_compute_overlap_pct": float(overlap)},
+            )
+        )
     return out
 
 
@@ -98,18 +124,31 @@ def find_cluster(data: ClusterNeeds, ctx: Context) -> list[Finding]:
     limit = ctx.thresholds["comm_exposed_pct"]
     if share < limit:
         return []
-    return [Finding(
-        kind="comm_bound", at_stake_ms=comm["exposed_transfer_ms"], at_stake_pct=share,
-        title=f"Communication not hidden behind compute: {share:.1f} % of the step on every rank",
-        evidence=(f"mean over ranks: communication {comm['comm_ms']:.2f} ms per step, {comm['comm_overlap_ms']:.2f} ms "
-                  f"overlapping forward + backward, {comm['exposed_comm_ms']:.2f} ms exposed, of which "
-                  f"{comm['wait_ms']:.2f} ms is waiting for slower ranks [cluster_step_trace.csv: comm_ms, "
-                  f"comm_overlap_ms, wait_ms]"),
-        threshold=f"exposed communication without waiting >= {limit:g} % of step time (comm_exposed_pct)",
-        suggestion=FIX[ctx.framework], files=["cluster_step_trace.csv"],
-        metrics={k: comm[k] for k in ("comm_ms", "comm_overlap_ms", "exposed_comm_ms", "wait_ms")})]
+    return [
+        Finding(
+            kind="comm_bound",
+            at_stake_ms=comm["exposed_transfer_ms"],
+            at_stake_pct=share,
+            title=f"Communication not hidden behind compute: {share:.1f} % of the step on every rank",
+            evidence=(
+                f"mean over ranks: communication {comm['comm_ms']:.2f} ms per step, {comm['comm_overlap_ms']:.2f} ms "
+                f"overlapping forward + backward, {comm['exposed_comm_ms']:.2f} ms exposed, of which "
+                f"{comm['wait_ms']:.2f} ms is waiting for slower ranks [cluster_step_trace.csv: comm_ms, "
+                f"comm_overlap_ms, wait_ms]"
+            ),
+            threshold=f"exposed communication without waiting >= {limit:g} % of step time (comm_exposed_pct)",
+            suggestion=FIX[ctx.framework],
+            files=["cluster_step_trace.csv"],
+            metrics={k: comm[k] for k in ("comm_ms", "comm_overlap_ms", "exposed_comm_ms", "wait_ms")},
+        )
+    ]
 
 
 QUESTION = Question(
-    name="communication", page="overview", keys=("comm_bound",), thresholds=THRESHOLDS,
-    rank=Rule(Needs, find), cluster=Rule(ClusterNeeds, find_cluster))
+    name="communication",
+    page="overview",
+    keys=("comm_bound",),
+    thresholds=THRESHOLDS,
+    rank=Rule(Needs, find),
+    cluster=Rule(ClusterNeeds, find_cluster),
+)

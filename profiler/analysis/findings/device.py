@@ -7,11 +7,13 @@ other); each cause is one question's (device_sync, device_launch, device_data, d
 A device idle most of its window is never `balanced`: the largest cause of its idle time is
 reported as high severity whatever its share of the step (`device_idle_pct`, a verdict threshold).
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -112,12 +114,14 @@ def causes_per_step(timeline: DeviceTimeline, steps: StepWindow) -> pd.DataFrame
     return per.groupby(gaps["device"].to_numpy()).sum()
 
 
-def idle_findings(timeline: DeviceTimeline, steps: StepWindow, ctx: Context, group: str, threshold: str,
-                  build) -> list[Finding]:
-    """The findings of one group of idle causes (CAUSE_GROUPS), one per device where it reaches `threshold` (% of the mean steady
-    step) or where it is the largest cause of a device idle at least `device_idle_pct` of its window
-    (then high severity: a mostly idle device is never balanced). `build(device, ms_per_step, row,
-    causes)` makes the finding (`row`: the device's breakdown, `causes`: its causes per step)."""
+def idle_findings(
+    timeline: DeviceTimeline, steps: StepWindow, ctx: Context, group: str, threshold: str, build
+) -> list[Finding]:
+    """The findings of one group of idle causes (CAUSE_GROUPS), one per device where it reaches
+    `threshold` (% of the mean steady step) or where it is the largest cause of a device idle at
+    least `device_idle_pct` of its window (then high severity: a mostly idle device is never
+    balanced). `build(device, ms_per_step, row, causes)` makes the finding (`row`: the device's
+    breakdown, `causes`: its causes per step)."""
     if not timeline.explains_idle or not len(steps.steady):
         return []
     out = []
@@ -138,9 +142,11 @@ def idle_findings(timeline: DeviceTimeline, steps: StepWindow, ctx: Context, gro
 
 def idle_evidence(device: str, row: pd.Series, causes: Optional[pd.Series], steps: StepWindow, ctx: Context) -> str:
     """The device's figures every idle finding starts its evidence with."""
-    text = (f"{device} idle {row['idle_pct']:.1f} % of its {row['window_ms']:.1f} ms window "
-            f"(busy {row['busy_pct']:.1f} %: compute {row['compute_pct']:.1f} %, communication "
-            f"{row['comm_pct']:.1f} %, memory {row['memory_pct']:.1f} %)")
+    text = (
+        f"{device} idle {row['idle_pct']:.1f} % of its {row['window_ms']:.1f} ms window "
+        f"(busy {row['busy_pct']:.1f} %: compute {row['compute_pct']:.1f} %, communication "
+        f"{row['comm_pct']:.1f} %, memory {row['memory_pct']:.1f} %)"
+    )
     if causes is not None:
         split = ", ".join(f"{c} {float(causes[c]):.2f} ms" for c in IDLE_CAUSES)
         text += f"; idle per step by cause: {split} ({steps.note})"
@@ -148,5 +154,5 @@ def idle_evidence(device: str, row: pd.Series, causes: Optional[pd.Series], step
 
 
 def share_title(share: float) -> str:
-    """"12.3 % of the step", as device finding titles write it."""
+    """ "12.3 % of the step", as device finding titles write it."""
     return f"{pct_text(share)} of the step"

@@ -2,44 +2,58 @@
 time whose next work the host launched late (HTA's host_wait without syncs and data waits) or only
 just in time (launch latency between queued short kernels, HTA's kernel_wait). Many short kernels make
 it launch-bound (CUDA graphs, torch.compile, a larger batch); long gaps are host work between launches."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.findings.device import DeviceNeeds, DeviceTimeline, idle_evidence, idle_findings, share_title, steady_windows
+from profiler.analysis.findings.device import (
+    DeviceNeeds,
+    DeviceTimeline,
+    idle_evidence,
+    idle_findings,
+    share_title,
+    steady_windows,
+)
 
 THRESHOLDS = {
-    "device_host_wait_pct": Threshold(10.0, "share of step time the device is idle waiting for the host to launch "
-                                            "its next work (host_bound:device)"),
-    "launch_gap_us": Threshold(100.0, "idle gaps shorter than this are launch gaps: a device waiting for the host "
-                                      "mostly in such gaps is launch-bound (else: host work between launches)"),
+    "device_host_wait_pct": Threshold(
+        10.0, "share of step time the device is idle waiting for the host to launch its next work (host_bound:device)"
+    ),
+    "launch_gap_us": Threshold(
+        100.0,
+        "idle gaps shorter than this are launch gaps: a device waiting for the host "
+        "mostly in such gaps is launch-bound (else: host work between launches)",
+    ),
 }
 
 FIX = {
     "launch": {
         "torch": "the device finishes each short kernel before the host launches the next: capture the step in "
-                 "CUDA graphs (torch.cuda.graphs / torch.compile(mode='reduce-overhead')), fuse small ops with "
-                 "torch.compile, use foreach / fused optimizers, or a larger batch so each kernel does more",
+        "CUDA graphs (torch.cuda.graphs / torch.compile(mode='reduce-overhead')), fuse small ops with "
+        "torch.compile, use foreach / fused optimizers, or a larger batch so each kernel does more",
         "mindspore": "run in graph mode (set_context(mode=GRAPH_MODE)) with graph-kernel fusion and data sink "
-                     "mode, and a larger batch, so the host launches fewer, larger kernels",
+        "mode, and a larger batch, so the host launches fewer, larger kernels",
         "plain": "launch fewer, larger kernels: fuse small operations, batch the work, or record the sequence "
-                 "once and replay it (CUDA graphs)",
+        "once and replay it (CUDA graphs)",
     },
     "host": {
         "torch": "the device waits while the host does other work between launches: profile the host side "
-                 "(Python, data preparation, logging), move that work out of the loop or overlap it "
-                 "(DataLoader workers, a side thread), and keep work queued ahead (avoid per-step syncs)",
+        "(Python, data preparation, logging), move that work out of the loop or overlap it "
+        "(DataLoader workers, a side thread), and keep work queued ahead (avoid per-step syncs)",
         "mindspore": "the device waits for host work between launches: move Python callbacks out of the loop and "
-                     "use graph mode with data sink so the device runs several steps per host call",
+        "use graph mode with data sink so the device runs several steps per host call",
         "plain": "the device waits for host work between launches: move that work out of the loop or overlap it "
-                 "with the device's work",
+        "with the device's work",
     },
 }
 
 
-def host_gap_figures(timeline: DeviceTimeline, device: str, steps: StepWindow, launch_gap_us: float) -> dict[str, float]:
+def host_gap_figures(
+    timeline: DeviceTimeline, device: str, steps: StepWindow, launch_gap_us: float
+) -> dict[str, float]:
     """In the steady steps: the device's gaps waiting for the host (host or launch cause), their count
     per step, median length (µs) and the share of their time in gaps shorter than `launch_gap_us`, and
     the device's executions per step with their median length (µs)."""
@@ -55,11 +69,13 @@ def host_gap_figures(timeline: DeviceTimeline, device: str, steps: StepWindow, l
     waited = (gaps["host_ns"] + gaps["launch_ns"]).to_numpy()[g_in]
     durations = (ex["end_ns"] - ex["start_ns"]).to_numpy()[e_in]
     short = lengths < launch_gap_us * 1e3
-    return {"gaps_per_step": float(g_in.sum()) / n,
-            "median_gap_us": float(np.median(lengths)) / 1e3 if len(lengths) else 0.0,
-            "short_gap_share_pct": 100.0 * float(waited[short].sum()) / max(float(waited.sum()), 1.0),
-            "executions_per_step": float(e_in.sum()) / n,
-            "median_execution_us": float(np.median(durations)) / 1e3 if len(durations) else 0.0}
+    return {
+        "gaps_per_step": float(g_in.sum()) / n,
+        "median_gap_us": float(np.median(lengths)) / 1e3 if len(lengths) else 0.0,
+        "short_gap_share_pct": 100.0 * float(waited[short].sum()) / max(float(waited.sum()), 1.0),
+        "executions_per_step": float(e_in.sum()) / n,
+        "median_execution_us": float(np.median(durations)) / 1e3 if len(durations) else 0.0,
+    }
 
 
 def _inside(t: np.ndarray, w_start: np.ndarray, w_end: np.ndarray) -> np.ndarray:
@@ -72,29 +88,47 @@ def _inside(t: np.ndarray, w_start: np.ndarray, w_end: np.ndarray) -> np.ndarray
 
 def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """host_bound:device: the device idle waiting for the host's launches, per device."""
+
     def build(device: str, ms: float, row: pd.Series, causes: pd.Series) -> Finding:
         fig = host_gap_figures(data.device, device, data.steps, ctx.thresholds["launch_gap_us"])
         launch = fig["short_gap_share_pct"] >= 50.0
         share = data.steps.share(ms)
         what = "Launch-bound" if launch else "Host-bound"
         return data.steps.finding(
-            "host_bound", ms, key="host_bound:device",
+            "host_bound",
+            ms,
+            key="host_bound:device",
             title=f"{what}: {device} idle waiting for the host to launch work, {share_title(share)}",
-            evidence=(f"{ms:.2f} ms per step of device idle time waiting for the next launch: "
-                      f"{fig['gaps_per_step']:.0f} such gaps per step, median {fig['median_gap_us']:.1f} µs, "
-                      f"{fig['short_gap_share_pct']:.1f} % of the time in gaps under {ctx.thresholds['launch_gap_us']:g} µs, "
-                      f"between "
-                      f"{fig['executions_per_step']:.0f} executions per step of median {fig['median_execution_us']:.1f} "
-                      f"µs; " + idle_evidence(device, row, causes, data.steps, ctx)),
-            threshold=(ctx.rule_text("device idle waiting for launches, % of step time", "device_host_wait_pct")
-                       + f"; launch-bound when most of that time is in gaps < {ctx.thresholds['launch_gap_us']:g} µs "
-                         "(launch_gap_us)"),
+            evidence=(
+                f"{ms:.2f} ms per step of device idle time waiting for the next launch: "
+                f"{fig['gaps_per_step']:.0f} such gaps per step, median {fig['median_gap_us']:.1f} µs, "
+                f"{fig['short_gap_share_pct']:.1f} % of the time in gaps under {ctx.thresholds['launch_gap_us']:g} µs, "
+                f"between "
+                f"{fig['executions_per_step']:.0f} executions per step of median {fig['median_execution_us']:.1f} "
+                f"µs; " + idle_evidence(device, row, causes, data.steps, ctx)
+            ),
+            threshold=(
+                ctx.rule_text("device idle waiting for launches, % of step time", "device_host_wait_pct")
+                + f"; launch-bound when most of that time is in gaps < {ctx.thresholds['launch_gap_us']:g} µs "
+                "(launch_gap_us)"
+            ),
             suggestion=FIX["launch" if launch else "host"][ctx.framework],
             files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
-            metrics={"idle_host_ms": float(causes["host"]), "idle_launch_ms": float(causes["launch"]),
-                     "device_idle_pct": float(row["idle_pct"]), **fig})
+            metrics={
+                "idle_host_ms": float(causes["host"]),
+                "idle_launch_ms": float(causes["launch"]),
+                "device_idle_pct": float(row["idle_pct"]),
+                **fig,
+            },
+        )
+
     return idle_findings(data.device, data.steps, ctx, "launch", "device_host_wait_pct", build)
 
 
-QUESTION = Question(name="device_launch", page="timeline", keys=("host_bound:device",), thresholds=THRESHOLDS,
-                    rank=Rule(DeviceNeeds, find))
+QUESTION = Question(
+    name="device_launch",
+    page="timeline",
+    keys=("host_bound:device",),
+    thresholds=THRESHOLDS,
+    rank=Rule(DeviceNeeds, find),
+)

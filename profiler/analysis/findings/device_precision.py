@@ -2,6 +2,7 @@
 kernels (GEMM, convolution) in float32 on the ordinary cores (`sgemm`, `scudnn`: no tensor cores; TF32 or
 torch.autocast would run them on tensor cores) and of float64 kernels of any family (`dgemm`,
 `<double>` templates; GPUs run float64 at a fraction of float32's rate)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,25 +12,27 @@ from profiler.analysis.findings.device import DeviceNeeds, in_steps_ms, share_ti
 from profiler.analysis.kernel_families import MATRIX_FAMILIES
 
 THRESHOLDS = {
-    "fp32_matrix_pct": Threshold(10.0, "share of step time in float32 GEMM / convolution kernels that do not use "
-                                       "tensor cores (device_precision:fp32)"),
+    "fp32_matrix_pct": Threshold(
+        10.0,
+        "share of step time in float32 GEMM / convolution kernels that do not use tensor cores (device_precision:fp32)",
+    ),
     "fp64_kernel_pct": Threshold(5.0, "share of step time in float64 kernels (device_precision:fp64)"),
 }
 
 FIX = {
     "fp32": {
         "torch": "run matrix math on tensor cores: torch.backends.cuda.matmul.allow_tf32 = True (or "
-                 "torch.set_float32_matmul_precision('high')) and torch.backends.cudnn.allow_tf32 = True on "
-                 "Ampere or newer; or mixed precision, torch.autocast(device_type='cuda', dtype=torch.bfloat16 / "
-                 "torch.float16) with a GradScaler for float16 (Volta / Turing: float16 only)",
+        "torch.set_float32_matmul_precision('high')) and torch.backends.cudnn.allow_tf32 = True on "
+        "Ampere or newer; or mixed precision, torch.autocast(device_type='cuda', dtype=torch.bfloat16 / "
+        "torch.float16) with a GradScaler for float16 (Volta / Turing: float16 only)",
         "mindspore": "use mixed precision (Model(net, amp_level='O2' / 'O3')) so matrix kernels run on tensor / "
-                     "cube units",
+        "cube units",
         "plain": "use a lower matrix precision (TF32, bfloat16, float16) so the matrix units do the work",
     },
     "fp64": {
         "torch": "keep the model and its inputs in float32 (or lower): remove .double() / dtype=torch.float64 "
-                 "(numpy arrays are float64 by default: torch.from_numpy(x).float()); GPUs run float64 at "
-                 "1/2 to 1/64 of float32's rate",
+        "(numpy arrays are float64 by default: torch.from_numpy(x).float()); GPUs run float64 at "
+        "1/2 to 1/64 of float32's rate",
         "mindspore": "keep the network in float32 or lower (mstype.float32 / amp_level), numpy inputs included",
         "plain": "compute in float32: float64 runs at a fraction of float32's rate on accelerators",
     },
@@ -58,18 +61,33 @@ def _finding(data: DeviceNeeds, ctx: Context, device: str, mine, kind: str, mask
         return []
     chosen = mine[mask].assign(dur_ms=(end[mask] - start[mask]) * 1e-6)
     top = chosen.groupby("name", observed=True)["dur_ms"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-    listed = "; ".join(f"{str(name)[:80]} x{int(r['count'])} {r['sum']:.2f} ms" for name, r in top.head(TOP_KERNELS).iterrows())
+    listed = "; ".join(
+        f"{str(name)[:80]} x{int(r['count'])} {r['sum']:.2f} ms" for name, r in top.head(TOP_KERNELS).iterrows()
+    )
     families = ", ".join(sorted(set(chosen["family"].astype(str))))
-    what = ("float32 matrix kernels without tensor cores" if kind == "fp32" else "float64 kernels")
-    return [data.steps.finding(
-        "device_precision", ms, key=f"device_precision:{kind}",
-        title=f"{what[0].upper()}{what[1:]} take {share_title(share)} on {device}",
-        evidence=(f"{ms:.2f} ms per step in {what} ({families}; {data.steps.note}); over the run: {listed} "
-                  f"[{ctx.file('timeline', 'json')}: kernel names]"),
-        threshold=ctx.rule_text(f"{what}, % of step time", threshold),
-        suggestion=FIX[kind][ctx.framework], files=[ctx.file("timeline", "json")],
-        metrics={f"{kind}_ms": ms, "kernels": float(mask.sum())})]
+    what = "float32 matrix kernels without tensor cores" if kind == "fp32" else "float64 kernels"
+    return [
+        data.steps.finding(
+            "device_precision",
+            ms,
+            key=f"device_precision:{kind}",
+            title=f"{what[0].upper()}{what[1:]} take {share_title(share)} on {device}",
+            evidence=(
+                f"{ms:.2f} ms per step in {what} ({families}; {data.steps.note}); over the run: {listed} "
+                f"[{ctx.file('timeline', 'json')}: kernel names]"
+            ),
+            threshold=ctx.rule_text(f"{what}, % of step time", threshold),
+            suggestion=FIX[kind][ctx.framework],
+            files=[ctx.file("timeline", "json")],
+            metrics={f"{kind}_ms": ms, "kernels": float(mask.sum())},
+        )
+    ]
 
 
-QUESTION = Question(name="device_precision", page="operators", keys=("device_precision",), thresholds=THRESHOLDS,
-                    rank=Rule(DeviceNeeds, find))
+QUESTION = Question(
+    name="device_precision",
+    page="operators",
+    keys=("device_precision",),
+    thresholds=THRESHOLDS,
+    rank=Rule(DeviceNeeds, find),
+)

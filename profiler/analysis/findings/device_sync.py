@@ -1,6 +1,7 @@
 """Does the device run dry because the host synchronises? device_sync: device idle time in the shadow of
 synchronising calls (cudaDeviceSynchronize / cudaStreamSynchronize / cudaEventSynchronize, blocking or
 pageable copies: `.item()`, `.cpu()`, `print(tensor)`), with the calls and their call sites."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,19 +12,20 @@ from profiler.analysis.findings.device import MS, DeviceNeeds, DeviceTimeline, i
 from profiler.kernels.intervals import covered_ns
 
 THRESHOLDS = {
-    "device_sync_pct": Threshold(5.0, "share of step time the device is idle because the host waits in a "
-                                      "synchronising call (device_sync)"),
+    "device_sync_pct": Threshold(
+        5.0, "share of step time the device is idle because the host waits in a synchronising call (device_sync)"
+    ),
 }
 
 FIX = {
     "torch": "the host blocks on the device and then has nothing queued: take .item(), .cpu(), .numpy(), "
-             "print(tensor) and if tensor: checks out of the loop (accumulate metrics on the device, read them "
-             "every N steps), copy with .to(device, non_blocking=True) from pinned memory, and find hidden "
-             "syncs with torch.cuda.set_sync_debug_mode('warn')",
+    "print(tensor) and if tensor: checks out of the loop (accumulate metrics on the device, read them "
+    "every N steps), copy with .to(device, non_blocking=True) from pinned memory, and find hidden "
+    "syncs with torch.cuda.set_sync_debug_mode('warn')",
     "mindspore": "the host blocks on the device: read losses / metrics (asnumpy(), print) every N steps instead of "
-                 "every step, and train in data sink mode so the device runs several steps per host call",
+    "every step, and train in data sink mode so the device runs several steps per host call",
     "plain": "the host waits for the device to finish and then has nothing queued: read results back every N "
-             "steps instead of every step, and keep enough work queued",
+    "steps instead of every step, and keep enough work queued",
 }
 #: call sites listed in the evidence
 TOP_SITES = 3
@@ -36,34 +38,61 @@ def sync_sites(timeline: DeviceTimeline, device: str) -> pd.DataFrame:
     gaps = gaps[gaps["device"] == device]
     rows = []
     for (name, site), group in calls.groupby(["name", "call_site"], sort=True):
-        idle = covered_ns(group["start_ns"].to_numpy(), group["shadow_end_ns"].to_numpy(),
-                          gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)).sum()
+        idle = covered_ns(
+            group["start_ns"].to_numpy(),
+            group["shadow_end_ns"].to_numpy(),
+            gaps["start_ns"].to_numpy(np.int64),
+            gaps["end_ns"].to_numpy(np.int64),
+        ).sum()
         blocked = (group["end_ns"] - group["start_ns"]).sum()
-        rows.append({"name": name, "call_site": site, "calls": len(group),
-                     "blocked_ms": float(blocked) * MS, "idle_ms": float(idle) * MS})
+        rows.append(
+            {
+                "name": name,
+                "call_site": site,
+                "calls": len(group),
+                "blocked_ms": float(blocked) * MS,
+                "idle_ms": float(idle) * MS,
+            }
+        )
     return pd.DataFrame(rows, columns=["name", "call_site", "calls", "blocked_ms", "idle_ms"]).sort_values(
-        ["idle_ms", "name", "call_site"], ascending=[False, True, True], kind="stable")
+        ["idle_ms", "name", "call_site"], ascending=[False, True, True], kind="stable"
+    )
 
 
 def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """device_sync: the device's idle time in synchronising calls' shadows, per device."""
+
     def build(device: str, ms: float, row: pd.Series, causes: pd.Series) -> Finding:
         sites = sync_sites(data.device, device).head(TOP_SITES)
-        listed = "; ".join(f"{r.name} x{r.calls} at {r.call_site or 'top level'} ({r.idle_ms:.2f} ms idle, "
-                           f"{r.blocked_ms:.2f} ms blocked)" for r in sites.itertuples())
+        listed = "; ".join(
+            f"{r.name} x{r.calls} at {r.call_site or 'top level'} ({r.idle_ms:.2f} ms idle, "
+            f"{r.blocked_ms:.2f} ms blocked)"
+            for r in sites.itertuples()
+        )
         share = data.steps.share(ms)
         return data.steps.finding(
-            "device_sync", ms, key="device_sync",
+            "device_sync",
+            ms,
+            key="device_sync",
             title=f"{device} idle while the host synchronises: {share_title(share)}",
-            evidence=(f"{ms:.2f} ms per step of device idle time falls in synchronising calls' shadows (the call "
-                      f"until the next launch); over the run: {listed or 'no call recorded'}; "
-                      + idle_evidence(device, row, causes, data.steps, ctx)),
+            evidence=(
+                f"{ms:.2f} ms per step of device idle time falls in synchronising calls' shadows (the call "
+                f"until the next launch); over the run: {listed or 'no call recorded'}; "
+                + idle_evidence(device, row, causes, data.steps, ctx)
+            ),
             threshold=ctx.rule_text("device idle in sync calls, % of step time", "device_sync_pct"),
-            suggestion=FIX[ctx.framework], files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
-            metrics={"idle_sync_ms": ms, "device_idle_pct": float(row["idle_pct"]),
-                     "sync_calls": float(len(data.device.sync))})
+            suggestion=FIX[ctx.framework],
+            files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
+            metrics={
+                "idle_sync_ms": ms,
+                "device_idle_pct": float(row["idle_pct"]),
+                "sync_calls": float(len(data.device.sync)),
+            },
+        )
+
     return idle_findings(data.device, data.steps, ctx, "sync", "device_sync_pct", build)
 
 
-QUESTION = Question(name="device_sync", page="timeline", keys=("device_sync",), thresholds=THRESHOLDS,
-                    rank=Rule(DeviceNeeds, find))
+QUESTION = Question(
+    name="device_sync", page="timeline", keys=("device_sync",), thresholds=THRESHOLDS, rank=Rule(DeviceNeeds, find)
+)

@@ -1,9 +1,11 @@
 """Does memory grow step after step? memory_growth: host RSS or device memory that grows steadily
 across the analysed steps (a leak: references kept across steps), with when it reaches its limit."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -12,20 +14,25 @@ from profiler.analysis.findings.base import MB, Context, Finding, Question, Rule
 from profiler.analysis.trend import BINS, MIN_SPAN_S, NOISE_RATIO, RISING_BINS, sustained_growth
 
 THRESHOLDS = {
-    "memory_growth_mb": Threshold(32.0, "growth of host RSS / device memory over the analysed steps (MB) that, when "
-                                        "sustained (see memory_growth), makes a memory_growth finding"),
-    "memory_trend_s": Threshold(MIN_SPAN_S, "fewest seconds of analysed steps a memory trend is judged over (shorter "
-                                     "runs get no memory_growth finding)"),
+    "memory_growth_mb": Threshold(
+        32.0,
+        "growth of host RSS / device memory over the analysed steps (MB) that, when "
+        "sustained (see memory_growth), makes a memory_growth finding",
+    ),
+    "memory_trend_s": Threshold(
+        MIN_SPAN_S,
+        "fewest seconds of analysed steps a memory trend is judged over (shorter runs get no memory_growth finding)",
+    ),
 }
 
 FIX = {
     "torch": "something keeps references across steps: accumulate loss.item(), not loss (a tensor keeps its "
-             "autograd graph), detach and move to the CPU what you keep for logging, clear lists of "
-             "outputs; tracemalloc (host) or torch.cuda.memory._record_memory_history() (GPU) shows who allocates",
+    "autograd graph), detach and move to the CPU what you keep for logging, clear lists of "
+    "outputs; tracemalloc (host) or torch.cuda.memory._record_memory_history() (GPU) shows who allocates",
     "mindspore": "something keeps references across steps (outputs or losses kept in a list, a growing "
-                 "cache): keep scalars (asnumpy()) instead of tensors and clear what you keep for logging",
+    "cache): keep scalars (asnumpy()) instead of tensors and clear what you keep for logging",
     "plain": "something keeps references across steps (a list or cache that only grows): keep only what you "
-             "need, as plain numbers; tracemalloc shows who allocates",
+    "need, as plain numbers; tracemalloc shows who allocates",
 }
 
 #: memory counters watched for steady growth, and how each is named in a finding
@@ -38,15 +45,16 @@ MEMORY_MIN_STEPS = 16
 class Needs:
     steps: StepWindow
     counters: Optional[pd.DataFrame]
-    memory_limits: Mapping[str, float]          # "source|device" -> bytes
-    buffering_steps: frozenset                  # steps where torch.profiler held its events in memory
+    memory_limits: Mapping[str, float]  # "source|device" -> bytes
+    buffering_steps: frozenset  # steps where torch.profiler held its events in memory
 
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
-    """memory_growth: host RSS or device memory that grows for good across the analysed steps (profiler.analysis.trend)."""
+    """memory_growth: host RSS or device memory that grows for good across the analysed steps
+    (profiler.analysis.trend)."""
     counters = data.counters
     steady = data.steps.steady
-    steps = steady[~steady["step"].isin(data.buffering_steps)]    # not the profiler's own buffers
+    steps = steady[~steady["step"].isin(data.buffering_steps)]  # not the profiler's own buffers
     if counters is None or not len(counters) or len(steps) < MEMORY_MIN_STEPS:
         return []
     lo = (steps["start_ms"] * 1e6).to_numpy()
@@ -72,21 +80,37 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         else:
             when, severity = "", "medium"
         f = ctx.file("device_counters")
-        out.append(Finding(
-            kind="memory_growth", key=f"memory_growth:{device}:{metric}", at_stake_ms=0.0, at_stake_pct=0.0,
-            title=f"{MEMORY_METRICS[metric]} on {device} grows {per_step_mb:.2f} MB per step{when}",
-            evidence=(f"{metric} {v[0] / MB:.0f} MB -> {v[-1] / MB:.0f} MB (+{grown_mb:.0f} MB) over "
-                      f"{len(steps)} steps and {trend.span_s:.1f} s ({data.steps.note}, steps with torch op capture "
-                      f"left out), rising throughout (Theil-Sen slope {trend.slope_per_s / MB:.2f} MB/s; the median of "
-                      f"each 1/{BINS} of the span above the previous one's {trend.rising_bins} of {BINS - 1} times; "
-                      f"spread around the trend {trend.spread / MB:.1f} MB) [{f}: {metric}]"),
-            threshold=(f"growth of at least {ctx.thresholds['memory_growth_mb']:g} MB (memory_growth_mb) over "
-                       f"at least {ctx.thresholds['memory_trend_s']:g} s (memory_trend_s) and {MEMORY_MIN_STEPS} "
-                       f"steps, >= {NOISE_RATIO:g}x the spread around the trend, the median of each 1/{BINS} of the span "
-                       f"above the previous one's >= {RISING_BINS} of {BINS - 1} times"),
-            suggestion=FIX[ctx.framework], files=[f], severity=severity,
-            metrics={"mb_per_step": per_step_mb, "mb_per_s": slope * 1e9 / MB, "grown_mb": grown_mb,
-                     **({"seconds_to_limit": remaining_s} if remaining_s is not None and remaining_s > 0 else {})}))
+        out.append(
+            Finding(
+                kind="memory_growth",
+                key=f"memory_growth:{device}:{metric}",
+                at_stake_ms=0.0,
+                at_stake_pct=0.0,
+                title=f"{MEMORY_METRICS[metric]} on {device} grows {per_step_mb:.2f} MB per step{when}",
+                evidence=(
+                    f"{metric} {v[0] / MB:.0f} MB -> {v[-1] / MB:.0f} MB (+{grown_mb:.0f} MB) over "
+                    f"{len(steps)} steps and {trend.span_s:.1f} s ({data.steps.note}, steps with torch op capture "
+                    f"left out), rising throughout (Theil-Sen slope {trend.slope_per_s / MB:.2f} MB/s; the median of "
+                    f"each 1/{BINS} of the span above the previous one's {trend.rising_bins} of {BINS - 1} times; "
+                    f"spread around the trend {trend.spread / MB:.1f} MB) [{f}: {metric}]"
+                ),
+                threshold=(
+                    f"growth of at least {ctx.thresholds['memory_growth_mb']:g} MB (memory_growth_mb) over "
+                    f"at least {ctx.thresholds['memory_trend_s']:g} s (memory_trend_s) and {MEMORY_MIN_STEPS} "
+                    f"steps, >= {NOISE_RATIO:g}x the spread around the trend, the median of each 1/{BINS} of the span "
+                    f"above the previous one's >= {RISING_BINS} of {BINS - 1} times"
+                ),
+                suggestion=FIX[ctx.framework],
+                files=[f],
+                severity=severity,
+                metrics={
+                    "mb_per_step": per_step_mb,
+                    "mb_per_s": slope * 1e9 / MB,
+                    "grown_mb": grown_mb,
+                    **({"seconds_to_limit": remaining_s} if remaining_s is not None and remaining_s > 0 else {}),
+                },
+            )
+        )
     return out
 
 
@@ -102,5 +126,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.0f} days"
 
 
-QUESTION = Question(name="memory", page="counters", keys=("memory_growth",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+QUESTION = Question(
+    name="memory", page="counters", keys=("memory_growth",), thresholds=THRESHOLDS, rank=Rule(Needs, find)
+)

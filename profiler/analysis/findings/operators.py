@@ -2,6 +2,7 @@
 transforms) above its share of a device's op time, or, as low severity, one ordinary op type doing
 most of the work (where the compute goes, not a fault). Figures are per captured step.
 """
+
 from __future__ import annotations
 
 import re
@@ -11,14 +12,24 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import (
-    CAST_OP_NAME, Context, Finding, Question, Rule, StepWindow, Threshold, pct_text,
+    CAST_OP_NAME,
+    Context,
+    Finding,
+    Question,
+    Rule,
+    StepWindow,
+    Threshold,
+    pct_text,
 )
 
 THRESHOLDS = {
-    "op_hotspot_pct": Threshold(20.0, "share of a device's op time taken by an avoidable op family "
-                                      "(BatchNorm / normalisation, layout transforms)"),
-    "cast_hotspot_pct": Threshold(8.0, "share of a device's op time taken by dtype conversions (Cast): pure "
-                                       "overhead, so a lower line"),
+    "op_hotspot_pct": Threshold(
+        20.0,
+        "share of a device's op time taken by an avoidable op family (BatchNorm / normalisation, layout transforms)",
+    ),
+    "cast_hotspot_pct": Threshold(
+        8.0, "share of a device's op time taken by dtype conversions (Cast): pure overhead, so a lower line"
+    ),
     "op_dominant_pct": Threshold(50.0, "share of op time taken by one op type that is reported (as low severity)"),
 }
 
@@ -27,43 +38,49 @@ OP_FAMILIES: dict[str, tuple[re.Pattern, str, dict[str, str]]] = {
     "cast": (
         CAST_OP_NAME,
         "Cast (dtype conversion)",
-        {"torch": "keep one dtype through the model: remove .double() / .float() / .to(dtype) around layers "
-                  "(each one is a copy forward and again in backward); for speed use mixed precision "
-                  "(torch.autocast(device_type, dtype=torch.bfloat16 or float16)) rather than manual casts",
-         "mindspore": "set the network's precision once (Model(net, amp_level='O2' / 'O3'), or .to_float(mstype."
-                      "float16)) so Cast ops disappear, and enable graph-kernel fusion "
-                      "(set_context(enable_graph_kernel=True)) to fuse the rest",
-         "plain": "keep arrays in one dtype end to end; convert once at load time instead of in every step"},
+        {
+            "torch": "keep one dtype through the model: remove .double() / .float() / .to(dtype) around layers "
+            "(each one is a copy forward and again in backward); for speed use mixed precision "
+            "(torch.autocast(device_type, dtype=torch.bfloat16 or float16)) rather than manual casts",
+            "mindspore": "set the network's precision once (Model(net, amp_level='O2' / 'O3'), or .to_float(mstype."
+            "float16)) so Cast ops disappear, and enable graph-kernel fusion "
+            "(set_context(enable_graph_kernel=True)) to fuse the rest",
+            "plain": "keep arrays in one dtype end to end; convert once at load time instead of in every step",
+        },
     ),
     "norm": (
         re.compile(r"(?i)(?:batch_?norm|bntraining|bninfer|\bbn_(?:fw|bw)|layer_?norm|group_?norm|instance_?norm)"),
         "BatchNorm / normalisation",
-        {"torch": "run normalisation in the model's dtype (never float64), use channels_last memory format and "
-                  "torch.compile to fuse BatchNorm + ReLU, or mixed precision (torch.autocast); for inference, "
-                  "fold BatchNorm into the preceding conv (torch.ao.quantization.fuse_modules)",
-         "mindspore": "mixed precision (amp_level='O2') and graph-kernel fusion (set_context(enable_graph_kernel="
-                      "True)) fuse BNTrainingReduce / BNTrainingUpdate with their neighbours",
-         "plain": "fuse the normalisation with its neighbouring ops, or compute it in a lower precision"},
+        {
+            "torch": "run normalisation in the model's dtype (never float64), use channels_last memory format and "
+            "torch.compile to fuse BatchNorm + ReLU, or mixed precision (torch.autocast); for inference, "
+            "fold BatchNorm into the preceding conv (torch.ao.quantization.fuse_modules)",
+            "mindspore": "mixed precision (amp_level='O2') and graph-kernel fusion (set_context(enable_graph_kernel="
+            "True)) fuse BNTrainingReduce / BNTrainingUpdate with their neighbours",
+            "plain": "fuse the normalisation with its neighbouring ops, or compute it in a lower precision",
+        },
     ),
     "layout": (
         re.compile(r"(?i)(?:transdata|^transpose|aten::contiguous$)"),
         "layout transforms (TransData / transpose)",
-        {"torch": "keep one memory format end to end (model.to(memory_format=torch.channels_last) together with "
-                  "the inputs) so tensors are not re-laid out between ops",
-         "mindspore": "TransData converts between NCHW and the device format: keep shapes / dtypes stable, use "
-                      "mixed precision consistently and graph mode so the compiler removes the conversions",
-         "plain": "keep one memory layout end to end instead of transposing between ops"},
+        {
+            "torch": "keep one memory format end to end (model.to(memory_format=torch.channels_last) together with "
+            "the inputs) so tensors are not re-laid out between ops",
+            "mindspore": "TransData converts between NCHW and the device format: keep shapes / dtypes stable, use "
+            "mixed precision consistently and graph mode so the compiler removes the conversions",
+            "plain": "keep one memory layout end to end instead of transposing between ops",
+        },
     ),
 }
 
 #: the fix for a dominant ordinary op type
 DOMINANT_FIX = {
     "torch": "this is where the compute goes: to go faster make it cheaper — mixed precision (torch.autocast), "
-             "channels_last, torch.compile, a better-shaped batch, or faster hardware",
+    "channels_last, torch.compile, a better-shaped batch, or faster hardware",
     "mindspore": "this is where the compute goes: to go faster make it cheaper — mixed precision (amp_level="
-                 "'O2'), graph mode with graph-kernel fusion, a better-shaped batch, or faster hardware",
+    "'O2'), graph mode with graph-kernel fusion, a better-shaped batch, or faster hardware",
     "plain": "this is where the compute goes: to go faster make it cheaper — a faster library or kernel, lower "
-             "precision, better-shaped arrays, or faster hardware",
+    "precision, better-shaped arrays, or faster hardware",
 }
 
 
@@ -81,7 +98,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     return _family_findings(data, ctx) + _dominant_findings(data, ctx)
 
 
-def op_ms_per_step(data: Needs, device: str, op_types: "set[str]") -> float:
+def op_ms_per_step(data: Needs, device: str, op_types: set[str]) -> float:
     """Self time of these op types on `device`, per captured analysed step (ms)."""
     ops, steps = data.ops, data.steps.captured
     if ops is None or not len(ops) or not len(steps):
@@ -113,14 +130,22 @@ def _family_findings(data: Needs, ctx: Context) -> list[Finding]:
             top = rows.sort_values("self_ms", ascending=False).head(4)
             listed = ", ".join(f"{r.op_type} {r.share_pct:.1f} %" for r in top.itertuples())
             f = ctx.file("op_type")
-            out.append(data.steps.captured_finding(
-                "op_hotspot", stake, title=f"{label} ops take {pct_text(share)} of {device} op time",
-                key=f"op_hotspot:{family}:{device}",
-                evidence=(f"{listed} of {device} self time over the run; {stake:.2f} ms {_captured_note(data.steps)} "
-                          f"[{f}: op_type, self_ms, share_pct; {ctx.file('step_trace')}: op_count]"),
-                threshold=f"{family} family share >= {limit:g} % of op time ({limit_name})",
-                suggestion=fix[ctx.framework], files=[f, ctx.file("op_detail")],
-                metrics={"share_pct": share, "self_ms_per_step": stake}))
+            out.append(
+                data.steps.captured_finding(
+                    "op_hotspot",
+                    stake,
+                    title=f"{label} ops take {pct_text(share)} of {device} op time",
+                    key=f"op_hotspot:{family}:{device}",
+                    evidence=(
+                        f"{listed} of {device} self time over the run; {stake:.2f} ms {_captured_note(data.steps)} "
+                        f"[{f}: op_type, self_ms, share_pct; {ctx.file('step_trace')}: op_count]"
+                    ),
+                    threshold=f"{family} family share >= {limit:g} % of op time ({limit_name})",
+                    suggestion=fix[ctx.framework],
+                    files=[f, ctx.file("op_detail")],
+                    metrics={"share_pct": share, "self_ms_per_step": stake},
+                )
+            )
     return out
 
 
@@ -138,17 +163,24 @@ def _dominant_findings(data: Needs, ctx: Context) -> list[Finding]:
         stake = op_ms_per_step(data, str(r.device), {str(r.op_type)})
         f = ctx.file("op_type")
         finding = data.steps.captured_finding(
-            "op_hotspot", stake, title=f"{r.op_type} does most of the work on {r.device} ({pct_text(r.share_pct)})",
+            "op_hotspot",
+            stake,
+            title=f"{r.op_type} does most of the work on {r.device} ({pct_text(r.share_pct)})",
             key=f"op_hotspot:{r.op_type}:{r.device}",
-            evidence=(f"{r.op_type}: {r.count} calls, {r.self_ms:.2f} ms self time, {stake:.2f} ms "
-                      f"{_captured_note(data.steps)} [{f}: share_pct, self_ms]"),
+            evidence=(
+                f"{r.op_type}: {r.count} calls, {r.self_ms:.2f} ms self time, {stake:.2f} ms "
+                f"{_captured_note(data.steps)} [{f}: share_pct, self_ms]"
+            ),
             threshold=f"one op type >= {limit:g} % of op time (op_dominant_pct; reported as low severity)",
             suggestion=DOMINANT_FIX[ctx.framework],
-            files=[f], metrics={"share_pct": float(r.share_pct), "self_ms_per_step": stake})
+            files=[f],
+            metrics={"share_pct": float(r.share_pct), "self_ms_per_step": stake},
+        )
         finding.severity = "low"
         out.append(finding)
     return out
 
 
-QUESTION = Question(name="operators", page="operators", keys=("op_hotspot",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+QUESTION = Question(
+    name="operators", page="operators", keys=("op_hotspot",), thresholds=THRESHOLDS, rank=Rule(Needs, find)
+)

@@ -2,6 +2,7 @@
 evaluation — that add up to a real share of the run. The outlier rule is one rule everywhere
 (`analysis/steps.outlier_steps`); every other question measures the steps it leaves (`StepWindow.steady`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,11 +21,11 @@ THRESHOLDS = {
 
 FIX = {
     "torch": "find the periodic work (evaluation, checkpoint saving, logging, garbage collection): do it less "
-             "often or asynchronously, and gc.freeze() after start-up",
+    "often or asynchronously, and gc.freeze() after start-up",
     "mindspore": "find the periodic work (evaluation, checkpoint saving, logging callbacks): save or log less "
-                 "often, or asynchronously",
+    "often, or asynchronously",
     "plain": "find the periodic work (evaluation, checkpoint saving, logging, garbage collection) and do it "
-             "less often or asynchronously",
+    "less often or asynchronously",
 }
 
 
@@ -69,7 +70,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     extra = sum((slow[c] - median[c]).clip(lower=0) for c in ("data_wait_ms", "profiler_overhead_ms") if c in slow)
     excess = float((slow["total_ms"] - median["total_ms"] - extra).clip(lower=0).sum()) / len(steps)
     mean_all = float(steps["total_ms"].mean())
-    share = 100.0 * excess / mean_all if mean_all > 0 else 0.0       # of the whole run: outliers included
+    share = 100.0 * excess / mean_all if mean_all > 0 else 0.0  # of the whole run: outliers included
     if share < ctx.thresholds["outlier_excess_pct"]:
         return []
     grown = {col: float(slow[col].mean() - median[col]) for col in PHASE_COLUMNS}
@@ -79,18 +80,31 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     listed = ", ".join(str(int(s)) for s in slow["step"].head(8)) + (" …" if len(slow) > 8 else "")
     one = len(slow) == 1
     f = ctx.file("step_trace")
-    return [Finding(
-        kind="step_outliers", at_stake_ms=excess, at_stake_pct=share,
-        title=f"{'One slow step adds' if one else f'{len(slow)} slow steps{every} add'} {pct_text(share)} to the run",
-        evidence=(f"{'step' if one else 'steps'} {listed} {'takes' if one else 'take'} "
-                  f"{slow['total_ms'].mean():.2f} ms{'' if one else ' on average'} against a median of "
-                  f"{median['total_ms']:.2f} ms; the extra time is mostly in {phase[:-3]} (+{grown[phase]:.2f} ms) "
-                  f"[{f}: step, total_ms, {phase}]"),
-        threshold=ctx.rule_text(f"time outlier steps ({outlier_rule_text(ctx.thresholds['outlier_min_pct'])}) add, "
-                                "% of step time", "outlier_excess_pct"),
-        suggestion=FIX[ctx.framework], files=[f],
-        metrics={"outliers": float(len(slow)), "period_steps": float(every_p or 0), "excess_ms_per_step": excess})]
+    return [
+        Finding(
+            kind="step_outliers",
+            at_stake_ms=excess,
+            at_stake_pct=share,
+            title=(
+                f"{'One slow step adds' if one else f'{len(slow)} slow steps{every} add'} {pct_text(share)} to the run"
+            ),
+            evidence=(
+                f"{'step' if one else 'steps'} {listed} {'takes' if one else 'take'} "
+                f"{slow['total_ms'].mean():.2f} ms{'' if one else ' on average'} against a median of "
+                f"{median['total_ms']:.2f} ms; the extra time is mostly in {phase[:-3]} (+{grown[phase]:.2f} ms) "
+                f"[{f}: step, total_ms, {phase}]"
+            ),
+            threshold=ctx.rule_text(
+                f"time outlier steps ({outlier_rule_text(ctx.thresholds['outlier_min_pct'])}) add, % of step time",
+                "outlier_excess_pct",
+            ),
+            suggestion=FIX[ctx.framework],
+            files=[f],
+            metrics={"outliers": float(len(slow)), "period_steps": float(every_p or 0), "excess_ms_per_step": excess},
+        )
+    ]
 
 
-QUESTION = Question(name="outliers", page="overview", keys=("step_outliers",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+QUESTION = Question(
+    name="outliers", page="overview", keys=("step_outliers",), thresholds=THRESHOLDS, rank=Rule(Needs, find)
+)

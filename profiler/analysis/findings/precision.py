@@ -3,6 +3,7 @@
 them, charged together with the time they take per captured step. float64 is twice the bytes and,
 on most hardware, several times the time of float32, and is almost never what a model needs.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,11 @@ from profiler.analysis.findings.base import CAST_OP_NAME, Context, Finding, Ques
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 
 THRESHOLDS = {
-    "precision_waste_pct": Threshold(5.0, "share of the mean captured step spent in host ops on float64 inputs "
-                                          "and the casts to / from float64 around them (needs record_shapes)"),
+    "precision_waste_pct": Threshold(
+        5.0,
+        "share of the mean captured step spent in host ops on float64 inputs "
+        "and the casts to / from float64 around them (needs record_shapes)",
+    ),
 }
 
 #: How the recorded input types name float64 (torch: "double", "c10::complex<double>").
@@ -28,14 +32,14 @@ FLOATING_TYPE = re.compile(r"(?i)float|double|half|bfloat16|complex")
 
 FIX = {
     "torch": "keep the model and its inputs in float32: remove .double() / dtype=torch.float64 (model.float(), "
-             "torch.set_default_dtype(torch.float32)) and find where float64 enters — numpy arrays are float64 "
-             "by default, so torch.from_numpy(array) / torch.tensor(array) give float64 tensors: convert with "
-             "array.astype(np.float32) or .float() once at load time; for speed use mixed precision "
-             "(torch.autocast) rather than a wider type",
+    "torch.set_default_dtype(torch.float32)) and find where float64 enters — numpy arrays are float64 "
+    "by default, so torch.from_numpy(array) / torch.tensor(array) give float64 tensors: convert with "
+    "array.astype(np.float32) or .float() once at load time; for speed use mixed precision "
+    "(torch.autocast) rather than a wider type",
     "mindspore": "keep the network and its inputs in float32 (mstype.float32; numpy arrays are float64 by "
-                 "default: astype(np.float32) at load time) and use mixed precision (amp_level='O2') for speed",
+    "default: astype(np.float32) at load time) and use mixed precision (amp_level='O2') for speed",
     "plain": "keep arrays in float32 end to end (numpy creates float64 by default: pass dtype=np.float32, or "
-             "astype(np.float32) once at load time)",
+    "astype(np.float32) once at load time)",
 }
 
 
@@ -61,11 +65,11 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
     depth = nesting_depths(parent)
     levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
-    holds = own.copy()                           # a charged op at or below it: innermost level first
+    holds = own.copy()  # a charged op at or below it: innermost level first
     for rows in reversed(levels):
         holds[parent[rows[holds[rows]]]] = True
     charged = own | (holds & cast)
-    for rows in levels:                          # what a charged op runs inside it: outermost first
+    for rows in levels:  # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
     return charged
 
@@ -75,7 +79,7 @@ def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     floating-point type. Read once per distinct input type list."""
     codes, texts = pd.factorize(dtypes.astype(str))
     kinds = np.array([_floating_kinds(t) for t in texts], dtype=bool).reshape(-1, 2)
-    kinds = np.vstack([kinds, [[False, False]]])        # code -1 (missing): neither
+    kinds = np.vstack([kinds, [[False, False]]])  # code -1 (missing): neither
     return kinds[codes, 0], kinds[codes, 1]
 
 
@@ -106,18 +110,24 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     top = self_ms.groupby(level=0).sum().sort_values(ascending=False).head(4)
     note = f"per captured step ({n} of {len(data.steps.analysed)})" if n < len(data.steps.analysed) else "per step"
     finding = data.steps.captured_finding(
-        "precision_waste", stake,
+        "precision_waste",
+        stake,
         title=f"float64 on the host: {stake:.2f} ms per step in ops on float64 inputs and the casts around them",
-        evidence=(f"{stake:.2f} ms {note} of self time in {len(ops) / n:.0f} ops per step with float64 inputs or "
-                  f"casting to / from float64 ({cast_ms:.2f} ms of it casts); the biggest: "
-                  + ", ".join(f"{name} {ms:.2f} ms" for name, ms in top.items())
-                  + f" [{ctx.file('op_detail')}: name, self_ms; input types recorded by torch.profiler "
-                    "(record_shapes=True)]"),
+        evidence=(
+            f"{stake:.2f} ms {note} of self time in {len(ops) / n:.0f} ops per step with float64 inputs or "
+            f"casting to / from float64 ({cast_ms:.2f} ms of it casts); the biggest: "
+            + ", ".join(f"{name} {ms:.2f} ms" for name, ms in top.items())
+            + f" [{ctx.file('op_detail')}: name, self_ms; input types recorded by torch.profiler "
+            "(record_shapes=True)]"
+        ),
         threshold=ctx.rule_text("float64 ops + their casts", "precision_waste_pct"),
-        suggestion=FIX[ctx.framework], files=[ctx.file("op_detail"), ctx.file("timeline", "json")],
-        metrics={"self_ms_per_step": stake, "cast_ms_per_step": cast_ms, "ops_per_step": len(ops) / n})
+        suggestion=FIX[ctx.framework],
+        files=[ctx.file("op_detail"), ctx.file("timeline", "json")],
+        metrics={"self_ms_per_step": stake, "cast_ms_per_step": cast_ms, "ops_per_step": len(ops) / n},
+    )
     return [finding] if ctx.reaches(finding.at_stake_pct, "precision_waste_pct") is not None else []
 
 
-QUESTION = Question(name="precision", page="operators", keys=("precision_waste",), thresholds=THRESHOLDS,
-                    rank=Rule(Needs, find))
+QUESTION = Question(
+    name="precision", page="operators", keys=("precision_waste",), thresholds=THRESHOLDS, rank=Rule(Needs, find)
+)

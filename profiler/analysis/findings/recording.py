@@ -2,10 +2,12 @@
 steps; dropped_events: records the memory budget (or a failed write) dropped while recording;
 damaged_raw_store: records lost with damaged raw-store chunks. The last two make every figure an undercount.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -18,28 +20,27 @@ THRESHOLDS = {
 FIXES: dict[str, dict[str, str]] = {
     "profiler_overhead": {
         "torch": "record less: capture ops on a few steps only (Profiler(ops_schedule=schedule(wait=..., "
-                 "active=3))), keep record_shapes / with_stack off, and no spans inside tight inner loops",
+        "active=3))), keep record_shapes / with_stack off, and no spans inside tight inner loops",
         "mindspore": "record less: profile a few steps with a schedule and keep spans out of tight inner loops",
         "plain": "record less: a schedule(wait=..., active=...) window, and no op() / span() in tight inner loops",
     },
-    "dropped_events": {
-        fw: "give the recording room between flushes: raise memory_budget_mb (Profiler(memory_budget_mb=...)), or "
-            "flush more often (a smaller flush_interval_s); record fewer spans in tight inner loops"
-        for fw in ("torch", "mindspore", "plain")
-    },
-    "damaged_raw_store": {
-        fw: "the raw store was damaged after it was written (a killed run tears at most its last chunk): keep the "
-            "raw/ files whole when copying them (no partial copies, no editing), and re-run `profview analyse`"
-        for fw in ("torch", "mindspore", "plain")
-    },
+    "dropped_events": dict.fromkeys(
+        ("torch", "mindspore", "plain"),
+        "give the recording room between flushes: raise memory_budget_mb (Profiler(memory_budget_mb=...)), or "
+        "flush more often (a smaller flush_interval_s); record fewer spans in tight inner loops",
+    ),
+    "damaged_raw_store": dict.fromkeys(
+        ("torch", "mindspore", "plain"),
+        "the raw store was damaged after it was written (a killed run tears at most its last chunk): keep the "
+        "raw/ files whole when copying them (no partial copies, no editing), and re-run `profview analyse`",
+    ),
 }
-
 
 
 @dataclass(frozen=True)
 class Needs:
     steps: StepWindow
-    recording: Mapping[str, Any]                # profiler_info "recording": what was dropped or lost
+    recording: Mapping[str, Any]  # profiler_info "recording": what was dropped or lost
 
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
@@ -54,11 +55,18 @@ def _overhead_findings(steps: StepWindow, ctx: Context) -> list[Finding]:
     if share is None:
         return []
     f = ctx.file("step_trace")
-    return [steps.finding(
-        "profiler_overhead", overhead, title=f"The profiler itself takes {pct_text(share)} of each step",
-        evidence=f"profiler_overhead_ms {overhead:.3f} ms per step ({steps.note}) [{f}: profiler_overhead_ms]",
-        threshold=ctx.rule_text("profiler overhead, % of step time", "profiler_overhead_pct"),
-        suggestion=FIXES["profiler_overhead"][ctx.framework], files=[f], metrics={"overhead_ms": overhead})]
+    return [
+        steps.finding(
+            "profiler_overhead",
+            overhead,
+            title=f"The profiler itself takes {pct_text(share)} of each step",
+            evidence=f"profiler_overhead_ms {overhead:.3f} ms per step ({steps.note}) [{f}: profiler_overhead_ms]",
+            threshold=ctx.rule_text("profiler overhead, % of step time", "profiler_overhead_pct"),
+            suggestion=FIXES["profiler_overhead"][ctx.framework],
+            files=[f],
+            metrics={"overhead_ms": overhead},
+        )
+    ]
 
 
 def _count(value: Any) -> int:
@@ -80,30 +88,58 @@ def _loss_findings(recording: Mapping[str, Any], ctx: Context) -> list[Finding]:
     dropped = _count(rec.get("dropped_events"))
     if dropped:
         budget = rec.get("memory_budget_bytes")
-        budget_text = (f" with a memory budget of {budget / MB:.3g} MB" if isinstance(budget, (int, float))
-                       and not isinstance(budget, bool) and budget > 0 else "")
+        budget_text = (
+            f" with a memory budget of {budget / MB:.3g} MB"
+            if isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget > 0
+            else ""
+        )
         share = 100.0 * dropped / (dropped + kept)
-        out.append(Finding(
-            kind="dropped_events", at_stake_ms=0.0, at_stake_pct=0.0,
-            title=f"{dropped:,} recorded events ({share:.1f} %) were dropped while recording: the figures miss them",
-            evidence=(f"{dropped:,} of {dropped + kept:,} events were dropped{budget_text} because the buffers were "
-                      f"full between two flushes (or a write failed) [{f}: recording.dropped_events]"),
-            threshold="any dropped event", suggestion=FIXES["dropped_events"][ctx.framework], files=[f],
-            severity=_loss_severity(dropped, dropped + kept), metrics={"dropped_events": dropped, "dropped_pct": share}))
+        out.append(
+            Finding(
+                kind="dropped_events",
+                at_stake_ms=0.0,
+                at_stake_pct=0.0,
+                title=(
+                    f"{dropped:,} recorded events ({share:.1f} %) were dropped while recording: the figures miss them"
+                ),
+                evidence=(
+                    f"{dropped:,} of {dropped + kept:,} events were dropped{budget_text} because the buffers were "
+                    f"full between two flushes (or a write failed) [{f}: recording.dropped_events]"
+                ),
+                threshold="any dropped event",
+                suggestion=FIXES["dropped_events"][ctx.framework],
+                files=[f],
+                severity=_loss_severity(dropped, dropped + kept),
+                metrics={"dropped_events": dropped, "dropped_pct": share},
+            )
+        )
     lost, damaged = _count(rec.get("lost_events")), _count(rec.get("torn_chunks"))
     if damaged:
         share = 100.0 * lost / (lost + kept) if lost + kept else 0.0
-        out.append(Finding(
-            kind="damaged_raw_store", at_stake_ms=0.0, at_stake_pct=0.0,
-            title=f"{damaged} raw-store chunk(s) were damaged and skipped: {lost:,} recorded events lost with them",
-            evidence=(f"{damaged} damaged chunk(s), {lost:,} events lost, {kept:,} analysed; which chunks, where: "
-                      f"[{f}: recording.damaged_chunks]"),
-            threshold="any damaged chunk",
-            suggestion=FIXES["damaged_raw_store"][ctx.framework], files=[f],
-            severity=_loss_severity(lost, lost + kept) if lost else "low",
-            metrics={"damaged_chunks": damaged, "lost_events": lost, "lost_pct": share}))
+        out.append(
+            Finding(
+                kind="damaged_raw_store",
+                at_stake_ms=0.0,
+                at_stake_pct=0.0,
+                title=f"{damaged} raw-store chunk(s) were damaged and skipped: {lost:,} recorded events lost with them",
+                evidence=(
+                    f"{damaged} damaged chunk(s), {lost:,} events lost, {kept:,} analysed; which chunks, where: "
+                    f"[{f}: recording.damaged_chunks]"
+                ),
+                threshold="any damaged chunk",
+                suggestion=FIXES["damaged_raw_store"][ctx.framework],
+                files=[f],
+                severity=_loss_severity(lost, lost + kept) if lost else "low",
+                metrics={"damaged_chunks": damaged, "lost_events": lost, "lost_pct": share},
+            )
+        )
     return out
 
 
-QUESTION = Question(name="recording", page="overview", keys=("profiler_overhead", "dropped_events", "damaged_raw_store"),
-                    thresholds=THRESHOLDS, rank=Rule(Needs, find))
+QUESTION = Question(
+    name="recording",
+    page="overview",
+    keys=("profiler_overhead", "dropped_events", "damaged_raw_store"),
+    thresholds=THRESHOLDS,
+    rank=Rule(Needs, find),
+)

@@ -6,6 +6,7 @@ busier than the other ranks' median by a margin; the phase that makes it slower 
 communication taken out) in which it exceeds them most. `find_straggler` decides (the cluster
 summary keeps its result), the cluster rule words it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,8 +17,11 @@ import pandas as pd
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
 
 THRESHOLDS = {
-    "straggler_pct": Threshold(10.0, "how far a rank's busy time (step minus exposed communication) may exceed "
-                                     "the ranks' median before it is a straggler"),
+    "straggler_pct": Threshold(
+        10.0,
+        "how far a rank's busy time (step minus exposed communication) may exceed "
+        "the ranks' median before it is a straggler",
+    ),
 }
 
 #: a straggler is the slowest rank in at least this share of the steps ...
@@ -35,17 +39,21 @@ class Straggler:
     """The rank the others wait for, and why."""
 
     rank: int
-    slowest_share: float                 # share of the contested steps in which it was the slowest
-    excess_ms: float                     # its median busy time minus the other ranks' median
-    phase: str                           # the phase (communication taken out) it exceeds most in
-    phase_excess_ms: dict[str, float]    # per phase: its median minus the other ranks' median
-    others_wait_ms: float                # median wait of the other ranks per step
+    slowest_share: float  # share of the contested steps in which it was the slowest
+    excess_ms: float  # its median busy time minus the other ranks' median
+    phase: str  # the phase (communication taken out) it exceeds most in
+    phase_excess_ms: dict[str, float]  # per phase: its median minus the other ranks' median
+    others_wait_ms: float  # median wait of the other ranks per step
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "slowest_share_pct": round(100.0 * self.slowest_share, 2),
-                "excess_ms": round(self.excess_ms, 4), "phase": self.phase,
-                "phase_excess_ms": {k: round(v, 4) for k, v in self.phase_excess_ms.items()},
-                "others_wait_ms": round(self.others_wait_ms, 4)}
+        return {
+            "rank": self.rank,
+            "slowest_share_pct": round(100.0 * self.slowest_share, 2),
+            "excess_ms": round(self.excess_ms, 4),
+            "phase": self.phase,
+            "phase_excess_ms": {k: round(v, 4) for k, v in self.phase_excess_ms.items()},
+            "others_wait_ms": round(self.others_wait_ms, 4),
+        }
 
 
 def find_straggler(table: pd.DataFrame, ranks: pd.DataFrame, straggler_pct: float) -> Optional[Straggler]:
@@ -69,15 +77,20 @@ def find_straggler(table: pd.DataFrame, ranks: pd.DataFrame, straggler_pct: floa
     if share < STRAGGLER_MIN_SLOWEST_SHARE or excess < margin:
         return None
     phase_excess = {p: float(top[p] - others[p].median()) for p in PHASES_EXCL_COMM}
-    return Straggler(rank=rank, slowest_share=share, excess_ms=excess,
-                     phase=max(phase_excess, key=phase_excess.get), phase_excess_ms=phase_excess,
-                     others_wait_ms=float(others["wait_ms"].median()))
+    return Straggler(
+        rank=rank,
+        slowest_share=share,
+        excess_ms=excess,
+        phase=max(phase_excess, key=phase_excess.get),
+        phase_excess_ms=phase_excess,
+        others_wait_ms=float(others["wait_ms"].median()),
+    )
 
 
 @dataclass(frozen=True)
 class ClusterNeeds:
     straggler: Optional[Straggler]
-    mean_step_ms: float                  # the ranks' mean step (1.0 when it is 0)
+    mean_step_ms: float  # the ranks' mean step (1.0 when it is 0)
 
 
 def find(data: ClusterNeeds, ctx: Context) -> list[Finding]:
@@ -86,25 +99,43 @@ def find(data: ClusterNeeds, ctx: Context) -> list[Finding]:
     if s is None:
         return []
     label = s.phase.replace("_excl_comm", "")[:-3]
-    cause = ("its input pipeline is slower: give it more loader workers or local data" if s.phase == "iteration_gap_ms"
-             else "it computes longer: check its device (clocks, thermal, another job) and its data shard "
-                  "(uneven batch or sequence sizes)" if s.phase == "fp_bp_excl_comm_ms"
-             else "its work after backward (optimizer, logging, checkpointing) is longer: move rank-specific "
-                  "work off the training loop")
-    return [Finding(
-        kind="straggler_rank", rank=s.rank, at_stake_ms=s.excess_ms, at_stake_pct=100.0 * s.excess_ms / data.mean_step_ms,
-        title=f"Rank {s.rank} is a straggler: the other ranks wait {s.others_wait_ms:.2f} ms per step for it",
-        evidence=(f"rank {s.rank} is the slowest in {100 * s.slowest_share:.0f} % of the steps and busy "
-                  f"{s.excess_ms:.2f} ms per step more than the other ranks' median (busy = step minus wait at the "
-                  f"collectives); the extra time is in {label} (+{s.phase_excess_ms[s.phase]:.2f} ms, "
-                  f"communication taken out) [cluster_step_trace.csv: busy_ms, wait_ms, {s.phase}]"),
-        threshold=(f"slowest in >= {100 * STRAGGLER_MIN_SLOWEST_SHARE:g} % of the steps and busy time > the other ranks' "
-                   f"median + {ctx.thresholds['straggler_pct']:g} % (straggler_pct)"),
-        suggestion=f"look at rank {s.rank} alone (profview DIR --rank {s.rank}): {cause}",
-        files=["cluster_step_trace.csv", f"step_trace_{s.rank}.csv"],
-        metrics={"excess_ms": s.excess_ms, "slowest_share_pct": 100 * s.slowest_share,
-                 "others_wait_ms": s.others_wait_ms})]
+    cause = (
+        "its input pipeline is slower: give it more loader workers or local data"
+        if s.phase == "iteration_gap_ms"
+        else "it computes longer: check its device (clocks, thermal, another job) and its data shard "
+        "(uneven batch or sequence sizes)"
+        if s.phase == "fp_bp_excl_comm_ms"
+        else "its work after backward (optimizer, logging, checkpointing) is longer: move rank-specific "
+        "work off the training loop"
+    )
+    return [
+        Finding(
+            kind="straggler_rank",
+            rank=s.rank,
+            at_stake_ms=s.excess_ms,
+            at_stake_pct=100.0 * s.excess_ms / data.mean_step_ms,
+            title=f"Rank {s.rank} is a straggler: the other ranks wait {s.others_wait_ms:.2f} ms per step for it",
+            evidence=(
+                f"rank {s.rank} is the slowest in {100 * s.slowest_share:.0f} % of the steps and busy "
+                f"{s.excess_ms:.2f} ms per step more than the other ranks' median (busy = step minus wait at the "
+                f"collectives); the extra time is in {label} (+{s.phase_excess_ms[s.phase]:.2f} ms, "
+                f"communication taken out) [cluster_step_trace.csv: busy_ms, wait_ms, {s.phase}]"
+            ),
+            threshold=(
+                f"slowest in >= {100 * STRAGGLER_MIN_SLOWEST_SHARE:g} % of the steps and busy time > the other ranks' "
+                f"median + {ctx.thresholds['straggler_pct']:g} % (straggler_pct)"
+            ),
+            suggestion=f"look at rank {s.rank} alone (profview DIR --rank {s.rank}): {cause}",
+            files=["cluster_step_trace.csv", f"step_trace_{s.rank}.csv"],
+            metrics={
+                "excess_ms": s.excess_ms,
+                "slowest_share_pct": 100 * s.slowest_share,
+                "others_wait_ms": s.others_wait_ms,
+            },
+        )
+    ]
 
 
-QUESTION = Question(name="straggler", page="cluster", keys=("straggler_rank",), thresholds=THRESHOLDS,
-                    cluster=Rule(ClusterNeeds, find))
+QUESTION = Question(
+    name="straggler", page="cluster", keys=("straggler_rank",), thresholds=THRESHOLDS, cluster=Rule(ClusterNeeds, find)
+)

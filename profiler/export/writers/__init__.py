@@ -4,9 +4,10 @@
 one line here. Files are written in this order, those read from the analysis first, then the
 timeline's (written meanwhile on their own thread); profiler_info_{rank}.json lists them last.
 """
+
 from __future__ import annotations
 
-from profiler.export.writers.base import AnalysisDocument, AnalysisWriter, TimelineWriter, Writer, WriteOptions
+from profiler.export.writers.base import AnalysisDocument, AnalysisWriter, TimelineWriter, WriteOptions, Writer
 from profiler.export.writers.data_queue import DataQueue
 from profiler.export.writers.device_counters import DeviceCounters
 from profiler.export.writers.events import EventFile

@@ -5,6 +5,7 @@ from what it reads: the `Analysis` (on the main thread) or the run's `TimelineEv
 timeline thread, while the analysis runs). `write` returns the path written, or None when the run
 has nothing for that file (an earlier analysis's copy is then removed).
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -25,13 +26,13 @@ class WriteOptions:
     """How the outputs are written (the same for every writer; each reads what concerns it)."""
 
     gzip_timeline: bool = False
-    timeline_max_events: int = TIMELINE_MAX_EVENTS     # past it, the Chrome trace holds the key steps
+    timeline_max_events: int = TIMELINE_MAX_EVENTS  # past it, the Chrome trace holds the key steps
 
 
 class Writer(ABC):
     """One output file of a rank."""
 
-    kind: str                       # the file's RANK_FILES key
+    kind: str  # the file's RANK_FILES key
 
     def path(self, out_dir: Path, rank: int) -> Path:
         return Path(out_dir) / rank_file(self.kind, rank)
@@ -64,7 +65,7 @@ class TimelineWriter(Writer):
 class CsvWriter(AnalysisWriter):
     """A table of the analysis written as deterministic CSV."""
 
-    na_rep: ClassVar[str] = ""      # how a missing number is written
+    na_rep: ClassVar[str] = ""  # how a missing number is written
 
     @abstractmethod
     def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:

@@ -1,4 +1,5 @@
 """data_queue_{rank}.csv: every queue probe sample, with its step, when the run probed queues."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -13,11 +14,18 @@ from profiler.kernels.intervals import assign_steps
 
 def queue_table(a: Analysis) -> pd.DataFrame:
     q = a.run.queues
-    return pd.DataFrame({
-        "queue": q["queue"], "time_ms": q["time_ns"] / 1e6, "event": q["event"], "size": q["size"],
-        "capacity": q["capacity"], "wait_ms": q["wait_ns"] / 1e6,
-        "step": assign_steps(q["time_ns"].to_numpy(), a.run.steps),
-    }, columns=DATA_QUEUE_COLUMNS)
+    return pd.DataFrame(
+        {
+            "queue": q["queue"],
+            "time_ms": q["time_ns"] / 1e6,
+            "event": q["event"],
+            "size": q["size"],
+            "capacity": q["capacity"],
+            "wait_ms": q["wait_ns"] / 1e6,
+            "step": assign_steps(q["time_ns"].to_numpy(), a.run.steps),
+        },
+        columns=DATA_QUEUE_COLUMNS,
+    )
 
 
 class DataQueue(CsvWriter):

@@ -1,4 +1,5 @@
 """device_counters_{rank}.csv: every counter sample (host and device), when the run sampled any."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -12,8 +13,16 @@ from profiler.formats import DEVICE_COUNTER_COLUMNS
 
 def counter_table(a: Analysis) -> pd.DataFrame:
     c = a.run.counters
-    return pd.DataFrame({"source": c["source"], "device": c["device"], "metric": c["metric"],
-                         "time_ms": c["time_ns"] / 1e6, "value": c["value"]}, columns=DEVICE_COUNTER_COLUMNS)
+    return pd.DataFrame(
+        {
+            "source": c["source"],
+            "device": c["device"],
+            "metric": c["metric"],
+            "time_ms": c["time_ns"] / 1e6,
+            "value": c["value"],
+        },
+        columns=DEVICE_COUNTER_COLUMNS,
+    )
 
 
 class DeviceCounters(CsvWriter):

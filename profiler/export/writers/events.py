@@ -1,4 +1,5 @@
 """events_{rank}.arrow: the run's events as columns, the file the viewer reads."""
+
 from __future__ import annotations
 
 from pathlib import Path

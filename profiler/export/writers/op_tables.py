@@ -1,4 +1,5 @@
 """op_type_{rank}.csv and op_detail_{rank}.csv: time per op type and per op, when the run has ops."""
+
 from __future__ import annotations
 
 from typing import Optional

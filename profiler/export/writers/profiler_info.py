@@ -4,6 +4,7 @@ Not a registered writer: it is the index of the others, removed before they are 
 written after them, so a reader trusts only a complete set (docs/architecture.md, "The lock and
 the outputs").
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,18 +27,23 @@ def info_document(a: Analysis, outputs: list[str], timeline: Optional[dict[str, 
     content under "timeline")."""
     trace = a.step_trace
     info = dict(a.run.info)
-    info["steps"] = {"count": int(len(trace)),
-                     "first": int(trace["step"].min()) if len(trace) else None,
-                     "last": int(trace["step"].max()) if len(trace) else None}
-    info["overhead"] = {**info.get("overhead", {}),
-                        "total_ms": float(trace["profiler_overhead_ms"].sum()) if len(trace) else 0.0}
+    info["steps"] = {
+        "count": int(len(trace)),
+        "first": int(trace["step"].min()) if len(trace) else None,
+        "last": int(trace["step"].max()) if len(trace) else None,
+    }
+    info["overhead"] = {
+        **info.get("overhead", {}),
+        "total_ms": float(trace["profiler_overhead_ms"].sum()) if len(trace) else 0.0,
+    }
     info["outputs"] = outputs
     info.update(timeline or {})
     return info
 
 
-def write_profiler_info(a: Analysis, out_dir: Path, written: list[Path],
-                        timeline: Optional[dict[str, Any]] = None) -> Path:
+def write_profiler_info(
+    a: Analysis, out_dir: Path, written: list[Path], timeline: Optional[dict[str, Any]] = None
+) -> Path:
     """Write the index listing `written` and itself, with what the timeline writers said (`info_document`)."""
     own = path(out_dir, a.run.rank)
     return write_json(info_document(a, [p.name for p in written] + [own.name], timeline), own)

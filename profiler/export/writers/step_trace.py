@@ -1,4 +1,5 @@
 """step_trace_{rank}.csv: one row per step, its phases (docs/formats.md)."""
+
 from __future__ import annotations
 
 import pandas as pd

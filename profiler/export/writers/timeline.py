@@ -1,5 +1,6 @@
 """timeline_{rank}.json (or .json.gz): the Chrome trace of the run's events, all of them while they
 are at most `WriteOptions.timeline_max_events`, else those of the key steps (chrome_trace.trace_plan)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,6 +27,10 @@ class ChromeTrace(TimelineWriter):
         """profiler_info's `timeline`: what the trace holds and how to get the rest (docs/formats.md)."""
         plan = trace_plan(events, options.timeline_max_events)
         name = self.file_names(events.rank)[1 if options.gzip_timeline else 0]
-        return describe_plan(plan, events.key_steps, name,
-                             f"the whole trace, or any steps, from {rank_file('events', events.rank)}: "
-                             "profview export --chrome DIR [--steps A:B]")
+        return describe_plan(
+            plan,
+            events.key_steps,
+            name,
+            f"the whole trace, or any steps, from {rank_file('events', events.rank)}: "
+            "profview export --chrome DIR [--steps A:B]",
+        )

@@ -3,6 +3,7 @@
 These are small text files written by the framework on the host (RAW_FORMATS.md sections 2-4).
 Malformed lines are skipped with a message naming the file and byte offset.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,27 +13,56 @@ from profiler.importers.ascend.hwts import task_keys
 from profiler.importers.ascend.slices import Joined, text_lines
 
 #: vm-backend tensor data types (enum values 26..42).
-VM_DATA_TYPES = {26 + i: f"NUMBER_TYPE_{name}" for i, name in enumerate(
-    "BEGIN BOOL INT INT8 INT16 INT32 INT64 UINT UINT8 UINT16 UINT32 UINT64 FLOAT FLOAT16 FLOAT32 "
-    "FLOAT64 END".split())}
+VM_DATA_TYPES = {
+    26 + i: f"NUMBER_TYPE_{name}"
+    for i, name in enumerate(
+        "BEGIN BOOL INT INT8 INT16 INT32 INT64 UINT UINT8 UINT16 UINT32 UINT64 FLOAT FLOAT16 FLOAT32 "
+        "FLOAT64 END".split()
+    )
+}
 
 #: ge-backend (GraphEngine) tensor data types.
 GE_DATA_TYPES = {
-    0: "DT_FLOAT", 1: "DT_FLOAT16", 2: "DT_INT8", 3: "DT_INT32", 4: "DT_UINT8", 6: "DT_INT16",
-    7: "DT_UINT16", 8: "DT_UINT32", 9: "DT_INT64", 10: "DT_UINT64", 11: "DT_DOUBLE", 12: "DT_BOOL",
-    13: "DT_STRING", 14: "DT_DUAL_SUB_INT8", 15: "DT_DUAL_SUB_UINT8", 16: "DT_COMPLEX64",
-    17: "DT_COMPLEX128", 18: "DT_QINT8", 19: "DT_QINT16", 20: "DT_QINT32", 21: "DT_QUINT8",
-    22: "DT_QUINT16", 23: "DT_RESOURCE", 24: "DT_STRING_REF", 25: "DT_DUAL", 26: "DT_UNDEFINED",
+    0: "DT_FLOAT",
+    1: "DT_FLOAT16",
+    2: "DT_INT8",
+    3: "DT_INT32",
+    4: "DT_UINT8",
+    6: "DT_INT16",
+    7: "DT_UINT16",
+    8: "DT_UINT32",
+    9: "DT_INT64",
+    10: "DT_UINT64",
+    11: "DT_DOUBLE",
+    12: "DT_BOOL",
+    13: "DT_STRING",
+    14: "DT_DUAL_SUB_INT8",
+    15: "DT_DUAL_SUB_UINT8",
+    16: "DT_COMPLEX64",
+    17: "DT_COMPLEX128",
+    18: "DT_QINT8",
+    19: "DT_QINT16",
+    20: "DT_QINT32",
+    21: "DT_QUINT8",
+    22: "DT_QUINT16",
+    23: "DT_RESOURCE",
+    24: "DT_STRING_REF",
+    25: "DT_DUAL",
+    26: "DT_UNDEFINED",
 }
 
 #: ge-backend tensor formats, by enum value.
-GE_FORMATS = {i: f"FORMAT_{name}" for i, name in enumerate(
-    "NCHW NHWC ND NC1HWC0 FRACTAL_Z NC1C0HWPAD NHWC1C0 FSR_NCHW FRACTAL_DECONV C1HWNC0 "
-    "FRACTAL_DECONV_TRANSPOSE FRACTAL_DECONV_SP_STRIDE_TRANS NC1HWC0_C04 FRACTAL_Z_C04 CHWN "
-    "FRACTAL_DECONV_SP_STRIDE8_TRANS HWCN NC1KHKWHWC0 BN_WEIGHT FILTER_HWCK HASHTABLE_LOOKUP_LOOKUPS "
-    "HASHTABLE_LOOKUP_KEYS HASHTABLE_LOOKUP_VALUE HASHTABLE_LOOKUP_OUTPUT HASHTABLE_LOOKUP_HITS "
-    "C1HWNCOC0 MD NDHWC FRACTAL_ZZ FRACTAL_NZ NCDHW DHWCN NDC1HWC0 FRACTAL_Z_3D CN NC DHWNC "
-    "FRACTAL_Z_3D_TRANSPOSE RESERVED ALL".split())}
+GE_FORMATS = {
+    i: f"FORMAT_{name}"
+    for i, name in enumerate(
+        "NCHW NHWC ND NC1HWC0 FRACTAL_Z NC1C0HWPAD NHWC1C0 FSR_NCHW FRACTAL_DECONV C1HWNC0 "
+        "FRACTAL_DECONV_TRANSPOSE FRACTAL_DECONV_SP_STRIDE_TRANS NC1HWC0_C04 FRACTAL_Z_C04 CHWN "
+        "FRACTAL_DECONV_SP_STRIDE8_TRANS HWCN NC1KHKWHWC0 BN_WEIGHT FILTER_HWCK HASHTABLE_LOOKUP_LOOKUPS "
+        "HASHTABLE_LOOKUP_KEYS HASHTABLE_LOOKUP_VALUE HASHTABLE_LOOKUP_OUTPUT HASHTABLE_LOOKUP_HITS "
+        "C1HWNCOC0 MD NDHWC FRACTAL_ZZ FRACTAL_NZ NCDHW DHWCN NDC1HWC0 FRACTAL_Z_3D CN NC DHWNC "
+        "FRACTAL_Z_3D_TRANSPOSE RESERVED ALL".split()
+    )
+}
 
 TASK_DESC_COLUMNS = ["full_name", "block_dim", "task_id", "stream_id"]
 #: The largest block_dim, task_id and stream_id a device can have: the HWTS record holds a task id in
@@ -51,11 +81,19 @@ def parse_task_desc(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
         except (IndexError, ValueError):
             problems.append(f"{joined.locate(offset)}: malformed task_desc line skipped: {line[:80]!r}")
             continue
-        wrong = next(((name, limit) for name, value, limit in zip(TASK_DESC_COLUMNS[1:], row[1:], TASK_DESC_LIMITS)
-                      if not 0 <= value <= limit), None)
+        wrong = next(
+            (
+                (name, limit)
+                for name, value, limit in zip(TASK_DESC_COLUMNS[1:], row[1:], TASK_DESC_LIMITS)
+                if not 0 <= value <= limit
+            ),
+            None,
+        )
         if wrong:
-            problems.append(f"{joined.locate(offset)}: task_desc line skipped, its {wrong[0]} is out of range "
-                            f"(0 to {wrong[1]}): {line[:80]!r}")
+            problems.append(
+                f"{joined.locate(offset)}: task_desc line skipped, its {wrong[0]} is out of range "
+                f"(0 to {wrong[1]}): {line[:80]!r}"
+            )
         else:
             rows.append(row)
     return pd.DataFrame(rows, columns=TASK_DESC_COLUMNS).astype({"full_name": object}), problems
@@ -109,7 +147,7 @@ def parse_points(joined: Joined) -> tuple[dict[int, str], list[str]]:
     points, problems = {}, []
     for offset, line in text_lines(joined):
         tag, _, name = line.strip().partition(" ")
-        if tag.isdecimal() and tag.isascii() and name and int(tag) < 2**64:     # a training-trace tag is a u64
+        if tag.isdecimal() and tag.isascii() and name and int(tag) < 2**64:  # a training-trace tag is a u64
             points[int(tag)] = name
         else:
             problems.append(f"{joined.locate(offset)}: malformed point line skipped: {line[:80]!r}")

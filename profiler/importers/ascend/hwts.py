@@ -3,6 +3,7 @@
 Decoding is one `np.frombuffer` over the joined slices with a structured dtype; filtering, key
 building and Start/End pairing are array operations (RAW_FORMATS.md, sections 1 and 6).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,12 +15,14 @@ HWTS_RECORD_BYTES = 64
 
 #: The fields of a record this package uses, at their byte offsets. The syscnt of type 0-3
 #: records is the u64 at 8, that of a PMU record (type 4) the u64 at 24; stream id is always at 16.
-HWTS_DTYPE = np.dtype({
-    "names": ["head", "core_id", "block_id", "task_id", "syscnt", "stream_id", "pmu_syscnt"],
-    "formats": ["u1", "u1", "<u2", "<u2", "<u8", "<u4", "<u8"],
-    "offsets": [0, 1, 4, 6, 8, 16, 24],
-    "itemsize": HWTS_RECORD_BYTES,
-})
+HWTS_DTYPE = np.dtype(
+    {
+        "names": ["head", "core_id", "block_id", "task_id", "syscnt", "stream_id", "pmu_syscnt"],
+        "formats": ["u1", "u1", "<u2", "<u2", "<u8", "<u4", "<u8"],
+        "offsets": [0, 1, 4, 6, 8, 16, 24],
+        "itemsize": HWTS_RECORD_BYTES,
+    }
+)
 
 HWTS_COLUMNS = ["log_type", "cnt", "flag", "core_id", "block_id", "task_id", "stream_id", "syscnt"]
 
@@ -27,7 +30,7 @@ TASK_START, TASK_END, BLOCK_PMU = 0, 1, 4
 
 #: Counter values at or above this (2**59 ticks, 182 years at 100 MHz) are damage, not time; below
 #: it, ticks x 10 ns stay far inside int64.
-MAX_SYSCNT = 2 ** 59
+MAX_SYSCNT = 2**59
 
 #: When more than this share of the Start / End pairs end before they start, the log's record
 #: order is damaged and no pair can be trusted.
@@ -79,8 +82,10 @@ def decode_hwts(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     skip(invalid, f"HWTS record(s) of invalid type {sorted(set(log_type[invalid].tolist()))}")
     flag = (head >> 3) & 1
     syscnt = records["syscnt"].astype(np.int64)
-    skip(keep & (log_type <= TASK_END) & ((syscnt < 0) | (syscnt >= MAX_SYSCNT)),
-         "HWTS task record(s) with an impossible counter value (2**59 ticks or more: over 180 years at 100 MHz)")
+    skip(
+        keep & (log_type <= TASK_END) & ((syscnt < 0) | (syscnt >= MAX_SYSCNT)),
+        "HWTS task record(s) with an impossible counter value (2**59 ticks or more: over 180 years at 100 MHz)",
+    )
     pmu = log_type == BLOCK_PMU
     if pmu.any():
         syscnt = np.where(pmu, np.where(flag == 0, records["pmu_syscnt"].astype(np.int64), -1), syscnt)
@@ -131,8 +136,9 @@ def op_of_keys(keys: np.ndarray, desc_keys: np.ndarray, desc_ops: np.ndarray) ->
     return np.where(desc_keys[pos] == keys, desc_ops[pos], -1)
 
 
-def op_of_records(task_id: np.ndarray, stream_id: np.ndarray, desc_keys: np.ndarray,
-                  desc_ops: np.ndarray) -> np.ndarray:
+def op_of_records(
+    task_id: np.ndarray, stream_id: np.ndarray, desc_keys: np.ndarray, desc_ops: np.ndarray
+) -> np.ndarray:
     """The op index of each record's task, -1 where not described.
 
     Bare task-id keys (>= 25000) are looked up in a dense 16-bit table; only records with a
@@ -163,13 +169,15 @@ def executions(records: pd.DataFrame, desc_keys: np.ndarray, desc_ops: np.ndarra
     opens = pair_executions(log_type[rows], op[rows])
     start_rows, end_rows = rows[opens], rows[opens + 1]
     start = records["syscnt"].to_numpy()[start_rows]
-    return pd.DataFrame({
-        "op": op[start_rows],
-        "key": task_keys(task_id[start_rows], stream_id[start_rows]),
-        "stream_id": stream_id[start_rows].astype(np.int64),
-        "start": start,
-        "dur": records["syscnt"].to_numpy()[end_rows] - start,
-    })
+    return pd.DataFrame(
+        {
+            "op": op[start_rows],
+            "key": task_keys(task_id[start_rows], stream_id[start_rows]),
+            "stream_id": stream_id[start_rows].astype(np.int64),
+            "start": start,
+            "dur": records["syscnt"].to_numpy()[end_rows] - start,
+        }
+    )
 
 
 def checked_executions(ex: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[str]]:
@@ -184,7 +192,10 @@ def checked_executions(ex: pd.DataFrame, source: str) -> tuple[pd.DataFrame, lis
     if not bad:
         return ex, []
     if bad > DAMAGED_ORDER_SHARE * len(ex):
-        return ex.iloc[:0], [f"{source}: {bad} of {len(ex)} Start/End pairs end before they start: the records are "
-                             "out of order or damaged, so no op timing is given"]
+        return ex.iloc[:0], [
+            f"{source}: {bad} of {len(ex)} Start/End pairs end before they start: the records are "
+            "out of order or damaged, so no op timing is given"
+        ]
     return ex[~backwards].reset_index(drop=True), [
-        f"{source}: {bad} of {len(ex)} Start/End pairs end before they start (damaged counter values) and were left out"]
+        f"{source}: {bad} of {len(ex)} Start/End pairs end before they start (damaged counter values) and were left out"
+    ]

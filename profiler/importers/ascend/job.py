@@ -4,6 +4,7 @@ All file access happens here; the decoders and assemblers it calls are pure func
 Problems with the data become warnings (kept in `AscendJob.warnings` and emitted with
 `warnings.warn`); only a job that yields neither op timings nor steps raises `ProfviewError`.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -14,12 +15,18 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import ProfviewError
+from profiler.importers.ascend import framework_desc, hwts, training_trace
+from profiler.importers.ascend.device_run import (
+    SYSCNT_TICK_NS,
+    device_run,
+    input_shapes,
+    lookup,
+    op_type_from_name,
+    reduce_spans,
+)
+from profiler.importers.ascend.slices import SLICE_NAMES, Slice, find_host_start, find_slices, join_slices
 from profiler.importers.base import CERTAIN, NOT_IT, SHAPED, Importer
 from profiler.model import Run, RunInfo
-from profiler.importers.ascend import framework_desc, hwts, training_trace
-from profiler.importers.ascend.device_run import (SYSCNT_TICK_NS, device_run, input_shapes, lookup,
-                                                op_type_from_name, reduce_spans)
-from profiler.importers.ascend.slices import SLICE_NAMES, Slice, find_host_start, find_slices, join_slices
 
 #: The data_origin of the runs read from a JOB directory.
 DATA_ORIGIN = "ascend"
@@ -33,18 +40,18 @@ class AscendJob:
 
     job_dir: Path
     device_id: int
-    backend: str                     # "vm" (MindSpore VM) or "ge" (GraphEngine): how graph_desc is decoded
-    hwts: pd.DataFrame               # decoded HWTS records: log_type, cnt, flag, core_id, block_id, task_id, stream_id, syscnt
-    tasks: pd.DataFrame              # task_desc: full_name, block_dim, task_id, stream_id (file order)
-    graph: pd.DataFrame              # graph_desc: full_name, op_type, op_info (file order)
-    points: dict[int, str]           # point file: tag -> op name
-    trace: pd.DataFrame              # training-trace records: tag, task_id, stream_id, syscnt
-    op_names: list[str]              # op index -> full op name (task_desc order of first appearance)
-    executions: pd.DataFrame         # op, key, stream_id, start, dur (file order)
-    steps: pd.DataFrame              # step_num, start, end, fp, bp
-    reduces: pd.DataFrame            # step_num, stream_id, k, start, end, start_tag, end_tag
-    host_clock: dict[str, int] = field(default_factory=dict)   # host_start.log values (ns)
-    sources: dict[str, dict] = field(default_factory=dict)     # per kind: status, files, records
+    backend: str  # "vm" (MindSpore VM) or "ge" (GraphEngine): how graph_desc is decoded
+    hwts: pd.DataFrame  # decoded HWTS records: log_type, cnt, flag, core_id, block_id, task_id, stream_id, syscnt
+    tasks: pd.DataFrame  # task_desc: full_name, block_dim, task_id, stream_id (file order)
+    graph: pd.DataFrame  # graph_desc: full_name, op_type, op_info (file order)
+    points: dict[int, str]  # point file: tag -> op name
+    trace: pd.DataFrame  # training-trace records: tag, task_id, stream_id, syscnt
+    op_names: list[str]  # op index -> full op name (task_desc order of first appearance)
+    executions: pd.DataFrame  # op, key, stream_id, start, dur (file order)
+    steps: pd.DataFrame  # step_num, start, end, fp, bp
+    reduces: pd.DataFrame  # step_num, stream_id, k, start, end, start_tag, end_tag
+    host_clock: dict[str, int] = field(default_factory=dict)  # host_start.log values (ns)
+    sources: dict[str, dict] = field(default_factory=dict)  # per kind: status, files, records
     warnings: list[str] = field(default_factory=list)
 
 
@@ -84,12 +91,14 @@ def read_ascend_jobs(path: str | Path) -> list[AscendJob]:
     path = Path(path)
     dirs = ascend_job_dirs(path)
     if not dirs:
-        read_ascend_job(path)            # raises the parser's sentence (missing, no slices, ...)
+        read_ascend_job(path)  # raises the parser's sentence (missing, no slices, ...)
     jobs = [read_ascend_job(d, device) for d in dirs for device in ascend_job_devices(d)]
     devices = [job.device_id for job in jobs]
     if len(set(devices)) != len(devices):
-        raise ProfviewError(f"{path} holds the same device more than once across its JOB directories "
-                            f"(devices {devices}); import one JOB directory at a time")
+        raise ProfviewError(
+            f"{path} holds the same device more than once across its JOB directories "
+            f"(devices {devices}); import one JOB directory at a time"
+        )
     return jobs
 
 
@@ -110,7 +119,7 @@ def _read_host_clock(path: Path | None) -> dict[str, int]:
     values = {}
     for line in path.read_text(errors="replace").splitlines():
         key, _, value = line.partition(":")
-        if value.strip().isdecimal() and int(value) < 2**63:       # an int64 clock
+        if value.strip().isdecimal() and int(value) < 2**63:  # an int64 clock
             values[key.strip()] = int(value)
     return values
 
@@ -163,21 +172,29 @@ def read_ascend_job(job_dir: str | Path, device_id: int | None = None) -> Ascend
         raise ProfviewError(f"Ascend job directory {job_dir} does not exist or is not a directory.")
     slices = find_slices(job_dir)
     if not slices:
-        raise ProfviewError(f"No Ascend profiling slices (hwts.log.data.45.dev..., training_trace.46.dev..., "
-                            f"Framework.host...) were found in {job_dir} or {job_dir / 'data'}.")
+        raise ProfviewError(
+            f"No Ascend profiling slices (hwts.log.data.45.dev..., training_trace.46.dev..., "
+            f"Framework.host...) were found in {job_dir} or {job_dir / 'data'}."
+        )
     device = _choose_device(job_dir, slices, device_id)
     reader = _Reader(slices, device)
     backend = reader.backend()
     no_ops = "device tasks cannot be mapped to ops, so there are no op timings"
     records = reader.parsed("hwts", "there are no op timings", hwts.decode_hwts, _empty(hwts.HWTS_COLUMNS))
-    tasks = reader.parsed("task_desc", no_ops, framework_desc.parse_task_desc,
-                          _empty(framework_desc.TASK_DESC_COLUMNS))
-    graph = reader.parsed("graph_desc", "op types and tensor shapes are unknown",
-                          lambda j: framework_desc.parse_graph_desc(j, backend),
-                          _empty(framework_desc.GRAPH_DESC_COLUMNS))
+    tasks = reader.parsed("task_desc", no_ops, framework_desc.parse_task_desc, _empty(framework_desc.TASK_DESC_COLUMNS))
+    graph = reader.parsed(
+        "graph_desc",
+        "op types and tensor shapes are unknown",
+        lambda j: framework_desc.parse_graph_desc(j, backend),
+        _empty(framework_desc.GRAPH_DESC_COLUMNS),
+    )
     points = reader.parsed("point", "", framework_desc.parse_points, {})
-    trace = reader.parsed("training_trace", "there are no steps", training_trace.decode_training_trace,
-                          _empty(training_trace.TRACE_DTYPE.names))
+    trace = reader.parsed(
+        "training_trace",
+        "there are no steps",
+        training_trace.decode_training_trace,
+        _empty(training_trace.TRACE_DTYPE.names),
+    )
 
     names = framework_desc.op_names(tasks)
     executions = hwts.executions(records, *framework_desc.task_key_map(tasks, names))
@@ -195,9 +212,20 @@ def read_ascend_job(job_dir: str | Path, device_id: int | None = None) -> Ascend
     for problem in reader.problems:
         warnings.warn(problem, UserWarning, stacklevel=2)
     return AscendJob(
-        job_dir=job_dir, device_id=device, backend=backend, hwts=records, tasks=tasks, graph=graph,
-        points=points, trace=trace, op_names=names, executions=executions, steps=steps, reduces=reduces,
-        host_clock=_read_host_clock(find_host_start(job_dir, device)), sources=reader.sources,
+        job_dir=job_dir,
+        device_id=device,
+        backend=backend,
+        hwts=records,
+        tasks=tasks,
+        graph=graph,
+        points=points,
+        trace=trace,
+        op_names=names,
+        executions=executions,
+        steps=steps,
+        reduces=reduces,
+        host_clock=_read_host_clock(find_host_start(job_dir, device)),
+        sources=reader.sources,
         warnings=reader.problems,
     )
 
@@ -219,22 +247,28 @@ def _job_ops(job: AscendJob, device: str) -> pd.DataFrame:
     names = pd.Series(job.op_names, dtype=object).iloc[job.executions["op"].to_numpy()].reset_index(drop=True)
     op_type = lookup(names, described["op_type"], op_type_from_name)
     shapes = lookup(names, described["op_info"].map(input_shapes), "")
-    return pd.DataFrame({
-        "device": device,
-        "stream": job.executions["stream_id"].astype(str).to_numpy(dtype=object),
-        "name": names.to_numpy(dtype=object),
-        "op_type": op_type.to_numpy(dtype=object),
-        "start_ns": job.executions["start"].to_numpy() * SYSCNT_TICK_NS,
-        "dur_ns": job.executions["dur"].to_numpy() * SYSCNT_TICK_NS,
-        "shapes": shapes.to_numpy(dtype=object),
-        "source": "ascend",
-    })
+    return pd.DataFrame(
+        {
+            "device": device,
+            "stream": job.executions["stream_id"].astype(str).to_numpy(dtype=object),
+            "name": names.to_numpy(dtype=object),
+            "op_type": op_type.to_numpy(dtype=object),
+            "start_ns": job.executions["start"].to_numpy() * SYSCNT_TICK_NS,
+            "dur_ns": job.executions["dur"].to_numpy() * SYSCNT_TICK_NS,
+            "shapes": shapes.to_numpy(dtype=object),
+            "source": "ascend",
+        }
+    )
 
 
 def ticks_to_ns(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     """Tick columns renamed and converted to ns (`columns` maps tick name -> ns name); -1 stays -1."""
-    return pd.DataFrame({new: np.where(frame[old].to_numpy() >= 0, frame[old].to_numpy() * SYSCNT_TICK_NS, -1)
-                         for old, new in columns.items()})
+    return pd.DataFrame(
+        {
+            new: np.where(frame[old].to_numpy() >= 0, frame[old].to_numpy() * SYSCNT_TICK_NS, -1)
+            for old, new in columns.items()
+        }
+    )
 
 
 def to_run(job: AscendJob) -> Run:
@@ -252,8 +286,12 @@ def to_run(job: AscendJob) -> Run:
         "data_origin": DATA_ORIGIN,
         "rank": job.device_id,
         "device_id": job.device_id,
-        "clock": {"clock": "ascend_syscnt", "tick_ns": SYSCNT_TICK_NS, "note": CLOCK_NOTE,
-                  "host_start": dict(job.host_clock)},
+        "clock": {
+            "clock": "ascend_syscnt",
+            "tick_ns": SYSCNT_TICK_NS,
+            "note": CLOCK_NOTE,
+            "host_start": dict(job.host_clock),
+        },
         "sources": job.sources,
         "ascend": {
             "job_dir": str(job.job_dir),
@@ -271,6 +309,10 @@ def to_run(job: AscendJob) -> Run:
 
 #: The format, for profiler.importers.registry: every device of the job, one rank each (rank = device id).
 IMPORTER = Importer(
-    data_origin=DATA_ORIGIN, title="Ascend profiling JOB directory", detect=ascend_confidence,
-    read=lambda path: [to_run(job) for job in read_ascend_jobs(path)], framework="mindspore",
-    exact_steps="a capture with a training trace (the device's iteration ends) gives exact boundaries")
+    data_origin=DATA_ORIGIN,
+    title="Ascend profiling JOB directory",
+    detect=ascend_confidence,
+    read=lambda path: [to_run(job) for job in read_ascend_jobs(path)],
+    framework="mindspore",
+    exact_steps="a capture with a training trace (the device's iteration ends) gives exact boundaries",
+)

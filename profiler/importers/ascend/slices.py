@@ -4,6 +4,7 @@ A JOB directory holds one file per (kind, device, slice). Files are looked up in
 directory first and, for a kind with no file there, in `<job>/data/`; `.done` marker files are
 ignored and slices are ordered by the integer after the last `_` (RAW_FORMATS.md, section 0).
 """
+
 from __future__ import annotations
 
 import re
@@ -113,8 +114,10 @@ def whole_records(joined: Joined, record_bytes: int, what: str) -> tuple[int, li
     whole, rest = divmod(len(joined.data), record_bytes)
     if not rest:
         return whole, []
-    return whole, [f"{joined.locate(whole * record_bytes)}: {rest} trailing bytes do not form a whole "
-                   f"{record_bytes}-byte {what} record and were ignored"]
+    return whole, [
+        f"{joined.locate(whole * record_bytes)}: {rest} trailing bytes do not form a whole "
+        f"{record_bytes}-byte {what} record and were ignored"
+    ]
 
 
 def join_slices(paths: list[Path]) -> Joined:

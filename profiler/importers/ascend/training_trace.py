@@ -4,6 +4,7 @@ Step assembly follows RAW_FORMATS.md section 5, vectorised: records are cut into
 step markers; a segment that reaches ITER_END is one step candidate whose fp / bp / reduce
 points are those recorded before its first ITER_END.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,15 +34,19 @@ def decode_training_trace(joined: Joined) -> tuple[pd.DataFrame, list[str]]:
     impossible = (syscnt < 0) | (syscnt >= MAX_SYSCNT) | (tag < 0)
     if impossible.any():
         first = int(np.argmax(impossible))
-        problems.append(f"{joined.locate(first * TRACE_RECORD_BYTES)}: {int(impossible.sum())} training-trace record(s) "
-                        "with an impossible counter value or tag skipped (first here)")
+        problems.append(
+            f"{joined.locate(first * TRACE_RECORD_BYTES)}: {int(impossible.sum())} training-trace record(s) "
+            "with an impossible counter value or tag skipped (first here)"
+        )
     keep = ~impossible
-    frame = pd.DataFrame({
-        "tag": tag[keep],
-        "task_id": records["task_id"][keep].astype(np.int64),
-        "stream_id": records["stream_id"][keep].astype(np.int64),
-        "syscnt": syscnt[keep],
-    })
+    frame = pd.DataFrame(
+        {
+            "tag": tag[keep],
+            "task_id": records["task_id"][keep].astype(np.int64),
+            "stream_id": records["stream_id"][keep].astype(np.int64),
+            "syscnt": syscnt[keep],
+        }
+    )
     return frame, problems
 
 
@@ -61,8 +66,11 @@ def assemble_steps(trace: pd.DataFrame, skip_first: bool, source: str) -> tuple[
     files in messages.
     """
     if trace.empty:
-        return (pd.DataFrame({c: np.zeros(0, np.int64) for c in STEP_TABLE_COLUMNS}),
-                pd.DataFrame({c: np.zeros(0, np.int64) for c in REDUCE_TABLE_COLUMNS}), [])
+        return (
+            pd.DataFrame({c: np.zeros(0, np.int64) for c in STEP_TABLE_COLUMNS}),
+            pd.DataFrame({c: np.zeros(0, np.int64) for c in REDUCE_TABLE_COLUMNS}),
+            [],
+        )
     tag = trace["tag"].to_numpy()
     syscnt = trace["syscnt"].to_numpy()
     stream = trace["stream_id"].to_numpy()
@@ -102,9 +110,15 @@ def assemble_steps(trace: pd.DataFrame, skip_first: bool, source: str) -> tuple[
             f"(step numbers {step_num[~complete][:5].tolist()}{'...' if (~complete).sum() > 5 else ''})"
         )
     kept = candidates[complete]
-    steps = pd.DataFrame({
-        "step_num": step_num[complete], "start": start[kept], "end": end[kept], "fp": fp[kept], "bp": bp[kept],
-    })
+    steps = pd.DataFrame(
+        {
+            "step_num": step_num[complete],
+            "start": start[kept],
+            "end": end[kept],
+            "fp": fp[kept],
+            "bp": bp[kept],
+        }
+    )
     reduce_mask = before_end & ~is_marker & ~is_end & (tag != FP_START_TAG) & (tag != BP_END_TAG)
     step_of_segment = np.full(n_seg, -1, dtype=np.int64)
     step_of_segment[kept] = steps["step_num"].to_numpy()
@@ -114,16 +128,18 @@ def assemble_steps(trace: pd.DataFrame, skip_first: bool, source: str) -> tuple[
     return steps, reduces, problems
 
 
-def _reduce_pairs(step_num: np.ndarray, stream: np.ndarray, tag: np.ndarray, syscnt: np.ndarray,
-                  mask: np.ndarray) -> tuple[pd.DataFrame, int]:
+def _reduce_pairs(
+    step_num: np.ndarray, stream: np.ndarray, tag: np.ndarray, syscnt: np.ndarray, mask: np.ndarray
+) -> tuple[pd.DataFrame, int]:
     """All-reduce (start, end) pairs per step and stream, streams in order of first appearance.
 
     Points of one stream pair up in record order (0-1, 2-3, ...); a stream with an odd number of
     points in a step is left out for that step. Returns the pairs and the number left out.
     """
     mask = mask & (step_num >= 0)
-    points = pd.DataFrame({"step_num": step_num[mask], "stream_id": stream[mask],
-                           "tag": tag[mask], "syscnt": syscnt[mask]})
+    points = pd.DataFrame(
+        {"step_num": step_num[mask], "stream_id": stream[mask], "tag": tag[mask], "syscnt": syscnt[mask]}
+    )
     groups = points.groupby(["step_num", "stream_id"], sort=False)
     points["group"] = groups.ngroup().to_numpy()
     points["position"] = groups.cumcount().to_numpy()
@@ -131,19 +147,23 @@ def _reduce_pairs(step_num: np.ndarray, stream: np.ndarray, tag: np.ndarray, sys
     odd_groups = int(groups.ngroups - points.loc[even, "group"].nunique())
     points = points[even].sort_values(["group", "position"], kind="stable")
     first, second = points.iloc[0::2], points.iloc[1::2]
-    pairs = pd.DataFrame({
-        "step_num": first["step_num"].to_numpy(),
-        "stream_id": first["stream_id"].to_numpy(),
-        "k": first["position"].to_numpy() // 2,
-        "start": first["syscnt"].to_numpy(),
-        "end": second["syscnt"].to_numpy(),
-        "start_tag": first["tag"].to_numpy(),
-        "end_tag": second["tag"].to_numpy(),
-    })
+    pairs = pd.DataFrame(
+        {
+            "step_num": first["step_num"].to_numpy(),
+            "stream_id": first["stream_id"].to_numpy(),
+            "k": first["position"].to_numpy() // 2,
+            "start": first["syscnt"].to_numpy(),
+            "end": second["syscnt"].to_numpy(),
+            "start_tag": first["tag"].to_numpy(),
+            "end_tag": second["tag"].to_numpy(),
+        }
+    )
     return pairs, odd_groups
 
 
-def checked_steps(steps: pd.DataFrame, reduces: pd.DataFrame, source: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+def checked_steps(
+    steps: pd.DataFrame, reduces: pd.DataFrame, source: str
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The steps whose points are in order (start <= FP_START <= BP_END <= ITER_END) and that do not
     overlap an earlier step, and the all-reduce pairs of those steps that lie inside them (the
     device records a step's all-reduce points between its start and its ITER_END).
@@ -156,9 +176,11 @@ def checked_steps(steps: pd.DataFrame, reduces: pd.DataFrame, source: str) -> tu
     ordered = (start >= 0) & (start <= fp) & (fp <= bp) & (bp <= end)
     keep = ordered & ~_overlapping(start, end, ordered)
     if not ordered.all():
-        problems.append(f"{source}: {int((~ordered).sum())} step(s) whose points are out of order (damaged records) "
-                        f"were left out (step numbers {steps['step_num'].to_numpy()[~ordered][:5].tolist()}"
-                        f"{'...' if (~ordered).sum() > 5 else ''})")
+        problems.append(
+            f"{source}: {int((~ordered).sum())} step(s) whose points are out of order (damaged records) "
+            f"were left out (step numbers {steps['step_num'].to_numpy()[~ordered][:5].tolist()}"
+            f"{'...' if (~ordered).sum() > 5 else ''})"
+        )
     if (ordered & ~keep).any():
         problems.append(f"{source}: {int((ordered & ~keep).sum())} step(s) overlapping an earlier step were left out")
     steps = steps[keep].reset_index(drop=True)
@@ -166,19 +188,24 @@ def checked_steps(steps: pd.DataFrame, reduces: pd.DataFrame, source: str) -> tu
     of_kept = reduces["step_num"].isin(steps["step_num"]).to_numpy()
     step_start = reduces["step_num"].map(bounds["start"]).to_numpy(dtype=np.float64)
     step_end = reduces["step_num"].map(bounds["end"]).to_numpy(dtype=np.float64)
-    inside = (reduces["start"].to_numpy() >= step_start) & (reduces["start"].to_numpy() <= reduces["end"].to_numpy()) \
+    inside = (
+        (reduces["start"].to_numpy() >= step_start)
+        & (reduces["start"].to_numpy() <= reduces["end"].to_numpy())
         & (reduces["end"].to_numpy() <= step_end)
+    )
     stray = int((of_kept & ~inside).sum())
     if stray:
-        problems.append(f"{source}: {stray} all-reduce interval(s) not inside their step (damaged records) were left out")
+        problems.append(
+            f"{source}: {stray} all-reduce interval(s) not inside their step (damaged records) were left out"
+        )
     return steps, reduces[of_kept & inside].reset_index(drop=True), problems
 
 
-def _overlapping(start, end, candidates) -> "np.ndarray":
+def _overlapping(start, end, candidates) -> np.ndarray:
     """Per row: a candidate that starts before the end of an earlier kept candidate (rows in start order)."""
     out = np.zeros(len(start), dtype=bool)
     reach = -1
-    for i in np.flatnonzero(candidates).tolist():      # steps: hundreds to thousands, one pass
+    for i in np.flatnonzero(candidates).tolist():  # steps: hundreds to thousands, one pass
         if start[i] < reach:
             out[i] = True
         else:

@@ -5,12 +5,14 @@ the sink of one rank for a `Destination`. Each rank becomes its own run: TensorB
 `LOGDIR/rank<r>` (default LOGDIR: DIR/tensorboard), MLflow a run named `<DIR name> rank <r>` in
 the experiment (default store: $MLFLOW_TRACKING_URI, else a local file store in DIR/mlruns).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 from profiler.errors import InputError
 from profiler.formats import info_files
@@ -22,11 +24,11 @@ from profiler.integrations.trackers.sink import TrackerSink, write_record
 class Destination:
     """Where an export goes; the options a tracker does not use are ignored."""
 
-    directory: Path                        # the profview output directory being exported
-    logdir: Optional[Path] = None          # TensorBoard
-    tracking_uri: Optional[str] = None     # MLflow
-    experiment: str = "profview"           # MLflow
-    run_name: Optional[str] = None         # MLflow: the run's name (" rank <r>" is appended)
+    directory: Path  # the profview output directory being exported
+    logdir: Optional[Path] = None  # TensorBoard
+    tracking_uri: Optional[str] = None  # MLflow
+    experiment: str = "profview"  # MLflow
+    run_name: Optional[str] = None  # MLflow: the run's name (" rank <r>" is appended)
 
 
 def default_tracking_uri(directory: Path) -> str:
@@ -46,8 +48,12 @@ def _mlflow(dest: Destination, rank: int) -> TrackerSink:
     from profiler.integrations.trackers.mlflow import MlflowSink
 
     name = dest.run_name or Path(dest.directory).resolve().name
-    return MlflowSink(dest.tracking_uri or default_tracking_uri(dest.directory), experiment=dest.experiment,
-                      run_name=f"{name} rank {rank}", tags={"profview/directory": str(Path(dest.directory).resolve())})
+    return MlflowSink(
+        dest.tracking_uri or default_tracking_uri(dest.directory),
+        experiment=dest.experiment,
+        run_name=f"{name} rank {rank}",
+        tags={"profview/directory": str(Path(dest.directory).resolve())},
+    )
 
 
 #: Every tracker `profview export --to` knows: name -> the sink of one rank.
@@ -67,12 +73,14 @@ def export_directory(tracker: str, destination: Destination, ranks: Optional[Ite
         raise InputError(f"{directory} does not exist or is not a directory")
     found = sorted(info_files(directory))
     if not found:
-        raise InputError(f"{directory} holds no analysed run (no profiler_info_*.json): run profview analyse {directory}")
+        raise InputError(
+            f"{directory} holds no analysed run (no profiler_info_*.json): run profview analyse {directory}"
+        )
     wanted = found if ranks is None else sorted(set(ranks))
     missing = [r for r in wanted if r not in found]
     if missing:
         raise InputError(f"{directory} has no rank {missing[0]} (its ranks: {', '.join(map(str, found))})")
-    records = [read_record(directory, rank) for rank in wanted]     # every input read before anything is written
+    records = [read_record(directory, rank) for rank in wanted]  # every input read before anything is written
     written = []
     for record in records:
         try:
@@ -80,5 +88,7 @@ def export_directory(tracker: str, destination: Destination, ranks: Optional[Ite
         except ImportError as exc:
             raise InputError(str(exc)) from None
         write_record(sink, record)
-        written.append(f"rank {record.rank}: {len(record.steps)} steps, verdict {record.verdict or '?'} -> {sink.where}")
+        written.append(
+            f"rank {record.rank}: {len(record.steps)} steps, verdict {record.verdict or '?'} -> {sink.where}"
+        )
     return written

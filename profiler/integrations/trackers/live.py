@@ -10,14 +10,16 @@ writes (the live window and the final analysis compute them from the same events
 The sinks come from the trainer's configuration (`tensorboard_sink` / `mlflow_sink` helpers here;
 each integration knows where its trainer's trackers write).
 """
+
 from __future__ import annotations
 
 import glob
 import os
 import socket
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 from profiler import Profiler, ProfilerUsageWarning
 from profiler.errors import ProfviewError
@@ -34,8 +36,12 @@ class LiveTrackers:
     def __init__(self, sinks: list[TrackerSink]) -> None:
         self.sinks = list(sinks)
         if not self.sinks:
-            warnings.warn("log_to_trackers: the trainer reports to no tracker profview writes to (TensorBoard, "
-                          "MLflow); nothing is logged", ProfilerUsageWarning, stacklevel=3)
+            warnings.warn(
+                "log_to_trackers: the trainer reports to no tracker profview writes to (TensorBoard, "
+                "MLflow); nothing is logged",
+                ProfilerUsageWarning,
+                stacklevel=3,
+            )
         self.logged: set[int] = set()
         self._live: Any = None
 
@@ -47,13 +53,18 @@ class LiveTrackers:
 
         profiler.flush()
         if self._live is None:
-            self._live = LiveRecording(profiler.output_path, window_steps=WINDOW_STEPS, rank=profiler.rank,
-                                       analysis_duty=1.0, min_analysis_interval_s=0.0)
+            self._live = LiveRecording(
+                profiler.output_path,
+                window_steps=WINDOW_STEPS,
+                rank=profiler.rank,
+                analysis_duty=1.0,
+                min_analysis_interval_s=0.0,
+            )
         self._live.update(force=True)
         analysis = self._live.analysis(profiler.rank)
         if analysis is None:
             return
-        self._log(step_rows(analysis.step_trace))      # device ops join the run at analysis: no device busy here
+        self._log(step_rows(analysis.step_trace))  # device ops join the run at analysis: no device busy here
 
     def finish(self, profiler: Profiler, analysed: bool) -> None:
         """After `profiler`'s analysis (`analysed`: it wrote outputs): the steps not logged yet, then the
@@ -94,7 +105,7 @@ class LiveTrackers:
                 warnings.warn(f"profview stops logging to {sink.where}: {exc}", ProfilerUsageWarning, stacklevel=3)
 
 
-def tensorboard_sink(logdir: "str | Path") -> Optional[TrackerSink]:
+def tensorboard_sink(logdir: str | Path) -> Optional[TrackerSink]:
     """A sink writing beside the trainer's TensorBoard event files in `logdir`; None (with a warning)
     when tensorboard cannot be imported."""
     try:
@@ -116,7 +127,7 @@ def mlflow_sink(tracking_uri: str, run_id: str) -> Optional[TrackerSink]:
         return None
 
 
-def own_event_file_dir(directories: Iterable["str | Path"]) -> Optional[Path]:
+def own_event_file_dir(directories: Iterable[str | Path]) -> Optional[Path]:
     """The newest of `directories` holding an event file this process wrote (TensorBoard event files
     are named `events.out.tfevents.<time>.<host>.<pid>.<n>`); None when none does."""
     pattern = f"events.out.tfevents.*.{glob.escape(socket.gethostname())}.{os.getpid()}.*"

@@ -9,13 +9,15 @@ The default store is a local file store (a directory, `file:` URI). MLflow 3.x k
 in maintenance mode and refuses it unless MLFLOW_ALLOW_FILE_STORE=true; profview sets that for its
 own client calls on a file store only (and reading it back needs the same: docs/integrations.md).
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import pandas as pd
 
@@ -23,8 +25,9 @@ try:
     from mlflow.entities import Metric, RunTag
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
-except ImportError as exc:       # pragma: no cover - exercised only without mlflow
+except ImportError as exc:  # pragma: no cover - exercised only without mlflow
     from profiler.integrations._common import missing_framework
+
     raise missing_framework("profiler.integrations.trackers.mlflow", "mlflow", "mlflow") from exc
 
 from profiler.errors import ProfviewError
@@ -37,7 +40,7 @@ _BATCH = 1000
 _ALLOW_FILE_STORE = "MLFLOW_ALLOW_FILE_STORE"
 
 
-def file_store_uri(path: "str | Path") -> str:
+def file_store_uri(path: str | Path) -> str:
     """The tracking URI of a local file store in directory `path`."""
     return Path(path).resolve().as_uri()
 
@@ -67,8 +70,15 @@ def _calls(uri: str) -> Iterator[None]:
 class MlflowSink:
     """Writes into MLflow run `run_id`, or into a new run `run_name` of `experiment`."""
 
-    def __init__(self, tracking_uri: str, *, run_id: Optional[str] = None, experiment: str = "profview",
-                 run_name: Optional[str] = None, tags: Optional[dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        tracking_uri: str,
+        *,
+        run_id: Optional[str] = None,
+        experiment: str = "profview",
+        run_name: Optional[str] = None,
+        tags: Optional[dict[str, str]] = None,
+    ) -> None:
         self.tracking_uri = tracking_uri
         self._own_run = run_id is None
         with _calls(tracking_uri):
@@ -85,8 +95,11 @@ class MlflowSink:
     def log_steps(self, steps: pd.DataFrame) -> None:
         now = int(time.time() * 1000)
         names = [c for c in steps.columns if c != "step"]
-        metrics = [Metric(PREFIX + name, float(value), now, int(step))
-                   for name in names for step, value in zip(steps["step"].to_numpy(), steps[name].to_numpy())]
+        metrics = [
+            Metric(PREFIX + name, float(value), now, int(step))
+            for name in names
+            for step, value in zip(steps["step"].to_numpy(), steps[name].to_numpy())
+        ]
         self._log(metrics)
 
     def log_summary(self, record: TrackerRecord) -> None:
@@ -104,4 +117,4 @@ class MlflowSink:
     def _log(self, metrics: list, tags: Optional[list] = None) -> None:
         with _calls(self.tracking_uri):
             for i in range(0, max(len(metrics), 1), _BATCH):
-                self.client.log_batch(self.run_id, metrics=metrics[i:i + _BATCH], tags=(tags or []) if i == 0 else [])
+                self.client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH], tags=(tags or []) if i == 0 else [])

@@ -7,6 +7,7 @@ files (step_trace_{rank}.csv, report_{rank}.json, events_{rank}.arrow); `step_ro
 per-step part from any step trace (the live option passes a window's).
 Every tracker key is `PREFIX` + a name defined here, so the sinks and the docs agree.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.formats import STEP_START, STEP_TOTAL, read_csv, read_event_file, read_document, rank_file
+from profiler.formats import STEP_START, STEP_TOTAL, rank_file, read_csv, read_document, read_event_file
 from profiler.kernels.intervals import covered_ns
 
 #: Every key profview logs starts with this (TensorBoard tags, MLflow metric and tag keys).
@@ -37,11 +38,11 @@ class TrackerRecord:
     """One rank's step breakdown, verdict and top findings, as trackers receive them."""
 
     rank: int
-    steps: pd.DataFrame                       # "step" + STEP_METRICS (+ DEVICE_BUSY) columns, in ms
+    steps: pd.DataFrame  # "step" + STEP_METRICS (+ DEVICE_BUSY) columns, in ms
     verdict: str = ""
     headline: str = ""
-    findings: list[dict[str, Any]] = field(default_factory=list)   # report_{rank}.json entries, best first
-    summary: dict[str, float] = field(default_factory=dict)        # run-level figures (name -> value)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # report_{rank}.json entries, best first
+    summary: dict[str, float] = field(default_factory=dict)  # run-level figures (name -> value)
 
     @property
     def metrics(self) -> list[str]:
@@ -69,9 +70,11 @@ def device_busy_ms(starts_ns: np.ndarray, ends_ns: np.ndarray, step_trace: pd.Da
 def summary_of(report: dict[str, Any], findings: list[dict[str, Any]]) -> dict[str, float]:
     """Run-level figures: mean and median step, analysed steps, and each top finding's share at stake."""
     steps = report.get("steps") if isinstance(report.get("steps"), dict) else {}
-    out = {name: float(steps[key]) for name, key in (("mean_step_ms", "mean_ms"), ("median_step_ms", "median_ms"),
-                                                    ("analysed_steps", "analysed"))
-           if isinstance(steps.get(key), (int, float))}
+    out = {
+        name: float(steps[key])
+        for name, key in (("mean_step_ms", "mean_ms"), ("median_step_ms", "median_ms"), ("analysed_steps", "analysed"))
+        if isinstance(steps.get(key), (int, float))
+    }
     for i, finding in enumerate(findings, start=1):
         if isinstance(finding.get("at_stake_pct"), (int, float)):
             out[f"finding_{i}_at_stake_pct"] = float(finding["at_stake_pct"])
@@ -88,11 +91,19 @@ def finding_text(finding: dict[str, Any]) -> str:
 
 def record_of(rank: int, steps: pd.DataFrame, report: dict[str, Any], top: int = TOP_FINDINGS) -> TrackerRecord:
     """A record from per-step rows and a report document."""
-    findings = [f for f in report.get("findings", []) if isinstance(f, dict)][:top] \
-        if isinstance(report.get("findings"), list) else []
-    return TrackerRecord(rank=rank, steps=steps, verdict=str(report.get("verdict", "")),
-                         headline=str(report.get("headline", "")), findings=findings,
-                         summary=summary_of(report, findings))
+    findings = (
+        [f for f in report.get("findings", []) if isinstance(f, dict)][:top]
+        if isinstance(report.get("findings"), list)
+        else []
+    )
+    return TrackerRecord(
+        rank=rank,
+        steps=steps,
+        verdict=str(report.get("verdict", "")),
+        headline=str(report.get("headline", "")),
+        findings=findings,
+        summary=summary_of(report, findings),
+    )
 
 
 def read_record(directory: Path, rank: int, top: int = TOP_FINDINGS) -> TrackerRecord:

@@ -5,6 +5,7 @@ A sink is created for one destination (a TensorBoard log directory, an MLflow ru
 `log_summary` once, then `close`. Each tracker has one sink class, registered in
 `export.TRACKERS` under the name `profview export --to` takes.
 """
+
 from __future__ import annotations
 
 from typing import Protocol

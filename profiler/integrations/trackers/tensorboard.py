@@ -6,6 +6,7 @@ headline and top findings are text summaries (`profview/verdict`, `profview/head
 (`profview/mean_step_ms`, ...) at the last step. The event file goes into `logdir`, beside any
 other event files there (TensorBoard shows a directory's files as one run).
 """
+
 from __future__ import annotations
 
 import time
@@ -19,8 +20,9 @@ try:
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.text.summary_v2 import text_pb
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
-except ImportError as exc:       # pragma: no cover - exercised only without tensorboard
+except ImportError as exc:  # pragma: no cover - exercised only without tensorboard
     from profiler.integrations._common import missing_framework
+
     raise missing_framework("profiler.integrations.trackers.tensorboard", "tensorboard", "tensorboard") from exc
 
 from profiler.integrations.trackers.record import PREFIX, TrackerRecord, finding_text
@@ -34,7 +36,7 @@ _QUEUE = 1 << 14
 class TensorBoardSink:
     """Writes into a new event file in `logdir` (created when missing)."""
 
-    def __init__(self, logdir: "str | Path") -> None:
+    def __init__(self, logdir: str | Path) -> None:
         self.logdir = Path(logdir)
         self.where = f"TensorBoard run {self.logdir}"
         # a queue that holds a whole update: the writer thread empties it while training goes on
@@ -52,9 +54,11 @@ class TensorBoardSink:
 
     def log_summary(self, record: TrackerRecord) -> None:
         now, step = time.time(), self._last_step
-        texts: dict[str, Any] = {"verdict": record.verdict, "headline": record.headline,
-                                 "findings": "\n\n".join(f"{i}. {finding_text(f)}"
-                                                         for i, f in enumerate(record.findings, start=1))}
+        texts: dict[str, Any] = {
+            "verdict": record.verdict,
+            "headline": record.headline,
+            "findings": "\n\n".join(f"{i}. {finding_text(f)}" for i, f in enumerate(record.findings, start=1)),
+        }
         for name, text in texts.items():
             if text:
                 self._writer.add_event(Event(wall_time=now, step=step, summary=text_pb(PREFIX + name, text)))
