@@ -75,7 +75,7 @@ import json, statistics, subprocess, sys, time
 import psutil
 import torch
 sys.path.insert(0, sys.argv[4])
-from torch_loops import cifar_batch, small_cnn
+from support.torch_loops import cifar_batch, small_cnn
 from profiler import Profiler
 out, steps, threads, blocks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
 watch_cmd = json.loads(sys.argv[6])

@@ -50,7 +50,10 @@ def prelude(tree: Path) -> str:
 
 WRITE_RUN = r"""
 from pathlib import Path
-from viewer_fixtures import Spec, write_run
+try:
+    from support.viewer_fixtures import Spec, write_run
+except ImportError:  # a checkout from before tests/support/
+    from viewer_fixtures import Spec, write_run
 write_run(Path(sys.argv[1]), Spec(steps=int(sys.argv[2]), ops_per_step=int(sys.argv[3]), queues=False, counters=False))
 print("{}")
 """
@@ -197,7 +200,7 @@ def browser(page: Path, repeat: int) -> tuple[list[float], list[float], list[flo
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
-    from viewer_browser import ALL_TABS_DRAWN
+    from support.viewer_browser import ALL_TABS_DRAWN
 
     opens, loads, zooms = [], [], []
     for _ in range(repeat):

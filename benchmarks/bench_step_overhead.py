@@ -47,7 +47,7 @@ from torch.profiler import schedule as torch_schedule
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from torch_loops import cifar_batch, small_cnn  # noqa: E402
+from support.torch_loops import cifar_batch, small_cnn  # noqa: E402
 
 from profiler import Profiler, schedule  # noqa: E402
 

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from scenario_bank import SCENARIOS, Outcome, run_scenario  # noqa: E402
+from support.scenario_bank import SCENARIOS, Outcome, run_scenario  # noqa: E402
 
 
 def run_bank(names: list[str], root: Path, label: str) -> dict[str, Outcome]:

@@ -29,7 +29,7 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-import fuzzing as fz  # noqa: E402
+from support import fuzzing as fz  # noqa: E402
 
 #: How often each entry point is drawn (serve has a single, quick family).
 WEIGHTS = {

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from viewer_browser import close_driver, new_driver  # noqa: E402
+from support.viewer_browser import close_driver, new_driver  # noqa: E402
 
 from viewer.cli import main  # noqa: E402
 

@@ -144,7 +144,7 @@ def assert_export_matches(out: Path, tmp: Path, first: int, last: int) -> None:
 
 
 def test_export_chrome_is_the_analysed_trace_of_a_torch_loop(tmp_path, torch_one_thread):
-    from torch_loops import profiled_cnn_run
+    from support.torch_loops import profiled_cnn_run
 
     from profiler import schedule
 

@@ -3,38 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from viewer_fixtures import Spec, write_run
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def profview(*args: str) -> subprocess.CompletedProcess:
-    """Run the CLI as a user would, in a subprocess."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "viewer.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=REPO,
-    )
-
-
-def assert_one_sentence(result: subprocess.CompletedProcess, *fragments: str, code: int = 1) -> None:
-    assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("profview: error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+from support.cli import assert_one_sentence, run_profview
+from support.viewer_fixtures import Spec, write_run
 
 
 @pytest.fixture(scope="module")
@@ -50,41 +23,41 @@ def copy_run(good: Path, dest: Path) -> Path:
 
 
 def test_missing_directory(tmp_path):
-    assert_one_sentence(profview(tmp_path / "nope"), "does not exist")
+    assert_one_sentence(run_profview(tmp_path / "nope"), "does not exist")
 
 
 def test_empty_directory(tmp_path):
-    assert_one_sentence(profview(tmp_path), "is empty")
+    assert_one_sentence(run_profview(tmp_path), "is empty")
 
 
 def test_foreign_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
-    assert_one_sentence(profview(tmp_path), "not a profview output directory")
+    assert_one_sentence(run_profview(tmp_path), "not a profview output directory")
 
 
 def test_raw_store_without_outputs(tmp_path):
     (tmp_path / "raw").mkdir()
-    assert_one_sentence(profview(tmp_path), "raw store", "profview analyse")
+    assert_one_sentence(run_profview(tmp_path), "raw store", "profview analyse")
 
 
 def test_partially_written_directory(good, tmp_path):
     run = copy_run(good, tmp_path / "run")
     (run / "op_detail_0.csv").unlink()
-    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "incomplete", "op_detail_0.csv")
+    assert_one_sentence(run_profview(run, "-o", tmp_path / "r.html"), "incomplete", "op_detail_0.csv")
 
 
 def test_truncated_info_json(good, tmp_path):
     run = copy_run(good, tmp_path / "run")
     info = run / "profiler_info_0.json"
     info.write_text(info.read_text()[:50])
-    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "profiler_info_0.json", "not valid JSON")
+    assert_one_sentence(run_profview(run, "-o", tmp_path / "r.html"), "profiler_info_0.json", "not valid JSON")
 
 
 def test_newer_schema(good, tmp_path):
     run = copy_run(good, tmp_path / "run")
     info = run / "profiler_info_0.json"
     info.write_text(json.dumps(dict(json.loads(info.read_text()), schema_version=2)))
-    assert_one_sentence(profview(run, "--summary"), "schema version 2", "upgrade")
+    assert_one_sentence(run_profview(run, "--summary"), "schema version 2", "upgrade")
 
 
 @pytest.mark.parametrize(
@@ -99,13 +72,13 @@ def test_newer_schema(good, tmp_path):
 def test_malformed_csv(good, tmp_path, content, message):
     run = copy_run(good, tmp_path / "run")
     (run / "step_trace_0.csv").write_text(content)
-    assert_one_sentence(profview(run, "-o", tmp_path / "r.html"), "step_trace_0.csv", message)
+    assert_one_sentence(run_profview(run, "-o", tmp_path / "r.html"), "step_trace_0.csv", message)
 
 
 def test_malformed_summary_json(good, tmp_path):
     run = copy_run(good, tmp_path / "run")
     (run / "queue_summary_0.json").write_text('{"queues": [')
-    assert_one_sentence(profview(run, "--summary"), "queue_summary_0.json", "not valid JSON")
+    assert_one_sentence(run_profview(run, "--summary"), "queue_summary_0.json", "not valid JSON")
 
 
 def test_truncated_event_file(good, tmp_path):
@@ -114,51 +87,51 @@ def test_truncated_event_file(good, tmp_path):
     events = run / "events_0.arrow"
     data = events.read_bytes()
     events.write_bytes(data[: len(data) // 2])
-    result = profview(run, "-o", tmp_path / "r.html")
+    result = run_profview(run, "-o", tmp_path / "r.html")
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "r.html").read_text()
     assert "events_0.arrow is not a profview event file (Arrow IPC): it may be truncated" in html
 
 
 def test_unknown_rank(good):
-    assert_one_sentence(profview(good, "--rank", "5", "--summary"), "rank 5 is not in")
+    assert_one_sentence(run_profview(good, "--rank", "5", "--summary"), "rank 5 is not in")
 
 
 def test_bad_steps_is_a_usage_error(good):
-    result = profview(good, "--steps", "x:y")
+    result = run_profview(good, "--steps", "x:y")
     assert result.returncode == 2 and "--steps wants A:B" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_unwritable_output(good, tmp_path):
-    assert_one_sentence(profview(good, "-o", tmp_path / "missing" / "r.html"), "cannot write")
+    assert_one_sentence(run_profview(good, "-o", tmp_path / "missing" / "r.html"), "cannot write")
 
 
 def test_empty_trace_file_is_recognised(tmp_path):
     trace = tmp_path / "run.pt.trace.json"
     trace.write_text('{"traceEvents": []}')
-    assert_one_sentence(profview(trace, "--summary"), "Kineto trace")
+    assert_one_sentence(run_profview(trace, "--summary"), "Kineto trace")
 
 
 def test_empty_mindspore_directory_is_recognised(tmp_path):
     (tmp_path / "ASCEND_PROFILER_OUTPUT").mkdir()
-    assert_one_sentence(profview(tmp_path, "--summary"), "MindSpore")
+    assert_one_sentence(run_profview(tmp_path, "--summary"), "MindSpore")
 
 
 def test_analyse_missing_directory(tmp_path):
-    result = profview("analyse", tmp_path / "nope")
+    result = run_profview("analyse", tmp_path / "nope")
     assert_one_sentence(result, "does not exist")
 
 
 def test_no_arguments_prints_help():
-    result = profview()
+    result = run_profview()
     assert result.returncode == 2 and "usage: profview" in result.stderr
 
 
 def test_help_is_complete():
-    top = profview("--help")
+    top = run_profview("--help")
     assert top.returncode == 0
     for word in ("view", "analyse", "examples:", "--summary", "profview DIR"):
         assert word in top.stdout
-    view = profview("view", "--help")
+    view = run_profview("view", "--help")
     for option in ("--output", "--summary", "--rank", "--steps", "--host", "--port", "--no-browser"):
         assert option in view.stdout

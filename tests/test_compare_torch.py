@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
+from support.torch_loops import cifar_batch, read_csv, small_cnn, train  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
-from torch_loops import cifar_batch, read_csv, small_cnn, train  # noqa: E402
 
 from profiler import Profiler, schedule  # noqa: E402
 from viewer.cli import main  # noqa: E402

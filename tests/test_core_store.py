@@ -7,11 +7,11 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support.recordings import record_small_run
 
 from profiler import Profiler
 from profiler.export.trace_text import fixed_decimal
@@ -85,24 +85,8 @@ def test_torn_last_chunk_is_skipped_and_reported(tmp_path):
     assert len(pd.read_csv(tmp_path / "step_trace_0.csv")) == 5
 
 
-def _record_run(out: Path):
-    p = Profiler(output_path=out, host_counters=True, gpu_counters=True)
-    for i in range(6):
-        with p.phase("forward"):
-            with p.op("Conv2D", op_type="Conv"):
-                with p.op("Pad", op_type="Pad"):
-                    time.sleep(0.001)
-                time.sleep(0.001)
-        with p.phase("backward"):
-            time.sleep(0.002)
-        p.instant("logged")
-        p.counter("loss", 1.0 / (i + 1))
-        p.step()
-    p.analyse(progress=False)
-
-
 def test_chrome_trace_is_valid_and_nested(tmp_path):
-    _record_run(tmp_path)
+    record_small_run(tmp_path)
     trace = json.load(open(tmp_path / "timeline_0.json"))
     events = trace["traceEvents"]
     required = {
@@ -136,7 +120,7 @@ def test_chrome_trace_is_valid_and_nested(tmp_path):
 
 
 def test_analysis_is_deterministic(tmp_path):
-    _record_run(tmp_path)
+    record_small_run(tmp_path)
     outputs = sorted(p for p in tmp_path.iterdir() if p.is_file())
     first = {p.name: p.read_bytes() for p in outputs}
     analyse_directory(tmp_path, progress=False)

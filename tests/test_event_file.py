@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from viewer_fixtures import Spec, write_run
+from support.viewer_fixtures import Spec, write_run
 
 from profiler.errors import InputError
 from profiler.export import event_file

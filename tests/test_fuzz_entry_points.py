@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - depends on the environment
         raise
     pytest.skip("hypothesis is not installed (pip install hypothesis)", allow_module_level=True)
 
-import fuzzing as fz
+from support import fuzzing as fz
 
 EXAMPLES = int(os.environ.get("PROFVIEW_FUZZ_EXAMPLES", "2"))
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.trace_variants import load_trace, rocm_variant, write_trace
 
 from profiler.analysis.device_time import device_executions, idle_gaps, sync_calls
 from profiler.analysis.kernel_families import classify, kernel_family, kernel_precision
@@ -349,9 +350,10 @@ def test_rocm_trace_mostly_idle_is_not_balanced(captures: Path, tmp_path: Path):
     """The same capture in ROCm form (hipLaunchKernel, hipMemcpyAsync, hipStreamSynchronize; copies
     not marked pageable; no cuda_sync events): HIP calls are launches and syncs like CUDA's, so the
     device's idle time has the same causes and the verdict is the CUDA original's, never balanced."""
-    from test_import_variants import _load, _rocm, _write
 
-    path = _write(_rocm(_load(captures / "kineto" / "alexnet.json.gz")), tmp_path / "rocm.json.gz", compress=True)
+    path = write_trace(
+        rocm_variant(load_trace(captures / "kineto" / "alexnet.json.gz")), tmp_path / "rocm.json.gz", compress=True
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rep = analyse_run(ensure_steps(read_kineto_trace(path))).extra_json["report"]
@@ -365,9 +367,8 @@ def test_call_site_is_the_python_frame_when_recorded(captures: Path, tmp_path: P
     call site of a sync call is then the innermost frame enclosing it, with the innermost op (none here:
     alexnet's cudaDeviceSynchronize calls are top level). alexnet plus two nested frames around its first
     cudaDeviceSynchronize."""
-    from test_import_variants import _load, _write
 
-    doc = _load(captures / "kineto" / "alexnet.json.gz")
+    doc = load_trace(captures / "kineto" / "alexnet.json.gz")
     call = next(e for e in doc["traceEvents"] if e.get("name") == "cudaDeviceSynchronize")
     for name, pad in (("train.py(10): main", 20), ("train.py(42): log_metrics", 10)):
         doc["traceEvents"].append(
@@ -383,7 +384,7 @@ def test_call_site_is_the_python_frame_when_recorded(captures: Path, tmp_path: P
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ops = read_kineto_trace(_write(doc, tmp_path / "stack.json.gz", compress=True)).ops
+        ops = read_kineto_trace(write_trace(doc, tmp_path / "stack.json.gz", compress=True)).ops
     calls = sync_calls(ops)
     device_sync = calls[calls["name"] == "cudaDeviceSynchronize"].sort_values("start_ns")
     assert device_sync["call_site"].tolist()[0] == "train.py(42): log_metrics"

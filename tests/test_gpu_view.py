@@ -171,7 +171,7 @@ def section_rows(html: str, page: str, title: str) -> list[list[str]]:
 def test_overview_shows_the_device_time_in_a_browser(nccl_dir: Path, tmp_path: Path) -> None:
     """The Overview's Device time table holds the report's figures, and its bar (compute,
     non-compute, idle by cause: the whole window) is drawn in headless Chromium."""
-    from viewer_browser import close_driver, console_errors, new_driver
+    from support.viewer_browser import close_driver, console_errors, new_driver
 
     (device,) = json.loads((nccl_dir / "report_0.json").read_text())["devices"]
     out = tmp_path / "report.html"
@@ -270,7 +270,7 @@ def dataloader_runs(tmp_path_factory) -> dict[int, tuple[Path, Path]]:
     for workers in (0, 4):
         trace, out = base / f"workers{workers}.json", base / f"workers{workers}"
         made = subprocess.run(
-            [sys.executable, str(REPO / "tests" / "dataloader_story.py"), str(workers), str(trace)],
+            [sys.executable, str(REPO / "tests" / "support" / "dataloader_story.py"), str(workers), str(trace)],
             capture_output=True,
             text=True,
             timeout=600,

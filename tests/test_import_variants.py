@@ -16,16 +16,15 @@ Each variant must give the same run as the original (up to what the variant cann
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.trace_variants import load_trace, rocm_variant, write_trace
 
 from profiler.analysis.device_time import IDLE_CAUSES, device_time, runtime_calls
 from profiler.analysis.results import analyse_run
@@ -52,16 +51,6 @@ def _report_works(path: Path, tmp: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- Kineto
-
-
-def _load(path: Path) -> dict:
-    return json.loads(gzip.decompress(path.read_bytes()))
-
-
-def _write(doc: dict, path: Path, compress: bool) -> Path:
-    data = json.dumps(doc).encode()
-    path.write_bytes(gzip.compress(data, mtime=0) if compress else data)
-    return path
 
 
 def _relative(run) -> dict:
@@ -102,12 +91,12 @@ def _torch_1_13(doc: dict) -> dict:
 @pytest.fixture(scope="module")
 def nccl(captures: Path):
     path = captures / "kineto" / "nccl_data.json.gz"
-    return path, _load(path), read_kineto_trace(path)
+    return path, load_trace(path), read_kineto_trace(path)
 
 
 def test_torch_1_13_style_trace_gives_the_same_run(nccl, tmp_path: Path):
     path, doc, original = nccl
-    run = read_kineto_trace(_write(_torch_1_13(doc), tmp_path / "rank0.pt.trace.json", compress=False))
+    run = read_kineto_trace(write_trace(_torch_1_13(doc), tmp_path / "rank0.pt.trace.json", compress=False))
     assert run.info["clock"]["clock"] == "kineto: ts is Unix time in us"
     assert abs(run.info["origin_unix_ns"] - original.info["origin_unix_ns"]) <= 1000
     assert run.steps["step"].tolist() == original.steps["step"].tolist() == [4, 5, 6]
@@ -131,7 +120,7 @@ def test_times_as_text_and_plain_json_give_the_identical_run(nccl, tmp_path: Pat
         for key in ("ts", "dur"):
             if isinstance(e.get(key), (int, float)):
                 e[key] = repr(e[key])
-    run = read_kineto_trace(_write(out, tmp_path / "trace.json", compress=False))
+    run = read_kineto_trace(write_trace(out, tmp_path / "trace.json", compress=False))
     a, b = _relative(original), _relative(run)
     for key in a:
         assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
@@ -141,7 +130,7 @@ def test_times_as_text_and_plain_json_give_the_identical_run(nccl, tmp_path: Pat
 def test_args_and_header_variants(captures: Path, tmp_path: Path):
     """args absent or not an object, deviceProperties / distributedInfo absent or odd, rank as text."""
     path = captures / "kineto" / "sampled_rank-1.json.gz"
-    doc, original = _load(path), read_kineto_trace(path)
+    doc, original = load_trace(path), read_kineto_trace(path)
     out = copy.deepcopy(doc)
     for i, e in enumerate(out["traceEvents"]):
         if e.get("cat") == "cpu_op" and i % 2:
@@ -150,11 +139,11 @@ def test_args_and_header_variants(captures: Path, tmp_path: Path):
             e["args"] = ["not", "an", "object"]
     out["deviceProperties"] = {"not": "a list"}
     out["distributedInfo"] = {"backend": "nccl", "rank": "1", "world_size": "2"}
-    run = read_kineto_trace(_write(out, tmp_path / "t.json.gz", compress=True))
+    run = read_kineto_trace(write_trace(out, tmp_path / "t.json.gz", compress=True))
     assert run.rank == 1 and run.info["world_size"] == 2 and run.info["devices"] == []
     assert len(run.ops) == len(original.ops) and (run.ops["shapes"].astype(str) == "").all()
     out.pop("distributedInfo"), out.pop("deviceProperties")
-    run = read_kineto_trace(_write(out, tmp_path / "t2.json", compress=False))
+    run = read_kineto_trace(write_trace(out, tmp_path / "t2.json", compress=False))
     assert run.rank == 0 and len(run.steps) == len(original.steps)
 
 
@@ -167,7 +156,7 @@ def test_a_damaged_time_or_step_number_costs_only_that_event(nccl, tmp_path: Pat
     ops[2]["dur"] = 1e15  # 31 years
     step = next(e for e in out["traceEvents"] if e.get("name") == "ProfilerStep#5")
     step["name"] = "ProfilerStep#99999999999999999999999"
-    trace = _write(out, tmp_path / "damaged.json", compress=False)
+    trace = write_trace(out, tmp_path / "damaged.json", compress=False)
     run = read_kineto_trace(trace)
     assert len(run.ops) == len(original.ops) - 3
     assert sorted(run.steps["step"]) == [4, 6]
@@ -179,7 +168,7 @@ def test_a_damaged_time_or_step_number_costs_only_that_event(nccl, tmp_path: Pat
 
 def test_torch_1_13_trace_opens_in_the_viewer(nccl, tmp_path: Path):
     path, doc, _ = nccl
-    _report_works(_write(_torch_1_13(doc), tmp_path / "rank0.pt.trace.json.gz", compress=True), tmp_path)
+    _report_works(write_trace(_torch_1_13(doc), tmp_path / "rank0.pt.trace.json.gz", compress=True), tmp_path)
 
 
 def _with_device_step_ranges(doc: dict) -> dict:
@@ -212,7 +201,7 @@ def test_device_step_ranges_are_annotations_not_work(nccl, tmp_path: Path):
     is an annotation on the device lane: in the timeline's ops, not a step, not in the op tables, not
     busy time."""
     path, doc, original = nccl
-    run = read_kineto_trace(_write(_with_device_step_ranges(doc), tmp_path / "steps.json", compress=False))
+    run = read_kineto_trace(write_trace(_with_device_step_ranges(doc), tmp_path / "steps.json", compress=False))
     ranges = run.ops[run.ops["name"].astype(str).str.startswith("ProfilerStep#")]
     assert len(ranges) == 6 and set(ranges["category"]) == {"annotation"} and set(ranges["device"]) == {"cuda:0"}
     assert run.steps["step"].tolist() == [4, 5, 6]
@@ -273,7 +262,7 @@ def test_torch_1_8_schema_is_read(nccl, tmp_path: Path):
     executions. Annotations torch 1.8 wrote as Operator events are spans by their names; other
     record_function ranges (nccl:all_reduce) cannot be told from ops there, and are host ops."""
     path, doc, original = nccl
-    variant = _write(_torch_1_8(doc), tmp_path / "rank0.pt.trace.json", compress=False)
+    variant = write_trace(_torch_1_8(doc), tmp_path / "rank0.pt.trace.json", compress=False)
     run = read_kineto_trace(variant)
     assert run.steps["step"].tolist() == original.steps["step"].tolist() == [4, 5, 6]
     step_dur = lambda r: (r.steps["end_ns"] - r.steps["start_ns"]).to_numpy()
@@ -299,36 +288,12 @@ def test_torch_1_8_schema_is_read(nccl, tmp_path: Path):
     assert report["devices"][0]["idle_pct"] == pytest.approx(theirs["idle_pct"].iloc[0], abs=0.05)
 
 
-def _rocm(doc: dict) -> dict:
-    """A trace as Kineto's ROCm backends (roctracer, rocprofiler-sdk) write it: HIP runtime calls
-    (hipLaunchKernel, hipMemcpyAsync, hipStreamSynchronize: the CUDA names with `hip` for `cuda`)
-    still under category `cuda_runtime`, memcpy named by direction and host / device ("Memcpy HtoD
-    (Host -> Device)": nothing says pageable), memset "Memset (<unknown>)", no `cuda_sync` events."""
-    out = copy.deepcopy(doc)
-    where = {"Pageable": "Host", "Pinned": "Host", "Device": "Device"}
-    events = []
-    for e in out["traceEvents"]:
-        cat = e.get("cat")
-        if cat == "cuda_sync":
-            continue
-        if cat in ("cuda_runtime", "cuda_driver"):
-            e["cat"], e["name"] = "cuda_runtime", re.sub(r"^cu(?:da)?", "hip", e["name"])
-        elif cat == "gpu_memcpy":
-            kind, src, dst = re.match(r"Memcpy (\w+) \((\w+) -> (\w+)\)", e["name"]).groups()
-            e["name"] = f"Memcpy {kind} ({where[src]} -> {where[dst]})"
-        elif cat == "gpu_memset":
-            e["name"] = "Memset (<unknown>)"
-        events.append(e)
-    out["traceEvents"] = events
-    return out
-
-
 def test_rocm_trace_is_read(captures: Path, tmp_path: Path):
     """HIP calls are runtime calls like CUDA's: never in the op tables, syncs recognised by name;
     the device time is the original's (the same executions)."""
     path = captures / "kineto" / "alexnet.json.gz"
-    doc, original = _load(path), read_kineto_trace(path)
-    run = read_kineto_trace(_write(_rocm(doc), tmp_path / "rocm.json.gz", compress=True))
+    doc, original = load_trace(path), read_kineto_trace(path)
+    run = read_kineto_trace(write_trace(rocm_variant(doc), tmp_path / "rocm.json.gz", compress=True))
     runtime = run.ops[run.ops["category"] == "runtime"]
     assert len(runtime) == (original.ops["category"] == "runtime").sum()
     assert runtime["name"].astype(str).str.startswith("hip").all()

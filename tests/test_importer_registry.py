@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import toy_format
+from support import toy_format
 
 from profiler.analysis.advisor import framework_of
 from profiler.analysis.steps import exact_steps_advice
@@ -216,7 +216,7 @@ def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path):
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: profview-toy\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        "[profview.importers]\ntoy = toy_format:IMPORTER\nmissing = no_such_module_here:IMPORTER\n"
+        "[profview.importers]\ntoy = support.toy_format:IMPORTER\nmissing = no_such_module_here:IMPORTER\n"
     )
     capture = toy_format.toy_capture(tmp_path / "run.toy")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO / "tests"), str(REPO)]))

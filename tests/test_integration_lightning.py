@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from support.cli import REPO
+from support.lightning_loops import BATCH, lightning_mlp, random_loader
 
 N_STEPS = 6  # optimizer steps of the accumulation run
 ACCUMULATION = 2
-BATCH = 4
 EVERY = 3  # validation and checkpoint every 3 optimizer steps (6 batches): after steps 3 and 6
 SLEEP_S = 0.4  # injected into each validation (on_validation_epoch_end) and save (on_save_checkpoint)
 MARGIN_S = 4.0  # generous: the machine may be busy
@@ -43,52 +41,6 @@ def test_missing_lightning_is_one_clear_sentence():
 def L():
     pytest.importorskip("torch")
     return pytest.importorskip("lightning")
-
-
-def _loader(torch, n: int, item_sleep_s: float = 0.0, batch: int = BATCH):
-    class RandomData(torch.utils.data.Dataset):
-        def __init__(self) -> None:
-            g = torch.Generator().manual_seed(0)
-            self.x = torch.randn(n, 32, generator=g)
-            self.y = torch.randint(0, 4, (n,), generator=g)
-
-        def __len__(self) -> int:
-            return n
-
-        def __getitem__(self, i):
-            if item_sleep_s:
-                time.sleep(item_sleep_s)  # a slow input pipeline
-            return self.x[i], self.y[i]
-
-    return torch.utils.data.DataLoader(RandomData(), batch_size=batch)
-
-
-def _module(L, torch, sleep_s: float = 0.0):
-    class MLP(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-            self.validations = 0
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return torch.nn.functional.cross_entropy(self.net(x), y)
-
-        def validation_step(self, batch, batch_idx):
-            x, y = batch
-            self.log("val_loss", torch.nn.functional.cross_entropy(self.net(x), y))
-
-        def on_validation_epoch_end(self):
-            self.validations += 1
-            time.sleep(sleep_s)  # inside the validation loop
-
-        def on_save_checkpoint(self, checkpoint):
-            time.sleep(sleep_s)  # inside Trainer.save_checkpoint
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
-    return MLP()
 
 
 def _trainer(L, tmp: Path, **kw):
@@ -136,8 +88,8 @@ def accumulation_run(L, torch_one_thread, tmp_path_factory):
     trainer = _trainer(
         L, tmp, max_steps=N_STEPS, val_check_interval=EVERY * ACCUMULATION, profiler=profiler, callbacks=[checkpoint]
     )  # the sanity check validates too: not recorded
-    model = _module(L, torch, SLEEP_S)
-    trainer.fit(model, _loader(torch, 64), _loader(torch, 8))
+    model = lightning_mlp(L, torch, SLEEP_S)
+    trainer.fit(model, random_loader(torch, 64), random_loader(torch, 8))
     return trainer, profiler, model, tmp / "prof"
 
 
@@ -153,7 +105,7 @@ def data_bound_run(L, torch_one_thread, tmp_path_factory):
         L, tmp, max_steps=8, profiler="simple", callbacks=[callback], enable_checkpointing=False, limit_val_batches=0
     )
     simple = trainer.profiler
-    trainer.fit(_module(L, torch), _loader(torch, 400, ITEM_SLEEP_S))
+    trainer.fit(lightning_mlp(L, torch), random_loader(torch, 400, ITEM_SLEEP_S))
     return trainer, callback, simple, tmp / "prof"
 
 
@@ -217,7 +169,7 @@ def test_callback_keeps_the_users_profiler(data_bound_run, L):
 def test_log_to_trackers_writes_the_steps_live_into_the_trainers_loggers(L, torch_one_thread, tmp_path, monkeypatch):
     """A TensorBoardLogger and an MLFlowLogger: every step's phases land in both runs, equal to
     step_trace_0.csv; steps are logged every log_every_n_steps (before fit ends), the verdict at the end."""
-    from tracker_readback import assert_lightning_loggers_hold_the_run
+    from support.tracker_readback import assert_lightning_loggers_hold_the_run
 
     from profiler.integrations.lightning import ProfviewCallback
 
@@ -239,5 +191,5 @@ def test_log_to_trackers_writes_the_steps_live_into_the_trainers_loggers(L, torc
         enable_checkpointing=False,
         limit_val_batches=0,
     )
-    trainer.fit(_module(L, torch_one_thread), _loader(torch_one_thread, 64))
+    trainer.fit(lightning_mlp(L, torch_one_thread), random_loader(torch_one_thread, 64))
     assert_lightning_loggers_hold_the_run(tb.log_dir, store, ml.run_id, tmp_path / "prof", 6)

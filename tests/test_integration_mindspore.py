@@ -40,7 +40,7 @@ def runs(tmp_path_factory) -> tuple[Path, dict]:
         )
     out = tmp_path_factory.mktemp("mindspore")
     r = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "mindspore_worker.py"), str(out)],
+        [sys.executable, str(REPO / "tests" / "support" / "mindspore_worker.py"), str(out)],
         capture_output=True,
         text=True,
         cwd=REPO,

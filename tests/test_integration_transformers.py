@@ -236,7 +236,7 @@ def test_log_to_trackers_writes_the_steps_live_into_the_trainers_tensorboard_and
     run, equal to step_trace_0.csv; steps are logged at the Trainer's logging steps (before training ends),
     the verdict at the end."""
     from mlflow.tracking import MlflowClient
-    from tracker_readback import assert_steps_match, expected, mlflow_metric, tensorboard_run
+    from support.tracker_readback import assert_steps_match, expected, mlflow_metric, tensorboard_run
 
     from profiler.integrations.transformers import ProfviewCallback
 

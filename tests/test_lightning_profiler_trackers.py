@@ -5,8 +5,8 @@ TensorBoard and MLflow loggers as `ProfviewCallback(log_to_trackers=True)` does
 from __future__ import annotations
 
 import pytest
-from test_integration_lightning import _loader, _module
-from tracker_readback import assert_lightning_loggers_hold_the_run, expected, tensorboard_run
+from support.lightning_loops import lightning_mlp, random_loader
+from support.tracker_readback import assert_lightning_loggers_hold_the_run, expected, tensorboard_run
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_the_profiler_entry_logs_the_steps_live_into_the_trainers_loggers(L, tor
         enable_checkpointing=False,
         limit_val_batches=0,
     )
-    trainer.fit(_module(L, torch_one_thread), _loader(torch_one_thread, 64))
+    trainer.fit(lightning_mlp(L, torch_one_thread), random_loader(torch_one_thread, 64))
     assert profiler.lines and "analysed into" in profiler.lines[0]
     assert_lightning_loggers_hold_the_run(tb.log_dir, store, ml.run_id, tmp_path / "prof", 6)
 
@@ -59,7 +59,7 @@ def test_without_the_option_nothing_is_logged(L, torch_one_thread, tmp_path):
         enable_checkpointing=False,
         limit_val_batches=0,
     )
-    trainer.fit(_module(L, torch_one_thread), _loader(torch_one_thread, 64))
+    trainer.fit(lightning_mlp(L, torch_one_thread), random_loader(torch_one_thread, 64))
     assert expected(tmp_path / "prof")[0]["step"].tolist() == list(range(4))
     scalars, texts = tensorboard_run(tb.log_dir)
     assert not [t for t in [*scalars, *texts] if t.startswith("profview/")]

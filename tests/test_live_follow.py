@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_helpers import record, start_recorder, steps_in
+from support.live_helpers import record, start_recorder, steps_in
 
 from profiler.analysis.live import step_times, window_thresholds
 from profiler.errors import ProfviewError

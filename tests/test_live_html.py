@@ -10,7 +10,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from live_helpers import REPO, profview, python_env, start_recorder, wait_for
+from support.cli import REPO, profview_command, python_env
+from support.live_helpers import start_recorder, wait_for
 
 from viewer.live import LiveReport
 from viewer.page import Live
@@ -89,7 +90,7 @@ def test_the_live_json_step_count_grows_with_the_recording(growing, live_server)
 
 
 def test_the_live_page_updates_in_a_browser(growing, live_server):
-    from viewer_browser import close_driver, console_errors, new_driver, screenshot
+    from support.viewer_browser import close_driver, console_errors, new_driver, screenshot
 
     out, _ = growing
     server = live_server(out)
@@ -137,7 +138,7 @@ def test_live_bad_input_is_one_sentence(tmp_path, case):
     if case == "with_output":
         (target / "raw").mkdir()
     result = subprocess.run(
-        profview(str(target), *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60
+        profview_command(str(target), *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()

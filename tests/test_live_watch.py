@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_helpers import REPO, profview, python_env, record, start_recorder, steps_in, wait_for
+from support.cli import REPO, profview_command, python_env
+from support.live_helpers import record, start_recorder, steps_in, wait_for
 
 from profiler.postprocess.live import LiveRecording
 from viewer.watch import parse_plain_line, plain_line, render, sparkline
@@ -17,7 +18,7 @@ from viewer.watch import parse_plain_line, plain_line, render, sparkline
 def watcher(directory: Path, *extra: str) -> subprocess.Popen:
     """`profview watch DIR` with stdout a pipe (not a terminal: plain lines)."""
     return subprocess.Popen(
-        profview("watch", str(directory), "--interval", "0.3", *extra),
+        profview_command("watch", str(directory), "--interval", "0.3", *extra),
         cwd=REPO,
         env=python_env(),
         stdout=subprocess.PIPE,
@@ -72,7 +73,7 @@ def test_watch_shows_every_rank_and_the_slowest(tmp_path):
         # start watching once the recorders made the directory (a missing one is waited for: test_watch_wait.py)
         assert wait_for(out.is_dir, 120)
         result = subprocess.run(
-            profview("watch", str(out), "--interval", "0.3"),
+            profview_command("watch", str(out), "--interval", "0.3"),
             cwd=REPO,
             env=python_env(),
             capture_output=True,
@@ -99,7 +100,7 @@ def test_watching_never_writes_into_the_directory(tmp_path):
 
     before = listing()
     result = subprocess.run(
-        profview("watch", str(out)), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120
+        profview_command("watch", str(out)), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert listing() == before
@@ -142,7 +143,12 @@ def test_bad_input_is_one_sentence(tmp_path, case):
         target.mkdir()
         args = ["--window", "0"]
     result = subprocess.run(
-        profview("watch", str(target), *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60
+        profview_command("watch", str(target), *args),
+        cwd=REPO,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()

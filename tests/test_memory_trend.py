@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from live_helpers import REPO, python_env
+from support.cli import REPO, python_env
 
 from profiler.analysis.trend import (
     BINS,
@@ -40,7 +40,14 @@ def loops(tmp_path_factory):
     root = tmp_path_factory.mktemp("memory_loops")
     procs = {
         p: subprocess.Popen(
-            [sys.executable, str(REPO / "tests" / "memory_loops.py"), str(root / p), p, str(STEPS), str(STEP_S)],
+            [
+                sys.executable,
+                str(REPO / "tests" / "support" / "memory_loops.py"),
+                str(root / p),
+                p,
+                str(STEPS),
+                str(STEP_S),
+            ],
             cwd=REPO,
             env=python_env(),
             stdout=subprocess.PIPE,

@@ -200,7 +200,7 @@ def test_run_in_plain_mode_prints_one_final_status_line(tmp_path):
 
 def test_multirank_summary_leads_with_the_cluster(tmp_path, capsys):
     pytest.importorskip("torch.distributed")
-    from test_multirank import assert_ok, launch
+    from support.multirank import assert_ok, launch
 
     job = launch(tmp_path / "job", 2, "--steps", "6", "--delay-rank", "1", "--delay-ms", "40")
     assert_ok(job)

@@ -17,7 +17,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from live_helpers import profview, python_env, steps_in, wait_for
+from support.cli import profview_command, python_env
+from support.live_helpers import steps_in, wait_for
 
 from profiler.store.follow import Follower
 
@@ -90,7 +91,7 @@ def script(tmp_path: Path, text: str = TRAIN, name: str = "train.py") -> Path:
 
 def run(tmp_path: Path, *args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        profview("run", *args),
+        profview_command("run", *args),
         cwd=tmp_path,
         env=python_env(),
         capture_output=True,
@@ -149,7 +150,7 @@ def test_a_signal_stops_the_script_and_its_recording_is_analysed(tmp_path, sig):
     # the signal on, and the script (started with SIGINT at its default) stops
     ignore_sigint = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sig == signal.SIGINT else None
     proc = subprocess.Popen(
-        profview("run", "-o", str(out), str(path), "100000", "0.002", "-1", "0", "0"),
+        profview_command("run", "-o", str(out), str(path), "100000", "0.002", "-1", "0", "0"),
         cwd=tmp_path,
         env=python_env(),
         stdout=subprocess.PIPE,
@@ -212,7 +213,7 @@ def test_on_a_terminal_the_live_view_shows_with_the_script_output_above_it(tmp_p
     out = tmp_path / "prof"
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        profview("run", "-o", str(out), str(path), "40", "0.004", "-1", "0", "0"),
+        profview_command("run", "-o", str(out), str(path), "40", "0.004", "-1", "0", "0"),
         cwd=tmp_path,
         env=dict(python_env(), COLUMNS="120", LINES="40"),
         stdin=subprocess.DEVNULL,

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from scenario_bank import SCENARIOS, WrongVerdict, run_scenario
+from support.scenario_bank import SCENARIOS, WrongVerdict, run_scenario
 
 
 def _param(name: str):

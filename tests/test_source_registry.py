@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pandas as pd
-from live_helpers import profview, python_env
+from support.cli import profview_command, python_env
 
 #: A plug-in source: it records nothing through the hot path, and leaves a sidecar beside the raw
 #: store that its merge turns into ops (as torch's traces or a device log are).
@@ -153,14 +153,14 @@ def test_a_plugin_source_declared_by_entry_point_is_merged_by_profview_analyse(t
     )
     out = tmp_path / "run"
     _run([sys.executable, "-c", RECORD_TOY, str(out)], _env(plug))
-    _run(profview("analyse", str(out)), _env(plug))
+    _run(profview_command("analyse", str(out)), _env(plug))
     ops = pd.read_csv(out / "op_detail_0.csv").set_index("name")
     assert ops.loc["ToyKernel", "count"] == 2 and ops.loc["ToyCopy", "count"] == 1
     assert ops.loc["ToyKernel", "device"] == "toy:0"
     assert json.loads((out / "profiler_info_0.json").read_text())["sources"]["toy_ops"]["status"] == "ok"
     # the same recording where the plug-in is not installed: analysed, without the plug-in's data
     (out / "op_detail_0.csv").unlink()
-    _run(profview("analyse", str(out)), python_env())
+    _run(profview_command("analyse", str(out)), python_env())
     assert not (out / "op_detail_0.csv").exists()
 
 
@@ -175,7 +175,7 @@ def test_a_broken_plugin_is_one_warning_and_the_analysis_goes_on(tmp_path):
     )
     out = tmp_path / "run"
     _run([sys.executable, "-c", RECORD_TOY, str(out)], _env(plug))
-    done = _run(profview("analyse", str(out)), _env(plug))
+    done = _run(profview_command("analyse", str(out)), _env(plug))
     assert "the source plug-in broken = no_such_module_for_profview:Nothing cannot be loaded" in done.stderr
     assert "Traceback" not in done.stderr
     assert pd.read_csv(out / "op_detail_0.csv").set_index("name").loc["ToyKernel", "count"] == 2

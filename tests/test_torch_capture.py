@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from support.torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn, torch_capture_of, train  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
-from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn, torch_capture_of, train  # noqa: E402
 
 from profiler import Profiler, schedule  # noqa: E402
 from profiler.capture.base import Source  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
-from torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn  # noqa: E402
+from support.torch_loops import cifar_batch, profiled_cnn_run, read_csv, small_cnn  # noqa: E402
 
 from profiler import Profiler, ProfilerUsageWarning  # noqa: E402
 

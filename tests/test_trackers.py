@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from tracker_readback import assert_steps_match, expected, mlflow_metric, mlflow_run, tensorboard_run
+from support.tracker_readback import assert_steps_match, expected, mlflow_metric, mlflow_run, tensorboard_run
 
 from viewer.cli import main
 

@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from viewer_browser import ALL_TABS_DRAWN, close_driver, console_errors, new_driver, screenshot
-from viewer_fixtures import XSS, Spec, profile_loop, write_run
+from support.viewer_browser import ALL_TABS_DRAWN, close_driver, console_errors, new_driver, screenshot
+from support.viewer_fixtures import XSS, Spec, profile_loop, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from viewer_fixtures import Spec, write_run
+from support.viewer_fixtures import Spec, write_run
 
 from viewer.context import Context
 from viewer.inputs import load_input

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from live_helpers import REPO, profview, python_env
+from support.cli import REPO, profview_command, python_env
 
 from profiler.errors import InputError, ProfviewError
 from viewer.server import Reply, ReportServer, fixed
@@ -87,12 +87,14 @@ def test_an_address_that_cannot_be_bound_is_one_sentence(host):
 @pytest.mark.parametrize("live", [False, True])
 def test_the_cli_refuses_an_address_it_cannot_bind_in_one_line(tmp_path, live):
     """The fixed report and the live one share the server, so they fail the same way."""
-    from viewer_fixtures import Spec, write_run
+    from support.viewer_fixtures import Spec, write_run
 
     target = write_run(tmp_path / "run", Spec(steps=4, ops_per_step=2))
     (target / "raw").mkdir(exist_ok=True)
     args = [str(target), "--no-browser", "--host", "h" * 300] + (["--live"] if live else [])
-    result = subprocess.run(profview(*args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        profview_command(*args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith(f"profview: error: cannot serve on {'h' * 80}:0: ")

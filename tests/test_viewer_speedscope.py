@@ -8,46 +8,15 @@ build and our trace on 127.0.0.1 and loads it with `#profileURL=` in headless Ch
 from __future__ import annotations
 
 import functools
-import os
 import shutil
-import subprocess
 import threading
 import time
 import urllib.parse
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import ThreadingHTTPServer
 
-import pytest
-from viewer_browser import close_driver, console_errors, new_driver, require_chromium, screenshot
-from viewer_fixtures import XSS, profile_loop
-
-SPEEDSCOPE = "speedscope@1.25.0"
-
-
-def speedscope_release() -> Path:
-    """speedscope's offline build (dist/release), installed with npm when not cached yet."""
-    cache = Path(os.environ.get("PROFVIEW_NPM_CACHE", Path.home() / ".cache" / "profview-tests"))
-    release = cache / "node_modules" / "speedscope" / "dist" / "release"
-    if not (release / "index.html").exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            if os.environ.get("CI"):
-                pytest.fail("npm is not installed (apt-get install npm)")
-            pytest.skip("npm is not installed")
-        cache.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache), SPEEDSCOPE],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr
-    return release
-
-
-class QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):
-        pass
+from support.speedscope import QuietHandler, speedscope_release
+from support.viewer_browser import close_driver, console_errors, new_driver, require_chromium, screenshot
+from support.viewer_fixtures import XSS, profile_loop
 
 
 def test_timeline_opens_in_speedscope(tmp_path):

@@ -19,7 +19,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from viewer_browser import ALL_TABS_DRAWN, close_driver, console_errors, new_driver, require_chromium, screenshot
+from support.speedscope import QuietHandler, speedscope_release
+from support.viewer_browser import (
+    ALL_TABS_DRAWN,
+    close_driver,
+    console_errors,
+    new_driver,
+    require_chromium,
+    screenshot,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
@@ -29,7 +37,7 @@ STEPS = 16
 @pytest.fixture(scope="module")
 def sampled_run(tmp_path_factory) -> Path:
     """16 steps of a small CNN under attach(); torch.profiler ops on steps 11-13 only."""
-    from torch_loops import profiled_cnn_run
+    from support.torch_loops import profiled_cnn_run
 
     from profiler import schedule
 
@@ -220,7 +228,6 @@ def test_zooming_swaps_in_a_finer_level(timeline_page):
 def test_trace_loads_in_speedscope_without_warnings(sampled_run, tmp_path):
     """speedscope warns when an end does not match the open frame (overlapping spans after float
     arithmetic, e.g. consecutive steps): none here."""
-    from test_viewer_speedscope import QuietHandler, speedscope_release
 
     require_chromium()
     site = tmp_path / "site"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from viewer_fixtures import XSS, Spec, write_run
+from support.viewer_fixtures import XSS, Spec, write_run
 
 from viewer.cli import parse_steps
 from viewer.formatting import clean

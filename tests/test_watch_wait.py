@@ -9,8 +9,9 @@ import sys
 import time
 
 import pytest
-from live_helpers import REPO, profview, python_env, record, start_recorder, wait_for
 from rich.console import Console
+from support.cli import REPO, profview_command, python_env
+from support.live_helpers import record, start_recorder, wait_for
 
 from profiler.postprocess.live import LiveRecording
 from viewer.watch import parse_plain_line, plain_fields, plain_line, render
@@ -20,7 +21,7 @@ MB = float(1 << 20)
 
 def run_watch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        profview("watch", *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=timeout
+        profview_command("watch", *args), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -29,7 +30,7 @@ def test_watch_waits_for_a_directory_the_job_creates_later(tmp_path):
     err_path = tmp_path / "watch.err"
     with err_path.open("w") as err:
         watch = subprocess.Popen(
-            profview("watch", str(out), "--interval", "0.3", "--plain"),
+            profview_command("watch", str(out), "--interval", "0.3", "--plain"),
             cwd=REPO,
             env=python_env(),
             stdout=subprocess.PIPE,
@@ -114,7 +115,7 @@ def test_the_memory_trend_of_a_long_enough_run_is_the_advisors_slope(tmp_path):
     """A real 2 MB-a-step leak over ~8 s: watch's MB/min is the slope the memory_growth finding reports."""
     out = tmp_path / "leak"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "memory_loops.py"), str(out), "leak", "80", "0.1"],
+        [sys.executable, str(REPO / "tests" / "support" / "memory_loops.py"), str(out), "leak", "80", "0.1"],
         cwd=REPO,
         env=python_env(),
         capture_output=True,

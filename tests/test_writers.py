@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 import pytest
-from test_core_store import _record_run as record  # a real recording: phases, nested ops, marks, counters
+from support.recordings import record_small_run as record  # a real recording: phases, nested ops, marks, counters
 
 from profiler.analysis.results import Analysis, analyse_run
 from profiler.analysis.steps import ensure_steps

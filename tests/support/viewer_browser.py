@@ -11,7 +11,7 @@ import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 #: Shows each tab in turn; calls back with {tab: [plots, drawn plots with an SVG]} once all are drawn.
 ALL_TABS_DRAWN = """

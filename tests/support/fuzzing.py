@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: Expectations. REFUSE: the damaged input is certainly invalid, so exit 0 is a failure ("accepted
 #: invalid input"). EITHER: a tolerant reader may legitimately accept it (a crashed run's torn

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
-REPO = Path(__file__).resolve().parents[1]
+from support.cli import REPO, python_env
 
 #: A plain-Python loop recorded by profview: a data phase (sleep: the injected input bottleneck),
 #: a forward phase with user ops (their op type from argv, to test escaping), a backward phase,
@@ -42,12 +41,6 @@ else:
 """
 
 
-def python_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
 def start_recorder(
     out: Path,
     steps: int,
@@ -77,11 +70,6 @@ def record(out: Path, steps: int, data_s: float = 0.001, op_type: str = "MatMul"
     proc = start_recorder(out, steps, data_s, op_type)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-
-
-def profview(*args: str) -> list[str]:
-    """The profview command line, run from this checkout."""
-    return [sys.executable, "-m", "viewer.cli", *args]
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> bool:

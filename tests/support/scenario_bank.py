@@ -1,6 +1,6 @@
 """A bank of real PyTorch training loops, each injecting ONE bottleneck, with the verdict a correct profiler gives.
 
-    from scenario_bank import SCENARIOS, run_scenario
+    from support.scenario_bank import SCENARIOS, run_scenario
     outcome = run_scenario(SCENARIOS["data_sleep_w1"], tmp_dir)
     outcome.problems      # [] when profview said what a correct profiler must say
     outcome.insane        # [] when the injection had the intended effect (the loop's own clocks)
@@ -46,7 +46,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # run from a checkout without installing (and the DDP workers)
     sys.path.insert(0, str(REPO))
 
