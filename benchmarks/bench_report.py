@@ -200,6 +200,7 @@ def browser(page: Path, repeat: int) -> tuple[list[float], list[float], list[flo
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
+
     from support.viewer_browser import ALL_TABS_DRAWN
 
     opens, loads, zooms = [], [], []

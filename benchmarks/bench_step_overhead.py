@@ -47,9 +47,9 @@ from torch.profiler import schedule as torch_schedule
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from support.torch_loops import cifar_batch, small_cnn  # noqa: E402
-
 from profiler import Profiler, schedule  # noqa: E402
+
+from support.torch_loops import cifar_batch, small_cnn  # noqa: E402
 
 MODES = ("baseline", "markers", "steps", "hook floor", "steps+sampled", "ops", "torch", "torch sampled")
 #: the torch.profiler mode each mode is compared with

@@ -16,9 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.viewer_browser import close_driver, new_driver  # noqa: E402
-
 from viewer.cli import main  # noqa: E402
+
+from support.viewer_browser import close_driver, new_driver  # noqa: E402
 
 EXAMPLE = REPO / "sample_runs" / "example_profile"
 IMAGES = REPO / "docs" / "img"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The suite on a busy machine (docs/testing.md): run the README's test command (scripts/test.sh) N
-# times in a row (default 3) while two CPU-bound Python loops keep both cores busy; the loops are
-# killed at exit, whatever happens. Prints one line per run and exits 0 only when every run passed.
+# The timed tier on a busy machine (docs/testing.md): run `scripts/test.sh --timed` N times in a row
+# (default 3) while two CPU-bound Python loops keep both cores busy; the loops are killed at exit,
+# whatever happens. Prints one line per run and exits 0 only when every run passed.
 #
-#     bash scripts/load_check.sh [N] [pytest arguments ...]     e.g. bash scripts/load_check.sh 5 tests/test_advisor.py
+#     bash scripts/load_check.sh [N] [pytest arguments ...]     e.g. bash scripts/load_check.sh 5 -k advisor
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
@@ -35,11 +35,11 @@ failed=0
 for run in $(seq 1 "$RUNS"); do
     log="$LOGS/run$run.log"
     start=$(date +%s)
-    bash scripts/test.sh "$@" >"$log" 2>&1
+    bash scripts/test.sh --timed "$@" >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
     load=$(cut -d' ' -f1-3 /proc/loadavg)
-    result=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+    result=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$log" | sed 's/=//g; s/^ *//; s/ *$//' | paste -sd ';' - | sed 's/;/; /g')
     if [ "$rc" -eq 0 ]; then word=PASS; else word=FAIL; failed=$((failed + 1)); fi
     line="run $run/$RUNS: $word (exit $rc, ${secs} s, load average $load): ${result:-no pytest summary, see $log}"
     echo "$line"

@@ -1,0 +1,194 @@
+"""events_{rank}.arrow version 2 (docs/formats.md): a row holds its start, duration, step and head
+(24 bytes), the heads table holds each distinct phase, lane, name, category and args once, and every
+field reads as version 1 stored it. The committed example profile's files are version 1: they still
+open, export their Chrome trace and build their timeline page, and the same events written again as
+version 2 give the same fields, row index, Chrome trace and page."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from profiler.errors import InputError
+from profiler.export import event_file
+from profiler.export.chrome_from_events import write_trace_from_events
+from profiler.export.event_file import EventStreamWriter
+from profiler.formats import (
+    EVENT_COLUMNS,
+    EVENT_FIELD_DTYPES,
+    EVENT_FILE_COLUMNS,
+    EVENT_HEAD_FIELDS,
+    EventFile,
+    read_event_file,
+)
+from viewer.context import Context
+from viewer.inputs import load_input
+from viewer.pages import timeline
+
+from support.viewer_fixtures import Spec, write_run
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "sample_runs" / "example_profile").iterdir())
+FIELDS = [name for name in EVENT_FIELD_DTYPES if name != "head"]
+#: What the row index of the last batch says, but for its batch sizes (the rewrite cuts smaller batches).
+INDEX_KEYS = ("rows", "complete_rows", "phase_rows", "lane_complete", "lane_index_step", "lane_index")
+
+
+def head_codes(f: EventFile) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A version-1 file's distinct row heads (a table per head field) and each row's head code."""
+    stacked = np.stack([f.column(name).astype(np.int64) for name, _ in EVENT_HEAD_FIELDS], axis=1)
+    table, codes = np.unique(stacked, axis=0, return_inverse=True)
+    return {name: table[:, i] for i, (name, _) in enumerate(EVENT_HEAD_FIELDS)}, codes.reshape(-1)
+
+
+def rewrite_as_v2(v1: Path, path: Path) -> Path:
+    """The version-1 file's events written again by EventStreamWriter: the same rows, tables and `chrome`."""
+    f = read_event_file(v1)
+    heads, codes = head_codes(f)
+    rows = {"start_ns": f.column("start_ns"), "dur_ns": f.column("dur_ns"), "step": f.column("step"), "head": codes}
+    with EventStreamWriter(
+        path,
+        rank=f.meta["rank"],
+        names=f.names,
+        categories=f.categories,
+        args=f.args,
+        heads=heads,
+        lanes=f.lanes,
+        data_origin=f.meta["data_origin"],
+        origin_unix_ns=f.meta["origin_unix_ns"],
+        chrome=f.meta["chrome"],
+    ) as w:
+        w.write({k: v[: f.complete_rows] for k, v in rows.items()})
+        w.write({k: v[f.complete_rows :] for k, v in rows.items()}, complete=False)
+    return path
+
+
+def batches(path: Path) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """The file's Arrow schema and record batches, as any Arrow reader sees them."""
+    reader = pa.ipc.open_file(pa.OSFile(str(path)))
+    return reader.schema, [reader.get_batch(i) for i in range(reader.num_record_batches)]
+
+
+def assert_version_2_layout(path: Path) -> None:
+    """The four columns of EVENT_COLUMNS and nothing else in the rows: 24 bytes a row."""
+    schema, found = batches(path)
+    assert [(field.name, field.type.to_pandas_dtype().__name__) for field in schema] == list(EVENT_COLUMNS)
+    assert schema.names == ["start_ns", "dur_ns", "step", "head"]
+    assert sum(b.nbytes for b in found) == 24 * sum(b.num_rows for b in found) > 0
+
+
+def chrome_trace(f: EventFile) -> bytes:
+    out = io.BytesIO()
+    write_trace_from_events(f, out)
+    return out.getvalue()
+
+
+@pytest.fixture(params=EXAMPLES, ids=[d.name for d in EXAMPLES])
+def example(request, tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """An example run (version 1) and a copy whose event file is written again as version 2, in batches of
+    1,000 rows (so ranges cross batches)."""
+    copy = shutil.copytree(request.param, tmp_path / request.param.name)
+    monkeypatch.setattr(event_file, "BATCH_ROWS", 1000)
+    rewrite_as_v2(request.param / "events_0.arrow", copy / "events_0.arrow")
+    return request.param, copy
+
+
+def test_a_version_2_file_stores_start_duration_step_and_head(example):
+    v1, v2 = (read_event_file(d / "events_0.arrow") for d in example)
+    assert (v1.meta["version"], v2.meta["version"]) == (1, 2)
+    assert batches(v1.path)[0].names == list(EVENT_FILE_COLUMNS[1])
+    assert_version_2_layout(v2.path)
+    assert len(batches(v2.path)[1]) > 3
+    assert len(v2.meta["heads"]["ph"]) < v2.rows / 10  # what rows share is stored once
+
+
+def test_an_imported_gpu_capture_is_written_as_version_2(tmp_path, captures):
+    """write_event_file (every analysis and import): device lanes, and flow points with a head each (their ids)."""
+    from profiler.postprocess.imported import import_capture
+
+    import_capture(captures / "kineto" / "sampled_rank-0.json.gz", tmp_path)
+    f = read_event_file(tmp_path / "events_0.arrow")
+    assert f.meta["version"] == 2 and f.meta["phase_rows"]["s"] > 100
+    assert_version_2_layout(f.path)
+    flows = slice(f.rows - f.meta["phase_rows"]["s"] - f.meta["phase_rows"]["f"], f.rows)
+    assert {chr(p) for p in f.column("ph", flows.start, flows.stop).tolist()} == {"s", "f"}
+    assert len(f.meta["heads"]["ph"]) > flows.stop - flows.start
+
+
+def test_every_field_reads_as_version_1_stored_it(example):
+    v1, v2 = (read_event_file(d / "events_0.arrow") for d in example)
+    assert v2.rows == v1.rows > 9000
+    ranges = [
+        (0, None),
+        (0, 1),
+        (999, 1001),
+        (1500, 4321),
+        (v1.complete_rows - 5, v1.complete_rows + 5),
+        (v1.rows - 3, v1.rows + 10),
+        (7, 7),
+        (-5, 3),
+    ]
+    for name in FIELDS:
+        for start, stop in ranges:
+            a, b = v1.column(name, start, stop), v2.column(name, start, stop)
+            assert a.dtype == b.dtype == np.dtype(EVENT_FIELD_DTYPES[name]) and np.array_equal(a, b), (name, start)
+    assert {k: v1.meta[k] for k in INDEX_KEYS} == {k: v2.meta[k] for k in INDEX_KEYS}
+
+
+def test_both_versions_export_the_committed_chrome_trace(example):
+    trace = gzip.decompress((example[0] / "timeline_0.json.gz").read_bytes())
+    for directory in example:
+        assert chrome_trace(read_event_file(directory / "events_0.arrow")) == trace
+
+
+def test_both_versions_build_the_same_timeline_page(example):
+    v1_page, v2_page = (timeline.build(Context(load_input(directory))) for directory in example)
+    assert "events in events_0.arrow" in v1_page and "Step windows in detail" in v1_page
+    assert v1_page == v2_page
+
+
+def test_a_generated_file_takes_about_24_bytes_an_event(tmp_path):
+    """The rows dominate a large file: 24 bytes each (version 1: 33), the tables next to nothing."""
+    run = write_run(tmp_path / "run", Spec(steps=20, ops_per_step=2500, queues=False, counters=False))
+    path = run / "events_0.arrow"
+    rows = read_event_file(path).rows
+    assert rows > 100_000 and 24 <= path.stat().st_size / rows < 25
+
+
+def test_a_newer_version_is_refused_in_one_sentence(tmp_path, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr("profiler.formats.EVENT_FILE_VERSION", 3)
+        path = rewrite_as_v2(EXAMPLES[0] / "events_0.arrow", tmp_path / "events_0.arrow")
+    with pytest.raises(InputError, match=r"has event-file version 3, newer than this viewer reads \(2\); upgrade"):
+        read_event_file(path)
+
+
+@pytest.mark.parametrize(
+    "heads",
+    [
+        None,
+        {"ph": [88]},
+        {name: [0, 1] for name, _ in EVENT_HEAD_FIELDS} | {"lane": [0]},
+        {name: [-1] for name, _ in EVENT_HEAD_FIELDS},
+        {name: ["x"] for name, _ in EVENT_HEAD_FIELDS},
+    ],
+)
+def test_a_damaged_heads_table_is_refused_in_one_sentence(tmp_path, heads):
+    """Rewritten metadata: a heads table missing, short of a field, of unequal lengths or not the fields' integers."""
+    path = rewrite_as_v2(EXAMPLES[0] / "events_0.arrow", tmp_path / "good.arrow")
+    reader = pa.ipc.open_file(pa.OSFile(str(path)))
+    meta = json.loads(reader.schema.metadata[b"profview"]) | {"heads": heads}
+    schema = reader.schema.with_metadata({b"profview": json.dumps(meta)})
+    damaged = tmp_path / "events_0.arrow"
+    with pa.ipc.new_file(str(damaged), schema) as w:
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch_with_custom_metadata(i)
+            w.write_batch(pa.record_batch(batch.batch.columns, schema=schema), custom_metadata=batch.custom_metadata)
+    with pytest.raises(InputError, match="is malformed: its metadata's heads table is not the event file's"):
+        read_event_file(damaged)
