@@ -4,7 +4,7 @@ events (and 1e8 with --events 1e8), in one run.
     python benchmarks/bench_report.py [--events 1e5,1e6,1e7] [--repeat 3] [--keep DIR] [--no-browser] [--no-json]
                                       [--baseline TREE]
 
-For each size, on the same synthetic run (tests/viewer_fixtures.py: its event file written by the
+For each size, on the same synthetic run (tests/support/viewer_fixtures.py: its event file written by the
 generator, chunk by chunk; a Chrome trace of exactly the same events written with profview's row
 writer), each in a fresh process, `--repeat` times (min-max printed, the machine is shared):
   * report: the whole HTML report built from the directory (wall, CPU, peak RSS, HTML size);

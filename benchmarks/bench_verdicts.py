@@ -1,4 +1,4 @@
-"""Verdict benchmark: run the scenario bank (tests/scenario_bank.py) and say how many verdicts are right,
+"""Verdict benchmark: run the scenario bank (tests/support/scenario_bank.py) and say how many verdicts are right,
 on a quiet machine and again with busy background processes.
 
     python benchmarks/bench_verdicts.py [--only NAME,NAME] [--busy 1] [--no-busy] [--keep DIR]

@@ -1,4 +1,4 @@
-"""A seeded fuzz campaign against every `profview` entry point (tests/fuzzing.py does the work).
+"""A seeded fuzz campaign against every `profview` entry point (tests/support/fuzzing.py does the work).
 
     python benchmarks/fuzz_campaign.py --seed 1 --count 2000 --jobs 2 --failures test-artifacts/fuzz-failures
 

@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
-# The framework integrations' and trackers' extras (tests/test_integration_*.py, tests/test_trackers.py);
+# The framework integrations' and trackers' extras (tests/test_integration_*.py, tests/integration/test_trackers.py);
 # torch stays pinned in the same command so that no dependency can pull another (CUDA) build, and
 # MindSpore at the version the tests were written against (a CPU wheel; it shares numpy with torch).
 .venv/bin/python -m pip install --quiet -c <(printf 'torch==2.13.0\nmindspore==2.10.0\n') \

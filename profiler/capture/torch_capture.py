@@ -12,7 +12,7 @@ steps, a fresh clock anchor, the thread names), so a crashed run keeps every exp
 
 Analysis side (`merge_torch_traces`, pure apart from reading the sidecars). Each trace is
 converted by the Kineto importer (`sources.kineto`) and its ops join the run's op table on the
-run's clock. Clock rule (torch >= 2.4, verified in tests/test_torch_capture.py):
+run's clock. Clock rule (torch >= 2.4, verified in tests/integration/test_torch_capture.py):
 Kineto writes `ts` in microseconds relative to the trace's `baseTimeNanoseconds`, and
 `ts * 1000 + baseTimeNanoseconds` is Unix time (CLOCK_REALTIME) in ns. The recorder runs on
 `perf_counter_ns` (CLOCK_MONOTONIC), so each window stores a (perf_counter_ns, time_ns) pair

@@ -3,7 +3,7 @@
 
 Rows are formatted by a C kernel (`_trace_rows.c`) when it is built, else by `format_rows_numpy`,
 which lays them out as fixed-width byte matrices with integer arithmetic on numpy arrays and then
-drops the padding; both give the same bytes (tests/test_core_kernels.py).
+drops the padding; both give the same bytes (tests/unit/test_core_kernels.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The range of every column of an int64 table: what the raw store's reader checks records with.
 
 `ranges` runs the C kernel (`_columns.c`, one pass over the rows) when it is built, else numpy
-(a pass per column and bound); both give the same numbers (tests/test_core_kernels.py).
+(a pass per column and bound); both give the same numbers (tests/unit/test_core_kernels.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 `nest_events` pairs the span events of a recording straight from its events chunks with the C
 kernel (`_nesting.c`, two linear passes, no per-event array) when it is built, else with the
-vectorised numpy reference below; both give identical results (tests/test_core_kernels.py).
+vectorised numpy reference below; both give identical results (tests/unit/test_core_kernels.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The rule (docs/viewer.md, "Bad input"): a damaged input gives one clear sentence on stderr and a
 non-zero exit — never a Python traceback, a hang (> 60 s) or a death by signal — and exit 0 only
 when the input was still valid. Each test item is one (entry point, mutation); hypothesis draws
-the mutation's integer seed (which file, where, what value), tests/fuzzing.py builds the damaged copy of a
+the mutation's integer seed (which file, where, what value), tests/support/fuzzing.py builds the damaged copy of a
 valid seed (a real profview recording, the real Kineto traces, Ascend JOB3, MindSpore outputs),
 runs the CLI of this checkout in a subprocess and judges the answer.
 

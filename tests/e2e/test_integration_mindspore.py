@@ -1,6 +1,6 @@
 """profiler.integrations.mindspore.ProfviewCallback on a real MindSpore Model.train (CPU backend).
 
-tests/mindspore_worker.py trains a small CNN in its own process (MindSpore and its threads stay out
+tests/support/mindspore_worker.py trains a small CNN in its own process (MindSpore and its threads stay out
 of the test process), once per scenario, and the analysed outputs are checked here: the steps
 trained, the data wait, the verdict in MindSpore's terms, MindSpore's own profiler merged.
 """

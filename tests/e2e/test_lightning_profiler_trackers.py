@@ -1,6 +1,6 @@
 """`ProfviewProfiler(log_to_trackers=True)` (Lightning's profiler slot) logs into the Trainer's
 TensorBoard and MLflow loggers as `ProfviewCallback(log_to_trackers=True)` does
-(tests/test_integration_lightning.py): read back with TensorBoard's EventAccumulator and MlflowClient."""
+(tests/e2e/test_integration_lightning.py): read back with TensorBoard's EventAccumulator and MlflowClient."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Multi-process runs on CPU: real ranks (gloo, DDP) launched like torchrun, profiled, then checked.
 
-Each scenario is one job of tests/multirank_worker.py processes; the jobs are module fixtures so
+Each scenario is one job of tests/support/multirank_worker.py processes; the jobs are module fixtures so
 that the checks share them. Every process has a generous deadline and is killed when it passes it,
 so a hang fails the test instead of stalling the suite.
 """

@@ -1,4 +1,4 @@
-"""The scenario bank (tests/scenario_bank.py): one test per real PyTorch loop with one injected bottleneck.
+"""The scenario bank (tests/support/scenario_bank.py): one test per real PyTorch loop with one injected bottleneck.
 
 Each test runs the loop in this process into its own tmp directory, then:
 

@@ -1,5 +1,5 @@
 """The device time breakdown (profiler/analysis/device_time.py) beyond the comparison with HTA
-(tests/test_kineto_import.py): Ascend device logs, the reference device against what its host
+(tests/integration/test_kineto_import.py): Ascend device logs, the reference device against what its host
 did, the sync calls it recognises, and what reaches the output files."""
 
 from __future__ import annotations

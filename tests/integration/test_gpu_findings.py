@@ -5,7 +5,7 @@ HTA's figures quoted below come from HolisticTraceAnalysis 0.5 on the same files
 (TraceAnalysis(include_last_profiler_step=True), HTA_DISABLE_NS_ROUNDING=1): get_temporal_breakdown
 (idle / compute / non-compute % of the window), get_comm_comp_overlap, get_idle_time_breakdown
 (host_wait / kernel_wait / other, per stream, summed here). The idle causes map to HTA's buckets as
-tests/test_kineto_import.py::test_idle_causes_match_hta_idle_breakdown asserts per stream (within 0.5 %
+tests/integration/test_kineto_import.py::test_idle_causes_match_hta_idle_breakdown asserts per stream (within 0.5 %
 of each stream's idle time): sync + data + host = host_wait (the host launched the next work late),
 launch = kernel_wait (queued work, gap under 30 us), other = other. test_host_side_causes_match_hta below
 checks the same mapping on the device-level figures the findings use.

@@ -1,4 +1,4 @@
-"""The importer registry: a format registered from outside profview (tests/toy_format.py) is read by
+"""The importer registry: a format registered from outside profview (tests/support/toy_format.py) is read by
 `profview import`, `profview PATH` and the viewer with no other edit; formats are recognised from
 their content, the most confident one reading an input; installed plug-ins come in through the
 `profview.importers` entry-point group."""

@@ -291,7 +291,7 @@ def test_torch_loop_with_phases_and_no_step_is_cut_after_the_optimizer(tmp_path)
     assert np.all(np.abs(start[1:] - _ms(opt_end[:-1], info)) < 0.5)
     assert np.all(start[1:] <= _ms(data_start[1:], info) + 0.5)
     assert (trace["data_wait_ms"].iloc[1:] > 7.0).all() and (trace["fp_start_source"] == MARKED).all()
-    assert report["steps"]["source"] == INFERRED  # the verdict: scenario step_forgotten (tests/scenario_bank.py)
+    assert report["steps"]["source"] == INFERRED  # the verdict: scenario step_forgotten (scenario_bank.py)
 
 
 def test_random_op_names_fall_back_to_one_step_and_say_why(tmp_path):

@@ -1,6 +1,6 @@
 """What `profview run` installs in a script's process, in-process: run-time patches and their undo
 (integrations/patching.py), the model found from an optimizer and the torch follower
-(integrations/torch_auto.py). tests/test_run_command.py runs the whole launcher on real scripts."""
+(integrations/torch_auto.py). tests/e2e/test_run_command.py runs the whole launcher on real scripts."""
 
 from __future__ import annotations
 

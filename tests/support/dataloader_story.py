@@ -1,8 +1,8 @@
 """A ResNet-like CNN trained on the CPU from a real torch DataLoader whose Dataset is slow, profiled by
-torch.profiler and exported with its own export_chrome_trace: the traces of tests/test_gpu_view.py's
+torch.profiler and exported with its own export_chrome_trace: the traces of tests/integration/test_gpu_view.py's
 DataLoader story.
 
-    python tests/dataloader_story.py NUM_WORKERS TRACE.json
+    python tests/support/dataloader_story.py NUM_WORKERS TRACE.json
 
 Each batch costs BATCH * ITEM_SLEEP_S = 400 ms of loading (`time.sleep` in __getitem__: I/O-like, no
 CPU), more than the model's step (150-350 ms on a loaded 2-core machine, less on an idle one). With

@@ -8,7 +8,7 @@ only when the input was still valid.
 This module builds *seeds* (valid inputs: a real profview recording made through the public API,
 and copies of the real captures in tests/data), derives *cases* from them (one
 mutation of one seed, fed to one entry point of the CLI), runs each case as a subprocess of this
-checkout and *classifies* the outcome. tests/test_fuzz_entry_points.py (hypothesis, small and
+checkout and *classifies* the outcome. tests/e2e/test_fuzz_entry_points.py (hypothesis, small and
 derandomised) and benchmarks/fuzz_campaign.py (thousands of seeded cases) both drive it.
 
 It deliberately imports nothing from `profiler` / `viewer` (their files are being moved): the

@@ -1,7 +1,7 @@
 """A real loop with a known memory pattern, recorded by profview in a process of its own (so its RSS
-is only the loop's), then analysed; tests/test_memory_trend.py runs it.
+is only the loop's), then analysed; tests/integration/test_memory_trend.py runs it.
 
-    python tests/memory_loops.py OUT PATTERN STEPS STEP_S
+    python tests/support/memory_loops.py OUT PATTERN STEPS STEP_S
 
 Every step sleeps STEP_S and allocates a 4 MB scratch block it lets go (the jitter of a real step);
 what it keeps depends on PATTERN:

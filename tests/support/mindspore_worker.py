@@ -1,6 +1,6 @@
-"""MindSpore training runs for tests/test_integration_mindspore.py, in their own process.
+"""MindSpore training runs for tests/e2e/test_integration_mindspore.py, in their own process.
 
-    python tests/mindspore_worker.py OUT_DIR
+    python tests/support/mindspore_worker.py OUT_DIR
 
 A small CNN (Conv2d + BatchNorm + ReLU, Dense head) on 16x16x3 batches of 16 trains on the CPU
 with `Model.train(..., callbacks=[ProfviewCallback(...)])`. Scenarios, each into OUT_DIR/<name>:

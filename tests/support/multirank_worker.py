@@ -1,4 +1,4 @@
-"""One rank of a small DDP training job on CPU (gloo), profiled; launched like torchrun by tests/test_multirank.py.
+"""One rank of a small DDP training job on CPU (gloo), profiled; launched like torchrun by tests/e2e/test_multirank.py.
 
     RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p python multirank_worker.py OUT [options]
 

@@ -5,7 +5,7 @@
     outcome.problems      # [] when profview said what a correct profiler must say
     outcome.insane        # [] when the injection had the intended effect (the loop's own clocks)
 
-Used by tests/test_scenario_bank.py (one test per scenario) and benchmarks/bench_verdicts.py (the table,
+Used by tests/e2e/test_scenario_bank.py (one test per scenario) and benchmarks/bench_verdicts.py (the table,
 quiet and under a busy background process). Everything is real: torch DataLoaders with real worker
 processes, real models, real optimizers, real `torch.distributed` (gloo) processes. Only the public API
 of profview is used (`from profiler import ...`, `Profiler.attach / phase / step / analyse`, the files
