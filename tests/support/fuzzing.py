@@ -1755,6 +1755,31 @@ def _kineto_fields(ctx: Ctx) -> None:
     )
 
 
+@mutation("kineto_kernels_without_device", "Kineto", ["kineto"])
+def _kineto_kernels_without_device(ctx: Ctx) -> None:
+    """Host events relabelled `kernel` (a foreign or damaged trace): without a device, with device ids
+    the trace never describes, or named like collectives; a correct analysis or one sentence, never a
+    traceback (issue 33: KeyError 'comm' in findings/device_compute.py)."""
+    rng = ctx.rng
+    doc = _load_kineto_json(ctx)
+    ops = [e for e in _kineto_events(doc) if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") != "kernel"]
+    how = rng.choice(["no_device", "unknown_device", "collective_names", "all_of_them"])
+    chosen = rng.sample(ops, k=max(1, len(ops) // rng.choice([1, 2, 4, 10]))) if ops else []
+    for e in chosen:
+        e["cat"] = "kernel"
+        args = e["args"] if isinstance(e.get("args"), dict) else {}
+        if how in ("no_device", "all_of_them"):
+            args.pop("device", None)
+            args.pop("stream", None)
+        if how in ("unknown_device", "all_of_them"):
+            args["device"], args["stream"] = rng.choice([7, 1074, -1, 2**40]), rng.choice([7, 0, -3])
+        if how in ("collective_names", "all_of_them"):
+            e["name"] = rng.choice(["c10d::allreduce_", "ncclKernel_AllReduce_RING_LL_Sum_float", "all_gather"])
+        e["args"] = args
+    _write_kineto(ctx, json.dumps(doc).encode())
+    ctx.say(f"{len(chosen)} host events relabelled kernel ({how})", EITHER)
+
+
 @mutation("kineto_steps", "Kineto", ["kineto"])
 def _kineto_steps(ctx: Ctx) -> None:
     rng = ctx.rng

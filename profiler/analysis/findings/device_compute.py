@@ -48,6 +48,13 @@ FIX = {
 PRECISION_TEXT = {"tensor_core": "tensor cores", "fp32": "float32", "fp64": "float64", "half": "half", "": "unknown"}
 
 
+def fix_for(framework: str, family: str) -> str:
+    """The advice for the family taking the compute; a family without advice of its own (a compute kernel
+    named like a collective in a foreign or damaged trace) gets the general one."""
+    advice = FIX.get(framework, FIX["plain"])
+    return advice.get(family, advice["other"])
+
+
 def family_split(ex: pd.DataFrame) -> pd.DataFrame:
     """The compute kernels' time per family (ms, % of the compute kernel time) with each family's share
     per precision, most time first."""
@@ -100,7 +107,7 @@ def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
             ),
             threshold=ctx.rule_text("compute kernel time, % of step time", "compute_bound_pct")
             + " (reported as low severity)",
-            suggestion=FIX[ctx.framework][top],
+            suggestion=fix_for(ctx.framework, top),
             files=[ctx.file("timeline", "json"), ctx.file("report", "json")],
             metrics={"compute_ms": ms, **{f"{family}_pct": float(r.pct) for family, r in split.iterrows()}},
         )
