@@ -467,7 +467,10 @@ def _configure_export(p: argparse.ArgumentParser) -> None:
     tracker.add_argument(
         "--tracking-uri",
         metavar="URI",
-        help="mlflow: the tracking store (default $MLFLOW_TRACKING_URI, else a local file store in DIR/mlruns)",
+        help=(
+            "mlflow: the tracking store (default $MLFLOW_TRACKING_URI, else sqlite:///DIR/mlflow.db, "
+            "MLflow's own default; a file store: file:PATH)"
+        ),
     )
     tracker.add_argument(
         "--experiment", default="profview", metavar="NAME", help="mlflow: the experiment (default: profview)"

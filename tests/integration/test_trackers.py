@@ -95,14 +95,28 @@ def test_mlflow_export_reads_back_as_the_step_trace(input_bound_run, tmp_path, m
     assert run.data.metrics["profview/finding_1_at_stake_pct"] == report["findings"][0]["at_stake_pct"]
 
 
-def test_mlflow_default_store_is_a_file_store_in_the_directory(input_bound_run, tmp_path, monkeypatch):
+def test_mlflow_default_store_is_mlflows_own_default_a_sqlite_database(input_bound_run, tmp_path, monkeypatch, capfd):
+    """No --tracking-uri, no $MLFLOW_TRACKING_URI: DIR/mlflow.db, which MLflow 3 opens without any
+    variable (its own default since 3.7), read back with MlflowClient; no file store is made."""
     import shutil
+
+    from mlflow.tracking import MlflowClient
 
     out = tmp_path / "copy"
     shutil.copytree(input_bound_run, out)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    capfd.readouterr()
     assert main(["export", str(out), "--to", "mlflow"]) == 0
-    assert list((out / "mlruns").glob("*/*/metrics/profview/total_ms"))  # the file store's layout
+    assert "Creating initial MLflow database tables" not in capfd.readouterr().err  # MLflow's set-up logs stay quiet
+    assert (out / "mlflow.db").is_file() and not (out / "mlruns").exists()
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("profview").experiment_id])
+    history = client.get_metric_history(run.info.run_id, "profview/total_ms")
+    trace = pd.read_csv(out / "step_trace_0.csv")
+    steps, values = zip(*sorted((m.step, m.value) for m in history))
+    assert list(steps) == trace["step"].tolist() and values == pytest.approx(trace["total_ms"].tolist())
+    assert run.data.tags["profview/verdict"] == json.loads((out / "report_0.json").read_text())["verdict"]
 
 
 def test_device_busy_is_the_union_of_device_ops_per_step(tmp_path):

@@ -3,7 +3,7 @@
 TRACKERS is the one place a tracker is registered: its name (the `--to` value) and how to make
 the sink of one rank for a `Destination`. Each rank becomes its own run: TensorBoard
 `LOGDIR/rank<r>` (default LOGDIR: DIR/tensorboard), MLflow a run named `<DIR name> rank <r>` in
-the experiment (default store: $MLFLOW_TRACKING_URI, else a local file store in DIR/mlruns).
+the experiment (default store: $MLFLOW_TRACKING_URI, else a SQLite database DIR/mlflow.db, as MLflow's own default).
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ class Destination:
 
 
 def default_tracking_uri(directory: Path) -> str:
-    """$MLFLOW_TRACKING_URI when set (MLflow's own convention), else a local file store in DIR/mlruns."""
-    from profiler.integrations.trackers.mlflow import file_store_uri
+    """$MLFLOW_TRACKING_URI when set (MLflow's own convention), else what MLflow itself defaults to since
+    3.7: a SQLite database, here DIR/mlflow.db."""
+    from profiler.integrations.trackers.mlflow import sqlite_uri
 
-    return os.environ.get("MLFLOW_TRACKING_URI") or file_store_uri(Path(directory) / "mlruns")
+    return os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(Path(directory) / "mlflow.db")
 
 
 def _tensorboard(dest: Destination, rank: int) -> TrackerSink:

@@ -5,14 +5,17 @@ metrics too (`profview/mean_step_ms`, ...); the verdict, headline and top findin
 (`profview/verdict`, `profview/headline`, `profview/finding_1` ...). A sink writes into an
 existing run (`run_id`: the live option's, the trainer's run) or creates one in `experiment`.
 
-The default store is a local file store (a directory, `file:` URI). MLflow 3.x keeps that store
-in maintenance mode and refuses it unless MLFLOW_ALLOW_FILE_STORE=true; profview sets that for its
-own client calls on a file store only (and reading it back needs the same: docs/integrations.md).
+The default store is what MLflow itself defaults to since 3.7: a SQLite database (`sqlite:///DIR/mlflow.db`,
+through SQLAlchemy, which `profview[mlflow]` installs). A local file store (a directory, `file:` URI) still
+works when asked for: MLflow 3.x keeps it in maintenance mode and refuses it unless
+MLFLOW_ALLOW_FILE_STORE=true, which profview sets for its own client calls on a file store only (reading
+it back needs the same: docs/integrations.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -33,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without mlflow
 from profiler.errors import ProfviewError
 from profiler.integrations.trackers.record import PREFIX, TrackerRecord, finding_text
 
-__all__ = ["MlflowSink", "file_store_uri"]
+__all__ = ["MlflowSink", "file_store_uri", "sqlite_uri"]
 
 #: log_batch takes at most this many metrics per call (MLflow's limit)
 _BATCH = 1000
@@ -43,6 +46,11 @@ _ALLOW_FILE_STORE = "MLFLOW_ALLOW_FILE_STORE"
 def file_store_uri(path: str | Path) -> str:
     """The tracking URI of a local file store in directory `path`."""
     return Path(path).resolve().as_uri()
+
+
+def sqlite_uri(path: str | Path) -> str:
+    """The tracking URI of a SQLite database file `path` (MLflow's default store since 3.7)."""
+    return f"sqlite:///{Path(path).resolve()}"
 
 
 def is_file_store(uri: str) -> bool:
@@ -57,14 +65,26 @@ def _calls(uri: str) -> Iterator[None]:
     allow = is_file_store(uri) and not os.environ.get(_ALLOW_FILE_STORE)
     if allow:
         os.environ[_ALLOW_FILE_STORE] = "true"
+    # a new SQL store logs its table creation (MLflow's and Alembic's INFO lines): not profview's output
+    quiet = {name: logging.getLogger(name) for name in ("mlflow", "alembic")}
+    levels = {name: log.level for name, log in quiet.items()}
+    for log in quiet.values():
+        log.setLevel(max(log.getEffectiveLevel(), logging.WARNING))
     try:
         yield
     except MlflowException as exc:
         first = (str(exc.message).strip().splitlines() or [type(exc).__name__])[0]
         raise ProfviewError(f"MLflow at {uri} refused the write: {first[:300]}") from None
+    except ImportError as exc:  # a SQL store without SQLAlchemy (mlflow-skinny alone)
+        raise ProfviewError(
+            f"MLflow at {uri} needs {exc.name or 'a database driver'}: pip install 'profview[mlflow]' "
+            "(or --tracking-uri file:DIR for a file store)"
+        ) from None
     finally:
         if allow:
             os.environ.pop(_ALLOW_FILE_STORE, None)
+        for name, log in quiet.items():
+            log.setLevel(levels[name])
 
 
 class MlflowSink:
