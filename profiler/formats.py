@@ -145,6 +145,7 @@ DEVICE_TIME_COLUMNS = [
     "idle_host_ms",
     "idle_launch_ms",
     "idle_other_ms",
+    "outside_steps_ms",
 ]
 CLUSTER_STEP_COLUMNS = [
     "rank",

@@ -38,6 +38,16 @@ class DeviceFigures:
     memory_pct: float
     overlap_pct: Optional[float]  # comm / compute overlap, in % of communication time; None without comm
     idle_ms: dict[str, float]  # idle time per cause (IDLE_CAUSE_LABELS' keys)
+    busy_ms: float = 0.0
+    outside_steps_ms: Optional[float] = None  # busy time outside every step; None in an older report
+
+    @property
+    def outside_steps_text(self) -> str:
+        """ "3.2 ms (1.1 % of busy)", "-" when the report does not say."""
+        if self.outside_steps_ms is None:
+            return "-"
+        share = 100.0 * self.outside_steps_ms / self.busy_ms if self.busy_ms > 0 else 0.0
+        return f"{self.outside_steps_ms:.1f} ms ({share:.1f} % of busy)"
 
     def idle_share_pct(self, cause: str) -> float:
         """The idle time of one cause, in % of the window."""
@@ -81,6 +91,8 @@ def device_figures(report: Optional[dict[str, Any]]) -> list[DeviceFigures]:
                 **shares,
                 overlap_pct=number(r.get("comm_compute_overlap_pct")),
                 idle_ms={c: number(r.get(f"idle_{c}_ms")) or 0.0 for c in IDLE_CAUSE_LABELS},
+                busy_ms=number(r.get("busy_ms")) or 0.0,
+                outside_steps_ms=number(r.get("outside_steps_ms")),
             )
         )
     return out

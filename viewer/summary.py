@@ -117,6 +117,7 @@ def _device_block(ctx: Context) -> list[str]:
             f"{d.comm_pct:.1f}",
             f"{d.memory_pct:.1f}",
             "-" if d.overlap_pct is None else f"{d.overlap_pct:.1f}",
+            d.outside_steps_text,
             d.leading_cause_text(),
         )
         for d in devices
@@ -130,13 +131,15 @@ def _device_block(ctx: Context) -> list[str]:
         "comm %",
         "memory %",
         "comm overlap %",
+        "busy outside steps",
         "leading idle cause",
     ]
     return [
         "",
         "Device time (each device's own timeline, first to last execution; shares of that window; "
-        "comm overlap: share of communication time with compute running):",
-        text_table(headers, rows, [False] + [True] * 7 + [False]),
+        "comm overlap: share of communication time with compute running; busy outside steps: counted here, "
+        "left out by tools that keep only the steps' executions, as HTA does):",
+        text_table(headers, rows, [False] + [True] * 8 + [False]),
     ]
 
 

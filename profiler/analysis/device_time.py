@@ -28,6 +28,7 @@ Pure: DataFrames and arrays in, DataFrames out; one numpy / pandas pass, no Pyth
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -224,9 +225,15 @@ def _sync_shadows(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------- the breakdown
 
 
-def device_time(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY)) -> pd.DataFrame:
+def device_time(
+    ops: pd.DataFrame,
+    data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY),
+    steps: Optional[tuple[np.ndarray, np.ndarray]] = None,
+) -> pd.DataFrame:
     """One row per device (formats.DEVICE_TIME_COLUMNS), sorted by device name: window, busy / idle,
-    the temporal breakdown, comm / compute overlap, and the idle time split by cause (`idle_gaps`).
+    the temporal breakdown, comm / compute overlap, the idle time split by cause (`idle_gaps`), and
+    the busy time outside every step (`steps`: the steps' [start, end) in ns; NaN without them), which
+    the breakdown counts and tools that keep only the steps' executions (HTA) leave out.
     Empty when no device executed anything."""
     ex = device_executions(ops)
     if ex.empty:
@@ -235,8 +242,18 @@ def device_time(ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_
     causes = gaps.groupby("device")[[f"{c}_ns" for c in IDLE_CAUSES]].sum()
     rows = []
     for device, rows_of in ex.groupby("device", sort=True, observed=True):
-        rows.append(_device_row(str(device), rows_of, causes.loc[device] if device in causes.index else None))
+        row = _device_row(str(device), rows_of, causes.loc[device] if device in causes.index else None)
+        row["outside_steps_ms"] = _outside_ms(rows_of, steps) if steps is not None else np.nan
+        rows.append(row)
     return pd.DataFrame(rows, columns=DEVICE_TIME_COLUMNS)
+
+
+def _outside_ms(ex: pd.DataFrame, steps: tuple[np.ndarray, np.ndarray]) -> float:
+    """The busy time of executions `ex` outside every step window (ms): busy minus busy inside the steps."""
+    start, end = ex["start_ns"].to_numpy(np.int64), ex["end_ns"].to_numpy(np.int64)
+    w_start, w_end = union(np.asarray(steps[0], dtype=np.int64), np.asarray(steps[1], dtype=np.int64))
+    inside = int(covered_ns(start, end, w_start, w_end).sum()) if len(w_start) else 0
+    return max(_length(start, end) - inside, 0) * 1e-6
 
 
 def _device_row(device: str, ex: pd.DataFrame, causes: pd.Series | None) -> dict:

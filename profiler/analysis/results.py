@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
 
 from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
@@ -31,6 +32,12 @@ class Analysis:
     op_detail: pd.DataFrame
     extra_json: dict[str, Any] = field(default_factory=dict)  # file stem -> JSON document (queue summary, report)
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time(): one row per device
+
+
+def step_windows_ns(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Every step of a step trace as [start, end) in ns on the ops' clock."""
+    start = np.round(trace["start_ms"].to_numpy(float) * 1e6).astype(np.int64)
+    return start, start + np.round(trace["total_ms"].to_numpy(float) * 1e6).astype(np.int64)
 
 
 def step_lane(run: Run) -> str:
@@ -63,7 +70,7 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         step_trace=trace,
         op_type=op_type_table(run.ops),
         op_detail=op_detail_table(run.ops),
-        devices=device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid)),
+        devices=device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid), step_windows_ns(trace)),
     )
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(

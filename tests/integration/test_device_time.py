@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ import pytest
 
 from profiler import Profiler
 from profiler.analysis.device_time import IDLE_CAUSES, device_time, idle_gaps, runtime_calls
+from profiler.analysis.results import analyse_run
+from profiler.analysis.steps import ensure_steps
 from profiler.formats import DEVICE_TIME_COLUMNS, read_csv
 from profiler.importers.ascend import read_ascend_job, to_run
 from profiler.importers.kineto import read_kineto_trace
@@ -125,3 +128,76 @@ def test_reference_device_waits_for_data(tmp_path: Path):
     assert row["idle_data_ms"] + row["idle_other_ms"] == pytest.approx(row["idle_ms"], abs=0.002)
     trace = pd.read_csv(tmp_path / "run" / "step_trace_0.csv")
     assert (trace["device_busy_ms"] >= 2 * kernel_s * 1000 * 0.99).all()
+
+
+def test_busy_time_outside_every_step_is_counted_and_said():
+    """Kernels before the first step, between two steps that leave a hole, and after the last: the
+    breakdown counts them (busy), and outside_steps_ms says how much of busy lies outside every step
+    (the time HTA's per-step breakdown drops); a kernel straddling a step edge counts its outside part."""
+    from profiler.model import OP_COLUMNS, conform
+
+    ms = 1_000_000
+    kernels = [(0, 2), (10, 15), (18, 22), (26, 27), (40, 45)]  # [start, end) in ms
+    ops = conform(
+        {
+            "device": ["cuda:0"] * len(kernels),
+            "stream": ["7"] * len(kernels),
+            "name": [f"k{i}" for i in range(len(kernels))],
+            "op_type": ["k"] * len(kernels),
+            "category": ["compute"] * len(kernels),
+            "start_ns": [s * ms for s, _ in kernels],
+            "dur_ns": [(e - s) * ms for s, e in kernels],
+            "correlation": list(range(len(kernels))),
+        },
+        OP_COLUMNS,
+    )
+    steps = (np.array([10, 20]) * ms, np.array([20, 30]) * ms)  # two steps [10, 20) and [20, 30)
+    (row,) = device_time(ops, steps=steps).to_dict("records")
+    assert row["busy_ms"] == pytest.approx(2 + 5 + 4 + 1 + 5)
+    assert row["outside_steps_ms"] == pytest.approx(2 + 5)  # (0, 2) before, (40, 45) after
+    (row,) = device_time(ops, steps=(np.array([12]) * ms, np.array([21]) * ms)).to_dict("records")
+    assert row["outside_steps_ms"] == pytest.approx(2 + 2 + 1 + 1 + 5)  # 10-12 and 21-22 straddle the edges
+    assert np.isnan(device_time(ops).iloc[0]["outside_steps_ms"])  # no steps given: not said
+
+
+@pytest.mark.parametrize("trace", GPU_TRACES)
+def test_outside_steps_is_the_device_work_outside_the_profiler_steps_of_the_raw_trace(captures, trace):
+    """On the real traces, from the raw JSON with a plain sweep: the union of device events (kernel,
+    gpu_memcpy, gpu_memset) minus its part inside the ProfilerStep#N windows (a trace without them is
+    one step over the whole capture: nothing outside)."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((captures / "kineto" / f"{trace}.json.gz").read_bytes()))
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    device = [
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    windows = [
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        for e in events
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    if windows:
+        inside = [(max(s, ws), min(e, we)) for s, e in device for ws, we in windows if min(e, we) > max(s, ws)]
+        outside_us = _union_us(device) - _union_us(inside)
+    else:
+        outside_us = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # steps inferred for a trace without ProfilerStep
+        run = ensure_steps(read_kineto_trace(captures / "kineto" / f"{trace}.json.gz"))
+    (row,) = analyse_run(run).extra_json["report"]["devices"]
+    assert row["outside_steps_ms"] == pytest.approx(outside_us / 1e3, abs=0.002)
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of float intervals (µs), by sort and sweep."""
+    total, lo, hi = 0.0, None, None
+    for s, e in sorted(intervals):
+        if hi is None or s > hi:
+            total += (hi - lo) if hi is not None else 0.0
+            lo, hi = s, e
+        else:
+            hi = max(hi, e)
+    return total + ((hi - lo) if hi is not None else 0.0)
