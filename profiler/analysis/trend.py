@@ -5,7 +5,10 @@ arenas, caches and thread pools settle, then stay flat. A leak adds memory at ev
 long as the loop runs. `sustained_growth` tells them apart with the rule docs/formats.md states
 (report_{rank}.json, `memory_growth`):
 
-- enough data: at least `MIN_POINTS` samples over at least `min_span_s` seconds;
+- enough data: at least `MIN_POINTS` samples over at least `min_span_s` seconds, or, in a shorter
+  run, strong growth: the trend grows the series by at least `STRONG_GROWTH` of its level in the
+  first part of the span (a loop that keeps every step's graph doubles its RSS in seconds; what a
+  short run must not be judged on is a modest rise, which a warm-up also gives);
 - the Theil-Sen slope (median of the pairwise slopes: one spike or a GC drop does not move it)
   grows the series by at least `min_growth` over the span;
 - the growth is well beyond the series' own jitter: at least `NOISE_RATIO` times the robust spread
@@ -39,6 +42,8 @@ BINS = 8
 RISING_BINS = 6
 #: a part "rises" when its median is above the previous one's by this share of the rise the slope predicts
 RISE_SHARE = 0.25
+#: growth, as a share of the series' level in the first part, that is judged in a run shorter than min_span_s
+STRONG_GROWTH = 0.5
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,12 @@ class Trend:
     rising_bins: int  # times the median rose from one part of the span to the next (of BINS - 1)
     span_s: float
     points: int
+    start_level: float = 0.0  # the median of the first part of the span
+
+    @property
+    def strong(self) -> bool:
+        """Whether the trend grows the series by at least STRONG_GROWTH of where it started."""
+        return self.start_level > 0 and self.grown >= STRONG_GROWTH * self.start_level
 
 
 def theil_sen_slope(t: np.ndarray, v: np.ndarray, max_pairs: int = MAX_PAIRS) -> float:
@@ -92,7 +103,15 @@ def trend_of(t_ns: np.ndarray, values: np.ndarray) -> Optional[Trend]:
     medians = np.array([np.median(v[part == k]) if (part == k).any() else np.nan for k in range(BINS)])
     rises = np.diff(medians)
     rising = int((rises >= RISE_SHARE * slope * span / BINS).sum()) if slope > 0 else 0
-    return Trend(slope_per_s=slope, grown=slope * span, spread=spread, rising_bins=rising, span_s=span, points=len(t))
+    return Trend(
+        slope_per_s=slope,
+        grown=slope * span,
+        spread=spread,
+        rising_bins=rising,
+        span_s=span,
+        points=len(t),
+        start_level=float(medians[0]),
+    )
 
 
 def sustained_growth(t_ns: np.ndarray, values: np.ndarray, min_growth: float, min_span_s: float) -> Optional[Trend]:
@@ -100,7 +119,7 @@ def sustained_growth(t_ns: np.ndarray, values: np.ndarray, min_growth: float, mi
     trend = trend_of(t_ns, values)
     if (
         trend is None
-        or trend.span_s < min_span_s
+        or (trend.span_s < min_span_s and not trend.strong)
         or trend.slope_per_s <= 0
         or trend.grown < min_growth
         or trend.grown < NOISE_RATIO * trend.spread

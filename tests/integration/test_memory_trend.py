@@ -74,12 +74,41 @@ def test_growth_within_the_noise_is_not_a_trend():
 
 def test_too_short_or_too_little_is_no_trend():
     t_ns, t = series(3)  # 30 samples over 3 s
-    v = 100 * MB + 50 * MB * t
+    v = 1000 * MB + 50 * MB * t  # +150 MB on 1 GB: a modest rise, which a warm-up also gives
     assert sustained_growth(t_ns, v, 32 * MB, MIN_SPAN_S) is None
     assert sustained_growth(t_ns, v, 32 * MB, 2.0) is not None
     assert counter_trend(t_ns, v, MIN_SPAN_S) is None
     assert counter_trend(t_ns[: MIN_POINTS - 1], v[: MIN_POINTS - 1]) is None
     assert counter_trend(t_ns, v, 2.0) / MB == pytest.approx(50.0)
+
+
+def test_strong_steady_growth_in_a_short_run_is_a_leak():
+    """The loop that keeps every step's loss and logits (issue 33): host RSS 446 MB -> 1.20 GB over 60
+    steps and 2.7 s, rising in every sample. Shorter than memory_trend_s, but the growth is more than
+    half of where it started: judged, and found."""
+    t_ns, t = series(2.7, 2.7 / 59)  # 60 samples
+    v = 446 * MB + (1229 - 446) * MB * t / t[-1] + np.random.default_rng(7).normal(0, 2 * MB, len(t))
+    trend = sustained_growth(t_ns, v, 32 * MB, MIN_SPAN_S)
+    assert trend is not None and trend.strong and trend.span_s < MIN_SPAN_S
+    assert trend.grown / MB == pytest.approx(1229 - 446, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["warmup_plateau", "three_step_staircase", "modest_rise"],
+)
+def test_a_short_run_that_does_not_grow_strongly_and_for_good_is_not_a_leak(shape):
+    """The other side of the short-run rule, in the same 2.7 s and 60 samples: a warm-up that doubles
+    RSS then stays flat, three jumps of +50 % each, and a steady rise of 20 % are not judged leaks."""
+    t_ns, t = series(2.7, 2.7 / 59)
+    noise = np.random.default_rng(8).normal(0, 1 * MB, len(t))
+    if shape == "warmup_plateau":  # doubles in the first 0.4 s, flat afterwards
+        v = 446 * MB + 446 * MB * np.minimum(t / 0.4, 1.0) + noise
+    elif shape == "three_step_staircase":  # jumps at 0.7, 1.4 and 2.1 s
+        v = 446 * MB * (1 + 0.5 * ((t >= 0.7).astype(float) + (t >= 1.4) + (t >= 2.1))) + noise
+    else:
+        v = 446 * MB * (1 + 0.2 * t / t[-1]) + noise
+    assert sustained_growth(t_ns, v, 32 * MB, MIN_SPAN_S) is None
 
 
 def test_long_series_use_a_fixed_sample_of_pairs():

@@ -1306,12 +1306,13 @@ def figures_tiny_ops(o: Outcome) -> str:
 # ----------------------------------------------------------------------------------------- memory growth
 
 
-def memory_growth_loop(out: Path) -> dict:
+def memory_growth_loop(out: Path, short: bool = False) -> dict:
     """The leak below, in a fresh Python process: in a long-lived one (the test session) the heap that
-    earlier tests freed absorbs hundreds of MB of new allocations, and RSS, what the finding reads, stays flat."""
+    earlier tests freed absorbs hundreds of MB of new allocations, and RSS, what the finding reads, stays flat.
+    `short`: no logging pause, the whole run lasts a few seconds (shorter than memory_trend_s)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "memory-worker", str(out)],
+        [sys.executable, str(Path(__file__).resolve()), "memory-worker", str(out), *(["short"] if short else [])],
         env=env,
         capture_output=True,
         text=True,
@@ -1322,9 +1323,42 @@ def memory_growth_loop(out: Path) -> dict:
     return json.loads((out / "truth.json").read_text())
 
 
-def memory_growth_worker(out: Path) -> None:
-    """`memory-worker OUT`: the leaking loop, its truth written to OUT/truth.json."""
-    (out / "truth.json").write_text(json.dumps(_leaking_loop(out)))
+def memory_growth_worker(out: Path, short: bool = False) -> None:
+    """`memory-worker OUT [short]`: the leaking loop, its truth written to OUT/truth.json."""
+    (out / "truth.json").write_text(json.dumps(_leaking_loop(out) if not short else _short_leaking_loop(out)))
+
+
+def _short_leaking_loop(out: Path) -> dict:
+    """A loop that keeps every step's loss and logits with their graphs, 60 steps and no pause: RSS more
+    than doubles in a few seconds, a run shorter than memory_trend_s (issue 33)."""
+    import psutil
+
+    torch.manual_seed(0)
+    steps = 60
+    model = mlp(hidden=512, depth=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = memory_batches(2048, steps)
+    kept = []
+    proc = psutil.Process()
+    rss = [proc.memory_info().rss]
+    clock = Clock()
+    profiler = new_profiler(out, host_counters=True, counter_interval_s=0.02)
+    profiler.attach(model, optimizer, ops=False)
+    started = time.perf_counter()
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        loss.backward(retain_graph=True)
+        optimizer.step()
+        kept.append((loss, logits))  # meant: loss.item(); the logits keep the graph's activations alive
+        rss.append(proc.memory_info().rss)
+        clock.iteration()
+    seconds = time.perf_counter() - started
+    time.sleep(0.05)  # one more counter sample after the last step
+    profiler.analyse(progress=False)
+    del kept
+    return clock.truth(rss_start_mb=rss[0] / 2**20, rss_end_mb=rss[-1] / 2**20, loop_s=seconds)
 
 
 def _leaking_loop(out: Path) -> dict:
@@ -1357,6 +1391,21 @@ def _leaking_loop(out: Path) -> dict:
     grown = (rss[-1] - rss[0]) / 2**20
     del history
     return clock.truth(rss_growth_mb=grown)
+
+
+def sane_short_memory(o: Outcome) -> list[str]:
+    start, end = o.truth["rss_start_mb"], o.truth["rss_end_mb"]
+    return (
+        [] if end >= 1.5 * start else [f"RSS grew only {start:.0f} -> {end:.0f} MB (want at least half as much again)"]
+    )
+
+
+def figures_short_memory(o: Outcome) -> str:
+    f = o.finding("memory_growth")
+    found = f"; finding: {f['title']}" if f else ""
+    t = o.truth
+    rss = f"RSS {t['rss_start_mb']:.0f} -> {t['rss_end_mb']:.0f} MB"
+    return f"{rss} in {t['loop_s']:.1f} s ({t['iterations']} steps){found}"
 
 
 def judge_memory(o: Outcome) -> list[str]:
@@ -1792,6 +1841,16 @@ def _bank() -> list[Scenario]:
             figures_memory,
         ),
         Scenario(
+            "memory_growth_short",
+            "every step's loss and logits kept with their graphs, 60 steps and no pause: RSS more than "
+            "doubles in a few seconds (shorter than memory_trend_s)",
+            "memory_growth finding",
+            lambda out: memory_growth_loop(out, short=True),
+            judge_memory,
+            sane_short_memory,
+            figures_short_memory,
+        ),
+        Scenario(
             "step_forgotten",
             "Profiler() with phases, profiler.step() never called; input-bound loop",
             "input_bound, on 20 steps inferred from the repeating phases (step_source inferred; the report "
@@ -1882,8 +1941,8 @@ def _run_once(sc: Scenario, out: Path) -> Outcome:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "ddp-worker":
         ddp_worker(Path(sys.argv[2]))
-    elif len(sys.argv) == 3 and sys.argv[1] == "memory-worker":
-        memory_growth_worker(Path(sys.argv[2]))
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == "memory-worker":
+        memory_growth_worker(Path(sys.argv[2]), short=sys.argv[3:] == ["short"])
     else:
         import tempfile
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import MB, Context, Finding, Question, Rule, StepWindow, Threshold
-from profiler.analysis.trend import BINS, MIN_SPAN_S, NOISE_RATIO, RISING_BINS, sustained_growth
+from profiler.analysis.trend import BINS, MIN_SPAN_S, NOISE_RATIO, RISING_BINS, STRONG_GROWTH, sustained_growth
 
 THRESHOLDS = {
     "memory_growth_mb": Threshold(
@@ -21,7 +21,8 @@ THRESHOLDS = {
     ),
     "memory_trend_s": Threshold(
         MIN_SPAN_S,
-        "fewest seconds of analysed steps a memory trend is judged over (shorter runs get no memory_growth finding)",
+        "fewest seconds of analysed steps a memory trend is judged over; a shorter run is judged only when the "
+        "counter grows by at least half of where it started",
     ),
 }
 
@@ -96,7 +97,8 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
                 ),
                 threshold=(
                     f"growth of at least {ctx.thresholds['memory_growth_mb']:g} MB (memory_growth_mb) over "
-                    f"at least {ctx.thresholds['memory_trend_s']:g} s (memory_trend_s) and {MEMORY_MIN_STEPS} "
+                    f"at least {ctx.thresholds['memory_trend_s']:g} s (memory_trend_s; any span when it grows by "
+                    f"{100 * STRONG_GROWTH:.0f} % of where it started) and {MEMORY_MIN_STEPS} "
                     f"steps, >= {NOISE_RATIO:g}x the spread around the trend, the median of each 1/{BINS} of the span "
                     f"above the previous one's >= {RISING_BINS} of {BINS - 1} times"
                 ),
