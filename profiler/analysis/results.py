@@ -15,6 +15,7 @@ from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
 from profiler.analysis.device_time import device_time
 from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.findings.device import DeviceTimeline
+from profiler.analysis.float64 import float64_charged
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
@@ -140,6 +141,15 @@ class RankData:
         """The steps in which torch.profiler held its events in memory (memory trends leave them out)."""
         ops = self._analysis.run.ops
         return frozenset(ops.loc[ops["source"] == "torch", "step"].unique().tolist())
+
+    @functools.cached_property
+    def float64_ops(self) -> np.ndarray:
+        """Per op of `ops`, whether a float64 detour charges it (one mask for every rule that needs it:
+        the precision finding states the cause, the op hotspots leave these ops to it)."""
+        ops = self._analysis.run.ops
+        if ops is None or not len(ops) or "dtypes" not in ops:
+            return np.zeros(0 if ops is None else len(ops), dtype=bool)
+        return float64_charged(ops)
 
     @functools.cached_property
     def recording(self) -> dict[str, Any]:

@@ -11,25 +11,19 @@ reads (each field is a datum the rank or the cluster offers, `profiler.analysis.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional
 
 import pandas as pd
 
+from profiler.analysis.float64 import CAST_OP_NAME  # noqa: F401 (the Cast family, shared by the op rules)
 from profiler.analysis.steps import outlier_steps
 
 #: the verdict of a run with no high-severity finding
 BALANCED = "balanced"
 #: bytes in a MB, as the findings count memory
 MB = float(1 << 20)
-#: Names of dtype conversion ops, in every framework (the Cast op family of operators.py; precision.py
-#: charges those around float64 ops): MindSpore / Ascend Cast, torch's aten::to / _to_copy / copy_ and
-#: their backward, CUDA copy kernels.
-CAST_OP_NAME = re.compile(
-    r"(?i)(?:^cast\b|^cast-|/cast|aten::(?:to|_to_copy|copy_|type_as)$|tocopybackward|copy_kernel)"
-)
 
 
 @dataclass

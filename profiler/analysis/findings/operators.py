@@ -89,6 +89,15 @@ class Needs:
     steps: StepWindow
     op_type: pd.DataFrame
     ops: pd.DataFrame
+    float64_ops: np.ndarray  # per op row: charged to a float64 detour (the precision finding's, not ours)
+
+    def unclaimed(self) -> np.ndarray:
+        """Per op row: no other finding charges it (a float64 detour's casts and work are precision's)."""
+        ops = self.ops
+        if ops is None:
+            return np.zeros(0, dtype=bool)
+        claimed = self.float64_ops if len(self.float64_ops) == len(ops) else np.zeros(len(ops), dtype=bool)
+        return ~claimed
 
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
@@ -98,14 +107,27 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     return _family_findings(data, ctx) + _dominant_findings(data, ctx)
 
 
-def op_ms_per_step(data: Needs, device: str, op_types: set[str]) -> float:
-    """Self time of these op types on `device`, per captured analysed step (ms)."""
+def op_ms_per_step(data: Needs, device: str, op_types: set[str], unclaimed_only: bool = False) -> float:
+    """Self time of these op types on `device`, per captured analysed step (ms); `unclaimed_only`: of the
+    ops no other finding charges."""
     ops, steps = data.ops, data.steps.captured
     if ops is None or not len(ops) or not len(steps):
         return 0.0
     mask = ((ops["device"] == device) & ops["op_type"].isin(op_types)).to_numpy()
     mask = mask & ops["step"].isin(steps["step"]).to_numpy()
+    if unclaimed_only:
+        mask &= data.unclaimed()
     return float(ops["self_ns"].to_numpy()[mask].sum()) / 1e6 / len(steps)
+
+
+def claimed_share(data: Needs, device: str, op_types: set[str], device_self_ms: float) -> float:
+    """The share of `device`'s op self time (over the run, as op_type's share_pct) in ops of these types that
+    another finding charges (a float64 detour's)."""
+    ops = data.ops
+    if ops is None or not len(ops) or device_self_ms <= 0:
+        return 0.0
+    mask = ((ops["device"] == device) & ops["op_type"].isin(op_types)).to_numpy() & ~data.unclaimed()
+    return 100.0 * float(ops["self_ns"].to_numpy()[mask].sum()) / 1e6 / device_self_ms
 
 
 def _captured_note(steps: StepWindow) -> str:
@@ -123,10 +145,13 @@ def _family_findings(data: Needs, ctx: Context) -> list[Finding]:
         limit = ctx.thresholds[limit_name]
         member = names.str.contains(pattern)
         for device, rows in table[member].groupby("device", sort=True):
-            share = float(rows["share_pct"].sum())
+            kinds = set(rows["op_type"].astype(str))
+            device_self_ms = float(table.loc[table["device"] == device, "self_ms"].sum())
+            claimed = claimed_share(data, device, kinds, device_self_ms)
+            share = float(rows["share_pct"].sum()) - claimed
             if share < limit:
                 continue
-            stake = op_ms_per_step(data, device, set(rows["op_type"].astype(str)))
+            stake = op_ms_per_step(data, device, kinds, unclaimed_only=True)
             top = rows.sort_values("self_ms", ascending=False).head(4)
             listed = ", ".join(f"{r.op_type} {r.share_pct:.1f} %" for r in top.itertuples())
             f = ctx.file("op_type")
@@ -137,7 +162,13 @@ def _family_findings(data: Needs, ctx: Context) -> list[Finding]:
                     title=f"{label} ops take {pct_text(share)} of {device} op time",
                     key=f"op_hotspot:{family}:{device}",
                     evidence=(
-                        f"{listed} of {device} self time over the run; {stake:.2f} ms {_captured_note(data.steps)} "
+                        f"{listed} of {device} self time over the run"
+                        + (
+                            f" ({claimed:.1f} % of it charged to float64 by precision_waste, left out)"
+                            if claimed
+                            else ""
+                        )
+                        + f"; {stake:.2f} ms {_captured_note(data.steps)} "
                         f"[{f}: op_type, self_ms, share_pct; {ctx.file('step_trace')}: op_count]"
                     ),
                     threshold=f"{family} family share >= {limit:g} % of op time ({limit_name})",

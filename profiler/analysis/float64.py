@@ -1,0 +1,70 @@
+"""Which ops compute in float64: the ops a float64 detour charges (findings/precision.py states the
+cause; findings/operators.py leaves these ops out of its Cast and normalisation hotspots, so one cause
+is charged once). Pure: an op table in, a mask over its rows out."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
+
+#: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
+#: float64_charged charges those around float64 ops): MindSpore / Ascend Cast, torch's aten::to / _to_copy / copy_ and
+#: their backward, CUDA copy kernels.
+CAST_OP_NAME = re.compile(
+    r"(?i)(?:^cast\b|^cast-|/cast|aten::(?:to|_to_copy|copy_|type_as)$|tocopybackward|copy_kernel)"
+)
+#: How the recorded input types name float64 (torch: "double", "c10::complex<double>").
+FLOAT64_TYPE = "double"
+#: Input types that are floating point (torch: float, double, c10::Half, c10::BFloat16, c10::Float8_*,
+#: complex); the others (Scalar, long int, bool, lists) say nothing about precision.
+FLOATING_TYPE = re.compile(r"(?i)float|double|half|bfloat16|complex")
+
+
+def float64_charged(ops: pd.DataFrame) -> np.ndarray:
+    """Per op, whether its self time is float64's: an op whose floating-point inputs are all float64
+    (aten::native_group_norm(double, double, double); not aten::mul(float, double), a float32 op
+    scaled by a float64 number), a cast (`CAST_OP_NAME`) between float64 and another type or with
+    one inside it (aten::to -> _to_copy -> copy_(double, float)), and what those ops run inside
+    them (their allocations, launches)."""
+    float64, converts = _by_input_types(ops["dtypes"])
+    cast = ops["name"].astype(str).str.contains(CAST_OP_NAME).to_numpy()
+    own = float64 | (cast & converts)
+    if not own.any():
+        return own
+    lane = pd.factorize(ops["device"].astype(str) + "\x00" + ops["stream"].astype(str))[0]
+    start = ops["start_ns"].to_numpy(np.int64)
+    parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
+    depth = nesting_depths(parent)
+    levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
+    holds = own.copy()  # a charged op at or below it: innermost level first
+    for rows in reversed(levels):
+        holds[parent[rows[holds[rows]]]] = True
+    charged = own | (holds & cast)
+    for rows in levels:  # what a charged op runs inside it: outermost first
+        charged[rows] |= charged[parent[rows]]
+    return charged
+
+
+def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: all its floating-point inputs are float64; its inputs mix float64 with another
+    floating-point type. Read once per distinct input type list."""
+    codes, texts = pd.factorize(dtypes.astype(str))
+    kinds = np.array([_floating_kinds(t) for t in texts], dtype=bool).reshape(-1, 2)
+    kinds = np.vstack([kinds, [[False, False]]])  # code -1 (missing): neither
+    return kinds[codes, 0], kinds[codes, 1]
+
+
+def _floating_kinds(text: str) -> tuple[bool, bool]:
+    """(only float64, float64 and another floating type) of one input type list (JSON text)."""
+    try:
+        types = json.loads(text) if text else []
+    except ValueError:
+        return False, False
+    floating = [t for t in types if isinstance(t, str) and FLOATING_TYPE.search(t)]
+    wide = [FLOAT64_TYPE in t for t in floating]
+    return bool(wide) and all(wide), any(wide) and not all(wide)
