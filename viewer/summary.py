@@ -93,8 +93,8 @@ def _key_figures_block(ctx: Context) -> list[str]:
     lines = [
         "",
         f"Verdict figures ({clean(figures.rule)}):",
-        f"  mean step {figures.mean_ms:.2f} ms, {median}wall time {figures.wall_ms / 1e3:.2f} s (outliers included); "
-        + ", ".join(f"{label} {share:.1f} %" for label, share in figures.shares),
+        f"  mean steady step {figures.mean_ms:.2f} ms, {median}wall time {figures.wall_ms / 1e3:.2f} s "
+        "(outliers included); " + ", ".join(f"{label} {share:.1f} %" for label, share in figures.shares),
     ]
     if figures.note:
         lines.append(f"  {clean(figures.note)}")

@@ -188,12 +188,18 @@ def headline(verdict: str, findings: list[Finding], data: RankFacts) -> str:
     """One sentence for the top of the report: the top problem (or none) and the mean step's split."""
     steps = data.steps
     gap = steps.per_step("iteration_gap_ms")
-    wait = gap - steps.per_step("gap_host_ms") if data_wait_measured(steps) else None
-    gap_text = (
-        f"iteration gap {gap:.2f} ms ({wait:.2f} ms data wait)" if wait is not None else f"iteration gap {gap:.2f} ms"
-    )
+    gap_text = f"iteration gap {gap:.2f} ms"
+    if data_wait_measured(steps):
+        in_gap = gap - steps.per_step("gap_host_ms")
+        wait = steps.per_step("data_wait_ms")  # wherever it falls: DataLoader ranges inside ProfilerStep too
+        inside = wait - in_gap
+        gap_text += (
+            f" ({wait:.2f} ms data wait, {inside:.2f} ms of it inside forward + backward)"
+            if inside >= 0.005
+            else f" ({in_gap:.2f} ms data wait)"
+        )
     split = (
-        f"mean step {steps.mean_ms:.2f} ms: {gap_text}, forward + backward "
+        f"mean steady step {steps.mean_ms:.2f} ms: {gap_text}, forward + backward "
         f"{steps.per_step('fp_bp_ms'):.2f} ms, tail {steps.per_step('tail_ms'):.2f} ms"
     )
     if verdict == BALANCED:

@@ -523,7 +523,7 @@ def _reason(v: Mapping[str, Any]) -> str:
     change, noise = v["delta_pct"], v["noise_pct"]
     if change is None or change != change:
         return "no significant change: BASE's mean step is 0"
-    moved = f"the mean step changed by {change:+.1f} % ({interval_text(v)})"
+    moved = f"the mean analysed step changed by {change:+.1f} % ({interval_text(v)})"
     if v["ci_low_pct"] is None:
         beyond = "beyond" if v["significant"] else "within"
         return f"{v['outcome']}: {moved}: decided by the change alone, {beyond} the {noise:g} % noise floor"
@@ -544,14 +544,14 @@ def _gate_text(v: Mapping[str, Any]) -> str:
     interval = interval_text(v)
     if v["failed"]:
         return (
-            f"FAIL: NEW's mean step is significantly slower, {change:+.1f} % ({interval}), "
+            f"FAIL: NEW's mean analysed step is significantly slower, {change:+.1f} % ({interval}), "
             f"more than the {limit:g} % allowed"
         )
     if v["outcome"] == SLOWER:
         return f"pass: NEW is slower by {change:+.1f} % ({interval}), within the {limit:g} % allowed"
     if v["outcome"] == FASTER:
         return f"pass: NEW is faster, {change:+.1f} % ({interval})"
-    return f"pass: no significant change in the mean step ({change:+.1f} %, {interval})"
+    return f"pass: no significant change in the mean analysed step ({change:+.1f} %, {interval})"
 
 
 # ----------------------------------------------------------------------------- ops

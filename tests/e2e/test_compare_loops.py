@@ -47,7 +47,7 @@ def test_plain_loop_before_after_prefetch(before_after, tmp_path, capsys):
     assert stats["wall"]["base_ms"] == pytest.approx(base["total_ms"].sum(), abs=1e-3)
     assert phases["total_ms"]["delta_ms"] == pytest.approx(v["delta_ms"], abs=1e-3)  # the tables agree with the verdict
     assert phases["total_ms"]["ci_low_ms"] == pytest.approx(v["ci_low_ms"], abs=1e-3)
-    assert "Verdict: faster. Mean step" in capsys.readouterr().out
+    assert "Verdict: faster. Mean analysed step" in capsys.readouterr().out
     # the gate: after -> before is slower than 5 %, exit 1; a generous limit passes
     assert main(["compare", str(after), str(before), "--fail-if-slower", "5%"]) == 1
     assert main(["compare", str(after), str(before), "--fail-if-slower", "500"]) == 0

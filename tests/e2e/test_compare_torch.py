@@ -101,7 +101,9 @@ def test_dataloader_fix_is_faster_with_an_interval_and_passes_the_gate(loader_ru
     assert main(["compare", str(fast), str(slow), "--fail-if-slower", "5%", "--json", "-"]) == 1
     r = json.loads(capsys.readouterr().out)["verdict"]
     assert r["outcome"] == "slower" and r["failed"] and r["ci_low_pct"] > 10
-    assert r["gate"].startswith("FAIL: NEW's mean step is significantly slower") and "95 % interval" in r["gate"]
+    assert (
+        r["gate"].startswith("FAIL: NEW's mean analysed step is significantly slower") and "95 % interval" in r["gate"]
+    )
 
 
 # ----------------------------------------------------------------------------- ops per captured step

@@ -96,9 +96,9 @@ def test_one_mean_median_and_outlier_count_in_report_summary_and_pages(run, tmp_
 
     text = summary_of(run, capsys)
     mean, median = f"{figures['mean_ms']:.2f}", f"{figures['median_ms']:.2f}"
-    assert f"mean step {mean} ms, median step {median} ms" in text  # the verdict figures
-    assert f"fix this first (mean step {mean} ms" in text  # the verdict line
-    assert set(re.findall(r"mean step (\d+\.\d+) ms", text)) == {mean}
+    assert f"mean steady step {mean} ms, median step {median} ms" in text  # the verdict figures
+    assert f"fix this first (mean steady step {mean} ms" in text  # the verdict line
+    assert set(re.findall(r"mean steady step (\d+\.\d+) ms", text)) == {mean}
     step_row = next(line for line in text.splitlines() if line.startswith("step "))
     table_mean, table_median = (float(v) for v in step_row.split()[1:3])
     assert table_mean == pytest.approx(figures["mean_ms"], abs=2e-3)

@@ -65,3 +65,35 @@ def test_real_mindspore_cpu_capture_is_balanced(captures):
     assert report["verdict"] == "balanced" and report["framework"] == "mindspore"
     low = [f for f in report["findings"] if f["kind"] == "op_hotspot"]
     assert low and low[0]["severity"] == "low" and "Conv2D" in low[0]["title"] and "amp_level" in low[0]["suggestion"]
+
+
+def test_the_headline_says_where_the_data_wait_falls():
+    """The ResNet50 tutorial trace's shape (issue 33): the DataLoader ranges fall inside ProfilerStep, so
+    inside forward + backward, and the iteration gap is nearly empty: the headline says the data wait
+    and that it lies inside forward + backward, never "0.00 ms data wait"."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from profiler.analysis.advisor import BALANCED, headline
+    from profiler.analysis.findings.base import StepWindow
+
+    def steps(gap_ms: float, gap_host_ms: float, wait_ms: float) -> SimpleNamespace:
+        trace = pd.DataFrame(
+            {
+                "step": range(6),
+                "iteration_gap_ms": gap_ms,
+                "gap_host_ms": gap_host_ms,
+                "data_wait_ms": wait_ms,
+                "fp_bp_ms": 174.56,
+                "tail_ms": 1.0,
+                "total_ms": gap_ms + 174.56 + 1.0,
+            }
+        )
+        return SimpleNamespace(steps=StepWindow(trace.iloc[1:], 1, 20.0))
+
+    text = headline(BALANCED, [], steps(0.01, 0.01, 56.74))
+    assert "iteration gap 0.01 ms (56.74 ms data wait, 56.74 ms of it inside forward + backward)" in text
+    assert "(0.00 ms data wait)" not in text
+    text = headline(BALANCED, [], steps(60.0, 3.26, 56.74))  # the wait in the gap, where it usually is
+    assert "iteration gap 60.00 ms (56.74 ms data wait)" in text

@@ -94,7 +94,10 @@ def test_slow_steps_fixed_while_the_median_stays_is_faster():
     r = judge(new, base, gate=5)
     assert (r["outcome"], r["failed"], r["exit_code"]) == ("slower", True, 1)
     assert r["ci_low_pct"] > 40
-    assert r["gate"].startswith("FAIL: NEW's mean step is significantly slower, +8") and "95 % interval +" in r["gate"]
+    assert (
+        r["gate"].startswith("FAIL: NEW's mean analysed step is significantly slower, +8")
+        and "95 % interval +" in r["gate"]
+    )
 
 
 def test_alternating_fast_slow_steps_the_fix_halves_the_slow_ones():
@@ -244,7 +247,7 @@ def test_phases_and_headline_agree():
     assert not bool(rows.at["tail_ms", "significant"])  # 0 ms in both
     assert list(c.phases.columns[:6]) == ["phase", "column", "base_mean_ms", "new_mean_ms", "delta_ms", "delta_pct"]
     text = render_text(c)
-    assert text.splitlines()[1].startswith("Verdict: faster. Mean step")
+    assert text.splitlines()[1].startswith("Verdict: faster. Mean analysed step")
     assert "the median barely moved, the slow steps did" in text
     assert "Findings: Neither run has an advisor report" in text
 

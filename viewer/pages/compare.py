@@ -135,8 +135,8 @@ def verdict_cards(c: Comparison) -> str:
     interval = "—" if v["ci_low_pct"] is None else f"{_signed_pct(v['ci_low_pct'])} to {_signed_pct(v['ci_high_pct'])}"
     items = [
         ("verdict", v["outcome"]),
-        ("BASE mean step", fmt_ms(v["base_mean_step_ms"])),
-        ("NEW mean step", fmt_ms(v["new_mean_step_ms"])),
+        ("BASE mean analysed step", fmt_ms(v["base_mean_step_ms"])),
+        ("NEW mean analysed step", fmt_ms(v["new_mean_step_ms"])),
         ("change", f"{fmt_ms(v['delta_ms'], signed=True)} ({_signed_pct(v['delta_pct'])})"),
         (f"{100 * (v['confidence'] or CONFIDENCE):g} % interval of the change", interval),
         (
@@ -356,8 +356,9 @@ def build(ctx: Context) -> str:
         section(
             f"{c.base}  →  {c.new}",
             verdict_cards(c),
-            f"Decided by the mean step of the analysed steps (warm-up left out), i.e. the loop's wall "
-            f"time per step, with a {CONFIDENCE * 100:g} % interval; significant when the interval "
+            f"Decided by the mean analysed step (every step but the warm-up, outliers included: the loop's wall "
+            "time per step; the verdict pages' mean steady step leaves the outliers out), "
+            f"with a {CONFIDENCE * 100:g} % interval; significant when the interval "
             f"excludes 0 and the change is at least {c.verdict['noise_pct']:g} %. Medians for reference. "
             f"Negative changes are faster.",
         ),
@@ -366,7 +367,7 @@ def build(ctx: Context) -> str:
             "Step phases",
             ctx.figure(phase_bars(c)) + phases_html(c),
             "Mean ms per step and its change with its interval; a phase's change is significant by the "
-            "verdict's rule (against BASE's mean step). Medians after them, for reference.",
+            "verdict's rule (against BASE's mean analysed step). Medians after them, for reference.",
         ),
         '<div class="grid2">',
         section("Step-time distribution", ctx.figure(step_histograms(base.steps(), new.steps()))),
@@ -404,7 +405,8 @@ def headline(c: Comparison) -> list[str]:
     """The verdict and the figures it rests on, as the text form's first lines."""
     v = c.verdict
     lines = [
-        f"Verdict: {v['outcome']}. Mean step {v['base_mean_step_ms']:.3f} ms -> {v['new_mean_step_ms']:.3f} ms: "
+        f"Verdict: {v['outcome']}. Mean analysed step {v['base_mean_step_ms']:.3f} ms -> "
+        f"{v['new_mean_step_ms']:.3f} ms: "
         f"{v['delta_ms']:+.3f} ms ({_signed_pct(v['delta_pct'])}; {interval_text(v)})"
     ]
     b, n = v["base_steps"], v["new_steps"]

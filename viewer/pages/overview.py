@@ -112,7 +112,7 @@ def _key_figures(ctx: Context, window: StepWindow) -> tuple[list[tuple[str, str]
     """The advisor's own figures (the verdict rests on them), or, for a --steps selection, the selection's."""
     figures = key_figures(ctx.run.report)
     if figures is not None and ctx.options.steps is None:
-        kpis = [("mean step", fmt_ms(figures.mean_ms))]
+        kpis = [("mean steady step", fmt_ms(figures.mean_ms))]
         kpis += [("median step", fmt_ms(figures.median_ms))] if figures.median_ms is not None else []
         kpis += [("wall time", fmt_seconds(figures.wall_ms))]
         kpis += [(f"{label}", fmt_pct(share)) for label, share in figures.shares]
