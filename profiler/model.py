@@ -46,6 +46,10 @@ DEVICE_WORK_CATEGORIES = ("compute", "comm", "memcpy", "memset")
 #: event) and device-side annotation ranges (`annotation`: a record_function range on a stream).
 NOT_WORK_CATEGORIES = ("runtime", "sync", "annotation")
 
+#: The user spans a float64 module's forward and backward are recorded as (profiler/capture/torch_dtypes.py):
+#: this prefix, the module's path and type, and " backward" for its backward.
+FLOAT64_MODULE_SPAN = "float64 module: "
+
 #: Named host spans that are not ops: phases (forward, backward, tail, all_reduce, ...) and user spans.
 SPAN_COLUMNS: dict[str, str] = {
     "tid": "int64",  # profview thread index (see threads table)

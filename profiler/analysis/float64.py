@@ -1,6 +1,8 @@
 """Which ops compute in float64: the ops a float64 detour charges (findings/precision.py states the
 cause; findings/operators.py leaves these ops out of its Cast and normalisation hotspots, so one cause
-is charged once). Pure: an op table in, a mask over its rows out."""
+is charged once). Two ways to know, either is enough: the ops' recorded input types (torch's
+`record_shapes=True`: `float64_charged`), or the spans `attach()` marks around the modules that hold
+float64 parameters (`float64_module_charged`). Pure: tables in, a mask over the op rows out."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.model import FLOAT64_MODULE_SPAN
 
 #: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
 #: float64_charged charges those around float64 ops): MindSpore / Ascend Cast, torch's aten::to / _to_copy / copy_ and
@@ -68,3 +71,41 @@ def _floating_kinds(text: str) -> tuple[bool, bool]:
     floating = [t for t in types if isinstance(t, str) and FLOATING_TYPE.search(t)]
     wide = [FLOAT64_TYPE in t for t in floating]
     return bool(wide) and all(wide), any(wide) and not all(wide)
+
+
+def float64_module_charged(ops: pd.DataFrame, spans: pd.DataFrame, threads: pd.DataFrame) -> np.ndarray:
+    """Per op, whether it is part of a float64 module's detour recorded without input types: inside a
+    float64 module's forward or backward span (`FLOAT64_MODULE_SPAN`, profiler/capture/torch_dtypes.py) on
+    the span's thread, or a cast (`CAST_OP_NAME`, with what runs inside it) right before or right after
+    such a span there: the conversion into float64 and back out of it (forward: aten::to; backward:
+    ToCopyBackward0)."""
+    charged = np.zeros(len(ops), dtype=bool)
+    if not len(ops) or spans is None or not len(spans):
+        return charged
+    mine = spans[spans["name"].astype(str).str.startswith(FLOAT64_MODULE_SPAN).to_numpy()]
+    if not len(mine):
+        return charged
+    thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
+    stream = ops["stream"].astype(str).to_numpy()
+    start = ops["start_ns"].to_numpy(np.int64)
+    end = start + ops["dur_ns"].to_numpy(np.int64)
+    cast = ops["name"].astype(str).str.contains(CAST_OP_NAME).to_numpy()
+    lanes = {name: np.flatnonzero(stream == name) for name in {thread_name.get(t, "") for t in mine["tid"]}}
+    for tid, s, d in zip(mine["tid"].tolist(), mine["start_ns"].tolist(), mine["dur_ns"].tolist()):
+        rows = lanes.get(thread_name.get(tid, ""), np.empty(0, dtype=np.int64))
+        if not len(rows):
+            continue
+        lo, hi = int(s), int(s) + int(d)
+        rs, re_ = start[rows], end[rows]
+        charged[rows[(rs >= lo) & (re_ <= hi)]] = True
+        before = rows[re_ <= lo]  # the op that ended last before the span: a cast is the conversion in
+        if len(before):
+            last = before[np.argmax(end[before])]
+            if cast[last]:
+                charged[rows[(rs >= start[last]) & (re_ <= end[last])]] = True
+        after = rows[rs >= hi]  # the op that began first after the span: a cast is the conversion out
+        if len(after):
+            first = after[np.argmin(start[after])]
+            if cast[first]:
+                charged[rows[(rs >= start[first]) & (re_ <= end[first])]] = True
+    return charged

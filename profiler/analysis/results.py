@@ -15,12 +15,12 @@ from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
 from profiler.analysis.device_time import device_time
 from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.findings.device import DeviceTimeline
-from profiler.analysis.float64 import float64_charged
+from profiler.analysis.float64 import float64_charged, float64_module_charged
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
 from profiler.analysis.steps import analysed_steps, step_source
-from profiler.model import Run
+from profiler.model import FLOAT64_MODULE_SPAN, Run
 
 
 @dataclass
@@ -146,10 +146,22 @@ class RankData:
     def float64_ops(self) -> np.ndarray:
         """Per op of `ops`, whether a float64 detour charges it (one mask for every rule that needs it:
         the precision finding states the cause, the op hotspots leave these ops to it)."""
-        ops = self._analysis.run.ops
-        if ops is None or not len(ops) or "dtypes" not in ops:
+        run = self._analysis.run
+        ops = run.ops
+        if ops is None or not len(ops):
             return np.zeros(0 if ops is None else len(ops), dtype=bool)
-        return float64_charged(ops)
+        by_types = float64_charged(ops) if "dtypes" in ops else np.zeros(len(ops), dtype=bool)
+        return by_types | float64_module_charged(ops, run.spans, run.threads)
+
+    @functools.cached_property
+    def float64_modules(self) -> tuple[str, ...]:
+        """The modules attach() found holding float64 parameters (their forward spans' names, shortened)."""
+        spans = self._analysis.run.spans
+        if spans is None or not len(spans):
+            return ()
+        names = spans["name"].astype(str)
+        mine = names[names.str.startswith(FLOAT64_MODULE_SPAN) & ~names.str.endswith(" backward")]
+        return tuple(sorted({n[len(FLOAT64_MODULE_SPAN) :] for n in mine}))
 
     @functools.cached_property
     def recording(self) -> dict[str, Any]:

@@ -33,6 +33,11 @@
   wraps any optimizer. `GradScaler.step(optimizer)` of an attached optimizer is the outermost
   call too (patched while attached): a step the scaler skips (inf / NaN gradients) still ends.
 
+- **float64 modules** — a module holding float64 parameters or buffers of its own (a BatchNorm kept in
+  float64 between float32 layers) gets a span over each forward call and over its backward
+  (`torch_dtypes.py`): the precision finding charges what runs in them, and the casts around them, without
+  `record_shapes`. A model without float64 modules gets no such hook.
+
 All times are host times: on a GPU, bp end is when the host finished issuing backward work.
 torch is imported lazily so that `import profiler` never imports it.
 """
@@ -45,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from profiler.capture.base import Host, Source
 from profiler.capture.distributed import DDP_BUCKET, Collectives, instrument_ddp, is_ddp
+from profiler.capture.torch_dtypes import float64_module_hooks
 from profiler.record.recorder import hot
 from profiler.store.kinds import COMM, MARK, PHASE
 
@@ -125,6 +131,10 @@ class TorchHooks(Source):
         self._handles += self._first_pass_hooks
         if self._optimizer is not None:
             self._handles.append(_OptimizerStep(self._optimizer, optimizer_phase, self._end_step))
+        float64_handles, float64_names = float64_module_hooks(model, recorder)  # none in a float32 model
+        self._handles += float64_handles
+        if float64_names:
+            self.details["float64_modules"] = ", ".join(float64_names)
 
     def stop(self) -> None:
         self._recorder = None

@@ -196,7 +196,7 @@ CASES: dict[str, Case] = {
     "host_bound:gap": Case("recorded/scenarios/host_log_sleep_loader", host_gap),
     "gap_bound": Case("recorded/scenarios/host_log_sleep_memory", gap_bound),
     "host_bound:launch": Case("recorded/scenarios/tiny_ops_every_step", launch_bound),
-    "op_hotspot": Case("recorded/advisor/op_hotspot_cast_and_batchnorm", cast_hotspot, pick="op_hotspot:cast:cpu"),
+    "op_hotspot": Case("recorded/advisor/cast_hotspot_bfloat16", cast_hotspot, pick="op_hotspot:cast:cpu"),
     "precision_waste": Case("recorded/scenarios/float64_ops_every_step", precision_waste),
     "tail_bound": Case("recorded/scenarios/tail_grad_clip", tail_bound),
     "comm_bound": Case("recorded/advisor/comm_bound", comm_bound),

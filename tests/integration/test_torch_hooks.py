@@ -3,6 +3,7 @@
 The step boundaries checked against the loop's own clock (also with gradient accumulation), an injected
 data-loading sleep, and where a wrapper optimizer's own work lands are in tests/e2e/test_torch_hooks_timing.py."""
 
+import json
 import warnings
 
 import numpy as np
@@ -230,3 +231,49 @@ def test_grad_scaler_skipped_steps_still_end_the_step(tmp_path):
     trace = read_csv(tmp_path, "step_trace")
     assert list(trace["step"]) == list(range(7))
     assert torch.amp.GradScaler.step.__name__ == "step" and not hasattr(torch.amp.GradScaler.step, "__wrapped__")
+
+
+def test_float64_modules_get_forward_and_backward_spans_and_nothing_else_is_hooked(tmp_path):
+    """attach() marks the modules that hold float64 parameters (a BatchNorm kept in float64) with a span
+    over each forward call and one over its backward; a float32 model gets no such hook; an in-place op
+    on the module's output (ReLU(inplace=True)) still works (tensor hooks, not module backward hooks)."""
+    from profiler.model import FLOAT64_MODULE_SPAN
+    from profiler.postprocess.recording import load_rank
+
+    class Float64Norm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm2d(4).double()
+
+        def forward(self, x):
+            return self.bn(x.double()).float()
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), Float64Norm(), nn.ReLU(inplace=True), nn.Conv2d(4, 3, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    p = quiet_profiler(tmp_path / "f64")
+    p.attach(model, optimizer, ops=False)
+    x, y = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 8, 8)
+    for _ in range(3):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    p.analyse(progress=False)
+    run = load_rank(tmp_path / "f64", 0)
+    names = run.spans["name"].astype(str)
+    forward, backward = FLOAT64_MODULE_SPAN + "1.bn (BatchNorm2d)", FLOAT64_MODULE_SPAN + "1.bn (BatchNorm2d) backward"
+    assert (names == forward).sum() == 3 and (names == backward).sum() == 3
+    info = json.loads((tmp_path / "f64" / "profiler_info_0.json").read_text())
+    assert info["sources"]["torch_hooks"]["float64_modules"] == "1.bn (BatchNorm2d)"
+    fwd = run.spans[(names == forward).to_numpy()]
+    bwd = run.spans[(names == backward).to_numpy()]
+    assert (bwd["start_ns"].to_numpy() > fwd["start_ns"].to_numpy() + fwd["dur_ns"].to_numpy()).all()  # after
+
+    model32 = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU(inplace=True))
+    p = quiet_profiler(tmp_path / "f32")
+    p.attach(model32, torch.optim.SGD(model32.parameters(), lr=0.01), ops=False)
+    model32(x).sum().backward()
+    p.analyse(progress=False)
+    info = json.loads((tmp_path / "f32" / "profiler_info_0.json").read_text())
+    assert "float64_modules" not in info["sources"]["torch_hooks"]
+    spans = load_rank(tmp_path / "f32", 0).spans
+    assert not spans["name"].astype(str).str.startswith(FLOAT64_MODULE_SPAN).any()

@@ -1,7 +1,9 @@
-"""Does the host compute in float64? precision_waste: ops whose recorded input types (torch's
-`record_shapes=True`: the ops' `dtypes`) are float64, and the casts to / from float64 around
-them, charged together with the time they take per captured step. float64 is twice the bytes and,
-on most hardware, several times the time of float32, and is almost never what a model needs.
+"""Does the host compute in float64? precision_waste: the float64 detour (the ops computing in float64
+and the casts to / from float64 around them, profiler/analysis/float64.py: known from the ops' recorded
+input types with torch's `record_shapes=True`, or from the spans `attach()` marks around the modules
+holding float64 parameters), charged together, as one cause, with the time they take per captured step.
+float64 is twice the bytes and, on most hardware, several times the time of float32, and is almost never
+what a model needs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ THRESHOLDS = {
     "precision_waste_pct": Threshold(
         5.0,
         "share of the mean captured step spent in host ops on float64 inputs "
-        "and the casts to / from float64 around them (needs record_shapes)",
+        "and the casts to / from float64 around them (a float64 detour)",
     ),
 }
 
@@ -39,6 +41,7 @@ class Needs:
     steps: StepWindow
     ops: pd.DataFrame
     float64_ops: np.ndarray  # per op row: charged to float64 (profiler.analysis.float64)
+    float64_modules: tuple[str, ...]  # the float64 modules attach() marked (their spans), if any
 
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
@@ -63,8 +66,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
             f"{stake:.2f} ms {note} of self time in {len(ops) / n:.0f} ops per step with float64 inputs or "
             f"casting to / from float64 ({cast_ms:.2f} ms of it casts); the biggest: "
             + ", ".join(f"{name} {ms:.2f} ms" for name, ms in top.items())
-            + f" [{ctx.file('op_detail')}: name, self_ms; input types recorded by torch.profiler "
-            "(record_shapes=True)]"
+            + f"; {_found_by(data)} [{ctx.file('op_detail')}: name, self_ms]"
         ),
         threshold=ctx.rule_text("float64 ops + their casts", "precision_waste_pct"),
         suggestion=FIX[ctx.framework],
@@ -72,6 +74,15 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         metrics={"self_ms_per_step": stake, "cast_ms_per_step": cast_ms, "ops_per_step": len(ops) / n},
     )
     return [finding] if ctx.reaches(finding.at_stake_pct, "precision_waste_pct") is not None else []
+
+
+def _found_by(data: Needs) -> str:
+    """How the float64 ops were known, in words."""
+    by_types = "dtypes" in data.ops and data.ops["dtypes"].astype(str).str.contains("double").any()
+    ways = (["the input types torch.profiler recorded (record_shapes=True)"] if by_types else []) + (
+        [f"the float64 modules attach() marked: {', '.join(data.float64_modules)}"] if data.float64_modules else []
+    )
+    return "found from " + " and ".join(ways) if ways else "found from the recorded op names"
 
 
 QUESTION = Question(
