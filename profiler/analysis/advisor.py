@@ -138,8 +138,10 @@ class RankFacts(Protocol):
 
 
 def with_severity(findings: list[Finding], thresholds: Mapping[str, float]) -> list[Finding]:
-    """The findings, each with its severity: the one its rule fixed, else from the share at stake."""
+    """The findings, each with its stake turned into what its fix can win (profiler.analysis.stakes) and
+    its severity: the one its rule fixed, else from that share."""
     for f in findings:
+        f.achievable()
         f.severity = f.severity or severity_of(f.at_stake_pct, thresholds)
     return findings
 

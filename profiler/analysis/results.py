@@ -154,6 +154,16 @@ class RankData:
         return by_types | float64_module_charged(ops, run.spans, run.threads)
 
     @functools.cached_property
+    def device_properties(self) -> dict[str, dict[str, Any]]:
+        """Each device's properties as the trace gave them (Kineto's deviceProperties, by `cuda:<id>`)."""
+        devices = self._analysis.run.info.get("devices")
+        out = {}
+        for props in devices if isinstance(devices, list) else []:
+            if isinstance(props, dict) and isinstance(props.get("id"), int) and not isinstance(props["id"], bool):
+                out[f"cuda:{props['id']}"] = props
+        return out
+
+    @functools.cached_property
     def float64_modules(self) -> tuple[str, ...]:
         """The modules attach() found holding float64 parameters (their forward spans' names, shortened)."""
         spans = self._analysis.run.spans

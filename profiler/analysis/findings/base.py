@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from profiler.analysis.float64 import CAST_OP_NAME  # noqa: F401 (the Cast family, shared by the op rules)
+from profiler.analysis.stakes import Win, win_for
 from profiler.analysis.steps import outlier_steps
 
 #: the verdict of a run with no high-severity finding
@@ -42,6 +43,23 @@ class Finding:
     severity: str = ""
     rank: Optional[int] = None
     key: str = ""  # what makes two runs' findings the same problem (compare)
+    win: Optional[Win] = None  # what its fix can win of at_stake_ms, when not the table's (profiler.analysis.stakes)
+
+    def achievable(self) -> Finding:
+        """This finding with its stake turned into what its fix can win (`win`, else the table's entry for
+        its key): the cause's time stays in metrics (`cause_ms`, `cause_pct`), the assumption goes to the
+        evidence. A finding with no time at stake is left as it is."""
+        if self.at_stake_ms <= 0 or "cause_ms" in self.metrics:
+            return self
+        win = self.win or win_for(self.key or self.kind)
+        cause_ms, cause_pct = self.at_stake_ms, self.at_stake_pct
+        self.metrics = {**self.metrics, "cause_ms": cause_ms, "cause_pct": cause_pct, "win_pct": 100.0 * win.share}
+        self.at_stake_ms, self.at_stake_pct = cause_ms * win.share, cause_pct * win.share
+        self.evidence += (
+            f"; a fix can win about {self.at_stake_ms:.2f} ms a step ({100.0 * win.share:.0f} % of the "
+            f"{cause_ms:.2f} ms: {win.why})"
+        )
+        return self
 
     def to_json(self) -> dict[str, Any]:
         out = {

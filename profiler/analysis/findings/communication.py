@@ -24,6 +24,7 @@ from profiler.analysis.findings.base import (
     pct_text,
 )
 from profiler.analysis.findings.device import DeviceTimeline, exposed_ms, in_steps_ms
+from profiler.analysis.stakes import overlap_win
 
 THRESHOLDS = {
     "comm_exposed_pct": Threshold(10.0, "share of step time spent in communication not overlapped with compute"),
@@ -72,6 +73,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
             suggestion=FIX[ctx.framework],
             files=[f],
             metrics={"all_reduce_ms": comm, "overlap_ms": overlap, "exposed_ms": exposed},
+            win=overlap_win(exposed, steps.per_step("fp_bp_ms")),
         )
     ]
 
@@ -107,6 +109,7 @@ def _device_findings(data: Needs, ctx: Context) -> list[Finding]:
                 suggestion=FIX[ctx.framework],
                 files=[ctx.file("report", "json"), ctx.file("timeline", "json")],
                 metrics={"comm_kernel_ms": total, "exposed_ms": exposed, "comm_compute_overlap_pct": float(overlap)},
+                win=overlap_win(exposed, steps.per_step("fp_bp_ms")),
             )
         )
     return out

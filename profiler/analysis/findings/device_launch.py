@@ -17,6 +17,7 @@ from profiler.analysis.findings.device import (
     share_title,
     steady_windows,
 )
+from profiler.analysis.stakes import LAUNCH_GAPS
 
 THRESHOLDS = {
     "device_host_wait_pct": Threshold(
@@ -98,6 +99,7 @@ def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
             "host_bound",
             ms,
             key="host_bound:device",
+            win=LAUNCH_GAPS if launch else None,
             title=f"{what}: {device} idle waiting for the host to launch work, {share_title(share)}",
             evidence=(
                 f"{ms:.2f} ms per step of device idle time waiting for the next launch: "

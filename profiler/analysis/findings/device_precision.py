@@ -5,11 +5,16 @@ torch.autocast would run them on tensor cores) and of float64 kernels of any fam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
 import numpy as np
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
 from profiler.analysis.findings.device import DeviceNeeds, in_steps_ms, share_title
 from profiler.analysis.kernel_families import MATRIX_FAMILIES
+from profiler.analysis.stakes import compute_capability, fp32_matrix_win, fp64_win
 
 THRESHOLDS = {
     "fp32_matrix_pct": Threshold(
@@ -17,6 +22,18 @@ THRESHOLDS = {
         "share of step time in float32 GEMM / convolution kernels that do not use tensor cores (device_precision:fp32)",
     ),
     "fp64_kernel_pct": Threshold(5.0, "share of step time in float64 kernels (device_precision:fp64)"),
+}
+
+#: the torch advice for float32 matrix kernels by device generation: TF32 exists from Ampere on only
+FP32_TORCH_FIX = {
+    "ampere": "run matrix math on tensor cores: torch.backends.cuda.matmul.allow_tf32 = True (or "
+    "torch.set_float32_matmul_precision('high')) and torch.backends.cudnn.allow_tf32 = True, or mixed "
+    "precision, torch.autocast(device_type='cuda', dtype=torch.bfloat16)",
+    "volta": "run matrix math on tensor cores with mixed precision: torch.autocast(device_type='cuda', "
+    "dtype=torch.float16) with a torch.amp.GradScaler (Volta / Turing tensor cores take float16 only; TF32 "
+    "and bfloat16 need Ampere or newer)",
+    "older": "this GPU has no tensor cores (before Volta): float16 autocast helps only where it has fast "
+    "half precision; larger, better-shaped matrices, or a newer GPU, are what make these kernels faster",
 }
 
 FIX = {
@@ -41,7 +58,22 @@ FIX = {
 TOP_KERNELS = 3
 
 
-def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
+@dataclass(frozen=True)
+class Needs(DeviceNeeds):
+    device_properties: Mapping[str, Mapping[str, Any]]  # device name -> the trace's deviceProperties
+
+
+def fix_text(kind: str, framework: str, properties: Optional[Mapping[str, Any]]) -> str:
+    """The advice for the slow precision, in the device generation's terms (no TF32 before Ampere)."""
+    if kind != "fp32" or framework != "torch":
+        return FIX[kind][framework]
+    cc = compute_capability(properties)
+    if cc is None:
+        return FIX["fp32"]["torch"]
+    return FP32_TORCH_FIX["ampere" if cc >= (8, 0) else "volta" if cc >= (7, 0) else "older"]
+
+
+def find(data: Needs, ctx: Context) -> list[Finding]:
     """device_precision: float32 matrix kernels off the tensor cores, float64 kernels; per device."""
     out = []
     for device, mine in data.device.per_device(data.steps):
@@ -52,7 +84,7 @@ def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     return out
 
 
-def _finding(data: DeviceNeeds, ctx: Context, device: str, mine, kind: str, mask: np.ndarray) -> list[Finding]:
+def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.ndarray) -> list[Finding]:
     start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
     ms = in_steps_ms(start[mask], end[mask], data.steps)
     share = data.steps.share(ms)
@@ -77,9 +109,10 @@ def _finding(data: DeviceNeeds, ctx: Context, device: str, mine, kind: str, mask
                 f"[{ctx.file('timeline', 'json')}: kernel names]"
             ),
             threshold=ctx.rule_text(f"{what}, % of step time", threshold),
-            suggestion=FIX[kind][ctx.framework],
+            suggestion=fix_text(kind, ctx.framework, data.device_properties.get(device)),
             files=[ctx.file("timeline", "json")],
             metrics={f"{kind}_ms": ms, "kernels": float(mask.sum())},
+            win=(fp32_matrix_win if kind == "fp32" else fp64_win)(data.device_properties.get(device)),
         )
     ]
 
@@ -89,5 +122,5 @@ QUESTION = Question(
     page="operators",
     keys=("device_precision",),
     thresholds=THRESHOLDS,
-    rank=Rule(DeviceNeeds, find),
+    rank=Rule(Needs, find),
 )

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import CAST_OP_NAME, Context, Finding, Question, Rule, StepWindow, Threshold
+from profiler.analysis.stakes import precision_detour_win
 
 THRESHOLDS = {
     "precision_waste_pct": Threshold(
@@ -72,6 +73,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         suggestion=FIX[ctx.framework],
         files=[ctx.file("op_detail"), ctx.file("timeline", "json")],
         metrics={"self_ms_per_step": stake, "cast_ms_per_step": cast_ms, "ops_per_step": len(ops) / n},
+        win=precision_detour_win(cast_ms, stake),
     )
     return [finding] if ctx.reaches(finding.at_stake_pct, "precision_waste_pct") is not None else []
 
