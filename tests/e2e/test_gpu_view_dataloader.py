@@ -99,7 +99,9 @@ def test_dataloader_with_four_workers_is_not_and_compare_says_faster(dataloader_
     result = profview("compare", str(dataloader_runs[0][1]), str(out))
     assert result.returncode == 0, result.stderr
     verdict = re.search(
-        r"^Verdict: faster\. Mean step ([\d.]+) ms -> ([\d.]+) ms: -[\d.]+ ms \(-([\d.]+) %", result.stdout, re.M
+        r"^Verdict: faster\. Mean analysed step ([\d.]+) ms -> ([\d.]+) ms: -[\d.]+ ms \(-([\d.]+) %",
+        result.stdout,
+        re.M,
     )
     assert verdict, result.stdout
     before, after = float(verdict.group(1)), float(verdict.group(2))
