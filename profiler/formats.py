@@ -569,6 +569,7 @@ DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "thresholds": {ANY_KEY: FIGURE},
         "findings": [_FINDING],
         "devices": [{**dict.fromkeys(DEVICE_TIME_COLUMNS, NUMBER), "device": TEXT}],
+        "profiler_cost": {"overhead_ms_per_step": NUMBER, "overhead_pct": NUMBER, "memory_mb": {ANY_KEY: NUMBER}},
     },
     "queue_summary": {
         "schema_version": WHOLE,

@@ -231,6 +231,7 @@ class RunInfo(TypedDict, total=False):
     config: dict[str, Any]  # the Profiler's options
     recording: RecordingInfo
     overhead: dict[str, Any]  # per_event_ns, flush_ms; total_ms once analysed
+    profiler_memory: dict[str, Any]  # per source, what the profiler itself held: recorder buffers, torch's events
     step_tid: int  # the thread whose step() calls cut the steps (-1: none)
     steps: dict[str, Any]  # count (first, last once analysed)
     step_boundaries: dict[str, Any]  # set when steps were inferred: analysis.steps.StepInference

@@ -73,6 +73,30 @@ def step_window(steps: pd.DataFrame, report: Optional[dict[str, Any]], window: S
     return StepWindow(analysed, skipped, min_pct)
 
 
+def profiler_cost_text(report: Any) -> str:
+    """What the profiler itself cost, in words, from report["profiler_cost"] ("" when the report does not
+    say): its time per step, torch.profiler's events held during op capture, profview's buffers."""
+    cost = report.get("profiler_cost") if isinstance(report, dict) else None
+    if not isinstance(cost, dict):
+        return ""
+    parts = []
+    overhead, share = number(cost.get("overhead_ms_per_step")), number(cost.get("overhead_pct"))
+    if overhead is not None:
+        parts.append(f"{overhead:.2f} ms per step" + (f" ({share:.1f} % of the step)" if share is not None else ""))
+    mb = cost.get("memory_mb") if isinstance(cost.get("memory_mb"), dict) else {}
+    per_step, held = number(mb.get("torch_per_captured_step")), number(mb.get("torch_held_max"))
+    if per_step is not None and held is not None:
+        parts.append(
+            f"torch.profiler's op capture held about {per_step:.1f} MB of host memory per captured step "
+            f"({held:.0f} MB at most, until each capture window's export: the RSS climb during op capture, "
+            "which the memory_growth rule leaves out)"
+        )
+    buffers = number(mb.get("recorder_buffers_peak"))
+    if buffers is not None:
+        parts.append(f"profview's recording buffers {buffers:.1f} MB at most")
+    return "The profiler's own cost: " + "; ".join(parts) + "." if parts else ""
+
+
 def verdict_phases(steps: pd.DataFrame, report: Optional[dict[str, Any]]) -> pd.DataFrame:
     """phase_table over the verdict's steady steps, by phase label ("step" for the whole step): the
     figures --summary's step table shows, for scripts that print a run's figures."""

@@ -10,7 +10,17 @@ from profiler import formats
 from viewer.context import Context
 from viewer.device_figures import device_figures
 from viewer.formatting import clean
-from viewer.stats import findings, key_figures, number, outliers, phase_table, queue_verdict_text, step_window, top_ops
+from viewer.stats import (
+    findings,
+    key_figures,
+    number,
+    outliers,
+    phase_table,
+    profiler_cost_text,
+    queue_verdict_text,
+    step_window,
+    top_ops,
+)
 
 NAME_WIDTH = 44
 
@@ -98,6 +108,9 @@ def _key_figures_block(ctx: Context) -> list[str]:
     ]
     if figures.note:
         lines.append(f"  {clean(figures.note)}")
+    cost = profiler_cost_text(ctx.run.report)
+    if cost:
+        lines.append(f"  {clean(cost)}")
     return lines
 
 

@@ -85,10 +85,42 @@ def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[
     """The advisor's report_{rank}.json (after every other extra_json document: it reads the queue summary)."""
     config = a.run.info.get("config") if isinstance(a.run.info.get("config"), dict) else {}
     th = resolve_thresholds(config.get("advisor_thresholds"), thresholds)
+    data = RankData(a, th)
     return {
         "devices": device_records(a.devices),
-        **advise(RankData(a, th), Context(rank=a.run.rank, framework=framework_of(a.run.info), thresholds=th)),
+        **advise(data, Context(rank=a.run.rank, framework=framework_of(a.run.info), thresholds=th)),
+        "profiler_cost": profiler_cost(a.run.info, data.steps),
     }
+
+
+MB = float(1 << 20)
+
+
+def profiler_cost(info: Mapping[str, Any], steps: StepWindow) -> dict[str, Any]:
+    """report["profiler_cost"]: what the profiler itself cost, in time (its own time inside the steady
+    steps) and in memory per source (profview's recording buffers at their fullest; torch.profiler's
+    events held until each window's export, per captured step and at most), MB."""
+    memory = info.get("profiler_memory") if isinstance(info.get("profiler_memory"), Mapping) else {}
+    recorder = memory.get("recorder") if isinstance(memory.get("recorder"), Mapping) else {}
+    torch = memory.get("torch") if isinstance(memory.get("torch"), Mapping) else {}
+    mb = {}
+    if _count(recorder.get("buffer_peak_bytes")) is not None:
+        mb["recorder_buffers_peak"] = round(recorder["buffer_peak_bytes"] / MB, 3)
+    per_step = torch.get("held_bytes_per_captured_step")
+    if _count(torch.get("held_bytes_max")) is not None and isinstance(per_step, (int, float)):
+        mb["torch_per_captured_step"] = round(float(per_step) / MB, 3)
+        mb["torch_held_max"] = round(torch["held_bytes_max"] / MB, 3)
+    overhead = steps.per_step("profiler_overhead_ms") if len(steps.analysed) else 0.0
+    return {
+        "overhead_ms_per_step": round(overhead, 6),
+        "overhead_pct": round(steps.share(overhead), 4),
+        "memory_mb": mb,
+    }
+
+
+def _count(value: Any) -> Optional[int]:
+    """A non-negative whole number, else None (a damaged profiler_info)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 class RankData:

@@ -113,6 +113,7 @@ class TorchOps(Source):
         self._stem: Optional[Path] = None  # raw/r{rank}-p{pid}
         self._step = 0
         self._window_first: Optional[int] = None
+        self._window_rss = 0  # host RSS when the window began to record
         self._action = ProfilerAction.NONE  # op action of the step now running
         self._stopped = False
         self._compressors: list[threading.Thread] = []
@@ -175,6 +176,7 @@ class TorchOps(Source):
             _quietly(self.torch_profiler.step)
         if self._window_first is None and self._action.records:
             self._window_first = step
+            self._window_rss = _rss()  # torch.profiler starts holding this window's events from here
 
     def quiet_until(self, step: int) -> int:
         """on_step is needed only where the op action changes or a window is saved."""
@@ -202,6 +204,7 @@ class TorchOps(Source):
         self._window_first = None
         name = f"{self._stem.name}-torch-{self.windows_saved}{TRACE_SUFFIX}"
         path = self._stem.with_name(name)
+        rss_end = _rss()  # the window's events, held until the export
         t0 = time.perf_counter_ns()
         try:
             prof.export_chrome_trace(str(path))
@@ -217,6 +220,7 @@ class TorchOps(Source):
             "anchor": {"monotonic_ns": mono, "unix_ns": unix},
             "threads": {str(t.native_id): t.name for t in threading.enumerate() if t.native_id},
             "export_ms": (time.perf_counter_ns() - t0) / 1e6,
+            "memory": {"rss_start_bytes": self._window_rss, "rss_end_bytes": rss_end},
         }
         with open(f"{self._stem}{INDEX_SUFFIX}", "a", encoding="utf-8") as index:
             index.write(json.dumps(entry, sort_keys=True) + "\n")
@@ -226,6 +230,41 @@ class TorchOps(Source):
         )
         thread.start()
         self._compressors = [t for t in self._compressors if t.is_alive()] + [thread]
+
+
+def _rss() -> int:
+    """The process's resident memory now (bytes; 0 where psutil cannot read it). Read at window edges only."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:
+        return 0
+
+
+def held_memory(entries: list[dict]) -> dict:
+    """What torch.profiler held in host memory while it recorded, from the windows' RSS at their start and
+    just before their export (the events it keeps until then): the most one window held, and per captured
+    step (the windows' growth over their steps). {} when no window says."""
+    held, steps = [], []
+    for entry in entries:
+        memory = entry.get("memory") if isinstance(entry.get("memory"), dict) else {}
+        start, end = memory.get("rss_start_bytes"), memory.get("rss_end_bytes")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (start, end)):
+            continue
+        first, last = entry.get("first_step"), entry.get("last_step")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (first, last)):
+            continue
+        held.append(max(end - start, 0))
+        steps.append(max(last - first + 1, 1))
+    if not held:
+        return {}
+    return {
+        "held_bytes_max": max(held),
+        "held_bytes_per_captured_step": sum(held) / sum(steps),
+        "windows": len(held),
+        "captured_steps": sum(steps),
+    }
 
 
 def _quietly(transition: Callable[[], None]) -> None:
@@ -325,6 +364,9 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
     run.counters = pd.concat(counters, ignore_index=True)
     run.spans, run.threads = _with_spans(run, pd.concat(spans, ignore_index=True))
     run.info.setdefault("sources", {}).setdefault("torch", {})["windows_merged"] = len(ops) - 1
+    memory = held_memory([entry for _, entry in entries])
+    if memory:
+        run.info.setdefault("profiler_memory", {})["torch"] = memory
     return run
 
 

@@ -95,6 +95,7 @@ class Recorder:
         self.dropped = 0
         self.write_errors = 0
         self.flush_ns_total = 0
+        self.buffer_peak_bytes = 0  # the most the recording buffers held at a flush: profview's own memory
         self._flush_code = self.point_code(FLUSH, "flush")
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -170,6 +171,7 @@ class Recorder:
         """Move every thread's records and any new descriptors / thread names to the raw store."""
         with self._lock:
             t0 = now_ns()
+            self.buffer_peak_bytes = max(self.buffer_peak_bytes, hot.held_bytes())  # the buffers' high tide
             drained = hot.drain()
             try:
                 new_desc = self._descriptors[self._written_descriptors :]
@@ -224,6 +226,7 @@ class Recorder:
                     "dropped_events": self.dropped,
                     "write_errors": self.write_errors,
                     "flush_ms": self.flush_ns_total / 1e6,
+                    "buffer_peak_bytes": self.buffer_peak_bytes,
                 },
             )
             self.writer.sync()

@@ -325,6 +325,8 @@ def _info(t: RawTables, unmatched: int, outside: int, step_tid: int, n_steps: in
             "raw_files": t.files,
         },
         "overhead": {"per_event_ns": meta.get("per_event_cost_ns", 0.0), "flush_ms": end.get("flush_ms")},
+        # what the profiler itself held in memory, per source (a source that holds data adds its own)
+        "profiler_memory": {"recorder": {"buffer_peak_bytes": end.get("buffer_peak_bytes")}},
         "step_tid": step_tid,
         "steps": {"count": n_steps},
         "warnings": warnings,

@@ -376,7 +376,7 @@ def clean_end(obj: Any) -> Optional[dict]:
     if not isinstance(obj, dict):
         return None
     end = dict(obj)
-    for key in ("dropped_events", "events_recorded", "samples_recorded", "write_errors", "steps"):
+    for key in ("dropped_events", "events_recorded", "samples_recorded", "write_errors", "steps", "buffer_peak_bytes"):
         if key in end and not (_is_int(end[key]) and end[key] >= 0):
             del end[key]
     if "stopped_cleanly" in end and not isinstance(end["stopped_cleanly"], bool):

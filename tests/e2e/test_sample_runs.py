@@ -94,6 +94,10 @@ def test_resnet_tuning_story(resnet):
     assert not [f for f in fixed["findings"] if f["kind"] == "precision_waste"]
     assert not [f for f in fixed["findings"] if f["kind"] == "op_hotspot" and f["title"].startswith("Cast")]
     assert re.search(r"vs c_float64: .*findings resolved: [^;]*precision_waste", d["block"])
+    # the demo's first stage captures ops with record_shapes on every step: the report says what that cost
+    # in host memory (torch.profiler holds a window's events until its export), next to its time
+    cost = json.loads((out / "a_one_worker" / "report_0.json").read_text())["profiler_cost"]
+    assert cost["memory_mb"]["torch_per_captured_step"] > 1 and cost["memory_mb"]["torch_held_max"] > 10, cost
     # the printed numbers are the advisor's (one figure, one value: the sample, --summary and the report agree)
     for name in st:
         figures = verdict_steps(out / name)

@@ -110,3 +110,54 @@ def test_the_v100_data_wait_outranks_its_float32_kernels():
     assert ranked[1].severity == "medium" and ranked[1].at_stake_ms == pytest.approx(65.18 / 2)
     on_a100 = finding("device_precision", 65.18, key="device_precision:fp32", win=fp32_matrix_win(A100))
     assert "TF32" in rank_findings([on_a100], DEFAULT_THRESHOLDS)[0].evidence
+
+
+# ----------------------------------------------------------------------------- the profiler's own cost
+
+
+def test_torch_capture_memory_is_the_rss_climb_of_its_windows():
+    """torch.profiler holds a window's events until its export: per window, RSS just before the export
+    minus RSS when the window began to record; per captured step over every window, the most in one."""
+    from profiler.capture.torch_capture import held_memory
+
+    mb = 1 << 20
+    entries = [
+        {"first_step": 0, "last_step": 9, "memory": {"rss_start_bytes": 500 * mb, "rss_end_bytes": 800 * mb}},
+        {"first_step": 20, "last_step": 29, "memory": {"rss_start_bytes": 520 * mb, "rss_end_bytes": 720 * mb}},
+        {"first_step": 40, "last_step": 49},  # an older index line: no memory figures
+        {"first_step": "x", "last_step": 9, "memory": {"rss_start_bytes": 1, "rss_end_bytes": 2}},  # damaged
+        {"first_step": 50, "last_step": 50, "memory": {"rss_start_bytes": 0, "rss_end_bytes": 10}},  # unread
+    ]
+    memory = held_memory(entries)
+    assert memory == {
+        "held_bytes_max": 300 * mb,
+        "held_bytes_per_captured_step": (300 + 200) * mb / 20,
+        "windows": 2,
+        "captured_steps": 20,
+    }
+    assert held_memory([{"first_step": 0, "last_step": 3}]) == {}
+
+
+def test_the_report_says_the_profilers_time_and_memory_per_source():
+    import pandas as pd
+
+    from profiler.analysis.findings.base import StepWindow
+    from profiler.analysis.results import profiler_cost
+
+    mb = 1 << 20
+    trace = pd.DataFrame({"step": range(5), "total_ms": 100.0, "profiler_overhead_ms": 2.0})
+    steps = StepWindow(trace.iloc[1:], 1, 20.0)
+    info = {
+        "profiler_memory": {
+            "recorder": {"buffer_peak_bytes": 3 * mb},
+            "torch": {"held_bytes_max": 900 * mb, "held_bytes_per_captured_step": 30.5 * mb, "windows": 1},
+        }
+    }
+    assert profiler_cost(info, steps) == {
+        "overhead_ms_per_step": 2.0,
+        "overhead_pct": 2.0,
+        "memory_mb": {"recorder_buffers_peak": 3.0, "torch_per_captured_step": 30.5, "torch_held_max": 900.0},
+    }
+    damaged = {"profiler_memory": {"recorder": {"buffer_peak_bytes": -1}, "torch": "x"}}
+    assert profiler_cost(damaged, steps)["memory_mb"] == {}
+    assert profiler_cost({}, steps)["memory_mb"] == {}

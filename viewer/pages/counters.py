@@ -9,6 +9,7 @@ from viewer.context import Context
 from viewer.html import absent, plot_text, section
 from viewer.page import Live, Page
 from viewer.series import add_line
+from viewer.stats import profiler_cost_text
 from viewer.theme import PALETTE, styled
 
 #: Preferred order of metrics; others follow alphabetically.
@@ -80,7 +81,8 @@ def build(ctx: Context) -> str:
     if counters is None or not len(counters):
         return section("Counters", absent("No sampled counters (device_counters csv) in this run. " + _status(ctx)))
     fig, notes = counter_figure(counters)
-    return section("Device and host counters", ctx.figure(fig), " ".join([_status(ctx)] + notes).strip())
+    cost = profiler_cost_text(ctx.run.report)  # beside the memory curves: what the profiler itself held
+    return section("Device and host counters", ctx.figure(fig), " ".join([cost, _status(ctx)] + notes).strip())
 
 
 #: Live as loaded: the recent window's counters.
