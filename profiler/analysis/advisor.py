@@ -137,6 +137,26 @@ class RankFacts(Protocol):
     step_source_note: str  # the sentence saying how steps were found, when not marked
 
 
+#: Findings that measure one cause from two sides, so that only one may charge it: (the host's view, the
+#: device's view). The host's data wait and the device idle inside it are one wait.
+SAME_CAUSE = (({"input_bound", "transmission_bound"}, "input_bound:device"),)
+
+
+def one_charge_per_cause(findings: list[Finding]) -> list[Finding]:
+    """The findings with every cause charged once: of a host finding and a device finding of the same cause
+    (SAME_CAUSE), the host's stays (it measures the whole wait) and says how much of it the device sat idle."""
+    out = list(findings)
+    for host_keys, device_key in SAME_CAUSE:
+        host = [f for f in out if (f.key or f.kind) in host_keys]
+        device = [f for f in out if f.key == device_key]
+        if host and device:
+            for f in device:
+                out.remove(f)
+            idle = sum(f.at_stake_ms for f in device)
+            host[0].evidence += f"; the device sits idle {idle:.2f} ms a step of it ({device_key}, charged here once)"
+    return out
+
+
 def with_severity(findings: list[Finding], thresholds: Mapping[str, float]) -> list[Finding]:
     """The findings, each with its stake turned into what its fix can win (profiler.analysis.stakes) and
     its severity: the one its rule fixed, else from that share."""
@@ -221,7 +241,9 @@ def advise(data: RankFacts, ctx: Context, questions: tuple[Question, ...] = QUES
             "thresholds": dict(ctx.thresholds),
             "steps": {"analysed": 0, "warmup_skipped": 0},
         }
-    found = rank_findings([f for q in questions if q.rank for f in q.rank.answer(data, ctx)], ctx.thresholds)
+    found = rank_findings(
+        one_charge_per_cause([f for q in questions if q.rank for f in q.rank.answer(data, ctx)]), ctx.thresholds
+    )
     verdict = found[0].kind if found and found[0].severity == "high" else BALANCED
     return {
         "schema_version": REPORT_SCHEMA_VERSION,

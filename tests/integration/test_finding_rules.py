@@ -303,3 +303,29 @@ def test_straggler_rank_from_recorded_rank_step_traces(tmp_path):
     traces = rank_files(out)[1]
     busy = {r: float(t.iloc[1:]["fp_bp_ms"].median()) for r, t in traces.items()}
     assert f["rank"] == 2 and busy[2] > busy[0] + 30 and busy[2] > busy[1] + 30
+
+
+@pytest.mark.parametrize(
+    "source",
+    [f"kineto/{t}" for t in ("alexnet", "diff_control", "diff_test", "nccl_data", "sampled_rank-0", "sampled_rank-1")]
+    + [
+        "recorded/scenarios/float64_ops_every_step",
+        "recorded/scenarios/data_sleep_w0",
+        "recorded/advisor/float64_batchnorm_detour",
+        "recorded/advisor/cast_hotspot_bfloat16",
+    ],
+)
+def test_no_two_findings_of_a_report_charge_the_same_cause(source):
+    """Issue 33: a cause seen from two sides (the host's data wait and the device's idle time inside it; a
+    float64 detour's casts and the Cast hotspot) is charged by one finding only."""
+    from profiler.analysis.advisor import SAME_CAUSE, advise
+
+    data, ctx = tables(source, input_gap_pct=0)  # every input finding that could fire, fires
+    keys = [f["key"] for f in advise(data, ctx)["findings"]]
+    for host_keys, device_key in SAME_CAUSE:
+        assert not (set(keys) & host_keys and device_key in keys), keys
+    if "precision_waste" in keys:
+        found = advise(data, ctx)["findings"]
+        for f in found:
+            if f["key"].startswith(("op_hotspot:cast", "op_hotspot:norm")):
+                assert "charged to float64 by precision_waste, left out" in f["evidence"] or not data.float64_ops.any()

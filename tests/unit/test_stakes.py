@@ -161,3 +161,16 @@ def test_the_report_says_the_profilers_time_and_memory_per_source():
     damaged = {"profiler_memory": {"recorder": {"buffer_peak_bytes": -1}, "torch": "x"}}
     assert profiler_cost(damaged, steps)["memory_mb"] == {}
     assert profiler_cost({}, steps)["memory_mb"] == {}
+
+
+def test_the_data_wait_seen_from_the_host_and_from_the_device_is_charged_once():
+    """A DataLoader wait on a GPU run is the loop's data wait (input_bound) and the device's idle time inside
+    it (input_bound:device): one cause, one finding; the host's stays and says the device's idle time."""
+    from profiler.analysis.advisor import one_charge_per_cause
+
+    host, device = finding("input_bound", 56.74), finding("input_bound", 50.0, key="input_bound:device")
+    other = finding("tail_bound", 10.0)
+    kept = one_charge_per_cause([device, host, other])
+    assert kept == [host, other] and "device sits idle 50.00 ms a step" in host.evidence
+    alone = finding("input_bound", 50.0, key="input_bound:device")
+    assert one_charge_per_cause([alone, other]) == [alone, other]  # without the host's view, the device's stays
