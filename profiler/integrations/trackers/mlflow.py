@@ -1,7 +1,7 @@
 """MLflow: profview's record as metrics and tags of a run, through `mlflow`'s own client.
 
 Per-step metrics are `profview/<column>` with step = the profiler step; the run-level figures are
-metrics too (`profview/mean_step_ms`, ...); the verdict, headline and top findings are tags
+metrics too (`profview/mean_steady_step_ms`, ...); the verdict, headline and top findings are tags
 (`profview/verdict`, `profview/headline`, `profview/finding_1` ...). A sink writes into an
 existing run (`run_id`: the live option's, the trainer's run) or creates one in `experiment`.
 

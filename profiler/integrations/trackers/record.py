@@ -72,7 +72,11 @@ def summary_of(report: dict[str, Any], findings: list[dict[str, Any]]) -> dict[s
     steps = report.get("steps") if isinstance(report.get("steps"), dict) else {}
     out = {
         name: float(steps[key])
-        for name, key in (("mean_step_ms", "mean_ms"), ("median_step_ms", "median_ms"), ("analysed_steps", "analysed"))
+        for name, key in (
+            ("mean_steady_step_ms", "mean_ms"),
+            ("median_step_ms", "median_ms"),
+            ("analysed_steps", "analysed"),
+        )
         if isinstance(steps.get(key), (int, float))
     }
     for i, finding in enumerate(findings, start=1):

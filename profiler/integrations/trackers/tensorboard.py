@@ -3,7 +3,7 @@
 Per-step metrics are scalars `profview/<column>` at global step = the profiler step; the verdict,
 headline and top findings are text summaries (`profview/verdict`, `profview/headline`,
 `profview/findings`, TensorBoard's Text tab) and the run-level figures scalars
-(`profview/mean_step_ms`, ...) at the last step. The event file goes into `logdir`, beside any
+(`profview/mean_steady_step_ms`, ...) at the last step. The event file goes into `logdir`, beside any
 other event files there (TensorBoard shows a directory's files as one run).
 """
 
