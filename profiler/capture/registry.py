@@ -17,9 +17,7 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Iterable
-from importlib.metadata import entry_points
 
 from profiler.capture.base import MARKERS, Source
 from profiler.capture.distributed import Collectives
@@ -29,6 +27,7 @@ from profiler.capture.nvml import GpuCounters
 from profiler.capture.torch_capture import TorchOps
 from profiler.capture.torch_hooks import TorchHooks
 from profiler.errors import ProfilerUsageWarning
+from profiler.plugins import load_plugins
 
 #: the sources this package holds
 BUILT_IN: tuple[type[Source], ...] = (HostCounters, GpuCounters, TorchHooks, TorchOps, Collectives, MindSporeCapture)
@@ -40,27 +39,15 @@ PLUGIN_GROUP = "profview.sources"
 def plugin_sources() -> tuple[type[Source], ...]:
     """The Source classes installed distributions declare in PLUGIN_GROUP (loaded once per process).
     One that cannot be loaded, or is not a Source, is left out with a warning."""
-    found = []
-    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: (p.name, p.value)):
-        try:
-            cls = point.load()
-        except Exception as exc:  # a broken plug-in must not stop the analysis of everything else
-            warnings.warn(
-                f"the source plug-in {point.name} = {point.value} cannot be loaded ({type(exc).__name__}: "
-                f"{exc}); recordings naming it are analysed without its data",
-                ProfilerUsageWarning,
-                stacklevel=2,
-            )
-            continue
-        if not (isinstance(cls, type) and issubclass(cls, Source)):
-            warnings.warn(
-                f"the source plug-in {point.name} = {point.value} is not a profiler Source class; it is ignored",
-                ProfilerUsageWarning,
-                stacklevel=2,
-            )
-            continue
-        found.append(cls)
-    return tuple(found)
+    return tuple(
+        load_plugins(
+            PLUGIN_GROUP,
+            "source",
+            lambda cls, _: None if isinstance(cls, type) and issubclass(cls, Source) else "not a profiler Source class",
+            consequence="recordings naming it are analysed without its data",
+            category=ProfilerUsageWarning,
+        )
+    )
 
 
 def merging_sources(recorded: Iterable[str]) -> list[type[Source]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from functools import cache
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +19,7 @@ from profiler.errors import ProfviewError
 from profiler.importers import ascend, kineto, mindspore
 from profiler.importers.base import NOT_IT, Importer
 from profiler.model import NATIVE_ORIGIN
+from profiler.plugins import load_plugins
 
 #: The built-in formats. When two are equally confident about an input, the earlier one reads it.
 BUILT_IN: tuple[Importer, ...] = (ascend.IMPORTER, mindspore.IMPORTER, kineto.IMPORTER)
@@ -107,23 +107,7 @@ def _confidence(importer: Importer, path: Path) -> float:
 def _installed() -> tuple[Importer, ...]:
     """The formats installed packages add (ENTRY_POINT_GROUP), loaded once; one that cannot be
     loaded, is not an Importer or takes a known data_origin is left out with a warning."""
-    found: list[Importer] = []
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            importer = point.load()
-        except Exception as exc:
-            warnings.warn(
-                f"the importer plug-in {point.name} ({point.value}) cannot be loaded "
-                f"({type(exc).__name__}: {exc}); it is left out",
-                stacklevel=2,
-            )
-            continue
-        problem = _problem(importer, [*BUILT_IN, *found])
-        if problem:
-            warnings.warn(f"the importer plug-in {point.name} ({point.value}) is left out: {problem}", stacklevel=2)
-            continue
-        found.append(importer)
-    return tuple(found)
+    return tuple(load_plugins(ENTRY_POINT_GROUP, "importer", lambda obj, loaded: _problem(obj, [*BUILT_IN, *loaded])))
 
 
 def _problem(importer: object, known: Iterable[Importer]) -> str:
