@@ -163,13 +163,13 @@ def run_view(args: argparse.Namespace) -> int:
 
 
 def run_live(args: argparse.Namespace) -> int:
-    """Serve the live report of a recording in progress (viewer.live)."""
+    """Serve the live report of a recording in progress (viewer.live_report)."""
     if args.output is not None or args.summary or args.compare is not None or args.steps is not None:
         raise InputError(
             "--live serves the report of a recording while it runs; it does not combine with "
             "--output, --summary, --compare or --steps"
         )
-    from viewer.live import serve_live
+    from viewer.live_report import serve_live
 
     serve_live(
         args.dir,

@@ -38,7 +38,7 @@ class Context:
     options: Options = field(default_factory=Options)
     progress: Progress = field(default_factory=Progress.silent)
     compare: Optional[list[RunData]] = None  # NEW run(s) of the compare tab (`--compare`); the runs are BASE
-    live: bool = False  # the live report of a recording in progress (viewer.live)
+    live: bool = False  # the live report of a recording in progress (viewer.live_report)
     figures: dict[str, str] = field(default_factory=dict)
     data_blocks: dict[str, str] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=itertools.count)

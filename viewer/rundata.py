@@ -4,7 +4,7 @@
 files hold them, the documents as their JSON files do). They come from files (`load_profview_dir`,
 with the validated readers of profiler.formats: a malformed or half-written file is one clear
 sentence, an absent optional file leaves its page saying "no data"), or from memory (the live
-report hands over the analysis of a recording's recent window, viewer.live). Pages read nothing
+report hands over the analysis of a recording's recent window, viewer.live_report). Pages read nothing
 else: the event file is opened through `RunData.timeline()`.
 """
 

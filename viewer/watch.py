@@ -22,7 +22,7 @@ from typing import Callable, Optional, TextIO
 
 import numpy as np
 
-from profiler.analysis.live import SPLIT
+from profiler.analysis.window import SPLIT
 from profiler.errors import InputError
 from profiler.postprocess.live import LiveRecording, Snapshot
 from viewer.formatting import TERMINAL, clean, fmt_bytes, fmt_duration, fmt_ms

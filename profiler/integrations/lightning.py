@@ -52,7 +52,7 @@ except ImportError:
 
 from profiler import Profiler, ProfilerUsageWarning
 from profiler.integrations._common import SpanStack, summary_lines
-from profiler.integrations.trackers.live import LiveTrackers, mlflow_sink, tensorboard_sink
+from profiler.integrations.trackers.streaming import LiveTrackers, mlflow_sink, tensorboard_sink
 
 __all__ = ["ProfviewCallback", "ProfviewProfiler"]
 
@@ -228,7 +228,7 @@ def _tracker_sinks(loggers: list) -> list:
 class _TrackerLog:
     """The `log_to_trackers` option of both entry points: the recording's steps into the Trainer's
     TensorBoard / MLflow loggers' runs every `log_every_n_steps` optimizer steps, then the verdict
-    and top findings after the analysis (profiler.integrations.trackers.live)."""
+    and top findings after the analysis (profiler.integrations.trackers.streaming)."""
 
     def __init__(self) -> None:
         self.trackers: Optional[LiveTrackers] = None

@@ -34,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without transfor
 
 from profiler import Profiler
 from profiler.integrations._common import SpanStack, end_recording
-from profiler.integrations.trackers.live import LiveTrackers, mlflow_sink, own_event_file_dir, tensorboard_sink
+from profiler.integrations.trackers.streaming import LiveTrackers, mlflow_sink, own_event_file_dir, tensorboard_sink
 
 __all__ = ["ProfviewCallback"]
 

@@ -5,7 +5,7 @@ reading of the recent window. What `profview watch` and `profview DIR --live` sh
 appended since the last poll), and returns a `Snapshot`: per rank the steps so far, recent step
 times and rate (from the step samples, cheap), the slowest rank, counter trends (host RSS, GPU
 memory), and, for one rank, the analysis of its last `window_steps` steps by the same code
-`analyse()` runs (`analysis.live.window_analysis`). That analysis is the only costly part: it runs
+`analyse()` runs (`analysis.window.window_analysis`). That analysis is the only costly part: it runs
 when new steps arrived and at most so often that it takes `analysis_duty` of one core (its own
 measured CPU time decides when the next one is due), so a fast recording is followed with a
 bounded cost. `window_outputs` hands that analysis to the live report as its output files would
@@ -23,10 +23,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from profiler.analysis.live import LiveFigures, live_figures, rate_per_s, step_times, window_analysis
 from profiler.analysis.results import Analysis, memory_limits
 from profiler.analysis.steps import ensure_steps
 from profiler.analysis.trend import MIN_SPAN_S, counter_trend
+from profiler.analysis.window import LiveFigures, live_figures, rate_per_s, step_times, window_analysis
 from profiler.errors import ProfviewError
 from profiler.formats import plain_document
 from profiler.store import kinds as K

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from viewer.live import LiveReport
+from viewer.live_report import LiveReport
 from viewer.page import Live
 from viewer.report import PAGES
 from viewer.server import ReportServer

@@ -1,5 +1,5 @@
 """The incremental reader of a growing raw store (profiler/store/follow.py) and the live analysis of
-its recent window (analysis/live.py, postprocess/live.py), on finished real recordings and copies of
+its recent window (analysis/window.py, postprocess/live.py), on finished real recordings and copies of
 their raw files written as a live writer leaves them (torn, damaged, replaced). Following a recording
 while it runs is tests/e2e/test_live_follow_growing.py."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler.analysis.live import step_times, window_thresholds
+from profiler.analysis.window import step_times, window_thresholds
 from profiler.errors import ProfviewError
 from profiler.postprocess.live import LiveRecording
 from profiler.postprocess.recording import load_rank
@@ -63,7 +63,7 @@ def test_the_live_analysis_of_a_whole_recording_is_the_analysis_written_by_analy
 def test_the_live_rundata_of_a_whole_recording_is_what_its_files_give_the_pages(finished):
     """The live report's RunData comes from memory (no CSV / JSON text); for the whole recording it holds
     what the viewer reads from the files analyse() wrote, so every page shows the same."""
-    from viewer.live import window_rundata
+    from viewer.live_report import window_rundata
     from viewer.rundata import RANK_DOCUMENTS, RANK_TABLES, load_profview_dir
     from viewer.stats import phase_table
 

@@ -176,8 +176,8 @@ def test_a_tracker_that_refuses_is_dropped_with_a_warning_and_the_run_goes_on(tm
     from mlflow.tracking import MlflowClient
 
     from profiler import Profiler, ProfilerUsageWarning
-    from profiler.integrations.trackers.live import LiveTrackers
     from profiler.integrations.trackers.mlflow import MlflowSink
+    from profiler.integrations.trackers.streaming import LiveTrackers
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     store = (tmp_path / "mlruns").as_uri()
