@@ -1,21 +1,22 @@
-"""Report benchmark: the timeline from the columnar event file against today's JSON path, at 1e5 .. 1e7
+"""Report benchmark: the report and the timeline from the columnar event file, against json.load, at 1e5 .. 1e7
 events (and 1e8 with --events 1e8), in one run.
 
     python benchmarks/bench_report.py [--events 1e5,1e6,1e7] [--repeat 3] [--keep DIR] [--no-browser] [--no-json]
-                                      [--baseline TREE]
+                                      [--baseline TREE_OR_GIT_REF]
 
 For each size, on the same synthetic run (tests/support/viewer_fixtures.py: its event file written by the
 generator, chunk by chunk; a Chrome trace of exactly the same events written with profview's row
 writer), each in a fresh process, `--repeat` times (min-max printed, the machine is shared):
   * report: the whole HTML report built from the directory (wall, CPU, peak RSS, HTML size);
   * timeline read: opening the event file and the whole-run level-of-detail pass (what the
-    timeline page reads), against today's JSON path (the byte-scanning Chrome-trace reader the
-    viewer used before, benchmarks/legacy_trace_reader.py) and `json.load` of the same trace;
+    timeline page reads), against `json.load` of the same trace;
   * browser: headless Chromium, from navigation until every plot of every tab is drawn; then a
     zoom on the whole-run view (1/40 of the run): the time until the finer level is drawn.
-With `--baseline TREE` (another checkout, its C extensions built, e.g. of the previous event-file
-version), TREE writes its own synthetic run of the same events and its report build and timeline
-read are timed too, alternating with this checkout's (before / after under the same load).
+With `--baseline TREE_OR_GIT_REF` (another checkout, or a git ref of this repository, checked out into
+a temporary worktree with its C extensions built: a released version, the commit before a change),
+the baseline writes its own synthetic run of the same events and its report build and timeline read
+are timed too, alternating with this checkout's (before / after under the same load). The JSON path
+the viewer used before the event file is such a baseline: any commit from before the event file.
 Targets (issue 16): at 1e7 events the report builds in <= 5 s with peak RSS <= 1 GB and HTML <= 15 MB;
 the page opens in <= 3 s; a zoom redraw takes <= 300 ms. At 1e8 it builds in bounded memory.
 """
@@ -82,15 +83,6 @@ t0, t1 = tl.time_range_ns()
 lanes = [l for l in range(len(tl.lanes)) if tl.lanes["kind"][l] != "steps" and tl.file.lane_rows(l)[1]]
 levels = busy_levels(tl, lanes, t0, t1)
 print(json.dumps({"wall": time.perf_counter() - t, "events": tl.events,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
-
-READ_LEGACY = r"""
-from pathlib import Path
-from legacy_trace_reader import read_trace
-t = time.perf_counter()
-trace = read_trace(Path(sys.argv[1]))
-print(json.dumps({"wall": time.perf_counter() - t, "events": trace.events,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -286,6 +278,18 @@ def print_build(label: str, events: Path, builds: list[dict], reads: list[dict])
     )
 
 
+def baseline_tree(baseline: str, base: Path) -> Path:
+    """The baseline's checkout: a directory as given, else the git ref checked out (once) into a worktree
+    under `base`, its C extensions built in place with this interpreter."""
+    if Path(baseline).is_dir():
+        return Path(baseline).resolve()
+    tree = base / f"baseline-{baseline.replace('/', '_')}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), baseline], check=True)
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True)
+    return tree.resolve()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="1e5,1e6,1e7", help="comma-separated event counts")
@@ -293,14 +297,16 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep the synthetic runs here (re-used when present)")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--no-json", action="store_true", help="skip the Chrome-trace baselines")
-    parser.add_argument("--baseline", type=Path, help="another checkout, timed alternating with this one")
+    parser.add_argument(
+        "--baseline", help="another checkout, or a git ref of this repository, timed alternating with this one"
+    )
     args = parser.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="profview-bench-"))
     for count in (int(float(x)) for x in args.events.split(",")):
         directory = synthetic_run(base / f"run-{count}", count)
         trees = {"": (ROOT, directory)}
         if args.baseline:
-            tree = args.baseline.resolve()
+            tree = baseline_tree(args.baseline, base)
             trees[f" [baseline {tree}]"] = (tree, synthetic_run(base / f"run-{count}-baseline", count, tree))
         print(f"== {count:,} events (load average {os.getloadavg()[0]:.1f})", flush=True)
         builds: dict[str, list[dict]] = {label: [] for label in trees}
@@ -319,9 +325,8 @@ def main() -> int:
         if not args.no_json and count <= 2 * 10**7:
             trace = chrome_trace_of(directory)
             print(f"  Chrome trace of the same events: {trace.stat().st_size / 1e6:.0f} MB", flush=True)
-            legacy = [child(READ_LEGACY, trace) for _ in range(args.repeat)]
             whole = [child(READ_JSON, trace) for _ in range(1 if count >= 10**7 else args.repeat)]
-            for label, runs in (("today's JSON path (legacy reader)", legacy), ("json.load", whole)):
+            for label, runs in (("json.load", whole),):
                 good = [r for r in runs if "error" not in r]
                 if not good:
                     print(f"  {label}: failed: {runs[0]['error']}")
