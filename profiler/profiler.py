@@ -32,7 +32,17 @@ from profiler.capture.distributed import detect_rank, exchange_clock_offsets, in
 from profiler.config import Settings, Shortcuts, configure
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.record.recorder import HOT_PATH_IMPL, Recorder, Span, active_recorder, clock_anchor, hot, now_ns
-from profiler.schedule import ProfilerAction, Schedule, always_record, as_action, next_change
+from profiler.schedule import (
+    CLOSE,
+    OPEN,
+    SAVE,
+    WINDOW_TRANSITIONS,
+    ProfilerAction,
+    Schedule,
+    always_record,
+    as_action,
+    next_change,
+)
 from profiler.store.kinds import COUNTER, INSTANT, MARK, OP, PHASE, SPAN, STEP, WINDOW_START, WINDOW_STOP
 from profiler.store.raw import RawWriter, archive_previous_recording, raw_file_name
 
@@ -40,8 +50,6 @@ from profiler.store.raw import RawWriter, archive_previous_recording, raw_file_n
 KNOWN_PHASES = ("forward", "backward", "tail", "all_reduce", "optimizer", "data")
 #: marks the step trace understands; anything else is an instant (profiler.instant)
 KNOWN_MARKS = ("fp_start", "bp_end")
-
-_RECORDING = frozenset((ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE))
 
 
 class _SpanCache(dict):
@@ -289,9 +297,8 @@ class Profiler:
         action = self.schedule(step)
         if type(action) is not ProfilerAction:
             action = as_action(action)
-        records, recorded = action in _RECORDING, ended_action in _RECORDING
-        window_ends = ended_action is ProfilerAction.RECORD_AND_SAVE or (recorded and not records)
-        if window_ends:
+        change = WINDOW_TRANSITIONS[ended_action, action]
+        if CLOSE in change:
             hot.sample(t, self._stop_code, step, 0)
             hot.set_enabled(False)
             self.last_window = (self._window_first, ended)
@@ -299,10 +306,10 @@ class Profiler:
         for source in self.sources:
             if type(source).on_step is not Source.on_step:
                 source.on_step(step, action)
-        if window_ends and self.on_trace_ready is not None:
+        if SAVE in change and self.on_trace_ready is not None:
             self._recorder.flush()
             self.on_trace_ready(self)
-        if records and (window_ends or not recorded):
+        if OPEN in change:
             self._window_first = step
             hot.set_enabled(True)
             hot.sample(now_ns(), self._start_code, step, 0)

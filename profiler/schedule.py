@@ -21,6 +21,31 @@ class ProfilerAction(Enum):
 
 Schedule = Callable[[int], ProfilerAction]
 
+#: What a step boundary does to the recording window: `CLOSE` (the window ends: its stop sample, recording
+#: off), then the sources are told the new action, then `SAVE` (on_trace_ready), then `OPEN` (a new window:
+#: recording on, its start sample). By (the ended step's action, the new step's action), every pair
+#: listed, as torch.profiler's own action map lists its transitions.
+CLOSE, SAVE, OPEN = "close", "save", "open"
+_N, _W, _R, _S = ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE
+WINDOW_TRANSITIONS: dict[tuple[ProfilerAction, ProfilerAction], tuple[str, ...]] = {
+    (_N, _N): (),
+    (_N, _W): (),
+    (_N, _R): (OPEN,),
+    (_N, _S): (OPEN,),
+    (_W, _N): (),
+    (_W, _W): (),
+    (_W, _R): (OPEN,),
+    (_W, _S): (OPEN,),
+    (_R, _N): (CLOSE, SAVE),
+    (_R, _W): (CLOSE, SAVE),
+    (_R, _R): (),
+    (_R, _S): (),
+    (_S, _N): (CLOSE, SAVE),
+    (_S, _W): (CLOSE, SAVE),
+    (_S, _R): (CLOSE, SAVE, OPEN),  # a window saved at its last step, the next one begins at once
+    (_S, _S): (CLOSE, SAVE, OPEN),  # a one-step window after another
+}
+
 
 def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0) -> Schedule:
     """Skip `skip_first` steps, then cycle: `wait` idle steps, `warmup` steps, `active` recorded steps.
