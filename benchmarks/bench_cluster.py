@@ -30,7 +30,7 @@ from profiler import Profiler
 from profiler.capture.distributed import COMM, DDP_BUCKET
 from profiler.export.cluster import TIMELINE_RANKS, write_cluster_outputs
 from profiler.export.csv_json import write_csv, write_json
-from profiler.formats import STEP_TRACE_COLUMNS
+from profiler.formats.columns import STEP_TRACE_COLUMNS
 from profiler.postprocess.recording import analyse_directory, load_rank
 from profiler.record.recorder import hot, now_ns
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_core import RECORD_CHILD  # noqa: E402  (benchmarks/ is the script's own folder)
 
-from profiler.formats import EVENT_HEAD_FIELDS  # noqa: E402
+from profiler.formats.columns import EVENT_HEAD_FIELDS  # noqa: E402
 
 LOAD = r"""
 import json, re, sys, time
@@ -126,7 +126,7 @@ def write(kind: str, cols: dict | tuple, path: Path) -> float:
 ANALYSE = r"""
 import json, sys, time
 import profiler.export.writers.events as writer
-from profiler.formats import read_event_file
+from profiler.export.event_file import read_event_file
 from profiler.postprocess.recording import analyse_directory
 write, spent = writer.write_event_file, []
 def timed(events, path):

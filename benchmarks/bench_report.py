@@ -109,9 +109,9 @@ def chrome_trace_of(directory: Path) -> Path:
     import numpy as np
 
     from profiler.export.chrome_trace import head_text
+    from profiler.export.event_file import read_event_file
     from profiler.export.timeline_model import Head
     from profiler.export.trace_text import row_texts
-    from profiler.formats import read_event_file
 
     path = directory / "timeline_0.json"
     if path.exists():

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from profiler.errors import ProfviewError
-from profiler.formats import rank_file
+from profiler.formats.names import rank_file
 from profiler.integrations.patching import Patches
 from profiler.integrations.torch_auto import TorchFollower
 from profiler.profiler import Profiler

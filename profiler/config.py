@@ -23,7 +23,7 @@ from typing import Any, Optional, TypedDict
 
 from profiler.capture import Collectives, GpuCounters, HostCounters, Source, TorchOps
 from profiler.capture.distributed import initialised_dist
-from profiler.formats import TIMELINE_MAX_EVENTS
+from profiler.formats.columns import TIMELINE_MAX_EVENTS
 from profiler.schedule import Schedule
 
 

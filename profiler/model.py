@@ -19,7 +19,7 @@ from typing import Any, Optional, TypedDict
 import numpy as np
 import pandas as pd
 
-from profiler.formats import valid_text, valid_texts
+from profiler.formats.text import valid_text, valid_texts
 
 #: One op schema (every source): host ops, user ops, device kernels, memcpy, collectives.
 OP_COLUMNS: dict[str, str] = {
@@ -140,7 +140,7 @@ def conform(df: pd.DataFrame | Mapping[str, Any], columns: dict[str, str]) -> pd
 
 
 def with_valid_text(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with every text value valid Unicode (formats.valid_text: lone surrogates escaped).
+    """`frame` with every text value valid Unicode (formats.text.valid_text: lone surrogates escaped).
 
     Names come from user code (`profiler.op(os.fsdecode(b"\\xff"))`) and foreign files, and a
     string no UTF-8 file can hold would fail every writer at the end of an analysis. Text columns

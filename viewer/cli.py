@@ -307,7 +307,7 @@ def run_analyse(args: argparse.Namespace) -> int:
         raise InputError(f"this profview install cannot analyse ({exc})") from None
     if not args.dir.is_dir():
         raise InputError(f"{args.dir} does not exist or is not a directory")
-    from profiler.formats import info_files
+    from profiler.formats.names import info_files
     from profiler.postprocess.recording import verdict_line
 
     for path in analyse_directory(args.dir, thresholds=dict(args.threshold)):

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from profiler.formats import plain_value, valid_text
+from profiler.formats.text import plain_value, valid_text
 
 
 def esc(value: Any) -> str:

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from profiler.errors import InputError
-from profiler.formats import info_files, regular_file
+from profiler.formats.documents import regular_file
+from profiler.formats.names import info_files
 from profiler.importers.base import Importer
 from profiler.importers.registry import detect, formats_sentence
 from profiler.postprocess.imported import import_capture

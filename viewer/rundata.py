@@ -19,17 +19,9 @@ from typing import Any, Optional
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.formats import (
-    CLUSTER_STEP_TRACE,
-    CLUSTER_SUMMARY,
-    CSV_REQUIRED,
-    info_files,
-    rank_file,
-    read_csv,
-    read_document,
-    read_profiler_info,
-    regular_file,
-)
+from profiler.formats.documents import read_document, read_profiler_info, regular_file
+from profiler.formats.names import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, info_files, rank_file
+from profiler.formats.tables import CSV_REQUIRED, read_csv
 from viewer.trace import Timeline, load_timeline
 
 #: The per-rank tables (CSV) and documents (JSON) a RunData holds, each in the field named after its kind.
@@ -98,7 +90,8 @@ def _optional(path: Path) -> Optional[Path]:
 
 def read_outputs(directory: Path, names: Mapping[str, str]) -> dict[str, Any]:
     """The outputs of `directory` named `names` (kind -> file name) that exist, read by kind: a CSV
-    kind as its validated table, any other as its JSON document, its types checked (formats.DOCUMENT_SCHEMAS)."""
+    kind as its validated table, any other as its JSON document, its types checked
+    (formats.documents.DOCUMENT_SCHEMAS)."""
     out: dict[str, Any] = {}
     for kind, name in names.items():
         path = _optional(directory / name)

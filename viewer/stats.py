@@ -10,11 +10,11 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from profiler import formats
 from profiler.analysis.advisor import DEFAULT_THRESHOLDS
 from profiler.analysis.findings.base import StepWindow
 from profiler.analysis.findings.input_pipeline import MEASURE_DATA_WAIT
 from profiler.analysis.steps import analysed_steps, median_of
+from profiler.formats import columns
 from viewer.theme import ALL_REDUCE, PHASES
 
 StepRange = Optional[tuple[Optional[int], Optional[int]]]
@@ -192,7 +192,7 @@ def key_figures(report: Optional[dict[str, Any]]) -> Optional[KeyFigures]:
     if not isinstance(steps, dict) or number(steps.get("mean_ms")) is None:
         return None
     shares = steps.get("share_pct") if isinstance(steps.get("share_pct"), dict) else {}
-    labels = [*formats.PHASES, formats.DATA_WAIT, formats.GAP_HOST, formats.ALL_REDUCE]
+    labels = [*columns.PHASES, columns.DATA_WAIT, columns.GAP_HOST, columns.ALL_REDUCE]
     measured = bool(steps.get("data_wait_measured"))
     picked = [
         (label, number(shares.get(col)))

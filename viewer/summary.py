@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from profiler import formats
+from profiler.formats import columns
 from viewer.context import Context
 from viewer.device_figures import device_figures
 from viewer.formatting import clean
@@ -178,7 +178,7 @@ def _verdict_block(ctx: Context) -> list[str]:
 
 def _straggler_phase(phase: str) -> str:
     """A straggler phase (cluster_summary.json "straggler.phase") in words."""
-    base = dict(formats.PHASES).get(phase.replace("_excl_comm", ""), phase)
+    base = dict(columns.PHASES).get(phase.replace("_excl_comm", ""), phase)
     return f"{base} without communication" if "_excl_comm" in phase else base
 
 

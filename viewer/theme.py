@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from profiler import formats
+from profiler.formats import columns
 
 #: Each step-trace figure's colour, by column.
 COLUMN_COLORS = {"iteration_gap_ms": "#E39B3B", "fp_bp_ms": "#3366A8", "tail_ms": "#6BA368", "all_reduce_ms": "#C0392B"}
-#: (step_trace column, label, colour) of the phases (profiler.formats.PHASES), and of all-reduce
-PHASES = [(column, label, COLUMN_COLORS[column]) for column, label in formats.PHASES]
-ALL_REDUCE = (*formats.ALL_REDUCE, COLUMN_COLORS[formats.ALL_REDUCE[0]])
+#: (step_trace column, label, colour) of the phases (profiler.formats.columns.PHASES), and of all-reduce
+PHASES = [(column, label, COLUMN_COLORS[column]) for column, label in columns.PHASES]
+ALL_REDUCE = (*columns.ALL_REDUCE, COLUMN_COLORS[columns.ALL_REDUCE[0]])
 
 CATEGORY_COLORS = {
     "compute": "#3366A8",

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.formats import EventFile, read_event_file
+from profiler.export.event_file import EventFile, read_event_file
 
 #: Categories of events that are not ops (the rest are ops: compute, host, comm, user, ...).
 NOT_OPS = ("step", "phase", "span", "overhead", "mark", "instant", "counter", "launch")

@@ -40,7 +40,7 @@ from profiler.analysis.findings.base import (
 )
 from profiler.analysis.steps import median_of
 from profiler.errors import ProfviewError
-from profiler.formats import PHASE_COLUMNS
+from profiler.formats.columns import PHASE_COLUMNS
 from profiler.importers.registry import importer_for
 from profiler.model import RunInfo, data_origin
 

@@ -25,7 +25,8 @@ import pandas as pd
 from profiler.analysis.advisor import cluster_findings, framework_of, resolve_thresholds
 from profiler.analysis.findings.base import Context
 from profiler.analysis.findings.straggler import Straggler, find_straggler
-from profiler.formats import CLUSTER_STEP_COLUMNS, plain_value
+from profiler.formats.columns import CLUSTER_STEP_COLUMNS
+from profiler.formats.text import plain_value
 
 CLUSTER_SCHEMA_VERSION = 1
 

@@ -34,23 +34,23 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from profiler import formats
 from profiler.analysis.advisor import DEFAULT_THRESHOLDS
 from profiler.analysis.steps import analysed_steps
+from profiler.formats import columns
 
 #: version of the compare JSON (`Comparison.to_json`); 2: the verdict decides by the mean with an interval
 COMPARE_SCHEMA_VERSION = 2
 #: step-trace columns compared, with their labels (the step itself last)
 PHASES: list[tuple[str, str]] = [
-    *formats.PHASES,
-    formats.ALL_REDUCE,
-    formats.DATA_WAIT,
-    formats.GAP_HOST,
-    formats.PROFILER_OVERHEAD,
-    formats.STEP_TOTAL,
+    *columns.PHASES,
+    columns.ALL_REDUCE,
+    columns.DATA_WAIT,
+    columns.GAP_HOST,
+    columns.PROFILER_OVERHEAD,
+    columns.STEP_TOTAL,
 ]
-STEP = formats.STEP_TOTAL[0]
-DATA_WAIT, GAP_HOST = formats.DATA_WAIT[0], formats.GAP_HOST[0]
+STEP = columns.STEP_TOTAL[0]
+DATA_WAIT, GAP_HOST = columns.DATA_WAIT[0], columns.GAP_HOST[0]
 #: queue statistics compared (queue_summary "queues" entries)
 QUEUE_STATS = ("empty_ratio", "full_ratio", "mean_size", "get_wait_ms")
 #: a mean step change smaller than this (in % of BASE's mean step) is not significant, whatever the interval
@@ -68,7 +68,7 @@ MIN_STEPS_FOR_INTERVAL = 5
 BLOCK_MIN_STEPS = 20
 #: the three outcomes
 FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no significant change"
-OP_COUNT, STEP_START = formats.OP_COUNT, formats.STEP_START
+OP_COUNT, STEP_START = columns.OP_COUNT, columns.STEP_START
 
 
 @dataclass(frozen=True)

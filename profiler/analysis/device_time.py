@@ -28,12 +28,13 @@ Pure: DataFrames and arrays in, DataFrames out; one numpy / pandas pass, no Pyth
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from profiler.formats import DEVICE_TIME_COLUMNS
+from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.intervals import covered_ns, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
@@ -60,8 +61,28 @@ _EMPTY = np.empty(0, dtype=np.int64)
 # ----------------------------------------------------------------------------- inputs
 
 
+#: device_executions' results by the id of the op table they were computed from (with a weak reference to
+#: it, so an entry is dropped with its table): a run's executions are computed once, though the device
+#: breakdown, the step trace's busy and communication windows, the idle gaps, the sync calls and the
+#: findings' device timeline all start from them.
+_EXECUTIONS: dict[int, tuple[weakref.ref, pd.DataFrame]] = {}
+
+
 def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
-    """The executions of every device: device, stream, category, name, start_ns, end_ns, correlation."""
+    """The executions of every device: device, stream, category, name, start_ns, end_ns, correlation.
+    Computed once per op table (an analysis treats its op table as read-only, and so do its callers
+    with the executions)."""
+    key = id(ops)
+    cached = _EXECUTIONS.get(key)
+    if cached is not None and cached[0]() is ops:
+        return cached[1]
+    ex = _device_executions(ops)
+    _EXECUTIONS[key] = (weakref.ref(ops, lambda _gone, key=key: _EXECUTIONS.pop(key, None)), ex)
+    return ex
+
+
+def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
+    """device_executions, computed."""
     ex = ops[((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy()]
     start = ex["start_ns"].to_numpy(np.int64)
     return pd.DataFrame(
@@ -230,7 +251,7 @@ def device_time(
     data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY),
     steps: Optional[tuple[np.ndarray, np.ndarray]] = None,
 ) -> pd.DataFrame:
-    """One row per device (formats.DEVICE_TIME_COLUMNS), sorted by device name: window, busy / idle,
+    """One row per device (formats.columns.DEVICE_TIME_COLUMNS), sorted by device name: window, busy / idle,
     the temporal breakdown, comm / compute overlap, the idle time split by cause (`idle_gaps`), and
     the busy time outside every step (`steps`: the steps' [start, end) in ns; NaN without them), which
     the breakdown counts and tools that keep only the steps' executions (HTA) leave out.

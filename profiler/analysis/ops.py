@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.formats import OP_DETAIL_COLUMNS, OP_TYPE_COLUMNS
+from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import Groups, group_rows
 from profiler.model import NOT_WORK_CATEGORIES
 

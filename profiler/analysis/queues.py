@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.formats import ARROW, DEVICE_QUEUE, HOST_QUEUE
+from profiler.formats.columns import ARROW, DEVICE_QUEUE, HOST_QUEUE
 from profiler.kernels.intervals import assign_steps, covered_ns
 
 #: a queue is starved when at least this share of its gets found it empty (MindInsight's warning line)

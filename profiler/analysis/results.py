@@ -227,7 +227,7 @@ class RankData:
 
 
 def device_records(devices: pd.DataFrame) -> list[dict[str, Any]]:
-    """report_{rank}.json's "devices": one object per device (formats.DEVICE_TIME_COLUMNS), times to
+    """report_{rank}.json's "devices": one object per device (formats.columns.DEVICE_TIME_COLUMNS), times to
     the ns (6 decimals of ms, as the CSVs) and shares to 0.0001 point, null where a value does not apply."""
     digits = {c: 6 if c.endswith("_ms") else 4 for c in devices.columns if c.endswith(("_ms", "_pct"))}
     return [

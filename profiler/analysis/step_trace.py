@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.device_time import busy_in_windows, comm_in_windows
-from profiler.formats import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
+from profiler.formats.columns import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
 from profiler.kernels.intervals import assign_steps, covered_ns, union
 
 GAP_PHASES = ("data",)  # host work that belongs to the iteration gap

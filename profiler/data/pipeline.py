@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from profiler.data.queues import POLL_S, Cancelled, ProfiledQueue, connector_name
-from profiler.formats import DEVICE_QUEUE, HOST_QUEUE
+from profiler.formats.columns import DEVICE_QUEUE, HOST_QUEUE
 
 JOIN_TIMEOUT_S = 2.0  # close() waits this long for threads busy in user code, then leaves them (daemons)
 

@@ -12,7 +12,7 @@ from threading import get_ident
 from typing import Any, Optional
 
 from profiler.capture.queues import GET, PUT, QueueProbe
-from profiler.formats import ARROW
+from profiler.formats.columns import ARROW
 from profiler.record.recorder import active_recorder, now_ns
 
 POLL_S = 0.05  # how often a cancellable blocking put / get looks at its cancel event

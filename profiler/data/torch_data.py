@@ -32,7 +32,7 @@ import numpy as np
 from profiler.capture.queues import GET, PUT, QueueProbe
 from profiler.data.fetch import TimedFetches
 from profiler.errors import ProfilerUsageWarning
-from profiler.formats import HOST_QUEUE
+from profiler.formats.columns import HOST_QUEUE
 from profiler.record.recorder import now_ns
 
 RING = 64  # finished-batch times kept per worker between two reads (a worker has <= prefetch_factor in flight)

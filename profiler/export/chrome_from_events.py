@@ -21,9 +21,10 @@ import pandas as pd
 
 from profiler.errors import InputError
 from profiler.export.chrome_trace import TRACE_START, trace_file, write_rows, write_trace_end
+from profiler.export.event_file import EventFile, read_event_file
 from profiler.export.timeline_model import EventBlock, Head, flow_event
 from profiler.export.trace_text import new_row_buffer
-from profiler.formats import EventFile, info_files, rank_file, read_event_file
+from profiler.formats.names import info_files, rank_file
 from profiler.kernels.grouping import first_rows
 
 #: Which events a trace holds: a mask of the events' steps (a flow's: its launching op's), or None for all.

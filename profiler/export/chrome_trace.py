@@ -23,7 +23,7 @@ from profiler.export.files import AtomicWrite
 from profiler.export.key_steps import KeySteps
 from profiler.export.timeline_model import EventBlock, Head, TimelineEvents
 from profiler.export.trace_text import new_row_buffer, row_texts
-from profiler.formats import TIMELINE_FULL, TIMELINE_KEY_STEPS, TIMELINE_MAX_EVENTS
+from profiler.formats.columns import TIMELINE_FULL, TIMELINE_KEY_STEPS, TIMELINE_MAX_EVENTS
 from profiler.model import Run
 
 TRACE_START = b'{"traceEvents":[\n'

@@ -44,15 +44,9 @@ from profiler.export.timeline_model import (
     stepped,
     thread_order,
 )
-from profiler.formats import (
-    CLUSTER_STEP_TRACE,
-    CLUSTER_SUMMARY,
-    CLUSTER_TIMELINE,
-    info_files,
-    rank_file,
-    read_csv,
-    read_json_object,
-)
+from profiler.formats.documents import read_json_object
+from profiler.formats.names import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file
+from profiler.formats.tables import read_csv
 from profiler.model import Run
 
 TIMELINE_RANKS = 16  # ranks drawn in the merged timeline (all of them up to this many)

@@ -5,25 +5,39 @@ An Apache Arrow IPC file (uncompressed, record batches of 1 Mi rows): a reader g
 of a batch as a numpy array without parsing or converting anything, read or memory-mapped, batch
 by batch (benchmarks/bench_event_format.py has the measured alternatives). What rows share is stored
 once, in tables in the schema's metadata: the strings, and the distinct row heads (phase, lane, name,
-category, args: formats.EVENT_HEAD_FIELDS) as codes into them; a row carries its start, duration,
+category, args: EVENT_HEAD_FIELDS) as codes into them; a row carries its start, duration,
 step and head (24 bytes). Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
 longest first, then instants and counter values sorted by lane and time, then flow points in the
 Chrome trace's order. The metadata's `chrome` (the trace's M events and otherData) and the flows'
 steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
+
+`read_event_file` opens one (an `EventFile`), checking what consumers rely on.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
-from profiler import formats
+from profiler.errors import InputError
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
 from profiler.export.timeline_model import STEP_TID, Head, TimelineEvents
+from profiler.formats.columns import (
+    EVENT_COLUMNS,
+    EVENT_FIELD_DTYPES,
+    EVENT_FILE_COLUMNS,
+    EVENT_FILE_FORMAT,
+    EVENT_FILE_META_KEY,
+    EVENT_FILE_VERSION,
+    EVENT_HEAD_FIELDS,
+    EVENT_INDEX_STEP,
+)
+from profiler.formats.documents import regular_file
+from profiler.formats.text import valid_text
 
 BATCH_ROWS = 1 << 20
 
@@ -78,7 +92,7 @@ def _lane_table(ev: TimelineEvents, pairs: list[tuple[int, int]]) -> list[dict]:
 class EventStreamWriter:
     """Writes an event file row batch by row batch, in bounded memory.
 
-    The string tables, lanes and heads (`heads`: an array per formats.EVENT_HEAD_FIELDS, codes into
+    The string tables, lanes and heads (`heads`: an array per EVENT_HEAD_FIELDS, codes into
     the tables) are known up front (the schema's metadata); the row index (each lane's range of
     complete rows, its longest event, every EVENT_INDEX_STEP-th start, the rows per phase, the batch
     sizes) is gathered while writing, the lanes and phases from the rows' heads, and stored in the
@@ -104,10 +118,10 @@ class EventStreamWriter:
 
         self._pa = pa
         self.path = Path(path)
-        self._heads = {name: np.asarray(heads[name], dtype=dtype) for name, dtype in formats.EVENT_HEAD_FIELDS}
+        self._heads = {name: np.asarray(heads[name], dtype=dtype) for name, dtype in EVENT_HEAD_FIELDS}
         meta = {
-            "format": formats.EVENT_FILE_FORMAT,
-            "version": formats.EVENT_FILE_VERSION,
+            "format": EVENT_FILE_FORMAT,
+            "version": EVENT_FILE_VERSION,
             "rank": int(rank),
             "data_origin": data_origin,
             "origin_unix_ns": int(origin_unix_ns),
@@ -120,8 +134,8 @@ class EventStreamWriter:
         if chrome is not None:
             meta["chrome"] = chrome
         self.schema = pa.schema(
-            [(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in formats.EVENT_COLUMNS],
-            metadata={formats.EVENT_FILE_META_KEY: _json(meta)},
+            [(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in EVENT_COLUMNS],
+            metadata={EVENT_FILE_META_KEY: _json(meta)},
         )
         self._file = AtomicWrite(self.path)
         self._raw = DirectFile(self._file.tmp)
@@ -159,7 +173,7 @@ class EventStreamWriter:
         for i in range(0, n, BATCH_ROWS):
             arrays = [
                 pa.array(np.ascontiguousarray(np.asarray(cols[name])[i : i + BATCH_ROWS], dtype=dtype))
-                for name, dtype in formats.EVENT_COLUMNS
+                for name, dtype in EVENT_COLUMNS
             ]
             self._writer.write_batch(pa.record_batch(arrays, schema=self.schema))
             self._batch_rows.append(min(BATCH_ROWS, n - i))
@@ -175,7 +189,7 @@ class EventStreamWriter:
                 self._lane_first[k] = self.complete_rows + a
                 self._last_lane = k
             done = int(self._lane_count[k])
-            step = formats.EVENT_INDEX_STEP
+            step = EVENT_INDEX_STEP
             self._lane_index[k] += start[a + (-done) % step : b : step].tolist()
             self._lane_count[k] += b - a
             self._lane_longest[k] = max(int(self._lane_longest[k]), int(dur[a:b].max()))
@@ -190,13 +204,13 @@ class EventStreamWriter:
             "lane_complete": [
                 [int(f), int(c), int(m)] for f, c, m in zip(self._lane_first, self._lane_count, self._lane_longest)
             ],
-            "lane_index_step": formats.EVENT_INDEX_STEP,
+            "lane_index_step": EVENT_INDEX_STEP,
             "lane_index": self._lane_index,
             "batch_rows": self._batch_rows + [0],
         }
-        empty = [pa.array(np.empty(0, dtype=dtype)) for _, dtype in formats.EVENT_COLUMNS]
+        empty = [pa.array(np.empty(0, dtype=dtype)) for _, dtype in EVENT_COLUMNS]
         self._writer.write_batch(
-            pa.record_batch(empty, schema=self.schema), custom_metadata={formats.EVENT_FILE_META_KEY: _json(index)}
+            pa.record_batch(empty, schema=self.schema), custom_metadata={EVENT_FILE_META_KEY: _json(index)}
         )
         self._writer.close()
         self._raw.close()
@@ -290,3 +304,169 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
                 complete=False,
             )
     return Path(path)
+
+
+class EventFile:
+    """An events_{rank}.arrow: columns as numpy arrays, the string tables.
+
+    Rows [0, complete_rows) are the complete events, sorted by lane then start; `lane_rows(lane)`
+    gives a lane's range of them. Record batches (1 Mi rows) are read when a column range needs
+    them and only the last two are kept, so a file of 1e8 events opens at once and is read in
+    bounded memory; a column within one batch is a view of it, without parsing or conversion. A
+    head field (EVENT_HEAD_FIELDS) of a version-2 file is gathered from its heads table by the rows'
+    `head`; version 1 stored it as a column.
+    """
+
+    def __init__(self, path: Path, reader, meta: dict[str, Any], heads: dict[str, np.ndarray]) -> None:
+        self.path = Path(path)
+        self.meta = meta
+        self._reader = reader
+        self._heads = heads
+        self._index = {name: i for i, name in enumerate(reader.schema.names)}
+        self._batches: dict[int, Any] = {}
+        sizes = meta.get("batch_rows")
+        if not isinstance(sizes, list) or len(sizes) != reader.num_record_batches:
+            sizes = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+        self.batch_starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+    @property
+    def rows(self) -> int:
+        return int(self.batch_starts[-1])
+
+    @property
+    def complete_rows(self) -> int:
+        return int(self.meta["complete_rows"])
+
+    @property
+    def names(self) -> list[str]:
+        return self.meta["names"]
+
+    @property
+    def categories(self) -> list[str]:
+        return self.meta["categories"]
+
+    @property
+    def args(self) -> list[str]:
+        return self.meta["args"]
+
+    @property
+    def lanes(self) -> list[dict[str, Any]]:
+        return self.meta["lanes"]
+
+    def lane_rows(self, lane: int) -> tuple[int, int, int]:
+        """(first row, rows, longest duration in ns) of a lane's complete events."""
+        first, count, longest = self.meta["lane_complete"][lane]
+        return int(first), int(count), int(longest)
+
+    def lane_search(self, lane: int, t_ns: int, side: str = "left") -> int:
+        """The row where `t_ns` would go among a lane's complete rows (sorted by start), as np.searchsorted.
+
+        The metadata's sparse index narrows it to EVENT_INDEX_STEP rows, the only ones read.
+        """
+        first, count, _ = self.lane_rows(lane)
+        if count == 0:
+            return first
+        step = int(self.meta.get("lane_index_step", EVENT_INDEX_STEP))
+        index = np.asarray(self.meta.get("lane_index", [[]] * (lane + 1))[lane], dtype=np.int64)
+        if len(index) == 0:
+            lo, hi = 0, count
+        else:
+            k = int(np.searchsorted(index, t_ns, side=side))
+            lo, hi = max(k - 1, 0) * step, min(k * step + 1, count) if k < len(index) else count
+        starts = self.column("start_ns", first + lo, first + hi)
+        return first + lo + int(np.searchsorted(starts, t_ns, side=side))
+
+    def _batch(self, i: int):
+        batch = self._batches.get(i)
+        if batch is None:
+            if len(self._batches) >= 2:
+                self._batches.pop(next(iter(self._batches)))
+            batch = self._batches[i] = self._reader.get_batch(i)
+        return batch
+
+    def column(self, name: str, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
+        """Rows [start, stop) of a field (EVENT_FIELD_DTYPES): a stored column, or a head field gathered."""
+        field = self._heads.get(name)
+        if field is not None:
+            return field[self._stored("head", start, stop)]
+        return self._stored(name, start, stop)
+
+    def _stored(self, name: str, start: int, stop: Optional[int]) -> np.ndarray:
+        """Rows [start, stop) of a stored column (a view of the mapped file when they lie in one batch)."""
+        stop = self.rows if stop is None else min(stop, self.rows)
+        start = max(0, start)
+        if stop <= start:
+            return np.empty(0, dtype=EVENT_FIELD_DTYPES[name])
+        index = self._index[name]
+        first = int(np.searchsorted(self.batch_starts, start, side="right")) - 1
+        last = int(np.searchsorted(self.batch_starts, stop, side="left")) - 1
+        parts = []
+        for i in range(first, last + 1):
+            b0 = int(self.batch_starts[i])
+            values = self._batch(i).column(index).to_numpy(zero_copy_only=True)
+            parts.append(values[max(start - b0, 0) : stop - b0])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def chunks(self, stop: Optional[int] = None, rows: int = 1 << 22):
+        """(start, stop) row ranges of at most `rows` rows over [0, stop): for streaming passes."""
+        stop = self.rows if stop is None else stop
+        for start in range(0, stop, rows):
+            yield start, min(stop, start + rows)
+
+
+def _head_table(meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
+    """A version-2 file's heads table (one array per head field, all as long); one sentence when it is not one."""
+    table = meta.get("heads")
+    try:
+        heads = {name: np.asarray(table[name], dtype=dtype) for name, dtype in EVENT_HEAD_FIELDS}
+        if all(values.ndim == 1 and len(values) == len(heads["ph"]) for values in heads.values()):
+            return heads
+    except (TypeError, KeyError, ValueError, OverflowError):
+        pass
+    raise InputError(f"{path} is malformed: its metadata's heads table is not the event file's")
+
+
+def read_event_file(path: Path) -> EventFile:
+    """Open an events_{rank}.arrow, checking what consumers rely on; one sentence when it is not one."""
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover - a core dependency
+        raise InputError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
+    path = Path(path)
+    regular_file(path)  # a FIFO would block the open, a device never end
+    try:
+        if valid_text(str(path)) == str(path):
+            source = pa.OSFile(str(path), "r")
+        else:  # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
+            source = pa.PythonFile(open(path, "rb"), mode="r")
+        reader = pa.ipc.open_file(source)
+    except FileNotFoundError:
+        raise InputError(f"cannot read {path}: no such file") from None
+    except (OSError, pa.ArrowInvalid):
+        if path.is_file() and path.stat().st_size == 0:
+            raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
+        raise InputError(f"{path} is not a profview event file (Arrow IPC): it may be truncated") from None
+    raw = (reader.schema.metadata or {}).get(EVENT_FILE_META_KEY.encode())
+    try:
+        meta = json.loads(raw) if raw else None
+        if isinstance(meta, dict) and reader.num_record_batches:  # the row index, in the last (empty) batch
+            last = reader.get_batch_with_custom_metadata(reader.num_record_batches - 1).custom_metadata
+            index = (last or {}).get(EVENT_FILE_META_KEY.encode())
+            if index:
+                meta.update(json.loads(index))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError, pa.ArrowInvalid):
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != EVENT_FILE_FORMAT:
+        raise InputError(f"{path} is not a profview event file (or it is damaged)")
+    version = meta.get("version")
+    if not isinstance(version, int) or version > EVENT_FILE_VERSION:
+        raise InputError(
+            f"{path} has event-file version {version!r}, newer than this viewer reads "
+            f"({EVENT_FILE_VERSION}); upgrade profview"
+        )
+    if reader.schema.names != list(EVENT_FILE_COLUMNS.get(version, ())):
+        raise InputError(f"{path} is malformed: its columns are not the event file's")
+    for key in ("names", "categories", "args", "lanes", "lane_complete", "complete_rows"):
+        if key not in meta:
+            raise InputError(f"{path} is malformed: its metadata has no {key!r}")
+    return EventFile(path, reader, meta, _head_table(meta, path) if "head" in reader.schema.names else {})

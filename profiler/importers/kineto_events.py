@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import InputError, ProfviewError
-from profiler.formats import regular_file
+from profiler.formats.documents import regular_file
 from profiler.importers.base import CERTAIN, NOT_IT, SHAPED
 
 try:

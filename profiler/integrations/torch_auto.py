@@ -26,7 +26,7 @@ from profiler.capture.distributed import Collectives, initialised_dist
 from profiler.data.fetch import TimedFetches
 from profiler.data.torch_data import ProfiledDataLoader
 from profiler.errors import ProfilerUsageWarning
-from profiler.formats import HOST_QUEUE
+from profiler.formats.columns import HOST_QUEUE
 from profiler.integrations.patching import Patches
 from profiler.profiler import Profiler
 

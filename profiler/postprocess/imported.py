@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from profiler.errors import ProfviewError
-from profiler.formats import info_files
+from profiler.formats.names import info_files
 from profiler.importers import ascend
 from profiler.importers.base import Importer
 from profiler.importers.registry import detect, formats_sentence, importer_named

@@ -28,7 +28,7 @@ from profiler.analysis.steps import ensure_steps
 from profiler.analysis.trend import MIN_SPAN_S, counter_trend
 from profiler.analysis.window import LiveFigures, live_figures, rate_per_s, step_times, window_analysis
 from profiler.errors import ProfviewError
-from profiler.formats import plain_document
+from profiler.formats.text import plain_document
 from profiler.store import kinds as K
 from profiler.store.follow import Follower, RankState
 from profiler.store.interpret import interpret

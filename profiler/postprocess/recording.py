@@ -22,7 +22,8 @@ from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.export.cluster import write_cluster_outputs
 from profiler.export.files import output_lock, remove_stale_temps
 from profiler.export.outputs import rank_outputs, write_outputs, write_timeline
-from profiler.formats import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, rank_file, read_document
+from profiler.formats.documents import read_document
+from profiler.formats.names import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, rank_file
 from profiler.model import Run
 from profiler.progress import Progress
 from profiler.store.interpret import dropped_sentence, interpret

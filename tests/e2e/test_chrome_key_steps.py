@@ -13,8 +13,9 @@ import pytest
 
 from profiler.export.chrome_from_events import export_chrome_trace
 from profiler.export.chrome_trace import write_chrome_trace
+from profiler.export.event_file import read_event_file
 from profiler.export.timeline_model import timeline_events
-from profiler.formats import read_event_file, read_profiler_info
+from profiler.formats.documents import read_profiler_info
 from profiler.postprocess.recording import load_rank
 from viewer.cli import main
 

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from profiler import Profiler
-from profiler.formats import read_csv
+from profiler.formats.tables import read_csv
 from profiler.postprocess.recording import analyse_directory
 
 pytestmark = pytest.mark.timing

@@ -125,7 +125,7 @@ def test_the_oracle_recognises_each_outcome(tmp_path):
 
 def _untyped_keys(doc, spec, where: str = "") -> list[str]:
     """Keys of `doc` that its schema node `spec` does not type (a reader would take them unchecked)."""
-    from profiler.formats import ANY_KEY, Nullable
+    from profiler.formats.documents import ANY_KEY, Nullable
 
     if isinstance(spec, Nullable):
         return [] if doc is None else _untyped_keys(doc, spec[0], where)
@@ -150,19 +150,11 @@ def test_every_reader_accepts_what_analyse_writes(seeds, tmp_path):
     """The output contract both ways: every file a real analysis lists (a recording, the reference
     device's, two ranks with the cluster files, an imported Kineto trace and Ascend job) is read by
     its validated reader with the values the file holds, every key of every JSON document has a type
-    in formats.DOCUMENT_SCHEMAS, and the viewer loads every rank."""
-    from profiler.formats import (
-        CLUSTER_STEP_TRACE,
-        CLUSTER_SUMMARY,
-        CSV_REQUIRED,
-        DOCUMENT_SCHEMAS,
-        RANK_FILES,
-        info_files,
-        read_csv,
-        read_document,
-        read_event_file,
-        read_profiler_info,
-    )
+    in formats.documents.DOCUMENT_SCHEMAS, and the viewer loads every rank."""
+    from profiler.export.event_file import read_event_file
+    from profiler.formats.documents import DOCUMENT_SCHEMAS, read_document, read_profiler_info
+    from profiler.formats.names import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, RANK_FILES, info_files
+    from profiler.formats.tables import CSV_REQUIRED, read_csv
     from viewer.rundata import load_profview_dir
 
     kineto, job = tmp_path / "kineto", tmp_path / "job"

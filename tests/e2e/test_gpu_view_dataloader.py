@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.formats import read_csv
+from profiler.formats.tables import read_csv
 
 from support.device_report import REPO, profview
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.formats import valid_text
+from profiler.formats.text import valid_text
 
 from support.names_roundtrip import check_round_trip, record
 

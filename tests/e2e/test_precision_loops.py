@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from profiler import Profiler  # noqa: E402
-from profiler.formats import read_csv  # noqa: E402
+from profiler.formats.tables import read_csv  # noqa: E402
 
 pytestmark = pytest.mark.timing
 

@@ -80,7 +80,7 @@ def timeline_page(driver, report):
 
 
 def events_of(run: Path) -> pd.DataFrame:
-    from profiler.formats import read_event_file
+    from profiler.export.event_file import read_event_file
 
     f = read_event_file(run / "events_0.arrow")
     frame = pd.DataFrame({c: f.column(c) for c in ("ph", "lane", "start_ns", "dur_ns", "name", "category", "step")})

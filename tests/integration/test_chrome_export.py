@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 
 from profiler.export.chrome_trace import write_chrome_trace
+from profiler.export.event_file import read_event_file
 from profiler.export.timeline_model import timeline_events
-from profiler.formats import TIMELINE_MAX_EVENTS, read_event_file, read_profiler_info
+from profiler.formats.columns import TIMELINE_MAX_EVENTS
+from profiler.formats.documents import read_profiler_info
 from profiler.postprocess.imported import import_capture
 from profiler.postprocess.recording import load_rank
 from viewer.cli import main
@@ -86,7 +88,7 @@ def test_the_timeline_note_points_at_export_when_the_trace_holds_key_steps_only(
     them all, else `profview export --chrome` (profiler_info `timeline`)."""
     from types import SimpleNamespace
 
-    from profiler.formats import TIMELINE_FULL, TIMELINE_KEY_STEPS
+    from profiler.formats.columns import TIMELINE_FULL, TIMELINE_KEY_STEPS
     from viewer.pages.timeline import _window_note
 
     tl = SimpleNamespace(path=Path("events_0.arrow"))

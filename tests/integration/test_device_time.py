@@ -17,7 +17,8 @@ from profiler import Profiler
 from profiler.analysis.device_time import IDLE_CAUSES, device_time, idle_gaps, runtime_calls
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
-from profiler.formats import DEVICE_TIME_COLUMNS, read_csv
+from profiler.formats.columns import DEVICE_TIME_COLUMNS
+from profiler.formats.tables import read_csv
 from profiler.importers.ascend import read_ascend_job, to_run
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.imported import import_kineto_trace

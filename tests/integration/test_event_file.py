@@ -19,15 +19,8 @@ import pytest
 from profiler.errors import InputError
 from profiler.export import event_file
 from profiler.export.chrome_from_events import write_trace_from_events
-from profiler.export.event_file import EventStreamWriter
-from profiler.formats import (
-    EVENT_COLUMNS,
-    EVENT_FIELD_DTYPES,
-    EVENT_FILE_COLUMNS,
-    EVENT_HEAD_FIELDS,
-    EventFile,
-    read_event_file,
-)
+from profiler.export.event_file import EventFile, EventStreamWriter, read_event_file
+from profiler.formats.columns import EVENT_COLUMNS, EVENT_FIELD_DTYPES, EVENT_FILE_COLUMNS, EVENT_HEAD_FIELDS
 from viewer.context import Context
 from viewer.inputs import load_input
 from viewer.pages import timeline
@@ -163,7 +156,7 @@ def test_a_generated_file_takes_about_24_bytes_an_event(tmp_path):
 
 def test_a_newer_version_is_refused_in_one_sentence(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr("profiler.formats.EVENT_FILE_VERSION", 3)
+        m.setattr("profiler.export.event_file.EVENT_FILE_VERSION", 3)
         path = rewrite_as_v2(EXAMPLES[0] / "events_0.arrow", tmp_path / "events_0.arrow")
     with pytest.raises(InputError, match=r"has event-file version 3, newer than this viewer reads \(2\); upgrade"):
         read_event_file(path)

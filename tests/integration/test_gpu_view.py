@@ -16,7 +16,7 @@ import pytest
 from profiler.analysis.device_time import device_executions
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
-from profiler.formats import read_csv
+from profiler.formats.tables import read_csv
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.imported import import_kineto_trace
 

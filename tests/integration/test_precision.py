@@ -20,7 +20,7 @@ from torch import nn  # noqa: E402
 
 from profiler import Profiler  # noqa: E402
 from profiler.analysis.float64 import float64_charged  # noqa: E402
-from profiler.formats import read_csv  # noqa: E402
+from profiler.formats.tables import read_csv  # noqa: E402
 from profiler.importers.kineto import _ANNOTATION_NAME, read_kineto_trace  # noqa: E402
 from profiler.model import OP_COLUMNS, conform  # noqa: E402
 from profiler.postprocess.imported import import_capture  # noqa: E402

@@ -1,7 +1,7 @@
 """`Run.info` has one definition, `profiler.model.RunInfo`: every field real sources write into
 profiler_info_{rank}.json (a recording with a reference Ascend device, a recording whose steps are
 inferred, every real capture imported) is declared there with the type it has, and the checks of
-the validated reader (formats.INFO_FIELDS) agree with it."""
+the validated reader (formats.documents.INFO_FIELDS) agree with it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from profiler import Profiler
-from profiler.formats import INFO_FIELDS
+from profiler.formats.documents import INFO_FIELDS
 from profiler.model import RunInfo
 from profiler.postprocess.imported import import_capture
 from profiler.reference.device import AscendReferenceDevice

@@ -63,7 +63,7 @@ def test_huge_device_times_give_a_report_and_exact_timelines(captures, tmp_path)
         import_mindspore_dir(run, out)
     trace_path = next(out.glob("timeline_*.json"))
     events = [e for e in json.loads(trace_path.read_text())["traceEvents"] if e.get("ph") == "X"]
-    from profiler.formats import read_event_file
+    from profiler.export.event_file import read_event_file
 
     f = read_event_file(next(out.glob("events_*.arrow")))
     start = f.column("start_ns", 0, f.complete_rows)

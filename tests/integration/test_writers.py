@@ -21,7 +21,7 @@ from profiler.export.chrome_trace import write_chrome_trace
 from profiler.export.files import AtomicWrite
 from profiler.export.timeline_model import timeline_events
 from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions
-from profiler.formats import RANK_FILES
+from profiler.formats.names import RANK_FILES
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.recording import analyse_directory, load_rank
 

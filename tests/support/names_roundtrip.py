@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from profiler import Profiler
-from profiler.formats import read_csv, valid_text
+from profiler.formats.tables import read_csv
+from profiler.formats.text import valid_text
 
 REPO = Path(__file__).resolve().parents[2]
 

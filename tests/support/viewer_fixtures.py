@@ -299,7 +299,7 @@ def write_events(path: Path, rank: int, steps: pd.DataFrame, spec: Spec) -> int:
     Lanes: MainThread (launches, forward phases), DataLoader (next(batch)), steps, the device
     stream (kernels); one instant. Returns the number of events written."""
     from profiler.export.event_file import EventStreamWriter
-    from profiler.formats import EVENT_HEAD_FIELDS
+    from profiler.formats.columns import EVENT_HEAD_FIELDS
 
     device_pid = 1000 + rank
     lanes = [

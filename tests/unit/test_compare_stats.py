@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler import formats
 from profiler.analysis.compare import (
     MIN_STEPS_FOR_INTERVAL,
     RunTables,
@@ -26,6 +25,7 @@ from profiler.analysis.compare import (
     t_quantile,
     verdict,
 )
+from profiler.formats.names import SCHEMA_VERSION, rank_file
 from viewer.cli import main
 from viewer.pages.compare import render_text
 
@@ -290,9 +290,9 @@ def test_op_figures_divide_by_the_steps_that_captured_ops():
 def write_run(directory: Path, total_ms) -> Path:
     """A minimal profview output directory: profiler_info and a step trace."""
     directory.mkdir(parents=True)
-    info = {"schema_version": formats.SCHEMA_VERSION, "rank": 0, "world_size": 1}
-    (directory / formats.rank_file("profiler_info", 0)).write_text(json.dumps(info))
-    trace(total_ms).to_csv(directory / formats.rank_file("step_trace", 0), index=False)
+    info = {"schema_version": SCHEMA_VERSION, "rank": 0, "world_size": 1}
+    (directory / rank_file("profiler_info", 0)).write_text(json.dumps(info))
+    trace(total_ms).to_csv(directory / rank_file("step_trace", 0), index=False)
     return directory
 
 

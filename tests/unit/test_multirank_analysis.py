@@ -17,7 +17,7 @@ from profiler.analysis.cluster import (
     timeline_ranks,
 )
 from profiler.capture.distributed import estimate_offsets, payload_bytes
-from profiler.formats import STEP_TRACE_COLUMNS
+from profiler.formats.columns import STEP_TRACE_COLUMNS
 
 # ---- clock offsets ----------------------------------------------------------------------------
 

@@ -214,7 +214,7 @@ def test_signed_changes_and_missing_values():
 
 
 def test_plain_json_values_as_a_file_holds_them():
-    from profiler.formats import plain_document, plain_value
+    from profiler.formats.text import plain_document, plain_value
 
     doc = {
         "n": np.int64(3),

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from profiler.formats import CSV_REQUIRED
+from profiler.formats.tables import CSV_REQUIRED
 from viewer.context import Context
 from viewer.device_figures import device_bars, device_figures, device_table
 from viewer.formatting import fmt_ms, fmt_pct

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from profiler import formats
+from profiler.formats import columns
 from viewer.context import Context
 from viewer.findings import on_page
 from viewer.findings import render as render_findings
@@ -178,7 +178,7 @@ def _step_verdict(ctx: Context) -> str:
         )
     figures = key_figures(ctx.run.report)
     shares = dict(figures.shares) if figures is not None else {}
-    wait = shares.get(formats.DATA_WAIT[1])
+    wait = shares.get(columns.DATA_WAIT[1])
     if wait is None:
         return ""
     return section(

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from profiler.errors import InputError
-from profiler.formats import TIMELINE_FULL
+from profiler.formats.columns import TIMELINE_FULL
 from viewer.context import Context
 from viewer.html import absent, esc, plot_text, section
 from viewer.lod import Levels, Window, busy_levels, nesting, step_windows, window_events

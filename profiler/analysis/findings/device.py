@@ -66,7 +66,7 @@ class DeviceTimeline:
             yield device, ex[(ex["device"] == device).to_numpy()]
 
     def row(self, device: str) -> pd.Series:
-        """The device's breakdown (formats.DEVICE_TIME_COLUMNS)."""
+        """The device's breakdown (formats.columns.DEVICE_TIME_COLUMNS)."""
         return self.devices.set_index("device").loc[device]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold, pct_text
 from profiler.analysis.steps import outlier_rule_text
-from profiler.formats import PHASE_COLUMNS
+from profiler.formats.columns import PHASE_COLUMNS
 
 THRESHOLDS = {
     "outlier_min_pct": Threshold(20.0, "how far above the median step a step must be to count as an outlier"),

@@ -1,6 +1,6 @@
 """The contract of a per-rank output file's writer (docs/architecture.md, "How to add an output").
 
-A writer names its file (`kind`, a `profiler.formats.RANK_FILES` key) and writes it, atomically,
+A writer names its file (`kind`, a `profiler.formats.names.RANK_FILES` key) and writes it, atomically,
 from what it reads: the `Analysis` (on the main thread) or the run's `TimelineEvents` (on the
 timeline thread, while the analysis runs). `write` returns the path written, or None when the run
 has nothing for that file (an earlier analysis's copy is then removed).
@@ -18,7 +18,8 @@ import pandas as pd
 from profiler.analysis.results import Analysis
 from profiler.export.csv_json import write_csv, write_json
 from profiler.export.timeline_model import TimelineEvents
-from profiler.formats import TIMELINE_MAX_EVENTS, rank_file
+from profiler.formats.columns import TIMELINE_MAX_EVENTS
+from profiler.formats.names import rank_file
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from profiler.analysis.results import Analysis
 from profiler.export.writers.base import CsvWriter
-from profiler.formats import DATA_QUEUE_COLUMNS
+from profiler.formats.columns import DATA_QUEUE_COLUMNS
 from profiler.kernels.intervals import assign_steps
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from profiler.analysis.results import Analysis
 from profiler.export.writers.base import CsvWriter
-from profiler.formats import DEVICE_COUNTER_COLUMNS
+from profiler.formats.columns import DEVICE_COUNTER_COLUMNS
 
 
 def counter_table(a: Analysis) -> pd.DataFrame:

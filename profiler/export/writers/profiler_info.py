@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from profiler.analysis.results import Analysis
 from profiler.export.csv_json import write_json
-from profiler.formats import rank_file
+from profiler.formats.names import rank_file
 
 KIND = "profiler_info"
 

@@ -9,7 +9,7 @@ from typing import Any
 from profiler.export.chrome_trace import describe_plan, trace_plan, write_chrome_trace
 from profiler.export.timeline_model import TimelineEvents
 from profiler.export.writers.base import TimelineWriter, WriteOptions
-from profiler.formats import rank_file
+from profiler.formats.names import rank_file
 
 
 class ChromeTrace(TimelineWriter):

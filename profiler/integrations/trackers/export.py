@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from profiler.errors import InputError
-from profiler.formats import info_files
+from profiler.formats.names import info_files
 from profiler.integrations.trackers.record import read_record
 from profiler.integrations.trackers.sink import TrackerSink, write_record
 

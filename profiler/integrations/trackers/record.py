@@ -18,7 +18,11 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.formats import STEP_START, STEP_TOTAL, rank_file, read_csv, read_document, read_event_file
+from profiler.export.event_file import read_event_file
+from profiler.formats.columns import STEP_START, STEP_TOTAL
+from profiler.formats.documents import read_document
+from profiler.formats.names import rank_file
+from profiler.formats.tables import read_csv
 from profiler.kernels.intervals import covered_ns
 
 #: Every key profview logs starts with this (TensorBoard tags, MLflow metric and tag keys).

@@ -1,0 +1,169 @@
+"""The columns and names of the output contract (docs/formats.md): the step phases and figures,
+the columns of every CSV and of the report's devices, the Chrome trace's limits, the columns and
+version of the event file, the queue names, and the bound on the numbers of an output file."""
+
+from __future__ import annotations
+
+# ---- columns ------------------------------------------------------------------------------
+
+#: The step phases, in order. They tile a step: iteration_gap_ms + fp_bp_ms + tail_ms == total_ms.
+PHASES: tuple[tuple[str, str], ...] = (
+    ("iteration_gap_ms", "iteration gap"),
+    ("fp_bp_ms", "forward + backward"),
+    ("tail_ms", "tail"),
+)
+PHASE_COLUMNS = tuple(column for column, _ in PHASES)
+#: Other per-step figures (column, label); all-reduce and data wait overlap the phases.
+ALL_REDUCE = ("all_reduce_ms", "all-reduce")
+DATA_WAIT = ("data_wait_ms", "data wait")
+GAP_HOST = ("gap_host_ms", "other host work in the gap")
+PROFILER_OVERHEAD = ("profiler_overhead_ms", "profiler overhead")
+#: Per step, how long the device executed something / did not (empty for steps without device data).
+DEVICE_BUSY = ("device_busy_ms", "device busy")
+DEVICE_IDLE = ("device_idle_ms", "device idle")
+STEP_TOTAL = ("total_ms", "step")
+#: a step's start (ms from the origin), and how many ops started in it (0 where op capture skipped it)
+STEP_START = "start_ms"
+OP_COUNT = "op_count"
+
+STEP_TRACE_COLUMNS = [
+    "step",
+    "start_ms",
+    "iteration_gap_ms",
+    "fp_bp_ms",
+    "tail_ms",
+    "total_ms",
+    "all_reduce_ms",
+    "all_reduce_overlap_ms",
+    "data_wait_ms",
+    "gap_host_ms",
+    "op_count",
+    "profiler_overhead_ms",
+    "start_unix_ns",
+    "fp_start_unix_ns",
+    "bp_end_unix_ns",
+    "end_unix_ns",
+    "fp_start_source",
+    "bp_end_source",
+    "step_source",
+    DEVICE_BUSY[0],
+    DEVICE_IDLE[0],
+]
+OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]
+OP_DETAIL_COLUMNS = [
+    "device",
+    "name",
+    "op_type",
+    "category",
+    "count",
+    "total_ms",
+    "self_ms",
+    "avg_ms",
+    "min_ms",
+    "max_ms",
+    "share_pct",
+    "shapes",
+    "scope",
+]
+DATA_QUEUE_COLUMNS = ["queue", "time_ms", "event", "size", "capacity", "wait_ms", "step"]
+DEVICE_COUNTER_COLUMNS = ["source", "device", "metric", "time_ms", "value"]
+#: The keys of each entry of report_{rank}.json's "devices" list, one per device (analysis/device_time.py):
+#: the device's time breakdown over its window (HTA's definitions) and its idle time split by cause.
+DEVICE_TIME_COLUMNS = [
+    "device",
+    "window_ms",
+    "busy_ms",
+    "idle_ms",
+    "busy_pct",
+    "idle_pct",
+    "compute_pct",
+    "non_compute_pct",
+    "comm_pct",
+    "memory_pct",
+    "comm_compute_overlap_pct",
+    "executions",
+    "streams",
+    "idle_sync_ms",
+    "idle_data_ms",
+    "idle_host_ms",
+    "idle_launch_ms",
+    "idle_other_ms",
+    "outside_steps_ms",
+]
+CLUSTER_STEP_COLUMNS = [
+    "rank",
+    "step",
+    "start_ms",
+    "iteration_gap_ms",
+    "fp_bp_ms",
+    "tail_ms",
+    "total_ms",
+    "comm_ms",
+    "comm_overlap_ms",
+    "exposed_comm_ms",
+    "wait_ms",
+    "busy_ms",
+    "fp_bp_excl_comm_ms",
+    "tail_excl_comm_ms",
+    "slowest_rank",
+    "behind_slowest_ms",
+]
+
+# ---- the Chrome trace (timeline_{rank}.json) -------------------------------------------------
+
+#: The most events (rows and flow points) timeline_{rank}.json holds by default: a run with more
+#: gets the trace of its key steps (median, slowest, outliers) and `profview export --chrome` writes
+#: the rest from the event file. 1e6 events are 70-200 MB of JSON, which chrome://tracing (a hard
+#: limit near 256 MB) and Perfetto's in-browser importer (~2 GB of memory) open in seconds
+#: (docs/formats.md, "timeline_{rank}.json"). `Settings(timeline_max_events=)` changes it.
+TIMELINE_MAX_EVENTS = 1_000_000
+#: What profiler_info's `timeline.content` says the trace holds.
+TIMELINE_FULL, TIMELINE_KEY_STEPS = "full", "key steps"
+
+# ---- the columnar event file (events_{rank}.arrow) ------------------------------------------
+
+#: What the event file's metadata calls itself, and its version (readers refuse a newer one).
+EVENT_FILE_FORMAT = "profview-events"
+EVENT_FILE_VERSION = 2
+#: The schema metadata key holding the file's tables (names, categories, args, lanes, heads) as JSON.
+EVENT_FILE_META_KEY = "profview"
+#: The metadata's lane index holds every this-many-th start of a lane's complete rows.
+EVENT_INDEX_STEP = 1 << 16
+#: The fields of a row's head, with their numpy dtypes: what many rows share, so the file stores each
+#: distinct head once (the metadata's `heads` table, one array per field) and a row its head's index.
+EVENT_HEAD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("ph", "uint8"),  # the Chrome trace phase letter as a byte: X complete, i instant, C counter, s / f flow
+    ("lane", "uint16"),  # index into the lanes table (pid, tid, process and thread names, kind)
+    ("name", "int32"),  # index into the names table
+    ("category", "uint16"),  # index into the categories table (step, phase, span, compute, host, counter, ...)
+    ("args", "int32"),  # index into the args table (JSON text), -1 for none
+)
+#: The event file's columns, in order, with their numpy dtypes.
+EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("start_ns", "int64"),  # start (time of an instant / counter value), ns from the run's origin
+    ("dur_ns", "int64"),  # duration, 0 for events without one
+    ("step", "int32"),  # the step the event started in, -1 outside every step
+    ("head", "int32"),  # index into the heads table
+)
+#: The columns of each version's files, in order: version 1 stored the head fields in every row.
+EVENT_FILE_COLUMNS: dict[int, tuple[str, ...]] = {
+    1: ("ph", "lane", "start_ns", "dur_ns", "name", "category", "step", "args"),
+    2: tuple(name for name, _ in EVENT_COLUMNS),
+}
+#: The numpy dtype of every field a reader gets (`EventFile.column`): the head fields and the columns.
+EVENT_FIELD_DTYPES: dict[str, str] = dict(EVENT_HEAD_FIELDS + EVENT_COLUMNS)
+
+# ---- queue names --------------------------------------------------------------------------
+
+ARROW = "->"  # a connector queue between two pipeline stages: "producer->consumer"
+HOST_QUEUE = "host_queue"  # the host pipeline's output: batches ready on the host
+DEVICE_QUEUE = "device_queue"  # batches already staged on the device, waiting for compute
+
+# ---- numbers ------------------------------------------------------------------------------
+
+#: The bound (exclusive) on the magnitude of a number of an output file: whole numbers (counts,
+#: sizes, steps, ns) are int64s, and times in ms come from the run's int64 ns clock. A value at or
+#: beyond it (1e308 ms, a capacity of 2**64) is damage, refused by the readers with the file, column and line; only a
+#: user's counter value (device_counters.value) may be any float.
+MAX_WHOLE = 2.0**63
+MAX_MS = MAX_WHOLE / 1e6

@@ -1,0 +1,186 @@
+"""The CSV side of the output contract: what a reader requires of each CSV, and `read_csv`, which
+checks it (the columns consumers rely on exist, their cells are finite numbers within bounds)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pandas as pd
+
+from profiler.errors import InputError
+from profiler.formats.columns import (
+    CLUSTER_STEP_COLUMNS,
+    DATA_QUEUE_COLUMNS,
+    DEVICE_BUSY,
+    DEVICE_COUNTER_COLUMNS,
+    DEVICE_IDLE,
+    GAP_HOST,
+    MAX_MS,
+    MAX_WHOLE,
+    OP_DETAIL_COLUMNS,
+    OP_TYPE_COLUMNS,
+    STEP_TRACE_COLUMNS,
+)
+from profiler.formats.documents import regular_file
+
+_STEP_NUMBERS = ["step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms"]
+_CLUSTER_NUMBERS = [
+    "rank",
+    "step",
+    "iteration_gap_ms",
+    "fp_bp_ms",
+    "tail_ms",
+    "total_ms",
+    "comm_ms",
+    "comm_overlap_ms",
+    "exposed_comm_ms",
+    "wait_ms",
+    "busy_ms",
+    "fp_bp_excl_comm_ms",
+    "tail_excl_comm_ms",
+    "slowest_rank",
+]
+#: What a reader requires of each CSV: (columns that must exist, the ones among them that must be numbers).
+CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
+    "step_trace": (_STEP_NUMBERS, _STEP_NUMBERS),
+    "op_type": (
+        ["device", "op_type", "count", "total_ms", "avg_ms", "share_pct"],
+        ["count", "total_ms", "avg_ms", "share_pct"],
+    ),
+    "op_detail": (
+        ["device", "op_type", "name", "count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
+        ["count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
+    ),
+    "data_queue": (["queue", "time_ms", "size", "capacity"], ["time_ms", "size", "capacity"]),
+    "device_counters": (["source", "device", "metric", "time_ms", "value"], ["time_ms", "value"]),
+    "cluster_step_trace": (_CLUSTER_NUMBERS, _CLUSTER_NUMBERS),
+}
+#: Every column of each CSV the writer writes: the numeric ones among them are checked whenever
+#: present (a consumer computes with them), the required ones must be present.
+CSV_COLUMNS: dict[str, list[str]] = {
+    "step_trace": STEP_TRACE_COLUMNS,
+    "op_type": OP_TYPE_COLUMNS,
+    "op_detail": OP_DETAIL_COLUMNS,
+    "data_queue": DATA_QUEUE_COLUMNS,
+    "device_counters": DEVICE_COUNTER_COLUMNS,
+    "cluster_step_trace": CLUSTER_STEP_COLUMNS,
+}
+#: Columns read as text whatever they look like (an op named "1" stays "1").
+TEXT_DTYPES = dict.fromkeys(("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source"), str)
+#: Text columns that may be absent in a file and are then filled with "".
+OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "step_source", "event")
+#: Numeric columns that may hold a value that is not finite, and the spellings the writer uses for
+#: them (a user counter may be NaN: a diverging loss is worth recording; an empty cell is a value
+#: the row does not have, read as NaN). Any other column, and any other spelling (NaN, Infinity,
+#: 1e400), is refused.
+NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("device_counters", "value"): ("nan", "inf", "-inf"),
+    ("step_trace", DEVICE_BUSY[0]): ("",),  # empty: no device data in the step
+    ("step_trace", DEVICE_IDLE[0]): ("",),
+    ("step_trace", GAP_HOST[0]): ("",),  # empty: the run did not measure its data wait
+}
+
+UNBOUNDED_COLUMNS = {("device_counters", "value")}
+
+
+def column_limit(kind: str, column: str) -> float:
+    """The bound (exclusive) on the magnitude of column `column` of CSV `kind` (inf: any value)."""
+    if (kind, column) in UNBOUNDED_COLUMNS:
+        return math.inf
+    return MAX_MS if column.endswith(("_ms", "_pct", "_ratio")) else MAX_WHOLE
+
+
+def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
+    """Read one of the output CSVs (a CSV_REQUIRED key) and check the columns consumers rely on.
+
+    Text cells are read as written ("" stays "", an op named "nan" or "1" stays text); the numeric
+    columns consumers rely on must hold finite numbers (NON_FINITE_CELLS lists the exceptions).
+    """
+    required, numeric = CSV_REQUIRED[kind]
+    if isinstance(path, (str, os.PathLike)):  # a file (the live view passes text in memory)
+        regular_file(path)
+    try:
+        frame = pd.read_csv(path, na_filter=False, dtype=TEXT_DTYPES)
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path} is not a valid CSV file ({first.rstrip('.')})") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path} is malformed: missing column(s) {', '.join(missing)}")
+    text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
+    for col in numeric + [
+        c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric and c not in text
+    ]:
+        frame[col] = _numeric_column(
+            frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()), column_limit(kind, col)
+        )
+    for col in OPTIONAL_TEXT:
+        if col in frame.columns:
+            frame[col] = frame[col].astype(str)
+    return frame
+
+
+def _numeric_column(
+    column: pd.Series, path: Path, name: str, non_finite: tuple[str, ...], limit: float = math.inf
+) -> pd.Series:
+    """A CSV column as float64 numbers (int64 when every cell is whole), or InputError naming the
+    first line that is not a finite number (or one of the `non_finite` spellings) or is at or
+    beyond `limit` in magnitude."""
+    if column.dtype.kind in "iu":
+        beyond = np.abs(column.to_numpy(dtype=np.float64)) >= limit
+        if beyond.any():
+            _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
+        return column
+    if column.dtype.kind == "f":
+        values = column.to_numpy()
+        bad = ~np.isfinite(values)
+    else:
+        text = column.astype(str)
+        values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+        allowed = text.isin(non_finite).to_numpy() if non_finite else False
+        bad = ~np.isfinite(values) & ~allowed
+        if non_finite:
+            values = np.where(allowed, text.map(_SPELLED).to_numpy(dtype=np.float64, na_value=np.nan), values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        cell = str(column.iloc[row])
+        what = (
+            "an empty value"
+            if not cell.strip()
+            else f"a value that is not a finite number ({cell[:40]!r})"
+            if _is_number_text(cell)
+            else f"a non-numeric value ({cell[:40]!r})"
+        )
+        raise InputError(f"{path} is malformed: column {name} has {what} on line {row + 2}")
+    with np.errstate(invalid="ignore"):
+        beyond = (np.abs(values) >= limit) & np.isfinite(values)
+    if beyond.any():
+        _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
+    return pd.Series(values, index=column.index, name=column.name, dtype=np.float64)
+
+
+def _beyond_limit(column: pd.Series, path: Path, name: str, row: int) -> None:
+    raise InputError(
+        f"{path} is malformed: column {name} has {str(column.iloc[row])[:40]!r} on line {row + 2}, "
+        "beyond what a 64-bit clock or count can hold"
+    )
+
+
+_SPELLED = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _is_number_text(text: str) -> bool:
+    """Whether float() reads `text` (nan, inf and 1e400 included)."""
+    try:
+        float(text)
+    except (ValueError, OverflowError):
+        return False
+    return True
