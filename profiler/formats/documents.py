@@ -4,11 +4,16 @@ in the output documents (DOCUMENT_SCHEMAS, checked by `read_document`)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional, Union
+
+import pydantic
+from typing_extensions import TypedDict
 
 from profiler.errors import InputError
 from profiler.formats.columns import DEVICE_TIME_COLUMNS, MAX_WHOLE
@@ -348,41 +353,89 @@ def _meaning(spec: Any) -> str:
     return " or ".join(words) + (" or null" if type(None) in spec else "")
 
 
-def type_problem(value: Any, spec: Any, where: str = "") -> Optional[str]:
-    """Where `value` breaks the schema node `spec`, in words ("verdict should be an object, not \\"x\\""),
-    or None. Booleans are not numbers (JSON true is no count)."""
+def document_problem(doc: Any, kind: str) -> Optional[str]:
+    """Where `doc` breaks the schema of `kind` (DOCUMENT_SCHEMAS), in words ("verdict should be an object,
+    not \"x\""), or None. Checked by pydantic in strict mode (booleans are not numbers, no text is read as
+    a number) against types made from the schema (`document_type`); the first error makes the sentence."""
+    try:
+        _adapter(kind).validate_python(doc, strict=True)
+        return None
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+    path = _in_document(doc, error["loc"])
+    where = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path).lstrip(".")
+    if error["type"] in ("less_than", "greater_than"):
+        return f"{where} is {_shown(error['input'])}, beyond what a 64-bit number can hold"
+    wanted = _meaning(_spec_at(DOCUMENT_SCHEMAS[kind], path))
+    return f"{where or 'the document'} should be {wanted}, not {_shown(error['input'])}"
+
+
+@functools.cache
+def _adapter(kind: str) -> pydantic.TypeAdapter:
+    """The pydantic validator of one kind of document, made once (on first use: pydantic's import and the
+    validator's build stay off the paths that read no document)."""
+    return pydantic.TypeAdapter(document_type(DOCUMENT_SCHEMAS[kind]))
+
+
+#: A JSON number within what a 64-bit count or clock holds.
+_NUMBER = Annotated[Union[int, float], pydantic.Field(gt=-MAX_WHOLE, lt=MAX_WHOLE)]
+_WHOLE = Annotated[int, pydantic.Field(gt=-int(MAX_WHOLE), lt=int(MAX_WHOLE))]
+_kinds = itertools.count()
+
+
+def document_type(spec: Any) -> Any:
+    """The Python type a schema node stands for (typed dicts with optional keys for objects with known
+    keys, dicts for ANY_KEY, lists, unions of the allowed JSON types), for pydantic to check."""
     if isinstance(spec, Nullable):
-        return None if value is None else type_problem(value, spec[0], where)
+        return Optional[document_type(spec[0])]
     if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            return f"{where or 'the document'} should be {_meaning(spec)}, not {_shown(value)}"
-        for key, item in value.items():
-            sub = spec.get(key, spec.get(ANY_KEY))
-            if sub is not None:
-                problem = type_problem(item, sub, f"{where}.{key}" if where else key)
-                if problem:
-                    return problem
-        return None
+        known = {key: document_type(item) for key, item in spec.items() if key != ANY_KEY}
+        if not known:
+            return dict[str, document_type(spec[ANY_KEY]) if ANY_KEY in spec else Any]
+        return TypedDict(f"Document{next(_kinds)}", known, total=False)
     if isinstance(spec, list):
-        if not isinstance(value, list):
-            return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
-        for i, item in enumerate(value):
-            problem = type_problem(item, spec[0], f"{where}[{i}]")
-            if problem:
-                return problem
-        return None
-    if not isinstance(value, spec) or (isinstance(value, bool) and bool not in spec):
-        return f"{where} should be {_meaning(spec)}, not {_shown(value)}"
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= MAX_WHOLE:
-        return f"{where} is {_shown(value)}, beyond what a 64-bit number can hold"
-    return None
+        return list[document_type(spec[0])]
+    types = [
+        _NUMBER if t is float else _WHOLE if t is int else t
+        for t in spec
+        if t is not type(None) and not (t is int and float in spec)
+    ]
+    single = types[0] if len(types) == 1 else Union[tuple(types)]
+    return Optional[single] if type(None) in spec else single
+
+
+def _in_document(doc: Any, loc: tuple) -> list[Any]:
+    """The part of a pydantic error location that is a path in the document (the rest names union members)."""
+    path, node = [], doc
+    for step in loc:
+        if (
+            isinstance(node, dict)
+            and step in node
+            or isinstance(node, list)
+            and isinstance(step, int)
+            and step < len(node)
+        ):
+            path.append(step)
+            node = node[step]
+        else:
+            break
+    return path
+
+
+def _spec_at(spec: Any, path: list[Any]) -> Any:
+    """The schema node of the document's value at `path`."""
+    for step in path:
+        if isinstance(spec, Nullable):
+            spec = spec[0]
+        spec = spec[0] if isinstance(spec, list) else spec.get(step, spec.get(ANY_KEY, {}))
+    return spec
 
 
 def read_document(path: Path, kind: str) -> dict[str, Any]:
     """An output JSON document of `kind` (a DOCUMENT_SCHEMAS key), its types checked: one sentence
     naming the file and the key when a value has the wrong JSON type."""
     doc = read_json_object(path)
-    problem = type_problem(doc, DOCUMENT_SCHEMAS[kind])
+    problem = document_problem(doc, kind)
     if problem:
         raise InputError(f"{path} is malformed: {problem}")
     return doc
