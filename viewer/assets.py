@@ -29,8 +29,8 @@ table.data { border-collapse:collapse; width:100%; font-size:13px; }
 table.data th, table.data td { padding:5px 10px; border-bottom:1px solid var(--line); text-align:left;
                                vertical-align:top; }
 table.data th { color:var(--muted); font-weight:600; background:#FAFBFC; position:sticky; top:0; }
-table.data td.num, table.data th.num { text-align:right; font-variant-numeric:tabular-nums; }
-table.data td { overflow-wrap:anywhere; }
+table.data td.num, table.data th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
+table.data td { overflow-wrap:anywhere; } table.data td.num { overflow-wrap:normal; }
 .sortable th { cursor:pointer; user-select:none; } .sortable th.sorted-asc::after { content:' \\25B2'; }
 .sortable th.sorted-desc::after { content:' \\25BC'; }
 .table-tools { display:flex; gap:10px; align-items:center; margin-bottom:8px; color:var(--muted); font-size:12.5px; }

@@ -9,6 +9,8 @@ Durations are given in ms and written on a ladder of units (`DurationStyle`): th
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -74,3 +76,49 @@ def clean(value: Any, width: int = 0) -> str:
     """A user string made safe for a terminal (no control characters) and cut to `width`."""
     text = "".join(c if c.isprintable() else "?" for c in str(value))
     return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+#: A C++ signature's call: a name character (or a template's closing bracket) right before "(".
+_CALL = re.compile(r"[\w>]\(")
+
+
+def short_name(name: str) -> str:
+    """A kernel's or op's name as a chart label: a C++ signature's function without its return type,
+    template arguments and parameters ("void at::native::elementwise_kernel<128, 4, ...>(int, ...)" ->
+    "at::native::elementwise_kernel"); any other name as it is ("aten::conv2d", "Memcpy HtoD (Pageable ->
+    Device)")."""
+    text = str(name).strip()
+    if "<" not in text and not (text.endswith(")") and _CALL.search(text)):
+        return text
+    out, depth, parens = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "<":
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif depth:
+            continue  # inside template arguments
+        elif char == "(" and i and (text[i - 1].isalnum() or text[i - 1] in "_>"):
+            break  # the parameters
+        elif char == " " and not parens:
+            out = []  # a return type (or qualifiers) before the name
+        else:
+            parens += (char == "(") - (char == ")")  # "(anonymous namespace)" is part of the name
+            out.append(char)
+    return "".join(out).strip() or text
+
+
+def short_labels(names: Iterable[str]) -> list[str]:
+    """short_name of each name, made unique: names whose short forms collide are numbered in order of
+    appearance ("cutlass::Kernel (1)", "cutlass::Kernel (2)"); the full names stay in hovers and files."""
+    names = [str(n) for n in names]
+    shorts = [short_name(n) for n in names]
+    full_by_short: dict[str, list[str]] = {}
+    for name, short in zip(names, shorts):
+        seen = full_by_short.setdefault(short, [])
+        if name not in seen:
+            seen.append(name)
+    return [
+        short if len(full_by_short[short]) == 1 else f"{short} ({full_by_short[short].index(name) + 1})"
+        for name, short in zip(names, shorts)
+    ]

@@ -280,3 +280,61 @@ def test_the_live_report_shows_the_pages_that_declare_a_live_mode(tmp_path):
     assert (
         live == [p.key for p in PAGES if p.live is not Live.HIDDEN] == ["overview", "operators", "pipeline", "counters"]
     )
+
+
+@pytest.mark.parametrize(
+    "name, short",
+    [
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
+            "at::native::vectorized_elementwise_kernel",
+        ),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x4_nn_align1>("
+            "cutlass_80_tensorop_s1688gemm_64x64_32x4_nn_align1::Params)",
+            "cutlass::Kernel",
+        ),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false>(float*, int)",
+            "(anonymous namespace)::softmax_warp_forward",
+        ),
+        (
+            "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int>(cublasGemvParamsEx<int>)",
+            "internal::gemvx::kernel",
+        ),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "ncclKernel_AllReduce_RING_LL_Sum_float"),
+        ("Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pageable -> Device)"),  # not a signature
+        ("aten::conv2d", "aten::conv2d"),
+        ("volta_sgemm_128x64_nn", "volta_sgemm_128x64_nn"),
+        ("other (12 types)", "other (12 types)"),
+    ],
+)
+def test_a_kernel_signature_is_labelled_by_its_function(name, short):
+    from viewer.formatting import short_name
+
+    assert short_name(name) == short
+
+
+def test_colliding_short_names_are_numbered_and_the_chart_hovers_the_full_name(captures):
+    """Two cutlass kernels share the short name cutlass::Kernel: the axis numbers them, the hover holds each
+    full signature; on a real trace every label of the device chart is unique and none is a signature's tail."""
+    from viewer.formatting import short_labels
+    from viewer.inputs import load_input
+    from viewer.pages.operators import type_shares
+
+    a, b = "void cutlass::Kernel<A>(A::Params)", "void cutlass::Kernel<B>(B::Params)"
+    assert short_labels([a, b, "aten::mm", a]) == [
+        "cutlass::Kernel (1)",
+        "cutlass::Kernel (2)",
+        "aten::mm",
+        "cutlass::Kernel (1)",
+    ]
+    run = load_input(captures / "kineto" / "diff_test.json.gz")[0]
+    device = next(d for d in run.op_type["device"].unique() if d != "cpu")
+    fig = type_shares(run.op_type, device, 15)
+    labels, full = list(fig.data[0].y), [c[2] for c in fig.data[0].customdata]
+    assert len(set(labels)) == len(labels)
+    for label in labels:  # no template arguments, no parameter list: the function's name
+        assert "<" not in label and not label.endswith(")") or label.startswith(("Memcpy", "Memset", "other ("))
+    assert any(len(f) > 80 for f in full)  # the signatures stay whole in the hover

@@ -5,6 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from viewer.context import Context
+from viewer.formatting import short_labels
 from viewer.html import absent, esc, plot_text, section
 from viewer.page import Live, Page
 from viewer.stats import shares_with_other
@@ -31,19 +32,20 @@ def type_shares(op_type, device: str, top: int) -> go.Figure:
     """Horizontal bars of a device's op-type shares: the top types, then "other"."""
     rows = shares_with_other(op_type, device, top).iloc[::-1]
     colors = [OTHER if name.startswith("other (") else PALETTE[0] for name in rows["op_type"]]
-    labels = [plot_text(name) for name in rows["op_type"]]
+    # a kernel's C++ signature as its function's short name on the axis, the full name in the hover
+    labels = [plot_text(label) for label in short_labels(rows["op_type"])]
     fig = go.Figure(
         go.Bar(
             x=rows["share_pct"],
             y=labels,
             orientation="h",
             marker_color=colors,
-            customdata=list(zip(rows["total_ms"], rows["count"])),
+            customdata=list(zip(rows["total_ms"], rows["count"], [plot_text(n) for n in rows["op_type"]])),
             text=[f"{v:.1f} %" for v in rows["share_pct"]],
             textposition="outside",
             cliponaxis=False,
-            hovertemplate="%{y}<br>%{x:.1f} % of device time<br>%{customdata[0]:.2f} ms in %{customdata[1]} calls"
-            "<extra></extra>",
+            hovertemplate="%{customdata[2]}<br>%{x:.1f} % of device time<br>%{customdata[0]:.2f} ms in "
+            "%{customdata[1]} calls<extra></extra>",
         )
     )
     height = max(220, 26 * len(rows) + 80)
