@@ -37,6 +37,11 @@ OP_COLUMNS: dict[str, str] = {
     "dtypes": "object",  # input types as text when recorded (torch: ["double","float",...]), else ""
     "correlation": "int64",  # host-launch <-> device-kernel correlation id, -1 when none
     "source": "object",  # marker | torch | kineto | ascend | mindspore
+    # Kernels' launch figures as the device's tracer estimated them (Kineto's "blocks per SM" and
+    # "est. achieved occupancy %"), NaN when the source gives none: the kernel view's and the GPU
+    # summary's SM efficiency and occupancy (analysis/kernels.py, analysis/gpu_summary.py).
+    "blocks_per_sm": "float32",
+    "occupancy_pct": "float32",
 }
 
 #: Op categories of a device's work: what busy time, the device breakdown and device op tables count.
@@ -53,7 +58,7 @@ FLOAT64_MODULE_SPAN = "float64 module: "
 #: Named host spans that are not ops: phases (forward, backward, tail, all_reduce, ...) and user spans.
 SPAN_COLUMNS: dict[str, str] = {
     "tid": "int64",  # profview thread index (see threads table)
-    "kind": "object",  # phase | span | overhead
+    "kind": "object",  # phase | span | scope (a framework op that is an annotation: Kineto cpu_op ranges) | overhead
     "name": "object",
     "start_ns": "int64",
     "dur_ns": "int64",
@@ -116,7 +121,7 @@ def conform(df: pd.DataFrame | Mapping[str, Any], columns: dict[str, str]) -> pd
     """Return `df` (a DataFrame or a dict of columns) with exactly the schema's columns, in order
     and with the schema's dtypes, copying no column that already has its dtype.
 
-    Missing columns are filled with the type's neutral value ("" / -1 / 0.0).
+    Missing columns are filled with the type's neutral value ("" / -1 / NaN: not known).
     """
     out = {}
     n = len(df) if isinstance(df, pd.DataFrame) else len(next(iter(df.values()), ()))
@@ -132,8 +137,8 @@ def conform(df: pd.DataFrame | Mapping[str, Any], columns: dict[str, str]) -> pd
                 out[col] = np.asarray(s, dtype=dtype)
         elif dtype == "object":
             out[col] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[""])
-        elif dtype == "float64":
-            out[col] = np.zeros(n, dtype=np.float64)
+        elif dtype.startswith("float"):
+            out[col] = np.full(n, np.nan, dtype=dtype)
         else:
             out[col] = np.full(n, -1, dtype=np.int64)
     return pd.DataFrame(out, columns=list(columns), copy=False)

@@ -17,9 +17,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.export.event_file import EventFile, read_event_file
-
-#: Categories of events that are not ops (the rest are ops: compute, host, comm, user, ...).
-NOT_OPS = ("step", "phase", "span", "overhead", "mark", "instant", "counter", "launch")
+from profiler.formats.columns import NOT_OP_EVENT_KINDS
 
 
 @dataclass
@@ -60,7 +58,7 @@ class Timeline:
 
     def op_category_codes(self) -> np.ndarray:
         """Codes of the categories that are ops."""
-        return np.array([i for i, c in enumerate(self.file.categories) if c not in NOT_OPS], dtype=np.int64)
+        return np.array([i for i, c in enumerate(self.file.categories) if c not in NOT_OP_EVENT_KINDS], dtype=np.int64)
 
     def time_range_ns(self) -> tuple[int, int]:
         """First start and last end of the complete events (0, 0 when there are none)."""

@@ -1,41 +1,54 @@
-"""Operator statistics: per device and op type, and per device and op name."""
+"""Operator statistics: per device and op type, and per device and op name; for framework ops of a
+run with a device, the device time of the kernels they launched (analysis/launches.py)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_TYPE_COLUMNS
+from profiler.analysis.launches import Launches, framework_ops
+from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import Groups, group_rows
 from profiler.model import NOT_WORK_CATEGORIES
 
 
-def work_ops(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops that are work: without device API calls, device-side waits and annotations
+def work_rows(ops: pd.DataFrame) -> np.ndarray:
+    """Whether each op is work: not a device API call, device-side wait or annotation
     (model.NOT_WORK_CATEGORIES), which are on the timeline but are not where the time goes."""
-    not_work = ops["category"].isin(NOT_WORK_CATEGORIES).to_numpy()
-    return ops[~not_work] if not_work.any() else ops
+    return ~ops["category"].isin(NOT_WORK_CATEGORIES).to_numpy()
 
 
-def op_type_table(ops: pd.DataFrame) -> pd.DataFrame:
+def work_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops that are work (`work_rows`)."""
+    work = work_rows(ops)
+    return ops if work.all() else ops[work]
+
+
+def op_type_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
     """Count, total / self / average time and share of device self time, per device and op type (work
-    ops only: `work_ops`)."""
-    ops = work_ops(ops)
+    ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
+    work = work_rows(ops)
+    ops = ops if work.all() else ops[work]
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_TYPE_COLUMNS)
     g = group_rows(ops["device"], ops["op_type"])
     t = _per_group(ops, g, ["device", "op_type", "category"])
+    _add_device_times(t, g, ops, launched, work)
     return _finish(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
 
 
-def op_detail_table(ops: pd.DataFrame) -> pd.DataFrame:
+def op_detail_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
     """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
-    (work ops only: `work_ops`)."""
-    ops = work_ops(ops)
+    (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
+    work = work_rows(ops)
+    ops = ops if work.all() else ops[work]
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
     g = group_rows(ops["device"], ops["name"])
     t = _per_group(ops, g, ["device", "name", "op_type", "category"])
+    _add_device_times(t, g, ops, launched, work)
     dur = ops["dur_ns"].to_numpy()
     t["min_ms"] = g.min(dur) / 1e6
     t["max_ms"] = g.max(dur) / 1e6
@@ -51,6 +64,32 @@ def _per_group(ops: pd.DataFrame, g: Groups, labels: list[str]) -> pd.DataFrame:
     t["total_ns"] = g.sum(ops["dur_ns"].to_numpy())
     t["self_ns"] = g.sum(ops["self_ns"].to_numpy())
     return t
+
+
+def _add_device_times(
+    t: pd.DataFrame, g: Groups, ops: pd.DataFrame, launched: Optional[Launches], work: np.ndarray
+) -> None:
+    """The TensorBoard plugin's device columns of each group (docs/tensorboard.md): device self / total
+    ms, tensor-core eligibility (of the group's first op) and the tensor-core share of the device self /
+    total time. Empty for groups that are not framework ops, and for every group of a run whose
+    kernels cannot be tied to ops (`launched` None)."""
+    if launched is None:
+        for column in OP_DEVICE_COLUMNS:
+            t[column] = "" if column == "tc_eligible" else np.nan
+        return
+    framework = g.values(framework_ops(ops)).astype(bool)
+    own, total = g.sum(launched.device_self_ns[work]), g.sum(launched.device_total_ns[work])
+    t["device_self_ms"] = np.where(framework, own / 1e6, np.nan)
+    t["device_total_ms"] = np.where(framework, total / 1e6, np.nan)
+    eligible = g.values(launched.tc_eligible[work]).astype(bool)
+    t["tc_eligible"] = np.where(framework, np.where(eligible, "true", "false"), "")
+    t["tc_self_pct"] = np.where(framework, _pct(g.sum(launched.tc_self_ns[work]), own), np.nan)
+    t["tc_total_pct"] = np.where(framework, _pct(g.sum(launched.tc_total_ns[work]), total), np.nan)
+
+
+def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """part / whole in %, 0 where whole is 0."""
+    return np.divide(part * 100.0, whole, out=np.zeros(len(whole)), where=whole > 0)
 
 
 def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:

@@ -16,10 +16,14 @@ from profiler.analysis.device_time import device_time
 from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.findings.device import DeviceTimeline
 from profiler.analysis.float64 import float64_charged, float64_module_charged
+from profiler.analysis.gpu_summary import gpu_summary
+from profiler.analysis.kernels import kernel_table
+from profiler.analysis.launches import launches
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
+from profiler.analysis.step_activity import device_aware_steps, step_activity
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
-from profiler.analysis.steps import analysed_steps, step_source
+from profiler.analysis.steps import MARKED, analysed_steps, step_source
 from profiler.model import FLOAT64_MODULE_SPAN, Run
 
 
@@ -32,7 +36,9 @@ class Analysis:
     op_type: pd.DataFrame
     op_detail: pd.DataFrame
     extra_json: dict[str, Any] = field(default_factory=dict)  # file stem -> JSON document (queue summary, report)
-    devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time(): one row per device
+    devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time() and gpu_summary(): one row per device
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernel_table(): per device, kernel and launching op
+    step_activity: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_activity(): the plugin's step breakdown
 
 
 def step_windows_ns(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -66,12 +72,20 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         origin_unix_ns=origin_unix_ns,
         step_source=step_source(run.info)[0],
     )
+    launched = launches(run.ops)
+    marked = run.steps if step_source(run.info)[0] == MARKED else run.steps.iloc[:0]
+    plugin_steps = device_aware_steps(run.ops, marked, launched)  # the plugin's steps: annotated ones only
+    devices = device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid), step_windows_ns(trace))
     analysis = Analysis(
         run=run,
         step_trace=trace,
-        op_type=op_type_table(run.ops),
-        op_detail=op_detail_table(run.ops),
-        devices=device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid), step_windows_ns(trace)),
+        op_type=op_type_table(run.ops, launched),
+        op_detail=op_detail_table(run.ops, launched),
+        devices=devices.merge(gpu_summary(run.ops, launched, plugin_steps), on="device", how="left")
+        if len(devices)
+        else devices,
+        kernels=kernel_table(run.ops, launched),
+        step_activity=step_activity(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
     )
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(
@@ -79,6 +93,12 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         )
     analysis.extra_json["report"] = report(analysis, thresholds)
     return analysis
+
+
+def _has_torch_ops(run: Run) -> bool:
+    """Whether the run holds ops of a PyTorch profiler trace (imported or captured): the runs the
+    TensorBoard plugin's views are for."""
+    return bool(run.ops["source"].isin(("kineto", "torch")).any())
 
 
 def report(a: Analysis, thresholds: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:

@@ -49,7 +49,21 @@ STEP_TRACE_COLUMNS = [
     DEVICE_BUSY[0],
     DEVICE_IDLE[0],
 ]
-OP_TYPE_COLUMNS = ["device", "op_type", "category", "count", "total_ms", "self_ms", "avg_ms", "share_pct"]
+#: Framework ops' device time (the TensorBoard plugin's operator view, docs/tensorboard.md): the kernels
+#: each op launched itself / with its children, its tensor-core eligibility ("true" / "false") and the
+#: tensor-core share of those times; empty for other ops and for runs whose kernels carry no launch.
+OP_DEVICE_COLUMNS = ["device_self_ms", "device_total_ms", "tc_eligible", "tc_self_pct", "tc_total_pct"]
+OP_TYPE_COLUMNS = [
+    "device",
+    "op_type",
+    "category",
+    "count",
+    "total_ms",
+    "self_ms",
+    "avg_ms",
+    "share_pct",
+    *OP_DEVICE_COLUMNS,
+]
 OP_DETAIL_COLUMNS = [
     "device",
     "name",
@@ -64,6 +78,35 @@ OP_DETAIL_COLUMNS = [
     "share_pct",
     "shapes",
     "scope",
+    *OP_DEVICE_COLUMNS,
+]
+#: step_activity_{rank}.csv: per step as the TensorBoard plugin delimits them, the ms each activity had
+#: (every instant to the first activity running then, in this order; other: none), and the step.
+STEP_ACTIVITY_COLUMNS = [
+    "step",
+    "kernel_ms",
+    "memcpy_ms",
+    "memset_ms",
+    "communication_ms",
+    "runtime_ms",
+    "dataloader_ms",
+    "cpu_exec_ms",
+    "other_ms",
+    "total_ms",
+]
+#: kernels_{rank}.csv: per device, kernel and launching op (the TensorBoard plugin's kernel view).
+KERNEL_COLUMNS = [
+    "device",
+    "name",
+    "op",
+    "calls",
+    "total_ms",
+    "mean_ms",
+    "max_ms",
+    "min_ms",
+    "blocks_per_sm",
+    "achieved_occupancy_pct",
+    "tensor_cores",
 ]
 DATA_QUEUE_COLUMNS = ["queue", "time_ms", "event", "size", "capacity", "wait_ms", "step"]
 DEVICE_COUNTER_COLUMNS = ["source", "device", "metric", "time_ms", "value"]
@@ -90,6 +133,17 @@ DEVICE_TIME_COLUMNS = [
     "idle_other_ms",
     "outside_steps_ms",
 ]
+#: The GPU summary each device of report_{rank}.json adds (analysis/gpu_summary.py, the TensorBoard plugin's
+#: overview; NaN / null where the device's kernels do not carry the figure).
+GPU_SUMMARY_COLUMNS = [
+    "utilization_pct",
+    "sm_efficiency_pct",
+    "achieved_occupancy_pct",
+    "tensor_core_pct",
+    "tc_eligible_pct",
+]
+#: The keys of each entry of report_{rank}.json's "devices" list.
+REPORT_DEVICE_COLUMNS = [*DEVICE_TIME_COLUMNS, *GPU_SUMMARY_COLUMNS]
 CLUSTER_STEP_COLUMNS = [
     "rank",
     "step",
@@ -127,6 +181,10 @@ EVENT_FILE_FORMAT = "profview-events"
 EVENT_FILE_VERSION = 2
 #: The schema metadata key holding the file's tables (names, categories, args, lanes, heads) as JSON.
 EVENT_FILE_META_KEY = "profview"
+#: Event categories that are not ops (every other category is an op's: compute, host, comm, user, ...):
+#: steps, phases, user spans, framework scopes (kineto annotations recorded as ops), the profiler's own
+#: overhead, marks, instants, counters and launch arrows.
+NOT_OP_EVENT_KINDS = ("step", "phase", "span", "scope", "overhead", "mark", "instant", "counter", "launch")
 #: The metadata's lane index holds every this-many-th start of a lane's complete rows.
 EVENT_INDEX_STEP = 1 << 16
 #: The fields of a row's head, with their numpy dtypes: what many rows share, so the file stores each

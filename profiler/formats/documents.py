@@ -16,7 +16,7 @@ import pydantic
 from typing_extensions import TypedDict
 
 from profiler.errors import InputError
-from profiler.formats.columns import DEVICE_TIME_COLUMNS, MAX_WHOLE
+from profiler.formats.columns import MAX_WHOLE, REPORT_DEVICE_COLUMNS
 from profiler.formats.names import SCHEMA_VERSION
 
 
@@ -222,7 +222,7 @@ DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
         },
         "thresholds": {ANY_KEY: FIGURE},
         "findings": [_FINDING],
-        "devices": [{**dict.fromkeys(DEVICE_TIME_COLUMNS, NUMBER), "device": TEXT}],
+        "devices": [{**dict.fromkeys(REPORT_DEVICE_COLUMNS, NUMBER), "device": TEXT}],
         "profiler_cost": {"overhead_ms_per_step": NUMBER, "overhead_pct": NUMBER, "memory_mb": {ANY_KEY: NUMBER}},
     },
     "queue_summary": {
@@ -320,7 +320,7 @@ DOCUMENT_SCHEMAS: dict[str, dict[str, Any]] = {
         "findings": [_FINDING],
         "warnings": [TEXT],
         "devices": [{ANY_KEY: (int, float, str, type(None))}],
-        "device_time": [{**dict.fromkeys(DEVICE_TIME_COLUMNS, NUMBER), "device": TEXT, "rank": WHOLE}],
+        "device_time": [{**dict.fromkeys(REPORT_DEVICE_COLUMNS, NUMBER), "device": TEXT, "rank": WHOLE}],
         "timeline_ranks": [WHOLE],
         "timeline": {
             "file": TEXT,

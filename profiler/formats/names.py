@@ -15,6 +15,8 @@ RANK_FILES = {
     "step_trace": "step_trace_{rank}.csv",
     "op_type": "op_type_{rank}.csv",
     "op_detail": "op_detail_{rank}.csv",
+    "kernels": "kernels_{rank}.csv",
+    "step_activity": "step_activity_{rank}.csv",
     "data_queue": "data_queue_{rank}.csv",
     "device_counters": "device_counters_{rank}.csv",
     "queue_summary": "queue_summary_{rank}.json",

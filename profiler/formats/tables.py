@@ -19,14 +19,18 @@ from profiler.formats.columns import (
     DEVICE_COUNTER_COLUMNS,
     DEVICE_IDLE,
     GAP_HOST,
+    KERNEL_COLUMNS,
     MAX_MS,
     MAX_WHOLE,
     OP_DETAIL_COLUMNS,
+    OP_DEVICE_COLUMNS,
     OP_TYPE_COLUMNS,
+    STEP_ACTIVITY_COLUMNS,
     STEP_TRACE_COLUMNS,
 )
 from profiler.formats.documents import regular_file
 
+OP_DEVICE_NUMBERS = [column for column in OP_DEVICE_COLUMNS if column != "tc_eligible"]
 _STEP_NUMBERS = ["step", "start_ms", "iteration_gap_ms", "fp_bp_ms", "tail_ms", "total_ms", "all_reduce_ms"]
 _CLUSTER_NUMBERS = [
     "rank",
@@ -55,6 +59,8 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
         ["device", "op_type", "name", "count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
         ["count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
     ),
+    "step_activity": (STEP_ACTIVITY_COLUMNS, STEP_ACTIVITY_COLUMNS),
+    "kernels": (KERNEL_COLUMNS, ["calls", "total_ms", "mean_ms", "max_ms", "min_ms"]),
     "data_queue": (["queue", "time_ms", "size", "capacity"], ["time_ms", "size", "capacity"]),
     "device_counters": (["source", "device", "metric", "time_ms", "value"], ["time_ms", "value"]),
     "cluster_step_trace": (_CLUSTER_NUMBERS, _CLUSTER_NUMBERS),
@@ -65,14 +71,27 @@ CSV_COLUMNS: dict[str, list[str]] = {
     "step_trace": STEP_TRACE_COLUMNS,
     "op_type": OP_TYPE_COLUMNS,
     "op_detail": OP_DETAIL_COLUMNS,
+    "kernels": KERNEL_COLUMNS,
+    "step_activity": STEP_ACTIVITY_COLUMNS,
     "data_queue": DATA_QUEUE_COLUMNS,
     "device_counters": DEVICE_COUNTER_COLUMNS,
     "cluster_step_trace": CLUSTER_STEP_COLUMNS,
 }
 #: Columns read as text whatever they look like (an op named "1" stays "1").
-TEXT_DTYPES = dict.fromkeys(("name", "queue", "op_type", "device", "metric", "shapes", "scope", "source"), str)
+TEXT_DTYPES = dict.fromkeys(
+    ("name", "queue", "op_type", "op", "device", "metric", "shapes", "scope", "source", "tensor_cores"), str
+)
 #: Text columns that may be absent in a file and are then filled with "".
-OPTIONAL_TEXT = ("category", "shapes", "scope", "fp_start_source", "bp_end_source", "step_source", "event")
+OPTIONAL_TEXT = (
+    "category",
+    "shapes",
+    "scope",
+    "fp_start_source",
+    "bp_end_source",
+    "step_source",
+    "event",
+    "tc_eligible",
+)
 #: Numeric columns that may hold a value that is not finite, and the spellings the writer uses for
 #: them (a user counter may be NaN: a diverging loss is worth recording; an empty cell is a value
 #: the row does not have, read as NaN). Any other column, and any other spelling (NaN, Infinity,
@@ -82,6 +101,8 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("step_trace", DEVICE_BUSY[0]): ("",),  # empty: no device data in the step
     ("step_trace", DEVICE_IDLE[0]): ("",),
     ("step_trace", GAP_HOST[0]): ("",),  # empty: the run did not measure its data wait
+    # empty: not a framework op, or a run whose kernels carry no launch (OP_DEVICE_COLUMNS)
+    **{(kind, column): ("",) for kind in ("op_type", "op_detail") for column in OP_DEVICE_NUMBERS},
 }
 
 UNBOUNDED_COLUMNS = {("device_counters", "value")}

@@ -531,7 +531,7 @@ def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, cl
 
 
 def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
-    """User annotations (record_function ranges) other than ProfilerStep, in start order, with
+    """User annotations (record_function ranges) other than ProfilerStep, in start order (kind: `_span_kind`), with
     their nesting depth among the annotations of their thread. Keeps end_ns and the phase they
     mark (`_phase_of`) for the step phase bounds."""
     tid = thread_of[rows]
@@ -540,7 +540,7 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _
     return pd.DataFrame(
         {
             "tid": tid,
-            "kind": np.full(len(rows), "span", dtype=object),
+            "kind": cols.cat[rows].map(_span_kind),
             "name": cols.name[rows].decoded(),
             "start_ns": start,
             "dur_ns": end - start,
@@ -552,6 +552,13 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _
         },
         columns=[*SPAN_COLUMNS, "end_ns", "phase"],
     ).sort_values("start_ns", kind="stable", ignore_index=True)
+
+
+def _span_kind(cat: Any) -> str:
+    """ "span" for a user annotation range, "scope" for an annotation the trace recorded as a framework
+    op (torch 1.8's record_function ranges, a TorchScript method's `forward`): the TensorBoard plugin
+    counted the latter's time as CPU execution (analysis/step_activity.py)."""
+    return "scope" if HOST_OP_CATEGORIES.get(cat) == "host" else "span"
 
 
 def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
@@ -607,6 +614,8 @@ def _ops(
         "dtypes": part["dtypes"],
         "correlation": to_int(cols.arg("correlation", rows), default=-1),
         "source": Coded.constant(SOURCE, len(rows)),
+        "blocks_per_sm": _device_numbers(cols, host, dev, "blocks per SM"),
+        "occupancy_pct": _device_numbers(cols, host, dev, "est. achieved occupancy %"),
     }
     return pd.DataFrame(
         {
@@ -677,6 +686,13 @@ def _device_category_type(cat: str, name: str) -> tuple[str, str]:
     if category == "memset":
         return category, "Memset"
     return category, name
+
+
+def _device_numbers(cols: EventColumns, host: np.ndarray, dev: np.ndarray, key: str) -> np.ndarray:
+    """A numeric kernel arg of the host rows then the device rows (float32): NaN for host ops and
+    where the arg is absent or not a number (only device rows are read: they are the fewer)."""
+    values = np.array([_number_or_nan(v) for v in cols.arg(key, dev)], dtype=np.float32)
+    return np.concatenate([np.full(len(host), np.nan, dtype=np.float32), values])
 
 
 def _shapes(cols: EventColumns, rows: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from profiler import Profiler
 from profiler.analysis.device_time import IDLE_CAUSES, device_time, idle_gaps, runtime_calls
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
-from profiler.formats.columns import DEVICE_TIME_COLUMNS
+from profiler.formats.columns import REPORT_DEVICE_COLUMNS
 from profiler.formats.tables import read_csv
 from profiler.importers.ascend import read_ascend_job, to_run
 from profiler.importers.kineto import read_kineto_trace
@@ -94,7 +94,7 @@ def test_report_and_step_trace_of_an_imported_trace(captures: Path, tmp_path: Pa
     import_kineto_trace(captures / "kineto" / "nccl_data.json.gz", tmp_path / "gpu")
     report = json.loads((tmp_path / "gpu" / "report_0.json").read_text())
     (device,) = report["devices"]
-    assert sorted(device) == sorted(DEVICE_TIME_COLUMNS)
+    assert sorted(device) == sorted(REPORT_DEVICE_COLUMNS)
     assert device["device"] == "cuda:0" and device["idle_pct"] == pytest.approx(76.16, abs=0.005)
     trace = read_csv(tmp_path / "gpu" / "step_trace_0.csv", "step_trace")
     assert np.allclose(trace["device_busy_ms"] + trace["device_idle_ms"], trace["total_ms"], atol=2e-6)

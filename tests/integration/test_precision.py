@@ -122,12 +122,14 @@ def test_no_annotation_is_an_op_of_an_imported_trace(captures: Path, trace: str,
     spans = {
         e["name"]
         for e in (timeline["traceEvents"] if isinstance(timeline, dict) else timeline)
-        if e.get("ph") == "X" and e.get("cat") in ("span", "step")
+        if e.get("ph") == "X" and e.get("cat") in ("span", "scope", "step")
     }
     host = {n for n in annotations if not n.startswith("ProfilerStep#")}
     assert host and host <= spans | {n for n in annotations if n.startswith("nccl:")}, sorted(host - spans)[:5]
     if trace.startswith("sampled_rank"):
-        assert "forward" in spans  # TorchScript's method scope, a cpu_op in the file: a span, not an op
+        events = timeline["traceEvents"] if isinstance(timeline, dict) else timeline
+        scopes = {e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "scope"}
+        assert "forward" in scopes  # TorchScript's method scope, a cpu_op in the file: a scope span, not an op
 
 
 def test_record_function_ranges_of_a_live_capture_are_spans(tmp_path: Path, torch_one_thread) -> None:

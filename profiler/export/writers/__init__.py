@@ -13,12 +13,15 @@ from profiler.export.writers.device_counters import DeviceCounters
 from profiler.export.writers.events import EventFile
 from profiler.export.writers.op_tables import OpDetail, OpType
 from profiler.export.writers.step_trace import StepTrace
+from profiler.export.writers.tensorboard_views import Kernels, StepActivity
 from profiler.export.writers.timeline import ChromeTrace
 
 WRITERS: list[Writer] = [
     StepTrace(),
     OpType(),
     OpDetail(),
+    Kernels(),
+    StepActivity(),
     DataQueue(),
     DeviceCounters(),
     AnalysisDocument("queue_summary"),

@@ -19,7 +19,7 @@ import pandas as pd
 
 from profiler.errors import InputError
 from profiler.export.event_file import read_event_file
-from profiler.formats.columns import STEP_START, STEP_TOTAL
+from profiler.formats.columns import NOT_OP_EVENT_KINDS, STEP_START, STEP_TOTAL
 from profiler.formats.documents import read_document
 from profiler.formats.names import rank_file
 from profiler.formats.tables import read_csv
@@ -34,7 +34,6 @@ DEVICE_BUSY = "device_busy_ms"
 #: How many of the report's findings are logged.
 TOP_FINDINGS = 3
 #: Event-file categories that are not ops (the rest, on device lanes, is device work).
-_NOT_OPS = ("step", "phase", "span", "overhead", "counter", "mark", "instant")
 
 
 @dataclass
@@ -130,7 +129,7 @@ def read_record(directory: Path, rank: int, top: int = TOP_FINDINGS) -> TrackerR
 def _event_file_device_busy(path: Path, step_trace: pd.DataFrame) -> Optional[np.ndarray]:
     """device_busy_ms from the ops on the device lanes of an events_{rank}.arrow; None without any."""
     events = read_event_file(path)
-    not_ops = [i for i, name in enumerate(events.categories) if name in _NOT_OPS]
+    not_ops = [i for i, name in enumerate(events.categories) if name in NOT_OP_EVENT_KINDS]
     starts, ends = [], []
     for lane, info in enumerate(events.lanes):
         if info.get("kind") != "device":

@@ -1,0 +1,103 @@
+"""The GPU summary of the TensorBoard plugin's overview, per device (report_{rank}.json `devices[]`,
+docs/tensorboard.md).
+
+Over the steps as the plugin delimits them (analysis/step_activity.py), from the first step's start
+to the last one's end:
+
+- utilization_pct: the share of that window in which at least one kernel ran;
+- sm_efficiency_pct: the plugin's "Est. SM Efficiency": at each instant the running kernels' blocks
+  per SM summed and capped at 1, averaged over the window;
+- achieved_occupancy_pct: "Est. Achieved Occupancy", the kernels' estimated occupancy weighted by
+  their time in the window;
+- tensor_core_pct: "Kernel Time using Tensor Cores", the tensor-core kernels' share of kernel time
+  in the window (analysis/tensor_cores.py);
+- tc_eligible_pct: the share of the kernel time launched by ops that is launched by the innermost
+  tensor-core eligible ops (the plugin's "Kernels with N% time are launched by Tensor Cores eligible
+  operators").
+
+Figures a device's kernels do not carry (no blocks per SM, no occupancy) are NaN.
+Pure: the ops, their launches and the steps in, one row per device out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profiler.analysis.kernels import kernel_rows
+from profiler.analysis.launches import Launches
+from profiler.analysis.tensor_cores import tensor_core_kernels
+from profiler.formats.columns import GPU_SUMMARY_COLUMNS
+from profiler.kernels.intervals import covered_ns
+
+
+def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per device with kernels: `device` and GPU_SUMMARY_COLUMNS."""
+    rows = np.flatnonzero(kernel_rows(ops))
+    if rows.size == 0 or steps.empty:
+        return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
+    window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
+    kernels = ops.iloc[rows]
+    tensor_cores = tensor_core_kernels(kernels["name"].to_numpy())
+    bottom = _innermost_eligible(launched, len(ops)) if launched is not None else None
+    out = []
+    for device in sorted(kernels["device"].astype(str).unique()):
+        on = (kernels["device"] == device).to_numpy()
+        start = kernels["start_ns"].to_numpy()[on]
+        end = start + kernels["dur_ns"].to_numpy()[on]
+        clipped = np.maximum(np.minimum(end, window[1]) - np.maximum(start, window[0]), 0).astype(np.float64)
+        out.append(
+            {
+                "device": device,
+                "utilization_pct": _pct(covered_ns(start, end, [window[0]], [window[1]])[0], window[1] - window[0]),
+                "sm_efficiency_pct": _sm_efficiency(start, end, kernels["blocks_per_sm"].to_numpy()[on], window),
+                "achieved_occupancy_pct": _occupancy(clipped, kernels["occupancy_pct"].to_numpy()[on]),
+                "tensor_core_pct": _pct(clipped[tensor_cores[on]].sum(), clipped.sum()),
+                "tc_eligible_pct": _eligible_share(rows[on], kernels["dur_ns"].to_numpy()[on], launched, bottom),
+            }
+        )
+    return pd.DataFrame(out, columns=["device", *GPU_SUMMARY_COLUMNS])
+
+
+def _pct(part: float, whole: float) -> float:
+    return float(part) * 100.0 / float(whole) if whole > 0 else 0.0
+
+
+def _sm_efficiency(start: np.ndarray, end: np.ndarray, blocks: np.ndarray, window: tuple[int, int]) -> float:
+    """The window's mean of min(1, sum of the running kernels' blocks per SM), in % (NaN without the figure)."""
+    known = np.isfinite(blocks) & (blocks > 0)
+    if not known.any() or window[1] <= window[0]:
+        return float("nan")
+    times = np.concatenate([start[known], end[known]])
+    change = np.concatenate([blocks[known], -blocks[known]]).astype(np.float64)
+    order = np.argsort(times, kind="stable")
+    times, level = times[order], np.cumsum(change[order])
+    seg_start = np.clip(times[:-1], *window)
+    seg_end = np.clip(times[1:], *window)
+    efficiency = np.minimum(np.maximum(level[:-1], 0.0), 1.0)
+    return float((efficiency * (seg_end - seg_start)).sum() * 100.0 / (window[1] - window[0]))
+
+
+def _occupancy(clipped: np.ndarray, occupancy: np.ndarray) -> float:
+    """The kernels' occupancy weighted by their time in the window (NaN without the figure)."""
+    known = np.isfinite(occupancy) & (occupancy >= 0) & (clipped > 0)
+    if not known.any():
+        return float("nan")
+    return float((occupancy[known] * clipped[known]).sum() / clipped[known].sum())
+
+
+def _innermost_eligible(launched: Launches, n: int) -> np.ndarray:
+    """The tensor-core eligible ops none of whose descendants is eligible."""
+    has_eligible_child = np.zeros(n, dtype=bool)
+    child = np.flatnonzero(launched.tc_eligible & (launched.parent >= 0))
+    has_eligible_child[launched.parent[child]] = True
+    return launched.tc_eligible & ~has_eligible_child
+
+
+def _eligible_share(rows: np.ndarray, dur: np.ndarray, launched: Launches | None, bottom: np.ndarray | None) -> float:
+    """The share of the launched kernel time whose launching op is an innermost eligible op, in %."""
+    if launched is None:
+        return float("nan")
+    launcher = launched.launcher[rows]
+    by_op = launcher >= 0
+    return _pct(dur[by_op][bottom[launcher[by_op]]].sum(), dur[by_op].sum())

@@ -1,0 +1,151 @@
+"""Which framework op launched each device execution, and the device time of every framework op
+(the TensorBoard plugin's operator view, docs/tensorboard.md).
+
+A device execution (kernel, memcpy, memset, collective kernel) carries the correlation id of the
+runtime call that launched it (`cudaLaunchKernel`, ...); that call runs inside a framework op on its
+thread, and the innermost one is the execution's launching op. An op's device self time is the
+time of the executions it launched itself; its device total time adds its children's (ops nested in
+it on its thread). Pure: the ops table in, arrays over its rows out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core_kernels
+from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.model import DEVICE_WORK_CATEGORIES
+
+#: Host op categories that are framework ops (an op a user wrote or called), which own launches.
+FRAMEWORK_CATEGORIES = ("host", "user")
+#: Device categories that are kernels (the plugin's "Kernel" events: compute and collective kernels).
+KERNEL_CATEGORIES = ("compute", "comm")
+
+
+@dataclass(frozen=True)
+class Launches:
+    """Per row of the ops table (0 / -1 / False where a figure does not apply to the row)."""
+
+    call: np.ndarray  # device executions: row of the runtime call that launched it, -1 when unknown
+    launcher: np.ndarray  # device executions: row of the framework op that launched it, -1 when unknown
+    parent: np.ndarray  # framework ops: row of the framework op it is nested in, -1 at a root
+    device_self_ns: np.ndarray  # framework ops: device time of the executions it launched itself
+    device_total_ns: np.ndarray  # framework ops: the same with the ops nested in it
+    tc_self_ns: np.ndarray  # framework ops: the part of device_self_ns in tensor-core kernels
+    tc_total_ns: np.ndarray  # framework ops: the part of device_total_ns in tensor-core kernels
+    tc_eligible: np.ndarray  # framework ops: tensor-core eligible (by name, by a child, or by its kernels)
+    tensor_cores: np.ndarray  # device executions: a tensor-core kernel
+
+
+def launches(ops: pd.DataFrame) -> Optional[Launches]:
+    """The launches of a run's ops, or None when no device execution can be tied to a runtime call
+    (no device, or a source without correlation ids)."""
+    on_host = (ops["device"] == "cpu").to_numpy()
+    correlation = ops["correlation"].to_numpy()
+    category = ops["category"]
+    executions = category.isin(DEVICE_WORK_CATEGORIES).to_numpy() & ~on_host & (correlation >= 0)
+    runtime = (category == "runtime").to_numpy() & on_host & (correlation >= 0)
+    if not executions.any() or not runtime.any():
+        return None
+    framework = framework_ops(ops)
+    owner, parent = _owners(ops, on_host, framework)
+    call = np.full(len(ops), -1, dtype=np.int64)
+    call[executions] = _calls(correlation, runtime, np.flatnonzero(executions))
+    launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1)
+
+    n = len(ops)
+    dur = ops["dur_ns"].to_numpy()
+    tensor_cores = np.zeros(n, dtype=bool)
+    kernels = np.flatnonzero(executions & category.isin(KERNEL_CATEGORIES).to_numpy())
+    tensor_cores[kernels] = tensor_core_kernels(ops["name"].to_numpy()[kernels])
+    launched = np.flatnonzero(launcher >= 0)
+    device_self = _sums(launcher[launched], dur[launched], n)
+    tc = launched[tensor_cores[launched]]
+    tc_self = _sums(launcher[tc], dur[tc], n)
+    eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
+    order = _deepest_first(parent, framework)
+    return Launches(
+        call=call,
+        launcher=launcher,
+        parent=parent,
+        device_self_ns=device_self,
+        device_total_ns=_with_descendants(device_self, parent, order),
+        tc_self_ns=tc_self,
+        tc_total_ns=_with_descendants(tc_self, parent, order),
+        tc_eligible=_any_descendant(eligible, parent, order),
+        tensor_cores=tensor_cores,
+    )
+
+
+def framework_ops(ops: pd.DataFrame) -> np.ndarray:
+    """Whether each row is a framework op (the rows the op figures are for)."""
+    return (ops["device"] == "cpu").to_numpy() & ops["category"].isin(FRAMEWORK_CATEGORIES).to_numpy()
+
+
+def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, parent) per row: a host row's innermost enclosing-or-itself framework op, and a framework
+    op's innermost enclosing framework op (other rows -1), by nesting on each host thread."""
+    host = np.flatnonzero(on_host)
+    lane, _ = codes_and_labels(ops["stream"].iloc[host])
+    start = ops["start_ns"].to_numpy()[host]
+    nested_in = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
+    is_framework = framework[host]
+    owner = np.where(is_framework, np.arange(len(host)), nested_in)
+    pending = np.flatnonzero(owner >= 0)
+    pending = pending[~is_framework[owner[pending]]]
+    while pending.size:  # climb from a non-framework container (a runtime call) to its framework op
+        owner[pending] = nested_in[owner[pending]]
+        pending = pending[owner[pending] >= 0]
+        pending = pending[~is_framework[owner[pending]]]
+    above = np.where(nested_in >= 0, owner[np.maximum(nested_in, 0)], -1)
+    full_owner = np.full(len(ops), -1, dtype=np.int64)
+    full_parent = np.full(len(ops), -1, dtype=np.int64)
+    full_owner[host] = np.where(owner >= 0, host[np.maximum(owner, 0)], -1)
+    full_parent[host[is_framework]] = np.where(above >= 0, host[np.maximum(above, 0)], -1)[is_framework]
+    return full_owner, full_parent
+
+
+def _calls(correlation: np.ndarray, runtime: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The row of the runtime call with each row's correlation id (-1 when no call has it; of two
+    calls with one id, the first)."""
+    calls = np.flatnonzero(runtime)
+    ids, first = np.unique(correlation[calls], return_index=True)
+    at = np.clip(np.searchsorted(ids, correlation[rows]), 0, len(ids) - 1)
+    return np.where(ids[at] == correlation[rows], calls[first[at]], -1)
+
+
+def _sums(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, to, values)
+    return out
+
+
+def _eligible_names(names: pd.Series) -> np.ndarray:
+    codes, labels = codes_and_labels(names)
+    return np.array([str(label) in TENSOR_CORE_ELIGIBLE_OPS for label in labels], dtype=bool)[codes]
+
+
+def _deepest_first(parent: np.ndarray, framework: np.ndarray) -> list[np.ndarray]:
+    """The framework ops with a parent, by nesting depth, deepest first (children before parents)."""
+    depth = nesting_depths(parent)
+    rows = np.flatnonzero(framework & (parent >= 0))
+    return [rows[depth[rows] == d] for d in range(int(depth[rows].max(initial=0)), 0, -1)]
+
+
+def _with_descendants(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> np.ndarray:
+    total = own.copy()
+    for rows in order:
+        np.add.at(total, parent[rows], total[rows])
+    return total
+
+
+def _any_descendant(flag: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> np.ndarray:
+    out = flag.copy()
+    for rows in order:
+        out[parent[rows[out[rows]]]] = True
+    return out
