@@ -4,7 +4,7 @@ recomputes a figure), with the idle cause that took the most time named in words
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import plotly.graph_objects as go
@@ -14,6 +14,14 @@ from viewer.html import table
 from viewer.stats import number
 from viewer.theme import styled
 
+#: The GPU summary of a device record (analysis/gpu_summary.py), by the TensorBoard plugin's names.
+GPU_SUMMARY_LABELS = {
+    "utilization_pct": "GPU utilization",
+    "sm_efficiency_pct": "est. SM efficiency",
+    "achieved_occupancy_pct": "est. achieved occupancy",
+    "tensor_core_pct": "kernel time using tensor cores",
+    "tc_eligible_pct": "kernel time of tensor-core eligible ops",
+}
 #: The idle causes of a device record (`idle_<cause>_ms`) in words, in the record's order.
 IDLE_CAUSE_LABELS = {
     "sync": "host synchronising (sync calls, .item(), pageable copies)",
@@ -40,6 +48,12 @@ class DeviceFigures:
     idle_ms: dict[str, float]  # idle time per cause (IDLE_CAUSE_LABELS' keys)
     busy_ms: float = 0.0
     outside_steps_ms: Optional[float] = None  # busy time outside every step; None in an older report
+    # the TensorBoard plugin's GPU summary (GPU_SUMMARY_LABELS' keys), None where the report has no figure
+    gpu_summary: dict[str, Optional[float]] = field(default_factory=dict)
+
+    @property
+    def has_gpu_summary(self) -> bool:
+        return any(value is not None for value in self.gpu_summary.values())
 
     @property
     def outside_steps_text(self) -> str:
@@ -93,6 +107,7 @@ def device_figures(report: Optional[dict[str, Any]]) -> list[DeviceFigures]:
                 idle_ms={c: number(r.get(f"idle_{c}_ms")) or 0.0 for c in IDLE_CAUSE_LABELS},
                 busy_ms=number(r.get("busy_ms")) or 0.0,
                 outside_steps_ms=number(r.get("outside_steps_ms")),
+                gpu_summary={key: number(r.get(key)) for key in GPU_SUMMARY_LABELS},
             )
         )
     return out
@@ -130,6 +145,16 @@ def device_table(devices: list[DeviceFigures], ranks: Optional[list[int]] = None
         rows = [[rank] + row for rank, row in zip(ranks, rows)]
         headers, numeric = ["rank"] + headers, [True] + numeric
     return table(headers, rows, numeric)
+
+
+def gpu_summary_table(devices: list[DeviceFigures]) -> str:
+    """The devices' GPU summary (the TensorBoard plugin's overview figures) as an HTML table, "" when no
+    device has one."""
+    shown = [d for d in devices if d.has_gpu_summary]
+    if not shown:
+        return ""
+    rows = [[d.device, *(fmt_pct(d.gpu_summary[key], missing="-") for key in GPU_SUMMARY_LABELS)] for d in shown]
+    return table(["device", *GPU_SUMMARY_LABELS.values()], rows, [False] + [True] * len(GPU_SUMMARY_LABELS))
 
 
 #: The colours of a device's idle causes in the Overview's bar (IDLE_CAUSE_LABELS' order).

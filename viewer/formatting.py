@@ -88,6 +88,9 @@ def short_name(name: str) -> str:
     "at::native::elementwise_kernel"); any other name as it is ("aten::conv2d", "Memcpy HtoD (Pageable ->
     Device)")."""
     text = str(name).strip()
+    mangled = _MANGLED.match(text)
+    if mangled:
+        return _demangled_scope(text[mangled.end() :]) or text
     if "<" not in text and not (text.endswith(")") and _CALL.search(text)):
         return text
     out, depth, parens = [], 0, 0
@@ -106,6 +109,22 @@ def short_name(name: str) -> str:
             parens += (char == "(") - (char == ")")  # "(anonymous namespace)" is part of the name
             out.append(char)
     return "".join(out).strip() or text
+
+
+#: An Itanium-mangled nested name (`_ZN19cutlass_cudnn_train6KernelINS_...`), as some kernels are named.
+_MANGLED = re.compile(r"_Z+N")
+_LENGTH = re.compile(r"\d+")
+
+
+def _demangled_scope(text: str) -> str:
+    """The qualified name at the start of a mangled nested name's body ("19cutlass_cudnn_train6KernelI..."
+    -> "cutlass_cudnn_train::Kernel"): its length-prefixed parts up to the first template or end mark."""
+    parts, at = [], 0
+    while (length := _LENGTH.match(text, at)) is not None:
+        end = length.end() + int(length.group())
+        parts.append(text[length.end() : end])
+        at = end
+    return "::".join(part for part in parts if part)
 
 
 def short_labels(names: Iterable[str]) -> list[str]:

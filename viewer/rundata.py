@@ -25,7 +25,7 @@ from profiler.formats.tables import CSV_REQUIRED, read_csv
 from viewer.trace import Timeline, load_timeline
 
 #: The per-rank tables (CSV) and documents (JSON) a RunData holds, each in the field named after its kind.
-RANK_TABLES = ("step_trace", "op_type", "op_detail", "data_queue", "device_counters")
+RANK_TABLES = ("step_trace", "op_type", "op_detail", "kernels", "step_activity", "data_queue", "device_counters")
 RANK_DOCUMENTS = ("queue_summary", "report")
 #: The directory's cluster files (several ranks analysed together), the same in each of its ranks' RunData.
 CLUSTER_OUTPUTS = {"cluster_summary": CLUSTER_SUMMARY, "cluster_step_trace": CLUSTER_STEP_TRACE}
@@ -41,6 +41,8 @@ class RunData:
     step_trace: Optional[pd.DataFrame] = None
     op_type: Optional[pd.DataFrame] = None
     op_detail: Optional[pd.DataFrame] = None
+    kernels: Optional[pd.DataFrame] = None
+    step_activity: Optional[pd.DataFrame] = None
     data_queue: Optional[pd.DataFrame] = None
     device_counters: Optional[pd.DataFrame] = None
     queue_summary: Optional[dict[str, Any]] = None

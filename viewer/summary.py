@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from profiler.formats import columns
 from viewer.context import Context
-from viewer.device_figures import device_figures
+from viewer.device_figures import GPU_SUMMARY_LABELS, device_figures
 from viewer.formatting import clean
 from viewer.stats import (
     findings,
@@ -156,6 +156,23 @@ def _device_block(ctx: Context) -> list[str]:
     ]
 
 
+def _gpu_summary_block(ctx: Context) -> list[str]:
+    """Per device, the TensorBoard plugin's GPU summary (report_{rank}.json's devices), when a device has it."""
+    devices = [d for d in device_figures(ctx.run.report) if d.has_gpu_summary]
+    if not devices:
+        return []
+    rows = [
+        (d.device, *("-" if d.gpu_summary[key] is None else f"{d.gpu_summary[key]:.2f}" for key in GPU_SUMMARY_LABELS))
+        for d in devices
+    ]
+    headers = ["device", *(f"{label} %" for label in GPU_SUMMARY_LABELS.values())]
+    return [
+        "",
+        "GPU summary (the TensorBoard plugin's overview figures, over its steps; docs/tensorboard.md):",
+        text_table(headers, rows, [False] + [True] * len(GPU_SUMMARY_LABELS)),
+    ]
+
+
 def _queue_block(ctx: Context) -> list[str]:
     """The queue analysis's verdict (queue_summary_{rank}.json), when queues were probed."""
     text = queue_verdict_text(ctx.run.queue_summary)
@@ -247,6 +264,7 @@ def render(ctx: Context) -> str:
                 *_ops_block(ctx),
                 *_key_figures_block(ctx),
                 *_device_block(ctx),
+                *_gpu_summary_block(ctx),
                 *_queue_block(ctx),
                 *_recording_block(ctx),
                 *_verdict_block(ctx),

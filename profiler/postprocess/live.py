@@ -318,6 +318,13 @@ def window_outputs(analysis: Analysis) -> dict[str, Any]:
     outputs: dict[str, Any] = {"profiler_info": info, "step_trace": analysis.step_trace}
     if len(run.ops):
         outputs.update(op_type=analysis.op_type, op_detail=analysis.op_detail)
+    outputs.update(
+        {
+            kind: table
+            for kind, table in (("kernels", analysis.kernels), ("step_activity", analysis.step_activity))
+            if len(table)
+        }
+    )
     if len(run.queues):
         outputs["data_queue"] = queue_table(analysis)
     if len(run.counters):

@@ -56,3 +56,50 @@ const plot = heading.parentElement.querySelector('div.plot');
     assert shares["idle: host work (launching too slowly)"] == pytest.approx(
         100 * device["idle_host_ms"] / device["window_ms"], abs=1e-3
     )
+
+
+def test_kernels_page_shows_the_tensorboard_views_in_a_browser(nccl_dir: Path, tmp_path: Path) -> None:
+    """The Kernels tab: the GPU summary table holds the report's figures, the step bars stack each step's
+    activities to its length (step_activity_0.csv), and the kernel table lists every kernels_0.csv row."""
+    import pandas as pd
+
+    from support.viewer_browser import close_driver, console_errors, new_driver
+
+    (device,) = json.loads((nccl_dir / "report_0.json").read_text())["devices"]
+    steps = pd.read_csv(nccl_dir / "step_activity_0.csv")
+    kernels = pd.read_csv(nccl_dir / "kernels_0.csv")
+    out = tmp_path / "report.html"
+    assert profview(str(nccl_dir), "-o", str(out)).returncode == 0
+    (row,) = section_rows(out.read_text(), "kernels", "GPU summary")
+    assert row == ["cuda:0"] + [
+        f"{device[key]:.1f} %"
+        for key in (
+            "utilization_pct",
+            "sm_efficiency_pct",
+            "achieved_occupancy_pct",
+            "tensor_core_pct",
+            "tc_eligible_pct",
+        )
+    ]
+    driver = new_driver()
+    try:
+        driver.get(out.as_uri())
+        drawn = driver.execute_async_script("""
+const done = arguments[arguments.length - 1];
+profview.show('kernels');
+const heading = Array.from(document.querySelectorAll('#page-kernels h2'))
+  .find(h => h.textContent === 'Step time by activity');
+const plot = heading.parentElement.querySelector('div.plot');
+(function poll() {
+  const rows = document.querySelectorAll('#page-kernels table.sortable tbody tr');
+  if (plot.dataset.done && plot.querySelector('svg.main-svg') && rows.length) {
+    done({bars: plot._fullData.map(t => [t.name, Array.from(t.y)]), rows: rows.length});
+  } else { setTimeout(poll, 20); }
+})();""")
+        assert console_errors(driver) == []
+    finally:
+        close_driver(driver)
+    stacked = [sum(values[i] for _, values in drawn["bars"]) for i in range(len(steps))]
+    assert stacked == pytest.approx(steps["total_ms"].tolist(), abs=1e-6)
+    assert dict(drawn["bars"])["communication"] == pytest.approx(steps["communication_ms"].tolist())
+    assert drawn["rows"] == len(kernels)

@@ -75,6 +75,9 @@ def test_the_live_rundata_of_a_whole_recording_is_what_its_files_give_the_pages(
         live.close()
     for kind in RANK_TABLES:
         got, read = getattr(memory, kind), getattr(files, kind)
+        if kind in ("kernels", "step_activity"):  # PyTorch profiler views: this loop records no torch ops
+            assert got is None and read is None, kind
+            continue
         assert list(got.columns) == list(read.columns) and len(got) == len(read) > 0, kind
         for column in got.columns:
             assert got[column].dtype == read[column].dtype, (kind, column)

@@ -304,6 +304,11 @@ def test_the_live_report_shows_the_pages_that_declare_a_live_mode(tmp_path):
             "internal::gemvx::kernel",
         ),
         ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "ncclKernel_AllReduce_RING_LL_Sum_float"),
+        (  # a mangled name, as nccl_data's cuDNN CUTLASS kernels are written
+            "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22Implicit",
+            "cutlass_cudnn_train::Kernel",
+        ),
+        ("_Zfoo", "_Zfoo"),
         ("Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pageable -> Device)"),  # not a signature
         ("aten::conv2d", "aten::conv2d"),
         ("volta_sgemm_128x64_nn", "volta_sgemm_128x64_nn"),

@@ -6,9 +6,10 @@ import plotly.graph_objects as go
 
 from viewer.context import Context
 from viewer.formatting import short_labels
-from viewer.html import absent, esc, plot_text, section
+from viewer.html import absent, plot_text, section
 from viewer.page import Live, Page
 from viewer.stats import shares_with_other
+from viewer.tables import sortable_table
 from viewer.theme import OTHER, PALETTE, styled
 
 #: Columns of the detail table: (op_detail column, header, kind).
@@ -24,6 +25,10 @@ DETAIL_COLUMNS = [
     ("min_ms", "min ms", "num"),
     ("max_ms", "max ms", "num"),
     ("share_pct", "share %", "num"),
+    ("device_self_ms", "device self ms", "num"),
+    ("device_total_ms", "device total ms", "num"),
+    ("tc_eligible", "tensor-core eligible", "text"),
+    ("tc_total_pct", "tensor cores %", "num"),
     ("shapes", "shapes", "text"),
 ]
 
@@ -55,32 +60,6 @@ def type_shares(op_type, device: str, top: int) -> go.Figure:
         xaxis_title="share of device self time (%)",
         yaxis=dict(type="category", automargin=True),
         margin=dict(l=10, r=50, t=20, b=44),
-    )
-
-
-def _detail_table(ctx: Context, op_detail) -> str:
-    """The op detail table: rows as an escaped JSON payload, sorted and filtered in the page."""
-    present = [(c, h, k) for c, h, k in DETAIL_COLUMNS if c in op_detail.columns]
-    names = [c for c, _, _ in present]
-    frame = op_detail[names].astype(object)
-    payload = {
-        "columns": [h for _, h, _ in present],
-        "kinds": [k for _, _, k in present],
-        "rows": frame.where(frame.notna(), "").to_numpy().tolist(),
-        "limit": ctx.options.table_rows,
-        "sort": names.index("total_ms"),
-        "device": names.index("device"),
-    }
-    source = ctx.data(payload)
-    devices = sorted(op_detail["device"].unique())
-    options = '<option value="">all devices</option>' + "".join(
-        f'<option value="{esc(d)}">{esc(d)}</option>' for d in devices
-    )
-    return (
-        f'<div class="sortable" data-source="{source}"><div class="table-tools">'
-        f'<input type="search" placeholder="filter by name, type, shape…" aria-label="filter">'
-        f'<select aria-label="device">{options}</select><span class="count"></span></div>'
-        f'<div class="table-scroll"><table class="data sortable"><thead></thead><tbody></tbody></table></div></div>'
     )
 
 
@@ -118,7 +97,7 @@ def build(ctx: Context) -> str:
         parts.append(
             section(
                 "Op details",
-                _detail_table(ctx, run.op_detail),
+                sortable_table(ctx, run.op_detail, DETAIL_COLUMNS, "total_ms", "filter by name, type, shape…"),
                 "Click a header to sort; type to filter. Times are summed over the profiled steps.",
             )
         )
