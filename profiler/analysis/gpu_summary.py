@@ -38,7 +38,7 @@ def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFram
         return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
     kernels = ops.iloc[rows]
-    tensor_cores = tensor_core_kernels(kernels["name"].to_numpy())
+    tensor_cores = tensor_core_kernels(kernels["name"])
     bottom = _innermost_eligible(launched, len(ops)) if launched is not None else None
     out = []
     for device in sorted(kernels["device"].astype(str).unique()):

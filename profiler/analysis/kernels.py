@@ -36,7 +36,7 @@ def kernel_table(ops: pd.DataFrame, launched: Launches | None) -> pd.DataFrame:
     dur = kernels["dur_ns"].to_numpy()
     weight = dur.astype(np.float64)
     total = g.sum(dur)
-    tensor_cores = tensor_core_kernels(kernels["name"].to_numpy())
+    tensor_cores = tensor_core_kernels(kernels["name"])
     table = pd.DataFrame(
         {
             "device": g.values(kernels["device"]),

@@ -62,7 +62,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     dur = ops["dur_ns"].to_numpy()
     tensor_cores = np.zeros(n, dtype=bool)
     kernels = np.flatnonzero(executions & category.isin(KERNEL_CATEGORIES).to_numpy())
-    tensor_cores[kernels] = tensor_core_kernels(ops["name"].to_numpy()[kernels])
+    tensor_cores[kernels] = tensor_core_kernels(ops["name"].iloc[kernels])
     launched = np.flatnonzero(launcher >= 0)
     device_self = _sums(launcher[launched], dur[launched], n)
     tc = launched[tensor_cores[launched]]
