@@ -625,6 +625,8 @@ TEXT_COLUMNS = {
     "fp_start_source",
     "bp_end_source",
     "step_source",
+    "tc_eligible",
+    "tensor_cores",
 }
 INT_COLUMNS = {
     "step",
