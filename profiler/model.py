@@ -28,7 +28,7 @@ OP_COLUMNS: dict[str, str] = {
     "stream": "object",  # host thread name, or device stream id as text ("7")
     "name": "object",  # op name as the source reports it (kernel name, aten::conv2d, full op name)
     "op_type": "object",  # op type (Conv2D, aten::conv2d, MatMul, nccl:all_reduce, Memcpy HtoD ...)
-    "category": "object",  # compute | comm | memcpy | memset | host | user | runtime | sync | annotation
+    "category": "object",  # compute | comm | memcpy | memset | host | user | python | runtime | sync | annotation
     "start_ns": "int64",
     "dur_ns": "int64",
     "self_ns": "int64",  # dur_ns minus time of ops nested inside it on the same lane (== dur_ns for leaves)
@@ -48,8 +48,9 @@ OP_COLUMNS: dict[str, str] = {
 DEVICE_WORK_CATEGORIES = ("compute", "comm", "memcpy", "memset")
 #: Op categories that are never the work, though they are on the timeline: device API calls on the
 #: host (`runtime`: launches, syncs, allocations), device-side waits (`sync`: a stream waiting on an
-#: event) and device-side annotation ranges (`annotation`: a record_function range on a stream).
-NOT_WORK_CATEGORIES = ("runtime", "sync", "annotation")
+#: event), device-side annotation ranges (`annotation`: a record_function range on a stream) and Python
+#: frames (`python`: Kineto's with_stack / with_modules events, the callers of the ops that do the work).
+NOT_WORK_CATEGORIES = ("runtime", "sync", "annotation", "python")
 
 #: The user spans a float64 module's forward and backward are recorded as (profiler/capture/torch_dtypes.py):
 #: this prefix, the module's path and type, and " backward" for its backward.
@@ -102,6 +103,17 @@ QUEUE_COLUMNS: dict[str, str] = {
     "capacity": "int64",  # 0 = unbounded
     "wait_ns": "int64",  # how long the put / get blocked
     "tid": "int64",  # thread that did the put / get (-1 when unknown)
+}
+
+#: The framework allocator's allocations and frees (Kineto's "[memory]" events, profile_memory=True).
+ALLOCATION_COLUMNS: dict[str, str] = {
+    "device": "object",  # the memory's device: "host" (CPU memory), "cuda:0", ...
+    "tid": "int64",  # thread that allocated / freed (threads table)
+    "time_ns": "int64",
+    "bytes": "int64",  # > 0 an allocation, < 0 a free
+    "addr": "int64",  # the block's address (pairs an allocation with its free), -1 when not recorded
+    "allocated_bytes": "float64",  # the device's allocated memory right after (NaN when not recorded)
+    "reserved_bytes": "float64",  # the device's memory reserved by the allocator right after
 }
 
 #: Threads / lanes of the host side.
@@ -267,9 +279,10 @@ class Run:
     counters: pd.DataFrame = field(default_factory=lambda: empty_frame(COUNTER_COLUMNS))
     queues: pd.DataFrame = field(default_factory=lambda: empty_frame(QUEUE_COLUMNS))
     threads: pd.DataFrame = field(default_factory=lambda: empty_frame(THREAD_COLUMNS))
+    allocations: pd.DataFrame = field(default_factory=lambda: empty_frame(ALLOCATION_COLUMNS))
 
     def __post_init__(self) -> None:
-        for name in ("ops", "spans", "instants", "counters", "queues", "threads"):
+        for name in ("ops", "spans", "instants", "counters", "queues", "threads", "allocations"):
             setattr(self, name, with_valid_text(getattr(self, name)))
 
     @property

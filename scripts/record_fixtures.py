@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from support import advisor_loops, scenario_bank  # noqa: E402
+from support import advisor_loops, scenario_bank, torch_views_loop  # noqa: E402
 
 RECORDED = REPO / "tests" / "data" / "recorded"
 
@@ -81,11 +81,17 @@ def record_straggler(work: Path) -> None:
     keep(work, RECORDED / "advisor" / "straggler_ranks", {"ranks": [list(r) for r in advisor_loops.STRAGGLER_RANKS]})
 
 
+def record_torch_views(work: Path) -> None:
+    truth = torch_views_loop.run(work)
+    keep(work, RECORDED / "views" / "torch_memory_modules", truth)
+
+
 def fixtures() -> dict[str, callable]:
     """Every fixture by its path under tests/data/recorded/, and how it is recorded."""
     out = {f"scenarios/{name}": (lambda w, n=name: record_scenario(n, w)) for name in scenario_bank.SCENARIOS}
     out.update({f"advisor/{name}": (lambda w, n=name: record_advisor_loop(n, w)) for name in advisor_loops.LOOPS})
     out["advisor/straggler_ranks"] = record_straggler
+    out["views/torch_memory_modules"] = record_torch_views
     return out
 
 

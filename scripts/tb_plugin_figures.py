@@ -81,6 +81,48 @@ def figures(path: Path) -> dict:
         "tc_eligible_ops_kernel_ratio": data.tc_eligible_ops_kernel_ratio,
         "kernels": kernels,
         "gpu_summary": profile.gpu_summary,
+        "modules": _modules(profile.module_stats or []),
+        **(_memory(profile) if profile.memory_snapshot is not None else {}),
+    }
+
+
+def _modules(stats: list, parent: str = "") -> list[dict]:
+    """The module view's tree, flattened: one entry per module under each parent (the plugin's statistics
+    are per module, so a module shows the same figures wherever it is called)."""
+    out = []
+    for name, _, calls, _, host, self_host, device, self_device, _, children in stats:
+        path = f"{parent}/{name}" if parent else name
+        out.append(
+            {
+                "path": path,
+                "occurrences": calls,
+                "host_total_us": host,
+                "host_self_us": self_host,
+                "device_total_us": device,
+                "device_self_us": self_device,
+            }
+        )
+        out += _modules(children, path)
+    return out
+
+
+def _memory(profile) -> dict:
+    """The memory view: per device, the memory statistics of every op, the curve's peak and the events."""
+    stats = profile.get_memory_stats(None, None)
+    curve = profile.get_memory_curve(time_metric="us", memory_metric="B", patch_for_step_plot=False)
+    events = profile.get_memory_events(None, None, time_metric="us", memory_metric="B")
+    keys = ["calls", "increase_kb", "self_increase_kb", "alloc_count", "self_alloc_count", "alloc_kb", "self_alloc_kb"]
+    return {
+        "memory_stats": {
+            device: [{"op": row[0], **dict(zip(keys, row[1:]))} for row in rows]
+            for device, rows in stats["rows"].items()
+        },
+        "memory_peaks": curve["metadata"]["peaks"],
+        "memory_first_ts_us": curve["metadata"]["first_ts"],
+        "memory_events": {
+            device: [dict(zip(["op", "bytes", "alloc_us", "free_us", "lifetime_us"], row)) for row in rows]
+            for device, rows in events["rows"].items()
+        },
     }
 
 

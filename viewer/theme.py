@@ -23,6 +23,7 @@ CATEGORY_COLORS = {
     "memset": "#B08BD6",
     "host": "#7A8B99",
     "user": "#2A9D8F",
+    "python": "#C9B458",
     "phase": "#9DB4D3",
     "span": "#B5651D",
     "step": "#B0B7BF",

@@ -64,9 +64,9 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     kernels = np.flatnonzero(executions & category.isin(KERNEL_CATEGORIES).to_numpy())
     tensor_cores[kernels] = tensor_core_kernels(ops["name"].iloc[kernels])
     launched = np.flatnonzero(launcher >= 0)
-    device_self = _sums(launcher[launched], dur[launched], n)
+    device_self = sums_by(launcher[launched], dur[launched], n)
     tc = launched[tensor_cores[launched]]
-    tc_self = _sums(launcher[tc], dur[tc], n)
+    tc_self = sums_by(launcher[tc], dur[tc], n)
     eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
     order = _deepest_first(parent, framework)
     return Launches(
@@ -119,7 +119,8 @@ def _calls(correlation: np.ndarray, runtime: np.ndarray, rows: np.ndarray) -> np
     return np.where(ids[at] == correlation[rows], calls[first[at]], -1)
 
 
-def _sums(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+def sums_by(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per index 0..n-1: the sum of `values` whose `to` is that index."""
     out = np.zeros(n, dtype=np.int64)
     np.add.at(out, to, values)
     return out

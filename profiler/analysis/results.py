@@ -19,6 +19,8 @@ from profiler.analysis.float64 import float64_charged, float64_module_charged
 from profiler.analysis.gpu_summary import gpu_summary
 from profiler.analysis.kernels import kernel_table
 from profiler.analysis.launches import launches
+from profiler.analysis.memory import allocating_ops, memory_events, op_memory
+from profiler.analysis.modules import module_table
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_activity import device_aware_steps, step_activity
@@ -39,6 +41,9 @@ class Analysis:
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time() and gpu_summary(): one row per device
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernel_table(): per device, kernel and launching op
     step_activity: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_activity(): the plugin's step breakdown
+    modules: pd.DataFrame = field(default_factory=pd.DataFrame)  # module_table(): per nn.Module call path
+    memory_events: pd.DataFrame = field(default_factory=pd.DataFrame)  # memory_events(): each block's life
+    op_memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # op_memory(): per device and op, its allocations
 
 
 def step_windows_ns(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +91,12 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         else devices,
         kernels=kernel_table(run.ops, launched),
         step_activity=step_activity(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
+        modules=module_table(run.ops, launched),
     )
+    if len(run.allocations):
+        owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
+        analysis.memory_events = memory_events(run.ops, run.allocations, owner)
+        analysis.op_memory = op_memory(run.ops, run.allocations, owner, parent)
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(
             run.queues, trace, step_tid=step_tid, origin_unix_ns=origin_unix_ns

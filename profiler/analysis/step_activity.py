@@ -114,7 +114,7 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
     names = ops["name"].astype(str)
     collective = (
         ~on_device
-        & (category.isin(FRAMEWORK_CATEGORIES + ("comm",)).to_numpy())
+        & (category.isin(_CPU_EXEC_CATEGORIES + ("comm",)).to_numpy())
         & names.str.match(_COLLECTIVE.pattern).to_numpy()
     )
     masks = {
@@ -123,7 +123,7 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
         "memset": on_device & (category == "memset").to_numpy(),
         "communication": on_device & (category == "comm").to_numpy() | collective,
         "runtime": ~on_device & (category == "runtime").to_numpy(),
-        "cpu_exec": ~on_device & category.isin(FRAMEWORK_CATEGORIES).to_numpy() & ~collective,
+        "cpu_exec": ~on_device & category.isin(_CPU_EXEC_CATEGORIES).to_numpy() & ~collective,
     }
     out = {name: (start[mask], end[mask]) for name, mask in masks.items()}
     span_names = spans["name"].astype(str)
@@ -140,6 +140,8 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
     return {name: out[name] for name in ACTIVITIES}
 
 
+#: Host ops the plugin counts as CPU execution: framework ops and Python frames (its PYTHON events).
+_CPU_EXEC_CATEGORIES = FRAMEWORK_CATEGORIES + ("python",)
 #: The activities in the order an instant is given to them (the plugin's), "other" being the rest.
 ACTIVITIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
 

@@ -39,10 +39,10 @@ import pandas as pd
 
 from profiler.capture.base import Host, Source
 from profiler.errors import ProfviewError
-from profiler.importers.kineto import read_kineto_trace
+from profiler.importers.kineto import collapse_redispatch, read_kineto_trace
 from profiler.kernels.intervals import assign_steps
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
-from profiler.model import OP_COLUMNS, SPAN_COLUMNS, THREAD_COLUMNS, Run, conform
+from profiler.model import ALLOCATION_COLUMNS, OP_COLUMNS, SPAN_COLUMNS, THREAD_COLUMNS, Run, conform
 from profiler.record.recorder import clock_anchor, hot
 from profiler.schedule import NEVER, ProfilerAction, Schedule, always_record, as_action, next_change
 from profiler.store.kinds import FLUSH
@@ -329,7 +329,7 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
     if not entries:
         return run
     origin_mono = int(run.info["clock"]["origin_monotonic_ns"])
-    ops, counters, spans = [run.ops], [run.counters], []
+    ops, counters, spans, allocations = [run.ops], [run.counters], [], []
     warns = run.info.setdefault("warnings", [])
     for path, entry in entries:
         try:
@@ -354,6 +354,7 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
         window_ops["source"] = "torch"
         ops.append(window_ops)
         spans.append(_annotation_spans(trace, names, shift))
+        allocations.append(_allocations(trace, names, shift))
         memory = trace.counters.copy()
         memory["time_ns"] += shift
         memory["source"] = "torch"
@@ -363,39 +364,16 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
     run.ops = merged.sort_values("start_ns", kind="stable", ignore_index=True)
     run.counters = pd.concat(counters, ignore_index=True)
     run.spans, run.threads = _with_spans(run, pd.concat(spans, ignore_index=True))
+    if allocations and any(len(a) for a in allocations):
+        held = pd.concat(allocations, ignore_index=True)
+        run.threads, tid_of = _with_threads(run.threads, held["thread"])
+        held["tid"] = held["thread"].map(tid_of).astype(np.int64)
+        run.allocations = conform(held, ALLOCATION_COLUMNS).sort_values("time_ns", kind="stable", ignore_index=True)
     run.info.setdefault("sources", {}).setdefault("torch", {})["windows_merged"] = len(ops) - 1
     memory = held_memory([entry for _, entry in entries])
     if memory:
         run.info.setdefault("profiler_memory", {})["torch"] = memory
     return run
-
-
-def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
-    """Host ops without the redispatch copies torch nests in them, as `key_averages()` counts them.
-
-    An op whose only child on its thread has its own name (aten::div inside aten::div) is one
-    operator dispatched twice; torch's tables keep the outer one and give it the inner one's self
-    time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
-    visible: the two intervals coincide up to the dispatch cost).
-    """
-    while True:
-        host = np.flatnonzero((ops["device"] == "cpu").to_numpy())
-        lane = pd.factorize(ops["stream"].to_numpy()[host])[0]
-        start = ops["start_ns"].to_numpy()[host]
-        parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
-        child = np.flatnonzero(parent >= 0)
-        names = ops["name"].to_numpy()[host]
-        only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
-        dup = np.zeros(len(host), dtype=bool)
-        dup[child] = only_child & (names[parent[child]] == names[child])
-        dup[child] &= ~dup[parent[child]]  # chains collapse one level per round
-        if not dup.any():
-            return ops
-        self_ns = ops["self_ns"].to_numpy().copy()
-        np.add.at(self_ns, host[parent[dup]], self_ns[host[dup]])
-        keep = np.ones(len(ops), dtype=bool)
-        keep[host[dup]] = False
-        ops = ops.assign(self_ns=self_ns)[keep].reset_index(drop=True)
 
 
 def _thread_names(trace: Run, native: dict, known: set) -> dict:
@@ -429,9 +407,19 @@ def _with_spans(run: Run, added: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     of their name, or on a new thread of that name; nesting depths recomputed over all the spans."""
     if not len(added):
         return run.spans, run.threads
-    threads = run.threads
+    threads, tid_of = _with_threads(run.threads, added["thread"])
+    added = added.assign(tid=added["thread"].map(tid_of).astype(np.int64), depth=0)
+    spans = pd.concat([conform(run.spans, SPAN_COLUMNS), conform(added, SPAN_COLUMNS)], ignore_index=True)
+    spans = spans.sort_values("start_ns", kind="stable", ignore_index=True)
+    tid, start = spans["tid"].to_numpy(np.int64), spans["start_ns"].to_numpy(np.int64)
+    spans["depth"] = nesting_depths(enclosing_parents(tid, start, start + spans["dur_ns"].to_numpy(np.int64)))
+    return spans, threads
+
+
+def _with_threads(threads: pd.DataFrame, names: pd.Series) -> tuple[pd.DataFrame, dict]:
+    """`threads` with a new thread for each of `names` it does not have, and every name's tid."""
     tid_of = dict(zip(threads["name"].astype(str), threads["tid"]))
-    new = [name for name in dict.fromkeys(added["thread"]) if name not in tid_of]
+    new = [name for name in dict.fromkeys(names) if name not in tid_of]
     if new:
         first = int(threads["tid"].max()) + 1 if len(threads) else 0
         tid_of.update({name: first + i for i, name in enumerate(new)})
@@ -441,12 +429,16 @@ def _with_spans(run: Run, added: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
             ),
             THREAD_COLUMNS,
         )
-    added = added.assign(tid=added["thread"].map(tid_of).astype(np.int64), depth=0)
-    spans = pd.concat([conform(run.spans, SPAN_COLUMNS), conform(added, SPAN_COLUMNS)], ignore_index=True)
-    spans = spans.sort_values("start_ns", kind="stable", ignore_index=True)
-    tid, start = spans["tid"].to_numpy(np.int64), spans["start_ns"].to_numpy(np.int64)
-    spans["depth"] = nesting_depths(enclosing_parents(tid, start, start + spans["dur_ns"].to_numpy(np.int64)))
-    return spans, threads
+    return threads, tid_of
+
+
+def _allocations(trace: Run, names: dict, shift: int) -> pd.DataFrame:
+    """The trace's allocations on the run's clock, with their thread's name in the run (`names`) in a
+    "thread" column in place of the trace's thread id."""
+    lane = dict(zip(trace.threads["tid"], trace.threads["name"]))
+    out = trace.allocations.assign(thread=[names.get(lane.get(t), lane.get(t, "")) for t in trace.allocations["tid"]])
+    out["time_ns"] += shift
+    return out
 
 
 def _comm_ops(trace: Run) -> pd.DataFrame:

@@ -108,6 +108,36 @@ KERNEL_COLUMNS = [
     "achieved_occupancy_pct",
     "tensor_cores",
 ]
+#: modules_{rank}.csv: per nn.Module call path ("Sequential_0/Linear_1"), the TensorBoard plugin's module view:
+#: name without "nn.Module: ", the enclosing module's path ("" at a root), calls, host and device times.
+MODULE_COLUMNS = [
+    "path",
+    "name",
+    "parent",
+    "occurrences",
+    "host_total_ms",
+    "host_self_ms",
+    "device_total_ms",
+    "device_self_ms",
+]
+#: memory_{rank}.csv: each device's allocated and reserved memory after each allocation or free (the
+#: TensorBoard plugin's memory curve; device "host" is CPU memory).
+MEMORY_COLUMNS = ["device", "time_ms", "allocated_bytes", "reserved_bytes"]
+#: memory_events_{rank}.csv: each block's life, the op that allocated it (the plugin's memory events).
+MEMORY_EVENT_COLUMNS = ["device", "op", "bytes", "alloc_ms", "free_ms", "lifetime_ms"]
+#: op_memory_{rank}.csv: per device and op, its allocations (the plugin's memory statistics): self = made by
+#: the op itself, the others with its children; increase = allocated minus freed.
+OP_MEMORY_COLUMNS = [
+    "device",
+    "op",
+    "calls",
+    "self_increase_bytes",
+    "self_alloc_bytes",
+    "self_alloc_count",
+    "increase_bytes",
+    "alloc_bytes",
+    "alloc_count",
+]
 DATA_QUEUE_COLUMNS = ["queue", "time_ms", "event", "size", "capacity", "wait_ms", "step"]
 DEVICE_COUNTER_COLUMNS = ["source", "device", "metric", "time_ms", "value"]
 #: The keys of each entry of report_{rank}.json's "devices" list, one per device (analysis/device_time.py):

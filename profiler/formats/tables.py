@@ -22,8 +22,12 @@ from profiler.formats.columns import (
     KERNEL_COLUMNS,
     MAX_MS,
     MAX_WHOLE,
+    MEMORY_COLUMNS,
+    MEMORY_EVENT_COLUMNS,
+    MODULE_COLUMNS,
     OP_DETAIL_COLUMNS,
     OP_DEVICE_COLUMNS,
+    OP_MEMORY_COLUMNS,
     OP_TYPE_COLUMNS,
     STEP_ACTIVITY_COLUMNS,
     STEP_TRACE_COLUMNS,
@@ -61,6 +65,10 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
     ),
     "step_activity": (STEP_ACTIVITY_COLUMNS, STEP_ACTIVITY_COLUMNS),
     "kernels": (KERNEL_COLUMNS, ["calls", "total_ms", "mean_ms", "max_ms", "min_ms"]),
+    "modules": (MODULE_COLUMNS, ["occurrences", "host_total_ms", "host_self_ms"]),
+    "memory": (MEMORY_COLUMNS, ["time_ms"]),
+    "memory_events": (MEMORY_EVENT_COLUMNS, ["bytes"]),
+    "op_memory": (OP_MEMORY_COLUMNS, OP_MEMORY_COLUMNS[2:]),
     "data_queue": (["queue", "time_ms", "size", "capacity"], ["time_ms", "size", "capacity"]),
     "device_counters": (["source", "device", "metric", "time_ms", "value"], ["time_ms", "value"]),
     "cluster_step_trace": (_CLUSTER_NUMBERS, _CLUSTER_NUMBERS),
@@ -72,6 +80,10 @@ CSV_COLUMNS: dict[str, list[str]] = {
     "op_type": OP_TYPE_COLUMNS,
     "op_detail": OP_DETAIL_COLUMNS,
     "kernels": KERNEL_COLUMNS,
+    "modules": MODULE_COLUMNS,
+    "memory": MEMORY_COLUMNS,
+    "memory_events": MEMORY_EVENT_COLUMNS,
+    "op_memory": OP_MEMORY_COLUMNS,
     "step_activity": STEP_ACTIVITY_COLUMNS,
     "data_queue": DATA_QUEUE_COLUMNS,
     "device_counters": DEVICE_COUNTER_COLUMNS,
@@ -79,7 +91,21 @@ CSV_COLUMNS: dict[str, list[str]] = {
 }
 #: Columns read as text whatever they look like (an op named "1" stays "1").
 TEXT_DTYPES = dict.fromkeys(
-    ("name", "queue", "op_type", "op", "device", "metric", "shapes", "scope", "source", "tensor_cores"), str
+    (
+        "name",
+        "queue",
+        "op_type",
+        "op",
+        "device",
+        "metric",
+        "shapes",
+        "scope",
+        "source",
+        "tensor_cores",
+        "path",
+        "parent",
+    ),
+    str,
 )
 #: Text columns that may be absent in a file and are then filled with "".
 OPTIONAL_TEXT = (
@@ -103,6 +129,13 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("step_trace", GAP_HOST[0]): ("",),  # empty: the run did not measure its data wait
     # empty: not a framework op, or a run whose kernels carry no launch (OP_DEVICE_COLUMNS)
     **{(kind, column): ("",) for kind in ("op_type", "op_detail") for column in OP_DEVICE_NUMBERS},
+    ("modules", "device_total_ms"): ("",),  # empty: no kernel of the run is tied to its launch
+    ("modules", "device_self_ms"): ("",),
+    ("memory", "allocated_bytes"): ("",),  # empty: the trace did not record the device's total
+    ("memory", "reserved_bytes"): ("",),
+    ("memory_events", "alloc_ms"): ("",),  # empty: allocated before the trace began
+    ("memory_events", "free_ms"): ("",),  # empty: still held when it ended
+    ("memory_events", "lifetime_ms"): ("",),
 }
 
 UNBOUNDED_COLUMNS = {("device_counters", "value")}

@@ -42,6 +42,7 @@ from profiler.importers.kineto_events import (
 )
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
 from profiler.model import (
+    ALLOCATION_COLUMNS,
     COUNTER_COLUMNS,
     INSTANT_COLUMNS,
     OP_COLUMNS,
@@ -57,14 +58,16 @@ SOURCE = "kineto"
 #: Kineto categories imported as host ops, with their op category, in every schema in use: today's
 #: lowercase names (torch >= 1.9), torch 1.8's capitalised ones (`Operator`, `Runtime`, `Python`,
 #: as the TensorBoard plugin's samples have them) and ROCm's (Kineto writes HIP calls under
-#: `cuda_runtime`; `hip_runtime` is accepted too). Runtime / driver calls of any device API get
+#: `cuda_runtime`; `hip_runtime` is accepted too). Python frames (`with_stack=True`, `nn.Module: Linear_0`
+#: among them) get category "python": where the work was called from, not work (model.NOT_WORK_CATEGORIES).
+#: Runtime / driver calls of any device API get
 #: their own category: launch overhead and sync waits are not framework work (analysis/device_time.py
 #: tells them apart).
 HOST_OP_CATEGORIES = {
     "cpu_op": "host",
     "Operator": "host",
-    "python_function": "host",
-    "Python": "host",
+    "python_function": "python",
+    "Python": "python",
     "cuda_runtime": "runtime",
     "cuda_driver": "runtime",
     "Runtime": "runtime",
@@ -110,7 +113,7 @@ _MAX_TIME_US = float(2**53)
 _WINDOW_SLACK_US = 1e6
 _TIMED_KINDS = (HOST_OP, DEVICE_OP, SPAN, STEP, OVERHEAD, INSTANT, MEMORY, COUNTER, PROFILER)
 _LANE_KINDS = (HOST_OP, DEVICE_OP, SPAN, STEP, INSTANT)
-_THREAD_KINDS = (HOST_OP, SPAN, STEP, INSTANT)
+_THREAD_KINDS = (HOST_OP, SPAN, STEP, INSTANT, MEMORY)
 #: Kinds that are not imported, by the name info["kineto"]["not_imported"] counts them under.
 _NOT_IMPORTED = {METADATA: "metadata", FLOW: "flow", PROFILER: "profiler"}
 
@@ -322,12 +325,13 @@ def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, n
     steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
     return Run(
         info=_info(trace, cols, kind, clock, warnings),
-        ops=_ops(cols, kind, thread_of, threads, steps, clock),
+        ops=collapse_redispatch(_ops(cols, kind, thread_of, threads, steps, clock)),
         spans=spans.drop(columns=["end_ns", "phase"]),
         instants=_instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock),
         steps=steps,
         counters=_counters(cols, kind, clock),
         threads=threads,
+        allocations=_allocations(cols, np.flatnonzero(kind == MEMORY), thread_of, clock),
     )
 
 
@@ -558,7 +562,7 @@ def _span_kind(cat: Any) -> str:
     """ "span" for a user annotation range, "scope" for an annotation the trace recorded as a framework
     op (torch 1.8's record_function ranges, a TorchScript method's `forward`): the TensorBoard plugin
     counted the latter's time as CPU execution (analysis/step_activity.py)."""
-    return "scope" if HOST_OP_CATEGORIES.get(cat) == "host" else "span"
+    return "scope" if HOST_OP_CATEGORIES.get(cat) in ("host", "python") else "span"
 
 
 def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
@@ -575,6 +579,34 @@ def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock
 
 
 # ----------------------------------------------------------------------------- ops
+
+
+def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
+    """Host ops without the redispatch copies torch nests in them, as `key_averages()` counts them.
+
+    An op whose only child on its thread has its own name (aten::div inside aten::div) is one
+    operator dispatched twice; torch's tables keep the outer one and give it the inner one's self
+    time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
+    visible: the two intervals coincide up to the dispatch cost).
+    """
+    while True:
+        host = np.flatnonzero((ops["device"] == "cpu").to_numpy())
+        lane = pd.factorize(ops["stream"].to_numpy()[host])[0]
+        start = ops["start_ns"].to_numpy()[host]
+        parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
+        child = np.flatnonzero(parent >= 0)
+        names = ops["name"].to_numpy()[host]
+        only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
+        dup = np.zeros(len(host), dtype=bool)
+        dup[child] = only_child & (names[parent[child]] == names[child])
+        dup[child] &= ~dup[parent[child]]  # chains collapse one level per round
+        if not dup.any():
+            return ops
+        self_ns = ops["self_ns"].to_numpy().copy()
+        np.add.at(self_ns, host[parent[dup]], self_ns[host[dup]])
+        keep = np.ones(len(ops), dtype=bool)
+        keep[host[dup]] = False
+        ops = ops.assign(self_ns=self_ns)[keep].reset_index(drop=True)
 
 
 def _ops(
@@ -755,6 +787,27 @@ def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
         for metric, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
     ]
     return pd.concat(frames, ignore_index=True).dropna(subset=["value"])
+
+
+def _allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
+    """Every allocation and free of the "[memory]" instants (model.ALLOCATION_COLUMNS), in time order."""
+    dev_type = to_int(cols.arg("Device Type", rows), default=-1)
+    dev_id = to_int(cols.arg("Device Id", rows), default=-1)
+    frame = pd.DataFrame(
+        {
+            "device": combine(Coded.of(dev_type), Coded.of(dev_id)).map(lambda pair: _memory_device(*pair)),
+            "tid": thread_of[rows],
+            "time_ns": clock.ns(cols.ts_us[rows]),
+            "bytes": to_int(cols.arg("Bytes", rows), default=0),
+            "addr": to_int(cols.arg("Addr", rows), default=-1),
+            **{
+                column: np.array([_number_or_nan(v) for v in cols.arg(key, rows)], dtype=np.float64)
+                for column, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
+            },
+        },
+        columns=list(ALLOCATION_COLUMNS),
+    )
+    return frame.sort_values("time_ns", kind="stable", ignore_index=True)
 
 
 def _memory_device(dev_type: int, dev_id: int) -> str:

@@ -1,6 +1,7 @@
 """The TensorBoard plugin's definitions on hand-made Kineto traces, one edge case each: overlapping
 kernels on two streams, kernels outside the steps, a step that launched nothing, the last step cut off,
-an op launching through a nested op, tensor-core eligibility found through a child (docs/tensorboard.md)."""
+an op launching through a nested op, tensor-core eligibility found through a child, a module called twice
+and nested modules, memory freed in a later step, allocations at an op's edges (docs/tensorboard.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from profiler.analysis.gpu_summary import gpu_summary
 from profiler.analysis.kernels import kernel_table
 from profiler.analysis.launches import launches
+from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory, step_peaks
+from profiler.analysis.modules import module_table
 from profiler.analysis.ops import op_detail_table
 from profiler.analysis.step_activity import device_aware_steps, step_activity
 from profiler.importers.kineto import run_from_kineto_trace
@@ -42,6 +45,28 @@ class Trace:
                 "ts": start,
                 "dur": dur,
                 "args": {"correlation": self.correlation, "device": 0, "stream": stream, **args},
+            }
+        )
+        return self
+
+    def module(self, name: str, ts: float, dur: float) -> Trace:
+        """An nn.Module frame as Kineto writes it with with_stack=True."""
+        return self.op(f"nn.Module: {name}", ts, dur, cat="python_function")
+
+    def memory(self, ts: float, size: int, addr: int, allocated: int, device_type: int = 0) -> Trace:
+        """An allocation (size > 0) or free (size < 0) of the block at `addr`; `allocated`: the total after it."""
+        args = {"Bytes": size, "Addr": addr, "Total Allocated": allocated, "Total Reserved": 4096}
+        args.update({"Device Type": device_type, "Device Id": 0 if device_type else -1})
+        self.events.append(
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 1,
+                "ts": ts,
+                "args": args,
             }
         )
         return self
@@ -157,3 +182,91 @@ def test_a_trace_without_correlations_has_no_launches() -> None:
     assert detail["device_self_ms"].isna().all() and set(detail["tc_eligible"]) == {""}
     kernels = kernel_table(run.ops, None)
     assert kernels["op"].tolist() == [""] and kernels["calls"].tolist() == [1]
+
+
+def test_a_module_called_twice_and_nested_modules() -> None:
+    """Block_0 called twice inside Net_0 is one path with 2 occurrences; its host self time is its frames
+    minus the ops and module in them; device time comes from its ops' launches (self: launched by a
+    runtime call directly in the module, outside its ops); Python frames that are not modules are see-through;
+    the frames are not ops (not in the op tables)."""
+    trace = Trace().step(1, 0, 200).module("Net_0", 1, 150)
+    trace.module("Block_0", 2, 50).op("my.py(3): forward", 3, 40, cat="python_function").op("aten::linear", 4, 30)
+    trace.launch(5, "k1", 100, 10).module("ReLU_0", 36, 10).op("aten::relu", 37, 5).launch(38, "k2", 112, 4)
+    trace.module("Block_0", 60, 40).launch(61, "k3", 120, 6).op("aten::linear", 70, 20).launch(71, "k4", 130, 2)
+    run, launched, _ = _views(trace)
+    table = module_table(run.ops, launched).set_index("path")
+    assert list(table.index) == ["Net_0", "Net_0/Block_0", "Net_0/Block_0/ReLU_0"]
+    block = table.loc["Net_0/Block_0"]
+    assert (block["name"], block["parent"], block["occurrences"]) == ("Block_0", "Net_0", 2)
+    assert block["host_total_ms"] == pytest.approx(0.090)
+    assert block["host_self_ms"] == pytest.approx((50 - 30 - 10) / 1e3 + (40 - 1 - 20) / 1e3)
+    assert block["device_total_ms"] == pytest.approx((10 + 4 + 6 + 2) / 1e3)
+    assert block["device_self_ms"] == pytest.approx(6 / 1e3)  # k3: launched in the module, outside its ops
+    net = table.loc["Net_0"]
+    assert net["parent"] == "" and net["host_self_ms"] == pytest.approx((150 - 50 - 40) / 1e3)
+    assert net["device_total_ms"] == pytest.approx(block["device_total_ms"]) and net["device_self_ms"] == 0
+    assert table.loc["Net_0/Block_0/ReLU_0", "device_total_ms"] == pytest.approx(0.004)
+    assert not op_detail_table(run.ops, launched)["name"].str.startswith(("nn.Module", "my.py")).any()
+
+
+def test_modules_of_a_run_without_launches_have_no_device_time() -> None:
+    trace = Trace().step(1, 0, 100).module("Linear_0", 1, 20).op("aten::addmm", 2, 10)
+    run = trace.run()
+    table = module_table(run.ops, None)
+    assert table["occurrences"].tolist() == [1] and table["device_total_ms"].isna().all()
+
+
+def test_memory_freed_in_a_later_step_and_the_edges_of_an_op() -> None:
+    """A block allocated in step 1 and freed in step 2 is one event whose life crosses the step; a block
+    freed that was allocated before the trace has no allocation time, one never freed no free time; an
+    allocation at the instant an op ends is not that op's ([start, end)); one directly in a module
+    belongs to no op. Self figures are the op's own, the others add its children's."""
+    trace = Trace().step(1, 0, 100).step(2, 100, 100).op("aten::ones", 10, 20).op("aten::empty", 11, 5)
+    trace.memory(12, 1024, 0xA, 1024).memory(20, 256, 0xB, 1280).memory(25, -256, 0xB, 1024)  # in empty / ones
+    trace.memory(30, 64, 0xC, 1088)  # at ones' end: outside it
+    trace.module("Linear_0", 40, 20).memory(45, 32, 0xD, 1120)  # in the module, in no op
+    trace.op("aten::add", 150, 10).memory(152, -1024, 0xA, 96).memory(155, -8, 0xE, 88)  # 0xE: before the trace
+    run = trace.run()
+    owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
+    names = run.ops["name"].astype(str).to_numpy()
+    assert [names[o] if o >= 0 else "" for o in owner] == [
+        "aten::empty",
+        "aten::ones",
+        "aten::ones",
+        "",
+        "",
+        "aten::add",
+        "aten::add",
+    ]
+    events = memory_events(run.ops, run.allocations, owner)
+    block = events[events["bytes"] == 1024].iloc[0]
+    assert (block["op"], block["alloc_ms"], block["free_ms"]) == ("aten::empty", 0.012, 0.152)
+    assert block["lifetime_ms"] == pytest.approx(0.140)
+    early = events[events["bytes"] == 8].iloc[0]
+    assert early["op"] == "" and early["alloc_ms"] != early["alloc_ms"] and early["free_ms"] == 0.155
+    kept = events[events["bytes"] == 64].iloc[0]
+    assert kept["free_ms"] != kept["free_ms"] and kept["lifetime_ms"] != kept["lifetime_ms"]
+    assert len(events) == 5
+    stats = op_memory(run.ops, run.allocations, owner, parent).set_index("op")
+    ones = stats.loc["aten::ones"]
+    assert (ones["self_increase_bytes"], ones["self_alloc_bytes"], ones["self_alloc_count"]) == (0, 256, 1)
+    assert (ones["increase_bytes"], ones["alloc_bytes"], ones["alloc_count"]) == (1024, 1280, 2)
+    assert stats.loc["aten::add", "self_increase_bytes"] == -1032 and stats.loc["aten::add", "alloc_count"] == 0
+    assert set(stats["device"]) == {"host"} and stats.loc["aten::empty", "calls"] == 1
+    curve = memory_curve(run.allocations)
+    assert curve["allocated_bytes"].max() == 1280
+    peaks = step_peaks(curve, [0.0, 0.1], [0.1, 0.2])
+    assert peaks["peak_bytes"].tolist() == [1280, 96]
+
+
+def test_memory_of_two_devices_is_kept_apart() -> None:
+    trace = (
+        Trace().step(1, 0, 100).op("aten::to", 1, 50).memory(2, 512, 0xA, 512).memory(3, 512, 0xA, 512, device_type=1)
+    )
+    trace.memory(4, -512, 0xA, 0, device_type=1)
+    run = trace.run()
+    owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
+    events = memory_events(run.ops, run.allocations, owner).set_index("device")
+    assert events.loc["cuda:0", "lifetime_ms"] == pytest.approx(0.001)
+    assert events.loc["host", "free_ms"] != events.loc["host", "free_ms"]  # same address, other device: not freed
+    assert sorted(op_memory(run.ops, run.allocations, owner, parent)["device"]) == ["cuda:0", "host"]

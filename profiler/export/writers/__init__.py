@@ -13,7 +13,14 @@ from profiler.export.writers.device_counters import DeviceCounters
 from profiler.export.writers.events import EventFile
 from profiler.export.writers.op_tables import OpDetail, OpType
 from profiler.export.writers.step_trace import StepTrace
-from profiler.export.writers.tensorboard_views import Kernels, StepActivity
+from profiler.export.writers.tensorboard_views import (
+    Kernels,
+    MemoryCurve,
+    MemoryEvents,
+    Modules,
+    OpMemory,
+    StepActivity,
+)
 from profiler.export.writers.timeline import ChromeTrace
 
 WRITERS: list[Writer] = [
@@ -22,6 +29,10 @@ WRITERS: list[Writer] = [
     OpDetail(),
     Kernels(),
     StepActivity(),
+    Modules(),
+    MemoryCurve(),
+    MemoryEvents(),
+    OpMemory(),
     DataQueue(),
     DeviceCounters(),
     AnalysisDocument("queue_summary"),

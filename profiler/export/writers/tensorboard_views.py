@@ -1,5 +1,6 @@
-"""kernels_{rank}.csv and step_activity_{rank}.csv: the TensorBoard plugin's kernel view and step breakdown
-(docs/tensorboard.md), when the run has kernels / kernels tied to their launches."""
+"""The TensorBoard plugin's views (docs/tensorboard.md), each written when the run has what it shows:
+kernels_{rank}.csv (kernel view), step_activity_{rank}.csv (step breakdown), modules_{rank}.csv (module
+view), memory_{rank}.csv, memory_events_{rank}.csv and op_memory_{rank}.csv (memory view)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Optional
 
 import pandas as pd
 
+from profiler.analysis.memory import memory_curve
 from profiler.analysis.results import Analysis
 from profiler.export.writers.base import CsvWriter
 
@@ -23,3 +25,31 @@ class StepActivity(CsvWriter):
 
     def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
         return analysis.step_activity if len(analysis.step_activity) else None
+
+
+class Modules(CsvWriter):
+    kind = "modules"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.modules if len(analysis.modules) else None
+
+
+class MemoryCurve(CsvWriter):
+    kind = "memory"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return memory_curve(analysis.run.allocations) if len(analysis.run.allocations) else None
+
+
+class MemoryEvents(CsvWriter):
+    kind = "memory_events"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.memory_events if len(analysis.memory_events) else None
+
+
+class OpMemory(CsvWriter):
+    kind = "op_memory"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.op_memory if len(analysis.op_memory) else None
