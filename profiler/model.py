@@ -52,6 +52,11 @@ DEVICE_WORK_CATEGORIES = ("compute", "comm", "memcpy", "memset")
 #: frames (`python`: Kineto's with_stack / with_modules events, the callers of the ops that do the work).
 NOT_WORK_CATEGORIES = ("runtime", "sync", "annotation", "python")
 
+#: Name prefixes of the collective ranges torch's process-group backends write (`nccl:all_reduce`,
+#: `gloo:broadcast`, ...) as user annotations (torch 1.8: as ops): imported as host ops of category
+#: `comm` with their message's shapes and types (the TensorBoard plugin's communication ops).
+COLLECTIVE_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
+
 #: The user spans a float64 module's forward and backward are recorded as (profiler/capture/torch_dtypes.py):
 #: this prefix, the module's path and type, and " backward" for its backward.
 FLOAT64_MODULE_SPAN = "float64 module: "

@@ -82,8 +82,28 @@ def figures(path: Path) -> dict:
         "kernels": kernels,
         "gpu_summary": profile.gpu_summary,
         "modules": _modules(profile.module_stats or []),
+        "comm_split": [
+            {
+                "computation_us": c.computation,
+                "overlap_us": c.overlap,
+                "communication_us": c.communication,
+                "other_us": c.other,
+            }
+            for c in data.comm_overlap_costs
+        ],
+        "comm_ops": _comm_ops(data),
         **(_memory(profile) if profile.memory_snapshot is not None else {}),
     }
+
+
+def _comm_ops(data) -> dict:
+    """The distributed view's communication ops of this worker: calls, total size, total latency."""
+    from torch_tb_profiler.profiler.communication import analyze_communication_nodes
+
+    if not data.comm_node_list:
+        return {}
+    _, total = analyze_communication_nodes(data.comm_node_list)
+    return {name: {"calls": s[0], "bytes": s[1], "latency_us": s[2]} for name, s in total.items()}
 
 
 def _modules(stats: list, parent: str = "") -> list[dict]:

@@ -17,7 +17,7 @@ from viewer import assets
 from viewer.context import Context
 from viewer.html import esc, safe_json_text
 from viewer.page import Live, Page
-from viewer.pages import cluster, compare, counters, kernels, operators, overview, pipeline, timeline
+from viewer.pages import cluster, compare, counters, kernels, memory, operators, overview, pipeline, timeline
 
 #: The report's tabs, in order. A new page is a module of viewer/pages/ ending with its `PAGE`, and a line here.
 PAGES: tuple[Page, ...] = (
@@ -25,6 +25,7 @@ PAGES: tuple[Page, ...] = (
     compare.PAGE,
     operators.PAGE,
     kernels.PAGE,
+    memory.PAGE,
     pipeline.PAGE,
     timeline.PAGE,
     counters.PAGE,

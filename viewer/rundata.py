@@ -20,15 +20,33 @@ import pandas as pd
 
 from profiler.errors import InputError
 from profiler.formats.documents import read_document, read_profiler_info, regular_file
-from profiler.formats.names import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, info_files, rank_file
+from profiler.formats.names import CLUSTER_COMM_SPLIT, CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, info_files, rank_file
 from profiler.formats.tables import CSV_REQUIRED, read_csv
 from viewer.trace import Timeline, load_timeline
 
 #: The per-rank tables (CSV) and documents (JSON) a RunData holds, each in the field named after its kind.
-RANK_TABLES = ("step_trace", "op_type", "op_detail", "kernels", "step_activity", "data_queue", "device_counters")
+RANK_TABLES = (
+    "step_trace",
+    "op_type",
+    "op_detail",
+    "kernels",
+    "step_activity",
+    "modules",
+    "memory",
+    "memory_events",
+    "op_memory",
+    "comm_split",
+    "comm_ops",
+    "data_queue",
+    "device_counters",
+)
 RANK_DOCUMENTS = ("queue_summary", "report")
 #: The directory's cluster files (several ranks analysed together), the same in each of its ranks' RunData.
-CLUSTER_OUTPUTS = {"cluster_summary": CLUSTER_SUMMARY, "cluster_step_trace": CLUSTER_STEP_TRACE}
+CLUSTER_OUTPUTS = {
+    "cluster_summary": CLUSTER_SUMMARY,
+    "cluster_step_trace": CLUSTER_STEP_TRACE,
+    "cluster_comm_split": CLUSTER_COMM_SPLIT,
+}
 
 
 @dataclass
@@ -43,12 +61,19 @@ class RunData:
     op_detail: Optional[pd.DataFrame] = None
     kernels: Optional[pd.DataFrame] = None
     step_activity: Optional[pd.DataFrame] = None
+    modules: Optional[pd.DataFrame] = None
+    memory: Optional[pd.DataFrame] = None
+    memory_events: Optional[pd.DataFrame] = None
+    op_memory: Optional[pd.DataFrame] = None
+    comm_split: Optional[pd.DataFrame] = None
+    comm_ops: Optional[pd.DataFrame] = None
     data_queue: Optional[pd.DataFrame] = None
     device_counters: Optional[pd.DataFrame] = None
     queue_summary: Optional[dict[str, Any]] = None
     report: Optional[dict[str, Any]] = None
     cluster_summary: Optional[dict[str, Any]] = None
     cluster_step_trace: Optional[pd.DataFrame] = None
+    cluster_comm_split: Optional[pd.DataFrame] = None
     timeline_path: Optional[Path] = None  # the Chrome trace (for Perfetto; the viewer does not read it)
     events_path: Optional[Path] = None  # the columnar event file (read through timeline())
     _timeline: Optional[Timeline] = field(default=None, repr=False, compare=False)

@@ -15,7 +15,7 @@ def sortable_table(
     ctx: Context, frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]], sort: str, placeholder: str
 ) -> str:
     """`frame`'s `columns` ((column, header, kind "text" / "int" / "num"); absent ones left out), sorted by
-    `sort` descending at first, with a text filter and a device filter over its "device" column."""
+    `sort` descending at first, with a text filter, and a device filter over its "device" column if it has one."""
     present = [(c, h, k) for c, h, k in columns if c in frame.columns]
     names = [c for c, _, _ in present]
     rows = frame[names].astype(object)
@@ -25,15 +25,18 @@ def sortable_table(
         "rows": rows.where(rows.notna(), "").to_numpy().tolist(),
         "limit": ctx.options.table_rows,
         "sort": names.index(sort),
-        "device": names.index("device"),
+        "device": names.index("device") if "device" in names else -1,
     }
     source = ctx.data(payload)
-    options = '<option value="">all devices</option>' + "".join(
-        f'<option value="{esc(d)}">{esc(d)}</option>' for d in sorted(frame["device"].astype(str).unique())
-    )
+    select = ""
+    if "device" in names:
+        options = '<option value="">all devices</option>' + "".join(
+            f'<option value="{esc(d)}">{esc(d)}</option>' for d in sorted(frame["device"].astype(str).unique())
+        )
+        select = f'<select aria-label="device">{options}</select>'
     return (
         f'<div class="sortable" data-source="{source}"><div class="table-tools">'
         f'<input type="search" placeholder="{esc(placeholder)}" aria-label="filter">'
-        f'<select aria-label="device">{options}</select><span class="count"></span></div>'
+        f'{select}<span class="count"></span></div>'
         f'<div class="table-scroll"><table class="data sortable"><thead></thead><tbody></tbody></table></div></div>'
     )

@@ -28,6 +28,13 @@ CATEGORY_COLORS = {
     "span": "#B5651D",
     "step": "#B0B7BF",
 }
+#: The parts of the TensorBoard plugin's computation / communication split (comm_split csv columns).
+COMM_SPLIT_STYLE = {
+    "computation_ms": ("computation", "#3366A8"),
+    "overlap_ms": ("overlap", "#8E6CB8"),
+    "communication_ms": ("communication", "#C0392B"),
+    "other_ms": ("other", "#C9CED4"),
+}
 PALETTE = ["#3366A8", "#E39B3B", "#6BA368", "#C0392B", "#8E6CB8", "#2A9D8F", "#B5651D", "#7A8B99", "#D4A017", "#5DA5DA"]
 OTHER = "#C9CED4"
 FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"

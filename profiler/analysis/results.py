@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
+from profiler.analysis.comm_ops import comm_op_table
 from profiler.analysis.device_time import device_time
 from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.findings.device import DeviceTimeline
@@ -23,7 +24,7 @@ from profiler.analysis.memory import allocating_ops, memory_events, op_memory
 from profiler.analysis.modules import module_table
 from profiler.analysis.ops import op_detail_table, op_type_table
 from profiler.analysis.queues import queue_summary
-from profiler.analysis.step_activity import device_aware_steps, step_activity
+from profiler.analysis.step_activity import comm_split, device_aware_steps, step_activity
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
 from profiler.analysis.steps import MARKED, analysed_steps, step_source
 from profiler.model import FLOAT64_MODULE_SPAN, Run
@@ -44,6 +45,8 @@ class Analysis:
     modules: pd.DataFrame = field(default_factory=pd.DataFrame)  # module_table(): per nn.Module call path
     memory_events: pd.DataFrame = field(default_factory=pd.DataFrame)  # memory_events(): each block's life
     op_memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # op_memory(): per device and op, its allocations
+    comm_split: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm_split(): the plugin's distributed overview
+    comm_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm_op_table(): per collective
 
 
 def step_windows_ns(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -92,6 +95,8 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         kernels=kernel_table(run.ops, launched),
         step_activity=step_activity(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
         modules=module_table(run.ops, launched),
+        comm_split=comm_split(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
+        comm_ops=comm_op_table(run.ops, launched),
     )
     if len(run.allocations):
         owner, parent = allocating_ops(run.ops, run.allocations, run.threads)

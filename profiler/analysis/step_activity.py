@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches
-from profiler.formats.columns import STEP_ACTIVITY_COLUMNS
+from profiler.formats.columns import COMM_SPLIT_COLUMNS, STEP_ACTIVITY_COLUMNS
 from profiler.kernels.intervals import covered_ns
 from profiler.model import DEVICE_WORK_CATEGORIES
 
@@ -164,3 +164,35 @@ def step_activity(ops: pd.DataFrame, spans: pd.DataFrame, steps: pd.DataFrame) -
     table["other_ms"] = (total - covered_before) / 1e6
     table["total_ms"] = total / 1e6
     return pd.DataFrame(table)[STEP_ACTIVITY_COLUMNS]
+
+
+def comm_split(ops: pd.DataFrame, spans: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step (`device_aware_steps`), the plugin's computation / communication overview (COMM_SPLIT_COLUMNS):
+    computation (compute kernels, or the host's CPU execution in a run without kernels) and communication
+    each without the time they overlap, the overlap, and the rest. Empty for a run without communication."""
+    intervals = activity_intervals(ops, spans)
+    communication = intervals["communication"]
+    if steps.empty or not len(communication[0]):
+        return pd.DataFrame(columns=COMM_SPLIT_COLUMNS)
+    computation = intervals["kernel"] if len(intervals["kernel"][0]) else intervals["cpu_exec"]
+    q_start, q_end = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    comp = covered_ns(*computation, q_start, q_end)
+    comm = covered_ns(*communication, q_start, q_end)
+    either = covered_ns(
+        np.concatenate([computation[0], communication[0]]),
+        np.concatenate([computation[1], communication[1]]),
+        q_start,
+        q_end,
+    )
+    overlap = comp + comm - either
+    total = q_end - q_start
+    return pd.DataFrame(
+        {
+            "step": steps["step"].to_numpy(np.int64),
+            "computation_ms": (comp - overlap) / 1e6,
+            "overlap_ms": overlap / 1e6,
+            "communication_ms": (comm - overlap) / 1e6,
+            "other_ms": (total - either) / 1e6,
+            "total_ms": total / 1e6,
+        }
+    )[COMM_SPLIT_COLUMNS]

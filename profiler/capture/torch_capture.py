@@ -39,7 +39,7 @@ import pandas as pd
 
 from profiler.capture.base import Host, Source
 from profiler.errors import ProfviewError
-from profiler.importers.kineto import collapse_redispatch, read_kineto_trace
+from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.intervals import assign_steps
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 from profiler.model import ALLOCATION_COLUMNS, OP_COLUMNS, SPAN_COLUMNS, THREAD_COLUMNS, Run, conform
@@ -53,9 +53,6 @@ if TYPE_CHECKING:
 
 TRACE_SUFFIX = ".json"
 INDEX_SUFFIX = "-torch.jsonl"
-#: Collective annotations torch.distributed records around the real work (on the backend's
-#: worker thread for gloo, around the launch for NCCL); they become `comm` ops.
-COMM_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
 #: torch's message when a new capture cycle starts; expected here, every window is exported.
 _CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
 
@@ -320,8 +317,8 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
 
     Ops are moved onto the run's clock (see the module docstring), their host threads renamed to
     the run's thread names, their steps re-assigned from the run's own steps (torch's
-    ProfilerStep annotations are not used), and collective annotations (`gloo:all_reduce`, ...)
-    added as `comm` ops so that the step trace counts them as all-reduce. The other annotations
+    ProfilerStep annotations are not used); the importer made the collective annotations
+    (`gloo:all_reduce`, ...) `comm` ops, which the step trace counts as all-reduce. The other annotations
     (record_function ranges: `## forward ##`, `Optimizer.step#SGD.step`, the DataLoader's fetch)
     join the run's spans on their thread (`_annotation_spans`): on the timeline, never ops.
     """
@@ -345,10 +342,7 @@ def merge_torch_traces(run: Run, directory: Path, rank: int) -> Run:
             - origin_mono
         )
         names = _thread_names(trace, entry.get("threads", {}), set(run.threads["name"].astype(str)))
-        window_ops = pd.concat(
-            [conform(trace.ops, OP_COLUMNS), conform(_comm_ops(trace), OP_COLUMNS)], ignore_index=True
-        )
-        window_ops = collapse_redispatch(conform(window_ops, OP_COLUMNS))
+        window_ops = conform(trace.ops, OP_COLUMNS)  # redispatch copies collapsed, collectives comm ops
         window_ops["start_ns"] += shift
         window_ops["stream"] = window_ops["stream"].astype(object).map(lambda s, names=names: names.get(s, s))
         window_ops["source"] = "torch"
@@ -387,9 +381,9 @@ def _thread_names(trace: Run, native: dict, known: set) -> dict:
 
 
 def _annotation_spans(trace: Run, names: dict, shift: int) -> pd.DataFrame:
-    """The trace's annotations other than collectives (those are `_comm_ops`), on the run's clock,
-    with their thread's name in the run (`names`) in place of the trace's thread id."""
-    spans = trace.spans[~trace.spans["name"].astype(str).str.startswith(COMM_PREFIXES)]
+    """The trace's annotations on the run's clock, with their thread's name in the run (`names`) in
+    place of the trace's thread id."""
+    spans = trace.spans
     lane = dict(zip(trace.threads["tid"], trace.threads["name"]))
     return pd.DataFrame(
         {
@@ -439,23 +433,3 @@ def _allocations(trace: Run, names: dict, shift: int) -> pd.DataFrame:
     out = trace.allocations.assign(thread=[names.get(lane.get(t), lane.get(t, "")) for t in trace.allocations["tid"]])
     out["time_ns"] += shift
     return out
-
-
-def _comm_ops(trace: Run) -> pd.DataFrame:
-    """Collective annotations of the trace (record_function ranges) as `comm` host ops."""
-    spans = trace.spans
-    comm = spans[spans["name"].astype(str).str.startswith(COMM_PREFIXES)]
-    lane = dict(zip(trace.threads["tid"], trace.threads["name"]))
-    return pd.DataFrame(
-        {
-            "device": "cpu",
-            "stream": comm["tid"].map(lane).to_numpy(dtype=object),
-            "name": comm["name"].to_numpy(dtype=object),
-            "op_type": comm["name"].to_numpy(dtype=object),
-            "category": "comm",
-            "start_ns": comm["start_ns"].to_numpy(),
-            "dur_ns": comm["dur_ns"].to_numpy(),
-            "self_ns": comm["dur_ns"].to_numpy(),
-            "correlation": np.full(len(comm), -1, dtype=np.int64),
-        }
-    )

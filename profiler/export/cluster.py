@@ -44,8 +44,16 @@ from profiler.export.timeline_model import (
     stepped,
     thread_order,
 )
+from profiler.formats.columns import CLUSTER_COMM_SPLIT_COLUMNS
 from profiler.formats.documents import read_json_object
-from profiler.formats.names import CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, CLUSTER_TIMELINE, info_files, rank_file
+from profiler.formats.names import (
+    CLUSTER_COMM_SPLIT,
+    CLUSTER_STEP_TRACE,
+    CLUSTER_SUMMARY,
+    CLUSTER_TIMELINE,
+    info_files,
+    rank_file,
+)
 from profiler.formats.tables import read_csv
 from profiler.model import Run
 
@@ -74,6 +82,18 @@ def read_rank_devices(directory: Path, ranks: Sequence[int]) -> dict[int, list]:
     return out
 
 
+def read_comm_split(directory: Path, ranks: Sequence[int]) -> pd.DataFrame:
+    """Every rank's comm_split_{rank}.csv rows with the rank in front (empty when no rank wrote one)."""
+    frames = []
+    for rank in ranks:
+        path = directory / rank_file("comm_split", rank)
+        if path.is_file():
+            frames.append(read_csv(path, "comm_split").assign(rank=rank))
+    if not frames:
+        return pd.DataFrame(columns=CLUSTER_COMM_SPLIT_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[CLUSTER_COMM_SPLIT_COLUMNS]
+
+
 def is_cluster(infos: Mapping[int, dict]) -> bool:
     """More than one rank wrote here, or the one that did belongs to a larger job."""
     return len(infos) > 1 or any(int(i.get("world_size", 1) or 1) > 1 for i in infos.values())
@@ -90,16 +110,24 @@ def write_cluster_outputs(
         return []
     doc, table = cluster_summary(infos, traces, devices_by_rank=read_rank_devices(directory, sorted(infos)))
     runs = [load_run(directory, r) for r in timeline_ranks(doc, TIMELINE_RANKS)]
-    return write_cluster_files(directory, doc, table, runs, max_events)
+    return write_cluster_files(directory, doc, table, runs, max_events, read_comm_split(directory, sorted(infos)))
 
 
 def write_cluster_files(
-    directory: Path, doc: dict, table: pd.DataFrame, runs: Sequence[Run], max_events: Optional[int] = None
+    directory: Path,
+    doc: dict,
+    table: pd.DataFrame,
+    runs: Sequence[Run],
+    max_events: Optional[int] = None,
+    comm_split: Optional[pd.DataFrame] = None,
 ) -> list[Path]:
-    """Write the step table, the merged timeline of `runs` (at most `max_events` events: by default
-    the limit the first run was recorded with) and the summary (listing the outputs)."""
+    """Write the step table, every rank's computation / communication split (`comm_split`, when a rank
+    has one), the merged timeline of `runs` (at most `max_events` events: by default the limit the first
+    run was recorded with) and the summary (listing the outputs)."""
     shifts = {int(r): int(c["shift_ns"]) for r, c in doc["clock"].get("per_rank", {}).items()}
     written = [write_csv(table, directory / CLUSTER_STEP_TRACE)]
+    if comm_split is not None and len(comm_split):
+        written.append(write_csv(comm_split, directory / CLUSTER_COMM_SPLIT))
     doc = {**doc, "timeline_ranks": [r.rank for r in runs]}
     if runs:
         limit = timeline_max_events(runs[0]) if max_events is None else max_events

@@ -120,6 +120,13 @@ MODULE_COLUMNS = [
     "device_total_ms",
     "device_self_ms",
 ]
+#: comm_split_{rank}.csv: per step as the TensorBoard plugin delimits them, its computation / communication
+#: overview: computation and communication each without their overlap, the overlap, the rest, the step.
+COMM_SPLIT_COLUMNS = ["step", "computation_ms", "overlap_ms", "communication_ms", "other_ms", "total_ms"]
+#: cluster_comm_split.csv: every rank's comm_split rows (the plugin's per-worker distributed view).
+CLUSTER_COMM_SPLIT_COLUMNS = ["rank", *COMM_SPLIT_COLUMNS]
+#: comm_ops_{rank}.csv: per collective, its calls, message size and latency (the plugin's communication ops).
+COMM_OP_COLUMNS = ["name", "calls", "total_bytes", "mean_bytes", "total_ms", "mean_ms"]
 #: memory_{rank}.csv: each device's allocated and reserved memory after each allocation or free (the
 #: TensorBoard plugin's memory curve; device "host" is CPU memory).
 MEMORY_COLUMNS = ["device", "time_ms", "allocated_bytes", "reserved_bytes"]

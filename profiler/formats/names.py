@@ -21,6 +21,8 @@ RANK_FILES = {
     "memory": "memory_{rank}.csv",
     "memory_events": "memory_events_{rank}.csv",
     "op_memory": "op_memory_{rank}.csv",
+    "comm_split": "comm_split_{rank}.csv",
+    "comm_ops": "comm_ops_{rank}.csv",
     "data_queue": "data_queue_{rank}.csv",
     "device_counters": "device_counters_{rank}.csv",
     "queue_summary": "queue_summary_{rank}.json",
@@ -31,6 +33,7 @@ RANK_FILES = {
 #: The cluster files rank 0 (or `profview analyse`) writes when more than one rank recorded.
 CLUSTER_SUMMARY = "cluster_summary.json"
 CLUSTER_STEP_TRACE = "cluster_step_trace.csv"
+CLUSTER_COMM_SPLIT = "cluster_comm_split.csv"
 CLUSTER_TIMELINE = "cluster_timeline.json"
 INFO_PATTERN = re.compile(r"^profiler_info_(\d+)\.json$")
 

@@ -13,7 +13,10 @@ import pandas as pd
 
 from profiler.errors import InputError
 from profiler.formats.columns import (
+    CLUSTER_COMM_SPLIT_COLUMNS,
     CLUSTER_STEP_COLUMNS,
+    COMM_OP_COLUMNS,
+    COMM_SPLIT_COLUMNS,
     DATA_QUEUE_COLUMNS,
     DEVICE_BUSY,
     DEVICE_COUNTER_COLUMNS,
@@ -66,6 +69,9 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
     "step_activity": (STEP_ACTIVITY_COLUMNS, STEP_ACTIVITY_COLUMNS),
     "kernels": (KERNEL_COLUMNS, ["calls", "total_ms", "mean_ms", "max_ms", "min_ms"]),
     "modules": (MODULE_COLUMNS, ["occurrences", "host_total_ms", "host_self_ms"]),
+    "comm_split": (COMM_SPLIT_COLUMNS, COMM_SPLIT_COLUMNS),
+    "comm_ops": (COMM_OP_COLUMNS, COMM_OP_COLUMNS[1:]),
+    "cluster_comm_split": (CLUSTER_COMM_SPLIT_COLUMNS, CLUSTER_COMM_SPLIT_COLUMNS),
     "memory": (MEMORY_COLUMNS, ["time_ms"]),
     "memory_events": (MEMORY_EVENT_COLUMNS, ["bytes"]),
     "op_memory": (OP_MEMORY_COLUMNS, OP_MEMORY_COLUMNS[2:]),
@@ -81,6 +87,9 @@ CSV_COLUMNS: dict[str, list[str]] = {
     "op_detail": OP_DETAIL_COLUMNS,
     "kernels": KERNEL_COLUMNS,
     "modules": MODULE_COLUMNS,
+    "comm_split": COMM_SPLIT_COLUMNS,
+    "comm_ops": COMM_OP_COLUMNS,
+    "cluster_comm_split": CLUSTER_COMM_SPLIT_COLUMNS,
     "memory": MEMORY_COLUMNS,
     "memory_events": MEMORY_EVENT_COLUMNS,
     "op_memory": OP_MEMORY_COLUMNS,

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,7 @@ from profiler.importers.kineto_events import (
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
 from profiler.model import (
     ALLOCATION_COLUMNS,
+    COLLECTIVE_PREFIXES,
     COUNTER_COLUMNS,
     INSTANT_COLUMNS,
     OP_COLUMNS,
@@ -249,6 +250,7 @@ def _classify(cols: EventColumns) -> np.ndarray:
     kind[np.isin(kind, (HOST_OP, SPAN)) & is_step] = STEP
     framework_op = (kind == HOST_OP) & cols.cat.map(lambda c: HOST_OP_CATEGORIES.get(c) == "host", dtype=bool)
     kind[framework_op & cols.name.map(_is_annotation_name, dtype=bool)] = SPAN
+    kind[np.isin(kind, (HOST_OP, SPAN)) & cols.name.map(_is_collective_name, dtype=bool)] = HOST_OP
     instant = kind == INSTANT
     kind[instant & cols.name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
     kind[instant & np.isnan(cols.pid)] = PROFILER
@@ -267,6 +269,10 @@ def _classify(cols: EventColumns) -> np.ndarray:
     kind[~valid] = MALFORMED
     kind[np.isin(kind, _TIMED_KINDS) & ~_plausible_times(cols, kind, complete)] = OUTSIDE
     return kind
+
+
+def _is_collective_name(name: Any) -> bool:
+    return isinstance(name, str) and name.startswith(COLLECTIVE_PREFIXES)
 
 
 def _is_annotation_name(name: Any) -> bool:
@@ -584,13 +590,15 @@ def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock
 def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
     """Host ops without the redispatch copies torch nests in them, as `key_averages()` counts them.
 
-    An op whose only child on its thread has its own name (aten::div inside aten::div) is one
-    operator dispatched twice; torch's tables keep the outer one and give it the inner one's self
+    A framework op whose only child on its thread has its own name (aten::div inside aten::div) is one
+    operator dispatched twice (runtime calls are never copies: two back-to-back calls of whole-µs
+    traces can share one interval); torch's tables keep the outer one and give it the inner one's self
     time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
     visible: the two intervals coincide up to the dispatch cost).
     """
     while True:
         host = np.flatnonzero((ops["device"] == "cpu").to_numpy())
+        framework = (ops["category"] == "host").to_numpy()[host]
         lane = pd.factorize(ops["stream"].to_numpy()[host])[0]
         start = ops["start_ns"].to_numpy()[host]
         parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
@@ -598,7 +606,7 @@ def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
         names = ops["name"].to_numpy()[host]
         only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
         dup = np.zeros(len(host), dtype=bool)
-        dup[child] = only_child & (names[parent[child]] == names[child])
+        dup[child] = only_child & (names[parent[child]] == names[child]) & framework[child] & framework[parent[child]]
         dup[child] &= ~dup[parent[child]]  # chains collapse one level per round
         if not dup.any():
             return ops
@@ -666,12 +674,18 @@ def _host_op_columns(
         "device": Coded.constant("cpu", len(rows)),
         "stream": Coded(thread_of[rows], threads["name"].tolist()),
         "op_type": cols.name[rows],
-        "category": cols.cat[rows].mapped(HOST_OP_CATEGORIES.get),
+        "category": combine(cols.cat[rows], cols.name[rows]).mapped(_host_category),
         "shapes": _shapes(cols, rows),
         "dtypes": _input_types(cols, rows),
         "lane": thread_of[rows],
         "leaf": np.zeros(len(rows), dtype=bool),
     }
+
+
+def _host_category(cat_and_name: tuple[Any, Any]) -> Optional[str]:
+    """A host op's category: `comm` for a collective range, else its Kineto category's."""
+    cat, name = cat_and_name
+    return "comm" if _is_collective_name(name) else HOST_OP_CATEGORIES.get(cat)
 
 
 def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, Any]:

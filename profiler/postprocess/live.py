@@ -306,28 +306,17 @@ def _limits(sources: Mapping[str, Any]) -> dict[str, float]:
 def window_outputs(analysis: Analysis) -> dict[str, Any]:
     """The analysis of a window as its output files would hold it, by kind (profiler.formats), without
     writing them, for the live report: profiler_info (without the warnings that only say the window
-    was cut out of a recording still being written), the tables as written to CSV (the op tables when
-    ops were recorded, data_queue / device_counters when queues / counters were) and the JSON documents
-    (queue_summary, report) with plain JSON values."""
-    from profiler.export.writers.data_queue import queue_table
-    from profiler.export.writers.device_counters import counter_table
+    was cut out of a recording still being written), every table its CSV writer would write (the same
+    writers decide which the run has) and the JSON documents (queue_summary, report) with plain JSON values."""
+    from profiler.export.writers import WRITERS
+    from profiler.export.writers.base import CsvWriter
 
-    run = analysis.run
-    info = plain_document(run.info)
+    info = plain_document(analysis.run.info)
     info["warnings"] = [w for w in info.get("warnings", []) if not any(text in str(w) for text in WINDOW_WARNINGS)]
-    outputs: dict[str, Any] = {"profiler_info": info, "step_trace": analysis.step_trace}
-    if len(run.ops):
-        outputs.update(op_type=analysis.op_type, op_detail=analysis.op_detail)
-    outputs.update(
-        {
-            kind: table
-            for kind, table in (("kernels", analysis.kernels), ("step_activity", analysis.step_activity))
-            if len(table)
-        }
-    )
-    if len(run.queues):
-        outputs["data_queue"] = queue_table(analysis)
-    if len(run.counters):
-        outputs["device_counters"] = counter_table(analysis)
+    outputs: dict[str, Any] = {"profiler_info": info}
+    for writer in WRITERS:
+        table = writer.table(analysis) if isinstance(writer, CsvWriter) else None
+        if table is not None:
+            outputs[writer.kind] = table
     outputs.update({kind: plain_document(doc) for kind, doc in analysis.extra_json.items()})
     return outputs

@@ -25,6 +25,7 @@ from profiler.importers import kineto_events
 from profiler.importers.kineto import is_kineto_trace, read_kineto_trace, read_kineto_traces
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 from profiler.model import (
+    COLLECTIVE_PREFIXES,
     COUNTER_COLUMNS,
     INSTANT_COLUMNS,
     NOT_WORK_CATEGORIES,
@@ -70,7 +71,8 @@ def imported(path: Path):
 
 
 def kernels(run) -> pd.DataFrame:
-    return run.ops[run.ops["category"].isin(KERNEL_CATEGORIES)]
+    """The device's kernels (collectives' host ranges are `comm` ops too, on the cpu)."""
+    return run.ops[run.ops["category"].isin(KERNEL_CATEGORIES).to_numpy() & (run.ops["device"] != "cpu").to_numpy()]
 
 
 # --------------------------------------------------------------------------- vs HTA and raw JSON
@@ -355,11 +357,15 @@ def test_nccl_kernels_are_comm(kineto_dir: Path) -> None:
         is_nccl = device["name"].astype(str).str.startswith("ncclKernel_")
         assert (device.loc[is_nccl, "category"] == "comm").all()
         assert (device.loc[~is_nccl, "category"] == "compute").all()
-        assert set(ops.loc[ops["device"] == "cpu", "category"]) <= {"host", "runtime"}
-    ops = imported(kineto_dir / "nccl_data.json.gz").ops
-    comm = ops[ops["category"] == "comm"]
-    assert Counter(comm["op_type"]) == {"nccl:all_reduce": 15, "nccl:broadcast": 6}
-    sampled = imported(kineto_dir / "sampled_rank-0.json.gz").ops
+        host = ops[ops["device"] == "cpu"]
+        assert set(host["category"]) <= {"host", "runtime", "comm"}
+        collective = host["name"].astype(str).str.startswith(COLLECTIVE_PREFIXES)
+        assert (collective == (host["category"] == "comm")).all()  # the collectives' host ranges, only they
+    nccl = imported(kineto_dir / "nccl_data.json.gz")
+    assert Counter(kernels(nccl).query("category == 'comm'")["op_type"]) == {"nccl:all_reduce": 15, "nccl:broadcast": 6}
+    host_comm = nccl.ops[(nccl.ops["category"] == "comm").to_numpy() & (nccl.ops["device"] == "cpu").to_numpy()]
+    assert Counter(host_comm["name"]) == {"nccl:all_reduce": 15, "nccl:broadcast": 6}
+    sampled = kernels(imported(kineto_dir / "sampled_rank-0.json.gz"))
     assert set(sampled.loc[sampled["category"] == "comm", "op_type"]) == {"nccl:send_recv"}
 
 
@@ -377,17 +383,18 @@ def test_alexnet_memcpy_and_memset(kineto_dir: Path) -> None:
 def test_cpu_only_trace(kineto_dir: Path) -> None:
     run = imported(kineto_dir / "cpu_only.json.gz")
     assert (run.ops["device"] == "cpu").all()
-    assert len(kernels(run)) == 0 and len(run.ops) == 4
+    assert len(kernels(run)) == 0 and len(run.ops) == 14
     assert (run.rank, run.info["world_size"], run.info["distributed_backend"]) == (34, 300, "gloo")
     assert run.steps["step"].tolist() == [551]
-    assert run.spans["name"].tolist() == ["gloo:all_reduce"] * 10
+    comm = run.ops[run.ops["category"] == "comm"]
+    assert comm["name"].tolist() == ["gloo:all_reduce"] * 10 and set(comm["shapes"]) == {"[[321271]]", "[[2082411]]"}
+    assert run.spans.empty
     assert run.info["warnings"] == []
 
 
 def test_device_ops_keep_stream_device_and_correlation(kineto_dir: Path) -> None:
     raw = [e for e in raw_trace(kineto_dir / "diff_test.json.gz")["traceEvents"] if e.get("cat") == "kernel"]
-    ops = imported(kineto_dir / "diff_test.json.gz").ops
-    device = ops[ops["category"].isin(KERNEL_CATEGORIES)]
+    device = kernels(imported(kineto_dir / "diff_test.json.gz"))
     assert set(device["device"]) == {f"cuda:{e['args']['device']}" for e in raw} == {"cuda:1"}
     assert Counter(device["stream"]) == Counter(str(e["args"]["stream"]) for e in raw)
     assert sorted(device["correlation"]) == sorted(e["args"]["correlation"] for e in raw)
@@ -399,14 +406,21 @@ def test_device_ops_link_to_their_launch(kineto_dir: Path, trace: str) -> None:
     launched it (diff_test is left out: 614 of its device ops were launched before the trace
     window opened)."""
     ops = imported(kineto_dir / trace).ops
-    device = ops[ops["category"].isin(["compute", "comm", "memcpy", "memset"])]
+    device = ops[
+        ops["category"].isin(["compute", "comm", "memcpy", "memset"]).to_numpy() & (ops["device"] != "cpu").to_numpy()
+    ]
     launches = ops[ops["category"] == "runtime"]
     assert len(device) > 0
     assert set(device["correlation"]) <= set(launches["correlation"])
 
 
-def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path) -> None:
-    run = imported(kineto_dir / "sampled_rank-0.json.gz")
+def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path, monkeypatch) -> None:
+    """Every cpu_op with its thread and input shapes (redispatch copies kept here: collapse_redispatch,
+    which the import applies, is tested on its own)."""
+    import profiler.importers.kineto as kineto
+
+    monkeypatch.setattr(kineto, "collapse_redispatch", lambda ops: ops)
+    run = read_kineto_trace(kineto_dir / "sampled_rank-0.json.gz")
     host = run.ops[run.ops["device"] == "cpu"]
     assert set(host["stream"]) == set(run.threads["name"]) == {"thread 4037 (python3.8)", "thread 23695 (python3.8)"}
     assert set(run.threads["os_tid"]) == {4037, 23695}
@@ -418,7 +432,32 @@ def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path) -> None:
     cpu_ops = host[host["category"] == "host"]
     assert Counter(zip(cpu_ops["name"], cpu_ops["shapes"])) == raw
     assert cpu_ops["op_type"].astype(str).tolist() == cpu_ops["name"].astype(str).tolist()
-    assert set(host["category"]) == {"host", "runtime"}
+    assert set(host["category"]) == {"host", "runtime", "comm"}
+
+
+def test_redispatch_copies_are_one_op(kineto_dir: Path) -> None:
+    """aten::add inside aten::add (its only child) is one op, as torch's key_averages() counts it: the
+    copy is gone, its self time went to the outer op, and the host self time of the thread is unchanged."""
+    from profiler.importers.kineto import collapse_redispatch
+
+    run = imported(kineto_dir / "sampled_rank-0.json.gz")
+    host = (run.ops["device"] == "cpu").to_numpy()
+    again = collapse_redispatch(run.ops)
+    assert len(again) == len(run.ops)  # nothing left to collapse
+    import profiler.importers.kineto as kineto
+
+    original = kineto.collapse_redispatch
+    try:
+        kineto.collapse_redispatch = lambda ops: ops
+        whole = read_kineto_trace(kineto_dir / "sampled_rank-0.json.gz")
+    finally:
+        kineto.collapse_redispatch = original
+    copies = len(whole.ops) - len(run.ops)
+    assert copies > 0
+    whole_host = (whole.ops["device"] == "cpu").to_numpy()
+    assert whole.ops.loc[whole_host, "self_ns"].sum() == run.ops.loc[host, "self_ns"].sum()
+    gone = Counter(whole.ops.loc[whole_host, "name"]) - Counter(run.ops.loc[host, "name"])
+    assert sum(gone.values()) == copies and all(name.startswith("aten::") for name in gone)
 
 
 # --------------------------------------------------------------------------- self time

@@ -22,7 +22,11 @@ from profiler import Profiler  # noqa: E402
 from profiler.analysis.float64 import float64_charged  # noqa: E402
 from profiler.formats.tables import read_csv  # noqa: E402
 from profiler.importers.kineto import _ANNOTATION_NAME, read_kineto_trace  # noqa: E402
-from profiler.model import OP_COLUMNS, conform  # noqa: E402
+from profiler.model import (  # noqa: E402
+    COLLECTIVE_PREFIXES,
+    OP_COLUMNS,
+    conform,
+)
 from profiler.postprocess.imported import import_capture  # noqa: E402
 
 TRACES = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "data" / "kineto").glob("*.json.gz"))
@@ -107,15 +111,19 @@ def test_real_gpu_trace_with_a_little_float64_has_no_finding(captures: Path, tmp
 def test_no_annotation_is_an_op_of_an_imported_trace(captures: Path, trace: str, tmp_path: Path) -> None:
     """In every op table written for a real capture, no op is an annotation: op names never, op types
     only as a collective's kernel family (ncclKernel_AllReduce_* -> nccl:all_reduce, named like torch's
-    own range); the annotations are on the timeline as spans."""
+    own range); the annotations are on the timeline as spans. Collective ranges (nccl:all_reduce,
+    gloo:all_reduce) are no annotations but communication: `comm` ops on the host."""
     path = captures / "kineto" / trace
-    annotations = _annotation_names(path)
+    annotations = {name for name in _annotation_names(path) if not name.startswith(COLLECTIVE_PREFIXES)}
     import_capture(path, tmp_path)
     tables = sorted(tmp_path.glob("op_detail_*.csv"))
     assert tables
     for detail in tables:
-        names = set(read_csv(detail, "op_detail")["name"].astype(str))
+        table = read_csv(detail, "op_detail")
+        names = set(table["name"].astype(str))
         assert not names & annotations, sorted(names & annotations)
+        collectives = table["name"].astype(str).str.startswith(COLLECTIVE_PREFIXES)
+        assert (table.loc[collectives, "category"] == "comm").all()
         types = read_csv(detail.with_name(detail.name.replace("op_detail", "op_type")), "op_type")
         assert not set(types.loc[types["category"] != "comm", "op_type"].astype(str)) & annotations
     timeline = json.loads(next(tmp_path.glob("timeline_*.json")).read_text())
@@ -125,7 +133,8 @@ def test_no_annotation_is_an_op_of_an_imported_trace(captures: Path, trace: str,
         if e.get("ph") == "X" and e.get("cat") in ("span", "scope", "step")
     }
     host = {n for n in annotations if not n.startswith("ProfilerStep#")}
-    assert host and host <= spans | {n for n in annotations if n.startswith("nccl:")}, sorted(host - spans)[:5]
+    assert host or trace == "cpu_only.json.gz"  # its only annotations are its steps and collectives
+    assert host <= spans, sorted(host - spans)[:5]
     if trace.startswith("sampled_rank"):
         events = timeline["traceEvents"] if isinstance(timeline, dict) else timeline
         scopes = {e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "scope"}

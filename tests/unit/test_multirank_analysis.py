@@ -213,5 +213,6 @@ def test_two_imported_gpu_ranks_breakdown_and_cluster(captures, tmp_path):
     events = json.loads((tmp_path / "cluster_timeline.json").read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     assert names[0] == "host (rank 0)" and names[1] == "host (rank 1)"
-    assert {e["pid"] for e in events if e.get("cat") == "comm"} == {1000, 2000}  # each rank's GPU
+    # each rank's collectives: their host ranges (nccl:all_reduce, ...) and their kernels on its GPU
+    assert {e["pid"] for e in events if e.get("cat") == "comm"} == {0, 1, 1000, 2000}
     assert {p.name for p in written} == {"cluster_step_trace.csv", "cluster_timeline.json", "cluster_summary.json"}

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from profiler.analysis.comm_ops import comm_op_table, message_bytes
 from profiler.analysis.gpu_summary import gpu_summary
 from profiler.analysis.kernels import kernel_table
 from profiler.analysis.launches import launches
 from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory, step_peaks
 from profiler.analysis.modules import module_table
 from profiler.analysis.ops import op_detail_table
-from profiler.analysis.step_activity import device_aware_steps, step_activity
+from profiler.analysis.step_activity import comm_split, device_aware_steps, step_activity
 from profiler.importers.kineto import run_from_kineto_trace
 
 
@@ -24,8 +25,10 @@ class Trace:
         self.events: list[dict] = []
         self.correlation = 0
 
-    def op(self, name: str, ts: float, dur: float, cat: str = "cpu_op") -> Trace:
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur})
+    def op(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1, **args) -> Trace:
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        )
         return self
 
     def step(self, number: int, ts: float, dur: float) -> Trace:
@@ -270,3 +273,73 @@ def test_memory_of_two_devices_is_kept_apart() -> None:
     assert events.loc["cuda:0", "lifetime_ms"] == pytest.approx(0.001)
     assert events.loc["host", "free_ms"] != events.loc["host", "free_ms"]  # same address, other device: not freed
     assert sorted(op_memory(run.ops, run.allocations, owner, parent)["device"]) == ["cuda:0", "host"]
+
+
+def test_an_nccl_collective_its_kernel_and_the_compute_it_overlaps() -> None:
+    """nccl:all_reduce's host range launches its kernel, which runs on after the range returns: the
+    call's latency covers both (10 µs .. 70 µs); its message is 1024 floats and 8 halves; a compute
+    kernel overlapping the collective's kernel for 20 µs is the overlap of the step's split."""
+    trace = Trace().step(1, 0, 100).op("aten::mm", 1, 5).launch(2, "volta_sgemm", 20, 30)
+    trace.op(
+        "nccl:all_reduce",
+        10,
+        20,
+        cat="user_annotation",
+        **{"Input Dims": [[1024], [8]], "Input type": ["float", "c10::Half"]},
+    )
+    trace.launch(12, "ncclKernel_AllReduce_RING_LL_Sum_float", 30, 40, stream=9)
+    run, launched, steps = _views(trace)
+    (row,) = comm_op_table(run.ops, launched).itertuples()
+    assert (row.name, row.calls, row.total_bytes) == ("nccl:all_reduce", 1, 1024 * 4 + 8 * 2)
+    assert row.total_ms == pytest.approx(0.060)  # [10, 70): the range and the kernel it launched
+    (split,) = comm_split(run.ops, run.spans, steps).itertuples()
+    communication = 0.060  # the host range [10, 30) and the kernel [30, 70)
+    assert split.overlap_ms == pytest.approx(0.030)  # sgemm [20, 50) under communication
+    assert split.computation_ms == pytest.approx(0.0)
+    assert split.communication_ms == pytest.approx(communication - 0.030)
+    assert split.computation_ms + split.overlap_ms + split.communication_ms + split.other_ms == pytest.approx(
+        split.total_ms
+    )
+
+
+def test_gloo_collectives_on_the_host_against_its_cpu_work() -> None:
+    """gloo runs its collectives on the host (no kernels): computation is the host's CPU execution, and a
+    collective on the backend's thread while the main thread computes is overlap. Two calls add up."""
+    trace = Trace().step(1, 0, 100).op("aten::mm", 0, 40).op("aten::add", 60, 10)
+    for start in (30, 50):
+        trace.op(
+            "gloo:all_reduce",
+            start,
+            20,
+            cat="user_annotation",
+            tid=2,
+            **{"Input Dims": [[10]], "Input type": ["double"]},
+        )
+    run, launched, steps = _views(trace)
+    (row,) = comm_op_table(run.ops, launched).itertuples()
+    assert (row.calls, row.total_bytes, row.mean_bytes) == (2, 160, 80)
+    assert row.total_ms == pytest.approx(0.040) and row.mean_ms == pytest.approx(0.020)
+    (split,) = comm_split(run.ops, run.spans, steps).itertuples()
+    assert split.overlap_ms == pytest.approx(0.020)  # [30, 40) and [60, 70)
+    assert split.computation_ms == pytest.approx(0.050 - 0.020)
+    assert split.communication_ms == pytest.approx(0.040 - 0.020)
+    assert split.other_ms == pytest.approx(0.100 - 0.070)
+
+
+def test_a_run_without_collectives_has_no_distributed_view() -> None:
+    run, launched, steps = _views(Trace().step(1, 0, 100).op("aten::mm", 1, 5).launch(2, "k", 20, 30))
+    assert comm_op_table(run.ops, launched).empty and comm_split(run.ops, run.spans, steps).empty
+
+
+@pytest.mark.parametrize(
+    "shapes, types, expected",
+    [
+        ("[[2, 3]]", '["float"]', 24),
+        ("[[4], []]", '["long int", "Scalar"]', 32),
+        ("[[4]]", '["some::NewType"]', 0),  # an unknown element type counts 0, as in the plugin
+        ("", "", 0),
+        ("not json", '["float"]', 0),
+    ],
+)
+def test_message_bytes(shapes: str, types: str, expected: int) -> None:
+    assert message_bytes(shapes, types) == expected

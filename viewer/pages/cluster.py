@@ -22,7 +22,7 @@ from viewer.formatting import fmt_ms, fmt_pct
 from viewer.html import absent, cards, esc, section, table
 from viewer.page import Page
 from viewer.stats import findings, number, select_steps
-from viewer.theme import ALL_REDUCE, PALETTE, PHASES, styled
+from viewer.theme import ALL_REDUCE, COMM_SPLIT_STYLE, PALETTE, PHASES, styled
 
 #: the per-rank stacked bar: what a mean step is made of (sums to the step when waits are exposed)
 STACK = [
@@ -219,7 +219,23 @@ def _cluster_page(summary: dict[str, Any], steps: pd.DataFrame, ctx: Context) ->
         + section("Step time per rank", ctx.figure(step_lines(ctx)))
         + "</div><br>"
         + section("Per-rank averages", table(headers, rows, [True] * len(headers)))
+        + _comm_split_section(ctx)
         + _device_section(ctx, summary)
+    )
+
+
+def _comm_split_section(ctx: Context) -> str:
+    """Each rank's mean step split into computation, overlap, communication and other (cluster_comm_split csv)."""
+    split = ctx.runs[0].cluster_comm_split
+    if split is None or not len(split):
+        return ""
+    means = split.groupby("rank", sort=True)[list(COMM_SPLIT_STYLE)].mean().reset_index()
+    parts = [(column, label, color) for column, (label, color) in COMM_SPLIT_STYLE.items()]
+    return section(
+        "Computation and communication per rank",
+        ctx.figure(stacked(means, parts)),
+        "Mean per step, as the TensorBoard plugin's distributed view splits it: a rank with more communication "
+        "and less overlap than the others waits at the collectives.",
     )
 
 

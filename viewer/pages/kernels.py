@@ -13,7 +13,7 @@ from viewer.formatting import short_labels
 from viewer.html import plot_text, section
 from viewer.page import Page
 from viewer.tables import sortable_table
-from viewer.theme import CATEGORY_COLORS, OTHER, styled
+from viewer.theme import CATEGORY_COLORS, COMM_SPLIT_STYLE, OTHER, styled
 
 #: The label and colour of each activity of step_activity_{rank}.csv (its columns between step and total_ms).
 ACTIVITY_STYLE = {
@@ -57,6 +57,35 @@ def step_activity_bars(steps) -> go.Figure:
             )
             for column in STEP_ACTIVITY_COLUMNS[1:-1]
             for label, color in [ACTIVITY_STYLE[column]]
+        ]
+    )
+    return styled(fig, barmode="stack", xaxis=dict(title="step", type="category"), yaxis_title="ms")
+
+
+#: Columns of the communication ops table: (comm_ops column, header, kind).
+COMM_OP_COLUMNS = [
+    ("name", "collective", "text"),
+    ("calls", "calls", "int"),
+    ("total_bytes", "total bytes", "int"),
+    ("mean_bytes", "mean bytes", "num"),
+    ("total_ms", "total latency ms", "num"),
+    ("mean_ms", "mean latency ms", "num"),
+]
+
+
+def comm_split_bars(split) -> go.Figure:
+    """One stacked bar per step: computation, overlap, communication and other (they add up to the step)."""
+    labels = [str(step) for step in split["step"]]
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=label,
+                x=labels,
+                y=split[column],
+                marker_color=color,
+                hovertemplate=f"step %{{x}}<br>{label}: %{{y:.3f}} ms<extra></extra>",
+            )
+            for column, (label, color) in COMM_SPLIT_STYLE.items()
         ]
     )
     return styled(fig, barmode="stack", xaxis=dict(title="step", type="category"), yaxis_title="ms")
@@ -124,12 +153,30 @@ def build(ctx: Context) -> str:
                 "tracer's estimates, averaged by duration.",
             )
         )
+    if run.comm_split is not None and len(run.comm_split):
+        parts.append(
+            section(
+                "Computation and communication",
+                ctx.figure(comm_split_bars(run.comm_split)),
+                "Per step: compute kernels (or the host's work, without kernels) and collectives, apart and at "
+                "once (the TensorBoard plugin's distributed view).",
+            )
+        )
+    if run.comm_ops is not None and len(run.comm_ops):
+        parts.append(
+            section(
+                "Collectives",
+                sortable_table(ctx, run.comm_ops, COMM_OP_COLUMNS, "total_ms", "filter by collective…"),
+                "Latency: from each call's host range to the end of the kernels it launched; bytes: the message "
+                "sizes the trace recorded.",
+            )
+        )
     return "".join(parts)
 
 
 def shown(ctx: Context) -> bool:
     run = ctx.run
-    return any(table is not None and len(table) for table in (run.kernels, run.step_activity))
+    return any(table is not None and len(table) for table in (run.kernels, run.step_activity, run.comm_ops))
 
 
 PAGE = Page("kernels", "Kernels", build, shown=shown)

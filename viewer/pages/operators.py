@@ -73,6 +73,17 @@ NO_OPS = (
 )
 
 
+#: Columns of the module table: (modules column, header, kind).
+MODULE_COLUMNS = [
+    ("path", "module", "text"),
+    ("occurrences", "calls", "int"),
+    ("host_total_ms", "host total ms", "num"),
+    ("host_self_ms", "host self ms", "num"),
+    ("device_total_ms", "device total ms", "num"),
+    ("device_self_ms", "device self ms", "num"),
+]
+
+
 def build(ctx: Context) -> str:
     """The operators tab."""
     run = ctx.run
@@ -103,6 +114,15 @@ def build(ctx: Context) -> str:
         )
     else:
         parts.append(section("Op details", absent("No op detail table (op_detail csv) in this run.")))
+    if run.modules is not None and len(run.modules):
+        parts.append(
+            section(
+                "Modules",
+                sortable_table(ctx, run.modules, MODULE_COLUMNS, "host_total_ms", "filter by module path…"),
+                "One row per nn.Module call path (recorded with with_stack=True). Self: the module's own "
+                "time, without the ops and modules it calls; device: the kernels launched inside it.",
+            )
+        )
     return "".join(parts)
 
 

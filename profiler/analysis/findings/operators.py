@@ -181,11 +181,14 @@ def _family_findings(data: Needs, ctx: Context) -> list[Finding]:
 
 
 def _dominant_findings(data: Needs, ctx: Context) -> list[Finding]:
-    """op_hotspot (low): one ordinary op type with most of a device's op time — where compute goes, not a fault."""
+    """op_hotspot (low): one ordinary op type with most of a device's op time — where compute goes, not a fault.
+    Collectives are not ordinary ops: their time is the communication findings' (comm_bound, straggler_rank)."""
     table = data.op_type
     limit = ctx.thresholds["op_dominant_pct"]
     names = table["op_type"].astype(str)
     avoidable = np.zeros(len(table), dtype=bool)
+    if "category" in table:
+        avoidable |= (table["category"].astype(str) == "comm").to_numpy()
     for pattern, _, _ in OP_FAMILIES.values():
         avoidable |= names.str.contains(pattern).to_numpy()
     big = table[(~avoidable) & (table["share_pct"] >= limit)]

@@ -14,6 +14,8 @@ from profiler.export.writers.events import EventFile
 from profiler.export.writers.op_tables import OpDetail, OpType
 from profiler.export.writers.step_trace import StepTrace
 from profiler.export.writers.tensorboard_views import (
+    CommOps,
+    CommSplit,
     Kernels,
     MemoryCurve,
     MemoryEvents,
@@ -33,6 +35,8 @@ WRITERS: list[Writer] = [
     MemoryCurve(),
     MemoryEvents(),
     OpMemory(),
+    CommSplit(),
+    CommOps(),
     DataQueue(),
     DeviceCounters(),
     AnalysisDocument("queue_summary"),

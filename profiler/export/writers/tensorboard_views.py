@@ -1,6 +1,7 @@
 """The TensorBoard plugin's views (docs/tensorboard.md), each written when the run has what it shows:
 kernels_{rank}.csv (kernel view), step_activity_{rank}.csv (step breakdown), modules_{rank}.csv (module
-view), memory_{rank}.csv, memory_events_{rank}.csv and op_memory_{rank}.csv (memory view)."""
+view), memory_{rank}.csv, memory_events_{rank}.csv and op_memory_{rank}.csv (memory view), comm_split_{rank}.csv
+and comm_ops_{rank}.csv (distributed view)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,17 @@ class OpMemory(CsvWriter):
 
     def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
         return analysis.op_memory if len(analysis.op_memory) else None
+
+
+class CommSplit(CsvWriter):
+    kind = "comm_split"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.comm_split if len(analysis.comm_split) else None
+
+
+class CommOps(CsvWriter):
+    kind = "comm_ops"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.comm_ops if len(analysis.comm_ops) else None

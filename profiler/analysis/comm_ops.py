@@ -1,0 +1,121 @@
+"""The communication operations of a rank (the TensorBoard plugin's distributed view, docs/tensorboard.md):
+per collective (`nccl:all_reduce`, `gloo:broadcast`, ...), its calls, message size and latency.
+
+A call is one collective range on the host (the importer makes them `comm` ops, with the shapes and
+types of the message). Its latency covers the range and the device executions launched inside it
+(an NCCL kernel runs on after the host range returns); a collective's total latency is the union of
+its calls' (overlapping calls counted once). The message size is the product of each input's
+dimensions times its element's size, summed over the inputs (an element type the table does not know
+counts 0, as in the plugin). Pure: the ops table and its launches in, a table out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from profiler.analysis.launches import Launches
+from profiler.formats.columns import COMM_OP_COLUMNS
+from profiler.kernels.intervals import union
+from profiler.model import COLLECTIVE_PREFIXES
+
+#: Bytes per element of the element types torch writes in "Input type".
+ELEMENT_BYTES = {
+    "double": 8,
+    "long int": 8,
+    "long": 8,
+    "c10::complex<float>": 8,
+    "float": 4,
+    "int": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "short int": 2,
+    "short": 2,
+    "unsigned char": 1,
+    "signed char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+}
+
+
+def collective_rows(ops: pd.DataFrame) -> np.ndarray:
+    """Whether each row is a collective's host range."""
+    return (
+        (ops["device"] == "cpu").to_numpy()
+        & (ops["category"] == "comm").to_numpy()
+        & ops["name"].astype(str).str.startswith(COLLECTIVE_PREFIXES).to_numpy()
+    )
+
+
+def message_bytes(shapes: str, dtypes: str) -> int:
+    """The size of a collective's message from its shapes ("[[1024, 3]]") and types ('["float"]')."""
+    try:
+        dims, types = json.loads(shapes or "[]"), json.loads(dtypes or "[]")
+    except ValueError:
+        return 0
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return 0
+    total = 0
+    for shape, kind in zip(dims, types):
+        if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape):
+            total += int(np.prod(shape, dtype=np.int64)) * ELEMENT_BYTES.get(str(kind), 0)
+    return total
+
+
+def comm_op_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame:
+    """One row per collective (COMM_OP_COLUMNS), by total latency, longest first."""
+    rows = np.flatnonzero(collective_rows(ops))
+    if not len(rows):
+        return pd.DataFrame(columns=COMM_OP_COLUMNS)
+    start = ops["start_ns"].to_numpy(np.int64)[rows]
+    end = start + ops["dur_ns"].to_numpy(np.int64)[rows]
+    range_start, range_end = [start], [end]
+    owner = np.arange(len(rows))
+    if launched is not None:
+        executions, call_owner = _executions_inside(ops, launched, rows)
+        exec_start = ops["start_ns"].to_numpy(np.int64)[executions]
+        range_start.append(exec_start)
+        range_end.append(exec_start + ops["dur_ns"].to_numpy(np.int64)[executions])
+        owner = np.concatenate([owner, call_owner])
+    names = ops["name"].astype(str).to_numpy(dtype=object)[rows]
+    size = np.array(
+        [
+            message_bytes(s, d)
+            for s, d in zip(ops["shapes"].astype(str).iloc[rows], ops["dtypes"].astype(str).iloc[rows])
+        ],
+        dtype=np.int64,
+    )
+    all_start, all_end, all_name = np.concatenate(range_start), np.concatenate(range_end), names[owner]
+    out = []
+    for name in sorted(set(names)):
+        calls = names == name
+        mine = all_name == name
+        merged_start, merged_end = union(all_start[mine], all_end[mine])
+        latency = int((merged_end - merged_start).sum())
+        count = int(calls.sum())
+        out.append((name, count, int(size[calls].sum()), latency / 1e6))
+    table = pd.DataFrame(out, columns=["name", "calls", "total_bytes", "total_ms"])
+    table["mean_bytes"] = table["total_bytes"] / table["calls"]
+    table["mean_ms"] = table["total_ms"] / table["calls"]
+    return table.sort_values(["total_ms", "name"], ascending=[False, True], ignore_index=True)[COMM_OP_COLUMNS]
+
+
+def _executions_inside(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The device executions launched by runtime calls inside the collective ranges `rows` (on their
+    thread), and for each the position in `rows` of its range."""
+    executions = np.flatnonzero(launched.call >= 0)
+    call = launched.call[executions]
+    stream = ops["stream"].astype(str).to_numpy(dtype=object)
+    start = ops["start_ns"].to_numpy(np.int64)
+    end = start + ops["dur_ns"].to_numpy(np.int64)
+    order = np.argsort(start[rows], kind="stable")
+    sorted_rows = rows[order]
+    at = np.searchsorted(start[sorted_rows], start[call], side="right") - 1
+    inside = at >= 0
+    holder = sorted_rows[np.maximum(at, 0)]
+    inside &= (end[call] <= end[holder]) & (stream[call] == stream[holder])
+    return executions[inside], order[at[inside]]
