@@ -29,6 +29,7 @@ RANK_TABLES = (
     "step_trace",
     "op_type",
     "op_detail",
+    "op_shapes",
     "kernels",
     "step_activity",
     "modules",
@@ -59,6 +60,7 @@ class RunData:
     step_trace: Optional[pd.DataFrame] = None
     op_type: Optional[pd.DataFrame] = None
     op_detail: Optional[pd.DataFrame] = None
+    op_shapes: Optional[pd.DataFrame] = None
     kernels: Optional[pd.DataFrame] = None
     step_activity: Optional[pd.DataFrame] = None
     modules: Optional[pd.DataFrame] = None

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.launches import Launches, framework_ops
-from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_TYPE_COLUMNS
+from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_SHAPE_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import Groups, group_rows
 from profiler.model import NOT_WORK_CATEGORIES
 
@@ -118,3 +118,17 @@ def _finish(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFra
     )
     t = t.sort_values(order, ascending=[True, False, True], kind="stable")
     return t[columns].reset_index(drop=True)
+
+
+def op_shape_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
+    """Per device, op name and input shapes (the TensorBoard plugin's "Operator + Input Shape" grouping): as
+    op_detail, one row per distinct `shapes` of a name (work ops only: `work_rows`). Empty when no op
+    recorded its shapes (record_shapes=False)."""
+    work = work_rows(ops)
+    ops = ops if work.all() else ops[work]
+    if not len(ops) or not (ops["shapes"].astype(str) != "").any():
+        return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
+    g = group_rows(ops["device"], ops["name"], ops["shapes"])
+    t = _per_group(ops, g, ["device", "name", "shapes", "op_type", "category"])
+    _add_device_times(t, g, ops, launched, work)
+    return _finish(t, OP_SHAPE_COLUMNS, ["device", "total_ms", "name"])

@@ -22,7 +22,7 @@ from profiler.analysis.kernels import kernel_table
 from profiler.analysis.launches import launches
 from profiler.analysis.memory import allocating_ops, memory_events, op_memory
 from profiler.analysis.modules import module_table
-from profiler.analysis.ops import op_detail_table, op_type_table
+from profiler.analysis.ops import op_detail_table, op_shape_table, op_type_table
 from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_activity import comm_split, device_aware_steps, step_activity
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
@@ -40,6 +40,7 @@ class Analysis:
     op_detail: pd.DataFrame
     extra_json: dict[str, Any] = field(default_factory=dict)  # file stem -> JSON document (queue summary, report)
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time() and gpu_summary(): one row per device
+    op_shapes: pd.DataFrame = field(default_factory=pd.DataFrame)  # op_shape_table(): per op and input shapes
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernel_table(): per device, kernel and launching op
     step_activity: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_activity(): the plugin's step breakdown
     modules: pd.DataFrame = field(default_factory=pd.DataFrame)  # module_table(): per nn.Module call path
@@ -89,6 +90,7 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         step_trace=trace,
         op_type=op_type_table(run.ops, launched),
         op_detail=op_detail_table(run.ops, launched),
+        op_shapes=op_shape_table(run.ops, launched),
         devices=devices.merge(gpu_summary(run.ops, launched, plugin_steps), on="device", how="left")
         if len(devices)
         else devices,

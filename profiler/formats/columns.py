@@ -80,6 +80,20 @@ OP_DETAIL_COLUMNS = [
     "scope",
     *OP_DEVICE_COLUMNS,
 ]
+#: op_shapes_{rank}.csv: per device, op name and input shapes (the TensorBoard plugin's "Operator + Input Shape").
+OP_SHAPE_COLUMNS = [
+    "device",
+    "name",
+    "shapes",
+    "op_type",
+    "category",
+    "count",
+    "total_ms",
+    "self_ms",
+    "avg_ms",
+    "share_pct",
+    *OP_DEVICE_COLUMNS,
+]
 #: step_activity_{rank}.csv: per step as the TensorBoard plugin delimits them, the ms each activity had
 #: (every instant to the first activity running then, in this order; other: none), and the step.
 STEP_ACTIVITY_COLUMNS = [

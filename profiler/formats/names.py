@@ -15,6 +15,7 @@ RANK_FILES = {
     "step_trace": "step_trace_{rank}.csv",
     "op_type": "op_type_{rank}.csv",
     "op_detail": "op_detail_{rank}.csv",
+    "op_shapes": "op_shapes_{rank}.csv",
     "kernels": "kernels_{rank}.csv",
     "step_activity": "step_activity_{rank}.csv",
     "modules": "modules_{rank}.csv",

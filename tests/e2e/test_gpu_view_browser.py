@@ -91,7 +91,8 @@ const heading = Array.from(document.querySelectorAll('#page-kernels h2'))
   .find(h => h.textContent === 'Step time by activity');
 const plot = heading.parentElement.querySelector('div.plot');
 (function poll() {
-  const rows = document.querySelectorAll('#page-kernels table.sortable tbody tr');
+  const rows = Array.from(document.querySelectorAll('#page-kernels h2')).find(h => h.textContent === 'Kernels')
+    .parentElement.querySelectorAll('table.sortable tbody tr');
   if (plot.dataset.done && plot.querySelector('svg.main-svg') && rows.length) {
     done({bars: plot._fullData.map(t => [t.name, Array.from(t.y)]), rows: rows.length});
   } else { setTimeout(poll, 20); }

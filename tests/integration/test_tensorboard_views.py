@@ -256,3 +256,17 @@ def test_the_cluster_files_hold_every_ranks_split(tmp_path: Path) -> None:
         pd.testing.assert_frame_equal(mine, own)
     summary = json.loads((tmp_path / "cluster_summary.json").read_text())
     assert "cluster_comm_split.csv" in summary["outputs"]
+
+
+@pytest.mark.parametrize("trace", GPU_TRACES)
+def test_ops_by_input_shape_add_up_to_each_op(analysed, trace: str) -> None:
+    """op_shapes partitions op_detail: per op name, its shape rows' calls, host and device times add up."""
+    shapes, detail = analysed[trace].op_shapes, analysed[trace].op_detail
+    if shapes.empty:  # the trace recorded no shapes
+        assert (analysed[trace].run.ops["shapes"].astype(str) == "").all()
+        return
+    summed = shapes.groupby(["device", "name"], observed=True)[["count", "total_ms", "self_ms", "device_self_ms"]].sum()
+    mine = detail.set_index(["device", "name"])[["count", "total_ms", "self_ms", "device_self_ms"]].fillna(0)
+    pd.testing.assert_frame_equal(
+        summed.sort_index(), mine.sort_index(), check_exact=False, atol=1e-6, check_dtype=False
+    )

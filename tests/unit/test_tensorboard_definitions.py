@@ -343,3 +343,27 @@ def test_a_run_without_collectives_has_no_distributed_view() -> None:
 )
 def test_message_bytes(shapes: str, types: str, expected: int) -> None:
     assert message_bytes(shapes, types) == expected
+
+
+def test_ops_by_input_shape() -> None:
+    """aten::mm called on two shapes is two rows, each with its own calls, times and kernels; the rows of
+    a name add up to its op_detail row; a run that recorded no shapes has no such table."""
+    from profiler.analysis.ops import op_shape_table
+
+    trace = Trace().step(1, 0, 100)
+    trace.op("aten::mm", 1, 10, **{"Input Dims": [[8, 8], [8, 8]]}).launch(2, "k_small", 20, 2)
+    trace.op("aten::mm", 12, 10, **{"Input Dims": [[8, 8], [8, 8]]}).launch(13, "k_small", 30, 2)
+    trace.op("aten::mm", 30, 20, **{"Input Dims": [[512, 512], [512, 512]]}).launch(31, "k_big", 40, 30)
+    run, launched, _ = _views(trace)
+    shapes = op_shape_table(run.ops, launched)
+    table = shapes[shapes["name"] == "aten::mm"].set_index("shapes")
+    small, big = table.loc["[[8,8],[8,8]]"], table.loc["[[512,512],[512,512]]"]
+    assert (small["count"], small["total_ms"], small["device_self_ms"]) == (
+        2,
+        pytest.approx(0.020),
+        pytest.approx(0.004),
+    )
+    assert (big["count"], big["total_ms"], big["device_self_ms"]) == (1, pytest.approx(0.020), pytest.approx(0.030))
+    detail = op_detail_table(run.ops, launched).set_index("name").loc["aten::mm"]
+    assert table["count"].sum() == detail["count"] and table["total_ms"].sum() == pytest.approx(detail["total_ms"])
+    assert op_shape_table(Trace().step(1, 0, 10).op("aten::mm", 1, 5).run().ops).empty

@@ -31,6 +31,10 @@ DETAIL_COLUMNS = [
     ("tc_total_pct", "tensor cores %", "num"),
     ("shapes", "shapes", "text"),
 ]
+#: Columns of the table by op and input shapes: the detail columns without min / max, shapes second.
+SHAPE_COLUMNS = [DETAIL_COLUMNS[1], ("shapes", "input shapes", "text")] + [
+    c for c in DETAIL_COLUMNS if c[0] not in ("name", "shapes", "min_ms", "max_ms")
+]
 
 
 def type_shares(op_type, device: str, top: int) -> go.Figure:
@@ -114,6 +118,15 @@ def build(ctx: Context) -> str:
         )
     else:
         parts.append(section("Op details", absent("No op detail table (op_detail csv) in this run.")))
+    if run.op_shapes is not None and len(run.op_shapes):
+        parts.append(
+            section(
+                "Ops by input shape",
+                sortable_table(ctx, run.op_shapes, SHAPE_COLUMNS, "total_ms", "filter by name or shape…"),
+                "One row per op name and input shapes (recorded with record_shapes=True): which call of an op "
+                "takes the time.",
+            )
+        )
     if run.modules is not None and len(run.modules):
         parts.append(
             section(

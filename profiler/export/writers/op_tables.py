@@ -1,4 +1,5 @@
-"""op_type_{rank}.csv and op_detail_{rank}.csv: time per op type and per op, when the run has ops."""
+"""op_type_{rank}.csv, op_detail_{rank}.csv and op_shapes_{rank}.csv: time per op type, per op and per op and
+input shapes, when the run has ops (and, for the last, recorded their shapes)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,10 @@ class OpDetail(CsvWriter):
 
     def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
         return analysis.op_detail if len(analysis.run.ops) else None
+
+
+class OpShapes(CsvWriter):
+    kind = "op_shapes"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.op_shapes if len(analysis.op_shapes) else None
