@@ -43,12 +43,11 @@ ELEMENT_BYTES = {
 
 
 def collective_rows(ops: pd.DataFrame) -> np.ndarray:
-    """Whether each row is a collective's host range."""
-    return (
-        (ops["device"] == "cpu").to_numpy()
-        & (ops["category"] == "comm").to_numpy()
-        & ops["name"].astype(str).str.startswith(COLLECTIVE_PREFIXES).to_numpy()
-    )
+    """Whether each row is a collective's host range (names read only for the host's comm rows)."""
+    out = (ops["device"] == "cpu").to_numpy() & (ops["category"] == "comm").to_numpy()
+    rows = np.flatnonzero(out)
+    out[rows] = ops["name"].iloc[rows].astype(str).str.startswith(COLLECTIVE_PREFIXES).to_numpy()
+    return out
 
 
 def message_bytes(shapes: str, dtypes: str) -> int:

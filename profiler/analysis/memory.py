@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, framework_ops, sums_by
-from profiler.analysis.modules import MODULE_PREFIX
+from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
@@ -52,8 +52,7 @@ def allocating_ops(
     on_host = (ops["device"] == "cpu").to_numpy()
     category = ops["category"]
     framework = on_host & category.isin(FRAMEWORK_CATEGORIES).to_numpy()
-    module = on_host & (category == "python").to_numpy() & ops["name"].astype(str).str.startswith(MODULE_PREFIX)
-    nodes = np.flatnonzero(framework | module.to_numpy())
+    nodes = np.flatnonzero(framework | module_rows(ops))
     thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
     lanes = np.concatenate(
         [

@@ -28,11 +28,11 @@ MODULE_PREFIX = "nn.Module: "
 def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame:
     """One row per module call path (MODULE_COLUMNS), in the order each path was first entered; device
     times empty (NaN) when no device execution is tied to its launch."""
-    names = ops["name"].astype(str)
     on_host = (ops["device"] == "cpu").to_numpy()
-    module = on_host & (ops["category"] == "python").to_numpy() & names.str.startswith(MODULE_PREFIX).to_numpy()
+    module = module_rows(ops)
     if not module.any():
         return pd.DataFrame(columns=MODULE_COLUMNS)
+    names = ops["name"].astype(str)
     runtime = on_host & (ops["category"] == "runtime").to_numpy()
     rows = np.flatnonzero(module | runtime | on_host & ops["category"].isin(FRAMEWORK_CATEGORIES).to_numpy())
     lane, _ = codes_and_labels(ops["stream"].iloc[rows])
@@ -76,6 +76,14 @@ def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFram
     if launched is None:
         table[["device_total_ms", "device_self_ms"]] = np.nan
     return table[MODULE_COLUMNS]
+
+
+def module_rows(ops: pd.DataFrame) -> np.ndarray:
+    """Whether each row is a module's frame (names read only for the Python frames)."""
+    out = (ops["device"] == "cpu").to_numpy() & (ops["category"] == "python").to_numpy()
+    frames = np.flatnonzero(out)
+    out[frames] = ops["name"].iloc[frames].astype(str).str.startswith(MODULE_PREFIX).to_numpy()
+    return out
 
 
 def _launched_ns(ops: pd.DataFrame, launched: Launches) -> np.ndarray:
