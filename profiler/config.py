@@ -80,6 +80,7 @@ class Shortcuts(TypedDict, total=False):
     record_shapes: bool  # the op capture's torch.profiler options
     profile_memory: bool
     with_stack: bool
+    with_modules: bool
     memory_budget_mb: float  # Settings
     flush_interval_s: float
     clock_sync: bool
@@ -95,6 +96,7 @@ OPTION_SHORTCUTS: dict[str, tuple[type[Source], ...]] = {
     "record_shapes": (TorchOps,),
     "profile_memory": (TorchOps,),
     "with_stack": (TorchOps,),
+    "with_modules": (TorchOps,),
 }
 _SETTINGS = tuple(f.name for f in dataclasses.fields(Settings))
 
@@ -134,6 +136,7 @@ def configure(
             record_shapes=short.get("record_shapes", False),
             profile_memory=short.get("profile_memory", False),
             with_stack=short.get("with_stack", False),
+            with_modules=short.get("with_modules", False),
         )
     built: list[Source] = []
     if short.get("host_counters", True) and not _has(given, HostCounters):

@@ -87,7 +87,7 @@ class Profiler:
         **shortcuts: keywords that configure the default sources and the settings (`Shortcuts`):
             `host_counters`, `gpu_counters`, `counter_interval_s`, `collectives`,
             `framework="torch"` (op capture through torch.profiler, docs/pytorch.md),
-            `ops_schedule`, `record_shapes`, `profile_memory`, `with_stack`, and every field of
+            `ops_schedule`, `record_shapes`, `profile_memory`, `with_stack`, `with_modules`, and every field of
             `Settings` by its name (`memory_budget_mb=128`, ...).
     """
 

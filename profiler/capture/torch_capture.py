@@ -80,8 +80,9 @@ class TorchOps(Source):
     Args:
         schedule: which steps capture ops (NONE / WARMUP / RECORD / RECORD_AND_SAVE per step);
             default: the Profiler's schedule.
-        record_shapes, profile_memory, with_stack: passed to torch.profiler (all cost memory
-            and time; off by default).
+        record_shapes, profile_memory, with_stack, with_modules: passed to torch.profiler (all cost
+            memory and time; off by default). The module view (modules_{rank}.csv) needs with_stack:
+            torch 2.13 records `nn.Module` frames only with its Python tracer.
     """
 
     name = "torch"
@@ -98,13 +99,19 @@ class TorchOps(Source):
         record_shapes: bool = False,
         profile_memory: bool = False,
         with_stack: bool = False,
+        with_modules: bool = False,
     ) -> None:
         super().__init__()
         self.schedule = schedule  # as given: None follows the Profiler's schedule (bind)
         self._actions = op_schedule(schedule or always_record)  # what each step does to torch.profiler
         #: the step now running; on_step is not called on quiet steps, so the profiler's count (bind)
         self._current_step: Callable[[], int] = lambda: self._step
-        self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory, "with_stack": with_stack}
+        self.options = {
+            "record_shapes": record_shapes,
+            "profile_memory": profile_memory,
+            "with_stack": with_stack,
+            "with_modules": with_modules,
+        }
         self.torch_profiler: Any = None  # the torch.profiler.profile doing the capture (key_averages())
         self.windows_saved = 0
         self._stem: Optional[Path] = None  # raw/r{rank}-p{pid}

@@ -1,5 +1,6 @@
 """A small real training loop recorded with the op options the TensorBoard plugin's memory and module
-views need (`profile_memory=True`, `with_stack=True`): its fixture is tests/data/recorded/views/torch_memory_modules
+views need (`profile_memory=True`, `with_modules=True`, and `with_stack=True`, without which torch 2.13
+writes no module frames): its fixture is tests/data/recorded/views/torch_memory_modules
 (scripts/record_fixtures.py), read by tests/integration/test_memory_and_modules.py.
 
 What the loop does that the views must show: a block module called twice per forward (one module, two
@@ -59,6 +60,7 @@ def run(out: Path) -> dict:
         gpu_counters=False,
         profile_memory=True,
         with_stack=True,
+        with_modules=True,
     )
     held = []
     with p:
