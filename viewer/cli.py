@@ -317,17 +317,38 @@ def run_analyse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    """An argument that is a whole number >= 1 (argparse: a usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = None) -> None:
     """`profview import`'s arguments; an alias (`import-kineto`) names its format instead of --from."""
     p.add_argument(
         "path",
         metavar="PATH",
         type=Path,
+        nargs="+",
         help="a capture: a PyTorch profiler (Kineto) trace (.json or .json.gz), an Ascend profiling JOB "
         "directory (or a directory of JOB* directories), a MindSpore profiler output directory, or "
-        "a format an installed package adds; its format is recognised from its content",
+        "a format an installed package adds; its format is recognised from its content. Several "
+        "captures (or a directory of traces): each rank's, imported into one directory with the cluster files",
     )
     p.add_argument("-o", "--output", metavar="OUT_DIR", type=Path, required=True, help="where to write the outputs")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="import N captures at once, each in its own process (each holds its trace in memory; default 1)",
+    )
     if data_origin is None:
         p.add_argument(
             "--from",
@@ -350,10 +371,30 @@ def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = N
 
 
 def run_import(args: argparse.Namespace) -> int:
-    """Import a capture (profiler.postprocess.imported.import_capture) and list the files written."""
+    """Import a capture (profiler.postprocess.imported.import_capture), or several into one directory with
+    their cluster files (profiler.postprocess.import_many), and list the files written."""
     from profiler.postprocess.imported import import_capture
 
-    return _print_paths(import_capture(args.path, args.output, args.data_origin, ASCEND_FORMATS[args.format]))
+    (single,) = args.path if len(args.path) == 1 else (None,)
+    if single is not None and not (single.is_dir() and _holds_traces_only(single, args.data_origin)):
+        return _print_paths(import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format]))
+    if args.format != "profview":
+        raise InputError("--format mindspore / both takes one Ascend JOB directory, not several captures")
+    from profiler.postprocess.import_many import import_captures
+    from profiler.progress import Progress
+
+    with Progress("import", delay_s=1.0) as progress:
+        written = import_captures(args.path, args.output, args.data_origin, args.jobs, progress)
+    return _print_paths(written)
+
+
+def _holds_traces_only(path: Path, data_origin: Optional[str]) -> bool:
+    """A directory that is no capture itself (profview imports the Kineto traces in it); a directory read
+    as a named format other than Kineto is that format's to refuse."""
+    from profiler.formats.names import info_files
+    from profiler.importers.registry import detect
+
+    return data_origin in (None, "kineto") and detect(path) is None and not info_files(path)
 
 
 def _configure_watch(p: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ RANK_TABLES = (
     "op_type",
     "op_detail",
     "op_shapes",
+    "op_stacks",
     "kernels",
     "step_activity",
     "modules",
@@ -61,6 +62,7 @@ class RunData:
     op_type: Optional[pd.DataFrame] = None
     op_detail: Optional[pd.DataFrame] = None
     op_shapes: Optional[pd.DataFrame] = None
+    op_stacks: Optional[pd.DataFrame] = None
     kernels: Optional[pd.DataFrame] = None
     step_activity: Optional[pd.DataFrame] = None
     modules: Optional[pd.DataFrame] = None

@@ -34,9 +34,9 @@ def op_type_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_TYPE_COLUMNS)
     g = group_rows(ops["device"], ops["op_type"])
-    t = _per_group(ops, g, ["device", "op_type", "category"])
-    _add_device_times(t, g, ops, launched, work)
-    return _finish(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
+    t = per_group(ops, g, ["device", "op_type", "category"])
+    add_device_times(t, g, ops, launched, work)
+    return with_shares(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
 
 
 def op_detail_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
@@ -47,17 +47,17 @@ def op_detail_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> p
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
     g = group_rows(ops["device"], ops["name"])
-    t = _per_group(ops, g, ["device", "name", "op_type", "category"])
-    _add_device_times(t, g, ops, launched, work)
+    t = per_group(ops, g, ["device", "name", "op_type", "category"])
+    add_device_times(t, g, ops, launched, work)
     dur = ops["dur_ns"].to_numpy()
     t["min_ms"] = g.min(dur) / 1e6
     t["max_ms"] = g.max(dur) / 1e6
     t["shapes"] = _distinct_shapes(ops, t)
     t["scope"] = [n.rsplit("/", 1)[0] if "/" in n else "" for n in t["name"].astype(str)]
-    return _finish(t, OP_DETAIL_COLUMNS, ["device", "total_ms", "name"])
+    return with_shares(t, OP_DETAIL_COLUMNS, ["device", "total_ms", "name"])
 
 
-def _per_group(ops: pd.DataFrame, g: Groups, labels: list[str]) -> pd.DataFrame:
+def per_group(ops: pd.DataFrame, g: Groups, labels: list[str]) -> pd.DataFrame:
     """The labels (key columns, and first values of the others), count, total and self ns per group."""
     t = pd.DataFrame({name: g.values(ops[name]) for name in labels})
     t["count"] = g.size
@@ -66,7 +66,7 @@ def _per_group(ops: pd.DataFrame, g: Groups, labels: list[str]) -> pd.DataFrame:
     return t
 
 
-def _add_device_times(
+def add_device_times(
     t: pd.DataFrame, g: Groups, ops: pd.DataFrame, launched: Optional[Launches], work: np.ndarray
 ) -> None:
     """The TensorBoard plugin's device columns of each group (docs/tensorboard.md): device self / total
@@ -105,7 +105,7 @@ def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return [d.get((dev, name), "") for dev, name in zip(table["device"], table["name"])]
 
 
-def _finish(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFrame:
+def with_shares(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFrame:
     """Times in ms, average, share of the device's self time (the groups partition each device's
     ops, so their self times add up to it), sorted by device, total time (longest first), label."""
     dev_total = t.groupby("device", sort=False)["self_ns"].sum()
@@ -129,6 +129,6 @@ def op_shape_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd
     if not len(ops) or not (ops["shapes"].astype(str) != "").any():
         return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
     g = group_rows(ops["device"], ops["name"], ops["shapes"])
-    t = _per_group(ops, g, ["device", "name", "shapes", "op_type", "category"])
-    _add_device_times(t, g, ops, launched, work)
-    return _finish(t, OP_SHAPE_COLUMNS, ["device", "total_ms", "name"])
+    t = per_group(ops, g, ["device", "name", "shapes", "op_type", "category"])
+    add_device_times(t, g, ops, launched, work)
+    return with_shares(t, OP_SHAPE_COLUMNS, ["device", "total_ms", "name"])

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
+from profiler.analysis.call_stacks import op_stack_table
 from profiler.analysis.comm_ops import comm_op_table
 from profiler.analysis.device_time import device_time
 from profiler.analysis.findings.base import Context, StepWindow
@@ -41,6 +42,7 @@ class Analysis:
     extra_json: dict[str, Any] = field(default_factory=dict)  # file stem -> JSON document (queue summary, report)
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # device_time() and gpu_summary(): one row per device
     op_shapes: pd.DataFrame = field(default_factory=pd.DataFrame)  # op_shape_table(): per op and input shapes
+    op_stacks: pd.DataFrame = field(default_factory=pd.DataFrame)  # op_stack_table(): per op and call stack
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernel_table(): per device, kernel and launching op
     step_activity: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_activity(): the plugin's step breakdown
     modules: pd.DataFrame = field(default_factory=pd.DataFrame)  # module_table(): per nn.Module call path
@@ -91,6 +93,7 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         op_type=op_type_table(run.ops, launched),
         op_detail=op_detail_table(run.ops, launched),
         op_shapes=op_shape_table(run.ops, launched),
+        op_stacks=op_stack_table(run.ops, launched),
         devices=devices.merge(gpu_summary(run.ops, launched, plugin_steps), on="device", how="left")
         if len(devices)
         else devices,

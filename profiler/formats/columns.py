@@ -94,6 +94,21 @@ OP_SHAPE_COLUMNS = [
     "share_pct",
     *OP_DEVICE_COLUMNS,
 ]
+#: op_stacks_{rank}.csv: per device, framework op name and call stack (the Python frames around it, outermost
+#: first, " > "-joined; the TensorBoard plugin's "View CallStack").
+OP_STACK_COLUMNS = [
+    "device",
+    "name",
+    "stack",
+    "op_type",
+    "category",
+    "count",
+    "total_ms",
+    "self_ms",
+    "avg_ms",
+    "share_pct",
+    *OP_DEVICE_COLUMNS,
+]
 #: step_activity_{rank}.csv: per step as the TensorBoard plugin delimits them, the ms each activity had
 #: (every instant to the first activity running then, in this order; other: none), and the step.
 STEP_ACTIVITY_COLUMNS = [

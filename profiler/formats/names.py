@@ -16,6 +16,7 @@ RANK_FILES = {
     "op_type": "op_type_{rank}.csv",
     "op_detail": "op_detail_{rank}.csv",
     "op_shapes": "op_shapes_{rank}.csv",
+    "op_stacks": "op_stacks_{rank}.csv",
     "kernels": "kernels_{rank}.csv",
     "step_activity": "step_activity_{rank}.csv",
     "modules": "modules_{rank}.csv",

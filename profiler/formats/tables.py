@@ -32,6 +32,7 @@ from profiler.formats.columns import (
     OP_DEVICE_COLUMNS,
     OP_MEMORY_COLUMNS,
     OP_SHAPE_COLUMNS,
+    OP_STACK_COLUMNS,
     OP_TYPE_COLUMNS,
     STEP_ACTIVITY_COLUMNS,
     STEP_TRACE_COLUMNS,
@@ -68,6 +69,10 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
         ["count", "total_ms", "avg_ms", "min_ms", "max_ms", "share_pct"],
     ),
     "step_activity": (STEP_ACTIVITY_COLUMNS, STEP_ACTIVITY_COLUMNS),
+    "op_stacks": (
+        ["device", "name", "stack", "count", "total_ms", "self_ms", "avg_ms", "share_pct"],
+        ["count", "total_ms", "self_ms", "avg_ms", "share_pct"],
+    ),
     "op_shapes": (
         ["device", "name", "shapes", "count", "total_ms", "self_ms", "avg_ms", "share_pct"],
         ["count", "total_ms", "self_ms", "avg_ms", "share_pct"],
@@ -91,6 +96,7 @@ CSV_COLUMNS: dict[str, list[str]] = {
     "op_type": OP_TYPE_COLUMNS,
     "op_detail": OP_DETAIL_COLUMNS,
     "op_shapes": OP_SHAPE_COLUMNS,
+    "op_stacks": OP_STACK_COLUMNS,
     "kernels": KERNEL_COLUMNS,
     "modules": MODULE_COLUMNS,
     "comm_split": COMM_SPLIT_COLUMNS,
@@ -119,6 +125,7 @@ TEXT_DTYPES = dict.fromkeys(
         "tensor_cores",
         "path",
         "parent",
+        "stack",
     ),
     str,
 )
@@ -143,7 +150,11 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("step_trace", DEVICE_IDLE[0]): ("",),
     ("step_trace", GAP_HOST[0]): ("",),  # empty: the run did not measure its data wait
     # empty: not a framework op, or a run whose kernels carry no launch (OP_DEVICE_COLUMNS)
-    **{(kind, column): ("",) for kind in ("op_type", "op_detail", "op_shapes") for column in OP_DEVICE_NUMBERS},
+    **{
+        (kind, column): ("",)
+        for kind in ("op_type", "op_detail", "op_shapes", "op_stacks")
+        for column in OP_DEVICE_NUMBERS
+    },
     ("modules", "device_total_ms"): ("",),  # empty: no kernel of the run is tied to its launch
     ("modules", "device_self_ms"): ("",),
     ("memory", "allocated_bytes"): ("",),  # empty: the trace did not record the device's total

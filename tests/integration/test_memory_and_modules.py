@@ -12,6 +12,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from profiler.analysis.memory import memory_curve
@@ -123,3 +124,19 @@ def test_profviews_own_capture_shows_the_loop(tmp_path) -> None:
     assert curve["allocated_bytes"].max() >= facts["held_bytes"]
     stats = read_csv(out / "op_memory_0.csv", "op_memory").set_index("op")
     assert stats.loc["aten::empty", "self_alloc_bytes"] >= facts["held_bytes"]
+
+
+def test_ops_by_call_stack_add_up_to_each_op(imported) -> None:
+    """With with_stack=True every framework op has its Python frames; per name, the stack rows' calls and
+    times add up to op_detail's, and the block's linear layer is reached through Net_0 > Block_0."""
+    stacks, detail = imported.op_stacks, imported.op_detail
+    assert len(stacks) and (stacks["stack"] != "").any()
+    summed = stacks.groupby(["device", "name"])[["count", "total_ms", "self_ms"]].sum()
+    mine = detail[detail["category"].isin(["host", "user"])].set_index(["device", "name"])[
+        ["count", "total_ms", "self_ms"]
+    ]
+    pd.testing.assert_frame_equal(
+        summed.sort_index(), mine.sort_index(), check_exact=False, atol=1e-6, check_dtype=False
+    )
+    addmm = stacks[stacks["name"] == "aten::addmm"]["stack"]  # torch's own frames lie between the modules
+    assert addmm.str.contains(r"nn\.Module: Net_0 > .*nn\.Module: Block_0 > .*nn\.Module: Linear_0").any()

@@ -367,3 +367,26 @@ def test_ops_by_input_shape() -> None:
     detail = op_detail_table(run.ops, launched).set_index("name").loc["aten::mm"]
     assert table["count"].sum() == detail["count"] and table["total_ms"].sum() == pytest.approx(detail["total_ms"])
     assert op_shape_table(Trace().step(1, 0, 10).op("aten::mm", 1, 5).run().ops).empty
+
+
+def test_ops_by_call_stack() -> None:
+    """aten::mm called from two lines of the program is two rows, each with the Python frames around it,
+    outermost first (modules among them); an op outside every frame has an empty stack; runs without
+    frames have no such table."""
+    from profiler.analysis.call_stacks import call_stacks, op_stack_table
+
+    trace = Trace().step(1, 0, 200).op("train.py(10): loop", 1, 100, cat="python_function")
+    trace.module("Net_0", 2, 50).op("aten::mm", 3, 10).launch(4, "k", 20, 5)
+    trace.op("eval.py(7): score", 60, 30, cat="python_function").op("aten::mm", 61, 20)
+    trace.op("aten::add", 150, 5)
+    run, launched, _ = _views(trace)
+    stacks = dict(zip(run.ops["name"].astype(str) + "@" + run.ops["start_ns"].astype(str), call_stacks(run.ops)))
+    assert stacks["aten::mm@3000"] == "train.py(10): loop > nn.Module: Net_0"
+    assert stacks["aten::mm@61000"] == "train.py(10): loop > eval.py(7): score"
+    assert stacks["aten::add@150000"] == ""
+    table = op_stack_table(run.ops, launched).set_index(["name", "stack"])
+    mm = table.loc[("aten::mm", "train.py(10): loop > nn.Module: Net_0")]
+    assert (mm["count"], mm["total_ms"], mm["device_self_ms"]) == (1, pytest.approx(0.010), pytest.approx(0.005))
+    assert table.loc[("aten::mm", "train.py(10): loop > eval.py(7): score"), "total_ms"] == pytest.approx(0.020)
+    assert table.loc[("aten::add", ""), "count"] == 1
+    assert op_stack_table(Trace().step(1, 0, 10).op("aten::mm", 1, 5).run().ops).empty

@@ -77,6 +77,8 @@ NO_OPS = (
 )
 
 
+#: Columns of the table by op and call stack: the input-shape table's, with the stack for the shapes.
+STACK_COLUMNS = [("stack", "call stack", "text") if c[0] == "shapes" else c for c in SHAPE_COLUMNS]
 #: Columns of the module table: (modules column, header, kind).
 MODULE_COLUMNS = [
     ("path", "module", "text"),
@@ -125,6 +127,15 @@ def build(ctx: Context) -> str:
                 sortable_table(ctx, run.op_shapes, SHAPE_COLUMNS, "total_ms", "filter by name or shape…"),
                 "One row per op name and input shapes (recorded with record_shapes=True): which call of an op "
                 "takes the time.",
+            )
+        )
+    if run.op_stacks is not None and len(run.op_stacks):
+        parts.append(
+            section(
+                "Ops by call stack",
+                sortable_table(ctx, run.op_stacks, STACK_COLUMNS, "total_ms", "filter by name or frame…"),
+                "One row per op and the Python frames it was called from, outermost first (recorded with "
+                "with_stack=True): which line of the program the op's time comes from.",
             )
         )
     if run.modules is not None and len(run.modules):

@@ -11,7 +11,7 @@ from profiler.export.writers.base import AnalysisDocument, AnalysisWriter, Timel
 from profiler.export.writers.data_queue import DataQueue
 from profiler.export.writers.device_counters import DeviceCounters
 from profiler.export.writers.events import EventFile
-from profiler.export.writers.op_tables import OpDetail, OpShapes, OpType
+from profiler.export.writers.op_tables import OpDetail, OpShapes, OpStacks, OpType
 from profiler.export.writers.step_trace import StepTrace
 from profiler.export.writers.tensorboard_views import (
     CommOps,
@@ -30,6 +30,7 @@ WRITERS: list[Writer] = [
     OpType(),
     OpDetail(),
     OpShapes(),
+    OpStacks(),
     Kernels(),
     StepActivity(),
     Modules(),

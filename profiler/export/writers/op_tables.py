@@ -1,5 +1,6 @@
-"""op_type_{rank}.csv, op_detail_{rank}.csv and op_shapes_{rank}.csv: time per op type, per op and per op and
-input shapes, when the run has ops (and, for the last, recorded their shapes)."""
+"""op_type_{rank}.csv, op_detail_{rank}.csv, op_shapes_{rank}.csv and op_stacks_{rank}.csv: time per op type,
+per op, per op and input shapes, per op and call stack, when the run has ops (and, for the last two,
+recorded their shapes / their Python frames)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,10 @@ class OpShapes(CsvWriter):
 
     def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
         return analysis.op_shapes if len(analysis.op_shapes) else None
+
+
+class OpStacks(CsvWriter):
+    kind = "op_stacks"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.op_stacks if len(analysis.op_stacks) else None

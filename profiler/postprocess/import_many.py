@@ -1,0 +1,138 @@
+"""Importing the captures of several ranks at once (`profview import A B C -o DIR --jobs N`, or a directory
+of traces): each capture is imported in its own process, `jobs` at a time, into a directory of its own
+inside DIR, then its files move into DIR once no two captures turned out to be the same rank; the
+cluster files follow when the ranks belong to one job (docs/kineto.md, "Many ranks at once").
+
+A capture that cannot be imported costs only itself: the others are imported, then one sentence
+names what failed (the import exits non-zero). Each worker hands back the little the merged timeline
+shows of its ranks (`cluster_view`: steps, spans, collectives), so no trace is read twice.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Optional
+
+from profiler.errors import ProfviewError
+from profiler.formats.names import info_files
+from profiler.importers.registry import detect
+from profiler.model import Run
+from profiler.postprocess.imported import capture_format, write_runs
+from profiler.progress import Progress
+
+#: File name endings of the traces a directory of captures is searched for.
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def captures_in(paths: Sequence[Path]) -> list[Path]:
+    """The captures `paths` name: each path that is a capture itself, else (a directory) the traces in it,
+    sorted by name."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir() and detect(path) is None:
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise ProfviewError(f"{path} holds no capture and no trace (*.json, *.json.gz) to import")
+            out += found
+        else:
+            out.append(path)
+    return out
+
+
+def import_captures(
+    paths: Sequence[Path],
+    out_dir: Path,
+    data_origin: Optional[str] = None,
+    jobs: int = 1,
+    progress: Optional[Progress] = None,
+) -> list[Path]:
+    """Import every capture of `paths` (`captures_in`) into `out_dir`, `jobs` processes at a time, then the
+    cluster files; the files written. ProfviewError names the captures that failed, after the others."""
+    captures = captures_in(paths)
+    progress = progress or Progress.silent()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".import-", dir=out_dir))
+    try:
+        done, failed, views = _import_each(captures, staging, data_origin, jobs, progress)
+        written = _move_ranks(done, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if len(info_files(out_dir)) > 1:
+        from profiler.export.cluster import write_cluster_outputs
+
+        progress.stage("writing the cluster files")
+        written += write_cluster_outputs(out_dir, lambda directory, rank: views[rank])
+    if failed:
+        path, reason = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise ProfviewError(f"{len(failed)} of {len(captures)} captures were not imported{more}: {path}: {reason}")
+    return written
+
+
+def _import_each(
+    captures: list[Path], staging: Path, data_origin: Optional[str], jobs: int, progress: Progress
+) -> tuple[list[tuple[Path, Path]], list[tuple[Path, str]], dict[int, Run]]:
+    """Import each capture into a directory of its own under `staging`: (capture, directory) of those
+    imported, (capture, why) of the others, both in the captures' order, and each rank's cluster view."""
+    targets = {capture: staging / str(i) for i, capture in enumerate(captures)}
+    outcome: dict[Path, tuple[Optional[str], dict[int, Run]]] = {}
+    if jobs <= 1 or len(captures) == 1:
+        for i, capture in enumerate(captures):
+            progress.stage("importing", i, len(captures))
+            outcome[capture] = _import_one(capture, targets[capture], data_origin)
+    else:
+        # spawn: a fresh interpreter per worker (the caller may hold threads, which fork would copy broken)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(captures)), mp_context=context) as pool:
+            futures = {pool.submit(_import_one, c, targets[c], data_origin): c for c in captures}
+            for i, future in enumerate(as_completed(futures), 1):
+                outcome[futures[future]] = future.result()
+                progress.stage("importing", i, len(captures))
+    done = [(c, targets[c]) for c in captures if outcome[c][0] is None]
+    failed = [(c, str(outcome[c][0])) for c in captures if outcome[c][0] is not None]
+    views = {rank: view for c in captures for rank, view in outcome[c][1].items()}
+    return done, failed, views
+
+
+def _import_one(capture: Path, target: Path, data_origin: Optional[str]) -> tuple[Optional[str], dict[int, Run]]:
+    """Import one capture into `target` (in a worker process), as `import_capture` does: (None, the cluster
+    view of each of its ranks), or (why it could not be, {})."""
+    from profiler.analysis.steps import ensure_steps
+    from profiler.export.cluster import cluster_view
+    from profiler.importers.registry import importer_named
+
+    try:
+        importer = importer_named(data_origin) if data_origin is not None else capture_format(capture)
+        runs = [ensure_steps(run) for run in importer.runs(capture)]
+        write_runs(runs, target, source=capture)
+    except ProfviewError as exc:
+        return str(exc), {}
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}", {}
+    return None, {run.rank: cluster_view(run) for run in runs}
+
+
+def _move_ranks(done: list[tuple[Path, Path]], out_dir: Path) -> list[Path]:
+    """Move each imported capture's files into `out_dir`, after checking no rank was imported twice."""
+    owner: dict[int, Path] = {}
+    for capture, directory in done:
+        for rank in info_files(directory):
+            if rank in owner:
+                raise ProfviewError(
+                    f"{owner[rank]} and {capture} are both rank {rank}: import them into different directories"
+                )
+            owner[rank] = capture
+    written = []
+    for _, directory in done:
+        for path in sorted(directory.iterdir()):
+            target = out_dir / path.name
+            os.replace(path, target)
+            written.append(target)
+    return written

@@ -1,0 +1,84 @@
+"""`profview import` of several ranks at once (profiler/postprocess/import_many.py): the two ranks of a real
+NCCL job, imported in two processes, give the files each rank's own import gives, byte for byte, and the
+cluster files; a directory of traces is the same as naming them; a damaged capture costs only itself; two
+captures of one rank are refused before anything is written."""
+
+from __future__ import annotations
+
+import filecmp
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from support.device_report import profview
+
+RANKS = ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz")
+
+
+@pytest.fixture(scope="module")
+def one_by_one(captures: Path, tmp_path_factory) -> Path:
+    """Each rank imported on its own into one directory (the single-capture path)."""
+    out = tmp_path_factory.mktemp("one_by_one")
+    for name in RANKS:
+        assert profview("import", str(captures / "kineto" / name), "-o", str(out)).returncode == 0
+    return out
+
+
+def test_two_ranks_in_two_processes_are_each_ranks_own_import(captures: Path, one_by_one: Path, tmp_path: Path):
+    out = tmp_path / "job"
+    result = profview("import", *(str(captures / "kineto" / n) for n in RANKS), "-o", str(out), "--jobs", "2")
+    assert result.returncode == 0, result.stderr
+    rank_files = sorted(p.name for p in one_by_one.iterdir())
+    assert rank_files and all(p.name in rank_files or p.name.startswith("cluster_") for p in out.iterdir())
+    for name in rank_files:
+        assert filecmp.cmp(one_by_one / name, out / name, shallow=False), name
+    summary = json.loads((out / "cluster_summary.json").read_text())
+    assert summary["ranks"]["present"] == [0, 1]
+    assert {"cluster_step_trace.csv", "cluster_comm_split.csv", "cluster_timeline.json"} <= set(summary["outputs"])
+    assert not [p for p in out.iterdir() if p.name.startswith(".import-")]  # the staging directory is gone
+    printed = {Path(line).name for line in result.stdout.splitlines()}
+    assert {"profiler_info_0.json", "profiler_info_1.json", "cluster_summary.json"} <= printed
+
+
+def test_a_directory_of_traces_is_its_traces(captures: Path, tmp_path: Path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name in RANKS:
+        shutil.copy(captures / "kineto" / name, traces / name)
+    (traces / "notes.txt").write_text("not a trace")
+    out = tmp_path / "job"
+    result = profview("import", str(traces), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in out.glob("profiler_info_*.json")} == {"profiler_info_0.json", "profiler_info_1.json"}
+    assert (out / "cluster_summary.json").is_file()
+
+
+def test_a_damaged_capture_costs_only_itself(captures: Path, tmp_path: Path):
+    damaged = tmp_path / "rank2.json.gz"
+    damaged.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op"'))
+    out = tmp_path / "job"
+    result = profview("import", str(captures / "kineto" / RANKS[0]), str(damaged), "-o", str(out), "--jobs", "2")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]  # after the progress lines, one sentence
+    assert last.startswith("profview: error: 1 of 2 captures were not imported") and "rank2.json.gz" in last
+    assert result.stderr.count("not imported") == 1 and "Traceback" not in result.stderr
+    assert (out / "profiler_info_0.json").is_file() and (out / "report_0.json").is_file()
+
+
+def test_two_captures_of_one_rank_are_refused(captures: Path, tmp_path: Path):
+    copy = tmp_path / "again.json.gz"
+    shutil.copy(captures / "kineto" / RANKS[0], copy)
+    out = tmp_path / "job"
+    result = profview("import", str(captures / "kineto" / RANKS[0]), str(copy), "-o", str(out), "-j", "2")
+    assert result.returncode == 1
+    assert "are both rank 0" in result.stderr and "Traceback" not in result.stderr
+    assert not list(out.glob("profiler_info_*.json"))  # nothing moved in
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_jobs_must_be_a_positive_number(captures: Path, tmp_path: Path, jobs: str):
+    result = profview("import", str(captures / "kineto" / RANKS[0]), "-o", str(tmp_path), "--jobs", jobs)
+    assert result.returncode == 2 and "is not a whole number of at least 1" in result.stderr
