@@ -95,7 +95,12 @@ def stake_is(column: str) -> Callable[[Finding, RankData], None]:
 
 
 def input_bound(f: Finding, data: RankData) -> None:
-    stake_is("data_wait_ms")(f, data)
+    """The stake is the data wait of every analysed step, the outliers' too (their excess own time is
+    step_outliers'), as a share of the mean steady step."""
+    mean = float(data.steps.analysed["data_wait_ms"].mean())
+    assert f.at_stake_ms == pytest.approx(mean, rel=1e-9, abs=1e-9)
+    assert f.at_stake_pct == pytest.approx(100 * mean / float(steady(data)["total_ms"].mean()), rel=1e-9)
+    assert f.severity == ""
     assert f.kind == "input_bound" and f.at_stake_pct >= 50  # the loop waits for data most of its time
 
 

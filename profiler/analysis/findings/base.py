@@ -196,6 +196,12 @@ class StepWindow:
         """A column's total over the steady steps divided by their count (its mean), 0 when absent."""
         return float(self.steady[column].mean()) if column in self.steady and len(self.steady) else 0.0
 
+    def per_analysed_step(self, column: str) -> float:
+        """A column's mean over every analysed step, the outliers included (0 when absent): for the data
+        wait, which the outlier rule leaves out of a step's own time, so an outlier's wait is still the
+        input pipeline's (a burst loader's long wait often lands on a step that is slower otherwise too)."""
+        return float(self.analysed[column].mean()) if column in self.analysed and len(self.analysed) else 0.0
+
     def share(self, part_ms: float) -> float:
         """`part_ms` as a % of the mean steady step."""
         mean = self.mean_ms

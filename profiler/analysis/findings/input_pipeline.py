@@ -137,10 +137,11 @@ def _gap_evidence(data: Needs, ctx: Context, gap: float, wait: float, host: floa
 
 def _data_wait_finding(data: Needs, ctx: Context, gap: float) -> list[Finding]:
     """The loop's data wait per steady step, wherever it falls in the step (micro-batches are fetched
-    inside forward + backward). A loader that delivers in bursts keeps its long waits in the steady
-    steps: the outlier rule leaves the data wait out of a step's own time (`steps.outlier_steps`)."""
+    inside forward + backward). A loader that delivers in bursts keeps its long waits: the outlier rule
+    leaves the data wait out of a step's own time (`steps.outlier_steps`), and the wait of a step that is
+    an outlier by its own time is counted here too (`per_analysed_step`), its excess there."""
     steps = data.steps
-    wait = steps.per_step("data_wait_ms")
+    wait = steps.per_analysed_step("data_wait_ms")
     share = ctx.reaches(steps.share(wait), "input_gap_pct")
     if share is None:
         return []
