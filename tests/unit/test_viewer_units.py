@@ -343,3 +343,12 @@ def test_colliding_short_names_are_numbered_and_the_chart_hovers_the_full_name(c
     for label in labels:  # no template arguments, no parameter list: the function's name
         assert "<" not in label and not label.endswith(")") or label.startswith(("Memcpy", "Memset", "other ("))
     assert any(len(f) > 80 for f in full)  # the signatures stay whole in the hover
+
+
+def test_the_step_bars_stack_the_activities_in_the_order_an_instant_is_given_to_them():
+    from profiler.formats.columns import COMM_SPLIT_COLUMNS, STEP_ACTIVITY_COLUMNS
+    from viewer.pages.kernels import ACTIVITY_STYLE
+    from viewer.theme import COMM_SPLIT_STYLE
+
+    assert list(ACTIVITY_STYLE) == STEP_ACTIVITY_COLUMNS[1:-1]
+    assert list(COMM_SPLIT_STYLE) == COMM_SPLIT_COLUMNS[1:-1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from profiler.formats.columns import STEP_ACTIVITY_COLUMNS
 from viewer.context import Context
 from viewer.device_figures import device_figures, gpu_summary_table
 from viewer.formatting import short_labels
@@ -15,7 +14,7 @@ from viewer.page import Page
 from viewer.tables import sortable_table
 from viewer.theme import CATEGORY_COLORS, COMM_SPLIT_STYLE, OTHER, styled
 
-#: The label and colour of each activity of step_activity_{rank}.csv (its columns between step and total_ms).
+#: The label and colour of each activity of step_activity_{rank}.csv (its columns between step and total_ms, in order).
 ACTIVITY_STYLE = {
     "kernel_ms": ("kernel", CATEGORY_COLORS["compute"]),
     "memcpy_ms": ("memcpy", CATEGORY_COLORS["memcpy"]),
@@ -43,20 +42,19 @@ KERNEL_COLUMNS = [
 ]
 
 
-def step_activity_bars(steps) -> go.Figure:
-    """One stacked bar per step: the ms of each activity, in the order an instant is given to them."""
-    labels = [str(step) for step in steps["step"]]
+def step_bars(table, parts: dict[str, tuple[str, str]]) -> go.Figure:
+    """One stacked bar per step of `table`: each of `parts` (column -> label, colour), in their order."""
+    labels = [str(step) for step in table["step"]]
     fig = go.Figure(
         [
             go.Bar(
                 name=label,
                 x=labels,
-                y=steps[column],
+                y=table[column],
                 marker_color=color,
                 hovertemplate=f"step %{{x}}<br>{label}: %{{y:.3f}} ms<extra></extra>",
             )
-            for column in STEP_ACTIVITY_COLUMNS[1:-1]
-            for label, color in [ACTIVITY_STYLE[column]]
+            for column, (label, color) in parts.items()
         ]
     )
     return styled(fig, barmode="stack", xaxis=dict(title="step", type="category"), yaxis_title="ms")
@@ -71,24 +69,6 @@ COMM_OP_COLUMNS = [
     ("total_ms", "total latency ms", "num"),
     ("mean_ms", "mean latency ms", "num"),
 ]
-
-
-def comm_split_bars(split) -> go.Figure:
-    """One stacked bar per step: computation, overlap, communication and other (they add up to the step)."""
-    labels = [str(step) for step in split["step"]]
-    fig = go.Figure(
-        [
-            go.Bar(
-                name=label,
-                x=labels,
-                y=split[column],
-                marker_color=color,
-                hovertemplate=f"step %{{x}}<br>{label}: %{{y:.3f}} ms<extra></extra>",
-            )
-            for column, (label, color) in COMM_SPLIT_STYLE.items()
-        ]
-    )
-    return styled(fig, barmode="stack", xaxis=dict(title="step", type="category"), yaxis_title="ms")
 
 
 def top_kernels(kernels, top: int) -> go.Figure:
@@ -132,7 +112,7 @@ def build(ctx: Context) -> str:
         parts.append(
             section(
                 "Step time by activity",
-                ctx.figure(step_activity_bars(run.step_activity)),
+                ctx.figure(step_bars(run.step_activity, ACTIVITY_STYLE)),
                 "Every instant of a step goes to the first activity running then, in the legend's order "
                 "(the TensorBoard plugin's overview).",
             )
@@ -157,7 +137,7 @@ def build(ctx: Context) -> str:
         parts.append(
             section(
                 "Computation and communication",
-                ctx.figure(comm_split_bars(run.comm_split)),
+                ctx.figure(step_bars(run.comm_split, COMM_SPLIT_STYLE)),
                 "Per step: compute kernels (or the host's work, without kernels) and collectives, apart and at "
                 "once (the TensorBoard plugin's distributed view).",
             )
