@@ -96,19 +96,7 @@ OP_SHAPE_COLUMNS = [
 ]
 #: op_stacks_{rank}.csv: per device, framework op name and call stack (the Python frames around it, outermost
 #: first, " > "-joined; the TensorBoard plugin's "View CallStack").
-OP_STACK_COLUMNS = [
-    "device",
-    "name",
-    "stack",
-    "op_type",
-    "category",
-    "count",
-    "total_ms",
-    "self_ms",
-    "avg_ms",
-    "share_pct",
-    *OP_DEVICE_COLUMNS,
-]
+OP_STACK_COLUMNS = ["stack" if column == "shapes" else column for column in OP_SHAPE_COLUMNS]
 #: step_activity_{rank}.csv: per step as the TensorBoard plugin delimits them, the ms each activity had
 #: (every instant to the first activity running then, in this order; other: none), and the step.
 STEP_ACTIVITY_COLUMNS = [
