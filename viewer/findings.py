@@ -11,8 +11,8 @@ from typing import Any
 
 from profiler.analysis.findings import question_of
 from viewer.formatting import fmt_ms, fmt_pct
-from viewer.html import esc
-from viewer.stats import number
+from viewer.html import esc, section
+from viewer.stats import findings, number
 
 SEVERITY_CLASS = {"high": "sev-high", "critical": "sev-high", "medium": "sev-medium", "low": "sev-low"}
 
@@ -55,3 +55,12 @@ def render(verdict: str, items: list[dict[str, Any]]) -> str:
         head + '<table class="data"><thead><tr><th>severity</th><th>finding</th><th class="num">at stake</th>'
         f"<th>evidence</th><th>suggestion</th></tr></thead><tbody>{''.join(map(_row, items))}</tbody></table>"
     )
+
+
+def page_section(report: Any, page: str) -> str:
+    """The advisor's findings that belong to report page `page`, as the page's first section ("" when none)."""
+    _, items = findings(report)
+    hits = on_page(items, page)
+    if not hits:
+        return ""
+    return section("What the advisor finds here", render("", hits), "The same findings as on the Overview.")

@@ -69,9 +69,10 @@ _EXECUTIONS: dict[int, tuple[weakref.ref, pd.DataFrame]] = {}
 
 
 def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
-    """The executions of every device: device, stream, category, name, start_ns, end_ns, correlation.
-    Computed once per op table (an analysis treats its op table as read-only, and so do its callers
-    with the executions)."""
+    """The executions of every device: device, stream, category, name, start_ns, end_ns, correlation, and
+    `row` (the execution's position in `ops`, for figures kept per op row: analysis/launches.py). Computed
+    once per op table (an analysis treats its op table as read-only, and so do its callers with the
+    executions)."""
     key = id(ops)
     cached = _EXECUTIONS.get(key)
     if cached is not None and cached[0]() is ops:
@@ -83,7 +84,8 @@ def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
     """device_executions, computed."""
-    ex = ops[((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy()]
+    rows = np.flatnonzero(((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy())
+    ex = ops.iloc[rows]
     start = ex["start_ns"].to_numpy(np.int64)
     return pd.DataFrame(
         {
@@ -94,6 +96,7 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
             "start_ns": start,
             "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
             "correlation": ex["correlation"].to_numpy(np.int64),
+            "row": rows,
         }
     )
 

@@ -68,14 +68,33 @@ def _sm_efficiency(start: np.ndarray, end: np.ndarray, blocks: np.ndarray, windo
     known = np.isfinite(blocks) & (blocks > 0)
     if not known.any() or window[1] <= window[0]:
         return float("nan")
+    filled = sm_filled_ns(start, end, blocks, np.array([window[0]]), np.array([window[1]]))[0]
+    return float(filled * 100.0 / (window[1] - window[0]))
+
+
+def sm_filled_ns(
+    start: np.ndarray, end: np.ndarray, blocks: np.ndarray, w_start: np.ndarray, w_end: np.ndarray
+) -> np.ndarray:
+    """Per window [w_start, w_end), the time the device's SMs are filled (ns): the integral of min(1, sum
+    of the running kernels' blocks per SM), the plugin's Est. SM Efficiency times the window. Kernels
+    without the figure fill nothing."""
+    known = np.isfinite(blocks) & (blocks > 0)
+    if not known.any():
+        return np.zeros(len(w_start))
     times = np.concatenate([start[known], end[known]])
     change = np.concatenate([blocks[known], -blocks[known]]).astype(np.float64)
     order = np.argsort(times, kind="stable")
     times, level = times[order], np.cumsum(change[order])
-    seg_start = np.clip(times[:-1], *window)
-    seg_end = np.clip(times[1:], *window)
-    efficiency = np.minimum(np.maximum(level[:-1], 0.0), 1.0)
-    return float((efficiency * (seg_end - seg_start)).sum() * 100.0 / (window[1] - window[0]))
+    fill = np.minimum(np.maximum(level[:-1], 0.0), 1.0)
+    before = np.concatenate([[0.0], np.cumsum(fill * np.diff(times))])  # the integral up to each time
+
+    def integral(t: np.ndarray) -> np.ndarray:
+        at = np.clip(np.searchsorted(times, t, "right") - 1, 0, len(fill) - 1)
+        inside = (t > times[0]) & (t < times[-1])
+        return np.where(t >= times[-1], before[-1], np.where(inside, before[at] + fill[at] * (t - times[at]), 0.0))
+
+    w_start, w_end = np.asarray(w_start, dtype=np.int64), np.asarray(w_end, dtype=np.int64)
+    return integral(w_end) - integral(w_start)
 
 
 def _occupancy(clipped: np.ndarray, occupancy: np.ndarray) -> float:

@@ -44,6 +44,23 @@ def step_peaks(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) ->
     return pd.DataFrame(rows, columns=["device", "step_index", "peak_bytes"])
 
 
+def peak_memory(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -> pd.DataFrame:
+    """Per device, the highest allocated and reserved memory inside the steps [start, end) (sorted, not
+    overlapping): device, peak_allocated_bytes, peak_reserved_bytes, peak_time_ms (when the allocated peak
+    was reached). Devices with no allocation or free inside a step are left out."""
+    rows = []
+    for device, points in curve.groupby("device", sort=True):
+        time = points["time_ms"].to_numpy()
+        step = np.searchsorted(start_ms, time, "right") - 1
+        inside = (step >= 0) & (time < end_ms[np.maximum(step, 0)])
+        if not inside.any():
+            continue
+        allocated, reserved = points["allocated_bytes"].to_numpy()[inside], points["reserved_bytes"].to_numpy()[inside]
+        top = int(np.nanargmax(allocated))
+        rows.append((device, float(allocated[top]), float(np.nanmax(reserved)), float(time[inside][top])))
+    return pd.DataFrame(rows, columns=["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ms"])
+
+
 def allocating_ops(
     ops: pd.DataFrame, allocations: pd.DataFrame, threads: pd.DataFrame
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -20,8 +20,8 @@ from profiler.analysis.findings.device import DeviceTimeline
 from profiler.analysis.float64 import float64_charged, float64_module_charged
 from profiler.analysis.gpu_summary import gpu_summary
 from profiler.analysis.kernels import kernel_table
-from profiler.analysis.launches import launches
-from profiler.analysis.memory import allocating_ops, memory_events, op_memory
+from profiler.analysis.launches import Launches, launches
+from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory, peak_memory
 from profiler.analysis.modules import module_table
 from profiler.analysis.ops import op_detail_table, op_shape_table, op_type_table
 from profiler.analysis.queues import queue_summary
@@ -50,6 +50,7 @@ class Analysis:
     op_memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # op_memory(): per device and op, its allocations
     comm_split: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm_split(): the plugin's distributed overview
     comm_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm_op_table(): per collective
+    launched: Optional[Launches] = None  # launches(): which op launched each device execution
 
 
 def step_windows_ns(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -102,6 +103,7 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         modules=module_table(run.ops, launched),
         comm_split=comm_split(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
         comm_ops=comm_op_table(run.ops, launched),
+        launched=launched,
     )
     if len(run.allocations):
         owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
@@ -191,7 +193,7 @@ class RankData:
         """The device timeline: executions, idle gaps by cause, sync calls, the breakdown (report "devices")."""
         run = self._analysis.run
         data_wait = data_wait_intervals(run.spans, run.queues, int(run.info.get("step_tid", -1)))
-        return DeviceTimeline(run.ops, self._analysis.devices, data_wait)
+        return DeviceTimeline(run.ops, self._analysis.devices, data_wait, self._analysis.launched)
 
     @property
     def queue_summary(self) -> Optional[Mapping[str, Any]]:
@@ -234,6 +236,23 @@ class RankData:
             if isinstance(props, dict) and isinstance(props.get("id"), int) and not isinstance(props["id"], bool):
                 out[f"cuda:{props['id']}"] = props
         return out
+
+    @functools.cached_property
+    def device_memory(self) -> pd.DataFrame:
+        """Per device whose allocations were recorded (profile_memory=True): its peak allocated and reserved
+        memory in the analysed steps (memory.peak_memory) and `total_bytes`, the device's memory as the
+        trace's deviceProperties give it (NaN when they do not)."""
+        run, steps = self._analysis.run, self.steps.analysed
+        if not len(run.allocations) or not len(steps):
+            return pd.DataFrame(columns=["device", "peak_allocated_bytes", "peak_reserved_bytes", "total_bytes"])
+        start = steps["start_ms"].to_numpy(float)
+        peaks = peak_memory(memory_curve(run.allocations), start, start + steps["total_ms"].to_numpy(float))
+        totals = {device: props.get("totalGlobalMem") for device, props in self.device_properties.items()}
+        peaks["total_bytes"] = [
+            float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else float("nan")
+            for t in (totals.get(device) for device in peaks["device"])
+        ]
+        return peaks
 
     @functools.cached_property
     def float64_modules(self) -> tuple[str, ...]:

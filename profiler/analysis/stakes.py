@@ -46,6 +46,7 @@ WINS: dict[str, Win] = {
     ),
     "input_bound:device": Win(1.0, "prefetching and more loader workers hide a wait the loader can keep up with"),
     "memcpy_bound": Win(1.0, "pinned memory and non_blocking copies overlap the copies with compute"),
+    "low_occupancy": Win(0.5, "a larger batch or fused kernels fill about half of the idle SM time (assumed)"),
     "compute_bound": Win(0.0, "where the device's compute goes, not a fault: no fix is implied"),
     "profiler_overhead": Win(1.0, "recording less removes the profiler's own time"),
     "straggler_rank": Win(1.0, "the other ranks stop waiting once the straggler is as fast as they are"),

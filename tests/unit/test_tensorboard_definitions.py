@@ -15,67 +15,8 @@ from profiler.analysis.memory import allocating_ops, memory_curve, memory_events
 from profiler.analysis.modules import module_table
 from profiler.analysis.ops import op_detail_table
 from profiler.analysis.step_activity import comm_split, device_aware_steps, step_activity
-from profiler.importers.kineto import run_from_kineto_trace
 
-
-class Trace:
-    """A Kineto trace built event by event (times in µs); `launch` adds a runtime call and its kernel."""
-
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-        self.correlation = 0
-
-    def op(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1, **args) -> Trace:
-        self.events.append(
-            {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
-        )
-        return self
-
-    def step(self, number: int, ts: float, dur: float) -> Trace:
-        return self.op(f"ProfilerStep#{number}", ts, dur, cat="user_annotation")
-
-    def launch(self, at: float, kernel: str, start: float, dur: float, stream: int = 7, **args) -> Trace:
-        self.correlation += 1
-        self.op("cudaLaunchKernel", at, 1.0, cat="cuda_runtime")
-        self.events[-1]["args"] = {"correlation": self.correlation}
-        self.events.append(
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": kernel,
-                "pid": 0,
-                "tid": stream,
-                "ts": start,
-                "dur": dur,
-                "args": {"correlation": self.correlation, "device": 0, "stream": stream, **args},
-            }
-        )
-        return self
-
-    def module(self, name: str, ts: float, dur: float) -> Trace:
-        """An nn.Module frame as Kineto writes it with with_stack=True."""
-        return self.op(f"nn.Module: {name}", ts, dur, cat="python_function")
-
-    def memory(self, ts: float, size: int, addr: int, allocated: int, device_type: int = 0) -> Trace:
-        """An allocation (size > 0) or free (size < 0) of the block at `addr`; `allocated`: the total after it."""
-        args = {"Bytes": size, "Addr": addr, "Total Allocated": allocated, "Total Reserved": 4096}
-        args.update({"Device Type": device_type, "Device Id": 0 if device_type else -1})
-        self.events.append(
-            {
-                "ph": "i",
-                "cat": "cpu_instant_event",
-                "s": "t",
-                "name": "[memory]",
-                "pid": 1,
-                "tid": 1,
-                "ts": ts,
-                "args": args,
-            }
-        )
-        return self
-
-    def run(self):
-        return run_from_kineto_trace({"traceEvents": self.events, "schemaVersion": 1})
+from support.kineto_builder import Trace
 
 
 def _views(trace: Trace):

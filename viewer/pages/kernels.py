@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from viewer.context import Context
 from viewer.device_figures import device_figures, gpu_summary_table
+from viewer.findings import page_section
 from viewer.formatting import short_labels
 from viewer.html import plot_text, section
 from viewer.page import Page
@@ -96,7 +97,7 @@ def top_kernels(kernels, top: int) -> go.Figure:
 def build(ctx: Context) -> str:
     """The kernels tab."""
     run = ctx.run
-    parts = []
+    parts = [page_section(run.report, "kernels")]
     summary = gpu_summary_table(device_figures(run.report))
     if summary:
         parts.append(

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from profiler.analysis.memory import step_peaks
 from viewer.context import Context
+from viewer.findings import page_section
 from viewer.formatting import fmt_bytes
 from viewer.html import esc, section
 from viewer.page import Page
@@ -102,7 +103,7 @@ def peak_table(curve: pd.DataFrame, steps: pd.DataFrame) -> str:
 def build(ctx: Context) -> str:
     """The memory tab."""
     run = ctx.run
-    parts = []
+    parts = [page_section(run.report, "memory")]
     if run.memory is not None and len(run.memory):
         peaks = run.memory.groupby("device")["allocated_bytes"].max()
         summary = esc(", ".join(f"{device} {fmt_bytes(value)}" for device, value in peaks.items()))

@@ -16,6 +16,8 @@ from profiler.analysis.findings import (
     device_data,
     device_dependency,
     device_launch,
+    device_memory,
+    device_occupancy,
     device_precision,
     device_sync,
     input_pipeline,
@@ -49,6 +51,8 @@ QUESTIONS: tuple[Question, ...] = (
     memcpy.QUESTION,
     device_precision.QUESTION,
     device_compute.QUESTION,
+    device_occupancy.QUESTION,
+    device_memory.QUESTION,
 )
 
 

@@ -11,6 +11,7 @@ reported as high severity whatever its share of the step (`device_idle_pct`, a v
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
@@ -21,25 +22,53 @@ import pandas as pd
 from profiler.analysis.device_time import IDLE_CAUSES, device_executions, idle_gaps, sync_calls
 from profiler.analysis.findings.base import Context, Finding, StepWindow, pct_text
 from profiler.analysis.kernel_families import classify
+from profiler.analysis.launches import KERNEL_CATEGORIES, Launches
+from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.kernels.intervals import covered_ns
 
 MS = 1e-6
+#: bytes in a GB, as the device memory figures are written
+GB = float(1 << 30)
 #: The idle causes each device question answers for (device_time.IDLE_CAUSES grouped): the host
 #: launching too late is one question whether its gaps are short (launch) or long (host).
 CAUSE_GROUPS = {"sync": ("sync",), "data": ("data",), "launch": ("host", "launch"), "other": ("other",)}
 
 
 class DeviceTimeline:
-    """One rank's device timeline: executions (with kernel family and precision), idle gaps split by
-    cause (data wait from `data_wait`), the synchronising calls, and the breakdown (`devices`)."""
+    """One rank's device timeline: executions (with kernel family and precision, and the op that launched
+    each when `launched` knows it), idle gaps split by cause (data wait from `data_wait`), the
+    synchronising calls, and the breakdown (`devices`)."""
 
-    def __init__(self, ops: pd.DataFrame, devices: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray]):
-        self._ops, self.devices, self._data_wait = ops, devices, data_wait
+    def __init__(
+        self,
+        ops: pd.DataFrame,
+        devices: pd.DataFrame,
+        data_wait: tuple[np.ndarray, np.ndarray],
+        launched: Optional[Launches] = None,
+    ):
+        self._ops, self.devices, self._data_wait, self.launched = ops, devices, data_wait, launched
 
     @functools.cached_property
     def executions(self) -> pd.DataFrame:
-        """Every device execution with its `family` and `precision` (analysis/kernel_families.py)."""
-        return classify(device_executions(self._ops))
+        """Every device execution with its `family` and `precision` (analysis/kernel_families.py), the
+        kernel's `blocks_per_sm` and `occupancy_pct` (NaN when the trace does not say), `tensor_cores`
+        (a tensor-core kernel, analysis/tensor_cores.py), and its launching op: `launcher` (its name, ""
+        when unknown) and `launcher_eligible` (a tensor-core eligible op, analysis/launches.py)."""
+        ex = classify(device_executions(self._ops))
+        rows = ex["row"].to_numpy()
+        figures = {c: self._ops[c].to_numpy(np.float64)[rows] for c in ("blocks_per_sm", "occupancy_pct")}
+        if self.launched is None:
+            tensor_cores = tensor_core_kernels(ex["name"]) & ex["category"].isin(KERNEL_CATEGORIES).to_numpy()
+            launcher = np.full(len(ex), -1, dtype=np.int64)
+        else:
+            tensor_cores, launcher = self.launched.tensor_cores[rows], self.launched.launcher[rows]
+        known = launcher >= 0
+        names = np.full(len(ex), "", dtype=object)
+        names[known] = self._ops["name"].to_numpy(dtype=object)[launcher[known]]
+        eligible = np.zeros(len(ex), dtype=bool)
+        if self.launched is not None:
+            eligible[known] = self.launched.tc_eligible[launcher[known]]
+        return ex.assign(**figures, tensor_cores=tensor_cores, launcher=names, launcher_eligible=eligible)
 
     @functools.cached_property
     def gaps(self) -> pd.DataFrame:
@@ -156,3 +185,16 @@ def idle_evidence(device: str, row: pd.Series, causes: Optional[pd.Series], step
 def share_title(share: float) -> str:
     """ "12.3 % of the step", as device finding titles write it."""
     return f"{pct_text(share)} of the step"
+
+
+def memory_room(device_memory: pd.DataFrame, device: str) -> str:
+    """ " (the largest step allocates 3.1 of the device's 16.0 GB)": the room a larger batch has, as advice
+    says it; "" when the device's allocations were not recorded."""
+    mine = device_memory[device_memory["device"] == device] if len(device_memory) else device_memory
+    if not len(mine):
+        return ""
+    row = mine.iloc[0]
+    peak, total = float(row["peak_allocated_bytes"]), float(row["total_bytes"])
+    if math.isnan(total):
+        return f" (the largest step allocates {peak / GB:.1f} GB of device memory)"
+    return f" (the largest step allocates {peak / GB:.1f} of the device's {total / GB:.1f} GB)"

@@ -1,7 +1,13 @@
 """Does the device compute in a slow precision? device_precision: per device, the time of matrix
 kernels (GEMM, convolution) in float32 on the ordinary cores (`sgemm`, `scudnn`: no tensor cores; TF32 or
 torch.autocast would run them on tensor cores) and of float64 kernels of any family (`dgemm`,
-`<double>` templates; GPUs run float64 at a fraction of float32's rate)."""
+`<double>` templates; GPUs run float64 at a fraction of float32's rate).
+
+When the trace ties kernels to the ops that launched them, the float32 stake is also the TensorBoard
+plugin's "tensor-core eligible" time left off the tensor cores: the matrix kernels that tensor-core
+eligible ops (convolutions, matrix products, ...) launched and that run neither on tensor cores nor in
+half precision, also when their names do not say float32 (a CUTLASS or cuDNN kernel named by its tile
+only); the evidence names those ops."""
 
 from __future__ import annotations
 
@@ -77,11 +83,34 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     """device_precision: float32 matrix kernels off the tensor cores, float64 kernels; per device."""
     out = []
     for device, mine in data.device.per_device(data.steps):
-        precision, family = mine["precision"].to_numpy(dtype=object), mine["family"].to_numpy(dtype=object)
-        masks = {"fp32": (precision == "fp32") & np.isin(family, MATRIX_FAMILIES), "fp64": precision == "fp64"}
+        precision = mine["precision"].to_numpy(dtype=object)
+        masks = {"fp32": fp32_matrix(mine) | eligible_off_tensor_cores(mine), "fp64": precision == "fp64"}
         for kind, mask in masks.items():
             out += _finding(data, ctx, device, mine, kind, mask)
     return out
+
+
+def fp32_matrix(ex) -> np.ndarray:
+    """Matrix kernels whose names say float32 on the ordinary cores."""
+    family = ex["family"].to_numpy(dtype=object)
+    return (
+        (ex["precision"].to_numpy(dtype=object) == "fp32")
+        & np.isin(family, MATRIX_FAMILIES)
+        & ~ex["tensor_cores"].to_numpy(bool)
+    )
+
+
+def eligible_off_tensor_cores(ex) -> np.ndarray:
+    """Matrix kernels launched by tensor-core eligible ops that did not use them, their precision unnamed
+    or float32 (the time TF32 or autocast would move to the tensor cores). An eligible op's other kernels
+    stay out: cuDNN's nchwToNhwc layout kernels around a tensor-core convolution are float32 and exist
+    because of the tensor cores (nccl_data: 11 ms of them beside xmma convolutions)."""
+    return (
+        ex["launcher_eligible"].to_numpy(bool)
+        & ~ex["tensor_cores"].to_numpy(bool)
+        & np.isin(ex["precision"].to_numpy(dtype=object), ("fp32", ""))
+        & np.isin(ex["family"].to_numpy(dtype=object), MATRIX_FAMILIES)
+    )
 
 
 def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.ndarray) -> list[Finding]:
@@ -98,6 +127,13 @@ def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.n
     )
     families = ", ".join(sorted(set(chosen["family"].astype(str))))
     what = "float32 matrix kernels without tensor cores" if kind == "fp32" else "float64 kernels"
+    metrics = {f"{kind}_ms": ms, "kernels": float(mask.sum())}
+    eligible = chosen["launcher_eligible"].to_numpy(bool)
+    if kind == "fp32" and eligible.any():
+        by_op = chosen[eligible].groupby("launcher")["dur_ms"].sum().sort_values(ascending=False)
+        ops = "; ".join(f"{op} {op_ms:.2f} ms" for op, op_ms in by_op.head(TOP_KERNELS).items())
+        listed += f"; launched by tensor-core eligible ops: {ops} [{ctx.file('kernels')}: op, tensor_cores]"
+        metrics["tc_eligible_ms"] = in_steps_ms(start[mask][eligible], end[mask][eligible], data.steps)
     return [
         data.steps.finding(
             "device_precision",
@@ -111,7 +147,7 @@ def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.n
             threshold=ctx.rule_text(f"{what}, % of step time", threshold),
             suggestion=fix_text(kind, ctx.framework, data.device_properties.get(device)),
             files=[ctx.file("timeline", "json")],
-            metrics={f"{kind}_ms": ms, "kernels": float(mask.sum())},
+            metrics=metrics,
             win=(fp32_matrix_win if kind == "fp32" else fp64_win)(data.device_properties.get(device)),
         )
     ]
