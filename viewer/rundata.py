@@ -20,7 +20,14 @@ import pandas as pd
 
 from profiler.errors import InputError
 from profiler.formats.documents import read_document, read_profiler_info, regular_file
-from profiler.formats.names import CLUSTER_COMM_SPLIT, CLUSTER_STEP_TRACE, CLUSTER_SUMMARY, info_files, rank_file
+from profiler.formats.names import (
+    CLUSTER_COMM_OPS,
+    CLUSTER_COMM_SPLIT,
+    CLUSTER_STEP_TRACE,
+    CLUSTER_SUMMARY,
+    info_files,
+    rank_file,
+)
 from profiler.formats.tables import CSV_REQUIRED, read_csv
 from viewer.trace import Timeline, load_timeline
 
@@ -48,6 +55,7 @@ CLUSTER_OUTPUTS = {
     "cluster_summary": CLUSTER_SUMMARY,
     "cluster_step_trace": CLUSTER_STEP_TRACE,
     "cluster_comm_split": CLUSTER_COMM_SPLIT,
+    "cluster_comm_ops": CLUSTER_COMM_OPS,
 }
 
 
@@ -78,6 +86,7 @@ class RunData:
     cluster_summary: Optional[dict[str, Any]] = None
     cluster_step_trace: Optional[pd.DataFrame] = None
     cluster_comm_split: Optional[pd.DataFrame] = None
+    cluster_comm_ops: Optional[pd.DataFrame] = None
     timeline_path: Optional[Path] = None  # the Chrome trace (for Perfetto; the viewer does not read it)
     events_path: Optional[Path] = None  # the columnar event file (read through timeline())
     _timeline: Optional[Timeline] = field(default=None, repr=False, compare=False)

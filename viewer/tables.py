@@ -10,6 +10,16 @@ import pandas as pd
 from viewer.context import Context
 from viewer.html import esc
 
+#: The collectives table's columns (comm_ops csv), on the Kernels page and per rank on the Cluster page.
+COMM_OP_COLUMNS = [
+    ("name", "collective", "text"),
+    ("calls", "calls", "int"),
+    ("total_bytes", "total bytes", "int"),
+    ("mean_bytes", "mean bytes", "num"),
+    ("total_ms", "total latency ms", "num"),
+    ("mean_ms", "mean latency ms", "num"),
+]
+
 
 def sortable_table(
     ctx: Context, frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]], sort: str, placeholder: str

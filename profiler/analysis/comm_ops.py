@@ -7,18 +7,26 @@ types of the message). Its latency covers the range and the device executions la
 its calls' (overlapping calls counted once). The message size is the product of each input's
 dimensions times its element's size, summed over the inputs (an element type the table does not know
 counts 0, as in the plugin). Pure: the ops table and its launches in, a table out.
+
+Data transfer time (the plugin's, across ranks): each call's pieces are the device executions it
+launched, in start order (its host range when it launched none: gloo). The k-th call of a collective
+on every rank is one collective; its j-th piece takes, on every rank, as long as the shortest rank's:
+the rest of a longer piece is waiting for the slowest peer to arrive. A rank's transfer time of a
+collective is the union of [end - shortest, end) over its pieces. Ranks that disagree on a collective's
+calls or pieces (a cut trace, a rank that skipped a call) have no transfer time for it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 from profiler.analysis.launches import Launches
-from profiler.formats.columns import COMM_OP_COLUMNS
+from profiler.formats.columns import COMM_OP_COLUMNS, COMM_PIECE_COLUMNS
 from profiler.kernels.intervals import union
 from profiler.model import COLLECTIVE_PREFIXES
 
@@ -101,6 +109,57 @@ def comm_op_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFra
     table["mean_bytes"] = table["total_bytes"] / table["calls"]
     table["mean_ms"] = table["total_ms"] / table["calls"]
     return table.sort_values(["total_ms", "name"], ascending=[False, True], ignore_index=True)[COMM_OP_COLUMNS]
+
+
+def comm_pieces(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame:
+    """Every collective call's pieces (COMM_PIECE_COLUMNS): `call` counts the collective's calls on this
+    rank in start order, `piece` the device executions the call launched in start order (its host range,
+    piece 0, when it launched none)."""
+    rows = np.flatnonzero(collective_rows(ops))
+    if not len(rows):
+        return pd.DataFrame(columns=COMM_PIECE_COLUMNS)
+    start = ops["start_ns"].to_numpy(np.int64)
+    dur = ops["dur_ns"].to_numpy(np.int64)
+    executions, owner = _executions_inside(ops, launched, rows) if launched is not None else (rows[:0], rows[:0])
+    bare = np.setdiff1d(np.arange(len(rows)), owner)  # calls that launched nothing: their own range
+    piece_rows, piece_owner = np.concatenate([executions, rows[bare]]), np.concatenate([owner, bare])
+    order = np.lexsort((start[piece_rows], start[rows][piece_owner]))
+    piece_rows, piece_owner = piece_rows[order], piece_owner[order]
+    names = ops["name"].astype(str).to_numpy(dtype=object)[rows]
+    table = pd.DataFrame(
+        {
+            "name": names[piece_owner],
+            "owner": piece_owner,
+            "start_ms": start[piece_rows] / 1e6,
+            "dur_ms": dur[piece_rows] / 1e6,
+        }
+    )
+    first = ~table["owner"].duplicated().to_numpy()
+    table["call"] = pd.Series(first.astype(np.int64)).groupby(table["name"].to_numpy()).cumsum().to_numpy() - 1
+    table["piece"] = table.groupby("owner").cumcount().to_numpy()
+    return table[COMM_PIECE_COLUMNS]
+
+
+def transfer_times(pieces: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
+    """Each rank's data transfer time per collective (rank, name, transfer_ms) from every rank's
+    comm_pieces: NaN for a collective whose calls or pieces differ between the ranks."""
+    out = []
+    names = sorted({n for table in pieces.values() for n in table["name"].astype(str)})
+    for name in names:
+        mine = {rank: t[t["name"].astype(str) == name].sort_values(["call", "piece"]) for rank, t in pieces.items()}
+        keys = {rank: list(zip(t["call"], t["piece"])) for rank, t in mine.items()}
+        agree = len({tuple(k) for k in keys.values()}) == 1 and all(len(t) for t in mine.values())
+        shortest = np.min([t["dur_ms"].to_numpy(np.float64) for t in mine.values()], axis=0) if agree else None
+        for rank, t in mine.items():
+            if not len(t):
+                continue
+            if shortest is None:
+                out.append((rank, name, float("nan")))
+                continue
+            end = np.round((t["start_ms"].to_numpy(np.float64) + t["dur_ms"].to_numpy(np.float64)) * 1e6)
+            merged_start, merged_end = union((end - np.round(shortest * 1e6)).astype(np.int64), end.astype(np.int64))
+            out.append((rank, name, float((merged_end - merged_start).sum()) / 1e6))
+    return pd.DataFrame(out, columns=["rank", "name", "transfer_ms"])
 
 
 def _executions_inside(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

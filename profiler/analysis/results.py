@@ -13,7 +13,7 @@ import pandas as pd
 
 from profiler.analysis.advisor import advise, framework_of, resolve_thresholds
 from profiler.analysis.call_stacks import op_stack_table
-from profiler.analysis.comm_ops import comm_op_table
+from profiler.analysis.comm_ops import comm_op_table, comm_pieces
 from profiler.analysis.device_time import device_time
 from profiler.analysis.findings.base import Context, StepWindow
 from profiler.analysis.findings.device import DeviceTimeline
@@ -50,6 +50,7 @@ class Analysis:
     op_memory: pd.DataFrame = field(default_factory=pd.DataFrame)  # op_memory(): per device and op, its allocations
     comm_split: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm_split(): the plugin's distributed overview
     comm_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm_op_table(): per collective
+    comm_pieces: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm_pieces(): every call's executions
     launched: Optional[Launches] = None  # launches(): which op launched each device execution
 
 
@@ -103,6 +104,7 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         modules=module_table(run.ops, launched),
         comm_split=comm_split(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
         comm_ops=comm_op_table(run.ops, launched),
+        comm_pieces=comm_pieces(run.ops, launched),
         launched=launched,
     )
     if len(run.allocations):

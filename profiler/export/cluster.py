@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.cluster import cluster_summary, timeline_ranks
+from profiler.analysis.comm_ops import transfer_times
 from profiler.export.chrome_trace import (
     TRACE_START,
     describe_plan,
@@ -44,9 +45,10 @@ from profiler.export.timeline_model import (
     stepped,
     thread_order,
 )
-from profiler.formats.columns import CLUSTER_COMM_SPLIT_COLUMNS
+from profiler.formats.columns import CLUSTER_COMM_OP_COLUMNS, CLUSTER_COMM_SPLIT_COLUMNS
 from profiler.formats.documents import read_json_object
 from profiler.formats.names import (
+    CLUSTER_COMM_OPS,
     CLUSTER_COMM_SPLIT,
     CLUSTER_STEP_TRACE,
     CLUSTER_SUMMARY,
@@ -94,6 +96,31 @@ def read_comm_split(directory: Path, ranks: Sequence[int]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[CLUSTER_COMM_SPLIT_COLUMNS]
 
 
+def read_comm_ops(directory: Path, ranks: Sequence[int]) -> pd.DataFrame:
+    """Every rank's comm_ops_{rank}.csv with the rank in front and each collective's data transfer time
+    (analysis.comm_ops.transfer_times, from the ranks' comm_pieces_{rank}.csv): CLUSTER_COMM_OP_COLUMNS,
+    empty when no rank wrote one."""
+    ops, pieces = [], {}
+    for rank in ranks:
+        path = directory / rank_file("comm_ops", rank)
+        if path.is_file():
+            ops.append(read_csv(path, "comm_ops").assign(rank=rank))
+            piece_path = directory / rank_file("comm_pieces", rank)
+            if piece_path.is_file():
+                pieces[rank] = read_csv(piece_path, "comm_pieces")
+    if not ops:
+        return pd.DataFrame(columns=CLUSTER_COMM_OP_COLUMNS)
+    table = pd.concat(ops, ignore_index=True)
+    if len(pieces) == len(ops):  # a rank without its pieces: no transfer time for anyone
+        table = table.merge(transfer_times(pieces), on=["rank", "name"], how="left")
+    else:
+        table["transfer_ms"] = float("nan")
+    table["mean_transfer_ms"] = table["transfer_ms"] / table["calls"]
+    return table.sort_values(["rank", "total_ms", "name"], ascending=[True, False, True], ignore_index=True)[
+        CLUSTER_COMM_OP_COLUMNS
+    ]
+
+
 def is_cluster(infos: Mapping[int, dict]) -> bool:
     """More than one rank wrote here, or the one that did belongs to a larger job."""
     return len(infos) > 1 or any(int(i.get("world_size", 1) or 1) > 1 for i in infos.values())
@@ -110,7 +137,9 @@ def write_cluster_outputs(
         return []
     doc, table = cluster_summary(infos, traces, devices_by_rank=read_rank_devices(directory, sorted(infos)))
     runs = [load_run(directory, r) for r in timeline_ranks(doc, TIMELINE_RANKS)]
-    return write_cluster_files(directory, doc, table, runs, max_events, read_comm_split(directory, sorted(infos)))
+    ranks = sorted(infos)
+    comm = (read_comm_split(directory, ranks), read_comm_ops(directory, ranks))
+    return write_cluster_files(directory, doc, table, runs, max_events, comm)
 
 
 def write_cluster_files(
@@ -119,15 +148,17 @@ def write_cluster_files(
     table: pd.DataFrame,
     runs: Sequence[Run],
     max_events: Optional[int] = None,
-    comm_split: Optional[pd.DataFrame] = None,
+    comm: tuple[Optional[pd.DataFrame], Optional[pd.DataFrame]] = (None, None),
 ) -> list[Path]:
-    """Write the step table, every rank's computation / communication split (`comm_split`, when a rank
-    has one), the merged timeline of `runs` (at most `max_events` events: by default the limit the first
-    run was recorded with) and the summary (listing the outputs)."""
+    """Write the step table, every rank's computation / communication split and collectives (`comm`:
+    cluster_comm_split and cluster_comm_ops tables, when a rank has them), the merged timeline of `runs`
+    (at most `max_events` events: by default the limit the first run was recorded with) and the summary
+    (listing the outputs)."""
     shifts = {int(r): int(c["shift_ns"]) for r, c in doc["clock"].get("per_rank", {}).items()}
     written = [write_csv(table, directory / CLUSTER_STEP_TRACE)]
-    if comm_split is not None and len(comm_split):
-        written.append(write_csv(comm_split, directory / CLUSTER_COMM_SPLIT))
+    for path, comm_table in zip((CLUSTER_COMM_SPLIT, CLUSTER_COMM_OPS), comm):
+        if comm_table is not None and len(comm_table):
+            written.append(write_csv(comm_table, directory / path))
     doc = {**doc, "timeline_ranks": [r.rank for r in runs]}
     if runs:
         limit = timeline_max_events(runs[0]) if max_events is None else max_events

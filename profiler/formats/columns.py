@@ -144,6 +144,10 @@ COMM_SPLIT_COLUMNS = ["step", "computation_ms", "overlap_ms", "communication_ms"
 CLUSTER_COMM_SPLIT_COLUMNS = ["rank", *COMM_SPLIT_COLUMNS]
 #: comm_ops_{rank}.csv: per collective, its calls, message size and latency (the plugin's communication ops).
 COMM_OP_COLUMNS = ["name", "calls", "total_bytes", "mean_bytes", "total_ms", "mean_ms"]
+#: comm_pieces_{rank}.csv: every collective call's pieces (the executions it launched), for the data transfer time.
+COMM_PIECE_COLUMNS = ["name", "call", "piece", "start_ms", "dur_ms"]
+#: cluster_comm_ops.csv: every rank's comm_ops with its data transfer time (the plugin's distributed view).
+CLUSTER_COMM_OP_COLUMNS = ["rank", *COMM_OP_COLUMNS, "transfer_ms", "mean_transfer_ms"]
 #: memory_{rank}.csv: each device's allocated and reserved memory after each allocation or free (the
 #: TensorBoard plugin's memory curve; device "host" is CPU memory).
 MEMORY_COLUMNS = ["device", "time_ms", "allocated_bytes", "reserved_bytes"]

@@ -25,6 +25,7 @@ RANK_FILES = {
     "op_memory": "op_memory_{rank}.csv",
     "comm_split": "comm_split_{rank}.csv",
     "comm_ops": "comm_ops_{rank}.csv",
+    "comm_pieces": "comm_pieces_{rank}.csv",
     "data_queue": "data_queue_{rank}.csv",
     "device_counters": "device_counters_{rank}.csv",
     "queue_summary": "queue_summary_{rank}.json",
@@ -36,6 +37,7 @@ RANK_FILES = {
 CLUSTER_SUMMARY = "cluster_summary.json"
 CLUSTER_STEP_TRACE = "cluster_step_trace.csv"
 CLUSTER_COMM_SPLIT = "cluster_comm_split.csv"
+CLUSTER_COMM_OPS = "cluster_comm_ops.csv"
 CLUSTER_TIMELINE = "cluster_timeline.json"
 INFO_PATTERN = re.compile(r"^profiler_info_(\d+)\.json$")
 

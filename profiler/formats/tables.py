@@ -13,9 +13,11 @@ import pandas as pd
 
 from profiler.errors import InputError
 from profiler.formats.columns import (
+    CLUSTER_COMM_OP_COLUMNS,
     CLUSTER_COMM_SPLIT_COLUMNS,
     CLUSTER_STEP_COLUMNS,
     COMM_OP_COLUMNS,
+    COMM_PIECE_COLUMNS,
     COMM_SPLIT_COLUMNS,
     DATA_QUEUE_COLUMNS,
     DEVICE_BUSY,
@@ -82,6 +84,8 @@ CSV_REQUIRED: dict[str, tuple[list[str], list[str]]] = {
     "comm_split": (COMM_SPLIT_COLUMNS, COMM_SPLIT_COLUMNS),
     "comm_ops": (COMM_OP_COLUMNS, COMM_OP_COLUMNS[1:]),
     "cluster_comm_split": (CLUSTER_COMM_SPLIT_COLUMNS, CLUSTER_COMM_SPLIT_COLUMNS),
+    "comm_pieces": (COMM_PIECE_COLUMNS, COMM_PIECE_COLUMNS[1:]),
+    "cluster_comm_ops": (CLUSTER_COMM_OP_COLUMNS, ["rank", *COMM_OP_COLUMNS[1:]]),
     "memory": (MEMORY_COLUMNS, ["time_ms"]),
     "memory_events": (MEMORY_EVENT_COLUMNS, ["bytes"]),
     "op_memory": (OP_MEMORY_COLUMNS, OP_MEMORY_COLUMNS[2:]),
@@ -102,6 +106,8 @@ CSV_COLUMNS: dict[str, list[str]] = {
     "comm_split": COMM_SPLIT_COLUMNS,
     "comm_ops": COMM_OP_COLUMNS,
     "cluster_comm_split": CLUSTER_COMM_SPLIT_COLUMNS,
+    "comm_pieces": COMM_PIECE_COLUMNS,
+    "cluster_comm_ops": CLUSTER_COMM_OP_COLUMNS,
     "memory": MEMORY_COLUMNS,
     "memory_events": MEMORY_EVENT_COLUMNS,
     "op_memory": OP_MEMORY_COLUMNS,

@@ -255,7 +255,32 @@ def test_the_cluster_files_hold_every_ranks_split(tmp_path: Path) -> None:
         mine = cluster[cluster["rank"] == rank].drop(columns="rank").reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, own)
     summary = json.loads((tmp_path / "cluster_summary.json").read_text())
-    assert "cluster_comm_split.csv" in summary["outputs"]
+    assert "cluster_comm_split.csv" in summary["outputs"] and "cluster_comm_ops.csv" in summary["outputs"]
+    # every rank's collectives with the data transfer time: on these ranks each call launched one NCCL kernel,
+    # so the k-th kernel of a collective (calls and kernels in start order) transfers min over the ranks
+    ops = read_csv(tmp_path / "cluster_comm_ops.csv", "cluster_comm_ops")
+    kernels = {rank: _kernels_by_collective(runs[rank].ops) for rank in (0, 1)}
+    for rank in (0, 1):
+        own = read_csv(tmp_path / f"comm_ops_{rank}.csv", "comm_ops").set_index("name")
+        mine = ops[ops["rank"] == rank].set_index("name")
+        pd.testing.assert_frame_equal(mine[own.columns].sort_index(), own.sort_index())
+        for name, row in mine.iterrows():
+            shortest = np.minimum(kernels[0][name], kernels[1][name])
+            assert row.transfer_ms == pytest.approx(shortest.sum() / 1e6, abs=1e-6)
+            assert row.transfer_ms <= row.total_ms and row.mean_transfer_ms == pytest.approx(
+                row.transfer_ms / row.calls
+            )
+    assert ops.loc[ops["name"] == "nccl:all_reduce", "transfer_ms"].tolist() == pytest.approx([44.446, 44.446])
+
+
+def _kernels_by_collective(table: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each collective's kernel durations (ns) in call order, pairing the host ranges and the NCCL kernels in
+    start order (on sampled_rank-0/1 every call launched exactly one kernel, after the previous one's)."""
+    host = table[(table["device"] == "cpu") & (table["category"] == "comm")].sort_values("start_ns")
+    device = table[(table["device"] != "cpu") & (table["category"] == "comm")].sort_values("start_ns")
+    assert len(host) == len(device)
+    names = host["name"].astype(str).to_numpy()
+    return {n: device["dur_ns"].to_numpy(np.int64)[names == n] for n in sorted(set(names))}
 
 
 @pytest.mark.parametrize("trace", GPU_TRACES)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.analysis.comm_ops import comm_op_table, message_bytes
+from profiler.analysis.comm_ops import comm_op_table, comm_pieces, message_bytes, transfer_times
 from profiler.analysis.gpu_summary import gpu_summary
 from profiler.analysis.kernels import kernel_table
 from profiler.analysis.launches import launches
@@ -265,6 +265,76 @@ def test_gloo_collectives_on_the_host_against_its_cpu_work() -> None:
     assert split.computation_ms == pytest.approx(0.050 - 0.020)
     assert split.communication_ms == pytest.approx(0.040 - 0.020)
     assert split.other_ms == pytest.approx(0.100 - 0.070)
+
+
+def _collectives(calls: list[tuple[str, float, list[tuple[float, float]]]]) -> Trace:
+    """A rank's trace: per call, the collective's name, its host start, and the (start, duration) of each
+    kernel it launches (none: a gloo call, its host range of 20 µs is its piece)."""
+    trace = Trace().step(1, 0, 1000)
+    for name, at, kernels in calls:
+        trace.op(name, at, 20, cat="user_annotation")
+        for i, (start, dur) in enumerate(kernels):
+            trace.launch(at + 1 + i, "ncclKernel_AllReduce_RING_LL_Sum_float", start, dur, stream=9)
+    return trace
+
+
+def _transfer(*ranks: Trace) -> dict[tuple[int, str], float]:
+    pieces = {}
+    for rank, trace in enumerate(ranks):
+        run, launched, _ = _views(trace)
+        pieces[rank] = comm_pieces(run.ops, launched)
+    return {(r.rank, r.name): r.transfer_ms for r in transfer_times(pieces).itertuples()}
+
+
+def test_data_transfer_time_is_each_piece_as_long_as_the_fastest_ranks() -> None:
+    """The k-th call of a collective is one collective on every rank, even when the ranks interleave their
+    collectives differently; each of its kernels transfers as long as the shortest rank's, ending where
+    the rank's kernel ends; a call launching two kernels pairs them in order; gloo's host range is its piece."""
+    rank0 = _collectives(
+        [
+            ("nccl:all_reduce", 10, [(50, 100)]),
+            ("nccl:broadcast", 200, [(250, 30)]),
+            ("nccl:all_reduce", 400, [(450, 40), (500, 60)]),
+            ("gloo:barrier", 700, []),
+        ]
+    )
+    rank1 = _collectives(
+        [
+            ("nccl:broadcast", 10, [(40, 50)]),  # broadcast first on this rank: still paired with rank 0's
+            ("nccl:all_reduce", 100, [(120, 20)]),
+            ("nccl:all_reduce", 400, [(450, 10), (470, 80)]),
+            ("gloo:barrier", 600, []),
+        ]
+    )
+    out = _transfer(rank0, rank1)
+    # all_reduce: min(100, 20) + min(40, 10) + min(60, 80) = 20 + 10 + 60 µs on both ranks
+    assert out[(0, "nccl:all_reduce")] == pytest.approx(0.090) and out[(1, "nccl:all_reduce")] == pytest.approx(0.090)
+    assert out[(0, "nccl:broadcast")] == pytest.approx(0.030) and out[(1, "nccl:broadcast")] == pytest.approx(0.030)
+    assert out[(0, "gloo:barrier")] == pytest.approx(0.020)  # both host ranges 20 µs
+    # the latency is never less than the transfer: rank 0 waited 80 µs of its first all_reduce kernel
+    run, launched, _ = _views(rank0)
+    latency = {r.name: r.total_ms for r in comm_op_table(run.ops, launched).itertuples()}
+    assert all(latency[name] >= out[(0, name)] for name in latency)
+
+
+def test_ranks_that_disagree_on_a_collective_have_no_transfer_time_for_it() -> None:
+    """A rank with one more all_reduce call (a cut trace), or a call launching one kernel more: NaN for that
+    collective on every rank; the collectives they agree on keep theirs."""
+    rank0 = _collectives([("nccl:all_reduce", 10, [(50, 100)]), ("nccl:broadcast", 200, [(250, 30)])])
+    extra_call = _collectives(
+        [
+            ("nccl:all_reduce", 10, [(50, 40)]),
+            ("nccl:broadcast", 200, [(250, 10)]),
+            ("nccl:all_reduce", 300, [(350, 40)]),
+        ]
+    )
+    out = _transfer(rank0, extra_call)
+    assert all(out[(r, "nccl:all_reduce")] != out[(r, "nccl:all_reduce")] for r in (0, 1))  # NaN
+    assert out[(0, "nccl:broadcast")] == pytest.approx(0.010)
+    extra_kernel = _collectives([("nccl:all_reduce", 10, [(50, 40), (100, 5)]), ("nccl:broadcast", 200, [(250, 10)])])
+    out = _transfer(rank0, extra_kernel)
+    assert out[(1, "nccl:all_reduce")] != out[(1, "nccl:all_reduce")]
+    assert out[(1, "nccl:broadcast")] == pytest.approx(0.010)
 
 
 def test_a_run_without_collectives_has_no_distributed_view() -> None:

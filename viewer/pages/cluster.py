@@ -22,6 +22,7 @@ from viewer.formatting import fmt_ms, fmt_pct
 from viewer.html import absent, cards, esc, section, table
 from viewer.page import Page
 from viewer.stats import findings, number, select_steps
+from viewer.tables import COMM_OP_COLUMNS, sortable_table
 from viewer.theme import ALL_REDUCE, COMM_SPLIT_STYLE, PALETTE, PHASES, styled
 
 #: the per-rank stacked bar: what a mean step is made of (sums to the step when waits are exposed)
@@ -220,6 +221,7 @@ def _cluster_page(summary: dict[str, Any], steps: pd.DataFrame, ctx: Context) ->
         + "</div><br>"
         + section("Per-rank averages", table(headers, rows, [True] * len(headers)))
         + _comm_split_section(ctx)
+        + _comm_ops_section(ctx)
         + _device_section(ctx, summary)
     )
 
@@ -236,6 +238,29 @@ def _comm_split_section(ctx: Context) -> str:
         ctx.figure(stacked(means, parts)),
         "Mean per step, as the TensorBoard plugin's distributed view splits it: a rank with more communication "
         "and less overlap than the others waits at the collectives.",
+    )
+
+
+#: cluster_comm_ops csv's columns as the table shows them: every rank's collectives with their data transfer time
+CLUSTER_COMM_OP_TABLE = [
+    ("rank", "rank", "int"),
+    *COMM_OP_COLUMNS,
+    ("transfer_ms", "data transfer ms", "num"),
+    ("mean_transfer_ms", "mean data transfer ms", "num"),
+]
+
+
+def _comm_ops_section(ctx: Context) -> str:
+    """Every rank's collectives with their data transfer time (cluster_comm_ops csv)."""
+    ops = ctx.runs[0].cluster_comm_ops
+    if ops is None or not len(ops):
+        return ""
+    return section(
+        "Collectives per rank",
+        sortable_table(ctx, ops, CLUSTER_COMM_OP_TABLE, "total_ms", "filter by collective…"),
+        "Data transfer: each call's kernels as long as the fastest rank's (the rest of a longer one waited for "
+        "the slowest peer), as the TensorBoard plugin's distributed view; empty when the ranks disagree on a "
+        "collective's calls.",
     )
 
 

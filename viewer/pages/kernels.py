@@ -12,7 +12,7 @@ from viewer.findings import page_section
 from viewer.formatting import short_labels
 from viewer.html import plot_text, section
 from viewer.page import Page
-from viewer.tables import sortable_table
+from viewer.tables import COMM_OP_COLUMNS, sortable_table
 from viewer.theme import CATEGORY_COLORS, COMM_SPLIT_STYLE, OTHER, styled
 
 #: The label and colour of each activity of step_activity_{rank}.csv (its columns between step and total_ms, in order).
@@ -62,14 +62,6 @@ def step_bars(table, parts: dict[str, tuple[str, str]]) -> go.Figure:
 
 
 #: Columns of the communication ops table: (comm_ops column, header, kind).
-COMM_OP_COLUMNS = [
-    ("name", "collective", "text"),
-    ("calls", "calls", "int"),
-    ("total_bytes", "total bytes", "int"),
-    ("mean_bytes", "mean bytes", "num"),
-    ("total_ms", "total latency ms", "num"),
-    ("mean_ms", "mean latency ms", "num"),
-]
 
 
 def top_kernels(kernels, top: int) -> go.Figure:

@@ -15,6 +15,7 @@ from profiler.export.writers.op_tables import OpDetail, OpShapes, OpStacks, OpTy
 from profiler.export.writers.step_trace import StepTrace
 from profiler.export.writers.tensorboard_views import (
     CommOps,
+    CommPieces,
     CommSplit,
     Kernels,
     MemoryCurve,
@@ -39,6 +40,7 @@ WRITERS: list[Writer] = [
     OpMemory(),
     CommSplit(),
     CommOps(),
+    CommPieces(),
     DataQueue(),
     DeviceCounters(),
     AnalysisDocument("queue_summary"),

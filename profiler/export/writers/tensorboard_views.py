@@ -1,7 +1,7 @@
 """The TensorBoard plugin's views (docs/tensorboard.md), each written when the run has what it shows:
 kernels_{rank}.csv (kernel view), step_activity_{rank}.csv (step breakdown), modules_{rank}.csv (module
 view), memory_{rank}.csv, memory_events_{rank}.csv and op_memory_{rank}.csv (memory view), comm_split_{rank}.csv
-and comm_ops_{rank}.csv (distributed view)."""
+comm_ops_{rank}.csv and comm_pieces_{rank}.csv (distributed view; the cluster files add the data transfer time)."""
 
 from __future__ import annotations
 
@@ -68,3 +68,10 @@ class CommOps(CsvWriter):
 
     def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
         return analysis.comm_ops if len(analysis.comm_ops) else None
+
+
+class CommPieces(CsvWriter):
+    kind = "comm_pieces"
+
+    def table(self, analysis: Analysis) -> Optional[pd.DataFrame]:
+        return analysis.comm_pieces if len(analysis.comm_pieces) else None
