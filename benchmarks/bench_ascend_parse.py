@@ -5,7 +5,7 @@ Run: python benchmarks/bench_ascend_parse.py [--records N] [--repeat R] [--data 
 Three figures per log, best of R runs: decode (bytes in memory -> record columns), decode + pair
 (also task-key mapping and Start/End pairing into executions), and read (the same from the
 slice files on disk, page cache warm). The synthetic log is written into a JOB directory by the
-reference device's writer (`profiler.reference.log_writer.JobWriter`, vectorised: one numpy
+reference device's writer (`profview_reference_device.log_writer.JobWriter`, vectorised: one numpy
 structured array per 8 MiB chunk of executions, one slice per chunk), like JOB3:
 Start/End pairs of framework tasks, 1 in 10 a device-only task no task_desc line describes.
 The writer's own throughput is printed too: encoding alone, and with the appends to the slice files.
@@ -22,7 +22,7 @@ import numpy as np
 
 from profiler.importers.ascend import framework_desc, hwts
 from profiler.importers.ascend.slices import find_slices, join_slices
-from profiler.reference.log_writer import JobWriter, task_desc_line, task_pair_bytes
+from profview_reference_device.log_writer import JobWriter, task_desc_line, task_pair_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 CHUNK_PAIRS = 1 << 16  # executions per writer call: 8 MiB of records, one slice each

@@ -38,9 +38,16 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from profiler import Profiler
-from profiler.reference.device import AscendReferenceDevice, Task
 from viewer.inputs import load_input
 from viewer.stats import verdict_phases
+
+try:
+    from profview_reference_device.device import AscendReferenceDevice, Task
+except ImportError:  # its own distribution, installed as a profview.sources plug-in
+    sys.exit(
+        "ascend_reference_device.py needs the reference device installed: "
+        "pip install --no-deps -e sample_runs/reference_device (scripts/setup_env.sh does)."
+    )
 
 BATCH, FEATURES, HIDDEN, CLASSES = 256, 1024, 2048, 10
 REPLICAS = 4  # the all-reduce averages this many (simulated) replicas' gradients

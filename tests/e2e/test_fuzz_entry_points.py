@@ -225,7 +225,7 @@ GOOD_CLOCK_SYNC = (
 )
 def test_a_damaged_clock_sync_file_is_one_sentence(tmp_path, damage, says):
     from profiler.errors import ProfviewError
-    from profiler.reference.merge import read_clock_sync
+    from profview_reference_device.merge import read_clock_sync
 
     path = tmp_path / "profview_clock_sync.0.jsonl"
     path.write_text(GOOD_CLOCK_SYNC)

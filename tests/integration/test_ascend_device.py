@@ -20,15 +20,15 @@ from profiler.importers.ascend.slices import Joined
 from profiler.importers.ascend.training_trace import decode_training_trace
 from profiler.postprocess.recording import load_rank
 from profiler.record.recorder import now_ns
-from profiler.reference.device import AscendReferenceDevice
-from profiler.reference.log_writer import (
+from profview_reference_device.device import AscendReferenceDevice
+from profview_reference_device.log_writer import (
     CLOCK_SYNC_NAME,
     hwts_bytes,
     task_pair_bytes,
     tensor_description,
     training_trace_bytes,
 )
-from profiler.reference.merge import HOST_STEP_LANE, HOST_STEP_SPAN, read_clock_sync
+from profview_reference_device.merge import HOST_STEP_LANE, HOST_STEP_SPAN, read_clock_sync
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "sample_runs"))
@@ -358,7 +358,7 @@ KILLED_RUN = """
 import os, signal, sys, time
 import numpy as np
 from profiler import Profiler
-from profiler.reference.device import AscendReferenceDevice
+from profview_reference_device.device import AscendReferenceDevice
 profiler = Profiler(sys.argv[1], host_counters=False, gpu_counters=False, flush_interval_s=0.05)
 dev = AscendReferenceDevice(profiler, streams=2)
 for _ in range(5):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.reference.device import AscendReferenceDevice
+from profview_reference_device.device import AscendReferenceDevice
 from viewer.inputs import load_input
 
 from support.cli import assert_one_sentence, run_profview

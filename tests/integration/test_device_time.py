@@ -22,7 +22,7 @@ from profiler.formats.tables import read_csv
 from profiler.importers.ascend import read_ascend_job, to_run
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.imported import import_kineto_trace
-from profiler.reference.device import AscendReferenceDevice
+from profview_reference_device.device import AscendReferenceDevice
 
 GPU_TRACES = ["alexnet", "diff_control", "diff_test", "nccl_data", "sampled_rank-0", "sampled_rank-1"]
 

@@ -19,7 +19,7 @@ from profiler import Profiler
 from profiler.formats.documents import INFO_FIELDS
 from profiler.model import RunInfo
 from profiler.postprocess.imported import import_capture
-from profiler.reference.device import AscendReferenceDevice
+from profview_reference_device.device import AscendReferenceDevice
 
 
 def type_problems(value: Any, hint: Any, where: str) -> list[str]:

@@ -69,7 +69,7 @@ RECORD_REFERENCE = """
 import sys
 import numpy as np
 from profiler import Profiler
-from profiler.reference.device import AscendReferenceDevice
+from profview_reference_device.device import AscendReferenceDevice
 p = Profiler(sys.argv[1], host_counters=False, gpu_counters=False)
 dev = AscendReferenceDevice(p, streams=1)
 for _ in range(3):
@@ -86,7 +86,7 @@ ANALYSE = """
 import json, sys
 from profiler.postprocess.recording import analyse_directory
 def loaded():
-    return sorted(m for m in sys.modules if m.startswith(("profiler.reference", "toy_profview_source")))
+    return sorted(m for m in sys.modules if m.startswith(("profview_reference_device", "toy_profview_source")))
 before = loaded()
 analyse_directory(sys.argv[1], progress=False)
 print(json.dumps({"before": before, "after": loaded()}))
@@ -121,7 +121,7 @@ def test_a_reference_device_recording_is_merged_by_a_fresh_analysis(tmp_path):
     _run([sys.executable, "-c", RECORD_REFERENCE, str(out)], python_env())
     seen = json.loads(_run([sys.executable, "-c", ANALYSE, str(out)], python_env()).stdout)
     assert seen["before"] == []  # the analysis path itself imports no reference module
-    assert "profiler.reference.device" in seen["after"]  # the entry point named it for "ascend_dev0"
+    assert "profview_reference_device.device" in seen["after"]  # the entry point named it for "ascend_dev0"
     ops = pd.read_csv(out / "op_detail_0.csv")
     assert ops[["device", "name", "count"]].values.tolist() == [["npu:0", "Default/MatMul-op1", 3]]
     assert json.loads((out / "profiler_info_0.json").read_text())["steps_from"] == "npu:0"

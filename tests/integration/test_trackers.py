@@ -123,7 +123,7 @@ def test_device_busy_is_the_union_of_device_ops_per_step(tmp_path):
     """A run with device ops (the reference Ascend device): device_busy_ms per step equals the union of
     the npu ops of timeline_0.json inside each step."""
     from profiler import Profiler
-    from profiler.reference.device import AscendReferenceDevice
+    from profview_reference_device.device import AscendReferenceDevice
 
     out = tmp_path / "dev"
     profiler = Profiler(out, host_counters=False)

@@ -133,13 +133,13 @@ for path in profiler.analyse(progress=False):
     print(path)
 """
 
-#: The reference-device seed: a recording whose Ascend-style device (profiler.reference) writes a JOB
+#: The reference-device seed: a recording whose Ascend-style device (profview_reference_device) writes a JOB
 #: log and a clock-sync file into raw/, merged by analyse() (device ops, steps from the device).
 REFERENCE_DEVICE_SCRIPT = r"""
 import sys
 import numpy as np
 from profiler import Profiler
-from profiler.reference.device import AscendReferenceDevice
+from profview_reference_device.device import AscendReferenceDevice
 
 profiler = Profiler(sys.argv[1], host_counters=False, gpu_counters=False, flush_interval_s=0.02)
 dev = AscendReferenceDevice(profiler, streams=2)

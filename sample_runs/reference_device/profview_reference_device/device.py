@@ -48,7 +48,8 @@ from profiler.importers.ascend.hwts import GLOBAL_TASK_ID_MIN
 from profiler.importers.ascend.training_trace import BP_END_TAG, FP_START_TAG, ITER_END_TAGS
 from profiler.model import Run
 from profiler.record.recorder import now_ns
-from profiler.reference.log_writer import (
+from profiler.store.load import Recording
+from profview_reference_device.log_writer import (
     CLOCK_SYNC_FORMAT,
     SYSCNT_HZ,
     JobWriter,
@@ -58,8 +59,7 @@ from profiler.reference.log_writer import (
     task_desc_line,
     tensor_description,
 )
-from profiler.reference.merge import merge_ascend_devices
-from profiler.store.load import Recording
+from profview_reference_device.merge import merge_ascend_devices
 
 if TYPE_CHECKING:
     from profiler.data.pipeline import PipelineIterator

@@ -34,7 +34,7 @@ from profiler.importers.ascend.device_run import SYSCNT_TICK_NS
 from profiler.importers.ascend.job import read_ascend_job, to_run
 from profiler.kernels.intervals import assign_steps
 from profiler.model import OP_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, THREAD_COLUMNS, Run, conform
-from profiler.reference.log_writer import CLOCK_SYNC_NAME, DEVICE_DIR_PATTERN, SYSCNT_HZ
+from profview_reference_device.log_writer import CLOCK_SYNC_NAME, DEVICE_DIR_PATTERN, SYSCNT_HZ
 
 #: Name and lane of the host's step boundaries once the device's steps replace them.
 HOST_STEP_SPAN = "host_step"
