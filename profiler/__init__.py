@@ -13,7 +13,7 @@ from profiler.config import Settings
 from profiler.data.pipeline import Pipeline, device_prefetch, prefetch
 from profiler.data.queues import ProfiledQueue
 from profiler.data.torch_data import ProfiledDataLoader, TorchDeviceCopy
-from profiler.errors import ProfilerUsageWarning, ProfviewError
+from profiler.errors import IncompleteInputWarning, ProfilerUsageWarning, ProfviewError
 from profiler.profiler import Profiler
 from profiler.schedule import ProfilerAction, schedule
 
@@ -27,6 +27,7 @@ __all__ = [
     "Profiler",
     "ProfilerAction",
     "ProfilerUsageWarning",
+    "IncompleteInputWarning",
     "ProfviewError",
     "QueueProbe",
     "Settings",

@@ -21,21 +21,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+from warnings import warn
 
 import numpy as np
 import pandas as pd
 
-from profiler.errors import ProfviewError
+from profiler.errors import IncompleteInputWarning, ProfviewError
 from profiler.importers.base import NAMED, NOT_IT, Importer
 from profiler.importers.kineto_events import (
     Coded,
+    Cut,
     EventColumns,
     combine,
     dense_ids,
     dumps_compact,
     event_columns,
     gc_paused,
-    load_trace_object,
+    load_trace,
     looks_like_kineto,
     to_int,
     trace_confidence,
@@ -141,11 +143,17 @@ def read_kineto_trace(path: str | os.PathLike[str]) -> Run:
 
     Raises ProfviewError with one sentence naming the file when it is missing, unreadable,
     not (gzip) JSON, not a trace, or has no usable event. Malformed single events are skipped
-    and counted in info["warnings"].
+    and counted in info["warnings"]. A trace cut short (a job killed while it was written) is read up
+    to the cut: its complete events, with the steps the cut may have ended early left out, and a
+    warning saying so (`cut_steps`).
     """
     with gc_paused():
-        run = run_from_kineto_trace(load_trace_object(path), label=str(path))
+        trace, cut = load_trace(path)
+        run = run_from_kineto_trace(trace, label=str(path), cut=cut)
     run.info["source_path"] = str(path)
+    if cut is not None:  # said now (profview import prints it) and kept in info["warnings"] (the report shows it)
+        said = next(w for w in run.info["warnings"] if w.startswith(CUT_SHORT))
+        warn(f"{path}: {said}", IncompleteInputWarning, stacklevel=2)
     return run
 
 
@@ -191,10 +199,11 @@ IMPORTER = Importer(
 )
 
 
-def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace") -> Run:
+def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace", cut: Optional[Cut] = None) -> Run:
     """Convert a parsed Kineto trace object ({"traceEvents": [...], ...}) into a `Run`.
 
-    `label` names the trace in error messages. Pure: reads `trace`, changes nothing.
+    `label` names the trace in error messages; `cut` says where its file was cut short (load_trace).
+    Pure: reads `trace`, changes nothing.
     """
     events = trace.get("traceEvents")
     if not isinstance(events, list):
@@ -207,7 +216,7 @@ def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace") -> Run
                 f"Kineto trace {label} has no usable events: none of its {len(events)} events "
                 "has a name, a numeric ts and (for complete events) a numeric dur."
             )
-        return _build_run(trace, cols, kind, not_objects)
+        return _build_run(trace, cols, kind, not_objects, cut)
 
 
 # ----------------------------------------------------------------------------- classification
@@ -304,7 +313,9 @@ def _plausible_times(cols: EventColumns, kind: np.ndarray, complete: np.ndarray)
 # ----------------------------------------------------------------------------- the run
 
 
-def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, not_objects: int) -> Run:
+def _build_run(
+    trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, not_objects: int, cut: Optional[Cut] = None
+) -> Run:
     """Assemble every table of the run from the classified columns."""
     warnings: list[str] = _event_warnings(cols, kind, not_objects)
     clock = _Clock.of(trace, math.floor(float(np.min(cols.ts_us[np.isin(kind, _TIMED_KINDS)]))))
@@ -321,6 +332,9 @@ def _build_run(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, n
     thread_of, threads = _threads(cols, kind, thread_rows)
     steps, step_warnings = _steps(cols, np.flatnonzero(kind == STEP), clock)
     warnings += step_warnings
+    if cut is not None:
+        steps, cut_text = cut_steps(steps, cols, kind, clock, cut)
+        warnings.append(cut_text)
     if steps.empty:
         warnings.append(
             "no ProfilerStep#N annotations (the trace was not recorded with a "
@@ -468,6 +482,44 @@ def _steps(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> tuple[pd.Data
         columns=list(STEP_COLUMNS),
     )
     return steps, warnings
+
+
+#: How the warning about a trace file cut short starts.
+CUT_SHORT = "the trace file is cut short"
+
+
+def cut_steps(
+    steps: pd.DataFrame, cols: EventColumns, kind: np.ndarray, clock: _Clock, cut: Cut
+) -> tuple[pd.DataFrame, str]:
+    """The steps of a trace cut short that its events cover, and the warning saying where it ends.
+
+    Kineto writes the host's ops, then the devices' work with their launches, then metadata: a cut
+    before any device event leaves the host's ops up to the latest one read and no device work; a cut
+    among the device events leaves the device's work up to about the latest one read; a cut after them
+    loses metadata only. A step ending after that time is left out: its ops or kernels may be missing.
+    """
+    where = (
+        f"its events are complete ({cut.events:,}), only what follows them is lost"
+        if cut.events_complete
+        else f"{cut.events:,} complete events were read before the cut, the rest is lost"
+    )
+    ends = "its gzip stream ends" if cut.gzip_ended else "it ends"
+    text = f"{CUT_SHORT} ({ends} {cut.text_bytes:,} bytes into its JSON): {where}"
+    lanes = np.flatnonzero(np.isin(kind, (HOST_OP, DEVICE_OP, SPAN, STEP)) & np.isfinite(cols.ts_us))
+    tail = np.flatnonzero(np.isin(kind, (METADATA, PROFILER)))
+    if cut.events_complete or not len(lanes) or (len(tail) and lanes[-1] < tail[-1]):
+        return steps, text  # nothing lost, or only the metadata that follows the ops and kernels
+    device = kind == DEVICE_OP
+    section = device if device.any() else np.isin(kind, (HOST_OP, SPAN, STEP))
+    if not device.any():
+        text += "; no device event comes before the cut (the steps show the host's side alone)"
+    end_us = cols.ts_us[section] + np.nan_to_num(cols.dur_us[section])
+    horizon_ns = int(clock.ns(np.array([np.nanmax(end_us)]))[0])
+    kept = steps[steps["end_ns"].to_numpy() <= horizon_ns]
+    left_out = len(steps) - len(kept)
+    if left_out:
+        text += f"; {left_out} step(s) ending after {horizon_ns / 1e6:.3f} ms, where its events stop, left out"
+    return kept.reset_index(drop=True), text
 
 
 def _step_number(name: Any) -> int:

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -81,32 +81,58 @@ def _read_bytes(path: Path, limit: int = -1) -> bytes:
             return gz.read(limit)
 
 
+@dataclass(frozen=True)
+class Cut:
+    """Where a trace file cut short ends (a job killed while torch.profiler wrote it): what was read."""
+
+    text_bytes: int  # the JSON text that was there (gunzipped), in bytes
+    events: int  # the complete events read before the cut
+    gzip_ended: bool  # the gzip stream itself ends early (else the JSON text does)
+    events_complete: bool  # the cut came after the event list (only keys after it are lost)
+
+
 def load_trace_object(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a .json / .json.gz Kineto trace into its top-level JSON object (a bare event array,
-    Chrome's "JSON array" format, becomes {"traceEvents": [...]}).
+    Chrome's "JSON array" format, becomes {"traceEvents": [...]}); a trace cut short gives its
+    complete events (`load_trace` says where it was cut).
 
     Raises ProfviewError (one sentence naming the file) when the file is missing or unreadable,
-    is not a regular file (a FIFO would wait for a writer, /dev/zero never ends), is a corrupt or
-    truncated gzip, is not JSON (or is nested too deeply to parse), does not fit in memory, or
-    has no `traceEvents` list.
+    is not a regular file (a FIFO would wait for a writer, /dev/zero never ends), is a corrupt
+    gzip, is not JSON (or is nested too deeply to parse, or damaged before where it ends), does not
+    fit in memory, or has no `traceEvents` list.
     """
+    return load_trace(path)[0]
+
+
+def load_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Optional[Cut]]:
+    """`load_trace_object`, and where the file was cut short (None when it is whole)."""
     path = Path(path)
     try:
         regular_file(path, "Kineto trace", "trace file")
     except InputError as err:
         raise ProfviewError(f"{err}.") from None
+    gzip_ended = False
     try:
-        raw = _read_bytes(path)
+        try:
+            raw = _read_bytes(path)
+        except EOFError as err:  # the gzip stream ends early: what it holds up to there
+            raw, gzip_ended = _gunzip_prefix(path, err), True
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise ProfviewError(f"Kineto trace {path} is a corrupt or truncated gzip file ({err}).") from None
     except OSError as err:
         raise ProfviewError(f"Cannot read Kineto trace {path}: {err.strerror or err}.") from None
     except MemoryError:
         raise ProfviewError(f"Kineto trace {path} is too large to read into memory here.") from None
+    cut: Optional[Cut] = None
     try:
         trace = loads_json(raw)
     except ValueError as err:  # json.JSONDecodeError and orjson.JSONDecodeError are ValueErrors
-        raise ProfviewError(f"Kineto trace {path} is not valid JSON ({err}).") from None
+        salvaged = salvage_events(raw)
+        if salvaged is None:
+            what = "a corrupt or truncated gzip file" if gzip_ended else "not valid JSON"
+            raise ProfviewError(f"Kineto trace {path} is {what} ({err}).") from None
+        trace, events_complete = salvaged
+        cut = Cut(len(raw), len(trace["traceEvents"]), gzip_ended, events_complete)
     except RecursionError:
         raise ProfviewError(f"Kineto trace {path} is not a trace: its JSON is nested too deeply to read.") from None
     except MemoryError:
@@ -115,7 +141,117 @@ def load_trace_object(path: str | os.PathLike[str]) -> dict[str, Any]:
         trace = {"traceEvents": trace}
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ProfviewError(f"{path} is not a Kineto trace: it has no traceEvents list.")
-    return trace
+    return trace, cut
+
+
+def _gunzip_prefix(path: Path, err: EOFError) -> bytes:
+    """What a gzip file whose stream ends early decompresses to, up to where it ends; `err` again when
+    its stream is whole and what ends early is something after it (a second member cut short)."""
+    with open(path, "rb") as fh:
+        stream = zlib.decompressobj(wbits=31)
+        out = stream.decompress(fh.read())
+    if stream.eof:
+        raise err
+    return out
+
+
+_EVENTS_KEY = re.compile(r'"traceEvents"\s*:\s*\[')
+_SPACE = re.compile(r"\s*")
+
+
+def salvage_events(raw: bytes) -> Optional[tuple[dict[str, Any], bool]]:
+    """The trace object of a JSON text cut short: its header keys and every complete event before the
+    cut, and whether the event list itself was complete (the cut came after it). None when the text is
+    damaged rather than cut: something other than its end fails to parse.
+
+    Only the failed file takes this path (the whole file parses in one call otherwise): one C-scanner
+    call per event, a brace count over the last, unfinished one.
+    """
+    text = _decoded_prefix(raw)
+    if text is None:
+        return None
+    start = _SPACE.match(text).end()
+    if text.startswith("[", start):
+        header: dict[str, Any] = {}
+        at = start + 1
+    else:
+        found = _EVENTS_KEY.search(text)
+        if not text.startswith("{", start) or found is None:
+            return None
+        try:
+            header = json.loads(text[: found.start()] + '"traceEvents":[]}')
+        except ValueError:
+            return None
+        if not isinstance(header, dict):
+            return None
+        at = found.end()
+    events, at, closed = _complete_events(text, at)
+    if at is None:
+        return None
+    if closed and "}" in text[at:]:  # the list and the object after it are whole: damage, not a cut
+        return None
+    return {**header, "traceEvents": events}, closed
+
+
+def _decoded_prefix(raw: bytes) -> Optional[str]:
+    """The text as UTF-8, a character cut at its very end left out; None when other bytes are not UTF-8."""
+    for cut in range(4):
+        try:
+            return raw[: len(raw) - cut].decode("utf-8")
+        except UnicodeDecodeError as err:
+            if err.start < len(raw) - 4:
+                return None
+    return None
+
+
+def _complete_events(text: str, at: int) -> tuple[list[Any], Optional[int], bool]:
+    """The events of a list starting at `at` up to where the text ends: (events, where reading stopped,
+    whether the list was closed); where is None when an event before the end is damaged."""
+    decoder = json.JSONDecoder()
+    events: list[Any] = []
+    end = len(text)
+    while True:
+        at = _SPACE.match(text, at).end()
+        if at >= end:
+            return events, at, False
+        if text[at] == "]":
+            return events, at + 1, True
+        try:
+            event, at = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            return (events, end, False) if _runs_to_the_end(text, at) else (events, None, False)
+        events.append(event)
+        at = _SPACE.match(text, at).end()
+        if at < end and text[at] == ",":
+            at += 1
+        elif at < end and text[at] != "]":
+            return events, None, False
+
+
+def _runs_to_the_end(text: str, at: int) -> bool:
+    """Whether the value starting at `at` is still open where the text ends (cut), rather than closed
+    and invalid (damaged): its brackets counted outside strings."""
+    depth, in_string, escaped = 0, False, False
+    for i in range(at, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+            if depth <= 0:
+                return False
+        elif depth == 0 and c in ",":
+            return False
+    return True
 
 
 def looks_like_kineto(path: str | os.PathLike[str]) -> bool:

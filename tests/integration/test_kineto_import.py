@@ -20,7 +20,7 @@ import pytest
 from profiler.analysis.device_time import IDLE_CAUSES, device_time, idle_gaps
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
-from profiler.errors import ProfviewError
+from profiler.errors import IncompleteInputWarning, ProfviewError
 from profiler.importers import kineto_events
 from profiler.importers.kineto import is_kineto_trace, read_kineto_trace, read_kineto_traces
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
@@ -684,10 +684,122 @@ def test_not_json(tmp_path: Path) -> None:
     assert message.startswith(f"Kineto trace {path} is not valid JSON (") and message.endswith(").")
 
 
-def test_truncated_gzip(tmp_path: Path, kineto_dir: Path) -> None:
+def _cut_warning(run) -> str:
+    (warning,) = [w for w in run.info["warnings"] if "cut short" in w]
+    return warning
+
+
+def _read_cut(path: Path):
+    """Import a trace cut short: it is said at once (a warning naming the file) and kept in the run's warnings."""
+    with pytest.warns(IncompleteInputWarning, match=f"^{re.escape(str(path))}: the trace file is cut short"):
+        return read_kineto_trace(path)
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_trace_cut_short_is_read_up_to_the_cut(tmp_path: Path, kineto_dir: Path, gzipped: bool) -> None:
+    """A job killed while torch.profiler wrote its trace: every complete event before the cut is read, the
+    warning says where the file ends and what was lost, and the step the cut ended early is left out (nccl_data
+    cut in the middle of its device events: steps 4 and 5 whole, 6 missing its kernels)."""
+    source = kineto_dir / "nccl_data.json.gz"
+    whole = read_kineto_trace(source)
+    raw = gzip.decompress(source.read_bytes())
+    path = tmp_path / ("cut.json.gz" if gzipped else "cut.json")
+    if gzipped:
+        packed = gzip.compress(raw)
+        path.write_bytes(packed[: int(len(packed) * 0.8)])
+    else:
+        path.write_bytes(raw[: int(len(raw) * 0.8)])
+    run = _read_cut(path)
+    warning = _cut_warning(run)
+    assert warning.startswith(f"the trace file is cut short ({'its gzip stream ends' if gzipped else 'it ends'} ")
+    assert "complete events were read before the cut, the rest is lost" in warning
+    assert "1 step(s) ending after" in warning and "left out" in warning
+    assert run.steps["step"].tolist() == [4, 5] and whole.steps["step"].tolist() == [4, 5, 6]
+    # what was read is the whole trace's, event for event (times from the trace's own clock: the cut one starts
+    # its clock at its first event read): the framework's ops all (Kineto writes them first), the device's work
+    # and the runtime calls launching it up to the cut
+    cut_ops, whole_ops = (_absolute(t) for t in (run, whole))
+    framework = [t[t["category"] == "host"].drop(columns="category").sort_values(KEY) for t in (cut_ops, whole_ops)]
+    assert framework[0].values.tolist() == framework[1].values.tolist()
+    on_device = [t[t["device"] != "cpu"] for t in (cut_ops, whole_ops)]
+    assert 0 < len(on_device[0]) < len(on_device[1])
+    assert set(map(tuple, cut_ops[KEY].values.tolist())) <= set(map(tuple, whole_ops[KEY].values.tolist()))
+
+
+KEY = ["device", "name", "start_us", "dur_ns"]
+
+
+def _absolute(run) -> pd.DataFrame:
+    """The run's ops with their start on the trace's clock (µs) and the columns compared."""
+    ops = run.ops
+    start_us = ops["start_ns"].to_numpy() / 1000 + run.info["clock"]["origin_ts_us"]
+    return pd.DataFrame(
+        {
+            "device": ops["device"].astype(str),
+            "name": ops["name"].astype(str),
+            "start_us": start_us.round(3),
+            "dur_ns": ops["dur_ns"],
+            "category": ops["category"].astype(str),
+        }
+    )
+
+
+def test_a_trace_cut_before_its_device_events_says_it_shows_the_host_alone(tmp_path: Path, kineto_dir: Path) -> None:
+    raw = gzip.decompress((kineto_dir / "nccl_data.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(raw[: len(raw) // 5])
+    run = _read_cut(path)
+    assert "no device event comes before the cut (the steps show the host's side alone)" in _cut_warning(run)
+    assert (run.ops["device"] == "cpu").all() and len(run.ops)
+
+
+def test_a_trace_cut_after_its_events_keeps_every_step(tmp_path: Path, kineto_dir: Path) -> None:
+    """nccl_data ends with keys after its event list (traceName, ...): cut among them, nothing timed is lost."""
+    raw = gzip.decompress((kineto_dir / "nccl_data.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(raw[: len(raw) - 5])
+    run = _read_cut(path)
+    assert "its events are complete (40,573), only what follows them is lost" in _cut_warning(run)
+    assert run.steps["step"].tolist() == [4, 5, 6]
+
+
+def test_a_trace_cut_inside_a_character_is_read(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::ä{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3)
+    ]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events}, ensure_ascii=False).encode()
+    cut = text.index("ä2".encode()) + 1  # inside the two bytes of ä
+    path = tmp_path / "cut.json"
+    path.write_bytes(text[:cut])
+    run = _read_cut(path)
+    assert run.ops["name"].tolist() == ["aten::ä0", "aten::ä1"] and "2 complete events" in _cut_warning(run)
+
+
+def _insert_between_events(raw: bytes, junk: bytes) -> bytes:
+    at = raw.index(b"},", len(raw) // 2) + 2
+    return raw[:at] + junk + raw[at:]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: _insert_between_events(raw, b"}}"),  # brackets between two events
+        lambda raw: _insert_between_events(raw, b"\x00garbage"),
+        lambda raw: raw[:-3] + b"]]}",  # the end rewritten, not cut
+    ],
+)
+def test_a_damaged_trace_is_refused_not_read_as_cut(tmp_path: Path, kineto_dir: Path, damage) -> None:
+    """Damage before the end of the text is not a cut: the file is refused in one sentence, nothing is guessed."""
+    raw = gzip.decompress((kineto_dir / "sampled_rank-0.json.gz").read_bytes())
+    path = tmp_path / "damaged.json"
+    path.write_bytes(damage(raw))
+    assert _error(path).startswith(f"Kineto trace {path} is not valid JSON (")
+
+
+def test_a_gzip_cut_before_any_event_is_refused(tmp_path: Path, kineto_dir: Path) -> None:
     data = (kineto_dir / "sampled_rank-0.json.gz").read_bytes()
     path = tmp_path / "cut.json.gz"
-    path.write_bytes(data[: len(data) // 2])
+    path.write_bytes(data[:40])
     assert _error(path).startswith(f"Kineto trace {path} is a corrupt or truncated gzip file (")
 
 
