@@ -8,13 +8,14 @@
 2. Merge cost: N synthetic rank directories (profiler_info + step_trace of `--steps` steps, a
    straggler among them) merged by `write_cluster_outputs` (read every rank's files, the cluster
    analysis, cluster_summary.json / cluster_step_trace.csv, and the merged timeline of at most
-   TIMELINE_RANKS ranks loaded from a real raw store). Time and output sizes per N; the scaling to
-   512 and 4096 ranks in docs/architecture.md ("Scale") is extrapolated from these.
+   TIMELINE_RANKS ranks loaded from a real raw store). Time, output sizes and peak memory per N
+   (`--ranks 4096 --steps 1000` is the 4096-rank job of docs/performance.md, measured).
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -125,9 +127,11 @@ def merge_cost(ranks: int, steps: int, template: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         synthetic_ranks(out, ranks, steps, template / "raw")
+        before = psutil.Process().memory_info().rss
         t0 = time.perf_counter()
         written = write_cluster_outputs(out, load_as_rank(template))
         seconds = time.perf_counter() - t0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         sizes = {p.name: p.stat().st_size for p in written}
         return {
             "seconds": seconds,
@@ -135,6 +139,8 @@ def merge_cost(ranks: int, steps: int, template: Path) -> dict[str, float]:
             "step_table_bytes_per_rank_step": sizes["cluster_step_trace.csv"] / (ranks * steps),
             "summary_bytes": sizes["cluster_summary.json"],
             "timeline_bytes": sizes["cluster_timeline.json"],
+            "peak_rss_mb": peak / 2**20,
+            "merge_rss_growth_mb": max(peak - before, 0) / 2**20,
         }
 
 
@@ -159,7 +165,9 @@ def main() -> None:
             print(
                 f"  {n:5d} ranks: {m['seconds']:6.2f} s ({m['ms_per_rank']:.1f} ms / rank)   cluster_step_trace "
                 f"{m['step_table_bytes_per_rank_step']:.0f} B / rank-step   summary {m['summary_bytes'] / 1e3:.0f} kB"
-                f"   timeline {m['timeline_bytes'] / 1e6:.2f} MB"
+                f"   timeline {m['timeline_bytes'] / 1e6:.2f} MB   peak RSS {m['peak_rss_mb']:.0f} MB (the merge "
+                f"added up to {m['merge_rss_growth_mb']:.0f} MB)",
+                flush=True,
             )
 
 
