@@ -349,6 +349,12 @@ def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = N
         metavar="N",
         help="import N captures at once, each in its own process (each holds its trace in memory; default 1)",
     )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="import the captures as tasks of a Dask cluster (tcp://HOST:8786; pip install 'profview[dask]'): "
+        "every worker must see the captures and OUT_DIR at the same paths (a shared file system)",
+    )
     if data_origin is None:
         p.add_argument(
             "--from",
@@ -376,15 +382,24 @@ def run_import(args: argparse.Namespace) -> int:
     from profiler.postprocess.imported import import_capture
 
     (single,) = args.path if len(args.path) == 1 else (None,)
-    if single is not None and not (single.is_dir() and _holds_traces_only(single, args.data_origin)):
+    if (
+        args.scheduler is None
+        and single is not None
+        and not (single.is_dir() and _holds_traces_only(single, args.data_origin))
+    ):
         return _print_paths(import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format]))
     if args.format != "profview":
         raise InputError("--format mindspore / both takes one Ascend JOB directory, not several captures")
-    from profiler.postprocess.import_many import import_captures
+    from profiler.postprocess.import_many import dask_client, import_captures
     from profiler.progress import Progress
 
-    with Progress("import", delay_s=1.0) as progress:
-        written = import_captures(args.path, args.output, args.data_origin, args.jobs, progress)
+    client = dask_client(args.scheduler) if args.scheduler is not None else None
+    try:
+        with Progress("import", delay_s=1.0) as progress:
+            written = import_captures(args.path, args.output, args.data_origin, args.jobs, progress, client)
+    finally:
+        if client is not None:
+            client.close()
     return _print_paths(written)
 
 

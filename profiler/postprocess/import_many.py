@@ -6,6 +6,11 @@ cluster files follow when the ranks belong to one job (docs/kineto.md, "Many ran
 A capture that cannot be imported costs only itself: the others are imported, then one sentence
 names what failed (the import exits non-zero). Each worker hands back the little the merged timeline
 shows of its ranks (`cluster_view`: steps, spans, collectives), so no trace is read twice.
+
+Past one machine, the workers are a Dask cluster's (`client`: a `dask.distributed.Client`, `profview
+import --scheduler tcp://HOST:8786`): each task imports one capture where the workers see it (a shared
+file system: the captures and DIR at the same paths on every worker) and writes that rank's files
+there; only the cluster views travel back, and the cluster files are written here.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from profiler.errors import ProfviewError
 from profiler.formats.names import info_files
@@ -51,16 +56,18 @@ def import_captures(
     data_origin: Optional[str] = None,
     jobs: int = 1,
     progress: Optional[Progress] = None,
+    client: Any = None,
 ) -> list[Path]:
-    """Import every capture of `paths` (`captures_in`) into `out_dir`, `jobs` processes at a time, then the
-    cluster files; the files written. ProfviewError names the captures that failed, after the others."""
+    """Import every capture of `paths` (`captures_in`) into `out_dir`, `jobs` processes at a time (or as
+    tasks of the Dask `client`'s workers), then the cluster files; the files written. ProfviewError names
+    the captures that failed, after the others."""
     captures = captures_in(paths)
     progress = progress or Progress.silent()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".import-", dir=out_dir))
     try:
-        done, failed, views = _import_each(captures, staging, data_origin, jobs, progress)
+        done, failed, views = _import_each(captures, staging, data_origin, jobs, progress, client)
         written = _move_ranks(done, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -77,13 +84,15 @@ def import_captures(
 
 
 def _import_each(
-    captures: list[Path], staging: Path, data_origin: Optional[str], jobs: int, progress: Progress
+    captures: list[Path], staging: Path, data_origin: Optional[str], jobs: int, progress: Progress, client: Any
 ) -> tuple[list[tuple[Path, Path]], list[tuple[Path, str]], dict[int, Run]]:
     """Import each capture into a directory of its own under `staging`: (capture, directory) of those
     imported, (capture, why) of the others, both in the captures' order, and each rank's cluster view."""
     targets = {capture: staging / str(i) for i, capture in enumerate(captures)}
     outcome: dict[Path, tuple[Optional[str], dict[int, Run]]] = {}
-    if jobs <= 1 or len(captures) == 1:
+    if client is not None:
+        outcome = _import_on_dask(client, targets, data_origin, progress)
+    elif jobs <= 1 or len(captures) == 1:
         for i, capture in enumerate(captures):
             progress.stage("importing", i, len(captures))
             outcome[capture] = _import_one(capture, targets[capture], data_origin)
@@ -99,6 +108,42 @@ def _import_each(
     failed = [(c, str(outcome[c][0])) for c in captures if outcome[c][0] is not None]
     views = {rank: view for c in captures for rank, view in outcome[c][1].items()}
     return done, failed, views
+
+
+def _import_on_dask(
+    client: Any, targets: dict[Path, Path], data_origin: Optional[str], progress: Progress
+) -> dict[Path, tuple[Optional[str], dict[int, Run]]]:
+    """Each capture imported by a task on the Dask `client`'s workers; a task that fails for any reason (its
+    worker died, the capture is not where the worker looks) costs only its capture."""
+    from distributed import as_completed as dask_completed
+
+    futures = {
+        client.submit(
+            _import_one, capture, target, data_origin, pure=False, key=f"profview-import-{i}-{capture.name}"
+        ): capture
+        for i, (capture, target) in enumerate(targets.items())
+    }
+    outcome: dict[Path, tuple[Optional[str], dict[int, Run]]] = {}
+    for i, future in enumerate(dask_completed(futures), 1):
+        try:
+            outcome[futures[future]] = future.result()
+        except Exception as exc:  # a worker's failure, whatever it is, is the capture's
+            outcome[futures[future]] = (f"its Dask task failed ({type(exc).__name__}: {exc})", {})
+        progress.stage("importing", i, len(futures))
+    return outcome
+
+
+def dask_client(address: str, timeout_s: float = 10.0) -> Any:
+    """A `dask.distributed.Client` connected to the scheduler at `address`; ProfviewError in one sentence
+    when Dask is not installed or the scheduler cannot be reached."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ProfviewError("--scheduler needs Dask's distributed scheduler: pip install 'profview[dask]'") from None
+    try:
+        return Client(address, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ProfviewError(f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}: {exc})") from None
 
 
 def _import_one(capture: Path, target: Path, data_origin: Optional[str]) -> tuple[Optional[str], dict[int, Run]]:

@@ -1,7 +1,8 @@
 """`profview import` of several ranks at once (profiler/postprocess/import_many.py): the two ranks of a real
 NCCL job, imported in two processes, give the files each rank's own import gives, byte for byte, and the
 cluster files; a directory of traces is the same as naming them; a damaged capture costs only itself; two
-captures of one rank are refused before anything is written."""
+captures of one rank are refused before anything is written. The same on a Dask cluster of worker processes
+(`--scheduler`, a LocalCluster): the same files, byte for byte, and the same refusals."""
 
 from __future__ import annotations
 
@@ -82,3 +83,57 @@ def test_two_captures_of_one_rank_are_refused(captures: Path, tmp_path: Path):
 def test_jobs_must_be_a_positive_number(captures: Path, tmp_path: Path, jobs: str):
     result = profview("import", str(captures / "kineto" / RANKS[0]), "-o", str(tmp_path), "--jobs", jobs)
     assert result.returncode == 2 and "is not a whole number of at least 1" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def dask_scheduler():
+    """A Dask LocalCluster of two worker processes (one thread each) for the module, its scheduler's address."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+def test_two_ranks_on_a_dask_cluster_are_each_ranks_own_import(
+    captures: Path, one_by_one: Path, tmp_path: Path, dask_scheduler: str
+):
+    """`profview import --scheduler`: each rank imported by a task on a worker process, which writes the rank's
+    files (the workers and the client share this file system); only the cluster views travel back."""
+    damaged = tmp_path / "rank9.json.gz"
+    damaged.write_bytes(b"\x1f\x8b not really gzip")
+    out = tmp_path / "job"
+    ranks = [str(captures / "kineto" / n) for n in RANKS]
+    result = profview("import", *ranks, str(damaged), "-o", str(out), "--scheduler", dask_scheduler)
+    assert result.returncode == 1 and result.stderr.count("profview: error:") == 1, result.stderr
+    assert f"1 of 3 captures were not imported: {damaged}: " in result.stderr  # the damaged one costs only itself
+    rank_files = sorted(p.name for p in one_by_one.iterdir())
+    for name in rank_files:
+        assert filecmp.cmp(one_by_one / name, out / name, shallow=False), name
+    assert (out / "cluster_summary.json").is_file() and (out / "cluster_comm_ops.csv").is_file()
+    assert not [p for p in out.iterdir() if p.name.startswith(".import-")]
+
+
+def test_an_unreachable_scheduler_is_one_sentence():
+    pytest.importorskip("distributed")
+    from profiler.errors import ProfviewError
+    from profiler.postprocess.import_many import dask_client
+
+    with pytest.raises(ProfviewError, match=r"^cannot reach the Dask scheduler at tcp://127\.0\.0\.1:9 \("):
+        dask_client("tcp://127.0.0.1:9", timeout_s=1.0)
+
+
+def test_the_python_api_takes_a_dask_client(captures: Path, one_by_one: Path, tmp_path: Path, dask_scheduler: str):
+    """import_captures(..., client=Client): the imports are the cluster's tasks (the scheduler saw them), the
+    files are each rank's own import's."""
+    from distributed import Client
+
+    from profiler.postprocess.import_many import import_captures
+
+    with Client(dask_scheduler) as client:
+        written = import_captures([captures / "kineto" / n for n in RANKS], tmp_path / "job", client=client)
+        prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    assert "profview-import" in prefixes
+    assert {p.name for p in written} >= {"profiler_info_0.json", "profiler_info_1.json", "cluster_summary.json"}
+    for name in ("step_trace_0.csv", "op_detail_1.csv", "kernels_0.csv", "comm_pieces_1.csv"):
+        assert filecmp.cmp(one_by_one / name, tmp_path / "job" / name, shallow=False), name
