@@ -174,3 +174,27 @@ def test_the_data_wait_seen_from_the_host_and_from_the_device_is_charged_once():
     assert kept == [host, other] and "device sits idle 50.00 ms a step" in host.evidence
     alone = finding("input_bound", 50.0, key="input_bound:device")
     assert one_charge_per_cause([alone, other]) == [alone, other]  # without the host's view, the device's stays
+
+
+def test_an_op_findings_share_is_of_the_captured_step_without_the_profilers_own_time():
+    """torch.profiler's window start lands in the first captured step (here 30 ms of its 40): an op finding's
+    share divides by the captured steps' mean without it, (10 + 10 + 10) / 3, not (40 + 10 + 10) / 3; the
+    profiler_overhead finding has those 30 ms. A step whose overhead exceeds its time counts 0, not less."""
+    import pandas as pd
+
+    from profiler.analysis.findings.base import StepWindow
+
+    steps = pd.DataFrame(
+        {
+            "step": [1, 2, 3, 4],
+            "total_ms": [40.0, 10.0, 10.0, 10.0],
+            "profiler_overhead_ms": [30.0, 0.0, 0.0, 12.0],
+            "op_count": [500, 500, 500, 0],
+        }
+    )
+    window = StepWindow(steps, skipped=0, outlier_min_pct=50.0)
+    assert window.captured_user_ms().tolist() == [10.0, 10.0, 10.0]
+    finding = window.captured_finding("host_bound", 2.5, title="", evidence="", threshold="", suggestion="", files=[])
+    assert finding.at_stake_pct == pytest.approx(25.0)
+    window = StepWindow(steps.assign(profiler_overhead_ms=[45.0, 0.0, 0.0, 0.0]), skipped=0, outlier_min_pct=50.0)
+    assert window.captured_user_ms().tolist() == [0.0, 10.0, 10.0]

@@ -224,9 +224,17 @@ class StepWindow:
         return Finding(kind=kind, at_stake_ms=stake_ms, at_stake_pct=self.share(stake_ms), **kw)
 
     def captured_finding(self, kind: str, stake_ms: float, **kw: Any) -> Finding:
-        """A finding about op time: its share is of the mean step of the analysed steps that captured ops."""
-        mean = float(self.captured["total_ms"].mean()) if len(self.captured) else 0.0
+        """A finding about op time: its share is of the mean step of the analysed steps that captured ops,
+        without the profiler's own time in them (`profiler_overhead_ms`: torch.profiler's window start lands
+        in the first captured step, tens of ms on a busy machine; the profiler_overhead finding has it)."""
+        mean = float(self.captured_user_ms().mean()) if len(self.captured) else 0.0
         return Finding(kind=kind, at_stake_ms=stake_ms, at_stake_pct=100.0 * stake_ms / mean if mean > 0 else 0.0, **kw)
+
+    def captured_user_ms(self) -> pd.Series:
+        """Each captured step's time without the profiler's own (never below 0)."""
+        steps = self.captured
+        overhead = steps["profiler_overhead_ms"].fillna(0.0) if "profiler_overhead_ms" in steps else 0.0
+        return (steps["total_ms"] - overhead).clip(lower=0.0)
 
 
 def data_wait_measured(steps: StepWindow) -> bool:
