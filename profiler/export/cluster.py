@@ -84,13 +84,15 @@ def read_rank_devices(directory: Path, ranks: Sequence[int]) -> dict[int, list]:
     return out
 
 
+def read_rank_tables(directory: Path, ranks: Sequence[int], kind: str) -> dict[int, pd.DataFrame]:
+    """The ranks' `kind` CSV (a RANK_FILES kind), by rank, for the ranks that wrote one."""
+    paths = {rank: directory / rank_file(kind, rank) for rank in ranks}
+    return {rank: read_csv(path, kind) for rank, path in paths.items() if path.is_file()}
+
+
 def read_comm_split(directory: Path, ranks: Sequence[int]) -> pd.DataFrame:
     """Every rank's comm_split_{rank}.csv rows with the rank in front (empty when no rank wrote one)."""
-    frames = []
-    for rank in ranks:
-        path = directory / rank_file("comm_split", rank)
-        if path.is_file():
-            frames.append(read_csv(path, "comm_split").assign(rank=rank))
+    frames = [t.assign(rank=rank) for rank, t in read_rank_tables(directory, ranks, "comm_split").items()]
     if not frames:
         return pd.DataFrame(columns=CLUSTER_COMM_SPLIT_COLUMNS)
     return pd.concat(frames, ignore_index=True)[CLUSTER_COMM_SPLIT_COLUMNS]
@@ -100,17 +102,11 @@ def read_comm_ops(directory: Path, ranks: Sequence[int]) -> pd.DataFrame:
     """Every rank's comm_ops_{rank}.csv with the rank in front and each collective's data transfer time
     (analysis.comm_ops.transfer_times, from the ranks' comm_pieces_{rank}.csv): CLUSTER_COMM_OP_COLUMNS,
     empty when no rank wrote one."""
-    ops, pieces = [], {}
-    for rank in ranks:
-        path = directory / rank_file("comm_ops", rank)
-        if path.is_file():
-            ops.append(read_csv(path, "comm_ops").assign(rank=rank))
-            piece_path = directory / rank_file("comm_pieces", rank)
-            if piece_path.is_file():
-                pieces[rank] = read_csv(piece_path, "comm_pieces")
+    ops = read_rank_tables(directory, ranks, "comm_ops")
+    pieces = read_rank_tables(directory, list(ops), "comm_pieces")
     if not ops:
         return pd.DataFrame(columns=CLUSTER_COMM_OP_COLUMNS)
-    table = pd.concat(ops, ignore_index=True)
+    table = pd.concat([t.assign(rank=rank) for rank, t in ops.items()], ignore_index=True)
     if len(pieces) == len(ops):  # a rank without its pieces: no transfer time for anyone
         table = table.merge(transfer_times(pieces), on=["rank", "name"], how="left")
     else:

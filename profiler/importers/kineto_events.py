@@ -249,7 +249,7 @@ def _runs_to_the_end(text: str, at: int) -> bool:
             depth -= 1
             if depth <= 0:
                 return False
-        elif depth == 0 and c in ",":
+        elif depth == 0 and c == ",":
             return False
     return True
 

@@ -59,15 +59,13 @@ class DeviceTimeline:
         figures = {c: self._ops[c].to_numpy(np.float64)[rows] for c in ("blocks_per_sm", "occupancy_pct")}
         if self.launched is None:
             tensor_cores = tensor_core_kernels(ex["name"]) & ex["category"].isin(KERNEL_CATEGORIES).to_numpy()
-            launcher = np.full(len(ex), -1, dtype=np.int64)
+            launcher, eligible = np.full(len(ex), -1, dtype=np.int64), np.zeros(len(ex), dtype=bool)
         else:
             tensor_cores, launcher = self.launched.tensor_cores[rows], self.launched.launcher[rows]
+            eligible = (launcher >= 0) & self.launched.tc_eligible[np.maximum(launcher, 0)]
         known = launcher >= 0
         names = np.full(len(ex), "", dtype=object)
         names[known] = self._ops["name"].to_numpy(dtype=object)[launcher[known]]
-        eligible = np.zeros(len(ex), dtype=bool)
-        if self.launched is not None:
-            eligible[known] = self.launched.tc_eligible[launcher[known]]
         return ex.assign(**figures, tensor_cores=tensor_cores, launcher=names, launcher_eligible=eligible)
 
     @functools.cached_property

@@ -14,9 +14,8 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
-from profiler.analysis.findings.device import MS, DeviceNeeds, memory_room, share_title, steady_windows
+from profiler.analysis.findings.device import MS, DeviceNeeds, in_steps_ms, memory_room, share_title, steady_windows
 from profiler.analysis.gpu_summary import sm_filled_ns
-from profiler.kernels.intervals import covered_ns
 
 THRESHOLDS = {
     "sm_underfill_pct": Threshold(
@@ -56,7 +55,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
             continue
         kernels, blocks = kernels[known], blocks[known]
         start, end = kernels["start_ns"].to_numpy(np.int64), kernels["end_ns"].to_numpy(np.int64)
-        busy_ms = float(covered_ns(start, end, w_start, w_end).sum()) * MS / len(w_start)
+        busy_ms = in_steps_ms(start, end, data.steps)
         filled_ms = float(sm_filled_ns(start, end, blocks, w_start, w_end).sum()) * MS / len(w_start)
         idle_ms = max(busy_ms - filled_ms, 0.0)
         share = data.steps.share(idle_ms)
