@@ -1214,7 +1214,11 @@ def figures_float64(o: Outcome) -> str:
 
 
 class TinyBlock(nn.Module):
-    """One tiny element-wise block: x -> tanh(x * scale + shift), a few microseconds of work."""
+    """One tiny element-wise block: x -> tanh(x * scale + shift), a few microseconds of work, after a few
+    microseconds of Python (the stand-in for a model's own Python between its ops: argument checks, config
+    look-ups). That Python is host time no op covers, as on a launch-bound GPU; it makes the idle share of
+    forward + backward about 60 % rather than 45 %, so that two busy loops on the cores cannot push the
+    launch-bound stake under the 20 % line (docs/testing.md)."""
 
     def __init__(self, width: int = 8) -> None:
         super().__init__()
@@ -1222,6 +1226,8 @@ class TinyBlock(nn.Module):
         self.shift = nn.Parameter(torch.zeros(width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if sum(i * i for i in range(x.shape[-1] * 40)) < 0:  # never true: the block's own Python work
+            raise ValueError("unreachable")
         return torch.tanh(x * self.scale + self.shift)
 
 
