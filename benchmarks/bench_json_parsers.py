@@ -11,6 +11,7 @@ Python lists, and reports its wall time and its peak RSS (the child's own VmHWM)
   `json`, `orjson` (what profview uses today), `msgspec` decoding into typed structs (no dict per
   event), `pysimdjson` (a lazy DOM over the bytes);
 - streaming parsers, which hold one chunk at a time: `ijson` (yajl2_c backend) over `traceEvents.item`,
+  `orjson` over 16 MiB chunks each cut after its last whole event (profiler/importers/kineto_stream.py),
   and the standard library's scanner called once per event over 64 MiB chunks (`json.JSONDecoder.
   raw_decode`, what the importer's cut-trace salvage uses).
 
@@ -123,12 +124,33 @@ with open(PATH, "rb") as f:
             break
         text, at = text[at:], 0
 """,
+    "orjson-chunks": """
+import orjson
+sys.path.insert(0, REPO)
+from profiler.importers.kineto_stream import _after_separator, _whole_events
+CHUNK = 16 << 20
+with open(PATH, "rb") as f:
+    buf, ended = f.read(CHUNK), False
+    at = buf.index(b"[", buf.index(b'"traceEvents"')) + 1
+    while True:
+        at = _after_separator(buf, at)
+        if at < len(buf) and buf[at] == ord("]"):
+            break
+        if not ended and len(buf) - at < CHUNK:
+            more = f.read(CHUNK)
+            buf, at, ended = buf[at:] + more, 0, not more
+            continue
+        events, at = _whole_events(buf, at)
+        for e in events:
+            collect(e.get)
+        del events
+""",
 }
 
 #: The child's peak RSS is its VmHWM (ru_maxrss would keep the parent's high-water mark across fork and exec).
 CHILD = """
 import re, sys, time
-PATH = sys.argv[1]
+PATH, REPO = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 {collect}
 {body}
@@ -140,7 +162,9 @@ print(count(), time.perf_counter() - t0, int(hwm[1]) * 1024)
 def run_parser(name: str, path: Path, keep: str) -> tuple[int, float, int]:
     """(events read, seconds, peak RSS bytes) of one parser's child process."""
     code = CHILD.format(collect=COLLECT[keep], body=PARSERS[name])
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(REPO)], capture_output=True, text=True, check=True
+    )
     events, seconds, peak = done.stdout.split()
     return int(events), float(seconds), int(peak)
 

@@ -1,23 +1,26 @@
-"""Benchmark: Kineto trace import (profview) against HolisticTraceAnalysis' trace load.
+"""Benchmark: a large Kineto trace imported by profview and loaded by HolisticTraceAnalysis, side by side.
 
-Builds a trace of about a million events in a temp dir by replicating the real events of
-tests/data/kineto/sampled_rank-0.json.gz (each copy shifted in time, with its own step numbers
-and correlation ids), then times, on the same file: `read_kineto_trace` (the parse into a Run),
-`import_kineto_trace` (what `profview import-kineto` runs: the parse, every analysis with the
-device time breakdown, and the output files), and HTA's own parse
-(`hta.trace_analysis.TraceAnalysis`), and prints the figures and the ratios HTA / profview.
+Builds a trace of `--size-gb` GB (or `--events` events) by replicating the real events of a CUDA capture
+in tests/data/kineto (default sampled_rank-0.json.gz: each copy shifted in time, with its own step numbers
+and correlation ids; Kineto's own window stretched over every copy), written event by event. Then, each in
+a fresh process, on the same file: profview's `import_kineto_trace` (what `profview import-kineto` runs:
+the chunked read, every analysis with the device time breakdown, the output files) and HTA's
+`TraceAnalysis(include_last_profiler_step=True)` + `get_temporal_breakdown()` (HTA_DISABLE_NS_ROUNDING=1,
+as the tests compare them). Prints wall time, peak RSS (the process's VmHWM), the device's idle share
+by both, and the ratios. `--cut F` also imports the file cut at F of its bytes.
 
-    .venv/bin/python benchmarks/bench_kineto_import.py [--events N] [--gzip] [--skip-hta]
+    .venv/bin/python benchmarks/bench_kineto_import.py --size-gb 0.94 [--gzip] [--skip-hta] [--cut 0.6]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import gzip
 import json
 import logging
+import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,9 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiler.importers.kineto import read_kineto_trace  # noqa: E402
 from profiler.importers.kineto_events import load_trace_object  # noqa: E402
-from profiler.postprocess.imported import import_kineto_trace  # noqa: E402
 
 SEED_TRACE = REPO / "tests" / "data" / "kineto" / "sampled_rank-0.json.gz"
 STEP = re.compile(r"ProfilerStep#(\d+)")
@@ -71,65 +72,127 @@ def _shifted(event: dict, copy: int, dt_us: float, step_offset: int, id_offset: 
     return e
 
 
-def write_trace(trace: dict, directory: Path, compress: bool) -> Path:
-    path = directory / ("bench_rank-0.json.gz" if compress else "bench_rank-0.json")
-    text = json.dumps(trace).encode()
-    if compress:
-        with gzip.open(path, "wb", compresslevel=1) as fh:
-            fh.write(text)
-    else:
-        path.write_bytes(text)
-    return path
+def write_replicated(seed: dict, path: Path, target_bytes: int, compress: bool) -> tuple[int, int]:
+    """Write the seed trace with its timed events repeated until the JSON text holds about `target_bytes`,
+    one event at a time (the trace never exists whole in memory); (events, steps) written."""
+    events = seed["traceEvents"]
+    metadata = [e for e in events if e.get("ph") == "M" or e.get("cat") == "Trace"]
+    body = [e for e in events if e.get("ph") != "M" and e.get("cat") != "Trace"]
+    copy_bytes = sum(len(json.dumps(e)) + 2 for e in body)
+    copies = max(1, round(target_bytes / copy_bytes))
+    start = min(e["ts"] for e in body)
+    span = max(e["ts"] + e.get("dur", 0) for e in body) - start + COPY_GAP_US
+    steps_per_copy = sum(1 for e in body if STEP.match(str(e.get("name", ""))))
+    id_stride = 1 + max(
+        max(e.get("args", {}).get("correlation", 0), e.get("args", {}).get("External id", 0)) for e in body
+    )
+    header = {k: v for k, v in seed.items() if k != "traceEvents"}
+    opener = gzip.open(path, "wb", compresslevel=1) if compress else open(path, "wb")
+    with opener as fh:
+        fh.write(json.dumps(header)[:-1].encode() + b', "traceEvents": [\n')
+        window = [dict(e, dur=e["dur"] + (copies - 1) * span) if e.get("cat") == "Trace" else e for e in metadata]
+        fh.write(",\n".join(json.dumps(e) for e in window).encode())
+        for k in range(copies):
+            part = ",\n".join(json.dumps(_shifted(e, k, k * span, k * steps_per_copy, k * id_stride)) for e in body)
+            fh.write(b",\n" + part.encode())
+        fh.write(b"\n]}\n")
+    return len(metadata) + copies * len(body), copies * steps_per_copy
 
 
-def timed(label: str, func) -> float:
-    gc.collect()
+def child_profview(path: str, out: str) -> dict:
+    from profiler.postprocess.imported import import_kineto_trace
+
     t0 = time.perf_counter()
-    result = func()
+    import_kineto_trace(path, out)
     seconds = time.perf_counter() - t0
-    print(f"{label:<34} {seconds:8.2f} s", flush=True)
-    del result
-    return seconds
+    report = json.loads(next(Path(out).glob("report_*.json")).read_text())
+    return {"seconds": seconds, "idle_pct": report["devices"][0]["idle_pct"], "steps": report["steps"]}
 
 
-def hta_load(directory: Path):
-    """HTA's own entry point: parses every rank's trace of the directory."""
+def child_hta(trace_dir: str) -> dict:
     from hta.trace_analysis import TraceAnalysis
 
     logging.getLogger("hta").setLevel(logging.ERROR)
-    return TraceAnalysis(trace_dir=str(directory))
+    t0 = time.perf_counter()
+    analysis = TraceAnalysis(trace_dir=trace_dir, include_last_profiler_step=True)
+    temporal = analysis.get_temporal_breakdown(visualize=False).iloc[0]
+    return {"seconds": time.perf_counter() - t0, "idle_pct": float(temporal["idle_time_pctg"])}
+
+
+def measured(*child_args: str) -> dict:
+    """Run one measurement in a fresh process: its figures and its peak RSS."""
+    env = dict(os.environ, HTA_DISABLE_NS_ROUNDING="1")
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", *child_args], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        sys.exit(f"{child_args[0]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--size-gb", type=float, help="JSON text of about this many GB (default 0.94)")
+    size.add_argument("--events", type=int, help="about this many events instead")
+    parser.add_argument("--seed", default=SEED_TRACE.name, help="the capture in tests/data/kineto to replicate")
     parser.add_argument("--gzip", action="store_true", help="write the trace as .json.gz")
     parser.add_argument("--skip-hta", action="store_true")
+    parser.add_argument("--cut", type=float, help="also import the file cut at this share of its bytes")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        kind, *paths = args.child
+        figures = child_profview(*paths) if kind == "profview" else child_hta(*paths)
+        # VmHWM, not ru_maxrss: that keeps the parent's high-water mark across fork and exec
+        hwm = re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text())
+        figures["peak_rss_mb"] = int(hwm[1]) / 1024
+        print(json.dumps(figures))
+        return
 
+    seed = load_trace_object(SEED_TRACE.parent / args.seed)
     with tempfile.TemporaryDirectory(prefix="bench_kineto_") as tmp:
-        trace = replicated_trace(load_trace_object(SEED_TRACE), args.events)
-        path = write_trace(trace, Path(tmp), args.gzip)
-        n_events = len(trace["traceEvents"])
-        del trace
-        print(f"trace: {n_events} events, {path.stat().st_size / 1e6:.0f} MB ({path.name})")
-
-        run = read_kineto_trace(path)
-        print(f"imported: {len(run.ops)} ops, {len(run.steps)} steps, {len(run.spans)} spans")
-        del run
-        ours = timed("profview read_kineto_trace", lambda: read_kineto_trace(path))
-        with tempfile.TemporaryDirectory(prefix="bench_kineto_out_") as out:  # not in HTA's trace_dir
-            whole = timed("profview import-kineto (+ analysis)", lambda: import_kineto_trace(path, out))
-            devices = json.loads(next(Path(out).glob("report_*.json")).read_text())["devices"]
+        trace_dir = Path(tmp) / "trace"
+        trace_dir.mkdir()
+        path = trace_dir / ("bench_rank-0.json.gz" if args.gzip else "bench_rank-0.json")
+        if args.events:
+            target = args.events * sum(len(json.dumps(e)) + 2 for e in seed["traceEvents"]) / len(seed["traceEvents"])
+        else:
+            target = (args.size_gb or 0.94) * 1e9
+        t0 = time.perf_counter()
+        n_events, n_steps = write_replicated(seed, path, int(target), args.gzip)
         print(
-            "device time: "
-            + "; ".join(f"{d['device']} busy {d['busy_pct']:.1f} %, idle {d['idle_pct']:.1f} %" for d in devices)
+            f"trace: {n_events:,} events, {n_steps} steps, {path.stat().st_size / 1e9:.3f} GB on disk ({path.name}, "
+            f"from {args.seed}; written in {time.perf_counter() - t0:.0f} s)",
+            flush=True,
         )
+        rows = [("profview import-kineto", measured("profview", str(path), str(Path(tmp) / "out")))]
+        print(_row(*rows[-1]), flush=True)
+        if args.cut:
+            cut = Path(tmp) / "cut" / path.name
+            cut.parent.mkdir()
+            cut.write_bytes(path.read_bytes()[: int(path.stat().st_size * args.cut)])
+            rows.append(
+                (f"profview, cut at {args.cut:.0%}", measured("profview", str(cut), str(Path(tmp) / "cut_out")))
+            )
+            print(_row(*rows[-1]) + f", {rows[-1][1]['steps']['analysed']} steps analysed", flush=True)
         if args.skip_hta:
             return
-        theirs = timed("HTA TraceAnalysis(trace_dir)", lambda: hta_load(Path(tmp)))
-        print(f"ratio HTA / profview read_kineto_trace: {theirs / ours:.1f}x")
-        print(f"ratio HTA / profview import-kineto:     {theirs / whole:.1f}x")
+        hta = measured("hta", str(trace_dir))
+        print(_row("HTA TraceAnalysis + temporal", hta), flush=True)
+        ours = rows[0][1]
+        print(
+            f"profview / HTA: time {ours['seconds'] / hta['seconds']:.2f}x, peak RSS "
+            f"{ours['peak_rss_mb'] / hta['peak_rss_mb']:.2f}x; device idle {ours['idle_pct']:.2f} % vs "
+            f"{hta['idle_pct']:.2f} % ({abs(ours['idle_pct'] - hta['idle_pct']):.2f} points apart)"
+        )
+
+
+def _row(label: str, figures: dict) -> str:
+    return (
+        f"{label:<30} {figures['seconds']:8.1f} s  peak RSS {figures['peak_rss_mb']:8.0f} MB  "
+        f"device idle {figures['idle_pct']:.2f} %"
+    )
 
 
 if __name__ == "__main__":

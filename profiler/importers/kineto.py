@@ -32,16 +32,18 @@ from profiler.importers.kineto_events import (
     Coded,
     Cut,
     EventColumns,
+    check_trace_file,
     combine,
     dense_ids,
-    dumps_compact,
     event_columns,
     gc_paused,
+    json_number,
     load_trace,
     looks_like_kineto,
     to_int,
     trace_confidence,
 )
+from profiler.importers.kineto_stream import DEFAULT_CHUNK_BYTES, NotStreamable, stream_trace
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
 from profiler.model import (
     ALLOCATION_COLUMNS,
@@ -138,8 +140,11 @@ _MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 # ----------------------------------------------------------------------------- public API
 
 
-def read_kineto_trace(path: str | os.PathLike[str]) -> Run:
+def read_kineto_trace(path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Run:
     """Import one saved PyTorch profiler trace (.json or .json.gz) as a `Run`.
+
+    The file is read `chunk_bytes` of JSON text at a time (kineto_stream): the parsed events of one
+    chunk, about 5-8x its size, are all of the JSON held at once; the run's columns grow with the events.
 
     Raises ProfviewError with one sentence naming the file when it is missing, unreadable,
     not (gzip) JSON, not a trace, or has no usable event. Malformed single events are skipped
@@ -147,9 +152,15 @@ def read_kineto_trace(path: str | os.PathLike[str]) -> Run:
     to the cut: its complete events, with the steps the cut may have ended early left out, and a
     warning saying so (`cut_steps`).
     """
+    check_trace_file(Path(path))
     with gc_paused():
-        trace, cut = load_trace(path)
-        run = run_from_kineto_trace(trace, label=str(path), cut=cut)
+        try:
+            streamed = stream_trace(path, chunk_bytes)
+            trace, cut = streamed.header, streamed.cut
+            run = _run_from_columns(trace, streamed.columns, streamed.items, streamed.not_objects, str(path), cut)
+        except NotStreamable:  # damage, or a layout the chunked reader does not follow: read it whole
+            trace, cut = load_trace(path)
+            run = run_from_kineto_trace(trace, label=str(path), cut=cut)
     run.info["source_path"] = str(path)
     if cut is not None:  # said now (profview import prints it) and kept in info["warnings"] (the report shows it)
         said = next(w for w in run.info["warnings"] if w.startswith(CUT_SHORT))
@@ -210,13 +221,20 @@ def run_from_kineto_trace(trace: Mapping[str, Any], label: str = "trace", cut: O
         raise ProfviewError(f"{label} is not a Kineto trace: it has no traceEvents list.")
     with gc_paused():
         cols, not_objects = event_columns(events)
-        kind = _classify(cols)
-        if not np.isin(kind, _TIMED_KINDS).any():
-            raise ProfviewError(
-                f"Kineto trace {label} has no usable events: none of its {len(events)} events "
-                "has a name, a numeric ts and (for complete events) a numeric dur."
-            )
-        return _build_run(trace, cols, kind, not_objects, cut)
+        return _run_from_columns(trace, cols, len(events), not_objects, label, cut)
+
+
+def _run_from_columns(
+    trace: Mapping[str, Any], cols: EventColumns, items: int, not_objects: int, label: str, cut: Optional[Cut]
+) -> Run:
+    """The run of a trace's event columns (`items` events in its list, `not_objects` of them skipped)."""
+    kind = _classify(cols)
+    if not np.isin(kind, _TIMED_KINDS).any():
+        raise ProfviewError(
+            f"Kineto trace {label} has no usable events: none of its {items} events "
+            "has a name, a numeric ts and (for complete events) a numeric dur."
+        )
+    return _build_run(trace, cols, kind, not_objects, cut)
 
 
 # ----------------------------------------------------------------------------- classification
@@ -704,10 +722,10 @@ def _ops(
         "step": np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)],
         "shapes": part["shapes"],
         "dtypes": part["dtypes"],
-        "correlation": to_int(cols.arg("correlation", rows), default=-1),
+        "correlation": cols.op_args.correlation[rows],
         "source": Coded.constant(SOURCE, len(rows)),
-        "blocks_per_sm": _device_numbers(cols, host, dev, "blocks per SM"),
-        "occupancy_pct": _device_numbers(cols, host, dev, "est. achieved occupancy %"),
+        "blocks_per_sm": _device_numbers(cols.op_args.blocks_per_sm, host, dev),
+        "occupancy_pct": _device_numbers(cols.op_args.occupancy_pct, host, dev),
     }
     return pd.DataFrame(
         {
@@ -727,8 +745,8 @@ def _host_op_columns(
         "stream": Coded(thread_of[rows], threads["name"].tolist()),
         "op_type": cols.name[rows],
         "category": combine(cols.cat[rows], cols.name[rows]).mapped(_host_category),
-        "shapes": _shapes(cols, rows),
-        "dtypes": _input_types(cols, rows),
+        "shapes": cols.op_args.shapes[rows].decoded(),
+        "dtypes": cols.op_args.dtypes[rows].decoded(),
         "lane": thread_of[rows],
         "leaf": np.zeros(len(rows), dtype=bool),
     }
@@ -743,8 +761,8 @@ def _host_category(cat_and_name: tuple[Any, Any]) -> Optional[str]:
 def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, Any]:
     """Columns of device ops: "cuda:<device>", stream id as text, category and op type by
     `_device_category_type`; lane = dense id of the (device, stream) pair."""
-    device_id = _arg_or_lane(cols, rows, "device", cols.pid)
-    stream_id = _arg_or_lane(cols, rows, "stream", cols.tid)
+    device_id = _arg_or_lane(cols.op_args.device[rows], cols.pid[rows])
+    stream_id = _arg_or_lane(cols.op_args.stream[rows], cols.tid[rows])
     kinds = combine(cols.cat[rows], cols.name[rows])
     return {
         "device": Coded.of(device_id).mapped(lambda d: f"cuda:{d}"),
@@ -758,10 +776,9 @@ def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _arg_or_lane(cols: EventColumns, rows: np.ndarray, key: str, lane: np.ndarray) -> np.ndarray:
-    """Integer args[key] (device / stream) of device events, else their pid / tid."""
-    value = to_int(cols.arg(key, rows), default=-1)
-    return np.where(value >= 0, value, lane[rows].astype(np.int64))
+def _arg_or_lane(value: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """Integer args (device / stream) of device events where they have one, else their pid / tid."""
+    return np.where(value >= 0, value, lane.astype(np.int64))
 
 
 def _device_category_type(cat: str, name: str) -> tuple[str, str]:
@@ -786,36 +803,10 @@ def _device_category_type(cat: str, name: str) -> tuple[str, str]:
     return category, name
 
 
-def _device_numbers(cols: EventColumns, host: np.ndarray, dev: np.ndarray, key: str) -> np.ndarray:
-    """A numeric kernel arg of the host rows then the device rows (float32): NaN for host ops and
-    where the arg is absent or not a number (only device rows are read: they are the fewer)."""
-    values = np.array([_number_or_nan(v) for v in cols.arg(key, dev)], dtype=np.float32)
-    return np.concatenate([np.full(len(host), np.nan, dtype=np.float32), values])
-
-
-def _shapes(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
-    """Input shapes ("Input Dims", recorded with record_shapes=True) as compact JSON text."""
-    dims = cols.arg("Input Dims", rows)
-    return np.fromiter(("" if d is None else dumps_compact(d) for d in dims), dtype=object, count=len(dims))
-
-
-def _input_types(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
-    """Input types ("Input type": ["double", "float", "Scalar"], recorded with record_shapes=True)
-    as compact JSON text, "" when absent; each distinct list of names is written once."""
-    texts: dict = {}
-
-    def text(value: Any) -> str:
-        if value is None:
-            return ""
-        key = tuple(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
-        if key is None:
-            return dumps_compact(value)
-        if key not in texts:
-            texts[key] = dumps_compact(value)
-        return texts[key]
-
-    types = cols.arg("Input type", rows)
-    return np.fromiter((text(t) for t in types), dtype=object, count=len(types))
+def _device_numbers(column: np.ndarray, host: np.ndarray, dev: np.ndarray) -> np.ndarray:
+    """A numeric kernel arg (float32) of the host rows then the device rows: NaN for host ops and
+    where the arg is absent or not a number."""
+    return np.concatenate([np.full(len(host), np.nan, dtype=np.float32), column[dev]])
 
 
 # ----------------------------------------------------------------------------- counters
@@ -846,7 +837,7 @@ def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
                 "device": device,
                 "metric": np.full(len(rows), metric, dtype=object),
                 "time_ns": time_ns,
-                "value": np.array([_number_or_nan(v) for v in cols.arg(key, rows)], dtype=np.float64),
+                "value": np.array([json_number(v) for v in cols.arg(key, rows)], dtype=np.float64),
             },
             columns=list(COUNTER_COLUMNS),
         )
@@ -867,7 +858,7 @@ def _allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, cl
             "bytes": to_int(cols.arg("Bytes", rows), default=0),
             "addr": to_int(cols.arg("Addr", rows), default=-1),
             **{
-                column: np.array([_number_or_nan(v) for v in cols.arg(key, rows)], dtype=np.float64)
+                column: np.array([json_number(v) for v in cols.arg(key, rows)], dtype=np.float64)
                 for column, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
             },
         },
@@ -884,7 +875,7 @@ def _memory_device(dev_type: int, dev_id: int) -> str:
 def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
     """One row per numeric series value of "C" events: metric "<event name>.<series>"."""
     metric, time_ns, value = [], [], []
-    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.args[rows])
+    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args[rows])
     for name, t, args in events:
         for series, v in args.items() if isinstance(args, dict) else ():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -944,16 +935,6 @@ def _info(
         },
         "warnings": warnings,
     }
-
-
-def _number_or_nan(value: Any) -> float:
-    """A JSON number as a float (an integer too large for one, text, true / false: NaN)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except OverflowError:
-            return math.nan
-    return math.nan
 
 
 def _text(value: Any) -> str:

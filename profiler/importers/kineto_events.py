@@ -17,7 +17,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -33,7 +33,7 @@ try:
 except ImportError:  # orjson is an optional speed-up
     orjson = None
 
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 _NAN = float("nan")
 #: How much of a file `trace_confidence` reads: the trace header and its first events.
 _SNIFF_BYTES = 1 << 20
@@ -75,7 +75,7 @@ def _read_bytes(path: Path, limit: int = -1) -> bytes:
     with open(path, "rb") as fh:
         magic = fh.read(2)
         fh.seek(0)
-        if magic != _GZIP_MAGIC:
+        if magic != GZIP_MAGIC:
             return fh.read(limit)
         with gzip.GzipFile(fileobj=fh) as gz:
             return gz.read(limit)
@@ -104,13 +104,19 @@ def load_trace_object(path: str | os.PathLike[str]) -> dict[str, Any]:
     return load_trace(path)[0]
 
 
-def load_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Optional[Cut]]:
-    """`load_trace_object`, and where the file was cut short (None when it is whole)."""
-    path = Path(path)
+def check_trace_file(path: Path) -> None:
+    """ProfviewError (one sentence) unless `path` is a regular file: reading a FIFO would wait for a
+    writer, /dev/zero never ends."""
     try:
         regular_file(path, "Kineto trace", "trace file")
     except InputError as err:
         raise ProfviewError(f"{err}.") from None
+
+
+def load_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], Optional[Cut]]:
+    """`load_trace_object`, and where the file was cut short (None when it is whole)."""
+    path = Path(path)
+    check_trace_file(path)
     gzip_ended = False
     try:
         try:
@@ -167,7 +173,7 @@ def salvage_events(raw: bytes) -> Optional[tuple[dict[str, Any], bool]]:
     Only the failed file takes this path (the whole file parses in one call otherwise): one C-scanner
     call per event, a brace count over the last, unfinished one.
     """
-    text = _decoded_prefix(raw)
+    text = decoded_prefix(raw)
     if text is None:
         return None
     start = _SPACE.match(text).end()
@@ -185,7 +191,7 @@ def salvage_events(raw: bytes) -> Optional[tuple[dict[str, Any], bool]]:
         if not isinstance(header, dict):
             return None
         at = found.end()
-    events, at, closed = _complete_events(text, at)
+    events, at, closed = complete_events(text, at)
     if at is None:
         return None
     if closed and "}" in text[at:]:  # the list and the object after it are whole: damage, not a cut
@@ -193,7 +199,7 @@ def salvage_events(raw: bytes) -> Optional[tuple[dict[str, Any], bool]]:
     return {**header, "traceEvents": events}, closed
 
 
-def _decoded_prefix(raw: bytes) -> Optional[str]:
+def decoded_prefix(raw: bytes) -> Optional[str]:
     """The text as UTF-8, a character cut at its very end left out; None when other bytes are not UTF-8."""
     for cut in range(4):
         try:
@@ -204,7 +210,7 @@ def _decoded_prefix(raw: bytes) -> Optional[str]:
     return None
 
 
-def _complete_events(text: str, at: int) -> tuple[list[Any], Optional[int], bool]:
+def complete_events(text: str, at: int) -> tuple[list[Any], Optional[int], bool]:
     """The events of a list starting at `at` up to where the text ends: (events, where reading stopped,
     whether the list was closed); where is None when an event before the end is damaged."""
     decoder = json.JSONDecoder()
@@ -384,6 +390,91 @@ def dense_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids.astype(np.int64), first
 
 
+#: The args of complete ("X") events the importer reads, in the order `OpArgs.of` takes them.
+_OP_ARG_KEYS = (
+    "correlation",
+    "device",
+    "stream",
+    "blocks per SM",
+    "est. achieved occupancy %",
+    "Input Dims",
+    "Input type",
+)
+_NO_OP_ARGS = (None,) * len(_OP_ARG_KEYS)
+
+
+@dataclass(frozen=True)
+class OpArgs:
+    """The args of complete events (ops, kernels, annotations) the importer reads, as columns.
+
+    Turned into columns as the events are read, so that the args dicts (most of a parsed trace's
+    memory) are dropped with their chunk. Each value is converted on its own row, so a trace read in
+    chunks gives the same columns as one read whole.
+    """
+
+    correlation: np.ndarray  # int64 args["correlation"] (launch <-> kernel), -1 where absent
+    device: np.ndarray  # int64 args["device"] of device events, -1 where absent or not a number
+    stream: np.ndarray  # int64 args["stream"], -1 likewise
+    blocks_per_sm: np.ndarray  # float32 kernel arg "blocks per SM", NaN where absent or not a number
+    occupancy_pct: np.ndarray  # float32 kernel arg "est. achieved occupancy %"
+    shapes: Coded  # "Input Dims" (record_shapes=True) as compact JSON text, "" where absent
+    dtypes: Coded  # "Input type" (["double", "float", "Scalar"]) as compact JSON text, "" where absent
+
+    @classmethod
+    def of(cls, args: Sequence[Any]) -> OpArgs:
+        """The columns of the events' args (an item that is not a dict has none of them)."""
+        rows = [
+            tuple(map(a.get, _OP_ARG_KEYS)) if a.__class__ is dict else _NO_OP_ARGS for a in args
+        ]  # one pass, then a transpose (as `_fields`)
+        correlation, device, stream, blocks, occupancy, dims, types = list(zip(*rows)) or [()] * len(_OP_ARG_KEYS)
+        return cls(
+            correlation=to_int(correlation, default=-1),
+            device=to_int(device, default=-1),
+            stream=to_int(stream, default=-1),
+            blocks_per_sm=Coded.of(blocks).map(json_number, dtype=np.float32),
+            occupancy_pct=Coded.of(occupancy).map(json_number, dtype=np.float32),
+            shapes=Coded.of(["" if d is None else dumps_compact(d) for d in dims]),
+            dtypes=Coded.of(_type_texts(types)),
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[OpArgs]) -> OpArgs:
+        return cls(
+            **{
+                f.name: Coded.concat(*values) if isinstance(values[0], Coded) else np.concatenate(values)
+                for f in fields(cls)
+                for values in [[getattr(p, f.name) for p in parts]]
+            }
+        )
+
+
+def _type_texts(types: Sequence[Any]) -> list[str]:
+    """Input types as compact JSON text, "" when absent; each distinct list of names is written once."""
+    texts: dict = {}
+
+    def text(value: Any) -> str:
+        if value is None:
+            return ""
+        key = tuple(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+        if key is None:
+            return dumps_compact(value)
+        if key not in texts:
+            texts[key] = dumps_compact(value)
+        return texts[key]
+
+    return [text(t) for t in types]
+
+
+def json_number(value: Any) -> float:
+    """A JSON number as a float (an integer too large for one, text, true / false: NaN)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return _NAN
+    return _NAN
+
+
 @dataclass(frozen=True)
 class EventColumns:
     """The trace's events as parallel columns, one row per event object."""
@@ -395,14 +486,32 @@ class EventColumns:
     tid: np.ndarray  # float64: thread id (host) or stream id; NaN when not a number
     ts_us: np.ndarray  # float64 microseconds, NaN when absent or not a number
     dur_us: np.ndarray  # float64 microseconds, NaN when absent or not a number
-    args: np.ndarray  # object: the events' args dicts (None when absent)
+    op_args: OpArgs  # the args complete events are read for
+    other_args: np.ndarray  # object: the args dicts of the other events (metadata, instants, counters); None else
 
     def __len__(self) -> int:
         return len(self.ts_us)
 
     def arg(self, key: str, rows: np.ndarray, default: Any = None) -> list:
-        """The value of `args[key]` for the given rows (`default` where absent)."""
-        return [a.get(key, default) if a.__class__ is dict else default for a in self.args[rows]]
+        """The value of `args[key]` for the given rows of events that are not complete events
+        (`default` where absent; complete events' args are in `op_args`)."""
+        return [a.get(key, default) if a.__class__ is dict else default for a in self.other_args[rows]]
+
+    @classmethod
+    def concat(cls, parts: Sequence[EventColumns]) -> EventColumns:
+        """The parts' rows one after the other (the columns of a trace read in chunks)."""
+        if len(parts) == 1:
+            return parts[0]
+        columns = {}
+        for f in fields(cls):
+            values = [getattr(p, f.name) for p in parts]
+            if f.name == "op_args":
+                columns[f.name] = OpArgs.concat(values)
+            elif isinstance(values[0], Coded):
+                columns[f.name] = Coded.concat(*values)
+            else:
+                columns[f.name] = np.concatenate(values)
+        return cls(**columns)
 
 
 def _fields(events: Sequence[Any]) -> list[tuple]:
@@ -490,6 +599,7 @@ def event_columns(events: Sequence[Any]) -> tuple[EventColumns, int]:
         objects = [e for e in events if isinstance(e, dict)]
         columns, _ = event_columns(objects)
         return columns, len(events) - len(objects)
+    complete = [p == "X" for p in ph]
     columns = EventColumns(
         ph=Coded.of(ph),
         cat=Coded.of(cat),
@@ -498,6 +608,7 @@ def event_columns(events: Sequence[Any]) -> tuple[EventColumns, int]:
         tid=_lane_numbers(tid),
         ts_us=_numbers(ts),
         dur_us=_numbers(dur),
-        args=_object_array(args),
+        op_args=OpArgs.of([a if c else None for a, c in zip(args, complete)]),
+        other_args=_object_array([None if c else a for a, c in zip(args, complete)]),
     )
     return columns, 0
