@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,24 +38,48 @@ STEP = re.compile(r"ProfilerStep#(\d+)")
 COPY_GAP_US = 1000
 
 
+@dataclass(frozen=True)
+class Replication:
+    """How the seed's events are repeated: its metadata (Kineto's own window stretched over every copy, as a
+    real long capture's is: the importer skips events far outside it as damaged), then its timed events
+    copy after copy, each later by `span`, steps and ids renumbered."""
+
+    metadata: list
+    body: list
+    span: float
+    steps_per_copy: int
+    id_stride: int
+
+    @classmethod
+    def of(cls, seed: dict) -> Replication:
+        events = seed["traceEvents"]
+        body = [e for e in events if e.get("ph") != "M" and e.get("cat") != "Trace"]
+        start = min(e["ts"] for e in body)
+        return cls(
+            metadata=[e for e in events if e.get("ph") == "M" or e.get("cat") == "Trace"],
+            body=body,
+            span=max(e["ts"] + e.get("dur", 0) for e in body) - start + COPY_GAP_US,
+            steps_per_copy=sum(1 for e in body if STEP.match(str(e.get("name", "")))),
+            id_stride=1
+            + max(max(e.get("args", {}).get("correlation", 0), e.get("args", {}).get("External id", 0)) for e in body),
+        )
+
+    def window(self, copies: int) -> list[dict]:
+        """The metadata, Kineto's window covering `copies` copies."""
+        return [
+            dict(e, dur=e["dur"] + (copies - 1) * self.span) if e.get("cat") == "Trace" else e for e in self.metadata
+        ]
+
+    def copy(self, k: int) -> list[dict]:
+        """The timed events of copy `k`."""
+        return [_shifted(e, k, k * self.span, k * self.steps_per_copy, k * self.id_stride) for e in self.body]
+
+
 def replicated_trace(seed: dict, target_events: int) -> dict:
     """The seed trace with its timed events repeated until about `target_events` events."""
-    events = seed["traceEvents"]
-    metadata = [e for e in events if e.get("ph") == "M" or e.get("cat") == "Trace"]
-    body = [e for e in events if e.get("ph") != "M" and e.get("cat") != "Trace"]
-    start = min(e["ts"] for e in body)
-    span = max(e["ts"] + e.get("dur", 0) for e in body) - start + COPY_GAP_US
-    steps_per_copy = sum(1 for e in body if STEP.match(str(e.get("name", ""))))
-    id_stride = 1 + max(
-        max(e.get("args", {}).get("correlation", 0), e.get("args", {}).get("External id", 0)) for e in body
-    )
-    copies = max(1, (target_events - len(metadata)) // len(body))
-    # Kineto's own window ("PyTorch Profiler (0)") covers every copy, as a real long capture's does:
-    # the importer skips events far outside it as damaged.
-    out = [dict(e, dur=e["dur"] + (copies - 1) * span) if e.get("cat") == "Trace" else e for e in metadata]
-    for k in range(copies):
-        out.extend(_shifted(e, k, k * span, k * steps_per_copy, k * id_stride) for e in body)
-    return {**seed, "traceEvents": out}
+    plan = Replication.of(seed)
+    copies = max(1, (target_events - len(plan.metadata)) // len(plan.body))
+    return {**seed, "traceEvents": plan.window(copies) + [e for k in range(copies) for e in plan.copy(k)]}
 
 
 def _shifted(event: dict, copy: int, dt_us: float, step_offset: int, id_offset: int) -> dict:
@@ -74,29 +99,21 @@ def _shifted(event: dict, copy: int, dt_us: float, step_offset: int, id_offset: 
 
 def write_replicated(seed: dict, path: Path, target_bytes: int, compress: bool) -> tuple[int, int]:
     """Write the seed trace with its timed events repeated until the JSON text holds about `target_bytes`,
-    one event at a time (the trace never exists whole in memory); (events, steps) written."""
-    events = seed["traceEvents"]
-    metadata = [e for e in events if e.get("ph") == "M" or e.get("cat") == "Trace"]
-    body = [e for e in events if e.get("ph") != "M" and e.get("cat") != "Trace"]
-    copy_bytes = sum(len(json.dumps(e)) + 2 for e in body)
-    copies = max(1, round(target_bytes / copy_bytes))
-    start = min(e["ts"] for e in body)
-    span = max(e["ts"] + e.get("dur", 0) for e in body) - start + COPY_GAP_US
-    steps_per_copy = sum(1 for e in body if STEP.match(str(e.get("name", ""))))
-    id_stride = 1 + max(
-        max(e.get("args", {}).get("correlation", 0), e.get("args", {}).get("External id", 0)) for e in body
-    )
+    a copy at a time (the trace never exists whole in memory); (events, steps) written."""
+    plan = Replication.of(seed)
+    copies = max(1, round(target_bytes / sum(len(json.dumps(e)) + 2 for e in plan.body)))
     header = {k: v for k, v in seed.items() if k != "traceEvents"}
     opener = gzip.open(path, "wb", compresslevel=1) if compress else open(path, "wb")
     with opener as fh:
         fh.write(json.dumps(header)[:-1].encode() + b', "traceEvents": [\n')
-        window = [dict(e, dur=e["dur"] + (copies - 1) * span) if e.get("cat") == "Trace" else e for e in metadata]
-        fh.write(",\n".join(json.dumps(e) for e in window).encode())
-        for k in range(copies):
-            part = ",\n".join(json.dumps(_shifted(e, k, k * span, k * steps_per_copy, k * id_stride)) for e in body)
-            fh.write(b",\n" + part.encode())
+        parts = (plan.window(copies) if k < 0 else plan.copy(k) for k in range(-1, copies))
+        separator = b""
+        for part in parts:
+            if part:
+                fh.write(separator + ",\n".join(map(json.dumps, part)).encode())
+                separator = b",\n"
         fh.write(b"\n]}\n")
-    return len(metadata) + copies * len(body), copies * steps_per_copy
+    return len(plan.metadata) + copies * len(plan.body), copies * plan.steps_per_copy
 
 
 def child_profview(path: str, out: str) -> dict:

@@ -439,13 +439,7 @@ class OpArgs:
 
     @classmethod
     def concat(cls, parts: Sequence[OpArgs]) -> OpArgs:
-        return cls(
-            **{
-                f.name: Coded.concat(*values) if isinstance(values[0], Coded) else np.concatenate(values)
-                for f in fields(cls)
-                for values in [[getattr(p, f.name) for p in parts]]
-            }
-        )
+        return cls(**_concat_fields(cls, parts))
 
 
 def _type_texts(types: Sequence[Any]) -> list[str]:
@@ -500,18 +494,21 @@ class EventColumns:
     @classmethod
     def concat(cls, parts: Sequence[EventColumns]) -> EventColumns:
         """The parts' rows one after the other (the columns of a trace read in chunks)."""
-        if len(parts) == 1:
-            return parts[0]
-        columns = {}
-        for f in fields(cls):
-            values = [getattr(p, f.name) for p in parts]
-            if f.name == "op_args":
-                columns[f.name] = OpArgs.concat(values)
-            elif isinstance(values[0], Coded):
-                columns[f.name] = Coded.concat(*values)
-            else:
-                columns[f.name] = np.concatenate(values)
-        return cls(**columns)
+        return parts[0] if len(parts) == 1 else cls(**_concat_fields(cls, parts))
+
+
+def _concat_fields(cls: type, parts: Sequence[Any]) -> dict[str, Any]:
+    """Each column field of the dataclass `cls` over `parts`, the parts' rows one after the other."""
+    columns = {}
+    for f in fields(cls):
+        values = [getattr(p, f.name) for p in parts]
+        if isinstance(values[0], Coded):
+            columns[f.name] = Coded.concat(*values)
+        elif isinstance(values[0], OpArgs):
+            columns[f.name] = OpArgs.concat(values)
+        else:
+            columns[f.name] = np.concatenate(values)
+    return columns
 
 
 def _fields(events: Sequence[Any]) -> list[tuple]:
@@ -553,14 +550,9 @@ def _numbers(values: Sequence[Any]) -> np.ndarray:
 def _number_or_nan(value: Any) -> float:
     """A JSON number as a float; a decimal number written as text ("1234.5", as MindSpore's
     trace_view.json and some converters write ts / dur) too; anything else NaN."""
-    if value.__class__ in (int, float):
-        try:
-            return float(value)
-        except OverflowError:  # an integer too large for a float
-            return _NAN
     if value.__class__ is str and _DECIMAL_TEXT.match(value):
         return float(value)
-    return _NAN
+    return json_number(value)
 
 
 _DECIMAL_TEXT = re.compile(r"^\s*-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\s*$")

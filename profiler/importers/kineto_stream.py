@@ -27,7 +27,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Optional
 
 from profiler.importers.kineto_events import (
     GZIP_MAGIC,
@@ -65,18 +65,14 @@ class StreamedTrace:
     cut: Optional[Cut]  # where the file is cut short, None when it is whole
 
 
-def stream_trace(
-    path: str | os.PathLike[str],
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    progress: Optional[Callable[[int], None]] = None,
-) -> StreamedTrace:
-    """Read a Kineto trace (.json / .json.gz) chunk by chunk into event columns; `progress(n)` is called
-    with the file bytes read so far. Raises NotStreamable for a file to read whole instead."""
+def stream_trace(path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> StreamedTrace:
+    """Read a Kineto trace (.json / .json.gz) chunk by chunk into event columns. Raises NotStreamable for
+    a file to read whole instead."""
     try:
         with open(Path(path), "rb") as fh:
             gzipped = fh.read(2) == GZIP_MAGIC
             fh.seek(0)
-            return _Reader(_Text(fh, gzipped, progress), max(chunk_bytes, 1)).read()
+            return _Reader(_Text(fh, gzipped), max(chunk_bytes, 1)).read()
     except OSError:
         raise NotStreamable from None
 
@@ -84,10 +80,9 @@ def stream_trace(
 class _Text:
     """The file's JSON text, block by block, gunzipped when the file is gzip."""
 
-    def __init__(self, fh: BinaryIO, gzipped: bool, progress: Optional[Callable[[int], None]]) -> None:
+    def __init__(self, fh: BinaryIO, gzipped: bool) -> None:
         self._fh = fh
         self._inflate = zlib.decompressobj(wbits=31) if gzipped else None
-        self._progress = progress
         self._members = 1
         self.size = 0  # bytes of text read so far
         self.gzip_ended = False  # the (first) gzip stream ends early
@@ -96,8 +91,6 @@ class _Text:
         """The next block of text; b"" at the end."""
         while True:
             raw = self._fh.read(_BLOCK_BYTES)
-            if self._progress is not None:
-                self._progress(self._fh.tell())
             out = raw if self._inflate is None else self._gunzip(raw)
             if out or not raw:
                 self.size += len(out)
@@ -131,16 +124,21 @@ class _Reader:
         self.parts: list[EventColumns] = []
         self.items = 0
         self.not_objects = 0
-        self.remainder = b""  # the text after the last chunk, when it ends inside the event list
 
     def read(self) -> StreamedTrace:
         buf, at, header, bare = self._header()
-        closed_at = self._events(buf, at)
-        if closed_at is None:
-            return self._result(header, self._cut())
-        buf, at = closed_at
+        buf, at, closed = self._events(buf, at)
+        if not closed:
+            return self._result(header, self._cut(buf[at:]))
         header.update(self._tail(buf[at:], bare))
         return self._result(header, None)
+
+    def _add(self, events: list[Any]) -> None:
+        """The parsed items of one chunk, as columns (their dicts are dropped with `events`)."""
+        columns, not_objects = event_columns(events)
+        self.parts.append(columns)
+        self.items += len(events)
+        self.not_objects += not_objects
 
     def _result(self, header: dict[str, Any], cut: Optional[Cut]) -> StreamedTrace:
         columns = EventColumns.concat(self.parts) if self.parts else event_columns([])[0]
@@ -178,14 +176,15 @@ class _Reader:
         header.pop("traceEvents")
         return buf, found.end(), header, False
 
-    def _events(self, buf: bytes, at: int) -> Optional[tuple[bytes, int]]:
-        """Read the event list in chunks from buf[at:] on: the text and where the list's `]` ends in it,
-        or None when the text ends inside the list (self.remainder holds what follows the last chunk)."""
+    def _events(self, buf: bytes, at: int) -> tuple[bytes, int, bool]:
+        """Read the event list in chunks from buf[at:] on: the text, where reading stopped in it, and
+        whether the list closed there (past its `]`); else the text ended inside the list, and buf[at:] is
+        what follows the last chunk."""
         ended = False
         while True:
             at = _after_separator(buf, at)
             if at < len(buf) and buf[at] == _CLOSE:
-                return buf, at + 1
+                return buf, at + 1, True
             if not ended and len(buf) - at < self.chunk_bytes:
                 buf, ended = self._more(buf, at, self.chunk_bytes)
                 at = 0
@@ -193,33 +192,26 @@ class _Reader:
             chunk = _whole_events(buf, at)
             if chunk is None:
                 if ended:
-                    self.remainder = buf[at:]
-                    return None
+                    return buf, at, False
                 if len(buf) - at > _MAX_EVENT_BYTES:  # no event ends in that much text: damage
                     raise NotStreamable
                 buf, ended = self._more(buf, at, len(buf) - at + self.chunk_bytes)
                 at = 0
                 continue
             events, at = chunk
-            columns, not_objects = event_columns(events)
-            self.parts.append(columns)
-            self.items += len(events)
-            self.not_objects += not_objects
-            del events, columns  # the chunk's dicts go before the next chunk is read
+            self._add(events)
+            del events  # the chunk's dicts go before the next chunk is read
 
-    def _cut(self) -> Cut:
+    def _cut(self, remainder: bytes) -> Cut:
         """The complete events of the text after the last chunk, where the text ends inside the list."""
-        text = decoded_prefix(self.remainder)
+        text = decoded_prefix(remainder)
         if text is None:
             raise NotStreamable
         events, at, closed = complete_events(text, 0)
         if at is None or closed:  # damage, or a list that closes after an item that is not an object
             raise NotStreamable
         if events:
-            columns, not_objects = event_columns(events)
-            self.parts.append(columns)
-            self.items += len(events)
-            self.not_objects += not_objects
+            self._add(events)
         return Cut(self.text.size, self.items, self.text.gzip_ended, events_complete=False)
 
     def _tail(self, rest: bytes, bare: bool) -> dict[str, Any]:
@@ -274,17 +266,25 @@ def _whole_events(buf: bytes, at: int) -> Optional[tuple[list[Any], int]]:
         last = bisect.bisect_left(ends, limit) - 1
         if last < 0:
             return None
-        try:
-            return loads_json(b"[" + buf[at : ends[last]] + b"]"), ends[last]
-        except (ValueError, RecursionError) as err:
-            failed_at = getattr(err, "pos", None)  # in "[" + buf[at:...]: buf[at + pos - 1]
-            limit = min(ends[last], at + failed_at - 1) if isinstance(failed_at, int) else ends[last]
+        items, failed_at = _items(buf, at, ends[last])
+        if items is not None:
+            return items, ends[last]
+        limit = min(ends[last], failed_at)
     for end in ends[:_TRIES]:
-        try:
-            return loads_json(b"[" + buf[at:end] + b"]"), end
-        except (ValueError, RecursionError):
-            continue
+        items, _ = _items(buf, at, end)
+        if items is not None:
+            return items, end
     return None
+
+
+def _items(buf: bytes, at: int, end: int) -> tuple[Optional[list[Any]], int]:
+    """buf[at:end] parsed as the items of a list, or None and where in buf the parser stopped (`end` when
+    it does not say)."""
+    try:
+        return loads_json(b"[" + buf[at:end] + b"]"), end
+    except (ValueError, RecursionError) as err:
+        failed_at = getattr(err, "pos", None)  # in "[" + buf[at:end]: buf[at + pos - 1]
+        return None, at + failed_at - 1 if isinstance(failed_at, int) else end
 
 
 #: Where an item may end: after a `}` followed (past white space) by `,` or `]`.
