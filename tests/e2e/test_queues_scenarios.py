@@ -19,6 +19,11 @@ pytestmark = pytest.mark.timing
 torch = pytest.importorskip("torch")
 
 TOL_MS = 2.0
+# The loop's clock counts all of a next(); a bare queue (not a ProfiledDataLoader) counts only the time
+# its get was blocked. On a busy machine the scheduler can also keep the runnable loop thread off the CPU
+# inside a next() that did not block (load check on b310d2a: 4.4 ms on the loop's clock at step 0, whose
+# batch was ready, 0 blocked): the loop's clock may read up to a scheduling slice more, never less.
+SLICE_MS = 6.0
 
 
 def run_loop(out, make, step_s, head_start_s=0.0):
@@ -47,6 +52,13 @@ def run_loop(out, make, step_s, head_start_s=0.0):
     events = pd.read_csv(out / "data_queue_0.csv")
     assert_sizes_within_capacity(events)
     return summary, pd.read_csv(out / "step_trace_0.csv"), events, np.array(waits)
+
+
+def assert_waits_match(data_wait_ms, true_waits_ms) -> None:
+    """Each step's data wait is what the loop's own clock measured around its next(), within the bounds above."""
+    measured = np.asarray(data_wait_ms)
+    assert np.all(measured <= true_waits_ms + TOL_MS), (measured, true_waits_ms)
+    assert np.all(measured >= true_waits_ms - TOL_MS - SLICE_MS), (measured, true_waits_ms)
 
 
 def assert_sizes_within_capacity(events: pd.DataFrame) -> None:
@@ -134,7 +146,7 @@ def test_data_bound_loop_then_prefetch_fixes_it(tmp_path):
     gap = trace["iteration_gap_ms"].to_numpy()[1:]  # step 0 also holds the set-up time
     assert np.all(np.abs(gap - trace["data_wait_ms"].to_numpy()[1:]) < TOL_MS)
     assert np.all(np.abs(gap - steps["gap_wait_ms"].to_numpy()[1:]) < TOL_MS)
-    assert np.all(np.abs(trace["data_wait_ms"].to_numpy() - true_waits) < TOL_MS)
+    assert_waits_match(trace["data_wait_ms"], true_waits)
     assert (
         trace["iteration_gap_ms"].iloc[-10:].mean() > 10
     )  # ~20 ms load - 5 ms compute, once the head start is used up
@@ -192,6 +204,7 @@ def test_dataloader_occupancy_and_slow_getitem(tmp_path):
     assert slow["verdict"]["kind"] == "data_process"
     # the two workers finish in step, so about every other get finds the second batch of a pair ready
     assert q["empty_ratio"] >= 0.3 and q["mean_size"] < 1
+    # ProfiledDataLoader times the whole next() as a data phase: the loop's clock exactly
     assert np.all(np.abs(trace["data_wait_ms"].to_numpy() - true_waits) < TOL_MS)
     assert trace["data_wait_ms"].iloc[1:].mean() > 15  # ~25 ms per batch - 2 ms step
 
