@@ -1,6 +1,6 @@
-"""The Chrome trace written again from an event file (events_{rank}.arrow), on demand: the whole run
-or some of its steps, byte for byte what `analyse()` writes for the same events
-(`profview export --chrome`).
+"""The Chrome trace rendered from an event file (events_{rank}.arrow), the timeline's one saved form:
+by `analyse()` (timeline_{rank}.json: every event, or the key steps past the run's event limit) and,
+on demand, by `profview export --chrome` (the whole run or some of its steps).
 
 The event file's rows come in the trace's order, and its metadata keeps what the rows do not: the
 trace's metadata (M) events and otherData (`chrome`), the flows' steps in their `step` column. The
@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.export.chrome_trace import TRACE_START, trace_file, write_rows, write_trace_end
+from profiler.export.chrome_trace import TRACE_START, TracePlan, plan_steps, trace_file, write_rows, write_trace_end
 from profiler.export.event_file import EventFile, read_event_file
+from profiler.export.key_steps import KeySteps
 from profiler.export.timeline_model import EventBlock, Head, flow_event
 from profiler.export.trace_text import new_row_buffer
 from profiler.formats.names import info_files, rank_file
@@ -33,10 +34,38 @@ CHUNK_ROWS = 1 << 22
 
 
 def step_range(first: Optional[int], last: Optional[int]) -> StepFilter:
-    """The events of steps `first`..`last` (inclusive; None: unbounded), as `TimelineEvents.in_steps`."""
+    """The events of steps `first`..`last` (inclusive; None: unbounded)."""
     low = np.iinfo(np.int64).min if first is None else first
     high = np.iinfo(np.int64).max if last is None else last
     return lambda step: (step >= low) & (step <= high)
+
+
+def step_counts(ef: EventFile, steps: list[int]) -> list[int]:
+    """How many events (rows and flow points) each of `steps` has, in one pass over the step column."""
+    wanted = np.asarray(steps, dtype=np.int64)
+    if len(wanted) == 0:
+        return []
+    low, high = int(wanted.min()), int(wanted.max())
+    counts = np.zeros(high - low + 1, dtype=np.int64)
+    for lo, hi in ef.chunks(rows=CHUNK_ROWS):
+        step = ef.column("step", lo, hi)
+        inside = step[(step >= low) & (step <= high)]
+        counts += np.bincount(inside - low, minlength=len(counts))
+    return counts[wanted - low].tolist()
+
+
+def trace_plan(ef: EventFile, key: KeySteps, max_events: int) -> TracePlan:
+    """What the analysed trace holds: every event while they are at most `max_events` (or the run has no
+    steps to choose from), else its key steps (chrome_trace.plan_steps)."""
+    return plan_steps(ef.rows, key, lambda steps: step_counts(ef, steps), max_events)
+
+
+def plan_filter(plan: TracePlan) -> StepFilter:
+    """The events the plan's trace holds: all, or those of its steps."""
+    if plan.steps is None:
+        return None
+    wanted = np.asarray(plan.steps, dtype=np.int64)
+    return lambda step: np.isin(step, wanted)
 
 
 def write_trace_from_events(ef: EventFile, f: BinaryIO, keep: StepFilter = None) -> int:
@@ -55,9 +84,11 @@ def write_trace_from_events(ef: EventFile, f: BinaryIO, keep: StepFilter = None)
     count = 0
     for start, stop, with_dur in ((0, ef.complete_rows, True), (ef.complete_rows, ef.rows - flows, False)):
         for lo in range(start, stop, CHUNK_ROWS):
-            block = heads.block(lo, min(stop, lo + CHUNK_ROWS), with_dur)
-            order = np.arange(len(block.key)) if keep is None else np.flatnonzero(keep(block.step))
-            count += write_rows(f, block, order, buffer)
+            hi = min(stop, lo + CHUNK_ROWS)
+            rows = None if keep is None else np.flatnonzero(keep(ef.column("step", lo, hi)))
+            if rows is None or len(rows):
+                block = heads.block(lo, hi, with_dur, rows)
+                count += write_rows(f, block, np.arange(len(block.key)), buffer)
     flow_events = list(heads.flows(ef.rows - flows, ef.rows))
     if keep is not None and flow_events:
         kept = keep(np.array([e["_step"] for e in flow_events], dtype=np.int64))
@@ -102,25 +133,42 @@ class _Heads:
             for name in ("ph", "lane", "name", "category", "args", "start_ns", "dur_ns", "step")
         }
 
-    def block(self, lo: int, hi: int, with_dur: bool) -> EventBlock:
-        """Rows [lo, hi) as an EventBlock (heads numbered in first-seen order)."""
-        c = self.columns(lo, hi)
-        names = max(len(self.ef.names), 1)
-        lane_name = c["lane"].astype(np.int64) * names + c["name"]
-        rest = (c["category"].astype(np.int64) * 256 + c["ph"]) * (len(self.ef.args) + 1) + (
-            c["args"].astype(np.int64) + 1
-        )
-        a, a_n = pd.factorize(lane_name)
-        b, b_n = pd.factorize(rest)
-        key, uniques = pd.factorize(a.astype(np.int64) * max(len(b_n), 1) + b)
-        first = first_rows(key.astype(np.int64), len(uniques))
-        specs = [
-            self.head(int(c["ph"][r]), int(c["lane"][r]), int(c["name"][r]), int(c["category"][r]), int(c["args"][r]))
-            for r in first.tolist()
-        ]
+    def block(self, lo: int, hi: int, with_dur: bool, rows: Optional[np.ndarray] = None) -> EventBlock:
+        """Rows [lo, hi) (those of `rows` among them, when given) as an EventBlock, with a Head per
+        distinct head of those rows."""
+
+        def col(name: str) -> np.ndarray:
+            values = self.ef.column(name, lo, hi)
+            return values if rows is None else values[rows]
+
+        key, specs = self._grouped(col)
         return EventBlock(
-            specs, key.astype(np.int64), c["start_ns"], c["dur_ns"] if with_dur else None, c["step"].astype(np.int64)
+            specs, key, col("start_ns"), col("dur_ns") if with_dur else None, col("step").astype(np.int64)
         )
+
+    def _grouped(self, col: Callable[[str], np.ndarray]) -> tuple[np.ndarray, list[Head]]:
+        """Each row's index among the distinct heads of the rows `col` gives (first-seen order), and those heads."""
+        table = self.ef.head_table
+        if table:  # version 2: the rows' codes into the file's table of heads
+            key, codes = pd.factorize(col("head"))
+            fields = {name: values[codes] for name, values in table.items()}
+        else:  # version 1: every row holds its head's fields
+            c = {name: col(name) for name in ("ph", "lane", "name", "category", "args")}
+            names = max(len(self.ef.names), 1)
+            lane_name = c["lane"].astype(np.int64) * names + c["name"]
+            rest = (c["category"].astype(np.int64) * 256 + c["ph"]) * (len(self.ef.args) + 1) + (
+                c["args"].astype(np.int64) + 1
+            )
+            a, a_n = pd.factorize(lane_name)
+            b, b_n = pd.factorize(rest)
+            key, uniques = pd.factorize(a.astype(np.int64) * max(len(b_n), 1) + b)
+            first = first_rows(key.astype(np.int64), len(uniques))
+            fields = {name: values[first] for name, values in c.items()}
+        specs = [
+            self.head(*head)
+            for head in zip(*(fields[name].tolist() for name in ("ph", "lane", "name", "category", "args")))
+        ]
+        return key.astype(np.int64), specs
 
     def flows(self, lo: int, hi: int) -> Iterator[dict]:
         """The flow points of rows [lo, hi), as the trace's flow events."""

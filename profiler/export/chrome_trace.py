@@ -1,9 +1,10 @@
-"""Chrome Trace Event Format files (Perfetto, chrome://tracing, speedscope): the timeline's events
-(`timeline_model.py`) written as JSON rows, whose text `trace_text.py` makes.
+"""Chrome Trace Event Format files (Perfetto, chrome://tracing, speedscope): the pieces of the file and
+what a trace holds (`TracePlan`). `chrome_from_events.py` renders a rank's trace from its event file
+with these, `cluster.py` the merged cluster trace; row text comes from `trace_text.py`.
 
 A trace is `{"traceEvents":[` + rows + flow and metadata events + `],"displayTimeUnit":"ms",
 "otherData":{...}}`. Rows are written from an `EventBlock` in any order of any of its rows, so a
-trace of some rows (a step range: `TimelineEvents.in_steps`) is written the same way as the whole.
+trace of some rows (a step range) is written the same way as the whole.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import numpy as np
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
 from profiler.export.key_steps import KeySteps
-from profiler.export.timeline_model import EventBlock, Head, TimelineEvents
-from profiler.export.trace_text import new_row_buffer, row_texts
+from profiler.export.timeline_model import EventBlock, Head
+from profiler.export.trace_text import row_texts
 from profiler.formats.columns import TIMELINE_FULL, TIMELINE_KEY_STEPS, TIMELINE_MAX_EVENTS
 from profiler.model import Run
 
@@ -77,21 +78,6 @@ def trace_file(path: Path, gzip_output: bool = False) -> Iterator[tuple[BinaryIO
         yield f, path
 
 
-def write_chrome_trace(ev: TimelineEvents, path: Path, gzip_output: bool = False) -> Path:
-    """Write the events' Chrome trace (atomically); returns the path written (with .gz when compressed).
-
-    Complete events come sorted by lane, then start, longest first; then instants and counter
-    values, by lane and time; then flow events and the metadata.
-    """
-    with trace_file(path, gzip_output) as (f, written):
-        f.write(TRACE_START)
-        buffer = new_row_buffer()
-        write_rows(f, ev.complete, ev.complete_order, buffer)
-        write_rows(f, ev.points, ev.points_order, buffer)
-        write_trace_end(f, ev.flows + ev.lanes.meta, ev.other_data)
-    return written
-
-
 @dataclass(frozen=True)
 class TracePlan:
     """What timeline_{rank}.json holds: every event, or (past `max_events`) the key steps' events.
@@ -110,22 +96,12 @@ class TracePlan:
     def content(self) -> str:
         return TIMELINE_FULL if self.steps is None else TIMELINE_KEY_STEPS
 
-    def selected(self, ev: TimelineEvents) -> TimelineEvents:
-        """The events the trace holds."""
-        return ev if self.steps is None else ev.of_steps(self.steps)
-
 
 def timeline_max_events(run: Run) -> int:
     """The Chrome trace's event limit the run was recorded with (`Settings.timeline_max_events`)."""
     config = run.info.get("config") if isinstance(run.info.get("config"), dict) else {}
     limit = config.get("timeline_max_events")
     return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else TIMELINE_MAX_EVENTS
-
-
-def trace_plan(ev: TimelineEvents, max_events: int) -> TracePlan:
-    """The whole trace while it holds at most `max_events` events (or the run has no steps to choose
-    from), else its key steps (key_steps.py)."""
-    return plan_steps(ev.count, ev.key_steps, ev.step_counts, max_events)
 
 
 def plan_steps(total: int, key: KeySteps, step_counts: Callable[[list[int]], list[int]], max_events: int) -> TracePlan:

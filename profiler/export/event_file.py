@@ -353,6 +353,12 @@ class EventFile:
     def lanes(self) -> list[dict[str, Any]]:
         return self.meta["lanes"]
 
+    @property
+    def head_table(self) -> dict[str, np.ndarray]:
+        """A version-2 file's distinct row heads: an array per EVENT_HEAD_FIELDS, indexed by the `head`
+        column; empty for version 1, whose rows hold those fields."""
+        return self._heads
+
     def lane_rows(self, lane: int) -> tuple[int, int, int]:
         """(first row, rows, longest duration in ns) of a lane's complete events."""
         first, count, longest = self.meta["lane_complete"][lane]

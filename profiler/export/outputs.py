@@ -12,8 +12,11 @@ from typing import Any, Callable, Optional
 
 from profiler.analysis.results import Analysis
 from profiler.export.chrome_trace import timeline_max_events
+from profiler.export.event_file import read_event_file, write_event_file
+from profiler.export.key_steps import key_steps
 from profiler.export.timeline_model import timeline_events
-from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions, profiler_info
+from profiler.export.writers import WRITERS, AnalysisWriter, SavedTimeline, TimelineWriter, WriteOptions, profiler_info
+from profiler.formats.names import rank_file
 from profiler.model import Run
 
 
@@ -31,13 +34,18 @@ class TimelineFiles:
 
 
 def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> TimelineFiles:
-    """The files written from the run's timeline events (Chrome trace, event file), grouped once for
-    all of them; `analyse` runs this on a second thread while the analysis runs."""
+    """The run's timeline saved as its event file, then every timeline file rendered from that (the
+    Chrome trace), as `profview export --chrome` renders it; `analyse` runs this on a second thread
+    while the analysis runs."""
+    out_dir = Path(out_dir)
     events = timeline_events(run)
+    path = write_event_file(events, out_dir / rank_file("events", run.rank))
+    del events  # saved: the renderers read the file in chunks
+    saved = SavedTimeline(read_event_file(path), key_steps(run), run.rank)
     options = WriteOptions(gzip_timeline=gzip_timeline, timeline_max_events=timeline_max_events(run))
     writers = [w for w in WRITERS if isinstance(w, TimelineWriter)]
-    written = [w.write(events, Path(out_dir), options) for w in writers]
-    info = {w.kind: w.describe(events, options) for w in writers}
+    written = [w.write(saved, out_dir, options) for w in writers]
+    info = {w.kind: w.describe(saved, options) for w in writers}
     return TimelineFiles([p for p in written if p is not None], {k: v for k, v in info.items() if v is not None})
 
 

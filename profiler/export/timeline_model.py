@@ -1,6 +1,6 @@
-"""The timeline's event model, shared by the Chrome trace (`chrome_trace.py`), the event file
-(`event_file.py`) and the merged cluster timeline: a run's events grouped once by row head and
-put in the order both files write them (docs/architecture.md, "The timeline").
+"""The timeline's event model: a run's events grouped once by row head and put in the timeline's order,
+as the event file (`event_file.py`, the timeline's one saved form, from which the Chrome trace is
+rendered) and the merged cluster timeline write them (docs/architecture.md, "The timeline").
 
 Events that share everything but their times (phase letter, lane, category, name, args) share one
 `Head`; an `EventBlock` holds, per event, the index of its head, its start, duration and step.
@@ -9,14 +9,13 @@ Nothing here formats text: the writers encode heads and times their own way.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from profiler.export.key_steps import KeySteps, key_steps
 from profiler.kernels.grouping import codes_and_labels, first_rows
 from profiler.kernels.intervals import assign_steps
 from profiler.model import Run
@@ -316,7 +315,7 @@ def thread_order(lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray]) ->
 
 @dataclass
 class TimelineEvents:
-    """Every event of a run's timeline, once, for both the Chrome trace and the event file."""
+    """Every event of a run's timeline, once, in the order the event file saves them."""
 
     rank: int
     data_origin: str
@@ -328,63 +327,16 @@ class TimelineEvents:
     flows: list[dict]  # flow_events
     lanes: Lanes
     lane_pairs: list[tuple[int, int]]  # the (pid, tid) of every lane of `complete` and `points`, sorted
-    key_steps: KeySteps = KeySteps()  # the run's median, slowest and outlier steps
 
     @property
     def other_data(self) -> dict:
-        """What the Chrome trace's `otherData` says of the run (the event file keeps it to write the same trace)."""
+        """What the Chrome trace's `otherData` says of the run (the event file keeps it for the trace)."""
         return {
             "tool": "profview",
             "rank": self.rank,
             "data_origin": self.data_origin,
             "origin_unix_ns": self.origin_unix_ns,
         }
-
-    @property
-    def count(self) -> int:
-        """How many events the Chrome trace of these holds (rows and flow points; not the metadata)."""
-        return len(self.complete_order) + len(self.points_order) + len(self.flows)
-
-    def in_steps(self, first: int, last: int) -> TimelineEvents:
-        """The events of steps `first`..`last` (inclusive), in the same order: rows whose step is
-        in the range, flows whose launching op's is; the lanes stay all the run's."""
-        return self._where(lambda step: (step >= first) & (step <= last))
-
-    def of_steps(self, steps: Collection[int]) -> TimelineEvents:
-        """The events of the given steps, as `in_steps`."""
-        wanted = np.asarray(sorted(steps), dtype=np.int64)
-        return self._where(lambda step: np.isin(step, wanted))
-
-    def step_counts(self, steps: Collection[int]) -> list[int]:
-        """How many events (rows and flow points) each of `steps` has."""
-        wanted = np.asarray(list(steps), dtype=np.int64)
-        if len(wanted) == 0:
-            return []
-        low, high = int(wanted.min()), int(wanted.max())
-        counts = np.zeros(high - low + 1, dtype=np.int64)
-        for step in (
-            np.asarray(self.complete.step)[self.complete_order],
-            np.asarray(self.points.step)[self.points_order],
-            np.array([e["_step"] for e in self.flows], dtype=np.int64),
-        ):
-            inside = step[(step >= low) & (step <= high)]
-            counts += np.bincount(inside - low, minlength=len(counts))
-        return counts[wanted - low].tolist()
-
-    def _where(self, keep: Callable[[np.ndarray], np.ndarray]) -> TimelineEvents:
-        """The events whose step (a flow's: its launching op's) `keep` selects (a mask of a step array)."""
-
-        def rows(b: EventBlock, order: np.ndarray) -> np.ndarray:
-            return order[keep(np.asarray(b.step)[order])]
-
-        flow_steps = np.array([e["_step"] for e in self.flows], dtype=np.int64)
-        kept = np.flatnonzero(keep(flow_steps)).tolist() if len(flow_steps) else []
-        return replace(
-            self,
-            complete_order=rows(self.complete, self.complete_order),
-            points_order=rows(self.points, self.points_order),
-            flows=[self.flows[i] for i in kept],
-        )
 
 
 def timeline_events(run: Run) -> TimelineEvents:
@@ -410,7 +362,6 @@ def timeline_events(run: Run) -> TimelineEvents:
         flows=flows,
         lanes=lanes,
         lane_pairs=pairs,
-        key_steps=key_steps(run),
     )
 
 

@@ -11,15 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.export.chrome_from_events import export_chrome_trace
-from profiler.export.chrome_trace import write_chrome_trace
+from profiler.export.chrome_from_events import step_counts, trace_plan
 from profiler.export.event_file import read_event_file
-from profiler.export.timeline_model import timeline_events
+from profiler.export.key_steps import key_steps
 from profiler.formats.documents import read_profiler_info
 from profiler.postprocess.recording import load_rank
 from viewer.cli import main
 
-from support.chrome_trace import record_threads, trace_steps
+from support.chrome_trace import record_threads, rows_in_steps, trace_rows, trace_steps
 
 pytestmark = pytest.mark.timing
 
@@ -66,30 +65,25 @@ def test_past_the_limit_the_trace_holds_exactly_the_median_slowest_and_outlier_s
     assert len(rows) == tl["events_written"] <= 100
     assert {"timeline_0.json", "events_0.arrow"} <= set(info["outputs"])
     assert "profview export --chrome" in tl["rest"]
-    # the trace of those steps, as the writer makes it from the run and as the event file gives it again
-    ev = timeline_events(load_rank(out, 0))
-    again = write_chrome_trace(ev.of_steps(tl["steps"]), out.parent / "of_steps.json")
-    assert again.read_bytes() == (out / "timeline_0.json").read_bytes()
-    wanted = np.array(tl["steps"])
-    streamed = export_chrome_trace(
-        read_event_file(out / "events_0.arrow"), out.parent / "streamed.json", keep=lambda step: np.isin(step, wanted)
-    )
-    assert streamed.read_bytes() == again.read_bytes()
-    # and the whole run is there on demand
+    # the whole run is there on demand, and the trace holds its rows of those steps
     assert main(["export", str(out), "--chrome", "-o", str(out.parent / "whole.json")]) == 0
     assert trace_steps(out.parent / "whole.json") == list(range(24))
+    wanted = np.array(tl["steps"])
+    ef = read_event_file(out / "events_0.arrow")
+    assert trace_rows(out / "timeline_0.json")[0] == rows_in_steps(
+        out.parent / "whole.json", ef, lambda s: np.isin(s, wanted)
+    )
 
 
 def test_outliers_that_do_not_fit_are_left_out_slowest_kept(over_limit, tmp_path):
     """With room for about two steps the median and the slowest stay; the outliers are said left out."""
-    from profiler.export.chrome_trace import trace_plan
-
-    ev = timeline_events(load_rank(over_limit, 0))
-    per_step = ev.step_counts([SLOWEST])[0]
-    plan = trace_plan(ev, 2 * per_step + 1)
-    assert plan.steps == tuple(sorted({ev.key_steps.median, SLOWEST}))
-    assert set(plan.left_out) == set(ev.key_steps.outliers) - {SLOWEST}
-    assert trace_plan(ev, ev.count).steps is None
+    ef = read_event_file(over_limit / "events_0.arrow")
+    key = key_steps(load_rank(over_limit, 0))
+    per_step = step_counts(ef, [SLOWEST])[0]
+    plan = trace_plan(ef, key, 2 * per_step + 1)
+    assert plan.steps == tuple(sorted({key.median, SLOWEST}))
+    assert set(plan.left_out) == set(key.outliers) - {SLOWEST}
+    assert trace_plan(ef, key, ef.rows).steps is None
 
 
 @pytest.mark.parametrize(

@@ -1,38 +1,41 @@
-"""`profview export --chrome`, which writes the Chrome trace again from the event file, byte for byte
-what analyse() writes into timeline_{rank}.json for the same events when it holds every event (within
-`timeline_max_events`): on a torch training loop, a multi-thread recording with a queue, and a real
-Kineto GPU capture (device lanes, flows). Past the limit the trace holds the key steps only (median,
-slowest, outliers): tests/e2e/test_chrome_key_steps.py, where the steps' real durations decide them."""
+"""The Chrome trace rendered from the event file: `profview export --chrome` gives, byte for byte, what
+analyse() wrote into timeline_{rank}.json when it holds every event (within `timeline_max_events`), and
+of a step range exactly the whole trace's rows of those steps: on a torch training loop, a multi-thread
+recording with a queue, and a real Kineto GPU capture (device lanes, flows). Past the limit the trace
+holds the key steps' rows (median, slowest, outliers): here on a recorded run, and in
+tests/e2e/test_chrome_key_steps.py where the steps' real durations decide them."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from profiler.export.chrome_trace import write_chrome_trace
+import numpy as np
+
 from profiler.export.event_file import read_event_file
-from profiler.export.timeline_model import timeline_events
-from profiler.formats.columns import TIMELINE_MAX_EVENTS
+from profiler.export.key_steps import key_steps
+from profiler.export.outputs import write_timeline
+from profiler.formats.columns import TIMELINE_KEY_STEPS, TIMELINE_MAX_EVENTS
 from profiler.formats.documents import read_profiler_info
 from profiler.postprocess.imported import import_capture
 from profiler.postprocess.recording import load_rank
 from viewer.cli import main
 
-from support.chrome_trace import record_threads, trace_steps
+from support.chrome_trace import record_threads, rows_in_steps, trace_rows, trace_steps
+from support.recorded import analysed_copy
 
 
 def assert_export_matches(out: Path, tmp: Path, first: int, last: int) -> None:
     """`profview export --chrome` of the whole run is timeline_0.json, byte for byte; of steps
-    first..last, the writer's trace of those steps."""
+    first..last, the whole trace's rows of those steps."""
     info = read_profiler_info(out / "profiler_info_0.json")
     assert info["timeline"]["content"] == "full" and info["timeline"]["max_events"] == TIMELINE_MAX_EVENTS
     assert main(["export", str(out), "--chrome", "-o", str(tmp / "whole.json")]) == 0
     assert (tmp / "whole.json").read_bytes() == (out / "timeline_0.json").read_bytes()
-    ev = timeline_events(load_rank(out, 0)) if (out / "raw").is_dir() else None
     assert main(["export", str(out), "--chrome", "--steps", f"{first}:{last}"]) == 0
     ranged = out / f"timeline_0_steps_{first}-{last}.json"
-    if ev is not None:
-        assert ranged.read_bytes() == write_chrome_trace(ev.in_steps(first, last), tmp / "range.json").read_bytes()
+    ef = read_event_file(out / "events_0.arrow")
+    assert trace_rows(ranged)[0] == rows_in_steps(tmp / "whole.json", ef, lambda s: (s >= first) & (s <= last))
     assert trace_steps(ranged) == list(range(first, last + 1))
     assert 0 < len(ranged.read_bytes()) < len((out / "timeline_0.json").read_bytes())
 
@@ -66,15 +69,35 @@ def test_export_chrome_is_the_imported_trace_of_a_kineto_gpu_capture(tmp_path, c
     import gzip
 
     assert gzip.decompress((tmp_path / "whole.json.gz").read_bytes()) == (out / "timeline_0.json").read_bytes()
-    from profiler.analysis.steps import ensure_steps
-    from profiler.importers.kineto import read_kineto_trace
-
-    ev = timeline_events(ensure_steps(read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz")))
     assert main(["export", str(out), "--chrome", "--steps", "552:552", "-o", str(tmp_path / "one.json")]) == 0
-    one = (tmp_path / "one.json").read_bytes()
-    assert one == write_chrome_trace(ev.in_steps(552, 552), tmp_path / "w.json").read_bytes()
-    flows = [e for e in json.loads(one)["traceEvents"] if e["ph"] in "sf"]
+    ef = read_event_file(out / "events_0.arrow")
+    assert trace_rows(tmp_path / "one.json")[0] == rows_in_steps(out / "timeline_0.json", ef, lambda s: s == 552)
+    flows = [e for e in json.loads((tmp_path / "one.json").read_text())["traceEvents"] if e["ph"] in "sf"]
     assert 0 < len(flows) < sum(e["ph"] in "sf" for e in whole)
+
+
+def test_past_the_limit_the_analysed_trace_is_the_key_steps_rows_of_the_whole(tmp_path):
+    """A recorded run's timeline written with an event limit of a quarter of its events holds the rows of
+    its key steps (median, slowest, then outliers that fit), as the whole trace has them; profiler_info
+    says which steps and how many events."""
+    out = analysed_copy("scenarios", "compute_bound", tmp_path / "run")
+    run = load_rank(out, 0)
+    ef = read_event_file(out / "events_0.arrow")
+    limit = ef.rows // 4
+    run.info.setdefault("config", {})["timeline_max_events"] = limit
+    tl = write_timeline(run, out).info["timeline"]
+    key = key_steps(run)
+    assert tl["content"] == TIMELINE_KEY_STEPS and tl["events"] == ef.rows and tl["max_events"] == limit
+    assert {key.median, key.slowest} <= set(tl["steps"]) and tl["steps"] == sorted(tl["steps"])
+    assert (tl["median_step"], tl["slowest_step"]) == (key.median, key.slowest)
+    assert set(tl["steps"]) | set(tl["outlier_steps_left_out"]) == {key.median, key.slowest, *key.outliers}
+    assert main(["export", str(out), "--chrome", "-o", str(tmp_path / "whole.json")]) == 0
+    wanted = np.array(tl["steps"])
+    rows = rows_in_steps(tmp_path / "whole.json", ef, lambda s: np.isin(s, wanted))
+    assert trace_rows(out / "timeline_0.json")[0] == rows
+    flows = [e for e in json.loads((out / "timeline_0.json").read_text())["traceEvents"] if e["ph"] in "sf"]
+    assert tl["events_written"] == len(rows) + len(flows) < ef.rows
+    assert trace_steps(out / "timeline_0.json") == tl["steps"]
 
 
 def test_export_chrome_of_a_directory_without_event_file(tmp_path, capsys):

@@ -17,7 +17,8 @@ import pytest
 from profiler.analysis.results import Analysis, analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.export import outputs
-from profiler.export.chrome_trace import write_chrome_trace
+from profiler.export.chrome_from_events import export_chrome_trace, step_range
+from profiler.export.event_file import read_event_file, write_event_file
 from profiler.export.files import AtomicWrite
 from profiler.export.timeline_model import timeline_events
 from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions
@@ -25,6 +26,7 @@ from profiler.formats.names import RANK_FILES
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.recording import analyse_directory, load_rank
 
+from support.chrome_trace import trace_rows
 from support.recordings import record_small_run as record  # a real recording: phases, nested ops, marks, counters
 
 
@@ -133,13 +135,6 @@ def test_atomic_write_names_are_unique_per_writer_and_thread(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["report_0.json"]
 
 
-def trace_rows(path: Path) -> tuple[list[str], list[str]]:
-    """The rows (complete, instant and counter events) of a trace and its other lines."""
-    lines = path.read_text().splitlines()
-    rows = [line for line in lines if re.match(r'\{"ph":"[XiC]"', line)]
-    return rows, [line for line in lines if line not in set(rows)]
-
-
 def test_the_chrome_trace_of_a_step_range_is_the_full_traces_rows_of_those_steps(tmp_path, captures):
     record(tmp_path)
     cases = [
@@ -148,8 +143,9 @@ def test_the_chrome_trace_of_a_step_range_is_the_full_traces_rows_of_those_steps
     ]
     for i, (run, first, last) in enumerate(cases):
         ev = timeline_events(run)
-        full = write_chrome_trace(ev, tmp_path / f"full_{i}.json")
-        part = write_chrome_trace(ev.in_steps(first, last), tmp_path / f"part_{i}.json")
+        ef = read_event_file(write_event_file(ev, tmp_path / f"events_{i}.arrow"))
+        full = export_chrome_trace(ef, tmp_path / f"full_{i}.json")
+        part = export_chrome_trace(ef, tmp_path / f"part_{i}.json", step_range(first, last))
         full_rows, full_rest = trace_rows(full)
         part_rows, part_rest = trace_rows(part)
         step = np.concatenate([ev.complete.step[ev.complete_order], ev.points.step[ev.points_order]])

@@ -1,15 +1,21 @@
-"""The multi-thread recording the Chrome trace tests analyse, and the steps a written trace holds:
-shared by tests/integration/test_chrome_export.py (a recording within `timeline_max_events`) and
-tests/e2e/test_chrome_key_steps.py (one past it, with injected slow steps)."""
+"""The multi-thread recording the Chrome trace tests analyse, and what a written trace holds (its steps,
+its rows, the rows of some steps): shared by tests/integration/test_chrome_export.py (a recording within
+`timeline_max_events`), tests/integration/test_writers.py and tests/e2e/test_chrome_key_steps.py (one
+past it, with injected slow steps)."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
+from typing import Callable
+
+import numpy as np
 
 from profiler import ProfiledQueue, Profiler
+from profiler.export.event_file import EventFile
 
 #: An ordinary step's sleep in its forward phase.
 ORDINARY_S = 0.03
@@ -49,3 +55,19 @@ def trace_steps(path: Path) -> list[int]:
     """The steps whose step event (the steps lane) a trace holds."""
     events = json.loads(path.read_text())["traceEvents"]
     return sorted(e["args"]["step"] for e in events if e["ph"] == "X" and e.get("cat") == "step")
+
+
+def trace_rows(path: Path) -> tuple[list[str], list[str]]:
+    """The rows (complete, instant and counter events) of a trace and its other lines."""
+    lines = path.read_text().splitlines()
+    rows = [line for line in lines if re.match(r'\{"ph":"[XiC]"', line)]
+    return rows, [line for line in lines if line not in set(rows)]
+
+
+def rows_in_steps(whole: Path, ef: EventFile, keep: Callable[[np.ndarray], np.ndarray]) -> list[str]:
+    """The rows of the whole trace `whole` whose step `keep` selects (a mask of a step array), each row's
+    step read from the event file it was rendered from (the same rows in the same order)."""
+    rows, _ = trace_rows(whole)
+    step = ef.column("step", 0, len(rows))
+    assert len(rows) == ef.rows - sum(ef.meta["phase_rows"].get(ph, 0) for ph in "sf")  # every row but the flows
+    return [row for row, k in zip(rows, keep(step).tolist()) if k]

@@ -7,7 +7,14 @@ timeline's (written meanwhile on their own thread); profiler_info_{rank}.json li
 
 from __future__ import annotations
 
-from profiler.export.writers.base import AnalysisDocument, AnalysisWriter, TimelineWriter, WriteOptions, Writer
+from profiler.export.writers.base import (
+    AnalysisDocument,
+    AnalysisWriter,
+    SavedTimeline,
+    TimelineWriter,
+    WriteOptions,
+    Writer,
+)
 from profiler.export.writers.data_queue import DataQueue
 from profiler.export.writers.device_counters import DeviceCounters
 from profiler.export.writers.events import EventFile
@@ -49,4 +56,4 @@ WRITERS: list[Writer] = [
     EventFile(),
 ]
 
-__all__ = ["WRITERS", "AnalysisWriter", "TimelineWriter", "Writer", "WriteOptions"]
+__all__ = ["WRITERS", "AnalysisWriter", "SavedTimeline", "TimelineWriter", "Writer", "WriteOptions"]

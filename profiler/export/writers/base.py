@@ -17,7 +17,8 @@ import pandas as pd
 
 from profiler.analysis.results import Analysis
 from profiler.export.csv_json import write_csv, write_json
-from profiler.export.timeline_model import TimelineEvents
+from profiler.export.event_file import EventFile
+from profiler.export.key_steps import KeySteps
 from profiler.formats.columns import TIMELINE_MAX_EVENTS
 from profiler.formats.names import rank_file
 
@@ -28,6 +29,16 @@ class WriteOptions:
 
     gzip_timeline: bool = False
     timeline_max_events: int = TIMELINE_MAX_EVENTS  # past it, the Chrome trace holds the key steps
+
+
+@dataclass(frozen=True)
+class SavedTimeline:
+    """The run's timeline as saved in its event file (the timeline's one saved form), with the run's key
+    steps: what every timeline file is rendered from (`outputs.write_timeline`)."""
+
+    events: EventFile
+    key_steps: KeySteps
+    rank: int
 
 
 class Writer(ABC):
@@ -52,13 +63,13 @@ class AnalysisWriter(Writer):
 
 
 class TimelineWriter(Writer):
-    """A file written from the run's timeline events (grouped once for every timeline writer)."""
+    """A file of the run's timeline, rendered from its saved form (the event file)."""
 
     @abstractmethod
-    def write(self, events: TimelineEvents, out_dir: Path, options: WriteOptions) -> Optional[Path]:
+    def write(self, saved: SavedTimeline, out_dir: Path, options: WriteOptions) -> Optional[Path]:
         """Write the file into `out_dir`; its path, or None when the run has nothing for it."""
 
-    def describe(self, events: TimelineEvents, options: WriteOptions) -> Optional[dict[str, Any]]:
+    def describe(self, saved: SavedTimeline, options: WriteOptions) -> Optional[dict[str, Any]]:
         """What profiler_info says of the file under the writer's `kind` (None: nothing to say)."""
         return None
 
