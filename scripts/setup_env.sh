@@ -13,7 +13,7 @@ fi
 # torch stays pinned in the same command so that no dependency can pull another (CUDA) build, and
 # MindSpore at the version the tests were written against (a CPU wheel; it shares numpy with torch).
 .venv/bin/python -m pip install --quiet -c <(printf 'torch==2.13.0\nmindspore==2.10.0\n') \
-    -e ".[test,transformers,lightning,tensorboard,mlflow,mindspore,benchmark,dask]"
+    -e ".[test,transformers,lightning,tensorboard,mlflow,mindspore,benchmark,dask,remote]"
 # The reference Ascend-style device the tests, benchmarks and sample runs use: its own distribution,
 # registered as a profview.sources plug-in (not part of profview; --no-deps: it runs on the profview above).
 .venv/bin/python -m pip install --quiet --no-deps -e sample_runs/reference_device

@@ -328,17 +328,25 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _capture(text: str) -> Path | str:
+    """A capture argument: a URL stays text (fsspec opens it), anything else is a local path."""
+    from profiler.postprocess.remote import is_url
+
+    return text if is_url(text) else Path(text)
+
+
 def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = None) -> None:
     """`profview import`'s arguments; an alias (`import-kineto`) names its format instead of --from."""
     p.add_argument(
         "path",
         metavar="PATH",
-        type=Path,
+        type=_capture,
         nargs="+",
         help="a capture: a PyTorch profiler (Kineto) trace (.json or .json.gz), an Ascend profiling JOB "
         "directory (or a directory of JOB* directories), a MindSpore profiler output directory, or "
         "a format an installed package adds; its format is recognised from its content. Several "
-        "captures (or a directory of traces): each rank's, imported into one directory with the cluster files",
+        "captures (or a directory of traces): each rank's, imported into one directory with the cluster files. "
+        "A URL (s3://BUCKET/DIR, gs://..., any fsspec filesystem) names a trace or a directory of traces",
     )
     p.add_argument("-o", "--output", metavar="OUT_DIR", type=Path, required=True, help="where to write the outputs")
     p.add_argument(
@@ -384,7 +392,7 @@ def run_import(args: argparse.Namespace) -> int:
     (single,) = args.path if len(args.path) == 1 else (None,)
     if (
         args.scheduler is None
-        and single is not None
+        and isinstance(single, Path)
         and not (single.is_dir() and _holds_traces_only(single, args.data_origin))
     ):
         return _print_paths(import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format]))

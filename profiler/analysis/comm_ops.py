@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -75,20 +76,16 @@ def message_bytes(shapes: str, dtypes: str) -> int:
 
 def comm_op_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame:
     """One row per collective (COMM_OP_COLUMNS), by total latency, longest first."""
-    rows = np.flatnonzero(collective_rows(ops))
-    if not len(rows):
+    calls = _collective_calls(ops, launched)
+    if calls is None:
         return pd.DataFrame(columns=COMM_OP_COLUMNS)
-    start = ops["start_ns"].to_numpy(np.int64)[rows]
-    end = start + ops["dur_ns"].to_numpy(np.int64)[rows]
-    range_start, range_end = [start], [end]
-    owner = np.arange(len(rows))
-    if launched is not None:
-        executions, call_owner = _executions_inside(ops, launched, rows)
-        exec_start = ops["start_ns"].to_numpy(np.int64)[executions]
-        range_start.append(exec_start)
-        range_end.append(exec_start + ops["dur_ns"].to_numpy(np.int64)[executions])
-        owner = np.concatenate([owner, call_owner])
-    names = ops["name"].astype(str).to_numpy(dtype=object)[rows]
+    rows = calls.rows
+    start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
+    # a call's latency covers its host range and the device executions it launched
+    covered = np.concatenate([rows, calls.executions])
+    all_start = start[covered]
+    all_end = all_start + dur[covered]
+    all_name = calls.names[np.concatenate([np.arange(len(rows)), calls.owner])]
     size = np.array(
         [
             message_bytes(s, d)
@@ -96,15 +93,12 @@ def comm_op_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFra
         ],
         dtype=np.int64,
     )
-    all_start, all_end, all_name = np.concatenate(range_start), np.concatenate(range_end), names[owner]
     out = []
-    for name in sorted(set(names)):
-        calls = names == name
-        mine = all_name == name
-        merged_start, merged_end = union(all_start[mine], all_end[mine])
+    for name in sorted(set(calls.names)):
+        mine = calls.names == name
+        merged_start, merged_end = union(all_start[all_name == name], all_end[all_name == name])
         latency = int((merged_end - merged_start).sum())
-        count = int(calls.sum())
-        out.append((name, count, int(size[calls].sum()), latency / 1e6))
+        out.append((name, int(mine.sum()), int(size[mine].sum()), latency / 1e6))
     table = pd.DataFrame(out, columns=["name", "calls", "total_bytes", "total_ms"])
     table["mean_bytes"] = table["total_bytes"] / table["calls"]
     table["mean_ms"] = table["total_ms"] / table["calls"]
@@ -115,20 +109,19 @@ def comm_pieces(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame
     """Every collective call's pieces (COMM_PIECE_COLUMNS): `call` counts the collective's calls on this
     rank in start order, `piece` the device executions the call launched in start order (its host range,
     piece 0, when it launched none)."""
-    rows = np.flatnonzero(collective_rows(ops))
-    if not len(rows):
+    calls = _collective_calls(ops, launched)
+    if calls is None:
         return pd.DataFrame(columns=COMM_PIECE_COLUMNS)
+    rows = calls.rows
     start = ops["start_ns"].to_numpy(np.int64)
     dur = ops["dur_ns"].to_numpy(np.int64)
-    executions, owner = _executions_inside(ops, launched, rows) if launched is not None else (rows[:0], rows[:0])
-    bare = np.setdiff1d(np.arange(len(rows)), owner)  # calls that launched nothing: their own range
-    piece_rows, piece_owner = np.concatenate([executions, rows[bare]]), np.concatenate([owner, bare])
+    bare = np.setdiff1d(np.arange(len(rows)), calls.owner)  # calls that launched nothing: their own range
+    piece_rows, piece_owner = np.concatenate([calls.executions, rows[bare]]), np.concatenate([calls.owner, bare])
     order = np.lexsort((start[piece_rows], start[rows][piece_owner]))
     piece_rows, piece_owner = piece_rows[order], piece_owner[order]
-    names = ops["name"].astype(str).to_numpy(dtype=object)[rows]
     table = pd.DataFrame(
         {
-            "name": names[piece_owner],
+            "name": calls.names[piece_owner],
             "owner": piece_owner,
             "start_ms": start[piece_rows] / 1e6,
             "dur_ms": dur[piece_rows] / 1e6,
@@ -138,6 +131,26 @@ def comm_pieces(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame
     table["call"] = pd.Series(first.astype(np.int64)).groupby(table["name"].to_numpy()).cumsum().to_numpy() - 1
     table["piece"] = table.groupby("owner").cumcount().to_numpy()
     return table[COMM_PIECE_COLUMNS]
+
+
+@dataclass(frozen=True)
+class _Calls:
+    """A rank's collective calls: their host ranges (`rows` of the ops table) and names, and the device
+    executions they launched, each with the position in `rows` of its call (`owner`)."""
+
+    rows: np.ndarray
+    names: np.ndarray
+    executions: np.ndarray
+    owner: np.ndarray
+
+
+def _collective_calls(ops: pd.DataFrame, launched: Optional[Launches]) -> Optional[_Calls]:
+    """The rank's collective calls, or None when it made none."""
+    rows = np.flatnonzero(collective_rows(ops))
+    if not len(rows):
+        return None
+    executions, owner = _executions_inside(ops, launched, rows) if launched is not None else (rows[:0], rows[:0])
+    return _Calls(rows, ops["name"].astype(str).to_numpy(dtype=object)[rows], executions, owner)
 
 
 def transfer_times(pieces: Mapping[int, pd.DataFrame]) -> pd.DataFrame:

@@ -10,7 +10,8 @@ shows of its ranks (`cluster_view`: steps, spans, collectives), so no trace is r
 Past one machine, the workers are a Dask cluster's (`client`: a `dask.distributed.Client`, `profview
 import --scheduler tcp://HOST:8786`): each task imports one capture where the workers see it (a shared
 file system: the captures and DIR at the same paths on every worker) and writes that rank's files
-there; only the cluster views travel back, and the cluster files are written here.
+there; only the cluster views travel back, and the cluster files are written here. A capture named by
+URL (`s3://...`: remote.py) is copied to a local temporary directory by the process that imports it.
 """
 
 from __future__ import annotations
@@ -29,18 +30,21 @@ from profiler.formats.names import info_files
 from profiler.importers.registry import detect
 from profiler.model import Run
 from profiler.postprocess.imported import capture_format, write_runs
+from profiler.postprocess.remote import Capture, capture_name, is_url, local_copy, traces_at
 from profiler.progress import Progress
 
 #: File name endings of the traces a directory of captures is searched for.
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def captures_in(paths: Sequence[Path]) -> list[Path]:
+def captures_in(paths: Sequence[Capture]) -> list[Capture]:
     """The captures `paths` name: each path that is a capture itself, else (a directory) the traces in it,
-    sorted by name."""
-    out: list[Path] = []
+    sorted by name; a URL names a trace or a directory of traces."""
+    out: list[Capture] = []
     for path in paths:
-        if path.is_dir() and detect(path) is None:
+        if is_url(path):
+            out += traces_at(path, TRACE_SUFFIXES)
+        elif path.is_dir() and detect(path) is None:
             found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
             if not found:
                 raise ProfviewError(f"{path} holds no capture and no trace (*.json, *.json.gz) to import")
@@ -51,7 +55,7 @@ def captures_in(paths: Sequence[Path]) -> list[Path]:
 
 
 def import_captures(
-    paths: Sequence[Path],
+    paths: Sequence[Capture],
     out_dir: Path,
     data_origin: Optional[str] = None,
     jobs: int = 1,
@@ -84,12 +88,12 @@ def import_captures(
 
 
 def _import_each(
-    captures: list[Path], staging: Path, data_origin: Optional[str], jobs: int, progress: Progress, client: Any
-) -> tuple[list[tuple[Path, Path]], list[tuple[Path, str]], dict[int, Run]]:
+    captures: list[Capture], staging: Path, data_origin: Optional[str], jobs: int, progress: Progress, client: Any
+) -> tuple[list[tuple[Capture, Path]], list[tuple[Capture, str]], dict[int, Run]]:
     """Import each capture into a directory of its own under `staging`: (capture, directory) of those
     imported, (capture, why) of the others, both in the captures' order, and each rank's cluster view."""
     targets = {capture: staging / str(i) for i, capture in enumerate(captures)}
-    outcome: dict[Path, tuple[Optional[str], dict[int, Run]]] = {}
+    outcome: dict[Capture, tuple[Optional[str], dict[int, Run]]] = {}
     if client is not None:
         outcome = _import_on_dask(client, targets, data_origin, progress)
     elif jobs <= 1 or len(captures) == 1:
@@ -111,19 +115,19 @@ def _import_each(
 
 
 def _import_on_dask(
-    client: Any, targets: dict[Path, Path], data_origin: Optional[str], progress: Progress
-) -> dict[Path, tuple[Optional[str], dict[int, Run]]]:
+    client: Any, targets: dict[Capture, Path], data_origin: Optional[str], progress: Progress
+) -> dict[Capture, tuple[Optional[str], dict[int, Run]]]:
     """Each capture imported by a task on the Dask `client`'s workers; a task that fails for any reason (its
     worker died, the capture is not where the worker looks) costs only its capture."""
     from distributed import as_completed as dask_completed
 
     futures = {
         client.submit(
-            _import_one, capture, target, data_origin, pure=False, key=f"profview-import-{i}-{capture.name}"
+            _import_one, capture, target, data_origin, pure=False, key=f"profview-import-{i}-{capture_name(capture)}"
         ): capture
         for i, (capture, target) in enumerate(targets.items())
     }
-    outcome: dict[Path, tuple[Optional[str], dict[int, Run]]] = {}
+    outcome: dict[Capture, tuple[Optional[str], dict[int, Run]]] = {}
     for i, future in enumerate(dask_completed(futures), 1):
         try:
             outcome[futures[future]] = future.result()
@@ -146,17 +150,17 @@ def dask_client(address: str, timeout_s: float = 10.0) -> Any:
         raise ProfviewError(f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}: {exc})") from None
 
 
-def _import_one(capture: Path, target: Path, data_origin: Optional[str]) -> tuple[Optional[str], dict[int, Run]]:
-    """Import one capture into `target` (in a worker process), as `import_capture` does: (None, the cluster
-    view of each of its ranks), or (why it could not be, {})."""
-    from profiler.analysis.steps import ensure_steps
+def _import_one(capture: Capture, target: Path, data_origin: Optional[str]) -> tuple[Optional[str], dict[int, Run]]:
+    """Import one capture into `target` (in a worker process), as `import_capture` does (a URL's from a local
+    copy): (None, the cluster view of each of its ranks), or (why it could not be, {})."""
     from profiler.export.cluster import cluster_view
-    from profiler.importers.registry import importer_named
 
     try:
-        importer = importer_named(data_origin) if data_origin is not None else capture_format(capture)
-        runs = [ensure_steps(run) for run in importer.runs(capture)]
-        write_runs(runs, target, source=capture)
+        if is_url(capture):
+            with local_copy(capture) as local:
+                runs = _import_local(local, target, data_origin, capture)
+        else:
+            runs = _import_local(capture, target, data_origin, capture)
     except ProfviewError as exc:
         return str(exc), {}
     except OSError as exc:
@@ -164,9 +168,23 @@ def _import_one(capture: Path, target: Path, data_origin: Optional[str]) -> tupl
     return None, {run.rank: cluster_view(run) for run in runs}
 
 
-def _move_ranks(done: list[tuple[Path, Path]], out_dir: Path) -> list[Path]:
+def _import_local(path: Path, target: Path, data_origin: Optional[str], source: Capture) -> list[Run]:
+    """The runs of the capture at the local `path`, written into `target` (profiler_info names `source`)."""
+    from profiler.analysis.steps import ensure_steps
+    from profiler.importers.registry import importer_named
+
+    importer = importer_named(data_origin) if data_origin is not None else capture_format(path)
+    runs = [ensure_steps(run) for run in importer.runs(path)]
+    if source != path:  # a URL's local copy: the run was read from the URL
+        for run in runs:
+            run.info["source_path"] = str(source)
+    write_runs(runs, target, source=source)
+    return runs
+
+
+def _move_ranks(done: list[tuple[Capture, Path]], out_dir: Path) -> list[Path]:
     """Move each imported capture's files into `out_dir`, after checking no rank was imported twice."""
-    owner: dict[int, Path] = {}
+    owner: dict[int, Capture] = {}
     for capture, directory in done:
         for rank in info_files(directory):
             if rank in owner:

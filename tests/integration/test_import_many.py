@@ -2,7 +2,9 @@
 NCCL job, imported in two processes, give the files each rank's own import gives, byte for byte, and the
 cluster files; a directory of traces is the same as naming them; a damaged capture costs only itself; two
 captures of one rank are refused before anything is written. The same on a Dask cluster of worker processes
-(`--scheduler`, a LocalCluster): the same files, byte for byte, and the same refusals."""
+(`--scheduler`, a LocalCluster): the same files, byte for byte, and the same refusals. Traces named by URL
+(fsspec's file:// here, as s3:// or gs:// would be) are imported from local copies: the same files, whose
+profiler_info names the URL; a URL that cannot be read is one sentence."""
 
 from __future__ import annotations
 
@@ -137,3 +139,62 @@ def test_the_python_api_takes_a_dask_client(captures: Path, one_by_one: Path, tm
     assert {p.name for p in written} >= {"profiler_info_0.json", "profiler_info_1.json", "cluster_summary.json"}
     for name in ("step_trace_0.csv", "op_detail_1.csv", "kernels_0.csv", "comm_pieces_1.csv"):
         assert filecmp.cmp(one_by_one / name, tmp_path / "job" / name, shallow=False), name
+
+
+def assert_each_ranks_own_import(expected: Path, out: Path, sources: dict[str, str]) -> None:
+    """`out` holds every file of `expected` byte for byte, but profiler_info, whose `source_path` is `sources`'."""
+    for path in sorted(expected.iterdir()):
+        if path.name.startswith("profiler_info_"):
+            want, got = json.loads(path.read_text()), json.loads((out / path.name).read_text())
+            assert got.pop("source_path") == sources[path.name] and Path(want.pop("source_path")).is_file()
+            assert got == want
+        else:
+            assert filecmp.cmp(path, out / path.name, shallow=False), path.name
+
+
+@pytest.fixture
+def bucket(captures: Path, tmp_path: Path) -> str:
+    """The URL of a directory holding the two ranks' traces and a file that is no trace."""
+    traces = tmp_path / "bucket" / "job42"
+    traces.mkdir(parents=True)
+    for name in RANKS:
+        shutil.copy(captures / "kineto" / name, traces / name)
+    (traces / "notes.txt").write_text("not a trace")
+    return traces.as_uri()
+
+
+def test_a_directory_url_is_its_traces_each_imported_from_a_local_copy(bucket: str, one_by_one: Path, tmp_path: Path):
+    out = tmp_path / "job"
+    result = profview("import", bucket, "-o", str(out), "--jobs", "2")
+    assert result.returncode == 0, result.stderr
+    sources = {f"profiler_info_{rank}.json": f"{bucket}/{name}" for rank, name in enumerate(RANKS)}
+    assert_each_ranks_own_import(one_by_one, out, sources)
+    assert (out / "cluster_summary.json").is_file()
+    one = tmp_path / "one"  # one trace by URL: the single-capture import's files
+    assert profview("import", f"{bucket}/{RANKS[1]}", "-o", str(one)).returncode == 0
+    assert filecmp.cmp(one / "report_1.json", one_by_one / "report_1.json", shallow=False)
+
+
+def test_urls_on_a_dask_cluster_are_read_by_the_workers(bucket: str, one_by_one: Path, tmp_path: Path, dask_scheduler):
+    out = tmp_path / "job"
+    result = profview(
+        "import", f"{bucket}/{RANKS[0]}", f"{bucket}/{RANKS[1]}", "-o", str(out), "--scheduler", dask_scheduler
+    )
+    assert result.returncode == 0, result.stderr
+    sources = {f"profiler_info_{rank}.json": f"{bucket}/{name}" for rank, name in enumerate(RANKS)}
+    assert_each_ranks_own_import(one_by_one, out, sources)
+
+
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("file:///nonexistent/profview/job", "file:///nonexistent/profview/job does not exist"),
+        ("nosuchscheme://bucket/trace.json", "Protocol not known: nosuchscheme"),
+        ("oci://bucket/trace.json", "ocifs"),
+    ],
+    ids=["missing", "unknown scheme", "scheme without its package"],
+)
+def test_a_url_that_cannot_be_read_is_one_sentence(tmp_path: Path, url: str, says: str):
+    result = profview("import", url, "-o", str(tmp_path / "out"))
+    assert result.returncode == 1 and says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
