@@ -43,7 +43,9 @@ from profiler.kernels.intervals import assign_steps
 from profiler.model import COUNTER_COLUMNS, OP_COLUMNS, Run, conform
 from profiler.record.recorder import hot, now_ns
 from profiler.store.kinds import COMM
-from profiler.store.load import RawTables, Recording, descriptor_columns, window_of, windows_from_samples
+from profiler.store.load import Recording
+from profiler.store.tables import RawTables, descriptor_columns
+from profiler.store.windows import window_of, windows_from_samples
 
 if TYPE_CHECKING:
     from profiler.record.recorder import Recorder

@@ -41,9 +41,8 @@ import numpy as np
 
 from profiler.errors import ProfviewError
 from profiler.store import kinds as K
-from profiler.store.load import RawTables
 from profiler.store.raw import CHECKSUM, MAGIC, RAW_SUFFIX, SHORT, RawFile
-from profiler.store.tables import Records, TableReader
+from profiler.store.tables import RawTables, Records, TableReader
 
 #: most bytes one poll reads from one file (the rest is read by the next polls)
 READ_LIMIT = 64 << 20

@@ -23,7 +23,8 @@ from profiler.model import (
     conform,
 )
 from profiler.store import kinds as K
-from profiler.store.load import RawTables, descriptor_columns, window_of, windows_from_samples
+from profiler.store.tables import RawTables, descriptor_columns
+from profiler.store.windows import window_of, windows_from_samples
 
 
 def interpret(t: RawTables) -> Run:

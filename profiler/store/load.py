@@ -2,8 +2,10 @@
 
 Events arrive as per-thread (t, code) pairs; code // 2 is a descriptor id, code % 2 says begin
 or end. This module finds a rank's raw files, reads them (`raw.read_raw_file`), has their chunks
-checked and de-duplicated by the rank's `tables.TableReader` (the reader `follow.py` uses too), and
-concatenates the records; `interpret.py` gives them meaning.
+checked and de-duplicated by the rank's `tables.TableReader` (the reader `follow.py` uses too),
+concatenates the records into `tables.RawTables` and has lost window bounds repaired (`windows.py`);
+`interpret.py` gives them meaning. One module per stage, for both readers: chunks `raw.py`, their
+contents and damage `tables.py`, recording windows `windows.py`.
 
 What a damaged store costs (docs/architecture.md, "The raw store"): a chunk that cannot be used
 costs its own records and nothing else, and is reported (file, chunk index, byte offset, records
@@ -18,48 +20,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
-import pandas as pd
 
 from profiler.errors import ProfviewError
-from profiler.kernels.intervals import place
-from profiler.store import kinds
 from profiler.store.raw import RawFile, _read_bytes, find_raw_files, rank_of_name, read_raw_file
-from profiler.store.tables import TableReader, clean_meta, json_or_none
+from profiler.store.tables import RawTables, TableReader, clean_meta, json_or_none
+from profiler.store.windows import repair_windows
 
-INT64_MAX = np.iinfo(np.int64).max
 RECORD_TABLES = ("events", "samples")
-
-
-@dataclass
-class RawTables:
-    """One rank's raw files as tables, before interpretation: its events chunks (views of the mapped
-    files), its samples concatenated, the descriptor table, and what was read and lost."""
-
-    meta: dict
-    descriptors: list[tuple[str, str, str]]
-    thread_names: dict[int, str]  # ident -> name
-    events: list[np.ndarray]  # each events chunk's (time, code) records, (n, 2) int64
-    ev_chunk_thread: np.ndarray  # thread ident of each events chunk (a chunk is one thread's)
-    sm: np.ndarray  # samples, shape (n, 4): t, code, a, b
-    sm_thread: np.ndarray
-    sources: dict = field(default_factory=dict)
-    end: Optional[dict] = None
-    dropped: int = 0
-    torn_chunks: int = 0  # damaged chunks (torn by a kill, or corrupt)
-    warnings: list[str] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    damaged: list[dict] = field(default_factory=list)  # Damage.to_json() of each damaged chunk
-    lost_records: int = 0  # records in damaged chunks or naming lost descriptors
-    duplicate_chunks: int = 0  # chunks stored twice (copied files, repeated chunks)
-
-    @property
-    def n_events(self) -> int:
-        return sum(len(c) for c in self.events)
-
-    @property
-    def records(self) -> int:
-        """Events and samples."""
-        return self.n_events + len(self.sm)
 
 
 @dataclass(frozen=True)
@@ -219,7 +186,7 @@ def read_raw_tables(
     else:
         raise ProfviewError(_nothing_readable(paths, files, tables.warnings))
     _drop_before_origin(tables, [p.t_min for p in ev_parts])
-    _repair_windows(tables)
+    repair_windows(tables)
     return tables
 
 
@@ -253,107 +220,4 @@ def _nothing_readable(paths: list[Path], files: list[RawFile], warnings: list[st
     return (
         f"the raw store {names} has no metadata chunk and no readable record{why}: it is not a profview "
         "recording or was cut short at its start"
-    )
-
-
-def _repair_windows(t: RawTables) -> None:
-    """Recording windows whose start was lost (its sample sat in a damaged chunk, or the memory
-    budget dropped it) get one back, at the first record after the previous window's end, so the
-    loss costs that sample and not the whole window. A window whose end was lost ends where the
-    next one starts (windows_from_samples)."""
-    if not t.records:
-        return
-    kind_of = descriptor_columns(t.descriptors)[0]
-    k = kind_of[t.sm[:, 1] >> 1] if len(t.sm) else np.empty(0, dtype=object)
-    starts = np.sort(t.sm[k == kinds.WINDOW_START, 0])
-    stops = np.sort(t.sm[k == kinds.WINDOW_STOP, 0])
-    other_sm = t.sm[(k != kinds.WINDOW_START) & (k != kinds.WINDOW_STOP), 0]
-
-    def first_record(after: int, until: int) -> Optional[int]:
-        best = None
-        for times in [c[:, 0] for c in t.events] + [other_sm]:
-            sel = times[(times > after) & (times <= until)]
-            if len(sel):
-                best = int(sel.min()) if best is None else min(best, int(sel.min()))
-        return best
-
-    added, lost_stops = [], 0
-    prev_stop = -(1 << 63)
-    for stop in stops:
-        opened = starts[(starts > prev_stop) & (starts <= stop)]
-        if not len(opened):
-            at = first_record(prev_stop, int(stop))
-            if at is not None:
-                added.append(at)
-        elif len(opened) > 1:
-            lost_stops += len(opened) - 1
-        prev_stop = int(stop)
-    if not len(starts) and not len(stops):
-        at = first_record(-(1 << 63), INT64_MAX)
-        if at is not None:
-            added.append(at)
-    if added:
-        code = 2 * _descriptor_id(t, (kinds.WINDOW_START, "window", ""))
-        thread = int(t.sm_thread[0]) if len(t.sm_thread) else int(t.ev_chunk_thread[0])
-        extra = np.array([[at, code, -1, 0] for at in added], dtype=np.int64)
-        t.sm = np.concatenate([t.sm, extra])
-        t.sm_thread = np.concatenate([t.sm_thread, np.full(len(added), thread, np.int64)])
-        t.warnings.append(
-            f"{len(added)} recording-window start(s) were lost (a damaged chunk or the memory budget "
-            "took them): each such window is taken to start at its first record"
-        )
-    if lost_stops:
-        t.warnings.append(
-            f"{lost_stops} recording-window end(s) were lost: each such window is taken to end "
-            "where the next one starts"
-        )
-
-
-def _descriptor_id(t: RawTables, key: tuple[str, str, str]) -> int:
-    try:
-        return t.descriptors.index(key)
-    except ValueError:
-        t.descriptors.append(key)
-        return len(t.descriptors) - 1
-
-
-# ---- interpretation ------------------------------------------------------------------------
-
-
-def descriptor_columns(descriptors: list[tuple[str, str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """kind, name and extra of every descriptor id, as arrays indexable by id."""
-    if not descriptors:
-        e = np.empty(0, dtype=object)
-        return e, e, e
-    arr = np.array(descriptors, dtype=object).reshape(-1, 3)
-    return arr[:, 0], arr[:, 1], arr[:, 2]
-
-
-def windows_from_samples(sm: np.ndarray, kind_of: np.ndarray) -> pd.DataFrame:
-    """Recording windows [start_ns, stop_ns) with their first step, from window_start / window_stop
-    samples. A window ends at the first stop after its start, or where the next window starts when
-    its stop was lost."""
-    k = kind_of[sm[:, 1] >> 1] if len(sm) else np.empty(0, dtype=object)
-    starts = sm[k == kinds.WINDOW_START]
-    stops = sm[k == kinds.WINDOW_STOP]
-    starts = starts[np.argsort(starts[:, 0], kind="stable")]
-    stops = stops[np.argsort(stops[:, 0], kind="stable")]
-    stop_t = np.full(len(starts), INT64_MAX, dtype=np.int64)
-    if len(stops) and len(starts):
-        idx = np.searchsorted(stops[:, 0], starts[:, 0], side="left")
-        ok = idx < len(stops)
-        stop_t[ok] = stops[idx[ok], 0]
-    if len(starts) > 1:
-        stop_t[:-1] = np.minimum(stop_t[:-1], starts[1:, 0])
-    return pd.DataFrame({"start_ns": starts[:, 0], "stop_ns": stop_t, "first_step": starts[:, 2]})
-
-
-def window_of(t: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
-    """Index of the window [start, stop] containing each time (int32), -1 when outside every window."""
-    return place(
-        t,
-        windows["start_ns"].to_numpy(dtype=np.int64),
-        windows["stop_ns"].to_numpy(dtype=np.int64),
-        np.arange(len(windows), dtype=np.int32),
-        end_inclusive=True,
     )

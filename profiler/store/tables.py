@@ -18,7 +18,7 @@ same words, for the same damage:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -387,3 +387,44 @@ def clean_end(obj: Any) -> Optional[dict]:
     ):
         del end["flush_ms"]
     return end
+
+
+@dataclass
+class RawTables:
+    """One rank's raw files as tables, before interpretation: its events chunks (views of the mapped
+    files), its samples concatenated, the descriptor table, and what was read and lost."""
+
+    meta: dict
+    descriptors: list[tuple[str, str, str]]
+    thread_names: dict[int, str]  # ident -> name
+    events: list[np.ndarray]  # each events chunk's (time, code) records, (n, 2) int64
+    ev_chunk_thread: np.ndarray  # thread ident of each events chunk (a chunk is one thread's)
+    sm: np.ndarray  # samples, shape (n, 4): t, code, a, b
+    sm_thread: np.ndarray
+    sources: dict = field(default_factory=dict)
+    end: Optional[dict] = None
+    dropped: int = 0
+    torn_chunks: int = 0  # damaged chunks (torn by a kill, or corrupt)
+    warnings: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    damaged: list[dict] = field(default_factory=list)  # Damage.to_json() of each damaged chunk
+    lost_records: int = 0  # records in damaged chunks or naming lost descriptors
+    duplicate_chunks: int = 0  # chunks stored twice (copied files, repeated chunks)
+
+    @property
+    def n_events(self) -> int:
+        return sum(len(c) for c in self.events)
+
+    @property
+    def records(self) -> int:
+        """Events and samples."""
+        return self.n_events + len(self.sm)
+
+
+def descriptor_columns(descriptors: list[tuple[str, str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """kind, name and extra of every descriptor id, as arrays indexable by id."""
+    if not descriptors:
+        e = np.empty(0, dtype=object)
+        return e, e, e
+    arr = np.array(descriptors, dtype=object).reshape(-1, 3)
+    return arr[:, 0], arr[:, 1], arr[:, 2]
