@@ -1,0 +1,61 @@
+"""The deterministic CSV writer (profiler/export/csv_json.py) formats float columns itself, a block of rows
+at a time: the bytes must be what pandas' own `to_csv(float_format="%.6f")` writes, for every kind of value
+and column (NaN with either missing-number text, infinities, -0.0, huge and tiny values, float32, columns
+of NaN only, text that needs quoting or a carriage return, mixed and empty tables), across block bounds."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.export import csv_json
+from profiler.export.csv_json import FLOAT_FORMAT, write_csv
+
+
+def pandas_bytes(df: pd.DataFrame, na_rep: str, quoting: int) -> bytes:
+    return df.to_csv(
+        index=False, float_format=FLOAT_FORMAT, lineterminator="\n", quoting=quoting, na_rep=na_rep
+    ).encode()
+
+
+def tricky_table(rows: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1e3, rows)
+    specials = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e300, -1e-300, 0.0000005, 0.0000015, 2.5e-7, 123456789.1234565]
+    x[: len(specials)] = specials
+    return pd.DataFrame(
+        {
+            "name": [f"op,{i}" if i % 7 == 0 else f'say "{i}"' if i % 11 == 0 else f"op{i}" for i in range(rows)],
+            "calls": np.arange(rows, dtype=np.int64),
+            "ms": x,
+            "f32": rng.random(rows).astype(np.float32) * 100,
+            "missing": np.full(rows, np.nan),
+            "flag": np.arange(rows) % 2 == 0,
+            "cat": pd.Categorical(np.where(np.arange(rows) % 3 == 0, "a", "b")),
+        }
+    )
+
+
+@pytest.mark.parametrize("na_rep", ["", "nan"])
+def test_the_bytes_are_pandas_float_format_across_row_blocks(tmp_path, monkeypatch, na_rep):
+    monkeypatch.setattr(csv_json, "CSV_ROWS", 7)  # many blocks, bounds inside the special values
+    df = tricky_table(100, seed=1)
+    assert write_csv(df, tmp_path / "t.csv", na_rep=na_rep).read_bytes() == pandas_bytes(df, na_rep, csv.QUOTE_MINIMAL)
+
+
+def test_a_carriage_return_quotes_every_field_as_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(csv_json, "CSV_ROWS", 5)
+    df = tricky_table(20, seed=2)
+    df.loc[3, "name"] = "two\rlines"
+    assert write_csv(df, tmp_path / "t.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_ALL)
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+def test_empty_and_one_row_tables(tmp_path, rows):
+    df = tricky_table(12, seed=3).iloc[:rows]
+    assert write_csv(df, tmp_path / "t.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_MINIMAL)
+    lone = pd.DataFrame({"x": [np.nan] * rows})  # a row whose only field is empty
+    assert write_csv(lone, tmp_path / "lone.csv").read_bytes() == pandas_bytes(lone, "", csv.QUOTE_MINIMAL)
