@@ -205,9 +205,10 @@ def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
     for col in numeric + [
         c for c in CSV_COLUMNS.get(kind, ()) if c in frame.columns and c not in numeric and c not in text
     ]:
-        frame[col] = _numeric_column(
-            frame[col], path, col, NON_FINITE_CELLS.get((kind, col), ()), column_limit(kind, col)
-        )
+        column = frame[col]
+        checked = _numeric_column(column, path, col, NON_FINITE_CELLS.get((kind, col), ()), column_limit(kind, col))
+        if checked is not column:  # converted from text (a column already numbers stays as read)
+            frame[col] = checked
     for col in OPTIONAL_TEXT:
         if col in frame.columns:
             frame[col] = frame[col].astype(str)
@@ -250,6 +251,8 @@ def _numeric_column(
         beyond = (np.abs(values) >= limit) & np.isfinite(values)
     if beyond.any():
         _beyond_limit(column, path, name, int(np.flatnonzero(beyond)[0]))
+    if column.dtype == np.float64:
+        return column  # read as numbers, all of them allowed
     return pd.Series(values, index=column.index, name=column.name, dtype=np.float64)
 
 
