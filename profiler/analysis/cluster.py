@@ -115,10 +115,10 @@ def clock_shifts(infos: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, int]
 
 def cluster_step_table(traces: Mapping[int, pd.DataFrame], shifts_ns: Mapping[int, int]) -> pd.DataFrame:
     """One row per (rank, step): phases, communication, wait, busy time and the step's slowest rank."""
-    parts = [_rank_rows(rank, t, shifts_ns.get(rank, 0)) for rank, t in sorted(traces.items()) if len(t)]
-    if not parts:
+    rows = _rank_rows({rank: t for rank, t in sorted(traces.items()) if len(t)}, shifts_ns)
+    if not len(rows):
         return pd.DataFrame(columns=CLUSTER_STEP_COLUMNS)
-    rows = pd.concat(parts, ignore_index=True).sort_values(["step", "rank"], kind="stable", ignore_index=True)
+    rows = rows.sort_values(["step", "rank"], kind="stable", ignore_index=True)
     by_step = rows.groupby("step", sort=False)
     rows["wait_ms"] = rows["comm_ms"] - by_step["comm_ms"].transform("min")
     rows["busy_ms"] = rows["total_ms"] - rows["wait_ms"]
@@ -129,25 +129,33 @@ def cluster_step_table(traces: Mapping[int, pd.DataFrame], shifts_ns: Mapping[in
     return rows[CLUSTER_STEP_COLUMNS]
 
 
-def _rank_rows(rank: int, trace: pd.DataFrame, shift_ns: int) -> pd.DataFrame:
-    """A rank's step trace in the cluster table's columns (before the cross-rank columns)."""
-    comm = trace["all_reduce_ms"].to_numpy(np.float64)
-    overlap = trace["all_reduce_overlap_ms"].to_numpy(np.float64)
+def _rank_rows(traces: Mapping[int, pd.DataFrame], shifts_ns: Mapping[int, int]) -> pd.DataFrame:
+    """The ranks' step traces, one after the other, in the cluster table's columns (before the cross-rank
+    columns); built column by column (thousands of ranks)."""
+    ranks = list(traces)
+    lengths = [len(traces[r]) for r in ranks]
+
+    def column(name: str, dtype: type = np.float64) -> np.ndarray:
+        return np.concatenate([traces[r][name].to_numpy(dtype) for r in ranks]) if ranks else np.empty(0, dtype)
+
+    comm, overlap = column("all_reduce_ms"), column("all_reduce_overlap_ms")
     exposed = np.clip(comm - overlap, 0, None)
+    fp_bp, tail = column("fp_bp_ms"), column("tail_ms")
+    shifts_ms = np.repeat(np.array([shifts_ns.get(r, 0) / 1e6 for r in ranks], np.float64), lengths)
     return pd.DataFrame(
         {
-            "rank": rank,
-            "step": trace["step"].to_numpy(np.int64),
-            "start_ms": trace["start_ms"].to_numpy(np.float64) + shift_ns / 1e6,
-            "iteration_gap_ms": trace["iteration_gap_ms"].to_numpy(np.float64),
-            "fp_bp_ms": trace["fp_bp_ms"].to_numpy(np.float64),
-            "tail_ms": trace["tail_ms"].to_numpy(np.float64),
-            "total_ms": trace["total_ms"].to_numpy(np.float64),
+            "rank": np.repeat(np.array(ranks, np.int64), lengths),
+            "step": column("step", np.int64),
+            "start_ms": column("start_ms") + shifts_ms,
+            "iteration_gap_ms": column("iteration_gap_ms"),
+            "fp_bp_ms": fp_bp,
+            "tail_ms": tail,
+            "total_ms": column("total_ms"),
             "comm_ms": comm,
             "comm_overlap_ms": overlap,
             "exposed_comm_ms": exposed,
-            "fp_bp_excl_comm_ms": np.clip(trace["fp_bp_ms"].to_numpy(np.float64) - overlap, 0, None),
-            "tail_excl_comm_ms": np.clip(trace["tail_ms"].to_numpy(np.float64) - exposed, 0, None),
+            "fp_bp_excl_comm_ms": np.clip(fp_bp - overlap, 0, None),
+            "tail_excl_comm_ms": np.clip(tail - exposed, 0, None),
         }
     )
 

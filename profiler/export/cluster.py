@@ -56,7 +56,7 @@ from profiler.formats.names import (
     info_files,
     rank_file,
 )
-from profiler.formats.tables import read_csv
+from profiler.formats.tables import read_csvs
 from profiler.model import Run
 
 TIMELINE_RANKS = 16  # ranks drawn in the merged timeline (all of them up to this many)
@@ -65,12 +65,10 @@ TIMELINE_RANKS = 16  # ranks drawn in the merged timeline (all of them up to thi
 def read_rank_outputs(directory: Path) -> tuple[dict[int, dict], dict[int, pd.DataFrame]]:
     """profiler_info and step trace of every analysed rank in `directory` (a rank without a step trace
     gets an empty one)."""
-    infos: dict[int, dict] = {}
-    traces: dict[int, pd.DataFrame] = {}
-    for rank, path in info_files(directory).items():
-        infos[rank] = read_json_object(path)
-        trace = directory / rank_file("step_trace", rank)
-        traces[rank] = read_csv(trace, "step_trace") if trace.is_file() else pd.DataFrame()
+    infos = {rank: read_json_object(path) for rank, path in info_files(directory).items()}
+    traces = dict.fromkeys(infos, pd.DataFrame())
+    written = [r for r in infos if (directory / rank_file("step_trace", r)).is_file()]
+    traces.update(zip(written, read_csvs([directory / rank_file("step_trace", r) for r in written], "step_trace")))
     return infos, traces
 
 
@@ -87,7 +85,8 @@ def read_rank_devices(directory: Path, ranks: Sequence[int]) -> dict[int, list]:
 def read_rank_tables(directory: Path, ranks: Sequence[int], kind: str) -> dict[int, pd.DataFrame]:
     """The ranks' `kind` CSV (a RANK_FILES kind), by rank, for the ranks that wrote one."""
     paths = {rank: directory / rank_file(kind, rank) for rank in ranks}
-    return {rank: read_csv(path, kind) for rank, path in paths.items() if path.is_file()}
+    written = [rank for rank, path in paths.items() if path.is_file()]
+    return dict(zip(written, read_csvs([paths[rank] for rank in written], kind)))
 
 
 def read_comm_split(directory: Path, ranks: Sequence[int]) -> pd.DataFrame:

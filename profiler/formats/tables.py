@@ -3,10 +3,13 @@ checks it (the columns consumers rely on exist, their cells are finite numbers w
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Optional
 
 import numpy as np
 import pandas as pd
@@ -180,7 +183,7 @@ def column_limit(kind: str, column: str) -> float:
     return MAX_MS if column.endswith(("_ms", "_pct", "_ratio")) else MAX_WHOLE
 
 
-def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
+def read_csv(path: Path | IO, kind: str) -> pd.DataFrame:
     """Read one of the output CSVs (a CSV_REQUIRED key) and check the columns consumers rely on.
 
     Text cells are read as written ("" stays "", an op named "nan" or "1" stays text); the numeric
@@ -213,6 +216,91 @@ def read_csv(path: Path | IO[str], kind: str) -> pd.DataFrame:
         if col in frame.columns:
             frame[col] = frame[col].astype(str)
     return frame
+
+
+#: How much CSV text read_csvs parses at a time.
+BATCH_BYTES = 32 << 20
+_WHOLE_NUMBER = re.compile(rb"[+-]?[0-9]+")
+
+
+def read_csvs(paths: Sequence[Path], kind: str) -> list[pd.DataFrame]:
+    """`read_csv(path, kind)` of each of `paths`, in order: the same frames and the same refusals, with
+    the files that share a header parsed together (one pandas parse per BATCH_BYTES of them, not one per
+    file: a merge reads thousands of ranks' small step traces). A batch that does not read cleanly, or
+    whose rows do not split back into its files, is read file by file, and so is a file whose numeric
+    column pandas might type differently on its own (see `_float_columns`)."""
+    frames: list[Optional[pd.DataFrame]] = [None] * len(paths)
+    batch: list[tuple[int, bytes, bytes]] = []  # (position, header, rows)
+    for i, path in enumerate(paths):
+        split = _header_and_rows(path, kind)
+        if split is None:
+            frames[i] = read_csv(path, kind)
+            continue
+        if batch and (split[0] != batch[0][1] or sum(len(b[2]) for b in batch) >= BATCH_BYTES):
+            _read_batch(batch, paths, kind, frames)
+            batch = []
+        batch.append((i, *split))
+    if batch:
+        _read_batch(batch, paths, kind, frames)
+    return frames  # type: ignore[return-value]
+
+
+def _header_and_rows(path: Path, kind: str) -> Optional[tuple[bytes, bytes]]:
+    """A file's header line and its rows (ending in a line feed) when it can be parsed with others: a
+    plain file of contract columns with rows, no quote and no carriage return (each line one row)."""
+    try:
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    header, _, rows = data.partition(b"\n")
+    if not rows or b'"' in data or b"\r" in data:
+        return None
+    names = header.decode("utf-8", errors="replace").split(",")
+    if len(set(names)) != len(names) or not set(names) <= set(CSV_COLUMNS.get(kind, ())) | set(CSV_REQUIRED[kind][0]):
+        return None
+    return header, rows if rows.endswith(b"\n") else rows + b"\n"
+
+
+def _read_batch(
+    batch: list[tuple[int, bytes, bytes]], paths: Sequence[Path], kind: str, frames: list[Optional[pd.DataFrame]]
+) -> None:
+    """Parse `batch` (files sharing a header) at once and give each file its rows in `frames`; a file the
+    batch cannot speak for is read on its own."""
+    header = batch[0][1]
+    counts = [rows.count(b"\n") for _, _, rows in batch]
+    try:
+        table = read_csv(io.BytesIO(b"\n".join([header, *(rows for _, _, rows in batch)])), kind)
+    except InputError:  # a file is refused: read each, so the refusal names it
+        table = None
+    if table is None or len(table) != sum(counts):  # blank lines skipped: rows no longer map to files
+        for i, _, _ in batch:
+            frames[i] = read_csv(paths[i], kind)
+        return
+    floats = _float_columns(table, header)
+    start = 0
+    for (i, _, rows), count in zip(batch, counts):
+        alike = not any(_WHOLE_NUMBER.fullmatch(cell.strip()) for cell in _cells(rows, floats))
+        frames[i] = table.iloc[start : start + count].reset_index(drop=True) if alike else read_csv(paths[i], kind)
+        start += count
+
+
+def _float_columns(table: pd.DataFrame, header: bytes) -> list[int]:
+    """Positions (in `header`) of the numeric columns a batch read as floats. pandas types a column by its
+    cells, so a column of whole numbers in one file but fractions in another is int64 read alone and float64
+    in the batch: a file whose first cell in such a column is a whole number may be one (profview writes
+    every float with a decimal point) and is read alone."""
+    text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
+    names = header.decode("utf-8", errors="replace").split(",")
+    return [i for i, name in enumerate(names) if name not in text and table[name].dtype.kind == "f"]
+
+
+def _cells(rows: bytes, positions: list[int]) -> list[bytes]:
+    """The cells at `positions` of the first of `rows` (lines of unquoted cells)."""
+    first = rows[: rows.index(b"\n")].split(b",")
+    return [first[i] for i in positions if i < len(first)]
 
 
 def _numeric_column(

@@ -59,3 +59,51 @@ def test_empty_and_one_row_tables(tmp_path, rows):
     assert write_csv(df, tmp_path / "t.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_MINIMAL)
     lone = pd.DataFrame({"x": [np.nan] * rows})  # a row whose only field is empty
     assert write_csv(lone, tmp_path / "lone.csv").read_bytes() == pandas_bytes(lone, "", csv.QUOTE_MINIMAL)
+
+
+def rounding_edges(rng: np.random.Generator, rows: int) -> np.ndarray:
+    """Floats where 6-decimal rounding is hardest: ties and near-ties at every magnitude, values near 2**53
+    / 10**6 and past it, subnormals, whole numbers, and plain noise."""
+    k = rng.integers(-(10**12), 10**12, rows)
+    ties = (k + 0.5) / 1e6  # the nearest double to a decimal tie: either side of it
+    near = ties + rng.choice([-1, 1], rows) * np.spacing(ties) * rng.integers(0, 4, rows)
+    scale = 10.0 ** rng.integers(-9, 16, rows)
+    noise = rng.normal(0, 1, rows) * scale
+    edges = np.array([2**53 / 1e6, -(2**53) / 1e6, 2**53 / 1e6 + 1, 9.0071992547409915e9, 5e-324, -5e-324, 1e-7])
+    values = np.concatenate([ties, near, noise, np.round(noise), edges])
+    return rng.permutation(values)
+
+
+@pytest.mark.parametrize("na_rep", ["", "nan", "n/a"])
+def test_numbers_only_tables_are_pandas_bytes(tmp_path, monkeypatch, na_rep):
+    """Tables of numbers only are written by csv_rows (one pass of numpy per column): the same bytes as pandas
+    for rounding ties and near-ties, signs, NaN / inf, ints at the int64 bounds, unsigned, bools, float32."""
+    monkeypatch.setattr(csv_json, "CSV_ROWS", 1000)
+    rng = np.random.default_rng(7)
+    x = rounding_edges(rng, 1500)
+    rows = len(x)
+    x[rng.integers(0, rows, 40)] = np.nan
+    x[rng.integers(0, rows, 5)] = np.inf
+    x[rng.integers(0, rows, 5)] = -np.inf
+    x[rng.integers(0, rows, 5)] = -0.0
+    ints = rng.integers(-(2**62), 2**62, rows) // 10 ** rng.integers(0, 19, rows)
+    ints[:3] = [np.iinfo(np.int64).max, np.iinfo(np.int64).min + 1, 0]
+    df = pd.DataFrame(
+        {
+            "step": np.arange(rows, dtype=np.int64),
+            "ms": x,
+            "ints": ints,
+            "small": rng.integers(0, 200, rows).astype(np.uint8),
+            "unsigned": rng.integers(0, 2**63, rows, dtype=np.uint64) * 2,  # beyond int64: pandas writes these
+            "f32": (rng.normal(0, 1e4, rows)).astype(np.float32),
+            "flag": rng.random(rows) < 0.5,
+            "nan_only": np.full(rows, np.nan),
+        }
+    )
+    expected = pandas_bytes(df, na_rep, csv.QUOTE_MINIMAL)
+    assert write_csv(df, tmp_path / "t.csv", na_rep=na_rep).read_bytes() == expected
+    numbers = df.drop(columns=["unsigned"])  # every block through csv_rows
+    assert csv_json.numeric_rows(numbers.iloc[:1000], na_rep) is not None
+    assert write_csv(numbers, tmp_path / "n.csv", na_rep=na_rep).read_bytes() == pandas_bytes(
+        numbers, na_rep, csv.QUOTE_MINIMAL
+    )
