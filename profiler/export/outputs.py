@@ -12,11 +12,18 @@ from typing import Any, Callable, Optional
 
 from profiler.analysis.results import Analysis
 from profiler.export.chrome_trace import timeline_max_events
-from profiler.export.event_file import read_event_file, write_event_file
+from profiler.export.event_file import read_event_file
 from profiler.export.key_steps import key_steps
 from profiler.export.timeline_model import timeline_events
-from profiler.export.writers import WRITERS, AnalysisWriter, SavedTimeline, TimelineWriter, WriteOptions, profiler_info
-from profiler.formats.names import rank_file
+from profiler.export.writers import (
+    EVENT_FILE,
+    WRITERS,
+    AnalysisWriter,
+    SavedTimeline,
+    TimelineWriter,
+    WriteOptions,
+    profiler_info,
+)
 from profiler.model import Run
 
 
@@ -39,7 +46,7 @@ def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> Time
     while the analysis runs."""
     out_dir = Path(out_dir)
     events = timeline_events(run)
-    path = write_event_file(events, out_dir / rank_file("events", run.rank))
+    path = EVENT_FILE.save(events, out_dir, run.rank)
     del events  # saved: the renderers read the file in chunks
     saved = SavedTimeline(read_event_file(path), key_steps(run), run.rank)
     options = WriteOptions(gzip_timeline=gzip_timeline, timeline_max_events=timeline_max_events(run))

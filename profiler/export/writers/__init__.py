@@ -33,6 +33,7 @@ from profiler.export.writers.tensorboard_views import (
 )
 from profiler.export.writers.timeline import ChromeTrace
 
+EVENT_FILE = EventFile()  # the timeline's saved form, written before the files rendered from it
 WRITERS: list[Writer] = [
     StepTrace(),
     OpType(),
@@ -53,7 +54,7 @@ WRITERS: list[Writer] = [
     AnalysisDocument("queue_summary"),
     AnalysisDocument("report"),
     ChromeTrace(),
-    EventFile(),
+    EVENT_FILE,
 ]
 
-__all__ = ["WRITERS", "AnalysisWriter", "SavedTimeline", "TimelineWriter", "Writer", "WriteOptions"]
+__all__ = ["EVENT_FILE", "WRITERS", "AnalysisWriter", "SavedTimeline", "TimelineWriter", "Writer", "WriteOptions"]

@@ -9,13 +9,15 @@ has nothing for that file (an earlier analysis's copy is then removed).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 import pandas as pd
 
 from profiler.analysis.results import Analysis
+from profiler.export.chrome_from_events import trace_plan
+from profiler.export.chrome_trace import TracePlan
 from profiler.export.csv_json import write_csv, write_json
 from profiler.export.event_file import EventFile
 from profiler.export.key_steps import KeySteps
@@ -39,6 +41,14 @@ class SavedTimeline:
     events: EventFile
     key_steps: KeySteps
     rank: int
+    _plans: dict[int, TracePlan] = field(default_factory=dict, compare=False, repr=False)
+
+    def plan(self, max_events: int) -> TracePlan:
+        """What the Chrome trace holds within `max_events` (chrome_from_events.trace_plan), counted once per
+        limit: the trace and profiler_info's description of it read the same plan."""
+        if max_events not in self._plans:
+            self._plans[max_events] = trace_plan(self.events, self.key_steps, max_events)
+        return self._plans[max_events]
 
 
 class Writer(ABC):

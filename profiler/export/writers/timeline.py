@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profiler.export.chrome_from_events import export_chrome_trace, plan_filter, trace_plan
+from profiler.export.chrome_from_events import export_chrome_trace, plan_filter
 from profiler.export.chrome_trace import describe_plan
 from profiler.export.writers.base import SavedTimeline, TimelineWriter, WriteOptions
 from profiler.formats.names import rank_file
@@ -21,14 +21,14 @@ class ChromeTrace(TimelineWriter):
         return [name, name + ".gz"]
 
     def write(self, saved: SavedTimeline, out_dir: Path, options: WriteOptions) -> Path:
-        plan = trace_plan(saved.events, saved.key_steps, options.timeline_max_events)
+        plan = saved.plan(options.timeline_max_events)
         return export_chrome_trace(
             saved.events, self.path(out_dir, saved.rank), plan_filter(plan), gzip_output=options.gzip_timeline
         )
 
     def describe(self, saved: SavedTimeline, options: WriteOptions) -> dict[str, Any]:
         """profiler_info's `timeline`: what the trace holds and how to get the rest (docs/formats.md)."""
-        plan = trace_plan(saved.events, saved.key_steps, options.timeline_max_events)
+        plan = saved.plan(options.timeline_max_events)
         name = self.file_names(saved.rank)[1 if options.gzip_timeline else 0]
         return describe_plan(
             plan,
