@@ -10,6 +10,7 @@ string tables, and written by the Chrome writer's own functions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterator
@@ -20,10 +21,18 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import InputError
-from profiler.export.chrome_trace import TRACE_START, TracePlan, plan_steps, trace_file, write_rows, write_trace_end
+from profiler.export.chrome_trace import (
+    TRACE_START,
+    TracePlan,
+    event_text,
+    plan_steps,
+    trace_file,
+    write_rows,
+    write_trace_end,
+)
 from profiler.export.event_file import EventFile, read_event_file
 from profiler.export.key_steps import KeySteps
-from profiler.export.timeline_model import EventBlock, Head, flow_event
+from profiler.export.timeline_model import EventBlock, Head
 from profiler.export.trace_text import new_row_buffer
 from profiler.formats.names import info_files, rank_file
 from profiler.kernels.grouping import first_rows
@@ -89,12 +98,21 @@ def write_trace_from_events(ef: EventFile, f: BinaryIO, keep: StepFilter = None)
             if rows is None or len(rows):
                 block = heads.block(lo, hi, with_dur, rows)
                 count += write_rows(f, block, np.arange(len(block.key)), buffer)
-    flow_events = list(heads.flows(ef.rows - flows, ef.rows))
-    if keep is not None and flow_events:
-        kept = keep(np.array([e["_step"] for e in flow_events], dtype=np.int64))
-        flow_events = [e for e, k in zip(flow_events, kept.tolist()) if k]
-    write_trace_end(f, flow_events + chrome["meta"], chrome.get("other", {}))
-    return count + len(flow_events)
+    flow_rows = range(ef.rows - flows, ef.rows)
+    kept_flows = sum(len(rows) for _, _, rows in _kept(ef, flow_rows, keep))
+    texts = itertools.chain(
+        (text for lo, hi, rows in _kept(ef, flow_rows, keep) for text in heads.flow_texts(lo, hi, rows)),
+        map(event_text, chrome["meta"]),
+    )
+    write_trace_end(f, texts, chrome.get("other", {}))
+    return count + kept_flows
+
+
+def _kept(ef: EventFile, rows: range, keep: StepFilter) -> Iterator[tuple[int, int, np.ndarray]]:
+    """`rows` a chunk at a time: (lo, hi, the chunk's rows `keep` selects, counted from lo)."""
+    for lo in range(rows.start, rows.stop, CHUNK_ROWS):
+        hi = min(rows.stop, lo + CHUNK_ROWS)
+        yield lo, hi, np.arange(hi - lo) if keep is None else np.flatnonzero(keep(ef.column("step", lo, hi)))
 
 
 def export_chrome_trace(ef: EventFile, path: Path, keep: StepFilter = None, gzip_output: bool = False) -> Path:
@@ -170,25 +188,28 @@ class _Heads:
         ]
         return key.astype(np.int64), specs
 
-    def flows(self, lo: int, hi: int) -> Iterator[dict]:
-        """The flow points of rows [lo, hi), as the trace's flow events."""
-        if hi <= lo:
-            return
+    def flow_texts(self, lo: int, hi: int, rows: np.ndarray) -> list[str]:
+        """The flow points `rows` (counted from `lo`) of rows [lo, hi), as the trace writes them: an `s` at
+        the launch, an `f` bound to the enclosing slice at the device op."""
         c = self.columns(lo, hi)
-        for ph, lane, name, cat, args, ns, step in zip(
-            *(c[k].tolist() for k in ("ph", "lane", "name", "category", "args", "start_ns", "step"))
+        texts = []
+        for ph, lane, name, cat, args, ns in zip(
+            *(c[k][rows].tolist() for k in ("ph", "lane", "name", "category", "args", "start_ns"))
         ):
             info = self.ef.lanes[lane]
-            yield flow_event(
-                chr(ph),
-                self._args[args]["id"],
-                int(info["pid"]),
-                int(info["tid"]),
-                ns,
-                self.ef.categories[cat],
-                self.ef.names[name],
-                step,
-            )
+            event = {
+                "ph": chr(ph),
+                "id": self._args[args]["id"],
+                "pid": int(info["pid"]),
+                "tid": int(info["tid"]),
+                "ts": ns / 1000,
+                "cat": self.ef.categories[cat],
+                "name": self.ef.names[name],
+            }
+            if event["ph"] == "f":
+                event["bp"] = "e"
+            texts.append(event_text(event))
+        return texts
 
 
 def export_directory_traces(

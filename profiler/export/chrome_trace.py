@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional
@@ -55,14 +56,18 @@ def write_rows(f: BinaryIO, b: EventBlock, order: np.ndarray, buffer: Optional[n
     return n
 
 
-def write_trace_end(f: BinaryIO, events: list[dict], other: dict) -> None:
-    """The events written as JSON objects (flows, metadata: keys starting with `_` left out), then
-    the end of the trace with its `otherData`."""
-    text = ",\n".join(
-        json.dumps({k: v for k, v in e.items() if not k.startswith("_")}, ensure_ascii=False, separators=(",", ":"))
-        for e in events
-    )
-    f.write(text.encode())
+def event_text(event: dict) -> str:
+    """A flow or metadata event as the trace writes it."""
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_trace_end(f: BinaryIO, texts: Iterable[str], other: dict) -> None:
+    """The events after the rows (flows, metadata: their `event_text`s), a few thousand at a time, then the
+    end of the trace with its `otherData`."""
+    separator = ""
+    while chunk := list(itertools.islice(texts, 8192)):
+        f.write((separator + ",\n".join(chunk)).encode())
+        separator = ",\n"
     f.write(b'\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other).encode() + b"}\n")
 
 

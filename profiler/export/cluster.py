@@ -26,6 +26,7 @@ from profiler.analysis.comm_ops import transfer_times
 from profiler.export.chrome_trace import (
     TRACE_START,
     describe_plan,
+    event_text,
     plan_steps,
     timeline_max_events,
     write_rows,
@@ -259,7 +260,6 @@ def write_cluster_timeline(
                     "args": {"labels": str(v.run.info.get("host", ""))},
                 }
             )
-        write_trace_end(
-            f, meta, {"tool": "profview", "kind": "cluster", "ranks": [v.run.rank for v in views], "clock": clock or {}}
-        )
+        other = {"tool": "profview", "kind": "cluster", "ranks": [v.run.rank for v in views], "clock": clock or {}}
+        write_trace_end(f, map(event_text, meta), other)
     return Path(path)

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import pandas as pd
 
 from profiler.errors import InputError
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
-from profiler.export.timeline_model import STEP_TID, Head, TimelineEvents
+from profiler.export.timeline_model import FLOW_CATEGORY, FLOW_NAME, STEP_TID, Head, TimelineEvents
 from profiler.formats.columns import (
     EVENT_COLUMNS,
     EVENT_FIELD_DTYPES,
@@ -244,25 +245,36 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     specs: list[Head] = ev.complete.specs + ev.points.specs
     n_complete_heads = len(ev.complete.specs)
     flows = ev.flows
-    flow_specs = [Head(e["ph"], e["pid"], e["tid"], e["cat"], e["name"], {"id": e["id"]}) for e in flows]
     pairs = list(ev.lane_pairs)
     pair_index = {p: i for i, p in enumerate(pairs)}
-    for h in flow_specs:
-        if (h.pid, h.tid) not in pair_index:
-            pair_index[(h.pid, h.tid)] = len(pairs)
-            pairs.append((h.pid, h.tid))
-    all_specs = specs + flow_specs
-    name_code, names = _codes([h.name for h in all_specs])
-    cat_code, categories = _codes([h.cat for h in all_specs])
-    args_text = [_args_text(h.args) for h in all_specs]
-    distinct_args = sorted({a for a in args_text if a is not None})
+    flow_lane, flow_pairs = pd.MultiIndex.from_arrays([flows.pid, flows.tid]).factorize()
+    for pid, tid in flow_pairs:  # the flows' lanes the other rows do not have, in the order met
+        if (int(pid), int(tid)) not in pair_index:
+            pair_index[(int(pid), int(tid))] = len(pairs)
+            pairs.append((int(pid), int(tid)))
+    flow_lanes = np.array([pair_index[(int(pid), int(tid))] for pid, tid in flow_pairs], dtype=np.int64)
+    # every flow point is named and categorised alike (codes after the other heads'); its args are its id
+    flow_name, flow_cat = ([FLOW_NAME], [FLOW_CATEGORY]) if len(flows) else ([], [])
+    name_code, names = _codes([h.name for h in specs] + flow_name)
+    cat_code, categories = _codes([h.cat for h in specs] + flow_cat)
+    args_text = [_args_text(h.args) for h in specs]
+    flow_ids, flow_id_row = np.unique(flows.flow_id, return_inverse=True)
+    flow_args = [_args_text({"id": i}) for i in flow_ids.tolist()]
+    distinct_args = sorted({a for a in args_text if a is not None} | set(flow_args))
     args_index = {a: i for i, a in enumerate(distinct_args)}
+    flow_args_code = np.array([args_index[a] for a in flow_args], dtype=np.int64)
+
+    def column(of_specs: list[int], of_flows: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.array(of_specs, dtype=np.int64), np.asarray(of_flows, dtype=np.int64)])
+
     heads = {
-        "ph": np.array([ord(h.ph) for h in all_specs], dtype=np.int64),
-        "lane": np.array([pair_index[(h.pid, h.tid)] for h in all_specs], dtype=np.int64),
-        "name": name_code,
-        "category": cat_code,
-        "args": np.array([-1 if a is None else args_index[a] for a in args_text], dtype=np.int64),
+        "ph": column([ord(h.ph) for h in specs], flows.ph.astype("U1").view(np.uint32)),
+        "lane": column([pair_index[(h.pid, h.tid)] for h in specs], flow_lanes[flow_lane]),
+        "name": column(name_code[: len(specs)].tolist(), name_code[len(specs) :].repeat(len(flows))),
+        "category": column(cat_code[: len(specs)].tolist(), cat_code[len(specs) :].repeat(len(flows))),
+        "args": column(
+            [-1 if a is None else args_index[a] for a in args_text], flow_args_code[flow_id_row.reshape(-1)]
+        ),
     }
     c, p = ev.complete, ev.points
     with EventStreamWriter(
@@ -293,12 +305,12 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
                     },
                     complete=complete,
                 )
-        if flows:  # in the Chrome trace's order, each with its launching op's step
+        if len(flows):  # in the Chrome trace's order, each with its launching op's step
             writer.write(
                 {
-                    "start_ns": np.array([e["_ns"] for e in flows], dtype=np.int64),
+                    "start_ns": flows.ns,
                     "dur_ns": np.zeros(len(flows), np.int64),
-                    "step": np.array([e["_step"] for e in flows], dtype=np.int64),
+                    "step": flows.step,
                     "head": np.arange(len(flows), dtype=np.int64) + len(specs),
                 },
                 complete=False,

@@ -219,33 +219,48 @@ def _num(v: float):
     return int(v) if float(v).is_integer() and abs(v) < 2**53 else round(float(v), 6)
 
 
-def flow_events(run: Run, lanes: Lanes) -> list[dict]:
-    """s / f flow events from a host launch to the device op with the same correlation id, in the
-    Chrome trace's form, with the launch time in ns (`_ns`) and the launching op's step (`_step`)."""
+FLOW_CATEGORY = FLOW_NAME = "launch"  # what a flow point is called in the trace
+
+
+@dataclass
+class FlowPoints:
+    """Flow points from each host launch to the device op with its correlation id, in the Chrome trace's
+    order (an `s` at the launch, then its `f` at the device op): a column per field."""
+
+    ph: np.ndarray  # "s" / "f" (unicode)
+    flow_id: np.ndarray  # the correlation id
+    pid: np.ndarray
+    tid: np.ndarray
+    ns: np.ndarray  # the point's time
+    step: np.ndarray  # the launching op's step
+
+    def __len__(self) -> int:
+        return len(self.ph)
+
+
+def flow_points(run: Run, lanes: Lanes) -> FlowPoints:
+    """The flow points of the run's launches (lanes met in the order the points are, host then device)."""
     ops = run.ops[run.ops["correlation"] >= 0]
-    if len(ops) == 0:
-        return []
     host = ops[ops["device"] == "cpu"].drop_duplicates("correlation")
     dev = ops[ops["device"] != "cpu"].drop_duplicates("correlation")
     m = host.merge(dev, on="correlation", suffixes=("_h", "_d"))
-    out = []
-    for r in m.itertuples(index=False):
-        hp, ht = lanes.lane("cpu", str(r.stream_h))
-        dp, dt = lanes.lane(str(r.device_d), str(r.stream_d))
-        cid, step = int(r.correlation), int(r.step_h)
-        out.append(flow_event("s", cid, hp, ht, int(r.start_ns_h), "launch", "launch", step))
-        out.append(flow_event("f", cid, dp, dt, int(r.start_ns_d), "launch", "launch", step))
-    return out
-
-
-def flow_event(ph: str, flow_id: int, pid: int, tid: int, ns: int, cat: str, name: str, step: int) -> dict:
-    """One flow point (`s` start, `f` end bound to the enclosing slice) in the Chrome trace's form,
-    with its time in ns (`_ns`) and the launching op's step (`_step`), which the trace leaves out."""
-    event = {"ph": ph, "id": flow_id, "pid": pid, "tid": tid, "ts": ns / 1000, "cat": cat, "name": name}
-    if ph == "f":
-        event["bp"] = "e"
-    event["_ns"], event["_step"] = ns, step
-    return event
+    n = len(m)
+    device = np.empty(2 * n, dtype=object)
+    device[0::2], device[1::2] = "cpu", m["device_d"].astype(str).to_numpy(dtype=object)
+    stream = np.empty(2 * n, dtype=object)
+    stream[0::2], stream[1::2] = (m[c].astype(str).to_numpy(dtype=object) for c in ("stream_h", "stream_d"))
+    lane, pairs = pd.MultiIndex.from_arrays([device, stream]).factorize()  # in the order the points meet them
+    lane_ids = np.array([lanes.lane(d, s) for d, s in pairs], dtype=np.int64).reshape(-1, 2)
+    ns = np.empty(2 * n, dtype=np.int64)
+    ns[0::2], ns[1::2] = m["start_ns_h"].to_numpy(np.int64), m["start_ns_d"].to_numpy(np.int64)
+    return FlowPoints(
+        ph=np.tile(np.array(["s", "f"]), n),
+        flow_id=np.repeat(m["correlation"].to_numpy(np.int64), 2),
+        pid=lane_ids[lane, 0] if n else np.empty(0, np.int64),
+        tid=lane_ids[lane, 1] if n else np.empty(0, np.int64),
+        ns=ns,
+        step=np.repeat(m["step_h"].to_numpy(np.int64), 2),
+    )
 
 
 def merge_blocks(blocks: list[EventBlock], with_dur: bool) -> EventBlock:
@@ -324,7 +339,7 @@ class TimelineEvents:
     complete_order: np.ndarray  # rows of `complete` by lane, start, longest first
     points: EventBlock  # instants and counter values (no duration)
     points_order: np.ndarray  # rows of `points` by lane and time
-    flows: list[dict]  # flow_events
+    flows: FlowPoints
     lanes: Lanes
     lane_pairs: list[tuple[int, int]]  # the (pid, tid) of every lane of `complete` and `points`, sorted
 
@@ -348,7 +363,7 @@ def timeline_events(run: Run) -> TimelineEvents:
     points = merge_blocks(
         [stepped(b, run) for b in (instant_block(run, lanes), *counter_blocks(run, lanes))], with_dur=False
     )
-    flows = flow_events(run, lanes)
+    flows = flow_points(run, lanes)
     codes, pairs = lane_codes(complete.specs + points.specs)
     n_complete = len(complete.specs)
     return TimelineEvents(

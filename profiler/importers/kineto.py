@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 from warnings import warn
 
 import numpy as np
@@ -728,12 +728,17 @@ def _ops(
         "occupancy_pct": _device_numbers(cols.op_args.occupancy_pct, host, dev),
     }
     return pd.DataFrame(
-        {
-            key: value[order].categorical() if isinstance(value, Coded) else value[order]
-            for key, value in columns.items()
-        },
+        {key: _op_column(value[order]) for key, value in columns.items()},
         columns=list(OP_COLUMNS),
     )
+
+
+def _op_column(values: Union[Coded, np.ndarray]) -> Any:
+    """A column of the op table: coded text as a categorical; text per op (shapes, dtypes) kept as objects,
+    so ops with the same text share one string (a str column would copy each op's text: ~70 B per op)."""
+    if isinstance(values, Coded):
+        return values.categorical()
+    return pd.Series(values, dtype=object, copy=False) if values.dtype == object else values
 
 
 def _host_op_columns(
