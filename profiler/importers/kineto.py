@@ -666,25 +666,26 @@ def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
     time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
     visible: the two intervals coincide up to the dispatch cost).
     """
-    while True:
-        host = np.flatnonzero((ops["device"] == "cpu").to_numpy())
-        framework = (ops["category"] == "host").to_numpy()[host]
-        lane = pd.factorize(ops["stream"].to_numpy()[host])[0]
-        start = ops["start_ns"].to_numpy()[host]
-        parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
+    on_host = (ops["device"] == "cpu").to_numpy()
+    is_framework = (ops["category"] == "host").to_numpy()
+    streams, all_names = ops["stream"].to_numpy(), ops["name"].to_numpy()
+    starts, ends = ops["start_ns"].to_numpy(), (ops["start_ns"] + ops["dur_ns"]).to_numpy()
+    self_ns = ops["self_ns"].to_numpy().copy()
+    kept = np.ones(len(ops), dtype=bool)
+    while True:  # on the arrays; the table is filtered once, at the end
+        host = np.flatnonzero(on_host & kept)
+        framework = is_framework[host]
+        parent = enclosing_parents(pd.factorize(streams[host])[0], starts[host], ends[host])
         child = np.flatnonzero(parent >= 0)
-        names = ops["name"].to_numpy()[host]
+        names = all_names[host]
         only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
         dup = np.zeros(len(host), dtype=bool)
         dup[child] = only_child & (names[parent[child]] == names[child]) & framework[child] & framework[parent[child]]
         dup[child] &= ~dup[parent[child]]  # chains collapse one level per round
         if not dup.any():
-            return ops
-        self_ns = ops["self_ns"].to_numpy().copy()
+            return ops if kept.all() else ops.assign(self_ns=self_ns)[kept].reset_index(drop=True)
         np.add.at(self_ns, host[parent[dup]], self_ns[host[dup]])
-        keep = np.ones(len(ops), dtype=bool)
-        keep[host[dup]] = False
-        ops = ops.assign(self_ns=self_ns)[keep].reset_index(drop=True)
+        kept[host[dup]] = False
 
 
 def _ops(
@@ -727,10 +728,11 @@ def _ops(
         "blocks_per_sm": _device_numbers(cols.op_args.blocks_per_sm, host, dev),
         "occupancy_pct": _device_numbers(cols.op_args.occupancy_pct, host, dev),
     }
-    return pd.DataFrame(
-        {key: _op_column(value[order]) for key, value in columns.items()},
-        columns=list(OP_COLUMNS),
-    )
+    del part, host_part, dev_part, start, dur, parent  # what is left of them is in `columns`
+    ordered = {}
+    for key in list(columns):  # each column in start order, the unordered one freed as soon as it is copied
+        ordered[key] = _op_column(columns.pop(key)[order])
+    return pd.DataFrame(ordered, columns=list(OP_COLUMNS))
 
 
 def _op_column(values: Union[Coded, np.ndarray]) -> Any:
