@@ -15,7 +15,9 @@ by both, and the ratios. `--cut F` also imports the file cut at F of its bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import io
 import json
 import logging
 import os
@@ -117,10 +119,13 @@ def write_replicated(seed: dict, path: Path, target_bytes: int, compress: bool) 
 
 
 def child_profview(path: str, out: str) -> dict:
-    from profiler.postprocess.imported import import_kineto_trace
+    """`profview import-kineto PATH -o OUT`, as the command runs it (in this process, its output hidden)."""
+    from viewer.cli import main as profview
 
     t0 = time.perf_counter()
-    import_kineto_trace(path, out)
+    with contextlib.redirect_stdout(io.StringIO()):
+        if profview(["import-kineto", path, "-o", out]) != 0:
+            sys.exit("profview import-kineto failed")
     seconds = time.perf_counter() - t0
     report = json.loads(next(Path(out).glob("report_*.json")).read_text())
     return {"seconds": seconds, "idle_pct": report["devices"][0]["idle_pct"], "steps": report["steps"]}

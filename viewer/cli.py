@@ -33,6 +33,7 @@ from typing import Callable, Optional
 
 from profiler._version import __version__
 from profiler.errors import InputError, ProfviewError
+from profiler.memory import return_freed_memory
 from profiler.postprocess.imported import ASCEND_FORMATS
 from profiler.progress import Progress
 
@@ -46,6 +47,7 @@ class Command:
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    runs_user_code: bool = False  # the user's script runs in this process: its memory is left as it is
 
 
 def parse_steps(text: str) -> tuple[Optional[int], Optional[int]]:
@@ -595,6 +597,7 @@ COMMANDS: dict[str, Command] = {
         "it runs, the analysis when it ends; exits with the script's status",
         _configure_run,
         run_run,
+        runs_user_code=True,
     ),
     "watch": Command(
         "follow a recording live in the terminal as its raw store grows: step rate and times, the "
@@ -692,6 +695,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     args = parser.parse_args(args_list)
     warnings.showwarning = _show_warning
+    if not COMMANDS[args.command].runs_user_code:
+        return_freed_memory()  # a big trace's freed tables go back to the system (profiler/memory.py)
     try:
         return args.run(args)
     except ProfviewError as exc:

@@ -28,6 +28,7 @@ from typing import Any, Optional
 from profiler.errors import ProfviewError
 from profiler.formats.names import info_files
 from profiler.importers.registry import detect
+from profiler.memory import return_freed_memory
 from profiler.model import Run
 from profiler.postprocess.imported import capture_format, write_runs
 from profiler.postprocess.remote import Capture, capture_name, is_url, local_copy, traces_at
@@ -103,7 +104,8 @@ def _import_each(
     else:
         # spawn: a fresh interpreter per worker (the caller may hold threads, which fork would copy broken)
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(captures)), mp_context=context) as pool:
+        workers = min(jobs, len(captures))
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=return_freed_memory) as pool:
             futures = {pool.submit(_import_one, c, targets[c], data_origin): c for c in captures}
             for i, future in enumerate(as_completed(futures), 1):
                 outcome[futures[future]] = future.result()

@@ -1,0 +1,57 @@
+"""profiler/memory.return_freed_memory: with it, a table of MMAP_THRESHOLD_BYTES or more gets a mapping of its
+own (returned to the system when freed) even after glibc's threshold would have grown past it; without it, a
+freed 16 MiB table raises the threshold and the next 5 MiB table comes from the heap (where objects that stay
+can pin it). Checked in a clean interpreter with glibc's own count of mapped bytes (mallinfo2's hblkhd)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+
+from profiler import memory
+from profiler.memory import MMAP_THRESHOLD_BYTES
+
+PATTERN = """
+import ctypes, importlib.util, sys
+import numpy as np
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
+# profiler/memory.py alone: the package's imports (pandas, pyarrow) leave the heap in a state of their own
+spec = importlib.util.spec_from_file_location("memory", sys.argv[2])
+memory = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(memory)
+if sys.argv[1] == "return":
+    assert memory.return_freed_memory()
+first = np.ones(16 << 20, np.uint8)
+del first  # a freed 16 MiB mapping: glibc's default threshold grows past it
+mapped = mallinfo2().hblkhd
+table = np.ones(5 << 20, np.uint8)
+print((mallinfo2().hblkhd - mapped) / (1 << 20))
+"""
+
+
+def mapped_mib(mode: str) -> float:
+    """MiB of mappings a 5 MiB table added (0: it came from the heap)."""
+    args = [sys.executable, "-c", PATTERN, mode, memory.__file__]
+    return float(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+
+
+def glibc_with_mallinfo2() -> bool:
+    try:
+        ctypes.CDLL(None).mallinfo2  # noqa: B018 (glibc 2.33+)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+@pytest.mark.skipif(not glibc_with_mallinfo2(), reason="glibc's allocator (2.33+)")
+def test_large_tables_get_mappings_of_their_own():
+    assert MMAP_THRESHOLD_BYTES <= 5 << 20
+    assert mapped_mib("keep") == 0  # the default: from the heap, once a 16 MiB table was freed
+    assert mapped_mib("return") >= 5  # fixed threshold: its own mapping, unmapped when freed
