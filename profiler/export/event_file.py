@@ -247,12 +247,13 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     flows = ev.flows
     pairs = list(ev.lane_pairs)
     pair_index = {p: i for i, p in enumerate(pairs)}
-    flow_lane, flow_pairs = pd.MultiIndex.from_arrays([flows.pid, flows.tid]).factorize()
-    for pid, tid in flow_pairs:  # the flows' lanes the other rows do not have, in the order met
-        if (int(pid), int(tid)) not in pair_index:
-            pair_index[(int(pid), int(tid))] = len(pairs)
-            pairs.append((int(pid), int(tid)))
-    flow_lanes = np.array([pair_index[(int(pid), int(tid))] for pid, tid in flow_pairs], dtype=np.int64)
+    flow_lane, flow_pairs = pd.MultiIndex.from_arrays([flows.pid, flows.tid]).factorize()  # in the order met
+    flow_pairs = [(int(pid), int(tid)) for pid, tid in flow_pairs]
+    for pair in flow_pairs:  # the flows' lanes the other rows do not have
+        if pair not in pair_index:
+            pair_index[pair] = len(pairs)
+            pairs.append(pair)
+    flow_lanes = np.array([pair_index[pair] for pair in flow_pairs], dtype=np.int64)
     # every flow point is named and categorised alike (codes after the other heads'); its args are its id
     flow_name, flow_cat = ([FLOW_NAME], [FLOW_CATEGORY]) if len(flows) else ([], [])
     name_code, names = _codes([h.name for h in specs] + flow_name)
