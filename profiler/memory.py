@@ -8,13 +8,18 @@ also stops it growing) keeps every block of MMAP_THRESHOLD_BYTES or more a mappi
 back when freed. `profview import-kineto` of a 1.03 GB trace (2,765,795 events, machine otherwise idle):
 peak RSS 1735 -> 1305 MB, 47.4 -> 51.0 s (docs/kineto.md).
 
-For processes profview owns (the command line, its import workers), never a library user's: a
-training loop keeps its own allocator's trade-offs. Elsewhere than glibc (musl, macOS) nothing happens.
+`return_freed_memory` (the setting) is for processes profview owns (the command line, its import workers),
+never a library user's: a training loop keeps its own allocator's trade-offs. `give_back_freed_memory`
+(glibc's malloc_trim, and Arrow's pool releasing what it keeps) changes no setting: the importer and the
+writers call it where a stage has just freed many tables, in any process. Elsewhere than glibc (musl, macOS)
+the C library part does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
+from typing import Callable
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD_BYTES = 4 << 20  # blocks at least this large get a mapping of their own (measured: 64 KiB
@@ -29,3 +34,27 @@ def return_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap's free pages to the operating system now (glibc's malloc_trim; elsewhere nothing).
+
+    The blocks below the mmap threshold (a chunk's columns, ~350 KB each) come from the heap, which keeps
+    what is freed in it for later; the importer calls this when it frees many at once (the chunks' columns
+    joined, the event columns dropped), so the next stage's tables do not come on top of them. It changes
+    no allocator setting and costs ~milliseconds, so it is safe in a library user's process too."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+    arrow = sys.modules.get("pyarrow")  # Arrow's own allocator keeps what its buffers freed, too
+    if arrow is not None:
+        arrow.default_memory_pool().release_unused()

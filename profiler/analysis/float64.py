@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from profiler.kernels.grouping import codes_and_labels, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 from profiler.model import FLOAT64_MODULE_SPAN
 
@@ -35,11 +36,13 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     one inside it (aten::to -> _to_copy -> copy_(double, float)), and what those ops run inside
     them (their allocations, launches)."""
     float64, converts = _by_input_types(ops["dtypes"])
-    cast = ops["name"].astype(str).str.contains(CAST_OP_NAME).to_numpy()
+    cast = text_matches(ops["name"], CAST_OP_NAME.search)
     own = float64 | (cast & converts)
     if not own.any():
         return own
-    lane = pd.factorize(ops["device"].astype(str) + "\x00" + ops["stream"].astype(str))[0]
+    device, _ = codes_and_labels(ops["device"])
+    stream, streams = codes_and_labels(ops["stream"])
+    lane = pd.factorize(device.astype(np.int64) * (len(streams) + 1) + stream)[0]  # a code per (device, stream)
     start = ops["start_ns"].to_numpy(np.int64)
     parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
     depth = nesting_depths(parent)
@@ -89,7 +92,7 @@ def float64_module_charged(ops: pd.DataFrame, spans: pd.DataFrame, threads: pd.D
     stream = ops["stream"].astype(str).to_numpy()
     start = ops["start_ns"].to_numpy(np.int64)
     end = start + ops["dur_ns"].to_numpy(np.int64)
-    cast = ops["name"].astype(str).str.contains(CAST_OP_NAME).to_numpy()
+    cast = text_matches(ops["name"], CAST_OP_NAME.search)
     lanes = {name: np.flatnonzero(stream == name) for name in {thread_name.get(t, "") for t in mine["tid"]}}
     for tid, s, d in zip(mine["tid"].tolist(), mine["start_ns"].tolist(), mine["dur_ns"].tolist()):
         rows = lanes.get(thread_name.get(tid, ""), np.empty(0, dtype=np.int64))

@@ -43,7 +43,8 @@ def op_detail_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> p
     """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
     (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
     work = work_rows(ops)
-    ops = ops if work.all() else ops[work]
+    used = ["device", "name", "op_type", "category", "dur_ns", "self_ns", "shapes"]
+    ops = ops[used] if work.all() else ops.loc[work, used]  # the columns it reads: a big table is copied less
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
     g = group_rows(ops["device"], ops["name"])
@@ -94,7 +95,7 @@ def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
 
 def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     """';'-joined distinct input shapes per (device, name), in first-seen order."""
-    with_shapes = ops[ops["shapes"] != ""]
+    with_shapes = ops.loc[(ops["shapes"] != "").to_numpy(), ["device", "name", "shapes"]]
     if len(with_shapes) == 0:
         return [""] * len(table)
     d = (

@@ -17,6 +17,7 @@ import pandas as pd
 
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches
 from profiler.formats.columns import COMM_SPLIT_COLUMNS, STEP_ACTIVITY_COLUMNS
+from profiler.kernels.grouping import text_matches
 from profiler.kernels.intervals import covered_ns
 from profiler.model import DEVICE_WORK_CATEGORIES
 
@@ -111,11 +112,10 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
     category = ops["category"]
     start = ops["start_ns"].to_numpy()
     end = start + ops["dur_ns"].to_numpy()
-    names = ops["name"].astype(str)
     collective = (
         ~on_device
         & (category.isin(_CPU_EXEC_CATEGORIES + ("comm",)).to_numpy())
-        & names.str.match(_COLLECTIVE.pattern).to_numpy()
+        & text_matches(ops["name"], _COLLECTIVE.match)
     )
     masks = {
         "kernel": on_device & (category == "compute").to_numpy(),

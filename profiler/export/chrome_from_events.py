@@ -92,20 +92,19 @@ def write_trace_from_events(ef: EventFile, f: BinaryIO, keep: StepFilter = None)
     f.write(TRACE_START)
     count = 0
     for start, stop, with_dur in ((0, ef.complete_rows, True), (ef.complete_rows, ef.rows - flows, False)):
-        for lo in range(start, stop, CHUNK_ROWS):
-            hi = min(stop, lo + CHUNK_ROWS)
-            rows = None if keep is None else np.flatnonzero(keep(ef.column("step", lo, hi)))
-            if rows is None or len(rows):
-                block = heads.block(lo, hi, with_dur, rows)
+        for lo, hi, rows in _kept(ef, range(start, stop), keep):
+            if len(rows):
+                block = heads.block(lo, hi, with_dur, None if keep is None else rows)
                 count += write_rows(f, block, np.arange(len(block.key)), buffer)
-    flow_rows = range(ef.rows - flows, ef.rows)
-    kept_flows = sum(len(rows) for _, _, rows in _kept(ef, flow_rows, keep))
-    texts = itertools.chain(
-        (text for lo, hi, rows in _kept(ef, flow_rows, keep) for text in heads.flow_texts(lo, hi, rows)),
-        map(event_text, chrome["meta"]),
-    )
-    write_trace_end(f, texts, chrome.get("other", {}))
-    return count + kept_flows
+
+    def flow_texts() -> Iterator[str]:
+        nonlocal count
+        for lo, hi, rows in _kept(ef, range(ef.rows - flows, ef.rows), keep):
+            count += len(rows)
+            yield from heads.flow_texts(lo, hi, rows)
+
+    write_trace_end(f, itertools.chain(flow_texts(), map(event_text, chrome["meta"])), chrome.get("other", {}))
+    return count
 
 
 def _kept(ef: EventFile, rows: range, keep: StepFilter) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -127,7 +126,6 @@ class _Heads:
 
     def __init__(self, ef: EventFile) -> None:
         self.ef = ef
-        self._args = [json.loads(a) for a in ef.args]
         self._cache: dict[tuple[int, ...], Head] = {}
 
     def head(self, ph: int, lane: int, name: int, category: int, args: int) -> Head:
@@ -141,15 +139,10 @@ class _Heads:
                 int(info["tid"]),
                 self.ef.categories[category],
                 self.ef.names[name],
-                None if args < 0 else self._args[args],
+                None if args < 0 else json.loads(self.ef.args[args]),  # parsed per head: a trace has ~1M
+                # distinct args, its flows' ids, parsed a chunk at a time (`flow_texts`)
             )
         return head
-
-    def columns(self, lo: int, hi: int) -> dict[str, np.ndarray]:
-        return {
-            name: self.ef.column(name, lo, hi)
-            for name in ("ph", "lane", "name", "category", "args", "start_ns", "dur_ns", "step")
-        }
 
     def block(self, lo: int, hi: int, with_dur: bool, rows: Optional[np.ndarray] = None) -> EventBlock:
         """Rows [lo, hi) (those of `rows` among them, when given) as an EventBlock, with a Head per
@@ -191,15 +184,15 @@ class _Heads:
     def flow_texts(self, lo: int, hi: int, rows: np.ndarray) -> list[str]:
         """The flow points `rows` (counted from `lo`) of rows [lo, hi), as the trace writes them: an `s` at
         the launch, an `f` bound to the enclosing slice at the device op."""
-        c = self.columns(lo, hi)
+        c = {k: self.ef.column(k, lo, hi)[rows] for k in ("ph", "lane", "name", "category", "args", "start_ns")}
+        args_code, args = pd.factorize(c.pop("args"))
+        ids = [json.loads(self.ef.args[a])["id"] for a in args.tolist()]
         texts = []
-        for ph, lane, name, cat, args, ns in zip(
-            *(c[k][rows].tolist() for k in ("ph", "lane", "name", "category", "args", "start_ns"))
-        ):
+        for ph, lane, name, cat, ns, id_code in zip(*(c[k].tolist() for k in c), args_code.tolist()):
             info = self.ef.lanes[lane]
             event = {
                 "ph": chr(ph),
-                "id": self._args[args]["id"],
+                "id": ids[id_code],
                 "pid": int(info["pid"]),
                 "tid": int(info["tid"]),
                 "ts": ns / 1000,

@@ -55,6 +55,12 @@ def _json(value: dict) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _int_list_json(values: np.ndarray, chunk: int = 1 << 16) -> str:
+    """The JSON list of an integer array, as _json writes it, a chunk of numbers at a time."""
+    texts = (",".join(map(str, values[i : i + chunk].tolist())) for i in range(0, len(values), chunk))
+    return "[" + ",".join(texts) + "]"
+
+
 def _args_text(args: Optional[dict]) -> Optional[str]:
     """The args as the Chrome trace writes them (keys in their order), so its rows can be written again."""
     return _json(args) if args else None
@@ -130,13 +136,15 @@ class EventStreamWriter:
             "categories": list(categories),
             "args": list(args),
             "lanes": list(lanes),
-            "heads": {name: values.tolist() for name, values in self._heads.items()},
         }
-        if chrome is not None:
-            meta["chrome"] = chrome
+        heads_text = ",".join(f"{_json(name)}:{_int_list_json(values)}" for name, values in self._heads.items())
+        # _json of the metadata with "heads" (and "chrome") after its other keys; the heads (one per flow point:
+        # millions) written without turning them all into Python numbers at once
+        meta_text = _json(meta)[:-1] + f',"heads":{{{heads_text}}}'
+        meta_text += ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}"
         self.schema = pa.schema(
             [(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in EVENT_COLUMNS],
-            metadata={EVENT_FILE_META_KEY: _json(meta)},
+            metadata={EVENT_FILE_META_KEY: meta_text},
         )
         self._file = AtomicWrite(self.path)
         self._raw = DirectFile(self._file.tmp)
@@ -240,10 +248,10 @@ def _phase_rows(ph: np.ndarray, head_rows: np.ndarray) -> dict[str, int]:
     return {chr(letter): int(rows[letter]) for letter in np.flatnonzero(rows).tolist()}
 
 
-def write_event_file(ev: TimelineEvents, path: Path) -> Path:
-    """Write the events as an Arrow IPC file at `path` (atomically); returns the path."""
+def _header(ev: TimelineEvents) -> dict[str, Any]:
+    """The EventStreamWriter arguments of a timeline: its tables of names, categories, args, lanes and heads
+    (one head per flow point, after the other rows' heads)."""
     specs: list[Head] = ev.complete.specs + ev.points.specs
-    n_complete_heads = len(ev.complete.specs)
     flows = ev.flows
     pairs = list(ev.lane_pairs)
     pair_index = {p: i for i, p in enumerate(pairs)}
@@ -277,19 +285,27 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
             [-1 if a is None else args_index[a] for a in args_text], flow_args_code[flow_id_row.reshape(-1)]
         ),
     }
+    return {
+        "rank": ev.rank,
+        "names": names,
+        "categories": categories,
+        "args": distinct_args,
+        "heads": heads,
+        "lanes": _lane_table(ev, pairs),
+        "data_origin": ev.data_origin,
+        "origin_unix_ns": int(ev.origin_unix_ns),
+        "chrome": {"meta": ev.lanes.meta, "other": ev.other_data},
+    }
+
+
+def write_event_file(ev: TimelineEvents, path: Path) -> Path:
+    """Write the events as an Arrow IPC file at `path` (atomically); returns the path."""
+    n_complete_heads, n_heads = len(ev.complete.specs), len(ev.complete.specs) + len(ev.points.specs)
+    flows = ev.flows
     c, p = ev.complete, ev.points
-    with EventStreamWriter(
-        path,
-        rank=ev.rank,
-        names=names,
-        categories=categories,
-        args=distinct_args,
-        heads=heads,
-        lanes=_lane_table(ev, pairs),
-        data_origin=ev.data_origin,
-        origin_unix_ns=int(ev.origin_unix_ns),
-        chrome={"meta": ev.lanes.meta, "other": ev.other_data},
-    ) as writer:
+    # the header's Python objects (a text and a dict entry per flow id: ~300 MB for a 1 GB trace) are freed
+    # once the writer has them in its schema, before the rows are written
+    with EventStreamWriter(path, **_header(ev)) as writer:
         for b, order, head_offset, complete in (
             (c, ev.complete_order, 0, True),
             (p, ev.points_order, n_complete_heads, False),
@@ -312,7 +328,7 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
                     "start_ns": flows.ns,
                     "dur_ns": np.zeros(len(flows), np.int64),
                     "step": flows.step,
-                    "head": np.arange(len(flows), dtype=np.int64) + len(specs),
+                    "head": np.arange(len(flows), dtype=np.int64) + n_heads,
                 },
                 complete=False,
             )

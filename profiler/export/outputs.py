@@ -24,6 +24,7 @@ from profiler.export.writers import (
     WriteOptions,
     profiler_info,
 )
+from profiler.memory import give_back_freed_memory
 from profiler.model import Run
 
 
@@ -45,9 +46,12 @@ def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> Time
     Chrome trace), as `profview export --chrome` renders it; `analyse` runs this on a second thread
     while the analysis runs."""
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    give_back_freed_memory()  # what the analysis freed, before the timeline's tables come
     events = timeline_events(run)
     path = EVENT_FILE.save(events, out_dir, run.rank)
     del events  # saved: the renderers read the file in chunks
+    give_back_freed_memory()
     saved = SavedTimeline(read_event_file(path), key_steps(run), run.rank)
     options = WriteOptions(gzip_timeline=gzip_timeline, timeline_max_events=timeline_max_events(run))
     writers = [w for w in WRITERS if isinstance(w, TimelineWriter)]

@@ -245,12 +245,21 @@ def flow_points(run: Run, lanes: Lanes) -> FlowPoints:
     dev = ops[ops["device"] != "cpu"].drop_duplicates("correlation")
     m = host.merge(dev, on="correlation", suffixes=("_h", "_d"))
     n = len(m)
-    device = np.empty(2 * n, dtype=object)
-    device[0::2], device[1::2] = "cpu", m["device_d"].astype(str).to_numpy(dtype=object)
-    stream = np.empty(2 * n, dtype=object)
-    stream[0::2], stream[1::2] = (m[c].astype(str).to_numpy(dtype=object) for c in ("stream_h", "stream_d"))
-    lane, pairs = pd.MultiIndex.from_arrays([device, stream]).factorize()  # in the order the points meet them
-    lane_ids = np.array([lanes.lane(d, s) for d, s in pairs], dtype=np.int64).reshape(-1, 2)
+    host_stream, host_streams = _text_codes(m["stream_h"])
+    device, devices = _text_codes(m["device_d"])
+    stream, streams = _text_codes(m["stream_d"])
+    pair = np.empty(2 * n, dtype=np.int64)  # a code per (device, stream) text pair: host ones first
+    pair[0::2] = host_stream
+    pair[1::2] = len(host_streams) + device.astype(np.int64) * len(streams) + stream
+    lane, met = pd.factorize(pair)  # in the order the points meet them
+
+    def texts(code: int) -> tuple[str, str]:
+        if code < len(host_streams):
+            return "cpu", host_streams[code]
+        d, s = divmod(code - len(host_streams), len(streams))
+        return devices[d], streams[s]
+
+    lane_ids = np.array([lanes.lane(*texts(k)) for k in met.tolist()], dtype=np.int64).reshape(-1, 2)
     ns = np.empty(2 * n, dtype=np.int64)
     ns[0::2], ns[1::2] = m["start_ns_h"].to_numpy(np.int64), m["start_ns_d"].to_numpy(np.int64)
     return FlowPoints(
@@ -261,6 +270,14 @@ def flow_points(run: Run, lanes: Lanes) -> FlowPoints:
         ns=ns,
         step=np.repeat(m["step_h"].to_numpy(np.int64), 2),
     )
+
+
+def _text_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Each row's code among the distinct texts of `values` (as `astype(str)` writes them), and those texts:
+    without a text per row."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    text_codes, texts = pd.factorize(np.array([str(u) for u in uniques], dtype=object))
+    return text_codes[codes], list(texts)
 
 
 def merge_blocks(blocks: list[EventBlock], with_dur: bool) -> EventBlock:

@@ -45,6 +45,7 @@ from profiler.importers.kineto_events import (
 )
 from profiler.importers.kineto_stream import DEFAULT_CHUNK_BYTES, NotStreamable, stream_trace
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
+from profiler.memory import give_back_freed_memory
 from profiler.model import (
     ALLOCATION_COLUMNS,
     COLLECTIVE_PREFIXES,
@@ -158,6 +159,8 @@ def read_kineto_trace(path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_C
             streamed = stream_trace(path, chunk_bytes)
             trace, cut = streamed.header, streamed.cut
             run = _run_from_columns(trace, streamed.columns, streamed.items, streamed.not_objects, str(path), cut)
+            del streamed  # the event columns, ~110 B per event
+            give_back_freed_memory()
         except NotStreamable:  # damage, or a layout the chunked reader does not follow: read it whole
             trace, cut = load_trace(path)
             run = run_from_kineto_trace(trace, label=str(path), cut=cut)
@@ -271,7 +274,7 @@ def _classify(cols: EventColumns) -> np.ndarray:
     ProfilerStep#N annotations become STEP, "[memory]" instants MEMORY, instants on Kineto's
     own text lanes ("Traces") PROFILER. Events that lack what their kind needs are MALFORMED.
     """
-    kind = combine(cols.ph, cols.cat).map(lambda pair: _kind_of(*pair), dtype=np.int64)
+    kind = combine(cols.ph, cols.cat).map(lambda pair: _kind_of(*pair), dtype=np.int8)  # a byte per event
     is_str = cols.name.map(lambda v: isinstance(v, str), dtype=bool)
     is_step = cols.name.map(lambda v: isinstance(v, str) and _STEP_NAME.match(v) is not None, dtype=bool)
     kind[np.isin(kind, (HOST_OP, SPAN)) & is_step] = STEP
@@ -363,7 +366,7 @@ def _build_run(
     steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
     return Run(
         info=_info(trace, cols, kind, clock, warnings),
-        ops=collapse_redispatch(_ops(cols, kind, thread_of, threads, steps, clock)),
+        ops=_ops(cols, kind, thread_of, threads, steps, clock),
         spans=spans.drop(columns=["end_ns", "phase"]),
         instants=_instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock),
         steps=steps,
@@ -657,35 +660,39 @@ def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock
 # ----------------------------------------------------------------------------- ops
 
 
-def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
-    """Host ops without the redispatch copies torch nests in them, as `key_averages()` counts them.
+def redispatch_copies(
+    thread: np.ndarray, framework: np.ndarray, name: np.ndarray, start: np.ndarray, end: np.ndarray, self_ns: np.ndarray
+) -> np.ndarray:
+    """Which ops are redispatch copies (torch tables drop them); their self time is added to the op they
+    are a copy of, in `self_ns` (changed in place).
 
     A framework op whose only child on its thread has its own name (aten::div inside aten::div) is one
     operator dispatched twice (runtime calls are never copies: two back-to-back calls of whole-µs
     traces can share one interval); torch's tables keep the outer one and give it the inner one's self
     time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
     visible: the two intervals coincide up to the dispatch cost).
+
+    Per op: `thread` a code of its thread's name, -1 for device ops; `framework` whether its category is
+    "host"; `name` a code of its name; start and end ns. Any row order (of two identical intervals the
+    first listed is the outer one).
     """
-    on_host = (ops["device"] == "cpu").to_numpy()
-    is_framework = (ops["category"] == "host").to_numpy()
-    streams, all_names = ops["stream"].to_numpy(), ops["name"].to_numpy()
-    starts, ends = ops["start_ns"].to_numpy(), (ops["start_ns"] + ops["dur_ns"]).to_numpy()
-    self_ns = ops["self_ns"].to_numpy().copy()
-    kept = np.ones(len(ops), dtype=bool)
-    while True:  # on the arrays; the table is filtered once, at the end
-        host = np.flatnonzero(on_host & kept)
-        framework = is_framework[host]
-        parent = enclosing_parents(pd.factorize(streams[host])[0], starts[host], ends[host])
+    kept = np.ones(len(thread), dtype=bool)
+    while True:
+        host = np.flatnonzero((thread >= 0) & kept)
+        framework_host = framework[host]
+        parent = enclosing_parents(thread[host], start[host], end[host])
         child = np.flatnonzero(parent >= 0)
-        names = all_names[host]
+        names = name[host]
         only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
-        dup = np.zeros(len(host), dtype=bool)
-        dup[child] = only_child & (names[parent[child]] == names[child]) & framework[child] & framework[parent[child]]
-        dup[child] &= ~dup[parent[child]]  # chains collapse one level per round
-        if not dup.any():
-            return ops if kept.all() else ops.assign(self_ns=self_ns)[kept].reset_index(drop=True)
-        np.add.at(self_ns, host[parent[dup]], self_ns[host[dup]])
-        kept[host[dup]] = False
+        copy = np.zeros(len(host), dtype=bool)
+        copy[child] = (
+            only_child & (names[parent[child]] == names[child]) & framework_host[child] & framework_host[parent[child]]
+        )
+        copy[child] &= ~copy[parent[child]]  # chains collapse one level per round
+        if not copy.any():
+            return ~kept
+        np.add.at(self_ns, host[parent[copy]], self_ns[host[copy]])
+        kept[host[copy]] = False
 
 
 def _ops(
@@ -696,43 +703,54 @@ def _ops(
     steps: pd.DataFrame,
     clock: _Clock,
 ) -> pd.DataFrame:
-    """Host ops and device ops in one table, in start order, with self time and step."""
+    """Host ops and device ops in one table, in start order, with self time and step; redispatch copies
+    left out (`redispatch_copies`).
+
+    The times are put in start order first; then each other column is made, put in start order and
+    converted in turn, so that one column exists out of order at a time (a big trace's table is built
+    next to its event columns)."""
     host = np.flatnonzero(kind == HOST_OP)
     dev = np.flatnonzero(kind == DEVICE_OP)
     rows = np.concatenate([host, dev])
-    host_part = _host_op_columns(cols, host, thread_of, threads)
-    dev_part = _device_op_columns(cols, dev)
-    dev_part["lane"] += len(threads)
-    part = {
-        key: Coded.concat(value, dev_part[key]) if isinstance(value, Coded) else np.concatenate([value, dev_part[key]])
-        for key, value in host_part.items()
-    }
     start = clock.ns(cols.ts_us[rows])
     dur = clock.dur_ns(cols.dur_us[rows])
-    parent = enclosing_parents(part["lane"], start, start + dur)
+    on_host = slice(0, len(host))
+    device = _DeviceOps.of(cols, dev)
+    host_category = combine(cols.cat[host], cols.name[host]).mapped(_host_category)
+    self_ns = np.concatenate(
+        [
+            self_times(enclosing_parents(thread_of[host], start[on_host], (start + dur)[on_host]), dur[on_host]),
+            device.self_ns(start[len(host) :], dur[len(host) :]),
+        ]
+    )
+    copies = redispatch_copies(
+        pd.factorize(threads["name"])[0][thread_of[host]],  # a code per thread name
+        host_category.map(lambda c: c == "host", dtype=bool),
+        cols.name.codes[host],
+        start[on_host],
+        (start + dur)[on_host],
+        self_ns[on_host],
+    )
     order = np.argsort(start, kind="stable")
-    columns = {
-        "device": part["device"],
-        "stream": part["stream"],
-        "name": cols.name[rows],
-        "op_type": part["op_type"],
-        "category": part["category"],
-        "start_ns": start,
-        "dur_ns": dur,
-        "self_ns": np.where(part["leaf"], dur, self_times(parent, dur)),
-        "step": np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)],
-        "shapes": part["shapes"],
-        "dtypes": part["dtypes"],
-        "correlation": cols.op_args.correlation[rows],
-        "source": Coded.constant(SOURCE, len(rows)),
-        "blocks_per_sm": _device_numbers(cols.op_args.blocks_per_sm, host, dev),
-        "occupancy_pct": _device_numbers(cols.op_args.occupancy_pct, host, dev),
+    order = order[~np.concatenate([copies, np.zeros(len(dev), dtype=bool)])[order]]
+    start, dur, self_ns = start[order], dur[order], self_ns[order]
+    made = {
+        "device": lambda: Coded.concat(Coded.constant("cpu", len(host)), device.device()),
+        "stream": lambda: Coded.concat(Coded(thread_of[host], threads["name"].tolist()), device.stream()),
+        "name": lambda: cols.name[rows],
+        "op_type": lambda: Coded.concat(cols.name[host], device.op_type()),
+        "category": lambda: Coded.concat(host_category, device.category()),
+        "shapes": lambda: _host_texts(cols.op_args.shapes[host], len(dev)),
+        "dtypes": lambda: _host_texts(cols.op_args.dtypes[host], len(dev)),
+        "correlation": lambda: cols.op_args.correlation[rows],
+        "source": lambda: Coded.constant(SOURCE, len(rows)),
+        "blocks_per_sm": lambda: _device_numbers(cols.op_args.blocks_per_sm, host, dev),
+        "occupancy_pct": lambda: _device_numbers(cols.op_args.occupancy_pct, host, dev),
     }
-    del part, host_part, dev_part, start, dur, parent  # what is left of them is in `columns`
-    ordered = {}
-    for key in list(columns):  # each column in start order, the unordered one freed as soon as it is copied
-        ordered[key] = _op_column(columns.pop(key)[order])
-    return pd.DataFrame(ordered, columns=list(OP_COLUMNS))
+    table = {key: _op_column(make()[order]) for key, make in made.items()}
+    step = np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)]
+    table.update(start_ns=start, dur_ns=dur, self_ns=self_ns, step=step)
+    return pd.DataFrame(table, columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
 
 
 def _op_column(values: Union[Coded, np.ndarray]) -> Any:
@@ -743,20 +761,9 @@ def _op_column(values: Union[Coded, np.ndarray]) -> Any:
     return pd.Series(values, dtype=object, copy=False) if values.dtype == object else values
 
 
-def _host_op_columns(
-    cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, threads: pd.DataFrame
-) -> dict[str, Any]:
-    """Columns of host ops: device "cpu", the thread's name as stream, the name as op type."""
-    return {
-        "device": Coded.constant("cpu", len(rows)),
-        "stream": Coded(thread_of[rows], threads["name"].tolist()),
-        "op_type": cols.name[rows],
-        "category": combine(cols.cat[rows], cols.name[rows]).mapped(_host_category),
-        "shapes": cols.op_args.shapes[rows].decoded(),
-        "dtypes": cols.op_args.dtypes[rows].decoded(),
-        "lane": thread_of[rows],
-        "leaf": np.zeros(len(rows), dtype=bool),
-    }
+def _host_texts(texts: Coded, device_ops: int) -> np.ndarray:
+    """A text column of the host ops (input shapes, dtypes), "" for the device ops after them."""
+    return np.concatenate([texts.decoded(), np.full(device_ops, "", dtype=object)])
 
 
 def _host_category(cat_and_name: tuple[Any, Any]) -> Optional[str]:
@@ -765,22 +772,41 @@ def _host_category(cat_and_name: tuple[Any, Any]) -> Optional[str]:
     return "comm" if _is_collective_name(name) else HOST_OP_CATEGORIES.get(cat)
 
 
-def _device_op_columns(cols: EventColumns, rows: np.ndarray) -> dict[str, Any]:
-    """Columns of device ops: "cuda:<device>", stream id as text, category and op type by
-    `_device_category_type`; lane = dense id of the (device, stream) pair."""
-    device_id = _arg_or_lane(cols.op_args.device[rows], cols.pid[rows])
-    stream_id = _arg_or_lane(cols.op_args.stream[rows], cols.tid[rows])
-    kinds = combine(cols.cat[rows], cols.name[rows])
-    return {
-        "device": Coded.of(device_id).mapped(lambda d: f"cuda:{d}"),
-        "stream": Coded.of(stream_id).mapped(str),
-        "op_type": kinds.mapped(lambda pair: _device_category_type(*pair)[1]),
-        "category": kinds.mapped(lambda pair: _device_category_type(*pair)[0]),
-        "shapes": np.full(len(rows), "", dtype=object),
-        "dtypes": np.full(len(rows), "", dtype=object),
-        "lane": dense_ids(device_id, stream_id)[0],
-        "leaf": kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool),
-    }
+@dataclass(frozen=True)
+class _DeviceOps:
+    """What the device ops' columns are made of: "cuda:<device>", the stream id as text, category and op
+    type by `_device_category_type`; their lane is the (device, stream) pair."""
+
+    device_id: np.ndarray
+    stream_id: np.ndarray
+    kinds: Coded  # (cat, name) pairs
+
+    @classmethod
+    def of(cls, cols: EventColumns, rows: np.ndarray) -> _DeviceOps:
+        return cls(
+            _arg_or_lane(cols.op_args.device[rows], cols.pid[rows]),
+            _arg_or_lane(cols.op_args.stream[rows], cols.tid[rows]),
+            combine(cols.cat[rows], cols.name[rows]),
+        )
+
+    def device(self) -> Coded:
+        return Coded.of(self.device_id).mapped(lambda d: f"cuda:{d}")
+
+    def stream(self) -> Coded:
+        return Coded.of(self.stream_id).mapped(str)
+
+    def op_type(self) -> Coded:
+        return self.kinds.mapped(lambda pair: _device_category_type(*pair)[1])
+
+    def category(self) -> Coded:
+        return self.kinds.mapped(lambda pair: _device_category_type(*pair)[0])
+
+    def self_ns(self, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+        """Activities' (kernels, copies) self time is their duration; other device ranges' excludes what
+        they enclose on their stream."""
+        activity = self.kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool)
+        lane = dense_ids(self.device_id, self.stream_id)[0]
+        return np.where(activity, dur, self_times(enclosing_parents(lane, start, start + dur), dur))
 
 
 def _arg_or_lane(value: np.ndarray, lane: np.ndarray) -> np.ndarray:

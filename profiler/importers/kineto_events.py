@@ -27,6 +27,7 @@ import pandas as pd
 from profiler.errors import InputError, ProfviewError
 from profiler.formats.documents import regular_file
 from profiler.importers.base import CERTAIN, NOT_IT, SHAPED
+from profiler.memory import give_back_freed_memory
 
 try:
     import orjson
@@ -288,6 +289,10 @@ def trace_confidence(path: str | os.PathLike[str]) -> float:
     return CERTAIN if _KINETO_CATEGORY.search(head) is not None else SHAPED
 
 
+#: The dtype of a coded column's codes: a trace's columns have a few thousand distinct values, never 2**31.
+CODES = np.int32
+
+
 @dataclass(frozen=True)
 class Coded:
     """A column as dense integer codes into its distinct values.
@@ -297,7 +302,7 @@ class Coded:
     (`map`, also over `combine`d columns) is paid per distinct value, then spread back with one gather.
     """
 
-    codes: np.ndarray  # int64 index into `values`
+    codes: np.ndarray  # CODES (int32) index into `values`
     values: list  # the distinct values
 
     @classmethod
@@ -305,7 +310,7 @@ class Coded:
         """Factorise a sequence of JSON values (unhashable ones count as None) or a numeric array."""
         if isinstance(column, np.ndarray) and column.dtype != object:
             codes, uniques = pd.factorize(column, use_na_sentinel=False)
-            return cls(codes.astype(np.int64), list(uniques))
+            return cls(codes.astype(CODES), list(uniques))
         index: dict = {}
         add = index.setdefault
         try:  # a dict beats pd.factorize on Python strings (their hashes are cached)
@@ -313,7 +318,7 @@ class Coded:
         except TypeError:  # lists or dicts in malformed events
             index.clear()
             codes = [add(v if v.__hash__ is not None else None, len(index)) for v in column]
-        return cls(np.asarray(codes, dtype=np.int64), list(index))
+        return cls(np.asarray(codes, dtype=CODES), list(index))
 
     def __getitem__(self, rows: np.ndarray) -> Coded:
         return Coded(self.codes[rows], self.values)
@@ -323,18 +328,18 @@ class Coded:
 
     @classmethod
     def constant(cls, value: Any, n: int) -> Coded:
-        return cls(np.zeros(n, dtype=np.int64), [value])
+        return cls(np.zeros(n, dtype=CODES), [value])
 
     @classmethod
     def concat(cls, *parts: Coded) -> Coded:
         """The parts one after the other (values seen in several parts are merged)."""
-        offsets = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
+        offsets = np.cumsum([0] + [len(p.values) for p in parts[:-1]]).tolist()  # Python ints keep the codes int32
         codes = np.concatenate([p.codes + offset for p, offset in zip(parts, offsets)])
         return cls(codes, [v for p in parts for v in p.values])._deduplicated()
 
     def _deduplicated(self) -> Coded:
         remap, uniques = pd.factorize(_object_array(self.values), use_na_sentinel=False)
-        return Coded(remap[self.codes], list(uniques))
+        return Coded(remap.astype(CODES)[self.codes], list(uniques))
 
     def map(self, func: Callable[[Any], Any], dtype: Any = object) -> np.ndarray:
         """func(value) for every row, computed once per distinct value."""
@@ -374,7 +379,7 @@ def combine(*columns: Coded) -> Coded:
             k, code = divmod(k, len(column.values))
             parts.append(column.values[code])
         values.append(tuple(reversed(parts)))
-    return Coded(codes.astype(np.int64), values)
+    return Coded(codes.astype(CODES), values)
 
 
 def dense_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -438,7 +443,8 @@ class OpArgs:
         )
 
     @classmethod
-    def concat(cls, parts: Sequence[OpArgs]) -> OpArgs:
+    def concat(cls, parts: list[OpArgs]) -> OpArgs:
+        """The parts' rows one after the other; `parts` is emptied (see `_concat_fields`)."""
         return cls(**_concat_fields(cls, parts))
 
 
@@ -492,22 +498,30 @@ class EventColumns:
         return [a.get(key, default) if a.__class__ is dict else default for a in self.other_args[rows]]
 
     @classmethod
-    def concat(cls, parts: Sequence[EventColumns]) -> EventColumns:
-        """The parts' rows one after the other (the columns of a trace read in chunks)."""
-        return parts[0] if len(parts) == 1 else cls(**_concat_fields(cls, parts))
+    def concat(cls, parts: list[EventColumns]) -> EventColumns:
+        """The parts' rows one after the other (the columns of a trace read in chunks); `parts` is emptied
+        (see `_concat_fields`)."""
+        return parts.pop() if len(parts) == 1 else cls(**_concat_fields(cls, parts))
 
 
-def _concat_fields(cls: type, parts: Sequence[Any]) -> dict[str, Any]:
-    """Each column field of the dataclass `cls` over `parts`, the parts' rows one after the other."""
+def _concat_fields(cls: type, parts: list[Any]) -> dict[str, Any]:
+    """Each column field of the dataclass `cls` over `parts`, the parts' rows one after the other.
+
+    Takes the parts over (the list is emptied): each field's pieces are freed once joined, so a trace's
+    columns are held about once while they are joined, not twice."""
+    pieces = {f.name: [getattr(p, f.name) for p in parts] for f in fields(cls)}
+    parts.clear()
     columns = {}
-    for f in fields(cls):
-        values = [getattr(p, f.name) for p in parts]
+    for name in list(pieces):
+        values = pieces.pop(name)
         if isinstance(values[0], Coded):
-            columns[f.name] = Coded.concat(*values)
+            columns[name] = Coded.concat(*values)
         elif isinstance(values[0], OpArgs):
-            columns[f.name] = OpArgs.concat(values)
+            columns[name] = OpArgs.concat(values)
         else:
-            columns[f.name] = np.concatenate(values)
+            columns[name] = np.concatenate(values)
+        del values
+        give_back_freed_memory()
     return columns
 
 

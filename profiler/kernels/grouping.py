@@ -8,6 +8,7 @@ combinations, as `groupby(sort=True, observed=True)` orders them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -77,6 +78,13 @@ def codes_and_labels(column) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(column.cat.codes), np.asarray(column.cat.categories, dtype=object)
     codes, uniques = pd.factorize(np.asarray(column), sort=False)
     return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
+def text_matches(column, predicate: Callable[[str], Any]) -> np.ndarray:
+    """Whether predicate(str(value)) holds, per row; evaluated once per distinct value (a million ops have a
+    few thousand names), False where the value is missing."""
+    codes, labels = codes_and_labels(column)
+    return np.array([bool(predicate(str(v))) for v in labels.tolist()] + [False], dtype=bool)[codes]
 
 
 def sorted_codes(column) -> tuple[np.ndarray, int]:

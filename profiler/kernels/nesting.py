@@ -296,9 +296,10 @@ def enclosing_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
     order = np.lexsort((-end, start, lane))
     lane_s, end_s = lane[order], end[order]
     n = len(order)
-    candidate = np.arange(-1, n - 1)
-    parent_s = np.full(n, -1, dtype=np.int64)
-    active = np.arange(1, n)
+    position = np.int32 if n < 2**31 else np.int64  # half the memory of the jumping arrays (big traces)
+    candidate = np.arange(-1, n - 1, dtype=position)
+    parent_s = np.full(n, -1, dtype=position)
+    active = np.arange(1, n, dtype=position)
     while active.size:
         cand = candidate[active]
         same_lane = lane_s[cand] == lane_s[active]

@@ -18,6 +18,7 @@ from profiler.formats.names import info_files
 from profiler.importers import ascend
 from profiler.importers.base import Importer
 from profiler.importers.registry import detect, formats_sentence, importer_named
+from profiler.memory import give_back_freed_memory
 from profiler.model import Run
 
 #: `profview import --format` values and the outputs each writes. "mindspore" (the MindSpore /
@@ -70,9 +71,7 @@ def write_runs(
 
     `source` (what was imported) is kept as `source_path` in profiler_info, for the viewer's titles.
     """
-    from profiler.analysis.results import analyse_run
     from profiler.analysis.steps import ensure_steps
-    from profiler.export.outputs import write_outputs
 
     runs = list(runs)
     ranks = [run.rank for run in runs]
@@ -85,8 +84,19 @@ def write_runs(
     for run in runs:
         if source is not None:
             run.info.setdefault("source_path", str(source))
-        written += _writing(out_dir, lambda run=run: write_outputs(analyse_run(ensure_steps(run)), Path(out_dir)))
+        written += _writing(out_dir, lambda run=run: _write_run(ensure_steps(run), Path(out_dir)))
     return written
+
+
+def _write_run(run: Run, out_dir: Path) -> list[Path]:
+    """The run's timeline first, which needs only the run (a big trace's timeline tables then do not come on
+    top of the analysis's: docs/kineto.md, "Memory"), then the analysis and every other output."""
+    from profiler.analysis.results import analyse_run
+    from profiler.export.outputs import write_outputs, write_timeline
+
+    timeline = write_timeline(run, out_dir)
+    give_back_freed_memory()
+    return write_outputs(analyse_run(run), out_dir, timeline=lambda: timeline)
 
 
 def _writing(out_dir: str | os.PathLike[str], write: Callable[[], list[Path]]) -> list[Path]:

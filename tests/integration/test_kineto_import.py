@@ -414,12 +414,17 @@ def test_device_ops_link_to_their_launch(kineto_dir: Path, trace: str) -> None:
     assert set(device["correlation"]) <= set(launches["correlation"])
 
 
+def no_copies(thread: np.ndarray, *columns: np.ndarray) -> np.ndarray:
+    """redispatch_copies finding none: the import keeps every op."""
+    return np.zeros(len(thread), dtype=bool)
+
+
 def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path, monkeypatch) -> None:
-    """Every cpu_op with its thread and input shapes (redispatch copies kept here: collapse_redispatch,
+    """Every cpu_op with its thread and input shapes (redispatch copies kept here: redispatch_copies,
     which the import applies, is tested on its own)."""
     import profiler.importers.kineto as kineto
 
-    monkeypatch.setattr(kineto, "collapse_redispatch", lambda ops: ops)
+    monkeypatch.setattr(kineto, "redispatch_copies", no_copies)
     run = read_kineto_trace(kineto_dir / "sampled_rank-0.json.gz")
     host = run.ops[run.ops["device"] == "cpu"]
     assert set(host["stream"]) == set(run.threads["name"]) == {"thread 4037 (python3.8)", "thread 23695 (python3.8)"}
@@ -438,20 +443,25 @@ def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path, monkeypatch) ->
 def test_redispatch_copies_are_one_op(kineto_dir: Path) -> None:
     """aten::add inside aten::add (its only child) is one op, as torch's key_averages() counts it: the
     copy is gone, its self time went to the outer op, and the host self time of the thread is unchanged."""
-    from profiler.importers.kineto import collapse_redispatch
+    import profiler.importers.kineto as kineto
 
     run = imported(kineto_dir / "sampled_rank-0.json.gz")
     host = (run.ops["device"] == "cpu").to_numpy()
-    again = collapse_redispatch(run.ops)
-    assert len(again) == len(run.ops)  # nothing left to collapse
-    import profiler.importers.kineto as kineto
-
-    original = kineto.collapse_redispatch
+    left = kineto.redispatch_copies(
+        np.where(host, pd.factorize(run.ops["stream"])[0], -1),
+        (run.ops["category"] == "host").to_numpy(),
+        pd.factorize(run.ops["name"])[0],
+        run.ops["start_ns"].to_numpy(),
+        (run.ops["start_ns"] + run.ops["dur_ns"]).to_numpy(),
+        run.ops["self_ns"].to_numpy().copy(),
+    )
+    assert not left.any()  # nothing left to collapse
+    original = kineto.redispatch_copies
     try:
-        kineto.collapse_redispatch = lambda ops: ops
+        kineto.redispatch_copies = no_copies
         whole = read_kineto_trace(kineto_dir / "sampled_rank-0.json.gz")
     finally:
-        kineto.collapse_redispatch = original
+        kineto.redispatch_copies = original
     copies = len(whole.ops) - len(run.ops)
     assert copies > 0
     whole_host = (whole.ops["device"] == "cpu").to_numpy()

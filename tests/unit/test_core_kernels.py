@@ -266,3 +266,27 @@ def test_group_rows_matches_pandas_groupby(max_dense_keys):
     assert list(g.size) == list(ref["n"]) and list(g.sum(dur)) == list(ref["s"])
     assert list(g.min(dur)) == list(ref["lo"]) and list(g.max(dur)) == list(ref["hi"])
     assert list(g.values(df["other"])) == list(ref["first"].astype(str))
+
+
+def test_text_matches_once_per_distinct_value_as_the_str_accessor_does():
+    """text_matches gives what `astype(str).str.contains` gave (categoricals and object columns), False for a
+    missing value, calling the predicate once per distinct value."""
+    import re
+
+    from profiler.kernels.grouping import text_matches
+
+    names = ["aten::to", "aten::mm", "aten::_to_copy", "aten::mm", "Cast-op1", "aten::to"]
+    cast = re.compile(r"(?i)(?:^cast\b|^cast-|aten::(?:to|_to_copy)$)")
+    seen: list[str] = []
+
+    def predicate(text: str) -> bool:
+        seen.append(text)
+        return cast.search(text) is not None
+
+    for column in (pd.Series(names, dtype="category"), pd.Series(names, dtype=object)):
+        seen.clear()
+        expected = column.astype(str).str.contains(cast).to_numpy(dtype=bool)
+        assert text_matches(column, predicate).tolist() == expected.tolist() == [1, 0, 1, 0, 1, 1]
+        assert sorted(seen) == sorted(set(names))
+    with_missing = pd.Series(pd.Categorical(["aten::to", None, "aten::mm"]))
+    assert text_matches(with_missing, cast.search).tolist() == [True, False, False]

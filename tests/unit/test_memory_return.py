@@ -57,3 +57,30 @@ def test_large_tables_get_mappings_of_their_own():
     # fixed threshold: its own mapping, unmapped when freed. (Without the setting the table usually comes
     # from the heap, but not always: where the heap cannot grow, glibc maps it too, as one CI run showed.)
     assert mapped_mib("return") >= 5
+
+
+TRIM = """
+import importlib.util, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("memory", sys.argv[1])
+memory = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(memory)
+memory.return_freed_memory()
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / (1 << 20)
+chunks = [np.ones(300 << 10, np.uint8) for _ in range(200)]  # 60 MB of a trace's chunk columns: on the heap
+pin = np.ones(200 << 10, np.uint8)  # above them: the heap's top does not shrink when they are freed
+del chunks
+freed = rss_mib()
+memory.give_back_freed_memory()
+print(freed - rss_mib())
+"""
+
+
+@pytest.mark.skipif(not glibc_with_mallinfo2(), reason="glibc's allocator (2.33+)")
+def test_freed_heap_pages_go_back_to_the_system():
+    """60 MB of small tables freed under one that stays: resident until give_back_freed_memory, then returned."""
+    args = [sys.executable, "-c", TRIM, memory.__file__]
+    returned_mib = float(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    assert returned_mib >= 50

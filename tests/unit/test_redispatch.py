@@ -1,12 +1,13 @@
-"""collapse_redispatch (profiler/importers/kineto.py) on hand-made op tables: a chain of copies collapses over
+"""redispatch_copies (profiler/importers/kineto.py) on hand-made op tables: a chain of copies collapses over
 several rounds into its outermost op, which gets their self time; an op with two children, a different name,
 a runtime call or another thread is not a copy."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from profiler.importers.kineto import collapse_redispatch
+from profiler.importers.kineto import redispatch_copies
 
 
 def ops_table(rows: list[tuple[str, str, str, int, int, int]]) -> pd.DataFrame:
@@ -17,6 +18,20 @@ def ops_table(rows: list[tuple[str, str, str, int, int, int]]) -> pd.DataFrame:
     for col in ("device", "category", "stream", "name"):
         table[col] = table[col].astype("category")
     return table
+
+
+def collapse_redispatch(ops: pd.DataFrame) -> pd.DataFrame:
+    """The table without its redispatch copies, their self time given to the ops they copy."""
+    self_ns = ops["self_ns"].to_numpy().copy()
+    copies = redispatch_copies(
+        np.where((ops["device"] == "cpu").to_numpy(), pd.factorize(ops["stream"])[0], -1),
+        (ops["category"] == "host").to_numpy(),
+        pd.factorize(ops["name"])[0],
+        ops["start_ns"].to_numpy(),
+        (ops["start_ns"] + ops["dur_ns"]).to_numpy(),
+        self_ns,
+    )
+    return ops.assign(self_ns=self_ns)[~copies].reset_index(drop=True)
 
 
 def test_a_chain_of_copies_collapses_into_its_outer_op_over_rounds():
@@ -52,6 +67,23 @@ def test_a_chain_of_copies_collapses_into_its_outer_op_over_rounds():
     assert out.index.tolist() == list(range(len(out)))
 
 
-def test_a_table_without_copies_is_returned_as_it_is():
+def test_a_table_without_copies_has_none():
     table = ops_table([("aten::mm", "host", "t1", 0, 10, 10), ("aten::mm", "host", "t1", 20, 10, 10)])
-    assert collapse_redispatch(table) is table
+    out = collapse_redispatch(table)
+    assert out["self_ns"].tolist() == [10, 10] and out["name"].astype(str).tolist() == ["aten::mm"] * 2
+
+
+def test_rows_in_any_order_give_the_same_copies():
+    """The importer finds the copies before it sorts the ops by start: the file's order gives the same ones."""
+    table = ops_table(
+        [
+            ("aten::add", "host", "t1", 0, 100, 10),
+            ("aten::add", "host", "t1", 1, 98, 20),
+            ("cudaLaunchKernel", "runtime", "t1", 3, 20, 20),
+            ("aten::mul", "host", "t2", 5, 50, 30),
+            ("aten::mul", "host", "t2", 5, 50, 40),  # identical intervals: the first listed is the outer one
+        ]
+    )
+    shuffled = table.iloc[[3, 2, 4, 1, 0]].reset_index(drop=True)
+    out = collapse_redispatch(shuffled).sort_values(["start_ns", "self_ns"]).reset_index(drop=True)
+    assert out["self_ns"].tolist() == collapse_redispatch(table)["self_ns"].tolist() == [30, 20, 70]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from profiler.analysis.findings.base import CAST_OP_NAME, Context, Finding, Question, Rule, StepWindow, Threshold
 from profiler.analysis.stakes import precision_detour_win
+from profiler.kernels.grouping import text_matches
 
 THRESHOLDS = {
     "precision_waste_pct": Threshold(
@@ -80,7 +81,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
 
 def _found_by(data: Needs) -> str:
     """How the float64 ops were known, in words."""
-    by_types = "dtypes" in data.ops and data.ops["dtypes"].astype(str).str.contains("double").any()
+    by_types = "dtypes" in data.ops and text_matches(data.ops["dtypes"], lambda types: "double" in types).any()
     ways = (["the input types torch.profiler recorded (record_shapes=True)"] if by_types else []) + (
         [f"the float64 modules attach() marked: {', '.join(data.float64_modules)}"] if data.float64_modules else []
     )
