@@ -2,10 +2,10 @@
 
     python benchmarks/stage_peaks.py TRACE.json OUT_DIR
 
-Reads a Kineto trace, analyses it and writes the outputs (the stages of `profview import-kineto`, one
-after the other), while a sampler thread reads the process's RSS every 5 ms and keeps the main thread's
-stack (profview's frames) at each new high. Prints, per stage, its time, the RSS at its end, its peak and
-that stack: what to shrink first.
+Reads a Kineto trace, writes its timeline, analyses it and writes the other outputs (the stages of
+`profview import-kineto`, one after the other, with its allocator setting), while a sampler thread reads
+the process's RSS every 5 ms and keeps the main thread's stack (profview's frames) at each new high.
+Prints, per stage, its time, the RSS at its end, its peak and that stack: what to shrink first.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
-from profiler.export.outputs import write_outputs
+from profiler.export.outputs import write_outputs, write_timeline
 from profiler.importers.kineto import read_kineto_trace
+from profiler.memory import give_back_freed_memory, return_freed_memory
 
 ROOT = str(Path(__file__).resolve().parents[1] / "profiler")
 MAIN = threading.get_ident()
@@ -58,15 +59,20 @@ class PeakSampler:
 
 def main() -> None:
     trace, out = sys.argv[1], Path(sys.argv[2])
+    return_freed_memory()  # as the `profview` command does
     sampler = PeakSampler()
     t0 = time.perf_counter()
     run = ensure_steps(read_kineto_trace(trace))
     sampler.report("read", t0)
     t0 = time.perf_counter()
+    timeline = write_timeline(run, out)
+    give_back_freed_memory()
+    sampler.report("timeline", t0)
+    t0 = time.perf_counter()
     analysis = analyse_run(run)
     sampler.report("analyse", t0)
     t0 = time.perf_counter()
-    write_outputs(analysis, out)
+    write_outputs(analysis, out, timeline=lambda: timeline)
     sampler.report("write", t0)
 
 

@@ -12,11 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler.export.csv_rows import DECIMALS, numeric_rows
+from profiler.export.csv_rows import float_texts, numeric_rows
 from profiler.export.files import AtomicWrite, write_atomic
-
-FLOAT_FORMAT = f"%.{DECIMALS}f"
-
 
 CSV_ROWS = 65_536  # rows formatted and written at a time: bounded memory for any table
 
@@ -28,7 +25,7 @@ def write_csv(df: pd.DataFrame, path: Path, na_rep: str = "") -> Path:
     Text is written as it is, quoted when it holds a comma, a quote or a line feed. Python's csv
     writer leaves a lone carriage return unquoted (readers then split the row there), so a file
     whose text holds one is written with every field quoted. `na_rep` is what a missing number
-    is written as. The rows are written CSV_ROWS at a time, as pandas' `to_csv(float_format=FLOAT_FORMAT)`
+    is written as. The rows are written CSV_ROWS at a time, as pandas' `to_csv(float_format=csv_rows.FLOAT_FORMAT)`
     would write them (the same bytes, faster): rows of numbers only by csv_rows.numeric_rows, the others
     by pandas with their float columns formatted here (pandas checks and formats value by value).
     """
@@ -59,8 +56,7 @@ def _csv_text(part: pd.DataFrame, quoting: int, na_rep: str, header: bool = True
 
 def _fixed_decimals(values: np.ndarray, na_rep: str) -> np.ndarray:
     """Floats as FLOAT_FORMAT text (`na_rep` for NaN), as object values."""
-    fmt = FLOAT_FORMAT
-    return np.array([na_rep if x != x else fmt % x for x in values.tolist()], dtype=object)
+    return np.array(float_texts(values.tolist(), na_rep), dtype=object)
 
 
 def _holds_carriage_return(df: pd.DataFrame) -> bool:

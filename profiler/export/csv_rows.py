@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 DECIMALS = 6  # a float's digits after the point
+FLOAT_FORMAT = f"%.{DECIMALS}f"  # a float's text, as every CSV output writes it
 _SCALE = 10**DECIMALS
 _NUMBER_KINDS = "iufb"  # numpy dtype kinds written here: signed, unsigned, float, bool
 _QUADS = np.array([b"%04d" % i for i in range(10_000)], dtype="S4").view(np.uint32)  # "0000" ... "9999"
@@ -78,7 +79,7 @@ def _float_field(values: np.ndarray, na_rep: str) -> np.ndarray:
     )
     others = np.flatnonzero(~exact)
     if len(others):
-        text = [(na_rep if v != v else f"{v:.{DECIMALS}f}").encode() for v in x[others].tolist()]
+        text = [t.encode() for t in float_texts(x[others].tolist(), na_rep)]
         width = max(len(t) for t in text)
         if width > field.shape[1]:
             field = np.concatenate([field, np.zeros((len(x), width - field.shape[1]), np.uint8)], axis=1)
@@ -111,3 +112,8 @@ def _digits(values: np.ndarray, width: int) -> np.ndarray:
         rest, quad = np.divmod(rest, 10_000)
         quads[:, g] = _QUADS[quad]
     return quads.view(np.uint8)[:, groups * 4 - width :]
+
+
+def float_texts(values: list[float], na_rep: str) -> list[str]:
+    """Floats as FLOAT_FORMAT text (Python's own formatting), `na_rep` for NaN."""
+    return [na_rep if v != v else FLOAT_FORMAT % v for v in values]

@@ -258,7 +258,7 @@ def _header_and_rows(path: Path, kind: str) -> Optional[tuple[bytes, bytes]]:
     header, _, rows = data.partition(b"\n")
     if not rows or b'"' in data or b"\r" in data:
         return None
-    names = header.decode("utf-8", errors="replace").split(",")
+    names = _column_names(header)
     if len(set(names)) != len(names) or not set(names) <= set(CSV_COLUMNS.get(kind, ())) | set(CSV_REQUIRED[kind][0]):
         return None
     return header, rows if rows.endswith(b"\n") else rows + b"\n"
@@ -293,8 +293,12 @@ def _float_columns(table: pd.DataFrame, header: bytes) -> list[int]:
     in the batch: a file whose first cell in such a column is a whole number may be one (profview writes
     every float with a decimal point) and is read alone."""
     text = set(TEXT_DTYPES) | set(OPTIONAL_TEXT)
-    names = header.decode("utf-8", errors="replace").split(",")
-    return [i for i, name in enumerate(names) if name not in text and table[name].dtype.kind == "f"]
+    return [i for i, name in enumerate(_column_names(header)) if name not in text and table[name].dtype.kind == "f"]
+
+
+def _column_names(header: bytes) -> list[str]:
+    """The names of a CSV header line's columns (no quotes: `_header_and_rows` batches no file with one)."""
+    return header.decode("utf-8", errors="replace").split(",")
 
 
 def _cells(rows: bytes, positions: list[int]) -> list[bytes]:

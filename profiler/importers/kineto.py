@@ -714,12 +714,13 @@ def _ops(
     rows = np.concatenate([host, dev])
     start = clock.ns(cols.ts_us[rows])
     dur = clock.dur_ns(cols.dur_us[rows])
-    on_host = slice(0, len(host))
+    host_start, host_dur = start[: len(host)], dur[: len(host)]  # views: the host ops come first
+    host_end = host_start + host_dur
     device = _DeviceOps.of(cols, dev)
     host_category = combine(cols.cat[host], cols.name[host]).mapped(_host_category)
     self_ns = np.concatenate(
         [
-            self_times(enclosing_parents(thread_of[host], start[on_host], (start + dur)[on_host]), dur[on_host]),
+            self_times(enclosing_parents(thread_of[host], host_start, host_end), host_dur),
             device.self_ns(start[len(host) :], dur[len(host) :]),
         ]
     )
@@ -727,10 +728,11 @@ def _ops(
         pd.factorize(threads["name"])[0][thread_of[host]],  # a code per thread name
         host_category.map(lambda c: c == "host", dtype=bool),
         cols.name.codes[host],
-        start[on_host],
-        (start + dur)[on_host],
-        self_ns[on_host],
+        host_start,
+        host_end,
+        self_ns[: len(host)],  # a view: the copies' self time goes to their outer ops in self_ns
     )
+    del host_start, host_dur, host_end  # views of the unordered times: those go once ordered
     order = np.argsort(start, kind="stable")
     order = order[~np.concatenate([copies, np.zeros(len(dev), dtype=bool)])[order]]
     start, dur, self_ns = start[order], dur[order], self_ns[order]

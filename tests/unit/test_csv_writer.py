@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from profiler.export import csv_json
-from profiler.export.csv_json import FLOAT_FORMAT, write_csv
+from profiler.export.csv_json import write_csv
+from profiler.export.csv_rows import FLOAT_FORMAT
 
 
 def pandas_bytes(df: pd.DataFrame, na_rep: str, quoting: int) -> bytes:
