@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Optional, TextIO
 
 
@@ -70,8 +73,27 @@ class Progress:
             self.stream.flush()
             self._shown = False
 
+    @contextmanager
+    def reporting(self) -> Iterator[Progress]:
+        """Make this the reporter `current()` gives while the block runs: code deep in the work (a reader's
+        chunks) reports to it without every caller passing it along."""
+        token = _CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT.reset(token)
+
     def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.done()
+
+
+_CURRENT: ContextVar[Progress] = ContextVar("profview_progress")
+_SILENT = Progress.silent()
+
+
+def current() -> Progress:
+    """The reporter of the work under way (`Progress.reporting`), else one that prints nothing (library use)."""
+    return _CURRENT.get(_SILENT)

@@ -397,11 +397,13 @@ def run_import(args: argparse.Namespace) -> int:
         and isinstance(single, Path)
         and not (single.is_dir() and _holds_traces_only(single, args.data_origin))
     ):
-        return _print_paths(import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format]))
+        # a big trace takes minutes: its reading (a share of the file) and each later stage on a terminal
+        with Progress("import", enabled=sys.stderr.isatty(), delay_s=1.0) as progress, progress.reporting():
+            written = import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format])
+        return _print_paths(written)
     if args.format != "profview":
         raise InputError("--format mindspore / both takes one Ascend JOB directory, not several captures")
     from profiler.postprocess.import_many import dask_client, import_captures
-    from profiler.progress import Progress
 
     client = dask_client(args.scheduler) if args.scheduler is not None else None
     try:

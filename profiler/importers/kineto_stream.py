@@ -38,6 +38,7 @@ from profiler.importers.kineto_events import (
     event_columns,
     loads_json,
 )
+from profiler.progress import current as current_progress
 
 #: The text parsed at a time: the parsed events of one chunk take about 5-8x this in memory.
 DEFAULT_CHUNK_BYTES = 16 << 20
@@ -77,7 +78,7 @@ def stream_trace(path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_
         with open(Path(path), "rb") as fh:
             gzipped = fh.read(2) == GZIP_MAGIC
             fh.seek(0)
-            return _Reader(_Text(fh, gzipped), max(chunk_bytes, 1)).read()
+            return _Reader(_Text(fh, gzipped), max(chunk_bytes, 1), Path(path).name).read()
     except OSError:
         raise NotStreamable from None
 
@@ -91,11 +92,14 @@ class _Text:
         self._members = 1
         self.size = 0  # bytes of text read so far
         self.gzip_ended = False  # the (first) gzip stream ends early
+        self.file_bytes = os.fstat(fh.fileno()).st_size
+        self.file_read = 0  # bytes of the file read so far (gzip: compressed)
 
     def read(self) -> bytes:
         """The next block of text; b"" at the end."""
         while True:
             raw = self._fh.read(_BLOCK_BYTES)
+            self.file_read += len(raw)
             out = raw if self._inflate is None else self._gunzip(raw)
             if out or not raw:
                 self.size += len(out)
@@ -123,9 +127,10 @@ class _Text:
 class _Reader:
     """One pass over the text: the header, the event list in chunks, then the keys after it."""
 
-    def __init__(self, text: _Text, chunk_bytes: int) -> None:
+    def __init__(self, text: _Text, chunk_bytes: int, name: str) -> None:
         self.text = text
         self.chunk_bytes = chunk_bytes
+        self.name = name  # the file's, for the progress line
         self.parts: list[EventColumns] = []  # joined parts of _JOINED_CHUNKS chunks each
         self.recent: list[EventColumns] = []  # the chunks since
         self.items = 0
@@ -147,6 +152,7 @@ class _Reader:
             self.parts.append(EventColumns.concat(self.recent))
         self.items += len(events)
         self.not_objects += not_objects
+        current_progress().stage(f"reading {self.name}", self.text.file_read, self.text.file_bytes)
 
     def _result(self, header: dict[str, Any], cut: Optional[Cut]) -> StreamedTrace:
         if self.recent:

@@ -20,6 +20,7 @@ from profiler.importers.base import Importer
 from profiler.importers.registry import detect, formats_sentence, importer_named
 from profiler.memory import give_back_freed_memory
 from profiler.model import Run
+from profiler.progress import current as current_progress
 
 #: `profview import --format` values and the outputs each writes. "mindspore" (the MindSpore /
 #: MindInsight 2020 files) is written from Ascend JOB directories only.
@@ -94,9 +95,14 @@ def _write_run(run: Run, out_dir: Path) -> list[Path]:
     from profiler.analysis.results import analyse_run
     from profiler.export.outputs import write_outputs, write_timeline
 
+    progress = current_progress()
+    progress.stage(f"writing the timeline of rank {run.rank}")
     timeline = write_timeline(run, out_dir)
     give_back_freed_memory()
-    return write_outputs(analyse_run(run), out_dir, timeline=lambda: timeline)
+    progress.stage(f"analysing rank {run.rank}")
+    analysis = analyse_run(run)
+    progress.stage(f"writing the outputs of rank {run.rank}")
+    return write_outputs(analysis, out_dir, timeline=lambda: timeline)
 
 
 def _writing(out_dir: str | os.PathLike[str], write: Callable[[], list[Path]]) -> list[Path]:

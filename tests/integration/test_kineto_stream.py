@@ -140,3 +140,25 @@ def _whole_error(path: Path) -> str:
     except Exception as err:  # the message is what is compared
         return str(err)
     raise AssertionError(f"{path} was read whole")
+
+
+def test_an_import_reports_its_reading_and_stages_to_the_current_progress(tmp_path: Path, kineto_dir: Path) -> None:
+    """Under `Progress.reporting()` (what `profview import` sets on a terminal) the chunked reader reports the
+    share of the file read, up to 100 %, then the import its stages in order; without it, nothing."""
+    import io
+    import re
+
+    from profiler.postprocess.imported import import_capture
+    from profiler.progress import Progress
+    from profiler.progress import current as current_progress
+
+    path = kineto_dir / "sampled_rank-0.json.gz"
+    stream = io.StringIO()
+    with Progress("import", stream=stream).reporting():
+        import_capture(path, tmp_path / "out")
+    lines = stream.getvalue().splitlines()
+    reading = [float(m[1]) for m in (re.search(r"reading sampled_rank-0\.json\.gz +([\d.]+)%", x) for x in lines) if m]
+    assert len(reading) >= 1 and reading == sorted(reading) and reading[-1] == 100.0
+    stages = [x.split(": ", 2)[2].split(" (")[0] for x in lines if "reading" not in x]
+    assert stages == ["writing the timeline of rank 0", "analysing rank 0", "writing the outputs of rank 0"]
+    assert not current_progress().enabled  # outside reporting(), as in library use: reports print nothing
