@@ -33,6 +33,14 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * 4096 / 1e6
 
 
+def main_stack() -> list[str]:
+    """The main thread's profview frames, as text. The frame objects are dropped on return: a sampler that
+    kept one would keep its locals (a stage's tables) alive after the stage."""
+    frame = sys._current_frames().get(MAIN)
+    frames = traceback.extract_stack(frame) if frame else []
+    return [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames if ROOT in f.filename]
+
+
 class PeakSampler:
     """The highest RSS since the last `report`, with the main thread's profview frames at that moment."""
 
@@ -44,10 +52,7 @@ class PeakSampler:
         while True:
             now = rss_mb()
             if now > self.peak:
-                frame = sys._current_frames().get(MAIN)
-                frames = traceback.extract_stack(frame) if frame else []
-                self.peak = now
-                self.stack = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames if ROOT in f.filename]
+                self.peak, self.stack = now, main_stack()
             time.sleep(0.005)
 
     def report(self, stage: str, started: float) -> None:
