@@ -47,7 +47,8 @@ _MALLOC_TRIM = _malloc_trim()
 
 
 def give_back_freed_memory() -> None:
-    """Return the heap's free pages to the operating system now (glibc's malloc_trim; elsewhere nothing).
+    """Return freed memory to the operating system now: the C heap's free pages (glibc's malloc_trim; elsewhere
+    nothing) and what Arrow's pool keeps of freed buffers.
 
     The blocks below the mmap threshold (a chunk's columns, ~350 KB each) come from the heap, which keeps
     what is freed in it for later; the importer calls this when it frees many at once (the chunks' columns

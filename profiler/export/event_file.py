@@ -303,8 +303,8 @@ def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     n_complete_heads, n_heads = len(ev.complete.specs), len(ev.complete.specs) + len(ev.points.specs)
     flows = ev.flows
     c, p = ev.complete, ev.points
-    # the header's Python objects (a text and a dict entry per flow id: ~300 MB for a 1 GB trace) are freed
-    # once the writer has them in its schema, before the rows are written
+    # the header's Python objects (a text and a dict entry per flow id: millions in a big trace) are freed once
+    # the writer has them in its schema, before the rows are written
     with EventStreamWriter(path, **_header(ev)) as writer:
         for b, order, head_offset, complete in (
             (c, ev.complete_order, 0, True),

@@ -273,8 +273,8 @@ def flow_points(run: Run, lanes: Lanes) -> FlowPoints:
 
 
 def _text_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Each row's code among the distinct texts of `values` (as `astype(str)` writes them), and those texts:
-    without a text per row."""
+    """Each row's code among the distinct texts (`str(value)`) of `values`, and those texts: without a text
+    per row."""
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     text_codes, texts = pd.factorize(np.array([str(u) for u in uniques], dtype=object))
     return text_codes[codes], list(texts)

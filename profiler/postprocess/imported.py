@@ -91,7 +91,7 @@ def write_runs(
 
 def _write_run(run: Run, out_dir: Path) -> list[Path]:
     """The run's timeline first, which needs only the run (a big trace's timeline tables then do not come on
-    top of the analysis's: docs/kineto.md, "Memory"), then the analysis and every other output."""
+    top of the analysis's: docs/kineto.md, "Reading in chunks"), then the analysis and every other output."""
     from profiler.analysis.results import analyse_run
     from profiler.export.outputs import write_outputs, write_timeline
 
