@@ -132,12 +132,10 @@ def run_view(args: argparse.Namespace) -> int:
 
     progress = Progress(enabled=sys.stderr.isatty(), delay_s=1.0)
     started = time.monotonic()
-    ctx = Context(
-        load_input(args.dir),
-        Options(rank=args.rank, steps=args.steps),
-        progress,
-        compare=load_input(args.compare) if args.compare is not None else None,
-    )
+    with progress.reporting():  # opening a trace imports it: its reading and stages show
+        runs = load_input(args.dir)
+        compared = load_input(args.compare) if args.compare is not None else None
+    ctx = Context(runs, Options(rank=args.rank, steps=args.steps), progress, compare=compared)
     ctx.run  # noqa: B018 -- validates --rank before any work
     if args.summary:
         sys.stdout.write(render(ctx))
