@@ -131,6 +131,7 @@ class _Reader:
         self.text = text
         self.chunk_bytes = chunk_bytes
         self.name = name  # the file's, for the progress line
+        self.reported = 0  # file bytes read when progress was last reported
         self.parts: list[EventColumns] = []  # joined parts of _JOINED_CHUNKS chunks each
         self.recent: list[EventColumns] = []  # the chunks since
         self.items = 0
@@ -152,7 +153,9 @@ class _Reader:
             self.parts.append(EventColumns.concat(self.recent))
         self.items += len(events)
         self.not_objects += not_objects
-        current_progress().stage(f"reading {self.name}", self.text.file_read, self.text.file_bytes)
+        if self.text.file_read > self.reported:  # the file is read ahead of the chunks parsed: once per block
+            self.reported = self.text.file_read
+            current_progress().stage(f"reading {self.name}", self.reported, self.text.file_bytes)
 
     def _result(self, header: dict[str, Any], cut: Optional[Cut]) -> StreamedTrace:
         if self.recent:
