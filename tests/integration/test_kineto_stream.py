@@ -162,3 +162,26 @@ def test_an_import_reports_its_reading_and_stages_to_the_current_progress(tmp_pa
     stages = [x.split(": ", 2)[2].split(" (")[0] for x in lines if "reading" not in x]
     assert stages == ["writing the timeline of rank 0", "analysing rank 0", "writing the outputs of rank 0"]
     assert not current_progress().enabled  # outside reporting(), as in library use: reports print nothing
+
+
+@pytest.mark.parametrize("command", ["import", "view"])
+def test_the_commands_report_an_imports_progress(tmp_path: Path, kineto_dir: Path, monkeypatch, command) -> None:
+    """`profview import TRACE` and `profview TRACE` (which imports it first) make their progress line the one
+    the import reports to (shown on a terminal after a second: here, into a stream at once)."""
+    import io
+
+    import viewer.cli as cli
+    from profiler.progress import Progress
+
+    stream = io.StringIO()
+
+    class Shown(Progress):
+        def __init__(self, title: str = "", **_: object) -> None:
+            super().__init__(title, enabled=True, stream=stream)
+
+    monkeypatch.setattr(cli, "Progress", Shown)
+    path = str(kineto_dir / "sampled_rank-0.json.gz")
+    args = ["import", path, "-o", str(tmp_path / "out")] if command == "import" else [path, "--summary"]
+    assert cli.main(args) == 0
+    said = stream.getvalue()
+    assert "reading sampled_rank-0.json.gz 100.0%" in said and "analysing rank 0" in said
