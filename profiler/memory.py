@@ -26,24 +26,22 @@ MMAP_THRESHOLD_BYTES = 4 << 20  # blocks at least this large get a mapping of th
 # lowers the peak no further and costs 24 % more time; 1 MiB ~ 4 MiB)
 
 
-def return_freed_memory() -> bool:
-    """Have the C library give large freed blocks back to the operating system from now on; whether it
-    could (glibc)."""
+def _glibc(name: str) -> Callable[..., int] | None:
+    """glibc's allocator function `name`, or None elsewhere (musl, macOS)."""
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
         return None
 
 
-_MALLOC_TRIM = _malloc_trim()
+def return_freed_memory() -> bool:
+    """Have the C library give large freed blocks back to the operating system from now on; whether it
+    could (glibc)."""
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+
+_MALLOC_TRIM = _glibc("malloc_trim")
 
 
 def give_back_freed_memory() -> None:
