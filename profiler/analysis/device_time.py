@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
+from profiler.kernels.grouping import text_matches
 from profiler.kernels.intervals import covered_ns, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
@@ -121,8 +122,8 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     rt = ops[(ops["category"] == "runtime").to_numpy()]
     corr = rt["correlation"].to_numpy(np.int64)
     ex_corr = ex["correlation"].to_numpy(np.int64)
-    copies = (ex["category"] == "memcpy").to_numpy() & _matches(ex["name"], lambda n: PAGEABLE_COPY in n)
-    blocking = _matches(rt["name"], lambda n: SYNC_CALL.fullmatch(n) is not None)
+    copies = (ex["category"] == "memcpy").to_numpy() & text_matches(ex["name"], lambda n: PAGEABLE_COPY in n)
+    blocking = text_matches(rt["name"], lambda n: SYNC_CALL.fullmatch(n) is not None)
     sync = blocking | ((corr >= 0) & _member(corr, np.sort(ex_corr[copies])))
     launch = (corr >= 0) & _member(corr, np.sort(ex_corr[ex_corr >= 0]))
     start = rt["start_ns"].to_numpy(np.int64)
@@ -142,13 +143,6 @@ def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     if len(pool) == 0:
         return np.zeros(len(values), dtype=bool)
     return pool[np.minimum(np.searchsorted(pool, values), len(pool) - 1)] == values
-
-
-def _matches(names: pd.Series, test) -> np.ndarray:
-    """test(name) for every row, computed once per distinct name."""
-    names = pd.Series(_categorical(names))
-    hits = [bool(test(str(name))) for name in names.cat.categories] + [False]  # code -1: no name
-    return np.asarray(hits, dtype=bool)[names.cat.codes.to_numpy()]
 
 
 # ----------------------------------------------------------------------------- idle gaps
@@ -369,10 +363,10 @@ def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     lane = pd.Categorical(host["stream"].astype(str)).codes.astype(np.int64)
     start = host["start_ns"].to_numpy(np.int64)
     parent = enclosing_parents(lane, start, start + host["dur_ns"].to_numpy(np.int64))
-    usable = (host["category"] != "runtime").to_numpy() & ~_matches(
+    usable = (host["category"] != "runtime").to_numpy() & ~text_matches(
         host["name"], lambda n: STEP_ANNOTATION.fullmatch(n) is not None
     )
-    frame = _matches(host["name"], lambda n: PYTHON_FRAME.search(n) is not None)
+    frame = text_matches(host["name"], lambda n: PYTHON_FRAME.search(n) is not None)
     n = len(rows)
     inner, outer, python = np.full(n, -1), np.full(n, -1), np.full(n, -1)
     at = parent[rows] if n else np.empty(0, dtype=np.int64)

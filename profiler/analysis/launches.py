@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core_kernels
-from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.grouping import codes_and_labels, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 from profiler.model import DEVICE_WORK_CATEGORIES
 
@@ -127,8 +127,7 @@ def sums_by(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 
 def _eligible_names(names: pd.Series) -> np.ndarray:
-    codes, labels = codes_and_labels(names)
-    return np.array([str(label) in TENSOR_CORE_ELIGIBLE_OPS for label in labels], dtype=bool)[codes]
+    return text_matches(names, TENSOR_CORE_ELIGIBLE_OPS.__contains__)
 
 
 def _deepest_first(parent: np.ndarray, framework: np.ndarray) -> list[np.ndarray]:

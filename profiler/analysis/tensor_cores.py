@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from profiler.analysis.kernel_families import kernel_precision
-from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.grouping import text_matches
 
 #: Substrings of the names of kernels that run on tensor cores (PyProf's list, as the plugin used it).
 TENSOR_CORE_KERNEL_MARKS = (
@@ -71,8 +71,7 @@ def uses_tensor_cores(name: str) -> bool:
 
 def tensor_core_kernels(names) -> np.ndarray:
     """`uses_tensor_cores` of every name of a column (a categorical, or any values): one test per distinct name."""
-    codes, labels = codes_and_labels(names)
-    return np.array([uses_tensor_cores(str(label)) for label in labels], dtype=bool)[codes]
+    return text_matches(names, uses_tensor_cores)
 
 
 def is_tensor_core_eligible(op_name: str) -> bool:
