@@ -47,7 +47,6 @@ def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> Time
     while the analysis runs."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    give_back_freed_memory()  # what the analysis freed, before the timeline's tables come
     events = timeline_events(run)
     path = EVENT_FILE.save(events, out_dir, run.rank)
     del events  # saved: the renderers read the file in chunks

@@ -27,7 +27,6 @@ import pandas as pd
 from profiler.errors import InputError, ProfviewError
 from profiler.formats.documents import regular_file
 from profiler.importers.base import CERTAIN, NOT_IT, SHAPED
-from profiler.memory import give_back_freed_memory
 
 try:
     import orjson
@@ -521,7 +520,6 @@ def _concat_fields(cls: type, parts: list[Any]) -> dict[str, Any]:
         else:
             columns[name] = np.concatenate(values)
         del values
-        give_back_freed_memory()
     return columns
 
 

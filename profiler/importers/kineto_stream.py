@@ -38,6 +38,7 @@ from profiler.importers.kineto_events import (
     event_columns,
     loads_json,
 )
+from profiler.memory import give_back_freed_memory
 from profiler.progress import current as current_progress
 
 #: The text parsed at a time: the parsed events of one chunk take about 5-8x this in memory.
@@ -161,6 +162,7 @@ class _Reader:
         if self.recent:
             self.parts.append(EventColumns.concat(self.recent))
         columns = EventColumns.concat(self.parts) if self.parts else event_columns([])[0]
+        give_back_freed_memory()  # the chunks' pieces: the run is built next, not on their pages
         return StreamedTrace(header, columns, self.items, self.not_objects, cut)
 
     def _more(self, buf: bytes, at: int, want: int) -> tuple[bytes, bool]:
