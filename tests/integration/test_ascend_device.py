@@ -277,7 +277,15 @@ def test_step_trace_comes_from_the_device_points(model_run):
     assert np.allclose(st["iteration_gap_ms"] + st["fp_bp_ms"] + st["tail_ms"], st["total_ms"], atol=3e-6)
     assert (st[["iteration_gap_ms", "fp_bp_ms", "tail_ms"]] >= 0).all().all()
     assert (st["fp_start_source"] == "marked").all() and (st["bp_end_source"] == "marked").all()
-    assert (st["all_reduce_ms"] > 0).all() and (st["all_reduce_overlap_ms"] == 0).all()  # after BP_END: tail
+    assert (st["all_reduce_ms"] > 0).all()
+    # the overlap is the all-reduce time inside FP_START..BP_END: usually none (the all-reduces are launched
+    # after BP_END), but stream 1 may start one as soon as its gradient is ready, before stream 0 runs BP_END
+    reduces = run.spans[run.spans["name"] == "all_reduce"]
+    for step, row in zip(run.steps.itertuples(), st.itertuples()):
+        inside = (reduces["start_ns"] + reduces["dur_ns"]).clip(upper=step.bp_end_ns) - reduces["start_ns"].clip(
+            lower=step.fp_start_ns
+        )
+        assert row.all_reduce_overlap_ms == pytest.approx(inside.clip(lower=0).sum() * 1e-6, abs=1e-9)
     assert run.info["steps_from"] == "npu:0"
     ops = run.ops[run.ops["device"] == "npu:0"]
     for step in run.steps.itertuples():
@@ -352,39 +360,3 @@ def test_a_device_without_clock_sync_is_left_out_with_a_warning(tmp_path):
     info = json.loads((tmp_path / "run" / "profiler_info_0.json").read_text())
     assert any("npu:0" in w and "not merged" in w and "host clock" in w for w in info["warnings"])
     assert not (tmp_path / "run" / "op_type_0.csv").exists()
-
-
-KILLED_RUN = """
-import os, signal, sys, time
-import numpy as np
-from profiler import Profiler
-from profview_reference_device.device import AscendReferenceDevice
-profiler = Profiler(sys.argv[1], host_counters=False, gpu_counters=False, flush_interval_s=0.05)
-dev = AscendReferenceDevice(profiler, streams=2)
-for _ in range(5):
-    dev.fp_start()
-    h = dev.launch("Default/MatMul-op1", "MatMul", np.matmul, np.ones((64, 64)), np.ones((64, 64)))
-    dev.bp_end()
-    dev.all_reduce("Default/AllReduce-op2", np.copy, h, stream=1)
-    dev.iter_end().result()
-    profiler.step()
-time.sleep(0.5)                          # a few flushes of the raw store and of the device log
-dev.fp_start()
-dev.launch("Default/MatMul-op1", "MatMul", time.sleep, 5)     # killed inside this iteration
-time.sleep(0.2)
-os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-def test_a_killed_run_keeps_the_device_log_up_to_its_last_flush(tmp_path):
-    import subprocess
-
-    out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-c", KILLED_RUN, str(out)], cwd=REPO, capture_output=True, timeout=120)
-    assert done.returncode == -9, done.stderr[-2000:]
-    profiler_run = load_rank(out, 0)
-    assert profiler_run.info["steps_from"] == "npu:0"
-    assert profiler_run.steps["step"].tolist() == [0, 1, 2, 3, 4]  # the unfinished iteration is left out
-    ops = profiler_run.ops[profiler_run.ops["device"] == "npu:0"]
-    assert ops["name"].tolist() == ["Default/MatMul-op1"] * 5
-    assert any("without ITER_END" in w for w in profiler_run.info["warnings"])
