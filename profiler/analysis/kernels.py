@@ -28,7 +28,8 @@ def kernel_table(ops: pd.DataFrame, launched: Launches | None) -> pd.DataFrame:
     rows = np.flatnonzero(kernel_rows(ops))
     if rows.size == 0:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    kernels = ops.iloc[rows]
+    used = ["device", "name", "dur_ns", "blocks_per_sm", "occupancy_pct"]
+    kernels = ops.iloc[rows, ops.columns.get_indexer(used)]  # the columns it reads: a big table is copied less
     launcher = launched.launcher[rows] if launched is not None else np.full(rows.size, -1)
     names = np.asarray(ops["name"].to_numpy(), dtype=object)
     op = np.where(launcher >= 0, names[np.maximum(launcher, 0)], "").astype(object)

@@ -20,17 +20,17 @@ def work_rows(ops: pd.DataFrame) -> np.ndarray:
     return ~ops["category"].isin(NOT_WORK_CATEGORIES).to_numpy()
 
 
-def work_ops(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops that are work (`work_rows`)."""
-    work = work_rows(ops)
-    return ops if work.all() else ops[work]
+def _work_columns(ops: pd.DataFrame, work: np.ndarray, used: list[str]) -> pd.DataFrame:
+    """The work rows of the columns a table reads: filtering rows copies every column taken, and a big
+    trace's op table is hundreds of MB."""
+    return ops[used] if work.all() else ops.loc[work, used]
 
 
 def op_type_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
     """Count, total / self / average time and share of device self time, per device and op type (work
     ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
     work = work_rows(ops)
-    ops = ops if work.all() else ops[work]
+    ops = _work_columns(ops, work, ["device", "op_type", "category", "dur_ns", "self_ns"])
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_TYPE_COLUMNS)
     g = group_rows(ops["device"], ops["op_type"])
@@ -43,8 +43,7 @@ def op_detail_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> p
     """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
     (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
     work = work_rows(ops)
-    used = ["device", "name", "op_type", "category", "dur_ns", "self_ns", "shapes"]
-    ops = ops[used] if work.all() else ops.loc[work, used]  # the columns it reads: a big table is copied less
+    ops = _work_columns(ops, work, ["device", "name", "op_type", "category", "dur_ns", "self_ns", "shapes"])
     if len(ops) == 0:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
     g = group_rows(ops["device"], ops["name"])
@@ -126,7 +125,7 @@ def op_shape_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd
     op_detail, one row per distinct `shapes` of a name (work ops only: `work_rows`). Empty when no op
     recorded its shapes (record_shapes=False)."""
     work = work_rows(ops)
-    ops = ops if work.all() else ops[work]
+    ops = _work_columns(ops, work, ["device", "name", "shapes", "op_type", "category", "dur_ns", "self_ns"])
     if not len(ops) or not (ops["shapes"].astype(str) != "").any():
         return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
     g = group_rows(ops["device"], ops["name"], ops["shapes"])
