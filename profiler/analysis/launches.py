@@ -18,7 +18,7 @@ import pandas as pd
 
 from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core_kernels
 from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import DEVICE_WORK_CATEGORIES
 
 #: Host op categories that are framework ops (an op a user wrote or called), which own launches.
@@ -54,9 +54,10 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
         return None
     framework = framework_ops(ops)
     owner, parent = _owners(ops, on_host, framework)
-    call = np.full(len(ops), -1, dtype=np.int64)
+    position = position_dtype(len(ops))  # the row arrays are kept with the analysis: half the memory of int64
+    call = np.full(len(ops), -1, dtype=position)
     call[executions] = _calls(correlation, runtime, np.flatnonzero(executions))
-    launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1)
+    launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1).astype(position)
 
     n = len(ops)
     dur = ops["dur_ns"].to_numpy()
@@ -72,7 +73,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     return Launches(
         call=call,
         launcher=launcher,
-        parent=parent,
+        parent=parent.astype(position),
         device_self_ns=device_self,
         device_total_ns=_with_descendants(device_self, parent, order),
         tc_self_ns=tc_self,

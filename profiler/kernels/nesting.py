@@ -287,6 +287,12 @@ def self_time(start: np.ndarray, dur: np.ndarray, lane: np.ndarray, level: np.nd
 # self times of a thread add up to the union of its top-level ops.
 
 
+def position_dtype(n: int) -> type:
+    """The integer type of row positions -1..n-1 kept per row: int32 below 2**31 rows, half the memory of
+    int64 on a big trace."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 def enclosing_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Index (into the inputs) of each interval's innermost container on the same lane, or -1.
 
@@ -296,7 +302,7 @@ def enclosing_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
     order = np.lexsort((-end, start, lane))
     lane_s, end_s = lane[order], end[order]
     n = len(order)
-    position = np.int32 if n < 2**31 else np.int64  # half the memory of the jumping arrays (big traces)
+    position = position_dtype(n)
     candidate = np.arange(-1, n - 1, dtype=position)
     parent_s = np.full(n, -1, dtype=position)
     active = np.arange(1, n, dtype=position)
