@@ -240,7 +240,8 @@ class FlowPoints:
 
 def flow_points(run: Run, lanes: Lanes) -> FlowPoints:
     """The flow points of the run's launches (lanes met in the order the points are, host then device)."""
-    ops = run.ops[run.ops["correlation"] >= 0]
+    used = ["correlation", "device", "stream", "start_ns", "step"]  # a row filter copies every column it takes
+    ops = run.ops.loc[(run.ops["correlation"] >= 0).to_numpy(), used]
     host = ops[ops["device"] == "cpu"].drop_duplicates("correlation")
     dev = ops[ops["device"] != "cpu"].drop_duplicates("correlation")
     m = host.merge(dev, on="correlation", suffixes=("_h", "_d"))
