@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import os
 import sys
@@ -398,6 +399,7 @@ def run_import(args: argparse.Namespace) -> int:
         # a big trace takes minutes: its reading (a share of the file) and each later stage on a terminal
         with Progress("import", enabled=sys.stderr.isatty(), delay_s=1.0) as progress, progress.reporting():
             written = import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format])
+        _print_run_warnings(written)
         return _print_paths(written)
     if args.format != "profview":
         raise InputError("--format mindspore / both takes one Ascend JOB directory, not several captures")
@@ -410,6 +412,7 @@ def run_import(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             client.close()
+    _print_run_warnings(written)
     return _print_paths(written)
 
 
@@ -573,6 +576,24 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_run_warnings(written: Sequence[Path]) -> None:
+    """Each imported rank's warnings (what its info file says was skipped, guessed or cut), one line each on
+    stderr, but for those its importer has already said while reading."""
+    from profiler.formats.names import INFO_PATTERN
+
+    for path in written:
+        match = INFO_PATTERN.match(path.name)
+        if match is None:
+            continue
+        try:
+            said = json.loads(path.read_text()).get("warnings", [])
+        except (OSError, ValueError, AttributeError):
+            continue  # not profview's info file after all: nothing to say about it
+        for text in said if isinstance(said, list) else []:
+            if not any(str(text) in shown for shown in _SHOWN_WARNINGS):
+                print(f"profview: warning: rank {match.group(1)}: {text}", file=sys.stderr)
+
+
 def _print_paths(paths: Sequence[Path]) -> int:
     for path in paths:
         print(path)
@@ -681,8 +702,13 @@ def _with_default_command(argv: list[str]) -> list[str]:
     return argv
 
 
+#: The warnings this command has printed (an import's run warnings are not said twice).
+_SHOWN_WARNINGS: list[str] = []
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings from the analysis reach the terminal as one line, without source locations."""
+    _SHOWN_WARNINGS.append(str(message))
     print(f"profview: warning: {message}", file=sys.stderr)
 
 

@@ -180,3 +180,26 @@ def test_import_kineto_bad_inputs(ascend, tmp_path):
     empty.write_text('{"traceEvents": []}')
     assert_one_sentence(run_profview("import-kineto", empty, "-o", tmp_path / "out"), "no usable events")
     assert not (tmp_path / "out").exists()
+
+
+def test_import_says_each_ranks_warnings_once(captures, tmp_path):
+    """What an import skipped, guessed or lost is said on stderr (not only in the info file), each warning once:
+    the one the reader said while reading (a cut trace) is not repeated from the info file."""
+    whole = run_profview("import", captures / "kineto" / "alexnet.json.gz", "-o", tmp_path / "alexnet")
+    assert whole.returncode == 0, whole.stderr
+    info = json.loads((tmp_path / "alexnet" / "profiler_info_0.json").read_text())
+    no_steps = next(w for w in info["warnings"] if w.startswith("no ProfilerStep#N annotations"))
+    assert whole.stderr.count(f"profview: warning: rank 0: {no_steps}\n") == 1
+    assert all(line.startswith("profview: warning: ") for line in whole.stderr.splitlines())
+    assert all(Path(line).exists() for line in whole.stdout.splitlines())  # stdout lists the files only
+
+    import gzip
+
+    text = gzip.decompress((captures / "kineto" / "sampled_rank-0.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: int(len(text) * 0.6)])
+    done = run_profview("import", cut, "-o", tmp_path / "cut")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("is cut short") == 1
+    info = json.loads((tmp_path / "cut" / "profiler_info_0.json").read_text())
+    assert sum(w in done.stderr for w in info["warnings"]) == len(info["warnings"])  # every one of them said
