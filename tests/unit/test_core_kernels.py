@@ -290,3 +290,53 @@ def test_text_matches_once_per_distinct_value_as_the_str_accessor_does():
         assert sorted(seen) == sorted(set(names))
     with_missing = pd.Series(pd.Categorical(["aten::to", None, "aten::mm"]))
     assert text_matches(with_missing, cast.search).tolist() == [True, False, False]
+
+
+def innermost_container_by_stack(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """enclosing_parents' definition walked one interval at a time: in (lane, start, -end) order, the last
+    earlier interval of the lane that ends no earlier (a stack of the ends not yet passed)."""
+    parent = np.full(len(lane), -1, dtype=np.int64)
+    stack: list[int] = []
+    for i in np.lexsort((-end, start, lane)).tolist():
+        while stack and (lane[stack[-1]] != lane[i] or end[stack[-1]] < end[i]):
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return parent
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_enclosing_parents_in_pieces_equal_the_whole_walk(seed: int, monkeypatch) -> None:
+    """A big trace's intervals are nested a piece at a time (cut where nothing before can contain anything
+    after): the parents are those of one walk over everything, for nested, overlapping, zero-length and
+    identical intervals on several lanes, whatever the piece size."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(500, 4000))
+    lane = rng.integers(0, int(rng.integers(2, 6)), n)  # lanes: at least their starts are cuts
+    start = rng.integers(0, int(rng.integers(50, 20_000)), n)
+    end = start + rng.integers(0, int(rng.integers(2, 600)), n) * (rng.random(n) < 0.9)
+    start[: n // 10], end[: n // 10] = start[n // 10 : 2 * (n // 10)], end[n // 10 : 2 * (n // 10)]  # twins
+    want = innermost_container_by_stack(lane, start, end)
+    for piece in (1, 7, 64, n // 3, 1 << 18):
+        monkeypatch.setattr(nesting, "NESTING_PIECE", piece)
+        order = np.lexsort((-end, start, lane))
+        pieces = nesting._independent_pieces(lane, start, end, order)
+        assert pieces[0][0] == 0 and pieces[-1][1] == n and all(b == c for (_, b), (c, _) in zip(pieces, pieces[1:]))
+        if piece < n // 4:
+            assert len(pieces) > 1  # the cuts were found, not one piece of everything
+        np.testing.assert_array_equal(nesting.enclosing_parents(lane, start, end), want, err_msg=f"piece {piece}")
+
+
+def test_enclosing_parents_pieces_restart_at_each_lane(monkeypatch) -> None:
+    """The cuts are found lane by lane: a lane whose one op spans the whole capture (a thread's root range)
+    does not keep the next lane, of step after step of small ops, in one piece."""
+    monkeypatch.setattr(nesting, "NESTING_PIECE", 100)
+    steps = np.repeat(np.arange(500) * 1000, 10)
+    lane = np.concatenate([np.zeros(6, dtype=np.int64), np.ones(len(steps), dtype=np.int64)])
+    start = np.concatenate([[0, 10, 20, 30, 40, 50], steps + np.tile(np.arange(10) * 50, 500)])
+    end = np.concatenate([[10**9], start[1:6] + 5, start[6:] + 40])  # lane 0: a root range and 5 ops in it
+    pieces = nesting._independent_pieces(lane, start, end, np.lexsort((-end, start, lane)))
+    assert max(b - a for a, b in pieces) <= 2 * 100 and len(pieces) >= len(lane) // 200
+    np.testing.assert_array_equal(
+        nesting.enclosing_parents(lane, start, end), innermost_container_by_stack(lane, start, end)
+    )
