@@ -40,6 +40,7 @@ from profiler.importers.kineto_events import (
     json_number,
     load_trace,
     looks_like_kineto,
+    release_columns,
     to_int,
     trace_confidence,
 )
@@ -364,15 +365,19 @@ def _build_run(
     spans = _spans(cols, np.flatnonzero(kind == SPAN), thread_of, clock)
     steps = _with_phase_bounds(steps, spans)
     steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
+    info = _info(trace, cols, kind, clock, warnings)
+    instants = _instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock)
+    counters = _counters(cols, kind, clock)
+    allocations = _allocations(cols, np.flatnonzero(kind == MEMORY), thread_of, clock)
     return Run(
-        info=_info(trace, cols, kind, clock, warnings),
-        ops=_ops(cols, kind, thread_of, threads, steps, clock),
+        info=info,
+        ops=_ops(cols, kind, thread_of, threads, steps, clock),  # last: it spends the event columns
         spans=spans.drop(columns=["end_ns", "phase"]),
-        instants=_instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock),
+        instants=instants,
         steps=steps,
-        counters=_counters(cols, kind, clock),
+        counters=counters,
         threads=threads,
-        allocations=_allocations(cols, np.flatnonzero(kind == MEMORY), thread_of, clock),
+        allocations=allocations,
     )
 
 
@@ -708,7 +713,7 @@ def _ops(
 
     The times are put in start order first; then each other column is made, put in start order and
     converted in turn, so that one column exists out of order at a time (a big trace's table is built
-    next to its event columns)."""
+    next to its event columns). The event columns are spent: each goes once used (`release_columns`)."""
     host = np.flatnonzero(kind == HOST_OP)
     dev = np.flatnonzero(kind == DEVICE_OP)
     rows = np.concatenate([host, dev])
@@ -718,6 +723,8 @@ def _ops(
     host_end = host_start + host_dur
     device = _DeviceOps.of(cols, dev)
     host_category = combine(cols.cat[host], cols.name[host]).mapped(_host_category)
+    release_columns(cols, "ph", "cat", "pid", "tid", "ts_us", "dur_us", "other_args")
+    release_columns(cols.op_args, "device", "stream")
     self_ns = np.concatenate(
         [
             self_times(enclosing_parents(thread_of[host], host_start, host_end), host_dur),
@@ -750,6 +757,7 @@ def _ops(
         "occupancy_pct": lambda: _device_numbers(cols.op_args.occupancy_pct, host, dev),
     }
     table = {key: _op_column(make()[order]) for key, make in made.items()}
+    release_columns(cols, "name", "op_args")
     step = np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)]
     table.update(start_ns=start, dur_ns=dur, self_ns=self_ns, step=step)
     return pd.DataFrame(table, columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks

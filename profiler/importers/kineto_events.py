@@ -407,6 +407,14 @@ _OP_ARG_KEYS = (
 _NO_OP_ARGS = (None,) * len(_OP_ARG_KEYS)
 
 
+def release_columns(columns: Any, *names: str) -> None:
+    """Drop the named column fields of a reader's columns (EventColumns, OpArgs) once the run's tables no
+    longer need them: the importer builds a big trace's op table next to its event columns, and each
+    column it has used goes back at once. A released field is None: reading it again fails loudly."""
+    for name in names:
+        object.__setattr__(columns, name, None)  # frozen against edits, not against being spent
+
+
 @dataclass(frozen=True)
 class OpArgs:
     """The args of complete events (ops, kernels, annotations) the importer reads, as columns.
