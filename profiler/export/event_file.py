@@ -17,13 +17,15 @@ steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 import pandas as pd
 
 from profiler.errors import InputError
+from profiler.export.args_table import ArgsTable
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
 from profiler.export.timeline_model import FLOW_CATEGORY, FLOW_NAME, STEP_TID, Head, TimelineEvents
@@ -114,7 +116,7 @@ class EventStreamWriter:
         rank: int,
         names: list[str],
         categories: list[str],
-        args: list[str],
+        args: Union[Sequence[str], ArgsTable],
         heads: dict[str, np.ndarray],
         lanes: list[dict],
         data_origin: str = "profview",
@@ -134,14 +136,13 @@ class EventStreamWriter:
             "origin_unix_ns": int(origin_unix_ns),
             "names": list(names),
             "categories": list(categories),
-            "args": list(args),
-            "lanes": list(lanes),
         }
+        args_text = args.json_text() if isinstance(args, ArgsTable) else _json(list(args))
         heads_text = ",".join(f"{_json(name)}:{_int_list_json(values)}" for name, values in self._heads.items())
-        # _json of the metadata with "heads" (and "chrome") after its other keys; the heads (one per flow point:
-        # millions) written without turning them all into Python numbers at once
-        meta_text = _json(meta)[:-1] + f',"heads":{{{heads_text}}}'
-        meta_text += ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}"
+        # _json of the metadata, its keys in this order; the args and the heads (one per flow point: millions)
+        # written without turning them all into Python strings and numbers at once
+        meta_text = _json(meta)[:-1] + f',"args":{args_text},"lanes":{_json(list(lanes))}'
+        meta_text += f',"heads":{{{heads_text}}}' + ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}"
         self.schema = pa.schema(
             [(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in EVENT_COLUMNS],
             metadata={EVENT_FILE_META_KEY: meta_text},
@@ -268,28 +269,27 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
     cat_code, categories = _codes([h.cat for h in specs] + flow_cat)
     args_text = [_args_text(h.args) for h in specs]
     flow_ids, flow_id_row = np.unique(flows.flow_id, return_inverse=True)
-    flow_args = [_args_text({"id": i}) for i in flow_ids.tolist()]
-    distinct_args = sorted({a for a in args_text if a is not None} | set(flow_args))
-    args_index = {a: i for i, a in enumerate(distinct_args)}
-    flow_args_code = np.array([args_index[a] for a in flow_args], dtype=np.int64)
+    args = ArgsTable({a for a in args_text if a is not None}, flow_ids)  # one text per flow id: not held as str
+    dtypes = dict(EVENT_HEAD_FIELDS)
 
-    def column(of_specs: list[int], of_flows: np.ndarray) -> np.ndarray:
-        return np.concatenate([np.array(of_specs, dtype=np.int64), np.asarray(of_flows, dtype=np.int64)])
+    def column(field: str, of_specs: list[int], of_flows: np.ndarray) -> np.ndarray:
+        """A head field: the other heads', then the flow points' (in the field's own type: a value per point)."""
+        return np.concatenate([np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])])
 
     heads = {
-        "ph": column([ord(h.ph) for h in specs], flows.ph.astype("U1").view(np.uint32)),
-        "lane": column([pair_index[(h.pid, h.tid)] for h in specs], flow_lanes[flow_lane]),
-        "name": column(name_code[: len(specs)].tolist(), name_code[len(specs) :].repeat(len(flows))),
-        "category": column(cat_code[: len(specs)].tolist(), cat_code[len(specs) :].repeat(len(flows))),
+        "ph": column("ph", [ord(h.ph) for h in specs], flows.ph.astype("U1").view(np.uint32)),
+        "lane": column("lane", [pair_index[(h.pid, h.tid)] for h in specs], flow_lanes[flow_lane]),
+        "name": column("name", name_code[: len(specs)].tolist(), name_code[len(specs) :].repeat(len(flows))),
+        "category": column("category", cat_code[: len(specs)].tolist(), cat_code[len(specs) :].repeat(len(flows))),
         "args": column(
-            [-1 if a is None else args_index[a] for a in args_text], flow_args_code[flow_id_row.reshape(-1)]
+            "args", [-1 if a is None else args.code(a) for a in args_text], args.flow_codes()[flow_id_row.reshape(-1)]
         ),
     }
     return {
         "rank": ev.rank,
         "names": names,
         "categories": categories,
-        "args": distinct_args,
+        "args": args,
         "heads": heads,
         "lanes": _lane_table(ev, pairs),
         "data_origin": ev.data_origin,
