@@ -18,6 +18,7 @@ import pandas as pd
 
 from profiler.kernels.grouping import codes_and_labels, first_rows
 from profiler.kernels.intervals import assign_steps
+from profiler.kernels.nesting import position_dtype
 from profiler.model import Run
 
 STEP_TID = 1_000_000  # the lane that shows steps on the host process
@@ -285,15 +286,18 @@ def merge_blocks(blocks: list[EventBlock], with_dur: bool) -> EventBlock:
     """One block of several (heads renumbered), for writing them in one order."""
     specs: list[Head] = []
     keys, ts, dur, step = [], [], [], []
-    for b in blocks:
-        keys.append(np.asarray(b.key, dtype=np.int64) + len(specs))
+    head = position_dtype(sum(len(b.specs) for b in blocks))  # keys and steps as the event file stores them:
+    for b in blocks:  # int32, not int64, for the rows of a big trace held while it is written
+        keys.append(np.asarray(b.key).astype(head) + head(len(specs)))
         specs += b.specs
         ts.append(np.asarray(b.ts_ns, dtype=np.int64))
         if with_dur:
             dur.append(np.asarray(b.dur_ns, dtype=np.int64))
-        step.append(np.full(len(b.key), -1, np.int64) if b.step is None else np.asarray(b.step, dtype=np.int64))
-    cat = lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64)
-    return EventBlock(specs, cat(keys), cat(ts), cat(dur) if with_dur else None, cat(step))
+        step.append(np.full(len(b.key), -1, np.int32) if b.step is None else np.asarray(b.step).astype(np.int32))
+    cat = lambda parts, dtype: np.concatenate(parts) if parts else np.empty(0, dtype)
+    return EventBlock(
+        specs, cat(keys, head), cat(ts, np.int64), cat(dur, np.int64) if with_dur else None, cat(step, np.int32)
+    )
 
 
 def lane_codes(specs: list[Head]) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -343,7 +347,7 @@ def thread_order(lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray]) ->
             rows = np.unique(np.concatenate([tied, tied + 1]))  # positions in tie groups, ascending
             sub = order[rows]
             order[rows] = sub[np.lexsort((-dur[sub], t[rows], lanes_sorted[rows]))]
-    return order
+    return order.astype(position_dtype(n))  # kept while the rows are written: half the memory of int64
 
 
 @dataclass
