@@ -90,7 +90,8 @@ class DeviceTimeline:
         if not len(steps.steady):
             return
         for device in sorted(ex["device"].astype(str).unique()):
-            yield device, ex[(ex["device"] == device).to_numpy()]
+            mine = (ex["device"] == device).to_numpy()
+            yield device, ex if mine.all() else ex[mine]  # one device: the table itself (read, never changed)
 
     def row(self, device: str) -> pd.Series:
         """The device's breakdown (formats.columns.DEVICE_TIME_COLUMNS)."""

@@ -48,7 +48,8 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     out = []
     w_start, w_end = steady_windows(data.steps)
     for device, mine in data.device.per_device(data.steps):
-        kernels = mine[(mine["category"] == "compute").to_numpy()]
+        used = ["name", "start_ns", "end_ns", "blocks_per_sm", "occupancy_pct"]  # a row filter copies each column
+        kernels = mine.loc[(mine["category"] == "compute").to_numpy(), used]
         blocks = kernels["blocks_per_sm"].to_numpy(np.float64)
         known = np.isfinite(blocks) & (blocks > 0)
         if not known.any():
