@@ -59,8 +59,8 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
 def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per op: all its floating-point inputs are float64; its inputs mix float64 with another
     floating-point type. Read once per distinct input type list."""
-    codes, texts = pd.factorize(dtypes.astype(str))
-    kinds = np.array([_floating_kinds(t) for t in texts], dtype=bool).reshape(-1, 2)
+    codes, texts = codes_and_labels(dtypes)  # no text per op: a big trace's column is millions of rows
+    kinds = np.array([_floating_kinds(str(t)) for t in texts], dtype=bool).reshape(-1, 2)
     kinds = np.vstack([kinds, [[False, False]]])  # code -1 (missing): neither
     return kinds[codes, 0], kinds[codes, 1]
 
