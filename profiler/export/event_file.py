@@ -28,7 +28,7 @@ from profiler.errors import InputError
 from profiler.export.args_table import ArgsTable
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
-from profiler.export.timeline_model import FLOW_CATEGORY, FLOW_NAME, STEP_TID, Head, TimelineEvents
+from profiler.export.timeline_model import FLOW_CATEGORY, FLOW_NAME, STEP_TID, Head, TimelineEvents, timeline_events
 from profiler.formats.columns import (
     EVENT_COLUMNS,
     EVENT_FIELD_DTYPES,
@@ -41,6 +41,7 @@ from profiler.formats.columns import (
 )
 from profiler.formats.documents import regular_file
 from profiler.formats.text import valid_text
+from profiler.model import Run
 
 BATCH_ROWS = 1 << 20
 
@@ -300,39 +301,57 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
 
 def write_event_file(ev: TimelineEvents, path: Path) -> Path:
     """Write the events as an Arrow IPC file at `path` (atomically); returns the path."""
+    with EventStreamWriter(path, **_header(ev)) as writer:
+        _write_rows(writer, ev)
+    return Path(path)
+
+
+def write_run_events(run: Run, path: Path) -> Path:
+    """The run's timeline (`timeline_events`) written as its event file at `path`; returns the path. The
+    timeline is dropped once its rows are written, before the file's footer (which repeats the metadata:
+    tens of MB in a big trace) is made: the two are not held at once."""
+    ev = timeline_events(run)
+    writer = EventStreamWriter(path, **_header(ev))
+    try:
+        _write_rows(writer, ev)
+    except BaseException:
+        writer.abort()
+        raise
+    del ev
+    return writer.close()
+
+
+def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
+    """The timeline's rows: complete events lane by lane, then instants and counter values, then flow points."""
     n_complete_heads, n_heads = len(ev.complete.specs), len(ev.complete.specs) + len(ev.points.specs)
     flows = ev.flows
     c, p = ev.complete, ev.points
-    # the header's Python objects (a text and a dict entry per flow id: millions in a big trace) are freed once
-    # the writer has them in its schema, before the rows are written
-    with EventStreamWriter(path, **_header(ev)) as writer:
-        for b, order, head_offset, complete in (
-            (c, ev.complete_order, 0, True),
-            (p, ev.points_order, n_complete_heads, False),
-        ):
-            for i in range(0, len(order), BATCH_ROWS):
-                rows = order[i : i + BATCH_ROWS]
-                dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
-                writer.write(
-                    {
-                        "start_ns": np.asarray(b.ts_ns)[rows],
-                        "dur_ns": dur,
-                        "step": np.asarray(b.step)[rows],
-                        "head": b.key[rows] + head_offset,
-                    },
-                    complete=complete,
-                )
-        if len(flows):  # in the Chrome trace's order, each with its launching op's step
+    for b, order, head_offset, complete in (
+        (c, ev.complete_order, 0, True),
+        (p, ev.points_order, n_complete_heads, False),
+    ):
+        for i in range(0, len(order), BATCH_ROWS):
+            rows = order[i : i + BATCH_ROWS]
+            dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
             writer.write(
                 {
-                    "start_ns": flows.ns,
-                    "dur_ns": np.zeros(len(flows), np.int64),
-                    "step": flows.step,
-                    "head": np.arange(len(flows), dtype=np.int64) + n_heads,
+                    "start_ns": np.asarray(b.ts_ns)[rows],
+                    "dur_ns": dur,
+                    "step": np.asarray(b.step)[rows],
+                    "head": b.key[rows] + head_offset,
                 },
-                complete=False,
+                complete=complete,
             )
-    return Path(path)
+    if len(flows):  # in the Chrome trace's order, each with its launching op's step
+        writer.write(
+            {
+                "start_ns": flows.ns,
+                "dur_ns": np.zeros(len(flows), np.int64),
+                "step": flows.step,
+                "head": np.arange(len(flows), dtype=np.int64) + n_heads,
+            },
+            complete=False,
+        )
 
 
 class EventFile:

@@ -14,7 +14,6 @@ from profiler.analysis.results import Analysis
 from profiler.export.chrome_trace import timeline_max_events
 from profiler.export.event_file import read_event_file
 from profiler.export.key_steps import key_steps
-from profiler.export.timeline_model import timeline_events
 from profiler.export.writers import (
     EVENT_FILE,
     WRITERS,
@@ -47,9 +46,7 @@ def write_timeline(run: Run, out_dir: Path, gzip_timeline: bool = False) -> Time
     while the analysis runs."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    events = timeline_events(run)
-    path = EVENT_FILE.save(events, out_dir, run.rank)
-    del events  # saved: the renderers read the file in chunks
+    path = EVENT_FILE.save(run, out_dir, run.rank)  # the renderers read the file in chunks
     give_back_freed_memory()
     saved = SavedTimeline(read_event_file(path), key_steps(run), run.rank)
     options = WriteOptions(gzip_timeline=gzip_timeline, timeline_max_events=timeline_max_events(run))

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.export.event_file import write_event_file
-from profiler.export.timeline_model import TimelineEvents
+from profiler.export.event_file import write_run_events
 from profiler.export.writers.base import SavedTimeline, TimelineWriter, WriteOptions
+from profiler.model import Run
 
 
 class EventFile(TimelineWriter):
     kind = "events"
 
-    def save(self, events: TimelineEvents, out_dir: Path, rank: int) -> Path:
-        """Write the run's grouped timeline events as its event file."""
-        return write_event_file(events, self.path(out_dir, rank))
+    def save(self, run: Run, out_dir: Path, rank: int) -> Path:
+        """Write the run's timeline as its event file."""
+        return write_run_events(run, self.path(out_dir, rank))
 
     def write(self, saved: SavedTimeline, out_dir: Path, options: WriteOptions) -> Path:
         """The file the timeline was saved to: nothing more to write."""
