@@ -2,10 +2,11 @@
 
     python benchmarks/stage_peaks.py TRACE.json OUT_DIR
 
-Reads a Kineto trace, writes its timeline, analyses it and writes the other outputs (the stages of
-`profview import-kineto`, one after the other, with its allocator setting), while a sampler thread reads
-the process's RSS every 5 ms and keeps the main thread's stack (profview's frames) at each new high.
-Prints, per stage, its time, the RSS at its end, its peak and that stack: what to shrink first.
+Imports a trace as `profview import` does (`import_capture`, with its allocator setting) while a sampler
+thread reads the process's RSS every 0.5 ms and keeps the main thread's stack (profview's frames) at each
+new high. The stages are the ones the import reports to its progress (reading the file, writing the
+timeline, analysing, writing the outputs): prints, per stage, its time, the RSS at its end, its peak and
+that stack (what to shrink first), then the kernel's own peak (VmHWM: the sampler misses short spikes).
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profiler.analysis.results import analyse_run
-from profiler.analysis.steps import ensure_steps
-from profiler.export.outputs import write_outputs, write_timeline
-from profiler.importers.kineto import read_kineto_trace
-from profiler.memory import give_back_freed_memory, return_freed_memory
+from profiler.memory import return_freed_memory
+from profiler.postprocess.imported import import_capture
+from profiler.progress import Progress
 
 ROOT = str(Path(__file__).resolve().parents[1] / "profiler")
 MAIN = threading.get_ident()
@@ -53,32 +52,39 @@ class PeakSampler:
             now = rss_mb()
             if now > self.peak:
                 self.peak, self.stack = now, main_stack()
-            time.sleep(0.005)
+            time.sleep(0.0005)
 
     def report(self, stage: str, started: float) -> None:
         seconds = time.perf_counter() - started
-        print(f"{stage:<8} {seconds:6.1f} s  RSS at end {rss_mb():6.0f} MB  peak {self.peak:6.0f} MB")
+        print(f"{stage:<34} {seconds:6.1f} s  RSS at end {rss_mb():6.0f} MB  peak {self.peak:6.0f} MB")
         print("         at", " <- ".join(reversed(self.stack[-6:])) or "?", flush=True)
         self.peak = 0.0
+
+
+class StageReports(Progress):
+    """The import's progress reports, taken as stage boundaries: a new stage text closes the previous one."""
+
+    def __init__(self, sampler: PeakSampler) -> None:
+        super().__init__(enabled=False)
+        self.sampler, self.current, self.started = sampler, None, time.perf_counter()
+
+    def stage(self, what: str, done=None, total=None) -> None:
+        if what != self.current:
+            self.close()
+            self.current, self.started = what, time.perf_counter()
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.sampler.report(self.current, self.started)
 
 
 def main() -> None:
     trace, out = sys.argv[1], Path(sys.argv[2])
     return_freed_memory()  # as the `profview` command does
-    sampler = PeakSampler()
-    t0 = time.perf_counter()
-    run = ensure_steps(read_kineto_trace(trace))
-    sampler.report("read", t0)
-    t0 = time.perf_counter()
-    timeline = write_timeline(run, out)
-    give_back_freed_memory()
-    sampler.report("timeline", t0)
-    t0 = time.perf_counter()
-    analysis = analyse_run(run)
-    sampler.report("analyse", t0)
-    t0 = time.perf_counter()
-    write_outputs(analysis, out, timeline=lambda: timeline)
-    sampler.report("write", t0)
+    with StageReports(PeakSampler()).reporting() as stages:
+        import_capture(Path(trace), out)
+        stages.close()
+    print([line.strip() for line in open("/proc/self/status") if line.startswith("VmHWM")][0])
 
 
 if __name__ == "__main__":
