@@ -82,7 +82,7 @@ class ArgsTable:
                 parts.append(json.dumps(value, ensure_ascii=False))
             else:
                 parts.append(",".join(_FLOW_ARGS_JSON.format(i) for i in value.tolist()))
-        return "[" + ",".join(p for p in parts if p) + "]"
+        return "[" + ",".join(parts) + "]"
 
     def _pieces(self) -> Iterator[tuple[str, object]]:
         """("own", text) and ("flows", ids in text order, at most _CHUNK) in table order."""

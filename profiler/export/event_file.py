@@ -311,14 +311,10 @@ def write_run_events(run: Run, path: Path) -> Path:
     timeline is dropped once its rows are written, before the file's footer (which repeats the metadata:
     tens of MB in a big trace) is made: the two are not held at once."""
     ev = timeline_events(run)
-    writer = EventStreamWriter(path, **_header(ev))
-    try:
+    with EventStreamWriter(path, **_header(ev)) as writer:
         _write_rows(writer, ev)
-    except BaseException:
-        writer.abort()
-        raise
-    del ev
-    return writer.close()
+        del ev  # before the writer closes
+    return Path(path)
 
 
 def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
