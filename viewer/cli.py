@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import os
 import sys
@@ -579,17 +578,14 @@ def run_export(args: argparse.Namespace) -> int:
 def _print_run_warnings(written: Sequence[Path]) -> None:
     """Each imported rank's warnings (what its info file says was skipped, guessed or cut), one line each on
     stderr, but for those its importer has already said while reading."""
+    from profiler.formats.documents import read_profiler_info
     from profiler.formats.names import INFO_PATTERN
 
     for path in written:
         match = INFO_PATTERN.match(path.name)
         if match is None:
             continue
-        try:
-            said = json.loads(path.read_text()).get("warnings", [])
-        except (OSError, ValueError, AttributeError):
-            continue  # not profview's info file after all: nothing to say about it
-        for text in said if isinstance(said, list) else []:
+        for text in read_profiler_info(path).get("warnings", []):
             if not any(str(text) in shown for shown in _SHOWN_WARNINGS):
                 print(f"profview: warning: rank {match.group(1)}: {text}", file=sys.stderr)
 
