@@ -14,7 +14,8 @@ With `--baseline TREE` (another checkout, its C extensions built, e.g. of the pr
 version: `git archive REF | tar -x -C TREE; cd TREE; python setup.py build_ext --inplace`): one
 recording of `--analyse-events` events (two per span: 2e7 give 1e7 rows) analysed by this checkout
 and by TREE, alternating, each in a fresh process, three times: the event file's write inside
-analyse() (write_event_file, timed around the call), analyse() itself, the file's bytes per row.
+analyse() (write_run_events, the timeline grouped and written, timed around the call; write_event_file
+in trees before it), analyse() itself, the file's bytes per row.
 """
 
 from __future__ import annotations
@@ -128,14 +129,15 @@ import json, sys, time
 import profiler.export.writers.events as writer
 from profiler.export.event_file import read_event_file
 from profiler.postprocess.recording import analyse_directory
-write, spent = writer.write_event_file, []
-def timed(events, path):
+name = "write_run_events" if hasattr(writer, "write_run_events") else "write_event_file"  # older trees
+write, spent = getattr(writer, name), []
+def timed(*args):
     t = time.perf_counter()
     try:
-        return write(events, path)
+        return write(*args)
     finally:
         spent.append(time.perf_counter() - t)
-writer.write_event_file = timed
+setattr(writer, name, timed)
 t = time.perf_counter()
 paths = analyse_directory(sys.argv[1], progress=False)
 seconds = time.perf_counter() - t

@@ -102,7 +102,8 @@ def test_a_version_2_file_stores_start_duration_step_and_head(example):
 
 
 def test_an_imported_gpu_capture_is_written_as_version_2(tmp_path, captures):
-    """write_event_file (every analysis and import): device lanes, and flow points with a head each (their ids)."""
+    """The event file every analysis and import writes (write_run_events): device lanes, and flow points with a
+    head each (their ids)."""
     from profiler.postprocess.imported import import_capture
 
     import_capture(captures / "kineto" / "sampled_rank-0.json.gz", tmp_path)
