@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.launches import Launches, framework_ops
-from profiler.analysis.ops import add_device_times, per_group, with_shares
+from profiler.analysis.ops import op_table, op_totals
 from profiler.formats.columns import OP_STACK_COLUMNS
-from profiler.kernels.grouping import codes_and_labels, group_rows
+from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 
 #: How the frames of a stack are joined in the `stack` column, outermost first.
@@ -57,7 +57,7 @@ def op_stack_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd
         return pd.DataFrame(columns=OP_STACK_COLUMNS)
     rows = np.flatnonzero(framework)
     chosen = ops.iloc[rows].assign(stack=stacks[rows])
-    g = group_rows(chosen["device"], chosen["name"], chosen["stack"])
-    table = per_group(chosen, g, ["device", "name", "stack", "op_type", "category"])
-    add_device_times(table, g, chosen, launched, framework)
-    return with_shares(table, OP_STACK_COLUMNS, ["device", "total_ms", "name"])
+    totals = op_totals(
+        chosen, None if launched is None else launched.take(rows), ["device", "name", "stack"], ["op_type", "category"]
+    )
+    return op_table(totals, OP_STACK_COLUMNS, ["device", "total_ms", "name"])

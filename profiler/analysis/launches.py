@@ -41,6 +41,11 @@ class Launches:
     tc_eligible: np.ndarray  # framework ops: tensor-core eligible (by name, by a child, or by its kernels)
     tensor_cores: np.ndarray  # device executions: a tensor-core kernel
 
+    def take(self, rows: slice | np.ndarray) -> Launches:
+        """The figures of some rows of the ops table (a window, a selection), in their order; the rows that
+        `call`, `launcher` and `parent` name stay rows of the whole table."""
+        return Launches(**{name: values[rows] for name, values in vars(self).items()})
+
 
 def launches(ops: pd.DataFrame) -> Optional[Launches]:
     """The launches of a run's ops, or None when no device execution can be tied to a runtime call

@@ -1,8 +1,14 @@
 """Operator statistics: per device and op type, and per device and op name; for framework ops of a
-run with a device, the device time of the kernels they launched (analysis/launches.py)."""
+run with a device, the device time of the kernels they launched (analysis/launches.py).
+
+Each table is summed a window of OP_WINDOW_ROWS rows at a time, and the windows' per-group sums merged
+(`kernels.grouping.merged_groups`): int64 ns sums and counts, min / max and first-seen labels merge exactly,
+so the table is the same whatever the windows, and its copies stay a window's size however big the run.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Optional
 
 import numpy as np
@@ -10,8 +16,14 @@ import pandas as pd
 
 from profiler.analysis.launches import Launches, framework_ops
 from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_SHAPE_COLUMNS, OP_TYPE_COLUMNS
-from profiler.kernels.grouping import Groups, group_rows
+from profiler.kernels.grouping import group_rows, merged_groups
 from profiler.model import NOT_WORK_CATEGORIES
+
+#: Rows of the ops table an op table is summed over at a time (a window's copies: ~100 MB at most).
+OP_WINDOW_ROWS = 1 << 20
+#: The int64 figures of an op group that merge by adding up (`op_totals`); those of the device only with launches.
+DEVICE_SUMS = ["device_self_ns", "device_total_ns", "tc_self_ns", "tc_total_ns"]
+SUMS = ["count", "total_ns", "self_ns", *DEVICE_SUMS]
 
 
 def work_rows(ops: pd.DataFrame) -> np.ndarray:
@@ -21,88 +33,135 @@ def work_rows(ops: pd.DataFrame) -> np.ndarray:
 
 
 def _work_columns(ops: pd.DataFrame, work: np.ndarray, used: list[str]) -> pd.DataFrame:
-    """The work rows of the columns a table reads: filtering rows copies every column taken, and a big
-    trace's op table is hundreds of MB."""
+    """The work rows of the columns a table reads: filtering rows copies every column taken."""
     return ops[used] if work.all() else ops.loc[work, used]
 
 
-def op_type_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
-    """Count, total / self / average time and share of device self time, per device and op type (work
-    ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
-    work = work_rows(ops)
-    ops = _work_columns(ops, work, ["device", "op_type", "category", "dur_ns", "self_ns"])
-    if len(ops) == 0:
-        return pd.DataFrame(columns=OP_TYPE_COLUMNS)
-    g = group_rows(ops["device"], ops["op_type"])
-    t = per_group(ops, g, ["device", "op_type", "category"])
-    add_device_times(t, g, ops, launched, work)
-    return with_shares(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
+def op_windows(
+    ops: pd.DataFrame, launched: Optional[Launches], rows: int = OP_WINDOW_ROWS
+) -> Iterator[tuple[pd.DataFrame, Optional[Launches]]]:
+    """The ops table `rows` rows at a time, each window with its rows' launch figures."""
+    for lo in range(0, len(ops), rows):
+        window = slice(lo, lo + rows)
+        yield ops.iloc[window], None if launched is None else launched.take(window)
 
 
-def op_detail_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
-    """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
-    (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
+def op_totals(
+    ops: pd.DataFrame, launched: Optional[Launches], keys: list[str], labels: list[str], extremes: bool = False
+) -> Optional[pd.DataFrame]:
+    """Per group of the work ops (`work_rows`) by `keys`: the keys, `labels` and whether it is a framework op
+    (of its first op), `count` and the int64 ns sums of SUMS (DEVICE_SUMS and `tc_eligible`, of its first op,
+    with `launched`: the launch figures of these rows), with `extremes` the least and greatest duration
+    (`min_ns`, `max_ns`); None when no op is work. Windows' totals merge exactly (`merge_op_totals`)."""
     work = work_rows(ops)
-    ops = _work_columns(ops, work, ["device", "name", "op_type", "category", "dur_ns", "self_ns", "shapes"])
+    ops = _work_columns(ops, work, list(dict.fromkeys([*keys, *labels, "device", "category", "dur_ns", "self_ns"])))
     if len(ops) == 0:
-        return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
-    g = group_rows(ops["device"], ops["name"])
-    t = per_group(ops, g, ["device", "name", "op_type", "category"])
-    add_device_times(t, g, ops, launched, work)
+        return None
+    g = group_rows(*(ops[key] for key in keys))
     dur = ops["dur_ns"].to_numpy()
-    t["min_ms"] = g.min(dur) / 1e6
-    t["max_ms"] = g.max(dur) / 1e6
-    t["shapes"] = _distinct_shapes(ops, t)
-    t["scope"] = [n.rsplit("/", 1)[0] if "/" in n else "" for n in t["name"].astype(str)]
-    return with_shares(t, OP_DETAIL_COLUMNS, ["device", "total_ms", "name"])
-
-
-def per_group(ops: pd.DataFrame, g: Groups, labels: list[str]) -> pd.DataFrame:
-    """The labels (key columns, and first values of the others), count, total and self ns per group."""
-    t = pd.DataFrame({name: g.values(ops[name]) for name in labels})
+    t = pd.DataFrame({name: g.values(ops[name]) for name in [*keys, *labels]})
+    t["framework"] = g.values(framework_ops(ops)).astype(bool)
     t["count"] = g.size
-    t["total_ns"] = g.sum(ops["dur_ns"].to_numpy())
+    t["total_ns"] = g.sum(dur)
     t["self_ns"] = g.sum(ops["self_ns"].to_numpy())
+    if launched is not None:
+        for column in DEVICE_SUMS:
+            t[column] = g.sum(getattr(launched, column)[work])
+        t["tc_eligible"] = g.values(launched.tc_eligible[work]).astype(bool)
+    if extremes:
+        t["min_ns"], t["max_ns"] = g.min(dur), g.max(dur)
     return t
 
 
-def add_device_times(
-    t: pd.DataFrame, g: Groups, ops: pd.DataFrame, launched: Optional[Launches], work: np.ndarray
-) -> None:
+def merge_op_totals(parts: Sequence[Optional[pd.DataFrame]], keys: list[str]) -> Optional[pd.DataFrame]:
+    """The `op_totals` of consecutive windows of rows as those of all their rows (None when none has work)."""
+    parts = [part for part in parts if part is not None]
+    if not parts:
+        return None
+    sums = [column for column in SUMS if column in parts[0]]
+    extremes = "min_ns" in parts[0]
+    return merged_groups(parts, keys, sums, ["min_ns"] if extremes else (), ["max_ns"] if extremes else ())
+
+
+def op_type_table(
+    ops: pd.DataFrame, launched: Optional[Launches] = None, window_rows: int = OP_WINDOW_ROWS
+) -> pd.DataFrame:
+    """Count, total / self / average time and share of device self time, per device and op type (work
+    ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
+    keys = ["device", "op_type"]
+    t = merge_op_totals(
+        [op_totals(w, launched_w, keys, ["category"]) for w, launched_w in op_windows(ops, launched, window_rows)],
+        keys,
+    )
+    if t is None:
+        return pd.DataFrame(columns=OP_TYPE_COLUMNS)
+    return op_table(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
+
+
+def op_detail_table(
+    ops: pd.DataFrame, launched: Optional[Launches] = None, window_rows: int = OP_WINDOW_ROWS
+) -> pd.DataFrame:
+    """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
+    (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
+    keys = ["device", "name"]
+    totals, shapes = [], []
+    for window, launched_w in op_windows(ops, launched, window_rows):
+        totals.append(op_totals(window, launched_w, keys, ["op_type", "category"], extremes=True))
+        shapes.append(_distinct_shapes(window))
+    t = merge_op_totals(totals, keys)
+    if t is None:
+        return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
+    t["min_ms"] = t["min_ns"] / 1e6
+    t["max_ms"] = t["max_ns"] / 1e6
+    t["shapes"] = _joined_shapes(pd.concat(shapes).drop_duplicates(), t)
+    t["scope"] = [n.rsplit("/", 1)[0] if "/" in n else "" for n in t["name"].astype(str)]
+    return op_table(t, OP_DETAIL_COLUMNS, ["device", "total_ms", "name"])
+
+
+def _distinct_shapes(ops: pd.DataFrame) -> pd.DataFrame:
+    """The distinct (device, name, shapes) of the work ops that recorded input shapes, first seen first:
+    a window's merge with those after it (concatenated, duplicates dropped)."""
+    with_shapes = ops.loc[work_rows(ops) & (ops["shapes"] != "").to_numpy(), ["device", "name", "shapes"]]
+    return with_shapes.astype(object).drop_duplicates()
+
+
+def _joined_shapes(distinct: pd.DataFrame, table: pd.DataFrame) -> list[str]:
+    """';'-joined distinct input shapes per (device, name) of `table`, in first-seen order."""
+    if len(distinct) == 0:
+        return [""] * len(table)
+    joined = distinct.groupby(["device", "name"])["shapes"].agg(lambda s: ";".join(map(str, s)))
+    return [joined.get((dev, name), "") for dev, name in zip(table["device"], table["name"])]
+
+
+def op_table(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFrame:
+    """An op table (`columns`) from its merged `op_totals`: the TensorBoard plugin's device columns, times in
+    ms, shares, rows in `with_shares`' order."""
+    add_device_times(t)
+    return with_shares(t, columns, order)
+
+
+def add_device_times(t: pd.DataFrame) -> None:
     """The TensorBoard plugin's device columns of each group (docs/tensorboard.md): device self / total
     ms, tensor-core eligibility (of the group's first op) and the tensor-core share of the device self /
     total time. Empty for groups that are not framework ops, and for every group of a run whose
-    kernels cannot be tied to ops (`launched` None)."""
-    if launched is None:
+    kernels cannot be tied to ops (totals without launches)."""
+    if "device_self_ns" not in t:
         for column in OP_DEVICE_COLUMNS:
             t[column] = "" if column == "tc_eligible" else np.nan
         return
-    framework = g.values(framework_ops(ops)).astype(bool)
-    own, total = g.sum(launched.device_self_ns[work]), g.sum(launched.device_total_ns[work])
+    framework = t["framework"].to_numpy(dtype=bool)
+    own, total = t["device_self_ns"].to_numpy(np.int64), t["device_total_ns"].to_numpy(np.int64)
     t["device_self_ms"] = np.where(framework, own / 1e6, np.nan)
     t["device_total_ms"] = np.where(framework, total / 1e6, np.nan)
-    eligible = g.values(launched.tc_eligible[work]).astype(bool)
+    eligible = t["tc_eligible"].to_numpy(dtype=bool)
     t["tc_eligible"] = np.where(framework, np.where(eligible, "true", "false"), "")
-    t["tc_self_pct"] = np.where(framework, _pct(g.sum(launched.tc_self_ns[work]), own), np.nan)
-    t["tc_total_pct"] = np.where(framework, _pct(g.sum(launched.tc_total_ns[work]), total), np.nan)
+    t["tc_self_pct"] = np.where(framework, _pct(t["tc_self_ns"].to_numpy(np.int64), own), np.nan)
+    t["tc_total_pct"] = np.where(framework, _pct(t["tc_total_ns"].to_numpy(np.int64), total), np.nan)
 
 
 def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     """part / whole in %, 0 where whole is 0."""
     return np.divide(part * 100.0, whole, out=np.zeros(len(whole)), where=whole > 0)
-
-
-def _distinct_shapes(ops: pd.DataFrame, table: pd.DataFrame) -> list[str]:
-    """';'-joined distinct input shapes per (device, name), in first-seen order."""
-    with_shapes = ops.loc[(ops["shapes"] != "").to_numpy(), ["device", "name", "shapes"]]
-    if len(with_shapes) == 0:
-        return [""] * len(table)
-    d = (
-        with_shapes.drop_duplicates(["device", "name", "shapes"])
-        .groupby(["device", "name"], observed=True)["shapes"]
-        .agg(lambda s: ";".join(map(str, s)))
-    )
-    return [d.get((dev, name), "") for dev, name in zip(table["device"], table["name"])]
 
 
 def with_shares(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.DataFrame:
@@ -120,15 +179,18 @@ def with_shares(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.Dat
     return t[columns].reset_index(drop=True)
 
 
-def op_shape_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
+def op_shape_table(
+    ops: pd.DataFrame, launched: Optional[Launches] = None, window_rows: int = OP_WINDOW_ROWS
+) -> pd.DataFrame:
     """Per device, op name and input shapes (the TensorBoard plugin's "Operator + Input Shape" grouping): as
     op_detail, one row per distinct `shapes` of a name (work ops only: `work_rows`). Empty when no op
     recorded its shapes (record_shapes=False)."""
-    work = work_rows(ops)
-    ops = _work_columns(ops, work, ["device", "name", "shapes", "op_type", "category", "dur_ns", "self_ns"])
-    if not len(ops) or not (ops["shapes"].astype(str) != "").any():
+    keys = ["device", "name", "shapes"]
+    totals, recorded = [], False
+    for window, launched_w in op_windows(ops, launched, window_rows):
+        totals.append(op_totals(window, launched_w, keys, ["op_type", "category"]))
+        recorded = recorded or bool((work_rows(window) & (window["shapes"].astype(str) != "").to_numpy()).any())
+    t = merge_op_totals(totals, keys)
+    if t is None or not recorded:
         return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
-    g = group_rows(ops["device"], ops["name"], ops["shapes"])
-    t = per_group(ops, g, ["device", "name", "shapes", "op_type", "category"])
-    add_device_times(t, g, ops, launched, work)
-    return with_shares(t, OP_SHAPE_COLUMNS, ["device", "total_ms", "name"])
+    return op_table(t, OP_SHAPE_COLUMNS, ["device", "total_ms", "name"])

@@ -7,6 +7,7 @@ combinations, as `groupby(sort=True, observed=True)` orders them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -103,3 +104,25 @@ def first_rows(of_row: np.ndarray, n_groups: int) -> np.ndarray:
     rows = np.arange(len(of_row) - 1, -1, -1, dtype=np.int64)
     first[of_row[::-1]] = rows  # assignments run in order: the last write, the first row, wins
     return first
+
+
+def merged_groups(
+    parts: Sequence[pd.DataFrame],
+    keys: Sequence[str],
+    sums: Sequence[str],
+    mins: Sequence[str] = (),
+    maxs: Sequence[str] = (),
+) -> pd.DataFrame:
+    """Per-group tables of consecutive windows of rows (one row per group of each window, `keys` its key
+    columns), as one such table of all their rows: the groups in sorted key order, `sums` / `mins` / `maxs`
+    (int64) added up / least / greatest, every other column the value of the group's first window (the
+    windows in row order). Exact: int64 figures merged are the whole rows' figures, whatever the windows."""
+    table = pd.concat(parts, ignore_index=True) if len(parts) != 1 else parts[0]
+    g = group_rows(*(table[key] for key in keys))
+    reduce = {**dict.fromkeys(sums, g.sum), **dict.fromkeys(mins, g.min), **dict.fromkeys(maxs, g.max)}
+    return pd.DataFrame(
+        {
+            column: reduce[column](table[column].to_numpy()) if column in reduce else g.values(table[column])
+            for column in table.columns
+        }
+    )
