@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.launches import KERNEL_CATEGORIES, Launches
+from profiler.analysis.ops import OP_WINDOW_ROWS, op_windows
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import KERNEL_COLUMNS
-from profiler.kernels.grouping import group_rows
+from profiler.kernels.grouping import RunningSums, codes_and_labels, group_rows, merged_groups
 
 
 def kernel_rows(ops: pd.DataFrame) -> np.ndarray:
@@ -22,35 +23,65 @@ def kernel_rows(ops: pd.DataFrame) -> np.ndarray:
     return (ops["device"] != "cpu").to_numpy() & ops["category"].isin(KERNEL_CATEGORIES).to_numpy()
 
 
-def kernel_table(ops: pd.DataFrame, launched: Launches | None) -> pd.DataFrame:
+def kernel_table(ops: pd.DataFrame, launched: Launches | None, window_rows: int = OP_WINDOW_ROWS) -> pd.DataFrame:
     """One row per device, kernel name and launching op (op "" when the launch is unknown), the
-    longest total first."""
-    rows = np.flatnonzero(kernel_rows(ops))
-    if rows.size == 0:
+    longest total first. Summed `window_rows` ops at a time: integer figures merged (`merged_groups`), the
+    duration-weighted means' float sums carried from window to window in row order (`RunningSums`), so the
+    table is the same whatever the windows."""
+    keys = ["device", "name", "op"]
+    names, name_labels = codes_and_labels(ops["name"])
+    weighted = RunningSums(["blocks", "occupancy", "weight"])
+    parts = []
+    for window, launched_w in op_windows(ops, launched, window_rows):
+        rows = np.flatnonzero(kernel_rows(window))
+        if rows.size == 0:
+            continue
+        kernels = window.iloc[rows, window.columns.get_indexer(["device", "name", "dur_ns"])]
+        launcher = launched_w.launcher[rows] if launched_w is not None else np.full(rows.size, -1)
+        op = np.where(launcher >= 0, name_labels[names[np.maximum(launcher, 0)]], "").astype(object)
+        g = group_rows(kernels["device"], kernels["name"], op)
+        dur = kernels["dur_ns"].to_numpy()
+        weight = dur.astype(np.float64)
+        weighted.add(
+            [kernels["device"], kernels["name"], op],
+            {
+                "blocks": _filled(window["blocks_per_sm"].to_numpy()[rows]) * weight,
+                "occupancy": _filled(window["occupancy_pct"].to_numpy()[rows]) * weight,
+                "weight": weight,
+            },
+        )
+        parts.append(
+            pd.DataFrame(
+                {
+                    "device": g.values(kernels["device"]),
+                    "name": g.values(kernels["name"]),
+                    "op": g.values(op),
+                    "calls": g.size,
+                    "total_ns": g.sum(dur),
+                    "max_ns": g.max(dur),
+                    "min_ns": g.min(dur),
+                    "tensor_cores": g.values(tensor_core_kernels(kernels["name"])).astype(bool),
+                }
+            )
+        )
+    if not parts:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    used = ["device", "name", "dur_ns", "blocks_per_sm", "occupancy_pct"]
-    kernels = ops.iloc[rows, ops.columns.get_indexer(used)]  # the columns it reads: a big table is copied less
-    launcher = launched.launcher[rows] if launched is not None else np.full(rows.size, -1)
-    names = np.asarray(ops["name"].to_numpy(), dtype=object)
-    op = np.where(launcher >= 0, names[np.maximum(launcher, 0)], "").astype(object)
-    g = group_rows(kernels["device"], kernels["name"], pd.Series(op, dtype=object))
-    dur = kernels["dur_ns"].to_numpy()
-    weight = dur.astype(np.float64)
-    total = g.sum(dur)
-    tensor_cores = tensor_core_kernels(kernels["name"])
+    t = merged_groups(parts, keys, ["calls", "total_ns"], ["min_ns"], ["max_ns"])
+    sums = weighted.of([t[key] for key in keys])
+    total = t["total_ns"].to_numpy(np.int64)
     table = pd.DataFrame(
         {
-            "device": g.values(kernels["device"]),
-            "name": g.values(kernels["name"]),
-            "op": g.values(op),
-            "calls": g.size,
+            "device": t["device"],
+            "name": t["name"],
+            "op": t["op"],
+            "calls": t["calls"].to_numpy(np.int64),
             "total_ms": total / 1e6,
-            "mean_ms": total / g.size / 1e6,
-            "max_ms": g.max(dur) / 1e6,
-            "min_ms": g.min(dur) / 1e6,
-            "blocks_per_sm": _weighted_mean(kernels["blocks_per_sm"].to_numpy(), weight, g.of_row, len(g)),
-            "achieved_occupancy_pct": _weighted_mean(kernels["occupancy_pct"].to_numpy(), weight, g.of_row, len(g)),
-            "tensor_cores": np.where(g.values(tensor_cores).astype(bool), "true", "false"),
+            "mean_ms": total / t["calls"].to_numpy(np.int64) / 1e6,
+            "max_ms": t["max_ns"].to_numpy(np.int64) / 1e6,
+            "min_ms": t["min_ns"].to_numpy(np.int64) / 1e6,
+            "blocks_per_sm": _mean(sums["blocks"], sums["weight"]),
+            "achieved_occupancy_pct": _mean(sums["occupancy"], sums["weight"]),
+            "tensor_cores": np.where(t["tensor_cores"].to_numpy(dtype=bool), "true", "false"),
         }
     )
     order = np.lexsort(
@@ -59,10 +90,11 @@ def kernel_table(ops: pd.DataFrame, launched: Launches | None) -> pd.DataFrame:
     return table.iloc[order][KERNEL_COLUMNS].reset_index(drop=True)
 
 
-def _weighted_mean(values: np.ndarray, weight: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
-    """Per group, the mean of `values` weighted by `weight` (NaN values count as 0; 0 for a group of
-    zero weight)."""
-    filled = np.nan_to_num(values.astype(np.float64), nan=0.0)
-    num = np.bincount(group, weights=filled * weight, minlength=n)
-    den = np.bincount(group, weights=weight, minlength=n)
-    return np.divide(num, den, out=np.zeros(n), where=den > 0)
+def _filled(values: np.ndarray) -> np.ndarray:
+    """A per-kernel figure as float64, NaN (no figure) as 0: such a kernel weighs in as 0, as the plugin counts."""
+    return np.nan_to_num(values.astype(np.float64), nan=0.0)
+
+
+def _mean(weighted: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Per group, the weighted sum over the sum of weights (0 for a group of zero weight)."""
+    return np.divide(weighted, weight, out=np.zeros(len(weight)), where=weight > 0)

@@ -126,3 +126,28 @@ def merged_groups(
             for column in table.columns
         }
     )
+
+
+class RunningSums:
+    """Per-group float sums of rows met a window at a time, each value added to its group's sum in row order:
+    the same floats as one pass over all the rows (np.bincount adds in row order too), where adding the
+    windows' own sums would round differently. Groups are numbered as first met; `of` reads them by key."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._number: dict[tuple, int] = {}
+        self._sums = {name: np.zeros(0) for name in names}
+
+    def add(self, keys: Sequence[Any], values: dict[str, np.ndarray]) -> None:
+        """Add one window's rows: `keys` their key columns, `values` a float array per sum."""
+        g = group_rows(*keys)
+        labels = zip(*(g.values(key).tolist() for key in keys))
+        number = np.array([self._number.setdefault(label, len(self._number)) for label in labels], dtype=np.int64)
+        for name, sums in self._sums.items():
+            if len(sums) < len(self._number):
+                sums = self._sums[name] = np.concatenate([sums, np.zeros(len(self._number) - len(sums))])
+            np.add.at(sums, number[g.of_row], np.asarray(values[name], dtype=np.float64))
+
+    def of(self, keys: Sequence[Any]) -> dict[str, np.ndarray]:
+        """Each sum of the groups whose key columns are `keys` (one row per group, every group met)."""
+        number = np.array([self._number[label] for label in zip(*(list(key) for key in keys))], dtype=np.int64)
+        return {name: sums[number] for name, sums in self._sums.items()}
