@@ -464,16 +464,63 @@ class EventFile:
             yield start, min(stop, start + rows)
 
 
+#: Where the writer puts the heads table in the metadata JSON (EventStreamWriter: after the lanes).
+_HEADS_KEY = b',"heads":{'
+
+
+def _parsed_meta(raw: bytes) -> Any:
+    """The metadata JSON, with its heads table (a number per head field per flow point: ~30 MB of JSON per GB of
+    trace) parsed straight into int64 arrays where the writer put it: as Python ints it took ~150 MB. Any
+    other layout is parsed whole, as JSON."""
+    at = raw.find(_HEADS_KEY)
+    end = raw.find(b"}", at) if at >= 0 else -1
+    heads = _int_lists(raw[at + len(_HEADS_KEY) : end]) if end >= 0 else None
+    if heads is None:
+        return json.loads(raw)
+    meta = json.loads(raw[:at] + raw[end + 1 :])
+    if isinstance(meta, dict):
+        meta["heads"] = heads
+    return meta
+
+
+def _int_lists(text: bytes) -> Optional[dict[str, np.ndarray]]:
+    """`"key":[integers],...` (JSON object members whose values are lists of integers) as int64 arrays, None
+    when the text is anything else."""
+    lists = {}
+    for item in text.split(b"],") if text else []:
+        key, colon, numbers = item.removesuffix(b"]").partition(b":[")
+        if not colon or not key.startswith(b'"') or b'"' in key[1:-1] or b"\\" in key:
+            return None
+        if numbers.strip(b"-0123456789,") or numbers.startswith(b",") or numbers.endswith(b","):
+            return None
+        values = np.fromstring(numbers, dtype=np.int64, sep=",") if numbers else np.empty(0, dtype=np.int64)
+        if len(values) != (numbers.count(b",") + 1 if numbers else 0):
+            return None
+        lists[json.loads(key)] = values
+    return lists if text.endswith(b"]") else None
+
+
 def _head_table(meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
-    """A version-2 file's heads table (one array per head field, all as long); one sentence when it is not one."""
-    table = meta.get("heads")
+    """A version-2 file's heads table (one array per head field, all as long), taken out of the metadata (it
+    is kept once, in its stored types); one sentence when it is not one."""
+    table = meta.pop("heads", None)
     try:
-        heads = {name: np.asarray(table[name], dtype=dtype) for name, dtype in EVENT_HEAD_FIELDS}
+        heads = {name: _typed(table[name], dtype) for name, dtype in EVENT_HEAD_FIELDS}
         if all(values.ndim == 1 and len(values) == len(heads["ph"]) for values in heads.values()):
             return heads
     except (TypeError, KeyError, ValueError, OverflowError):
         pass
     raise InputError(f"{path} is malformed: its metadata's heads table is not the event file's")
+
+
+def _typed(values: Any, dtype: str) -> np.ndarray:
+    """A list or array of integers in `dtype`; OverflowError for one that does not fit (a cast would wrap)."""
+    if not isinstance(values, np.ndarray):
+        return np.asarray(values, dtype=dtype)
+    limits = np.iinfo(dtype)
+    if len(values) and (values.min() < limits.min or values.max() > limits.max):
+        raise OverflowError(f"a head field outside {dtype}")
+    return values.astype(dtype)
 
 
 def read_event_file(path: Path) -> EventFile:
@@ -498,7 +545,7 @@ def read_event_file(path: Path) -> EventFile:
         raise InputError(f"{path} is not a profview event file (Arrow IPC): it may be truncated") from None
     raw = (reader.schema.metadata or {}).get(EVENT_FILE_META_KEY.encode())
     try:
-        meta = json.loads(raw) if raw else None
+        meta = _parsed_meta(raw) if raw else None
         if isinstance(meta, dict) and reader.num_record_batches:  # the row index, in the last (empty) batch
             last = reader.get_batch_with_custom_metadata(reader.num_record_batches - 1).custom_metadata
             index = (last or {}).get(EVENT_FILE_META_KEY.encode())

@@ -98,7 +98,7 @@ def test_a_version_2_file_stores_start_duration_step_and_head(example):
     assert batches(v1.path)[0].names == list(EVENT_FILE_COLUMNS[1])
     assert_version_2_layout(v2.path)
     assert len(batches(v2.path)[1]) > 3
-    assert len(v2.meta["heads"]["ph"]) < v2.rows / 10  # what rows share is stored once
+    assert len(v2.head_table["ph"]) < v2.rows / 10  # what rows share is stored once
 
 
 def test_an_imported_gpu_capture_is_written_as_version_2(tmp_path, captures):
@@ -112,7 +112,11 @@ def test_an_imported_gpu_capture_is_written_as_version_2(tmp_path, captures):
     assert_version_2_layout(f.path)
     flows = slice(f.rows - f.meta["phase_rows"]["s"] - f.meta["phase_rows"]["f"], f.rows)
     assert {chr(p) for p in f.column("ph", flows.start, flows.stop).tolist()} == {"s", "f"}
-    assert len(f.meta["heads"]["ph"]) > flows.stop - flows.start
+    assert len(f.head_table["ph"]) > flows.stop - flows.start
+    raw = pa.ipc.open_file(pa.OSFile(str(f.path))).schema.metadata[b"profview"]
+    parsed, whole = event_file._parsed_meta(raw), json.loads(raw)  # the heads read as arrays, not Python ints
+    assert isinstance(parsed["heads"]["args"], np.ndarray) and "heads" not in f.meta
+    assert {k: v.tolist() for k, v in parsed.pop("heads").items()} == whole.pop("heads") and parsed == whole
 
 
 def test_every_field_reads_as_version_1_stored_it(example):
@@ -173,12 +177,15 @@ def test_a_newer_version_is_refused_in_one_sentence(tmp_path, monkeypatch):
         {name: ["x"] for name, _ in EVENT_HEAD_FIELDS},
     ],
 )
-def test_a_damaged_heads_table_is_refused_in_one_sentence(tmp_path, heads):
+@pytest.mark.parametrize("compact", [False, True])  # compact: the writer's layout, whose heads read as arrays
+def test_a_damaged_heads_table_is_refused_in_one_sentence(tmp_path, heads, compact):
     """Rewritten metadata: a heads table missing, short of a field, of unequal lengths or not the fields' integers."""
     path = rewrite_as_v2(EXAMPLES[0] / "events_0.arrow", tmp_path / "good.arrow")
     reader = pa.ipc.open_file(pa.OSFile(str(path)))
     meta = json.loads(reader.schema.metadata[b"profview"]) | {"heads": heads}
-    schema = reader.schema.with_metadata({b"profview": json.dumps(meta)})
+    meta["chrome"] = meta.pop("chrome", None)  # after the heads, as the writer puts it
+    text = json.dumps(meta, separators=(",", ":") if compact else None)
+    schema = reader.schema.with_metadata({b"profview": text})
     damaged = tmp_path / "events_0.arrow"
     with pa.ipc.new_file(str(damaged), schema) as w:
         for i in range(reader.num_record_batches):
