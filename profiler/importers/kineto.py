@@ -25,6 +25,7 @@ from warnings import warn
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from profiler.errors import IncompleteInputWarning, ProfviewError
 from profiler.importers.base import NAMED, NOT_IT, Importer
@@ -711,56 +712,202 @@ def _ops(
     """Host ops and device ops in one table, in start order, with self time and step; redispatch copies
     left out (`redispatch_copies`).
 
-    The times are put in start order first; then each other column is made, put in start order and
-    converted in turn, so that one column exists out of order at a time (a big trace's table is built
-    next to its event columns). The event columns are spent: each goes once used (`release_columns`)."""
+    Built a window of whole steps at a time (`_op_windows`: at most OP_BUILD_ROWS ops, cut where no op that
+    contains others is open), so its sorting and nesting copies stay a window's size: the ops' event data is
+    split by window a column at a time (`_split_by_window`), each window's goes once its table is made, and
+    the windows' columns are joined a column at a time. The event columns are spent: each goes once used
+    (`release_columns`)."""
     host = np.flatnonzero(kind == HOST_OP)
     dev = np.flatnonzero(kind == DEVICE_OP)
     rows = np.concatenate([host, dev])
-    start = clock.ns(cols.ts_us[rows])
-    dur = clock.dur_ns(cols.dur_us[rows])
-    host_start, host_dur = start[: len(host)], dur[: len(host)]  # views: the host ops come first
-    host_end = host_start + host_dur
-    device = _DeviceOps.of(cols, dev)
-    host_category = combine(cols.cat[host], cols.name[host]).mapped(_host_category)
+    ops = _OpEvents(
+        host_count=len(host),
+        rows=rows,
+        start=clock.ns(cols.ts_us[rows]),
+        dur=clock.dur_ns(cols.dur_us[rows]),
+        device=_DeviceOps.of(cols, dev),
+        host_category=combine(cols.cat[host], cols.name[host]).mapped(_host_category),
+        thread_of=thread_of[host],
+        thread_code=pd.factorize(threads["name"])[0][thread_of[host]],  # a code per thread name
+    )
+    del host, dev, rows
     release_columns(cols, "ph", "cat", "pid", "tid", "ts_us", "dur_us", "other_args")
     release_columns(cols.op_args, "device", "stream")
+    windows = _split_by_window(ops, cols, _op_windows(ops, steps))
+    tables = []
+    while windows:  # a window's event data goes once its table is made
+        tables.append(_window_ops(windows.pop(0), threads["name"].tolist(), steps))
+    return pd.DataFrame(_joined_windows(tables), columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
+
+
+#: Ops built at a time: a window of whole steps (more when one step holds more).
+OP_BUILD_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class _OpEvents:
+    """The ops' event data, host ops first then device ops (an op's position): times, lanes, categories and
+    their columns from the trace. `_split_by_window` cuts it by window (the trace's columns added)."""
+
+    host_count: int
+    rows: Optional[np.ndarray]  # per position: row in the event columns (until split)
+    start: np.ndarray  # ns, per position
+    dur: np.ndarray  # ns, per position
+    device: _DeviceOps  # device ops
+    host_category: Coded  # host ops
+    thread_of: np.ndarray  # host ops: row of the threads table
+    thread_code: np.ndarray  # host ops: a code of the thread's name
+    name: Optional[Coded] = None  # per position; this and the fields below: from the split on
+    correlation: Optional[np.ndarray] = None  # per position
+    shapes: Optional[Coded] = None  # host ops
+    dtypes: Optional[Coded] = None  # host ops
+    blocks_per_sm: Optional[np.ndarray] = None  # device ops
+    occupancy_pct: Optional[np.ndarray] = None  # device ops
+
+    def containers(self) -> np.ndarray:
+        """Positions of the ops whose self time excludes what they enclose (host ops and device ranges that
+        are not activities): a window edge must not cut one."""
+        return np.concatenate([np.arange(self.host_count), self.host_count + np.flatnonzero(~self.device.activity())])
+
+
+def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> list[np.ndarray]:
+    """The positions of each window's ops (by start time, ascending): windows of whole steps holding at most
+    OP_BUILD_ROWS ops where a step edge allows, cut only at step starts that no container op
+    (`_OpEvents.containers`) spans, so each op's nesting, self time and redispatch copy lie in its window."""
+    n = len(ops.start)
+    if n <= OP_BUILD_ROWS or steps.empty:
+        return [np.arange(n)]
+    edges = steps["start_ns"].to_numpy(np.int64)
+    inner = ops.containers()
+    by_start = np.argsort(ops.start[inner], kind="stable")
+    inner_start = ops.start[inner][by_start]
+    reach = np.maximum.accumulate((ops.start + ops.dur)[inner][by_start])  # furthest end of those started so far
+    before = np.searchsorted(inner_start, edges, side="left")
+    open_after = (before > 0) & (reach[np.maximum(before, 1) - 1] > edges)
+    # an op ending at the edge holds any op of no length starting there (enclosing_parents)
+    quiet = edges[~open_after & ~np.isin(edges, ops.start[ops.dur == 0])]
+    count = np.searchsorted(np.sort(ops.start), quiet, side="left")  # ops starting before each quiet edge
+    cuts: list[int] = []
+    last, previous = 0, None  # ops before the last cut; the quiet edge before this one, when it may be cut
+    for edge, before_edge in [*zip(quiet.tolist(), count.tolist()), (None, n)]:  # then the end of the ops
+        if before_edge - last > OP_BUILD_ROWS and previous is not None:
+            cuts.append(previous[0])
+            last = previous[1]
+        previous = (edge, before_edge) if before_edge > last else None
+    window = np.searchsorted(np.asarray(cuts, dtype=np.int64), ops.start, side="right")
+    return [np.flatnonzero(window == w) for w in range(len(cuts) + 1)]
+
+
+def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarray]) -> list[_OpEvents]:
+    """Each window's event data, with the trace's columns of its ops (name, correlation, shapes, dtypes, kernel
+    args). Spends `ops` and those columns a field at a time, each dropped once split, so the data is held about
+    once; one window takes views of them all."""
+    host_count = ops.host_count
+    if len(windows) == 1:
+        cuts, index = [host_count], {"position": [slice(None)], "host": [slice(None, host_count)]}
+        index["device"] = [slice(None)]  # the device fields hold the device ops alone
+    else:
+        cuts = [int(np.searchsorted(positions, host_count)) for positions in windows]
+        index = {"position": windows, "host": [p[:k] for p, k in zip(windows, cuts)]}
+        index["device"] = [p[k:] - host_count for p, k in zip(windows, cuts)]
+    split = {}
+    for name, kind in _OP_EVENT_FIELDS:
+        split[name] = [getattr(ops, name)[i] for i in index[kind]]
+        release_columns(ops, name)
+    rows = {"position": [ops.rows[i] for i in index["position"]]}  # the ops' rows in the event columns
+    release_columns(ops, "rows")
+    rows["host"] = [r[:k] for r, k in zip(rows["position"], cuts)]
+    rows["device"] = [r[k:] for r, k in zip(rows["position"], cuts)]
+    split["name"] = [cols.name[r] for r in rows["position"]]
+    release_columns(cols, "name")
+    for name, kind in _OP_ARG_FIELDS:
+        split[name] = [getattr(cols.op_args, name)[r] for r in rows[kind]]
+        release_columns(cols.op_args, name)
+    release_columns(cols, "op_args")
+    return [
+        _OpEvents(host_count=k, rows=None, **{name: pieces[w] for name, pieces in split.items()})
+        for w, k in enumerate(cuts)
+    ]
+
+
+#: The fields of `_OpEvents` made before the split, and the fields of the event columns' op args it takes,
+#: with the ops they are of (all, the host ops, the device ops).
+_OP_EVENT_FIELDS = (
+    ("start", "position"),
+    ("dur", "position"),
+    ("device", "device"),
+    ("host_category", "host"),
+    ("thread_of", "host"),
+    ("thread_code", "host"),
+)
+_OP_ARG_FIELDS = (
+    ("correlation", "position"),
+    ("shapes", "host"),
+    ("dtypes", "host"),
+    ("blocks_per_sm", "device"),
+    ("occupancy_pct", "device"),
+)
+
+
+def _window_ops(ops: _OpEvents, thread_names: list, steps: pd.DataFrame) -> dict[str, Any]:
+    """The op table's columns of one window's ops, in start order, redispatch copies left out."""
+    n_host, n_dev = ops.host_count, len(ops.start) - ops.host_count
+    host_start, host_dur = ops.start[:n_host], ops.dur[:n_host]
+    host_end = host_start + host_dur
     self_ns = np.concatenate(
         [
-            self_times(enclosing_parents(thread_of[host], host_start, host_end), host_dur),
-            device.self_ns(start[len(host) :], dur[len(host) :]),
+            self_times(enclosing_parents(ops.thread_of, host_start, host_end), host_dur),
+            ops.device.self_ns(ops.start[n_host:], ops.dur[n_host:]),
         ]
     )
     copies = redispatch_copies(
-        pd.factorize(threads["name"])[0][thread_of[host]],  # a code per thread name
-        host_category.map(lambda c: c == "host", dtype=bool),
-        cols.name.codes[host],
+        ops.thread_code,
+        ops.host_category.map(lambda c: c == "host", dtype=bool),
+        ops.name.codes[:n_host],
         host_start,
         host_end,
-        self_ns[: len(host)],  # a view: the copies' self time goes to their outer ops in self_ns
+        self_ns[:n_host],  # a view: the copies' self time goes to their outer ops in self_ns
     )
-    del host_start, host_dur, host_end  # views of the unordered times: those go once ordered
-    order = np.argsort(start, kind="stable")
-    order = order[~np.concatenate([copies, np.zeros(len(dev), dtype=bool)])[order]]
-    start, dur, self_ns = start[order], dur[order], self_ns[order]
+    del host_start, host_dur, host_end
+    order = np.argsort(ops.start, kind="stable")
+    order = order[~np.concatenate([copies, np.zeros(n_dev, dtype=bool)])[order]]
+    start, dur, self_ns = ops.start[order], ops.dur[order], self_ns[order]
+    device = ops.device
     made = {
-        "device": lambda: Coded.concat(Coded.constant("cpu", len(host)), device.device()),
-        "stream": lambda: Coded.concat(Coded(thread_of[host], threads["name"].tolist()), device.stream()),
-        "name": lambda: cols.name[rows],
-        "op_type": lambda: Coded.concat(cols.name[host], device.op_type()),
-        "category": lambda: Coded.concat(host_category, device.category()),
-        "shapes": lambda: _host_texts(cols.op_args.shapes[host], len(dev)),
-        "dtypes": lambda: _host_texts(cols.op_args.dtypes[host], len(dev)),
-        "correlation": lambda: cols.op_args.correlation[rows],
-        "source": lambda: Coded.constant(SOURCE, len(rows)),
-        "blocks_per_sm": lambda: _device_numbers(cols.op_args.blocks_per_sm, host, dev),
-        "occupancy_pct": lambda: _device_numbers(cols.op_args.occupancy_pct, host, dev),
+        "device": lambda: Coded.concat(Coded.constant("cpu", n_host), device.device()),
+        "stream": lambda: Coded.concat(Coded(ops.thread_of, thread_names), device.stream()),
+        "name": lambda: ops.name,
+        "op_type": lambda: Coded.concat(ops.name[:n_host], device.op_type()),
+        "category": lambda: Coded.concat(ops.host_category, device.category()),
+        "shapes": lambda: _host_texts(ops.shapes, n_dev),
+        "dtypes": lambda: _host_texts(ops.dtypes, n_dev),
+        "correlation": lambda: ops.correlation,
+        "source": lambda: Coded.constant(SOURCE, n_host + n_dev),
+        "blocks_per_sm": lambda: _device_numbers(ops.blocks_per_sm, n_host),
+        "occupancy_pct": lambda: _device_numbers(ops.occupancy_pct, n_host),
     }
     table = {key: _op_column(make()[order]) for key, make in made.items()}
-    release_columns(cols, "name", "op_args")
     step = np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)]
     table.update(start_ns=start, dur_ns=dur, self_ns=self_ns, step=step)
-    return pd.DataFrame(table, columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
+    return table
+
+
+def _joined_windows(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The windows' op columns one after the other, a column at a time, each column's pieces freed once
+    joined; categoricals keep their categories in first-seen order, as one window gives them."""
+    if len(windows) == 1:
+        return windows.pop()
+    joined = {}
+    for name in list(windows[0]):
+        pieces = [window.pop(name) for window in windows]
+        if isinstance(pieces[0], pd.Categorical):
+            joined[name] = union_categoricals(pieces)
+        elif isinstance(pieces[0], pd.Series):
+            joined[name] = pd.Series(np.concatenate([p.to_numpy() for p in pieces]), dtype=object, copy=False)
+        else:
+            joined[name] = np.concatenate(pieces)
+        del pieces
+    return joined
 
 
 def _op_column(values: Union[Coded, np.ndarray]) -> Any:
@@ -811,12 +958,19 @@ class _DeviceOps:
     def category(self) -> Coded:
         return self.kinds.mapped(lambda pair: _device_category_type(*pair)[0])
 
+    def __getitem__(self, rows: np.ndarray) -> _DeviceOps:
+        """Those of some device ops."""
+        return _DeviceOps(self.device_id[rows], self.stream_id[rows], self.kinds[rows])
+
+    def activity(self) -> np.ndarray:
+        """Whether each is an activity (a kernel, a copy: DEVICE_ACTIVITIES), not a range enclosing others."""
+        return self.kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool)
+
     def self_ns(self, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
         """Activities' (kernels, copies) self time is their duration; other device ranges' excludes what
         they enclose on their stream."""
-        activity = self.kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool)
         lane = dense_ids(self.device_id, self.stream_id)[0]
-        return np.where(activity, dur, self_times(enclosing_parents(lane, start, start + dur), dur))
+        return np.where(self.activity(), dur, self_times(enclosing_parents(lane, start, start + dur), dur))
 
 
 def _arg_or_lane(value: np.ndarray, lane: np.ndarray) -> np.ndarray:
@@ -846,10 +1000,10 @@ def _device_category_type(cat: str, name: str) -> tuple[str, str]:
     return category, name
 
 
-def _device_numbers(column: np.ndarray, host: np.ndarray, dev: np.ndarray) -> np.ndarray:
-    """A numeric kernel arg (float32) of the host rows then the device rows: NaN for host ops and
+def _device_numbers(values: np.ndarray, host_count: int) -> np.ndarray:
+    """A numeric kernel arg (float32) of the host ops then the device ops (`values`): NaN for host ops and
     where the arg is absent or not a number."""
-    return np.concatenate([np.full(len(host), np.nan, dtype=np.float32), column[dev]])
+    return np.concatenate([np.full(host_count, np.nan, dtype=np.float32), values])
 
 
 # ----------------------------------------------------------------------------- counters

@@ -1,0 +1,61 @@
+"""The Kineto importer builds its op table a window of whole steps at a time (profiler/importers/kineto.py,
+`_op_windows`): the table is the one a single window gives, byte for byte (columns, dtypes, categories in
+first-seen order), on real captures with windows of every step; and a window edge never cuts an op that
+encloses others (a Python frame across a step edge keeps its children's time out of its self time)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from profiler.importers import kineto
+from profiler.importers.kineto import read_kineto_trace
+
+from support.kineto_builder import Trace
+
+
+def _windows_built(monkeypatch) -> list[int]:
+    """Records the number of ops of every window the importer builds."""
+    sizes: list[int] = []
+    build = kineto._window_ops
+
+    def counted(ops, *rest):
+        sizes.append(len(ops.start))
+        return build(ops, *rest)
+
+    monkeypatch.setattr(kineto, "_window_ops", counted)
+    return sizes
+
+
+def _assert_same_table(windowed: pd.DataFrame, whole: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(windowed, whole, check_exact=True)
+    for column in whole.columns:
+        if isinstance(whole[column].dtype, pd.CategoricalDtype):
+            assert windowed[column].cat.categories.tolist() == whole[column].cat.categories.tolist(), column
+
+
+@pytest.mark.parametrize("capture", ["diff_control", "diff_test", "nccl_data", "sampled_rank-0"])
+def test_the_op_table_built_in_step_windows_is_the_whole_ones(captures, monkeypatch, capture: str) -> None:
+    path = captures / "kineto" / f"{capture}.json.gz"
+    whole = read_kineto_trace(path).ops
+    steps = read_kineto_trace(path).steps
+    for rows in (1, len(whole) // 2):
+        monkeypatch.setattr(kineto, "OP_BUILD_ROWS", rows)
+        sizes = _windows_built(monkeypatch)
+        _assert_same_table(read_kineto_trace(path).ops, whole)
+        assert 2 <= len(sizes) <= len(steps) + 1 and sum(sizes) >= len(whole)  # several windows; copies dropped after
+        monkeypatch.undo()
+
+
+def test_a_window_edge_never_cuts_an_op_that_encloses_others(monkeypatch) -> None:
+    trace = Trace().step(1, 0, 100).step(2, 100, 100).step(3, 200, 100)
+    trace.module("Net", 50, 100)  # a Python frame from step 1 into step 2
+    trace.op("aten::mm", 60, 10).op("aten::add", 120, 10).op("aten::relu", 250, 10)
+    whole = trace.run().ops
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 1)
+    sizes = _windows_built(monkeypatch)
+    windowed = trace.run().ops
+    _assert_same_table(windowed, whole)
+    assert len(sizes) == 2  # cut at step 3 only: the frame spans step 2's start
+    net = windowed.set_index("name").loc["nn.Module: Net"]
+    assert net["self_ns"] == 80_000  # 100 µs less its two children
