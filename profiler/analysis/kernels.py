@@ -29,41 +29,13 @@ def kernel_table(ops: pd.DataFrame, launched: Launches | None, window_rows: int 
     duration-weighted means' float sums carried from window to window in row order (`RunningSums`), so the
     table is the same whatever the windows."""
     keys = ["device", "name", "op"]
-    names, name_labels = codes_and_labels(ops["name"])
+    op_names = codes_and_labels(ops["name"])
     weighted = RunningSums(["blocks", "occupancy", "weight"])
-    parts = []
-    for window, launched_w in op_windows(ops, launched, window_rows):
-        rows = np.flatnonzero(kernel_rows(window))
-        if rows.size == 0:
-            continue
-        kernels = window.iloc[rows, window.columns.get_indexer(["device", "name", "dur_ns"])]
-        launcher = launched_w.launcher[rows] if launched_w is not None else np.full(rows.size, -1)
-        op = np.where(launcher >= 0, name_labels[names[np.maximum(launcher, 0)]], "").astype(object)
-        g = group_rows(kernels["device"], kernels["name"], op)
-        dur = kernels["dur_ns"].to_numpy()
-        weight = dur.astype(np.float64)
-        weighted.add(
-            [kernels["device"], kernels["name"], op],
-            {
-                "blocks": _filled(window["blocks_per_sm"].to_numpy()[rows]) * weight,
-                "occupancy": _filled(window["occupancy_pct"].to_numpy()[rows]) * weight,
-                "weight": weight,
-            },
-        )
-        parts.append(
-            pd.DataFrame(
-                {
-                    "device": g.values(kernels["device"]),
-                    "name": g.values(kernels["name"]),
-                    "op": g.values(op),
-                    "calls": g.size,
-                    "total_ns": g.sum(dur),
-                    "max_ns": g.max(dur),
-                    "min_ns": g.min(dur),
-                    "tensor_cores": g.values(tensor_core_kernels(kernels["name"])).astype(bool),
-                }
-            )
-        )
+    parts = [
+        part
+        for window, launched_w in op_windows(ops, launched, window_rows)
+        if (part := _kernel_totals(window, launched_w, op_names, weighted)) is not None
+    ]
     if not parts:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     t = merged_groups(parts, keys, ["calls", "total_ns"], ["min_ns"], ["max_ns"])
@@ -88,6 +60,47 @@ def kernel_table(ops: pd.DataFrame, launched: Launches | None, window_rows: int 
         (table["op"].astype(str), table["name"].astype(str), -table["total_ms"], table["device"].astype(str))
     )
     return table.iloc[order][KERNEL_COLUMNS].reset_index(drop=True)
+
+
+def _kernel_totals(
+    ops: pd.DataFrame,
+    launched: Launches | None,
+    op_names: tuple[np.ndarray, np.ndarray],
+    weighted: RunningSums,
+) -> pd.DataFrame | None:
+    """A window's kernels per device, name and launching op (named from `op_names`: the whole table's name codes
+    and labels): calls, total / min / max ns, tensor cores (of the first); their duration-weighted figures
+    added to `weighted`. None when the window has no kernel."""
+    rows = np.flatnonzero(kernel_rows(ops))
+    if rows.size == 0:
+        return None
+    kernels = ops.iloc[rows, ops.columns.get_indexer(["device", "name", "dur_ns"])]
+    launcher = launched.launcher[rows] if launched is not None else np.full(rows.size, -1)
+    codes, labels = op_names
+    op = np.where(launcher >= 0, labels[codes[np.maximum(launcher, 0)]], "").astype(object)
+    dur = kernels["dur_ns"].to_numpy()
+    weight = dur.astype(np.float64)
+    weighted.add(
+        [kernels["device"], kernels["name"], op],
+        {
+            "blocks": _filled(ops["blocks_per_sm"].to_numpy()[rows]) * weight,
+            "occupancy": _filled(ops["occupancy_pct"].to_numpy()[rows]) * weight,
+            "weight": weight,
+        },
+    )
+    g = group_rows(kernels["device"], kernels["name"], op)
+    return pd.DataFrame(
+        {
+            "device": g.values(kernels["device"]),
+            "name": g.values(kernels["name"]),
+            "op": g.values(op),
+            "calls": g.size,
+            "total_ns": g.sum(dur),
+            "max_ns": g.max(dur),
+            "min_ns": g.min(dur),
+            "tensor_cores": g.values(tensor_core_kernels(kernels["name"])).astype(bool),
+        }
+    )
 
 
 def _filled(values: np.ndarray) -> np.ndarray:
