@@ -11,8 +11,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.launches import Launches, framework_ops
-from profiler.analysis.ops import op_table, op_totals
+from profiler.analysis.launches import DeviceTimes, Launches, framework_ops
+from profiler.analysis.ops import op_launches, op_table, op_totals
 from profiler.formats.columns import OP_STACK_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
@@ -48,7 +48,9 @@ def call_stacks(ops: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def op_stack_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd.DataFrame:
+def op_stack_table(
+    ops: pd.DataFrame, launched: Optional[Launches] = None, times: Optional[DeviceTimes] = None
+) -> pd.DataFrame:
     """Per device, framework op name and call stack (OP_STACK_COLUMNS): count, host and device times.
     Empty when the trace recorded no Python frames."""
     stacks = call_stacks(ops)
@@ -57,7 +59,8 @@ def op_stack_table(ops: pd.DataFrame, launched: Optional[Launches] = None) -> pd
         return pd.DataFrame(columns=OP_STACK_COLUMNS)
     rows = np.flatnonzero(framework)
     chosen = ops.iloc[rows].assign(stack=stacks[rows])
+    figures = op_launches(ops, launched, times)
     totals = op_totals(
-        chosen, None if launched is None else launched.take(rows), ["device", "name", "stack"], ["op_type", "category"]
+        chosen, None if figures is None else figures.take(rows), ["device", "name", "stack"], ["op_type", "category"]
     )
     return op_table(totals, OP_STACK_COLUMNS, ["device", "total_ms", "name"])

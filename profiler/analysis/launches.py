@@ -29,15 +29,11 @@ KERNEL_CATEGORIES = ("compute", "comm")
 
 @dataclass(frozen=True)
 class Launches:
-    """Per row of the ops table (0 / -1 / False where a figure does not apply to the row)."""
+    """Per row of the ops table (-1 / False where a figure does not apply to the row)."""
 
     call: np.ndarray  # device executions: row of the runtime call that launched it, -1 when unknown
     launcher: np.ndarray  # device executions: row of the framework op that launched it, -1 when unknown
     parent: np.ndarray  # framework ops: row of the framework op it is nested in, -1 at a root
-    device_self_ns: np.ndarray  # framework ops: device time of the executions it launched itself
-    device_total_ns: np.ndarray  # framework ops: the same with the ops nested in it
-    tc_self_ns: np.ndarray  # framework ops: the part of device_self_ns in tensor-core kernels
-    tc_total_ns: np.ndarray  # framework ops: the part of device_total_ns in tensor-core kernels
     tc_eligible: np.ndarray  # framework ops: tensor-core eligible (by name, by a child, or by its kernels)
     tensor_cores: np.ndarray  # device executions: a tensor-core kernel
 
@@ -45,6 +41,22 @@ class Launches:
         """The figures of some rows of the ops table (a window, a selection), in their order; the rows that
         `call`, `launcher` and `parent` name stay rows of the whole table."""
         return Launches(**{name: values[rows] for name, values in vars(self).items()})
+
+
+@dataclass(frozen=True)
+class DeviceTimes:
+    """Per row of the ops table, int64 ns (0 where it does not apply): the device time of the executions each
+    framework op launched itself (self) and with the ops nested in it (total), and their tensor-core part.
+    Made for the op tables (`device_times`) and dropped after them: 32 B per op, not kept by `Launches`."""
+
+    device_self_ns: np.ndarray
+    device_total_ns: np.ndarray
+    tc_self_ns: np.ndarray
+    tc_total_ns: np.ndarray
+
+    def take(self, rows: slice | np.ndarray) -> DeviceTimes:
+        """Those of some rows of the ops table, in their order."""
+        return DeviceTimes(**{name: values[rows] for name, values in vars(self).items()})
 
 
 def launches(ops: pd.DataFrame) -> Optional[Launches]:
@@ -64,27 +76,36 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     call[executions] = _calls(correlation, runtime, np.flatnonzero(executions))
     launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1).astype(position)
 
-    n = len(ops)
-    dur = ops["dur_ns"].to_numpy()
-    tensor_cores = np.zeros(n, dtype=bool)
+    tensor_cores = np.zeros(len(ops), dtype=bool)
     kernels = np.flatnonzero(executions & category.isin(KERNEL_CATEGORIES).to_numpy())
     tensor_cores[kernels] = tensor_core_kernels(ops["name"].iloc[kernels])
-    launched = np.flatnonzero(launcher >= 0)
-    device_self = sums_by(launcher[launched], dur[launched], n)
-    tc = launched[tensor_cores[launched]]
-    tc_self = sums_by(launcher[tc], dur[tc], n)
+    tc = np.flatnonzero(tensor_cores & (launcher >= 0))
+    tc_self = sums_by(launcher[tc], ops["dur_ns"].to_numpy()[tc], len(ops))  # as DeviceTimes.tc_self_ns
     eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
-    order = _deepest_first(parent, framework)
+    del tc_self
     return Launches(
         call=call,
         launcher=launcher,
         parent=parent.astype(position),
-        device_self_ns=device_self,
-        device_total_ns=_with_descendants(device_self, parent, order),
-        tc_self_ns=tc_self,
-        tc_total_ns=_with_descendants(tc_self, parent, order),
-        tc_eligible=_any_descendant(eligible, parent, order),
+        tc_eligible=_any_descendant(eligible, parent, _deepest_first(parent, framework)),
         tensor_cores=tensor_cores,
+    )
+
+
+def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
+    """Each framework op's device self / total time and their tensor-core parts (DeviceTimes): the durations of
+    the executions it launched, summed on the op, then up its parents."""
+    n, dur = len(ops), ops["dur_ns"].to_numpy()
+    rows = np.flatnonzero(launched.launcher >= 0)
+    tc = rows[launched.tensor_cores[rows]]
+    device_self = sums_by(launched.launcher[rows], dur[rows], n)
+    tc_self = sums_by(launched.launcher[tc], dur[tc], n)
+    order = _deepest_first(launched.parent, framework_ops(ops))
+    return DeviceTimes(
+        device_self_ns=device_self,
+        device_total_ns=_with_descendants(device_self, launched.parent, order),
+        tc_self_ns=tc_self,
+        tc_total_ns=_with_descendants(tc_self, launched.parent, order),
     )
 
 

@@ -9,12 +9,13 @@ so the table is the same whatever the windows, and its copies stay a window's si
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.launches import Launches, framework_ops
+from profiler.analysis.launches import DeviceTimes, Launches, device_times, framework_ops
 from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_SHAPE_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import group_rows, merged_groups
 from profiler.model import NOT_WORK_CATEGORIES
@@ -37,22 +38,50 @@ def _work_columns(ops: pd.DataFrame, work: np.ndarray, used: list[str]) -> pd.Da
     return ops[used] if work.all() else ops.loc[work, used]
 
 
+class _PerRow(Protocol):
+    def take(self, rows: slice) -> _PerRow: ...
+
+
+PerRow = TypeVar("PerRow", bound=_PerRow)
+
+
 def op_windows(
-    ops: pd.DataFrame, launched: Optional[Launches], rows: int = OP_WINDOW_ROWS
-) -> Iterator[tuple[pd.DataFrame, Optional[Launches]]]:
-    """The ops table `rows` rows at a time, each window with its rows' launch figures."""
+    ops: pd.DataFrame, per_row: Optional[PerRow], rows: int = OP_WINDOW_ROWS
+) -> Iterator[tuple[pd.DataFrame, Optional[PerRow]]]:
+    """The ops table `rows` rows at a time, each window with its rows' figures of `per_row` (Launches, ...)."""
     for lo in range(0, len(ops), rows):
         window = slice(lo, lo + rows)
-        yield ops.iloc[window], None if launched is None else launched.take(window)
+        yield ops.iloc[window], None if per_row is None else per_row.take(window)
+
+
+@dataclass(frozen=True)
+class OpLaunches:
+    """What the op tables read of the launches, per row of the ops table: tensor-core eligibility and the
+    device times (made for them: `op_launches`)."""
+
+    tc_eligible: np.ndarray
+    times: DeviceTimes
+
+    def take(self, rows: slice | np.ndarray) -> OpLaunches:
+        return OpLaunches(self.tc_eligible[rows], self.times.take(rows))
+
+
+def op_launches(
+    ops: pd.DataFrame, launched: Optional[Launches], times: Optional[DeviceTimes] = None
+) -> Optional[OpLaunches]:
+    """The op tables' launch figures (None without launches); `times` when the caller made them already."""
+    if launched is None:
+        return None
+    return OpLaunches(launched.tc_eligible, times if times is not None else device_times(ops, launched))
 
 
 def op_totals(
-    ops: pd.DataFrame, launched: Optional[Launches], keys: list[str], labels: list[str], extremes: bool = False
+    ops: pd.DataFrame, launched: Optional[OpLaunches], keys: list[str], labels: list[str], extremes: bool = False
 ) -> Optional[pd.DataFrame]:
     """Per group of the work ops (`work_rows`) by `keys`: the keys, `labels` and whether it is a framework op
     (of its first op), `count` and the int64 ns sums of SUMS (DEVICE_SUMS and `tc_eligible`, of its first op,
-    with `launched`: the launch figures of these rows), with `extremes` the least and greatest duration
-    (`min_ns`, `max_ns`); None when no op is work. Windows' totals merge exactly (`merge_op_totals`)."""
+    with `launched`: the op tables' launch figures of these rows), with `extremes` the least and greatest
+    duration (`min_ns`, `max_ns`); None when no op is work. Windows' totals merge exactly (`merge_op_totals`)."""
     work = work_rows(ops)
     ops = _work_columns(ops, work, list(dict.fromkeys([*keys, *labels, "device", "category", "dur_ns", "self_ns"])))
     if len(ops) == 0:
@@ -66,7 +95,7 @@ def op_totals(
     t["self_ns"] = g.sum(ops["self_ns"].to_numpy())
     if launched is not None:
         for column in DEVICE_SUMS:
-            t[column] = g.sum(getattr(launched, column)[work])
+            t[column] = g.sum(getattr(launched.times, column)[work])
         t["tc_eligible"] = g.values(launched.tc_eligible[work]).astype(bool)
     if extremes:
         t["min_ns"], t["max_ns"] = g.min(dur), g.max(dur)
@@ -84,13 +113,19 @@ def merge_op_totals(parts: Sequence[Optional[pd.DataFrame]], keys: list[str]) ->
 
 
 def op_type_table(
-    ops: pd.DataFrame, launched: Optional[Launches] = None, window_rows: int = OP_WINDOW_ROWS
+    ops: pd.DataFrame,
+    launched: Optional[Launches] = None,
+    window_rows: int = OP_WINDOW_ROWS,
+    times: Optional[DeviceTimes] = None,
 ) -> pd.DataFrame:
     """Count, total / self / average time and share of device self time, per device and op type (work
     ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
     keys = ["device", "op_type"]
     t = merge_op_totals(
-        [op_totals(w, launched_w, keys, ["category"]) for w, launched_w in op_windows(ops, launched, window_rows)],
+        [
+            op_totals(w, launched_w, keys, ["category"])
+            for w, launched_w in op_windows(ops, op_launches(ops, launched, times), window_rows)
+        ],
         keys,
     )
     if t is None:
@@ -99,13 +134,16 @@ def op_type_table(
 
 
 def op_detail_table(
-    ops: pd.DataFrame, launched: Optional[Launches] = None, window_rows: int = OP_WINDOW_ROWS
+    ops: pd.DataFrame,
+    launched: Optional[Launches] = None,
+    window_rows: int = OP_WINDOW_ROWS,
+    times: Optional[DeviceTimes] = None,
 ) -> pd.DataFrame:
     """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
     (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
     keys = ["device", "name"]
     totals, shapes = [], []
-    for window, launched_w in op_windows(ops, launched, window_rows):
+    for window, launched_w in op_windows(ops, op_launches(ops, launched, times), window_rows):
         totals.append(op_totals(window, launched_w, keys, ["op_type", "category"], extremes=True))
         shapes.append(_distinct_shapes(window))
     t = merge_op_totals(totals, keys)
@@ -180,14 +218,17 @@ def with_shares(t: pd.DataFrame, columns: list[str], order: list[str]) -> pd.Dat
 
 
 def op_shape_table(
-    ops: pd.DataFrame, launched: Optional[Launches] = None, window_rows: int = OP_WINDOW_ROWS
+    ops: pd.DataFrame,
+    launched: Optional[Launches] = None,
+    window_rows: int = OP_WINDOW_ROWS,
+    times: Optional[DeviceTimes] = None,
 ) -> pd.DataFrame:
     """Per device, op name and input shapes (the TensorBoard plugin's "Operator + Input Shape" grouping): as
     op_detail, one row per distinct `shapes` of a name (work ops only: `work_rows`). Empty when no op
     recorded its shapes (record_shapes=False)."""
     keys = ["device", "name", "shapes"]
     totals, recorded = [], False
-    for window, launched_w in op_windows(ops, launched, window_rows):
+    for window, launched_w in op_windows(ops, op_launches(ops, launched, times), window_rows):
         totals.append(op_totals(window, launched_w, keys, ["op_type", "category"]))
         recorded = recorded or bool((work_rows(window) & (window["shapes"].astype(str) != "").to_numpy()).any())
     t = merge_op_totals(totals, keys)

@@ -20,7 +20,7 @@ from profiler.analysis.findings.device import DeviceTimeline
 from profiler.analysis.float64 import float64_charged, float64_module_charged
 from profiler.analysis.gpu_summary import gpu_summary
 from profiler.analysis.kernels import kernel_table
-from profiler.analysis.launches import Launches, launches
+from profiler.analysis.launches import Launches, device_times, launches
 from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory, peak_memory
 from profiler.analysis.modules import module_table
 from profiler.analysis.ops import op_detail_table, op_shape_table, op_type_table
@@ -92,10 +92,7 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
     analysis = Analysis(
         run=run,
         step_trace=trace,
-        op_type=op_type_table(run.ops, launched),
-        op_detail=op_detail_table(run.ops, launched),
-        op_shapes=op_shape_table(run.ops, launched),
-        op_stacks=op_stack_table(run.ops, launched),
+        **op_tables(run.ops, launched),
         devices=devices.merge(gpu_summary(run.ops, launched, plugin_steps), on="device", how="left")
         if len(devices)
         else devices,
@@ -117,6 +114,18 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         )
     analysis.extra_json["report"] = report(analysis, thresholds)
     return analysis
+
+
+def op_tables(ops: pd.DataFrame, launched: Optional[Launches]) -> dict[str, pd.DataFrame]:
+    """The op tables (Analysis' op_type, op_detail, op_shapes, op_stacks), on device times made once for
+    them and dropped after them (launches.DeviceTimes: 32 B per op)."""
+    times = device_times(ops, launched) if launched is not None else None
+    return {
+        "op_type": op_type_table(ops, launched, times=times),
+        "op_detail": op_detail_table(ops, launched, times=times),
+        "op_shapes": op_shape_table(ops, launched, times=times),
+        "op_stacks": op_stack_table(ops, launched, times=times),
+    }
 
 
 def _has_torch_ops(run: Run) -> bool:
