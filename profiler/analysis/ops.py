@@ -112,6 +112,19 @@ def merge_op_totals(parts: Sequence[Optional[pd.DataFrame]], keys: list[str]) ->
     return merged_groups(parts, keys, sums, ["min_ns"] if extremes else (), ["max_ns"] if extremes else ())
 
 
+def _summed(
+    ops: pd.DataFrame,
+    launched: Optional[OpLaunches],
+    window_rows: int,
+    keys: list[str],
+    labels: list[str],
+    extremes: bool = False,
+) -> Optional[pd.DataFrame]:
+    """`op_totals` of the whole ops table, summed `window_rows` rows at a time and merged."""
+    windows = op_windows(ops, launched, window_rows)
+    return merge_op_totals([op_totals(w, launched_w, keys, labels, extremes) for w, launched_w in windows], keys)
+
+
 def op_type_table(
     ops: pd.DataFrame,
     launched: Optional[Launches] = None,
@@ -120,14 +133,7 @@ def op_type_table(
 ) -> pd.DataFrame:
     """Count, total / self / average time and share of device self time, per device and op type (work
     ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
-    keys = ["device", "op_type"]
-    t = merge_op_totals(
-        [
-            op_totals(w, launched_w, keys, ["category"])
-            for w, launched_w in op_windows(ops, op_launches(ops, launched, times), window_rows)
-        ],
-        keys,
-    )
+    t = _summed(ops, op_launches(ops, launched, times), window_rows, ["device", "op_type"], ["category"])
     if t is None:
         return pd.DataFrame(columns=OP_TYPE_COLUMNS)
     return op_table(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
@@ -141,17 +147,14 @@ def op_detail_table(
 ) -> pd.DataFrame:
     """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
     (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
-    keys = ["device", "name"]
-    totals, shapes = [], []
-    for window, launched_w in op_windows(ops, op_launches(ops, launched, times), window_rows):
-        totals.append(op_totals(window, launched_w, keys, ["op_type", "category"], extremes=True))
-        shapes.append(_distinct_shapes(window))
-    t = merge_op_totals(totals, keys)
+    figures = op_launches(ops, launched, times)
+    t = _summed(ops, figures, window_rows, ["device", "name"], ["op_type", "category"], extremes=True)
     if t is None:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
     t["min_ms"] = t["min_ns"] / 1e6
     t["max_ms"] = t["max_ns"] / 1e6
-    t["shapes"] = _joined_shapes(pd.concat(shapes).drop_duplicates(), t)
+    shapes = pd.concat([_distinct_shapes(window) for window, _ in op_windows(ops, None, window_rows)])
+    t["shapes"] = _joined_shapes(shapes.drop_duplicates(), t)
     t["scope"] = [n.rsplit("/", 1)[0] if "/" in n else "" for n in t["name"].astype(str)]
     return op_table(t, OP_DETAIL_COLUMNS, ["device", "total_ms", "name"])
 
@@ -226,12 +229,14 @@ def op_shape_table(
     """Per device, op name and input shapes (the TensorBoard plugin's "Operator + Input Shape" grouping): as
     op_detail, one row per distinct `shapes` of a name (work ops only: `work_rows`). Empty when no op
     recorded its shapes (record_shapes=False)."""
-    keys = ["device", "name", "shapes"]
-    totals, recorded = [], False
-    for window, launched_w in op_windows(ops, op_launches(ops, launched, times), window_rows):
-        totals.append(op_totals(window, launched_w, keys, ["op_type", "category"]))
-        recorded = recorded or bool((work_rows(window) & (window["shapes"].astype(str) != "").to_numpy()).any())
-    t = merge_op_totals(totals, keys)
-    if t is None or not recorded:
+    recorded = any(
+        (work_rows(window) & (window["shapes"].astype(str) != "").to_numpy()).any()
+        for window, _ in op_windows(ops, None, window_rows)
+    )
+    if not recorded:
+        return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
+    figures = op_launches(ops, launched, times)
+    t = _summed(ops, figures, window_rows, ["device", "name", "shapes"], ["op_type", "category"])
+    if t is None:
         return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
     return op_table(t, OP_SHAPE_COLUMNS, ["device", "total_ms", "name"])
