@@ -11,7 +11,7 @@ it on its thread). Pure: the ops table in, arrays over its rows out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Self
 
 import numpy as np
 import pandas as pd
@@ -27,9 +27,18 @@ FRAMEWORK_CATEGORIES = ("host", "user")
 KERNEL_CATEGORIES = ("compute", "comm")
 
 
+class _RowArrays:
+    """A dataclass of arrays, one value per row of the ops table."""
+
+    def take(self, rows: slice | np.ndarray) -> Self:
+        """The figures of some rows of the ops table (a window, a selection), in their order."""
+        return type(self)(**{name: values[rows] for name, values in vars(self).items()})
+
+
 @dataclass(frozen=True)
-class Launches:
-    """Per row of the ops table (-1 / False where a figure does not apply to the row)."""
+class Launches(_RowArrays):
+    """Per row of the ops table (-1 / False where a figure does not apply to the row); taken rows (`take`) still
+    name rows of the whole table in `call`, `launcher` and `parent`."""
 
     call: np.ndarray  # device executions: row of the runtime call that launched it, -1 when unknown
     launcher: np.ndarray  # device executions: row of the framework op that launched it, -1 when unknown
@@ -37,14 +46,9 @@ class Launches:
     tc_eligible: np.ndarray  # framework ops: tensor-core eligible (by name, by a child, or by its kernels)
     tensor_cores: np.ndarray  # device executions: a tensor-core kernel
 
-    def take(self, rows: slice | np.ndarray) -> Launches:
-        """The figures of some rows of the ops table (a window, a selection), in their order; the rows that
-        `call`, `launcher` and `parent` name stay rows of the whole table."""
-        return Launches(**{name: values[rows] for name, values in vars(self).items()})
-
 
 @dataclass(frozen=True)
-class DeviceTimes:
+class DeviceTimes(_RowArrays):
     """Per row of the ops table, int64 ns (0 where it does not apply): the device time of the executions each
     framework op launched itself (self) and with the ops nested in it (total), and their tensor-core part.
     Made for the op tables (`device_times`) and dropped after them: 32 B per op, not kept by `Launches`."""
@@ -53,10 +57,6 @@ class DeviceTimes:
     device_total_ns: np.ndarray
     tc_self_ns: np.ndarray
     tc_total_ns: np.ndarray
-
-    def take(self, rows: slice | np.ndarray) -> DeviceTimes:
-        """Those of some rows of the ops table, in their order."""
-        return DeviceTimes(**{name: values[rows] for name, values in vars(self).items()})
 
 
 def launches(ops: pd.DataFrame) -> Optional[Launches]:
@@ -79,8 +79,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     tensor_cores = np.zeros(len(ops), dtype=bool)
     kernels = np.flatnonzero(executions & category.isin(KERNEL_CATEGORIES).to_numpy())
     tensor_cores[kernels] = tensor_core_kernels(ops["name"].iloc[kernels])
-    tc = np.flatnonzero(tensor_cores & (launcher >= 0))
-    tc_self = sums_by(launcher[tc], ops["dur_ns"].to_numpy()[tc], len(ops))  # as DeviceTimes.tc_self_ns
+    tc_self = _launched_time(launcher, ops["dur_ns"].to_numpy(), tensor_cores)
     eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
     del tc_self
     return Launches(
@@ -95,11 +94,9 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
 def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
     """Each framework op's device self / total time and their tensor-core parts (DeviceTimes): the durations of
     the executions it launched, summed on the op, then up its parents."""
-    n, dur = len(ops), ops["dur_ns"].to_numpy()
-    rows = np.flatnonzero(launched.launcher >= 0)
-    tc = rows[launched.tensor_cores[rows]]
-    device_self = sums_by(launched.launcher[rows], dur[rows], n)
-    tc_self = sums_by(launched.launcher[tc], dur[tc], n)
+    dur = ops["dur_ns"].to_numpy()
+    device_self = _launched_time(launched.launcher, dur)
+    tc_self = _launched_time(launched.launcher, dur, launched.tensor_cores)
     order = _deepest_first(launched.parent, framework_ops(ops))
     return DeviceTimes(
         device_self_ns=device_self,
@@ -144,6 +141,12 @@ def _calls(correlation: np.ndarray, runtime: np.ndarray, rows: np.ndarray) -> np
     ids, first = np.unique(correlation[calls], return_index=True)
     at = np.clip(np.searchsorted(ids, correlation[rows]), 0, len(ids) - 1)
     return np.where(ids[at] == correlation[rows], calls[first[at]], -1)
+
+
+def _launched_time(launcher: np.ndarray, dur: np.ndarray, which: Optional[np.ndarray] = None) -> np.ndarray:
+    """Per row, the summed durations of the executions it launched itself (of those `which` marks)."""
+    rows = np.flatnonzero((launcher >= 0) if which is None else which & (launcher >= 0))
+    return sums_by(launcher[rows], dur[rows], len(launcher))
 
 
 def sums_by(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
