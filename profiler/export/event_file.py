@@ -299,13 +299,6 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
     }
 
 
-def write_event_file(ev: TimelineEvents, path: Path) -> Path:
-    """Write the events as an Arrow IPC file at `path` (atomically); returns the path."""
-    with EventStreamWriter(path, **_header(ev)) as writer:
-        _write_rows(writer, ev)
-    return Path(path)
-
-
 def write_run_events(run: Run, path: Path) -> Path:
     """The run's timeline (`timeline_events`) written as its event file at `path`; returns the path. The
     timeline is dropped once its rows are written, before the file's footer (which repeats the metadata:

@@ -18,7 +18,7 @@ from profiler.analysis.results import Analysis, analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.export import outputs
 from profiler.export.chrome_from_events import export_chrome_trace, step_range
-from profiler.export.event_file import read_event_file, write_event_file
+from profiler.export.event_file import read_event_file, write_run_events
 from profiler.export.files import AtomicWrite
 from profiler.export.timeline_model import timeline_events
 from profiler.export.writers import WRITERS, AnalysisWriter, TimelineWriter, WriteOptions
@@ -143,7 +143,7 @@ def test_the_chrome_trace_of_a_step_range_is_the_full_traces_rows_of_those_steps
     ]
     for i, (run, first, last) in enumerate(cases):
         ev = timeline_events(run)
-        ef = read_event_file(write_event_file(ev, tmp_path / f"events_{i}.arrow"))
+        ef = read_event_file(write_run_events(run, tmp_path / f"events_{i}.arrow"))
         full = export_chrome_trace(ef, tmp_path / f"full_{i}.json")
         part = export_chrome_trace(ef, tmp_path / f"part_{i}.json", step_range(first, last))
         full_rows, full_rest = trace_rows(full)
