@@ -21,6 +21,8 @@ import ctypes
 import sys
 from typing import Callable
 
+from profiler.spill import drop_resident
+
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD_BYTES = 1 << 20  # blocks at least this large get a mapping of their own. Measured: 64 KiB lowers
 # the peak no further and costs 24 % more time; 1 MiB was ~ 4 MiB while tables were whole, and is lower since
@@ -48,7 +50,7 @@ _MALLOC_TRIM = _glibc("malloc_trim")
 
 def give_back_freed_memory() -> None:
     """Return freed memory to the operating system now: the C heap's free pages (glibc's malloc_trim; elsewhere
-    nothing) and what Arrow's pool keeps of freed buffers.
+    nothing), what Arrow's pool keeps of freed buffers, and the pages of spilled arrays (profiler/spill.py).
 
     The blocks below the mmap threshold (a chunk's columns, ~350 KB each) come from the heap, which keeps
     what is freed in it for later; the importer calls this when it frees many at once (the chunks' columns
@@ -56,6 +58,7 @@ def give_back_freed_memory() -> None:
     no allocator setting and costs ~milliseconds, so it is safe in a library user's process too."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+    drop_resident()  # the spilled arrays' pages (profiler/spill.py)
     arrow = sys.modules.get("pyarrow")  # Arrow's own allocator keeps what its buffers freed, too
     if arrow is not None:
         arrow.default_memory_pool().release_unused()

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from profiler import spill
 from profiler.errors import IncompleteInputWarning, ProfviewError
 from profiler.importers.base import NAMED, NOT_IT, Importer
 from profiler.importers.kineto_events import (
@@ -735,8 +736,10 @@ def _ops(
     release_columns(cols.op_args, "device", "stream")
     windows = _split_by_window(ops, cols, _op_windows(ops, steps))
     tables = []
-    while windows:  # a window's event data goes once its table is made
-        tables.append(_window_ops(windows.pop(0), threads["name"].tolist(), steps))
+    while windows:  # a window's event data goes once its table is made; its numbers go to the spill (if on)
+        table = _window_ops(windows.pop(0), threads["name"].tolist(), steps)
+        tables.append({key: spill.spilled(v) if isinstance(v, np.ndarray) else v for key, v in table.items()})
+        give_back_freed_memory()
     return pd.DataFrame(_joined_windows(tables), columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
 
 
@@ -905,8 +908,9 @@ def _joined_windows(windows: list[dict[str, Any]]) -> dict[str, Any]:
         elif isinstance(pieces[0], pd.Series):
             joined[name] = pd.Series(np.concatenate([p.to_numpy() for p in pieces]), dtype=object, copy=False)
         else:
-            joined[name] = np.concatenate(pieces)
+            joined[name] = spill.concatenated(pieces)
         del pieces
+        spill.drop_resident()
     return joined
 
 

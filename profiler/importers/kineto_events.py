@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.errors import InputError, ProfviewError
 from profiler.formats.documents import regular_file
 from profiler.importers.base import CERTAIN, NOT_IT, SHAPED
@@ -331,10 +332,16 @@ class Coded:
 
     @classmethod
     def concat(cls, *parts: Coded) -> Coded:
-        """The parts one after the other (values seen in several parts are merged)."""
-        offsets = np.cumsum([0] + [len(p.values) for p in parts[:-1]]).tolist()  # Python ints keep the codes int32
-        codes = np.concatenate([p.codes + offset for p, offset in zip(parts, offsets)])
-        return cls(codes, [v for p in parts for v in p.values])._deduplicated()
+        """The parts one after the other (values seen in several parts are merged, in first-seen order); the
+        codes go straight into their place, in a spill file when big (profiler/spill.py)."""
+        remap, uniques = pd.factorize(_object_array([v for p in parts for v in p.values]), use_na_sentinel=False)
+        remap = remap.astype(CODES)
+        codes = spill.empty(sum(len(p) for p in parts), CODES)
+        at = offset = 0
+        for part in parts:
+            codes[at : at + len(part)] = remap[offset : offset + len(part.values)][part.codes]
+            at, offset = at + len(part), offset + len(part.values)
+        return cls(codes, list(uniques))
 
     def _deduplicated(self) -> Coded:
         remap, uniques = pd.factorize(_object_array(self.values), use_na_sentinel=False)
@@ -413,6 +420,7 @@ def release_columns(columns: Any, *names: str) -> None:
     column it has used goes back at once. A released field is None: reading it again fails loudly."""
     for name in names:
         object.__setattr__(columns, name, None)  # frozen against edits, not against being spent
+    spill.drop_resident()  # and the pages read of the columns kept, when spilled
 
 
 @dataclass(frozen=True)
@@ -526,8 +534,9 @@ def _concat_fields(cls: type, parts: list[Any]) -> dict[str, Any]:
         elif isinstance(values[0], OpArgs):
             columns[name] = OpArgs.concat(values)
         else:
-            columns[name] = np.concatenate(values)
+            columns[name] = spill.concatenated(values)
         del values
+        spill.drop_resident()  # the pieces' and the column's pages, when spilled
     return columns
 
 

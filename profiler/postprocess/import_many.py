@@ -30,7 +30,7 @@ from profiler.formats.names import info_files
 from profiler.importers.registry import detect
 from profiler.memory import return_freed_memory
 from profiler.model import Run
-from profiler.postprocess.imported import capture_format, write_runs
+from profiler.postprocess.imported import capture_format, spilling_beside, write_runs
 from profiler.postprocess.remote import Capture, capture_name, is_url, local_copy, traces_at
 from profiler.progress import Progress
 
@@ -176,11 +176,12 @@ def _import_local(path: Path, target: Path, data_origin: Optional[str], source: 
     from profiler.importers.registry import importer_named
 
     importer = importer_named(data_origin) if data_origin is not None else capture_format(path)
-    runs = [ensure_steps(run) for run in importer.runs(path)]
-    if source != path:  # a URL's local copy: the run was read from the URL
-        for run in runs:
-            run.info["source_path"] = str(source)
-    write_runs(runs, target, source=source)
+    with spilling_beside(target):
+        runs = [ensure_steps(run) for run in importer.runs(path)]
+        if source != path:  # a URL's local copy: the run was read from the URL
+            for run in runs:
+                run.info["source_path"] = str(source)
+        write_runs(runs, target, source=source)
     return runs
 
 

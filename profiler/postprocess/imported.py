@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -21,6 +22,7 @@ from profiler.importers.registry import detect, formats_sentence, importer_named
 from profiler.memory import give_back_freed_memory
 from profiler.model import Run
 from profiler.progress import current as current_progress
+from profiler.spill import spilling
 
 #: `profview import --format` values and the outputs each writes. "mindspore" (the MindSpore /
 #: MindInsight 2020 files) is written from Ascend JOB directories only.
@@ -49,7 +51,17 @@ def import_capture(
                 "directories"
             )
         return import_ascend_job(path, out_dir, formats)
-    return write_runs(importer.runs(path), out_dir, source=path)
+    with spilling_beside(out_dir):
+        return write_runs(importer.runs(path), out_dir, source=path)
+
+
+def spilling_beside(out_dir: str | os.PathLike[str]) -> AbstractContextManager[None]:
+    """Spill a big import's arrays (profiler/spill.py) into files on the output directory's disk: the directory
+    itself, or the nearest of its parents that exists (it is made when the outputs are written)."""
+    directory = Path(out_dir).absolute()
+    while not directory.is_dir() and directory != directory.parent:
+        directory = directory.parent
+    return spilling(directory)
 
 
 def capture_format(path: Path) -> Importer:

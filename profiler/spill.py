@@ -1,0 +1,113 @@
+"""Big arrays kept in files instead of the process's memory: a big import's event columns and op table.
+
+Inside `spilling(directory)`, `empty` and `concatenated` give arrays of `SPILL_MIN_BYTES` or more as
+shared memory mappings of files in `directory`, unlinked at once (their disk space goes back when the last
+array on one is freed, and a crash leaves nothing behind). Numpy and pandas read and write them as any
+array; the pages a stage touches become resident (they count in its RSS) until `drop_resident` hands them
+back to the operating system's page cache, which keeps them while memory is free, evicts them to the file
+when it is not, and reads them back when they are touched again. So a table of the whole run stays whole
+(every analysis reads it as before and the outputs are the same bytes) while the memory an import needs is
+what one stage works on at a time (docs/kineto.md, "Reading in chunks").
+
+Outside `spilling` (a library user's process, the tests' small captures) the arrays are ordinary ones.
+The directory must be on a disk, not a RAM file system (tmpfs): `profview import` spills next to its
+output directory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+#: Arrays smaller than this stay in memory: a file and a mapping per small array would cost more than they save.
+SPILL_MIN_BYTES = 1 << 20
+
+_directory: Optional[Path] = None
+_min_bytes = SPILL_MIN_BYTES
+_mappings: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # the live spilled arrays' mappings
+
+
+@contextmanager
+def spilling(directory: str | os.PathLike[str], min_bytes: Optional[int] = None) -> Iterator[None]:
+    """Spill arrays of `min_bytes` (default SPILL_MIN_BYTES) or more into files in `directory` (which must
+    exist) while inside."""
+    global _directory, _min_bytes
+    previous = _directory, _min_bytes
+    _directory, _min_bytes = Path(directory), SPILL_MIN_BYTES if min_bytes is None else min_bytes
+    try:
+        yield
+    finally:
+        _directory, _min_bytes = previous
+
+
+def empty(n: int, dtype: Any) -> np.ndarray:
+    """An uninitialised array of `n` values: in a spill file when spilling and it is big enough."""
+    dtype = np.dtype(dtype)
+    nbytes = n * dtype.itemsize
+    if _directory is None or nbytes < max(_min_bytes, 1) or dtype.hasobject:
+        return np.empty(n, dtype=dtype)
+    try:
+        fd, path = tempfile.mkstemp(prefix=".profview-spill-", dir=_directory)
+    except OSError:  # a directory that cannot take the file: memory, as without spilling
+        return np.empty(n, dtype=dtype)
+    try:
+        os.unlink(path)
+        os.posix_fallocate(fd, 0, nbytes)  # the disk space now: a full disk is an error here, not a crash later
+        mapping = mmap.mmap(fd, nbytes)  # shared: dropped pages are kept by the file, not lost
+    except OSError:  # a full disk, a file system without shared mappings
+        return np.empty(n, dtype=dtype)
+    finally:
+        os.close(fd)
+    _mappings.add(mapping)
+    return np.frombuffer(mapping, dtype=dtype, count=n)
+
+
+def concatenated(pieces: Sequence[np.ndarray]) -> np.ndarray:
+    """np.concatenate of 1-d pieces of one dtype, into a spill file when spilling and big enough."""
+    if not pieces or pieces[0].dtype.hasobject:
+        return np.concatenate(pieces)
+    out = empty(sum(len(p) for p in pieces), np.result_type(*pieces))
+    at = 0
+    for piece in pieces:
+        out[at : at + len(piece)] = piece
+        at += len(piece)
+    return out
+
+
+def spilled(values: np.ndarray) -> np.ndarray:
+    """`values` copied into a spill file when spilling and big enough (else `values` itself)."""
+    if values.ndim != 1 or values.dtype.hasobject:
+        return values
+    out = empty(len(values), values.dtype)
+    if out.base is None:  # not spilled: keep the original
+        return values
+    out[:] = values
+    return out
+
+
+def drop_resident() -> None:
+    """Hand every spilled array's resident pages back to the page cache (their values stay: the next read
+    maps them in again). Called where a stage has finished with the arrays it touched."""
+    for mapping in list(_mappings):
+        mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def is_spilled(values: np.ndarray) -> bool:
+    """Whether `values` (or the array it views) is a spilled array."""
+    base: Any = values
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    return isinstance(base, mmap.mmap) and base in _mappings
+
+
+def spilled_bytes() -> int:
+    """The size of the spilled arrays alive now."""
+    return sum(len(m) for m in list(_mappings))

@@ -1,0 +1,81 @@
+"""A big import's arrays spilled to files (profiler/spill.py) give the same outputs as arrays in memory, on
+real Kineto captures; spilled pages leave the process's RSS when dropped and their values stay; the files
+leave nothing behind."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler import spill
+from profiler.importers import kineto
+from profiler.importers.kineto import read_kineto_trace
+from profiler.postprocess.imported import import_capture
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_test", "nccl_data"])
+def test_an_import_with_every_array_spilled_writes_the_same_files(captures, tmp_path, monkeypatch, capture) -> None:
+    trace = captures / "kineto" / f"{capture}.json.gz"
+    import_capture(trace, tmp_path / "memory")
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 1)  # every array with a byte in it
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 2000)  # and the op table joined from several windows
+    import_capture(trace, tmp_path / "spilled")
+    names = sorted(p.name for p in (tmp_path / "memory").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "spilled").iterdir()) and len(names) >= 10
+    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "memory", tmp_path / "spilled", names, shallow=False)
+    assert (mismatch, errors) == ([], [])
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".profview-spill-")]  # unlinked at once
+
+
+def test_the_run_read_while_spilling_has_its_columns_in_files(captures, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 2000)
+    trace = captures / "kineto" / "sampled_rank-0.json.gz"
+    with spill.spilling(tmp_path, min_bytes=1):
+        run = read_kineto_trace(trace, chunk_bytes=50_000)  # chunks' columns joined into spilled parts too
+    plain = read_kineto_trace(trace)
+    pd.testing.assert_frame_equal(run.ops, plain.ops, check_exact=True)
+    pd.testing.assert_frame_equal(run.spans, plain.spans, check_exact=True)
+    pd.testing.assert_frame_equal(run.steps, plain.steps, check_exact=True)
+    for column in ("start_ns", "dur_ns", "self_ns", "step", "correlation", "blocks_per_sm"):
+        values = run.ops[column].to_numpy()
+        assert spill.is_spilled(values), column  # a file's mapping, not the heap
+        np.testing.assert_array_equal(values, plain.ops[column].to_numpy())
+    assert spill.spilled_bytes() >= run.ops["start_ns"].nbytes * 5
+    assert not spill.is_spilled(plain.ops["start_ns"].to_numpy())
+    assert os.listdir(tmp_path) == []
+
+
+def test_dropped_pages_leave_the_rss_and_keep_their_values(tmp_path) -> None:
+    n = 16 << 20  # 128 MiB of int64
+    with spill.spilling(tmp_path):
+        values = spill.empty(n, np.int64)
+    values[:] = np.arange(n)  # every page touched: resident
+    touched = _rss_bytes()
+    spill.drop_resident()
+    dropped = _rss_bytes()
+    assert touched - dropped > 0.9 * values.nbytes
+    assert int(values[::4096].sum()) == int(np.arange(0, n, 4096).sum())  # read back from the page cache
+    assert values[n - 1] == n - 1
+
+
+def test_outside_spilling_and_below_the_threshold_arrays_stay_in_memory(tmp_path) -> None:
+    assert not spill.is_spilled(spill.empty(1 << 20, np.int64))
+    with spill.spilling(tmp_path):
+        assert not spill.is_spilled(spill.empty(10, np.int64))  # below SPILL_MIN_BYTES
+        assert not spill.is_spilled(spill.empty(4, object))  # objects never
+        kept = np.arange(10)
+        assert spill.spilled(kept) is kept
+        joined = spill.concatenated([np.arange(1 << 17), np.arange(1 << 17)])
+        assert spill.is_spilled(joined)
+        np.testing.assert_array_equal(joined, np.tile(np.arange(1 << 17), 2))
+    assert Path(tmp_path).is_dir() and os.listdir(tmp_path) == []
