@@ -20,7 +20,7 @@ import mmap
 import os
 import tempfile
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
@@ -29,6 +29,8 @@ import numpy as np
 
 #: Arrays smaller than this stay in memory: a file and a mapping per small array would cost more than they save.
 SPILL_MIN_BYTES = 1 << 20
+#: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
+CHUNK_ROWS = 1 << 20
 
 _directory: Optional[Path] = None
 _min_bytes = SPILL_MIN_BYTES
@@ -79,6 +81,17 @@ def concatenated(pieces: Sequence[np.ndarray]) -> np.ndarray:
     for piece in pieces:
         out[at : at + len(piece)] = piece
         at += len(piece)
+    return out
+
+
+def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
+    """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
+    values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size."""
+    rows = rows or CHUNK_ROWS
+    out = empty(n, dtype)
+    for lo in range(0, n, rows):
+        out[lo : lo + rows] = fill(slice(lo, min(lo + rows, n)))
+        drop_resident()  # the chunk's pages of the spilled inputs and of `out`
     return out
 
 

@@ -17,7 +17,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -272,35 +272,50 @@ def _kind_of(ph: Any, cat: Any) -> int:
 
 
 def _classify(cols: EventColumns) -> np.ndarray:
-    """Event kind per row: by (ph, cat), then refined by name and validated.
+    """Event kind per row (a byte per event): by (ph, cat), then refined by name and validated (`_kinds`), then
+    events at implausible times OUTSIDE (`_plausible_times`). Made a chunk of rows at a time (spill.chunked):
+    a big trace's per-event temporaries stay a chunk's size."""
+    kind = spill.chunked(len(cols), np.int8, lambda rows: _kinds(cols, rows))
+    window = _trace_window(cols, kind)
+    for lo in range(0, len(cols), spill.CHUNK_ROWS):
+        rows = slice(lo, lo + spill.CHUNK_ROWS)
+        part = kind[rows]  # a view: set in place
+        part[np.isin(part, _TIMED_KINDS) & ~_plausible_times(cols, rows, window)] = OUTSIDE
+        spill.drop_resident()
+    return kind
+
+
+def _kinds(cols: EventColumns, rows: slice) -> np.ndarray:
+    """The kind of some rows, before their times are checked.
 
     ProfilerStep#N annotations become STEP, "[memory]" instants MEMORY, instants on Kineto's
     own text lanes ("Traces") PROFILER. Events that lack what their kind needs are MALFORMED.
     """
-    kind = combine(cols.ph, cols.cat).map(lambda pair: _kind_of(*pair), dtype=np.int8)  # a byte per event
-    is_str = cols.name.map(lambda v: isinstance(v, str), dtype=bool)
-    is_step = cols.name.map(lambda v: isinstance(v, str) and _STEP_NAME.match(v) is not None, dtype=bool)
+    ph, cat, name, pid = cols.ph[rows], cols.cat[rows], cols.name[rows], cols.pid[rows]
+    kind = combine(ph, cat).map(lambda pair: _kind_of(*pair), dtype=np.int8)
+    is_str = name.map(lambda v: isinstance(v, str), dtype=bool)
+    is_step = name.map(lambda v: isinstance(v, str) and _STEP_NAME.match(v) is not None, dtype=bool)
     kind[np.isin(kind, (HOST_OP, SPAN)) & is_step] = STEP
-    framework_op = (kind == HOST_OP) & cols.cat.map(lambda c: HOST_OP_CATEGORIES.get(c) == "host", dtype=bool)
-    kind[framework_op & cols.name.map(_is_annotation_name, dtype=bool)] = SPAN
-    kind[np.isin(kind, (HOST_OP, SPAN)) & cols.name.map(_is_collective_name, dtype=bool)] = HOST_OP
+    framework_op = (kind == HOST_OP) & cat.map(lambda c: HOST_OP_CATEGORIES.get(c) == "host", dtype=bool)
+    kind[framework_op & name.map(_is_annotation_name, dtype=bool)] = SPAN
+    kind[np.isin(kind, (HOST_OP, SPAN)) & name.map(_is_collective_name, dtype=bool)] = HOST_OP
     instant = kind == INSTANT
-    kind[instant & cols.name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
-    kind[instant & np.isnan(cols.pid)] = PROFILER
+    kind[instant & name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
+    kind[instant & np.isnan(pid)] = PROFILER
 
     kind[
         np.isin(kind, (HOST_OP, SPAN))
-        & cols.name.map(lambda v: isinstance(v, str) and _BAD_STEP_NAME.match(v) is not None, dtype=bool)
+        & name.map(lambda v: isinstance(v, str) and _BAD_STEP_NAME.match(v) is not None, dtype=bool)
     ] = MALFORMED
 
-    has_time = np.isfinite(cols.ts_us)
-    has_dur = np.isfinite(cols.dur_us) & (cols.dur_us >= 0)
-    has_lane = np.isfinite(cols.pid) & np.isfinite(cols.tid)
+    ts, dur = cols.ts_us[rows], cols.dur_us[rows]
+    has_time = np.isfinite(ts)
+    has_dur = np.isfinite(dur) & (dur >= 0)
+    has_lane = np.isfinite(pid) & np.isfinite(cols.tid[rows])
     timed = np.isin(kind, _TIMED_KINDS)
-    complete = cols.ph.map(lambda v: v == "X", dtype=bool)
+    complete = ph.map(lambda v: v == "X", dtype=bool)
     valid = (~timed | (has_time & is_str)) & (~(timed & complete) | has_dur) & (~np.isin(kind, _LANE_KINDS) | has_lane)
     kind[~valid] = MALFORMED
-    kind[np.isin(kind, _TIMED_KINDS) & ~_plausible_times(cols, kind, complete)] = OUTSIDE
     return kind
 
 
@@ -312,25 +327,42 @@ def _is_annotation_name(name: Any) -> bool:
     return isinstance(name, str) and _ANNOTATION_NAME.fullmatch(name) is not None
 
 
-def _plausible_times(cols: EventColumns, kind: np.ndarray, complete: np.ndarray) -> np.ndarray:
-    """Whether each event's time can be real: at or after 0, ending before 2**53 us (so that ns
-    from the origin fit an int64) and, when the trace has Kineto's own window (the `Trace` event
-    "PyTorch Profiler (0)"), within it give or take its length (at least 1 s): events end up to
-    tens of ms after it in real traces; a `ts` of -1, 1e300 or a year away is damage."""
-    end = cols.ts_us + np.where(complete, np.nan_to_num(cols.dur_us), 0.0)
-    ok = (cols.ts_us >= 0) & (end < _MAX_TIME_US)
-    window = np.flatnonzero(
-        (kind == PROFILER)
-        & complete
-        & cols.cat.map(lambda v: v == "Trace", dtype=bool)
-        & ok
-        & np.isfinite(cols.dur_us)
-        & (cols.dur_us >= 0)
+def _ends(cols: EventColumns, rows: Union[slice, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, complete) of some rows: an event that is not complete ends where it starts."""
+    ts = cols.ts_us[rows]
+    complete = cols.ph[rows].map(lambda v: v == "X", dtype=bool)
+    return ts, ts + np.where(complete, np.nan_to_num(cols.dur_us[rows]), 0.0), complete
+
+
+def _trace_window(cols: EventColumns, kind: np.ndarray) -> Optional[tuple[float, float]]:
+    """The times an event may have when the trace has Kineto's own window (the `Trace` event "PyTorch Profiler
+    (0)"): within it give or take its length (at least 1 s); None without one."""
+    rows = np.flatnonzero(kind == PROFILER)
+    ts, end, complete = _ends(cols, rows)
+    dur = cols.dur_us[rows]
+    window = (
+        complete
+        & cols.cat[rows].map(lambda v: v == "Trace", dtype=bool)
+        & (ts >= 0)
+        & (end < _MAX_TIME_US)
+        & np.isfinite(dur)
+        & (dur >= 0)
     )
-    if len(window):
-        first, last = float(np.min(cols.ts_us[window])), float(np.max((cols.ts_us + cols.dur_us)[window]))
-        slack = max(last - first, _WINDOW_SLACK_US)
-        ok &= (cols.ts_us >= first - slack) & (end <= last + slack)
+    if not window.any():
+        return None
+    first, last = float(np.min(ts[window])), float(np.max((ts + dur)[window]))
+    slack = max(last - first, _WINDOW_SLACK_US)
+    return first - slack, last + slack
+
+
+def _plausible_times(cols: EventColumns, rows: slice, window: Optional[tuple[float, float]]) -> np.ndarray:
+    """Whether each event's time can be real: at or after 0, ending before 2**53 us (so that ns
+    from the origin fit an int64) and within the trace's window (`_trace_window`) when it has one: events end
+    up to tens of ms after it in real traces; a `ts` of -1, 1e300 or a year away is damage."""
+    ts, end, _ = _ends(cols, rows)
+    ok = (ts >= 0) & (end < _MAX_TIME_US)
+    if window is not None:
+        ok &= (ts >= window[0]) & (end <= window[1])
     return ok
 
 
@@ -352,8 +384,7 @@ def _build_run(
         )
         warnings.append(f"the trace gives no absolute time ({why}): origin_unix_ns is 0")
 
-    thread_rows = np.flatnonzero(np.isin(kind, _THREAD_KINDS))
-    thread_of, threads = _threads(cols, kind, thread_rows)
+    thread_of, threads = _threads(cols, kind)
     steps, step_warnings = _steps(cols, np.flatnonzero(kind == STEP), clock)
     warnings += step_warnings
     if cut is not None:
@@ -371,6 +402,7 @@ def _build_run(
     instants = _instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock)
     counters = _counters(cols, kind, clock)
     allocations = _allocations(cols, np.flatnonzero(kind == MEMORY), thread_of, clock)
+    give_back_freed_memory()  # the pages the tables above read of the spilled event columns
     return Run(
         info=info,
         ops=_ops(cols, kind, thread_of, threads, steps, clock),  # last: it spends the event columns
@@ -442,26 +474,44 @@ def _event_warnings(cols: EventColumns, kind: np.ndarray, not_objects: int) -> l
 # ----------------------------------------------------------------------------- threads
 
 
-def _threads(cols: EventColumns, kind: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+def _threads(cols: EventColumns, kind: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
     """Thread index of every host-side row (-1 elsewhere) and the threads table.
 
     Threads are the distinct (pid, tid) pairs, numbered in (pid, tid) order; the name is the
     last `thread_name` metadata Kineto wrote for the pair ("thread 4037 (python3.8)"), else
     "thread <tid>".
     """
-    thread_of = np.full(len(cols), -1, dtype=np.int64)
-    pid, tid = cols.pid[rows].astype(np.int64), cols.tid[rows].astype(np.int64)
-    thread_of[rows], first = dense_ids(pid, tid)
+    pairs = sorted({pair for chunk in _thread_rows(kind) for pair in map(tuple, _lane_pairs(cols, chunk)[0].tolist())})
+    number = {pair: i for i, pair in enumerate(pairs)}  # threads numbered in (pid, tid) order
+    thread_of = spill.chunked(len(cols), np.int64, lambda positions: np.full(positions.stop - positions.start, -1))
+    for chunk in _thread_rows(kind):  # a chunk of rows at a time: its distinct pairs' numbers, spread back
+        distinct, of_row = _lane_pairs(cols, chunk)
+        thread_of[chunk] = np.array([number[pair] for pair in map(tuple, distinct.tolist())], dtype=np.int64)[of_row]
+        spill.drop_resident()
     names = _thread_names(cols, np.flatnonzero(kind == METADATA))
     threads = pd.DataFrame(
         {
-            "tid": np.arange(len(first), dtype=np.int64),
-            "os_tid": tid[first],
-            "name": [names.get(key, f"thread {key[1]}") for key in zip(pid[first].tolist(), tid[first].tolist())],
+            "tid": np.arange(len(pairs), dtype=np.int64),
+            "os_tid": np.array([tid for _, tid in pairs], dtype=np.int64),
+            "name": [names.get(pair, f"thread {pair[1]}") for pair in pairs],
         },
         columns=list(THREAD_COLUMNS),
     )
     return thread_of, threads
+
+
+def _thread_rows(kind: np.ndarray) -> Iterator[np.ndarray]:
+    """The rows of host-side events (_THREAD_KINDS), a chunk of events at a time."""
+    for lo in range(0, len(kind), spill.CHUNK_ROWS):
+        yield lo + np.flatnonzero(np.isin(kind[lo : lo + spill.CHUNK_ROWS], _THREAD_KINDS))
+
+
+def _lane_pairs(cols: EventColumns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (pid, tid) integer pairs of some rows (one per line) and each row's index among them."""
+    pid_code, pids = pd.factorize(cols.pid[rows].astype(np.int64))
+    tid_code, tids = pd.factorize(cols.tid[rows].astype(np.int64))
+    of_row, pairs = pd.factorize(pid_code.astype(np.int64) * max(len(tids), 1) + tid_code)
+    return np.column_stack([pids[pairs // max(len(tids), 1)], tids[pairs % max(len(tids), 1)]]), of_row
 
 
 def _thread_names(cols: EventColumns, rows: np.ndarray) -> dict[tuple[int, int], str]:
@@ -718,20 +768,7 @@ def _ops(
     split by window a column at a time (`_split_by_window`), each window's goes once its table is made, and
     the windows' columns are joined a column at a time. The event columns are spent: each goes once used
     (`release_columns`)."""
-    host = np.flatnonzero(kind == HOST_OP)
-    dev = np.flatnonzero(kind == DEVICE_OP)
-    rows = np.concatenate([host, dev])
-    ops = _OpEvents(
-        host_count=len(host),
-        rows=rows,
-        start=clock.ns(cols.ts_us[rows]),
-        dur=clock.dur_ns(cols.dur_us[rows]),
-        device=_DeviceOps.of(cols, dev),
-        host_category=combine(cols.cat[host], cols.name[host]).mapped(_host_category),
-        thread_of=thread_of[host],
-        thread_code=pd.factorize(threads["name"])[0][thread_of[host]],  # a code per thread name
-    )
-    del host, dev, rows
+    ops = _op_events(cols, kind, thread_of, threads, clock)
     release_columns(cols, "ph", "cat", "pid", "tid", "ts_us", "dur_us", "other_args")
     release_columns(cols.op_args, "device", "stream")
     windows = _split_by_window(ops, cols, _op_windows(ops, steps))
@@ -741,6 +778,28 @@ def _ops(
         tables.append({key: spill.spilled(v) if isinstance(v, np.ndarray) else v for key, v in table.items()})
         give_back_freed_memory()
     return pd.DataFrame(_joined_windows(tables), columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
+
+
+def _op_events(
+    cols: EventColumns, kind: np.ndarray, thread_of: np.ndarray, threads: pd.DataFrame, clock: _Clock
+) -> _OpEvents:
+    """The ops' event data (`_OpEvents`), made a chunk of ops at a time into spilled arrays (spill.chunked)."""
+    host = spill.spilled(np.flatnonzero(kind == HOST_OP))
+    dev = spill.spilled(np.flatnonzero(kind == DEVICE_OP))
+    rows = spill.concatenated([host, dev])
+    name_code = pd.factorize(threads["name"])[0]  # a code per thread name
+    return _OpEvents(
+        host_count=len(host),
+        rows=rows,
+        start=spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
+        dur=spill.chunked(len(rows), np.int64, lambda at: clock.dur_ns(cols.dur_us[rows[at]])),
+        device=_DeviceOps.of(cols, dev),
+        host_category=Coded.chunked(len(host), lambda at: combine(cols.cat[host[at]], cols.name[host[at]])).mapped(
+            _host_category
+        ),
+        thread_of=spill.chunked(len(host), np.int64, lambda at: thread_of[host[at]]),
+        thread_code=spill.chunked(len(host), name_code.dtype, lambda at: name_code[thread_of[host[at]]]),
+    )
 
 
 #: Ops built at a time: a window of whole steps (more when one step holds more).
@@ -776,29 +835,66 @@ class _OpEvents:
 def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> list[np.ndarray]:
     """The positions of each window's ops (by start time, ascending): windows of whole steps holding at most
     OP_BUILD_ROWS ops where a step edge allows, cut only at step starts that no container op
-    (`_OpEvents.containers`) spans, so each op's nesting, self time and redispatch copy lie in its window."""
+    (`_OpEvents.containers`) spans, so each op's nesting, self time and redispatch copy lie in its window.
+    What decides the cuts is found a chunk of ops at a time (`_edge_figures`); the windows are spilled."""
     n = len(ops.start)
     if n <= OP_BUILD_ROWS or steps.empty:
         return [np.arange(n)]
     edges = steps["start_ns"].to_numpy(np.int64)
-    inner = ops.containers()
-    by_start = np.argsort(ops.start[inner], kind="stable")
-    inner_start = ops.start[inner][by_start]
-    reach = np.maximum.accumulate((ops.start + ops.dur)[inner][by_start])  # furthest end of those started so far
-    before = np.searchsorted(inner_start, edges, side="left")
-    open_after = (before > 0) & (reach[np.maximum(before, 1) - 1] > edges)
-    # an op ending at the edge holds any op of no length starting there (enclosing_parents)
-    quiet = edges[~open_after & ~np.isin(edges, ops.start[ops.dur == 0])]
-    count = np.searchsorted(np.sort(ops.start), quiet, side="left")  # ops starting before each quiet edge
+    spanned, zero_start, ops_before = _edge_figures(ops, edges)
+    quiet = ~spanned & ~zero_start  # an op ending at the edge holds any op of no length starting there
     cuts: list[int] = []
     last, previous = 0, None  # ops before the last cut; the quiet edge before this one, when it may be cut
-    for edge, before_edge in [*zip(quiet.tolist(), count.tolist()), (None, n)]:  # then the end of the ops
+    for edge, before_edge in [*zip(edges[quiet].tolist(), ops_before[quiet].tolist()), (None, n)]:
         if before_edge - last > OP_BUILD_ROWS and previous is not None:
             cuts.append(previous[0])
             last = previous[1]
         previous = (edge, before_edge) if before_edge > last else None
-    window = np.searchsorted(np.asarray(cuts, dtype=np.int64), ops.start, side="right")
-    return [np.flatnonzero(window == w) for w in range(len(cuts) + 1)]
+    cut_at = np.asarray(cuts, dtype=np.int64)
+    window = spill.chunked(n, np.int32, lambda at: np.searchsorted(cut_at, ops.start[at], side="right"))
+    return [spill.spilled(_positions(window, w)) for w in range(len(cuts) + 1)]
+
+
+def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step edge: whether a container op spans it (starts before it and ends after it), whether an op of no
+    length starts at it, and how many ops start before it; summed a chunk of ops at a time."""
+    order = np.argsort(edges, kind="stable")
+    sorted_edges = edges[order]
+    spans = np.zeros(len(edges) + 1, dtype=np.int64)  # +1 where a container's spanned edges begin, -1 after
+    zero_start = np.zeros(len(edges), dtype=bool)
+    starting = np.zeros(len(edges) + 1, dtype=np.int64)  # ops by how many edges are at or before their start
+    activity = ops.device.activity()
+    for lo in range(0, len(ops.start), spill.CHUNK_ROWS):
+        at = slice(lo, lo + spill.CHUNK_ROWS)
+        start, dur = ops.start[at], ops.dur[at]
+        position = np.arange(lo, lo + len(start))
+        device = position >= ops.host_count
+        container = ~device
+        container[device] = ~activity[position[device] - ops.host_count]
+        first = np.searchsorted(sorted_edges, start[container], side="right")  # the first edge after its start
+        after_last = np.searchsorted(sorted_edges, (start + dur)[container], side="left")  # edges before its end
+        spanning = first < after_last
+        np.add.at(spans, first[spanning], 1)
+        np.add.at(spans, after_last[spanning], -1)
+        zero_start |= np.isin(sorted_edges, start[dur == 0])
+        starting += np.bincount(np.searchsorted(sorted_edges, start, side="right"), minlength=len(edges) + 1)
+        spill.drop_resident()
+    figures = np.cumsum(spans)[:-1] > 0, zero_start, np.cumsum(starting)[:-1]
+    return tuple(_unsorted(values, order) for values in figures)  # type: ignore[return-value]
+
+
+def _unsorted(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Values found for sorted items, back in the items' own order (`order` sorted them)."""
+    out = np.empty_like(values)
+    out[order] = values
+    return out
+
+
+def _positions(window: np.ndarray, w: int) -> np.ndarray:
+    """The positions whose window is `w`, read a chunk at a time."""
+    return np.concatenate(
+        [lo + np.flatnonzero(window[lo : lo + spill.CHUNK_ROWS] == w) for lo in range(0, len(window), spill.CHUNK_ROWS)]
+    )
 
 
 def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarray]) -> list[_OpEvents]:
@@ -815,22 +911,32 @@ def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarra
         index["device"] = [p[k:] - host_count for p, k in zip(windows, cuts)]
     split = {}
     for name, kind in _OP_EVENT_FIELDS:
-        split[name] = [getattr(ops, name)[i] for i in index[kind]]
+        split[name] = [_spilled_piece(getattr(ops, name)[i]) for i in index[kind]]
         release_columns(ops, name)
     rows = {"position": [ops.rows[i] for i in index["position"]]}  # the ops' rows in the event columns
     release_columns(ops, "rows")
     rows["host"] = [r[:k] for r, k in zip(rows["position"], cuts)]
     rows["device"] = [r[k:] for r, k in zip(rows["position"], cuts)]
-    split["name"] = [cols.name[r] for r in rows["position"]]
+    split["name"] = [_spilled_piece(cols.name[r]) for r in rows["position"]]
     release_columns(cols, "name")
     for name, kind in _OP_ARG_FIELDS:
-        split[name] = [getattr(cols.op_args, name)[r] for r in rows[kind]]
+        split[name] = [_spilled_piece(getattr(cols.op_args, name)[r]) for r in rows[kind]]
         release_columns(cols.op_args, name)
     release_columns(cols, "op_args")
     return [
         _OpEvents(host_count=k, rows=None, **{name: pieces[w] for name, pieces in split.items()})
         for w, k in enumerate(cuts)
     ]
+
+
+def _spilled_piece(piece: Any) -> Any:
+    """A window's piece of a field (an array, a coded column, the device ops' arrays), its arrays spilled: the
+    windows wait their turn in files, not in memory."""
+    if isinstance(piece, np.ndarray):
+        return spill.spilled(piece)
+    if isinstance(piece, Coded):
+        return Coded(spill.spilled(piece.codes), piece.values)
+    return _DeviceOps(spill.spilled(piece.device_id), spill.spilled(piece.stream_id), _spilled_piece(piece.kinds))
 
 
 #: The fields of `_OpEvents` made before the split, and the fields of the event columns' op args it takes,
@@ -944,10 +1050,12 @@ class _DeviceOps:
 
     @classmethod
     def of(cls, cols: EventColumns, rows: np.ndarray) -> _DeviceOps:
+        """Those of the device ops at `rows` of the event columns, a chunk of rows at a time (spill.chunked)."""
+        args, n = cols.op_args, len(rows)
         return cls(
-            _arg_or_lane(cols.op_args.device[rows], cols.pid[rows]),
-            _arg_or_lane(cols.op_args.stream[rows], cols.tid[rows]),
-            combine(cols.cat[rows], cols.name[rows]),
+            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.device[rows[at]], cols.pid[rows[at]])),
+            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.stream[rows[at]], cols.tid[rows[at]])),
+            Coded.chunked(n, lambda at: combine(cols.cat[rows[at]], cols.name[rows[at]])),
         )
 
     def device(self) -> Coded:
@@ -1076,7 +1184,7 @@ def _memory_device(dev_type: int, dev_id: int) -> str:
 def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
     """One row per numeric series value of "C" events: metric "<event name>.<series>"."""
     metric, time_ns, value = [], [], []
-    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args[rows])
+    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args.take(rows))
     for name, t, args in events:
         for series, v in args.items() if isinstance(args, dict) else ():
             if isinstance(v, (int, float)) and not isinstance(v, bool):

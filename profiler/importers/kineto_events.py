@@ -343,6 +343,13 @@ class Coded:
             at, offset = at + len(part), offset + len(part.values)
         return cls(codes, list(uniques))
 
+    @classmethod
+    def chunked(cls, n: int, make: Callable[[slice], Coded]) -> Coded:
+        """The coded column of `n` rows made a chunk at a time (`make(positions)`), as one column: its temporaries
+        stay a chunk's size (spill.chunked); values in first-seen order, as one column made whole has them."""
+        chunks = [slice(lo, min(lo + spill.CHUNK_ROWS, n)) for lo in range(0, n, spill.CHUNK_ROWS)]
+        return cls.concat(*[make(at) for at in chunks]) if len(chunks) > 1 else make(slice(0, n))
+
     def _deduplicated(self) -> Coded:
         remap, uniques = pd.factorize(_object_array(self.values), use_na_sentinel=False)
         return Coded(remap.astype(CODES)[self.codes], list(uniques))
@@ -463,6 +470,41 @@ class OpArgs:
         return cls(**_concat_fields(cls, parts))
 
 
+@dataclass(frozen=True)
+class SparseArgs:
+    """The args of the events that have some (not None), by row: most events are complete ones, whose args are
+    read into `OpArgs`, so a pointer per event (~140 MB for a 4 GB trace) would hold mostly None."""
+
+    length: int  # the rows covered
+    rows: np.ndarray  # int64, ascending: the rows with args
+    values: np.ndarray  # object: their args
+
+    @classmethod
+    def of(cls, args: Sequence[Any]) -> SparseArgs:
+        rows = [i for i, a in enumerate(args) if a is not None]
+        return cls(len(args), np.asarray(rows, dtype=np.int64), _object_array([args[i] for i in rows]))
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The args of the given rows (None where they have none), as an object array."""
+        rows = np.asarray(rows, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.rows, rows), max(len(self.rows) - 1, 0))
+        out = np.full(len(rows), None, dtype=object)
+        if len(self.rows):
+            found = self.rows[at] == rows
+            out[found] = self.values[at[found]]
+        return out
+
+    @classmethod
+    def concat(cls, parts: list[SparseArgs]) -> SparseArgs:
+        """The parts one after the other."""
+        offsets = np.cumsum([0, *[p.length for p in parts[:-1]]]).tolist()
+        return cls(
+            sum(p.length for p in parts),
+            np.concatenate([p.rows + offset for p, offset in zip(parts, offsets)]),
+            np.concatenate([p.values for p in parts]),
+        )
+
+
 def _type_texts(types: Sequence[Any]) -> list[str]:
     """Input types as compact JSON text, "" when absent; each distinct list of names is written once."""
     texts: dict = {}
@@ -502,7 +544,7 @@ class EventColumns:
     ts_us: np.ndarray  # float64 microseconds, NaN when absent or not a number
     dur_us: np.ndarray  # float64 microseconds, NaN when absent or not a number
     op_args: OpArgs  # the args complete events are read for
-    other_args: np.ndarray  # object: the args dicts of the other events (metadata, instants, counters); None else
+    other_args: SparseArgs  # the args of the other events (metadata, instants, counters)
 
     def __len__(self) -> int:
         return len(self.ts_us)
@@ -510,7 +552,7 @@ class EventColumns:
     def arg(self, key: str, rows: np.ndarray, default: Any = None) -> list:
         """The value of `args[key]` for the given rows of events that are not complete events
         (`default` where absent; complete events' args are in `op_args`)."""
-        return [a.get(key, default) if a.__class__ is dict else default for a in self.other_args[rows]]
+        return [a.get(key, default) if a.__class__ is dict else default for a in self.other_args.take(rows)]
 
     @classmethod
     def concat(cls, parts: list[EventColumns]) -> EventColumns:
@@ -531,8 +573,8 @@ def _concat_fields(cls: type, parts: list[Any]) -> dict[str, Any]:
         values = pieces.pop(name)
         if isinstance(values[0], Coded):
             columns[name] = Coded.concat(*values)
-        elif isinstance(values[0], OpArgs):
-            columns[name] = OpArgs.concat(values)
+        elif isinstance(values[0], (OpArgs, SparseArgs)):
+            columns[name] = type(values[0]).concat(values)
         else:
             columns[name] = spill.concatenated(values)
         del values
@@ -630,6 +672,6 @@ def event_columns(events: Sequence[Any]) -> tuple[EventColumns, int]:
         ts_us=_numbers(ts),
         dur_us=_numbers(dur),
         op_args=OpArgs.of([a if c else None for a, c in zip(args, complete)]),
-        other_args=_object_array([None if c else a for a, c in zip(args, complete)]),
+        other_args=SparseArgs.of([None if c else a for a, c in zip(args, complete)]),
     )
     return columns, 0

@@ -17,6 +17,8 @@ from profiler.importers import kineto
 from profiler.importers.kineto import read_kineto_trace
 from profiler.postprocess.imported import import_capture
 
+from support.trace_variants import load_trace, write_trace
+
 
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
@@ -53,6 +55,30 @@ def test_the_run_read_while_spilling_has_its_columns_in_files(captures, tmp_path
     assert spill.spilled_bytes() >= run.ops["start_ns"].nbytes * 5
     assert not spill.is_spilled(plain.ops["start_ns"].to_numpy())
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_test", "nccl_data", "alexnet", "diff_control"])
+def test_a_run_built_a_few_rows_at_a_time_is_the_whole_ones(captures, monkeypatch, capture) -> None:
+    trace = captures / "kineto" / f"{capture}.json.gz"
+    whole = read_kineto_trace(trace)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 100)  # spill.chunked's pieces and the loops that follow them
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 500)  # and op windows cut from chunked edge figures
+    run = read_kineto_trace(trace)
+    assert len(run.ops) > 3 * 100
+    for table in ("ops", "spans", "steps", "threads", "counters", "instants"):
+        pd.testing.assert_frame_equal(getattr(run, table), getattr(whole, table), check_exact=True, obj=table)
+    assert run.info == whole.info
+
+
+def test_events_at_impossible_times_are_left_out_in_any_chunk(captures, tmp_path, monkeypatch) -> None:
+    doc = load_trace(captures / "kineto" / "sampled_rank-0.json.gz")
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    ops[1200]["ts"], ops[1800]["dur"], ops[2200]["ts"] = 1e300, 1e15, -1.0  # in later chunks than the first
+    trace = write_trace(doc, tmp_path / "damaged.json", compress=False)
+    whole = read_kineto_trace(trace)
+    assert len(whole.ops) == len(read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz").ops) - 3
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 100)
+    pd.testing.assert_frame_equal(read_kineto_trace(trace).ops, whole.ops, check_exact=True)
 
 
 def test_dropped_pages_leave_the_rss_and_keep_their_values(tmp_path) -> None:
