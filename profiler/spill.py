@@ -81,6 +81,8 @@ def concatenated(pieces: Sequence[np.ndarray]) -> np.ndarray:
     for piece in pieces:
         out[at : at + len(piece)] = piece
         at += len(piece)
+        if out.base is not None:
+            drop_resident()  # the piece's pages and those just written
     return out
 
 

@@ -25,7 +25,6 @@ from warnings import warn
 
 import numpy as np
 import pandas as pd
-from pandas.api.types import union_categoricals
 
 from profiler import spill
 from profiler.errors import IncompleteInputWarning, ProfviewError
@@ -1010,7 +1009,7 @@ def _joined_windows(windows: list[dict[str, Any]]) -> dict[str, Any]:
     for name in list(windows[0]):
         pieces = [window.pop(name) for window in windows]
         if isinstance(pieces[0], pd.Categorical):
-            joined[name] = union_categoricals(pieces)
+            joined[name] = _joined_categoricals(pieces)
         elif isinstance(pieces[0], pd.Series):
             joined[name] = pd.Series(np.concatenate([p.to_numpy() for p in pieces]), dtype=object, copy=False)
         else:
@@ -1018,6 +1017,20 @@ def _joined_windows(windows: list[dict[str, Any]]) -> dict[str, Any]:
         del pieces
         spill.drop_resident()
     return joined
+
+
+def _joined_categoricals(pieces: list[pd.Categorical]) -> pd.Categorical:
+    """The pieces one after the other, categories in first-seen order (as pandas' union_categoricals gives them),
+    their codes written into a spilled array a piece at a time."""
+    categories = pd.Index(pd.unique(np.concatenate([np.asarray(p.categories, dtype=object) for p in pieces])))
+    dtype = pd.Categorical.from_codes([], categories=categories).codes.dtype  # pandas' choice for that many
+    codes = spill.empty(sum(len(p) for p in pieces), dtype)
+    at = 0
+    for piece in pieces:
+        recode = np.append(categories.get_indexer(piece.categories), -1).astype(dtype)  # code -1 (no value) stays
+        codes[at : at + len(piece)] = recode[piece.codes]
+        at += len(piece)
+    return pd.Categorical.from_codes(codes, categories=categories)
 
 
 def _op_column(values: Union[Coded, np.ndarray]) -> Any:

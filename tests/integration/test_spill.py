@@ -52,6 +52,8 @@ def test_the_run_read_while_spilling_has_its_columns_in_files(captures, tmp_path
         values = run.ops[column].to_numpy()
         assert spill.is_spilled(values), column  # a file's mapping, not the heap
         np.testing.assert_array_equal(values, plain.ops[column].to_numpy())
+    for column in ("device", "stream", "name", "op_type", "category"):  # categoricals: their codes
+        assert spill.is_spilled(run.ops[column].array.codes), column
     assert spill.spilled_bytes() >= run.ops["start_ns"].nbytes * 5
     assert not spill.is_spilled(plain.ops["start_ns"].to_numpy())
     assert os.listdir(tmp_path) == []
