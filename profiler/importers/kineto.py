@@ -482,7 +482,7 @@ def _threads(cols: EventColumns, kind: np.ndarray) -> tuple[np.ndarray, pd.DataF
     """
     pairs = sorted({pair for chunk in _thread_rows(kind) for pair in map(tuple, _lane_pairs(cols, chunk)[0].tolist())})
     number = {pair: i for i, pair in enumerate(pairs)}  # threads numbered in (pid, tid) order
-    thread_of = spill.chunked(len(cols), np.int64, lambda positions: np.full(positions.stop - positions.start, -1))
+    thread_of = spill.chunked(len(cols), np.int64, lambda at: np.full(at.stop - at.start, -1))
     for chunk in _thread_rows(kind):  # a chunk of rows at a time: its distinct pairs' numbers, spread back
         distinct, of_row = _lane_pairs(cols, chunk)
         thread_of[chunk] = np.array([number[pair] for pair in map(tuple, distinct.tolist())], dtype=np.int64)[of_row]
@@ -509,8 +509,9 @@ def _lane_pairs(cols: EventColumns, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     """The distinct (pid, tid) integer pairs of some rows (one per line) and each row's index among them."""
     pid_code, pids = pd.factorize(cols.pid[rows].astype(np.int64))
     tid_code, tids = pd.factorize(cols.tid[rows].astype(np.int64))
-    of_row, pairs = pd.factorize(pid_code.astype(np.int64) * max(len(tids), 1) + tid_code)
-    return np.column_stack([pids[pairs // max(len(tids), 1)], tids[pairs % max(len(tids), 1)]]), of_row
+    width = max(len(tids), 1)
+    of_row, pairs = pd.factorize(pid_code.astype(np.int64) * width + tid_code)
+    return np.column_stack([pids[pairs // width], tids[pairs % width]]), of_row
 
 
 def _thread_names(cols: EventColumns, rows: np.ndarray) -> dict[tuple[int, int], str]:
