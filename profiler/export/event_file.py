@@ -22,13 +22,21 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
-import pandas as pd
 
+from profiler import spill
 from profiler.errors import InputError
 from profiler.export.args_table import ArgsTable
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
-from profiler.export.timeline_model import FLOW_CATEGORY, FLOW_NAME, STEP_TID, Head, TimelineEvents, timeline_events
+from profiler.export.timeline_model import (
+    FLOW_CATEGORY,
+    FLOW_NAME,
+    STEP_TID,
+    Head,
+    TimelineEvents,
+    interleaved,
+    timeline_events,
+)
 from profiler.formats.columns import (
     EVENT_COLUMNS,
     EVENT_FIELD_DTYPES,
@@ -255,15 +263,14 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
     (one head per flow point, after the other rows' heads)."""
     specs: list[Head] = ev.complete.specs + ev.points.specs
     flows = ev.flows
+    n_launches = len(flows.flow_id)
     pairs = list(ev.lane_pairs)
     pair_index = {p: i for i, p in enumerate(pairs)}
-    flow_lane, flow_pairs = pd.MultiIndex.from_arrays([flows.pid, flows.tid]).factorize()  # in the order met
-    flow_pairs = [(int(pid), int(tid)) for pid, tid in flow_pairs]
-    for pair in flow_pairs:  # the flows' lanes the other rows do not have
+    for pair in flows.lanes:  # the flows' lanes the other rows do not have
         if pair not in pair_index:
             pair_index[pair] = len(pairs)
             pairs.append(pair)
-    flow_lanes = np.array([pair_index[pair] for pair in flow_pairs], dtype=np.int64)
+    flow_lanes = np.array([pair_index[pair] for pair in flows.lanes], dtype=np.int64)
     # every flow point is named and categorised alike (codes after the other heads'); its args are its id
     flow_name, flow_cat = ([FLOW_NAME], [FLOW_CATEGORY]) if len(flows) else ([], [])
     name_code, names = _codes([h.name for h in specs] + flow_name)
@@ -277,13 +284,18 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
         """A head field: the other heads', then the flow points' (in the field's own type: a value per point)."""
         return np.concatenate([np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])])
 
+    flow_args = args.flow_codes()[flow_id_row.reshape(-1)]
     heads = {
-        "ph": column("ph", [ord(h.ph) for h in specs], flows.ph.astype("U1").view(np.uint32)),
-        "lane": column("lane", [pair_index[(h.pid, h.tid)] for h in specs], flow_lanes[flow_lane]),
+        "ph": column("ph", [ord(h.ph) for h in specs], np.tile([ord("s"), ord("f")], n_launches)),
+        "lane": column(
+            "lane",
+            [pair_index[(h.pid, h.tid)] for h in specs],
+            interleaved(flow_lanes[flows.host_lane], flow_lanes[flows.device_lane]),
+        ),
         "name": column("name", name_code[: len(specs)].tolist(), name_code[len(specs) :].repeat(len(flows))),
         "category": column("category", cat_code[: len(specs)].tolist(), cat_code[len(specs) :].repeat(len(flows))),
         "args": column(
-            "args", [-1 if a is None else args.code(a) for a in args_text], args.flow_codes()[flow_id_row.reshape(-1)]
+            "args", [-1 if a is None else args.code(a) for a in args_text], interleaved(flow_args, flow_args)
         ),
     }
     return {
@@ -331,16 +343,19 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
                 },
                 complete=complete,
             )
-    if len(flows):  # in the Chrome trace's order, each with its launching op's step
+            spill.drop_resident()  # the spilled rows' pages this batch read
+    for lo in range(0, len(flows), BATCH_ROWS):  # in the Chrome trace's order, each with its launching op's step
+        hi = min(lo + BATCH_ROWS, len(flows))
         writer.write(
             {
-                "start_ns": flows.ns,
-                "dur_ns": np.zeros(len(flows), np.int64),
-                "step": flows.step,
-                "head": np.arange(len(flows), dtype=np.int64) + n_heads,
+                "start_ns": interleaved(flows.host_ns, flows.device_ns, lo, hi),
+                "dur_ns": np.zeros(hi - lo, np.int64),
+                "step": interleaved(flows.step, flows.step, lo, hi),
+                "head": np.arange(lo, hi, dtype=np.int64) + n_heads,
             },
             complete=False,
         )
+        spill.drop_resident()
 
 
 class EventFile:
