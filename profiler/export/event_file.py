@@ -16,8 +16,10 @@ steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -66,10 +68,29 @@ def _json(value: dict) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _int_list_json(values: np.ndarray, chunk: int = 1 << 16) -> str:
-    """The JSON list of an integer array, as _json writes it, a chunk of numbers at a time."""
-    texts = (",".join(map(str, values[i : i + chunk].tolist())) for i in range(0, len(values), chunk))
-    return "[" + ",".join(texts) + "]"
+def _int_list_pieces(values: np.ndarray, chunk: int = 1 << 16) -> Iterator[str]:
+    """The JSON list of an integer array, as _json writes it, in pieces of a chunk of numbers."""
+    yield "["
+    for i in range(0, len(values), chunk):
+        yield ("," if i else "") + ",".join(map(str, values[i : i + chunk].tolist()))
+    yield "]"
+
+
+def _metadata(meta: dict, args: Union[Sequence[str], ArgsTable], lanes: list[dict], heads: dict, chrome) -> bytes:
+    """The schema's metadata: _json of `meta` followed by the args, lanes, heads and `chrome`, written a piece at
+    a time into one buffer (the args and the heads, one per flow point, are millions of numbers and texts:
+    never a whole text besides the buffer)."""
+    out = io.BytesIO()
+    pieces = args.json_pieces() if isinstance(args, ArgsTable) else [_json(list(args))]
+    for piece in itertools.chain([_json(meta)[:-1], ',"args":'], pieces, [f',"lanes":{_json(list(lanes))},"heads":{{']):
+        out.write(piece.encode())
+    for i, (name, values) in enumerate(heads.items()):
+        out.write(f"{',' if i else ''}{_json(name)}:".encode())
+        for piece in _int_list_pieces(values):
+            out.write(piece.encode())
+        spill.drop_resident()  # the pages of a spilled heads field
+    out.write(("}" + ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}").encode())
+    return out.getvalue()  # the buffer itself, not a copy
 
 
 def _args_text(args: Optional[dict]) -> Optional[str]:
@@ -146,15 +167,9 @@ class EventStreamWriter:
             "names": list(names),
             "categories": list(categories),
         }
-        args_text = args.json_text() if isinstance(args, ArgsTable) else _json(list(args))
-        heads_text = ",".join(f"{_json(name)}:{_int_list_json(values)}" for name, values in self._heads.items())
-        # _json of the metadata, its keys in this order; the args and the heads (one per flow point: millions)
-        # written without turning them all into Python strings and numbers at once
-        meta_text = _json(meta)[:-1] + f',"args":{args_text},"lanes":{_json(list(lanes))}'
-        meta_text += f',"heads":{{{heads_text}}}' + ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}"
         self.schema = pa.schema(
             [(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in EVENT_COLUMNS],
-            metadata={EVENT_FILE_META_KEY: meta_text},
+            metadata={EVENT_FILE_META_KEY: _metadata(meta, args, lanes, self._heads, chrome)},
         )
         self._file = AtomicWrite(self.path)
         self._raw = DirectFile(self._file.tmp)
@@ -281,8 +296,9 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
     dtypes = dict(EVENT_HEAD_FIELDS)
 
     def column(field: str, of_specs: list[int], of_flows: np.ndarray) -> np.ndarray:
-        """A head field: the other heads', then the flow points' (in the field's own type: a value per point)."""
-        return np.concatenate([np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])])
+        """A head field: the other heads', then the flow points' (in the field's own type: a value per point),
+        spilled (the writer keeps it while the rows are written)."""
+        return spill.concatenated([np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])])
 
     flow_args = args.flow_codes()[flow_id_row.reshape(-1)]
     heads = {
