@@ -347,19 +347,20 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
         (c, ev.complete_order, 0, True),
         (p, ev.points_order, n_complete_heads, False),
     ):
+        start, step, head = (_in_order(values, order) for values in (b.ts_ns, b.step, b.key))
+        dur = _in_order(b.dur_ns, order) if b.dur_ns is not None else None
         for i in range(0, len(order), BATCH_ROWS):
-            rows = order[i : i + BATCH_ROWS]
-            dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
+            rows = slice(i, i + BATCH_ROWS)
             writer.write(
                 {
-                    "start_ns": np.asarray(b.ts_ns)[rows],
-                    "dur_ns": dur,
-                    "step": np.asarray(b.step)[rows],
-                    "head": b.key[rows] + head_offset,
+                    "start_ns": start[rows],
+                    "dur_ns": dur[rows] if dur is not None else np.zeros(len(start[rows]), np.int64),
+                    "step": step[rows],
+                    "head": head[rows] + head_offset,
                 },
                 complete=complete,
             )
-            spill.drop_resident()  # the spilled rows' pages this batch read
+            spill.drop_resident()  # the pages of the rows written
     for lo in range(0, len(flows), BATCH_ROWS):  # in the Chrome trace's order, each with its launching op's step
         hi = min(lo + BATCH_ROWS, len(flows))
         writer.write(
@@ -372,6 +373,17 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
             complete=False,
         )
         spill.drop_resident()
+
+
+def _in_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """values[order], spilled, gathered a batch of rows at a time: a batch reads pages all over `values` (a lane's
+    rows span the run), handed back before the next, so the pages of one column are resident at a time, not
+    those of every column the batch writes."""
+    out = spill.empty(len(order), values.dtype)
+    for lo in range(0, len(order), BATCH_ROWS):
+        out[lo : lo + BATCH_ROWS] = values[order[lo : lo + BATCH_ROWS]]
+        spill.drop_resident()
+    return out
 
 
 class EventFile:
