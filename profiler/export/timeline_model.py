@@ -50,28 +50,48 @@ class EventBlock:
     step: Optional[np.ndarray] = None  # the step of each event (-1 outside every step), when known
 
 
-def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
+def _keys(*cols, chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, list[tuple]]:
     """Dense key per row for the distinct combinations of the given columns, with those combinations."""
     n = len(cols[0]) if cols else 0
     if n == 0:
         return np.empty(0, np.int64), []
-    combined = np.zeros(n, dtype=np.int64)
-    decoded = []
-    for col in cols:
-        codes, uniques = codes_and_labels(col)
-        combined *= len(uniques) + 1  # in place: these arrays have a row per event
-        combined += codes
-        decoded.append((codes, uniques))
-    key, first = _dense(combined)
-    combos = [tuple(u[c[i]] for c, u in decoded) for i in first]
+    decoded = [codes_and_labels(col) for col in cols]
+
+    def combined(rows: slice) -> np.ndarray:
+        values = np.zeros(len(decoded[0][0][rows]), dtype=np.int64)
+        for codes, uniques in decoded:
+            values *= len(uniques) + 1
+            values += codes[rows]
+        return values
+
+    key, first = _dense(combined, n, chunk_rows)
+    combos = [tuple(u[c[i]] for c, u in decoded) for i in first.tolist()]
     return key, combos
 
 
-def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes for int64 values (first-seen order) and the row of each code's first occurrence."""
-    codes, uniques = pd.factorize(values, sort=False)
-    codes = codes.astype(np.int64)
-    return codes, first_rows(codes, len(uniques))
+def _dense(values_of, n: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes (first-seen order) of int64 values given a chunk of rows at a time (`values_of(slice)`),
+    spilled, and the row of each code's first occurrence: as pd.factorize numbers them, without a hash table
+    and codes of the whole rows."""
+    key = spill.empty(n, np.int64)
+    met = np.empty(0, np.int64)  # the values met so far, sorted
+    met_code = np.empty(0, np.int64)
+    first = []
+    for lo in range(0, n, chunk_rows):
+        values, at, inverse = np.unique(values_of(slice(lo, lo + chunk_rows)), return_index=True, return_inverse=True)
+        where = np.minimum(np.searchsorted(met, values), max(len(met) - 1, 0))
+        seen = met[where] == values if len(met) else np.zeros(len(values), bool)
+        new = np.flatnonzero(~seen)
+        new = new[np.argsort(at[new])]  # numbered in the order they are first met
+        code = np.empty(len(values), np.int64)
+        code[seen] = met_code[where[seen]]
+        code[new] = len(met) + np.arange(len(new))
+        first.append(at[new] + lo)
+        key[lo : lo + len(inverse)] = code[inverse.reshape(-1)]
+        by_value = np.argsort(np.concatenate([met, values[new]]), kind="stable")
+        met, met_code = np.concatenate([met, values[new]])[by_value], np.concatenate([met_code, code[new]])[by_value]
+        spill.drop_resident()
+    return key, np.concatenate(first)
 
 
 class Lanes:
@@ -271,13 +291,20 @@ def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoi
     start, step = ops["start_ns"].to_numpy(), ops["step"].to_numpy()
     return FlowPoints(
         flow_id=spill.spilled(flow_id.astype(np.int64)),
-        host_ns=spill.spilled(start[host].astype(np.int64)),
-        device_ns=spill.spilled(start[device].astype(np.int64)),
-        step=spill.spilled(step[host].astype(np.int32)),
+        host_ns=_taken(start, host, np.int64),
+        device_ns=_taken(start, device, np.int64),
+        step=_taken(step, host, np.int32),
         host_lane=spill.spilled(host_lane),
         device_lane=spill.spilled(device_lane),
         lanes=met,
     )
+
+
+def _taken(values: np.ndarray, rows: np.ndarray, dtype) -> np.ndarray:
+    """values[rows] in `dtype`, spilled; the pages the gather read (all over a column of the run) handed back."""
+    out = spill.spilled(np.asarray(values[rows], dtype=dtype))
+    spill.drop_resident()
+    return out
 
 
 def _flow_ends(ops: pd.DataFrame, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ import pytest
 from profiler.analysis.steps import ensure_steps
 from profiler.export.timeline_model import (
     Lanes,
+    _keys,
     flow_points,
     lane_codes,
     merge_blocks,
@@ -105,3 +106,20 @@ def test_blocks_merged_in_chunks_are_the_blocks_concatenated(captures, capture: 
         assert np.array_equal(got.dur_ns, np.concatenate([b.dur_ns for b in blocks]))
         assert np.array_equal(got.step, np.concatenate([b.step for b in blocks]))
     assert len(whole.key) > 100
+
+
+@pytest.mark.parametrize("capture", ["alexnet", "sampled_rank-0"])
+def test_op_heads_numbered_in_chunks_are_the_factorized_combinations(captures, capture: str) -> None:
+    ops = _run(captures, capture).ops
+    columns = [ops[c] for c in ("device", "stream", "category", "name", "op_type")]
+    combined = np.zeros(len(ops), np.int64)
+    for col in columns:
+        codes, uniques = pd.factorize(col)
+        combined = combined * (len(uniques) + 1) + codes
+    expected, firsts = pd.factorize(combined)
+    first_row = [int(np.flatnonzero(combined == v)[0]) for v in firsts]
+    expected_combos = [tuple(col.iloc[i] for col in columns) for i in first_row]
+    for chunk_rows in (3, 100, len(ops)):
+        key, combos = _keys(*columns, chunk_rows=chunk_rows)
+        assert np.array_equal(key, expected) and combos == expected_combos
+    assert len(expected_combos) > 20  # not vacuous: many heads, met across chunks
