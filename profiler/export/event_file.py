@@ -506,11 +506,11 @@ _HEADS_KEY = b',"heads":{'
 
 def _parsed_meta(raw: bytes) -> Any:
     """The metadata JSON, with its heads table (a number per head field per flow point: ~30 MB of JSON per GB of
-    trace) parsed straight into int64 arrays where the writer put it: as Python ints it took ~150 MB. Any
-    other layout is parsed whole, as JSON."""
+    trace) parsed straight into arrays where the writer put it: as Python ints it took ~150 MB. Any other
+    layout is parsed whole, as JSON."""
     at = raw.find(_HEADS_KEY)
     end = raw.find(b"}", at) if at >= 0 else -1
-    heads = _int_lists(raw[at + len(_HEADS_KEY) : end]) if end >= 0 else None
+    heads = _int_lists(raw, at + len(_HEADS_KEY), end) if end >= 0 else None
     if heads is None:
         return json.loads(raw)
     meta = json.loads(raw[:at] + raw[end + 1 :])
@@ -519,12 +519,17 @@ def _parsed_meta(raw: bytes) -> Any:
     return meta
 
 
-def _int_lists(text: bytes) -> Optional[dict[str, np.ndarray]]:
-    """`"key":[integers],...` (JSON object members whose values are lists of integers) as int64 arrays, None
-    when the text is anything else."""
+def _int_lists(raw: bytes, start: int, end: int) -> Optional[dict[str, np.ndarray]]:
+    """`"key":[integers],...` (JSON object members whose values are lists of integers), the text raw[start:end],
+    as arrays, None when the text is anything else. A head field's values are narrowed to its stored type as
+    soon as they are read, when they fit (one field's int64 at a time, not all five)."""
+    if start >= end or raw[end - 1 : end] != b"]":
+        return None
     lists = {}
-    for item in text.split(b"],") if text else []:
-        key, colon, numbers = item.removesuffix(b"]").partition(b":[")
+    dtypes = dict(EVENT_HEAD_FIELDS)
+    while True:
+        close = raw.find(b"],", start, end)
+        key, colon, numbers = raw[start : end if close < 0 else close].removesuffix(b"]").partition(b":[")
         if not colon or not key.startswith(b'"') or b'"' in key[1:-1] or b"\\" in key:
             return None
         if numbers.strip(b"-0123456789,") or numbers.startswith(b",") or numbers.endswith(b","):
@@ -532,8 +537,22 @@ def _int_lists(text: bytes) -> Optional[dict[str, np.ndarray]]:
         values = np.fromstring(numbers, dtype=np.int64, sep=",") if numbers else np.empty(0, dtype=np.int64)
         if len(values) != (numbers.count(b",") + 1 if numbers else 0):
             return None
-        lists[json.loads(key)] = values
-    return lists if text.endswith(b"]") else None
+        name = json.loads(key)
+        lists[name] = _narrowed(values, dtypes[name]) if name in dtypes else values
+        if close < 0:
+            return lists
+        start = close + 2
+
+
+def _narrowed(values: np.ndarray, dtype: str) -> np.ndarray:
+    """`values` in `dtype` when they all fit, else as they are (`_typed` refuses them)."""
+    return values.astype(dtype) if _fit(values, dtype) else values
+
+
+def _fit(values: np.ndarray, dtype: str) -> bool:
+    """Whether every integer of `values` is one of `dtype`."""
+    limits = np.iinfo(dtype)
+    return not len(values) or bool(values.min() >= limits.min and values.max() <= limits.max)
 
 
 def _head_table(meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
@@ -553,10 +572,9 @@ def _typed(values: Any, dtype: str) -> np.ndarray:
     """A list or array of integers in `dtype`; OverflowError for one that does not fit (a cast would wrap)."""
     if not isinstance(values, np.ndarray):
         return np.asarray(values, dtype=dtype)
-    limits = np.iinfo(dtype)
-    if len(values) and (values.min() < limits.min or values.max() > limits.max):
+    if not _fit(values, dtype):
         raise OverflowError(f"a head field outside {dtype}")
-    return values.astype(dtype)
+    return values.astype(dtype, copy=False)
 
 
 def read_event_file(path: Path) -> EventFile:
