@@ -24,7 +24,7 @@ from profiler.model import Run
 
 STEP_TID = 1_000_000  # the lane that shows steps on the host process
 #: Rows worked at a time where a step would otherwise make arrays of the whole run's rows
-CHUNK_ROWS = 1 << 20
+CHUNK_ROWS = 1 << 18
 
 
 @dataclass(frozen=True)
