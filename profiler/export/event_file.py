@@ -51,6 +51,7 @@ from profiler.formats.columns import (
 )
 from profiler.formats.documents import regular_file
 from profiler.formats.text import valid_text
+from profiler.kernels.nesting import position_dtype
 from profiler.model import Run
 
 BATCH_ROWS = 1 << 20
@@ -502,21 +503,90 @@ class EventFile:
 
 #: Where the writer puts the heads table in the metadata JSON (EventStreamWriter: after the lanes).
 _HEADS_KEY = b',"heads":{'
+#: Where the writer puts the args table (EventStreamWriter: after the categories).
+_ARGS_KEY = b',"args":['
 
 
 def _parsed_meta(raw: bytes) -> Any:
     """The metadata JSON, with its heads table (a number per head field per flow point: ~30 MB of JSON per GB of
-    trace) parsed straight into arrays where the writer put it: as Python ints it took ~150 MB. Any other
-    layout is parsed whole, as JSON."""
+    trace) parsed straight into arrays and its args table kept as JSON text (`JsonStrings`, a text per flow
+    id) where the writer put them: as Python ints and strings they took ~150 and ~50 MB. Any other layout is
+    parsed whole, as JSON."""
     at = raw.find(_HEADS_KEY)
     end = raw.find(b"}", at) if at >= 0 else -1
     heads = _int_lists(raw, at + len(_HEADS_KEY), end) if end >= 0 else None
     if heads is None:
         return json.loads(raw)
-    meta = json.loads(raw[:at] + raw[end + 1 :])
+    args_at = raw.find(_ARGS_KEY, 0, at) + len(_ARGS_KEY) - 1  # the list's "["
+    listed = _json_strings(raw, args_at, at) if args_at >= len(_ARGS_KEY) - 1 else None
+    meta = json.loads(raw[:args_at] + b"[]" + raw[listed[0] : at] + raw[end + 1 :]) if listed else None
+    if not isinstance(meta, dict) or meta.get("args") != []:  # the list was not the args table's
+        meta = json.loads(raw[:at] + raw[end + 1 :])
+    elif listed:
+        meta["args"] = listed[1]
     if isinstance(meta, dict):
         meta["heads"] = heads
     return meta
+
+
+class JsonStrings(Sequence[str]):
+    """A JSON list of strings kept as its text, a string parsed when it is read (the event file's args table)."""
+
+    def __init__(self, text: bytes, starts: np.ndarray, stops: np.ndarray) -> None:
+        self._text, self._starts, self._stops = text, starts, stops
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return json.loads(self._text[self._starts[i] : self._stops[i]])
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list (or another JsonStrings) of the same strings, as the list it stands for."""
+        return isinstance(other, (list, JsonStrings)) and len(other) == len(self) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # a list's stand-in: not hashable
+
+
+def _json_strings(raw: bytes, start: int, stop: int, chunk: int = 1 << 16) -> Optional[tuple[int, JsonStrings]]:
+    """The JSON list of strings at raw[start] (ending before `stop`): where it ends and its strings, None when
+    there is none there. Its strings' quotes are found, and the strings checked as json.loads reads them, a
+    chunk at a time; their texts stay one text."""
+    if raw[start : start + 1] != b"[":
+        return None
+    if raw[start : start + 2] == b"[]":
+        return start + 2, JsonStrings(b"", np.empty(0, np.int64), np.empty(0, np.int64))
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    step = chunk << 7  # bytes
+    quotes = np.concatenate([_string_quotes(buf, lo, min(stop, lo + step)) for lo in range(start, stop, step)])
+    opens, closes = quotes[0::2], quotes[1::2][: len(quotes) // 2]
+    after = buf[closes + 1]
+    ends = np.flatnonzero(after != ord(","))
+    if not len(ends) or after[ends[0]] != ord("]"):
+        return None
+    opens, closes = opens[: ends[0] + 1], closes[: ends[0] + 1]
+    if opens[0] != start + 1 or np.any(opens[1:] != closes[:-1] + 2):
+        return None
+    for i in range(0, len(opens), chunk):  # every string as valid as a whole parse wants it (raises where not)
+        json.loads(b"[" + raw[opens[i] : closes[min(i + chunk, len(opens)) - 1] + 1] + b"]")
+    stop = int(closes[-1]) + 1
+    at = position_dtype(stop - start)
+    return stop + 1, JsonStrings(raw[start:stop], (opens - start).astype(at), (closes + 1 - start).astype(at))
+
+
+def _string_quotes(buf: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The positions in [lo, hi) of the quotes that open or close a JSON string: not after an odd number of
+    backslashes (counted back past `lo` too)."""
+    quotes = np.flatnonzero(buf[lo:hi] == ord('"')) + lo
+    escaped = np.zeros(len(quotes), bool)
+    back, run = 1, np.flatnonzero(buf[quotes - 1] == ord("\\"))
+    while len(run):
+        escaped[run] ^= True
+        back += 1
+        run = run[buf[quotes[run] - back] == ord("\\")]
+    return quotes[~escaped]
 
 
 def _int_lists(raw: bytes, start: int, end: int) -> Optional[dict[str, np.ndarray]]:
@@ -587,10 +657,12 @@ def read_event_file(path: Path) -> EventFile:
     regular_file(path)  # a FIFO would block the open, a device never end
     try:
         if valid_text(str(path)) == str(path):
-            source = pa.OSFile(str(path), "r")
+            source = pa.OSFile(str(path), "r", memory_pool=pa.system_memory_pool())
         else:  # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
             source = pa.PythonFile(open(path, "rb"), mode="r")
-        reader = pa.ipc.open_file(source)
+        # the C library's allocator: a batch read and dropped goes back to the system (mimalloc, Arrow's default,
+        # keeps what it frees for later, so every batch read stayed in the process)
+        reader = pa.ipc.open_file(source, memory_pool=pa.system_memory_pool())
     except FileNotFoundError:
         raise InputError(f"cannot read {path}: no such file") from None
     except (OSError, pa.ArrowInvalid):
