@@ -52,6 +52,7 @@ from profiler.formats.columns import (
 from profiler.formats.documents import regular_file
 from profiler.formats.text import valid_text
 from profiler.kernels.nesting import position_dtype
+from profiler.memory import give_back_freed_memory
 from profiler.model import Run
 
 BATCH_ROWS = 1 << 20
@@ -243,6 +244,7 @@ class EventStreamWriter:
             "lane_index": self._lane_index,
             "batch_rows": self._batch_rows + [0],
         }
+        give_back_freed_memory()  # what the rows freed: the footer, which repeats the metadata, comes on its own
         empty = [pa.array(np.empty(0, dtype=dtype)) for _, dtype in EVENT_COLUMNS]
         self._writer.write_batch(
             pa.record_batch(empty, schema=self.schema), custom_metadata={EVENT_FILE_META_KEY: _json(index)}
@@ -361,7 +363,7 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
                 },
                 complete=complete,
             )
-            spill.drop_resident()  # the pages of the rows written
+            give_back_freed_memory()  # the rows' pages, and what writing them freed (Arrow's pool keeps it)
     for lo in range(0, len(flows), BATCH_ROWS):  # in the Chrome trace's order, each with its launching op's step
         hi = min(lo + BATCH_ROWS, len(flows))
         writer.write(
@@ -373,7 +375,7 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
             },
             complete=False,
         )
-        spill.drop_resident()
+        give_back_freed_memory()
 
 
 def _in_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -655,30 +657,20 @@ def read_event_file(path: Path) -> EventFile:
         raise InputError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
     path = Path(path)
     regular_file(path)  # a FIFO would block the open, a device never end
-    try:
-        if valid_text(str(path)) == str(path):
-            source = pa.OSFile(str(path), "r", memory_pool=pa.system_memory_pool())
-        else:  # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
-            source = pa.PythonFile(open(path, "rb"), mode="r")
-        # the C library's allocator: a batch read and dropped goes back to the system (mimalloc, Arrow's default,
-        # keeps what it frees for later, so every batch read stayed in the process)
-        reader = pa.ipc.open_file(source, memory_pool=pa.system_memory_pool())
-    except FileNotFoundError:
-        raise InputError(f"cannot read {path}: no such file") from None
-    except (OSError, pa.ArrowInvalid):
-        if path.is_file() and path.stat().st_size == 0:
-            raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
-        raise InputError(f"{path} is not a profview event file (Arrow IPC): it may be truncated") from None
+    reader = _file_reader(path)
     raw = (reader.schema.metadata or {}).get(EVENT_FILE_META_KEY.encode())
     try:
+        last = reader.num_record_batches and reader.get_batch_with_custom_metadata(reader.num_record_batches - 1)
+        index = ((last and last.custom_metadata) or {}).get(EVENT_FILE_META_KEY.encode())  # the row index
+        # a reader holds the metadata twice (the footer and its schema: ~40 MB per GB of trace): it is opened
+        # again once the metadata is parsed, not kept beside it while it is
+        del reader, last
         meta = _parsed_meta(raw) if raw else None
-        if isinstance(meta, dict) and reader.num_record_batches:  # the row index, in the last (empty) batch
-            last = reader.get_batch_with_custom_metadata(reader.num_record_batches - 1).custom_metadata
-            index = (last or {}).get(EVENT_FILE_META_KEY.encode())
-            if index:
-                meta.update(json.loads(index))
+        if isinstance(meta, dict) and index:
+            meta.update(json.loads(index))
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, pa.ArrowInvalid):
         meta = None
+    del raw
     if not isinstance(meta, dict) or meta.get("format") != EVENT_FILE_FORMAT:
         raise InputError(f"{path} is not a profview event file (or it is damaged)")
     version = meta.get("version")
@@ -687,9 +679,30 @@ def read_event_file(path: Path) -> EventFile:
             f"{path} has event-file version {version!r}, newer than this viewer reads "
             f"({EVENT_FILE_VERSION}); upgrade profview"
         )
+    reader = _file_reader(path)
     if reader.schema.names != list(EVENT_FILE_COLUMNS.get(version, ())):
         raise InputError(f"{path} is malformed: its columns are not the event file's")
     for key in ("names", "categories", "args", "lanes", "lane_complete", "complete_rows"):
         if key not in meta:
             raise InputError(f"{path} is malformed: its metadata has no {key!r}")
     return EventFile(path, reader, meta, _head_table(meta, path) if "head" in reader.schema.names else {})
+
+
+def _file_reader(path: Path):
+    """An Arrow IPC file reader of `path`; one sentence when it cannot be one."""
+    import pyarrow as pa
+
+    try:
+        if valid_text(str(path)) == str(path):
+            source = pa.OSFile(str(path), "r", memory_pool=pa.system_memory_pool())
+        else:  # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
+            source = pa.PythonFile(open(path, "rb"), mode="r")
+        # the C library's allocator: a batch read and dropped goes back to the system (mimalloc, Arrow's default,
+        # keeps what it frees for later, so every batch read stayed in the process)
+        return pa.ipc.open_file(source, memory_pool=pa.system_memory_pool())
+    except FileNotFoundError:
+        raise InputError(f"cannot read {path}: no such file") from None
+    except (OSError, pa.ArrowInvalid):
+        if path.is_file() and path.stat().st_size == 0:
+            raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
+        raise InputError(f"{path} is not a profview event file (Arrow IPC): it may be truncated") from None
