@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from profiler import spill
-from profiler.kernels.grouping import codes_and_labels, first_rows
+from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import assign_steps
 from profiler.kernels.nesting import position_dtype
 from profiler.model import Run
@@ -287,7 +287,7 @@ def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoi
     launched = device_ids[at] == flow_id if len(device_ids) else np.zeros(len(host), bool)
     host, flow_id, device = host[launched], flow_id[launched], device[device_first[at[launched]]]
     spill.drop_resident()
-    host_lane, device_lane, met = _flow_lanes(ops, host, device, lanes)
+    host_lane, device_lane, met = _flow_lanes(ops, host, device, lanes, chunk_rows)
     start, step = ops["start_ns"].to_numpy(), ops["step"].to_numpy()
     return FlowPoints(
         flow_id=spill.spilled(flow_id.astype(np.int64)),
@@ -324,39 +324,49 @@ def _flow_ends(ops: pd.DataFrame, chunk_rows: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _flow_lanes(
-    ops: pd.DataFrame, host: np.ndarray, device: np.ndarray, lanes: Lanes
+    ops: pd.DataFrame, host: np.ndarray, device: np.ndarray, lanes: Lanes, chunk_rows: int
 ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Each launch's host and device lane, as indices into the distinct (pid, tid) in the order the points
     meet them, and those; `lanes` numbers the texts in the order the points meet them."""
-    host_stream, host_streams = _text_codes(ops["stream"].array.take(host))
-    device_name, devices = _text_codes(ops["device"].array.take(device))
-    stream, streams = _text_codes(ops["stream"].array.take(device))
-    device_pair, device_pairs = pd.factorize(device_name.astype(np.int64) * len(streams) + stream)
+    host_stream, host_streams = _texts_at(ops["stream"], host)
+    device_name, devices = _texts_at(ops["device"], device)
+    stream, streams = _texts_at(ops["stream"], device)
+    device_pair = device_name * len(streams) + stream
     # where each text first meets a point: launch i's host point is point 2i, its device point 2i + 1
     met_at = np.concatenate(
-        [2 * first_rows(host_stream, len(host_streams)), 2 * first_rows(device_pair, len(device_pairs)) + 1]
+        [
+            2 * _first_met(host_stream, len(host_streams), chunk_rows),
+            2 * _first_met(device_pair, len(devices) * len(streams), chunk_rows) + 1,
+        ]
     )
-    texts = [("cpu", s) for s in host_streams] + [
-        (devices[d], streams[s]) for d, s in (divmod(int(p), len(streams)) for p in device_pairs)
-    ]
-    lane_of_text = np.empty(len(texts), np.int64)
+    texts = [("cpu", s) for s in host_streams] + [(d, s) for d in devices for s in streams]
+    lane_of_text = np.zeros(len(texts), np.int32)
     met: dict[tuple[int, int], int] = {}
     for text in np.argsort(met_at, kind="stable").tolist():
-        lane_of_text[text] = met.setdefault(lanes.lane(*texts[text]), len(met))
+        if met_at[text] < 2 * len(host):  # a text some point has
+            lane_of_text[text] = met.setdefault(lanes.lane(*texts[text]), len(met))
     n_host = len(host_streams)
-    return (
-        lane_of_text[:n_host][host_stream].astype(np.int32),
-        lane_of_text[n_host:][device_pair].astype(np.int32),
-        list(met),
-    )
+    return lane_of_text[:n_host][host_stream], lane_of_text[n_host:][device_pair], list(met)
 
 
-def _text_codes(values) -> tuple[np.ndarray, list[str]]:
-    """Each row's code among the distinct texts (`str(value)`) of `values`, and those texts: without a text
-    per row."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    text_codes, texts = pd.factorize(np.array([str(u) for u in uniques], dtype=object))
-    return text_codes[codes], list(texts)
+def _texts_at(column: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The code of each of `rows` among the distinct texts (`str(value)`) of the column, and those texts: from a
+    categorical's codes, without a text or a hash per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes, labels = np.asarray(column.cat.codes)[rows], [*column.cat.categories, np.nan]  # -1: missing
+    else:
+        codes, labels = pd.factorize(column.array.take(rows), use_na_sentinel=False)
+    text_codes, texts = pd.factorize(np.array([str(u) for u in labels], dtype=object))
+    return text_codes.astype(np.int32)[codes], list(texts)
+
+
+def _first_met(values: np.ndarray, n: int, chunk_rows: int) -> np.ndarray:
+    """The first position of each of 0..n-1 in `values` (len(values) for one not there), a chunk at a time."""
+    first = np.full(n, len(values), np.int64)
+    for lo in range(0, len(values), chunk_rows):
+        met, at = np.unique(values[lo : lo + chunk_rows], return_index=True)
+        first[met] = np.minimum(first[met], at + lo)
+    return first
 
 
 def merge_blocks(blocks: list[EventBlock], with_dur: bool, chunk_rows: int = CHUNK_ROWS) -> EventBlock:
