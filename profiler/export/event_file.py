@@ -300,8 +300,12 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
 
     def column(field: str, of_specs: list[int], of_flows: np.ndarray) -> np.ndarray:
         """A head field: the other heads', then the flow points' (in the field's own type: a value per point),
-        spilled (the writer keeps it while the rows are written)."""
-        return spill.concatenated([np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])])
+        spilled (the writer keeps it while the rows are written; its pages handed back once made)."""
+        values = spill.concatenated(
+            [np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])]
+        )
+        spill.drop_resident()
+        return values
 
     flow_args = args.flow_codes()[flow_id_row.reshape(-1)]
     heads = {
@@ -489,12 +493,16 @@ class EventFile:
         index = self._index[name]
         first = int(np.searchsorted(self.batch_starts, start, side="right")) - 1
         last = int(np.searchsorted(self.batch_starts, stop, side="left")) - 1
-        parts = []
+        out = None  # rows of several batches: copied out of each, so no batch stays alive but the two cached
         for i in range(first, last + 1):
             b0 = int(self.batch_starts[i])
-            values = self._batch(i).column(index).to_numpy(zero_copy_only=True)
-            parts.append(values[max(start - b0, 0) : stop - b0])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            values = self._batch(i).column(index).to_numpy(zero_copy_only=True)[max(start - b0, 0) : stop - b0]
+            if first == last:
+                return values
+            out = np.empty(stop - start, dtype=values.dtype) if out is None else out
+            at = max(b0 - start, 0)
+            out[at : at + len(values)] = values
+        return out
 
     def chunks(self, stop: Optional[int] = None, rows: int = 1 << 22):
         """(start, stop) row ranges of at most `rows` rows over [0, stop): for streaming passes."""
