@@ -347,6 +347,7 @@ def write_run_events(run: Run, path: Path) -> Path:
 
 def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
     """The timeline's rows: complete events lane by lane, then instants and counter values, then flow points."""
+    give_back_freed_memory()  # what making the header freed: the first batch comes with the schema message
     n_complete_heads, n_heads = len(ev.complete.specs), len(ev.complete.specs) + len(ev.points.specs)
     flows = ev.flows
     c, p = ev.complete, ev.points
