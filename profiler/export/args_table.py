@@ -75,14 +75,21 @@ class ArgsTable:
 
     def json_text(self) -> str:
         """The table as a JSON list, as json.dumps(list(self), ensure_ascii=False, separators=(",", ":"))
-        writes it, rendered a chunk of flow ids at a time."""
-        parts = []
-        for kind, value in self._pieces():
-            if kind == "own":
-                parts.append(json.dumps(value, ensure_ascii=False))
-            else:
-                parts.append(",".join(_FLOW_ARGS_JSON.format(i) for i in value.tolist()))
-        return "[" + ",".join(parts) + "]"
+        writes it."""
+        return "".join(self.json_pieces())
+
+    def json_pieces(self) -> Iterator[str]:
+        """`json_text` in pieces, rendered a chunk of flow ids at a time (the event file's metadata is written
+        from them, without the whole text besides it)."""
+        yield "["
+        for i, (kind, value) in enumerate(self._pieces()):
+            text = (
+                json.dumps(value, ensure_ascii=False)
+                if kind == "own"
+                else ",".join(_FLOW_ARGS_JSON.format(flow_id) for flow_id in value.tolist())
+            )
+            yield ("," if i else "") + text
+        yield "]"
 
     def _pieces(self) -> Iterator[tuple[str, object]]:
         """("own", text) and ("flows", ids in text order, at most _CHUNK) in table order."""

@@ -16,19 +16,29 @@ steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
-import pandas as pd
 
+from profiler import spill
 from profiler.errors import InputError
 from profiler.export.args_table import ArgsTable
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
-from profiler.export.timeline_model import FLOW_CATEGORY, FLOW_NAME, STEP_TID, Head, TimelineEvents, timeline_events
+from profiler.export.timeline_model import (
+    FLOW_CATEGORY,
+    FLOW_NAME,
+    STEP_TID,
+    Head,
+    TimelineEvents,
+    interleaved,
+    timeline_events,
+)
 from profiler.formats.columns import (
     EVENT_COLUMNS,
     EVENT_FIELD_DTYPES,
@@ -41,6 +51,8 @@ from profiler.formats.columns import (
 )
 from profiler.formats.documents import regular_file
 from profiler.formats.text import valid_text
+from profiler.kernels.nesting import position_dtype
+from profiler.memory import give_back_freed_memory
 from profiler.model import Run
 
 BATCH_ROWS = 1 << 20
@@ -58,10 +70,29 @@ def _json(value: dict) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _int_list_json(values: np.ndarray, chunk: int = 1 << 16) -> str:
-    """The JSON list of an integer array, as _json writes it, a chunk of numbers at a time."""
-    texts = (",".join(map(str, values[i : i + chunk].tolist())) for i in range(0, len(values), chunk))
-    return "[" + ",".join(texts) + "]"
+def _int_list_pieces(values: np.ndarray, chunk: int = 1 << 16) -> Iterator[str]:
+    """The JSON list of an integer array, as _json writes it, in pieces of a chunk of numbers."""
+    yield "["
+    for i in range(0, len(values), chunk):
+        yield ("," if i else "") + ",".join(map(str, values[i : i + chunk].tolist()))
+    yield "]"
+
+
+def _metadata(meta: dict, args: Union[Sequence[str], ArgsTable], lanes: list[dict], heads: dict, chrome) -> bytes:
+    """The schema's metadata: _json of `meta` followed by the args, lanes, heads and `chrome`, written a piece at
+    a time into one buffer (the args and the heads, one per flow point, are millions of numbers and texts:
+    never a whole text besides the buffer)."""
+    out = io.BytesIO()
+    pieces = args.json_pieces() if isinstance(args, ArgsTable) else [_json(list(args))]
+    for piece in itertools.chain([_json(meta)[:-1], ',"args":'], pieces, [f',"lanes":{_json(list(lanes))},"heads":{{']):
+        out.write(piece.encode())
+    for i, (name, values) in enumerate(heads.items()):
+        out.write(f"{',' if i else ''}{_json(name)}:".encode())
+        for piece in _int_list_pieces(values):
+            out.write(piece.encode())
+        spill.drop_resident()  # the pages of a spilled heads field
+    out.write(("}" + ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}").encode())
+    return out.getvalue()  # the buffer itself, not a copy
 
 
 def _args_text(args: Optional[dict]) -> Optional[str]:
@@ -138,15 +169,9 @@ class EventStreamWriter:
             "names": list(names),
             "categories": list(categories),
         }
-        args_text = args.json_text() if isinstance(args, ArgsTable) else _json(list(args))
-        heads_text = ",".join(f"{_json(name)}:{_int_list_json(values)}" for name, values in self._heads.items())
-        # _json of the metadata, its keys in this order; the args and the heads (one per flow point: millions)
-        # written without turning them all into Python strings and numbers at once
-        meta_text = _json(meta)[:-1] + f',"args":{args_text},"lanes":{_json(list(lanes))}'
-        meta_text += f',"heads":{{{heads_text}}}' + ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}"
         self.schema = pa.schema(
             [(name, pa.from_numpy_dtype(np.dtype(dtype))) for name, dtype in EVENT_COLUMNS],
-            metadata={EVENT_FILE_META_KEY: meta_text},
+            metadata={EVENT_FILE_META_KEY: _metadata(meta, args, lanes, self._heads, chrome)},
         )
         self._file = AtomicWrite(self.path)
         self._raw = DirectFile(self._file.tmp)
@@ -219,6 +244,7 @@ class EventStreamWriter:
             "lane_index": self._lane_index,
             "batch_rows": self._batch_rows + [0],
         }
+        give_back_freed_memory()  # what the rows freed: the footer, which repeats the metadata, comes on its own
         empty = [pa.array(np.empty(0, dtype=dtype)) for _, dtype in EVENT_COLUMNS]
         self._writer.write_batch(
             pa.record_batch(empty, schema=self.schema), custom_metadata={EVENT_FILE_META_KEY: _json(index)}
@@ -255,15 +281,14 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
     (one head per flow point, after the other rows' heads)."""
     specs: list[Head] = ev.complete.specs + ev.points.specs
     flows = ev.flows
+    n_launches = len(flows.flow_id)
     pairs = list(ev.lane_pairs)
     pair_index = {p: i for i, p in enumerate(pairs)}
-    flow_lane, flow_pairs = pd.MultiIndex.from_arrays([flows.pid, flows.tid]).factorize()  # in the order met
-    flow_pairs = [(int(pid), int(tid)) for pid, tid in flow_pairs]
-    for pair in flow_pairs:  # the flows' lanes the other rows do not have
+    for pair in flows.lanes:  # the flows' lanes the other rows do not have
         if pair not in pair_index:
             pair_index[pair] = len(pairs)
             pairs.append(pair)
-    flow_lanes = np.array([pair_index[pair] for pair in flow_pairs], dtype=np.int64)
+    flow_lanes = np.array([pair_index[pair] for pair in flows.lanes], dtype=np.int64)
     # every flow point is named and categorised alike (codes after the other heads'); its args are its id
     flow_name, flow_cat = ([FLOW_NAME], [FLOW_CATEGORY]) if len(flows) else ([], [])
     name_code, names = _codes([h.name for h in specs] + flow_name)
@@ -274,16 +299,26 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
     dtypes = dict(EVENT_HEAD_FIELDS)
 
     def column(field: str, of_specs: list[int], of_flows: np.ndarray) -> np.ndarray:
-        """A head field: the other heads', then the flow points' (in the field's own type: a value per point)."""
-        return np.concatenate([np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])])
+        """A head field: the other heads', then the flow points' (in the field's own type: a value per point),
+        spilled (the writer keeps it while the rows are written; its pages handed back once made)."""
+        values = spill.concatenated(
+            [np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])]
+        )
+        spill.drop_resident()
+        return values
 
+    flow_args = args.flow_codes()[flow_id_row.reshape(-1)]
     heads = {
-        "ph": column("ph", [ord(h.ph) for h in specs], flows.ph.astype("U1").view(np.uint32)),
-        "lane": column("lane", [pair_index[(h.pid, h.tid)] for h in specs], flow_lanes[flow_lane]),
+        "ph": column("ph", [ord(h.ph) for h in specs], np.tile([ord("s"), ord("f")], n_launches)),
+        "lane": column(
+            "lane",
+            [pair_index[(h.pid, h.tid)] for h in specs],
+            interleaved(flow_lanes[flows.host_lane], flow_lanes[flows.device_lane]),
+        ),
         "name": column("name", name_code[: len(specs)].tolist(), name_code[len(specs) :].repeat(len(flows))),
         "category": column("category", cat_code[: len(specs)].tolist(), cat_code[len(specs) :].repeat(len(flows))),
         "args": column(
-            "args", [-1 if a is None else args.code(a) for a in args_text], args.flow_codes()[flow_id_row.reshape(-1)]
+            "args", [-1 if a is None else args.code(a) for a in args_text], interleaved(flow_args, flow_args)
         ),
     }
     return {
@@ -312,6 +347,7 @@ def write_run_events(run: Run, path: Path) -> Path:
 
 def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
     """The timeline's rows: complete events lane by lane, then instants and counter values, then flow points."""
+    give_back_freed_memory()  # what making the header freed: the first batch comes with the schema message
     n_complete_heads, n_heads = len(ev.complete.specs), len(ev.complete.specs) + len(ev.points.specs)
     flows = ev.flows
     c, p = ev.complete, ev.points
@@ -319,28 +355,43 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
         (c, ev.complete_order, 0, True),
         (p, ev.points_order, n_complete_heads, False),
     ):
+        start, step, head = (_in_order(values, order) for values in (b.ts_ns, b.step, b.key))
+        dur = _in_order(b.dur_ns, order) if b.dur_ns is not None else None
         for i in range(0, len(order), BATCH_ROWS):
-            rows = order[i : i + BATCH_ROWS]
-            dur = np.asarray(b.dur_ns)[rows] if b.dur_ns is not None else np.zeros(len(rows), np.int64)
+            rows = slice(i, i + BATCH_ROWS)
             writer.write(
                 {
-                    "start_ns": np.asarray(b.ts_ns)[rows],
-                    "dur_ns": dur,
-                    "step": np.asarray(b.step)[rows],
-                    "head": b.key[rows] + head_offset,
+                    "start_ns": start[rows],
+                    "dur_ns": dur[rows] if dur is not None else np.zeros(len(start[rows]), np.int64),
+                    "step": step[rows],
+                    "head": head[rows] + head_offset,
                 },
                 complete=complete,
             )
-    if len(flows):  # in the Chrome trace's order, each with its launching op's step
+            give_back_freed_memory()  # the rows' pages, and what writing them freed (Arrow's pool keeps it)
+    for lo in range(0, len(flows), BATCH_ROWS):  # in the Chrome trace's order, each with its launching op's step
+        hi = min(lo + BATCH_ROWS, len(flows))
         writer.write(
             {
-                "start_ns": flows.ns,
-                "dur_ns": np.zeros(len(flows), np.int64),
-                "step": flows.step,
-                "head": np.arange(len(flows), dtype=np.int64) + n_heads,
+                "start_ns": interleaved(flows.host_ns, flows.device_ns, lo, hi),
+                "dur_ns": np.zeros(hi - lo, np.int64),
+                "step": interleaved(flows.step, flows.step, lo, hi),
+                "head": np.arange(lo, hi, dtype=np.int64) + n_heads,
             },
             complete=False,
         )
+        give_back_freed_memory()
+
+
+def _in_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """values[order], spilled, gathered a batch of rows at a time: a batch reads pages all over `values` (a lane's
+    rows span the run), handed back before the next, so the pages of one column are resident at a time, not
+    those of every column the batch writes."""
+    out = spill.empty(len(order), values.dtype)
+    for lo in range(0, len(order), BATCH_ROWS):
+        out[lo : lo + BATCH_ROWS] = values[order[lo : lo + BATCH_ROWS]]
+        spill.drop_resident()
+    return out
 
 
 class EventFile:
@@ -443,12 +494,16 @@ class EventFile:
         index = self._index[name]
         first = int(np.searchsorted(self.batch_starts, start, side="right")) - 1
         last = int(np.searchsorted(self.batch_starts, stop, side="left")) - 1
-        parts = []
+        out = None  # rows of several batches: copied out of each, so no batch stays alive but the two cached
         for i in range(first, last + 1):
             b0 = int(self.batch_starts[i])
-            values = self._batch(i).column(index).to_numpy(zero_copy_only=True)
-            parts.append(values[max(start - b0, 0) : stop - b0])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            values = self._batch(i).column(index).to_numpy(zero_copy_only=True)[max(start - b0, 0) : stop - b0]
+            if first == last:
+                return values
+            out = np.empty(stop - start, dtype=values.dtype) if out is None else out
+            at = max(b0 - start, 0)
+            out[at : at + len(values)] = values
+        return out
 
     def chunks(self, stop: Optional[int] = None, rows: int = 1 << 22):
         """(start, stop) row ranges of at most `rows` rows over [0, stop): for streaming passes."""
@@ -459,29 +514,103 @@ class EventFile:
 
 #: Where the writer puts the heads table in the metadata JSON (EventStreamWriter: after the lanes).
 _HEADS_KEY = b',"heads":{'
+#: Where the writer puts the args table (EventStreamWriter: after the categories).
+_ARGS_KEY = b',"args":['
 
 
 def _parsed_meta(raw: bytes) -> Any:
     """The metadata JSON, with its heads table (a number per head field per flow point: ~30 MB of JSON per GB of
-    trace) parsed straight into int64 arrays where the writer put it: as Python ints it took ~150 MB. Any
-    other layout is parsed whole, as JSON."""
+    trace) parsed straight into arrays and its args table kept as JSON text (`JsonStrings`, a text per flow
+    id) where the writer put them: as Python ints and strings they took ~150 and ~50 MB. Any other layout is
+    parsed whole, as JSON."""
     at = raw.find(_HEADS_KEY)
     end = raw.find(b"}", at) if at >= 0 else -1
-    heads = _int_lists(raw[at + len(_HEADS_KEY) : end]) if end >= 0 else None
+    heads = _int_lists(raw, at + len(_HEADS_KEY), end) if end >= 0 else None
     if heads is None:
         return json.loads(raw)
-    meta = json.loads(raw[:at] + raw[end + 1 :])
+    args_at = raw.find(_ARGS_KEY, 0, at) + len(_ARGS_KEY) - 1  # the list's "["
+    listed = _json_strings(raw, args_at, at) if args_at >= len(_ARGS_KEY) - 1 else None
+    meta = json.loads(raw[:args_at] + b"[]" + raw[listed[0] : at] + raw[end + 1 :]) if listed else None
+    if not isinstance(meta, dict) or meta.get("args") != []:  # the list was not the args table's
+        meta = json.loads(raw[:at] + raw[end + 1 :])
+    elif listed:
+        meta["args"] = listed[1]
     if isinstance(meta, dict):
         meta["heads"] = heads
     return meta
 
 
-def _int_lists(text: bytes) -> Optional[dict[str, np.ndarray]]:
-    """`"key":[integers],...` (JSON object members whose values are lists of integers) as int64 arrays, None
-    when the text is anything else."""
+class JsonStrings(Sequence[str]):
+    """A JSON list of strings kept as its text, a string parsed when it is read (the event file's args table)."""
+
+    def __init__(self, text: bytes, starts: np.ndarray, stops: np.ndarray) -> None:
+        self._text, self._starts, self._stops = text, starts, stops
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return json.loads(self._text[self._starts[i] : self._stops[i]])
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list (or another JsonStrings) of the same strings, as the list it stands for."""
+        return isinstance(other, (list, JsonStrings)) and len(other) == len(self) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # a list's stand-in: not hashable
+
+
+def _json_strings(raw: bytes, start: int, stop: int, chunk: int = 1 << 16) -> Optional[tuple[int, JsonStrings]]:
+    """The JSON list of strings at raw[start] (ending before `stop`): where it ends and its strings, None when
+    there is none there. Its strings' quotes are found, and the strings checked as json.loads reads them, a
+    chunk at a time; their texts stay one text."""
+    if raw[start : start + 1] != b"[":
+        return None
+    if raw[start : start + 2] == b"[]":
+        return start + 2, JsonStrings(b"", np.empty(0, np.int64), np.empty(0, np.int64))
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    step = chunk << 7  # bytes
+    quotes = np.concatenate([_string_quotes(buf, lo, min(stop, lo + step)) for lo in range(start, stop, step)])
+    opens, closes = quotes[0::2], quotes[1::2][: len(quotes) // 2]
+    after = buf[closes + 1]
+    ends = np.flatnonzero(after != ord(","))
+    if not len(ends) or after[ends[0]] != ord("]"):
+        return None
+    opens, closes = opens[: ends[0] + 1], closes[: ends[0] + 1]
+    if opens[0] != start + 1 or np.any(opens[1:] != closes[:-1] + 2):
+        return None
+    for i in range(0, len(opens), chunk):  # every string as valid as a whole parse wants it (raises where not)
+        json.loads(b"[" + raw[opens[i] : closes[min(i + chunk, len(opens)) - 1] + 1] + b"]")
+    stop = int(closes[-1]) + 1
+    at = position_dtype(stop - start)
+    return stop + 1, JsonStrings(raw[start:stop], (opens - start).astype(at), (closes + 1 - start).astype(at))
+
+
+def _string_quotes(buf: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The positions in [lo, hi) of the quotes that open or close a JSON string: not after an odd number of
+    backslashes (counted back past `lo` too)."""
+    quotes = np.flatnonzero(buf[lo:hi] == ord('"')) + lo
+    escaped = np.zeros(len(quotes), bool)
+    back, run = 1, np.flatnonzero(buf[quotes - 1] == ord("\\"))
+    while len(run):
+        escaped[run] ^= True
+        back += 1
+        run = run[buf[quotes[run] - back] == ord("\\")]
+    return quotes[~escaped]
+
+
+def _int_lists(raw: bytes, start: int, end: int) -> Optional[dict[str, np.ndarray]]:
+    """`"key":[integers],...` (JSON object members whose values are lists of integers), the text raw[start:end],
+    as arrays, None when the text is anything else. A head field's values are narrowed to its stored type as
+    soon as they are read, when they fit (one field's int64 at a time, not all five)."""
+    if start >= end or raw[end - 1 : end] != b"]":
+        return None
     lists = {}
-    for item in text.split(b"],") if text else []:
-        key, colon, numbers = item.removesuffix(b"]").partition(b":[")
+    dtypes = dict(EVENT_HEAD_FIELDS)
+    while True:
+        close = raw.find(b"],", start, end)
+        key, colon, numbers = raw[start : end if close < 0 else close].removesuffix(b"]").partition(b":[")
         if not colon or not key.startswith(b'"') or b'"' in key[1:-1] or b"\\" in key:
             return None
         if numbers.strip(b"-0123456789,") or numbers.startswith(b",") or numbers.endswith(b","):
@@ -489,8 +618,22 @@ def _int_lists(text: bytes) -> Optional[dict[str, np.ndarray]]:
         values = np.fromstring(numbers, dtype=np.int64, sep=",") if numbers else np.empty(0, dtype=np.int64)
         if len(values) != (numbers.count(b",") + 1 if numbers else 0):
             return None
-        lists[json.loads(key)] = values
-    return lists if text.endswith(b"]") else None
+        name = json.loads(key)
+        lists[name] = _narrowed(values, dtypes[name]) if name in dtypes else values
+        if close < 0:
+            return lists
+        start = close + 2
+
+
+def _narrowed(values: np.ndarray, dtype: str) -> np.ndarray:
+    """`values` in `dtype` when they all fit, else as they are (`_typed` refuses them)."""
+    return values.astype(dtype) if _fit(values, dtype) else values
+
+
+def _fit(values: np.ndarray, dtype: str) -> bool:
+    """Whether every integer of `values` is one of `dtype`."""
+    limits = np.iinfo(dtype)
+    return not len(values) or bool(values.min() >= limits.min and values.max() <= limits.max)
 
 
 def _head_table(meta: dict[str, Any], path: Path) -> dict[str, np.ndarray]:
@@ -510,10 +653,9 @@ def _typed(values: Any, dtype: str) -> np.ndarray:
     """A list or array of integers in `dtype`; OverflowError for one that does not fit (a cast would wrap)."""
     if not isinstance(values, np.ndarray):
         return np.asarray(values, dtype=dtype)
-    limits = np.iinfo(dtype)
-    if len(values) and (values.min() < limits.min or values.max() > limits.max):
+    if not _fit(values, dtype):
         raise OverflowError(f"a head field outside {dtype}")
-    return values.astype(dtype)
+    return values.astype(dtype, copy=False)
 
 
 def read_event_file(path: Path) -> EventFile:
@@ -524,28 +666,20 @@ def read_event_file(path: Path) -> EventFile:
         raise InputError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
     path = Path(path)
     regular_file(path)  # a FIFO would block the open, a device never end
-    try:
-        if valid_text(str(path)) == str(path):
-            source = pa.OSFile(str(path), "r")
-        else:  # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
-            source = pa.PythonFile(open(path, "rb"), mode="r")
-        reader = pa.ipc.open_file(source)
-    except FileNotFoundError:
-        raise InputError(f"cannot read {path}: no such file") from None
-    except (OSError, pa.ArrowInvalid):
-        if path.is_file() and path.stat().st_size == 0:
-            raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
-        raise InputError(f"{path} is not a profview event file (Arrow IPC): it may be truncated") from None
+    reader = _file_reader(path)
     raw = (reader.schema.metadata or {}).get(EVENT_FILE_META_KEY.encode())
     try:
+        last = reader.num_record_batches and reader.get_batch_with_custom_metadata(reader.num_record_batches - 1)
+        index = ((last and last.custom_metadata) or {}).get(EVENT_FILE_META_KEY.encode())  # the row index
+        # a reader holds the metadata twice (the footer and its schema: ~40 MB per GB of trace): it is opened
+        # again once the metadata is parsed, not kept beside it while it is
+        del reader, last
         meta = _parsed_meta(raw) if raw else None
-        if isinstance(meta, dict) and reader.num_record_batches:  # the row index, in the last (empty) batch
-            last = reader.get_batch_with_custom_metadata(reader.num_record_batches - 1).custom_metadata
-            index = (last or {}).get(EVENT_FILE_META_KEY.encode())
-            if index:
-                meta.update(json.loads(index))
+        if isinstance(meta, dict) and index:
+            meta.update(json.loads(index))
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, pa.ArrowInvalid):
         meta = None
+    del raw
     if not isinstance(meta, dict) or meta.get("format") != EVENT_FILE_FORMAT:
         raise InputError(f"{path} is not a profview event file (or it is damaged)")
     version = meta.get("version")
@@ -554,9 +688,30 @@ def read_event_file(path: Path) -> EventFile:
             f"{path} has event-file version {version!r}, newer than this viewer reads "
             f"({EVENT_FILE_VERSION}); upgrade profview"
         )
+    reader = _file_reader(path)
     if reader.schema.names != list(EVENT_FILE_COLUMNS.get(version, ())):
         raise InputError(f"{path} is malformed: its columns are not the event file's")
     for key in ("names", "categories", "args", "lanes", "lane_complete", "complete_rows"):
         if key not in meta:
             raise InputError(f"{path} is malformed: its metadata has no {key!r}")
     return EventFile(path, reader, meta, _head_table(meta, path) if "head" in reader.schema.names else {})
+
+
+def _file_reader(path: Path):
+    """An Arrow IPC file reader of `path`; one sentence when it cannot be one."""
+    import pyarrow as pa
+
+    try:
+        if valid_text(str(path)) == str(path):
+            source = pa.OSFile(str(path), "r", memory_pool=pa.system_memory_pool())
+        else:  # Arrow takes UTF-8 paths: a non-UTF-8 name goes through Python
+            source = pa.PythonFile(open(path, "rb"), mode="r")
+        # the C library's allocator: a batch read and dropped goes back to the system (mimalloc, Arrow's default,
+        # keeps what it frees for later, so every batch read stayed in the process)
+        return pa.ipc.open_file(source, memory_pool=pa.system_memory_pool())
+    except FileNotFoundError:
+        raise InputError(f"cannot read {path}: no such file") from None
+    except (OSError, pa.ArrowInvalid):
+        if path.is_file() and path.stat().st_size == 0:
+            raise InputError(f"{path} is empty (was the run interrupted while writing it?)") from None
+        raise InputError(f"{path} is not a profview event file (Arrow IPC): it may be truncated") from None

@@ -16,12 +16,15 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.kernels.grouping import codes_and_labels, first_rows
+from profiler import spill
+from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import assign_steps
 from profiler.kernels.nesting import position_dtype
 from profiler.model import Run
 
 STEP_TID = 1_000_000  # the lane that shows steps on the host process
+#: Rows worked at a time where a step would otherwise make arrays of the whole run's rows
+CHUNK_ROWS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -47,28 +50,48 @@ class EventBlock:
     step: Optional[np.ndarray] = None  # the step of each event (-1 outside every step), when known
 
 
-def _keys(*cols) -> tuple[np.ndarray, list[tuple]]:
+def _keys(*cols, chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, list[tuple]]:
     """Dense key per row for the distinct combinations of the given columns, with those combinations."""
     n = len(cols[0]) if cols else 0
     if n == 0:
         return np.empty(0, np.int64), []
-    combined = np.zeros(n, dtype=np.int64)
-    decoded = []
-    for col in cols:
-        codes, uniques = codes_and_labels(col)
-        combined *= len(uniques) + 1  # in place: these arrays have a row per event
-        combined += codes
-        decoded.append((codes, uniques))
-    key, first = _dense(combined)
-    combos = [tuple(u[c[i]] for c, u in decoded) for i in first]
+    decoded = [codes_and_labels(col) for col in cols]
+
+    def combined(rows: slice) -> np.ndarray:
+        values = np.zeros(len(decoded[0][0][rows]), dtype=np.int64)
+        for codes, uniques in decoded:
+            values *= len(uniques) + 1
+            values += codes[rows]
+        return values
+
+    key, first = _dense(combined, n, chunk_rows)
+    combos = [tuple(u[c[i]] for c, u in decoded) for i in first.tolist()]
     return key, combos
 
 
-def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes for int64 values (first-seen order) and the row of each code's first occurrence."""
-    codes, uniques = pd.factorize(values, sort=False)
-    codes = codes.astype(np.int64)
-    return codes, first_rows(codes, len(uniques))
+def _dense(values_of, n: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes (first-seen order) of int64 values given a chunk of rows at a time (`values_of(slice)`),
+    spilled, and the row of each code's first occurrence: as pd.factorize numbers them, without a hash table
+    and codes of the whole rows."""
+    key = spill.empty(n, np.int64)
+    met = np.empty(0, np.int64)  # the values met so far, sorted
+    met_code = np.empty(0, np.int64)
+    first = []
+    for lo in range(0, n, chunk_rows):
+        values, at, inverse = np.unique(values_of(slice(lo, lo + chunk_rows)), return_index=True, return_inverse=True)
+        where = np.minimum(np.searchsorted(met, values), max(len(met) - 1, 0))
+        seen = met[where] == values if len(met) else np.zeros(len(values), bool)
+        new = np.flatnonzero(~seen)
+        new = new[np.argsort(at[new])]  # numbered in the order they are first met
+        code = np.empty(len(values), np.int64)
+        code[seen] = met_code[where[seen]]
+        code[new] = len(met) + np.arange(len(new))
+        first.append(at[new] + lo)
+        key[lo : lo + len(inverse)] = code[inverse.reshape(-1)]
+        by_value = np.argsort(np.concatenate([met, values[new]]), kind="stable")
+        met, met_code = np.concatenate([met, values[new]])[by_value], np.concatenate([met_code, code[new]])[by_value]
+        spill.drop_resident()
+    return key, np.concatenate(first)
 
 
 class Lanes:
@@ -225,79 +248,157 @@ FLOW_CATEGORY = FLOW_NAME = "launch"  # what a flow point is called in the trace
 
 @dataclass
 class FlowPoints:
-    """Flow points from each host launch to the device op with its correlation id, in the Chrome trace's
-    order (an `s` at the launch, then its `f` at the device op): a column per field."""
+    """The flows from each host launch to the device op with its correlation id: an array per field, a row per
+    launch (spilled), whose two points are, in the Chrome trace's order, an `s` at the launch then its `f` at
+    the device op."""
 
-    ph: np.ndarray  # "s" / "f" (unicode)
     flow_id: np.ndarray  # the correlation id
-    pid: np.ndarray
-    tid: np.ndarray
-    ns: np.ndarray  # the point's time
-    step: np.ndarray  # the launching op's step
+    host_ns: np.ndarray  # the launch's start
+    device_ns: np.ndarray  # the device op's start
+    step: np.ndarray  # the launching op's step (int32)
+    host_lane: np.ndarray  # the launch's lane: an index into `lanes`
+    device_lane: np.ndarray  # the device op's lane
+    lanes: list[tuple[int, int]]  # the (pid, tid) of the points' lanes, in the order the points meet them
 
     def __len__(self) -> int:
-        return len(self.ph)
+        """The number of points (two per launch)."""
+        return 2 * len(self.flow_id)
 
 
-def flow_points(run: Run, lanes: Lanes) -> FlowPoints:
-    """The flow points of the run's launches (lanes met in the order the points are, host then device)."""
-    used = ["correlation", "device", "stream", "start_ns", "step"]  # a row filter copies every column it takes
-    ops = run.ops.loc[(run.ops["correlation"] >= 0).to_numpy(), used]
-    host = ops[ops["device"] == "cpu"].drop_duplicates("correlation")
-    dev = ops[ops["device"] != "cpu"].drop_duplicates("correlation")
-    m = host.merge(dev, on="correlation", suffixes=("_h", "_d"))
-    n = len(m)
-    host_stream, host_streams = _text_codes(m["stream_h"])
-    device, devices = _text_codes(m["device_d"])
-    stream, streams = _text_codes(m["stream_d"])
-    pair = np.empty(2 * n, dtype=np.int64)  # a code per (device, stream) text pair: host ones first
-    pair[0::2] = host_stream
-    pair[1::2] = len(host_streams) + device.astype(np.int64) * len(streams) + stream
-    lane, met = pd.factorize(pair)  # in the order the points meet them
+def interleaved(at_launch: np.ndarray, at_device: np.ndarray, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
+    """Flow points [lo, hi) (lo even) of a field given per launch for the `s` and for the `f` points."""
+    hi = 2 * len(at_launch) if hi is None else hi
+    out = np.empty(hi - lo, dtype=np.result_type(at_launch, at_device))
+    out[0::2] = at_launch[lo // 2 : (hi + 1) // 2]
+    out[1::2] = at_device[lo // 2 : hi // 2]
+    return out
 
-    def texts(code: int) -> tuple[str, str]:
-        if code < len(host_streams):
-            return "cpu", host_streams[code]
-        d, s = divmod(code - len(host_streams), len(streams))
-        return devices[d], streams[s]
 
-    lane_ids = np.array([lanes.lane(*texts(k)) for k in met.tolist()], dtype=np.int64).reshape(-1, 2)
-    ns = np.empty(2 * n, dtype=np.int64)
-    ns[0::2], ns[1::2] = m["start_ns_h"].to_numpy(np.int64), m["start_ns_d"].to_numpy(np.int64)
+def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoints:
+    """The flow points of the run's launches: each correlation's first host op with its first device op, in
+    the host ops' order (lanes met in the order the points are, host then device)."""
+    ops = run.ops
+    host, device = _flow_ends(ops, chunk_rows)
+    correlation = ops["correlation"].to_numpy()
+    device_ids, device_first = np.unique(correlation[device], return_index=True)
+    host = host[np.sort(np.unique(correlation[host], return_index=True)[1])]  # each id's first, in row order
+    flow_id = correlation[host]
+    at = np.minimum(np.searchsorted(device_ids, flow_id), max(len(device_ids) - 1, 0))
+    launched = device_ids[at] == flow_id if len(device_ids) else np.zeros(len(host), bool)
+    host, flow_id, device = host[launched], flow_id[launched], device[device_first[at[launched]]]
+    spill.drop_resident()
+    host_lane, device_lane, met = _flow_lanes(ops, host, device, lanes, chunk_rows)
+    start, step = ops["start_ns"].to_numpy(), ops["step"].to_numpy()
     return FlowPoints(
-        ph=np.tile(np.array(["s", "f"]), n),
-        flow_id=np.repeat(m["correlation"].to_numpy(np.int64), 2),
-        pid=lane_ids[lane, 0] if n else np.empty(0, np.int64),
-        tid=lane_ids[lane, 1] if n else np.empty(0, np.int64),
-        ns=ns,
-        step=np.repeat(m["step_h"].to_numpy(np.int64), 2),
+        flow_id=spill.spilled(flow_id.astype(np.int64)),
+        host_ns=_taken(start, host, np.int64),
+        device_ns=_taken(start, device, np.int64),
+        step=_taken(step, host, np.int32),
+        host_lane=spill.spilled(host_lane),
+        device_lane=spill.spilled(device_lane),
+        lanes=met,
     )
 
 
-def _text_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Each row's code among the distinct texts (`str(value)`) of `values`, and those texts: without a text
-    per row."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    text_codes, texts = pd.factorize(np.array([str(u) for u in uniques], dtype=object))
-    return text_codes[codes], list(texts)
+def _taken(values: np.ndarray, rows: np.ndarray, dtype) -> np.ndarray:
+    """values[rows] in `dtype`, spilled; the pages the gather read (all over a column of the run) handed back."""
+    out = spill.spilled(np.asarray(values[rows], dtype=dtype))
+    spill.drop_resident()
+    return out
 
 
-def merge_blocks(blocks: list[EventBlock], with_dur: bool) -> EventBlock:
-    """One block of several (heads renumbered), for writing them in one order."""
+def _flow_ends(ops: pd.DataFrame, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the ops with a correlation id on the host, and on a device (ascending), a chunk at a time."""
+    codes, labels = codes_and_labels(ops["device"])
+    on_host = np.array([v == "cpu" for v in labels.tolist()] + [False])  # a missing device (-1) is no host
+    correlation = ops["correlation"].to_numpy()
+    host, device = [], []
+    for lo in range(0, len(ops), chunk_rows):
+        flows = correlation[lo : lo + chunk_rows] >= 0
+        cpu = on_host[codes[lo : lo + chunk_rows]]
+        host.append(np.flatnonzero(flows & cpu) + lo)
+        device.append(np.flatnonzero(flows & ~cpu) + lo)
+        spill.drop_resident()
+    ends = lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64)
+    return ends(host), ends(device)
+
+
+def _flow_lanes(
+    ops: pd.DataFrame, host: np.ndarray, device: np.ndarray, lanes: Lanes, chunk_rows: int
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """Each launch's host and device lane, as indices into the distinct (pid, tid) in the order the points
+    meet them, and those; `lanes` numbers the texts in the order the points meet them."""
+    host_stream, host_streams = _texts_at(ops["stream"], host)
+    device_name, devices = _texts_at(ops["device"], device)
+    stream, streams = _texts_at(ops["stream"], device)
+    device_pair = device_name * len(streams) + stream
+    # where each text first meets a point: launch i's host point is point 2i, its device point 2i + 1
+    met_at = np.concatenate(
+        [
+            2 * _first_met(host_stream, len(host_streams), chunk_rows),
+            2 * _first_met(device_pair, len(devices) * len(streams), chunk_rows) + 1,
+        ]
+    )
+    texts = [("cpu", s) for s in host_streams] + [(d, s) for d in devices for s in streams]
+    lane_of_text = np.zeros(len(texts), np.int32)
+    met: dict[tuple[int, int], int] = {}
+    for text in np.argsort(met_at, kind="stable").tolist():
+        if met_at[text] < 2 * len(host):  # a text some point has
+            lane_of_text[text] = met.setdefault(lanes.lane(*texts[text]), len(met))
+    n_host = len(host_streams)
+    return lane_of_text[:n_host][host_stream], lane_of_text[n_host:][device_pair], list(met)
+
+
+def _texts_at(column: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The code of each of `rows` among the distinct texts (`str(value)`) of the column, and those texts: from a
+    categorical's codes, without a text or a hash per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes, labels = np.asarray(column.cat.codes)[rows], [*column.cat.categories, np.nan]  # -1: missing
+    else:
+        codes, labels = pd.factorize(column.array.take(rows), use_na_sentinel=False)
+    text_codes, texts = pd.factorize(np.array([str(u) for u in labels], dtype=object))
+    return text_codes.astype(np.int32)[codes], list(texts)
+
+
+def _first_met(values: np.ndarray, n: int, chunk_rows: int) -> np.ndarray:
+    """The first position of each of 0..n-1 in `values` (len(values) for one not there), a chunk at a time."""
+    first = np.full(n, len(values), np.int64)
+    for lo in range(0, len(values), chunk_rows):
+        met, at = np.unique(values[lo : lo + chunk_rows], return_index=True)
+        first[met] = np.minimum(first[met], at + lo)
+    return first
+
+
+def merge_blocks(blocks: list[EventBlock], with_dur: bool, chunk_rows: int = CHUNK_ROWS) -> EventBlock:
+    """One block of several (heads renumbered), for writing them in one order: its arrays spilled (kept while
+    the rows are sorted and written), keys and steps int32 as the event file stores them, not int64."""
+    head = position_dtype(sum(len(b.specs) for b in blocks))
     specs: list[Head] = []
-    keys, ts, dur, step = [], [], [], []
-    head = position_dtype(sum(len(b.specs) for b in blocks))  # keys and steps as the event file stores them:
-    for b in blocks:  # int32, not int64, for the rows of a big trace held while it is written
-        keys.append(np.asarray(b.key).astype(head) + head(len(specs)))
+    offsets = []
+    for b in blocks:
+        offsets.append(len(specs))
         specs += b.specs
-        ts.append(np.asarray(b.ts_ns, dtype=np.int64))
-        if with_dur:
-            dur.append(np.asarray(b.dur_ns, dtype=np.int64))
-        step.append(np.full(len(b.key), -1, np.int32) if b.step is None else np.asarray(b.step).astype(np.int32))
-    cat = lambda parts, dtype: np.concatenate(parts) if parts else np.empty(0, dtype)
-    return EventBlock(
-        specs, cat(keys, head), cat(ts, np.int64), cat(dur, np.int64) if with_dur else None, cat(step, np.int32)
-    )
+    keys = _joined([b.key for b in blocks], head, chunk_rows, offsets)
+    ts = _joined([b.ts_ns for b in blocks], np.int64, chunk_rows)
+    dur = _joined([b.dur_ns for b in blocks], np.int64, chunk_rows) if with_dur else None
+    steps = [np.full(len(b.key), -1, np.int32) if b.step is None else b.step for b in blocks]
+    return EventBlock(specs, keys, ts, dur, _joined(steps, np.int32, chunk_rows))
+
+
+def _joined(parts: list, dtype, chunk_rows: int, add: Optional[list[int]] = None) -> np.ndarray:
+    """np.concatenate of `parts` cast to `dtype` (each plus its `add`), spilled: copied a chunk at a time, whose
+    pages (the source's and the copy's) are handed back before the next."""
+    out = spill.empty(sum(len(p) for p in parts), dtype)
+    at = 0
+    for i, part in enumerate(parts):
+        for lo in range(0, len(part), chunk_rows):
+            piece = out[at : at + min(chunk_rows, len(part) - lo)]
+            piece[:] = np.asarray(part[lo : lo + len(piece)])  # cast as astype casts
+            if add is not None:
+                piece += dtype(add[i])
+            at += len(piece)
+            spill.drop_resident()
+    return out
 
 
 def lane_codes(specs: list[Head]) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -307,47 +408,93 @@ def lane_codes(specs: list[Head]) -> tuple[np.ndarray, list[tuple[int, int]]]:
     return np.array([index[(h.pid, h.tid)] for h in specs], dtype=np.int64), pairs
 
 
-def thread_order(lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray]) -> np.ndarray:
-    """The order rows are written in: by lane, then start, then longest first (parents before the
-    spans nested in them), so readers that trust the file's order nest every lane correctly.
+def rows_lane(head_lane: np.ndarray, key: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> np.ndarray:
+    """The lane of each row (`head_lane[key]`), int32 and spilled, gathered a chunk of rows at a time."""
+    out = spill.empty(len(key), np.int32)
+    for lo in range(0, len(key), chunk_rows):
+        out[lo : lo + chunk_rows] = head_lane[key[lo : lo + chunk_rows]]
+        spill.drop_resident()
+    return out
 
-    One stable sort of an int64 key (lane in the high bits, start in the low) when it fits, else a
-    radix sort by lane and, per lane, a stable sort by start where the lane is not sorted yet;
-    recording order is sorted runs (one per block), which the stable sort (timsort) merges. Ties
-    are settled among the few tied rows only.
+
+def thread_order(
+    lane: np.ndarray, ts: np.ndarray, dur: Optional[np.ndarray], chunk_rows: int = CHUNK_ROWS
+) -> np.ndarray:
+    """The order rows are written in: by lane, then start, then longest first (parents before the
+    spans nested in them), then row, so readers that trust the file's order nest every lane correctly.
+
+    Sorted a bucket of rows at a time (about `chunk_rows` each, spilled: it is kept while the rows are
+    written): the rows are counted into buckets of (lane, start) ranges, cut at a sample of the rows, then
+    each bucket is sorted on its own. No array of the whole run's rows is made but the order itself.
     """
     n = len(ts)
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    t_min, t_max = int(ts.min()), int(ts.max())
-    bits = max(int(t_max - t_min).bit_length(), 1)
-    if lane.min() >= 0 and int(lane.max()).bit_length() + bits <= 62:
-        # one int64 key (lane above the time): blocks are sorted runs, which the stable sort merges
-        key = lane.astype(np.int64) << bits
-        key += ts
-        key -= t_min
-        order = np.argsort(key, kind="stable")
-        lanes_sorted = lane[order]
-        t = ts[order]
-    else:
-        small = lane.astype(np.int16) if lane.max() < 2**15 and lane.min() >= 0 else lane
-        order = np.argsort(small, kind="stable")
-        lanes_sorted = small[order]
-        cuts = np.concatenate([[0], np.flatnonzero(lanes_sorted[1:] != lanes_sorted[:-1]) + 1, [n]])
-        t = ts[order]
-        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-            seg = t[a:b]
-            if b - a > 1 and not bool(np.all(seg[1:] >= seg[:-1])):
-                sub = np.argsort(seg, kind="stable")
-                order[a:b] = order[a:b][sub]
-                t[a:b] = seg[sub]
-    if dur is not None and n > 1:
-        tied = np.flatnonzero((t[1:] == t[:-1]) & (lanes_sorted[1:] == lanes_sorted[:-1]))
-        if len(tied):
-            rows = np.unique(np.concatenate([tied, tied + 1]))  # positions in tie groups, ascending
-            sub = order[rows]
-            order[rows] = sub[np.lexsort((-dur[sub], t[rows], lanes_sorted[rows]))]
-    return order.astype(position_dtype(n))  # kept while the rows are written: half the memory of int64
+    key = _LaneTimeKey(lane, ts, chunk_rows)
+    sample = np.sort(key(slice(0, n, max(1, chunk_rows // 64))))  # ~64 rows a bucket
+    cuts = np.unique(sample[32::32])  # buckets of ~chunk_rows / 2 rows
+    order, sizes = _bucketed(lambda rows: np.searchsorted(cuts, key(rows), side="right"), n, len(cuts) + 1, chunk_rows)
+    at = 0
+    for size in sizes.tolist():
+        bucket = order[at : at + size]
+        bucket[:] = _sorted_rows(bucket, key, ts, dur)
+        at += size
+        spill.drop_resident()
+    return order
+
+
+def _bucketed(bucket_of, n: int, buckets: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows 0..n-1 put in order of their bucket (`bucket_of` a slice of rows), each bucket's in row order (a
+    counting sort, a chunk of rows at a time, spilled), and the size of each bucket."""
+    sizes = np.zeros(buckets, np.int64)
+    for lo in range(0, n, chunk_rows):
+        sizes += np.bincount(bucket_of(slice(lo, lo + chunk_rows)), minlength=buckets)
+    order = spill.empty(n, position_dtype(n))
+    free = np.cumsum(sizes) - sizes  # the next free position of each bucket
+    for lo in range(0, n, chunk_rows):
+        bucket = bucket_of(slice(lo, lo + chunk_rows))
+        rows = np.argsort(bucket, kind="stable")
+        bucket = bucket[rows]
+        count = np.bincount(bucket, minlength=buckets)
+        order[free[bucket] + np.arange(len(rows)) - (np.cumsum(count) - count)[bucket]] = rows + lo
+        free += count
+        spill.drop_resident()
+    return order, sizes
+
+
+def _sorted_rows(rows: np.ndarray, key, ts: np.ndarray, dur: Optional[np.ndarray]) -> np.ndarray:
+    """`rows` (ascending) by key, start, longest first, then row; rows of one key (few: ties, or starts the key
+    rounds) settled among themselves."""
+    k = key(rows)
+    by_key = np.argsort(k, kind="stable")
+    rows, k = rows[by_key], k[by_key]
+    tied = np.flatnonzero(k[1:] == k[:-1])
+    if len(tied):
+        at = np.unique(np.concatenate([tied, tied + 1]))  # positions in groups of one key, ascending
+        sub = rows[at]
+        starts = ts[sub]
+        rows[at] = sub[np.lexsort((starts, k[at]) if dur is None else (-dur[sub], starts, k[at]))]
+    return rows
+
+
+class _LaneTimeKey:
+    """An int64 per row that orders rows by (lane, start), exactly when lane and time fit in 62 bits, else by
+    start rounded down (a bucket's order is settled by the starts themselves)."""
+
+    def __init__(self, lane: np.ndarray, ts: np.ndarray, chunk_rows: int) -> None:
+        self.lane, self.ts = lane, ts
+        self.lanes = np.unique(
+            np.concatenate([np.unique(lane[lo : lo + chunk_rows]) for lo in range(0, len(lane), chunk_rows)])
+        )
+        self.t_min = ts.min()
+        time_bits = (int(ts.max()) - int(self.t_min)).bit_length()
+        self.shift = max(0, len(self.lanes).bit_length() + time_bits - 62)
+        self.lane_shift = time_bits - self.shift
+
+    def __call__(self, rows) -> np.ndarray:
+        """The keys of `rows` (a slice or positions)."""
+        since = (self.ts[rows] - self.t_min).view(np.uint64) >> np.uint64(self.shift)  # exact past int64's range
+        return np.searchsorted(self.lanes, self.lane[rows]).astype(np.int64) << self.lane_shift | since.view(np.int64)
 
 
 @dataclass
@@ -393,9 +540,9 @@ def timeline_events(run: Run) -> TimelineEvents:
         data_origin=run.info.get("data_origin", "profview"),
         origin_unix_ns=run.info.get("clock", {}).get("origin_unix_ns", 0),
         complete=complete,
-        complete_order=thread_order(codes[:n_complete][complete.key], complete.ts_ns, complete.dur_ns),
+        complete_order=thread_order(rows_lane(codes[:n_complete], complete.key), complete.ts_ns, complete.dur_ns),
         points=points,
-        points_order=thread_order(codes[n_complete:][points.key], points.ts_ns, None),
+        points_order=thread_order(rows_lane(codes[n_complete:], points.key), points.ts_ns, None),
         flows=flows,
         lanes=lanes,
         lane_pairs=pairs,
