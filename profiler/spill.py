@@ -108,6 +108,12 @@ def spilled(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def track(mapping: mmap.mmap) -> None:
+    """Have `drop_resident` hand back the pages of another mapping of a file (one that is read, such as an
+    event file read back): they are the file's, so nothing is lost."""
+    _mappings.add(mapping)
+
+
 def drop_resident() -> None:
     """Hand every spilled array's resident pages back to the page cache (their values stay: the next read
     maps them in again). Called where a stage has finished with the arrays it touched."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import mmap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -669,7 +670,8 @@ def read_event_file(path: Path) -> EventFile:
     reader = _file_reader(path)
     raw = (reader.schema.metadata or {}).get(EVENT_FILE_META_KEY.encode())
     try:
-        last = reader.num_record_batches and reader.get_batch_with_custom_metadata(reader.num_record_batches - 1)
+        batches = reader.num_record_batches
+        last = batches and reader.get_batch_with_custom_metadata(batches - 1)
         index = ((last and last.custom_metadata) or {}).get(EVENT_FILE_META_KEY.encode())  # the row index
         # a reader holds the metadata twice (the footer and its schema: ~40 MB per GB of trace): it is opened
         # again once the metadata is parsed, not kept beside it while it is
@@ -688,13 +690,66 @@ def read_event_file(path: Path) -> EventFile:
             f"{path} has event-file version {version!r}, newer than this viewer reads "
             f"({EVENT_FILE_VERSION}); upgrade profview"
         )
-    reader = _file_reader(path)
+    reader = _batch_reader(path, batches)
     if reader.schema.names != list(EVENT_FILE_COLUMNS.get(version, ())):
         raise InputError(f"{path} is malformed: its columns are not the event file's")
     for key in ("names", "categories", "args", "lanes", "lane_complete", "complete_rows"):
         if key not in meta:
             raise InputError(f"{path} is malformed: its metadata has no {key!r}")
     return EventFile(path, reader, meta, _head_table(meta, path) if "head" in reader.schema.names else {})
+
+
+def _batch_reader(path: Path, batches: int) -> Any:
+    """What reads the file's record batches: `MappedBatches`, or Arrow's file reader where the file's messages
+    are not the schema and `batches` record batches (another writer's file)."""
+    import pyarrow as pa
+
+    try:
+        return MappedBatches(path, batches)
+    except (ValueError, OSError, pa.ArrowInvalid):
+        return _file_reader(path)
+
+
+#: An Arrow IPC file's first bytes: its magic and the padding to 8 bytes, then the stream format's messages.
+ARROW_FILE_MAGIC = b"ARROW1\x00\x00"
+
+
+class MappedBatches:
+    """An event file's record batches read from a read-only mapping of it, found by walking its messages.
+
+    Arrow's file reader keeps the footer and the schema it parses from it for as long as it is open, each with
+    the file's metadata (~40 MB per GB of trace, twice). Here the schema is kept without the metadata and a
+    batch is a view of the mapping; its pages count in the RSS while touched, until `spill.drop_resident`
+    hands them back (the mapping is the file's: nothing is lost)."""
+
+    def __init__(self, path: Path, batches: int) -> None:
+        import pyarrow as pa
+
+        with open(path, "rb") as f:
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        spill.track(mapping)
+        self._buffer = pa.py_buffer(mapping)
+        stream = pa.BufferReader(self._buffer)
+        stream.seek(len(ARROW_FILE_MAGIC))  # the stream format follows the file's magic and its padding
+        self.schema = pa.ipc.read_schema(pa.ipc.read_message(stream)).remove_metadata()
+        self._offsets: list[int] = []
+        while len(self._offsets) < batches:
+            at = stream.tell()
+            if pa.ipc.read_message(stream).type != "record batch":
+                raise ValueError("not a message of the event file")  # a dictionary: Arrow's reader resolves it
+            self._offsets.append(at)
+        spill.drop_resident()  # the schema message's metadata, read once
+
+    @property
+    def num_record_batches(self) -> int:
+        return len(self._offsets)
+
+    def get_batch(self, i: int) -> Any:
+        import pyarrow as pa
+
+        stream = pa.BufferReader(self._buffer)
+        stream.seek(self._offsets[i])
+        return pa.ipc.read_record_batch(pa.ipc.read_message(stream), self.schema)
 
 
 def _file_reader(path: Path):

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from profiler import spill
 from profiler.errors import InputError
 from profiler.export import event_file
 from profiler.export.chrome_from_events import write_trace_from_events
@@ -193,3 +194,22 @@ def test_a_damaged_heads_table_is_refused_in_one_sentence(tmp_path, heads, compa
             w.write_batch(pa.record_batch(batch.batch.columns, schema=schema), custom_metadata=batch.custom_metadata)
     with pytest.raises(InputError, match="is malformed: its metadata's heads table is not the event file's"):
         read_event_file(damaged)
+
+
+def test_batches_are_read_from_a_mapping_as_arrows_reader_reads_them(example):
+    """Both versions' files (batches of 1,000 rows in v2) are read by MappedBatches, not Arrow's file reader (which
+    keeps the metadata twice), batch for batch the same; the mapping's pages go back with drop_resident."""
+    for path in (d / "events_0.arrow" for d in example):
+        f = read_event_file(path)
+        assert isinstance(f._reader, event_file.MappedBatches)
+        arrow = pa.ipc.open_file(pa.OSFile(str(path)))
+        assert f._reader.num_record_batches == arrow.num_record_batches
+        for i in range(arrow.num_record_batches):
+            assert f._reader.get_batch(i).equals(arrow.get_batch(i))
+        spill.drop_resident()
+        assert (
+            f.column("start_ns").tolist()
+            == np.concatenate(
+                [arrow.get_batch(i).column("start_ns").to_numpy() for i in range(arrow.num_record_batches)]
+            ).tolist()
+        )
