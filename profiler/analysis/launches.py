@@ -20,6 +20,7 @@ from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core
 from profiler.kernels.grouping import codes_and_labels, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import DEVICE_WORK_CATEGORIES
+from profiler.spill import spilled
 
 #: Host op categories that are framework ops (an op a user wrote or called), which own launches.
 FRAMEWORK_CATEGORIES = ("host", "user")
@@ -82,12 +83,13 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     tc_self = _launched_time(launcher, ops["dur_ns"].to_numpy(), tensor_cores)
     eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
     del tc_self
+    # kept for the whole analysis: in spill files when the run is spilled, out of the resident memory between reads
     return Launches(
-        call=call,
-        launcher=launcher,
-        parent=parent.astype(position),
-        tc_eligible=_any_descendant(eligible, parent, _deepest_first(parent, framework)),
-        tensor_cores=tensor_cores,
+        call=spilled(call),
+        launcher=spilled(launcher),
+        parent=spilled(parent.astype(position)),
+        tc_eligible=spilled(_any_descendant(eligible, parent, _deepest_first(parent, framework))),
+        tensor_cores=spilled(tensor_cores),
     )
 
 
