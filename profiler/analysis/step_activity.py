@@ -18,7 +18,7 @@ import pandas as pd
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches
 from profiler.formats.columns import COMM_SPLIT_COLUMNS, STEP_ACTIVITY_COLUMNS
 from profiler.kernels.grouping import text_matches
-from profiler.kernels.intervals import covered_ns
+from profiler.kernels.intervals import covered_ns, union
 from profiler.model import DEVICE_WORK_CATEGORIES
 
 #: A data loader's fetch annotation (torch's `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`,
@@ -107,11 +107,11 @@ def _kept_steps(count: np.ndarray) -> int:
 
 
 def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(starts, ends) of every activity, in the order ACTIVITIES ranks them (all devices together)."""
+    """(starts, ends) of the union of every activity's intervals (`intervals.union`: disjoint, sorted, a few per
+    step where the ops are millions), in the order ACTIVITIES ranks them (all devices together)."""
     on_device = (ops["device"] != "cpu").to_numpy()
     category = ops["category"]
-    start = ops["start_ns"].to_numpy()
-    end = start + ops["dur_ns"].to_numpy()
+    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
     collective = (
         ~on_device
         & (category.isin(_CPU_EXEC_CATEGORIES + ("comm",)).to_numpy())
@@ -125,15 +125,15 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
         "runtime": ~on_device & (category == "runtime").to_numpy(),
         "cpu_exec": ~on_device & category.isin(_CPU_EXEC_CATEGORIES).to_numpy() & ~collective,
     }
-    out = {name: (start[mask], end[mask]) for name, mask in masks.items()}
+    out = {name: union(start[mask], start[mask] + dur[mask]) for name, mask in masks.items()}
     span_names = spans["name"].astype(str)
     span_start, span_end = spans["start_ns"].to_numpy(), (spans["start_ns"] + spans["dur_ns"]).to_numpy()
     collective_span = span_names.str.match(_COLLECTIVE.pattern).to_numpy()
     fetch = span_names.str.match(_DATALOADER_FETCH.pattern).to_numpy()
     scope = (spans["kind"] == "scope").to_numpy() & ~collective_span & ~fetch
-    out["dataloader"] = (span_start[fetch], span_end[fetch])
+    out["dataloader"] = union(span_start[fetch], span_end[fetch])
     for name, chosen in (("communication", collective_span), ("cpu_exec", scope)):
-        out[name] = (
+        out[name] = union(
             np.concatenate([out[name][0], span_start[chosen]]),
             np.concatenate([out[name][1], span_end[chosen]]),
         )

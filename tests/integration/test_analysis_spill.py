@@ -4,10 +4,13 @@ the op table a window of rows at a time, with the figures of the whole table, ex
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from profiler import spill
+from profiler.analysis.gpu_summary import sm_filled_ns
 from profiler.analysis.launches import launches
 from profiler.importers.kineto import read_kineto_trace
+from profiler.kernels.intervals import union
 
 
 def test_launches_of_a_spilled_run_are_kept_in_spill_files(captures, tmp_path) -> None:
@@ -21,3 +24,34 @@ def test_launches_of_a_spilled_run_are_kept_in_spill_files(captures, tmp_path) -
         assert not spill.is_spilled(getattr(plain, name))
         np.testing.assert_array_equal(values, getattr(plain, name))
     assert (spilled.launcher >= 0).sum() > 100  # not vacuous: executions tied to their ops
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data", "alexnet"])
+def test_unions_merged_a_chunk_at_a_time_are_the_whole_ones(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    start = ops["start_ns"].to_numpy()
+    end = start + ops["dur_ns"].to_numpy()
+    device = (ops["device"] != "cpu").to_numpy()
+    shuffled = np.random.default_rng(0).permutation(len(ops))  # not in start order: sorted first
+    for s, e in ((start, end), (start[device], end[device]), (start[shuffled], end[shuffled])):
+        whole = union(s, e, chunk=len(s))
+        assert 0 < len(whole[0]) < len(s)  # not vacuous: intervals merged
+        for chunk in (1, 7, len(s) // 3 + 1):
+            merged = union(s, e, chunk=chunk)
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(merged, whole))
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control", "alexnet"])
+def test_sm_filled_time_swept_a_block_at_a_time_is_the_one_sweeps_bit_for_bit(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    kernels = ops[(ops["category"] == "compute").to_numpy() & (ops["device"] != "cpu").to_numpy()]
+    start = kernels["start_ns"].to_numpy()
+    end = start + kernels["dur_ns"].to_numpy()
+    blocks = kernels["blocks_per_sm"].to_numpy()
+    assert np.isfinite(blocks).sum() > 50  # not vacuous: kernels with the figure
+    edges = np.linspace(start.min() - 10, end.max() + 10, 40).astype(np.int64)
+    w_start, w_end = edges[:-1], edges[1:]
+    whole = sm_filled_ns(start, end, blocks, w_start, w_end, chunk=len(start))
+    assert whole.sum() > 0
+    for chunk in (1, 5, len(start) // 4 + 1):
+        assert sm_filled_ns(start, end, blocks, w_start, w_end, chunk=chunk).tobytes() == whole.tobytes()
