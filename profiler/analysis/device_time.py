@@ -34,6 +34,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.ops import op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.grouping import text_matches
 from profiler.kernels.intervals import covered_ns, union
@@ -86,7 +87,7 @@ def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
 def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
     """device_executions, computed."""
     rows = np.flatnonzero(((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy())
-    ex = ops.iloc[rows]
+    ex = op_rows(ops, ["device", "stream", "category", "name", "start_ns", "dur_ns", "correlation"], rows)
     start = ex["start_ns"].to_numpy(np.int64)
     return pd.DataFrame(
         {
@@ -119,7 +120,7 @@ def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
-    rt = ops[(ops["category"] == "runtime").to_numpy()]
+    rt = op_rows(ops, ["name", "start_ns", "dur_ns", "correlation"], np.flatnonzero(ops["category"] == "runtime"))
     corr = rt["correlation"].to_numpy(np.int64)
     ex_corr = ex["correlation"].to_numpy(np.int64)
     copies = (ex["category"] == "memcpy").to_numpy() & text_matches(ex["name"], lambda n: PAGEABLE_COPY in n)
@@ -344,7 +345,8 @@ def sync_calls(ops: pd.DataFrame) -> pd.DataFrame:
     ex = device_executions(ops)
     calls = _runtime_calls(ops, ex)
     runtime = (ops["category"] == "runtime").to_numpy()
-    host = ops[(ops["device"] == "cpu").to_numpy() | runtime]  # the runtime calls, in calls' order
+    used = ["stream", "category", "name", "start_ns", "dur_ns"]
+    host = op_rows(ops, used, np.flatnonzero((ops["device"] == "cpu").to_numpy() | runtime))  # calls in calls' order
     sync_at = np.flatnonzero((calls["kind"] == "sync").to_numpy())
     sync = calls.iloc[sync_at]
     return pd.DataFrame(

@@ -26,6 +26,7 @@ import pandas as pd
 
 from profiler.analysis.kernels import kernel_rows
 from profiler.analysis.launches import Launches
+from profiler.analysis.ops import op_rows
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
 from profiler.kernels.intervals import covered_ns, in_order
@@ -37,8 +38,7 @@ def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFram
     if rows.size == 0 or steps.empty:
         return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
-    used = ["device", "name", "start_ns", "dur_ns", "blocks_per_sm", "occupancy_pct"]
-    kernels = ops[used].iloc[rows]  # a row filter copies every column it takes: only these
+    kernels = op_rows(ops, ["device", "name", "start_ns", "dur_ns", "blocks_per_sm", "occupancy_pct"], rows)
     tensor_cores = tensor_core_kernels(kernels["name"])
     bottom = _innermost_eligible(launched, len(ops)) if launched is not None else None
     out = []

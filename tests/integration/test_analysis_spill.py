@@ -3,12 +3,19 @@ the op table a window of rows at a time, with the figures of the whole table, ex
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from profiler import spill
+from profiler.analysis import step_trace as step_trace_module
 from profiler.analysis.gpu_summary import sm_filled_ns
 from profiler.analysis.launches import launches
+from profiler.analysis.ops import op_rows, op_windows
+from profiler.analysis.step_trace import inferred_boundaries, op_counts
+from profiler.analysis.steps import ensure_steps
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.intervals import union
 
@@ -55,3 +62,30 @@ def test_sm_filled_time_swept_a_block_at_a_time_is_the_one_sweeps_bit_for_bit(ca
     assert whole.sum() > 0
     for chunk in (1, 5, len(start) // 4 + 1):
         assert sm_filled_ns(start, end, blocks, w_start, w_end, chunk=chunk).tobytes() == whole.tobytes()
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data"])
+def test_rows_gathered_a_window_at_a_time_are_the_row_filters(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    columns = ["device", "name", "start_ns", "dur_ns", "blocks_per_sm"]
+    for rows in (np.flatnonzero((ops["device"] != "cpu").to_numpy()), np.arange(len(ops)), np.arange(0)):
+        whole = ops[columns].iloc[rows]
+        for window_rows in (1, 13, len(ops) // 3 + 1, len(ops)):
+            pd.testing.assert_frame_equal(op_rows(ops, columns, rows, window_rows), whole, check_exact=True)
+    assert len(np.flatnonzero((ops["device"] != "cpu").to_numpy())) > 100  # not vacuous
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control", "nccl_data"])
+def test_the_step_trace_read_a_window_of_ops_at_a_time_is_the_whole_ones(captures, monkeypatch, capture) -> None:
+    run = ensure_steps(read_kineto_trace(captures / "kineto" / f"{capture}.json.gz"))
+    steps = run.steps.sort_values("step", kind="stable").reset_index(drop=True)
+
+    def figures() -> tuple[np.ndarray, ...]:  # the step trace's figures read from the ops
+        return (*inferred_boundaries(steps, run.spans, run.ops), op_counts(run.ops, steps))
+
+    monkeypatch.setattr(step_trace_module, "op_windows", functools.partial(op_windows, rows=len(run.ops)))
+    whole = figures()
+    assert (whole[0] >= 0).sum() >= 2 and (whole[1] >= 0).sum() >= 2 and whole[2].sum() > 100  # not vacuous
+    for rows in (7, len(run.ops) // 3 + 1):
+        monkeypatch.setattr(step_trace_module, "op_windows", functools.partial(op_windows, rows=rows))
+        assert all(np.array_equal(a, b) for a, b in zip(figures(), whole))
