@@ -42,7 +42,7 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
         return own
     device, _ = codes_and_labels(ops["device"])
     stream, streams = codes_and_labels(ops["stream"])
-    lane = pd.factorize(device.astype(np.int64) * (len(streams) + 1) + stream)[0]  # a code per (device, stream)
+    lane = device.astype(np.int64) * (len(streams) + 1) + stream  # one number per (device, stream)
     start = ops["start_ns"].to_numpy(np.int64)
     parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
     depth = nesting_depths(parent)
@@ -56,13 +56,23 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     return charged
 
 
+#: Ops whose input types are coded at a time (`_by_input_types`: a window's codes, not the column's).
+TYPES_WINDOW = 1 << 18
+
+
 def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per op: all its floating-point inputs are float64; its inputs mix float64 with another
-    floating-point type. Read once per distinct input type list."""
-    codes, texts = codes_and_labels(dtypes)  # no text per op: a big trace's column is millions of rows
-    kinds = np.array([_floating_kinds(str(t)) for t in texts], dtype=bool).reshape(-1, 2)
-    kinds = np.vstack([kinds, [[False, False]]])  # code -1 (missing): neither
-    return kinds[codes, 0], kinds[codes, 1]
+    floating-point type. Read once per distinct input type list, a window of ops at a time."""
+    only, mixed = np.zeros(len(dtypes), dtype=bool), np.zeros(len(dtypes), dtype=bool)
+    kinds_of: dict[str, tuple[bool, bool]] = {}
+    for lo in range(0, len(dtypes), TYPES_WINDOW):
+        codes, texts = codes_and_labels(dtypes.iloc[lo : lo + TYPES_WINDOW])  # no text per op
+        for text in map(str, texts):
+            if text not in kinds_of:
+                kinds_of[text] = _floating_kinds(text)
+        kinds = np.array([kinds_of[str(t)] for t in texts] + [(False, False)], dtype=bool)  # code -1: neither
+        only[lo : lo + TYPES_WINDOW], mixed[lo : lo + TYPES_WINDOW] = kinds[codes, 0], kinds[codes, 1]
+    return only, mixed
 
 
 def _floating_kinds(text: str) -> tuple[bool, bool]:

@@ -87,7 +87,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     return Launches(
         call=spilled(call),
         launcher=spilled(launcher),
-        parent=spilled(parent.astype(position)),
+        parent=spilled(parent),
         tc_eligible=spilled(_any_descendant(eligible, parent, _deepest_first(parent, framework))),
         tensor_cores=spilled(tensor_cores),
     )
@@ -115,13 +115,12 @@ def framework_ops(ops: pd.DataFrame) -> np.ndarray:
 
 def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(owner, parent) per row: a host row's innermost enclosing-or-itself framework op, and a framework
-    op's innermost enclosing framework op (other rows -1), by nesting on each host thread."""
-    host = np.flatnonzero(on_host)
-    lane, _ = codes_and_labels(ops["stream"].iloc[host])
-    start = ops["start_ns"].to_numpy()[host]
-    nested_in = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
+    op's innermost enclosing framework op (other rows -1), by nesting on each host thread. Row positions
+    (`position_dtype`: half the memory of int64)."""
+    host = np.flatnonzero(on_host).astype(position_dtype(len(ops)))
+    nested_in = _host_nesting(ops, host)
     is_framework = framework[host]
-    owner = np.where(is_framework, np.arange(len(host)), nested_in)
+    owner = np.where(is_framework, np.arange(len(host), dtype=host.dtype), nested_in)
     pending = np.flatnonzero(owner >= 0)
     pending = pending[~is_framework[owner[pending]]]
     while pending.size:  # climb from a non-framework container (a runtime call) to its framework op
@@ -129,11 +128,21 @@ def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tu
         pending = pending[owner[pending] >= 0]
         pending = pending[~is_framework[owner[pending]]]
     above = np.where(nested_in >= 0, owner[np.maximum(nested_in, 0)], -1)
-    full_owner = np.full(len(ops), -1, dtype=np.int64)
-    full_parent = np.full(len(ops), -1, dtype=np.int64)
+    del nested_in
+    full_owner = np.full(len(ops), -1, dtype=host.dtype)
+    full_parent = np.full(len(ops), -1, dtype=host.dtype)
     full_owner[host] = np.where(owner >= 0, host[np.maximum(owner, 0)], -1)
+    del owner
     full_parent[host[is_framework]] = np.where(above >= 0, host[np.maximum(above, 0)], -1)[is_framework]
     return full_owner, full_parent
+
+
+def _host_nesting(ops: pd.DataFrame, host: np.ndarray) -> np.ndarray:
+    """Each of the host rows `host`'s innermost enclosing host row on its thread (a position in `host`), -1 at
+    a root; its inputs dropped on return (a big trace's host ops are millions)."""
+    codes, _ = codes_and_labels(ops["stream"])  # the whole column's codes: a row filter of it would copy its index
+    start = ops["start_ns"].to_numpy()[host]
+    return enclosing_parents(codes[host], start, start + ops["dur_ns"].to_numpy()[host]).astype(host.dtype)
 
 
 def _calls(correlation: np.ndarray, runtime: np.ndarray, rows: np.ndarray) -> np.ndarray:

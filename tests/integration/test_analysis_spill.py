@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from profiler import spill
+from profiler.analysis import float64
 from profiler.analysis import step_trace as step_trace_module
 from profiler.analysis.gpu_summary import sm_filled_ns
 from profiler.analysis.launches import launches
@@ -89,3 +90,14 @@ def test_the_step_trace_read_a_window_of_ops_at_a_time_is_the_whole_ones(capture
     for rows in (7, len(run.ops) // 3 + 1):
         monkeypatch.setattr(step_trace_module, "op_windows", functools.partial(op_windows, rows=rows))
         assert all(np.array_equal(a, b) for a, b in zip(figures(), whole))
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control"])
+def test_float64_ops_read_a_window_of_input_types_at_a_time_are_the_whole_ones(captures, monkeypatch, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    monkeypatch.setattr(float64, "TYPES_WINDOW", len(ops))
+    whole = float64.float64_charged(ops)
+    assert whole.sum() > 100  # not vacuous: float64 ops and what they run
+    for rows in (7, len(ops) // 3 + 1):
+        monkeypatch.setattr(float64, "TYPES_WINDOW", rows)
+        np.testing.assert_array_equal(float64.float64_charged(ops), whole)
