@@ -42,8 +42,8 @@ from profiler.analysis.steps import median_of
 from profiler.errors import ProfviewError
 from profiler.formats.columns import PHASE_COLUMNS
 from profiler.importers.registry import importer_for
+from profiler.memory import give_back_freed_memory
 from profiler.model import RunInfo, data_origin
-from profiler.spill import drop_resident
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -256,12 +256,12 @@ def advise(data: RankFacts, ctx: Context, questions: tuple[Question, ...] = QUES
 
 
 def _rank_answers(data: RankFacts, ctx: Context, questions: tuple[Question, ...]) -> Iterator[Finding]:
-    """Every question's findings on one rank, the spilled pages each read handed back before the next
-    (spill.drop_resident: a big import's op columns), so the questions do not pile their pages up."""
+    """Every question's findings on one rank, the spilled pages each read and the heap it freed handed back before
+    the next (memory.give_back_freed_memory: a big import's op columns), so the questions do not pile them up."""
     for q in questions:
         if q.rank:
             yield from q.rank.answer(data, ctx)
-            drop_resident()
+            give_back_freed_memory()
 
 
 def cluster_findings(data: object, ctx: Context, questions: tuple[Question, ...] = QUESTIONS) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ import pandas as pd
 
 from profiler.analysis.ops import op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
-from profiler.kernels.grouping import text_matches
+from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import covered_ns, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
@@ -86,7 +86,7 @@ def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
     """device_executions, computed."""
-    rows = np.flatnonzero(((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy())
+    rows = np.flatnonzero((ops["device"] != "cpu").to_numpy() & is_in(ops["category"], DEVICE_WORK_CATEGORIES))
     ex = op_rows(ops, ["device", "stream", "category", "name", "start_ns", "dur_ns", "correlation"], rows)
     start = ex["start_ns"].to_numpy(np.int64)
     return pd.DataFrame(
@@ -99,7 +99,8 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
             "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
             "correlation": ex["correlation"].to_numpy(np.int64),
             "row": rows,
-        }
+        },
+        copy=False,  # arrays made for this table: not copied again
     )
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core_kernels
-from profiler.kernels.grouping import codes_and_labels, text_matches
+from profiler.kernels.grouping import codes_and_labels, is_in, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import DEVICE_WORK_CATEGORIES
 from profiler.spill import spilled
@@ -66,7 +66,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     on_host = (ops["device"] == "cpu").to_numpy()
     correlation = ops["correlation"].to_numpy()
     category = ops["category"]
-    executions = category.isin(DEVICE_WORK_CATEGORIES).to_numpy() & ~on_host & (correlation >= 0)
+    executions = is_in(category, DEVICE_WORK_CATEGORIES) & ~on_host & (correlation >= 0)
     runtime = (category == "runtime").to_numpy() & on_host & (correlation >= 0)
     if not executions.any() or not runtime.any():
         return None
@@ -78,7 +78,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1).astype(position)
 
     tensor_cores = np.zeros(len(ops), dtype=bool)
-    kernels = np.flatnonzero(executions & category.isin(KERNEL_CATEGORIES).to_numpy())
+    kernels = np.flatnonzero(executions & is_in(category, KERNEL_CATEGORIES))
     tensor_cores[kernels] = tensor_core_kernels(ops["name"].iloc[kernels])
     tc_self = _launched_time(launcher, ops["dur_ns"].to_numpy(), tensor_cores)
     eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
@@ -110,7 +110,7 @@ def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
 
 def framework_ops(ops: pd.DataFrame) -> np.ndarray:
     """Whether each row is a framework op (the rows the op figures are for)."""
-    return (ops["device"] == "cpu").to_numpy() & ops["category"].isin(FRAMEWORK_CATEGORIES).to_numpy()
+    return (ops["device"] == "cpu").to_numpy() & is_in(ops["category"], FRAMEWORK_CATEGORIES)
 
 
 def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

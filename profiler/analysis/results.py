@@ -28,8 +28,8 @@ from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_activity import comm_split, device_aware_steps, step_activity
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
 from profiler.analysis.steps import MARKED, analysed_steps, step_source
+from profiler.memory import give_back_freed_memory
 from profiler.model import FLOAT64_MODULE_SPAN, Run
-from profiler.spill import drop_resident
 
 
 @dataclass
@@ -127,9 +127,10 @@ T = TypeVar("T")
 
 
 def _released(result: T) -> T:
-    """An analysis' `result`, once the pages of the spilled arrays it read are handed back (spill.drop_resident):
-    each analysis then starts from the run's floor, not on top of every op column the ones before it touched."""
-    drop_resident()
+    """An analysis' `result`, once the pages of the spilled arrays it read and the heap it freed are handed back
+    (memory.give_back_freed_memory): each analysis then starts from the run's floor, not on top of every op
+    column the ones before it touched and the heap their temporaries left."""
+    give_back_freed_memory()
     return result
 
 

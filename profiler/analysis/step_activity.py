@@ -17,8 +17,8 @@ import pandas as pd
 
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches
 from profiler.formats.columns import COMM_SPLIT_COLUMNS, STEP_ACTIVITY_COLUMNS
-from profiler.kernels.grouping import text_matches
-from profiler.kernels.intervals import covered_ns, union
+from profiler.kernels.grouping import is_in, text_matches
+from profiler.kernels.intervals import covered_ns, union, union_where
 from profiler.model import DEVICE_WORK_CATEGORIES
 
 #: A data loader's fetch annotation (torch's `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`,
@@ -89,7 +89,7 @@ def _launched_per_step(
     np.maximum.at(last, at, exec_end)
     launched_in = np.zeros(len(ops), dtype=bool)
     launched_in[executions] = True
-    device_work = (ops["device"] != "cpu").to_numpy() & ops["category"].isin(DEVICE_WORK_CATEGORIES).to_numpy()
+    device_work = (ops["device"] != "cpu").to_numpy() & is_in(ops["category"], DEVICE_WORK_CATEGORIES)
     launched_in |= ~device_work  # only device work can be "left running"
     return launched_in, first, last, np.bincount(at, minlength=len(start))
 
@@ -113,9 +113,7 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
     category = ops["category"]
     start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
     collective = (
-        ~on_device
-        & (category.isin(_CPU_EXEC_CATEGORIES + ("comm",)).to_numpy())
-        & text_matches(ops["name"], _COLLECTIVE.match)
+        ~on_device & is_in(category, _CPU_EXEC_CATEGORIES + ("comm",)) & text_matches(ops["name"], _COLLECTIVE.match)
     )
     masks = {
         "kernel": on_device & (category == "compute").to_numpy(),
@@ -123,9 +121,9 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
         "memset": on_device & (category == "memset").to_numpy(),
         "communication": on_device & (category == "comm").to_numpy() | collective,
         "runtime": ~on_device & (category == "runtime").to_numpy(),
-        "cpu_exec": ~on_device & category.isin(_CPU_EXEC_CATEGORIES).to_numpy() & ~collective,
+        "cpu_exec": ~on_device & is_in(category, _CPU_EXEC_CATEGORIES) & ~collective,
     }
-    out = {name: union(start[mask], start[mask] + dur[mask]) for name, mask in masks.items()}
+    out = {name: union_where(start, dur, mask) for name, mask in masks.items()}
     span_names = spans["name"].astype(str)
     span_start, span_end = spans["start_ns"].to_numpy(), (spans["start_ns"] + spans["dur_ns"]).to_numpy()
     collective_span = span_names.str.match(_COLLECTIVE.pattern).to_numpy()

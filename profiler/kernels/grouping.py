@@ -88,6 +88,14 @@ def text_matches(column, predicate: Callable[[str], Any]) -> np.ndarray:
     return np.array([bool(predicate(str(v))) for v in labels.tolist()] + [False], dtype=bool)[codes]
 
 
+def is_in(column, values: Sequence[str]) -> np.ndarray:
+    """Whether each value is one of `values` (`column.isin(values)` as an array): a categorical's codes looked up
+    once per distinct value (~1 B per row where isin takes ~7: millions of ops); other columns by isin."""
+    if isinstance(getattr(column, "dtype", None), pd.CategoricalDtype):
+        return text_matches(column, frozenset(values).__contains__)
+    return np.asarray(column.isin(values))
+
+
 def sorted_codes(column) -> tuple[np.ndarray, int]:
     """Each row's rank among the column's distinct values in sorted (string) order, and their count."""
     codes, labels = codes_and_labels(column)

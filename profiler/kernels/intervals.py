@@ -38,6 +38,22 @@ def union(starts: np.ndarray, ends: np.ndarray, chunk: int = UNION_CHUNK) -> tup
     return first, np.append(np.concatenate(reach_before)[1:], reach)
 
 
+def union_where(
+    starts: np.ndarray, lengths: np.ndarray, where: np.ndarray, chunk: int = UNION_CHUNK
+) -> tuple[np.ndarray, np.ndarray]:
+    """`union` of the intervals [starts, starts + lengths) that the mask `where` selects, a chunk of rows at a
+    time: the chunks' unions merged are the whole union, with no copy of the whole selection (an op table's
+    millions of rows)."""
+    pieces = [
+        union(starts[lo : lo + chunk][mine], starts[lo : lo + chunk][mine] + lengths[lo : lo + chunk][mine], chunk)
+        for lo in range(0, len(starts), chunk)
+        if (mine := where[lo : lo + chunk]).any()
+    ]
+    if not pieces:
+        return union(starts[:0], starts[:0])
+    return union(np.concatenate([s for s, _ in pieces]), np.concatenate([e for _, e in pieces]), chunk)
+
+
 def in_order(values: np.ndarray, chunk: int = UNION_CHUNK) -> bool:
     """Whether `values` never decrease, checked `chunk` values at a time (no whole-array temporaries)."""
     for lo in range(0, len(values) - 1, chunk):

@@ -18,7 +18,8 @@ from profiler.analysis.ops import op_rows, op_windows
 from profiler.analysis.step_trace import inferred_boundaries, op_counts
 from profiler.analysis.steps import ensure_steps
 from profiler.importers.kineto import read_kineto_trace
-from profiler.kernels.intervals import union
+from profiler.kernels.grouping import is_in
+from profiler.kernels.intervals import union, union_where
 
 
 def test_launches_of_a_spilled_run_are_kept_in_spill_files(captures, tmp_path) -> None:
@@ -101,3 +102,18 @@ def test_float64_ops_read_a_window_of_input_types_at_a_time_are_the_whole_ones(c
     for rows in (7, len(ops) // 3 + 1):
         monkeypatch.setattr(float64, "TYPES_WINDOW", rows)
         np.testing.assert_array_equal(float64.float64_charged(ops), whole)
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data"])
+def test_selected_unions_and_memberships_read_by_chunks_are_the_whole_ones(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
+    for categories in (("compute", "comm"), ("host", "user", "python"), ("nothing",)):
+        where = is_in(ops["category"], categories)
+        np.testing.assert_array_equal(where, ops["category"].isin(categories).to_numpy())
+        np.testing.assert_array_equal(is_in(ops["category"].astype(str), categories), where)  # not categorical
+        whole = union(start[where], start[where] + dur[where])
+        for chunk in (1, 9, len(ops) // 3 + 1):
+            merged = union_where(start, dur, where, chunk)
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(merged, whole))
+    assert len(union_where(start, dur, is_in(ops["category"], ("compute",)))[0]) > 50  # not vacuous
