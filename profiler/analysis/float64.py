@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import FLOAT64_MODULE_SPAN
 
 #: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
@@ -40,11 +40,7 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     own = float64 | (cast & converts)
     if not own.any():
         return own
-    device, _ = codes_and_labels(ops["device"])
-    stream, streams = codes_and_labels(ops["stream"])
-    lane = device.astype(np.int64) * (len(streams) + 1) + stream  # one number per (device, stream)
-    start = ops["start_ns"].to_numpy(np.int64)
-    parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
+    parent = _lane_nesting(ops)
     depth = nesting_depths(parent)
     levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
     holds = own.copy()  # a charged op at or below it: innermost level first
@@ -58,6 +54,17 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
 
 #: Ops whose input types are coded at a time (`_by_input_types`: a window's codes, not the column's).
 TYPES_WINDOW = 1 << 18
+
+
+def _lane_nesting(ops: pd.DataFrame) -> np.ndarray:
+    """Each op's innermost enclosing op on its lane (device and stream), -1 at a root, as row positions
+    (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
+    device, _ = codes_and_labels(ops["device"])
+    stream, streams = codes_and_labels(ops["stream"])
+    lane = device.astype(np.int64) * (len(streams) + 1) + stream  # one number per (device, stream)
+    start = ops["start_ns"].to_numpy(np.int64)
+    parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
+    return parent.astype(position_dtype(len(ops)))
 
 
 def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core
 from profiler.kernels.grouping import codes_and_labels, is_in, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import DEVICE_WORK_CATEGORIES
-from profiler.spill import spilled
+from profiler.spill import drop_resident, spilled
 
 #: Host op categories that are framework ops (an op a user wrote or called), which own launches.
 FRAMEWORK_CATEGORIES = ("host", "user")
@@ -76,6 +76,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     call = np.full(len(ops), -1, dtype=position)
     call[executions] = _calls(correlation, runtime, np.flatnonzero(executions))
     launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1).astype(position)
+    del owner
 
     tensor_cores = np.zeros(len(ops), dtype=bool)
     kernels = np.flatnonzero(executions & is_in(category, KERNEL_CATEGORIES))
@@ -83,29 +84,35 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     tc_self = _launched_time(launcher, ops["dur_ns"].to_numpy(), tensor_cores)
     eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
     del tc_self
-    # kept for the whole analysis: in spill files when the run is spilled, out of the resident memory between reads
-    return Launches(
-        call=spilled(call),
-        launcher=spilled(launcher),
-        parent=spilled(parent),
-        tc_eligible=spilled(_any_descendant(eligible, parent, _deepest_first(parent, framework))),
-        tensor_cores=spilled(tensor_cores),
-    )
+    # kept for the whole analysis: in spill files when the run is spilled, their pages and the op columns' read so
+    # far handed back before the nesting's own arrays are made
+    call, launcher, parent, tensor_cores = (spilled(a) for a in (call, launcher, parent, tensor_cores))
+    drop_resident()
+    tc_eligible = spilled(_any_descendant(eligible, parent, _deepest_first(parent, framework)))
+    return Launches(call=call, launcher=launcher, parent=parent, tc_eligible=tc_eligible, tensor_cores=tensor_cores)
 
 
 def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
     """Each framework op's device self / total time and their tensor-core parts (DeviceTimes): the durations of
     the executions it launched, summed on the op, then up its parents."""
     dur = ops["dur_ns"].to_numpy()
-    device_self = _launched_time(launched.launcher, dur)
-    tc_self = _launched_time(launched.launcher, dur, launched.tensor_cores)
     order = _deepest_first(launched.parent, framework_ops(ops))
-    return DeviceTimes(
-        device_self_ns=device_self,
-        device_total_ns=_with_descendants(device_self, launched.parent, order),
-        tc_self_ns=tc_self,
-        tc_total_ns=_with_descendants(tc_self, launched.parent, order),
+    device_self, device_total = _own_and_total(_launched_time(launched.launcher, dur), launched.parent, order)
+    tc_self, tc_total = _own_and_total(
+        _launched_time(launched.launcher, dur, launched.tensor_cores), launched.parent, order
     )
+    return DeviceTimes(
+        device_self_ns=device_self, device_total_ns=device_total, tc_self_ns=tc_self, tc_total_ns=tc_total
+    )
+
+
+def _own_and_total(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(own, own with its descendants'), in spill files when the run is spilled, their pages handed back: the op
+    tables read them a window at a time, and four int64 per op are too many to keep resident."""
+    total = spilled(_with_descendants(own, parent, order))
+    own = spilled(own)
+    drop_resident()
+    return own, total
 
 
 def framework_ops(ops: pd.DataFrame) -> np.ndarray:

@@ -13,26 +13,33 @@ from profiler import spill
 from profiler.analysis import float64
 from profiler.analysis import step_trace as step_trace_module
 from profiler.analysis.gpu_summary import sm_filled_ns
-from profiler.analysis.launches import launches
+from profiler.analysis.launches import device_times, launches
 from profiler.analysis.ops import op_rows, op_windows
 from profiler.analysis.step_trace import inferred_boundaries, op_counts
 from profiler.analysis.steps import ensure_steps
 from profiler.importers.kineto import read_kineto_trace
+from profiler.kernels import grouping
 from profiler.kernels.grouping import is_in
 from profiler.kernels.intervals import union, union_where
 
 
-def test_launches_of_a_spilled_run_are_kept_in_spill_files(captures, tmp_path) -> None:
+def test_launches_and_device_times_of_a_spilled_run_are_kept_in_spill_files(captures, tmp_path) -> None:
     trace = captures / "kineto" / "sampled_rank-0.json.gz"
-    plain = launches(read_kineto_trace(trace).ops)
+    ops = read_kineto_trace(trace).ops
+    plain = launches(ops)
+    assert plain is not None
+    plain_times = device_times(ops, plain)
     with spill.spilling(tmp_path, min_bytes=1):
-        spilled = launches(read_kineto_trace(trace).ops)
-    assert plain is not None and spilled is not None
-    for name, values in vars(spilled).items():
-        assert spill.is_spilled(values), name
-        assert not spill.is_spilled(getattr(plain, name))
-        np.testing.assert_array_equal(values, getattr(plain, name))
-    assert (spilled.launcher >= 0).sum() > 100  # not vacuous: executions tied to their ops
+        ops = read_kineto_trace(trace).ops
+        spilled = launches(ops)
+        assert spilled is not None
+        times = device_times(ops, spilled)
+    for kept, expected in ((spilled, plain), (times, plain_times)):
+        for name, values in vars(kept).items():
+            assert spill.is_spilled(values), name
+            assert not spill.is_spilled(getattr(expected, name))
+            np.testing.assert_array_equal(values, getattr(expected, name))
+    assert (spilled.launcher >= 0).sum() > 100 and (times.device_total_ns > 0).sum() > 100  # not vacuous
 
 
 @pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data", "alexnet"])
@@ -117,3 +124,17 @@ def test_selected_unions_and_memberships_read_by_chunks_are_the_whole_ones(captu
             merged = union_where(start, dur, where, chunk)
             assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(merged, whole))
     assert len(union_where(start, dur, is_in(ops["category"], ("compute",)))[0]) > 50  # not vacuous
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control"])
+def test_text_matched_a_window_of_rows_at_a_time_is_the_whole_columns(captures, monkeypatch, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    columns = [ops["dtypes"], ops["shapes"], ops["name"].astype(str).to_numpy(dtype=object)]  # text, not categorical
+    predicates = [lambda t: "double" in t, lambda t: t.count(",") > 1, lambda t: t.startswith("aten::")]
+    monkeypatch.setattr(grouping, "TEXT_WINDOW", len(ops))
+    whole = [grouping.text_matches(c, p) for c, p in zip(columns, predicates)]
+    assert all(10 < w.sum() < len(ops) for w in whole)  # not vacuous: some rows match, not all
+    for rows in (7, len(ops) // 3 + 1):
+        monkeypatch.setattr(grouping, "TEXT_WINDOW", rows)
+        for column, predicate, expected in zip(columns, predicates, whole):
+            np.testing.assert_array_equal(grouping.text_matches(column, predicate), expected)
