@@ -40,6 +40,7 @@ from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import covered_ns, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
+from profiler.spill import spilled
 
 #: A gap shorter than this between two executions whose work was already launched is launch
 #: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
@@ -95,12 +96,14 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
             "stream": _categorical(ex["stream"]),
             "category": _categorical(ex["category"]),
             "name": _categorical(ex["name"]),
-            "start_ns": start,
-            "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
-            "correlation": ex["correlation"].to_numpy(np.int64),
-            "row": rows,
+            # kept for the whole analysis: in spill files when the run is spilled (its pages handed back with the
+            # op columns'), not copied again into the table
+            "start_ns": spilled(start),
+            "end_ns": spilled(start + ex["dur_ns"].to_numpy(np.int64)),
+            "correlation": spilled(ex["correlation"].to_numpy(np.int64)),
+            "row": spilled(rows),
         },
-        copy=False,  # arrays made for this table: not copied again
+        copy=False,
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 from profiler import spill
 from profiler.analysis import float64
 from profiler.analysis import step_trace as step_trace_module
+from profiler.analysis.device_time import device_executions
 from profiler.analysis.gpu_summary import sm_filled_ns
 from profiler.analysis.launches import device_times, launches
 from profiler.analysis.ops import op_rows, op_windows
@@ -138,3 +139,14 @@ def test_text_matched_a_window_of_rows_at_a_time_is_the_whole_columns(captures, 
         monkeypatch.setattr(grouping, "TEXT_WINDOW", rows)
         for column, predicate, expected in zip(columns, predicates, whole):
             np.testing.assert_array_equal(grouping.text_matches(column, predicate), expected)
+
+
+def test_the_device_executions_of_a_spilled_run_keep_their_times_in_spill_files(captures, tmp_path) -> None:
+    trace = captures / "kineto" / "nccl_data.json.gz"
+    plain = device_executions(read_kineto_trace(trace).ops)
+    with spill.spilling(tmp_path, min_bytes=1):
+        ex = device_executions(read_kineto_trace(trace).ops)
+    pd.testing.assert_frame_equal(ex, plain, check_exact=True)
+    assert len(ex) > 100  # not vacuous
+    for column in ("start_ns", "end_ns", "correlation", "row"):
+        assert spill.is_spilled(ex[column].to_numpy()) and not spill.is_spilled(plain[column].to_numpy()), column
