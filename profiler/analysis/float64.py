@@ -40,7 +40,13 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     own = float64 | (cast & converts)
     if not own.any():
         return own
-    parent = _lane_nesting(ops)
+    lane = _lanes(ops)
+    # charges pass along the nesting, which stays on a lane: only the lanes holding a float64 op are nested
+    holding = np.zeros(int(lane.max()) + 1, dtype=bool)
+    holding[lane[own]] = True
+    on = np.flatnonzero(holding[lane])
+    own, cast = own[on], cast[on]
+    parent = _lane_nesting(ops, lane, on)
     depth = nesting_depths(parent)
     levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
     holds = own.copy()  # a charged op at or below it: innermost level first
@@ -49,22 +55,28 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     charged = own | (holds & cast)
     for rows in levels:  # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
-    return charged
+    out = np.zeros(len(ops), dtype=bool)
+    out[on] = charged
+    return out
 
 
 #: Ops whose input types are coded at a time (`_by_input_types`: a window's codes, not the column's).
 TYPES_WINDOW = 1 << 18
 
 
-def _lane_nesting(ops: pd.DataFrame) -> np.ndarray:
-    """Each op's innermost enclosing op on its lane (device and stream), -1 at a root, as row positions
-    (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
+def _lanes(ops: pd.DataFrame) -> np.ndarray:
+    """One number per op's lane (device and stream), from 0 (codes -1, missing, count as a value)."""
     device, _ = codes_and_labels(ops["device"])
     stream, streams = codes_and_labels(ops["stream"])
-    lane = device.astype(np.int64) * (len(streams) + 1) + stream  # one number per (device, stream)
-    start = ops["start_ns"].to_numpy(np.int64)
-    parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
-    return parent.astype(position_dtype(len(ops)))
+    return (device.astype(np.int64) + 1) * (len(streams) + 1) + stream + 1
+
+
+def _lane_nesting(ops: pd.DataFrame, lane: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`), -1 at a root
+    (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
+    start = ops["start_ns"].to_numpy(np.int64)[rows]
+    parent = enclosing_parents(lane[rows], start, start + ops["dur_ns"].to_numpy(np.int64)[rows])
+    return parent.astype(position_dtype(len(rows)))
 
 
 def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
