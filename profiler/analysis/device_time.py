@@ -202,7 +202,8 @@ def _gaps(
             "host_ns": np.where(queued | unknown, zero, rest),
             "launch_ns": np.where(short, length, zero),
             "other_ns": np.where(queued, length - np.where(short, length, zero), np.where(unknown, rest, zero)),
-        }
+        },
+        copy=False,  # arrays made for this table: not copied again (a big trace's gaps are millions)
     )
 
 
@@ -213,7 +214,10 @@ def _merged(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.nd
         return _EMPTY, _EMPTY, _EMPTY, _EMPTY
     order = np.lexsort((start, lane))
     s, e, k = start[order], end[order], lane[order]
-    reach = pd.Series(e).groupby(k).cummax().to_numpy(np.int64)
+    reach = np.empty(len(e), dtype=np.int64)  # each lane's running latest end (a few lanes: no groupby's copies)
+    edges = [0, *(np.flatnonzero(k[1:] != k[:-1]) + 1), len(k)]
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
     new = np.ones(len(s), dtype=bool)
     new[1:] = (k[1:] != k[:-1]) | (s[1:] > reach[:-1])
     head = np.flatnonzero(new)
