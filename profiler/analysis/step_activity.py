@@ -150,12 +150,11 @@ def step_activity(ops: pd.DataFrame, spans: pd.DataFrame, steps: pd.DataFrame) -
         return pd.DataFrame(columns=STEP_ACTIVITY_COLUMNS)
     q_start, q_end = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     table = {"step": steps["step"].to_numpy(np.int64)}
-    starts, ends = [], []
+    merged = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))  # the activities so far, as one union
     covered_before = np.zeros(len(steps), dtype=np.int64)
     for name, (s, e) in activity_intervals(ops, spans).items():
-        starts.append(s)
-        ends.append(e)
-        covered = covered_ns(np.concatenate(starts), np.concatenate(ends), q_start, q_end)
+        merged = union(np.concatenate([merged[0], s]), np.concatenate([merged[1], e]))
+        covered = covered_ns(*merged, q_start, q_end)
         table[f"{name}_ms"] = (covered - covered_before) / 1e6
         covered_before = covered
     total = q_end - q_start
