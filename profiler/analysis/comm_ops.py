@@ -28,6 +28,7 @@ import pandas as pd
 
 from profiler.analysis.launches import Launches
 from profiler.formats.columns import COMM_OP_COLUMNS, COMM_PIECE_COLUMNS
+from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import union
 from profiler.model import COLLECTIVE_PREFIXES
 
@@ -89,7 +90,7 @@ def comm_op_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFra
     size = np.array(
         [
             message_bytes(s, d)
-            for s, d in zip(ops["shapes"].astype(str).iloc[rows], ops["dtypes"].astype(str).iloc[rows])
+            for s, d in zip(ops["shapes"].iloc[rows].astype(str), ops["dtypes"].iloc[rows].astype(str))
         ],
         dtype=np.int64,
     )
@@ -150,7 +151,7 @@ def _collective_calls(ops: pd.DataFrame, launched: Optional[Launches]) -> Option
     if not len(rows):
         return None
     executions, owner = _executions_inside(ops, launched, rows) if launched is not None else (rows[:0], rows[:0])
-    return _Calls(rows, ops["name"].astype(str).to_numpy(dtype=object)[rows], executions, owner)
+    return _Calls(rows, ops["name"].iloc[rows].astype(str).to_numpy(dtype=object), executions, owner)
 
 
 def transfer_times(pieces: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
@@ -180,13 +181,12 @@ def _executions_inside(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) 
     thread), and for each the position in `rows` of its range."""
     executions = np.flatnonzero(launched.call >= 0)
     call = launched.call[executions]
-    stream = ops["stream"].astype(str).to_numpy(dtype=object)
-    start = ops["start_ns"].to_numpy(np.int64)
-    end = start + ops["dur_ns"].to_numpy(np.int64)
+    stream, _ = codes_and_labels(ops["stream"])  # codes: no text per op
+    start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     order = np.argsort(start[rows], kind="stable")
     sorted_rows = rows[order]
     at = np.searchsorted(start[sorted_rows], start[call], side="right") - 1
     inside = at >= 0
     holder = sorted_rows[np.maximum(at, 0)]
-    inside &= (end[call] <= end[holder]) & (stream[call] == stream[holder])
+    inside &= (start[call] + dur[call] <= start[holder] + dur[holder]) & (stream[call] == stream[holder])
     return executions[inside], order[at[inside]]

@@ -34,11 +34,13 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.ops import op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
-from profiler.kernels.grouping import text_matches
+from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import covered_ns, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
+from profiler.spill import spilled
 
 #: A gap shorter than this between two executions whose work was already launched is launch
 #: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
@@ -85,8 +87,8 @@ def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
     """device_executions, computed."""
-    rows = np.flatnonzero(((ops["device"] != "cpu") & ops["category"].isin(DEVICE_WORK_CATEGORIES)).to_numpy())
-    ex = ops.iloc[rows]
+    rows = np.flatnonzero((ops["device"] != "cpu").to_numpy() & is_in(ops["category"], DEVICE_WORK_CATEGORIES))
+    ex = op_rows(ops, ["device", "stream", "category", "name", "start_ns", "dur_ns", "correlation"], rows)
     start = ex["start_ns"].to_numpy(np.int64)
     return pd.DataFrame(
         {
@@ -94,11 +96,14 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
             "stream": _categorical(ex["stream"]),
             "category": _categorical(ex["category"]),
             "name": _categorical(ex["name"]),
-            "start_ns": start,
-            "end_ns": start + ex["dur_ns"].to_numpy(np.int64),
-            "correlation": ex["correlation"].to_numpy(np.int64),
-            "row": rows,
-        }
+            # kept for the whole analysis: in spill files when the run is spilled (its pages handed back with the
+            # op columns'), not copied again into the table
+            "start_ns": spilled(start),
+            "end_ns": spilled(start + ex["dur_ns"].to_numpy(np.int64)),
+            "correlation": spilled(ex["correlation"].to_numpy(np.int64)),
+            "row": spilled(rows),
+        },
+        copy=False,
     )
 
 
@@ -119,7 +124,7 @@ def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
-    rt = ops[(ops["category"] == "runtime").to_numpy()]
+    rt = op_rows(ops, ["name", "start_ns", "dur_ns", "correlation"], np.flatnonzero(ops["category"] == "runtime"))
     corr = rt["correlation"].to_numpy(np.int64)
     ex_corr = ex["correlation"].to_numpy(np.int64)
     copies = (ex["category"] == "memcpy").to_numpy() & text_matches(ex["name"], lambda n: PAGEABLE_COPY in n)
@@ -197,7 +202,8 @@ def _gaps(
             "host_ns": np.where(queued | unknown, zero, rest),
             "launch_ns": np.where(short, length, zero),
             "other_ns": np.where(queued, length - np.where(short, length, zero), np.where(unknown, rest, zero)),
-        }
+        },
+        copy=False,  # arrays made for this table: not copied again (a big trace's gaps are millions)
     )
 
 
@@ -208,7 +214,10 @@ def _merged(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.nd
         return _EMPTY, _EMPTY, _EMPTY, _EMPTY
     order = np.lexsort((start, lane))
     s, e, k = start[order], end[order], lane[order]
-    reach = pd.Series(e).groupby(k).cummax().to_numpy(np.int64)
+    reach = np.empty(len(e), dtype=np.int64)  # each lane's running latest end (a few lanes: no groupby's copies)
+    edges = [0, *(np.flatnonzero(k[1:] != k[:-1]) + 1), len(k)]
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
     new = np.ones(len(s), dtype=bool)
     new[1:] = (k[1:] != k[:-1]) | (s[1:] > reach[:-1])
     head = np.flatnonzero(new)
@@ -344,7 +353,8 @@ def sync_calls(ops: pd.DataFrame) -> pd.DataFrame:
     ex = device_executions(ops)
     calls = _runtime_calls(ops, ex)
     runtime = (ops["category"] == "runtime").to_numpy()
-    host = ops[(ops["device"] == "cpu").to_numpy() | runtime]  # the runtime calls, in calls' order
+    used = ["stream", "category", "name", "start_ns", "dur_ns"]
+    host = op_rows(ops, used, np.flatnonzero((ops["device"] == "cpu").to_numpy() | runtime))  # calls in calls' order
     sync_at = np.flatnonzero((calls["kind"] == "sync").to_numpy())
     sync = calls.iloc[sync_at]
     return pd.DataFrame(

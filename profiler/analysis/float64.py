@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import FLOAT64_MODULE_SPAN
 
 #: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
@@ -40,11 +40,13 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     own = float64 | (cast & converts)
     if not own.any():
         return own
-    device, _ = codes_and_labels(ops["device"])
-    stream, streams = codes_and_labels(ops["stream"])
-    lane = pd.factorize(device.astype(np.int64) * (len(streams) + 1) + stream)[0]  # a code per (device, stream)
-    start = ops["start_ns"].to_numpy(np.int64)
-    parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64))
+    lane = _lanes(ops)
+    # charges pass along the nesting, which stays on a lane: only the lanes holding a float64 op are nested
+    holding = np.zeros(int(lane.max()) + 1, dtype=bool)
+    holding[lane[own]] = True
+    on = np.flatnonzero(holding[lane])
+    own, cast = own[on], cast[on]
+    parent = _lane_nesting(ops, lane, on)
     depth = nesting_depths(parent)
     levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
     holds = own.copy()  # a charged op at or below it: innermost level first
@@ -53,16 +55,43 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     charged = own | (holds & cast)
     for rows in levels:  # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
-    return charged
+    out = np.zeros(len(ops), dtype=bool)
+    out[on] = charged
+    return out
+
+
+#: Ops whose input types are coded at a time (`_by_input_types`: a window's codes, not the column's).
+TYPES_WINDOW = 1 << 18
+
+
+def _lanes(ops: pd.DataFrame) -> np.ndarray:
+    """One number per op's lane (device and stream), from 0 (codes -1, missing, count as a value)."""
+    device, _ = codes_and_labels(ops["device"])
+    stream, streams = codes_and_labels(ops["stream"])
+    return (device.astype(np.int64) + 1) * (len(streams) + 1) + stream + 1
+
+
+def _lane_nesting(ops: pd.DataFrame, lane: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`), -1 at a root
+    (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
+    start = ops["start_ns"].to_numpy(np.int64)[rows]
+    parent = enclosing_parents(lane[rows], start, start + ops["dur_ns"].to_numpy(np.int64)[rows])
+    return parent.astype(position_dtype(len(rows)))
 
 
 def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per op: all its floating-point inputs are float64; its inputs mix float64 with another
-    floating-point type. Read once per distinct input type list."""
-    codes, texts = codes_and_labels(dtypes)  # no text per op: a big trace's column is millions of rows
-    kinds = np.array([_floating_kinds(str(t)) for t in texts], dtype=bool).reshape(-1, 2)
-    kinds = np.vstack([kinds, [[False, False]]])  # code -1 (missing): neither
-    return kinds[codes, 0], kinds[codes, 1]
+    floating-point type. Read once per distinct input type list, a window of ops at a time."""
+    only, mixed = np.zeros(len(dtypes), dtype=bool), np.zeros(len(dtypes), dtype=bool)
+    kinds_of: dict[str, tuple[bool, bool]] = {}
+    for lo in range(0, len(dtypes), TYPES_WINDOW):
+        codes, texts = codes_and_labels(dtypes.iloc[lo : lo + TYPES_WINDOW])  # no text per op
+        for text in map(str, texts):
+            if text not in kinds_of:
+                kinds_of[text] = _floating_kinds(text)
+        kinds = np.array([kinds_of[str(t)] for t in texts] + [(False, False)], dtype=bool)  # code -1: neither
+        only[lo : lo + TYPES_WINDOW], mixed[lo : lo + TYPES_WINDOW] = kinds[codes, 0], kinds[codes, 1]
+    return only, mixed
 
 
 def _floating_kinds(text: str) -> tuple[bool, bool]:

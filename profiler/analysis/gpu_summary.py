@@ -26,9 +26,10 @@ import pandas as pd
 
 from profiler.analysis.kernels import kernel_rows
 from profiler.analysis.launches import Launches
+from profiler.analysis.ops import op_rows
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
-from profiler.kernels.intervals import covered_ns
+from profiler.kernels.intervals import covered_ns, in_order
 
 
 def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFrame) -> pd.DataFrame:
@@ -37,7 +38,7 @@ def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFram
     if rows.size == 0 or steps.empty:
         return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
-    kernels = ops.iloc[rows]
+    kernels = op_rows(ops, ["device", "name", "start_ns", "dur_ns", "blocks_per_sm", "occupancy_pct"], rows)
     tensor_cores = tensor_core_kernels(kernels["name"])
     bottom = _innermost_eligible(launched, len(ops)) if launched is not None else None
     out = []
@@ -72,29 +73,63 @@ def _sm_efficiency(start: np.ndarray, end: np.ndarray, blocks: np.ndarray, windo
     return float(filled * 100.0 / (window[1] - window[0]))
 
 
+#: Kernels swept at a time by `sm_filled_ns` (its copies: ~100 B per kernel of a chunk, not of the run).
+SWEEP_CHUNK = 1 << 17
+
+
 def sm_filled_ns(
-    start: np.ndarray, end: np.ndarray, blocks: np.ndarray, w_start: np.ndarray, w_end: np.ndarray
+    start: np.ndarray,
+    end: np.ndarray,
+    blocks: np.ndarray,
+    w_start: np.ndarray,
+    w_end: np.ndarray,
+    chunk: int = SWEEP_CHUNK,
 ) -> np.ndarray:
     """Per window [w_start, w_end), the time the device's SMs are filled (ns): the integral of min(1, sum
     of the running kernels' blocks per SM), the plugin's Est. SM Efficiency times the window. Kernels
-    without the figure fill nothing."""
+    without the figure fill nothing.
+
+    The kernels' starts and ends are swept in time order a block of time at a time (`chunk` kernels in start
+    order, with the ends that fall in their block), the level and the integral carried from block to block:
+    the same additions in the same order as one sweep of them all, so the same floats. Kernels not in start
+    order are swept as one block."""
     known = np.isfinite(blocks) & (blocks > 0)
     if not known.any():
         return np.zeros(len(w_start))
-    times = np.concatenate([start[known], end[known]])
-    change = np.concatenate([blocks[known], -blocks[known]]).astype(np.float64)
-    order = np.argsort(times, kind="stable")
-    times, level = times[order], np.cumsum(change[order])
-    fill = np.minimum(np.maximum(level[:-1], 0.0), 1.0)
-    before = np.concatenate([[0.0], np.cumsum(fill * np.diff(times))])  # the integral up to each time
-
-    def integral(t: np.ndarray) -> np.ndarray:
-        at = np.clip(np.searchsorted(times, t, "right") - 1, 0, len(fill) - 1)
-        inside = (t > times[0]) & (t < times[-1])
-        return np.where(t >= times[-1], before[-1], np.where(inside, before[at] + fill[at] * (t - times[at]), 0.0))
-
-    w_start, w_end = np.asarray(w_start, dtype=np.int64), np.asarray(w_end, dtype=np.int64)
-    return integral(w_end) - integral(w_start)
+    queries = np.concatenate([np.asarray(w_start, dtype=np.int64), np.asarray(w_end, dtype=np.int64)])
+    integral = np.zeros(len(queries))  # up to each query time
+    n = len(start)
+    chunk = chunk if in_order(start) else n
+    pending_end, pending_blocks = end[:0], blocks[:0]  # kernels started in an earlier block, not ended in it
+    level, first_time, last = 0.0, None, None  # the running level; the first event's time; the last event's
+    lo = 0
+    while lo < n:
+        hi = n if lo + chunk >= n else int(np.searchsorted(start, start[lo + chunk], "right"))
+        mine = known[lo:hi]
+        ends = np.concatenate([pending_end, end[lo:hi][mine]])
+        ends_blocks = np.concatenate([pending_blocks, blocks[lo:hi][mine]])
+        now = ends < start[hi] if hi < n else np.ones(len(ends), dtype=bool)  # before the next block's first start
+        pending_end, pending_blocks = ends[~now], ends_blocks[~now]
+        times = np.concatenate([start[lo:hi][mine], ends[now]])
+        change = np.concatenate([blocks[lo:hi][mine], -ends_blocks[now]]).astype(np.float64)
+        lo = hi
+        if not len(times):
+            continue
+        order = np.argsort(times, kind="stable")
+        times = times[order]
+        fill = np.cumsum(np.concatenate([[level], change[order]]))[1:]  # the level after each event
+        level = fill[-1]
+        np.minimum(np.maximum(fill, 0.0, out=fill), 1.0, out=fill)
+        start_at = 0.0 if last is None else last[2] + last[1] * (times[0] - last[0])
+        before = np.cumsum(np.concatenate([[start_at], fill[:-1] * np.diff(times)]))  # the integral up to each event
+        first_time = times[0] if first_time is None else first_time
+        last = (times[-1], fill[-1], before[-1])
+        here = queries >= times[0]  # a query's integral is from the last block starting at or before it
+        at = np.searchsorted(times, queries[here], "right") - 1
+        integral[here] = before[at] + fill[at] * (queries[here] - times[at])
+    integral[queries <= first_time] = 0.0
+    integral[queries >= last[0]] = last[2]
+    return integral[len(queries) // 2 :] - integral[: len(queries) // 2]
 
 
 def _occupancy(clipped: np.ndarray, occupancy: np.ndarray) -> float:

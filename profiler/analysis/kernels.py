@@ -15,12 +15,12 @@ from profiler.analysis.launches import KERNEL_CATEGORIES, Launches
 from profiler.analysis.ops import OP_WINDOW_ROWS, op_windows
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import KERNEL_COLUMNS
-from profiler.kernels.grouping import RunningSums, codes_and_labels, group_rows, merged_groups
+from profiler.kernels.grouping import RunningSums, codes_and_labels, group_rows, is_in, merged_groups
 
 
 def kernel_rows(ops: pd.DataFrame) -> np.ndarray:
     """Whether each op is a kernel executed on a device (compute or collective)."""
-    return (ops["device"] != "cpu").to_numpy() & ops["category"].isin(KERNEL_CATEGORIES).to_numpy()
+    return (ops["device"] != "cpu").to_numpy() & is_in(ops["category"], KERNEL_CATEGORIES)
 
 
 def kernel_table(ops: pd.DataFrame, launched: Launches | None, window_rows: int = OP_WINDOW_ROWS) -> pd.DataFrame:

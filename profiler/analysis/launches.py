@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core_kernels
-from profiler.kernels.grouping import codes_and_labels, text_matches
+from profiler.kernels.grouping import codes_and_labels, is_in, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import DEVICE_WORK_CATEGORIES
+from profiler.spill import drop_resident, spilled
 
 #: Host op categories that are framework ops (an op a user wrote or called), which own launches.
 FRAMEWORK_CATEGORIES = ("host", "user")
@@ -65,7 +66,7 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     on_host = (ops["device"] == "cpu").to_numpy()
     correlation = ops["correlation"].to_numpy()
     category = ops["category"]
-    executions = category.isin(DEVICE_WORK_CATEGORIES).to_numpy() & ~on_host & (correlation >= 0)
+    executions = is_in(category, DEVICE_WORK_CATEGORIES) & ~on_host & (correlation >= 0)
     runtime = (category == "runtime").to_numpy() & on_host & (correlation >= 0)
     if not executions.any() or not runtime.any():
         return None
@@ -75,51 +76,58 @@ def launches(ops: pd.DataFrame) -> Optional[Launches]:
     call = np.full(len(ops), -1, dtype=position)
     call[executions] = _calls(correlation, runtime, np.flatnonzero(executions))
     launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1).astype(position)
+    del owner
 
     tensor_cores = np.zeros(len(ops), dtype=bool)
-    kernels = np.flatnonzero(executions & category.isin(KERNEL_CATEGORIES).to_numpy())
+    kernels = np.flatnonzero(executions & is_in(category, KERNEL_CATEGORIES))
     tensor_cores[kernels] = tensor_core_kernels(ops["name"].iloc[kernels])
     tc_self = _launched_time(launcher, ops["dur_ns"].to_numpy(), tensor_cores)
     eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
     del tc_self
-    return Launches(
-        call=call,
-        launcher=launcher,
-        parent=parent.astype(position),
-        tc_eligible=_any_descendant(eligible, parent, _deepest_first(parent, framework)),
-        tensor_cores=tensor_cores,
-    )
+    # kept for the whole analysis: in spill files when the run is spilled, their pages and the op columns' read so
+    # far handed back before the nesting's own arrays are made
+    call, launcher, parent, tensor_cores = (spilled(a) for a in (call, launcher, parent, tensor_cores))
+    drop_resident()
+    tc_eligible = spilled(_any_descendant(eligible, parent, _deepest_first(parent, framework)))
+    return Launches(call=call, launcher=launcher, parent=parent, tc_eligible=tc_eligible, tensor_cores=tensor_cores)
 
 
 def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
     """Each framework op's device self / total time and their tensor-core parts (DeviceTimes): the durations of
     the executions it launched, summed on the op, then up its parents."""
     dur = ops["dur_ns"].to_numpy()
-    device_self = _launched_time(launched.launcher, dur)
-    tc_self = _launched_time(launched.launcher, dur, launched.tensor_cores)
     order = _deepest_first(launched.parent, framework_ops(ops))
-    return DeviceTimes(
-        device_self_ns=device_self,
-        device_total_ns=_with_descendants(device_self, launched.parent, order),
-        tc_self_ns=tc_self,
-        tc_total_ns=_with_descendants(tc_self, launched.parent, order),
+    device_self, device_total = _own_and_total(_launched_time(launched.launcher, dur), launched.parent, order)
+    tc_self, tc_total = _own_and_total(
+        _launched_time(launched.launcher, dur, launched.tensor_cores), launched.parent, order
     )
+    return DeviceTimes(
+        device_self_ns=device_self, device_total_ns=device_total, tc_self_ns=tc_self, tc_total_ns=tc_total
+    )
+
+
+def _own_and_total(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(own, own with its descendants'), in spill files when the run is spilled, their pages handed back: the op
+    tables read them a window at a time, and four int64 per op are too many to keep resident."""
+    total = spilled(_with_descendants(own, parent, order))
+    own = spilled(own)
+    drop_resident()
+    return own, total
 
 
 def framework_ops(ops: pd.DataFrame) -> np.ndarray:
     """Whether each row is a framework op (the rows the op figures are for)."""
-    return (ops["device"] == "cpu").to_numpy() & ops["category"].isin(FRAMEWORK_CATEGORIES).to_numpy()
+    return (ops["device"] == "cpu").to_numpy() & is_in(ops["category"], FRAMEWORK_CATEGORIES)
 
 
 def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(owner, parent) per row: a host row's innermost enclosing-or-itself framework op, and a framework
-    op's innermost enclosing framework op (other rows -1), by nesting on each host thread."""
-    host = np.flatnonzero(on_host)
-    lane, _ = codes_and_labels(ops["stream"].iloc[host])
-    start = ops["start_ns"].to_numpy()[host]
-    nested_in = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy()[host])
+    op's innermost enclosing framework op (other rows -1), by nesting on each host thread. Row positions
+    (`position_dtype`: half the memory of int64)."""
+    host = np.flatnonzero(on_host).astype(position_dtype(len(ops)))
+    nested_in = _host_nesting(ops, host)
     is_framework = framework[host]
-    owner = np.where(is_framework, np.arange(len(host)), nested_in)
+    owner = np.where(is_framework, np.arange(len(host), dtype=host.dtype), nested_in)
     pending = np.flatnonzero(owner >= 0)
     pending = pending[~is_framework[owner[pending]]]
     while pending.size:  # climb from a non-framework container (a runtime call) to its framework op
@@ -127,11 +135,21 @@ def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tu
         pending = pending[owner[pending] >= 0]
         pending = pending[~is_framework[owner[pending]]]
     above = np.where(nested_in >= 0, owner[np.maximum(nested_in, 0)], -1)
-    full_owner = np.full(len(ops), -1, dtype=np.int64)
-    full_parent = np.full(len(ops), -1, dtype=np.int64)
+    del nested_in
+    full_owner = np.full(len(ops), -1, dtype=host.dtype)
+    full_parent = np.full(len(ops), -1, dtype=host.dtype)
     full_owner[host] = np.where(owner >= 0, host[np.maximum(owner, 0)], -1)
+    del owner
     full_parent[host[is_framework]] = np.where(above >= 0, host[np.maximum(above, 0)], -1)[is_framework]
     return full_owner, full_parent
+
+
+def _host_nesting(ops: pd.DataFrame, host: np.ndarray) -> np.ndarray:
+    """Each of the host rows `host`'s innermost enclosing host row on its thread (a position in `host`), -1 at
+    a root; its inputs dropped on return (a big trace's host ops are millions)."""
+    codes, _ = codes_and_labels(ops["stream"])  # the whole column's codes: a row filter of it would copy its index
+    start = ops["start_ns"].to_numpy()[host]
+    return enclosing_parents(codes[host], start, start + ops["dur_ns"].to_numpy()[host]).astype(host.dtype)
 
 
 def _calls(correlation: np.ndarray, runtime: np.ndarray, rows: np.ndarray) -> np.ndarray:

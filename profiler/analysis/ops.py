@@ -19,9 +19,10 @@ from profiler.analysis.launches import DeviceTimes, Launches, device_times, fram
 from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_SHAPE_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import group_rows, merged_groups
 from profiler.model import NOT_WORK_CATEGORIES
+from profiler.spill import drop_resident
 
-#: Rows of the ops table an op table is summed over at a time (a window's copies: ~100 MB at most).
-OP_WINDOW_ROWS = 1 << 20
+#: Rows of the ops table an op table is summed over at a time (a window's copies: ~25 MB at most).
+OP_WINDOW_ROWS = 1 << 18
 #: The int64 figures of an op group that merge by adding up (`op_totals`); those of the device only with launches.
 DEVICE_SUMS = ["device_self_ns", "device_total_ns", "tc_self_ns", "tc_total_ns"]
 SUMS = ["count", "total_ns", "self_ns", *DEVICE_SUMS]
@@ -48,10 +49,27 @@ PerRow = TypeVar("PerRow", bound=_PerRow)
 def op_windows(
     ops: pd.DataFrame, per_row: Optional[PerRow], rows: int = OP_WINDOW_ROWS
 ) -> Iterator[tuple[pd.DataFrame, Optional[PerRow]]]:
-    """The ops table `rows` rows at a time, each window with its rows' figures of `per_row` (Launches, ...)."""
+    """The ops table `rows` rows at a time, each window with its rows' figures of `per_row` (Launches, ...). The
+    pages of spilled columns a window read are handed back before the next (spill.drop_resident): a pass over a
+    big import's op table holds one window's pages, not the table's."""
     for lo in range(0, len(ops), rows):
         window = slice(lo, lo + rows)
         yield ops.iloc[window], None if per_row is None else per_row.take(window)
+        drop_resident()
+
+
+def op_rows(ops: pd.DataFrame, columns: list[str], rows: np.ndarray, window_rows: int = OP_WINDOW_ROWS) -> pd.DataFrame:
+    """ops[columns].iloc[rows] (`rows` ascending), gathered a window of the table at a time (`op_windows`): a big
+    import's spilled columns are read with one window's pages resident, not the whole columns' (a row filter of
+    the whole table would also copy every column)."""
+    edges = np.searchsorted(rows, np.arange(0, len(ops) + window_rows, window_rows))
+    parts = [
+        window[columns].iloc[rows[lo:hi] - start]
+        for (window, _), start, lo, hi in zip(
+            op_windows(ops, None, window_rows), range(0, len(ops), window_rows), edges[:-1], edges[1:]
+        )
+    ]
+    return pd.concat(parts) if len(parts) > 1 else parts[0] if parts else ops[columns].iloc[:0]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,7 @@ from profiler.analysis.queues import queue_summary
 from profiler.analysis.step_activity import comm_split, device_aware_steps, step_activity
 from profiler.analysis.step_trace import data_wait_intervals, step_trace
 from profiler.analysis.steps import MARKED, analysed_steps, step_source
+from profiler.memory import give_back_freed_memory
 from profiler.model import FLOAT64_MODULE_SPAN, Run
 
 
@@ -74,46 +75,63 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
     """
     step_tid = int(run.info.get("step_tid", -1))
     origin_unix_ns = int(run.info.get("clock", {}).get("origin_unix_ns", 0))
-    trace = step_trace(
-        run.steps,
-        run.spans,
-        run.instants,
-        run.ops,
-        run.queues,
-        step_tid=step_tid,
-        step_lane=step_lane(run),
-        origin_unix_ns=origin_unix_ns,
-        step_source=step_source(run.info)[0],
+    trace = _released(
+        step_trace(
+            run.steps,
+            run.spans,
+            run.instants,
+            run.ops,
+            run.queues,
+            step_tid=step_tid,
+            step_lane=step_lane(run),
+            origin_unix_ns=origin_unix_ns,
+            step_source=step_source(run.info)[0],
+        )
     )
-    launched = launches(run.ops)
+    launched = _released(launches(run.ops))
     marked = run.steps if step_source(run.info)[0] == MARKED else run.steps.iloc[:0]
-    plugin_steps = device_aware_steps(run.ops, marked, launched)  # the plugin's steps: annotated ones only
-    devices = device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid), step_windows_ns(trace))
+    plugin_steps = _released(device_aware_steps(run.ops, marked, launched))  # the plugin's steps: annotated ones only
+    devices = _released(
+        device_time(run.ops, data_wait_intervals(run.spans, run.queues, step_tid), step_windows_ns(trace))
+    )
     analysis = Analysis(
         run=run,
         step_trace=trace,
-        **op_tables(run.ops, launched),
-        devices=devices.merge(gpu_summary(run.ops, launched, plugin_steps), on="device", how="left")
+        **_released(op_tables(run.ops, launched)),
+        devices=devices.merge(_released(gpu_summary(run.ops, launched, plugin_steps)), on="device", how="left")
         if len(devices)
         else devices,
-        kernels=kernel_table(run.ops, launched),
-        step_activity=step_activity(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
-        modules=module_table(run.ops, launched),
-        comm_split=comm_split(run.ops, run.spans, plugin_steps) if _has_torch_ops(run) else pd.DataFrame(),
-        comm_ops=comm_op_table(run.ops, launched),
-        comm_pieces=comm_pieces(run.ops, launched),
+        kernels=_released(kernel_table(run.ops, launched)),
+        step_activity=_released(step_activity(run.ops, run.spans, plugin_steps))
+        if _has_torch_ops(run)
+        else pd.DataFrame(),
+        modules=_released(module_table(run.ops, launched)),
+        comm_split=_released(comm_split(run.ops, run.spans, plugin_steps)) if _has_torch_ops(run) else pd.DataFrame(),
+        comm_ops=_released(comm_op_table(run.ops, launched)),
+        comm_pieces=_released(comm_pieces(run.ops, launched)),
         launched=launched,
     )
     if len(run.allocations):
         owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
-        analysis.memory_events = memory_events(run.ops, run.allocations, owner)
-        analysis.op_memory = op_memory(run.ops, run.allocations, owner, parent)
+        analysis.memory_events = _released(memory_events(run.ops, run.allocations, owner))
+        analysis.op_memory = _released(op_memory(run.ops, run.allocations, owner, parent))
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(
             run.queues, trace, step_tid=step_tid, origin_unix_ns=origin_unix_ns
         )
     analysis.extra_json["report"] = report(analysis, thresholds)
     return analysis
+
+
+T = TypeVar("T")
+
+
+def _released(result: T) -> T:
+    """An analysis' `result`, once the pages of the spilled arrays it read and the heap it freed are handed back
+    (memory.give_back_freed_memory): each analysis then starts from the run's floor, not on top of every op
+    column the ones before it touched and the heap their temporaries left."""
+    give_back_freed_memory()
+    return result
 
 
 def op_tables(ops: pd.DataFrame, launched: Optional[Launches]) -> dict[str, pd.DataFrame]:

@@ -17,8 +17,8 @@ import pandas as pd
 
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches
 from profiler.formats.columns import COMM_SPLIT_COLUMNS, STEP_ACTIVITY_COLUMNS
-from profiler.kernels.grouping import text_matches
-from profiler.kernels.intervals import covered_ns
+from profiler.kernels.grouping import is_in, text_matches
+from profiler.kernels.intervals import covered_ns, union, union_where
 from profiler.model import DEVICE_WORK_CATEGORIES
 
 #: A data loader's fetch annotation (torch's `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`,
@@ -89,7 +89,7 @@ def _launched_per_step(
     np.maximum.at(last, at, exec_end)
     launched_in = np.zeros(len(ops), dtype=bool)
     launched_in[executions] = True
-    device_work = (ops["device"] != "cpu").to_numpy() & ops["category"].isin(DEVICE_WORK_CATEGORIES).to_numpy()
+    device_work = (ops["device"] != "cpu").to_numpy() & is_in(ops["category"], DEVICE_WORK_CATEGORIES)
     launched_in |= ~device_work  # only device work can be "left running"
     return launched_in, first, last, np.bincount(at, minlength=len(start))
 
@@ -107,15 +107,13 @@ def _kept_steps(count: np.ndarray) -> int:
 
 
 def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(starts, ends) of every activity, in the order ACTIVITIES ranks them (all devices together)."""
+    """(starts, ends) of the union of every activity's intervals (`intervals.union`: disjoint, sorted, a few per
+    step where the ops are millions), in the order ACTIVITIES ranks them (all devices together)."""
     on_device = (ops["device"] != "cpu").to_numpy()
     category = ops["category"]
-    start = ops["start_ns"].to_numpy()
-    end = start + ops["dur_ns"].to_numpy()
+    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
     collective = (
-        ~on_device
-        & (category.isin(_CPU_EXEC_CATEGORIES + ("comm",)).to_numpy())
-        & text_matches(ops["name"], _COLLECTIVE.match)
+        ~on_device & is_in(category, _CPU_EXEC_CATEGORIES + ("comm",)) & text_matches(ops["name"], _COLLECTIVE.match)
     )
     masks = {
         "kernel": on_device & (category == "compute").to_numpy(),
@@ -123,17 +121,17 @@ def activity_intervals(ops: pd.DataFrame, spans: pd.DataFrame) -> dict[str, tupl
         "memset": on_device & (category == "memset").to_numpy(),
         "communication": on_device & (category == "comm").to_numpy() | collective,
         "runtime": ~on_device & (category == "runtime").to_numpy(),
-        "cpu_exec": ~on_device & category.isin(_CPU_EXEC_CATEGORIES).to_numpy() & ~collective,
+        "cpu_exec": ~on_device & is_in(category, _CPU_EXEC_CATEGORIES) & ~collective,
     }
-    out = {name: (start[mask], end[mask]) for name, mask in masks.items()}
+    out = {name: union_where(start, dur, mask) for name, mask in masks.items()}
     span_names = spans["name"].astype(str)
     span_start, span_end = spans["start_ns"].to_numpy(), (spans["start_ns"] + spans["dur_ns"]).to_numpy()
     collective_span = span_names.str.match(_COLLECTIVE.pattern).to_numpy()
     fetch = span_names.str.match(_DATALOADER_FETCH.pattern).to_numpy()
     scope = (spans["kind"] == "scope").to_numpy() & ~collective_span & ~fetch
-    out["dataloader"] = (span_start[fetch], span_end[fetch])
+    out["dataloader"] = union(span_start[fetch], span_end[fetch])
     for name, chosen in (("communication", collective_span), ("cpu_exec", scope)):
-        out[name] = (
+        out[name] = union(
             np.concatenate([out[name][0], span_start[chosen]]),
             np.concatenate([out[name][1], span_end[chosen]]),
         )
@@ -152,12 +150,11 @@ def step_activity(ops: pd.DataFrame, spans: pd.DataFrame, steps: pd.DataFrame) -
         return pd.DataFrame(columns=STEP_ACTIVITY_COLUMNS)
     q_start, q_end = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     table = {"step": steps["step"].to_numpy(np.int64)}
-    starts, ends = [], []
+    merged = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))  # the activities so far, as one union
     covered_before = np.zeros(len(steps), dtype=np.int64)
     for name, (s, e) in activity_intervals(ops, spans).items():
-        starts.append(s)
-        ends.append(e)
-        covered = covered_ns(np.concatenate(starts), np.concatenate(ends), q_start, q_end)
+        merged = union(np.concatenate([merged[0], s]), np.concatenate([merged[1], e]))
+        covered = covered_ns(*merged, q_start, q_end)
         table[f"{name}_ms"] = (covered - covered_before) / 1e6
         covered_before = covered
     total = q_end - q_start

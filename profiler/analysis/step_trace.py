@@ -10,10 +10,13 @@ with none of these they are `missing` and the split puts everything into fp_bp.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
 from profiler.analysis.device_time import busy_in_windows, comm_in_windows
+from profiler.analysis.ops import op_windows
 from profiler.formats.columns import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
 from profiler.kernels.intervals import assign_steps, covered_ns, union
 
@@ -100,7 +103,7 @@ def inferred_boundaries(
     collating a batch are gap work), plus spans and phases that are neither gap work (data waits)
     nor tail work (`tail`, `optimizer`, `all_reduce`), on the stepping thread (when known). bp end is
     the last compute end before the step's first tail phase begins. Spans and ops are reduced
-    separately, without copying the (possibly millions of) op rows.
+    separately, the ops a window of rows at a time (`host_op_windows`: min / max merge exactly).
     """
     sp = spans if step_tid < 0 else spans[spans["tid"] == step_tid]
     compute = sp[(~sp["name"].isin(GAP_PHASES + TAIL_PHASES) | (sp["kind"] != "phase")) & ~is_data_wait(sp)]
@@ -109,7 +112,7 @@ def inferred_boundaries(
     tail_start = per_step(tail_starts, tail_starts, steps, "min")
     limit = np.where(tail_start >= 0, tail_start, np.iinfo(np.int64).max)
     fp = bp = np.full(len(steps), -1, dtype=np.int64)
-    for start, dur in (_start_dur(compute), _host_op_start_dur(ops, step_lane)):
+    for start, dur in (_start_dur(compute), *_host_op_windows(ops, step_lane)):
         pos = step_positions(assign_steps(start, steps), steps)
         pos[_inside(start, *data_wait)] = -1  # collating a batch: gap work
         fp = _combine_min(fp, reduce_per_step(pos, start, len(steps), "min"))
@@ -130,13 +133,15 @@ def _start_dur(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return table["start_ns"].to_numpy(dtype=np.int64), table["dur_ns"].to_numpy(dtype=np.int64)
 
 
-def _host_op_start_dur(ops: pd.DataFrame, step_lane: str) -> tuple[np.ndarray, np.ndarray]:
-    """start / dur of the host ops on the stepping thread (all host ops when it is not known)."""
-    host = (ops["device"] == "cpu").to_numpy()
-    if step_lane:
-        host = host & (ops["stream"] == step_lane).to_numpy()
-    start, dur = _start_dur(ops)
-    return (start, dur) if host.all() else (start[host], dur[host])
+def _host_op_windows(ops: pd.DataFrame, step_lane: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """start / dur of the host ops on the stepping thread (all host ops when it is not known), a window of
+    rows of the ops table at a time (`ops.op_windows`)."""
+    for window, _ in op_windows(ops, None):
+        host = (window["device"] == "cpu").to_numpy()
+        if step_lane:
+            host = host & (window["stream"] == step_lane).to_numpy()
+        start, dur = _start_dur(window)
+        yield (start, dur) if host.all() else (start[host], dur[host])
 
 
 def step_trace(
@@ -273,6 +278,10 @@ def data_wait_intervals(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int
 
 
 def op_counts(ops: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """Ops (host and device) that started in each step: 0 in the steps op capture skipped."""
-    pos = step_positions(ops["step"].to_numpy(np.int64), steps)
-    return np.bincount(pos[pos >= 0], minlength=len(steps)).astype(np.int64)
+    """Ops (host and device) that started in each step: 0 in the steps op capture skipped (counted a window of
+    rows at a time, `ops.op_windows`)."""
+    counts = np.zeros(len(steps), dtype=np.int64)
+    for window, _ in op_windows(ops, None):
+        pos = step_positions(window["step"].to_numpy(np.int64), steps)
+        counts += np.bincount(pos[pos >= 0], minlength=len(steps))
+    return counts

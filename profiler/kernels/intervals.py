@@ -5,19 +5,62 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+#: Intervals merged at a time by `union` (its copies: ~10 B per interval of a chunk, not of the whole input).
+UNION_CHUNK = 1 << 18
 
-def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into disjoint, sorted ones."""
+
+def union(starts: np.ndarray, ends: np.ndarray, chunk: int = UNION_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint, sorted ones (touching ones merge). Intervals already in start order (an
+    op table's rows: millions) are merged `chunk` at a time with the running reach carried, with no sort and
+    no copy of the whole input; others are sorted first."""
+    starts, ends = np.asarray(starts), np.asarray(ends)
     if len(starts) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    o = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts)[o], np.asarray(ends)[o]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:], len(s)) - 1
-    return s[first], reach[last]
+    if not in_order(starts, chunk):
+        o = np.argsort(starts, kind="stable")
+        starts, ends = starts[o], ends[o]
+    heads, reach_before = [], []  # each merged interval's start, and the reach of the intervals before it
+    reach = None
+    for lo in range(0, len(starts), chunk):
+        s, running = starts[lo : lo + chunk], np.maximum.accumulate(ends[lo : lo + chunk])
+        before = np.empty(len(s), dtype=running.dtype)  # the reach of every interval before each one
+        before[1:] = running[:-1]
+        if reach is not None:
+            before[0] = reach
+            np.maximum(before, reach, out=before)
+        new = s > before
+        if reach is None:
+            new[0] = True
+        heads.append(s[new])
+        reach_before.append(before[new])
+        reach = max(running[-1], reach) if reach is not None else running[-1]
+    first = np.concatenate(heads)
+    return first, np.append(np.concatenate(reach_before)[1:], reach)
+
+
+def union_where(
+    starts: np.ndarray, lengths: np.ndarray, where: np.ndarray, chunk: int = UNION_CHUNK
+) -> tuple[np.ndarray, np.ndarray]:
+    """`union` of the intervals [starts, starts + lengths) that the mask `where` selects, a chunk of rows at a
+    time: the chunks' unions merged are the whole union, with no copy of the whole selection (an op table's
+    millions of rows)."""
+    pieces = [
+        union(starts[lo : lo + chunk][mine], starts[lo : lo + chunk][mine] + lengths[lo : lo + chunk][mine], chunk)
+        for lo in range(0, len(starts), chunk)
+        if (mine := where[lo : lo + chunk]).any()
+    ]
+    if not pieces:
+        return union(starts[:0], starts[:0])
+    return union(np.concatenate([s for s, _ in pieces]), np.concatenate([e for _, e in pieces]), chunk)
+
+
+def in_order(values: np.ndarray, chunk: int = UNION_CHUNK) -> bool:
+    """Whether `values` never decrease, checked `chunk` values at a time (no whole-array temporaries)."""
+    for lo in range(0, len(values) - 1, chunk):
+        piece = values[lo : lo + chunk + 1]
+        if not bool(np.all(piece[1:] >= piece[:-1])):
+            return False
+    return True
 
 
 def covered_before(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:

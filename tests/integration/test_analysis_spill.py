@@ -1,0 +1,152 @@
+"""The analysis of a spilled run (profiler/spill.py) keeps its own per-row arrays in spill files and works through
+the op table a window of rows at a time, with the figures of the whole table, exactly, on real Kineto captures."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler import spill
+from profiler.analysis import float64
+from profiler.analysis import step_trace as step_trace_module
+from profiler.analysis.device_time import device_executions
+from profiler.analysis.gpu_summary import sm_filled_ns
+from profiler.analysis.launches import device_times, launches
+from profiler.analysis.ops import op_rows, op_windows
+from profiler.analysis.step_trace import inferred_boundaries, op_counts
+from profiler.analysis.steps import ensure_steps
+from profiler.importers.kineto import read_kineto_trace
+from profiler.kernels import grouping
+from profiler.kernels.grouping import is_in
+from profiler.kernels.intervals import union, union_where
+
+
+def test_launches_and_device_times_of_a_spilled_run_are_kept_in_spill_files(captures, tmp_path) -> None:
+    trace = captures / "kineto" / "sampled_rank-0.json.gz"
+    ops = read_kineto_trace(trace).ops
+    plain = launches(ops)
+    assert plain is not None
+    plain_times = device_times(ops, plain)
+    with spill.spilling(tmp_path, min_bytes=1):
+        ops = read_kineto_trace(trace).ops
+        spilled = launches(ops)
+        assert spilled is not None
+        times = device_times(ops, spilled)
+    for kept, expected in ((spilled, plain), (times, plain_times)):
+        for name, values in vars(kept).items():
+            assert spill.is_spilled(values), name
+            assert not spill.is_spilled(getattr(expected, name))
+            np.testing.assert_array_equal(values, getattr(expected, name))
+    assert (spilled.launcher >= 0).sum() > 100 and (times.device_total_ns > 0).sum() > 100  # not vacuous
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data", "alexnet"])
+def test_unions_merged_a_chunk_at_a_time_are_the_whole_ones(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    start = ops["start_ns"].to_numpy()
+    end = start + ops["dur_ns"].to_numpy()
+    device = (ops["device"] != "cpu").to_numpy()
+    shuffled = np.random.default_rng(0).permutation(len(ops))  # not in start order: sorted first
+    for s, e in ((start, end), (start[device], end[device]), (start[shuffled], end[shuffled])):
+        whole = union(s, e, chunk=len(s))
+        assert 0 < len(whole[0]) < len(s)  # not vacuous: intervals merged
+        for chunk in (1, 7, len(s) // 3 + 1):
+            merged = union(s, e, chunk=chunk)
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(merged, whole))
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control", "alexnet"])
+def test_sm_filled_time_swept_a_block_at_a_time_is_the_one_sweeps_bit_for_bit(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    kernels = ops[(ops["category"] == "compute").to_numpy() & (ops["device"] != "cpu").to_numpy()]
+    start = kernels["start_ns"].to_numpy()
+    end = start + kernels["dur_ns"].to_numpy()
+    blocks = kernels["blocks_per_sm"].to_numpy()
+    assert np.isfinite(blocks).sum() > 50  # not vacuous: kernels with the figure
+    edges = np.linspace(start.min() - 10, end.max() + 10, 40).astype(np.int64)
+    w_start, w_end = edges[:-1], edges[1:]
+    whole = sm_filled_ns(start, end, blocks, w_start, w_end, chunk=len(start))
+    assert whole.sum() > 0
+    for chunk in (1, 5, len(start) // 4 + 1):
+        assert sm_filled_ns(start, end, blocks, w_start, w_end, chunk=chunk).tobytes() == whole.tobytes()
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data"])
+def test_rows_gathered_a_window_at_a_time_are_the_row_filters(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    columns = ["device", "name", "start_ns", "dur_ns", "blocks_per_sm"]
+    for rows in (np.flatnonzero((ops["device"] != "cpu").to_numpy()), np.arange(len(ops)), np.arange(0)):
+        whole = ops[columns].iloc[rows]
+        for window_rows in (1, 13, len(ops) // 3 + 1, len(ops)):
+            pd.testing.assert_frame_equal(op_rows(ops, columns, rows, window_rows), whole, check_exact=True)
+    assert len(np.flatnonzero((ops["device"] != "cpu").to_numpy())) > 100  # not vacuous
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control", "nccl_data"])
+def test_the_step_trace_read_a_window_of_ops_at_a_time_is_the_whole_ones(captures, monkeypatch, capture) -> None:
+    run = ensure_steps(read_kineto_trace(captures / "kineto" / f"{capture}.json.gz"))
+    steps = run.steps.sort_values("step", kind="stable").reset_index(drop=True)
+
+    def figures() -> tuple[np.ndarray, ...]:  # the step trace's figures read from the ops
+        return (*inferred_boundaries(steps, run.spans, run.ops), op_counts(run.ops, steps))
+
+    monkeypatch.setattr(step_trace_module, "op_windows", functools.partial(op_windows, rows=len(run.ops)))
+    whole = figures()
+    assert (whole[0] >= 0).sum() >= 2 and (whole[1] >= 0).sum() >= 2 and whole[2].sum() > 100  # not vacuous
+    for rows in (7, len(run.ops) // 3 + 1):
+        monkeypatch.setattr(step_trace_module, "op_windows", functools.partial(op_windows, rows=rows))
+        assert all(np.array_equal(a, b) for a, b in zip(figures(), whole))
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control"])
+def test_float64_ops_read_a_window_of_input_types_at_a_time_are_the_whole_ones(captures, monkeypatch, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    monkeypatch.setattr(float64, "TYPES_WINDOW", len(ops))
+    whole = float64.float64_charged(ops)
+    assert whole.sum() > 100  # not vacuous: float64 ops and what they run
+    for rows in (7, len(ops) // 3 + 1):
+        monkeypatch.setattr(float64, "TYPES_WINDOW", rows)
+        np.testing.assert_array_equal(float64.float64_charged(ops), whole)
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data"])
+def test_selected_unions_and_memberships_read_by_chunks_are_the_whole_ones(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
+    for categories in (("compute", "comm"), ("host", "user", "python"), ("nothing",)):
+        where = is_in(ops["category"], categories)
+        np.testing.assert_array_equal(where, ops["category"].isin(categories).to_numpy())
+        np.testing.assert_array_equal(is_in(ops["category"].astype(str), categories), where)  # not categorical
+        whole = union(start[where], start[where] + dur[where])
+        for chunk in (1, 9, len(ops) // 3 + 1):
+            merged = union_where(start, dur, where, chunk)
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(merged, whole))
+    assert len(union_where(start, dur, is_in(ops["category"], ("compute",)))[0]) > 50  # not vacuous
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control"])
+def test_text_matched_a_window_of_rows_at_a_time_is_the_whole_columns(captures, monkeypatch, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    columns = [ops["dtypes"], ops["shapes"], ops["name"].astype(str).to_numpy(dtype=object)]  # text, not categorical
+    predicates = [lambda t: "double" in t, lambda t: t.count(",") > 1, lambda t: t.startswith("aten::")]
+    monkeypatch.setattr(grouping, "TEXT_WINDOW", len(ops))
+    whole = [grouping.text_matches(c, p) for c, p in zip(columns, predicates)]
+    assert all(10 < w.sum() < len(ops) for w in whole)  # not vacuous: some rows match, not all
+    for rows in (7, len(ops) // 3 + 1):
+        monkeypatch.setattr(grouping, "TEXT_WINDOW", rows)
+        for column, predicate, expected in zip(columns, predicates, whole):
+            np.testing.assert_array_equal(grouping.text_matches(column, predicate), expected)
+
+
+def test_the_device_executions_of_a_spilled_run_keep_their_times_in_spill_files(captures, tmp_path) -> None:
+    trace = captures / "kineto" / "nccl_data.json.gz"
+    plain = device_executions(read_kineto_trace(trace).ops)
+    with spill.spilling(tmp_path, min_bytes=1):
+        ex = device_executions(read_kineto_trace(trace).ops)
+    pd.testing.assert_frame_equal(ex, plain, check_exact=True)
+    assert len(ex) > 100  # not vacuous
+    for column in ("start_ns", "end_ns", "correlation", "row"):
+        assert spill.is_spilled(ex[column].to_numpy()) and not spill.is_spilled(plain[column].to_numpy()), column
