@@ -22,6 +22,7 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,8 +33,9 @@ SPILL_MIN_BYTES = 1 << 20
 #: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
 CHUNK_ROWS = 1 << 20
 
-_directory: Optional[Path] = None
-_min_bytes = SPILL_MIN_BYTES
+#: (directory, min bytes) while spilling, per thread and task (contextvars): imports in threads of one process
+#: (a Dask worker's) each keep their own setting
+_SETTING: ContextVar[Optional[tuple[Path, int]]] = ContextVar("profview_spill", default=None)
 _mappings: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # the live spilled arrays' mappings
 
 
@@ -41,23 +43,21 @@ _mappings: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # the live spilled ar
 def spilling(directory: str | os.PathLike[str], min_bytes: Optional[int] = None) -> Iterator[None]:
     """Spill arrays of `min_bytes` (default SPILL_MIN_BYTES) or more into files in `directory` (which must
     exist) while inside."""
-    global _directory, _min_bytes
-    previous = _directory, _min_bytes
-    _directory, _min_bytes = Path(directory), SPILL_MIN_BYTES if min_bytes is None else min_bytes
+    token = _SETTING.set((Path(directory), SPILL_MIN_BYTES if min_bytes is None else min_bytes))
     try:
         yield
     finally:
-        _directory, _min_bytes = previous
+        _SETTING.reset(token)
 
 
 def empty(n: int, dtype: Any) -> np.ndarray:
     """An uninitialised array of `n` values: in a spill file when spilling and it is big enough."""
-    dtype = np.dtype(dtype)
-    nbytes = n * dtype.itemsize
-    if _directory is None or nbytes < max(_min_bytes, 1) or dtype.hasobject:
+    dtype, setting = np.dtype(dtype), _SETTING.get()
+    if setting is None or n * dtype.itemsize < max(setting[1], 1) or dtype.hasobject:
         return np.empty(n, dtype=dtype)
+    nbytes = n * dtype.itemsize
     try:
-        fd, path = tempfile.mkstemp(prefix=".profview-spill-", dir=_directory)
+        fd, path = tempfile.mkstemp(prefix=".profview-spill-", dir=setting[0])
     except OSError:  # a directory that cannot take the file: memory, as without spilling
         return np.empty(n, dtype=dtype)
     try:

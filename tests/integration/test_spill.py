@@ -107,3 +107,24 @@ def test_outside_spilling_and_below_the_threshold_arrays_stay_in_memory(tmp_path
         assert spill.is_spilled(joined)
         np.testing.assert_array_equal(joined, np.tile(np.arange(1 << 17), 2))
     assert Path(tmp_path).is_dir() and os.listdir(tmp_path) == []
+
+
+def test_each_thread_keeps_its_own_spill_setting(tmp_path) -> None:
+    """Imports in threads of one process (a Dask worker's) do not see each other's setting."""
+    import threading
+
+    seen, inside, leave = {}, threading.Event(), threading.Event()
+
+    def other() -> None:
+        with spill.spilling(tmp_path, min_bytes=1):
+            inside.set()
+            leave.wait(10)
+            seen["other"] = spill.is_spilled(spill.empty(16, np.int64))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    inside.wait(10)
+    seen["main"] = spill.is_spilled(spill.empty(16, np.int64))  # this thread never entered spilling
+    leave.set()
+    thread.join()
+    assert seen == {"main": False, "other": True}
