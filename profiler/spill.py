@@ -81,18 +81,24 @@ def concatenated(pieces: Sequence[np.ndarray]) -> np.ndarray:
     for piece in pieces:
         out[at : at + len(piece)] = piece
         at += len(piece)
-        if out.base is not None:
+        if is_spilled(out):
             drop_resident()  # the piece's pages and those just written
     return out
+
+
+def chunks(n: int, rows: Optional[int] = None) -> Iterator[slice]:
+    """The positions 0..n-1 as slices of `rows` (default CHUNK_ROWS), in order."""
+    rows = rows or CHUNK_ROWS
+    for lo in range(0, n, rows):
+        yield slice(lo, min(lo + rows, n))
 
 
 def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
     """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
     values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size."""
-    rows = rows or CHUNK_ROWS
     out = empty(n, dtype)
-    for lo in range(0, n, rows):
-        out[lo : lo + rows] = fill(slice(lo, min(lo + rows, n)))
+    for at in chunks(n, rows):
+        out[at] = fill(at)
         drop_resident()  # the chunk's pages of the spilled inputs and of `out`
     return out
 
@@ -102,7 +108,7 @@ def spilled(values: np.ndarray) -> np.ndarray:
     if values.ndim != 1 or values.dtype.hasobject:
         return values
     out = empty(len(values), values.dtype)
-    if out.base is None:  # not spilled: keep the original
+    if not is_spilled(out):  # kept in memory: the original will do
         return values
     out[:] = values
     return out

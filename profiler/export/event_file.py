@@ -388,11 +388,7 @@ def _in_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:
     """values[order], spilled, gathered a batch of rows at a time: a batch reads pages all over `values` (a lane's
     rows span the run), handed back before the next, so the pages of one column are resident at a time, not
     those of every column the batch writes."""
-    out = spill.empty(len(order), values.dtype)
-    for lo in range(0, len(order), BATCH_ROWS):
-        out[lo : lo + BATCH_ROWS] = values[order[lo : lo + BATCH_ROWS]]
-        spill.drop_resident()
-    return out
+    return spill.chunked(len(order), values.dtype, lambda at: values[order[at]], rows=BATCH_ROWS)
 
 
 class EventFile:

@@ -276,8 +276,7 @@ def _classify(cols: EventColumns) -> np.ndarray:
     a big trace's per-event temporaries stay a chunk's size."""
     kind = spill.chunked(len(cols), np.int8, lambda rows: _kinds(cols, rows))
     window = _trace_window(cols, kind)
-    for lo in range(0, len(cols), spill.CHUNK_ROWS):
-        rows = slice(lo, lo + spill.CHUNK_ROWS)
+    for rows in spill.chunks(len(cols)):
         part = kind[rows]  # a view: set in place
         part[np.isin(part, _TIMED_KINDS) & ~_plausible_times(cols, rows, window)] = OUTSIDE
         spill.drop_resident()
@@ -501,8 +500,8 @@ def _threads(cols: EventColumns, kind: np.ndarray) -> tuple[np.ndarray, pd.DataF
 
 def _thread_rows(kind: np.ndarray) -> Iterator[np.ndarray]:
     """The rows of host-side events (_THREAD_KINDS), a chunk of events at a time."""
-    for lo in range(0, len(kind), spill.CHUNK_ROWS):
-        yield lo + np.flatnonzero(np.isin(kind[lo : lo + spill.CHUNK_ROWS], _THREAD_KINDS))
+    for at in spill.chunks(len(kind)):
+        yield at.start + np.flatnonzero(np.isin(kind[at], _THREAD_KINDS))
 
 
 def _lane_pairs(cols: EventColumns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -826,10 +825,14 @@ class _OpEvents:
     blocks_per_sm: Optional[np.ndarray] = None  # device ops
     occupancy_pct: Optional[np.ndarray] = None  # device ops
 
-    def containers(self) -> np.ndarray:
-        """Positions of the ops whose self time excludes what they enclose (host ops and device ranges that
-        are not activities): a window edge must not cut one."""
-        return np.concatenate([np.arange(self.host_count), self.host_count + np.flatnonzero(~self.device.activity())])
+    def containers(self, at: slice, activity: np.ndarray) -> np.ndarray:
+        """Whether each op at positions `at` is one whose self time excludes what it encloses (a host op, a device
+        range that is not an activity: `activity` is `device.activity()`): a window edge must not cut one."""
+        position = np.arange(at.start, at.stop)
+        device = position >= self.host_count
+        container = ~device
+        container[device] = ~activity[position[device] - self.host_count]
+        return container
 
 
 def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> list[np.ndarray]:
@@ -864,13 +867,9 @@ def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.nda
     zero_start = np.zeros(len(edges), dtype=bool)
     starting = np.zeros(len(edges) + 1, dtype=np.int64)  # ops by how many edges are at or before their start
     activity = ops.device.activity()
-    for lo in range(0, len(ops.start), spill.CHUNK_ROWS):
-        at = slice(lo, lo + spill.CHUNK_ROWS)
+    for at in spill.chunks(len(ops.start)):
         start, dur = ops.start[at], ops.dur[at]
-        position = np.arange(lo, lo + len(start))
-        device = position >= ops.host_count
-        container = ~device
-        container[device] = ~activity[position[device] - ops.host_count]
+        container = ops.containers(at, activity)
         first = np.searchsorted(sorted_edges, start[container], side="right")  # the first edge after its start
         after_last = np.searchsorted(sorted_edges, (start + dur)[container], side="left")  # edges before its end
         spanning = first < after_last
@@ -892,9 +891,7 @@ def _unsorted(values: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 def _positions(window: np.ndarray, w: int) -> np.ndarray:
     """The positions whose window is `w`, read a chunk at a time."""
-    return np.concatenate(
-        [lo + np.flatnonzero(window[lo : lo + spill.CHUNK_ROWS] == w) for lo in range(0, len(window), spill.CHUNK_ROWS)]
-    )
+    return np.concatenate([at.start + np.flatnonzero(window[at] == w) for at in spill.chunks(len(window))])
 
 
 def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarray]) -> list[_OpEvents]:

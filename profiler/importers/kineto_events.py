@@ -347,7 +347,7 @@ class Coded:
     def chunked(cls, n: int, make: Callable[[slice], Coded]) -> Coded:
         """The coded column of `n` rows made a chunk at a time (`make(positions)`), as one column: its temporaries
         stay a chunk's size (spill.chunked); values in first-seen order, as one column made whole has them."""
-        chunks = [slice(lo, min(lo + spill.CHUNK_ROWS, n)) for lo in range(0, n, spill.CHUNK_ROWS)]
+        chunks = list(spill.chunks(n))
         return cls.concat(*[make(at) for at in chunks]) if len(chunks) > 1 else make(slice(0, n))
 
     def _deduplicated(self) -> Coded:
