@@ -9,6 +9,11 @@ when it is not, and reads them back when they are touched again. So a table of t
 (every analysis reads it as before and the outputs are the same bytes) while the memory an import needs is
 what one stage works on at a time (docs/kineto.md, "Reading in chunks").
 
+With a `resident_limit`, a watcher thread also hands the pages back whenever the process's RSS passes
+DROP_AT of the limit, wherever the import is: a stage that reads every spilled column of a big run then
+holds, besides its own temporaries, only what it touched since the last look (docs/kineto.md, "The memory
+limit"). What is not spilled (object columns, a chunk's temporaries, Python itself) the watcher cannot bound.
+
 Outside `spilling` (a library user's process, the tests' small captures) the arrays are ordinary ones.
 The directory must be on a disk, not a RAM file system (tmpfs): `profview import` spills next to its
 output directory.
@@ -19,6 +24,8 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,16 +44,24 @@ CHUNK_ROWS = 1 << 20
 #: (a Dask worker's) each keep their own setting
 _SETTING: ContextVar[Optional[tuple[Path, int]]] = ContextVar("profview_spill", default=None)
 _mappings: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # the live spilled arrays' mappings
+_mappings_lock = threading.Lock()  # the watcher thread lists them while the importing thread adds more
 
 
 @contextmanager
-def spilling(directory: str | os.PathLike[str], min_bytes: Optional[int] = None) -> Iterator[None]:
+def spilling(
+    directory: str | os.PathLike[str], min_bytes: Optional[int] = None, resident_limit: Optional[int] = None
+) -> Iterator[None]:
     """Spill arrays of `min_bytes` (default SPILL_MIN_BYTES) or more into files in `directory` (which must
-    exist) while inside."""
+    exist) while inside; with `resident_limit` (bytes), keep the spilled pages resident in this process below
+    it (the watcher: see the module's docstring)."""
     token = _SETTING.set((Path(directory), SPILL_MIN_BYTES if min_bytes is None else min_bytes))
+    if resident_limit is not None:
+        _WATCHER.add(resident_limit)
     try:
         yield
     finally:
+        if resident_limit is not None:
+            _WATCHER.remove(resident_limit)
         _SETTING.reset(token)
 
 
@@ -68,7 +83,8 @@ def empty(n: int, dtype: Any) -> np.ndarray:
         return np.empty(n, dtype=dtype)
     finally:
         os.close(fd)
-    _mappings.add(mapping)
+    with _mappings_lock:
+        _mappings.add(mapping)
     return np.frombuffer(mapping, dtype=dtype, count=n)
 
 
@@ -117,14 +133,25 @@ def spilled(values: np.ndarray) -> np.ndarray:
 def track(mapping: mmap.mmap) -> None:
     """Have `drop_resident` hand back the pages of another mapping of a file (one that is read, such as an
     event file read back): they are the file's, so nothing is lost."""
-    _mappings.add(mapping)
+    with _mappings_lock:
+        _mappings.add(mapping)
 
 
 def drop_resident() -> None:
     """Hand every spilled array's resident pages back to the page cache (their values stay: the next read
-    maps them in again). Called where a stage has finished with the arrays it touched."""
-    for mapping in list(_mappings):
-        mapping.madvise(mmap.MADV_DONTNEED)
+    maps them in again). Called where a stage has finished with the arrays it touched, and by the watcher
+    at any moment: the mappings are shared ones of files, so a page dropped while another thread reads or
+    writes it is read back from (or written to) the file's page, never lost."""
+    for mapping in _live_mappings():
+        try:
+            mapping.madvise(mmap.MADV_DONTNEED)
+        except ValueError:  # closed since listed: nothing resident left
+            pass
+
+
+def _live_mappings() -> list[mmap.mmap]:
+    with _mappings_lock:
+        return list(_mappings)
 
 
 def is_spilled(values: np.ndarray) -> bool:
@@ -137,4 +164,66 @@ def is_spilled(values: np.ndarray) -> bool:
 
 def spilled_bytes() -> int:
     """The size of the spilled arrays alive now."""
-    return sum(len(m) for m in list(_mappings))
+    return sum(len(m) for m in _live_mappings())
+
+
+# ----------------------------------------------------------------------------- the watcher
+
+#: Share of the resident limit at which the watcher drops the spilled pages: headroom for what a stage
+#: touches between two looks and for its own temporaries.
+DROP_AT = 0.85
+#: How often the watcher reads the process's RSS (~5 us a read of /proc/self/statm).
+WATCH_S = 0.002
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux's /proc/self/statm; psutil elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * mmap.PAGESIZE
+    except OSError:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+
+class _Watcher:
+    """One thread per process while a `spilling` with a resident limit is open (the lowest limit wins: imports
+    in threads of one process share its RSS); it stops when the last one closes. `drops` counts its drops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._limits: list[int] = []
+        self._thread: Optional[threading.Thread] = None
+        self.drops = 0
+
+    def add(self, limit: int) -> None:
+        with self._lock:
+            self._limits.append(int(limit))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="profview-spill-watcher", daemon=True)
+                self._thread.start()
+
+    def remove(self, limit: int) -> None:
+        with self._lock:
+            self._limits.remove(int(limit))
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._limits:
+                    self._thread = None
+                    return
+                threshold = min(self._limits) * DROP_AT
+            if resident_bytes() > threshold:
+                drop_resident()
+                self.drops += 1
+            time.sleep(WATCH_S)
+
+
+_WATCHER = _Watcher()
+
+
+def watcher_drops() -> int:
+    """How many times the watcher has dropped the spilled pages in this process (for tests and benchmarks)."""
+    return _WATCHER.drops

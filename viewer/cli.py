@@ -23,6 +23,7 @@ import argparse
 import functools
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -34,7 +35,7 @@ from typing import Callable, Optional
 from profiler._version import __version__
 from profiler.errors import InputError, ProfviewError
 from profiler.memory import return_freed_memory
-from profiler.postprocess.imported import ASCEND_FORMATS
+from profiler.postprocess.imported import ASCEND_FORMATS, DEFAULT_MEMORY_LIMIT
 from profiler.progress import Progress
 
 DEFAULT_COMMAND = "view"
@@ -328,6 +329,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: --memory-limit's units (decimal, as the limit is stated: 1G is 10**9 bytes)
+SIZE_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def _memory_size(text: str) -> Optional[int]:
+    """A memory size (1G, 800M, 1.5GB, a number of bytes), or None for "none" (argparse: a usage error otherwise)."""
+    if text.strip().lower() == "none":
+        return None
+    size = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)B?\s*", text, re.IGNORECASE)
+    value = float(size[1]) * SIZE_UNITS[size[2].upper()] if size else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 1G, 800M or none")
+    return int(value)
+
+
 def _capture(text: str) -> Path | str:
     """A capture argument: a URL stays text (fsspec opens it), anything else is a local path."""
     from profiler.postprocess.remote import is_url
@@ -363,6 +379,22 @@ def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = N
         help="import the captures as tasks of a Dask cluster (tcp://HOST:8786; pip install 'profview[dask]'): "
         "every worker must see the captures and OUT_DIR at the same paths (a shared file system)",
     )
+    p.add_argument(
+        "--memory-limit",
+        type=_memory_size,
+        default=DEFAULT_MEMORY_LIMIT,
+        metavar="SIZE",
+        help="keep each import process's memory under SIZE (1G, 800M; default 1G) by handing the big arrays it "
+        "spills to disk back to the page cache whenever it nears SIZE; none: only between stages "
+        "(docs/kineto.md, 'The memory limit')",
+    )
+    p.add_argument(
+        "--spill-dir",
+        type=Path,
+        metavar="DIR",
+        help="spill a big import's arrays into files in DIR (default: on OUT_DIR's disk); a disk, not a RAM "
+        "file system",
+    )
     if data_origin is None:
         p.add_argument(
             "--from",
@@ -387,9 +419,10 @@ def _configure_import(p: argparse.ArgumentParser, data_origin: Optional[str] = N
 def run_import(args: argparse.Namespace) -> int:
     """Import a capture (profiler.postprocess.imported.import_capture), or several into one directory with
     their cluster files (profiler.postprocess.import_many), and list the files written."""
-    from profiler.postprocess.imported import import_capture
+    from profiler.postprocess.imported import SpillSetting, import_capture
 
     (single,) = args.path if len(args.path) == 1 else (None,)
+    spill = SpillSetting(args.spill_dir, args.memory_limit)
     if (
         args.scheduler is None
         and isinstance(single, Path)
@@ -397,7 +430,7 @@ def run_import(args: argparse.Namespace) -> int:
     ):
         # a big trace takes minutes: its reading (a share of the file) and each later stage on a terminal
         with Progress("import", enabled=sys.stderr.isatty(), delay_s=1.0) as progress, progress.reporting():
-            written = import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format])
+            written = import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format], spill)
         _print_run_warnings(written)
         return _print_paths(written)
     if args.format != "profview":
@@ -407,7 +440,7 @@ def run_import(args: argparse.Namespace) -> int:
     client = dask_client(args.scheduler) if args.scheduler is not None else None
     try:
         with Progress("import", delay_s=1.0) as progress:
-            written = import_captures(args.path, args.output, args.data_origin, args.jobs, progress, client)
+            written = import_captures(args.path, args.output, args.data_origin, args.jobs, progress, client, spill)
     finally:
         if client is not None:
             client.close()

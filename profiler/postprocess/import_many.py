@@ -30,7 +30,7 @@ from profiler.formats.names import info_files
 from profiler.importers.registry import detect
 from profiler.memory import return_freed_memory
 from profiler.model import Run
-from profiler.postprocess.imported import capture_format, spilling_beside, write_runs
+from profiler.postprocess.imported import DEFAULT_SPILL, SpillSetting, capture_format, spilling_beside, write_runs
 from profiler.postprocess.remote import Capture, capture_name, is_url, local_copy, traces_at
 from profiler.progress import Progress
 
@@ -62,17 +62,18 @@ def import_captures(
     jobs: int = 1,
     progress: Optional[Progress] = None,
     client: Any = None,
+    spill: SpillSetting = DEFAULT_SPILL,
 ) -> list[Path]:
     """Import every capture of `paths` (`captures_in`) into `out_dir`, `jobs` processes at a time (or as
     tasks of the Dask `client`'s workers), then the cluster files; the files written. ProfviewError names
-    the captures that failed, after the others."""
+    the captures that failed, after the others. `spill` holds in each process (or Dask worker)."""
     captures = captures_in(paths)
     progress = progress or Progress.silent()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".import-", dir=out_dir))
     try:
-        done, failed, views = _import_each(captures, staging, data_origin, jobs, progress, client)
+        done, failed, views = _import_each(captures, staging, data_origin, jobs, progress, client, spill)
         written = _move_ranks(done, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -89,24 +90,30 @@ def import_captures(
 
 
 def _import_each(
-    captures: list[Capture], staging: Path, data_origin: Optional[str], jobs: int, progress: Progress, client: Any
+    captures: list[Capture],
+    staging: Path,
+    data_origin: Optional[str],
+    jobs: int,
+    progress: Progress,
+    client: Any,
+    spill: SpillSetting,
 ) -> tuple[list[tuple[Capture, Path]], list[tuple[Capture, str]], dict[int, Run]]:
     """Import each capture into a directory of its own under `staging`: (capture, directory) of those
     imported, (capture, why) of the others, both in the captures' order, and each rank's cluster view."""
     targets = {capture: staging / str(i) for i, capture in enumerate(captures)}
     outcome: dict[Capture, tuple[Optional[str], dict[int, Run]]] = {}
     if client is not None:
-        outcome = _import_on_dask(client, targets, data_origin, progress)
+        outcome = _import_on_dask(client, targets, data_origin, progress, spill)
     elif jobs <= 1 or len(captures) == 1:
         for i, capture in enumerate(captures):
             progress.stage("importing", i, len(captures))
-            outcome[capture] = _import_one(capture, targets[capture], data_origin)
+            outcome[capture] = _import_one(capture, targets[capture], data_origin, spill)
     else:
         # spawn: a fresh interpreter per worker (the caller may hold threads, which fork would copy broken)
         context = multiprocessing.get_context("spawn")
         workers = min(jobs, len(captures))
         with ProcessPoolExecutor(workers, mp_context=context, initializer=return_freed_memory) as pool:
-            futures = {pool.submit(_import_one, c, targets[c], data_origin): c for c in captures}
+            futures = {pool.submit(_import_one, c, targets[c], data_origin, spill): c for c in captures}
             for i, future in enumerate(as_completed(futures), 1):
                 outcome[futures[future]] = future.result()
                 progress.stage("importing", i, len(captures))
@@ -117,7 +124,7 @@ def _import_each(
 
 
 def _import_on_dask(
-    client: Any, targets: dict[Capture, Path], data_origin: Optional[str], progress: Progress
+    client: Any, targets: dict[Capture, Path], data_origin: Optional[str], progress: Progress, spill: SpillSetting
 ) -> dict[Capture, tuple[Optional[str], dict[int, Run]]]:
     """Each capture imported by a task on the Dask `client`'s workers; a task that fails for any reason (its
     worker died, the capture is not where the worker looks) costs only its capture."""
@@ -125,7 +132,13 @@ def _import_on_dask(
 
     futures = {
         client.submit(
-            _import_one, capture, target, data_origin, pure=False, key=f"profview-import-{i}-{capture_name(capture)}"
+            _import_one,
+            capture,
+            target,
+            data_origin,
+            spill,
+            pure=False,
+            key=f"profview-import-{i}-{capture_name(capture)}",
         ): capture
         for i, (capture, target) in enumerate(targets.items())
     }
@@ -152,7 +165,9 @@ def dask_client(address: str, timeout_s: float = 10.0) -> Any:
         raise ProfviewError(f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}: {exc})") from None
 
 
-def _import_one(capture: Capture, target: Path, data_origin: Optional[str]) -> tuple[Optional[str], dict[int, Run]]:
+def _import_one(
+    capture: Capture, target: Path, data_origin: Optional[str], spill: SpillSetting
+) -> tuple[Optional[str], dict[int, Run]]:
     """Import one capture into `target` (in a worker process), as `import_capture` does (a URL's from a local
     copy): (None, the cluster view of each of its ranks), or (why it could not be, {})."""
     from profiler.export.cluster import cluster_view
@@ -160,9 +175,9 @@ def _import_one(capture: Capture, target: Path, data_origin: Optional[str]) -> t
     try:
         if is_url(capture):
             with local_copy(capture) as local:
-                runs = _import_local(local, target, data_origin, capture)
+                runs = _import_local(local, target, data_origin, capture, spill)
         else:
-            runs = _import_local(capture, target, data_origin, capture)
+            runs = _import_local(capture, target, data_origin, capture, spill)
     except ProfviewError as exc:
         return str(exc), {}
     except OSError as exc:
@@ -170,13 +185,15 @@ def _import_one(capture: Capture, target: Path, data_origin: Optional[str]) -> t
     return None, {run.rank: cluster_view(run) for run in runs}
 
 
-def _import_local(path: Path, target: Path, data_origin: Optional[str], source: Capture) -> list[Run]:
+def _import_local(
+    path: Path, target: Path, data_origin: Optional[str], source: Capture, spill: SpillSetting
+) -> list[Run]:
     """The runs of the capture at the local `path`, written into `target` (profiler_info names `source`)."""
     from profiler.analysis.steps import ensure_steps
     from profiler.importers.registry import importer_named
 
     importer = importer_named(data_origin) if data_origin is not None else capture_format(path)
-    with spilling_beside(target):
+    with spilling_beside(target, spill):
         runs = [ensure_steps(run) for run in importer.runs(path)]
         if source != path:  # a URL's local copy: the run was read from the URL
             for run in runs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -29,17 +30,35 @@ from profiler.spill import spilling
 ASCEND_FORMATS = {"profview": ("profview",), "mindspore": ("mindspore",), "both": ("profview", "mindspore")}
 
 
+#: The resident memory a big import keeps its spilled pages under unless told otherwise (issue #32's bound).
+DEFAULT_MEMORY_LIMIT = 10**9
+
+
+@dataclass(frozen=True)
+class SpillSetting:
+    """Where an import spills its big arrays (profiler/spill.py) and the memory it keeps them under
+    (`profview import --spill-dir DIR --memory-limit SIZE`; docs/kineto.md, "The memory limit")."""
+
+    directory: Optional[Path] = None  # None: beside the output directory, on its disk
+    memory_limit: Optional[int] = DEFAULT_MEMORY_LIMIT  # bytes of RSS; None: pages dropped only between stages
+
+
+#: Spilling beside the output, under DEFAULT_MEMORY_LIMIT.
+DEFAULT_SPILL = SpillSetting()
+
+
 def import_capture(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     data_origin: Optional[str] = None,
     formats: Sequence[str] = ("profview",),
+    spill: SpillSetting = DEFAULT_SPILL,
 ) -> list[Path]:
     """Import the capture at `path` into `out_dir` and return the files written.
 
     Its format is the one the registry detects, or the one named `data_origin` ("kineto", "ascend",
     "mindspore", or an installed one). `formats` (ASCEND_FORMATS' values) may add the MindSpore
-    files of an Ascend JOB directory.
+    files of an Ascend JOB directory. `spill` says where big arrays go and the memory to keep under.
     """
     path = Path(path)
     importer = importer_named(data_origin) if data_origin is not None else capture_format(path)
@@ -51,17 +70,24 @@ def import_capture(
                 "directories"
             )
         return import_ascend_job(path, out_dir, formats)
-    with spilling_beside(out_dir):
+    with spilling_beside(out_dir, spill):
         return write_runs(importer.runs(path), out_dir, source=path)
 
 
-def spilling_beside(out_dir: str | os.PathLike[str]) -> AbstractContextManager[None]:
-    """Spill a big import's arrays (profiler/spill.py) into files on the output directory's disk: the directory
-    itself, or the nearest of its parents that exists (it is made when the outputs are written)."""
+def spilling_beside(
+    out_dir: str | os.PathLike[str], setting: SpillSetting = DEFAULT_SPILL
+) -> AbstractContextManager[None]:
+    """Spill a big import's arrays (profiler/spill.py) into `setting`'s directory, or else into files on the output
+    directory's disk: the directory itself, or the nearest of its parents that exists (it is made when the
+    outputs are written); the spilled pages kept under `setting`'s memory limit."""
+    if setting.directory is not None:
+        if not Path(setting.directory).is_dir():
+            raise ProfviewError(f"the spill directory {setting.directory} is not a directory")
+        return spilling(setting.directory, resident_limit=setting.memory_limit)
     directory = Path(out_dir).absolute()
     while not directory.is_dir() and directory != directory.parent:
         directory = directory.parent
-    return spilling(directory)
+    return spilling(directory, resident_limit=setting.memory_limit)
 
 
 def capture_format(path: Path) -> Importer:

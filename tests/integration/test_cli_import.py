@@ -3,6 +3,7 @@ MindSpore and Kineto inputs."""
 
 from __future__ import annotations
 
+import filecmp
 import json
 import re
 from pathlib import Path
@@ -139,6 +140,24 @@ def test_import_bad_inputs(captures, tmp_path):
     )
     assert_one_sentence(run_profview("import", notes, "-o", tmp_path / "out", "--from", "kineto"), "not valid JSON")
     assert not (tmp_path / "out").exists()
+
+
+def test_import_memory_settings(captures, tmp_path):
+    """--memory-limit and --spill-dir: a setting that is none is one sentence; a tight limit, the same files."""
+    trace = captures / "kineto" / "sampled_rank-1.json.gz"
+    result = run_profview("import", trace, "-o", tmp_path / "out", "--memory-limit", "lots")
+    assert result.returncode == 2 and "'lots' is not a memory size such as 1G, 800M or none" in result.stderr
+    assert_one_sentence(
+        run_profview("import", trace, "-o", tmp_path / "out", "--spill-dir", tmp_path / "nope"),
+        f"the spill directory {tmp_path / 'nope'} is not a directory",
+    )
+    assert not (tmp_path / "out").exists()
+    plain, tight = tmp_path / "plain", tmp_path / "tight"
+    assert run_profview("import", trace, "-o", plain).returncode == 0
+    result = run_profview("import", trace, "-o", tight, "--memory-limit", "1M", "--spill-dir", tmp_path)
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in plain.iterdir())
+    assert filecmp.cmpfiles(plain, tight, names, shallow=False)[1:] == ([], [])
 
 
 def test_profview_opens_a_job_directory(ascend, tmp_path):

@@ -1,11 +1,14 @@
 """A big import's arrays spilled to files (profiler/spill.py) give the same outputs as arrays in memory, on
 real Kineto captures; spilled pages leave the process's RSS when dropped and their values stay; the files
-leave nothing behind."""
+leave nothing behind; the watcher keeps them under a memory limit, dropping them at any moment without
+losing a value."""
 
 from __future__ import annotations
 
 import filecmp
 import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,7 @@ import pytest
 from profiler import spill
 from profiler.importers import kineto
 from profiler.importers.kineto import read_kineto_trace
-from profiler.postprocess.imported import import_capture
+from profiler.postprocess.imported import SpillSetting, import_capture, spilling_beside
 
 from support.trace_variants import load_trace, write_trace
 
@@ -31,7 +34,9 @@ def test_an_import_with_every_array_spilled_writes_the_same_files(captures, tmp_
     import_capture(trace, tmp_path / "memory")
     monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 1)  # every array with a byte in it
     monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 2000)  # and the op table joined from several windows
-    import_capture(trace, tmp_path / "spilled")
+    drops = spill.watcher_drops()
+    import_capture(trace, tmp_path / "spilled", spill=SpillSetting(memory_limit=1))  # pages dropped all along
+    assert spill.watcher_drops() > drops + 10
     names = sorted(p.name for p in (tmp_path / "memory").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "spilled").iterdir()) and len(names) >= 10
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "memory", tmp_path / "spilled", names, shallow=False)
@@ -128,3 +133,69 @@ def test_each_thread_keeps_its_own_spill_setting(tmp_path) -> None:
     leave.set()
     thread.join()
     assert seen == {"main": False, "other": True}
+
+
+def _wait_for(condition, seconds: float = 20.0) -> bool:
+    """Whether `condition()` holds within `seconds` (the watcher is a thread: it looks every few ms)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_watcher_drops_spilled_pages_once_the_rss_passes_the_limit(tmp_path) -> None:
+    n = 32 << 20  # 256 MiB of int64
+    limit = int((_rss_bytes() + (64 << 20)) / spill.DROP_AT)  # drops once 64 MiB more are resident
+    drops = spill.watcher_drops()
+    with spill.spilling(tmp_path, resident_limit=limit):
+        values = spill.empty(n, np.int64)
+        for at in spill.chunks(n, 1 << 20):
+            values[at] = np.arange(at.start, at.stop)  # every page written: resident until dropped
+        assert _wait_for(lambda: _rss_bytes() < limit * spill.DROP_AT)
+        assert spill.watcher_drops() > drops
+        assert int(values[::512].sum()) == int(np.arange(0, n, 512).sum())  # every value kept
+    assert int(values[:: 1 << 20].sum()) == int(np.arange(0, n, 1 << 20).sum())
+
+
+def test_below_the_limit_and_without_one_the_pages_stay(tmp_path) -> None:
+    n = 16 << 20  # 128 MiB of int64
+    drops = spill.watcher_drops()
+    for limit in (None, _rss_bytes() * 10):
+        with spill.spilling(tmp_path, resident_limit=limit):
+            values = spill.empty(n, np.int64)
+            values[:] = 7
+            touched = _rss_bytes()
+            time.sleep(0.1)  # fifty looks of the watcher, were it dropping
+            assert _rss_bytes() > touched - 0.1 * values.nbytes, limit
+        del values
+    assert spill.watcher_drops() == drops
+
+
+def test_values_written_while_the_watcher_drops_are_kept(tmp_path) -> None:
+    """Pages dropped under a thread that writes them: the mapping is shared, so every write reaches the file."""
+    n = 8 << 20
+    with spill.spilling(tmp_path, resident_limit=1):  # the watcher drops every few ms
+        values = spill.empty(n, np.int64)
+        writers = [
+            threading.Thread(target=lambda k=k: [values.__setitem__(at, at.start + k) for at in spill.chunks(n, 4096)])
+            for k in range(2)
+        ]
+        for w in writers:
+            w.start()
+            w.join()
+        drops = spill.watcher_drops()
+        assert _wait_for(lambda: spill.watcher_drops() > drops)
+        starts = np.arange(n) // 4096 * 4096 + 1  # the second writer's values
+        np.testing.assert_array_equal(values, starts)
+
+
+def test_a_spill_directory_takes_the_files(tmp_path) -> None:
+    elsewhere = tmp_path / "spill"
+    elsewhere.mkdir()
+    with spilling_beside(tmp_path / "out", SpillSetting(directory=elsewhere)):
+        values = spill.empty(1 << 20, np.int64)
+    mapped = Path("/proc/self/maps").read_text()
+    assert f"{elsewhere}/.profview-spill-" in mapped and spill.is_spilled(values)
+    del values
