@@ -83,7 +83,8 @@ def kernel_precision(name: str) -> str:
 
 def classify(executions: pd.DataFrame) -> pd.DataFrame:
     """`family` and `precision` of every execution (columns `name`, `category`), one test per distinct
-    (name, category): the executions with the two columns added."""
+    (name, category): the executions with the two columns added, as categoricals (a code per execution,
+    not its text: a big trace has millions)."""
     name = pd.Categorical(executions["name"])
     category = pd.Categorical(executions["category"])
     pair = name.codes.astype(np.int64) * (len(category.categories) + 1) + category.codes.astype(np.int64)
@@ -92,4 +93,11 @@ def classify(executions: pd.DataFrame) -> pd.DataFrame:
     categories = [str(category.categories[p % (len(category.categories) + 1)]) for p in pairs]
     family = np.array([kernel_family(n, c) for n, c in zip(names, categories)], dtype=object)
     precision = np.array([kernel_precision(n) for n in names], dtype=object)
-    return executions.assign(family=family[at], precision=precision[at])
+    return executions.assign(family=_of_rows(family, at), precision=_of_rows(precision, at))
+
+
+def _of_rows(values: np.ndarray, at: np.ndarray) -> pd.Categorical:
+    """values[at] as a categorical whose categories are in sorted order, so that it groups and sorts as the
+    text would."""
+    labels, code = np.unique(values.astype(str), return_inverse=True)
+    return pd.Categorical.from_codes(code[at], categories=labels.astype(object))

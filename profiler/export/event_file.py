@@ -180,7 +180,7 @@ class EventStreamWriter:
         n = len(lanes)
         self.rows = 0
         self.complete_rows = 0
-        self._head_rows = np.zeros(len(self._heads["ph"]), np.int64)
+        self._phase_rows = np.zeros(256, np.int64)  # rows per phase letter (not per head: one per flow point)
         self._lane_first = np.zeros(n, np.int64)
         self._lane_count = np.zeros(n, np.int64)
         self._lane_longest = np.zeros(n, np.int64)
@@ -195,8 +195,7 @@ class EventStreamWriter:
         n = len(head)
         if n == 0:
             return
-        head_rows = np.bincount(head, minlength=len(self._head_rows))
-        if len(head_rows) > len(self._head_rows):
+        if head.min() < 0 or head.max() >= len(self._heads["ph"]):
             raise ValueError("a row's head is not in the heads table")
         if complete:
             if self._complete_done:
@@ -205,7 +204,7 @@ class EventStreamWriter:
             self.complete_rows += n
         else:
             self._complete_done = True
-        self._head_rows += head_rows
+        self._phase_rows += np.bincount(self._heads["ph"][head], minlength=256)
         pa = self._pa
         for i in range(0, n, BATCH_ROWS):
             arrays = [
@@ -237,7 +236,9 @@ class EventStreamWriter:
         index = {
             "rows": self.rows,
             "complete_rows": self.complete_rows,
-            "phase_rows": _phase_rows(self._heads["ph"], self._head_rows),
+            "phase_rows": {
+                chr(letter): int(self._phase_rows[letter]) for letter in np.flatnonzero(self._phase_rows).tolist()
+            },
             "lane_complete": [
                 [int(f), int(c), int(m)] for f, c, m in zip(self._lane_first, self._lane_count, self._lane_longest)
             ],
@@ -268,13 +269,6 @@ class EventStreamWriter:
             self.close()
         else:
             self.abort()
-
-
-def _phase_rows(ph: np.ndarray, head_rows: np.ndarray) -> dict[str, int]:
-    """Rows per phase letter, from each head's phase and rows."""
-    rows = np.zeros(256, np.int64)
-    np.add.at(rows, ph, head_rows)
-    return {chr(letter): int(rows[letter]) for letter in np.flatnonzero(rows).tolist()}
 
 
 def _header(ev: TimelineEvents) -> dict[str, Any]:

@@ -150,3 +150,28 @@ def test_the_device_executions_of_a_spilled_run_keep_their_times_in_spill_files(
     assert len(ex) > 100  # not vacuous
     for column in ("start_ns", "end_ns", "correlation", "row"):
         assert spill.is_spilled(ex[column].to_numpy()) and not spill.is_spilled(plain[column].to_numpy()), column
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_test", "nccl_data"])
+def test_the_device_timeline_keeps_its_text_columns_as_codes_with_the_same_values(captures, capture) -> None:
+    """family, precision and launcher: categoricals in sorted order (a code per execution, grouped and sorted as
+    text), with each execution's own kernel family and precision and its launching op's name ("" when none)."""
+    from profiler.analysis.findings.device import DeviceTimeline
+    from profiler.analysis.kernel_families import kernel_family, kernel_precision
+
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    launched = launches(ops)
+    ex = DeviceTimeline(ops, pd.DataFrame(), (np.zeros(0, np.int64),) * 2, launched).executions
+    for column in ("family", "precision", "launcher"):
+        categories = list(ex[column].cat.categories)
+        assert categories == sorted(categories), column
+    names, categories = ex["name"].astype(str).tolist(), ex["category"].astype(str).tolist()
+    assert ex["family"].astype(str).tolist() == [kernel_family(n, c) for n, c in zip(names, categories)]
+    assert ex["precision"].astype(str).tolist() == [kernel_precision(n) for n in names]
+    launcher = launched.launcher[ex["row"].to_numpy()]
+    op_names = ops["name"].astype(str).to_numpy()
+    expected = [op_names[k] if k >= 0 else "" for k in launcher.tolist()]
+    assert ex["launcher"].astype(str).tolist() == expected and 0 < sum(k >= 0 for k in launcher.tolist())
+    by_op = ex.groupby("launcher")["start_ns"].count()
+    assert by_op.to_dict() == pd.Series(expected).value_counts().to_dict()
+    assert list(by_op.index) == sorted(set(expected))

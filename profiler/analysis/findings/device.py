@@ -24,7 +24,9 @@ from profiler.analysis.findings.base import Context, Finding, StepWindow, pct_te
 from profiler.analysis.kernel_families import classify
 from profiler.analysis.launches import KERNEL_CATEGORIES, Launches
 from profiler.analysis.tensor_cores import tensor_core_kernels
+from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import covered_ns
+from profiler.spill import spilled
 
 MS = 1e-6
 #: bytes in a GB, as the device memory figures are written
@@ -56,16 +58,17 @@ class DeviceTimeline:
         when unknown) and `launcher_eligible` (a tensor-core eligible op, analysis/launches.py)."""
         ex = classify(device_executions(self._ops))
         rows = ex["row"].to_numpy()
-        figures = {c: self._ops[c].to_numpy(np.float64)[rows] for c in ("blocks_per_sm", "occupancy_pct")}
+        # gathered in the column's own type, then widened (the same values): no float64 copy of every op's
+        figures = {
+            c: spilled(self._ops[c].to_numpy()[rows].astype(np.float64)) for c in ("blocks_per_sm", "occupancy_pct")
+        }
         if self.launched is None:
             tensor_cores = tensor_core_kernels(ex["name"]) & ex["category"].isin(KERNEL_CATEGORIES).to_numpy()
             launcher, eligible = np.full(len(ex), -1, dtype=np.int64), np.zeros(len(ex), dtype=bool)
         else:
             tensor_cores, launcher = self.launched.tensor_cores[rows], self.launched.launcher[rows]
             eligible = (launcher >= 0) & self.launched.tc_eligible[np.maximum(launcher, 0)]
-        known = launcher >= 0
-        names = np.full(len(ex), "", dtype=object)
-        names[known] = self._ops["name"].to_numpy(dtype=object)[launcher[known]]
+        names = launcher_names(self._ops["name"], launcher)
         return ex.assign(**figures, tensor_cores=tensor_cores, launcher=names, launcher_eligible=eligible)
 
     @functools.cached_property
@@ -96,6 +99,19 @@ class DeviceTimeline:
     def row(self, device: str) -> pd.Series:
         """The device's breakdown (formats.columns.DEVICE_TIME_COLUMNS)."""
         return self.devices.set_index("device").loc[device]
+
+
+def launcher_names(names: pd.Series, launcher: np.ndarray) -> pd.Categorical:
+    """The op name (`names`: the op table's column) of each execution's launching op (`launcher`: its row, -1
+    when unknown: ""), as a categorical in sorted order (groups and sorts as the text would), made from the
+    distinct names: no text per op."""
+    codes, labels = codes_and_labels(names)
+    known = launcher >= 0
+    picked = np.full(len(launcher), len(labels), dtype=np.int64)  # len(labels): no launcher
+    picked[known] = codes[launcher[known]]
+    picked[picked < 0] = len(labels) + 1  # an op without a name
+    text = np.append(np.asarray(labels, dtype=object), ["", None])
+    return pd.Categorical(text[picked]) if len(picked) else pd.Categorical([], categories=[""])
 
 
 @dataclass(frozen=True)
