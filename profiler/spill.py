@@ -119,6 +119,12 @@ def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optio
     return out
 
 
+def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """values[rows] (in `dtype`, values' own by default), gathered a chunk of rows at a time into a spill file when
+    big: a gather from a big column whose temporaries stay a chunk's size, its pages handed back as it goes."""
+    return chunked(len(rows), values.dtype if dtype is None else dtype, lambda at: values[rows[at]])
+
+
 def spilled(values: np.ndarray) -> np.ndarray:
     """`values` copied into a spill file when spilling and big enough (else `values` itself)."""
     if values.ndim != 1 or values.dtype.hasobject:

@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.kernels.grouping import codes_and_labels, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
 from profiler.model import FLOAT64_MODULE_SPAN
@@ -44,7 +45,12 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     # charges pass along the nesting, which stays on a lane: only the lanes holding a float64 op are nested
     holding = np.zeros(int(lane.max()) + 1, dtype=bool)
     holding[lane[own]] = True
-    on = np.flatnonzero(holding[lane])
+    on = spill.concatenated(
+        [
+            (np.flatnonzero(holding[lane[at]]) + at.start).astype(position_dtype(len(ops)))
+            for at in spill.chunks(len(ops))
+        ]
+    )
     own, cast = own[on], cast[on]
     parent = _lane_nesting(ops, lane, on)
     depth = nesting_depths(parent)
@@ -65,17 +71,21 @@ TYPES_WINDOW = 1 << 18
 
 
 def _lanes(ops: pd.DataFrame) -> np.ndarray:
-    """One number per op's lane (device and stream), from 0 (codes -1, missing, count as a value)."""
-    device, _ = codes_and_labels(ops["device"])
+    """One number per op's lane (device and stream), from 0 (codes -1, missing, count as a value): int32, made a
+    chunk of ops at a time, spilled (kept while the charges are found)."""
+    device, devices = codes_and_labels(ops["device"])
     stream, streams = codes_and_labels(ops["stream"])
-    return (device.astype(np.int64) + 1) * (len(streams) + 1) + stream + 1
+    dtype = np.int32 if (len(devices) + 1) * (len(streams) + 1) < 2**31 else np.int64
+    width = len(streams) + 1
+    return spill.chunked(len(ops), dtype, lambda at: (device[at].astype(dtype) + 1) * width + stream[at] + 1)
 
 
 def _lane_nesting(ops: pd.DataFrame, lane: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`), -1 at a root
     (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
-    start = ops["start_ns"].to_numpy(np.int64)[rows]
-    parent = enclosing_parents(lane[rows], start, start + ops["dur_ns"].to_numpy(np.int64)[rows])
+    start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
+    end = spill.chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]])
+    parent = enclosing_parents(spill.gathered(lane, rows), spill.gathered(start, rows), end)
     return parent.astype(position_dtype(len(rows)))
 
 

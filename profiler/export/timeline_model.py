@@ -291,20 +291,13 @@ def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoi
     start, step = ops["start_ns"].to_numpy(), ops["step"].to_numpy()
     return FlowPoints(
         flow_id=spill.spilled(flow_id.astype(np.int64)),
-        host_ns=_taken(start, host, np.int64),
-        device_ns=_taken(start, device, np.int64),
-        step=_taken(step, host, np.int32),
+        host_ns=spill.gathered(start, host, np.int64),
+        device_ns=spill.gathered(start, device, np.int64),
+        step=spill.gathered(step, host, np.int32),
         host_lane=spill.spilled(host_lane),
         device_lane=spill.spilled(device_lane),
         lanes=met,
     )
-
-
-def _taken(values: np.ndarray, rows: np.ndarray, dtype) -> np.ndarray:
-    """values[rows] in `dtype`, spilled; the pages the gather read (all over a column of the run) handed back."""
-    out = spill.spilled(np.asarray(values[rows], dtype=dtype))
-    spill.drop_resident()
-    return out
 
 
 def _flow_ends(ops: pd.DataFrame, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.kernels.intervals import place
 from profiler.kernels.native import native
 
@@ -299,8 +300,9 @@ def enclosing_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
     `lane`, `start` and `end` are equal-length integer arrays in any order. Of two identical
     intervals the one listed first is the parent of the other.
     """
-    order = np.lexsort((-end, start, lane))
-    parent = np.full(len(order), -1, dtype=np.int64)
+    order = spill.spilled(np.lexsort((-end, start, lane)))  # kept while the pieces are nested: spilled when big
+    parent = spill.empty(len(order), np.int64)
+    parent[:] = -1
     for lo, hi in _independent_pieces(lane, start, end, order):
         rows = order[lo:hi]
         parent_p = _previous_at_least(lane[rows], end[rows])
