@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pandas as pd
 
@@ -38,20 +40,22 @@ def union(starts: np.ndarray, ends: np.ndarray, chunk: int = UNION_CHUNK) -> tup
     return first, np.append(np.concatenate(reach_before)[1:], reach)
 
 
-def union_where(
-    starts: np.ndarray, lengths: np.ndarray, where: np.ndarray, chunk: int = UNION_CHUNK
-) -> tuple[np.ndarray, np.ndarray]:
-    """`union` of the intervals [starts, starts + lengths) that the mask `where` selects, a chunk of rows at a
-    time: the chunks' unions merged are the whole union, with no copy of the whole selection (an op table's
-    millions of rows)."""
-    pieces = [
-        union(starts[lo : lo + chunk][mine], starts[lo : lo + chunk][mine] + lengths[lo : lo + chunk][mine], chunk)
-        for lo in range(0, len(starts), chunk)
-        if (mine := where[lo : lo + chunk]).any()
-    ]
-    if not pieces:
-        return union(starts[:0], starts[:0])
-    return union(np.concatenate([s for s, _ in pieces]), np.concatenate([e for _, e in pieces]), chunk)
+class SettledUnion:
+    """`union` of intervals added a piece at a time, given back a settled piece at a time: the pieces `add` returns,
+    one after the other, are the union of every interval added, so a union of millions of intervals (an op
+    table's, chunk by chunk) is never held whole. Each piece added must start no earlier than the `later` given
+    with the piece before."""
+
+    def __init__(self) -> None:
+        self._open = (np.empty(0, np.int64), np.empty(0, np.int64))  # merged intervals a later piece may still extend
+
+    def add(self, starts: np.ndarray, ends: np.ndarray, later: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Add intervals; the union's intervals they settle: those ending before `later`, where the next piece's
+        intervals start at the earliest (all of them when `later` is None: the last piece)."""
+        s, e = union(np.concatenate([self._open[0], starts]), np.concatenate([self._open[1], ends]))
+        settled = len(e) if later is None else int(np.searchsorted(e, later, side="left"))  # ends never decrease
+        self._open = (s[settled:], e[settled:])
+        return s[:settled], e[:settled]
 
 
 def in_order(values: np.ndarray, chunk: int = UNION_CHUNK) -> bool:

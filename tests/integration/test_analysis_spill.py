@@ -11,17 +11,19 @@ import pytest
 
 from profiler import spill
 from profiler.analysis import float64
+from profiler.analysis import step_activity as step_activity_module
 from profiler.analysis import step_trace as step_trace_module
 from profiler.analysis.device_time import device_executions
 from profiler.analysis.gpu_summary import sm_filled_ns
 from profiler.analysis.launches import device_times, launches
 from profiler.analysis.ops import op_rows, op_windows
+from profiler.analysis.step_activity import comm_split, step_activity
 from profiler.analysis.step_trace import inferred_boundaries, op_counts
 from profiler.analysis.steps import ensure_steps
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels import grouping
 from profiler.kernels.grouping import is_in
-from profiler.kernels.intervals import union, union_where
+from profiler.kernels.intervals import SettledUnion, union
 
 
 def test_launches_and_device_times_of_a_spilled_run_are_kept_in_spill_files(captures, tmp_path) -> None:
@@ -113,18 +115,52 @@ def test_float64_ops_read_a_window_of_input_types_at_a_time_are_the_whole_ones(c
 
 
 @pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data"])
-def test_selected_unions_and_memberships_read_by_chunks_are_the_whole_ones(captures, capture) -> None:
-    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
-    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
+def test_memberships_from_the_codes_are_isin(captures, capture) -> None:
+    category = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops["category"]
     for categories in (("compute", "comm"), ("host", "user", "python"), ("nothing",)):
-        where = is_in(ops["category"], categories)
-        np.testing.assert_array_equal(where, ops["category"].isin(categories).to_numpy())
-        np.testing.assert_array_equal(is_in(ops["category"].astype(str), categories), where)  # not categorical
-        whole = union(start[where], start[where] + dur[where])
-        for chunk in (1, 9, len(ops) // 3 + 1):
-            merged = union_where(start, dur, where, chunk)
-            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(merged, whole))
-    assert len(union_where(start, dur, is_in(ops["category"], ("compute",)))[0]) > 50  # not vacuous
+        where = is_in(category, categories)
+        np.testing.assert_array_equal(where, category.isin(categories).to_numpy())
+        np.testing.assert_array_equal(is_in(category.astype(str), categories), where)  # not categorical
+    assert is_in(category, ("compute",)).sum() > 50  # not vacuous
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data", "alexnet"])
+def test_a_union_settled_piece_by_piece_is_the_whole_union(captures, capture) -> None:
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    start = ops["start_ns"].to_numpy()
+    end = start + ops["dur_ns"].to_numpy()
+    whole = union(start, end)
+    assert 0 < len(whole[0]) < len(ops)  # not vacuous: intervals merged
+    for rows in (1, 7, len(ops) // 3 + 1):
+        merged, settled = SettledUnion(), []
+        for at in spill.chunks(len(ops), rows):
+            later = int(start[at.stop]) if at.stop < len(ops) else None  # no later piece starts before it
+            settled.append(merged.add(start[at], end[at], later))
+        assert all(np.array_equal(np.concatenate(piece), part) for piece, part in zip(zip(*settled), whole))
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data", "diff_test", "cpu_only"])
+def test_step_activity_read_a_chunk_of_ops_at_a_time_is_the_whole_ones(captures, monkeypatch, capture) -> None:
+    run = ensure_steps(read_kineto_trace(captures / "kineto" / f"{capture}.json.gz"))
+    launched = launches(run.ops)
+
+    def activity(ops: pd.DataFrame, steps: pd.DataFrame) -> list[str]:  # step activity and comm split
+        return [step_activity(ops, run.spans, steps).to_csv(), comm_split(ops, run.spans, steps).to_csv()]
+
+    def tables() -> list[str]:  # the plugin's steps from the run's and from none (the framework ops' span), activity
+        steps = step_activity_module.device_aware_steps(run.ops, run.steps, launched)
+        no_steps = step_activity_module.device_aware_steps(run.ops, run.steps.iloc[:0], launched)
+        return [steps.to_csv(), no_steps.to_csv(), *activity(run.ops, steps)]
+
+    monkeypatch.setattr(step_activity_module, "CHUNK_ROWS", len(run.ops))
+    whole = tables()
+    steps = step_activity_module.device_aware_steps(run.ops, run.steps, launched)
+    assert len(steps) >= 1 and all(len(table.splitlines()) > 1 for table in whole)  # not vacuous
+    shuffled = run.ops.iloc[np.random.default_rng(0).permutation(len(run.ops))]  # out of start order: one chunk
+    assert activity(shuffled, steps) == whole[2:]
+    for rows in (61, len(run.ops) // 3 + 1):
+        monkeypatch.setattr(step_activity_module, "CHUNK_ROWS", rows)
+        assert tables() == whole
 
 
 @pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_control"])
