@@ -6,11 +6,13 @@ Imports a trace as `profview import` does (`import_capture`, with its allocator 
 thread reads the process's RSS every 0.5 ms and keeps the main thread's stack (profview's frames) at each
 new high. The stages are the ones the import reports to its progress (reading the file, writing the
 timeline, analysing, writing the outputs): prints, per stage, its time, the RSS at its end, its peak and
-that stack (what to shrink first), then the kernel's own peak (VmHWM: the sampler misses short spikes).
+that stack (what to shrink first), then the kernel's own peak (VmHWM: the sampler misses short spikes), the
+most disk the spill files took at once and how often the memory-limit watcher dropped spilled pages.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -19,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from profiler import spill
 from profiler.memory import return_freed_memory
 from profiler.postprocess.imported import import_capture
 from profiler.progress import Progress
@@ -45,13 +48,16 @@ class PeakSampler:
 
     def __init__(self) -> None:
         self.peak, self.stack = 0.0, []
+        self.spilled_peak = 0.0  # MB of spill files alive at once, over the whole import
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        while True:
+        for i in itertools.count():
             now = rss_mb()
             if now > self.peak:
                 self.peak, self.stack = now, main_stack()
+            if i % 100 == 0:  # every ~50 ms: the spilled arrays' disk space (a sum over every mapping)
+                self.spilled_peak = max(self.spilled_peak, spill.spilled_bytes() / 1e6)
             time.sleep(0.0005)
 
     def report(self, stage: str, started: float) -> None:
@@ -81,10 +87,14 @@ class StageReports(Progress):
 def main() -> None:
     trace, out = sys.argv[1], Path(sys.argv[2])
     return_freed_memory()  # as the `profview` command does
-    with StageReports(PeakSampler()).reporting() as stages:
+    sampler = PeakSampler()
+    with StageReports(sampler).reporting() as stages:
         import_capture(Path(trace), out)
         stages.close()
     print([line.strip() for line in open("/proc/self/status") if line.startswith("VmHWM")][0])
+    print(
+        f"spill files at most {sampler.spilled_peak:.0f} MB at once; the watcher dropped {spill.watcher_drops()} times"
+    )
 
 
 if __name__ == "__main__":

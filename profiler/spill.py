@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -191,6 +192,17 @@ def resident_bytes() -> int:
         import psutil
 
         return int(psutil.Process().memory_info().rss)
+
+
+def peak_resident_bytes() -> int:
+    """The highest RSS of this process and of the largest of its finished children (import workers), as the kernel
+    counts it (getrusage: KiB on Linux, bytes on macOS); 0 where there is no getrusage (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    unit = 1 if sys.platform == "darwin" else 1024
+    return unit * max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 class _Watcher:

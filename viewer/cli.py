@@ -432,6 +432,7 @@ def run_import(args: argparse.Namespace) -> int:
         with Progress("import", enabled=sys.stderr.isatty(), delay_s=1.0) as progress, progress.reporting():
             written = import_capture(single, args.output, args.data_origin, ASCEND_FORMATS[args.format], spill)
         _print_run_warnings(written)
+        _say_memory_over_limit(args.memory_limit)
         return _print_paths(written)
     if args.format != "profview":
         raise InputError("--format mindspore / both takes one Ascend JOB directory, not several captures")
@@ -445,6 +446,8 @@ def run_import(args: argparse.Namespace) -> int:
         if client is not None:
             client.close()
     _print_run_warnings(written)
+    if client is None:  # a Dask worker's memory is its own
+        _say_memory_over_limit(args.memory_limit)
     return _print_paths(written)
 
 
@@ -606,6 +609,21 @@ def run_export(args: argparse.Namespace) -> int:
     for line in export_directory(args.to, destination, args.rank):
         print(f"profview: {line}", file=sys.stderr)
     return 0
+
+
+def _say_memory_over_limit(limit: Optional[int]) -> None:
+    """One line on stderr when an import process's peak memory passed --memory-limit: the watcher bounds only
+    what is spilled (docs/kineto.md, "The memory limit")."""
+    from profiler.spill import peak_resident_bytes
+
+    peak = peak_resident_bytes()
+    if limit is not None and peak > limit:
+        print(
+            f"profview: warning: the import's peak memory, {peak / 1e6:,.0f} MB, passed --memory-limit "
+            f"{limit / 1e6:,.0f} MB: what cannot be spilled (Python, the op table's text columns, a stage's own "
+            "tables) did not fit under it",
+            file=sys.stderr,
+        )
 
 
 def _print_run_warnings(written: Sequence[Path]) -> None:

@@ -156,6 +156,8 @@ def test_import_memory_settings(captures, tmp_path):
     assert run_profview("import", trace, "-o", plain).returncode == 0
     result = run_profview("import", trace, "-o", tight, "--memory-limit", "1M", "--spill-dir", tmp_path)
     assert result.returncode == 0, result.stderr
+    assert re.search(r"warning: the import's peak memory, [\d,]+ MB, passed --memory-limit 1 MB", result.stderr)
+    assert "peak memory" not in run_profview("import", trace, "-o", tmp_path / "again").stderr  # under 1 GB
     names = sorted(p.name for p in plain.iterdir())
     assert filecmp.cmpfiles(plain, tight, names, shallow=False)[1:] == ([], [])
 
