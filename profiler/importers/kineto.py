@@ -1039,9 +1039,10 @@ def _op_column(values: Union[Coded, np.ndarray]) -> Any:
     return pd.Series(values, dtype=object, copy=False) if values.dtype == object else values
 
 
-def _host_texts(texts: Coded, device_ops: int) -> np.ndarray:
-    """A text column of the host ops (input shapes, dtypes), "" for the device ops after them."""
-    return np.concatenate([texts.decoded(), np.full(device_ops, "", dtype=object)])
+def _host_texts(texts: Coded, device_ops: int) -> Coded:
+    """A text column of the host ops (input shapes, dtypes), "" for the device ops after them: coded (the op
+    table's categorical: a code per op, spilled, where an object per op stays in memory)."""
+    return Coded.concat(texts, Coded.constant("", device_ops))
 
 
 def _host_category(cat_and_name: tuple[Any, Any]) -> Optional[str]:

@@ -159,16 +159,16 @@ def test_the_watcher_drops_spilled_pages_once_the_rss_passes_the_limit(tmp_path)
     assert int(values[:: 1 << 20].sum()) == int(np.arange(0, n, 1 << 20).sum())
 
 
-def test_below_the_limit_and_without_one_the_pages_stay(tmp_path) -> None:
+def test_below_the_limit_and_without_one_the_watcher_drops_nothing(tmp_path) -> None:
+    """Counted by the watcher itself: the RSS is no witness here (another test's thread in the same worker may
+    hand pages back with give_back_freed_memory)."""
     n = 16 << 20  # 128 MiB of int64
     drops = spill.watcher_drops()
     for limit in (None, _rss_bytes() * 10):
         with spill.spilling(tmp_path, resident_limit=limit):
             values = spill.empty(n, np.int64)
             values[:] = 7
-            touched = _rss_bytes()
             time.sleep(0.1)  # fifty looks of the watcher, were it dropping
-            assert _rss_bytes() > touched - 0.1 * values.nbytes, limit
         del values
     assert spill.watcher_drops() == drops
 
