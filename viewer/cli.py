@@ -620,7 +620,7 @@ def _say_memory_over_limit(limit: Optional[int]) -> None:
     if limit is not None and peak > limit:
         print(
             f"profview: warning: the import's peak memory, {peak / 1e6:,.0f} MB, passed --memory-limit "
-            f"{limit / 1e6:,.0f} MB: what cannot be spilled (Python, the op table's text columns, a stage's own "
+            f"{limit / 1e6:,.0f} MB: what cannot be spilled (Python itself, each stage's own "
             "tables) did not fit under it",
             file=sys.stderr,
         )
