@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Iterator
 from typing import Optional
 
 import numpy as np
@@ -37,10 +38,10 @@ import pandas as pd
 from profiler.analysis.ops import op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.grouping import is_in, text_matches
-from profiler.kernels.intervals import covered_ns, union
+from profiler.kernels.intervals import covered_ns, in_order, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
-from profiler.spill import spilled
+from profiler.spill import chunked, chunks, drop_resident, gathered, spilled
 
 #: A gap shorter than this between two executions whose work was already launched is launch
 #: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
@@ -57,6 +58,9 @@ SYNC_CALL = re.compile(
 #: A copy to or from pageable host memory (CUDA's memcpy names: "Memcpy DtoH (Device -> Pageable)"):
 #: the call that launched it blocks the host while the driver stages the data.
 PAGEABLE_COPY = "Pageable"
+#: Executions (runtime calls) read at a time by the breakdown and the idle gaps: their temporaries are ~20 arrays
+#: of 8 B per execution of a chunk, not of the run.
+GAP_CHUNK = 1 << 16
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -120,34 +124,58 @@ def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:
     device has finished: SYNC_CALL names, and the calls whose copy involves pageable memory),
     `launch` (it put work on a device: its correlation is an execution's) or `other` (allocation,
     event record, queries). Columns: name, start_ns, end_ns, correlation, kind."""
-    return _runtime_calls(ops, device_executions(ops))
+    calls = _runtime_calls(ops, device_executions(ops))
+    return calls.assign(name=_categorical(calls["name"]), kind=calls["kind"].astype(object))
+
+
+#: The kinds of runtime calls (`runtime_calls`), as `_runtime_calls` codes them.
+CALL_KINDS = ("sync", "launch", "other")
 
 
 def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
-    rt = op_rows(ops, ["name", "start_ns", "dur_ns", "correlation"], np.flatnonzero(ops["category"] == "runtime"))
-    corr = rt["correlation"].to_numpy(np.int64)
+    """runtime_calls with `kind` a categorical (1 B per call) and `name` the op table's column's values (every
+    category kept), its columns gathered into spill files when the run is spilled: the idle gaps of a big run
+    read them whole."""
+    rows = np.flatnonzero((ops["category"] == "runtime").to_numpy())
+    name, corr = _gathered(ops["name"], rows), _gathered(ops["correlation"], rows)
+    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
     ex_corr = ex["correlation"].to_numpy(np.int64)
     copies = (ex["category"] == "memcpy").to_numpy() & text_matches(ex["name"], lambda n: PAGEABLE_COPY in n)
-    blocking = text_matches(rt["name"], lambda n: SYNC_CALL.fullmatch(n) is not None)
-    sync = blocking | ((corr >= 0) & _member(corr, np.sort(ex_corr[copies])))
-    launch = (corr >= 0) & _member(corr, np.sort(ex_corr[ex_corr >= 0]))
-    start = rt["start_ns"].to_numpy(np.int64)
+    launched = ex_corr[ex_corr >= 0]
+    launched.sort()
+    kind = np.full(len(rows), CALL_KINDS.index("other"), dtype=np.int8)
+    kind[(corr >= 0) & _member(corr, launched)] = CALL_KINDS.index("launch")
+    del launched
+    blocking = text_matches(pd.Series(name, copy=False), lambda n: SYNC_CALL.fullmatch(n) is not None)
+    kind[blocking | ((corr >= 0) & _member(corr, np.sort(ex_corr[copies])))] = CALL_KINDS.index("sync")
     return pd.DataFrame(
         {
-            "name": _categorical(rt["name"]),
-            "start_ns": start,
-            "end_ns": start + rt["dur_ns"].to_numpy(np.int64),
+            "name": name,
+            "start_ns": gathered(start, rows, np.int64),
+            "end_ns": chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]]),
             "correlation": corr,
-            "kind": np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object),
-        }
+            "kind": pd.Categorical.from_codes(kind, CALL_KINDS),
+        },
+        copy=False,
     )
 
 
+def _gathered(column: pd.Series, rows: np.ndarray) -> np.ndarray | pd.Categorical:
+    """column.iloc[rows] (of a categorical, its codes), gathered a chunk of rows at a time into a spill file when
+    the run is spilled."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.Categorical.from_codes(gathered(column.array.codes, rows), dtype=column.dtype)
+    return gathered(column.to_numpy(), rows)
+
+
 def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """Whether each value is in the sorted array `pool` (a binary search: np.isin hashes both)."""
-    if len(pool) == 0:
-        return np.zeros(len(values), dtype=bool)
-    return pool[np.minimum(np.searchsorted(pool, values), len(pool) - 1)] == values
+    """Whether each value is in the sorted array `pool` (a binary search: np.isin hashes both), a chunk of
+    values at a time."""
+    found = np.zeros(len(values), dtype=bool)
+    if len(pool):
+        for at in chunks(len(values), GAP_CHUNK):
+            found[at] = pool[np.minimum(np.searchsorted(pool, values[at]), len(pool) - 1)] == values[at]
+    return found
 
 
 # ----------------------------------------------------------------------------- idle gaps
@@ -167,70 +195,176 @@ def idle_gaps(
     return _gaps(ex, _runtime_calls(ops, ex), data_wait, per_stream)
 
 
+_GAP_COLUMNS = ("start_ns", "end_ns", "next_launch_ns", *(f"{c}_ns" for c in IDLE_CAUSES))
+
+
 def _gaps(
-    ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray], per_stream: bool
+    ex: pd.DataFrame,
+    calls: pd.DataFrame,
+    data_wait: tuple[np.ndarray, np.ndarray],
+    per_stream: bool,
+    rows: int = GAP_CHUNK,
 ) -> pd.DataFrame:
-    lanes = ex["device"].cat.codes.to_numpy(np.int64)
-    if per_stream:
-        lanes = lanes * len(ex["stream"].cat.categories) + ex["stream"].cat.codes.to_numpy(np.int64)
-    first, start, end, lane = _merged(lanes, ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy())
-    same = lane[1:] == lane[:-1]
-    g_start, g_end = end[:-1][same], start[1:][same]
-    ends_gap = first[1:][same]  # the execution that ends each gap
-    launched = _launch_time(ex["correlation"].to_numpy()[ends_gap], calls)
-    data_s, data_e = (np.asarray(a, dtype=np.int64) for a in data_wait)
-    sync_s, sync_e = _sync_shadows(calls)
-    data = covered_ns(data_s, data_e, g_start, g_end)
-    data_or_sync = covered_ns(np.concatenate([data_s, sync_s]), np.concatenate([data_e, sync_e]), g_start, g_end)
-    length = g_end - g_start
-    queued = (launched >= 0) & (launched <= g_start)
-    short = queued & (length < LAUNCH_LATENCY_NS)
-    unknown = launched < 0
-    rest = length - data_or_sync
-    zero = np.zeros(len(length), dtype=np.int64)
+    """idle_gaps' table: the lanes' gap pieces joined lane by lane, in (lane, start) order."""
+    pieces: dict[int, list[dict[str, np.ndarray]]] = {}
+    for lane, piece in _gap_pieces(ex, calls, data_wait, per_stream, rows):
+        pieces.setdefault(lane, []).append(piece)
+    ordered = [piece for lane in sorted(pieces) for piece in pieces[lane]]
+    ends = np.concatenate([p["ends"] for p in ordered]) if ordered else _EMPTY
+    columns = {c: np.concatenate([p[c] for p in ordered]) if ordered else _EMPTY for c in _GAP_COLUMNS}
     return pd.DataFrame(
         {
-            "device": ex["device"].to_numpy(dtype=object)[ends_gap],
-            "stream": ex["stream"].to_numpy(dtype=object)[ends_gap]
-            if per_stream
-            else np.full(len(g_start), "", object),
-            "start_ns": g_start,
-            "end_ns": g_end,
-            "next_launch_ns": launched,
-            "sync_ns": np.where(queued, zero, data_or_sync - data),
-            "data_ns": np.where(queued, zero, data),
-            "host_ns": np.where(queued | unknown, zero, rest),
-            "launch_ns": np.where(short, length, zero),
-            "other_ns": np.where(queued, length - np.where(short, length, zero), np.where(unknown, rest, zero)),
+            "device": _labels(ex["device"], ends),
+            "stream": _labels(ex["stream"], ends) if per_stream else np.full(len(ends), "", object),
+            **columns,
         },
         copy=False,  # arrays made for this table: not copied again (a big trace's gaps are millions)
     )
 
 
-def _merged(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The union of the intervals of each lane (integer codes), as (index of each merged interval's
-    first interval, its start, its end, its lane), in (lane, start) order."""
-    if len(start) == 0:
-        return _EMPTY, _EMPTY, _EMPTY, _EMPTY
-    order = np.lexsort((start, lane))
-    s, e, k = start[order], end[order], lane[order]
-    reach = np.empty(len(e), dtype=np.int64)  # each lane's running latest end (a few lanes: no groupby's copies)
-    edges = [0, *(np.flatnonzero(k[1:] != k[:-1]) + 1), len(k)]
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        np.maximum.accumulate(e[lo:hi], out=reach[lo:hi])
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = (k[1:] != k[:-1]) | (s[1:] > reach[:-1])
-    head = np.flatnonzero(new)
-    last = np.append(head[1:], len(s)) - 1
-    return order[head], s[head], reach[last], k[head]
+def _labels(column: pd.Series, at: np.ndarray) -> np.ndarray:
+    """The texts of a categorical column at positions `at`, as objects (no object array over every row)."""
+    return np.asarray(column.array.categories, dtype=object)[column.array.codes[at]]
 
 
-def _launch_time(correlation: np.ndarray, calls: pd.DataFrame) -> np.ndarray:
-    """Start of the runtime call with each correlation id (-1 when there is none)."""
-    ids = calls["correlation"].to_numpy(np.int64)
-    keep = ids >= 0
-    order = np.argsort(ids[keep], kind="stable")
-    ids, starts = ids[keep][order], calls["start_ns"].to_numpy(np.int64)[keep][order]
+def _idle_by_device(
+    ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray], rows: int = GAP_CHUNK
+) -> dict[int, list[int]]:
+    """Per device (its code in ex), the idle time of its gaps per cause (ns, in IDLE_CAUSES' order), summed a
+    chunk of gaps at a time: the breakdown needs the sums, not the gaps."""
+    sums: dict[int, list[int]] = {}
+    for lane, piece in _gap_pieces(ex, calls, data_wait, False, rows):
+        total = sums.setdefault(lane, [0] * len(IDLE_CAUSES))
+        for i, cause in enumerate(IDLE_CAUSES):
+            total[i] += int(piece[f"{cause}_ns"].sum())
+    return sums
+
+
+def _gap_pieces(
+    ex: pd.DataFrame, calls: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray], per_stream: bool, rows: int
+) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """The idle gaps of each lane between the unions of its executions, split by cause, as (lane, columns)
+    pieces (`_lane_chunks`); `ends` is the execution that ends each gap."""
+    start, end, correlation = (ex[c].to_numpy() for c in ("start_ns", "end_ns", "correlation"))
+    launches = _launch_lookup(calls)
+    data_s, data_e = (np.asarray(a, dtype=np.int64) for a in data_wait)
+    sync_s, sync_e = _sync_shadows(calls)
+    data = union(data_s, data_e)
+    held = union(np.concatenate([data_s, sync_s]), np.concatenate([data_e, sync_e]))  # data wait or sync
+    unions: dict[int, RunningUnion] = {}
+    for lane, at in _lane_chunks(ex, per_stream, rows):
+        s = start[at]
+        new, before = unions.setdefault(lane, RunningUnion()).add(s, end[at])
+        if new.any():
+            g_start, g_end, ends = before[new], s[new], at[new]
+            causes = _causes(g_start, g_end, _launch_time(correlation[ends], launches), data, held)
+            yield lane, {"ends": ends, "start_ns": g_start, "end_ns": g_end, **causes}
+
+
+def _lane_chunks(ex: pd.DataFrame, per_stream: bool, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """The executions in start order `rows` at a time (`start_ordered`), split by lane: (lane, positions) pairs,
+    each lane's in start order. A lane is a device (its code) or, with `per_stream`, a device's stream (device
+    code x streams + stream code): their order is the lanes' order."""
+    devices, streams = ex["device"].array, ex["stream"].array
+    for positions in start_ordered(ex["start_ns"].to_numpy(), rows):
+        lane = devices.codes[positions].astype(np.int64)
+        if per_stream:
+            lane = lane * len(streams.categories) + streams.codes[positions]
+        for code in np.unique(lane):
+            yield int(code), positions[lane == code]
+
+
+def start_ordered(start: np.ndarray, rows: int = GAP_CHUNK) -> Iterator[np.ndarray]:
+    """The positions of `start` in stable start order, `rows` at a time (sorted only when not in order already),
+    with the pages of spilled arrays read for each chunk handed back after it."""
+    order = None if in_order(start) else np.argsort(start, kind="stable")
+    for at in chunks(len(start), rows):
+        yield np.arange(at.start, at.stop) if order is None else order[at]
+        drop_resident()
+
+
+class RunningUnion:
+    """The union of intervals given in start order a chunk at a time, the latest end carried: `union`'s merged
+    intervals, measured as they close (not kept): where it breaks, its length and its length inside `windows`
+    (disjoint, sorted)."""
+
+    def __init__(self, windows: Optional[tuple[np.ndarray, np.ndarray]] = None) -> None:
+        self.windows = windows
+        self.reach: Optional[np.int64] = None  # the latest end so far
+        self.open: Optional[np.int64] = None  # the start of the last merged interval (not closed yet)
+        self.length = self.inside = 0  # of the merged intervals closed so far
+
+    def add(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add the next intervals (at least one): which of them start after every earlier one has ended (the
+        first interval of all does not), and the latest end before each."""
+        running = np.maximum.accumulate(end)
+        before = np.empty_like(running)
+        before[1:] = running[:-1]
+        before[0] = start[0] if self.reach is None else self.reach
+        if self.reach is not None:
+            np.maximum(before, self.reach, out=before)
+        self.reach = running[-1] if self.reach is None else max(running[-1], self.reach)
+        new = start > before
+        heads = start[new]
+        closed_start = np.concatenate([[start[0] if self.open is None else self.open], heads[:-1]])
+        self.length += int((before[new] - closed_start).sum())
+        self.inside += self._inside(closed_start, before[new])
+        self.open = heads[-1] if len(heads) else start[0] if self.open is None else self.open
+        return new, before
+
+    def totals(self) -> tuple[int, int]:
+        """The length of the union of every interval added (the sum of its merged intervals, as `union` gives
+        them), and of its part inside the windows."""
+        if self.open is None:
+            return 0, 0
+        last = (np.array([self.open]), np.array([self.reach]))
+        return self.length + int(self.reach - self.open), self.inside + self._inside(*last)
+
+    def _inside(self, start: np.ndarray, end: np.ndarray) -> int:
+        """The length of the (disjoint) intervals inside the windows."""
+        if self.windows is None or not len(self.windows[0]) or not len(start):
+            return 0
+        return int(covered_ns(*self.windows, start, end).sum())
+
+
+def _causes(
+    g_start: np.ndarray, g_end: np.ndarray, launched: np.ndarray, data: tuple, held: tuple
+) -> dict[str, np.ndarray]:
+    """Each gap's next_launch_ns and its time split by cause (the module docstring); `data` and `held` are the
+    unions of the data-wait intervals and of those with the sync shadows."""
+    waiting = covered_ns(*data, g_start, g_end)
+    waiting_or_sync = covered_ns(*held, g_start, g_end)
+    length = g_end - g_start
+    queued = (launched >= 0) & (launched <= g_start)
+    short = queued & (length < LAUNCH_LATENCY_NS)
+    unknown = launched < 0
+    rest = length - waiting_or_sync
+    zero = np.zeros(len(length), dtype=np.int64)
+    return {
+        "next_launch_ns": launched,
+        "sync_ns": np.where(queued, zero, waiting_or_sync - waiting),
+        "data_ns": np.where(queued, zero, waiting),
+        "host_ns": np.where(queued | unknown, zero, rest),
+        "launch_ns": np.where(short, length, zero),
+        "other_ns": np.where(queued, length - np.where(short, length, zero), np.where(unknown, rest, zero)),
+    }
+
+
+def _launch_lookup(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The runtime calls' recorded correlation ids in order (stable), with their calls' starts: `_launch_time`'s
+    table, made once, in spill files when the run is spilled."""
+    ids, starts = (calls[c].to_numpy(np.int64) for c in ("correlation", "start_ns"))
+    kept = np.flatnonzero(ids >= 0)
+    ordered = gathered(ids, kept)
+    if not in_order(ordered):  # calls are in start order: their ids mostly too
+        kept = kept[np.argsort(ordered, kind="stable")]
+        ordered = gathered(ids, kept)
+    return ordered, gathered(starts, kept)
+
+
+def _launch_time(correlation: np.ndarray, lookup: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Start of the runtime call with each correlation id (-1 when there is none), from `_launch_lookup`."""
+    ids, starts = lookup
     if len(ids) == 0:
         return np.full(len(correlation), -1, dtype=np.int64)
     at = np.minimum(np.searchsorted(ids, correlation), len(ids) - 1)
@@ -242,7 +376,8 @@ def _sync_shadows(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     device runs dry because the host waited for it (the call's end when nothing is launched later)."""
     sync = calls[(calls["kind"] == "sync").to_numpy()]
     s, e = sync["start_ns"].to_numpy(np.int64), sync["end_ns"].to_numpy(np.int64)
-    launches = np.sort(calls.loc[(calls["kind"] == "launch").to_numpy(), "start_ns"].to_numpy(np.int64))
+    launches = calls["start_ns"].to_numpy(np.int64)[(calls["kind"] == "launch").to_numpy()]
+    launches.sort()
     if len(launches) == 0:
         return s, e
     at = np.searchsorted(launches, e, side="left")
@@ -265,34 +400,63 @@ def device_time(
     ex = device_executions(ops)
     if ex.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "device" else np.float64) for c in DEVICE_TIME_COLUMNS})
-    gaps = _gaps(ex, _runtime_calls(ops, ex), data_wait, per_stream=False)
-    causes = gaps.groupby("device")[[f"{c}_ns" for c in IDLE_CAUSES]].sum()
-    rows = []
-    for device, rows_of in ex.groupby("device", sort=True, observed=True):
-        row = _device_row(str(device), rows_of, causes.loc[device] if device in causes.index else None)
-        row["outside_steps_ms"] = _outside_ms(rows_of, steps) if steps is not None else np.nan
-        rows.append(row)
+    idle = _idle_by_device(ex, _runtime_calls(ops, ex), data_wait)
+    windows = None if steps is None else union(*(np.asarray(s, dtype=np.int64) for s in steps))
+    figures = _device_figures(ex, windows)
+    devices = ex["device"].array.categories
+    rows = [_device_row(str(devices[code]), figures[code], idle.get(code)) for code in sorted(figures)]
     return pd.DataFrame(rows, columns=DEVICE_TIME_COLUMNS)
 
 
-def _outside_ms(ex: pd.DataFrame, steps: tuple[np.ndarray, np.ndarray]) -> float:
-    """The busy time of executions `ex` outside every step window (ms): busy minus busy inside the steps."""
-    start, end = ex["start_ns"].to_numpy(np.int64), ex["end_ns"].to_numpy(np.int64)
-    w_start, w_end = union(np.asarray(steps[0], dtype=np.int64), np.asarray(steps[1], dtype=np.int64))
-    inside = int(covered_ns(start, end, w_start, w_end).sum()) if len(w_start) else 0
-    return max(_length(start, end) - inside, 0) * 1e-6
+#: The unions of a device's executions the breakdown measures besides the busy one: the categories in each.
+_SPANS = {"compute": ("compute",), "comm": ("comm",), "either": ("compute", "comm"), "memory": ("memcpy", "memset")}
 
 
-def _device_row(device: str, ex: pd.DataFrame, causes: pd.Series | None) -> dict:
-    """The breakdown of one device from its executions."""
-    start, end, category = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy(), ex["category"].to_numpy(dtype=object)
-    window = int(end.max() - start.min())
-    compute, comm = category == "compute", category == "comm"
-    busy = _length(start, end)
-    compute_ns, comm_ns = _length(start[compute], end[compute]), _length(start[comm], end[comm])
-    memory = np.isin(category, ("memcpy", "memset"))
-    either = compute | comm
-    overlap = compute_ns + comm_ns - _length(start[either], end[either])
+class _DeviceFigures:
+    """What the breakdown of one device reads of its executions, given a chunk of them at a time in start order:
+    its window, the unions (busy, with its part inside the steps' windows, and _SPANS'), executions, streams."""
+
+    def __init__(self, windows: Optional[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.busy, self.spans = RunningUnion(windows), {span: RunningUnion() for span in _SPANS}
+        self.first, self.last, self.executions, self.streams = None, None, 0, set()
+
+    def add(self, start: np.ndarray, end: np.ndarray, spans: dict[str, np.ndarray], streams: np.ndarray) -> None:
+        """The next executions (`spans`: which are in each of _SPANS; `streams`: their stream codes)."""
+        lo, hi = int(start.min()), int(end.max())
+        self.first = lo if self.first is None else min(self.first, lo)
+        self.last = hi if self.last is None else max(self.last, hi)
+        self.executions += len(start)
+        self.streams.update(int(s) for s in np.unique(streams) if s >= 0)
+        self.busy.add(start, end)
+        for span, mine in spans.items():
+            if mine.any():
+                self.spans[span].add(start[mine], end[mine])
+
+
+def _device_figures(
+    ex: pd.DataFrame, windows: Optional[tuple[np.ndarray, np.ndarray]], rows: int = GAP_CHUNK
+) -> dict[int, _DeviceFigures]:
+    """Each device's figures (by its code in ex), from its executions a chunk at a time: no copy of a device's
+    executions, no object array over them."""
+    start, end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
+    category, stream = ex["category"].array, ex["stream"].array
+    labels = np.asarray(category.categories, dtype=object)
+    member = {span: np.isin(labels, names) for span, names in _SPANS.items()}  # per category code
+    figures: dict[int, _DeviceFigures] = {}
+    for device, at in _lane_chunks(ex, False, rows):
+        kinds = category.codes[at]
+        spans = {span: mine[kinds] for span, mine in member.items()}
+        figures.setdefault(device, _DeviceFigures(windows)).add(start[at], end[at], spans, stream.codes[at])
+    return figures
+
+
+def _device_row(device: str, figures: _DeviceFigures, idle: Optional[list[int]]) -> dict:
+    """The breakdown of one device from its figures and its idle time per cause (ns, IDLE_CAUSES' order; None
+    without gaps)."""
+    window = figures.last - figures.first
+    busy, inside = figures.busy.totals()
+    compute_ns, comm_ns = figures.spans["compute"].totals()[0], figures.spans["comm"].totals()[0]
+    overlap = compute_ns + comm_ns - figures.spans["either"].totals()[0]
     pct = (lambda ns: 100.0 * ns / window) if window > 0 else (lambda ns: 0.0)
     ms = 1e-6
     row = {
@@ -305,20 +469,16 @@ def _device_row(device: str, ex: pd.DataFrame, causes: pd.Series | None) -> dict
         "compute_pct": pct(compute_ns),
         "non_compute_pct": pct(busy - compute_ns),
         "comm_pct": pct(comm_ns),
-        "memory_pct": pct(_length(start[memory], end[memory])),
+        "memory_pct": pct(figures.spans["memory"].totals()[0]),
         "comm_compute_overlap_pct": 100.0 * overlap / comm_ns if comm_ns > 0 else None,
-        "executions": int(len(ex)),
-        "streams": int(ex["stream"].nunique()),
+        "executions": figures.executions,
+        "streams": len(figures.streams),
+        # busy minus busy inside the steps; NaN without steps
+        "outside_steps_ms": np.nan if figures.busy.windows is None else max(busy - inside, 0) * ms,
     }
-    for cause in IDLE_CAUSES:
-        row[f"idle_{cause}_ms"] = (float(causes[f"{cause}_ns"]) if causes is not None else 0.0) * ms
+    for cause, ns in zip(IDLE_CAUSES, idle or [0] * len(IDLE_CAUSES)):
+        row[f"idle_{cause}_ms"] = float(ns) * ms
     return row
-
-
-def _length(start: np.ndarray, end: np.ndarray) -> int:
-    """Total length of the union of the intervals."""
-    s, e = union(start, end)
-    return int((e - s).sum())
 
 
 def busy_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

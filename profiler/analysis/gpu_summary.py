@@ -24,12 +24,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.device_time import RunningUnion, start_ordered
 from profiler.analysis.kernels import kernel_rows
 from profiler.analysis.launches import Launches
 from profiler.analysis.ops import op_rows
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
-from profiler.kernels.intervals import covered_ns, in_order
+from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.intervals import in_order
+from profiler.spill import chunked, chunks, drop_resident, empty, gathered
+
+#: Kernels read at a time by `_device_summary` (its temporaries: ~10 arrays of 8 B per kernel of a chunk).
+SUMMARY_CHUNK = 1 << 16
 
 
 def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFrame) -> pd.DataFrame:
@@ -38,26 +44,71 @@ def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFram
     if rows.size == 0 or steps.empty:
         return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
-    kernels = op_rows(ops, ["device", "name", "start_ns", "dur_ns", "blocks_per_sm", "occupancy_pct"], rows)
-    tensor_cores = tensor_core_kernels(kernels["name"])
+    named = op_rows(ops, ["device", "name"], rows)
+    tensor_cores = tensor_core_kernels(named["name"])
+    codes, labels = codes_and_labels(named["device"])
+    del named
     bottom = _innermost_eligible(launched, len(ops)) if launched is not None else None
+    present = np.unique(codes)
     out = []
-    for device in sorted(kernels["device"].astype(str).unique()):
-        on = (kernels["device"] == device).to_numpy()
-        start = kernels["start_ns"].to_numpy()[on]
-        end = start + kernels["dur_ns"].to_numpy()[on]
-        clipped = np.maximum(np.minimum(end, window[1]) - np.maximum(start, window[0]), 0).astype(np.float64)
-        out.append(
-            {
-                "device": device,
-                "utilization_pct": _pct(covered_ns(start, end, [window[0]], [window[1]])[0], window[1] - window[0]),
-                "sm_efficiency_pct": _sm_efficiency(start, end, kernels["blocks_per_sm"].to_numpy()[on], window),
-                "achieved_occupancy_pct": _occupancy(clipped, kernels["occupancy_pct"].to_numpy()[on]),
-                "tensor_core_pct": _pct(clipped[tensor_cores[on]].sum(), clipped.sum()),
-                "tc_eligible_pct": _eligible_share(rows[on], kernels["dur_ns"].to_numpy()[on], launched, bottom),
-            }
-        )
+    for device, code in sorted((str(labels[code]), code) for code in present):
+        on = codes == code if len(present) > 1 else None  # one device: every kernel, no copy of their rows
+        mine = (rows, tensor_cores) if on is None else (rows[on], tensor_cores[on])
+        out.append({"device": device, **_device_summary(ops, *mine, window, launched, bottom)})
     return pd.DataFrame(out, columns=["device", *GPU_SUMMARY_COLUMNS])
+
+
+def _device_summary(
+    ops: pd.DataFrame,
+    rows: np.ndarray,
+    tensor_cores: np.ndarray,
+    window: tuple[int, int],
+    launched: Launches | None,
+    bottom: np.ndarray | None,
+    chunk: int = SUMMARY_CHUNK,
+) -> dict[str, float]:
+    """GPU_SUMMARY_COLUMNS of one device's kernels (their rows in `ops`, in order), read a chunk of kernels at a
+    time: the sums are of integers (exact in any order) but the occupancy's weighted sum, whose terms are kept
+    whole, in order, in a spill file when spilling, and summed at once, as they were."""
+    start_ns, dur_ns = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
+    blocks_per_sm, occupancy_pct = ops["blocks_per_sm"].to_numpy(), ops["occupancy_pct"].to_numpy()
+    start = gathered(start_ns, rows)
+    end = chunked(len(rows), start_ns.dtype, lambda at: start_ns[rows[at]] + dur_ns[rows[at]])
+    weighted = empty(len(rows), np.float64)  # occupancy x time in the window of the kernels with both
+    n_weighted = weight = in_window = tc_in_window = launched_ns = bottom_ns = 0
+    for at in chunks(len(rows), chunk):
+        clipped = np.maximum(np.minimum(end[at], window[1]) - np.maximum(start[at], window[0]), 0)
+        in_window += int(clipped.sum())
+        tc_in_window += int(clipped[tensor_cores[at]].sum())
+        occupancy = occupancy_pct[rows[at]]
+        known = np.isfinite(occupancy) & (occupancy >= 0) & (clipped > 0)
+        n_known = int(known.sum())
+        weighted[n_weighted : n_weighted + n_known] = occupancy[known] * clipped[known].astype(np.float64)
+        n_weighted += n_known
+        weight += int(clipped[known].sum())
+        if launched is not None:
+            launcher = launched.launcher[rows[at]]
+            by_op = launcher >= 0
+            dur = dur_ns[rows[at]][by_op]
+            launched_ns += int(dur.sum())
+            bottom_ns += int(dur[bottom[launcher[by_op]]].sum())
+        drop_resident()
+    return {
+        "utilization_pct": _pct(_covered(start, end, window, chunk), window[1] - window[0]),
+        "sm_efficiency_pct": _sm_efficiency(start, end, gathered(blocks_per_sm, rows), window),
+        # the weights are integers: their float sum was exact, as the int one is
+        "achieved_occupancy_pct": float(weighted[:n_weighted].sum() / weight) if n_weighted else float("nan"),
+        "tensor_core_pct": _pct(tc_in_window, in_window),
+        "tc_eligible_pct": _pct(bottom_ns, launched_ns) if launched is not None else float("nan"),
+    }
+
+
+def _covered(start: np.ndarray, end: np.ndarray, window: tuple[int, int], chunk: int) -> int:
+    """How long the intervals cover of `window` (covered_ns), their union taken a chunk at a time."""
+    busy = RunningUnion((np.array([window[0]]), np.array([window[1]])))
+    for at in start_ordered(start, chunk):
+        busy.add(start[at], end[at])
+    return busy.totals()[1]
 
 
 def _pct(part: float, whole: float) -> float:
@@ -132,26 +183,13 @@ def sm_filled_ns(
     return integral[len(queries) // 2 :] - integral[: len(queries) // 2]
 
 
-def _occupancy(clipped: np.ndarray, occupancy: np.ndarray) -> float:
-    """The kernels' occupancy weighted by their time in the window (NaN without the figure)."""
-    known = np.isfinite(occupancy) & (occupancy >= 0) & (clipped > 0)
-    if not known.any():
-        return float("nan")
-    return float((occupancy[known] * clipped[known]).sum() / clipped[known].sum())
-
-
 def _innermost_eligible(launched: Launches, n: int) -> np.ndarray:
-    """The tensor-core eligible ops none of whose descendants is eligible."""
-    has_eligible_child = np.zeros(n, dtype=bool)
-    child = np.flatnonzero(launched.tc_eligible & (launched.parent >= 0))
-    has_eligible_child[launched.parent[child]] = True
-    return launched.tc_eligible & ~has_eligible_child
-
-
-def _eligible_share(rows: np.ndarray, dur: np.ndarray, launched: Launches | None, bottom: np.ndarray | None) -> float:
-    """The share of the launched kernel time whose launching op is an innermost eligible op, in %."""
-    if launched is None:
-        return float("nan")
-    launcher = launched.launcher[rows]
-    by_op = launcher >= 0
-    return _pct(dur[by_op][bottom[launcher[by_op]]].sum(), dur[by_op].sum())
+    """The tensor-core eligible ops none of whose descendants is eligible (the children found a chunk of ops at a
+    time: one array of the ops' size)."""
+    innermost = np.zeros(n, dtype=bool)  # first: has an eligible child
+    for at in chunks(n, SUMMARY_CHUNK):
+        parent = launched.parent[at]
+        innermost[parent[launched.tc_eligible[at] & (parent >= 0)]] = True
+    np.logical_not(innermost, out=innermost)
+    innermost &= launched.tc_eligible
+    return innermost
