@@ -38,10 +38,10 @@ import pandas as pd
 from profiler.analysis.ops import op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.grouping import is_in, text_matches
-from profiler.kernels.intervals import covered_ns, in_order, union
+from profiler.kernels.intervals import RunningUnion, covered_ns, in_order, start_ordered, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES
-from profiler.spill import chunked, chunks, drop_resident, gathered, spilled
+from profiler.spill import chunked, chunks, gathered, spilled
 
 #: A gap shorter than this between two executions whose work was already launched is launch
 #: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
@@ -272,59 +272,6 @@ def _lane_chunks(ex: pd.DataFrame, per_stream: bool, rows: int) -> Iterator[tupl
             lane = lane * len(streams.categories) + streams.codes[positions]
         for code in np.unique(lane):
             yield int(code), positions[lane == code]
-
-
-def start_ordered(start: np.ndarray, rows: int = GAP_CHUNK) -> Iterator[np.ndarray]:
-    """The positions of `start` in stable start order, `rows` at a time (sorted only when not in order already),
-    with the pages of spilled arrays read for each chunk handed back after it."""
-    order = None if in_order(start) else np.argsort(start, kind="stable")
-    for at in chunks(len(start), rows):
-        yield np.arange(at.start, at.stop) if order is None else order[at]
-        drop_resident()
-
-
-class RunningUnion:
-    """The union of intervals given in start order a chunk at a time, the latest end carried: `union`'s merged
-    intervals, measured as they close (not kept): where it breaks, its length and its length inside `windows`
-    (disjoint, sorted)."""
-
-    def __init__(self, windows: Optional[tuple[np.ndarray, np.ndarray]] = None) -> None:
-        self.windows = windows
-        self.reach: Optional[np.int64] = None  # the latest end so far
-        self.open: Optional[np.int64] = None  # the start of the last merged interval (not closed yet)
-        self.length = self.inside = 0  # of the merged intervals closed so far
-
-    def add(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Add the next intervals (at least one): which of them start after every earlier one has ended (the
-        first interval of all does not), and the latest end before each."""
-        running = np.maximum.accumulate(end)
-        before = np.empty_like(running)
-        before[1:] = running[:-1]
-        before[0] = start[0] if self.reach is None else self.reach
-        if self.reach is not None:
-            np.maximum(before, self.reach, out=before)
-        self.reach = running[-1] if self.reach is None else max(running[-1], self.reach)
-        new = start > before
-        heads = start[new]
-        closed_start = np.concatenate([[start[0] if self.open is None else self.open], heads[:-1]])
-        self.length += int((before[new] - closed_start).sum())
-        self.inside += self._inside(closed_start, before[new])
-        self.open = heads[-1] if len(heads) else start[0] if self.open is None else self.open
-        return new, before
-
-    def totals(self) -> tuple[int, int]:
-        """The length of the union of every interval added (the sum of its merged intervals, as `union` gives
-        them), and of its part inside the windows."""
-        if self.open is None:
-            return 0, 0
-        last = (np.array([self.open]), np.array([self.reach]))
-        return self.length + int(self.reach - self.open), self.inside + self._inside(*last)
-
-    def _inside(self, start: np.ndarray, end: np.ndarray) -> int:
-        """The length of the (disjoint) intervals inside the windows."""
-        if self.windows is None or not len(self.windows[0]) or not len(start):
-            return 0
-        return int(covered_ns(*self.windows, start, end).sum())
 
 
 def _causes(

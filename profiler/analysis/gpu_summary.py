@@ -24,14 +24,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.device_time import RunningUnion, start_ordered
 from profiler.analysis.kernels import kernel_rows
 from profiler.analysis.launches import Launches
 from profiler.analysis.ops import op_rows
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
-from profiler.kernels.intervals import in_order
+from profiler.kernels.intervals import RunningUnion, in_order, start_ordered
 from profiler.spill import chunked, chunks, drop_resident, empty, gathered
 
 #: Kernels read at a time by `_device_summary` (its temporaries: ~10 arrays of 8 B per kernel of a chunk).

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Optional
 
 import numpy as np
 import pandas as pd
+
+from profiler.spill import chunks, drop_resident
 
 #: Intervals merged at a time by `union` (its copies: ~10 B per interval of a chunk, not of the whole input).
 UNION_CHUNK = 1 << 18
@@ -157,3 +160,56 @@ def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
         return np.full(len(times), -1, dtype=np.int64)
     st = steps.sort_values("start_ns", kind="stable")
     return place(times, *(st[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")))
+
+
+def start_ordered(start: np.ndarray, rows: int) -> Iterator[np.ndarray]:
+    """The positions of `start` in stable start order, `rows` at a time (sorted only when not in order already),
+    with the pages of spilled arrays read for each chunk handed back after it."""
+    order = None if in_order(start) else np.argsort(start, kind="stable")
+    for at in chunks(len(start), rows):
+        yield np.arange(at.start, at.stop) if order is None else order[at]
+        drop_resident()
+
+
+class RunningUnion:
+    """The union of intervals given in start order a chunk at a time, the latest end carried: `union`'s merged
+    intervals, measured as they close (not kept): where it breaks, its length and its length inside `windows`
+    (disjoint, sorted)."""
+
+    def __init__(self, windows: Optional[tuple[np.ndarray, np.ndarray]] = None) -> None:
+        self.windows = windows
+        self.reach: Optional[np.int64] = None  # the latest end so far
+        self.open: Optional[np.int64] = None  # the start of the last merged interval (not closed yet)
+        self.length = self.inside = 0  # of the merged intervals closed so far
+
+    def add(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add the next intervals (at least one): which of them start after every earlier one has ended (the
+        first interval of all does not), and the latest end before each."""
+        running = np.maximum.accumulate(end)
+        before = np.empty_like(running)
+        before[1:] = running[:-1]
+        before[0] = start[0] if self.reach is None else self.reach
+        if self.reach is not None:
+            np.maximum(before, self.reach, out=before)
+        self.reach = running[-1] if self.reach is None else max(running[-1], self.reach)
+        new = start > before
+        heads = start[new]
+        closed_start = np.concatenate([[start[0] if self.open is None else self.open], heads[:-1]])
+        self.length += int((before[new] - closed_start).sum())
+        self.inside += self._inside(closed_start, before[new])
+        self.open = heads[-1] if len(heads) else start[0] if self.open is None else self.open
+        return new, before
+
+    def totals(self) -> tuple[int, int]:
+        """The length of the union of every interval added (the sum of its merged intervals, as `union` gives
+        them), and of its part inside the windows."""
+        if self.open is None:
+            return 0, 0
+        last = (np.array([self.open]), np.array([self.reach]))
+        return self.length + int(self.reach - self.open), self.inside + self._inside(*last)
+
+    def _inside(self, start: np.ndarray, end: np.ndarray) -> int:
+        """The length of the (disjoint) intervals inside the windows."""
+        if self.windows is None or not len(self.windows[0]) or not len(start):
+            return 0
+        return int(covered_ns(*self.windows, start, end).sum())
