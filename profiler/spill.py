@@ -195,14 +195,22 @@ def resident_bytes() -> int:
 
 
 def peak_resident_bytes() -> int:
-    """The highest RSS of this process and of the largest of its finished children (import workers), as the kernel
-    counts it (getrusage: KiB on Linux, bytes on macOS); 0 where there is no getrusage (Windows)."""
+    """The highest RSS of this process (Linux: VmHWM, its own memory's; getrusage elsewhere) and of the largest of
+    its finished children (import workers; getrusage: KiB on Linux, bytes on macOS); 0 where neither is known.
+    Not getrusage for the process itself on Linux: it keeps the peak of the process it was forked from across
+    exec (a `profview` started by a big process would report that process's peak)."""
     try:
         import resource
     except ImportError:
         return 0
     unit = 1 if sys.platform == "darwin" else 1024
-    return unit * max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    children = unit * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    try:
+        with open("/proc/self/status", "rb") as status:
+            own = next(int(line.split()[1]) * 1024 for line in status if line.startswith(b"VmHWM:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        own = unit * resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return max(own, children)
 
 
 class _Watcher:

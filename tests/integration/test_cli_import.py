@@ -162,6 +162,17 @@ def test_import_memory_settings(captures, tmp_path):
     assert filecmp.cmpfiles(plain, tight, names, shallow=False)[1:] == ([], [])
 
 
+def test_the_peak_said_is_the_imports_own_not_its_parents(captures, tmp_path):
+    """A `profview import` started by a big process (a notebook, a test worker) reports its own peak: Linux's
+    getrusage keeps the parent's peak across exec, so a 132 MB import under a 600 MB parent would warn."""
+    parent_memory = np.ones(600_000_000 // 8)  # touched: resident in this process when it forks the command
+    result = run_profview(
+        "import", captures / "kineto" / "cpu_only.json.gz", "-o", tmp_path / "out", "--memory-limit", "400M"
+    )
+    assert result.returncode == 0 and "peak memory" not in result.stderr, result.stderr
+    assert parent_memory.sum() == 600_000_000 // 8
+
+
 def test_profview_opens_a_job_directory(ascend, tmp_path):
     html = tmp_path / "job3.html"
     result = run_profview(ascend / "JOB3", "--output", html)
