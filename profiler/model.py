@@ -19,6 +19,7 @@ from typing import Any, Optional, TypedDict
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.formats.text import valid_text, valid_texts
 
 #: One op schema (every source): host ops, user ops, device kernels, memcpy, collectives.
@@ -127,6 +128,13 @@ THREAD_COLUMNS: dict[str, str] = {
     "os_tid": "int64",  # the OS / Python thread identifier
     "name": "object",
 }
+
+
+def op_times(ops: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns) of the ops at `rows`, int64, gathered a chunk of rows at a time (spill.gathered): in
+    spill files when the run is spilled, with no whole-column temporaries."""
+    start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
+    return spill.gathered(start, rows), spill.chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]])
 
 
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:

@@ -40,8 +40,8 @@ from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import RunningUnion, covered_ns, in_order, start_ordered, union
 from profiler.kernels.nesting import enclosing_parents
-from profiler.model import DEVICE_WORK_CATEGORIES
-from profiler.spill import chunked, chunks, gathered, spilled
+from profiler.model import DEVICE_WORK_CATEGORIES, op_times
+from profiler.spill import chunks, gathered, spilled
 
 #: A gap shorter than this between two executions whose work was already launched is launch
 #: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
@@ -138,7 +138,7 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     read them whole."""
     rows = np.flatnonzero((ops["category"] == "runtime").to_numpy())
     name, corr = _gathered(ops["name"], rows), _gathered(ops["correlation"], rows)
-    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
+    start, end = op_times(ops, rows)
     ex_corr = ex["correlation"].to_numpy(np.int64)
     copies = (ex["category"] == "memcpy").to_numpy() & text_matches(ex["name"], lambda n: PAGEABLE_COPY in n)
     launched = ex_corr[ex_corr >= 0]
@@ -151,8 +151,8 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "name": name,
-            "start_ns": gathered(start, rows, np.int64),
-            "end_ns": chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]]),
+            "start_ns": start,
+            "end_ns": end,
             "correlation": corr,
             "kind": pd.Categorical.from_codes(kind, CALL_KINDS),
         },

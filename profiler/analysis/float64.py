@@ -15,7 +15,7 @@ import pandas as pd
 from profiler import spill
 from profiler.kernels.grouping import codes_and_labels, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
-from profiler.model import FLOAT64_MODULE_SPAN
+from profiler.model import FLOAT64_MODULE_SPAN, op_times
 
 #: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
 #: float64_charged charges those around float64 ops): MindSpore / Ascend Cast, torch's aten::to / _to_copy / copy_ and
@@ -83,9 +83,7 @@ def _lanes(ops: pd.DataFrame) -> np.ndarray:
 def _lane_nesting(ops: pd.DataFrame, lane: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`), -1 at a root
     (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
-    start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
-    end = spill.chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]])
-    parent = enclosing_parents(spill.gathered(lane, rows), spill.gathered(start, rows), end)
+    parent = enclosing_parents(spill.gathered(lane, rows), *op_times(ops, rows))
     return parent.astype(position_dtype(len(rows)))
 
 

@@ -31,7 +31,8 @@ from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import RunningUnion, in_order, start_ordered
-from profiler.spill import chunked, chunks, drop_resident, empty, gathered
+from profiler.model import op_times
+from profiler.spill import chunks, drop_resident, empty, gathered
 
 #: Kernels read at a time by `_device_summary` (its temporaries: ~10 arrays of 8 B per kernel of a chunk).
 SUMMARY_CHUNK = 1 << 16
@@ -69,10 +70,9 @@ def _device_summary(
     """GPU_SUMMARY_COLUMNS of one device's kernels (their rows in `ops`, in order), read a chunk of kernels at a
     time: the sums are of integers (exact in any order) but the occupancy's weighted sum, whose terms are kept
     whole, in order, in a spill file when spilling, and summed at once, as they were."""
-    start_ns, dur_ns = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
+    dur_ns = ops["dur_ns"].to_numpy()
     blocks_per_sm, occupancy_pct = ops["blocks_per_sm"].to_numpy(), ops["occupancy_pct"].to_numpy()
-    start = gathered(start_ns, rows)
-    end = chunked(len(rows), start_ns.dtype, lambda at: start_ns[rows[at]] + dur_ns[rows[at]])
+    start, end = op_times(ops, rows)
     weighted = empty(len(rows), np.float64)  # occupancy x time in the window of the kernels with both
     n_weighted = weight = in_window = tc_in_window = launched_ns = bottom_ns = 0
     for at in chunks(len(rows), chunk):

@@ -19,8 +19,8 @@ import pandas as pd
 from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core_kernels
 from profiler.kernels.grouping import codes_and_labels, is_in, text_matches
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
-from profiler.model import DEVICE_WORK_CATEGORIES
-from profiler.spill import chunked, drop_resident, gathered, spilled
+from profiler.model import DEVICE_WORK_CATEGORIES, op_times
+from profiler.spill import drop_resident, spilled
 
 #: Host op categories that are framework ops (an op a user wrote or called), which own launches.
 FRAMEWORK_CATEGORIES = ("host", "user")
@@ -148,9 +148,7 @@ def _host_nesting(ops: pd.DataFrame, host: np.ndarray) -> np.ndarray:
     """Each of the host rows `host`'s innermost enclosing host row on its thread (a position in `host`), -1 at
     a root; its inputs dropped on return (a big trace's host ops are millions)."""
     codes, _ = codes_and_labels(ops["stream"])  # the whole column's codes: a row filter of it would copy its index
-    start, dur = ops["start_ns"].to_numpy(), ops["dur_ns"].to_numpy()
-    end = chunked(len(host), np.int64, lambda at: start[host[at]] + dur[host[at]])  # spilled, as the start
-    return enclosing_parents(codes[host], gathered(start, host), end).astype(host.dtype)
+    return enclosing_parents(codes[host], *op_times(ops, host)).astype(host.dtype)
 
 
 def _calls(correlation: np.ndarray, runtime: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -81,12 +81,13 @@ def spilling_beside(
     directory's disk: the directory itself, or the nearest of its parents that exists (it is made when the
     outputs are written); the spilled pages kept under `setting`'s memory limit."""
     if setting.directory is not None:
-        if not Path(setting.directory).is_dir():
-            raise ProfviewError(f"the spill directory {setting.directory} is not a directory")
-        return spilling(setting.directory, resident_limit=setting.memory_limit)
-    directory = Path(out_dir).absolute()
-    while not directory.is_dir() and directory != directory.parent:
-        directory = directory.parent
+        directory = Path(setting.directory)
+        if not directory.is_dir():
+            raise ProfviewError(f"the spill directory {directory} is not a directory")
+    else:
+        directory = Path(out_dir).absolute()
+        while not directory.is_dir() and directory != directory.parent:
+            directory = directory.parent
     return spilling(directory, resident_limit=setting.memory_limit)
 
 

@@ -23,11 +23,6 @@ from profiler.postprocess.imported import SpillSetting, import_capture, spilling
 from support.trace_variants import load_trace, write_trace
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 @pytest.mark.parametrize("capture", ["sampled_rank-0", "diff_test", "nccl_data"])
 def test_an_import_with_every_array_spilled_writes_the_same_files(captures, tmp_path, monkeypatch, capture) -> None:
     trace = captures / "kineto" / f"{capture}.json.gz"
@@ -93,9 +88,9 @@ def test_dropped_pages_leave_the_rss_and_keep_their_values(tmp_path) -> None:
     with spill.spilling(tmp_path):
         values = spill.empty(n, np.int64)
     values[:] = np.arange(n)  # every page touched: resident
-    touched = _rss_bytes()
+    touched = spill.resident_bytes()
     spill.drop_resident()
-    dropped = _rss_bytes()
+    dropped = spill.resident_bytes()
     assert touched - dropped > 0.9 * values.nbytes
     assert int(values[::4096].sum()) == int(np.arange(0, n, 4096).sum())  # read back from the page cache
     assert values[n - 1] == n - 1
@@ -147,13 +142,13 @@ def _wait_for(condition, seconds: float = 20.0) -> bool:
 
 def test_the_watcher_drops_spilled_pages_once_the_rss_passes_the_limit(tmp_path) -> None:
     n = 32 << 20  # 256 MiB of int64
-    limit = int((_rss_bytes() + (64 << 20)) / spill.DROP_AT)  # drops once 64 MiB more are resident
+    limit = int((spill.resident_bytes() + (64 << 20)) / spill.DROP_AT)  # drops once 64 MiB more are resident
     drops = spill.watcher_drops()
     with spill.spilling(tmp_path, resident_limit=limit):
         values = spill.empty(n, np.int64)
         for at in spill.chunks(n, 1 << 20):
             values[at] = np.arange(at.start, at.stop)  # every page written: resident until dropped
-        assert _wait_for(lambda: _rss_bytes() < limit * spill.DROP_AT)
+        assert _wait_for(lambda: spill.resident_bytes() < limit * spill.DROP_AT)
         assert spill.watcher_drops() > drops
         assert int(values[::512].sum()) == int(np.arange(0, n, 512).sum())  # every value kept
     assert int(values[:: 1 << 20].sum()) == int(np.arange(0, n, 1 << 20).sum())
@@ -164,7 +159,7 @@ def test_below_the_limit_and_without_one_the_watcher_drops_nothing(tmp_path) -> 
     hand pages back with give_back_freed_memory)."""
     n = 16 << 20  # 128 MiB of int64
     drops = spill.watcher_drops()
-    for limit in (None, _rss_bytes() * 10):
+    for limit in (None, spill.resident_bytes() * 10):
         with spill.spilling(tmp_path, resident_limit=limit):
             values = spill.empty(n, np.int64)
             values[:] = 7
