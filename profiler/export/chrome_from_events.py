@@ -184,15 +184,14 @@ class _Heads:
     def flow_texts(self, lo: int, hi: int, rows: np.ndarray) -> list[str]:
         """The flow points `rows` (counted from `lo`) of rows [lo, hi), as the trace writes them: an `s` at
         the launch, an `f` bound to the enclosing slice at the device op."""
-        c = {k: self.ef.column(k, lo, hi)[rows] for k in ("ph", "lane", "name", "category", "args", "start_ns")}
-        args_code, args = pd.factorize(c.pop("args"))
-        ids = [json.loads(self.ef.args[a])["id"] for a in args.tolist()]
+        c = {k: self.ef.column(k, lo, hi)[rows] for k in ("ph", "lane", "name", "category", "start_ns")}
+        c["id"] = self.ef.flow_ids(lo, hi)[rows]
         texts = []
-        for ph, lane, name, cat, ns, id_code in zip(*(c[k].tolist() for k in c), args_code.tolist()):
+        for ph, lane, name, cat, ns, flow_id in zip(*(c[k].tolist() for k in c)):
             info = self.ef.lanes[lane]
             event = {
                 "ph": chr(ph),
-                "id": ids[id_code],
+                "id": flow_id,
                 "pid": int(info["pid"]),
                 "tid": int(info["tid"]),
                 "ts": ns / 1000,

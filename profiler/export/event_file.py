@@ -5,36 +5,35 @@ An Apache Arrow IPC file (uncompressed, record batches of 1 Mi rows): a reader g
 of a batch as a numpy array without parsing or converting anything, read or memory-mapped, batch
 by batch (benchmarks/bench_event_format.py has the measured alternatives). What rows share is stored
 once, in tables in the schema's metadata: the strings, and the distinct row heads (phase, lane, name,
-category, args: EVENT_HEAD_FIELDS) as codes into them; a row carries its start, duration,
-step and head (24 bytes). Rows are the complete events (ph X: steps, spans, ops) sorted by lane, start and
-longest first, then instants and counter values sorted by lane and time, then flow points in the
-Chrome trace's order. The metadata's `chrome` (the trace's M events and otherData) and the flows'
-steps let `chrome_from_events.py` write the Chrome trace again, byte for byte.
+category, args: EVENT_HEAD_FIELDS) as codes into them; a row carries its start, duration (a flow point,
+which has none: its id), step and head (24 bytes), so the tables do not grow with the trace. Rows are the
+complete events (ph X: steps, spans, ops) sorted by lane, start and longest first, then instants and counter
+values sorted by lane and time, then flow points in the Chrome trace's order. The metadata's `chrome` (the
+trace's M events and otherData) and the flows' steps let `chrome_from_events.py` write the Chrome trace
+again, byte for byte.
 
 `read_event_file` opens one (an `EventFile`), checking what consumers rely on.
 """
 
 from __future__ import annotations
 
-import io
-import itertools
 import json
 import mmap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 
 from profiler import spill
 from profiler.errors import InputError
-from profiler.export.args_table import ArgsTable
 from profiler.export.direct_file import DirectFile
 from profiler.export.files import AtomicWrite
 from profiler.export.timeline_model import (
     FLOW_CATEGORY,
     FLOW_NAME,
     STEP_TID,
+    FlowPoints,
     Head,
     TimelineEvents,
     interleaved,
@@ -71,29 +70,15 @@ def _json(value: dict) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _int_list_pieces(values: np.ndarray, chunk: int = 1 << 16) -> Iterator[str]:
-    """The JSON list of an integer array, as _json writes it, in pieces of a chunk of numbers."""
-    yield "["
-    for i in range(0, len(values), chunk):
-        yield ("," if i else "") + ",".join(map(str, values[i : i + chunk].tolist()))
-    yield "]"
-
-
-def _metadata(meta: dict, args: Union[Sequence[str], ArgsTable], lanes: list[dict], heads: dict, chrome) -> bytes:
-    """The schema's metadata: _json of `meta` followed by the args, lanes, heads and `chrome`, written a piece at
-    a time into one buffer (the args and the heads, one per flow point, are millions of numbers and texts:
-    never a whole text besides the buffer)."""
-    out = io.BytesIO()
-    pieces = args.json_pieces() if isinstance(args, ArgsTable) else [_json(list(args))]
-    for piece in itertools.chain([_json(meta)[:-1], ',"args":'], pieces, [f',"lanes":{_json(list(lanes))},"heads":{{']):
-        out.write(piece.encode())
-    for i, (name, values) in enumerate(heads.items()):
-        out.write(f"{',' if i else ''}{_json(name)}:".encode())
-        for piece in _int_list_pieces(values):
-            out.write(piece.encode())
-        spill.drop_resident()  # the pages of a spilled heads field
-    out.write(("}" + ("" if chrome is None else f',"chrome":{_json(chrome)}') + "}").encode())
-    return out.getvalue()  # the buffer itself, not a copy
+def _metadata(meta: dict, args: Sequence[str], lanes: list[dict], heads: dict, chrome) -> bytes:
+    """The schema's metadata: `meta` with the args, lanes, heads (lists of numbers) and `chrome`, as compact JSON.
+    Every table is of what rows share (since version 3 a flow point's id is in its row), so it stays small."""
+    tables = {
+        "args": list(args),
+        "lanes": list(lanes),
+        "heads": {name: np.asarray(v).tolist() for name, v in heads.items()},
+    }
+    return _json(meta | tables | ({} if chrome is None else {"chrome": chrome})).encode()
 
 
 def _args_text(args: Optional[dict]) -> Optional[str]:
@@ -149,7 +134,7 @@ class EventStreamWriter:
         rank: int,
         names: list[str],
         categories: list[str],
-        args: Union[Sequence[str], ArgsTable],
+        args: Sequence[str],
         heads: dict[str, np.ndarray],
         lanes: list[dict],
         data_origin: str = "profview",
@@ -180,7 +165,7 @@ class EventStreamWriter:
         n = len(lanes)
         self.rows = 0
         self.complete_rows = 0
-        self._phase_rows = np.zeros(256, np.int64)  # rows per phase letter (not per head: one per flow point)
+        self._phase_rows = np.zeros(256, np.int64)  # rows per phase letter
         self._lane_first = np.zeros(n, np.int64)
         self._lane_count = np.zeros(n, np.int64)
         self._lane_longest = np.zeros(n, np.int64)
@@ -271,57 +256,40 @@ class EventStreamWriter:
             self.abort()
 
 
-def _header(ev: TimelineEvents) -> dict[str, Any]:
-    """The EventStreamWriter arguments of a timeline: its tables of names, categories, args, lanes and heads
-    (one head per flow point, after the other rows' heads)."""
+def _header(ev: TimelineEvents, flow_heads: FlowHeads) -> dict[str, Any]:
+    """The EventStreamWriter arguments of a timeline: its tables of names, categories, args, lanes and heads (the
+    other rows' heads, then the flow points': one per phase and lane, as a point's id is in its row)."""
     specs: list[Head] = ev.complete.specs + ev.points.specs
     flows = ev.flows
-    n_launches = len(flows.flow_id)
     pairs = list(ev.lane_pairs)
     pair_index = {p: i for i, p in enumerate(pairs)}
     for pair in flows.lanes:  # the flows' lanes the other rows do not have
         if pair not in pair_index:
             pair_index[pair] = len(pairs)
             pairs.append(pair)
-    flow_lanes = np.array([pair_index[pair] for pair in flows.lanes], dtype=np.int64)
-    # every flow point is named and categorised alike (codes after the other heads'); its args are its id
+    # every flow point is named and categorised alike (codes after the other heads'), without args
     flow_name, flow_cat = ([FLOW_NAME], [FLOW_CATEGORY]) if len(flows) else ([], [])
     name_code, names = _codes([h.name for h in specs] + flow_name)
     cat_code, categories = _codes([h.cat for h in specs] + flow_cat)
     args_text = [_args_text(h.args) for h in specs]
-    flow_ids, flow_id_row = np.unique(flows.flow_id, return_inverse=True)
-    args = ArgsTable({a for a in args_text if a is not None}, flow_ids)  # one text per flow id: not held as str
-    dtypes = dict(EVENT_HEAD_FIELDS)
-
-    def column(field: str, of_specs: list[int], of_flows: np.ndarray) -> np.ndarray:
-        """A head field: the other heads', then the flow points' (in the field's own type: a value per point),
-        spilled (the writer keeps it while the rows are written; its pages handed back once made)."""
-        values = spill.concatenated(
-            [np.array(of_specs, dtype=dtypes[field]), np.asarray(of_flows).astype(dtypes[field])]
-        )
-        spill.drop_resident()
-        return values
-
-    flow_args = args.flow_codes()[flow_id_row.reshape(-1)]
+    args = sorted({a for a in args_text if a is not None})
+    args_code = {a: i for i, a in enumerate(args)}
+    flow_ph, flow_lane = _flow_head_fields(flow_heads)
+    flow_lanes = [pair_index[pair] for pair in flows.lanes]
+    n_flow = len(flow_ph)
     heads = {
-        "ph": column("ph", [ord(h.ph) for h in specs], np.tile([ord("s"), ord("f")], n_launches)),
-        "lane": column(
-            "lane",
-            [pair_index[(h.pid, h.tid)] for h in specs],
-            interleaved(flow_lanes[flows.host_lane], flow_lanes[flows.device_lane]),
-        ),
-        "name": column("name", name_code[: len(specs)].tolist(), name_code[len(specs) :].repeat(len(flows))),
-        "category": column("category", cat_code[: len(specs)].tolist(), cat_code[len(specs) :].repeat(len(flows))),
-        "args": column(
-            "args", [-1 if a is None else args.code(a) for a in args_text], interleaved(flow_args, flow_args)
-        ),
+        "ph": [ord(h.ph) for h in specs] + flow_ph,
+        "lane": [pair_index[(h.pid, h.tid)] for h in specs] + [flow_lanes[k] for k in flow_lane],
+        "name": name_code[: len(specs)].tolist() + name_code[len(specs) :].repeat(n_flow).tolist(),
+        "category": cat_code[: len(specs)].tolist() + cat_code[len(specs) :].repeat(n_flow).tolist(),
+        "args": [-1 if a is None else args_code[a] for a in args_text] + [-1] * n_flow,
     }
     return {
         "rank": ev.rank,
         "names": names,
         "categories": categories,
         "args": args,
-        "heads": heads,
+        "heads": {name: np.array(heads[name], dtype=dtype) for name, dtype in EVENT_HEAD_FIELDS},
         "lanes": _lane_table(ev, pairs),
         "data_origin": ev.data_origin,
         "origin_unix_ns": int(ev.origin_unix_ns),
@@ -329,19 +297,43 @@ def _header(ev: TimelineEvents) -> dict[str, Any]:
     }
 
 
+#: A flow point's phase letter and its lane's head numbers: {letter: for each of `FlowPoints.lanes`, the number
+#: among the flow heads of a point on that lane, -1 where none is}.
+FlowHeads = dict[int, np.ndarray]
+
+
+def _flow_heads(flows: FlowPoints) -> FlowHeads:
+    """The flow points' heads, one per phase and lane: an `s` per launching lane, then an `f` per device lane."""
+    out, count = {}, 0
+    for letter, of_point in ((ord("s"), flows.host_lane), (ord("f"), flows.device_lane)):
+        used = np.bincount(of_point, minlength=len(flows.lanes)) > 0
+        out[letter] = np.where(used, np.cumsum(used) - 1 + count, -1)
+        count += int(used.sum())
+    return out
+
+
+def _flow_head_fields(flow_heads: FlowHeads) -> tuple[list[int], list[int]]:
+    """The phase letter and `FlowPoints.lanes` index of each flow head, in their order."""
+    ph, lane = [], []
+    for letter, number in flow_heads.items():
+        used = np.flatnonzero(number >= 0)
+        ph += [letter] * len(used)
+        lane += used.tolist()
+    return ph, lane
+
+
 def write_run_events(run: Run, path: Path) -> Path:
-    """The run's timeline (`timeline_events`) written as its event file at `path`; returns the path. The
-    timeline is dropped once its rows are written, before the file's footer (which repeats the metadata:
-    tens of MB in a big trace) is made: the two are not held at once."""
+    """The run's timeline (`timeline_events`) written as its event file at `path`; returns the path."""
     ev = timeline_events(run)
-    with EventStreamWriter(path, **_header(ev)) as writer:
-        _write_rows(writer, ev)
-        del ev  # before the writer closes
+    flow_heads = _flow_heads(ev.flows)
+    with EventStreamWriter(path, **_header(ev, flow_heads)) as writer:
+        _write_rows(writer, ev, flow_heads)
     return Path(path)
 
 
-def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
-    """The timeline's rows: complete events lane by lane, then instants and counter values, then flow points."""
+def _write_rows(writer: EventStreamWriter, ev: TimelineEvents, flow_heads: FlowHeads) -> None:
+    """The timeline's rows: complete events lane by lane, then instants and counter values, then flow points
+    (each with its id as its `dur_ns`: they have no duration)."""
     give_back_freed_memory()  # what making the header freed: the first batch comes with the schema message
     n_complete_heads, n_heads = len(ev.complete.specs), len(ev.complete.specs) + len(ev.points.specs)
     flows = ev.flows
@@ -364,14 +356,15 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents) -> None:
                 complete=complete,
             )
             give_back_freed_memory()  # the rows' pages, and what writing them freed (Arrow's pool keeps it)
+    points = (("s", flows.host_lane), ("f", flows.device_lane))
     for lo in range(0, len(flows), BATCH_ROWS):  # in the Chrome trace's order, each with its launching op's step
         hi = min(lo + BATCH_ROWS, len(flows))
         writer.write(
             {
                 "start_ns": interleaved(flows.host_ns, flows.device_ns, lo, hi),
-                "dur_ns": np.zeros(hi - lo, np.int64),
+                "dur_ns": interleaved(flows.flow_id, flows.flow_id, lo, hi),
                 "step": interleaved(flows.step, flows.step, lo, hi),
-                "head": np.arange(lo, hi, dtype=np.int64) + n_heads,
+                "head": n_heads + interleaved(*(flow_heads[ord(ph)][lanes[lo // 2 : hi // 2]] for ph, lanes in points)),
             },
             complete=False,
         )
@@ -476,6 +469,15 @@ class EventFile:
             return field[self._stored("head", start, stop)]
         return self._stored(name, start, stop)
 
+    def flow_ids(self, start: int = 0, stop: Optional[int] = None) -> np.ndarray:
+        """The flow id of each of rows [start, stop), which are flow points: their `dur_ns` since version 3, the
+        `id` of their args before (each distinct args text parsed once)."""
+        if self.meta["version"] >= 3:
+            return self._stored("dur_ns", start, stop)
+        distinct, at = np.unique(self.column("args", start, stop), return_inverse=True)
+        ids = np.array([json.loads(self.args[a])["id"] for a in distinct.tolist()], dtype=np.int64)
+        return ids[at.reshape(-1)]
+
     def _stored(self, name: str, start: int, stop: Optional[int]) -> np.ndarray:
         """Rows [start, stop) of a stored column (a view of the mapped file when they lie in one batch)."""
         stop = self.rows if stop is None else min(stop, self.rows)
@@ -510,8 +512,8 @@ _ARGS_KEY = b',"args":['
 
 
 def _parsed_meta(raw: bytes) -> Any:
-    """The metadata JSON, with its heads table (a number per head field per flow point: ~30 MB of JSON per GB of
-    trace) parsed straight into arrays and its args table kept as JSON text (`JsonStrings`, a text per flow
+    """The metadata JSON, with its heads table (in a version-2 file a number per head field per flow point: ~30 MB
+    per GB of trace) parsed straight into arrays and its args table kept as JSON text (`JsonStrings`, a text per flow
     id) where the writer put them: as Python ints and strings they took ~150 and ~50 MB. Any other layout is
     parsed whole, as JSON."""
     at = raw.find(_HEADS_KEY)
@@ -663,8 +665,8 @@ def read_event_file(path: Path) -> EventFile:
         batches = reader.num_record_batches
         last = batches and reader.get_batch_with_custom_metadata(batches - 1)
         index = ((last and last.custom_metadata) or {}).get(EVENT_FILE_META_KEY.encode())  # the row index
-        # a reader holds the metadata twice (the footer and its schema: ~40 MB per GB of trace): it is opened
-        # again once the metadata is parsed, not kept beside it while it is
+        # a reader holds the metadata twice (the footer and its schema: ~40 MB per GB of trace in version 2): it is
+        # opened again once the metadata is parsed, not kept beside it while it is
         del reader, last
         meta = _parsed_meta(raw) if raw else None
         if isinstance(meta, dict) and index:
@@ -708,8 +710,8 @@ class MappedBatches:
     """An event file's record batches read from a read-only mapping of it, found by walking its messages.
 
     Arrow's file reader keeps the footer and the schema it parses from it for as long as it is open, each with
-    the file's metadata (~40 MB per GB of trace, twice). Here the schema is kept without the metadata and a
-    batch is a view of the mapping; its pages count in the RSS while touched, until `spill.drop_resident`
+    the file's metadata (in version 2, ~40 MB per GB of trace, twice). Here the schema is kept without the
+    metadata and a batch is a view of the mapping; its pages count in the RSS while touched, until `spill.drop_resident`
     hands them back (the mapping is the file's: nothing is lost)."""
 
     def __init__(self, path: Path, batches: int) -> None:

@@ -236,7 +236,7 @@ TIMELINE_FULL, TIMELINE_KEY_STEPS = "full", "key steps"
 
 #: What the event file's metadata calls itself, and its version (readers refuse a newer one).
 EVENT_FILE_FORMAT = "profview-events"
-EVENT_FILE_VERSION = 2
+EVENT_FILE_VERSION = 3
 #: The schema metadata key holding the file's tables (names, categories, args, lanes, heads) as JSON.
 EVENT_FILE_META_KEY = "profview"
 #: Event categories that are not ops (every other category is an op's: compute, host, comm, user, ...):
@@ -257,14 +257,16 @@ EVENT_HEAD_FIELDS: tuple[tuple[str, str], ...] = (
 #: The event file's columns, in order, with their numpy dtypes.
 EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("start_ns", "int64"),  # start (time of an instant / counter value), ns from the run's origin
-    ("dur_ns", "int64"),  # duration, 0 for events without one
+    ("dur_ns", "int64"),  # duration, 0 for instants and counter values; a flow point's (s / f) id (version 3)
     ("step", "int32"),  # the step the event started in, -1 outside every step
     ("head", "int32"),  # index into the heads table
 )
-#: The columns of each version's files, in order: version 1 stored the head fields in every row.
+#: The columns of each version's files, in order: version 1 stored the head fields in every row; version 3 stores
+#: a flow point's id as its dur_ns (version 2: in its args, a head per point).
 EVENT_FILE_COLUMNS: dict[int, tuple[str, ...]] = {
     1: ("ph", "lane", "start_ns", "dur_ns", "name", "category", "step", "args"),
     2: tuple(name for name, _ in EVENT_COLUMNS),
+    3: tuple(name for name, _ in EVENT_COLUMNS),
 }
 #: The numpy dtype of every field a reader gets (`EventFile.column`): the head fields and the columns.
 EVENT_FIELD_DTYPES: dict[str, str] = dict(EVENT_HEAD_FIELDS + EVENT_COLUMNS)
