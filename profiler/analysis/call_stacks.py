@@ -48,11 +48,22 @@ def call_stacks(ops: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def has_python_frames(ops: pd.DataFrame) -> bool:
+    """Whether any op is a Python frame (a trace recorded with_stack=True): asked of a categorical's categories
+    first, so a big trace without frames is answered without an array per op."""
+    category = ops["category"]
+    if isinstance(category.dtype, pd.CategoricalDtype) and "python" not in category.cat.categories:
+        return False
+    return bool((category == "python").any())
+
+
 def op_stack_table(
     ops: pd.DataFrame, launched: Optional[Launches] = None, times: Optional[DeviceTimes] = None
 ) -> pd.DataFrame:
     """Per device, framework op name and call stack (OP_STACK_COLUMNS): count, host and device times.
     Empty when the trace recorded no Python frames."""
+    if not has_python_frames(ops):
+        return pd.DataFrame(columns=OP_STACK_COLUMNS)
     stacks = call_stacks(ops)
     framework = framework_ops(ops)
     if not (stacks[framework] != "").any():

@@ -280,12 +280,14 @@ def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoi
     ops = run.ops
     host, device = _flow_ends(ops, chunk_rows)
     correlation = ops["correlation"].to_numpy()
-    device_ids, device_first = np.unique(correlation[device], return_index=True)
-    host = host[np.sort(np.unique(correlation[host], return_index=True)[1])]  # each id's first, in row order
-    flow_id = correlation[host]
+    device_ids, device_first = _first_of_each_id(correlation, device, chunk_rows)
+    flow_id, host = _first_of_each_id(correlation, host, chunk_rows)  # each id's first host row
+    if not _ascending(host, chunk_rows=chunk_rows):
+        in_rows = np.argsort(host)  # in row order
+        flow_id, host = flow_id[in_rows], host[in_rows]
     at = np.minimum(np.searchsorted(device_ids, flow_id), max(len(device_ids) - 1, 0))
     launched = device_ids[at] == flow_id if len(device_ids) else np.zeros(len(host), bool)
-    host, flow_id, device = host[launched], flow_id[launched], device[device_first[at[launched]]]
+    host, flow_id, device = host[launched], flow_id[launched], device_first[at[launched]]
     spill.drop_resident()
     host_lane, device_lane, met = _flow_lanes(ops, host, device, lanes, chunk_rows)
     start, step = ops["start_ns"].to_numpy(), ops["step"].to_numpy()
@@ -297,6 +299,27 @@ def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoi
         host_lane=spill.spilled(host_lane),
         device_lane=spill.spilled(device_lane),
         lanes=met,
+    )
+
+
+def _first_of_each_id(correlation: np.ndarray, rows: np.ndarray, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct correlation ids of `rows` (ascending) and the first of `rows` with each. Without a sort where
+    the ids already ascend along the rows (a trace's launches, usually): a big trace's millions of rows then
+    take no sort's working arrays."""
+    ids = spill.gathered(correlation, rows, np.int64)
+    if _ascending(ids, strictly=True, chunk_rows=chunk_rows):
+        return ids, rows
+    distinct, first = np.unique(ids, return_index=True)
+    return distinct, rows[first]
+
+
+def _ascending(values: np.ndarray, strictly: bool = False, chunk_rows: int = CHUNK_ROWS) -> bool:
+    """Whether `values` ascend (each above the one before, when `strictly`), checked a chunk at a time."""
+    above = np.greater if strictly else np.greater_equal
+    n = len(values)
+    return all(
+        bool(above(values[lo + 1 : min(n, lo + chunk_rows + 1)], values[lo : min(n, lo + chunk_rows + 1) - 1]).all())
+        for lo in range(0, max(n - 1, 0), chunk_rows)
     )
 
 

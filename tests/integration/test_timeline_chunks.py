@@ -12,6 +12,8 @@ import pytest
 from profiler.analysis.steps import ensure_steps
 from profiler.export.timeline_model import (
     Lanes,
+    _ascending,
+    _first_of_each_id,
     _keys,
     flow_points,
     lane_codes,
@@ -88,6 +90,29 @@ def test_flows_joined_in_chunks_are_the_merge_of_host_and_device_ops(captures, c
         assert list(dict.fromkeys(points)) == flows.lanes  # in the order the points meet them
     if capture != "sampled_rank-0":
         assert len(m) > 50  # not vacuous: a GPU capture's launches
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 2, 3, 7, 1000])
+def test_the_first_row_of_each_id_is_uniques_with_or_without_a_sort(chunk_rows: int) -> None:
+    """Ids ascending along the rows are taken as they are (a trace's launches, usually), others through a sort:
+    both give what np.unique's first indices give."""
+    rng = np.random.default_rng(chunk_rows)
+    shuffled, ascending = rng.integers(-1, 40, 200), np.cumsum(rng.integers(1, 3, 200))
+    for correlation, rows in (
+        (shuffled, np.flatnonzero(shuffled % 3 == 0)),
+        (shuffled, np.arange(200)),
+        (ascending, np.arange(0, 200, 2)),  # taken as they are
+        (shuffled, np.arange(0)),
+    ):
+        ids, first = np.unique(correlation[rows], return_index=True)
+        found = _first_of_each_id(correlation, rows, chunk_rows)
+        assert np.array_equal(found[0], ids) and np.array_equal(found[1], rows[first])
+    for values, strictly, expected in (
+        ([1, 2, 2, 3], False, True),
+        ([1, 2, 2, 3], True, False),
+        ([3, 1], False, False),
+    ):
+        assert _ascending(np.array(values), strictly, chunk_rows) is expected
 
 
 @pytest.mark.parametrize("capture", ["alexnet", "nccl_data"])

@@ -5,6 +5,7 @@ and nested modules, memory freed in a later step, allocations at an op's edges (
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from profiler.analysis.comm_ops import comm_op_table, comm_pieces, message_bytes, transfer_times
@@ -384,7 +385,7 @@ def test_ops_by_call_stack() -> None:
     """aten::mm called from two lines of the program is two rows, each with the Python frames around it,
     outermost first (modules among them); an op outside every frame has an empty stack; runs without
     frames have no such table."""
-    from profiler.analysis.call_stacks import call_stacks, op_stack_table
+    from profiler.analysis.call_stacks import call_stacks, has_python_frames, op_stack_table
 
     trace = Trace().step(1, 0, 200).op("train.py(10): loop", 1, 100, cat="python_function")
     trace.module("Net_0", 2, 50).op("aten::mm", 3, 10).launch(4, "k", 20, 5)
@@ -401,3 +402,10 @@ def test_ops_by_call_stack() -> None:
     assert table.loc[("aten::mm", "train.py(10): loop > eval.py(7): score"), "total_ms"] == pytest.approx(0.020)
     assert table.loc[("aten::add", ""), "count"] == 1
     assert op_stack_table(Trace().step(1, 0, 10).op("aten::mm", 1, 5).run().ops).empty
+    assert has_python_frames(run.ops) and isinstance(run.ops["category"].dtype, pd.CategoricalDtype)
+    framed_as_text = run.ops.assign(category=run.ops["category"].astype(str))
+    assert has_python_frames(framed_as_text) and op_stack_table(framed_as_text, launched).equals(
+        op_stack_table(run.ops, launched)
+    )
+    unframed = run.ops.assign(category=run.ops["category"].cat.rename_categories({"python": "python_frames_dropped"}))
+    assert not has_python_frames(unframed) and op_stack_table(unframed, launched).empty
