@@ -41,7 +41,7 @@ from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import RunningUnion, covered_ns, in_order, start_ordered, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES, op_times
-from profiler.spill import chunks, gathered, spilled
+from profiler.spill import chunked, chunks, gathered, spilled
 
 #: A gap shorter than this between two executions whose work was already launched is launch
 #: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
@@ -90,33 +90,52 @@ def device_executions(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
-    """device_executions, computed."""
-    rows = np.flatnonzero((ops["device"] != "cpu").to_numpy() & is_in(ops["category"], DEVICE_WORK_CATEGORIES))
-    ex = op_rows(ops, ["device", "stream", "category", "name", "start_ns", "dur_ns", "correlation"], rows)
-    start = ex["start_ns"].to_numpy(np.int64)
+    """device_executions, computed: each column gathered from the op table on its own (a categorical's codes, the
+    times into spill files), without a copy of the executions' rows of every column at once."""
+    rows = _device_work_rows(ops)
+    start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     return pd.DataFrame(
         {
-            "device": _categorical(ex["device"]),
-            "stream": _categorical(ex["stream"]),
-            "category": _categorical(ex["category"]),
-            "name": _categorical(ex["name"]),
+            "device": _categorical(ops["device"], rows),
+            "stream": _categorical(ops["stream"], rows),
+            "category": _categorical(ops["category"], rows),
+            "name": _categorical(ops["name"], rows),
             # kept for the whole analysis: in spill files when the run is spilled (its pages handed back with the
-            # op columns'), not copied again into the table
-            "start_ns": spilled(start),
-            "end_ns": spilled(start + ex["dur_ns"].to_numpy(np.int64)),
-            "correlation": spilled(ex["correlation"].to_numpy(np.int64)),
+            # op columns')
+            "start_ns": gathered(start, rows, np.int64),
+            "end_ns": chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]]),
+            "correlation": gathered(ops["correlation"].to_numpy(np.int64), rows, np.int64),
             "row": spilled(rows),
         },
         copy=False,
     )
 
 
-def _categorical(column: pd.Series) -> pd.Categorical:
-    """A text column as a categorical of the values it holds (the op table's are already: no copy of
-    the strings, a million executions share a few hundred names)."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.array.remove_unused_categories()
-    return pd.Categorical(column.astype(str))
+def _device_work_rows(ops: pd.DataFrame) -> np.ndarray:
+    """The rows of device work (off the host, in DEVICE_WORK_CATEGORIES), found a chunk of the table at a time."""
+    device, category = ops["device"], ops["category"]
+    found = [
+        np.flatnonzero((device.iloc[at] != "cpu").to_numpy() & is_in(category.iloc[at], DEVICE_WORK_CATEGORIES))
+        + at.start
+        for at in chunks(len(ops))
+    ]
+    return np.concatenate(found) if found else _EMPTY
+
+
+def _categorical(column: pd.Series, rows: np.ndarray) -> pd.Categorical:
+    """column[rows] as a categorical of the values they hold (remove_unused_categories' result, without its sort of
+    the codes: a million executions share a few hundred names); a text column's values coded."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.Categorical(column.iloc[rows].astype(str))
+    codes = column.array.codes[rows]  # pandas' smallest type for the categories: one more still fits
+    counts = np.zeros(len(column.cat.categories) + 1, dtype=np.int64)  # missing (-1) first
+    for at in chunks(len(codes)):
+        counts += np.bincount(codes[at] + 1, minlength=len(counts))
+    used = counts[1:] > 0
+    renumbered = np.full(len(counts), -1, dtype=codes.dtype)
+    renumbered[1:][used] = np.arange(int(used.sum()))
+    new_codes = chunked(len(codes), codes.dtype, lambda at: renumbered[codes[at] + 1])
+    return pd.Categorical.from_codes(new_codes, dtype=pd.CategoricalDtype(column.cat.categories[used]))
 
 
 def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:

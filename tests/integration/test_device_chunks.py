@@ -19,6 +19,7 @@ from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.importers.ascend import read_ascend_job, to_run
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.intervals import covered_ns, union
+from profiler.model import DEVICE_WORK_CATEGORIES
 
 GPU_TRACES = ["sampled_rank-0", "nccl_data", "alexnet", "diff_test"]
 
@@ -180,3 +181,32 @@ def test_gpu_summary_read_a_chunk_of_kernels_at_a_time_is_the_whole_one_bit_for_
         with spill.spilling(tmp_path, min_bytes=1):  # the occupancy's terms in a spill file
             got = summary._device_summary(ops, rows, tensor_cores, window, launched, bottom, rows_at_a_time)
         assert np.array(list(got.values())).tobytes() == np.array(list(expected.values())).tobytes()
+
+
+@pytest.mark.parametrize("capture", GPU_TRACES)
+@pytest.mark.parametrize("as_text", [False, True])
+def test_the_executions_gathered_column_by_column_are_the_row_filter(
+    captures, capture: str, as_text: bool, monkeypatch
+) -> None:
+    """device_executions (each column gathered on its own, a categorical's unused categories dropped by counting,
+    the work rows found a chunk of 997 ops at a time) equals the row filter of the op table it replaced, with
+    pandas' remove_unused_categories; the text columns of another source too, and a missing device."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 997)
+    ops = _kineto_ops(captures, capture)
+    if as_text:
+        ops = ops.assign(**{c: ops[c].astype(object) for c in ("device", "stream", "category", "name")})
+        ops.loc[ops.index[-1], "device"] = None  # off the host, as `!= "cpu"` says
+    rows = np.flatnonzero((ops["device"] != "cpu").to_numpy() & ops["category"].isin(DEVICE_WORK_CATEGORIES).to_numpy())
+    expected = ops.iloc[rows]
+    found = device_executions(ops)
+    assert len(found) == len(rows) > 50 and np.array_equal(found["row"], rows)
+    for column in ("device", "stream", "category", "name"):
+        want = (
+            pd.Categorical(expected[column].astype(str))
+            if as_text
+            else expected[column].array.remove_unused_categories()
+        )
+        assert found[column].array.equals(want) and list(found[column].cat.categories) == list(want.categories)
+    assert np.array_equal(found["start_ns"], expected["start_ns"])
+    assert np.array_equal(found["end_ns"], expected["start_ns"] + expected["dur_ns"])
+    assert np.array_equal(found["correlation"], expected["correlation"])
