@@ -122,12 +122,12 @@ def _device_work_rows(ops: pd.DataFrame) -> np.ndarray:
     return np.concatenate(found) if found else _EMPTY
 
 
-def _categorical(column: pd.Series, rows: np.ndarray) -> pd.Categorical:
-    """column[rows] as a categorical of the values they hold (remove_unused_categories' result, without its sort of
-    the codes: a million executions share a few hundred names); a text column's values coded."""
+def _categorical(column: pd.Series, rows: Optional[np.ndarray] = None) -> pd.Categorical:
+    """column[rows] (all of it by default) as a categorical of the values they hold (remove_unused_categories'
+    result, without its sort of the codes: a million executions share a few hundred names); text coded."""
     if not isinstance(column.dtype, pd.CategoricalDtype):
-        return pd.Categorical(column.iloc[rows].astype(str))
-    codes = column.array.codes[rows]  # pandas' smallest type for the categories: one more still fits
+        return pd.Categorical((column if rows is None else column.iloc[rows]).astype(str))
+    codes = column.array.codes if rows is None else column.array.codes[rows]  # one more than a code still fits
     counts = np.zeros(len(column.cat.categories) + 1, dtype=np.int64)  # missing (-1) first
     for at in chunks(len(codes)):
         counts += np.bincount(codes[at] + 1, minlength=len(counts))
