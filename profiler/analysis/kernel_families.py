@@ -105,7 +105,8 @@ def classify(executions: pd.DataFrame) -> pd.DataFrame:
     categories = [str(category.categories[p % width]) for p in pairs]
     family = np.array([kernel_family(n, c) for n, c in zip(names, categories)], dtype=object)
     precision = np.array([kernel_precision(n) for n in names], dtype=object)
-    return executions.assign(family=_of_rows(family, pairs, pair, n), precision=_of_rows(precision, pairs, pair, n))
+    added = {"family": _of_rows(family, pairs, pair, n), "precision": _of_rows(precision, pairs, pair, n)}
+    return pd.DataFrame({**{c: executions[c] for c in executions.columns}, **added}, copy=False)  # assign copies
 
 
 def _categorical(column: pd.Series) -> pd.Categorical:

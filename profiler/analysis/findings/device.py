@@ -75,7 +75,8 @@ class DeviceTimeline:
             tensor_cores, launcher = gathered(launched.tensor_cores, rows), gathered(launched.launcher, rows)
             eligible = chunked(len(ex), bool, lambda at: _eligible(launcher[at], launched.tc_eligible))
         names = launcher_names(self._ops["name"], launcher)
-        return ex.assign(**figures, tensor_cores=tensor_cores, launcher=names, launcher_eligible=eligible)
+        added = {**figures, "tensor_cores": tensor_cores, "launcher": names, "launcher_eligible": eligible}
+        return pd.DataFrame({**{c: ex[c] for c in ex.columns}, **added}, copy=False)  # assign copies each array
 
     @functools.cached_property
     def gaps(self) -> dict[str, pd.DataFrame]:
