@@ -156,7 +156,7 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     category kept), its columns gathered into spill files when the run is spilled: the idle gaps of a big run
     read them whole."""
     rows = np.flatnonzero((ops["category"] == "runtime").to_numpy())
-    name, corr = _gathered(ops["name"], rows), _gathered(ops["correlation"], rows)
+    name, corr = gathered_column(ops["name"], rows), gathered_column(ops["correlation"], rows)
     start, end = op_times(ops, rows)
     ex_corr = ex["correlation"].to_numpy(np.int64)
     copies = (ex["category"] == "memcpy").to_numpy() & text_matches(ex["name"], lambda n: PAGEABLE_COPY in n)
@@ -179,9 +179,9 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _gathered(column: pd.Series, rows: np.ndarray) -> np.ndarray | pd.Categorical:
+def gathered_column(column: pd.Series, rows: np.ndarray) -> np.ndarray | pd.Categorical:
     """column.iloc[rows] (of a categorical, its codes), gathered a chunk of rows at a time into a spill file when
-    the run is spilled."""
+    the run is spilled (the device findings' tables too)."""
     if isinstance(column.dtype, pd.CategoricalDtype):
         return pd.Categorical.from_codes(gathered(column.array.codes, rows), dtype=column.dtype)
     return gathered(column.to_numpy(), rows)
@@ -215,6 +215,18 @@ def idle_gaps(
 
 
 _GAP_COLUMNS = ("start_ns", "end_ns", "next_launch_ns", *(f"{c}_ns" for c in IDLE_CAUSES))
+
+
+def idle_gap_pieces(
+    ops: pd.DataFrame, data_wait: tuple[np.ndarray, np.ndarray] = (_EMPTY, _EMPTY)
+) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """`idle_gaps`' rows (all streams merged) a piece at a time, as (device, its columns but device and stream),
+    each device's pieces in its table's order: for a reader that keeps them elsewhere than in memory (the
+    findings' device timeline keeps them in spill files)."""
+    ex = device_executions(ops)
+    devices = ex["device"].array.categories
+    for lane, piece in _gap_pieces(ex, _runtime_calls(ops, ex), data_wait, False, GAP_CHUNK):
+        yield str(devices[lane]), {c: piece[c] for c in _GAP_COLUMNS}
 
 
 def _gaps(

@@ -16,6 +16,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from profiler.spill import chunked, chunks
+
 #: Kernel families in the order they are tested: the first that matches names the family (a
 #: convolution's `implicit_gemm` is a convolution, not a GEMM). `comm` and `memory` come from the
 #: execution's category first (model.DEVICE_WORK_CATEGORIES).
@@ -81,23 +83,41 @@ def kernel_precision(name: str) -> str:
     return next((precision for precision, pattern in PRECISIONS if pattern.search(name)), "")
 
 
+#: Executions coded at a time by `classify` (its temporaries: ~20 B per execution of a chunk, not of the run).
+CLASSIFY_ROWS = 1 << 18
+
+
 def classify(executions: pd.DataFrame) -> pd.DataFrame:
     """`family` and `precision` of every execution (columns `name`, `category`), one test per distinct
     (name, category): the executions with the two columns added, as categoricals (a code per execution,
-    not its text: a big trace has millions)."""
-    name = pd.Categorical(executions["name"])
-    category = pd.Categorical(executions["category"])
-    pair = name.codes.astype(np.int64) * (len(category.categories) + 1) + category.codes.astype(np.int64)
-    pairs, at = np.unique(pair, return_inverse=True)
-    names = [str(name.categories[p // (len(category.categories) + 1)]) for p in pairs]
-    categories = [str(category.categories[p % (len(category.categories) + 1)]) for p in pairs]
+    not its text: a big trace has millions; in spill files when spilling), coded CLASSIFY_ROWS at a time."""
+    name, category = _categorical(executions["name"]), _categorical(executions["category"])
+    width = len(category.categories) + 1
+
+    def pair(at: slice) -> np.ndarray:
+        return name.codes[at].astype(np.int64) * width + category.codes[at]
+
+    n = len(executions)
+    pairs = np.unique(
+        np.concatenate([np.empty(0, np.int64), *(np.unique(pair(at)) for at in chunks(n, CLASSIFY_ROWS))])
+    )
+    names = [str(name.categories[p // width]) for p in pairs]
+    categories = [str(category.categories[p % width]) for p in pairs]
     family = np.array([kernel_family(n, c) for n, c in zip(names, categories)], dtype=object)
     precision = np.array([kernel_precision(n) for n in names], dtype=object)
-    return executions.assign(family=_of_rows(family, at), precision=_of_rows(precision, at))
+    added = {"family": _of_rows(family, pairs, pair, n), "precision": _of_rows(precision, pairs, pair, n)}
+    return pd.DataFrame({**{c: executions[c] for c in executions.columns}, **added}, copy=False)  # assign copies
 
 
-def _of_rows(values: np.ndarray, at: np.ndarray) -> pd.Categorical:
-    """values[at] as a categorical whose categories are in sorted order, so that it groups and sorts as the
-    text would."""
+def _categorical(column: pd.Series) -> pd.Categorical:
+    """The column as a categorical: its own when it is one (no copy of its codes)."""
+    return column.array if isinstance(column.dtype, pd.CategoricalDtype) else pd.Categorical(column)
+
+
+def _of_rows(values: np.ndarray, pairs: np.ndarray, pair, n: int) -> pd.Categorical:
+    """values[k] of each row's (name, category) pair `pairs[k]` (`pair(positions)`: the rows' pairs), as a
+    categorical whose categories are in sorted order, so that it groups and sorts as the text would."""
     labels, code = np.unique(values.astype(str), return_inverse=True)
-    return pd.Categorical.from_codes(code[at], categories=labels.astype(object))
+    dtype = np.int8 if len(labels) < np.iinfo(np.int8).max else np.int16  # a few families / precisions
+    codes = chunked(n, dtype, lambda at: code[np.searchsorted(pairs, pair(at))], CLASSIFY_ROWS)
+    return pd.Categorical.from_codes(codes, categories=labels.astype(object))

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
-from profiler.analysis.findings.device import DeviceNeeds, in_steps_ms, share_title
+from profiler.analysis.findings.device import ROWS, DeviceNeeds, in_steps_ms, share_title
+from profiler.spill import chunked
 
 THRESHOLDS = {
     "compute_bound_pct": Threshold(
@@ -56,18 +57,17 @@ def fix_for(framework: str, family: str) -> str:
 
 
 def family_split(ex: pd.DataFrame) -> pd.DataFrame:
-    """The compute kernels' time per family (ms, % of the compute kernel time) with each family's share
-    per precision, most time first."""
-    compute = ex[(ex["category"] == "compute").to_numpy()]
-    dur = (compute["end_ns"] - compute["start_ns"]).to_numpy(np.float64) * 1e-6
-    table = pd.DataFrame(
-        {
-            "family": compute["family"].to_numpy(dtype=object),
-            "precision": compute["precision"].to_numpy(dtype=object),
-            "ms": dur,
-        }
-    )
+    """The compute kernels' time per family (ms, % of the compute kernel time) with each family's share per
+    precision, most time first; their times made a chunk at a time (in a spill file), summed per family and
+    precision as pandas sums a group."""
+    compute = ex[_compute(ex)]  # every row (a compute-only table): the table itself
+    start, end = compute["start_ns"].to_numpy(np.int64), compute["end_ns"].to_numpy(np.int64)
+    dur = chunked(len(start), np.float64, lambda at: (end[at] - start[at]).astype(np.float64) * 1e-6, ROWS)
+    family, precision = compute["family"].array, compute["precision"].array  # categories in sorted order
+    table = pd.DataFrame({"family": family.codes, "precision": precision.codes, "ms": dur}, copy=False)
     per = table.groupby(["family", "precision"])["ms"].sum().unstack(fill_value=0.0)
+    per.index = pd.Index(np.asarray(family.categories, dtype=object)[per.index.to_numpy()], name="family")
+    per.columns = pd.Index(np.asarray(precision.categories, dtype=object)[per.columns.to_numpy()], name="precision")
     out = pd.DataFrame({"ms": per.sum(axis=1)})
     out["pct"] = 100.0 * out["ms"] / max(float(dur.sum()), 1e-12)
     out["precisions"] = [
@@ -81,18 +81,22 @@ def family_split(ex: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["ms"], ascending=False, kind="stable")
 
 
+def _compute(ex: pd.DataFrame) -> np.ndarray:
+    """The compute kernels of the executions."""
+    return (ex["category"] == "compute").to_numpy()
+
+
 def find(data: DeviceNeeds, ctx: Context) -> list[Finding]:
     """compute_bound (low): a device computing at least compute_bound_pct of the step, per device."""
     out = []
-    for device, mine in data.device.per_device(data.steps):
-        compute = (mine["category"] == "compute").to_numpy()
-        ms = in_steps_ms(
-            mine["start_ns"].to_numpy(np.int64)[compute], mine["end_ns"].to_numpy(np.int64)[compute], data.steps
-        )
+    timeline = data.device
+    for device, code in timeline.device_codes(data.steps):
+        compute = timeline.selected(code, _compute, ["category", "family", "precision", "start_ns", "end_ns"])
+        ms = in_steps_ms(compute["start_ns"].to_numpy(np.int64), compute["end_ns"].to_numpy(np.int64), data.steps)
         share = data.steps.share(ms)
         if ms <= 0 or share < ctx.thresholds["compute_bound_pct"]:
             continue
-        split = family_split(mine)
+        split = family_split(compute)
         listed = "; ".join(f"{family} {r.pct:.1f} % ({r.precisions})" for family, r in split.iterrows())
         top = str(split.index[0])
         finding = data.steps.finding(

@@ -10,14 +10,18 @@ import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold
 from profiler.analysis.findings.device import (
+    ROWS,
     DeviceNeeds,
     DeviceTimeline,
+    Spool,
     idle_evidence,
     idle_findings,
+    median,
     share_title,
     steady_windows,
 )
 from profiler.analysis.stakes import LAUNCH_GAPS
+from profiler.spill import chunks
 
 THRESHOLDS = {
     "device_host_wait_pct": Threshold(
@@ -57,25 +61,33 @@ def host_gap_figures(
 ) -> dict[str, float]:
     """In the steady steps: the device's gaps waiting for the host (host or launch cause), their count
     per step, median length (µs) and the share of their time in gaps shorter than `launch_gap_us`, and
-    the device's executions per step with their median length (µs)."""
+    the device's executions per step with their median length (µs); read a chunk of gaps and executions at a
+    time (integer sums; the lengths whose medians are taken in spill files)."""
     w_start, w_end = steady_windows(steps)
-    gaps = timeline.gaps
-    gaps = gaps[(gaps["device"] == device) & ((gaps["host_ns"] + gaps["launch_ns"]) > 0)]
+    gaps = timeline.gaps[device]
+    g_start, g_end = gaps["start_ns"].to_numpy(), gaps["end_ns"].to_numpy()
+    host, launch = gaps["host_ns"].to_numpy(), gaps["launch_ns"].to_numpy()
+    lengths, durations = Spool(), Spool()
+    waited_ns = short_ns = 0
+    for at in chunks(len(gaps), ROWS):
+        waited = host[at] + launch[at]
+        keep = (waited > 0) & _inside(g_start[at], w_start, w_end)
+        length, waited = (g_end[at] - g_start[at])[keep], waited[keep]
+        lengths.add(length)
+        waited_ns += int(waited.sum())
+        short_ns += int(waited[length < launch_gap_us * 1e3].sum())
     ex = timeline.executions
-    ex = ex[(ex["device"] == device).to_numpy()]
-    g_in = _inside(gaps["start_ns"].to_numpy(np.int64), w_start, w_end)
-    e_in = _inside(ex["start_ns"].to_numpy(np.int64), w_start, w_end)
+    e_start, e_end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
+    for at, _ in timeline.positions(dict(timeline.device_codes(steps))[device], start_order=False):
+        durations.add((e_end[at] - e_start[at])[_inside(e_start[at], w_start, w_end)])
+    lengths, durations = lengths.array(), durations.array()
     n = max(len(w_start), 1)
-    lengths = (gaps["end_ns"] - gaps["start_ns"]).to_numpy()[g_in]
-    waited = (gaps["host_ns"] + gaps["launch_ns"]).to_numpy()[g_in]
-    durations = (ex["end_ns"] - ex["start_ns"]).to_numpy()[e_in]
-    short = lengths < launch_gap_us * 1e3
     return {
-        "gaps_per_step": float(g_in.sum()) / n,
-        "median_gap_us": float(np.median(lengths)) / 1e3 if len(lengths) else 0.0,
-        "short_gap_share_pct": 100.0 * float(waited[short].sum()) / max(float(waited.sum()), 1.0),
-        "executions_per_step": float(e_in.sum()) / n,
-        "median_execution_us": float(np.median(durations)) / 1e3 if len(durations) else 0.0,
+        "gaps_per_step": float(len(lengths)) / n,
+        "median_gap_us": (median(lengths) or 0.0) / 1e3,
+        "short_gap_share_pct": 100.0 * float(short_ns) / max(float(waited_ns), 1.0),
+        "executions_per_step": float(len(durations)) / n,
+        "median_execution_us": (median(durations) or 0.0) / 1e3,
     }
 
 

@@ -14,8 +14,18 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
-from profiler.analysis.findings.device import MS, DeviceNeeds, in_steps_ms, memory_room, share_title, steady_windows
+from profiler.analysis.findings.device import (
+    MS,
+    ROWS,
+    DeviceNeeds,
+    in_steps_ms,
+    memory_room,
+    share_title,
+    steady_windows,
+    text_codes,
+)
 from profiler.analysis.gpu_summary import sm_filled_ns
+from profiler.spill import chunked
 
 THRESHOLDS = {
     "sm_underfill_pct": Threshold(
@@ -47,15 +57,13 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     """low_occupancy: per device, compute kernels leaving SMs idle for at least sm_underfill_pct of the step."""
     out = []
     w_start, w_end = steady_windows(data.steps)
-    for device, mine in data.device.per_device(data.steps):
-        used = ["name", "start_ns", "end_ns", "blocks_per_sm", "occupancy_pct"]  # a row filter copies each column
-        kernels = mine.loc[(mine["category"] == "compute").to_numpy(), used]
-        blocks = kernels["blocks_per_sm"].to_numpy(np.float64)
-        known = np.isfinite(blocks) & (blocks > 0)
-        if not known.any():
+    for device, code in data.device.device_codes(data.steps):
+        used = ["name", "start_ns", "end_ns", "blocks_per_sm", "occupancy_pct"]
+        kernels = data.device.selected(code, _filling, used)
+        if not len(kernels):
             continue
-        kernels, blocks = kernels[known], blocks[known]
         start, end = kernels["start_ns"].to_numpy(np.int64), kernels["end_ns"].to_numpy(np.int64)
+        blocks = kernels["blocks_per_sm"].to_numpy(np.float64)
         busy_ms = in_steps_ms(start, end, data.steps)
         filled_ms = float(sm_filled_ns(start, end, blocks, w_start, w_end).sum()) * MS / len(w_start)
         idle_ms = max(busy_ms - filled_ms, 0.0)
@@ -66,19 +74,42 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     return out
 
 
+def _filling(ex: pd.DataFrame) -> np.ndarray:
+    """The compute kernels whose trace says how many blocks per SM they launch."""
+    blocks = ex["blocks_per_sm"].to_numpy(np.float64)
+    return (ex["category"] == "compute").to_numpy() & np.isfinite(blocks) & (blocks > 0)
+
+
 def _finding(data: Needs, ctx: Context, device: str, kernels, blocks, times, share: float) -> Finding:
+    """The finding, with the kernels leaving the most SM time idle: each kernel's figures made a chunk at a time
+    (in spill files), summed per name as pandas sums a group."""
     busy_ms, filled_ms, idle_ms = times
-    dur = (kernels["end_ns"] - kernels["start_ns"]).to_numpy(np.float64) * MS
+    start, end = kernels["start_ns"].to_numpy(np.int64), kernels["end_ns"].to_numpy(np.int64)
     occupancy = kernels["occupancy_pct"].to_numpy(np.float64)
+    names, name = text_codes(kernels["name"].array)
+
+    def dur(at: slice) -> np.ndarray:
+        return (end[at] - start[at]).astype(np.float64) * MS
+
+    def weighted(values: np.ndarray, at: slice) -> np.ndarray:
+        return np.where(np.isfinite(values), values, 0.0) * dur(at)
+
     per = pd.DataFrame(
         {
-            "name": kernels["name"].astype(str).to_numpy(),
-            "idle": dur * (1.0 - np.minimum(blocks, 1.0)),
-            "dur": dur,
-            "blocks": blocks * dur,
-            "occupancy": np.where(np.isfinite(occupancy), occupancy, 0.0) * dur,
-            "occupancy_weight": np.where(np.isfinite(occupancy) & (occupancy > 0), dur, 0.0),  # 0: not estimated
-        }
+            "name": name,
+            "idle": chunked(len(start), np.float64, lambda at: dur(at) * (1.0 - np.minimum(blocks[at], 1.0)), ROWS),
+            "dur": chunked(len(start), np.float64, dur, ROWS),
+            "blocks": chunked(len(start), np.float64, lambda at: blocks[at] * dur(at), ROWS),
+            "occupancy": chunked(len(start), np.float64, lambda at: weighted(occupancy[at], at), ROWS),
+            # 0: not estimated
+            "occupancy_weight": chunked(
+                len(start),
+                np.float64,
+                lambda at: np.where(np.isfinite(occupancy[at]) & (occupancy[at] > 0), dur(at), 0.0),
+                ROWS,
+            ),
+        },
+        copy=False,
     )
     top = (
         per.groupby("name")
@@ -92,6 +123,7 @@ def _finding(data: Needs, ctx: Context, device: str, kernels, blocks, times, sha
         )
         .sort_values("idle", ascending=False)
     )
+    top.index = names[top.index.to_numpy()]
     listed = "; ".join(
         f"{str(name)[:80]} x{int(r.calls)} {r.dur:.2f} ms, {r.blocks / r.dur:.2f} blocks per SM"
         + (f", occupancy {r.occupancy / r.weight:.0f} %" if r.weight > 0 else "")

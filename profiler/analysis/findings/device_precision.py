@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
+import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
-from profiler.analysis.findings.device import DeviceNeeds, in_steps_ms, share_title
+from profiler.analysis.findings.device import ROWS, DeviceNeeds, in_steps_ms, share_title
 from profiler.analysis.kernel_families import MATRIX_FAMILIES
 from profiler.analysis.stakes import compute_capability, fp32_matrix_win, fp64_win
+from profiler.spill import chunked
 
 THRESHOLDS = {
     "fp32_matrix_pct": Threshold(
@@ -82,11 +84,9 @@ def fix_text(kind: str, framework: str, properties: Optional[Mapping[str, Any]])
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """device_precision: float32 matrix kernels off the tensor cores, float64 kernels; per device."""
     out = []
-    for device, mine in data.device.per_device(data.steps):
-        precision = mine["precision"].to_numpy(dtype=object)
-        masks = {"fp32": fp32_matrix(mine) | eligible_off_tensor_cores(mine), "fp64": precision == "fp64"}
-        for kind, mask in masks.items():
-            out += _finding(data, ctx, device, mine, kind, mask)
+    for device, code in data.device.device_codes(data.steps):
+        for kind, where in MASKS.items():
+            out += _finding(data, ctx, device, data.device.selected(code, where, USED), kind)
     return out
 
 
@@ -113,27 +113,37 @@ def eligible_off_tensor_cores(ex) -> np.ndarray:
     )
 
 
-def _finding(data: Needs, ctx: Context, device: str, mine, kind: str, mask: np.ndarray) -> list[Finding]:
-    start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
-    ms = in_steps_ms(start[mask], end[mask], data.steps)
+#: the kernels each kind of finding counts, as a mask of a chunk of executions
+MASKS = {
+    "fp32": lambda ex: fp32_matrix(ex) | eligible_off_tensor_cores(ex),
+    "fp64": lambda ex: ex["precision"].to_numpy(dtype=object) == "fp64",
+}
+#: the executions' columns a finding reads
+USED = ["name", "family", "launcher", "launcher_eligible", "start_ns", "end_ns"]
+
+
+def _finding(data: Needs, ctx: Context, device: str, chosen: pd.DataFrame, kind: str) -> list[Finding]:
+    """The finding of one kind on one device, from its kernels of that kind (`chosen`, in the table's order)."""
+    start, end = chosen["start_ns"].to_numpy(np.int64), chosen["end_ns"].to_numpy(np.int64)
+    ms = in_steps_ms(start, end, data.steps)
     share = data.steps.share(ms)
     threshold = "fp32_matrix_pct" if kind == "fp32" else "fp64_kernel_pct"
     if ms <= 0 or share < ctx.thresholds[threshold]:
         return []
-    chosen = mine[mask].assign(dur_ms=(end[mask] - start[mask]) * 1e-6)
+    chosen = chosen.assign(dur_ms=chunked(len(start), np.float64, lambda at: (end[at] - start[at]) * 1e-6, ROWS))
     top = chosen.groupby("name", observed=True)["dur_ms"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     listed = "; ".join(
         f"{str(name)[:80]} x{int(r['count'])} {r['sum']:.2f} ms" for name, r in top.head(TOP_KERNELS).iterrows()
     )
-    families = ", ".join(sorted(set(chosen["family"].astype(str))))
+    families = ", ".join(sorted(str(f) for f in chosen["family"].unique()))
     what = "float32 matrix kernels without tensor cores" if kind == "fp32" else "float64 kernels"
-    metrics = {f"{kind}_ms": ms, "kernels": float(mask.sum())}
+    metrics = {f"{kind}_ms": ms, "kernels": float(len(chosen))}
     eligible = chosen["launcher_eligible"].to_numpy(bool)
     if kind == "fp32" and eligible.any():
         by_op = chosen[eligible].groupby("launcher")["dur_ms"].sum().sort_values(ascending=False)
         ops = "; ".join(f"{op} {op_ms:.2f} ms" for op, op_ms in by_op.head(TOP_KERNELS).items())
         listed += f"; launched by tensor-core eligible ops: {ops} [{ctx.file('kernels')}: op, tensor_cores]"
-        metrics["tc_eligible_ms"] = in_steps_ms(start[mask][eligible], end[mask][eligible], data.steps)
+        metrics["tc_eligible_ms"] = in_steps_ms(start[eligible], end[eligible], data.steps)
     return [
         data.steps.finding(
             "device_precision",

@@ -8,8 +8,17 @@ import numpy as np
 import pandas as pd
 
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, Threshold
-from profiler.analysis.findings.device import MS, DeviceNeeds, DeviceTimeline, idle_evidence, idle_findings, share_title
-from profiler.kernels.intervals import covered_ns
+from profiler.analysis.findings.device import (
+    MS,
+    ROWS,
+    DeviceNeeds,
+    DeviceTimeline,
+    idle_evidence,
+    idle_findings,
+    share_title,
+)
+from profiler.kernels.intervals import covered_ns, union
+from profiler.spill import chunks
 
 THRESHOLDS = {
     "device_sync_pct": Threshold(
@@ -33,17 +42,16 @@ TOP_SITES = 3
 
 def sync_sites(timeline: DeviceTimeline, device: str) -> pd.DataFrame:
     """Per (sync call, call site): calls, the host's time blocked in them and the device's idle time in
-    their shadows (the union of the shadows, over the run), most idle first."""
-    calls, gaps = timeline.sync, timeline.gaps
-    gaps = gaps[gaps["device"] == device]
+    their shadows (the union of the shadows, over the run; the device's gaps read a chunk at a time), most idle
+    first."""
+    calls, gaps = timeline.sync, timeline.gaps.get(device)
+    g_start, g_end = (
+        (np.empty(0, np.int64),) * 2 if gaps is None else (gaps[c].to_numpy() for c in ("start_ns", "end_ns"))
+    )
     rows = []
     for (name, site), group in calls.groupby(["name", "call_site"], sort=True):
-        idle = covered_ns(
-            group["start_ns"].to_numpy(),
-            group["shadow_end_ns"].to_numpy(),
-            gaps["start_ns"].to_numpy(np.int64),
-            gaps["end_ns"].to_numpy(np.int64),
-        ).sum()
+        shadows = union(group["start_ns"].to_numpy(np.int64), group["shadow_end_ns"].to_numpy(np.int64))
+        idle = sum(int(covered_ns(*shadows, g_start[at], g_end[at]).sum()) for at in chunks(len(g_start), ROWS))
         blocked = (group["end_ns"] - group["start_ns"]).sum()
         rows.append(
             {
