@@ -14,7 +14,7 @@ import pandas as pd
 
 from profiler import spill
 from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
+from profiler.kernels.nesting import by_depth, enclosing_parents, positions_where
 from profiler.model import FLOAT64_MODULE_SPAN, op_times
 
 #: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
@@ -35,34 +35,34 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     (aten::native_group_norm(double, double, double); not aten::mul(float, double), a float32 op
     scaled by a float64 number), a cast (`CAST_OP_NAME`) between float64 and another type or with
     one inside it (aten::to -> _to_copy -> copy_(double, float)), and what those ops run inside
-    them (their allocations, launches)."""
+    them (their allocations, launches).
+
+    Its per-op arrays are made a chunk of ops at a time into spill files when the run is spilled (spill.chunked):
+    nothing of the whole table's size is the process's own memory but the mask returned."""
+    n, names = len(ops), ops["name"]
     float64, converts = _by_input_types(ops["dtypes"])
-    cast = text_matches(ops["name"], CAST_OP_NAME.search)
-    own = float64 | (cast & converts)
+    cast = spill.chunked(n, bool, lambda at: text_matches(names.iloc[at], CAST_OP_NAME.search))
+    own = spill.chunked(n, bool, lambda at: float64[at] | (cast[at] & converts[at]))
     if not own.any():
-        return own
+        return np.zeros(n, dtype=bool)
     lane = _lanes(ops)
     # charges pass along the nesting, which stays on a lane: only the lanes holding a float64 op are nested
-    holding = np.zeros(int(lane.max()) + 1, dtype=bool)
-    holding[lane[own]] = True
-    on = spill.concatenated(
-        [
-            (np.flatnonzero(holding[lane[at]]) + at.start).astype(position_dtype(len(ops)))
-            for at in spill.chunks(len(ops))
-        ]
-    )
-    own, cast = own[on], cast[on]
+    holding = np.zeros(max(int(lane[at].max()) for at in spill.chunks(n)) + 1, dtype=bool)
+    for at in spill.chunks(n):
+        holding[lane[at][own[at]]] = True
+    on = positions_where(spill.chunked(n, bool, lambda at: holding[lane[at]]))
+    own, cast = spill.gathered(own, on), spill.gathered(cast, on)
     parent = _lane_nesting(ops, lane, on)
-    depth = nesting_depths(parent)
-    levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
-    holds = own.copy()  # a charged op at or below it: innermost level first
+    levels = by_depth(parent)
+    holds = spill.chunked(len(on), bool, lambda at: own[at])  # a charged op at or below it: innermost level first
     for rows in reversed(levels):
         holds[parent[rows[holds[rows]]]] = True
-    charged = own | (holds & cast)
+    charged = spill.chunked(len(on), bool, lambda at: own[at] | (holds[at] & cast[at]))
     for rows in levels:  # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
-    out = np.zeros(len(ops), dtype=bool)
-    out[on] = charged
+    out = np.zeros(n, dtype=bool)
+    for at in spill.chunks(len(on)):
+        out[on[at]] = charged[at]
     return out
 
 
@@ -81,16 +81,15 @@ def _lanes(ops: pd.DataFrame) -> np.ndarray:
 
 
 def _lane_nesting(ops: pd.DataFrame, lane: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`), -1 at a root
-    (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
-    parent = enclosing_parents(spill.gathered(lane, rows), *op_times(ops, rows))
-    return parent.astype(position_dtype(len(rows)))
+    """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`, int64 in a
+    spill file when big), -1 at a root; its inputs dropped on return (a big trace's ops are millions)."""
+    return enclosing_parents(spill.gathered(lane, rows), *op_times(ops, rows))
 
 
 def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per op: all its floating-point inputs are float64; its inputs mix float64 with another
     floating-point type. Read once per distinct input type list, a window of ops at a time."""
-    only, mixed = np.zeros(len(dtypes), dtype=bool), np.zeros(len(dtypes), dtype=bool)
+    only, mixed = spill.empty(len(dtypes), bool), spill.empty(len(dtypes), bool)  # every window writes its part
     kinds_of: dict[str, tuple[bool, bool]] = {}
     for lo in range(0, len(dtypes), TYPES_WINDOW):
         codes, texts = codes_and_labels(dtypes.iloc[lo : lo + TYPES_WINDOW])  # no text per op
