@@ -39,9 +39,9 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
 
     Its per-op arrays are made a chunk of ops at a time into spill files when the run is spilled (spill.chunked):
     nothing of the whole table's size is the process's own memory but the mask returned."""
-    n, names = len(ops), ops["name"]
+    n = len(ops)
     float64, converts = _by_input_types(ops["dtypes"])
-    cast = spill.chunked(n, bool, lambda at: text_matches(names.iloc[at], CAST_OP_NAME.search))
+    cast = _casts(ops)
     own = spill.chunked(n, bool, lambda at: float64[at] | (cast[at] & converts[at]))
     if not own.any():
         return np.zeros(n, dtype=bool)
@@ -64,6 +64,12 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     for at in spill.chunks(len(on)):
         out[on[at]] = charged[at]
     return out
+
+
+def _casts(ops: pd.DataFrame) -> np.ndarray:
+    """Whether each op is a dtype conversion (`CAST_OP_NAME`), made a chunk of ops at a time (spilled when big)."""
+    names = ops["name"]
+    return spill.chunked(len(ops), bool, lambda at: text_matches(names.iloc[at], CAST_OP_NAME.search))
 
 
 #: Ops whose input types are coded at a time (`_by_input_types`: a window's codes, not the column's).
@@ -125,26 +131,31 @@ def float64_module_charged(ops: pd.DataFrame, spans: pd.DataFrame, threads: pd.D
     if not len(mine):
         return charged
     thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
-    stream = ops["stream"].astype(str).to_numpy()
-    start = ops["start_ns"].to_numpy(np.int64)
-    end = start + ops["dur_ns"].to_numpy(np.int64)
-    cast = text_matches(ops["name"], CAST_OP_NAME.search)
-    lanes = {name: np.flatnonzero(stream == name) for name in {thread_name.get(t, "") for t in mine["tid"]}}
+    cast = _casts(ops)
+    lanes = {name: _lane_ops(ops, name) for name in {thread_name.get(t, "") for t in mine["tid"]}}
     for tid, s, d in zip(mine["tid"].tolist(), mine["start_ns"].tolist(), mine["dur_ns"].tolist()):
-        rows = lanes.get(thread_name.get(tid, ""), np.empty(0, dtype=np.int64))
+        rows, rs, re_ = lanes[thread_name.get(tid, "")]
         if not len(rows):
             continue
         lo, hi = int(s), int(s) + int(d)
-        rs, re_ = start[rows], end[rows]
         charged[rows[(rs >= lo) & (re_ <= hi)]] = True
-        before = rows[re_ <= lo]  # the op that ended last before the span: a cast is the conversion in
+        before = np.flatnonzero(re_ <= lo)  # the op that ended last before the span: a cast is the conversion in
         if len(before):
-            last = before[np.argmax(end[before])]
-            if cast[last]:
-                charged[rows[(rs >= start[last]) & (re_ <= end[last])]] = True
-        after = rows[rs >= hi]  # the op that began first after the span: a cast is the conversion out
+            last = before[np.argmax(re_[before])]
+            if cast[rows[last]]:
+                charged[rows[(rs >= rs[last]) & (re_ <= re_[last])]] = True
+        after = np.flatnonzero(rs >= hi)  # the op that began first after the span: a cast is the conversion out
         if len(after):
-            first = after[np.argmin(start[after])]
-            if cast[first]:
-                charged[rows[(rs >= start[first]) & (re_ <= end[first])]] = True
+            first = after[np.argmin(rs[after])]
+            if cast[rows[first]]:
+                charged[rows[(rs >= rs[first]) & (re_ <= re_[first])]] = True
     return charged
+
+
+def _lane_ops(ops: pd.DataFrame, stream: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of the ops whose stream reads `stream` (a missing one reads "nan", as in `astype(str)`), with their
+    start and end: found from the column's codes a chunk of ops at a time, spilled when big."""
+    codes, labels = codes_and_labels(ops["stream"])
+    named = np.array([str(label) == stream for label in labels.tolist()] + [stream == "nan"], dtype=bool)
+    rows = positions_where(spill.chunked(len(ops), bool, lambda at: named[codes[at]]))
+    return (rows, *op_times(ops, rows))
