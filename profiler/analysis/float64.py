@@ -14,7 +14,7 @@ import pandas as pd
 
 from profiler import spill
 from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
+from profiler.kernels.nesting import by_depth, enclosing_parents, positions_where
 from profiler.model import FLOAT64_MODULE_SPAN, op_times
 
 #: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
@@ -35,35 +35,41 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     (aten::native_group_norm(double, double, double); not aten::mul(float, double), a float32 op
     scaled by a float64 number), a cast (`CAST_OP_NAME`) between float64 and another type or with
     one inside it (aten::to -> _to_copy -> copy_(double, float)), and what those ops run inside
-    them (their allocations, launches)."""
+    them (their allocations, launches).
+
+    Its per-op arrays are made a chunk of ops at a time into spill files when the run is spilled (spill.chunked):
+    nothing of the whole table's size is the process's own memory but the mask returned."""
+    n = len(ops)
     float64, converts = _by_input_types(ops["dtypes"])
-    cast = text_matches(ops["name"], CAST_OP_NAME.search)
-    own = float64 | (cast & converts)
+    cast = _casts(ops)
+    own = spill.chunked(n, bool, lambda at: float64[at] | (cast[at] & converts[at]))
     if not own.any():
-        return own
+        return np.zeros(n, dtype=bool)
     lane = _lanes(ops)
     # charges pass along the nesting, which stays on a lane: only the lanes holding a float64 op are nested
-    holding = np.zeros(int(lane.max()) + 1, dtype=bool)
-    holding[lane[own]] = True
-    on = spill.concatenated(
-        [
-            (np.flatnonzero(holding[lane[at]]) + at.start).astype(position_dtype(len(ops)))
-            for at in spill.chunks(len(ops))
-        ]
-    )
-    own, cast = own[on], cast[on]
+    holding = np.zeros(max(int(lane[at].max()) for at in spill.chunks(n)) + 1, dtype=bool)
+    for at in spill.chunks(n):
+        holding[lane[at][own[at]]] = True
+    on = positions_where(spill.chunked(n, bool, lambda at: holding[lane[at]]))
+    own, cast = spill.gathered(own, on), spill.gathered(cast, on)
     parent = _lane_nesting(ops, lane, on)
-    depth = nesting_depths(parent)
-    levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1)]
-    holds = own.copy()  # a charged op at or below it: innermost level first
+    levels = by_depth(parent)
+    holds = spill.chunked(len(on), bool, lambda at: own[at])  # a charged op at or below it: innermost level first
     for rows in reversed(levels):
         holds[parent[rows[holds[rows]]]] = True
-    charged = own | (holds & cast)
+    charged = spill.chunked(len(on), bool, lambda at: own[at] | (holds[at] & cast[at]))
     for rows in levels:  # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
-    out = np.zeros(len(ops), dtype=bool)
-    out[on] = charged
+    out = np.zeros(n, dtype=bool)
+    for at in spill.chunks(len(on)):
+        out[on[at]] = charged[at]
     return out
+
+
+def _casts(ops: pd.DataFrame) -> np.ndarray:
+    """Whether each op is a dtype conversion (`CAST_OP_NAME`), made a chunk of ops at a time (spilled when big)."""
+    names = ops["name"]
+    return spill.chunked(len(ops), bool, lambda at: text_matches(names.iloc[at], CAST_OP_NAME.search))
 
 
 #: Ops whose input types are coded at a time (`_by_input_types`: a window's codes, not the column's).
@@ -81,16 +87,15 @@ def _lanes(ops: pd.DataFrame) -> np.ndarray:
 
 
 def _lane_nesting(ops: pd.DataFrame, lane: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`), -1 at a root
-    (`position_dtype`); its inputs dropped on return (a big trace's ops are millions)."""
-    parent = enclosing_parents(spill.gathered(lane, rows), *op_times(ops, rows))
-    return parent.astype(position_dtype(len(rows)))
+    """Each of the ops `rows`' innermost enclosing op on its lane among them (a position in `rows`, int64 in a
+    spill file when big), -1 at a root; its inputs dropped on return (a big trace's ops are millions)."""
+    return enclosing_parents(spill.gathered(lane, rows), *op_times(ops, rows))
 
 
 def _by_input_types(dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Per op: all its floating-point inputs are float64; its inputs mix float64 with another
     floating-point type. Read once per distinct input type list, a window of ops at a time."""
-    only, mixed = np.zeros(len(dtypes), dtype=bool), np.zeros(len(dtypes), dtype=bool)
+    only, mixed = spill.empty(len(dtypes), bool), spill.empty(len(dtypes), bool)  # every window writes its part
     kinds_of: dict[str, tuple[bool, bool]] = {}
     for lo in range(0, len(dtypes), TYPES_WINDOW):
         codes, texts = codes_and_labels(dtypes.iloc[lo : lo + TYPES_WINDOW])  # no text per op
@@ -126,26 +131,31 @@ def float64_module_charged(ops: pd.DataFrame, spans: pd.DataFrame, threads: pd.D
     if not len(mine):
         return charged
     thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
-    stream = ops["stream"].astype(str).to_numpy()
-    start = ops["start_ns"].to_numpy(np.int64)
-    end = start + ops["dur_ns"].to_numpy(np.int64)
-    cast = text_matches(ops["name"], CAST_OP_NAME.search)
-    lanes = {name: np.flatnonzero(stream == name) for name in {thread_name.get(t, "") for t in mine["tid"]}}
+    cast = _casts(ops)
+    lanes = {name: _lane_ops(ops, name) for name in {thread_name.get(t, "") for t in mine["tid"]}}
     for tid, s, d in zip(mine["tid"].tolist(), mine["start_ns"].tolist(), mine["dur_ns"].tolist()):
-        rows = lanes.get(thread_name.get(tid, ""), np.empty(0, dtype=np.int64))
+        rows, rs, re_ = lanes[thread_name.get(tid, "")]
         if not len(rows):
             continue
         lo, hi = int(s), int(s) + int(d)
-        rs, re_ = start[rows], end[rows]
         charged[rows[(rs >= lo) & (re_ <= hi)]] = True
-        before = rows[re_ <= lo]  # the op that ended last before the span: a cast is the conversion in
+        before = np.flatnonzero(re_ <= lo)  # the op that ended last before the span: a cast is the conversion in
         if len(before):
-            last = before[np.argmax(end[before])]
-            if cast[last]:
-                charged[rows[(rs >= start[last]) & (re_ <= end[last])]] = True
-        after = rows[rs >= hi]  # the op that began first after the span: a cast is the conversion out
+            last = before[np.argmax(re_[before])]
+            if cast[rows[last]]:
+                charged[rows[(rs >= rs[last]) & (re_ <= re_[last])]] = True
+        after = np.flatnonzero(rs >= hi)  # the op that began first after the span: a cast is the conversion out
         if len(after):
-            first = after[np.argmin(start[after])]
-            if cast[first]:
-                charged[rows[(rs >= start[first]) & (re_ <= end[first])]] = True
+            first = after[np.argmin(rs[after])]
+            if cast[rows[first]]:
+                charged[rows[(rs >= rs[first]) & (re_ <= re_[first])]] = True
     return charged
+
+
+def _lane_ops(ops: pd.DataFrame, stream: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of the ops whose stream reads `stream` (a missing one reads "nan", as in `astype(str)`), with their
+    start and end: found from the column's codes a chunk of ops at a time, spilled when big."""
+    codes, labels = codes_and_labels(ops["stream"])
+    named = np.array([str(label) == stream for label in labels.tolist()] + [stream == "nan"], dtype=bool)
+    rows = positions_where(spill.chunked(len(ops), bool, lambda at: named[codes[at]]))
+    return (rows, *op_times(ops, rows))

@@ -16,11 +16,11 @@ from typing import Optional, Self
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.analysis.tensor_cores import TENSOR_CORE_ELIGIBLE_OPS, tensor_core_kernels
 from profiler.kernels.grouping import codes_and_labels, is_in, text_matches
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, position_dtype
+from profiler.kernels.nesting import ascending, by_depth, enclosing_parents, position_dtype, positions_where
 from profiler.model import DEVICE_WORK_CATEGORIES, op_times
-from profiler.spill import drop_resident, spilled
 
 #: Host op categories that are framework ops (an op a user wrote or called), which own launches.
 FRAMEWORK_CATEGORIES = ("host", "user")
@@ -62,33 +62,39 @@ class DeviceTimes(_RowArrays):
 
 def launches(ops: pd.DataFrame) -> Optional[Launches]:
     """The launches of a run's ops, or None when no device execution can be tied to a runtime call
-    (no device, or a source without correlation ids)."""
-    on_host = (ops["device"] == "cpu").to_numpy()
-    correlation = ops["correlation"].to_numpy()
-    category = ops["category"]
-    executions = is_in(category, DEVICE_WORK_CATEGORIES) & ~on_host & (correlation >= 0)
-    runtime = (category == "runtime").to_numpy() & on_host & (correlation >= 0)
+    (no device, or a source without correlation ids).
+
+    Every per-row array, the kept ones and those they are made from, is made a chunk of rows at a time into a
+    spill file when the run is spilled (spill.chunked): what grows with the run is file-backed, which the memory
+    watcher hands back, not the process's own memory."""
+    n, correlation = len(ops), ops["correlation"].to_numpy()
+    device, category, name = ops["device"], ops["category"], ops["name"]
+    on_host = spill.chunked(n, bool, lambda at: (device.iloc[at] == "cpu").to_numpy())
+    executions = spill.chunked(
+        n, bool, lambda at: is_in(category.iloc[at], DEVICE_WORK_CATEGORIES) & ~on_host[at] & (correlation[at] >= 0)
+    )
+    runtime = spill.chunked(
+        n, bool, lambda at: (category.iloc[at] == "runtime").to_numpy() & on_host[at] & (correlation[at] >= 0)
+    )
     if not executions.any() or not runtime.any():
         return None
     framework = framework_ops(ops)
     owner, parent = _owners(ops, on_host, framework)
-    position = position_dtype(len(ops))  # the row arrays are kept with the analysis: half the memory of int64
-    call = np.full(len(ops), -1, dtype=position)
-    call[executions] = _calls(correlation, runtime, np.flatnonzero(executions))
-    launcher = np.where(call >= 0, owner[np.maximum(call, 0)], -1).astype(position)
-    del owner
-
-    tensor_cores = np.zeros(len(ops), dtype=bool)
-    kernels = np.flatnonzero(executions & is_in(category, KERNEL_CATEGORIES))
-    tensor_cores[kernels] = tensor_core_kernels(ops["name"].iloc[kernels])
+    position = position_dtype(n)  # the row arrays are kept with the analysis: half the memory of int64
+    ids, calls = _calls_by_id(correlation, runtime)
+    call = spill.chunked(
+        n, position, lambda at: np.where(executions[at], _call_with_id(correlation[at], ids, calls), -1)
+    )
+    launcher = spill.chunked(n, position, lambda at: np.where(call[at] >= 0, owner[np.maximum(call[at], 0)], -1))
+    tensor_cores = spill.chunked(
+        n,
+        bool,
+        lambda at: executions[at] & is_in(category.iloc[at], KERNEL_CATEGORIES) & tensor_core_kernels(name.iloc[at]),
+    )
     tc_self = _launched_time(launcher, ops["dur_ns"].to_numpy(), tensor_cores)
-    eligible = framework & _eligible_names(ops["name"]) | (tc_self > 0)
-    del tc_self
-    # kept for the whole analysis: in spill files when the run is spilled, their pages and the op columns' read so
-    # far handed back before the nesting's own arrays are made
-    call, launcher, parent, tensor_cores = (spilled(a) for a in (call, launcher, parent, tensor_cores))
-    drop_resident()
-    tc_eligible = spilled(_any_descendant(eligible, parent, _deepest_first(parent, framework)))
+    eligible = spill.chunked(n, bool, lambda at: framework[at] & _eligible_names(name.iloc[at]) | (tc_self[at] > 0))
+    spill.drop_resident()  # the op columns' pages read so far, before the nesting depths are made
+    tc_eligible = _any_descendant(eligible, parent, by_depth(parent)[::-1])
     return Launches(call=call, launcher=launcher, parent=parent, tc_eligible=tc_eligible, tensor_cores=tensor_cores)
 
 
@@ -96,7 +102,7 @@ def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
     """Each framework op's device self / total time and their tensor-core parts (DeviceTimes): the durations of
     the executions it launched, summed on the op, then up its parents."""
     dur = ops["dur_ns"].to_numpy()
-    order = _deepest_first(launched.parent, framework_ops(ops))
+    order = by_depth(launched.parent)[::-1]  # deepest first: children before their parents
     device_self, device_total = _own_and_total(_launched_time(launched.launcher, dur), launched.parent, order)
     tc_self, tc_total = _own_and_total(
         _launched_time(launched.launcher, dur, launched.tensor_cores), launched.parent, order
@@ -109,61 +115,92 @@ def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
 def _own_and_total(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(own, own with its descendants'), in spill files when the run is spilled, their pages handed back: the op
     tables read them a window at a time, and four int64 per op are too many to keep resident."""
-    total = spilled(_with_descendants(own, parent, order))
-    own = spilled(own)
-    drop_resident()
+    total = _with_descendants(own, parent, order)
+    spill.drop_resident()
     return own, total
 
 
 def framework_ops(ops: pd.DataFrame) -> np.ndarray:
-    """Whether each row is a framework op (the rows the op figures are for)."""
-    return (ops["device"] == "cpu").to_numpy() & is_in(ops["category"], FRAMEWORK_CATEGORIES)
+    """Whether each row is a framework op (the rows the op figures are for), made a chunk of rows at a time (in a
+    spill file when big)."""
+    device, category = ops["device"], ops["category"]
+    return spill.chunked(
+        len(ops),
+        bool,
+        lambda at: (device.iloc[at] == "cpu").to_numpy() & is_in(category.iloc[at], FRAMEWORK_CATEGORIES),
+    )
 
 
 def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(owner, parent) per row: a host row's innermost enclosing-or-itself framework op, and a framework
     op's innermost enclosing framework op (other rows -1), by nesting on each host thread. Row positions
-    (`position_dtype`: half the memory of int64)."""
-    host = np.flatnonzero(on_host).astype(position_dtype(len(ops)))
+    (`position_dtype`: half the memory of int64), made a chunk of host rows at a time into spill files when big."""
+    n = len(ops)
+    host = positions_where(on_host)
     nested_in = _host_nesting(ops, host)
-    is_framework = framework[host]
-    owner = np.where(is_framework, np.arange(len(host), dtype=host.dtype), nested_in)
+    is_framework = spill.gathered(framework, host)
+    owner = spill.chunked(len(host), host.dtype, lambda at: _framework_owner(at, nested_in, is_framework))
+    full_owner, full_parent = spill.empty(n, host.dtype), spill.empty(n, host.dtype)
+    full_owner[:], full_parent[:] = -1, -1
+    for at in spill.chunks(len(host)):
+        own, up, rows, framework_at = owner[at], nested_in[at], host[at], is_framework[at]
+        full_owner[rows] = np.where(own >= 0, host[np.maximum(own, 0)], -1)
+        above = np.where(up >= 0, owner[np.maximum(up, 0)], -1)[framework_at]
+        full_parent[rows[framework_at]] = np.where(above >= 0, host[np.maximum(above, 0)], -1)
+        spill.drop_resident()
+    return full_owner, full_parent
+
+
+def _framework_owner(at: slice, nested_in: np.ndarray, is_framework: np.ndarray) -> np.ndarray:
+    """The owners of the host rows at positions `at` (in the host rows): itself when a framework op, else the
+    innermost framework op enclosing it, -1 when none."""
+    owner = np.where(is_framework[at], np.arange(at.start, at.stop), nested_in[at])
     pending = np.flatnonzero(owner >= 0)
     pending = pending[~is_framework[owner[pending]]]
     while pending.size:  # climb from a non-framework container (a runtime call) to its framework op
         owner[pending] = nested_in[owner[pending]]
         pending = pending[owner[pending] >= 0]
         pending = pending[~is_framework[owner[pending]]]
-    above = np.where(nested_in >= 0, owner[np.maximum(nested_in, 0)], -1)
-    del nested_in
-    full_owner = np.full(len(ops), -1, dtype=host.dtype)
-    full_parent = np.full(len(ops), -1, dtype=host.dtype)
-    full_owner[host] = np.where(owner >= 0, host[np.maximum(owner, 0)], -1)
-    del owner
-    full_parent[host[is_framework]] = np.where(above >= 0, host[np.maximum(above, 0)], -1)[is_framework]
-    return full_owner, full_parent
+    return owner
 
 
 def _host_nesting(ops: pd.DataFrame, host: np.ndarray) -> np.ndarray:
-    """Each of the host rows `host`'s innermost enclosing host row on its thread (a position in `host`), -1 at
-    a root; its inputs dropped on return (a big trace's host ops are millions)."""
+    """Each of the host rows `host`'s innermost enclosing host row on its thread (a position in `host`, int64 in a
+    spill file when big), -1 at a root."""
     codes, _ = codes_and_labels(ops["stream"])  # the whole column's codes: a row filter of it would copy its index
-    return enclosing_parents(codes[host], *op_times(ops, host)).astype(host.dtype)
+    return enclosing_parents(spill.gathered(codes, host), *op_times(ops, host))
 
 
-def _calls(correlation: np.ndarray, runtime: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The row of the runtime call with each row's correlation id (-1 when no call has it; of two
-    calls with one id, the first)."""
-    calls = np.flatnonzero(runtime)
-    ids, first = np.unique(correlation[calls], return_index=True)
-    at = np.clip(np.searchsorted(ids, correlation[rows]), 0, len(ids) - 1)
-    return np.where(ids[at] == correlation[rows], calls[first[at]], -1)
+def _calls_by_id(correlation: np.ndarray, runtime: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runtime calls' correlation ids, ascending, and their rows, of equal ids the first row first (spilled
+    when big): sorted only when the calls are not in id order already (a trace's are)."""
+    calls = positions_where(runtime)
+    ids = spill.gathered(correlation, calls)
+    if not ascending(ids):
+        by_id = spill.spilled(np.argsort(ids, kind="stable"))
+        calls, ids = spill.gathered(calls, by_id), spill.gathered(ids, by_id)
+    return ids, calls
+
+
+def _call_with_id(correlation: np.ndarray, ids: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """The row of the runtime call with each correlation id (-1 when no call has it; of two calls with one id,
+    the first), from `_calls_by_id`."""
+    if not len(ids):
+        return np.full(len(correlation), -1)
+    at = np.clip(np.searchsorted(ids, correlation), 0, len(ids) - 1)
+    return np.where(ids[at] == correlation, calls[at], -1)
 
 
 def _launched_time(launcher: np.ndarray, dur: np.ndarray, which: Optional[np.ndarray] = None) -> np.ndarray:
-    """Per row, the summed durations of the executions it launched itself (of those `which` marks)."""
-    rows = np.flatnonzero((launcher >= 0) if which is None else which & (launcher >= 0))
-    return sums_by(launcher[rows], dur[rows], len(launcher))
+    """Per row, the summed durations of the executions it launched itself (of those `which` marks): int64, summed
+    a chunk of rows at a time into a spill file when big."""
+    out = spill.empty(len(launcher), np.int64)
+    out[:] = 0
+    for at in spill.chunks(len(launcher)):
+        to = launcher[at]
+        mine = (to >= 0) if which is None else which[at] & (to >= 0)
+        np.add.at(out, to[mine], dur[at][mine])
+    return out
 
 
 def sums_by(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -177,22 +214,15 @@ def _eligible_names(names: pd.Series) -> np.ndarray:
     return text_matches(names, TENSOR_CORE_ELIGIBLE_OPS.__contains__)
 
 
-def _deepest_first(parent: np.ndarray, framework: np.ndarray) -> list[np.ndarray]:
-    """The framework ops with a parent, by nesting depth, deepest first (children before parents)."""
-    depth = nesting_depths(parent)
-    rows = np.flatnonzero(framework & (parent >= 0))
-    return [rows[depth[rows] == d] for d in range(int(depth[rows].max(initial=0)), 0, -1)]
-
-
 def _with_descendants(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> np.ndarray:
-    total = own.copy()
+    total = spill.chunked(len(own), own.dtype, lambda at: own[at])
     for rows in order:
         np.add.at(total, parent[rows], total[rows])
     return total
 
 
 def _any_descendant(flag: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> np.ndarray:
-    out = flag.copy()
+    out = spill.chunked(len(flag), bool, lambda at: flag[at])
     for rows in order:
         out[parent[rows[out[rows]]]] = True
     return out

@@ -272,7 +272,8 @@ def self_time(start: np.ndarray, dur: np.ndarray, lane: np.ndarray, level: np.nd
 # call tree has to be rebuilt from the intervals. A stack walk in Python would cost a few hundred
 # nanoseconds per op; these functions do it on whole columns in O(n log n) instead:
 #
-# - `enclosing_parents`: sort by (lane, start, -end). The innermost interval that contains
+# - `enclosing_parents`: sort by (lane, start, -end) (`nesting_order`: for intervals already in start
+#   order, a counting sort by lane and a fix of the runs of equal starts). The innermost interval that contains
 #   interval i is then the *last* interval j before i (same lane) with end_j >= end_i: every
 #   interval between that j and i ends before i does, so it cannot contain i. Finding "the
 #   previous element with a value >= mine" is done by pointer jumping: each interval starts with
@@ -281,7 +282,7 @@ def self_time(start: np.ndarray, dur: np.ndarray, lane: np.ndarray, level: np.nd
 #   ever skipped; the jumps double in length, so ~log2(n) rounds over the unresolved intervals.
 # - `self_times`: duration minus the summed durations of the direct children (`np.bincount`).
 # - `nesting_depths`: distance to the root by pointer jumping over the parent array
-#   (Wyllie's list ranking), also ~log2(depth) rounds.
+#   (Wyllie's list ranking), also ~log2(depth) rounds, a chunk of intervals at a time.
 #
 # Containment, not mere overlap, makes a child: an interval that starts inside another but ends
 # after it is its sibling. Host ops on one thread are properly nested (RAII scopes), so there the
@@ -294,13 +295,103 @@ def position_dtype(n: int) -> type:
     return np.int32 if n < 2**31 else np.int64
 
 
+def positions_where(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero(mask) as `position_dtype` values, counted then written a chunk at a time (into a spill file
+    when big): a big table's rows of some kind with no whole-length temporaries."""
+    n = len(mask)
+    out = spill.empty(sum(int(np.count_nonzero(mask[at])) for at in spill.chunks(n)), position_dtype(n))
+    done = 0
+    for at in spill.chunks(n):
+        rows = np.flatnonzero(mask[at]) + at.start
+        out[done : done + len(rows)] = rows
+        done += len(rows)
+        spill.drop_resident()
+    return out
+
+
+def ascending(values: np.ndarray) -> bool:
+    """Whether `values` never decrease, read a chunk at a time (no whole-length temporaries)."""
+    for at in spill.chunks(len(values)):
+        window = values[max(at.start - 1, 0) : at.stop]  # with the value before the chunk
+        if np.any(window[1:] < window[:-1]):
+            return False
+    return True
+
+
+def counting_order(key: np.ndarray, low: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions 0..n-1 stably sorted by `key` (integers in [low, low + size)), in `position_dtype`, and where
+    each key's positions begin (`size` + 1 bounds): counted, then placed a chunk at a time into a spill file when
+    big. What np.argsort(key, kind="stable") gives, with chunk-sized temporaries instead of int64 per position."""
+    n = len(key)
+    counts = np.zeros(size, dtype=np.int64)
+    for at in spill.chunks(n):
+        counts += np.bincount(key[at].astype(np.int64) - low, minlength=size)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    order = spill.empty(n, position_dtype(n))
+    placed = bounds[:-1].copy()  # where each key's next position goes
+    for at in spill.chunks(n):
+        k = key[at].astype(np.int64) - low
+        by_key = np.argsort(k.astype(np.int16) if size <= 2**15 else k, kind="stable")  # 16 bits: a radix sort
+        k = k[by_key]
+        order[placed[k] + np.arange(len(k)) - np.searchsorted(k, k)] = by_key + at.start
+        placed += np.bincount(k, minlength=size)
+        spill.drop_resident()
+    return order, bounds
+
+
+#: Widest range of lane numbers `nesting_order` sorts by counting (its counts: one int64 per number).
+LANE_RANGE = 1 << 15
+
+
+def nesting_order(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The intervals' positions by (lane, start, -end), ties in input order: np.lexsort((-end, start, lane)), in a
+    spill file when big. Intervals already in start order (an op table is) are counted into lane order, which
+    keeps their start order, then each run of equal (lane, start) is put latest end first: chunk-sized
+    temporaries where the lexsort takes three int64 per interval. Other inputs take the lexsort."""
+    if (
+        np.issubdtype(lane.dtype, np.integer)
+        and np.issubdtype(start.dtype, np.integer)
+        and len(lane)
+        and ascending(start)
+    ):
+        low = min(int(lane[at].min()) for at in spill.chunks(len(lane)))
+        size = max(int(lane[at].max()) for at in spill.chunks(len(lane))) - low + 1
+        if size <= LANE_RANGE:
+            order, _ = counting_order(lane, low, size)
+            _latest_end_first(order, lane, start, end)
+            return order
+    return spill.spilled(np.lexsort((-end, start, lane)))
+
+
+def _latest_end_first(order: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+    """Sort, in place, each run of `order` of equal (lane, start) by end, latest first, equal ends kept in their
+    order (the lexsort's last key): a chunk of `order` at a time, cut before the run its next position is in."""
+    n, lo, size = len(order), 0, spill.CHUNK_ROWS
+    while lo < n:
+        rows = order[lo : lo + size + 1]  # a view: the chunk and, when there is one, the position after it
+        tied = (lane[rows[1:]] == lane[rows[:-1]]) & (start[rows[1:]] == start[rows[:-1]])  # same run as before
+        if lo + size < n:  # end the chunk where the last run that begins in it begins
+            begins = np.flatnonzero(~tied) + 1
+            if not len(begins):  # one run longer than the chunk: look further
+                size *= 2
+                continue
+            rows, tied = rows[: begins[-1]], tied[: begins[-1] - 1]
+        if tied.any():
+            in_run = np.flatnonzero(np.append(tied, False) | np.insert(tied, 0, False))
+            run = np.cumsum(np.insert(~tied, 0, True))[in_run]
+            rows[in_run] = rows[in_run][np.lexsort((-end[rows[in_run]], run))]
+        lo, size = lo + len(rows), spill.CHUNK_ROWS
+        spill.drop_resident()
+
+
 def enclosing_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Index (into the inputs) of each interval's innermost container on the same lane, or -1.
+    """Index (into the inputs) of each interval's innermost container on the same lane, or -1 (int64, in a spill
+    file when big).
 
     `lane`, `start` and `end` are equal-length integer arrays in any order. Of two identical
     intervals the one listed first is the parent of the other.
     """
-    order = spill.spilled(np.lexsort((-end, start, lane)))  # kept while the pieces are nested: spilled when big
+    order = nesting_order(lane, start, end)  # kept while the pieces are nested
     parent = spill.empty(len(order), np.int64)
     parent[:] = -1
     for lo, hi in _independent_pieces(lane, start, end, order):
@@ -378,15 +469,35 @@ def self_times(parent: np.ndarray, dur: np.ndarray) -> np.ndarray:
 
 
 def nesting_depths(parent: np.ndarray) -> np.ndarray:
-    """Number of ancestors of each interval (0 = outermost), int64. The jumping arrays are row positions
-    (`position_dtype`): half the memory of int64 over a big trace's ops."""
-    position = position_dtype(len(parent))
-    depth = (parent >= 0).astype(position)
-    up = parent.astype(position)
-    pending = np.flatnonzero(up >= 0).astype(position)
-    while pending.size:
-        above = up[pending]
-        depth[pending] += depth[above]
-        up[pending] = up[above]
-        pending = pending[up[pending] >= 0]
-    return depth.astype(np.int64)
+    """Number of ancestors of each interval (0 = outermost), int64, in a spill file when big. The pointer jumping
+    goes a chunk of intervals at a time over spilled arrays (its temporaries a chunk's size): a jump reads an
+    ancestor's depth and link together, before or after that ancestor's own jump of the round, so the depth
+    stays the distance to the link either way."""
+    n = len(parent)
+    depth = spill.chunked(n, np.int64, lambda at: parent[at] >= 0)
+    up = spill.chunked(n, position_dtype(n), lambda at: parent[at])
+    jumped = True
+    while jumped:
+        jumped = False
+        for at in spill.chunks(n):
+            pending = np.flatnonzero(up[at] >= 0) + at.start
+            if pending.size:
+                above = up[pending]
+                depth[pending] += depth[above]
+                up[pending] = up[above]
+                jumped = True
+        spill.drop_resident()
+    return depth
+
+
+def by_depth(parent: np.ndarray) -> list[np.ndarray]:
+    """The intervals that have a parent, by nesting depth, outermost first (parents before their children), in
+    pieces of at most spill.CHUNK_ROWS positions of one depth each (ascending): views of one spilled array."""
+    depth = nesting_depths(parent)
+    deepest = max((int(depth[at].max()) for at in spill.chunks(len(depth))), default=0)
+    order, bounds = counting_order(depth, 0, deepest + 1)
+    return [
+        order[bounds[d] + at.start : bounds[d] + at.stop]
+        for d in range(1, deepest + 1)
+        for at in spill.chunks(int(bounds[d + 1] - bounds[d]))
+    ]

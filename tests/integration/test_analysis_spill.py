@@ -11,6 +11,7 @@ import pytest
 
 from profiler import spill
 from profiler.analysis import float64
+from profiler.analysis import launches as launches_module
 from profiler.analysis import step_activity as step_activity_module
 from profiler.analysis import step_trace as step_trace_module
 from profiler.analysis.device_time import device_executions
@@ -21,7 +22,7 @@ from profiler.analysis.step_activity import comm_split, step_activity
 from profiler.analysis.step_trace import inferred_boundaries, op_counts
 from profiler.analysis.steps import ensure_steps
 from profiler.importers.kineto import read_kineto_trace
-from profiler.kernels import grouping
+from profiler.kernels import grouping, nesting
 from profiler.kernels.grouping import is_in
 from profiler.kernels.intervals import SettledUnion, union
 
@@ -43,6 +44,49 @@ def test_launches_and_device_times_of_a_spilled_run_are_kept_in_spill_files(capt
             assert not spill.is_spilled(getattr(expected, name))
             np.testing.assert_array_equal(values, getattr(expected, name))
     assert (spilled.launcher >= 0).sum() > 100 and (times.device_total_ns > 0).sum() > 100  # not vacuous
+
+
+@pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data", "alexnet"])
+def test_launches_made_a_chunk_at_a_time_are_those_of_the_whole_table(captures, capture, monkeypatch) -> None:
+    """Launches and device times made 97 rows at a time, their host nesting ordered by counting lanes (the op table
+    is in start order), equal those made in one chunk with the lexsort's order."""
+    ops = read_kineto_trace(captures / "kineto" / f"{capture}.json.gz").ops
+    with monkeypatch.context() as whole:
+        whole.setattr(nesting, "LANE_RANGE", 0)  # no lanes counted: every nesting order is the lexsort
+        whole.setattr(spill, "CHUNK_ROWS", len(ops))
+        want = launches(ops)
+        want_times = device_times(ops, want)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 97)
+    counted = []
+    monkeypatch.setattr(nesting, "counting_order", lambda *a: counted.append(1) or COUNTING_ORDER(*a))
+    got = launches(ops)
+    assert counted  # the counting path was taken
+    for kept, expected in ((got, want), (device_times(ops, got), want_times)):
+        for name, values in vars(kept).items():
+            np.testing.assert_array_equal(values, getattr(expected, name), err_msg=name)
+    assert (want.launcher >= 0).sum() > 50 and (want.parent >= 0).sum() > 200 and want.tc_eligible.sum() > 50
+
+
+COUNTING_ORDER = nesting.counting_order
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_runtime_calls_are_found_by_correlation_id(ordered, monkeypatch) -> None:
+    """The row of the runtime call with each row's correlation id, of two calls with one id the first, -1 when no
+    call has it: with the calls in id order (a trace's) and out of it."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 7)
+    rng = np.random.default_rng(5)
+    correlation = rng.integers(-1, 40, 300)
+    if ordered:
+        correlation = np.sort(correlation)
+    runtime = rng.random(300) < 0.4
+    first: dict[int, int] = {}
+    for row in np.flatnonzero(runtime).tolist():
+        first.setdefault(int(correlation[row]), row)
+    ids, calls = launches_module._calls_by_id(correlation, runtime)
+    got = launches_module._call_with_id(correlation, ids, calls)
+    assert got.tolist() == [first.get(int(c), -1) for c in correlation]
+    assert len(set(correlation[runtime].tolist())) < runtime.sum()  # not vacuous: ids shared by calls
 
 
 @pytest.mark.parametrize("capture", ["sampled_rank-0", "nccl_data", "alexnet"])

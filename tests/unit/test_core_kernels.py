@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profiler import spill
 from profiler.export import trace_text
 from profiler.kernels import columns, nesting
 from profiler.kernels.intervals import place
@@ -340,3 +341,133 @@ def test_enclosing_parents_pieces_restart_at_each_lane(monkeypatch) -> None:
     np.testing.assert_array_equal(
         nesting.enclosing_parents(lane, start, end), innermost_container_by_stack(lane, start, end)
     )
+
+
+# ---- the nesting's chunked kernels against the whole-array numpy they replace: the (lane, start, -end) order of
+# intervals in start order by counting lanes, the counting sort, the row positions of a mask, the nesting depths
+# jumped a chunk at a time and the intervals by depth; with chunks of a few rows, so that runs of equal starts and
+# levels cross chunk edges
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 7 rows: every kernel's chunk edges land inside its runs."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 7)
+
+
+def start_ordered(rng: np.random.Generator, n: int, lanes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals in start order with many equal starts (on one lane and across lanes), identical intervals and
+    runs of one start longer than a chunk; lanes from -1 (a missing thread's code)."""
+    start = np.sort(rng.integers(0, max(n // 4, 1), n))
+    start[n // 3 : n // 3 + 40] = start[n // 3]  # a run of one start over several chunks
+    lane = rng.integers(-1, lanes - 1, n).astype(np.int8 if lanes < 100 else np.int32)
+    lane[n // 3 : n // 3 + 40] = 0
+    end = start + rng.integers(0, 6, n)  # few ends: equal ends within runs of equal starts
+    twins = rng.choice(n - 1, n // 10, replace=False)
+    lane[twins + 1], start[twins + 1], end[twins + 1] = lane[twins], start[twins], end[twins]
+    keep = np.argsort(start, kind="stable")  # the twins may have broken the start order
+    return lane[keep], start[keep], end[keep]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("lanes", [1, 3, 300])
+def test_counted_order_of_start_ordered_intervals_is_the_lexsort(seed, lanes, small_chunks, monkeypatch) -> None:
+    rng = np.random.default_rng(seed)
+    lane, start, end = start_ordered(rng, int(rng.integers(50, 400)), lanes)
+    counted = []
+    monkeypatch.setattr(nesting, "counting_order", lambda *a: counted.append(1) or COUNTING_ORDER(*a))
+    order = nesting.nesting_order(lane, start, end)
+    assert counted, "start-ordered intervals took the lexsort"
+    want = np.lexsort((-end, start, lane))
+    np.testing.assert_array_equal(order, want)
+    assert order.dtype == np.int32  # row positions, not the lexsort's int64
+    np.testing.assert_array_equal(
+        nesting.enclosing_parents(lane, start, end), innermost_container_by_stack(lane, start, end)
+    )
+
+
+COUNTING_ORDER = nesting.counting_order
+
+
+def test_unordered_or_wide_lanes_take_the_lexsort(small_chunks, monkeypatch) -> None:
+    """Intervals out of start order, or lanes numbered over more than LANE_RANGE values, are sorted by lexsort;
+    an empty input gives an empty order."""
+    rng = np.random.default_rng(7)
+    lane, start, end = start_ordered(rng, 200, 4)
+    monkeypatch.setattr(nesting, "counting_order", lambda *a: pytest.fail("counted"))
+    shuffled = rng.permutation(len(lane))
+    wide = lane.astype(np.int64) * nesting.LANE_RANGE
+    for lanes, starts, ends in ((lane[shuffled], start[shuffled], end[shuffled]), (wide, start, end)):
+        np.testing.assert_array_equal(nesting.nesting_order(lanes, starts, ends), np.lexsort((-ends, starts, lanes)))
+        np.testing.assert_array_equal(
+            nesting.enclosing_parents(lanes, starts, ends), innermost_container_by_stack(lanes, starts, ends)
+        )
+    assert len(nesting.nesting_order(lane[:0], start[:0], end[:0])) == 0
+
+
+def test_a_spilled_order_is_the_same(tmp_path, small_chunks) -> None:
+    lane, start, end = start_ordered(np.random.default_rng(3), 3000, 5)
+    with spill.spilling(tmp_path, min_bytes=1):
+        order = nesting.nesting_order(lane, start, end)
+        assert spill.is_spilled(order)
+        np.testing.assert_array_equal(order, np.lexsort((-end, start, lane)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_counting_order_is_the_stable_argsort(seed, small_chunks) -> None:
+    rng = np.random.default_rng(seed)
+    for low, size in ((-1, 3), (0, 40_000)):  # 16-bit keys and wider ones
+        key = rng.integers(low, low + size, int(rng.integers(1, 200)))
+        order, bounds = nesting.counting_order(key, low, size)
+        np.testing.assert_array_equal(order, np.argsort(key, kind="stable"))
+        np.testing.assert_array_equal(bounds, np.searchsorted(np.sort(key), np.arange(low, low + size + 1)))
+
+
+def test_positions_where_and_ascending_read_chunks(small_chunks) -> None:
+    rng = np.random.default_rng(1)
+    for mask in (rng.random(100) < 0.3, np.zeros(30, dtype=bool), np.ones(15, dtype=bool)):
+        np.testing.assert_array_equal(nesting.positions_where(mask), np.flatnonzero(mask))
+    values = np.sort(rng.integers(0, 50, 100))
+    assert nesting.ascending(values) and nesting.ascending(values[:0])
+    for at in (1, 7, 8, 99):  # a step down inside a chunk and at its edge
+        down = values.copy()
+        down[at] = down[at - 1] - 1
+        assert not nesting.ascending(down), at
+
+
+def parents_of_a_forest(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Random trees, parents listed after children as often as before (rows of an op table need not be in
+    nesting order)."""
+    rank = rng.permutation(n)  # a node's parent is an earlier node of this ranking
+    parent = np.full(n, -1, dtype=np.int64)
+    by_rank = np.argsort(rank)
+    for r in range(1, n):
+        if rng.random() < 0.9:
+            parent[by_rank[r]] = by_rank[rng.integers(max(0, r - 5), r)]  # deep chains, not only a star
+    return parent
+
+
+def depths_by_walking(parent: np.ndarray) -> np.ndarray:
+    depth = np.zeros(len(parent), dtype=np.int64)
+    for i in range(len(parent)):
+        j = parent[i]
+        while j >= 0:
+            depth[i] += 1
+            j = parent[j]
+    return depth
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
+    rng = np.random.default_rng(seed)
+    parent = parents_of_a_forest(rng, int(rng.integers(1, 300)))
+    depth = depths_by_walking(parent)
+    got = nesting.nesting_depths(parent)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, depth)
+    pieces = nesting.by_depth(parent)
+    assert all(0 < len(p) <= spill.CHUNK_ROWS for p in pieces)
+    assert all(depth[a[-1]] <= depth[b[0]] for a, b in zip(pieces, pieces[1:]))  # outermost first
+    joined = np.concatenate([np.empty(0, dtype=np.int64), *pieces])
+    want = np.concatenate([np.flatnonzero(depth == d) for d in range(1, int(depth.max()) + 1)] or [joined[:0]])
+    np.testing.assert_array_equal(joined, want)
