@@ -19,7 +19,7 @@ import pandas as pd
 from profiler import spill
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import assign_steps
-from profiler.kernels.nesting import position_dtype
+from profiler.kernels.nesting import ascending, position_dtype
 from profiler.model import Run
 
 STEP_TID = 1_000_000  # the lane that shows steps on the host process
@@ -282,7 +282,7 @@ def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoi
     correlation = ops["correlation"].to_numpy()
     device_ids, device_first = _first_of_each_id(correlation, device, chunk_rows)
     flow_id, host = _first_of_each_id(correlation, host, chunk_rows)  # each id's first host row
-    if not _ascending(host, chunk_rows=chunk_rows):
+    if not ascending(host, rows=chunk_rows):
         in_rows = np.argsort(host)  # in row order
         flow_id, host = flow_id[in_rows], host[in_rows]
     at = np.minimum(np.searchsorted(device_ids, flow_id), max(len(device_ids) - 1, 0))
@@ -307,20 +307,10 @@ def _first_of_each_id(correlation: np.ndarray, rows: np.ndarray, chunk_rows: int
     the ids already ascend along the rows (a trace's launches, usually): a big trace's millions of rows then
     take no sort's working arrays."""
     ids = spill.gathered(correlation, rows, np.int64)
-    if _ascending(ids, strictly=True, chunk_rows=chunk_rows):
+    if ascending(ids, strictly=True, rows=chunk_rows):
         return ids, rows
     distinct, first = np.unique(ids, return_index=True)
     return distinct, rows[first]
-
-
-def _ascending(values: np.ndarray, strictly: bool = False, chunk_rows: int = CHUNK_ROWS) -> bool:
-    """Whether `values` ascend (each above the one before, when `strictly`), checked a chunk at a time."""
-    above = np.greater if strictly else np.greater_equal
-    n = len(values)
-    return all(
-        bool(above(values[lo + 1 : min(n, lo + chunk_rows + 1)], values[lo : min(n, lo + chunk_rows + 1) - 1]).all())
-        for lo in range(0, max(n - 1, 0), chunk_rows)
-    )
 
 
 def _flow_ends(ops: pd.DataFrame, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:

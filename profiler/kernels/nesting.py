@@ -9,6 +9,7 @@ vectorised numpy reference below; both give identical results (tests/unit/test_c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -309,11 +310,13 @@ def positions_where(mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def ascending(values: np.ndarray) -> bool:
-    """Whether `values` never decrease, read a chunk at a time (no whole-length temporaries)."""
-    for at in spill.chunks(len(values)):
+def ascending(values: np.ndarray, strictly: bool = False, rows: Optional[int] = None) -> bool:
+    """Whether `values` never decrease (each is above the one before, when `strictly`), read `rows` (default
+    spill.CHUNK_ROWS) at a time: no whole-length temporaries."""
+    below = np.less_equal if strictly else np.less
+    for at in spill.chunks(len(values), rows):
         window = values[max(at.start - 1, 0) : at.stop]  # with the value before the chunk
-        if np.any(window[1:] < window[:-1]):
+        if np.any(below(window[1:], window[:-1])):
             return False
     return True
 

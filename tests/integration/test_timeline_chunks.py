@@ -12,7 +12,6 @@ import pytest
 from profiler.analysis.steps import ensure_steps
 from profiler.export.timeline_model import (
     Lanes,
-    _ascending,
     _first_of_each_id,
     _keys,
     flow_points,
@@ -107,12 +106,6 @@ def test_the_first_row_of_each_id_is_uniques_with_or_without_a_sort(chunk_rows: 
         ids, first = np.unique(correlation[rows], return_index=True)
         found = _first_of_each_id(correlation, rows, chunk_rows)
         assert np.array_equal(found[0], ids) and np.array_equal(found[1], rows[first])
-    for values, strictly, expected in (
-        ([1, 2, 2, 3], False, True),
-        ([1, 2, 2, 3], True, False),
-        ([3, 1], False, False),
-    ):
-        assert _ascending(np.array(values), strictly, chunk_rows) is expected
 
 
 @pytest.mark.parametrize("capture", ["alexnet", "nccl_data"])

@@ -433,6 +433,11 @@ def test_positions_where_and_ascending_read_chunks(small_chunks) -> None:
         down = values.copy()
         down[at] = down[at - 1] - 1
         assert not nesting.ascending(down), at
+    steady = values.copy()  # equal neighbours: ascending, not strictly; at any chunk size
+    steady[8] = steady[7]
+    assert nesting.ascending(steady) and not nesting.ascending(steady, strictly=True)
+    assert nesting.ascending(np.arange(100), strictly=True) and nesting.ascending(np.arange(100), True, rows=3)
+    assert not nesting.ascending(steady, True, rows=1000)
 
 
 def parents_of_a_forest(rng: np.random.Generator, n: int) -> np.ndarray:
