@@ -19,7 +19,7 @@ import pandas as pd
 from profiler import spill
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import assign_steps
-from profiler.kernels.nesting import ascending, position_dtype
+from profiler.kernels.nesting import ascending, position_dtype, positions_where
 from profiler.model import Run
 
 STEP_TID = 1_000_000  # the lane that shows steps on the host process
@@ -276,28 +276,27 @@ def interleaved(at_launch: np.ndarray, at_device: np.ndarray, lo: int = 0, hi: O
 
 def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoints:
     """The flow points of the run's launches: each correlation's first host op with its first device op, in
-    the host ops' order (lanes met in the order the points are, host then device)."""
+    the host ops' order (lanes met in the order the points are, host then device). Every array per launch is
+    made a chunk at a time into spill files: a big trace has millions of launches."""
     ops = run.ops
-    host, device = _flow_ends(ops, chunk_rows)
     correlation = ops["correlation"].to_numpy()
-    device_ids, device_first = _first_of_each_id(correlation, device, chunk_rows)
-    flow_id, host = _first_of_each_id(correlation, host, chunk_rows)  # each id's first host row
-    if not ascending(host, rows=chunk_rows):
-        in_rows = np.argsort(host)  # in row order
-        flow_id, host = flow_id[in_rows], host[in_rows]
-    at = np.minimum(np.searchsorted(device_ids, flow_id), max(len(device_ids) - 1, 0))
-    launched = device_ids[at] == flow_id if len(device_ids) else np.zeros(len(host), bool)
-    host, flow_id, device = host[launched], flow_id[launched], device_first[at[launched]]
-    spill.drop_resident()
+    host, device = _flow_ends(ops, chunk_rows)
+    flow_id, host = _first_of_each_id(correlation, host, chunk_rows)  # each id's first host row, by id
+    device = _first_rows_with(correlation, device, flow_id, chunk_rows)
+    if not ascending(host, rows=chunk_rows):  # ids that do not ascend along the rows: back to row order
+        in_rows = np.argsort(host)
+        flow_id, host, device = flow_id[in_rows], host[in_rows], device[in_rows]
+    launched = positions_where(spill.chunked(len(device), bool, lambda at: device[at] >= 0, rows=chunk_rows))
+    host, flow_id, device = (spill.gathered(values, launched) for values in (host, flow_id, device))
     host_lane, device_lane, met = _flow_lanes(ops, host, device, lanes, chunk_rows)
     start, step = ops["start_ns"].to_numpy(), ops["step"].to_numpy()
     return FlowPoints(
-        flow_id=spill.spilled(flow_id.astype(np.int64)),
+        flow_id=flow_id,
         host_ns=spill.gathered(start, host, np.int64),
         device_ns=spill.gathered(start, device, np.int64),
         step=spill.gathered(step, host, np.int32),
-        host_lane=spill.spilled(host_lane),
-        device_lane=spill.spilled(device_lane),
+        host_lane=host_lane,
+        device_lane=device_lane,
         lanes=met,
     )
 
@@ -313,20 +312,39 @@ def _first_of_each_id(correlation: np.ndarray, rows: np.ndarray, chunk_rows: int
     return distinct, rows[first]
 
 
+def _first_rows_with(correlation: np.ndarray, rows: np.ndarray, ids: np.ndarray, chunk_rows: int) -> np.ndarray:
+    """For each of `ids` (ascending, distinct), the first of `rows` (ascending) with that correlation id, -1 for
+    none: a chunk of rows at a time, each id's first kept from the first chunk that has it."""
+    first = spill.chunked(len(ids), np.int64, lambda at: np.full(at.stop - at.start, -1), rows=chunk_rows)
+    if not len(ids):
+        return first
+    for at in spill.chunks(len(rows), chunk_rows):
+        chunk = rows[at]
+        of_chunk = correlation[chunk]
+        place = np.minimum(np.searchsorted(ids, of_chunk), len(ids) - 1)
+        known = ids[place] == of_chunk
+        place, at_first = np.unique(place[known], return_index=True)
+        new = first[place] < 0
+        first[place[new]] = chunk[known][at_first[new]]
+        spill.drop_resident()
+    return first
+
+
 def _flow_ends(ops: pd.DataFrame, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of the ops with a correlation id on the host, and on a device (ascending), a chunk at a time."""
+    """The rows of the ops with a correlation id on the host, and on a device (ascending), found a chunk at a time
+    into spill files."""
     codes, labels = codes_and_labels(ops["device"])
     on_host = np.array([v == "cpu" for v in labels.tolist()] + [False])  # a missing device (-1) is no host
     correlation = ops["correlation"].to_numpy()
-    host, device = [], []
-    for lo in range(0, len(ops), chunk_rows):
-        flows = correlation[lo : lo + chunk_rows] >= 0
-        cpu = on_host[codes[lo : lo + chunk_rows]]
-        host.append(np.flatnonzero(flows & cpu) + lo)
-        device.append(np.flatnonzero(flows & ~cpu) + lo)
-        spill.drop_resident()
-    ends = lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64)
-    return ends(host), ends(device)
+
+    def rows_where(cpu: bool) -> np.ndarray:
+        return positions_where(
+            spill.chunked(
+                len(ops), bool, lambda at: (correlation[at] >= 0) & (on_host[codes[at]] == cpu), rows=chunk_rows
+            )
+        )
+
+    return rows_where(True), rows_where(False)
 
 
 def _flow_lanes(
@@ -334,10 +352,12 @@ def _flow_lanes(
 ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Each launch's host and device lane, as indices into the distinct (pid, tid) in the order the points
     meet them, and those; `lanes` numbers the texts in the order the points meet them."""
-    host_stream, host_streams = _texts_at(ops["stream"], host)
-    device_name, devices = _texts_at(ops["device"], device)
-    stream, streams = _texts_at(ops["stream"], device)
-    device_pair = device_name * len(streams) + stream
+    host_stream, host_streams = _texts_at(ops["stream"], host, chunk_rows)
+    device_name, devices = _texts_at(ops["device"], device, chunk_rows)
+    stream, streams = _texts_at(ops["stream"], device, chunk_rows)
+    device_pair = spill.chunked(
+        len(device), np.int32, lambda at: device_name[at] * len(streams) + stream[at], rows=chunk_rows
+    )
     # where each text first meets a point: launch i's host point is point 2i, its device point 2i + 1
     met_at = np.concatenate(
         [
@@ -352,18 +372,24 @@ def _flow_lanes(
         if met_at[text] < 2 * len(host):  # a text some point has
             lane_of_text[text] = met.setdefault(lanes.lane(*texts[text]), len(met))
     n_host = len(host_streams)
-    return lane_of_text[:n_host][host_stream], lane_of_text[n_host:][device_pair], list(met)
+    return (
+        spill.chunked(len(host), np.int32, lambda at: lane_of_text[host_stream[at]], rows=chunk_rows),
+        spill.chunked(len(device), np.int32, lambda at: lane_of_text[n_host + device_pair[at]], rows=chunk_rows),
+        list(met),
+    )
 
 
-def _texts_at(column: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """The code of each of `rows` among the distinct texts (`str(value)`) of the column, and those texts: from a
-    categorical's codes, without a text or a hash per row."""
+def _texts_at(column: pd.Series, rows: np.ndarray, chunk_rows: int) -> tuple[np.ndarray, list[str]]:
+    """The code (int32, spilled) of each of `rows` among the distinct texts (`str(value)`) of the column, and those
+    texts: from a categorical's codes a chunk at a time, without a text or a hash per row."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        codes, labels = np.asarray(column.cat.codes)[rows], [*column.cat.categories, np.nan]  # -1: missing
+        codes, labels = np.asarray(column.cat.codes), [*column.cat.categories, np.nan]  # -1: missing
     else:
         codes, labels = pd.factorize(column.array.take(rows), use_na_sentinel=False)
+        rows = np.arange(len(rows))
     text_codes, texts = pd.factorize(np.array([str(u) for u in labels], dtype=object))
-    return text_codes.astype(np.int32)[codes], list(texts)
+    text_code = text_codes.astype(np.int32)
+    return spill.chunked(len(rows), np.int32, lambda at: text_code[codes[rows[at]]], rows=chunk_rows), list(texts)
 
 
 def _first_met(values: np.ndarray, n: int, chunk_rows: int) -> np.ndarray:

@@ -69,8 +69,12 @@ def _merged_flows(run) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("capture", CAPTURES)
-def test_flows_joined_in_chunks_are_the_merge_of_host_and_device_ops(captures, capture: str) -> None:
+@pytest.mark.parametrize("as_text", [False, True])
+def test_flows_joined_in_chunks_are_the_merge_of_host_and_device_ops(captures, capture: str, as_text: bool) -> None:
+    """Whatever the chunk size, and with device and stream as text (another source's op table) too."""
     run = _run(captures, capture)
+    if as_text:
+        run.ops = run.ops.assign(device=run.ops["device"].astype(object), stream=run.ops["stream"].astype(object))
     m = _merged_flows(run)
     for chunk_rows in (5, 1000, len(run.ops)):
         lanes = Lanes(run)
