@@ -152,6 +152,30 @@ def test_a_float64_detour_is_charged_once():
     assert sum(f.at_stake_ms for f in cast) <= unclaimed_casts / len(data.steps.captured) + 1e-9
 
 
+def test_op_time_sums_read_a_chunk_of_ops_at_a_time_are_the_whole_masks(monkeypatch):
+    """The op hotspot's sums (operators._self_ns: per device and op types, of the captured steps, of the ops
+    another finding charges or of the others) read 7 ops at a time are the whole-table masks' sums, exactly."""
+    from profiler import spill
+    from profiler.analysis.findings import operators
+
+    data, _ = tables("recorded/scenarios/float64_ops_every_step")
+    needs = operators.Needs(data.steps, data.op_type, data.ops, data.float64_ops)
+    ops, steps = data.ops, data.steps.captured["step"].to_numpy()
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 7)
+    for device in {str(d) for d in ops["device"]}:
+        for types in ({"aten::to", "aten::_to_copy", "aten::copy_"}, {"aten::add", "aten::sum"}):
+            of = (ops["device"] == device).to_numpy() & ops["op_type"].isin(types).to_numpy()
+            in_steps = of & ops["step"].isin(steps).to_numpy()
+            for mask, chunked in (
+                (of & data.float64_ops, operators._self_ns(needs, device, types, None, True)),
+                (in_steps, operators._self_ns(needs, device, types, steps, None)),
+                (in_steps & ~data.float64_ops, operators._self_ns(needs, device, types, steps, False)),
+            ):
+                assert chunked == int(ops["self_ns"].to_numpy()[mask].sum())
+    for charged in (True, False):  # not vacuous: casts both charged to the detour and not
+        assert operators._self_ns(needs, "cpu", {"aten::to", "aten::sum"}, steps, charged) > 0
+
+
 def precision_waste(f: Finding, data: RankData) -> None:
     assert f.kind == "precision_waste" and "float64" in f.title and f.at_stake_pct >= 5
 

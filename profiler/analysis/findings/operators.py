@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.analysis.findings.base import (
     CAST_OP_NAME,
     Context,
@@ -21,6 +23,7 @@ from profiler.analysis.findings.base import (
     Threshold,
     pct_text,
 )
+from profiler.kernels.grouping import is_in
 
 THRESHOLDS = {
     "op_hotspot_pct": Threshold(
@@ -91,14 +94,6 @@ class Needs:
     ops: pd.DataFrame
     float64_ops: np.ndarray  # per op row: charged to a float64 detour (the precision finding's, not ours)
 
-    def unclaimed(self) -> np.ndarray:
-        """Per op row: no other finding charges it (a float64 detour's casts and work are precision's)."""
-        ops = self.ops
-        if ops is None:
-            return np.zeros(0, dtype=bool)
-        claimed = self.float64_ops if len(self.float64_ops) == len(ops) else np.zeros(len(ops), dtype=bool)
-        return ~claimed
-
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """Avoidable op families first, then dominant ordinary op types."""
@@ -113,11 +108,8 @@ def op_ms_per_step(data: Needs, device: str, op_types: set[str], unclaimed_only:
     ops, steps = data.ops, data.steps.captured
     if ops is None or not len(ops) or not len(steps):
         return 0.0
-    mask = ((ops["device"] == device) & ops["op_type"].isin(op_types)).to_numpy()
-    mask = mask & ops["step"].isin(steps["step"]).to_numpy()
-    if unclaimed_only:
-        mask &= data.unclaimed()
-    return float(ops["self_ns"].to_numpy()[mask].sum()) / 1e6 / len(steps)
+    charged = False if unclaimed_only else None
+    return float(_self_ns(data, device, op_types, steps["step"].to_numpy(), charged)) / 1e6 / len(steps)
 
 
 def claimed_share(data: Needs, device: str, op_types: set[str], device_self_ms: float) -> float:
@@ -126,8 +118,26 @@ def claimed_share(data: Needs, device: str, op_types: set[str], device_self_ms: 
     ops = data.ops
     if ops is None or not len(ops) or device_self_ms <= 0:
         return 0.0
-    mask = ((ops["device"] == device) & ops["op_type"].isin(op_types)).to_numpy() & ~data.unclaimed()
-    return 100.0 * float(ops["self_ns"].to_numpy()[mask].sum()) / 1e6 / device_self_ms
+    return 100.0 * float(_self_ns(data, device, op_types, None, True)) / 1e6 / device_self_ms  # the charged ones
+
+
+def _self_ns(data: Needs, device: str, op_types: set[str], steps: Optional[np.ndarray], charged: Optional[bool]) -> int:
+    """The self time (ns; an exact integer sum) of the ops of these types on `device`, of `steps` when given, and,
+    unless `charged` is None, of the ops another finding charges (True: a float64 detour's) or of the others
+    (False): a chunk of rows at a time (a big trace's millions of ops took a mask and a gather of the whole table
+    per question)."""
+    ops = data.ops
+    self_ns = ops["self_ns"].to_numpy(np.int64)
+    float64 = data.float64_ops if len(data.float64_ops) == len(ops) else np.zeros(len(ops), dtype=bool)
+    total = 0
+    for at in spill.chunks(len(ops)):
+        mask = (ops["device"].iloc[at] == device).to_numpy() & is_in(ops["op_type"].iloc[at], op_types)
+        if steps is not None:
+            mask &= np.isin(ops["step"].to_numpy()[at], steps)
+        if charged is not None:
+            mask &= float64[at] == charged
+        total += int(self_ns[at][mask].sum())
+    return total
 
 
 def _captured_note(steps: StepWindow) -> str:
