@@ -462,12 +462,16 @@ def _device_row(device: str, figures: _DeviceFigures, idle: Optional[list[int]])
 def busy_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each window [q_start, q_end): how long any device executed something in it (the union of
     every device's executions: a rank normally drives one device), and whether the window overlaps
-    the devices' recorded time at all (first execution start .. last execution end)."""
+    the devices' recorded time at all (first execution start .. last execution end). The executions are read
+    GAP_CHUNK at a time in start order, their union measured as it settles (`WindowCoverage`)."""
     ex = device_executions(ops)
     start, end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
     if len(start) == 0:
         return np.zeros(len(q_start), dtype=np.int64), np.zeros(len(q_start), dtype=bool)
-    return covered_ns(start, end, q_start, q_end), (q_end > start.min()) & (q_start < end.max())
+    busy = WindowCoverage(q_start, q_end)
+    for at in start_ordered(start, GAP_CHUNK):
+        busy.add(start[at], end[at])
+    return busy.covered(), (q_end > start.min()) & (q_start < end.max())
 
 
 # ----------------------------------------------------------------------------- sync calls and their call sites

@@ -1,6 +1,6 @@
-"""Communication figures computed a chunk at a time (the step trace's device all-reduce columns,
-device_time.comm_in_windows; the collectives' executions of comm_ops) are those of the whole-table computation,
-exactly, for any chunk size, on real Kineto captures (nccl_data and the sampled ranks run NCCL collectives)."""
+"""Communication and busy figures computed a chunk at a time (the step trace's device columns: comm_in_windows and
+busy_in_windows of analysis/device_time.py; the collectives' executions of comm_ops) are those of the whole-table
+computation, exactly, for any chunk size, on real Kineto captures (nccl_data and the sampled ranks run NCCL)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,18 @@ def test_comm_in_windows_a_chunk_at_a_time_is_the_whole_union(captures, capture)
             got = device_time.comm_in_windows(table, q_start, q_end, rows)
             for values, whole in zip(got, expected):
                 assert values.dtype == whole.dtype and np.array_equal(values, whole)
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_busy_in_windows_a_chunk_at_a_time_is_the_whole_union(captures, capture, monkeypatch) -> None:
+    ex = device_time.device_executions(ops := _ops(captures, capture))
+    start, end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
+    q_start, q_end = _windows(start)
+    expected = covered_ns(start, end, q_start, q_end)
+    assert expected.sum() > 0  # not vacuous
+    monkeypatch.setattr(device_time, "GAP_CHUNK", 97)
+    busy, _ = device_time.busy_in_windows(ops, q_start, q_end)
+    assert busy.dtype == expected.dtype and np.array_equal(busy, expected)
 
 
 def test_window_coverage_of_touching_and_nested_intervals_is_covered_ns() -> None:
