@@ -33,6 +33,8 @@ from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import union
 from profiler.model import COLLECTIVE_PREFIXES
 
+#: Op rows read at a time for the executions the collectives launched (~60 B of temporaries per row of a chunk).
+EXECUTION_ROWS = 1 << 16
 #: Bytes per element of the element types torch writes in "Input type".
 ELEMENT_BYTES = {
     "double": 8,
@@ -183,8 +185,8 @@ def transfer_times(pieces: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
 
 def _executions_inside(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The device executions launched by runtime calls inside the collective ranges `rows` (on their
-    thread), and for each the position in `rows` of its range: the op table read a chunk of rows at a time
-    (spill.chunks), so what is gathered per execution stays a chunk's worth."""
+    thread), and for each the position in `rows` of its range: the op table read EXECUTION_ROWS rows at a time,
+    so what is gathered per execution stays a chunk's worth."""
     stream, _ = codes_and_labels(ops["stream"])  # codes: no text per op
     start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     order = np.argsort(start[rows], kind="stable")
@@ -192,7 +194,7 @@ def _executions_inside(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) 
     range_start, range_end = start[sorted_rows], start[sorted_rows] + dur[sorted_rows]
     range_stream = stream[sorted_rows]
     executions, owner = [], []
-    for at in spill.chunks(len(ops)):
+    for at in spill.chunks(len(ops), EXECUTION_ROWS):
         mine = np.flatnonzero(launched.call[at] >= 0) + at.start
         call = launched.call[mine]
         call_start = start[call]

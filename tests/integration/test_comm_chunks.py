@@ -108,6 +108,7 @@ def test_collectives_executions_a_chunk_at_a_time_are_the_whole_tables(captures,
     assert len(expected[0]) > 0  # not vacuous
     whole_ops, whole_pieces = comm_ops.comm_op_table(ops, launched), comm_ops.comm_pieces(ops, launched)
     monkeypatch.setattr(spill, "CHUNK_ROWS", 97)
+    monkeypatch.setattr(comm_ops, "EXECUTION_ROWS", 89)
     assert np.array_equal(np.flatnonzero(comm_ops.collective_rows(ops)), rows)
     got = comm_ops._executions_inside(ops, launched, rows)
     for values, whole in zip(got, expected):
