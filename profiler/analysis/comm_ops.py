@@ -26,12 +26,15 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.analysis.launches import Launches
 from profiler.formats.columns import COMM_OP_COLUMNS, COMM_PIECE_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import union
 from profiler.model import COLLECTIVE_PREFIXES
 
+#: Op rows read at a time for the executions the collectives launched (~60 B of temporaries per row of a chunk).
+EXECUTION_ROWS = 1 << 16
 #: Bytes per element of the element types torch writes in "Input type".
 ELEMENT_BYTES = {
     "double": 8,
@@ -53,8 +56,12 @@ ELEMENT_BYTES = {
 
 
 def collective_rows(ops: pd.DataFrame) -> np.ndarray:
-    """Whether each row is a collective's host range (names read only for the host's comm rows)."""
-    out = (ops["device"] == "cpu").to_numpy() & (ops["category"] == "comm").to_numpy()
+    """Whether each row is a collective's host range (names read only for the host's comm rows), the host's comm
+    rows found a chunk of rows at a time (spill.chunked: no whole-table temporaries)."""
+    device, category = ops["device"], ops["category"]
+    out = spill.chunked(
+        len(ops), bool, lambda at: (device.iloc[at] == "cpu").to_numpy() & (category.iloc[at] == "comm").to_numpy()
+    )
     rows = np.flatnonzero(out)
     out[rows] = ops["name"].iloc[rows].astype(str).str.startswith(COLLECTIVE_PREFIXES).to_numpy()
     return out
@@ -178,15 +185,23 @@ def transfer_times(pieces: Mapping[int, pd.DataFrame]) -> pd.DataFrame:
 
 def _executions_inside(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The device executions launched by runtime calls inside the collective ranges `rows` (on their
-    thread), and for each the position in `rows` of its range."""
-    executions = np.flatnonzero(launched.call >= 0)
-    call = launched.call[executions]
+    thread), and for each the position in `rows` of its range: the op table read EXECUTION_ROWS rows at a time,
+    so what is gathered per execution stays a chunk's worth."""
     stream, _ = codes_and_labels(ops["stream"])  # codes: no text per op
     start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     order = np.argsort(start[rows], kind="stable")
     sorted_rows = rows[order]
-    at = np.searchsorted(start[sorted_rows], start[call], side="right") - 1
-    inside = at >= 0
-    holder = sorted_rows[np.maximum(at, 0)]
-    inside &= (start[call] + dur[call] <= start[holder] + dur[holder]) & (stream[call] == stream[holder])
-    return executions[inside], order[at[inside]]
+    range_start, range_end = start[sorted_rows], start[sorted_rows] + dur[sorted_rows]
+    range_stream = stream[sorted_rows]
+    executions, owner = [], []
+    for at in spill.chunks(len(ops), EXECUTION_ROWS):
+        mine = np.flatnonzero(launched.call[at] >= 0) + at.start
+        call = launched.call[mine]
+        call_start = start[call]
+        k = np.searchsorted(range_start, call_start, side="right") - 1
+        holder = np.maximum(k, 0)
+        inside = (k >= 0) & (call_start + dur[call] <= range_end[holder]) & (stream[call] == range_stream[holder])
+        executions.append(mine[inside])
+        owner.append(order[k[inside]])
+        spill.drop_resident()  # the chunk's pages of the spilled op columns and launches
+    return np.concatenate(executions), np.concatenate(owner)

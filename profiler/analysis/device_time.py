@@ -38,7 +38,7 @@ import pandas as pd
 from profiler.analysis.ops import op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.grouping import is_in, text_matches
-from profiler.kernels.intervals import RunningUnion, covered_ns, in_order, start_ordered, union
+from profiler.kernels.intervals import RunningUnion, WindowCoverage, covered_ns, in_order, start_ordered, union
 from profiler.kernels.nesting import enclosing_parents
 from profiler.model import DEVICE_WORK_CATEGORIES, op_times
 from profiler.spill import chunked, chunks, gathered, spilled
@@ -462,12 +462,16 @@ def _device_row(device: str, figures: _DeviceFigures, idle: Optional[list[int]])
 def busy_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each window [q_start, q_end): how long any device executed something in it (the union of
     every device's executions: a rank normally drives one device), and whether the window overlaps
-    the devices' recorded time at all (first execution start .. last execution end)."""
+    the devices' recorded time at all (first execution start .. last execution end). The executions are read
+    GAP_CHUNK at a time in start order, their union measured as it settles (`WindowCoverage`)."""
     ex = device_executions(ops)
     start, end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
     if len(start) == 0:
         return np.zeros(len(q_start), dtype=np.int64), np.zeros(len(q_start), dtype=bool)
-    return covered_ns(start, end, q_start, q_end), (q_end > start.min()) & (q_start < end.max())
+    busy = WindowCoverage(q_start, q_end)
+    for at in start_ordered(start, GAP_CHUNK):
+        busy.add(start[at], end[at])
+    return busy.covered(), (q_end > start.min()) & (q_start < end.max())
 
 
 # ----------------------------------------------------------------------------- sync calls and their call sites
@@ -537,19 +541,24 @@ def _call_sites(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     return np.asarray(text, dtype=object)
 
 
-def comm_in_windows(ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def comm_in_windows(
+    ops: pd.DataFrame, q_start: np.ndarray, q_end: np.ndarray, rows: Optional[int] = None
+) -> tuple[np.ndarray, np.ndarray]:
     """For each window [q_start, q_end): how long communication kernels ran on the devices in it (the
     union of every device's `comm` executions), and how much of that time compute kernels ran too
-    (|U(comm) n U(compute)|: the numerator of HTA's `get_comm_comp_overlap`, window by window)."""
+    (|U(comm) n U(compute)|: the numerator of HTA's `get_comm_comp_overlap`, window by window). The executions
+    are read `rows` (default GAP_CHUNK) at a time in start order, their unions measured as they settle."""
     ex = device_executions(ops)
-    category = ex["category"].to_numpy(dtype=object)
-    start, end = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy()
-    comm, compute = category == "comm", category == "compute"
-    either = comm | compute
-    comm_ns = covered_ns(start[comm], end[comm], q_start, q_end)
-    overlap = (
-        comm_ns
-        + covered_ns(start[compute], end[compute], q_start, q_end)
-        - covered_ns(start[either], end[either], q_start, q_end)
-    )
+    start, end, category = ex["start_ns"].to_numpy(), ex["end_ns"].to_numpy(), ex["category"].array
+    labels = np.asarray(category.categories, dtype=object)
+    # per category code, with code -1 (missing) last: in none
+    member = {span: np.append(np.isin(labels, _SPANS[span]), False) for span in ("comm", "compute", "either")}
+    coverage = {span: WindowCoverage(q_start, q_end) for span in member}
+    for at in start_ordered(start, rows or GAP_CHUNK):
+        kinds, s, e = category.codes[at], start[at], end[at]
+        for span, mine in member.items():
+            keep = mine[kinds]
+            coverage[span].add(s[keep], e[keep])
+    comm_ns = coverage["comm"].covered()
+    overlap = comm_ns + coverage["compute"].covered() - coverage["either"].covered()
     return comm_ns, np.maximum(overlap, 0)

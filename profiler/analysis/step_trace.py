@@ -11,14 +11,18 @@ with none of these they are `missing` and the split puts everything into fp_bp.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import chain
 
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.analysis.device_time import busy_in_windows, comm_in_windows
 from profiler.analysis.ops import op_windows
 from profiler.formats.columns import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
 from profiler.kernels.intervals import assign_steps, covered_ns, union
+from profiler.kernels.nesting import positions_where
+from profiler.model import op_times
 
 GAP_PHASES = ("data",)  # host work that belongs to the iteration gap
 TAIL_PHASES = ("tail", "optimizer", "all_reduce")  # work after the last backward compute
@@ -112,7 +116,7 @@ def inferred_boundaries(
     tail_start = per_step(tail_starts, tail_starts, steps, "min")
     limit = np.where(tail_start >= 0, tail_start, np.iinfo(np.int64).max)
     fp = bp = np.full(len(steps), -1, dtype=np.int64)
-    for start, dur in (_start_dur(compute), *_host_op_windows(ops, step_lane)):
+    for start, dur in chain([_start_dur(compute)], _host_op_windows(ops, step_lane)):  # a window at a time
         pos = step_positions(assign_steps(start, steps), steps)
         pos[_inside(start, *data_wait)] = -1  # collating a batch: gap work
         fp = _combine_min(fp, reduce_per_step(pos, start, len(steps), "min"))
@@ -233,11 +237,14 @@ def all_reduce_columns(
 
 
 def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """All-reduce phases and communication ops, as intervals."""
+    """All-reduce phases and communication ops, as intervals (the comm ops found a chunk of rows at a time)."""
     ar = spans[(spans["kind"] == "phase") & (spans["name"] == "all_reduce")]
-    comm = ops[ops["category"] == "comm"]
-    s = np.concatenate([ar["start_ns"].to_numpy(), comm["start_ns"].to_numpy()])
-    e = np.concatenate([(ar["start_ns"] + ar["dur_ns"]).to_numpy(), (comm["start_ns"] + comm["dur_ns"]).to_numpy()])
+    category = ops["category"]
+    comm_s, comm_e = op_times(
+        ops, positions_where(spill.chunked(len(ops), bool, lambda at: (category.iloc[at] == "comm").to_numpy()))
+    )
+    s = np.concatenate([ar["start_ns"].to_numpy(), comm_s])
+    e = np.concatenate([(ar["start_ns"] + ar["dur_ns"]).to_numpy(), comm_e])
     return s.astype(np.int64), e.astype(np.int64)
 
 

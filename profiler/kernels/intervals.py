@@ -213,3 +213,31 @@ class RunningUnion:
         if self.windows is None or not len(self.windows[0]) or not len(start):
             return 0
         return int(covered_ns(*self.windows, start, end).sum())
+
+
+class WindowCoverage:
+    """`covered_ns` of intervals given in start order a chunk at a time (an op table's executions): each chunk's
+    settled union intervals (`SettledUnion`) are measured against every window as they close and not kept. A
+    window's coverage is a sum over the union's intervals, so the int64 totals are covered_ns's exactly."""
+
+    def __init__(self, q_start: np.ndarray, q_end: np.ndarray) -> None:
+        self.q_start, self.q_end = np.asarray(q_start, dtype=np.int64), np.asarray(q_end, dtype=np.int64)
+        self._union = SettledUnion()
+        self._before_start = np.zeros(len(self.q_start), dtype=np.int64)  # covered_before of the windows' edges
+        self._before_end = np.zeros(len(self.q_end), dtype=np.int64)
+
+    def add(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """The next intervals, in start order, none starting before the last one added."""
+        if len(starts):
+            starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+            self._measure(*self._union.add(starts, ends, int(starts[-1])))
+
+    def covered(self) -> np.ndarray:
+        """For each window, the length covered by the union of every interval added; call once, at the end."""
+        self._measure(*self._union.add(np.empty(0, np.int64), np.empty(0, np.int64), None))
+        return np.maximum(self._before_end - self._before_start, 0)
+
+    def _measure(self, s: np.ndarray, e: np.ndarray) -> None:
+        if len(s):
+            self._before_start += covered_before(s, e, self.q_start)
+            self._before_end += covered_before(s, e, self.q_end)
