@@ -127,14 +127,16 @@ def _categorical(column: pd.Series, rows: Optional[np.ndarray] = None) -> pd.Cat
     result, without its sort of the codes: a million executions share a few hundred names); text coded."""
     if not isinstance(column.dtype, pd.CategoricalDtype):
         return pd.Categorical((column if rows is None else column.iloc[rows]).astype(str))
-    codes = column.array.codes if rows is None else column.array.codes[rows]  # one more than a code still fits
+    codes = column.array.codes if rows is None else gathered(column.array.codes, rows)  # one more still fits
     counts = np.zeros(len(column.cat.categories) + 1, dtype=np.int64)  # missing (-1) first
     for at in chunks(len(codes)):
         counts += np.bincount(codes[at] + 1, minlength=len(counts))
     used = counts[1:] > 0
-    renumbered = np.full(len(counts), -1, dtype=codes.dtype)
+    # in the type pandas keeps for that many categories (so it does not copy them into memory to cast)
+    kept = next(t for t in (np.int8, np.int16, np.int32, np.int64) if int(used.sum()) < np.iinfo(t).max)
+    renumbered = np.full(len(counts), -1, dtype=kept)
     renumbered[1:][used] = np.arange(int(used.sum()))
-    new_codes = chunked(len(codes), codes.dtype, lambda at: renumbered[codes[at] + 1])
+    new_codes = chunked(len(codes), kept, lambda at: renumbered[codes[at] + 1])
     return pd.Categorical.from_codes(new_codes, dtype=pd.CategoricalDtype(column.cat.categories[used]))
 
 
