@@ -863,13 +863,14 @@ class _OpEvents:
     blocks_per_sm: Optional[np.ndarray] = None  # device ops
     occupancy_pct: Optional[np.ndarray] = None  # device ops
 
-    def containers(self, at: slice, activity: np.ndarray) -> np.ndarray:
+    def containers(self, at: slice) -> np.ndarray:
         """Whether each op at positions `at` is one whose self time excludes what it encloses (a host op, a device
-        range that is not an activity: `activity` is `device.activity()`): a window edge must not cut one."""
+        range that is not an activity): a window edge must not cut one. Read for those ops alone (no flag per
+        device op of the trace)."""
         position = np.arange(at.start, at.stop)
         device = position >= self.host_count
         container = ~device
-        container[device] = ~activity[position[device] - self.host_count]
+        container[device] = ~self.device[position[device] - self.host_count].activity()
         return container
 
 
@@ -904,10 +905,9 @@ def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.nda
     spans = np.zeros(len(edges) + 1, dtype=np.int64)  # +1 where a container's spanned edges begin, -1 after
     zero_start = np.zeros(len(edges), dtype=bool)
     starting = np.zeros(len(edges) + 1, dtype=np.int64)  # ops by how many edges are at or before their start
-    activity = ops.device.activity()
     for at in spill.chunks(len(ops.start)):
         start, dur = ops.start[at], ops.dur[at]
-        container = ops.containers(at, activity)
+        container = ops.containers(at)
         first = np.searchsorted(sorted_edges, start[container], side="right")  # the first edge after its start
         after_last = np.searchsorted(sorted_edges, (start + dur)[container], side="left")  # edges before its end
         spanning = first < after_last
