@@ -234,7 +234,7 @@ def _run_from_columns(
 ) -> Run:
     """The run of a trace's event columns (`items` events in its list, `not_objects` of them skipped)."""
     kind = _classify(cols)
-    if not np.isin(kind, _TIMED_KINDS).any():
+    if not any(np.isin(kind[at], _TIMED_KINDS).any() for at in spill.chunks(len(kind))):
         raise ProfviewError(
             f"Kineto trace {label} has no usable events: none of its {items} events "
             "has a name, a numeric ts and (for complete events) a numeric dur."
@@ -335,7 +335,7 @@ def _ends(cols: EventColumns, rows: Union[slice, np.ndarray]) -> tuple[np.ndarra
 def _trace_window(cols: EventColumns, kind: np.ndarray) -> Optional[tuple[float, float]]:
     """The times an event may have when the trace has Kineto's own window (the `Trace` event "PyTorch Profiler
     (0)"): within it give or take its length (at least 1 s); None without one."""
-    rows = np.flatnonzero(kind == PROFILER)
+    rows = _rows_where(kind, PROFILER)
     ts, end, complete = _ends(cols, rows)
     dur = cols.dur_us[rows]
     window = (
@@ -364,6 +364,45 @@ def _plausible_times(cols: EventColumns, rows: slice, window: Optional[tuple[flo
     return ok
 
 
+def _rows_where(values: np.ndarray, *wanted: int) -> np.ndarray:
+    """np.flatnonzero(np.isin(values, wanted)) (int64), counted then written a chunk of rows at a time into a spilled
+    array: no temporary of the trace's length (a byte per event for a mask, 8 per row found before its spill)."""
+    out = spill.empty(sum(int(np.isin(values[at], wanted).sum()) for at in spill.chunks(len(values))), np.int64)
+    done = 0
+    for at in spill.chunks(len(values)):
+        rows = at.start + np.flatnonzero(np.isin(values[at], wanted))
+        out[done : done + len(rows)] = rows
+        done += len(rows)
+        spill.drop_resident()
+    return out
+
+
+def _kind_counts(kind: np.ndarray) -> Counter:
+    """How many events are of each kind, counted a chunk at a time."""
+    counts: Counter = Counter()
+    for at in spill.chunks(len(kind)):
+        counts.update(dict(zip(*(v.tolist() for v in np.unique(kind[at], return_counts=True)))))
+    return counts
+
+
+def _first_time_us(cols: EventColumns, kind: np.ndarray) -> float:
+    """The earliest start of the timed events (the clock's origin before flooring), a chunk at a time."""
+    timed = ((at, np.isin(kind[at], _TIMED_KINDS)) for at in spill.chunks(len(kind)))
+    return min(float(np.min(cols.ts_us[at][mask])) for at, mask in timed if mask.any())
+
+
+def _host_pid(cols: EventColumns, kind: np.ndarray) -> int:
+    """The pid most host ops have (the smallest of equals, as pd.Series.mode gives it), -1 without host ops: the
+    ops' pids counted a chunk at a time."""
+    counts: Counter = Counter()
+    for at in spill.chunks(len(kind)):
+        counts.update(pd.Series(cols.pid[at][kind[at] == HOST_OP]).value_counts().to_dict())
+    if not counts:
+        return -1
+    most = max(counts.values())
+    return int(min(pid for pid, n in counts.items() if n == most))
+
+
 # ----------------------------------------------------------------------------- the run
 
 
@@ -372,7 +411,7 @@ def _build_run(
 ) -> Run:
     """Assemble every table of the run from the classified columns."""
     warnings: list[str] = _event_warnings(cols, kind, not_objects)
-    clock = _Clock.of(trace, math.floor(float(np.min(cols.ts_us[np.isin(kind, _TIMED_KINDS)]))))
+    clock = _Clock.of(trace, math.floor(_first_time_us(cols, kind)))
     if clock.rule == "unknown":
         base = trace.get("baseTimeNanoseconds")
         why = (
@@ -383,7 +422,7 @@ def _build_run(
         warnings.append(f"the trace gives no absolute time ({why}): origin_unix_ns is 0")
 
     thread_of, threads = _threads(cols, kind)
-    steps, step_warnings = _steps(cols, np.flatnonzero(kind == STEP), clock)
+    steps, step_warnings = _steps(cols, _rows_where(kind, STEP), clock)
     warnings += step_warnings
     if cut is not None:
         steps, cut_text = cut_steps(steps, cols, kind, clock, cut)
@@ -393,13 +432,13 @@ def _build_run(
             "no ProfilerStep#N annotations (the trace was not recorded with a "
             "torch.profiler schedule and prof.step()): every op has step -1"
         )
-    spans = _spans(cols, np.flatnonzero(kind == SPAN), thread_of, clock)
+    spans = _spans(cols, _rows_where(kind, SPAN), thread_of, clock)
     steps = _with_phase_bounds(steps, spans)
-    steps = _with_overhead(steps, cols, np.flatnonzero(kind == OVERHEAD), clock)
+    steps = _with_overhead(steps, cols, _rows_where(kind, OVERHEAD), clock)
     info = _info(trace, cols, kind, clock, warnings)
-    instants = _instants(cols, np.flatnonzero(kind == INSTANT), thread_of, clock)
+    instants = _instants(cols, _rows_where(kind, INSTANT), thread_of, clock)
     counters = _counters(cols, kind, clock)
-    allocations = _allocations(cols, np.flatnonzero(kind == MEMORY), thread_of, clock)
+    allocations = _allocations(cols, _rows_where(kind, MEMORY), thread_of, clock)
     give_back_freed_memory()  # the pages the tables above read of the spilled event columns
     return Run(
         info=info,
@@ -449,19 +488,20 @@ class _Clock:
 def _event_warnings(cols: EventColumns, kind: np.ndarray, not_objects: int) -> list[str]:
     """Warnings for the events that are skipped: malformed ones and unknown categories."""
     warnings = []
-    malformed = int(np.count_nonzero(kind == MALFORMED)) + not_objects
+    counts = _kind_counts(kind)
+    malformed = counts[MALFORMED] + not_objects
     if malformed:
         warnings.append(
             f"skipped {malformed} malformed events (not an object, or missing a name, a numeric "
             "ts / dur, or a numeric pid / tid)"
         )
-    outside = int(np.count_nonzero(kind == OUTSIDE))
+    outside = counts[OUTSIDE]
     if outside:
         warnings.append(
             f"skipped {outside} events whose times cannot be real (negative, beyond 2**53 us, or far outside "
             "the profiler's own window): the trace's times are damaged there"
         )
-    rows = kind == UNKNOWN
+    rows = _rows_where(kind, UNKNOWN)
     unknown = Counter(f"{ph}/{cat}" for ph, cat in zip(cols.ph[rows].decoded(), cols.cat[rows].decoded()))
     if unknown:
         listed = ", ".join(f"{key} ({n})" for key, n in sorted(unknown.items()))
@@ -486,7 +526,7 @@ def _threads(cols: EventColumns, kind: np.ndarray) -> tuple[np.ndarray, pd.DataF
         distinct, of_row = _lane_pairs(cols, chunk)
         thread_of[chunk] = np.array([number[pair] for pair in map(tuple, distinct.tolist())], dtype=np.int64)[of_row]
         spill.drop_resident()
-    names = _thread_names(cols, np.flatnonzero(kind == METADATA))
+    names = _thread_names(cols, _rows_where(kind, METADATA))
     threads = pd.DataFrame(
         {
             "tid": np.arange(len(pairs), dtype=np.int64),
@@ -772,9 +812,8 @@ def _ops(
     release_columns(cols.op_args, "device", "stream")
     windows = _split_by_window(ops, cols, _op_windows(ops, steps))
     tables = []
-    while windows:  # a window's event data goes once its table is made; its numbers go to the spill (if on)
-        table = _window_ops(windows.pop(0), threads["name"].tolist(), steps)
-        tables.append({key: spill.spilled(v) if isinstance(v, np.ndarray) else v for key, v in table.items()})
+    while windows:  # a window's event data goes once its table is made, its columns to the spill (if on) at once
+        tables.append(_window_ops(windows.pop(0), threads["name"].tolist(), steps))
         give_back_freed_memory()
     return pd.DataFrame(_joined_windows(tables), columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
 
@@ -783,8 +822,7 @@ def _op_events(
     cols: EventColumns, kind: np.ndarray, thread_of: np.ndarray, threads: pd.DataFrame, clock: _Clock
 ) -> _OpEvents:
     """The ops' event data (`_OpEvents`), made a chunk of ops at a time into spilled arrays (spill.chunked)."""
-    host = spill.spilled(np.flatnonzero(kind == HOST_OP))
-    dev = spill.spilled(np.flatnonzero(kind == DEVICE_OP))
+    host, dev = _rows_where(kind, HOST_OP), _rows_where(kind, DEVICE_OP)
     rows = spill.concatenated([host, dev])
     name_code = pd.factorize(threads["name"])[0]  # a code per thread name
     return _OpEvents(
@@ -825,13 +863,14 @@ class _OpEvents:
     blocks_per_sm: Optional[np.ndarray] = None  # device ops
     occupancy_pct: Optional[np.ndarray] = None  # device ops
 
-    def containers(self, at: slice, activity: np.ndarray) -> np.ndarray:
+    def containers(self, at: slice) -> np.ndarray:
         """Whether each op at positions `at` is one whose self time excludes what it encloses (a host op, a device
-        range that is not an activity: `activity` is `device.activity()`): a window edge must not cut one."""
+        range that is not an activity): a window edge must not cut one. Read for those ops alone (no flag per
+        device op of the trace)."""
         position = np.arange(at.start, at.stop)
         device = position >= self.host_count
         container = ~device
-        container[device] = ~activity[position[device] - self.host_count]
+        container[device] = ~self.device[position[device] - self.host_count].activity()
         return container
 
 
@@ -855,7 +894,7 @@ def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> list[np.ndarray]:
         previous = (edge, before_edge) if before_edge > last else None
     cut_at = np.asarray(cuts, dtype=np.int64)
     window = spill.chunked(n, np.int32, lambda at: np.searchsorted(cut_at, ops.start[at], side="right"))
-    return [spill.spilled(_positions(window, w)) for w in range(len(cuts) + 1)]
+    return [_rows_where(window, w) for w in range(len(cuts) + 1)]
 
 
 def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -866,10 +905,9 @@ def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.nda
     spans = np.zeros(len(edges) + 1, dtype=np.int64)  # +1 where a container's spanned edges begin, -1 after
     zero_start = np.zeros(len(edges), dtype=bool)
     starting = np.zeros(len(edges) + 1, dtype=np.int64)  # ops by how many edges are at or before their start
-    activity = ops.device.activity()
     for at in spill.chunks(len(ops.start)):
         start, dur = ops.start[at], ops.dur[at]
-        container = ops.containers(at, activity)
+        container = ops.containers(at)
         first = np.searchsorted(sorted_edges, start[container], side="right")  # the first edge after its start
         after_last = np.searchsorted(sorted_edges, (start + dur)[container], side="left")  # edges before its end
         spanning = first < after_last
@@ -889,11 +927,6 @@ def _unsorted(values: np.ndarray, order: np.ndarray) -> np.ndarray:
     return out
 
 
-def _positions(window: np.ndarray, w: int) -> np.ndarray:
-    """The positions whose window is `w`, read a chunk at a time."""
-    return np.concatenate([at.start + np.flatnonzero(window[at] == w) for at in spill.chunks(len(window))])
-
-
 def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarray]) -> list[_OpEvents]:
     """Each window's event data, with the trace's columns of its ops (name, correlation, shapes, dtypes, kernel
     args). Spends `ops` and those columns a field at a time, each dropped once split, so the data is held about
@@ -905,12 +938,12 @@ def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarra
     else:
         cuts = [int(np.searchsorted(positions, host_count)) for positions in windows]
         index = {"position": windows, "host": [p[:k] for p, k in zip(windows, cuts)]}
-        index["device"] = [p[k:] - host_count for p, k in zip(windows, cuts)]
+        index["device"] = [spill.spilled(p[k:] - host_count) for p, k in zip(windows, cuts)]
     split = {}
     for name, kind in _OP_EVENT_FIELDS:
         split[name] = [_spilled_piece(getattr(ops, name)[i]) for i in index[kind]]
         release_columns(ops, name)
-    rows = {"position": [ops.rows[i] for i in index["position"]]}  # the ops' rows in the event columns
+    rows = {"position": [_spilled_piece(ops.rows[i]) for i in index["position"]]}  # the ops' rows in the events
     release_columns(ops, "rows")
     rows["host"] = [r[:k] for r, k in zip(rows["position"], cuts)]
     rows["device"] = [r[k:] for r, k in zip(rows["position"], cuts)]
@@ -927,8 +960,8 @@ def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarra
 
 
 def _spilled_piece(piece: Any) -> Any:
-    """A window's piece of a field (an array, a coded column, the device ops' arrays), its arrays spilled: the
-    windows wait their turn in files, not in memory."""
+    """A window's piece of a field or of its op table (an array, a coded column, the device ops' arrays), its
+    arrays spilled: the windows wait their turn, and their tables their join, in files, not in memory."""
     if isinstance(piece, np.ndarray):
         return spill.spilled(piece)
     if isinstance(piece, Coded):
@@ -956,7 +989,9 @@ _OP_ARG_FIELDS = (
 
 
 def _window_ops(ops: _OpEvents, thread_names: list, steps: pd.DataFrame) -> dict[str, Any]:
-    """The op table's columns of one window's ops, in start order, redispatch copies left out."""
+    """The op table's columns of one window's ops, in start order, redispatch copies left out: text as `Coded`
+    columns (made categoricals when the windows are joined), each column spilled as soon as it is made, so the
+    windows' tables wait for their join in files, not in memory."""
     n_host, n_dev = ops.host_count, len(ops.start) - ops.host_count
     host_start, host_dur = ops.start[:n_host], ops.dur[:n_host]
     host_end = host_start + host_dur
@@ -977,7 +1012,6 @@ def _window_ops(ops: _OpEvents, thread_names: list, steps: pd.DataFrame) -> dict
     del host_start, host_dur, host_end
     order = np.argsort(ops.start, kind="stable")
     order = order[~np.concatenate([copies, np.zeros(n_dev, dtype=bool)])[order]]
-    start, dur, self_ns = ops.start[order], ops.dur[order], self_ns[order]
     device = ops.device
     made = {
         "device": lambda: Coded.concat(Coded.constant("cpu", n_host), device.device()),
@@ -992,51 +1026,50 @@ def _window_ops(ops: _OpEvents, thread_names: list, steps: pd.DataFrame) -> dict
         "blocks_per_sm": lambda: _device_numbers(ops.blocks_per_sm, n_host),
         "occupancy_pct": lambda: _device_numbers(ops.occupancy_pct, n_host),
     }
-    table = {key: _op_column(make()[order]) for key, make in made.items()}
-    step = np.append(steps["step"].to_numpy(), -1)[_step_rows(start, steps)]
-    table.update(start_ns=start, dur_ns=dur, self_ns=self_ns, step=step)
+    table = {key: _spilled_piece(make()[order]) for key, make in made.items()}
+    start = spill.gathered(ops.start, order)
+    step_of_row = np.append(steps["step"].to_numpy(), -1)
+    step = spill.chunked(len(start), step_of_row.dtype, lambda at: step_of_row[_step_rows(start[at], steps)])
+    table.update(
+        start_ns=start, dur_ns=spill.gathered(ops.dur, order), self_ns=spill.gathered(self_ns, order), step=step
+    )
     return table
 
 
 def _joined_windows(windows: list[dict[str, Any]]) -> dict[str, Any]:
     """The windows' op columns one after the other, a column at a time, each column's pieces freed once
-    joined; categoricals keep their categories in first-seen order, as one window gives them."""
-    if len(windows) == 1:
-        return windows.pop()
+    joined; coded text becomes a categorical (`_joined_categorical`)."""
     joined = {}
     for name in list(windows[0]):
         pieces = [window.pop(name) for window in windows]
-        if isinstance(pieces[0], pd.Categorical):
-            joined[name] = _joined_categoricals(pieces)
-        elif isinstance(pieces[0], pd.Series):
-            joined[name] = pd.Series(np.concatenate([p.to_numpy() for p in pieces]), dtype=object, copy=False)
+        if isinstance(pieces[0], Coded):
+            joined[name] = _joined_categorical(pieces)
         else:
-            joined[name] = spill.concatenated(pieces)
+            joined[name] = pieces[0] if len(pieces) == 1 else spill.concatenated(pieces)
         del pieces
         spill.drop_resident()
     return joined
 
 
-def _joined_categoricals(pieces: list[pd.Categorical]) -> pd.Categorical:
-    """The pieces one after the other, categories in first-seen order (as pandas' union_categoricals gives them),
-    their codes written into a spilled array a piece at a time."""
-    categories = pd.Index(pd.unique(np.concatenate([np.asarray(p.categories, dtype=object) for p in pieces])))
+def _joined_categorical(pieces: list[Coded]) -> pd.Categorical:
+    """The coded pieces one after the other as a categorical of the values that occur in them, in first-seen order
+    (one piece's categories are the index of its values; several pieces' are joined as pandas' union_categoricals
+    joins them), its codes written into a spilled array a piece at a time from the pieces' spilled codes."""
+    occurring = [pd.unique(piece.codes) for piece in pieces]  # each piece's codes that occur, in first-seen order
+    own = [pd.CategoricalDtype([p.values[u] for u in used.tolist()]).categories for p, used in zip(pieces, occurring)]
+    categories = (
+        own[0] if len(own) == 1 else pd.Index(pd.unique(np.concatenate([np.asarray(c, dtype=object) for c in own])))
+    )
     dtype = pd.Categorical.from_codes([], categories=categories).codes.dtype  # pandas' choice for that many
     codes = spill.empty(sum(len(p) for p in pieces), dtype)
     at = 0
-    for piece in pieces:
-        recode = np.append(categories.get_indexer(piece.categories), -1).astype(dtype)  # code -1 (no value) stays
+    for piece, used, values in zip(pieces, occurring, own):
+        recode = np.zeros(len(piece.values), dtype=dtype)  # a piece's code -> the joined one's (for codes that occur)
+        recode[used] = categories.get_indexer(values)
         codes[at : at + len(piece)] = recode[piece.codes]
         at += len(piece)
+        spill.drop_resident()
     return pd.Categorical.from_codes(codes, categories=categories)
-
-
-def _op_column(values: Union[Coded, np.ndarray]) -> Any:
-    """A column of the op table: coded text as a categorical; text per op (shapes, dtypes) kept as objects,
-    so ops with the same text share one string (a str column would copy each op's text: ~70 B per op)."""
-    if isinstance(values, Coded):
-        return values.categorical()
-    return pd.Series(values, dtype=object, copy=False) if values.dtype == object else values
 
 
 def _host_texts(texts: Coded, device_ops: int) -> Coded:
@@ -1136,8 +1169,8 @@ def _device_numbers(values: np.ndarray, host_count: int) -> np.ndarray:
 def _counters(cols: EventColumns, kind: np.ndarray, clock: _Clock) -> pd.DataFrame:
     """Memory counters from "[memory]" instants and the series of "C" counter events."""
     frames = [
-        _memory_counters(cols, np.flatnonzero(kind == MEMORY), clock),
-        _chrome_counters(cols, np.flatnonzero(kind == COUNTER), clock),
+        _memory_counters(cols, _rows_where(kind, MEMORY), clock),
+        _chrome_counters(cols, _rows_where(kind, COUNTER), clock),
     ]
     return pd.concat(frames, ignore_index=True).sort_values(
         ["time_ns", "device", "metric"], kind="stable", ignore_index=True
@@ -1227,19 +1260,17 @@ def _info(
 ) -> RunInfo:
     """Run metadata: rank / world size, clock origin, devices, versions, import counts."""
     dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
-    host_pids = cols.pid[kind == HOST_OP]
     versions = {}
     if _text(dist.get("nccl_version")) not in ("", "unknown"):
         versions["nccl"] = _text(dist["nccl_version"])
-    kinds, counts = np.unique(kind, return_counts=True)
-    by_kind = dict(zip(kinds.tolist(), counts.tolist()))
+    by_kind = _kind_counts(kind)
     return {
         "data_origin": SOURCE,
         "rank": _int_or(dist.get("rank"), 0, 0, _MAX_RANK),
         "world_size": _int_or(dist.get("world_size"), 1, 1, _MAX_RANK + 1),
         "distributed_backend": _text(dist.get("backend", "")),
         "host": _text(trace.get("host_name", "")),
-        "pid": int(pd.Series(host_pids).mode().iloc[0]) if host_pids.size else -1,
+        "pid": _host_pid(cols, kind),
         "framework_versions": versions,
         "origin_unix_ns": clock.origin_unix_ns,
         "clock": {

@@ -366,11 +366,6 @@ class Coded:
         """The values themselves, as an object array."""
         return _spread(self.values, object)[self.codes]
 
-    def categorical(self) -> pd.Categorical:
-        """The column as a pandas categorical of the values that occur in it."""
-        codes, used = pd.factorize(self.codes)
-        return pd.Categorical.from_codes(codes, categories=[self.values[u] for u in used])
-
 
 def _spread(results: list, dtype: Any) -> np.ndarray:
     out = np.empty(len(results), dtype=dtype)

@@ -1,15 +1,18 @@
 """The Kineto importer builds its op table a window of whole steps at a time (profiler/importers/kineto.py,
 `_op_windows`): the table is the one a single window gives, byte for byte (columns, dtypes, categories in
 first-seen order), on real captures with windows of every step; and a window edge never cuts an op that
-encloses others (a Python frame across a step edge keeps its children's time out of its self time)."""
+encloses others (a Python frame across a step edge keeps its children's time out of its self time); the windows'
+tables wait for their join in spill files."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
+from profiler import spill
 from profiler.importers import kineto
 from profiler.importers.kineto import read_kineto_trace
+from profiler.importers.kineto_events import Coded
 
 from support.kineto_builder import Trace
 
@@ -59,3 +62,24 @@ def test_a_window_edge_never_cuts_an_op_that_encloses_others(monkeypatch) -> Non
     assert len(sizes) == 2  # cut at step 3 only: the frame spans step 2's start
     net = windowed.set_index("name").loc["nn.Module: Net"]
     assert net["self_ns"] == 80_000  # 100 µs less its two children
+
+
+def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_path, monkeypatch) -> None:
+    """Every column of every window's table (text as codes) is spilled as it is made: in memory, the windows' tables
+    (a categorical's codes, a few bytes per op and column) grew with the trace until they were joined."""
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 2000)
+    tables: list[dict] = []
+    build = kineto._window_ops
+
+    def kept(*args):
+        table = build(*args)
+        tables.append(dict(table))  # the join takes the columns out of the table
+        return table
+
+    monkeypatch.setattr(kineto, "_window_ops", kept)
+    with spill.spilling(tmp_path, min_bytes=1):
+        ops = read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz").ops
+        assert len(tables) >= 2 and set(tables[0]) == set(ops.columns)
+        for table in tables:
+            for name, column in table.items():
+                assert spill.is_spilled(column.codes if isinstance(column, Coded) else column), name

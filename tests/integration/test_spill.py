@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -194,3 +195,22 @@ def test_a_spill_directory_takes_the_files(tmp_path) -> None:
     mapped = Path("/proc/self/maps").read_text()
     assert f"{elsewhere}/.profview-spill-" in mapped and spill.is_spilled(values)
     del values
+
+
+def test_rows_of_some_kinds_and_the_host_pid_found_chunk_by_chunk_are_the_whole_ones(monkeypatch) -> None:
+    """The reader's per-kind rows, kind counts and host pid (the most frequent, smallest of equals), read a chunk of
+    events at a time (no mask of the trace's length), equal the whole-array answers, ties across chunks too."""
+    rng = np.random.default_rng(7)
+    kind = rng.integers(0, 12, 5000).astype(np.int8)
+    kind[kind == kineto.HOST_OP] = kineto.SPAN
+    kind[:1000] = kineto.HOST_OP  # host ops' pids: 9 in the first chunks, as many of 3 in the later ones, then 5
+    pid = rng.choice([9.0, 3.0, 5.0, np.nan], 5000)
+    pid[:1000] = np.repeat([9.0, 3.0, 5.0], [450, 450, 100])
+    host = np.flatnonzero(kind == kineto.HOST_OP)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 64)
+    for wanted in [(kineto.HOST_OP,), (kineto.SPAN, kineto.STEP, 11)]:
+        np.testing.assert_array_equal(kineto._rows_where(kind, *wanted), np.flatnonzero(np.isin(kind, wanted)))
+    assert dict(kineto._kind_counts(kind)) == dict(zip(*(v.tolist() for v in np.unique(kind, return_counts=True))))
+    cols = SimpleNamespace(pid=pid)
+    assert kineto._host_pid(cols, kind) == int(pd.Series(pid[host]).mode().iloc[0]) == 3
+    assert kineto._host_pid(cols, np.full(5000, kineto.SPAN, dtype=np.int8)) == -1
