@@ -255,3 +255,19 @@ def test_the_device_timeline_keeps_its_text_columns_as_codes_with_the_same_value
     by_op = ex.groupby("launcher")["start_ns"].count()
     assert by_op.to_dict() == pd.Series(expected).value_counts().to_dict()
     assert list(by_op.index) == sorted(set(expected))
+
+
+def test_whether_a_run_has_torch_ops_is_asked_a_chunk_at_a_time(captures, monkeypatch) -> None:
+    """results._has_torch_ops read 7 ops at a time answers as the whole-table isin: for a Kineto capture, for the
+    same ops of another source, and where the only torch op is the last one (in the last, short chunk)."""
+    from profiler.analysis import results
+
+    run = read_kineto_trace(captures / "kineto" / "alexnet.json.gz")
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 7)
+    assert results._has_torch_ops(run) and run.ops["source"].isin(("kineto", "torch")).any()
+    source = pd.Series(["profview"] * len(run.ops), dtype="category").cat.add_categories(["torch"])
+    run.ops = run.ops.assign(source=source.array)
+    assert not results._has_torch_ops(run)
+    source.iloc[-1] = "torch"
+    run.ops = run.ops.assign(source=source.array)
+    assert len(run.ops) % 7 and results._has_torch_ops(run)
