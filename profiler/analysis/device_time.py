@@ -93,7 +93,7 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
     """device_executions, computed: each column gathered from the op table on its own (a categorical's codes, the
     times into spill files), without a copy of the executions' rows of every column at once."""
     rows = _device_work_rows(ops)
-    start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
+    start, end = op_times(ops, rows)
     return pd.DataFrame(
         {
             "device": _categorical(ops["device"], rows),
@@ -102,8 +102,8 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
             "name": _categorical(ops["name"], rows),
             # kept for the whole analysis: in spill files when the run is spilled (its pages handed back with the
             # op columns')
-            "start_ns": gathered(start, rows, np.int64),
-            "end_ns": chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]]),
+            "start_ns": start,
+            "end_ns": end,
             "correlation": gathered(ops["correlation"].to_numpy(np.int64), rows, np.int64),
             "row": spilled(rows),
         },
