@@ -26,5 +26,9 @@ if sys.platform.startswith("linux") or sys.platform == "darwin":
             "profiler.export._trace_rows",
         )
     ]
+if sys.platform.startswith("linux"):  # its watcher reads /proc/self/statm; elsewhere spill.py's Python one watches
+    ext_modules.append(
+        Extension("profiler._resident", ["profiler/_resident.c"], optional=True, extra_compile_args=["-O2"])
+    )
 
 setup(ext_modules=ext_modules)

@@ -12,7 +12,9 @@ what one stage works on at a time (docs/kineto.md, "Reading in chunks").
 With a `resident_limit`, a watcher thread also hands the pages back whenever the process's RSS passes
 DROP_AT of the limit, wherever the import is: a stage that reads every spilled column of a big run then
 holds, besides its own temporaries, only what it touched since the last look (docs/kineto.md, "The memory
-limit"). What is not spilled (object columns, a chunk's temporaries, Python itself) the watcher cannot bound.
+limit"). Where _resident.c is built (Linux) the watcher is a native thread and the mappings are its own: it
+looks every millisecond even while a long numpy call over a spilled column holds the GIL, which a Python
+thread cannot. What is not spilled (object columns, a chunk's temporaries, Python itself) it cannot bound.
 
 Outside `spilling` (a library user's process, the tests' small captures) the arrays are ordinary ones.
 The directory must be on a disk, not a RAM file system (tmpfs): `profview import` spills next to its
@@ -21,6 +23,7 @@ output directory.
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import sys
@@ -46,6 +49,20 @@ CHUNK_ROWS = 1 << 20
 _SETTING: ContextVar[Optional[tuple[Path, int]]] = ContextVar("profview_spill", default=None)
 _mappings: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # the live spilled arrays' mappings
 _mappings_lock = threading.Lock()  # the watcher thread lists them while the importing thread adds more
+
+
+def _native_resident() -> Any:
+    """The native mappings and watcher (_resident.c, built on Linux), or None: not built, or PROFVIEW_PURE_PYTHON=1
+    (the same switch as the kernels', profiler/kernels/native.py, which sits in a layer above this one)."""
+    if os.environ.get("PROFVIEW_PURE_PYTHON") == "1":
+        return None
+    try:
+        return importlib.import_module("profiler._resident")
+    except ImportError:
+        return None
+
+
+_NATIVE = _native_resident()
 
 
 @contextmanager
@@ -79,13 +96,11 @@ def empty(n: int, dtype: Any) -> np.ndarray:
     try:
         os.unlink(path)
         os.posix_fallocate(fd, 0, nbytes)  # the disk space now: a full disk is an error here, not a crash later
-        mapping = mmap.mmap(fd, nbytes)  # shared: dropped pages are kept by the file, not lost
+        mapping = _mapping(fd, nbytes, writable=True)  # shared: dropped pages are kept by the file, not lost
     except OSError:  # a full disk, a file system without shared mappings
         return np.empty(n, dtype=dtype)
     finally:
         os.close(fd)
-    with _mappings_lock:
-        _mappings.add(mapping)
     return np.frombuffer(mapping, dtype=dtype, count=n)
 
 
@@ -137,11 +152,25 @@ def spilled(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def track(mapping: mmap.mmap) -> None:
-    """Have `drop_resident` hand back the pages of another mapping of a file (one that is read, such as an
-    event file read back): they are the file's, so nothing is lost."""
+def mapped_file(path: str | os.PathLike[str]) -> Any:
+    """A read-only shared mapping of the whole file at `path` (a buffer), whose pages `drop_resident` and the
+    watcher hand back like the spilled arrays': they are the file's, so nothing is lost. ValueError for an
+    empty file, OSError for one that cannot be mapped."""
+    with open(path, "rb") as f:
+        return _mapping(f.fileno(), os.fstat(f.fileno()).st_size, writable=False)
+
+
+def _mapping(fd: int, nbytes: int, writable: bool) -> Any:
+    """A shared mapping of the first `nbytes` of the file `fd`, listed for `drop_resident` and the watcher: the
+    native one where it is built (its own thread watches it, see _resident.c), else Python's."""
+    if _NATIVE is not None:
+        if nbytes <= 0:
+            raise ValueError("cannot map an empty file")
+        return _NATIVE.Mapping(fd, nbytes, writable)
+    mapping = mmap.mmap(fd, nbytes, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
     with _mappings_lock:
         _mappings.add(mapping)
+    return mapping
 
 
 def drop_resident() -> None:
@@ -149,6 +178,8 @@ def drop_resident() -> None:
     maps them in again). Called where a stage has finished with the arrays it touched, and by the watcher
     at any moment: the mappings are shared ones of files, so a page dropped while another thread reads or
     writes it is read back from (or written to) the file's page, never lost."""
+    if _NATIVE is not None:
+        _NATIVE.drop()
     for mapping in _live_mappings():
         try:
             mapping.madvise(mmap.MADV_DONTNEED)
@@ -166,12 +197,14 @@ def is_spilled(values: np.ndarray) -> bool:
     base: Any = values
     while isinstance(base, (np.ndarray, memoryview)):
         base = base.base if isinstance(base, np.ndarray) else base.obj
+    if _NATIVE is not None and isinstance(base, _NATIVE.Mapping):
+        return True
     return isinstance(base, mmap.mmap) and base in _mappings
 
 
 def spilled_bytes() -> int:
-    """The size of the spilled arrays alive now."""
-    return sum(len(m) for m in _live_mappings())
+    """The size of the spilled arrays (and mapped files) alive now."""
+    return sum(len(m) for m in _live_mappings()) + (_NATIVE.mapped_bytes() if _NATIVE is not None else 0)
 
 
 # ----------------------------------------------------------------------------- the watcher
@@ -179,19 +212,32 @@ def spilled_bytes() -> int:
 #: Share of the resident limit at which the watcher drops the spilled pages: headroom for what a stage
 #: touches between two looks and for its own temporaries.
 DROP_AT = 0.85
-#: How often the watcher reads the process's RSS (~5 us a read of /proc/self/statm).
+#: Share of the resident limit by which the file pages may grow since the last drop before the watcher drops
+#: them anyway: a drop takes ~10-30 us per MB resident, and a stage reading spilled columns from the page cache
+#: touches up to ~15 GB/s, so the spilled pages are kept few enough to drop in a few ms (see _resident.c).
+FILE_BUDGET_AT = 0.1
+#: How often the watcher reads the process's RSS (~5 us a read of /proc/self/statm): the Python thread, which
+#: takes the GIL to look, and the native one, which does not.
 WATCH_S = 0.002
+NATIVE_WATCH_US = 1000
 
 
 def resident_bytes() -> int:
     """The process's resident memory now (Linux's /proc/self/statm; psutil elsewhere)."""
+    return _resident()[0]
+
+
+def _resident() -> tuple[int, int]:
+    """The process's resident memory now and, of it, its file pages (the spilled arrays', the libraries' code;
+    Linux's /proc/self/statm; elsewhere psutil and 0)."""
     try:
         with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * mmap.PAGESIZE
+            fields = statm.read().split()
+        return int(fields[1]) * mmap.PAGESIZE, int(fields[2]) * mmap.PAGESIZE
     except OSError:
         import psutil
 
-        return int(psutil.Process().memory_info().rss)
+        return int(psutil.Process().memory_info().rss), 0
 
 
 def peak_resident_bytes() -> int:
@@ -214,8 +260,9 @@ def peak_resident_bytes() -> int:
 
 
 class _Watcher:
-    """One thread per process while a `spilling` with a resident limit is open (the lowest limit wins: imports
-    in threads of one process share its RSS); it stops when the last one closes. `drops` counts its drops."""
+    """Watches while a `spilling` with a resident limit is open (the lowest limit wins: imports in threads of one
+    process share its RSS), until the last one closes: the native thread where it is built (it runs whatever
+    holds the GIL), else a Python thread of its own. `drops` counts the Python thread's drops."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -226,24 +273,40 @@ class _Watcher:
     def add(self, limit: int) -> None:
         with self._lock:
             self._limits.append(int(limit))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="profview-spill-watcher", daemon=True)
-                self._thread.start()
+            self._changed()
 
     def remove(self, limit: int) -> None:
         with self._lock:
             self._limits.remove(int(limit))
+            self._changed()
+
+    def _threshold(self) -> int:
+        return max(1, int(min(self._limits) * DROP_AT)) if self._limits else 0  # 0: not watching
+
+    def _file_budget(self) -> int:
+        return max(1, int(min(self._limits) * FILE_BUDGET_AT)) if self._limits else 0
+
+    def _changed(self) -> None:
+        if _NATIVE is not None:
+            _NATIVE.watch(self._threshold(), self._file_budget(), NATIVE_WATCH_US)
+        elif self._thread is None and self._limits:
+            self._thread = threading.Thread(target=self._run, name="profview-spill-watcher", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
+        """The Python watcher: the native one's rule (_resident.c), looking only when it holds the GIL."""
+        file_floor = _resident()[1]  # the file pages resident after the last drop (or when watching began)
         while True:
             with self._lock:
                 if not self._limits:
                     self._thread = None
                     return
-                threshold = min(self._limits) * DROP_AT
-            if resident_bytes() > threshold:
+                threshold, budget = self._threshold(), self._file_budget()
+            rss, file = _resident()
+            if rss > threshold or file > file_floor + budget:
                 drop_resident()
                 self.drops += 1
+                file_floor = _resident()[1]
             time.sleep(WATCH_S)
 
 
@@ -252,4 +315,4 @@ _WATCHER = _Watcher()
 
 def watcher_drops() -> int:
     """How many times the watcher has dropped the spilled pages in this process (for tests and benchmarks)."""
-    return _WATCHER.drops
+    return _WATCHER.drops + (_NATIVE.drop_count() if _NATIVE is not None else 0)

@@ -18,7 +18,6 @@ again, byte for byte.
 from __future__ import annotations
 
 import json
-import mmap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -717,10 +716,7 @@ class MappedBatches:
     def __init__(self, path: Path, batches: int) -> None:
         import pyarrow as pa
 
-        with open(path, "rb") as f:
-            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        spill.track(mapping)
-        self._buffer = pa.py_buffer(mapping)
+        self._buffer = pa.py_buffer(spill.mapped_file(path))
         stream = pa.BufferReader(self._buffer)
         stream.seek(len(ARROW_FILE_MAGIC))  # the stream format follows the file's magic and its padding
         self.schema = pa.ipc.read_schema(pa.ipc.read_message(stream)).remove_metadata()

@@ -5,8 +5,10 @@ losing a value."""
 
 from __future__ import annotations
 
+import ctypes
 import filecmp
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -141,7 +143,17 @@ def _wait_for(condition, seconds: float = 20.0) -> bool:
     return True
 
 
-def test_the_watcher_drops_spilled_pages_once_the_rss_passes_the_limit(tmp_path) -> None:
+@pytest.fixture(params=["native", "python"])
+def watcher(request, monkeypatch) -> str:
+    """Each watcher test runs with the native watcher (_resident.c) and with the Python one, its fallback."""
+    if request.param == "native" and spill._NATIVE is None:
+        pytest.skip("profiler._resident is not built")
+    if request.param == "python":
+        monkeypatch.setattr(spill, "_NATIVE", None)
+    return request.param
+
+
+def test_the_watcher_drops_spilled_pages_once_the_rss_passes_the_limit(tmp_path, watcher) -> None:
     n = 32 << 20  # 256 MiB of int64
     limit = int((spill.resident_bytes() + (64 << 20)) / spill.DROP_AT)  # drops once 64 MiB more are resident
     drops = spill.watcher_drops()
@@ -155,7 +167,7 @@ def test_the_watcher_drops_spilled_pages_once_the_rss_passes_the_limit(tmp_path)
     assert int(values[:: 1 << 20].sum()) == int(np.arange(0, n, 1 << 20).sum())
 
 
-def test_below_the_limit_and_without_one_the_watcher_drops_nothing(tmp_path) -> None:
+def test_below_the_limit_and_without_one_the_watcher_drops_nothing(tmp_path, watcher) -> None:
     """Counted by the watcher itself: the RSS is no witness here (another test's thread in the same worker may
     hand pages back with give_back_freed_memory)."""
     n = 16 << 20  # 128 MiB of int64
@@ -169,7 +181,7 @@ def test_below_the_limit_and_without_one_the_watcher_drops_nothing(tmp_path) -> 
     assert spill.watcher_drops() == drops
 
 
-def test_values_written_while_the_watcher_drops_are_kept(tmp_path) -> None:
+def test_values_written_while_the_watcher_drops_are_kept(tmp_path, watcher) -> None:
     """Pages dropped under a thread that writes them: the mapping is shared, so every write reaches the file."""
     n = 8 << 20
     with spill.spilling(tmp_path, resident_limit=1):  # the watcher drops every few ms
@@ -185,6 +197,131 @@ def test_values_written_while_the_watcher_drops_are_kept(tmp_path) -> None:
         assert _wait_for(lambda: spill.watcher_drops() > drops)
         starts = np.arange(n) // 4096 * 4096 + 1  # the second writer's values
         np.testing.assert_array_equal(values, starts)
+
+
+def _peak_reset() -> bool:
+    """Reset this process's VmHWM (Linux's clear_refs 5); whether it could."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_bytes() -> int:
+    return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+def _fill_holding_the_gil(values: np.ndarray, byte: int) -> None:
+    """memset over `values` in one C call that keeps the GIL (a PYFUNCTYPE function), as a long numpy call over
+    a spilled column does: no Python thread runs until it returns."""
+    memset = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)(
+        ctypes.cast(ctypes.memset, ctypes.c_void_p).value
+    )
+    memset(values.ctypes.data, byte, values.nbytes)
+
+
+def test_the_native_watcher_bounds_the_pages_a_call_holding_the_gil_touches(tmp_path) -> None:
+    """512 MiB of a spilled array written by one C call that holds the GIL: the native thread drops the pages
+    while it runs, so the peak RSS stays near the limit (the Python watcher could look only after the call:
+    the whole 512 MiB resident)."""
+    if spill._NATIVE is None or not _peak_reset():
+        pytest.skip("needs profiler._resident and Linux's clear_refs")
+    n = 64 << 20  # 512 MiB of int64
+    with spill.spilling(tmp_path, resident_limit=spill.resident_bytes() + (1 << 30)):
+        values = spill.empty(n, np.int64)  # mapped, nothing resident yet
+        spill.drop_resident()
+        limit = int((spill.resident_bytes() + (64 << 20)) / spill.DROP_AT)  # drops once 64 MiB more are resident
+        with spill.spilling(tmp_path, resident_limit=limit):  # the lowest limit wins
+            drops = spill.watcher_drops()
+            assert _peak_reset()
+            _fill_holding_the_gil(values, 1)
+            peak = _peak_bytes()
+            assert spill.watcher_drops() > drops
+        assert peak < limit + (128 << 20), (peak >> 20, limit >> 20)  # not the 512 MiB written
+        assert (values[:: 1 << 9] == 0x0101010101010101).all()  # every value kept (one per page)
+
+
+def test_far_below_the_limit_the_watcher_keeps_the_spilled_pages_to_a_budget(tmp_path, watcher, monkeypatch) -> None:
+    """512 MiB of a spilled array written 8 MiB at a time, the RSS far below an 8 GiB limit: the watcher drops
+    the pages each time they grow by FILE_BUDGET_AT of the limit (here 64 MiB), so they never pile up into one
+    long drop (what let a 15 GB trace's import pass its limit)."""
+    if not _peak_reset():
+        pytest.skip("needs Linux's clear_refs")
+    limit = 8 << 30
+    monkeypatch.setattr(spill, "FILE_BUDGET_AT", (64 << 20) / limit)
+    n = 64 << 20
+    with spill.spilling(tmp_path, resident_limit=limit):
+        values = spill.empty(n, np.int64)
+        spill.drop_resident()
+        start, drops = spill.resident_bytes(), spill.watcher_drops()
+        assert _peak_reset()
+        for at in spill.chunks(n, 1 << 20):
+            values[at] = at.start
+        peak = _peak_bytes()
+        assert spill.watcher_drops() > drops
+    assert peak < start + (64 << 20) + (128 << 20), (peak - start) >> 20  # not the 512 MiB written
+    np.testing.assert_array_equal(values[:: 1 << 20], np.arange(0, n, 1 << 20))
+
+
+def test_memory_of_freed_mappings_is_never_dropped_by_the_native_watcher(tmp_path) -> None:
+    """Spilled arrays made and freed while the native thread drops every millisecond: a mapping leaves its
+    list before it is unmapped, so the address ranges the heap reuses for other arrays are never advised
+    (MADV_DONTNEED on a private page would zero it)."""
+    if spill._NATIVE is None:
+        pytest.skip("profiler._resident is not built")
+    kept = []
+    with spill.spilling(tmp_path, min_bytes=1 << 16, resident_limit=1):  # the thread drops at every look
+        drops = spill.watcher_drops()
+        for k in range(300):
+            spilled = spill.empty(1 << 14, np.int64)  # 128 KiB, a mapping of its own
+            spilled[:] = k
+            del spilled  # unmapped: the next allocations may take its addresses
+            kept.append(np.full(1 << 14, k, dtype=np.int64))  # private memory, maybe at a freed mapping's place
+        assert _wait_for(lambda: spill.watcher_drops() > drops)
+        time.sleep(0.05)  # fifty more drops
+    for k, values in enumerate(kept):
+        assert (values == k).all(), k
+
+
+def test_a_forked_child_watches_its_own_pages(tmp_path) -> None:
+    """A child forked while the native thread runs (an import worker of a fork start method) has no thread of
+    its own until it opens a `spilling` with a limit; then it drops its pages."""
+    if spill._NATIVE is None:
+        pytest.skip("profiler._resident is not built")
+    import multiprocessing
+
+    with spill.spilling(tmp_path, resident_limit=1):
+        context = multiprocessing.get_context("fork")
+        child = context.Process(target=_drop_in_child, args=(str(tmp_path),))
+        child.start()
+        child.join(60)
+    assert child.exitcode == 0
+
+
+def _drop_in_child(directory: str) -> None:
+    drops = spill.watcher_drops()
+    with spill.spilling(directory, resident_limit=1):
+        values = spill.empty(1 << 20, np.int64)
+        values[:] = 3
+        if not _wait_for(lambda: spill.watcher_drops() > drops, 10) or int(values.sum()) != 3 << 20:
+            os._exit(1)
+    os._exit(0)
+
+
+def test_an_event_file_read_back_is_a_read_only_mapping_the_watcher_drops(tmp_path) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(bytes(range(256)) * 4096)
+    mapped = spill.mapped_file(path)
+    values = np.frombuffer(mapped, dtype=np.uint8)
+    assert spill.is_spilled(values) and int(values[:256].sum()) == sum(range(256))
+    with pytest.raises(ValueError):
+        values[0] = 1  # read only
+    spill.drop_resident()
+    assert int(values[-256:].sum()) == sum(range(256))  # read back from the file
+    (tmp_path / "empty").write_bytes(b"")
+    with pytest.raises(ValueError):
+        spill.mapped_file(tmp_path / "empty")
 
 
 def test_a_spill_directory_takes_the_files(tmp_path) -> None:
