@@ -44,7 +44,7 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     cast = _casts(ops)
     own = spill.chunked(n, bool, lambda at: float64[at] | (cast[at] & converts[at]))
     if not own.any():
-        return np.zeros(n, dtype=bool)
+        return _nothing_charged(n)
     lane = _lanes(ops)
     # charges pass along the nesting, which stays on a lane: only the lanes holding a float64 op are nested
     holding = np.zeros(max(int(lane[at].max()) for at in spill.chunks(n)) + 1, dtype=bool)
@@ -60,10 +60,16 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     charged = spill.chunked(len(on), bool, lambda at: own[at] | (holds[at] & cast[at]))
     for rows in levels:  # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
-    out = np.zeros(n, dtype=bool)
+    out = _nothing_charged(n)
     for at in spill.chunks(len(on)):
         out[on[at]] = charged[at]
     return out
+
+
+def _nothing_charged(n: int) -> np.ndarray:
+    """A mask of `n` ops none of which is charged, zeroed a chunk at a time into a spill file when big (it is kept
+    while the report is made: the whole table's size, not the process's own memory)."""
+    return spill.chunked(n, bool, lambda at: np.zeros(at.stop - at.start, dtype=bool))
 
 
 def _casts(ops: pd.DataFrame) -> np.ndarray:
@@ -124,7 +130,7 @@ def float64_module_charged(ops: pd.DataFrame, spans: pd.DataFrame, threads: pd.D
     the span's thread, or a cast (`CAST_OP_NAME`, with what runs inside it) right before or right after
     such a span there: the conversion into float64 and back out of it (forward: aten::to; backward:
     ToCopyBackward0)."""
-    charged = np.zeros(len(ops), dtype=bool)
+    charged = _nothing_charged(len(ops))
     if not len(ops) or spans is None or not len(spans):
         return charged
     mine = spans[spans["name"].astype(str).str.startswith(FLOAT64_MODULE_SPAN).to_numpy()]
