@@ -245,9 +245,12 @@ class RankData:
 
     @functools.cached_property
     def buffering_steps(self) -> frozenset:
-        """The steps in which torch.profiler held its events in memory (memory trends leave them out)."""
+        """The steps in which torch.profiler held its events in memory (memory trends leave them out). Found a
+        chunk of ops at a time: the torch ops' steps, copied whole, were ~8 B per op of a big trace."""
         ops = self._analysis.run.ops
-        return frozenset(ops.loc[ops["source"] == "torch", "step"].unique().tolist())
+        source, step = ops["source"], ops["step"]
+        per_chunk = [step.iloc[at][(source.iloc[at] == "torch").to_numpy()].unique() for at in spill.chunks(len(ops))]
+        return frozenset(pd.unique(np.concatenate(per_chunk)).tolist() if per_chunk else ())
 
     @functools.cached_property
     def float64_ops(self) -> np.ndarray:
@@ -258,7 +261,8 @@ class RankData:
         if ops is None or not len(ops):
             return np.zeros(0 if ops is None else len(ops), dtype=bool)
         by_types = float64_charged(ops) if "dtypes" in ops else np.zeros(len(ops), dtype=bool)
-        return by_types | float64_module_charged(ops, run.spans, run.threads)
+        by_modules = float64_module_charged(ops, run.spans, run.threads)
+        return spill.chunked(len(ops), bool, lambda at: by_types[at] | by_modules[at])  # a spill file when big
 
     @functools.cached_property
     def device_properties(self) -> dict[str, dict[str, Any]]:

@@ -14,10 +14,13 @@ from profiler import spill
 from profiler.analysis.advisor import resolve_thresholds
 from profiler.analysis.findings import precision
 from profiler.analysis.findings.base import CAST_OP_NAME, Context
-from profiler.analysis.float64 import float64_charged
+from profiler.analysis.float64 import float64_charged, float64_module_charged
 from profiler.analysis.results import RankData, analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.importers.kineto import read_kineto_trace
+from profiler.postprocess.recording import load_rank
+
+from support.recorded import RECORDED
 
 #: the captures whose ops have float64 inputs (torch's record_shapes=True)
 FLOAT64_TRACES = ["sampled_rank-0", "diff_test", "diff_control"]
@@ -68,3 +71,22 @@ def test_the_float64_masks_of_a_spilled_run_are_spill_files(captures, capture, t
     assert plain.sum() > 10 and spill.is_spilled(spilled) and spill.is_spilled(none)
     np.testing.assert_array_equal(spilled, plain)
     assert len(none) == len(ops) and not none.any()
+
+
+def test_the_torch_buffering_steps_and_the_float64_mask_made_a_chunk_at_a_time_are_the_whole_ones(
+    monkeypatch, tmp_path
+) -> None:
+    """RankData's torch buffering steps and float64 mask (results.py), a chunk of 1000 ops at a time, the mask in a
+    spill file: those of the whole table, on a recorded loop whose torch ops run in every step."""
+    run = load_rank(RECORDED / "scenarios" / "float64_ops_every_step", 0)
+    ops = run.ops
+    whole_steps = frozenset(ops.loc[ops["source"] == "torch", "step"].unique().tolist())
+    whole_mask = float64_charged(ops) | float64_module_charged(ops, run.spans, run.threads)
+    assert len(whole_steps) >= 8 and 0 < whole_mask.sum() < len(ops)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 1000)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 1)
+    with spill.spilling(tmp_path):
+        data = RankData(analyse_run(run), resolve_thresholds({}))
+        assert data.buffering_steps == whole_steps
+        assert spill.is_spilled(data.float64_ops)
+        np.testing.assert_array_equal(data.float64_ops, whole_mask)
