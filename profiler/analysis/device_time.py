@@ -29,19 +29,19 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.ops import op_rows
+from profiler.analysis.ops import gathered_column, op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import RunningUnion, WindowCoverage, covered_ns, in_order, start_ordered, union
-from profiler.kernels.nesting import enclosing_parents
+from profiler.kernels.nesting import enclosing_parents, positions_where
 from profiler.model import DEVICE_WORK_CATEGORIES, op_times
-from profiler.spill import chunked, chunks, gathered, spilled
+from profiler.spill import chunked, chunks, gathered
 
 #: A gap shorter than this between two executions whose work was already launched is launch
 #: latency (HTA's default `consecutive_kernel_delay`, 30 us); a longer one waits on a dependency.
@@ -105,21 +105,23 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
             "start_ns": start,
             "end_ns": end,
             "correlation": gathered(ops["correlation"].to_numpy(np.int64), rows, np.int64),
-            "row": spilled(rows),
+            "row": rows,
         },
         copy=False,
     )
 
 
 def _device_work_rows(ops: pd.DataFrame) -> np.ndarray:
-    """The rows of device work (off the host, in DEVICE_WORK_CATEGORIES), found a chunk of the table at a time."""
+    """The rows of device work (off the host, in DEVICE_WORK_CATEGORIES), found a chunk of the table at a time
+    (`positions_where`: int32 below 2**31 ops, in a spill file when big)."""
     device, category = ops["device"], ops["category"]
-    found = [
-        np.flatnonzero((device.iloc[at] != "cpu").to_numpy() & is_in(category.iloc[at], DEVICE_WORK_CATEGORIES))
-        + at.start
-        for at in chunks(len(ops))
-    ]
-    return np.concatenate(found) if found else _EMPTY
+    return positions_where(
+        chunked(
+            len(ops),
+            bool,
+            lambda at: (device.iloc[at] != "cpu").to_numpy() & is_in(category.iloc[at], DEVICE_WORK_CATEGORIES),
+        )
+    )
 
 
 def _categorical(column: pd.Series, rows: Optional[np.ndarray] = None) -> pd.Categorical:
@@ -128,9 +130,7 @@ def _categorical(column: pd.Series, rows: Optional[np.ndarray] = None) -> pd.Cat
     if not isinstance(column.dtype, pd.CategoricalDtype):
         return pd.Categorical((column if rows is None else column.iloc[rows]).astype(str))
     codes = column.array.codes if rows is None else gathered(column.array.codes, rows)  # one more still fits
-    counts = np.zeros(len(column.cat.categories) + 1, dtype=np.int64)  # missing (-1) first
-    for at in chunks(len(codes)):
-        counts += np.bincount(codes[at] + 1, minlength=len(counts))
+    counts = code_counts(codes, len(column.cat.categories))
     used = counts[1:] > 0
     # in the type pandas keeps for that many categories (so it does not copy them into memory to cast)
     kept = next(t for t in (np.int8, np.int16, np.int32, np.int64) if int(used.sum()) < np.iinfo(t).max)
@@ -138,6 +138,15 @@ def _categorical(column: pd.Series, rows: Optional[np.ndarray] = None) -> pd.Cat
     renumbered[1:][used] = np.arange(int(used.sum()))
     new_codes = chunked(len(codes), kept, lambda at: renumbered[codes[at] + 1])
     return pd.Categorical.from_codes(new_codes, dtype=pd.CategoricalDtype(column.cat.categories[used]))
+
+
+def code_counts(codes: np.ndarray, n_codes: int) -> np.ndarray:
+    """How many of `codes` (-1: missing, else below `n_codes`) are each code, missing first, counted a chunk at a
+    time."""
+    counts = np.zeros(n_codes + 1, dtype=np.int64)
+    for at in chunks(len(codes)):
+        counts += np.bincount(codes[at] + 1, minlength=len(counts))
+    return counts
 
 
 def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:
@@ -155,20 +164,22 @@ CALL_KINDS = ("sync", "launch", "other")
 
 def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     """runtime_calls with `kind` a categorical (1 B per call) and `name` the op table's column's values (every
-    category kept), its columns gathered into spill files when the run is spilled: the idle gaps of a big run
-    read them whole."""
-    rows = np.flatnonzero((ops["category"] == "runtime").to_numpy())
+    category kept), its columns found and gathered a chunk at a time into spill files when the run is spilled: the
+    idle gaps of a big run read them whole."""
+    category = ops["category"]
+    rows = positions_where(chunked(len(ops), bool, lambda at: (category.iloc[at] == "runtime").to_numpy()))
     name, corr = gathered_column(ops["name"], rows), gathered_column(ops["correlation"], rows)
     start, end = op_times(ops, rows)
-    ex_corr = ex["correlation"].to_numpy(np.int64)
-    copies = (ex["category"] == "memcpy").to_numpy() & text_matches(ex["name"], lambda n: PAGEABLE_COPY in n)
-    launched = ex_corr[ex_corr >= 0]
-    launched.sort()
-    kind = np.full(len(rows), CALL_KINDS.index("other"), dtype=np.int8)
-    kind[(corr >= 0) & _member(corr, launched)] = CALL_KINDS.index("launch")
-    del launched
-    blocking = text_matches(pd.Series(name, copy=False), lambda n: SYNC_CALL.fullmatch(n) is not None)
-    kind[blocking | ((corr >= 0) & _member(corr, np.sort(ex_corr[copies])))] = CALL_KINDS.index("sync")
+    ex_corr, ex_category, ex_name = ex["correlation"].to_numpy(np.int64), ex["category"], ex["name"]
+    launched = _sorted_where(ex_corr, lambda at: ex_corr[at] >= 0)
+    copied = _sorted_where(
+        ex_corr,
+        lambda at: (
+            (ex_category.iloc[at] == "memcpy").to_numpy() & text_matches(ex_name.iloc[at], lambda n: PAGEABLE_COPY in n)
+        ),
+    )
+    names = pd.Series(name, copy=False)
+    kind = chunked(len(rows), np.int8, lambda at: _call_kinds(names.iloc[at], corr[at], launched, copied))
     return pd.DataFrame(
         {
             "name": name,
@@ -181,12 +192,22 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def gathered_column(column: pd.Series, rows: np.ndarray) -> np.ndarray | pd.Categorical:
-    """column.iloc[rows] (of a categorical, its codes), gathered a chunk of rows at a time into a spill file when
-    the run is spilled (the device findings' tables too)."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return pd.Categorical.from_codes(gathered(column.array.codes, rows), dtype=column.dtype)
-    return gathered(column.to_numpy(), rows)
+def _sorted_where(values: np.ndarray, keep: Callable[[slice], np.ndarray]) -> np.ndarray:
+    """The values at the positions where `keep(positions)` holds, sorted: found and gathered a chunk at a time,
+    sorted in place (in a spill file when big)."""
+    kept = gathered(values, positions_where(chunked(len(values), bool, keep)))
+    kept.sort()
+    return kept
+
+
+def _call_kinds(name: pd.Series, corr: np.ndarray, launched: np.ndarray, copied: np.ndarray) -> np.ndarray:
+    """The CALL_KINDS codes of runtime calls: `sync` for a SYNC_CALL name or a pageable copy's correlation (sorted
+    `copied`), else `launch` for an execution's correlation (sorted `launched`), else `other`."""
+    recorded = corr >= 0
+    kind = np.where(recorded & _member(corr, launched), CALL_KINDS.index("launch"), CALL_KINDS.index("other"))
+    blocking = text_matches(name, lambda n: SYNC_CALL.fullmatch(n) is not None)
+    kind[blocking | (recorded & _member(corr, copied))] = CALL_KINDS.index("sync")
+    return kind.astype(np.int8)
 
 
 def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -334,7 +355,7 @@ def _launch_lookup(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The runtime calls' recorded correlation ids in order (stable), with their calls' starts: `_launch_time`'s
     table, made once, in spill files when the run is spilled."""
     ids, starts = (calls[c].to_numpy(np.int64) for c in ("correlation", "start_ns"))
-    kept = np.flatnonzero(ids >= 0)
+    kept = positions_where(chunked(len(ids), bool, lambda at: ids[at] >= 0))
     ordered = gathered(ids, kept)
     if not in_order(ordered):  # calls are in start order: their ids mostly too
         kept = kept[np.argsort(ordered, kind="stable")]
@@ -354,10 +375,10 @@ def _launch_time(correlation: np.ndarray, lookup: tuple[np.ndarray, np.ndarray])
 def _sync_shadows(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each synchronising call, from its start to the next launch after it returns: the time the
     device runs dry because the host waited for it (the call's end when nothing is launched later)."""
-    sync = calls[(calls["kind"] == "sync").to_numpy()]
-    s, e = sync["start_ns"].to_numpy(np.int64), sync["end_ns"].to_numpy(np.int64)
-    launches = calls["start_ns"].to_numpy(np.int64)[(calls["kind"] == "launch").to_numpy()]
-    launches.sort()
+    kind, start = calls["kind"].array.codes, calls["start_ns"].to_numpy(np.int64)
+    sync = positions_where(chunked(len(kind), bool, lambda at: kind[at] == CALL_KINDS.index("sync")))
+    s, e = start[sync], calls["end_ns"].to_numpy(np.int64)[sync]
+    launches = _sorted_where(start, lambda at: kind[at] == CALL_KINDS.index("launch"))
     if len(launches) == 0:
         return s, e
     at = np.searchsorted(launches, e, side="left")

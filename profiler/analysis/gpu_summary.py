@@ -24,38 +24,46 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiler.analysis.device_time import code_counts
 from profiler.analysis.kernels import kernel_rows
 from profiler.analysis.launches import Launches
-from profiler.analysis.ops import op_rows
+from profiler.analysis.ops import gathered_column
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import RunningUnion, in_order, start_ordered
+from profiler.kernels.nesting import positions_where
 from profiler.model import op_times
-from profiler.spill import chunks, drop_resident, empty, gathered
+from profiler.spill import chunked, chunks, drop_resident, empty, gathered
 
 #: Kernels read at a time by `_device_summary` (its temporaries: ~10 arrays of 8 B per kernel of a chunk).
 SUMMARY_CHUNK = 1 << 16
 
 
 def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per device with kernels: `device` and GPU_SUMMARY_COLUMNS."""
-    rows = np.flatnonzero(kernel_rows(ops))
+    """One row per device with kernels: `device` and GPU_SUMMARY_COLUMNS. The kernels' rows, names and devices are
+    read a chunk at a time (in spill files when the run is spilled): no whole-table temporaries."""
+    rows = positions_where(chunked(len(ops), bool, lambda at: kernel_rows(ops.iloc[at])))
     if rows.size == 0 or steps.empty:
         return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
-    named = op_rows(ops, ["device", "name"], rows)
-    tensor_cores = tensor_core_kernels(named["name"])
-    codes, labels = codes_and_labels(named["device"])
-    del named
+    names = ops["name"]
+    tensor_cores = chunked(len(rows), bool, lambda at: tensor_core_kernels(names.iloc[rows[at]]))
+    codes, labels = codes_and_labels(pd.Series(gathered_column(ops["device"], rows), copy=False))
     bottom = _innermost_eligible(launched, len(ops)) if launched is not None else None
-    present = np.unique(codes)
+    present = np.flatnonzero(code_counts(codes, len(labels))) - 1  # np.unique's, a chunk at a time
     out = []
     for device, code in sorted((str(labels[code]), code) for code in present):
-        on = codes == code if len(present) > 1 else None  # one device: every kernel, no copy of their rows
-        mine = (rows, tensor_cores) if on is None else (rows[on], tensor_cores[on])
+        # one device: every kernel, no copy of their rows
+        mine = (rows, tensor_cores) if len(present) == 1 else _of_code(codes, code, rows, tensor_cores)
         out.append({"device": device, **_device_summary(ops, *mine, window, launched, bottom)})
     return pd.DataFrame(out, columns=["device", *GPU_SUMMARY_COLUMNS])
+
+
+def _of_code(codes: np.ndarray, code: int, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The values of `columns` where `codes` is `code`, gathered a chunk at a time (into spill files when big)."""
+    at = positions_where(chunked(len(codes), bool, lambda c: codes[c] == code))
+    return tuple(gathered(column, at) for column in columns)
 
 
 def _device_summary(
@@ -184,8 +192,9 @@ def sm_filled_ns(
 
 def _innermost_eligible(launched: Launches, n: int) -> np.ndarray:
     """The tensor-core eligible ops none of whose descendants is eligible (the children found a chunk of ops at a
-    time: one array of the ops' size)."""
-    innermost = np.zeros(n, dtype=bool)  # first: has an eligible child
+    time: one array of the ops' size, in a spill file when big)."""
+    innermost = empty(n, bool)  # first: has an eligible child
+    innermost.fill(False)
     for at in chunks(n, SUMMARY_CHUNK):
         parent = launched.parent[at]
         innermost[parent[launched.tc_eligible[at] & (parent >= 0)]] = True

@@ -19,7 +19,8 @@ import pandas as pd
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches, sums_by
 from profiler.formats.columns import MODULE_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
-from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_where
+from profiler.spill import chunked, gathered
 
 #: How Kineto names a module's frame: this prefix, the class name and the instance's number.
 MODULE_PREFIX = "nn.Module: "
@@ -28,16 +29,13 @@ MODULE_PREFIX = "nn.Module: "
 def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame:
     """One row per module call path (MODULE_COLUMNS), in the order each path was first entered; device
     times empty (NaN) when no device execution is tied to its launch."""
-    on_host = (ops["device"] == "cpu").to_numpy()
     module = module_rows(ops)
     if not module.any():
         return pd.DataFrame(columns=MODULE_COLUMNS)
-    names = ops["name"].astype(str)
-    runtime = on_host & (ops["category"] == "runtime").to_numpy()
-    rows = np.flatnonzero(module | runtime | on_host & ops["category"].isin(FRAMEWORK_CATEGORIES).to_numpy())
+    rows = positions_where(chunked(len(ops), bool, lambda at: _nodes(ops.iloc[at], module[at])))
     lane, _ = codes_and_labels(ops["stream"].iloc[rows])
-    start = ops["start_ns"].to_numpy()[rows]
-    dur = ops["dur_ns"].to_numpy()[rows]
+    start = gathered(ops["start_ns"].to_numpy(), rows)
+    dur = gathered(ops["dur_ns"].to_numpy(), rows)
     parent = enclosing_parents(lane, start, start + dur)
     is_module = module[rows]
     nested = parent >= 0
@@ -51,7 +49,7 @@ def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFram
         at = np.flatnonzero(depth == d)
         np.add.at(device_total, parent[at], device_total[at])
 
-    paths = _paths(names.to_numpy(dtype=object)[rows], parent, is_module, depth)
+    paths = _paths(ops["name"].iloc[rows].astype(str).to_numpy(dtype=object), parent, is_module, depth)
     calls = pd.DataFrame(
         {
             "path": paths[is_module],
@@ -79,11 +77,24 @@ def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFram
 
 
 def module_rows(ops: pd.DataFrame) -> np.ndarray:
-    """Whether each row is a module's frame (names read only for the Python frames)."""
+    """Whether each row is a module's frame, found a chunk of the table at a time (in a spill file when big)."""
+    return chunked(len(ops), bool, lambda at: _module_frames(ops.iloc[at]))
+
+
+def _module_frames(ops: pd.DataFrame) -> np.ndarray:
+    """Whether each row of a window of the ops is a module's frame (names read only for the Python frames)."""
     out = (ops["device"] == "cpu").to_numpy() & (ops["category"] == "python").to_numpy()
     frames = np.flatnonzero(out)
     out[frames] = ops["name"].iloc[frames].astype(str).str.startswith(MODULE_PREFIX).to_numpy()
     return out
+
+
+def _nodes(ops: pd.DataFrame, module: np.ndarray) -> np.ndarray:
+    """Whether each row of a window of the ops (`module`: its module frames) is a node of the module tree: a module
+    frame, a runtime call or a framework op, on the host."""
+    category = ops["category"]
+    on_thread = module | (category == "runtime").to_numpy() | category.isin(FRAMEWORK_CATEGORIES).to_numpy()
+    return (ops["device"] == "cpu").to_numpy() & on_thread
 
 
 def _launched_ns(ops: pd.DataFrame, launched: Launches) -> np.ndarray:

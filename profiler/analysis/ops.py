@@ -19,7 +19,7 @@ from profiler.analysis.launches import DeviceTimes, Launches, device_times, fram
 from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_SHAPE_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import group_rows, merged_groups
 from profiler.model import NOT_WORK_CATEGORIES
-from profiler.spill import drop_resident
+from profiler.spill import chunked, drop_resident
 
 #: Rows of the ops table an op table is summed over at a time (a window's copies: ~25 MB at most).
 OP_WINDOW_ROWS = 1 << 18
@@ -58,18 +58,32 @@ def op_windows(
         drop_resident()
 
 
-def op_rows(ops: pd.DataFrame, columns: list[str], rows: np.ndarray, window_rows: int = OP_WINDOW_ROWS) -> pd.DataFrame:
-    """ops[columns].iloc[rows] (`rows` ascending), gathered a window of the table at a time (`op_windows`): a big
-    import's spilled columns are read with one window's pages resident, not the whole columns' (a row filter of
-    the whole table would also copy every column)."""
-    edges = np.searchsorted(rows, np.arange(0, len(ops) + window_rows, window_rows))
-    parts = [
-        window[columns].iloc[rows[lo:hi] - start]
-        for (window, _), start, lo, hi in zip(
-            op_windows(ops, None, window_rows), range(0, len(ops), window_rows), edges[:-1], edges[1:]
-        )
-    ]
-    return pd.concat(parts) if len(parts) > 1 else parts[0] if parts else ops[columns].iloc[:0]
+def op_rows(ops: pd.DataFrame, columns: list[str], rows: np.ndarray, window_rows: Optional[int] = None) -> pd.DataFrame:
+    """ops[columns].iloc[rows], each column gathered on its own `window_rows` (default spill.CHUNK_ROWS) rows at a
+    time (`gathered_column`; the index too): into spill files when the run is spilled, with no whole-column
+    temporaries (a row filter of the whole table would copy every column, a concatenation of windows their codes)."""
+    return pd.DataFrame(
+        {column: gathered_column(ops[column], rows, window_rows) for column in columns},
+        index=_index_at(ops.index, rows, window_rows),
+        copy=False,
+    )
+
+
+def gathered_column(column: pd.Series, rows: np.ndarray, chunk: Optional[int] = None) -> np.ndarray | pd.Categorical:
+    """column.iloc[rows] (of a categorical, its codes), gathered `chunk` (default spill.CHUNK_ROWS) rows at a time
+    into a spill file when the run is spilled (the device findings' tables too)."""
+    coded = isinstance(column.dtype, pd.CategoricalDtype)
+    values = column.array.codes if coded else column.to_numpy()
+    out = chunked(len(rows), values.dtype, lambda at: values[rows[at]], chunk)
+    return pd.Categorical.from_codes(out, dtype=column.dtype) if coded else out
+
+
+def _index_at(index: pd.Index, rows: np.ndarray, chunk: Optional[int]) -> pd.Index:
+    """index[rows]: of a range (an op table's), its values computed `chunk` rows at a time (`chunked`)."""
+    if not isinstance(index, pd.RangeIndex):
+        return index[rows]
+    values = chunked(len(rows), np.int64, lambda at: index.start + index.step * rows[at].astype(np.int64), chunk)
+    return pd.Index(values, name=index.name, copy=False)
 
 
 @dataclass(frozen=True)
