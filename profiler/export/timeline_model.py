@@ -381,13 +381,9 @@ def _flow_lanes(
 
 def _texts_at(column: pd.Series, rows: np.ndarray, chunk_rows: int) -> tuple[np.ndarray, list[str]]:
     """The code (int32, spilled) of each of `rows` among the distinct texts (`str(value)`) of the column, and those
-    texts: from a categorical's codes a chunk at a time, without a text or a hash per row."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        codes, labels = np.asarray(column.cat.codes), [*column.cat.categories, np.nan]  # -1: missing
-    else:
-        codes, labels = pd.factorize(column.array.take(rows), use_na_sentinel=False)
-        rows = np.arange(len(rows))
-    text_codes, texts = pd.factorize(np.array([str(u) for u in labels], dtype=object))
+    texts: from the column's codes (`codes_and_labels`) a chunk at a time, without a text or a hash per row."""
+    codes, labels = codes_and_labels(column)
+    text_codes, texts = pd.factorize(np.array([str(u) for u in [*labels, np.nan]], dtype=object))  # -1: missing
     text_code = text_codes.astype(np.int32)
     return spill.chunked(len(rows), np.int32, lambda at: text_code[codes[rows[at]]], rows=chunk_rows), list(texts)
 

@@ -14,6 +14,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from profiler.spill import chunked
+
 #: Above this many key combinations the groups are found by np.unique (a sort) instead of counting.
 MAX_DENSE_KEYS = 1 << 24
 
@@ -73,16 +75,37 @@ def group_rows(*columns, max_dense_keys: int = MAX_DENSE_KEYS) -> Groups:
     return Groups(of_row, first_rows(of_row, len(size)), size)
 
 
-def codes_and_labels(column) -> tuple[np.ndarray, np.ndarray]:
-    """(integer code per row, the distinct values): free for categoricals, a hash pass otherwise."""
-    if isinstance(getattr(column, "dtype", None), pd.CategoricalDtype):
-        return np.asarray(column.cat.codes), np.asarray(column.cat.categories, dtype=object)
-    codes, uniques = pd.factorize(np.asarray(column), sort=False)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
-
-
-#: Rows of a column that is not categorical coded at a time by `text_matches` (a window's codes, not the column's).
+#: Rows of a column that is not categorical coded at a time (`codes_and_labels`, `text_matches`): a window's hash
+#: table and codes, not the column's.
 TEXT_WINDOW = 1 << 18
+
+
+def codes_and_labels(column) -> tuple[np.ndarray, np.ndarray]:
+    """(integer code per row, -1 where missing; the distinct values): a categorical's own codes (a view: pandas 3
+    copies a Series' `.cat.codes`, a big import's whole column), else numbered in first-seen order as
+    pd.factorize numbers them, TEXT_WINDOW rows at a time into a spill file (`_factorized`)."""
+    if isinstance(getattr(column, "dtype", None), pd.CategoricalDtype):
+        categorical = column.array if isinstance(column, (pd.Series, pd.Index)) else column
+        return categorical.codes, np.asarray(categorical.categories, dtype=object)
+    return _factorized(column)
+
+
+def _factorized(column) -> tuple[np.ndarray, np.ndarray]:
+    """pd.factorize(column) (codes int64, spilled when more than a window; the distinct values as objects), a window
+    of rows at a time, each window's distinct values numbered from a dict of the values met in the windows before it."""
+    rows = column.iloc if isinstance(column, pd.Series) else np.asarray(column)
+    code_of: dict[Any, int] = {}  # each distinct value's code, in first-seen order
+
+    def window_codes(at: slice) -> np.ndarray:
+        codes, uniques = pd.factorize(np.asarray(rows[at]), sort=False)
+        number = [code_of.setdefault(value, len(code_of)) for value in uniques.tolist()]
+        return np.array([*number, -1], dtype=np.int64)[codes]  # a missing value's -1 stays -1
+
+    whole = slice(0, len(column))  # one window (a window's rows, often): its codes as they are, no spill file
+    codes = (
+        window_codes(whole) if len(column) <= TEXT_WINDOW else chunked(len(column), np.int64, window_codes, TEXT_WINDOW)
+    )
+    return codes, np.fromiter(code_of, dtype=object, count=len(code_of))
 
 
 def text_matches(column, predicate: Callable[[str], Any]) -> np.ndarray:
