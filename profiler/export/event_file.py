@@ -302,10 +302,13 @@ FlowHeads = dict[int, np.ndarray]
 
 
 def _flow_heads(flows: FlowPoints) -> FlowHeads:
-    """The flow points' heads, one per phase and lane: an `s` per launching lane, then an `f` per device lane."""
+    """The flow points' heads, one per phase and lane: an `s` per launching lane, then an `f` per device lane. The
+    lanes used are counted a chunk of points at a time (bincount casts its input: 8 B per launch at once)."""
     out, count = {}, 0
     for letter, of_point in ((ord("s"), flows.host_lane), (ord("f"), flows.device_lane)):
-        used = np.bincount(of_point, minlength=len(flows.lanes)) > 0
+        used = np.zeros(len(flows.lanes), dtype=bool)
+        for at in spill.chunks(len(of_point)):
+            used |= np.bincount(of_point[at], minlength=len(flows.lanes)) > 0
         out[letter] = np.where(used, np.cumsum(used) - 1 + count, -1)
         count += int(used.sum())
     return out

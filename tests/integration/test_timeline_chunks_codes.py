@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profiler import spill
 from profiler.analysis.kernels import kernel_table
 from profiler.analysis.launches import launches
 from profiler.analysis.ops import op_detail_table, op_shape_table, op_type_table
 from profiler.analysis.steps import ensure_steps
+from profiler.export.event_file import write_run_events
 from profiler.export.timeline_model import timeline_events
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels import grouping
@@ -75,3 +77,16 @@ def test_kernel_and_op_tables_of_text_coded_in_windows_are_the_categoricals(capt
         for table, want in zip(tables, expected):
             pd.testing.assert_frame_equal(table(text.ops, launched, window_rows=4099), want, check_dtype=False)
     assert len(expected[1]) > 10
+
+
+@pytest.mark.parametrize("capture", ["nccl_data", "alexnet"])
+def test_an_event_file_whose_flow_heads_are_counted_in_chunks_is_the_same_bytes(
+    captures, capture, tmp_path, monkeypatch
+):
+    """event_file._flow_heads counts the lanes each flow phase uses a chunk of points at a time: with chunks of 7
+    points the event file is the same bytes as with one chunk."""
+    run = ensure_steps(read_kineto_trace(captures / "kineto" / f"{capture}.json.gz"))
+    assert len(timeline_events(run).flows.host_lane) > 7  # launches to flow from, over several chunks
+    whole = write_run_events(run, tmp_path / "whole.arrow").read_bytes()
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 7)
+    assert write_run_events(run, tmp_path / "chunks.arrow").read_bytes() == whole
