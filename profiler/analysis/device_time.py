@@ -39,7 +39,7 @@ from profiler.analysis.ops import gathered_column, op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
 from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import RunningUnion, WindowCoverage, covered_ns, in_order, start_ordered, union
-from profiler.kernels.nesting import enclosing_parents, positions_where
+from profiler.kernels.nesting import enclosing_parents, positions_passing
 from profiler.model import DEVICE_WORK_CATEGORIES, op_times
 from profiler.spill import chunked, chunks, gathered
 
@@ -113,14 +113,10 @@ def _device_executions(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _device_work_rows(ops: pd.DataFrame) -> np.ndarray:
     """The rows of device work (off the host, in DEVICE_WORK_CATEGORIES), found a chunk of the table at a time
-    (`positions_where`: int32 below 2**31 ops, in a spill file when big)."""
+    (`positions_passing`: int32 below 2**31 ops, in a spill file when big)."""
     device, category = ops["device"], ops["category"]
-    return positions_where(
-        chunked(
-            len(ops),
-            bool,
-            lambda at: (device.iloc[at] != "cpu").to_numpy() & is_in(category.iloc[at], DEVICE_WORK_CATEGORIES),
-        )
+    return positions_passing(
+        len(ops), lambda at: (device.iloc[at] != "cpu").to_numpy() & is_in(category.iloc[at], DEVICE_WORK_CATEGORIES)
     )
 
 
@@ -167,7 +163,7 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
     category kept), its columns found and gathered a chunk at a time into spill files when the run is spilled: the
     idle gaps of a big run read them whole."""
     category = ops["category"]
-    rows = positions_where(chunked(len(ops), bool, lambda at: (category.iloc[at] == "runtime").to_numpy()))
+    rows = positions_passing(len(ops), lambda at: (category.iloc[at] == "runtime").to_numpy())
     name, corr = gathered_column(ops["name"], rows), gathered_column(ops["correlation"], rows)
     start, end = op_times(ops, rows)
     ex_corr, ex_category, ex_name = ex["correlation"].to_numpy(np.int64), ex["category"], ex["name"]
@@ -195,7 +191,7 @@ def _runtime_calls(ops: pd.DataFrame, ex: pd.DataFrame) -> pd.DataFrame:
 def _sorted_where(values: np.ndarray, keep: Callable[[slice], np.ndarray]) -> np.ndarray:
     """The values at the positions where `keep(positions)` holds, sorted: found and gathered a chunk at a time,
     sorted in place (in a spill file when big)."""
-    kept = gathered(values, positions_where(chunked(len(values), bool, keep)))
+    kept = gathered(values, positions_passing(len(values), keep))
     kept.sort()
     return kept
 
@@ -355,7 +351,7 @@ def _launch_lookup(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The runtime calls' recorded correlation ids in order (stable), with their calls' starts: `_launch_time`'s
     table, made once, in spill files when the run is spilled."""
     ids, starts = (calls[c].to_numpy(np.int64) for c in ("correlation", "start_ns"))
-    kept = positions_where(chunked(len(ids), bool, lambda at: ids[at] >= 0))
+    kept = positions_passing(len(ids), lambda at: ids[at] >= 0)
     ordered = gathered(ids, kept)
     if not in_order(ordered):  # calls are in start order: their ids mostly too
         kept = kept[np.argsort(ordered, kind="stable")]
@@ -376,7 +372,7 @@ def _sync_shadows(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each synchronising call, from its start to the next launch after it returns: the time the
     device runs dry because the host waited for it (the call's end when nothing is launched later)."""
     kind, start = calls["kind"].array.codes, calls["start_ns"].to_numpy(np.int64)
-    sync = positions_where(chunked(len(kind), bool, lambda at: kind[at] == CALL_KINDS.index("sync")))
+    sync = positions_passing(len(kind), lambda at: kind[at] == CALL_KINDS.index("sync"))
     s, e = start[sync], calls["end_ns"].to_numpy(np.int64)[sync]
     launches = _sorted_where(start, lambda at: kind[at] == CALL_KINDS.index("launch"))
     if len(launches) == 0:

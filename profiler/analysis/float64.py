@@ -14,7 +14,7 @@ import pandas as pd
 
 from profiler import spill
 from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import by_depth, enclosing_parents, positions_where
+from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing
 from profiler.model import FLOAT64_MODULE_SPAN, op_times
 
 #: Names of dtype conversion ops, in every framework (the Cast op family of findings/operators.py;
@@ -50,7 +50,7 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     holding = np.zeros(max(int(lane[at].max()) for at in spill.chunks(n)) + 1, dtype=bool)
     for at in spill.chunks(n):
         holding[lane[at][own[at]]] = True
-    on = positions_where(spill.chunked(n, bool, lambda at: holding[lane[at]]))
+    on = positions_passing(n, lambda at: holding[lane[at]])
     own, cast = spill.gathered(own, on), spill.gathered(cast, on)
     parent = _lane_nesting(ops, lane, on)
     levels = by_depth(parent)
@@ -163,5 +163,5 @@ def _lane_ops(ops: pd.DataFrame, stream: str) -> tuple[np.ndarray, np.ndarray, n
     start and end: found from the column's codes a chunk of ops at a time, spilled when big."""
     codes, labels = codes_and_labels(ops["stream"])
     named = np.array([str(label) == stream for label in labels.tolist()] + [stream == "nan"], dtype=bool)
-    rows = positions_where(spill.chunked(len(ops), bool, lambda at: named[codes[at]]))
+    rows = positions_passing(len(ops), lambda at: named[codes[at]])
     return (rows, *op_times(ops, rows))

@@ -32,7 +32,7 @@ from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import RunningUnion, in_order, start_ordered
-from profiler.kernels.nesting import positions_where
+from profiler.kernels.nesting import positions_passing
 from profiler.model import op_times
 from profiler.spill import chunked, chunks, drop_resident, empty, gathered
 
@@ -43,7 +43,7 @@ SUMMARY_CHUNK = 1 << 16
 def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per device with kernels: `device` and GPU_SUMMARY_COLUMNS. The kernels' rows, names and devices are
     read a chunk at a time (in spill files when the run is spilled): no whole-table temporaries."""
-    rows = positions_where(chunked(len(ops), bool, lambda at: kernel_rows(ops.iloc[at])))
+    rows = positions_passing(len(ops), lambda at: kernel_rows(ops.iloc[at]))
     if rows.size == 0 or steps.empty:
         return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
@@ -62,7 +62,7 @@ def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFram
 
 def _of_code(codes: np.ndarray, code: int, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
     """The values of `columns` where `codes` is `code`, gathered a chunk at a time (into spill files when big)."""
-    at = positions_where(chunked(len(codes), bool, lambda c: codes[c] == code))
+    at = positions_passing(len(codes), lambda c: codes[c] == code)
     return tuple(gathered(column, at) for column in columns)
 
 

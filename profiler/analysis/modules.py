@@ -19,7 +19,7 @@ import pandas as pd
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches, sums_by
 from profiler.formats.columns import MODULE_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_where
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing
 from profiler.spill import chunked, gathered
 
 #: How Kineto names a module's frame: this prefix, the class name and the instance's number.
@@ -32,7 +32,7 @@ def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFram
     module = module_rows(ops)
     if not module.any():
         return pd.DataFrame(columns=MODULE_COLUMNS)
-    rows = positions_where(chunked(len(ops), bool, lambda at: _nodes(ops.iloc[at], module[at])))
+    rows = positions_passing(len(ops), lambda at: _nodes(ops.iloc[at], module[at]))
     lane, _ = codes_and_labels(ops["stream"].iloc[rows])
     start = gathered(ops["start_ns"].to_numpy(), rows)
     dur = gathered(ops["dur_ns"].to_numpy(), rows)

@@ -16,12 +16,11 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from profiler import spill
 from profiler.analysis.device_time import busy_in_windows, comm_in_windows
 from profiler.analysis.ops import op_windows
 from profiler.formats.columns import DEVICE_BUSY, DEVICE_IDLE, STEP_TRACE_COLUMNS
 from profiler.kernels.intervals import assign_steps, covered_ns, union
-from profiler.kernels.nesting import positions_where
+from profiler.kernels.nesting import positions_passing
 from profiler.model import op_times
 
 GAP_PHASES = ("data",)  # host work that belongs to the iteration gap
@@ -240,9 +239,7 @@ def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray,
     """All-reduce phases and communication ops, as intervals (the comm ops found a chunk of rows at a time)."""
     ar = spans[(spans["kind"] == "phase") & (spans["name"] == "all_reduce")]
     category = ops["category"]
-    comm_s, comm_e = op_times(
-        ops, positions_where(spill.chunked(len(ops), bool, lambda at: (category.iloc[at] == "comm").to_numpy()))
-    )
+    comm_s, comm_e = op_times(ops, positions_passing(len(ops), lambda at: (category.iloc[at] == "comm").to_numpy()))
     s = np.concatenate([ar["start_ns"].to_numpy(), comm_s])
     e = np.concatenate([(ar["start_ns"] + ar["dur_ns"]).to_numpy(), comm_e])
     return s.astype(np.int64), e.astype(np.int64)

@@ -19,7 +19,7 @@ import pandas as pd
 from profiler import spill
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import assign_steps
-from profiler.kernels.nesting import ascending, position_dtype, positions_where
+from profiler.kernels.nesting import ascending, position_dtype, positions_passing
 from profiler.model import Run
 
 STEP_TID = 1_000_000  # the lane that shows steps on the host process
@@ -286,7 +286,7 @@ def flow_points(run: Run, lanes: Lanes, chunk_rows: int = CHUNK_ROWS) -> FlowPoi
     if not ascending(host, rows=chunk_rows):  # ids that do not ascend along the rows: back to row order
         in_rows = np.argsort(host)
         flow_id, host, device = flow_id[in_rows], host[in_rows], device[in_rows]
-    launched = positions_where(spill.chunked(len(device), bool, lambda at: device[at] >= 0, rows=chunk_rows))
+    launched = positions_passing(len(device), lambda at: device[at] >= 0, chunk_rows)
     host, flow_id, device = (spill.gathered(values, launched) for values in (host, flow_id, device))
     host_lane, device_lane, met = _flow_lanes(ops, host, device, lanes, chunk_rows)
     start, step = ops["start_ns"].to_numpy(), ops["step"].to_numpy()
@@ -338,11 +338,7 @@ def _flow_ends(ops: pd.DataFrame, chunk_rows: int) -> tuple[np.ndarray, np.ndarr
     correlation = ops["correlation"].to_numpy()
 
     def rows_where(cpu: bool) -> np.ndarray:
-        return positions_where(
-            spill.chunked(
-                len(ops), bool, lambda at: (correlation[at] >= 0) & (on_host[codes[at]] == cpu), rows=chunk_rows
-            )
-        )
+        return positions_passing(len(ops), lambda at: (correlation[at] >= 0) & (on_host[codes[at]] == cpu), chunk_rows)
 
     return rows_where(True), rows_where(False)
 

@@ -8,6 +8,7 @@ vectorised numpy reference below; both give identical results (tests/unit/test_c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -308,6 +309,12 @@ def positions_where(mask: np.ndarray) -> np.ndarray:
         done += len(rows)
         spill.drop_resident()
     return out
+
+
+def positions_passing(n: int, test: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
+    """The positions 0..n-1 where `test(chunk)` (a bool per position of the chunk) holds, as `positions_where`
+    gives them: the mask made `rows` (default spill.CHUNK_ROWS) positions at a time into a spill file when big."""
+    return positions_where(spill.chunked(n, bool, test, rows))
 
 
 def ascending(values: np.ndarray, strictly: bool = False, rows: Optional[int] = None) -> bool:

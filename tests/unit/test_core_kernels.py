@@ -423,10 +423,14 @@ def test_counting_order_is_the_stable_argsort(seed, small_chunks) -> None:
         np.testing.assert_array_equal(bounds, np.searchsorted(np.sort(key), np.arange(low, low + size + 1)))
 
 
-def test_positions_where_and_ascending_read_chunks(small_chunks) -> None:
+def test_positions_where_passing_and_ascending_read_chunks(small_chunks) -> None:
     rng = np.random.default_rng(1)
     for mask in (rng.random(100) < 0.3, np.zeros(30, dtype=bool), np.ones(15, dtype=bool)):
         np.testing.assert_array_equal(nesting.positions_where(mask), np.flatnonzero(mask))
+        for rows in (None, 7):  # the mask's chunks at the default size and at another
+            np.testing.assert_array_equal(
+                nesting.positions_passing(len(mask), mask.__getitem__, rows), np.flatnonzero(mask)
+            )
     values = np.sort(rng.integers(0, 50, 100))
     assert nesting.ascending(values) and nesting.ascending(values[:0])
     for at in (1, 7, 8, 99):  # a step down inside a chunk and at its edge

@@ -17,7 +17,7 @@ from profiler import spill
 from profiler.analysis.findings.base import CAST_OP_NAME, Context, Finding, Question, Rule, StepWindow, Threshold
 from profiler.analysis.stakes import precision_detour_win
 from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import positions_where
+from profiler.kernels.nesting import positions_passing
 
 THRESHOLDS = {
     "precision_waste_pct": Threshold(
@@ -60,7 +60,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     self_ms = spill.chunked(len(rows), np.float64, lambda at: self_ns[rows[at]].astype(np.float64) / 1e6 / n)
     rank, names = _name_ranks(ops["name"], rows)
     is_cast = np.array([bool(CAST_OP_NAME.search(name)) for name in names], dtype=bool)
-    cast = positions_where(spill.chunked(len(rows), bool, lambda at: is_cast[rank[at]]))
+    cast = positions_passing(len(rows), lambda at: is_cast[rank[at]])
     stake, cast_ms = float(self_ms.sum()), float(spill.gathered(self_ms, cast).sum())
     by_name = pd.Series(self_ms, copy=False).groupby(rank).sum()  # each name's sum in row order, as by its text
     top = by_name.set_axis(np.asarray(names, dtype=object)[by_name.index.to_numpy()]).sort_values(ascending=False)[:4]
@@ -87,7 +87,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
 def _charged_rows(float64: np.ndarray, step: np.ndarray, captured: np.ndarray) -> np.ndarray:
     """The rows of the ops a float64 detour charges in the captured steps: a chunk of ops at a time (spilled when
     big; a whole-table mask and the charged rows' every column were the report's biggest allocations)."""
-    return positions_where(spill.chunked(len(step), bool, lambda at: float64[at] & np.isin(step[at], captured)))
+    return positions_passing(len(step), lambda at: float64[at] & np.isin(step[at], captured))
 
 
 def _name_ranks(names: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
