@@ -712,25 +712,34 @@ def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, cl
 def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
     """User annotations (record_function ranges) other than ProfilerStep, in start order (kind: `_span_kind`), with
     their nesting depth among the annotations of their thread. Keeps end_ns and the phase they
-    mark (`_phase_of`) for the step phase bounds."""
-    tid = thread_of[rows]
-    start = clock.ns(cols.ts_us[rows])
-    end = start + clock.dur_ns(cols.dur_us[rows])
-    return pd.DataFrame(
-        {
-            "tid": tid,
-            "kind": cols.cat[rows].map(_span_kind),
-            "name": cols.name[rows].decoded(),
-            "start_ns": start,
-            "dur_ns": end - start,
-            "depth": nesting_depths(enclosing_parents(tid, start, end)),
-            "end_ns": end,
-            "phase": combine(cols.name[rows], cols.cat[rows]).map(
-                lambda pair: _phase_of(pair[0], pair[1] == "user_annotation")
-            ),
-        },
-        columns=[*SPAN_COLUMNS, "end_ns", "phase"],
-    ).sort_values("start_ns", kind="stable", ignore_index=True)
+    mark (`_phase_of`) for the step phase bounds.
+
+    A trace holds annotations in proportion to its ops, and the run keeps them to the end of the analysis: their
+    numbers are made and put in start order a chunk at a time into spilled arrays (spill.chunked), not held in
+    memory. Only the start order itself (an int64 per annotation) is made whole."""
+    n = len(rows)
+    tid = spill.chunked(n, np.int64, lambda at: thread_of[rows[at]])
+    start = spill.chunked(n, np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]))
+    end = spill.chunked(n, np.int64, lambda at: start[at] + clock.dur_ns(cols.dur_us[rows[at]]))
+    depth = nesting_depths(enclosing_parents(tid, start, end))
+    order = spill.spilled(np.argsort(start, kind="stable"))
+    texts = {
+        "kind": cols.cat[rows].mapped(_span_kind),
+        "name": cols.name[rows],
+        "phase": combine(cols.name[rows], cols.cat[rows]).mapped(
+            lambda pair: _phase_of(pair[0], pair[1] == "user_annotation")
+        ),
+    }
+    numbers = {"tid": tid, "start_ns": start, "dur_ns": None, "depth": depth, "end_ns": end}
+    columns = {}
+    for column in [*SPAN_COLUMNS, "end_ns", "phase"]:
+        if column == "dur_ns":
+            columns[column] = spill.chunked(n, np.int64, lambda at: end[order[at]] - start[order[at]])
+        elif column in numbers:
+            columns[column] = spill.gathered(numbers[column], order)
+        else:
+            columns[column] = texts[column][order].decoded()
+    return pd.DataFrame(columns, copy=False)
 
 
 def _span_kind(cat: Any) -> str:
