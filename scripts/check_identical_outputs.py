@@ -9,7 +9,8 @@ Inputs are made once, by the baseline's code (the raw store format is shared):
   * a PyTorch loop with attach(), torch.profiler op capture and a gloo collective (world size 1);
   * the reference Ascend-style device (sample_runs/ascend_reference_device.py, feed mode);
   * the real captures (tests/data): every Kineto trace, the Ascend JOB3 directory
-    (profview and MindSpore formats), the MindSpore 2.x CPU directory.
+    (profview and MindSpore formats), the MindSpore 2.x CPU directory; and torch.profiler's traces of
+    the recorded views loop (tests/data/recorded/views: memory events, module and Python frames).
 Each tree then runs `profview analyse`, the importers, `profview DIR -o report.html` (the build
 time stamp in the footer is masked), `--summary` and `compare`, and the outputs are compared.
 Exit status 1 when any file differs or exists on one side only.
@@ -30,6 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: the real captures kept in the repository (tests/data, see its README)
 CAPTURES = ROOT / "tests" / "data"
+#: torch.profiler's own traces of a recorded loop with profile_memory, with_modules and with_stack (memory
+#: events, module and Python frames: paths the real GPU captures do not take), imported like them
+TORCH_VIEWS_TRACES = sorted((CAPTURES / "recorded" / "views").glob("*/raw/*-torch-*.json.gz"))
 
 RECORD_EVENTS = r"""
 import sys, threading
@@ -131,7 +135,7 @@ def outputs_of(tree: Path, inputs: Path, out: Path) -> None:
     for directory in recordings:
         run(cli + ["analyse", str(directory)], tree)
     imported = out / "imported"
-    for trace in sorted((CAPTURES / "kineto").glob("*.json.gz")):
+    for trace in [*sorted((CAPTURES / "kineto").glob("*.json.gz")), *TORCH_VIEWS_TRACES]:
         run(cli + ["import-kineto", str(trace), "-o", str(imported / trace.name.split(".")[0])], tree)
     run(
         cli + ["import-ascend", str(CAPTURES / "ascend" / "JOB3"), "-o", str(imported / "JOB3"), "--format", "both"],

@@ -351,8 +351,10 @@ class Coded:
         return cls.concat(*[make(at) for at in chunks]) if len(chunks) > 1 else make(slice(0, n))
 
     def _deduplicated(self) -> Coded:
+        """The same column with each value once; the codes recoded a chunk at a time into a spill file when big (a
+        big trace's host ops are millions of rows: their whole new codes stayed in memory while the ops were read)."""
         remap, uniques = pd.factorize(_object_array(self.values), use_na_sentinel=False)
-        return Coded(remap.astype(CODES)[self.codes], list(uniques))
+        return Coded(spill.gathered(remap.astype(CODES), self.codes), list(uniques))
 
     def map(self, func: Callable[[Any], Any], dtype: Any = object) -> np.ndarray:
         """func(value) for every row, computed once per distinct value."""
