@@ -141,6 +141,11 @@ def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndar
     return chunked(len(rows), values.dtype if dtype is None else dtype, lambda at: values[rows[at]])
 
 
+def taken(values: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:
+    """values[rows]: a slice's view, or the positions gathered a chunk at a time (`gathered`: spilled when big)."""
+    return values[rows] if isinstance(rows, slice) else gathered(values, rows)
+
+
 def spilled(values: np.ndarray) -> np.ndarray:
     """`values` copied into a spill file when spilling and big enough (else `values` itself)."""
     if values.ndim != 1 or values.dtype.hasobject:

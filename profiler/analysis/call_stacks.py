@@ -11,41 +11,100 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.analysis.launches import DeviceTimes, Launches, framework_ops
-from profiler.analysis.ops import op_launches, op_table, op_totals
+from profiler.analysis.ops import OP_WINDOW_ROWS, gathered_column, op_launches, op_rows, op_table, summed_totals
 from profiler.formats.columns import OP_STACK_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
-from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing, positions_where
 
 #: How the frames of a stack are joined in the `stack` column, outermost first.
 FRAME_SEPARATOR = " > "
 
 
-def call_stacks(ops: pd.DataFrame) -> np.ndarray:
+def call_stacks(ops: pd.DataFrame) -> pd.Categorical:
     """Per row: the Python frames enclosing it on its thread, outermost first, joined by FRAME_SEPARATOR
-    ("" for rows outside every frame, and for rows that are not on the host)."""
-    host = np.flatnonzero((ops["device"] == "cpu").to_numpy())
-    out = np.full(len(ops), "", dtype=object)
-    python = (ops["category"] == "python").to_numpy()[host]
-    if not python.any():
-        return out
-    lane, _ = codes_and_labels(ops["stream"].iloc[host])
-    start = ops["start_ns"].to_numpy(np.int64)[host]
-    parent = enclosing_parents(lane, start, start + ops["dur_ns"].to_numpy(np.int64)[host])
-    depth = nesting_depths(parent)
-    names = ops["name"].astype(str).to_numpy(dtype=object)[host]
-    inside = np.full(len(host), "", dtype=object)  # the stack a row's children are in
-    own = np.full(len(host), "", dtype=object)
-    for d in range(int(depth.max(initial=0)) + 1):  # parents before children
-        rows = np.flatnonzero(depth == d)
-        above = np.where(parent[rows] >= 0, inside[np.maximum(parent[rows], 0)], "")
+    ("" for rows outside every frame, and for rows that are not on the host), as a categorical.
+
+    A trace recorded with_stack holds a frame event for every Python call, millions in a big one, but few distinct
+    stacks (its code paths): each row keeps a code of its stack (`_Stacks`), made a chunk of rows at a time into
+    spill files when big, and each distinct stack is joined into text once. A text per row (a stack's every frame
+    name again, per row) took ~6 GB for a 0.5 GB trace."""
+    n = len(ops)
+    stacks = _Stacks(ops["name"])
+    codes = spill.chunked(n, np.int32, lambda at: np.zeros(at.stop - at.start, dtype=np.int32))
+    device, category = ops["device"], ops["category"]
+    host = positions_passing(n, lambda at: (device.iloc[at] == "cpu").to_numpy())
+    python = spill.chunked(len(host), bool, lambda at: (category.iloc[host[at]] == "python").to_numpy())
+    if len(host) and any(python[at].any() for at in spill.chunks(len(host))):
+        own = _own_stacks(ops, host, python, stacks)
+        for at in spill.chunks(len(host)):
+            codes[host[at]] = own[at]
+    return stacks.categorical(codes)
+
+
+def _own_stacks(ops: pd.DataFrame, host: np.ndarray, python: np.ndarray, stacks: _Stacks) -> np.ndarray:
+    """Per host row (`host`: their rows in `ops`; `python`: whether each is a frame), the code of the stack of frames
+    around it: its parent's stack, and a frame's children's stack that one with the frame added. Parents before
+    children (`by_depth`), a chunk of rows of one depth at a time."""
+    lane, _ = codes_and_labels(gathered_column(ops["stream"], host))
+    start_ns, dur_ns = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
+    start = spill.gathered(start_ns, host)
+    end = spill.chunked(len(host), np.int64, lambda at: start[at] + dur_ns[host[at]])
+    parent = enclosing_parents(lane, start, end)
+    del lane
+    own = spill.chunked(len(host), np.int32, lambda at: np.zeros(at.stop - at.start, dtype=np.int32))
+    inside = spill.empty(len(host), np.int32)  # the stack a row's children are in
+    for at in spill.chunks(len(host)):  # the roots: under no frame (the others are done below, by depth)
+        inside[at] = stacks.entered(own[at], host[at], python[at] & (parent[at] < 0))
+    for rows in by_depth(parent):
+        above = inside[parent[rows]]
         own[rows] = above
-        frames = rows[python[rows]]
-        joined = [f"{a}{FRAME_SEPARATOR}{n}" if a else n for a, n in zip(own[frames], names[frames])]
-        inside[rows] = above
-        inside[frames] = np.array(joined, dtype=object)
-    out[host] = own
-    return out
+        inside[rows] = stacks.entered(above, host[rows], python[rows])
+    return own
+
+
+class _Stacks:
+    """The distinct call stacks met, numbered as met: code 0 is no frame (""), and each other is a (stack, frame
+    name) pair, its text the stack's text and the name joined by FRAME_SEPARATOR."""
+
+    def __init__(self, names: pd.Series) -> None:
+        self._name_codes, labels = codes_and_labels(names)
+        self._names = [*labels.astype(str).tolist(), "nan"]  # a missing name (code -1) reads "nan", as astype(str)
+        self._code_of: dict[tuple[int, int], int] = {}
+        self.texts = [""]
+
+    def entered(self, above: np.ndarray, rows: np.ndarray, frame: np.ndarray) -> np.ndarray:
+        """The stacks the children of `rows` of the ops table are in: `above` (the rows' own stack codes), with the
+        row's name added where the row is a frame (`frame`)."""
+        out = above.copy()
+        if frame.any():
+            width = len(self._names)  # a (stack, name) pair as one number: stack * width + name code + 1
+            pairs = above[frame].astype(np.int64) * width + self._name_codes[rows[frame]].astype(np.int64) + 1
+            distinct, of_row = np.unique(pairs, return_inverse=True)
+            found = [self._code(pair // width, pair % width - 1) for pair in distinct.tolist()]
+            out[frame] = np.array(found, dtype=np.int32)[of_row]
+        return out
+
+    def _code(self, above: int, name: int) -> int:
+        code = self._code_of.get((above, name))
+        if code is None:
+            text, frame = self.texts[above], self._names[name]
+            code = self._code_of[(above, name)] = len(self.texts)
+            self.texts.append(f"{text}{FRAME_SEPARATOR}{frame}" if text else frame)
+        return code
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        """The rows' stacks (`codes`) as a categorical of their texts (two stacks of one text, possible when a frame
+        name holds the separator, are one category), its codes in pandas' own type for that many categories (which
+        it would copy them into) recoded a chunk at a time (spill.chunked)."""
+        recode, texts = pd.factorize(np.array(self.texts, dtype=object))
+        categories = pd.Index(texts, dtype=object)
+        dtype = pd.Categorical.from_codes([], categories=categories).codes.dtype
+        if len(texts) < len(self.texts) or codes.dtype != dtype:
+            recode = recode.astype(dtype)
+            codes = spill.chunked(len(codes), dtype, lambda at: recode[codes[at]])
+        return pd.Categorical.from_codes(codes, categories=categories)
 
 
 def has_python_frames(ops: pd.DataFrame) -> bool:
@@ -58,20 +117,25 @@ def has_python_frames(ops: pd.DataFrame) -> bool:
 
 
 def op_stack_table(
-    ops: pd.DataFrame, launched: Optional[Launches] = None, times: Optional[DeviceTimes] = None
+    ops: pd.DataFrame,
+    launched: Optional[Launches] = None,
+    times: Optional[DeviceTimes] = None,
+    window_rows: int = OP_WINDOW_ROWS,
 ) -> pd.DataFrame:
     """Per device, framework op name and call stack (OP_STACK_COLUMNS): count, host and device times.
-    Empty when the trace recorded no Python frames."""
+    Empty when the trace recorded no Python frames. The framework ops' columns are gathered a chunk at a time
+    (`op_rows`) and summed `window_rows` rows at a time (`summed_totals`)."""
     if not has_python_frames(ops):
         return pd.DataFrame(columns=OP_STACK_COLUMNS)
     stacks = call_stacks(ops)
-    framework = framework_ops(ops)
-    if not (stacks[framework] != "").any():
+    rows = positions_where(framework_ops(ops))
+    empty = stacks.categories.get_loc("")  # rows outside every frame
+    if not any((stacks.codes[rows[at]] != empty).any() for at in spill.chunks(len(rows))):
         return pd.DataFrame(columns=OP_STACK_COLUMNS)
-    rows = np.flatnonzero(framework)
-    chosen = ops.iloc[rows].assign(stack=stacks[rows])
-    figures = op_launches(ops, launched, times)
-    totals = op_totals(
-        chosen, None if figures is None else figures.take(rows), ["device", "name", "stack"], ["op_type", "category"]
+    keys, labels = ["device", "name", "stack"], ["op_type", "category"]
+    chosen = op_rows(ops, ["device", "name", "op_type", "category", "dur_ns", "self_ns"], rows).assign(
+        stack=pd.Categorical.from_codes(spill.gathered(stacks.codes, rows), dtype=stacks.dtype)
     )
+    figures = op_launches(ops, launched, times)
+    totals = summed_totals(chosen, None if figures is None else figures.take(rows), window_rows, keys, labels)
     return op_table(totals, OP_STACK_COLUMNS, ["device", "total_ms", "name"])

@@ -32,8 +32,9 @@ class _RowArrays:
     """A dataclass of arrays, one value per row of the ops table."""
 
     def take(self, rows: slice | np.ndarray) -> Self:
-        """The figures of some rows of the ops table (a window, a selection), in their order."""
-        return type(self)(**{name: values[rows] for name, values in vars(self).items()})
+        """The figures of some rows of the ops table (a window, a selection), in their order (a selection gathered a
+        chunk at a time: spill.taken)."""
+        return type(self)(**{name: spill.taken(values, rows) for name, values in vars(self).items()})
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from profiler.analysis.launches import DeviceTimes, Launches, device_times, fram
 from profiler.formats.columns import OP_DETAIL_COLUMNS, OP_DEVICE_COLUMNS, OP_SHAPE_COLUMNS, OP_TYPE_COLUMNS
 from profiler.kernels.grouping import group_rows, merged_groups
 from profiler.model import NOT_WORK_CATEGORIES
-from profiler.spill import chunked, drop_resident
+from profiler.spill import chunked, drop_resident, taken
 
 #: Rows of the ops table an op table is summed over at a time (a window's copies: ~25 MB at most).
 OP_WINDOW_ROWS = 1 << 18
@@ -95,7 +95,7 @@ class OpLaunches:
     times: DeviceTimes
 
     def take(self, rows: slice | np.ndarray) -> OpLaunches:
-        return OpLaunches(self.tc_eligible[rows], self.times.take(rows))
+        return OpLaunches(taken(self.tc_eligible, rows), self.times.take(rows))
 
 
 def op_launches(
@@ -144,7 +144,7 @@ def merge_op_totals(parts: Sequence[Optional[pd.DataFrame]], keys: list[str]) ->
     return merged_groups(parts, keys, sums, ["min_ns"] if extremes else (), ["max_ns"] if extremes else ())
 
 
-def _summed(
+def summed_totals(
     ops: pd.DataFrame,
     launched: Optional[OpLaunches],
     window_rows: int,
@@ -165,7 +165,7 @@ def op_type_table(
 ) -> pd.DataFrame:
     """Count, total / self / average time and share of device self time, per device and op type (work
     ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
-    t = _summed(ops, op_launches(ops, launched, times), window_rows, ["device", "op_type"], ["category"])
+    t = summed_totals(ops, op_launches(ops, launched, times), window_rows, ["device", "op_type"], ["category"])
     if t is None:
         return pd.DataFrame(columns=OP_TYPE_COLUMNS)
     return op_table(t, OP_TYPE_COLUMNS, ["device", "total_ms", "op_type"])
@@ -180,7 +180,7 @@ def op_detail_table(
     """Per device and op name: type, count, total / self / avg / min / max time, share, shapes, scope
     (work ops only: `work_rows`); with `launched`, the device time of the framework ops' kernels."""
     figures = op_launches(ops, launched, times)
-    t = _summed(ops, figures, window_rows, ["device", "name"], ["op_type", "category"], extremes=True)
+    t = summed_totals(ops, figures, window_rows, ["device", "name"], ["op_type", "category"], extremes=True)
     if t is None:
         return pd.DataFrame(columns=OP_DETAIL_COLUMNS)
     t["min_ms"] = t["min_ns"] / 1e6
@@ -268,7 +268,7 @@ def op_shape_table(
     if not recorded:
         return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
     figures = op_launches(ops, launched, times)
-    t = _summed(ops, figures, window_rows, ["device", "name", "shapes"], ["op_type", "category"])
+    t = summed_totals(ops, figures, window_rows, ["device", "name", "shapes"], ["op_type", "category"])
     if t is None:
         return pd.DataFrame(columns=OP_SHAPE_COLUMNS)
     return op_table(t, OP_SHAPE_COLUMNS, ["device", "total_ms", "name"])
