@@ -157,7 +157,9 @@ def main() -> None:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--size-gb", type=float, help="JSON text of about this many GB (default 0.94)")
     size.add_argument("--events", type=int, help="about this many events instead")
-    parser.add_argument("--seed", default=SEED_TRACE.name, help="the capture in tests/data/kineto to replicate")
+    parser.add_argument(
+        "--seed", default=SEED_TRACE.name, help="the capture in tests/data/kineto to replicate, or the path of a trace"
+    )
     parser.add_argument("--gzip", action="store_true", help="write the trace as .json.gz")
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--cut", type=float, help="also import the file cut at this share of its bytes")

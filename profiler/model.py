@@ -169,6 +169,13 @@ def conform(df: pd.DataFrame | Mapping[str, Any], columns: dict[str, str]) -> pd
     return pd.DataFrame(out, columns=list(columns), copy=False)
 
 
+def with_columns(frame: pd.DataFrame, **columns: Any) -> pd.DataFrame:
+    """`frame` with `columns` set (replaced in place, or added last), no column copied: pandas' assign and item
+    setting copy the new array, a whole column of a big run each (of a spilled one, into memory)."""
+    arrays = {name: frame[name].array for name in frame.columns}
+    return pd.DataFrame({**arrays, **columns}, index=frame.index, copy=False)
+
+
 def with_valid_text(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with every text value valid Unicode (formats.text.valid_text: lone surrogates escaped).
 

@@ -17,6 +17,7 @@ from profiler.analysis.ops import OP_WINDOW_ROWS, gathered_column, op_launches, 
 from profiler.formats.columns import OP_STACK_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing, positions_where
+from profiler.model import with_columns
 
 #: How the frames of a stack are joined in the `stack` column, outermost first.
 FRAME_SEPARATOR = " > "
@@ -133,8 +134,9 @@ def op_stack_table(
     if not any((stacks.codes[rows[at]] != empty).any() for at in spill.chunks(len(rows))):
         return pd.DataFrame(columns=OP_STACK_COLUMNS)
     keys, labels = ["device", "name", "stack"], ["op_type", "category"]
-    chosen = op_rows(ops, ["device", "name", "op_type", "category", "dur_ns", "self_ns"], rows).assign(
-        stack=pd.Categorical.from_codes(spill.gathered(stacks.codes, rows), dtype=stacks.dtype)
+    chosen = with_columns(
+        op_rows(ops, ["device", "name", "op_type", "category", "dur_ns", "self_ns"], rows),
+        stack=pd.Categorical.from_codes(spill.gathered(stacks.codes, rows), dtype=stacks.dtype),
     )
     figures = op_launches(ops, launched, times)
     totals = summed_totals(chosen, None if figures is None else figures.take(rows), window_rows, keys, labels)

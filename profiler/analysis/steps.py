@@ -22,7 +22,7 @@ from profiler.analysis.step_trace import GAP_PHASES
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.importers.registry import importer_for
 from profiler.kernels.intervals import assign_steps
-from profiler.model import NATIVE_ORIGIN, STEP_COLUMNS, Run, RunInfo, data_origin
+from profiler.model import NATIVE_ORIGIN, STEP_COLUMNS, Run, RunInfo, data_origin, with_columns
 
 #: Where a run's step boundaries come from (step_trace's step_source column).
 MARKED, INFERRED, WHOLE_RUN = "marked", "inferred", "whole_run"
@@ -649,7 +649,7 @@ def ensure_steps(run: Run) -> Run:
     run.info.setdefault("warnings", []).append(message)
     run.info["step_boundaries"] = inference.to_json()
     run.steps = steps
-    run.ops["step"] = assign_steps(run.ops["start_ns"].to_numpy(), run.steps)
+    run.ops = with_columns(run.ops, step=assign_steps(run.ops["start_ns"].to_numpy(), run.steps))
     return run
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.spill import chunks, drop_resident
+from profiler.spill import chunked, chunks, drop_resident
 
 #: Intervals merged at a time by `union` (its copies: ~10 B per interval of a chunk, not of the whole input).
 UNION_CHUNK = 1 << 18
@@ -155,11 +155,13 @@ def count_per_interval(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
 
 
 def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """The step whose [start, end) contains each time, -1 outside every step."""
+    """The step whose [start, end) contains each time, -1 outside every step; a chunk of times at a time into a spill
+    file when big (a step per op of a big run)."""
     if len(steps) == 0 or len(times) == 0:
         return np.full(len(times), -1, dtype=np.int64)
     st = steps.sort_values("start_ns", kind="stable")
-    return place(times, *(st[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")))
+    bounds = [st[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")]
+    return chunked(len(times), np.int64, lambda at: place(times[at], *bounds))
 
 
 def start_ordered(start: np.ndarray, rows: int) -> Iterator[np.ndarray]:
