@@ -128,7 +128,8 @@ def child_profview(path: str, out: str) -> dict:
             sys.exit("profview import-kineto failed")
     seconds = time.perf_counter() - t0
     report = json.loads(next(Path(out).glob("report_*.json")).read_text())
-    return {"seconds": seconds, "idle_pct": report["devices"][0]["idle_pct"], "steps": report["steps"]}
+    idle = report["devices"][0]["idle_pct"] if report["devices"] else None  # None: a CPU-only trace
+    return {"seconds": seconds, "idle_pct": idle, "steps": report["steps"]}
 
 
 def child_hta(trace_dir: str) -> dict:
@@ -213,10 +214,8 @@ def main() -> None:
 
 
 def _row(label: str, figures: dict) -> str:
-    return (
-        f"{label:<30} {figures['seconds']:8.1f} s  peak RSS {figures['peak_rss_mb']:8.0f} MB  "
-        f"device idle {figures['idle_pct']:.2f} %"
-    )
+    idle = "no device" if figures["idle_pct"] is None else f"device idle {figures['idle_pct']:.2f} %"
+    return f"{label:<30} {figures['seconds']:8.1f} s  peak RSS {figures['peak_rss_mb']:8.0f} MB  {idle}"
 
 
 if __name__ == "__main__":
