@@ -242,7 +242,6 @@ def test_the_native_watcher_bounds_the_pages_a_call_holding_the_gil_touches(tmp_
         assert (values[:: 1 << 9] == 0x0101010101010101).all()  # every value kept (one per page)
 
 
-@pytest.mark.timing  # the watcher thread must run within a few ms of the writes: a loaded machine let it lag by 7 MiB
 def test_far_below_the_limit_the_watcher_keeps_the_spilled_pages_to_a_budget(tmp_path, watcher, monkeypatch) -> None:
     """512 MiB of a spilled array written 8 MiB at a time, the RSS far below an 8 GiB limit: the watcher drops
     the pages each time they grow by FILE_BUDGET_AT of the limit (here 64 MiB), so they never pile up into one
