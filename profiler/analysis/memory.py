@@ -8,21 +8,24 @@ every op belongs to none. Pure: the run's tables in, tables out.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.launches import FRAMEWORK_CATEGORIES, framework_ops, sums_by
+from profiler import spill
+from profiler.analysis.launches import _with_descendants, framework_ops
 from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
-from profiler.kernels.nesting import enclosing_parents, nesting_depths
+from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing
 
 
 def memory_curve(allocations: pd.DataFrame) -> pd.DataFrame:
     """Allocated and reserved memory of each device right after each allocation or free (MEMORY_COLUMNS)."""
     return pd.DataFrame(
         {
-            "device": allocations["device"].astype(str).to_numpy(dtype=object),
+            "device": _texts(allocations["device"]),
             "time_ms": allocations["time_ns"].to_numpy(np.int64) / 1e6,
             "allocated_bytes": allocations["allocated_bytes"].to_numpy(np.float64),
             "reserved_bytes": allocations["reserved_bytes"].to_numpy(np.float64),
@@ -65,34 +68,46 @@ def allocating_ops(
     ops: pd.DataFrame, allocations: pd.DataFrame, threads: pd.DataFrame
 ) -> tuple[np.ndarray, np.ndarray]:
     """(owner, parent): per allocation the ops-table row of the framework op it belongs to (-1: none),
-    and per op row its innermost enclosing framework op (-1: a root or not a framework op)."""
-    on_host = (ops["device"] == "cpu").to_numpy()
-    category = ops["category"]
-    framework = on_host & category.isin(FRAMEWORK_CATEGORIES).to_numpy()
-    nodes = np.flatnonzero(framework | module_rows(ops))
-    thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
-    lanes = np.concatenate(
-        [
-            ops["stream"].astype(str).to_numpy(dtype=object)[nodes],
-            np.array([thread_name.get(t, f"tid {t}") for t in allocations["tid"].tolist()], dtype=object),
-        ]
-    )
-    lane, _ = codes_and_labels(pd.Series(lanes, dtype=object))
-    start = ops["start_ns"].to_numpy(np.int64)[nodes]
+    and per op row its innermost enclosing framework op (-1: a root or not a framework op). The ops' numbers are
+    read a chunk at a time into spilled arrays; lanes are numbered per distinct stream or thread name, not per row."""
+    framework = framework_ops(ops)
+    modules = module_rows(ops)
+    nodes = positions_passing(len(ops), lambda at: framework[at] | modules[at])
+    node_lane, thread_lane = _lanes(ops["stream"], nodes, allocations["tid"].to_numpy(np.int64), threads)
+    op_start, op_dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     when = allocations["time_ns"].to_numpy(np.int64)
     # an allocation at t is the interval [t, t + 1): an op ending at t no longer holds it
     parent = enclosing_parents(
-        lane,
-        np.concatenate([start, when]),
-        np.concatenate([start + ops["dur_ns"].to_numpy(np.int64)[nodes], when + 1]),
+        spill.concatenated([node_lane, thread_lane]),
+        spill.concatenated([spill.gathered(op_start, nodes), when]),
+        spill.concatenated(
+            [spill.chunked(len(nodes), np.int64, lambda at: op_start[nodes[at]] + op_dur[nodes[at]]), when + 1]
+        ),
     )
     holder = parent[len(nodes) :]
-    owner = np.where(holder >= 0, nodes[np.maximum(holder, 0)], -1)
+    owner = np.where(holder >= 0, nodes[np.maximum(holder, 0)], -1).astype(np.int64)
     owner[owner >= 0] = np.where(framework[owner[owner >= 0]], owner[owner >= 0], -1)  # in a module: none
-    node_parent = parent[: len(nodes)]
-    op_parent = np.full(len(ops), -1, dtype=np.int64)
-    op_parent[nodes] = np.where(node_parent >= 0, nodes[np.maximum(node_parent, 0)], -1)
+    op_parent = spill.chunked(len(ops), np.int64, lambda at: np.full(at.stop - at.start, -1, dtype=np.int64))
+    for at in spill.chunks(len(nodes)):
+        node_parent = parent[at]
+        op_parent[nodes[at]] = np.where(node_parent >= 0, nodes[np.maximum(node_parent, 0)], -1)
     return owner, op_parent
+
+
+def _lanes(
+    stream: pd.Series, nodes: np.ndarray, tid: np.ndarray, threads: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lane of each of the `nodes` op rows, lane per allocation): one number per distinct name, an op's its
+    stream's, an allocation's its thread's name ("tid N" when unnamed); numbered per name, not per row."""
+    thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
+    lane_of: dict[str, int] = {}
+    stream_code, streams = codes_and_labels(stream)
+    stream_lanes = np.array([lane_of.setdefault(str(s), len(lane_of)) for s in streams], dtype=np.int64)
+    tids, tid_code = np.unique(tid, return_inverse=True)
+    names = [thread_name.get(t, f"tid {t}") for t in tids.tolist()]
+    thread_lanes = np.array([lane_of.setdefault(name, len(lane_of)) for name in names], dtype=np.int64)
+    by_node = spill.chunked(len(nodes), np.int64, lambda at: stream_lanes[stream_code[nodes[at]]])
+    return by_node, thread_lanes[tid_code.reshape(-1)]
 
 
 def memory_events(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray) -> pd.DataFrame:
@@ -101,11 +116,11 @@ def memory_events(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarra
     at its end; lifetime_ms when both are known."""
     if len(allocations) == 0:
         return pd.DataFrame(columns=MEMORY_EVENT_COLUMNS)
-    device = allocations["device"].astype(str).to_numpy(dtype=object)
+    device_code, devices = _text_codes(allocations["device"])
+    device = devices[device_code]
     addr = allocations["addr"].to_numpy(np.int64)
     when = allocations["time_ns"].to_numpy(np.int64)
     size = allocations["bytes"].to_numpy(np.int64)
-    device_code, _ = codes_and_labels(pd.Series(device, dtype=object))
     order = np.lexsort((np.arange(len(when)), when, addr, device_code))
     alloc, free = size[order] > 0, size[order] < 0
     same_block = (device_code[order][1:] == device_code[order][:-1]) & (addr[order][1:] == addr[order][:-1])
@@ -119,9 +134,8 @@ def memory_events(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarra
     free_at[np.flatnonzero(paired)] = order[np.flatnonzero(paired) + 1]
     free_at = free_at[alloc | alone_free]
     is_alloc = size[first] > 0
-    names = ops["name"].astype(str).to_numpy(dtype=object)
-    op = np.array([names[o] if o >= 0 else "" for o in owner[first]], dtype=object)
-    op[~is_alloc] = ""
+    name_code, names = _text_codes(ops["name"])
+    op = np.where(is_alloc & (owner[first] >= 0), names[name_code[np.maximum(owner[first], 0)]], "").astype(object)
     alloc_ms = np.where(is_alloc, when[first] / 1e6, np.nan)
     free_ms = np.where(~is_alloc, when[first] / 1e6, np.where(free_at >= 0, when[np.maximum(free_at, 0)] / 1e6, np.nan))
     table = pd.DataFrame(
@@ -140,36 +154,69 @@ def memory_events(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarra
 
 def op_memory(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray, parent: np.ndarray) -> pd.DataFrame:
     """Per device and framework op name (OP_MEMORY_COLUMNS): its calls, and the bytes and count of what
-    its calls allocated and freed themselves (self_) and with the ops nested in them."""
+    its calls allocated and freed themselves (self_) and with the ops nested in them. Summed per name code a
+    chunk of ops at a time: the per-op sums are spilled arrays, no per-op text or frame."""
     held = owner >= 0
     if not held.any():
         return pd.DataFrame(columns=OP_MEMORY_COLUMNS)
-    size = allocations["bytes"].to_numpy(np.int64)
-    device = allocations["device"].astype(str).to_numpy(dtype=object)
-    names = ops["name"].astype(str)
+    name_code, names = _text_codes(ops["name"])
     framework = framework_ops(ops)
-    calls = names[framework].value_counts()
-    depth = nesting_depths(parent)
-    order = [np.flatnonzero((parent >= 0) & (depth == d)) for d in range(int(depth.max(initial=0)), 0, -1)]
+    calls, _ = _per_name(name_code, len(names), lambda at: framework[at], [])
+    device_code, devices = codes_and_labels(allocations["device"])
+    order = by_depth(parent)[::-1]  # deepest first: children before their parents
+    size = allocations["bytes"].to_numpy(np.int64)
     tables = []
-    for dev in sorted(set(device[held])):
-        mine = held & (device == dev)
-        to, amount = owner[mine], size[mine]
-        grown = amount > 0
-        own = {
-            "self_increase_bytes": sums_by(to, amount, len(ops)),
-            "self_alloc_bytes": sums_by(to[grown], amount[grown], len(ops)),
-            "self_alloc_count": sums_by(to[grown], np.ones(grown.sum(), dtype=np.int64), len(ops)),
-        }
-        total = {key.removeprefix("self_"): value.copy() for key, value in own.items()}
-        for rows in order:  # children before parents
-            for value in total.values():
-                np.add.at(value, parent[rows], value[rows])
-        per_call = pd.DataFrame({"op": names.to_numpy(dtype=object), **own, **total})
-        per_call = per_call[(per_call.drop(columns="op") != 0).any(axis=1).to_numpy() & framework]
-        table = per_call.groupby("op", sort=False).sum().reset_index()
-        table.insert(0, "device", dev)
-        table.insert(2, "calls", calls.reindex(table["op"]).to_numpy(np.int64))
-        tables.append(table)
-    out = pd.concat(tables, ignore_index=True)[OP_MEMORY_COLUMNS]
+    for code in sorted(np.unique(device_code[held]).tolist(), key=lambda d: str(devices[d])):
+        mine = held & (device_code == code)
+        own = _own_memory(owner[mine], size[mine], len(ops))
+        sums = [*own, *(_with_descendants(value, parent, order) for value in own)]
+        kept, totals = _per_name(name_code, len(names), _nonzero_in(framework, sums), sums)
+        present = np.flatnonzero(kept)
+        columns = {"device": str(devices[code]), "op": names[present], "calls": calls[present]}
+        columns.update({column: total[present] for column, total in zip(OP_MEMORY_COLUMNS[3:], totals)})
+        tables.append(pd.DataFrame(columns, columns=OP_MEMORY_COLUMNS))
+    out = pd.concat(tables, ignore_index=True)
     return out.sort_values(["device", "self_increase_bytes", "op"], ascending=[True, False, True], ignore_index=True)
+
+
+def _nonzero_in(rows: np.ndarray, values: list[np.ndarray]) -> Callable[[slice], np.ndarray]:
+    """A chunk test: the `rows` (a bool per row) where any of `values` is not 0."""
+    return lambda at: rows[at] & np.any([value[at] != 0 for value in values], axis=0)
+
+
+def _text_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, each code's value as text): a column's text without a str per row."""
+    code, labels = codes_and_labels(column)
+    return code, np.array([str(label) for label in labels], dtype=object)
+
+
+def _texts(column: pd.Series) -> np.ndarray:
+    """The column's values as text (objects), one shared str per distinct value."""
+    code, labels = _text_codes(column)
+    return labels[code]
+
+
+def _own_memory(to: np.ndarray, amount: np.ndarray, n: int) -> list[np.ndarray]:
+    """Per op row (`to`: the owner of each of a device's allocations, `amount` its bytes): the bytes it allocated
+    minus those it freed, the bytes it allocated and its count of allocations, in spilled arrays."""
+    out = [spill.chunked(n, np.int64, lambda at: np.zeros(at.stop - at.start, dtype=np.int64)) for _ in range(3)]
+    for at in spill.chunks(len(to)):
+        grown = amount[at] > 0
+        np.add.at(out[0], to[at], amount[at])
+        np.add.at(out[1], to[at][grown], amount[at][grown])
+        np.add.at(out[2], to[at][grown], 1)
+    return out
+
+
+def _per_name(
+    code: np.ndarray, n_names: int, kept: Callable[[slice], np.ndarray], values: list[np.ndarray]
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per name code, the count of the op rows where `kept(chunk)` holds and the sums of each of `values` over
+    them, a chunk of rows at a time."""
+    count, sums = np.zeros(n_names, dtype=np.int64), [np.zeros(n_names, dtype=np.int64) for _ in values]
+    for at in spill.chunks(len(code)):
+        rows = np.flatnonzero(kept(at))
+        count += np.bincount(code[at][rows], minlength=n_names)
+        for total, value in zip(sums, values):
+            np.add.at(total, code[at][rows], value[at][rows])
+    return count, sums

@@ -114,15 +114,21 @@ def analyse_run(run: Run, thresholds: Optional[Mapping[str, Any]] = None) -> Ana
         launched=launched,
     )
     if len(run.allocations):
-        owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
-        analysis.memory_events = _released(memory_events(run.ops, run.allocations, owner))
-        analysis.op_memory = _released(op_memory(run.ops, run.allocations, owner, parent))
+        analysis.memory_events, analysis.op_memory = _memory_tables(run)
     if len(run.queues):
         analysis.extra_json["queue_summary"] = queue_summary(
             run.queues, trace, step_tid=step_tid, origin_unix_ns=origin_unix_ns
         )
     analysis.extra_json["report"] = report(analysis, thresholds)
     return analysis
+
+
+def _memory_tables(run: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """memory_events and op_memory, on the allocations' owners and the ops' parents made once for both and dropped
+    with them (an int64 per allocation and per op), not held through the report."""
+    owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
+    events = _released(memory_events(run.ops, run.allocations, owner))
+    return events, _released(op_memory(run.ops, run.allocations, owner, parent))
 
 
 T = TypeVar("T")

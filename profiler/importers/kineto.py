@@ -46,7 +46,7 @@ from profiler.importers.kineto_events import (
     trace_confidence,
 )
 from profiler.importers.kineto_stream import DEFAULT_CHUNK_BYTES, NotStreamable, stream_trace
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, self_times
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing, self_times
 from profiler.memory import give_back_freed_memory
 from profiler.model import (
     ALLOCATION_COLUMNS,
@@ -1176,58 +1176,108 @@ def _device_numbers(values: np.ndarray, host_count: int) -> np.ndarray:
 
 
 def _counters(cols: EventColumns, kind: np.ndarray, clock: _Clock) -> pd.DataFrame:
-    """Memory counters from "[memory]" instants and the series of "C" counter events."""
-    frames = [
-        _memory_counters(cols, _rows_where(kind, MEMORY), clock),
+    """Memory counters from "[memory]" instants and the series of "C" counter events, in (time, device, metric)
+    order (a stable sort). The numbers are joined and put in that order a column at a time into spilled arrays; the
+    text columns hold one shared str per distinct value (object), not one per row."""
+    parts = [
+        *_memory_counters(cols, _rows_where(kind, MEMORY), clock),
         _chrome_counters(cols, _rows_where(kind, COUNTER), clock),
     ]
-    return pd.concat(frames, ignore_index=True).sort_values(
-        ["time_ns", "device", "metric"], kind="stable", ignore_index=True
+    joined = {column: _joined([part[column] for part in parts]) for column in COUNTER_COLUMNS}
+    order = np.lexsort([_sort_ranks(joined["metric"]), _sort_ranks(joined["device"]), joined["time_ns"]])
+    return pd.DataFrame(
+        {
+            column: pd.Series(values[order], dtype=object) if values.dtype.hasobject else spill.gathered(values, order)
+            for column, values in joined.items()
+        },
+        copy=False,
     )
 
 
-def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
-    """allocated_bytes / reserved_bytes after every allocation Kineto recorded
-    (profile_memory=True), per device ("host" for CPU memory, "cuda:N")."""
-    dev_type = to_int(cols.arg("Device Type", rows), default=-1)
-    dev_id = to_int(cols.arg("Device Id", rows), default=-1)
-    device = combine(Coded.of(dev_type), Coded.of(dev_id)).map(lambda pair: _memory_device(*pair))
-    time_ns = clock.ns(cols.ts_us[rows])
-    frames = [
-        pd.DataFrame(
-            {
-                "source": np.full(len(rows), SOURCE, dtype=object),
-                "device": device,
-                "metric": np.full(len(rows), metric, dtype=object),
-                "time_ns": time_ns,
-                "value": np.array([json_number(v) for v in cols.arg(key, rows)], dtype=np.float64),
-            },
-            columns=list(COUNTER_COLUMNS),
-        )
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    """The pieces one after the other: text as objects (their str shared, not copied), numbers in a spilled array."""
+    return np.concatenate(pieces) if pieces[0].dtype.hasobject else spill.concatenated(pieces)
+
+
+def _sort_ranks(texts: np.ndarray) -> np.ndarray:
+    """Each row's rank of its text among the distinct texts (what a sort by the text compares), per distinct value."""
+    codes, labels = pd.factorize(texts)
+    rank = np.empty(len(labels), dtype=np.int64)
+    rank[np.argsort(labels.astype(object), kind="stable")] = np.arange(len(labels))
+    return rank[codes]
+
+
+def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> list[dict[str, np.ndarray]]:
+    """allocated_bytes / reserved_bytes after every allocation Kineto recorded (profile_memory=True), per device
+    ("host" for CPU memory, "cuda:N"): the columns of each metric, its rows whose value is a number, in event
+    order."""
+    device = _memory_devices(cols, rows)
+    time_ns = spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]))
+    return [
+        _metric_rows(metric, device, time_ns, _arg_numbers(cols, rows, key, _json_numbers, np.float64))
         for metric, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
     ]
-    return pd.concat(frames, ignore_index=True).dropna(subset=["value"])
+
+
+def _metric_rows(metric: str, device: np.ndarray, time_ns: np.ndarray, value: np.ndarray) -> dict[str, np.ndarray]:
+    """The counter columns (COUNTER_COLUMNS) of one metric of the "[memory]" instants, its rows whose value is a
+    number: the numbers gathered into spilled arrays, the text shared objects."""
+    kept = positions_passing(len(value), lambda at: ~np.isnan(value[at]))
+    return {
+        "source": _repeated(SOURCE, len(kept)),
+        "device": device[kept],
+        "metric": _repeated(metric, len(kept)),
+        "time_ns": spill.gathered(time_ns, kept),
+        "value": spill.gathered(value, kept),
+    }
+
+
+def _repeated(text: str, n: int) -> np.ndarray:
+    """`text` n times as objects, all the one str (np.full makes a str per row of a str fill value)."""
+    out = np.empty(n, dtype=object)
+    out.fill(text)
+    return out
 
 
 def _allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
-    """Every allocation and free of the "[memory]" instants (model.ALLOCATION_COLUMNS), in time order."""
-    dev_type = to_int(cols.arg("Device Type", rows), default=-1)
-    dev_id = to_int(cols.arg("Device Id", rows), default=-1)
-    frame = pd.DataFrame(
-        {
-            "device": combine(Coded.of(dev_type), Coded.of(dev_id)).map(lambda pair: _memory_device(*pair)),
-            "tid": thread_of[rows],
-            "time_ns": clock.ns(cols.ts_us[rows]),
-            "bytes": to_int(cols.arg("Bytes", rows), default=0),
-            "addr": to_int(cols.arg("Addr", rows), default=-1),
-            **{
-                column: np.array([json_number(v) for v in cols.arg(key, rows)], dtype=np.float64)
-                for column, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
-            },
-        },
-        columns=list(ALLOCATION_COLUMNS),
-    )
-    return frame.sort_values("time_ns", kind="stable", ignore_index=True)
+    """Every allocation and free of the "[memory]" instants (model.ALLOCATION_COLUMNS), in time order: the numbers
+    read and put in that order a chunk of rows at a time into spilled arrays."""
+    numbers = {
+        "tid": spill.chunked(len(rows), np.int64, lambda at: thread_of[rows[at]]),
+        "time_ns": spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
+        "bytes": _arg_numbers(cols, rows, "Bytes", lambda v: to_int(v, default=0), np.int64),
+        "addr": _arg_numbers(cols, rows, "Addr", lambda v: to_int(v, default=-1), np.int64),
+        "allocated_bytes": _arg_numbers(cols, rows, "Total Allocated", _json_numbers, np.float64),
+        "reserved_bytes": _arg_numbers(cols, rows, "Total Reserved", _json_numbers, np.float64),
+    }
+    order = np.argsort(numbers["time_ns"], kind="stable")
+    columns = {"device": _memory_devices(cols, rows)[order]}
+    columns.update({column: spill.gathered(values, order) for column, values in numbers.items()})
+    return pd.DataFrame(columns, columns=list(ALLOCATION_COLUMNS), copy=False)
+
+
+def _arg_numbers(cols: EventColumns, rows: np.ndarray, key: str, numbers: Any, dtype: Any) -> np.ndarray:
+    """numbers(the values of args[key]) of the non-complete events `rows`, read a chunk of rows at a time (a list
+    per chunk, not per trace) into a spilled array."""
+    return spill.chunked(len(rows), dtype, lambda at: numbers(cols.arg(key, rows[at])))
+
+
+def _json_numbers(values: list) -> np.ndarray:
+    """json_number of each value, as float64."""
+    return np.array([json_number(v) for v in values], dtype=np.float64)
+
+
+def _memory_devices(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
+    """The device of each "[memory]" instant (`_memory_device` of its Device Type / Id args), one shared str per
+    distinct device, made a chunk of rows at a time."""
+    names: dict[tuple[int, int], str] = {}
+    out = np.empty(len(rows), dtype=object)
+    for at in spill.chunks(len(rows)):
+        dev_type = to_int(cols.arg("Device Type", rows[at]), default=-1)
+        dev_id = to_int(cols.arg("Device Id", rows[at]), default=-1)
+        pairs = combine(Coded.of(dev_type), Coded.of(dev_id))
+        out[at] = pairs.map(lambda pair: names.setdefault(pair, _memory_device(*pair)))
+    return out
 
 
 def _memory_device(dev_type: int, dev_id: int) -> str:
@@ -1235,8 +1285,8 @@ def _memory_device(dev_type: int, dev_id: int) -> str:
     return prefix if prefix == "host" else f"{prefix}:{dev_id}"
 
 
-def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
-    """One row per numeric series value of "C" events: metric "<event name>.<series>"."""
+def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> dict[str, np.ndarray]:
+    """The counter columns of "C" events, a row per numeric series value: metric "<event name>.<series>"."""
     metric, time_ns, value = [], [], []
     events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args.take(rows))
     for name, t, args in events:
@@ -1249,16 +1299,13 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.
                 metric.append(f"{name}.{series}")
                 time_ns.append(t)
                 value.append(number)
-    return pd.DataFrame(
-        {
-            "source": np.full(len(metric), SOURCE, dtype=object),
-            "device": np.full(len(metric), "host", dtype=object),
-            "metric": np.array(metric, dtype=object),
-            "time_ns": np.array(time_ns, dtype=np.int64),
-            "value": np.array(value, dtype=np.float64),
-        },
-        columns=list(COUNTER_COLUMNS),
-    )
+    return {
+        "source": _repeated(SOURCE, len(metric)),
+        "device": _repeated("host", len(metric)),
+        "metric": np.array(metric, dtype=object),
+        "time_ns": np.array(time_ns, dtype=np.int64),
+        "value": np.array(value, dtype=np.float64),
+    }
 
 
 # ----------------------------------------------------------------------------- info

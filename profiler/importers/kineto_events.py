@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import re
+import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -470,36 +471,130 @@ class OpArgs:
 @dataclass(frozen=True)
 class SparseArgs:
     """The args of the events that have some (not None), by row: most events are complete ones, whose args are
-    read into `OpArgs`, so a pointer per event (~140 MB for a 4 GB trace) would hold mostly None."""
+    read into `OpArgs`, so a pointer per event (~140 MB for a 4 GB trace) would hold mostly None.
+
+    An args object whose values are all plain numbers (a "[memory]" instant's, a "C" counter's) is kept as int64
+    cells, its keys and value types once per distinct layout: ~70 B per event where its dict took ~420 B (a
+    profile_memory trace has one per allocation, held to the end of the reading). `take` gives equal dicts back."""
 
     length: int  # the rows covered
     rows: np.ndarray  # int64, ascending: the rows with args
-    values: np.ndarray  # object: their args
+    values: np.ndarray  # object: their args, None where kept as cells
+    layout: np.ndarray  # int32 per args row: its layout's index in `layouts`, -1 where its args are in `values`
+    start: np.ndarray  # int64 per args row: where its cells begin
+    cells: np.ndarray  # int64: the numbers, in their args' key order (a bool as 0 / 1, a float by its bits)
+    layouts: tuple  # each distinct ((key, type), ...) of the args kept as cells
 
     @classmethod
     def of(cls, args: Sequence[Any]) -> SparseArgs:
-        rows = [i for i, a in enumerate(args) if a is not None]
-        return cls(len(args), np.asarray(rows, dtype=np.int64), _object_array([args[i] for i in rows]))
+        rows, values, layout, start, cells = [], [], [], [], []
+        layouts: dict[tuple, int] = {}
+        for i, a in enumerate(args):
+            if a is None:
+                continue
+            plain = _plain_layout(a)
+            rows.append(i)
+            start.append(len(cells))
+            values.append(None if plain else a)
+            layout.append(layouts.setdefault(plain, len(layouts)) if plain else -1)
+            if plain:
+                cells.extend(_cell(v) for v in a.values())
+        return cls(
+            len(args),
+            np.asarray(rows, dtype=np.int64),
+            _object_array(values),
+            np.asarray(layout, dtype=np.int32),
+            np.asarray(start, dtype=np.int64),
+            np.asarray(cells, dtype=np.int64),
+            tuple(layouts),
+        )
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The args of the given rows (None where they have none), as an object array."""
-        rows = np.asarray(rows, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.rows, rows), max(len(self.rows) - 1, 0))
         out = np.full(len(rows), None, dtype=object)
-        if len(self.rows):
-            found = self.rows[at] == rows
-            out[found] = self.values[at[found]]
+        for at, positions, layout in self._groups(rows):
+            if layout is None:
+                out[positions] = self.values[at]
+            else:
+                columns = [self._numbers(at, j, kind) for j, (_, kind) in enumerate(layout)]
+                keys = [key for key, _ in layout]
+                out[positions] = _object_array([dict(zip(keys, row)) for row in zip(*columns)])
         return out
+
+    def arg(self, key: str, rows: np.ndarray, default: Any = None) -> list:
+        """The value of `args[key]` for the given rows (`default` where absent), read from the cells without
+        making the args' dicts."""
+        out = np.empty(len(rows), dtype=object)
+        out.fill(default)
+        for at, positions, layout in self._groups(rows):
+            if layout is None:
+                out[positions] = _object_array(
+                    [a.get(key, default) if a.__class__ is dict else default for a in self.values[at]]
+                )
+            elif key in (keys := [k for k, _ in layout]):
+                j = keys.index(key)
+                out[positions] = _object_array(self._numbers(at, j, layout[j][1]))
+        return out.tolist()
+
+    def _groups(self, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, Optional[tuple]]]:
+        """The given rows that have args, by layout: (their args positions, their positions in `rows`, the layout,
+        None for args kept as objects)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(self.rows):
+            return
+        at = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
+        found = np.flatnonzero(self.rows[at] == rows)
+        layout = self.layout[at[found]]
+        order = np.argsort(layout, kind="stable")
+        numbers, first = np.unique(layout[order], return_index=True)
+        for number, lo, hi in zip(numbers.tolist(), first.tolist(), [*first[1:].tolist(), len(order)]):
+            positions = found[order[lo:hi]]
+            yield at[positions], positions, None if number < 0 else self.layouts[number]
+
+    def _numbers(self, at: np.ndarray, j: int, kind: type) -> list:
+        """The `j`th value of the args at positions `at` (all of one layout), as `kind` values."""
+        cells = self.cells[self.start[at] + j]
+        return (cells.view(np.float64) if kind is float else cells.astype(bool) if kind is bool else cells).tolist()
 
     @classmethod
     def concat(cls, parts: list[SparseArgs]) -> SparseArgs:
-        """The parts one after the other."""
+        """The parts one after the other (the numbers in spilled arrays when spilling)."""
         offsets = np.cumsum([0, *[p.length for p in parts[:-1]]]).tolist()
+        cell_offsets = np.cumsum([0, *[len(p.cells) for p in parts[:-1]]]).tolist()
+        layouts: dict[tuple, int] = {}
+        numbers = [np.array([*(layouts.setdefault(x, len(layouts)) for x in p.layouts), -1]) for p in parts]
         return cls(
             sum(p.length for p in parts),
-            np.concatenate([p.rows + offset for p, offset in zip(parts, offsets)]),
+            spill.concatenated([p.rows + offset for p, offset in zip(parts, offsets)]),
             np.concatenate([p.values for p in parts]),
+            spill.concatenated([number[p.layout].astype(np.int32) for p, number in zip(parts, numbers)]),
+            spill.concatenated([p.start + offset for p, offset in zip(parts, cell_offsets)]),
+            spill.concatenated([p.cells for p in parts]),
+            tuple(layouts),
         )
+
+
+#: The types of arg values `SparseArgs` keeps as int64 cells, and the int values that fit one.
+_PLAIN_TYPES = frozenset((int, float, bool))
+_INT64_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _plain_layout(args: Any) -> Optional[tuple]:
+    """((key, type), ...) of an args dict whose values are all ints that fit int64, floats or bools; else None."""
+    if args.__class__ is not dict or not args:
+        return None
+    kinds = tuple(v.__class__ for v in args.values())
+    if not _PLAIN_TYPES.issuperset(kinds):
+        return None
+    low, high = _INT64_RANGE
+    if any(v.__class__ is int and not low <= v <= high for v in args.values()):
+        return None
+    return tuple(zip(args, kinds))
+
+
+def _cell(value: Any) -> int:
+    """A plain number as an int64 cell: an int itself, a bool 0 / 1, a float its IEEE bits."""
+    return struct.unpack("<q", struct.pack("<d", value))[0] if value.__class__ is float else int(value)
 
 
 def _type_texts(types: Sequence[Any]) -> list[str]:
@@ -549,7 +644,7 @@ class EventColumns:
     def arg(self, key: str, rows: np.ndarray, default: Any = None) -> list:
         """The value of `args[key]` for the given rows of events that are not complete events
         (`default` where absent; complete events' args are in `op_args`)."""
-        return [a.get(key, default) if a.__class__ is dict else default for a in self.other_args.take(rows)]
+        return self.other_args.arg(key, rows, default)
 
     @classmethod
     def concat(cls, parts: list[EventColumns]) -> EventColumns:

@@ -1,0 +1,209 @@
+"""The "[memory]" events of a trace recorded with `profile_memory=True` are read and analysed a chunk of rows at a
+time (importers/kineto.py `_counters`, `_allocations`; analysis/memory.py): on the real torch 2.13 capture of
+tests/data/recorded/views/torch_memory_modules, the counters and allocations are the events' own numbers, the same
+for any chunk size, spilled when spilling; the memory analysis equals the whole-table computation it replaced."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler import spill
+from profiler.analysis.launches import framework_ops, sums_by
+from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory
+from profiler.analysis.modules import module_rows
+from profiler.analysis.steps import ensure_steps
+from profiler.formats.columns import MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
+from profiler.importers.kineto import read_kineto_trace
+from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
+
+from support.recorded import RECORDED
+
+CHUNKS = (7, 4096)  # rows per chunk: many chunks, and one
+
+
+def _trace() -> Path:
+    (path,) = (RECORDED / "views" / "torch_memory_modules" / "raw").glob("*-torch-0.json.gz")
+    return path
+
+
+@pytest.fixture(scope="module")
+def whole():
+    return ensure_steps(read_kineto_trace(_trace()))
+
+
+def _read_in_chunks_of(rows: int, monkeypatch, tmp_path):
+    monkeypatch.setattr(spill, "CHUNK_ROWS", rows)
+    with spill.spilling(tmp_path, min_bytes=1):
+        return ensure_steps(read_kineto_trace(_trace()))
+
+
+def test_allocations_are_the_memory_events_numbers_in_time_order(whole) -> None:
+    """Each allocation's bytes, address and totals are its event's args, the events stably sorted by time."""
+    with gzip.open(_trace(), "rt", encoding="utf-8") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+    events.sort(key=lambda e: e["ts"])
+    table = whole.allocations
+    assert len(table) == len(events) > 100
+    assert table["bytes"].tolist() == [e["args"]["Bytes"] for e in events]
+    assert table["addr"].tolist() == [e["args"]["Addr"] for e in events]
+    assert table["allocated_bytes"].tolist() == [float(e["args"]["Total Allocated"]) for e in events]
+    assert table["reserved_bytes"].tolist() == [float(e["args"]["Total Reserved"]) for e in events]
+    assert np.all(np.diff(table["time_ns"].to_numpy()) >= 0)
+
+
+def test_memory_counters_are_the_allocations_totals(whole) -> None:
+    """Two counter rows per allocation (its totals after it), in (time, device, metric) order."""
+    a = whole.allocations
+    rows = [
+        pd.DataFrame({"device": a["device"], "metric": metric, "time_ns": a["time_ns"], "value": a[metric]})
+        for metric in ("allocated_bytes", "reserved_bytes")
+    ]
+    expected = pd.concat(rows, ignore_index=True).sort_values(["time_ns", "device", "metric"], kind="stable")
+    counters = whole.counters[whole.counters["source"] == "kineto"]
+    assert len(counters) == 2 * len(a)
+    for column in ("device", "metric", "time_ns", "value"):
+        assert counters[column].tolist() == expected[column].tolist(), column
+
+
+@pytest.mark.parametrize("rows", CHUNKS)
+def test_counters_and_allocations_read_in_chunks_are_the_whole_ones(whole, rows, monkeypatch, tmp_path) -> None:
+    """Any chunk size gives the same tables; spilling, their numbers are in spill files and the text columns
+    hold one object per distinct value."""
+    run = _read_in_chunks_of(rows, monkeypatch, tmp_path)
+    pd.testing.assert_frame_equal(run.counters, whole.counters, check_exact=True)
+    pd.testing.assert_frame_equal(run.allocations, whole.allocations, check_exact=True)
+    for column in ("tid", "time_ns", "bytes", "addr", "allocated_bytes", "reserved_bytes"):
+        assert spill.is_spilled(run.allocations[column].to_numpy()), column
+    for column in ("time_ns", "value"):
+        assert spill.is_spilled(run.counters[column].to_numpy()), column
+    for column in ("source", "device", "metric"):
+        values = run.counters[column].to_numpy()
+        assert len({id(v) for v in values}) == len(set(values.tolist())), column
+
+
+# ----------------------------------------------------------------------------- the whole-table computations
+
+
+def _whole_memory_events(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray) -> pd.DataFrame:
+    """memory_events as it was computed: a str per allocation's device and per op row."""
+    device = allocations["device"].astype(str).to_numpy(dtype=object)
+    addr = allocations["addr"].to_numpy(np.int64)
+    when = allocations["time_ns"].to_numpy(np.int64)
+    size = allocations["bytes"].to_numpy(np.int64)
+    device_code, _ = codes_and_labels(pd.Series(device, dtype=object))
+    order = np.lexsort((np.arange(len(when)), when, addr, device_code))
+    alloc, free = size[order] > 0, size[order] < 0
+    same_block = (device_code[order][1:] == device_code[order][:-1]) & (addr[order][1:] == addr[order][:-1])
+    paired = np.zeros(len(order), dtype=bool)
+    paired[:-1] = alloc[:-1] & free[1:] & same_block  # an allocation followed by its free
+    freed_later = np.zeros(len(order), dtype=bool)
+    freed_later[1:] = paired[:-1]
+    alone_free = free & ~freed_later  # a free of a block allocated before the trace
+    first = order[alloc | alone_free]
+    free_at = np.full(len(order), -1, dtype=np.int64)
+    free_at[np.flatnonzero(paired)] = order[np.flatnonzero(paired) + 1]
+    free_at = free_at[alloc | alone_free]
+    is_alloc = size[first] > 0
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    op = np.array([names[o] if o >= 0 else "" for o in owner[first]], dtype=object)
+    op[~is_alloc] = ""
+    alloc_ms = np.where(is_alloc, when[first] / 1e6, np.nan)
+    free_ms = np.where(~is_alloc, when[first] / 1e6, np.where(free_at >= 0, when[np.maximum(free_at, 0)] / 1e6, np.nan))
+    table = pd.DataFrame(
+        {
+            "device": device[first],
+            "op": op,
+            "bytes": np.abs(size[first]),
+            "alloc_ms": alloc_ms,
+            "free_ms": free_ms,
+            "lifetime_ms": free_ms - alloc_ms,
+        },
+        columns=MEMORY_EVENT_COLUMNS,
+    )
+    return table.sort_values(["alloc_ms", "free_ms"], kind="stable", na_position="first", ignore_index=True)
+
+
+def _whole_op_memory(ops, allocations, owner, parent) -> pd.DataFrame:
+    """op_memory as it was computed, a frame of every op row per device."""
+    held = owner >= 0
+    size = allocations["bytes"].to_numpy(np.int64)
+    device = allocations["device"].astype(str).to_numpy(dtype=object)
+    names = ops["name"].astype(str)
+    framework = framework_ops(ops)
+    calls = names[framework].value_counts()
+    depth = nesting_depths(parent)
+    order = [np.flatnonzero((parent >= 0) & (depth == d)) for d in range(int(depth.max(initial=0)), 0, -1)]
+    tables = []
+    for dev in sorted(set(device[held])):
+        mine = held & (device == dev)
+        to, amount = owner[mine], size[mine]
+        grown = amount > 0
+        own = {
+            "self_increase_bytes": sums_by(to, amount, len(ops)),
+            "self_alloc_bytes": sums_by(to[grown], amount[grown], len(ops)),
+            "self_alloc_count": sums_by(to[grown], np.ones(grown.sum(), dtype=np.int64), len(ops)),
+        }
+        total = {key.removeprefix("self_"): value.copy() for key, value in own.items()}
+        for rows in order:
+            for value in total.values():
+                np.add.at(value, parent[rows], value[rows])
+        per_call = pd.DataFrame({"op": names.to_numpy(dtype=object), **own, **total})
+        per_call = per_call[(per_call.drop(columns="op") != 0).any(axis=1).to_numpy() & framework]
+        table = per_call.groupby("op", sort=False).sum().reset_index()
+        table.insert(0, "device", dev)
+        table.insert(2, "calls", calls.reindex(table["op"]).to_numpy(np.int64))
+        tables.append(table)
+    out = pd.concat(tables, ignore_index=True)[OP_MEMORY_COLUMNS]
+    return out.sort_values(["device", "self_increase_bytes", "op"], ascending=[True, False, True], ignore_index=True)
+
+
+def _whole_owners(ops, allocations, threads) -> tuple[np.ndarray, np.ndarray]:
+    """allocating_ops' lanes as they were made: a str per op row and per allocation, factorized."""
+    framework = framework_ops(ops)
+    nodes = np.flatnonzero(framework | module_rows(ops))
+    thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
+    lanes = np.concatenate(
+        [
+            ops["stream"].astype(str).to_numpy(dtype=object)[nodes],
+            np.array([thread_name.get(t, f"tid {t}") for t in allocations["tid"].tolist()], dtype=object),
+        ]
+    )
+    lane, _ = codes_and_labels(pd.Series(lanes, dtype=object))
+    start = ops["start_ns"].to_numpy(np.int64)[nodes]
+    when = allocations["time_ns"].to_numpy(np.int64)
+    parent = enclosing_parents(
+        lane,
+        np.concatenate([start, when]),
+        np.concatenate([start + ops["dur_ns"].to_numpy(np.int64)[nodes], when + 1]),
+    )
+    holder = parent[len(nodes) :]
+    owner = np.where(holder >= 0, nodes[np.maximum(holder, 0)], -1)
+    owner[owner >= 0] = np.where(framework[owner[owner >= 0]], owner[owner >= 0], -1)
+    op_parent = np.full(len(ops), -1, dtype=np.int64)
+    op_parent[nodes] = np.where(parent[: len(nodes)] >= 0, nodes[np.maximum(parent[: len(nodes)], 0)], -1)
+    return owner, op_parent
+
+
+@pytest.mark.parametrize("rows", CHUNKS)
+def test_memory_analysis_in_chunks_is_the_whole_table_one(whole, rows, monkeypatch, tmp_path) -> None:
+    """Owners, parents, each block's op and the per-op memory table equal the whole-table computation."""
+    owner, parent = _whole_owners(whole.ops, whole.allocations, whole.threads)
+    expected = _whole_op_memory(whole.ops, whole.allocations, owner, parent)
+    assert len(expected) > 10 and (owner >= 0).sum() > 100 and (parent >= 0).sum() > 100  # not vacuous
+    monkeypatch.setattr(spill, "CHUNK_ROWS", rows)
+    with spill.spilling(tmp_path, min_bytes=1):
+        got_owner, got_parent = allocating_ops(whole.ops, whole.allocations, whole.threads)
+        table = op_memory(whole.ops, whole.allocations, got_owner, got_parent)
+        events = memory_events(whole.ops, whole.allocations, got_owner)
+        curve = memory_curve(whole.allocations)
+    assert np.array_equal(got_owner, owner) and np.array_equal(got_parent, parent)
+    pd.testing.assert_frame_equal(table, expected, check_exact=True)
+    pd.testing.assert_frame_equal(events, _whole_memory_events(whole.ops, whole.allocations, owner), check_exact=True)
+    assert curve["device"].tolist() == whole.allocations["device"].astype(str).tolist()
