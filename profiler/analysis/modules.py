@@ -16,11 +16,12 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches, sums_by
+from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches
+from profiler.analysis.ops import gathered_column
 from profiler.formats.columns import MODULE_COLUMNS
-from profiler.kernels.grouping import codes_and_labels
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing
-from profiler.spill import chunked, gathered
+from profiler.kernels.grouping import codes_and_labels, text_matches
+from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing, positions_where
+from profiler.spill import chunked, chunks, drop_resident, empty, gathered
 
 #: How Kineto names a module's frame: this prefix, the class name and the instance's number.
 MODULE_PREFIX = "nn.Module: "
@@ -28,39 +29,33 @@ MODULE_PREFIX = "nn.Module: "
 
 def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFrame:
     """One row per module call path (MODULE_COLUMNS), in the order each path was first entered; device
-    times empty (NaN) when no device execution is tied to its launch."""
+    times empty (NaN) when no device execution is tied to its launch. The tree's nodes (most of a with_stack
+    trace's host ops) are worked on a chunk (or a depth's chunk) at a time in spill files; only the module frames'
+    figures are gathered whole, a row per module call."""
     module = module_rows(ops)
     if not module.any():
         return pd.DataFrame(columns=MODULE_COLUMNS)
     rows = positions_passing(len(ops), lambda at: _nodes(ops.iloc[at], module[at]))
-    lane, _ = codes_and_labels(ops["stream"].iloc[rows])
+    lane, _ = codes_and_labels(gathered_column(ops["stream"], rows))
     start = gathered(ops["start_ns"].to_numpy(), rows)
     dur = gathered(ops["dur_ns"].to_numpy(), rows)
-    parent = enclosing_parents(lane, start, start + dur)
-    is_module = module[rows]
-    nested = parent >= 0
-
-    host_self = dur - sums_by(parent[nested], dur[nested], len(rows))
-    launched_ns = _launched_ns(ops, launched)[rows] if launched is not None else np.zeros(len(rows), np.int64)
-    device_self = sums_by(parent[nested], launched_ns[nested], len(rows))
-    device_total = launched_ns.copy()
-    depth = nesting_depths(parent)
-    for d in range(int(depth.max(initial=0)), 0, -1):  # children before parents
-        at = np.flatnonzero(depth == d)
-        np.add.at(device_total, parent[at], device_total[at])
-
-    paths = _paths(ops["name"].iloc[rows].astype(str).to_numpy(dtype=object), parent, is_module, depth)
-    calls = pd.DataFrame(
+    parent = enclosing_parents(lane, start, chunked(len(rows), start.dtype, lambda at: start[at] + dur[at]))
+    del lane
+    calls = positions_where(gathered(module, rows))  # the module frames among the nodes
+    levels = by_depth(parent)
+    device_total, device_self = _device_ns(ops, launched, rows, parent, levels)
+    names = ops["name"].iloc[rows[calls]].astype(str).to_numpy(dtype=object)
+    calls_table = pd.DataFrame(
         {
-            "path": paths[is_module],
-            "first_ns": start[is_module],
-            "host_total_ms": dur[is_module] / 1e6,
-            "host_self_ms": host_self[is_module] / 1e6,
-            "device_total_ms": device_total[is_module] / 1e6,
-            "device_self_ms": device_self[is_module] / 1e6,
+            "path": _paths(names, calls, parent, levels),
+            "first_ns": start[calls],
+            "host_total_ms": dur[calls] / 1e6,
+            "host_self_ms": (dur[calls] - _children_sums(parent, dur)[calls]) / 1e6,
+            "device_total_ms": device_total[calls] / 1e6,
+            "device_self_ms": device_self[calls] / 1e6,
         }
     )
-    table = calls.groupby("path", sort=False).agg(
+    table = calls_table.groupby("path", sort=False).agg(
         first_ns=("first_ns", "min"),
         occurrences=("path", "size"),
         host_total_ms=("host_total_ms", "sum"),
@@ -82,10 +77,11 @@ def module_rows(ops: pd.DataFrame) -> np.ndarray:
 
 
 def _module_frames(ops: pd.DataFrame) -> np.ndarray:
-    """Whether each row of a window of the ops is a module's frame (names read only for the Python frames)."""
+    """Whether each row of a window of the ops is a module's frame (names read only for the Python frames, each
+    distinct name once: a text per frame took ~34 MB per million rows)."""
     out = (ops["device"] == "cpu").to_numpy() & (ops["category"] == "python").to_numpy()
     frames = np.flatnonzero(out)
-    out[frames] = ops["name"].iloc[frames].astype(str).str.startswith(MODULE_PREFIX).to_numpy()
+    out[frames] = text_matches(ops["name"].iloc[frames], lambda name: name.startswith(MODULE_PREFIX))
     return out
 
 
@@ -97,22 +93,92 @@ def _nodes(ops: pd.DataFrame, module: np.ndarray) -> np.ndarray:
     return (ops["device"] == "cpu").to_numpy() & on_thread
 
 
-def _launched_ns(ops: pd.DataFrame, launched: Launches) -> np.ndarray:
-    """Per row: the device time of the executions a runtime call launched (0 for other rows)."""
-    out = np.zeros(len(ops), dtype=np.int64)
-    executions = np.flatnonzero(launched.call >= 0)
-    np.add.at(out, launched.call[executions], ops["dur_ns"].to_numpy()[executions])
+def _device_ns(
+    ops: pd.DataFrame, launched: Optional[Launches], rows: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: the device time launched by runtime calls anywhere inside it (total) and directly in it (self);
+    zeros without launches."""
+    if launched is None:
+        zeros = chunked(len(rows), np.int64, lambda at: np.zeros(at.stop - at.start, np.int64))
+        return zeros, zeros
+    own = _launched_ns(ops, launched, rows)
+    return _with_descendants(own, parent, levels), _children_sums(parent, own)
+
+
+def _launched_ns(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> np.ndarray:
+    """Per node (`rows`: the nodes' rows of the ops, ascending): the device time of the executions it launched (a
+    runtime call's; 0 for other nodes), the executions read a chunk of the ops at a time."""
+    out = chunked(len(rows), np.int64, lambda at: np.zeros(at.stop - at.start, np.int64))
+    dur = ops["dur_ns"].to_numpy()
+    for at in chunks(len(ops)):
+        executions = np.flatnonzero(launched.call[at] >= 0)
+        call = launched.call[at][executions]
+        node = np.minimum(np.searchsorted(rows, call), max(len(rows) - 1, 0))
+        found = rows[node] == call
+        np.add.at(out, node[found], dur[at][executions[found]])
+        drop_resident()
     return out
 
 
-def _paths(names: np.ndarray, parent: np.ndarray, is_module: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Each module row's call path: its enclosing modules' names and its own, outermost first, joined by
-    "/" (the frame names without MODULE_PREFIX); "" for other rows."""
-    paths = np.full(len(names), "", dtype=object)
-    for d in range(int(depth.max(initial=0)) + 1):  # parents before children
-        at = np.flatnonzero(depth == d)
-        up = parent[at]
-        inherited = np.where(up >= 0, paths[np.maximum(up, 0)], "")
-        own = np.array([str(n)[len(MODULE_PREFIX) :] for n in names[at]], dtype=object)
-        paths[at] = np.where(is_module[at], np.where(inherited != "", inherited + "/" + own, own), inherited)
-    return np.where(is_module, paths, "")
+def _children_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per node, the sum of `values` (int64) over its direct children, added a chunk of nodes at a time."""
+    out = chunked(len(parent), np.int64, lambda at: np.zeros(at.stop - at.start, np.int64))
+    for at in chunks(len(parent)):
+        nested = parent[at] >= 0
+        np.add.at(out, parent[at][nested], values[at][nested])
+        drop_resident()
+    return out
+
+
+def _with_descendants(own: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
+    """Per node, `own` summed over it and every node nested in it: the deepest nodes' sums added into their parents
+    first (`levels`: `by_depth`'s pieces), a depth's chunk at a time."""
+    total = chunked(len(own), np.int64, lambda at: own[at])
+    for piece in reversed(levels):
+        np.add.at(total, parent[piece], total[piece])
+    return total
+
+
+def _paths(names: np.ndarray, calls: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
+    """Each module frame's call path (`names`: the frames' names; `calls`: their nodes): its enclosing modules' names
+    and its own, outermost first, joined by "/" (without MODULE_PREFIX). Each node gets the code of the path it is
+    in (`_Paths`), roots first, then a depth's chunk at a time (parents before children)."""
+    own, distinct = pd.factorize(np.array([str(n)[len(MODULE_PREFIX) :] for n in names], dtype=object))
+    name = chunked(len(parent), np.int32, lambda at: np.full(at.stop - at.start, -1, np.int32))  # -1: not a module
+    name[calls] = own
+    paths, code = _Paths(distinct.tolist()), empty(len(parent), np.int32)
+    for at in chunks(len(parent)):  # the roots (the others are done below, by depth)
+        code[at] = paths.entered(np.zeros(at.stop - at.start, np.int32), np.where(parent[at] < 0, name[at], -1))
+    for piece in levels:
+        code[piece] = paths.entered(code[parent[piece]], name[piece])
+    return np.array(paths.texts, dtype=object)[code[calls]]
+
+
+class _Paths:
+    """The distinct module call paths met, numbered as met: code 0 is outside every module (""), each other a
+    (path, module name) pair, its text the path's and the name joined by "/" (the name alone under no module)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self._names = names
+        self._code_of: dict[tuple[int, int], int] = {}
+        self.texts = [""]
+
+    def entered(self, above: np.ndarray, name: np.ndarray) -> np.ndarray:
+        """The paths of nodes under paths `above` whose module name codes are `name` (-1: not a module, the path
+        is `above`)."""
+        out = above.copy()
+        frame = name >= 0
+        if frame.any():
+            pairs = above[frame].astype(np.int64) * len(self._names) + name[frame]
+            distinct, of_row = np.unique(pairs, return_inverse=True)
+            found = [self._code(*divmod(pair, len(self._names))) for pair in distinct.tolist()]
+            out[frame] = np.array(found, dtype=np.int32)[of_row]
+        return out
+
+    def _code(self, above: int, name: int) -> int:
+        code = self._code_of.get((above, name))
+        if code is None:
+            text, own = self.texts[above], self._names[name]
+            code = self._code_of[(above, name)] = len(self.texts)
+            self.texts.append(f"{text}/{own}" if text else own)
+        return code

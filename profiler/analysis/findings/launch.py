@@ -6,13 +6,18 @@ host's launches recorded answers this from the device instead (device_launch.py:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.analysis.findings.base import Context, Finding, Question, Rule, StepWindow, Threshold, pct_text
 from profiler.analysis.findings.device import DeviceTimeline
-from profiler.kernels.intervals import covered_ns
+from profiler.analysis.ops import gathered_column
+from profiler.kernels.intervals import WindowCoverage, start_ordered
+from profiler.kernels.nesting import positions_passing
+from profiler.kernels.selection import median
 
 THRESHOLDS = {
     "host_idle_pct": Threshold(
@@ -23,6 +28,10 @@ THRESHOLDS = {
         50, "ops per step below which a run is not launch-bound (its idle time is something the ops do not show)"
     ),
 }
+
+#: Ops read at a time by the rule: the lane's rows found and gathered, their idle share, median duration and ops per
+#: step (temporaries: a few arrays of 8 B per op of a chunk, not of the run).
+LANE_CHUNK = 1 << 18
 
 FIX = {
     "torch": "many tiny ops leave the device (or the core) waiting for the framework: use a larger batch, "
@@ -41,43 +50,82 @@ class Needs:
     device: DeviceTimeline
 
 
-def lane_ops(ops: pd.DataFrame, step_lane: str) -> pd.DataFrame:
-    """The ops whose gaps mean idle time: device ops when there are any, else framework host ops on the
-    stepping thread."""
-    if ops is None or not len(ops):
-        return ops
-    device = ops[ops["device"] != "cpu"]  # categorical or text: compared without materialising strings
+def lane_rows(ops: pd.DataFrame, step_lane: str) -> tuple[np.ndarray, bool]:
+    """The positions of the ops whose gaps mean idle time, and whether they are device ops: device ops when there
+    are any, else framework host ops on the stepping thread; found a chunk of the table at a time (spilled when
+    big: a boolean filter would copy every column of those rows)."""
+    device = positions_passing(len(ops), lambda at: (ops["device"].iloc[at] != "cpu").to_numpy(), LANE_CHUNK)
     if len(device):
-        return device
-    host = ops[ops["source"] != "marker"]
-    return host[host["stream"] == step_lane] if step_lane else host
+        return device, True
+    return positions_passing(len(ops), lambda at: _on_lane(ops.iloc[at], step_lane), LANE_CHUNK), False
+
+
+def _on_lane(ops: pd.DataFrame, step_lane: str) -> np.ndarray:
+    """Whether each op of a window is a host op (not a marker) on the stepping thread (any thread without one)."""
+    host = (ops["source"] != "marker").to_numpy()
+    return host & (ops["stream"] == step_lane).to_numpy() if step_lane else host
+
+
+def busy_ns(start: np.ndarray, dur: np.ndarray, q_start: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+    """covered_ns(start, start + dur, q_start, q_end), the intervals read a chunk at a time in start order."""
+    coverage = WindowCoverage(q_start, q_end)
+    for at in start_ordered(start, LANE_CHUNK):
+        coverage.add(start[at], start[at] + dur[at])
+    return coverage.covered()
+
+
+def ops_in_steps(step: np.ndarray, steps: np.ndarray) -> int:
+    """How many of the ops' `step` are one of `steps`, counted a chunk at a time."""
+    return sum(int(np.isin(step[at], steps).sum()) for at in spill.chunks(len(step), LANE_CHUNK))
+
+
+@dataclass(frozen=True)
+class LaneFigures:
+    """What the rule weighs, of the lane's ops in the captured steps."""
+
+    idle_share: float  # % of forward + backward no op covers
+    idle_ms: float  # that time per step
+    median_us: float  # the ops' median duration
+    per_step: float  # ops in a captured step, per step
+    on_device: bool  # the ops are device ops (else host ops of the stepping thread)
+
+
+def lane_figures(data: Needs) -> Optional[LaneFigures]:
+    """The lane's figures (None without ops or a forward + backward), read a chunk at a time from the ops' rows
+    gathered into spill files: whole-array copies of a with_stack run's millions of host ops would grow with it."""
+    if data.ops is None or not len(data.ops):
+        return None
+    rows, on_device = lane_rows(data.ops, data.step_lane)
+    steps = data.steps.captured
+    if not len(rows) or not len(steps):
+        return None
+    fp = np.round((steps["start_ms"] + steps["iteration_gap_ms"]).to_numpy() * 1e6).astype(np.int64)
+    bp = fp + np.round(steps["fp_bp_ms"].to_numpy() * 1e6).astype(np.int64)
+    window = float((bp - fp).sum())
+    if window <= 0:
+        return None
+    start, dur, step = (gathered_column(data.ops[c], rows, LANE_CHUNK) for c in ("start_ns", "dur_ns", "step"))
+    busy = busy_ns(start, dur, fp, bp).sum()
+    in_steps = ops_in_steps(step, steps["step"].to_numpy())
+    return LaneFigures(
+        idle_share=100.0 * (1.0 - busy / window),
+        idle_ms=(window - busy) / 1e6 / len(steps),
+        median_us=median(dur, LANE_CHUNK) / 1e3,
+        per_step=float(in_steps) / len(steps),
+        on_device=on_device,
+    )
 
 
 def find(data: Needs, ctx: Context) -> list[Finding]:
     """host_bound: forward + backward is mostly time between tiny ops (launch / dispatch overhead)."""
-    if data.device.explains_idle:
+    figures = None if data.device.explains_idle else lane_figures(data)
+    if figures is None:
         return []
-    ops = lane_ops(data.ops, data.step_lane)
-    if ops is None or not len(ops):
-        return []
-    steps = data.steps.captured
-    if not len(steps):
-        return []
-    fp = np.round((steps["start_ms"] + steps["iteration_gap_ms"]).to_numpy() * 1e6).astype(np.int64)
-    bp = fp + np.round(steps["fp_bp_ms"].to_numpy() * 1e6).astype(np.int64)
-    starts = ops["start_ns"].to_numpy(np.int64)
-    busy = covered_ns(starts, starts + ops["dur_ns"].to_numpy(np.int64), fp, bp)
-    window = float((bp - fp).sum())
-    if window <= 0:
-        return []
-    idle_share = 100.0 * (1.0 - busy.sum() / window)
-    median_us = float(np.median(ops["dur_ns"].to_numpy())) / 1e3
-    per_step = float(np.isin(ops["step"].to_numpy(), steps["step"].to_numpy()).sum()) / len(steps)
+    idle_share, idle_ms, median_us, per_step = figures.idle_share, figures.idle_ms, figures.median_us, figures.per_step
     idle_limit, short = ctx.thresholds["host_idle_pct"], ctx.thresholds["launch_short_op_us"]
     if idle_share < idle_limit or median_us >= short or per_step < ctx.thresholds["launch_ops_per_step"]:
         return []
-    idle_ms = (window - busy.sum()) / 1e6 / len(steps)
-    where = "the device" if (ops["device"] != "cpu").any() else f"thread {data.step_lane}"
+    where = "the device" if figures.on_device else f"thread {data.step_lane}"
     return [
         data.steps.captured_finding(
             "host_bound",
