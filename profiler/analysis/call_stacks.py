@@ -17,6 +17,7 @@ from profiler.analysis.ops import OP_WINDOW_ROWS, gathered_column, op_launches, 
 from profiler.formats.columns import OP_STACK_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing, positions_where
+from profiler.kernels.paths import PathCodes
 from profiler.model import with_columns
 
 #: How the frames of a stack are joined in the `stack` column, outermost first.
@@ -66,34 +67,24 @@ def _own_stacks(ops: pd.DataFrame, host: np.ndarray, python: np.ndarray, stacks:
 
 
 class _Stacks:
-    """The distinct call stacks met, numbered as met: code 0 is no frame (""), and each other is a (stack, frame
-    name) pair, its text the stack's text and the name joined by FRAME_SEPARATOR."""
+    """The distinct call stacks met (`PathCodes`): code 0 is no frame (""), each other a stack with a frame's name
+    added, joined by FRAME_SEPARATOR."""
 
     def __init__(self, names: pd.Series) -> None:
         self._name_codes, labels = codes_and_labels(names)
-        self._names = [*labels.astype(str).tolist(), "nan"]  # a missing name (code -1) reads "nan", as astype(str)
-        self._code_of: dict[tuple[int, int], int] = {}
-        self.texts = [""]
+        texts = [*labels.astype(str).tolist(), "nan"]  # a missing name (code -1) reads "nan", as astype(str) has it
+        self._missing = len(texts) - 1
+        self._paths = PathCodes(texts, FRAME_SEPARATOR)
+
+    @property
+    def texts(self) -> list[str]:
+        return self._paths.texts
 
     def entered(self, above: np.ndarray, rows: np.ndarray, frame: np.ndarray) -> np.ndarray:
         """The stacks the children of `rows` of the ops table are in: `above` (the rows' own stack codes), with the
         row's name added where the row is a frame (`frame`)."""
-        out = above.copy()
-        if frame.any():
-            width = len(self._names)  # a (stack, name) pair as one number: stack * width + name code + 1
-            pairs = above[frame].astype(np.int64) * width + self._name_codes[rows[frame]].astype(np.int64) + 1
-            distinct, of_row = np.unique(pairs, return_inverse=True)
-            found = [self._code(pair // width, pair % width - 1) for pair in distinct.tolist()]
-            out[frame] = np.array(found, dtype=np.int32)[of_row]
-        return out
-
-    def _code(self, above: int, name: int) -> int:
-        code = self._code_of.get((above, name))
-        if code is None:
-            text, frame = self.texts[above], self._names[name]
-            code = self._code_of[(above, name)] = len(self.texts)
-            self.texts.append(f"{text}{FRAME_SEPARATOR}{frame}" if text else frame)
-        return code
+        codes = self._name_codes[rows]
+        return self._paths.entered(above, np.where(frame, np.where(codes >= 0, codes, self._missing), -1))
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         """The rows' stacks (`codes`) as a categorical of their texts (two stacks of one text, possible when a frame

@@ -116,7 +116,7 @@ def device_times(ops: pd.DataFrame, launched: Launches) -> DeviceTimes:
 def _own_and_total(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(own, own with its descendants'), in spill files when the run is spilled, their pages handed back: the op
     tables read them a window at a time, and four int64 per op are too many to keep resident."""
-    total = _with_descendants(own, parent, order)
+    total = with_descendants(own, parent, order)
     spill.drop_resident()
     return own, total
 
@@ -215,7 +215,9 @@ def _eligible_names(names: pd.Series) -> np.ndarray:
     return text_matches(names, TENSOR_CORE_ELIGIBLE_OPS.__contains__)
 
 
-def _with_descendants(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> np.ndarray:
+def with_descendants(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> np.ndarray:
+    """Per node, `own` summed over it and every node nested in it (`parent`: each node's parent, -1 at a root): the
+    pieces of `order` deepest first (`by_depth`'s reversed), each added into its parents, in a spill file when big."""
     total = spill.chunked(len(own), own.dtype, lambda at: own[at])
     for rows in order:
         np.add.at(total, parent[rows], total[rows])

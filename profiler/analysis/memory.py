@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from profiler import spill
-from profiler.analysis.launches import _with_descendants, framework_ops
+from profiler.analysis.launches import framework_ops, with_descendants
 from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
@@ -169,7 +169,7 @@ def op_memory(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray, p
     for code in sorted(np.unique(device_code[held]).tolist(), key=lambda d: str(devices[d])):
         mine = held & (device_code == code)
         own = _own_memory(owner[mine], size[mine], len(ops))
-        sums = [*own, *(_with_descendants(value, parent, order) for value in own)]
+        sums = [*own, *(with_descendants(value, parent, order) for value in own)]
         kept, totals = _per_name(name_code, len(names), _nonzero_in(framework, sums), sums)
         present = np.flatnonzero(kept)
         columns = {"device": str(devices[code]), "op": names[present], "calls": calls[present]}

@@ -16,11 +16,12 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches
+from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches, with_descendants
 from profiler.analysis.ops import gathered_column
 from profiler.formats.columns import MODULE_COLUMNS
 from profiler.kernels.grouping import codes_and_labels, text_matches
 from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing, positions_where
+from profiler.kernels.paths import PathCodes
 from profiler.spill import chunked, chunks, drop_resident, empty, gathered
 
 #: How Kineto names a module's frame: this prefix, the class name and the instance's number.
@@ -102,7 +103,7 @@ def _device_ns(
         zeros = chunked(len(rows), np.int64, lambda at: np.zeros(at.stop - at.start, np.int64))
         return zeros, zeros
     own = _launched_ns(ops, launched, rows)
-    return _with_descendants(own, parent, levels), _children_sums(parent, own)
+    return with_descendants(own, parent, levels[::-1]), _children_sums(parent, own)
 
 
 def _launched_ns(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> np.ndarray:
@@ -130,55 +131,16 @@ def _children_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _with_descendants(own: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
-    """Per node, `own` summed over it and every node nested in it: the deepest nodes' sums added into their parents
-    first (`levels`: `by_depth`'s pieces), a depth's chunk at a time."""
-    total = chunked(len(own), np.int64, lambda at: own[at])
-    for piece in reversed(levels):
-        np.add.at(total, parent[piece], total[piece])
-    return total
-
-
 def _paths(names: np.ndarray, calls: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
     """Each module frame's call path (`names`: the frames' names; `calls`: their nodes): its enclosing modules' names
     and its own, outermost first, joined by "/" (without MODULE_PREFIX). Each node gets the code of the path it is
-    in (`_Paths`), roots first, then a depth's chunk at a time (parents before children)."""
+    in (`PathCodes`), roots first, then a depth's chunk at a time (parents before children)."""
     own, distinct = pd.factorize(np.array([str(n)[len(MODULE_PREFIX) :] for n in names], dtype=object))
     name = chunked(len(parent), np.int32, lambda at: np.full(at.stop - at.start, -1, np.int32))  # -1: not a module
     name[calls] = own
-    paths, code = _Paths(distinct.tolist()), empty(len(parent), np.int32)
+    paths, code = PathCodes(distinct.tolist(), "/"), empty(len(parent), np.int32)
     for at in chunks(len(parent)):  # the roots (the others are done below, by depth)
         code[at] = paths.entered(np.zeros(at.stop - at.start, np.int32), np.where(parent[at] < 0, name[at], -1))
     for piece in levels:
         code[piece] = paths.entered(code[parent[piece]], name[piece])
     return np.array(paths.texts, dtype=object)[code[calls]]
-
-
-class _Paths:
-    """The distinct module call paths met, numbered as met: code 0 is outside every module (""), each other a
-    (path, module name) pair, its text the path's and the name joined by "/" (the name alone under no module)."""
-
-    def __init__(self, names: list[str]) -> None:
-        self._names = names
-        self._code_of: dict[tuple[int, int], int] = {}
-        self.texts = [""]
-
-    def entered(self, above: np.ndarray, name: np.ndarray) -> np.ndarray:
-        """The paths of nodes under paths `above` whose module name codes are `name` (-1: not a module, the path
-        is `above`)."""
-        out = above.copy()
-        frame = name >= 0
-        if frame.any():
-            pairs = above[frame].astype(np.int64) * len(self._names) + name[frame]
-            distinct, of_row = np.unique(pairs, return_inverse=True)
-            found = [self._code(*divmod(pair, len(self._names))) for pair in distinct.tolist()]
-            out[frame] = np.array(found, dtype=np.int32)[of_row]
-        return out
-
-    def _code(self, above: int, name: int) -> int:
-        code = self._code_of.get((above, name))
-        if code is None:
-            text, own = self.texts[above], self._names[name]
-            code = self._code_of[(above, name)] = len(self.texts)
-            self.texts.append(f"{text}/{own}" if text else own)
-        return code

@@ -16,6 +16,7 @@ from profiler.analysis.ops import op_launches, op_table, op_totals
 from profiler.formats.columns import OP_STACK_COLUMNS
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.nesting import enclosing_parents
+from profiler.kernels.paths import PathCodes
 
 from support.recorded import RECORDED
 
@@ -92,3 +93,14 @@ def test_two_stacks_of_one_text_are_one_category() -> None:
     stacks = call_stacks(ops)
     assert list(stacks.astype(str)) == ["", "a > b", "", "a", "a > b"]
     assert stacks.categories.is_unique and stacks.codes[1] == stacks.codes[4]
+
+
+def test_path_codes_number_each_distinct_path_once() -> None:
+    """Nodes under paths (`above`) with names (-1: none): one code per distinct (path, name), texts joined once."""
+    paths = PathCodes(["net", "block", "conv"], "/")
+    first = paths.entered(np.zeros(4, np.int32), np.array([0, 0, -1, 1]))
+    assert first.tolist() == [1, 1, 0, 2] and paths.texts == ["", "net", "block"]
+    second = paths.entered(first, np.array([1, 2, 2, -1]))
+    assert second.tolist() == [4, 5, 3, 2] and paths.texts[3:] == ["conv", "net/block", "net/conv"]
+    assert paths.entered(np.array([4, 1], np.int32), np.array([2, 1])).tolist() == [6, 4]  # net/block met again: 4
+    assert paths.texts[6] == "net/block/conv" and len(paths.texts) == 7
