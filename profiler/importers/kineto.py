@@ -885,13 +885,13 @@ class _OpEvents:
 
 def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> list[np.ndarray]:
     """The positions of each window's ops (by start time, ascending): windows of whole steps holding at most
-    OP_BUILD_ROWS ops where a step edge allows, cut only at step starts that no container op
+    OP_BUILD_ROWS ops where a step edge allows, cut only at step starts (`_window_edges`) that no container op
     (`_OpEvents.containers`) spans, so each op's nesting, self time and redispatch copy lie in its window.
     What decides the cuts is found a chunk of ops at a time (`_edge_figures`); the windows are spilled."""
     n = len(ops.start)
-    if n <= OP_BUILD_ROWS or steps.empty:
+    if n <= OP_BUILD_ROWS:
         return [np.arange(n)]
-    edges = steps["start_ns"].to_numpy(np.int64)
+    edges = _window_edges(ops, steps)
     spanned, zero_start, ops_before = _edge_figures(ops, edges)
     quiet = ~spanned & ~zero_start  # an op ending at the edge holds any op of no length starting there
     cuts: list[int] = []
@@ -904,6 +904,20 @@ def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> list[np.ndarray]:
     cut_at = np.asarray(cuts, dtype=np.int64)
     window = spill.chunked(n, np.int32, lambda at: np.searchsorted(cut_at, ops.start[at], side="right"))
     return [_rows_where(window, w) for w in range(len(cuts) + 1)]
+
+
+#: In a trace without steps, the candidate window edges: about this many op starts per window's worth of ops.
+EDGES_PER_WINDOW = 16
+
+
+def _window_edges(ops: _OpEvents, steps: pd.DataFrame) -> np.ndarray:
+    """Where windows may be cut: the steps' starts, or in a trace without step markers op starts sampled across it
+    (about EDGES_PER_WINDOW per OP_BUILD_ROWS ops, in time order), so that it too is built a window at a time where
+    no op encloses an edge (a Python frame spanning the whole trace still leaves one window)."""
+    if not steps.empty:
+        return steps["start_ns"].to_numpy(np.int64)
+    every = max(1, OP_BUILD_ROWS // EDGES_PER_WINDOW)
+    return np.unique(np.concatenate([ops.start[at][::every] for at in spill.chunks(len(ops.start), every * 64)]))
 
 
 def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

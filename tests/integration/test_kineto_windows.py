@@ -83,3 +83,21 @@ def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_pat
         for table in tables:
             for name, column in table.items():
                 assert spill.is_spilled(column.codes if isinstance(column, Coded) else column), name
+
+
+def test_a_trace_without_step_markers_is_built_in_windows_too(captures, tmp_path, monkeypatch) -> None:
+    """A real capture with its ProfilerStep annotations taken out: no step edges, so the windows are cut at op starts
+    sampled across the trace where no op encloses them; the table is the one a single window gives."""
+    import gzip
+    import json
+
+    trace = json.loads(gzip.decompress((captures / "kineto" / "sampled_rank-0.json.gz").read_bytes()))
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    path = tmp_path / "no_steps.json"
+    path.write_text(json.dumps(trace))
+    whole = read_kineto_trace(path)
+    assert whole.steps.empty and len(whole.ops) > 4000
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 1000)
+    sizes = _windows_built(monkeypatch)
+    _assert_same_table(read_kineto_trace(path).ops, whole.ops)
+    assert len(sizes) >= 3 and max(sizes) < len(whole.ops) / 2  # several windows, none near the whole trace
