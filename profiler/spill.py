@@ -135,6 +135,12 @@ def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optio
     return out
 
 
+def filled(n: int, dtype: Any, value: Any, rows: Optional[int] = None) -> np.ndarray:
+    """An array of `n` times `value`, made `rows` (default CHUNK_ROWS) at a time into a spill file when big (`chunked`):
+    a big table's per-row sums or links, before they are added into."""
+    return chunked(n, dtype, lambda at: np.full(at.stop - at.start, value, dtype=dtype), rows)
+
+
 def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndarray:
     """values[rows] (in `dtype`, values' own by default), gathered a chunk of rows at a time into a spill file when
     big: a gather from a big column whose temporaries stay a chunk's size, its pages handed back as it goes."""

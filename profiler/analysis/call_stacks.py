@@ -34,7 +34,7 @@ def call_stacks(ops: pd.DataFrame) -> pd.Categorical:
     name again, per row) took ~6 GB for a 0.5 GB trace."""
     n = len(ops)
     stacks = _Stacks(ops["name"])
-    codes = spill.chunked(n, np.int32, lambda at: np.zeros(at.stop - at.start, dtype=np.int32))
+    codes = spill.filled(n, np.int32, 0)
     device, category = ops["device"], ops["category"]
     host = positions_passing(n, lambda at: (device.iloc[at] == "cpu").to_numpy())
     python = spill.chunked(len(host), bool, lambda at: (category.iloc[host[at]] == "python").to_numpy())
@@ -55,7 +55,7 @@ def _own_stacks(ops: pd.DataFrame, host: np.ndarray, python: np.ndarray, stacks:
     end = spill.chunked(len(host), np.int64, lambda at: start[at] + dur_ns[host[at]])
     parent = enclosing_parents(lane, start, end)
     del lane
-    own = spill.chunked(len(host), np.int32, lambda at: np.zeros(at.stop - at.start, dtype=np.int32))
+    own = spill.filled(len(host), np.int32, 0)
     inside = spill.empty(len(host), np.int32)  # the stack a row's children are in
     for at in spill.chunks(len(host)):  # the roots: under no frame (the others are done below, by depth)
         inside[at] = stacks.entered(own[at], host[at], python[at] & (parent[at] < 0))

@@ -69,7 +69,7 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
 def _nothing_charged(n: int) -> np.ndarray:
     """A mask of `n` ops none of which is charged, zeroed a chunk at a time into a spill file when big (it is kept
     while the report is made: the whole table's size, not the process's own memory)."""
-    return spill.chunked(n, bool, lambda at: np.zeros(at.stop - at.start, dtype=bool))
+    return spill.filled(n, bool, False)
 
 
 def _casts(ops: pd.DataFrame) -> np.ndarray:

@@ -87,7 +87,7 @@ def allocating_ops(
     holder = parent[len(nodes) :]
     owner = np.where(holder >= 0, nodes[np.maximum(holder, 0)], -1).astype(np.int64)
     owner[owner >= 0] = np.where(framework[owner[owner >= 0]], owner[owner >= 0], -1)  # in a module: none
-    op_parent = spill.chunked(len(ops), np.int64, lambda at: np.full(at.stop - at.start, -1, dtype=np.int64))
+    op_parent = spill.filled(len(ops), np.int64, -1)
     for at in spill.chunks(len(nodes)):
         node_parent = parent[at]
         op_parent[nodes[at]] = np.where(node_parent >= 0, nodes[np.maximum(node_parent, 0)], -1)
@@ -199,7 +199,7 @@ def _texts(column: pd.Series) -> np.ndarray:
 def _own_memory(to: np.ndarray, amount: np.ndarray, n: int) -> list[np.ndarray]:
     """Per op row (`to`: the owner of each of a device's allocations, `amount` its bytes): the bytes it allocated
     minus those it freed, the bytes it allocated and its count of allocations, in spilled arrays."""
-    out = [spill.chunked(n, np.int64, lambda at: np.zeros(at.stop - at.start, dtype=np.int64)) for _ in range(3)]
+    out = [spill.filled(n, np.int64, 0) for _ in range(3)]
     for at in spill.chunks(len(to)):
         grown = amount[at] > 0
         np.add.at(out[0], to[at], amount[at])

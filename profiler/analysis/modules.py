@@ -22,7 +22,7 @@ from profiler.formats.columns import MODULE_COLUMNS
 from profiler.kernels.grouping import codes_and_labels, text_matches
 from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing, positions_where
 from profiler.kernels.paths import PathCodes
-from profiler.spill import chunked, chunks, drop_resident, empty, gathered
+from profiler.spill import chunked, chunks, drop_resident, empty, filled, gathered
 
 #: How Kineto names a module's frame: this prefix, the class name and the instance's number.
 MODULE_PREFIX = "nn.Module: "
@@ -100,7 +100,7 @@ def _device_ns(
     """Per node: the device time launched by runtime calls anywhere inside it (total) and directly in it (self);
     zeros without launches."""
     if launched is None:
-        zeros = chunked(len(rows), np.int64, lambda at: np.zeros(at.stop - at.start, np.int64))
+        zeros = filled(len(rows), np.int64, 0)
         return zeros, zeros
     own = _launched_ns(ops, launched, rows)
     return with_descendants(own, parent, levels[::-1]), _children_sums(parent, own)
@@ -109,7 +109,7 @@ def _device_ns(
 def _launched_ns(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> np.ndarray:
     """Per node (`rows`: the nodes' rows of the ops, ascending): the device time of the executions it launched (a
     runtime call's; 0 for other nodes), the executions read a chunk of the ops at a time."""
-    out = chunked(len(rows), np.int64, lambda at: np.zeros(at.stop - at.start, np.int64))
+    out = filled(len(rows), np.int64, 0)
     dur = ops["dur_ns"].to_numpy()
     for at in chunks(len(ops)):
         executions = np.flatnonzero(launched.call[at] >= 0)
@@ -123,7 +123,7 @@ def _launched_ns(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> np.
 
 def _children_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Per node, the sum of `values` (int64) over its direct children, added a chunk of nodes at a time."""
-    out = chunked(len(parent), np.int64, lambda at: np.zeros(at.stop - at.start, np.int64))
+    out = filled(len(parent), np.int64, 0)
     for at in chunks(len(parent)):
         nested = parent[at] >= 0
         np.add.at(out, parent[at][nested], values[at][nested])
@@ -136,7 +136,7 @@ def _paths(names: np.ndarray, calls: np.ndarray, parent: np.ndarray, levels: lis
     and its own, outermost first, joined by "/" (without MODULE_PREFIX). Each node gets the code of the path it is
     in (`PathCodes`), roots first, then a depth's chunk at a time (parents before children)."""
     own, distinct = pd.factorize(np.array([str(n)[len(MODULE_PREFIX) :] for n in names], dtype=object))
-    name = chunked(len(parent), np.int32, lambda at: np.full(at.stop - at.start, -1, np.int32))  # -1: not a module
+    name = filled(len(parent), np.int32, -1)  # -1: not a module
     name[calls] = own
     paths, code = PathCodes(distinct.tolist(), "/"), empty(len(parent), np.int32)
     for at in chunks(len(parent)):  # the roots (the others are done below, by depth)

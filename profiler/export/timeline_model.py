@@ -315,7 +315,7 @@ def _first_of_each_id(correlation: np.ndarray, rows: np.ndarray, chunk_rows: int
 def _first_rows_with(correlation: np.ndarray, rows: np.ndarray, ids: np.ndarray, chunk_rows: int) -> np.ndarray:
     """For each of `ids` (ascending, distinct), the first of `rows` (ascending) with that correlation id, -1 for
     none: a chunk of rows at a time, each id's first kept from the first chunk that has it."""
-    first = spill.chunked(len(ids), np.int64, lambda at: np.full(at.stop - at.start, -1), rows=chunk_rows)
+    first = spill.filled(len(ids), np.int64, -1, rows=chunk_rows)
     if not len(ids):
         return first
     for at in spill.chunks(len(rows), chunk_rows):

@@ -46,6 +46,7 @@ from profiler.importers.kineto_events import (
     trace_confidence,
 )
 from profiler.importers.kineto_stream import DEFAULT_CHUNK_BYTES, NotStreamable, stream_trace
+from profiler.kernels.grouping import sorted_codes
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing, self_times
 from profiler.memory import give_back_freed_memory
 from profiler.model import (
@@ -521,7 +522,7 @@ def _threads(cols: EventColumns, kind: np.ndarray) -> tuple[np.ndarray, pd.DataF
     """
     pairs = sorted({pair for chunk in _thread_rows(kind) for pair in map(tuple, _lane_pairs(cols, chunk)[0].tolist())})
     number = {pair: i for i, pair in enumerate(pairs)}  # threads numbered in (pid, tid) order
-    thread_of = spill.chunked(len(cols), np.int64, lambda at: np.full(at.stop - at.start, -1))
+    thread_of = spill.filled(len(cols), np.int64, -1)
     for chunk in _thread_rows(kind):  # a chunk of rows at a time: its distinct pairs' numbers, spread back
         distinct, of_row = _lane_pairs(cols, chunk)
         thread_of[chunk] = np.array([number[pair] for pair in map(tuple, distinct.tolist())], dtype=np.int64)[of_row]
@@ -730,15 +731,12 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _
             lambda pair: _phase_of(pair[0], pair[1] == "user_annotation")
         ),
     }
-    numbers = {"tid": tid, "start_ns": start, "dur_ns": None, "depth": depth, "end_ns": end}
-    columns = {}
-    for column in [*SPAN_COLUMNS, "end_ns", "phase"]:
-        if column == "dur_ns":
-            columns[column] = spill.chunked(n, np.int64, lambda at: end[order[at]] - start[order[at]])
-        elif column in numbers:
-            columns[column] = spill.gathered(numbers[column], order)
-        else:
-            columns[column] = texts[column][order].decoded()
+    dur = spill.chunked(n, np.int64, lambda at: end[at] - start[at])
+    numbers = {"tid": tid, "start_ns": start, "dur_ns": dur, "depth": depth, "end_ns": end}
+    columns = {
+        column: spill.gathered(numbers[column], order) if column in numbers else texts[column][order].decoded()
+        for column in [*SPAN_COLUMNS, "end_ns", "phase"]
+    }
     return pd.DataFrame(columns, copy=False)
 
 
@@ -1198,7 +1196,7 @@ def _counters(cols: EventColumns, kind: np.ndarray, clock: _Clock) -> pd.DataFra
         _chrome_counters(cols, _rows_where(kind, COUNTER), clock),
     ]
     joined = {column: _joined([part[column] for part in parts]) for column in COUNTER_COLUMNS}
-    order = np.lexsort([_sort_ranks(joined["metric"]), _sort_ranks(joined["device"]), joined["time_ns"]])
+    order = np.lexsort([sorted_codes(joined["metric"])[0], sorted_codes(joined["device"])[0], joined["time_ns"]])
     return pd.DataFrame(
         {
             column: pd.Series(values[order], dtype=object) if values.dtype.hasobject else spill.gathered(values, order)
@@ -1211,14 +1209,6 @@ def _counters(cols: EventColumns, kind: np.ndarray, clock: _Clock) -> pd.DataFra
 def _joined(pieces: list[np.ndarray]) -> np.ndarray:
     """The pieces one after the other: text as objects (their str shared, not copied), numbers in a spilled array."""
     return np.concatenate(pieces) if pieces[0].dtype.hasobject else spill.concatenated(pieces)
-
-
-def _sort_ranks(texts: np.ndarray) -> np.ndarray:
-    """Each row's rank of its text among the distinct texts (what a sort by the text compares), per distinct value."""
-    codes, labels = pd.factorize(texts)
-    rank = np.empty(len(labels), dtype=np.int64)
-    rank[np.argsort(labels.astype(object), kind="stable")] = np.arange(len(labels))
-    return rank[codes]
 
 
 def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> list[dict[str, np.ndarray]]:

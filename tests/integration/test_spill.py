@@ -353,3 +353,12 @@ def test_rows_of_some_kinds_and_the_host_pid_found_chunk_by_chunk_are_the_whole_
     cols = SimpleNamespace(pid=pid)
     assert kineto._host_pid(cols, kind) == int(pd.Series(pid[host]).mode().iloc[0]) == 3
     assert kineto._host_pid(cols, np.full(5000, kineto.SPAN, dtype=np.int8)) == -1
+
+
+def test_filled_arrays_are_made_in_chunks_into_spill_files(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 1000)
+    with spill.spilling(tmp_path, min_bytes=1):
+        links = spill.filled(2500, np.int64, -1)
+        assert spill.is_spilled(links)
+    assert links.dtype == np.int64 and links.tolist() == [-1] * 2500
+    assert spill.filled(3, bool, False).tolist() == [False] * 3
