@@ -1,6 +1,7 @@
 """Order statistics of a big integer column read a chunk at a time: np.median's figure without its sorted copy of
-the whole column (an op table's millions of durations, spilled). Partitioning a spilled copy in its file
-(findings.device.median) also keeps the anonymous memory flat, but touches every page of the column in one call:
+the whole column (an op table's millions of durations, spilled; the device's gaps and executions). Partitioning a
+spilled copy in its file (what the device findings did) also keeps the anonymous memory flat, but touches every page
+of the column in one call:
 8 M spilled int64 durations, 0.09 s and +64 MB resident; counted 2^18 values at a time, their pages handed back
 after each chunk, 0.13 s and +3 MB (2026-11-29)."""
 

@@ -24,6 +24,7 @@ from profiler.analysis.findings.base import Context, Finding, StepWindow, pct_te
 from profiler.analysis.kernel_families import classify
 from profiler.analysis.launches import KERNEL_CATEGORIES, Launches
 from profiler.analysis.tensor_cores import tensor_core_kernels
+from profiler.kernels import selection
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.intervals import SettledUnion, covered_ns, start_ordered
 from profiler.spill import chunked, chunks, concatenated, gathered
@@ -232,15 +233,9 @@ class Spool:
 
 
 def median(values: np.ndarray) -> Optional[float]:
-    """np.median of `values` (None when empty), which it reorders (a spilled array: partitioned in its file, no
-    copy in memory): the mean of the middle one or two values, as np.median takes it."""
-    n = len(values)
-    if not n:
-        return None
-    half = n // 2
-    middle = [half - 1, half] if n % 2 == 0 else [half]
-    values.partition(middle)
-    return float(np.median(values[middle[0] : half + 1]))
+    """np.median of integer `values` (None when empty), counted a chunk at a time (kernels/selection.py): no copy in
+    memory, and a spilled array's pages handed back as they are read."""
+    return selection.median(values) if len(values) else None
 
 
 @dataclass(frozen=True)
