@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 from warnings import warn
 
 import numpy as np
@@ -809,19 +809,29 @@ def _ops(
     """Host ops and device ops in one table, in start order, with self time and step; redispatch copies
     left out (`redispatch_copies`).
 
-    Built a window of whole steps at a time (`_op_windows`: at most OP_BUILD_ROWS ops, cut where no op that
-    contains others is open), so its sorting and nesting copies stay a window's size: the ops' event data is
-    split by window a column at a time (`_split_by_window`), each window's goes once its table is made, and
+    Built a window of whole steps at a time (`_op_windows`: at most OP_BUILD_ROWS ops, cut where no operator or
+    device range that contains others is open; Python frames and other host ranges open across a cut are built in
+    each window they overlap, `_Spanners`), so its sorting and nesting copies stay a window's size: the ops' event
+    data is split by window a column at a time (`_split_by_window`), each window's goes once its table is made, and
     the windows' columns are joined a column at a time. The event columns are spent: each goes once used
     (`release_columns`)."""
     ops = _op_events(cols, kind, thread_of, threads, clock)
     release_columns(cols, "ph", "cat", "pid", "tid", "ts_us", "dur_us", "other_args")
     release_columns(cols.op_args, "device", "stream")
-    windows = _split_by_window(ops, cols, _op_windows(ops, steps))
-    tables = []
-    while windows:  # a window's event data goes once its table is made, its columns to the spill (if on) at once
-        tables.append(_window_ops(windows.pop(0), threads["name"].tolist(), steps))
+    positions, spanners = _op_windows(ops, steps)
+    placed = [spanners.in_window(w, p) for w, p in enumerate(positions)]
+    windows = _split_by_window(ops, cols, positions)
+    del positions
+    tables, built, children_ns = [], [], np.zeros(len(spanners.position), dtype=np.int64)
+    for here in placed:  # a window's event data goes once its table is made, its columns to the spill (if on) at once
+        table, spanned = _window_ops(windows.pop(0), threads["name"].tolist(), steps, here)
+        children_ns[here.spanner] += spanned.children_ns
+        tables.append(table)
+        built.append(spanned)
         give_back_freed_memory()
+    self_ns = spanners.self_ns(children_ns)  # now that every window counted the spanners' children
+    for table, spanned in zip(tables, built):
+        table["self_ns"][spanned.rows] = self_ns[spanned.kept]
     return pd.DataFrame(_joined_windows(tables), columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
 
 
@@ -872,36 +882,134 @@ class _OpEvents:
 
     def containers(self, at: slice) -> np.ndarray:
         """Whether each op at positions `at` is one whose self time excludes what it encloses (a host op, a device
-        range that is not an activity): a window edge must not cut one. Read for those ops alone (no flag per
-        device op of the trace)."""
+        range that is not an activity). Read for those ops alone (no flag per device op of the trace)."""
         position = np.arange(at.start, at.stop)
         device = position >= self.host_count
         container = ~device
         container[device] = ~self.device[position[device] - self.host_count].activity()
         return container
 
+    def uncuttable(self, at: slice) -> np.ndarray:
+        """Whether each op at positions `at` is a container a window edge must not cut: a framework operator (its
+        redispatch copy is found among its children) or a device range. Other host ranges (Python frames,
+        annotations, runtime calls) may be cut: they are built in every window they overlap (`_Spanners`)."""
+        uncuttable = self.containers(at)
+        host = slice(at.start, min(at.stop, self.host_count))
+        if host.stop > host.start:
+            uncuttable[: host.stop - host.start] = self.host_category[host].map(lambda c: c == "host", dtype=bool)
+        return uncuttable
 
-def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> list[np.ndarray]:
-    """The positions of each window's ops (by start time, ascending): windows of whole steps holding at most
-    OP_BUILD_ROWS ops where a step edge allows, cut only at step starts (`_window_edges`) that no container op
-    (`_OpEvents.containers`) spans, so each op's nesting, self time and redispatch copy lie in its window.
-    What decides the cuts is found a chunk of ops at a time (`_edge_figures`); the windows are spilled."""
+
+def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> tuple[list[np.ndarray], _Spanners]:
+    """The positions of each window's ops (ascending), and the host ranges built in several windows: windows of whole
+    steps holding at most OP_BUILD_ROWS ops where a step edge allows, cut only at step starts (`_window_edges`) that
+    no operator or device range spans (`_OpEvents.uncuttable`), so each operator's nesting, self time and redispatch
+    copy lie in its window; a range open across a cut (`_Spanners`) is in each window it overlaps. What decides the
+    cuts is found a chunk of ops at a time (`_edge_figures`); the windows are spilled."""
     n = len(ops.start)
     if n <= OP_BUILD_ROWS:
-        return [np.arange(n)]
+        return [np.arange(n)], _Spanners.found(ops, np.zeros(0, dtype=np.int64))
     edges = _window_edges(ops, steps)
     spanned, zero_start, ops_before = _edge_figures(ops, edges)
-    quiet = ~spanned & ~zero_start  # an op ending at the edge holds any op of no length starting there
+    cuttable = ~spanned & ~zero_start  # an op ending at the edge holds any op of no length starting there
     cuts: list[int] = []
-    last, previous = 0, None  # ops before the last cut; the quiet edge before this one, when it may be cut
-    for edge, before_edge in [*zip(edges[quiet].tolist(), ops_before[quiet].tolist()), (None, n)]:
+    last, previous = 0, None  # ops before the last cut; the cuttable edge before this one, when it may be cut
+    for edge, before_edge in [*zip(edges[cuttable].tolist(), ops_before[cuttable].tolist()), (None, n)]:
         if before_edge - last > OP_BUILD_ROWS and previous is not None:
             cuts.append(previous[0])
             last = previous[1]
         previous = (edge, before_edge) if before_edge > last else None
     cut_at = np.asarray(cuts, dtype=np.int64)
     window = spill.chunked(n, np.int32, lambda at: np.searchsorted(cut_at, ops.start[at], side="right"))
-    return [_rows_where(window, w) for w in range(len(cuts) + 1)]
+    spanners = _Spanners.found(ops, cut_at)
+    return [spanners.visiting(w, _rows_where(window, w)) for w in range(len(cuts) + 1)], spanners
+
+
+@dataclass(frozen=True)
+class _Spanners:
+    """The host ranges open across a window cut (Python frames, annotations: never operators, `_OpEvents.uncuttable`):
+    each is built in every window it overlaps, so that its children there find it as their parent, and kept in the
+    table of the first (its start's); its self time is its duration less its direct children's in all of them."""
+
+    position: np.ndarray  # the op's position, ascending
+    first: np.ndarray  # the window of its start
+    last: np.ndarray  # the window of its end
+    dur: np.ndarray  # ns
+
+    @classmethod
+    def found(cls, ops: _OpEvents, cut_at: np.ndarray) -> _Spanners:
+        """The containers that start before a cut and end after it (a few per cut: the frames open there), found a
+        chunk of ops at a time."""
+        found = [(np.zeros(0, dtype=np.int64),) * 4]
+        for at in spill.chunks(ops.host_count if len(cut_at) else 0):
+            start, dur = ops.start[at], ops.dur[at]
+            first = np.searchsorted(cut_at, start, side="right")  # the window of its start
+            last = np.searchsorted(cut_at, start + dur, side="left")  # the window of its end
+            spanning = np.flatnonzero(first < last)  # host ops: containers all
+            found.append((at.start + spanning, first[spanning], last[spanning], dur[spanning]))
+            spill.drop_resident()
+        return cls(*(np.concatenate(column).astype(np.int64) for column in zip(*found)))
+
+    def visiting(self, window: int, positions: np.ndarray) -> np.ndarray:
+        """A window's op positions (ascending) with those of the spanners starting in an earlier one that overlap it."""
+        visitors = self.position[(self.first < window) & (self.last >= window)]
+        return (
+            spill.spilled(np.insert(positions, np.searchsorted(positions, visitors), visitors))
+            if len(visitors)
+            else positions
+        )
+
+    def in_window(self, window: int, positions: np.ndarray) -> _WindowSpanners:
+        """The spanners in a window whose op positions are `positions` (`visiting`'s)."""
+        here = np.flatnonzero((self.first <= window) & (self.last >= window))
+        return _WindowSpanners(here, np.searchsorted(positions, self.position[here]), self.first[here] == window)
+
+    def self_ns(self, children_ns: np.ndarray) -> np.ndarray:
+        """Their self time, given their direct children's time summed over the windows (as `self_times` makes it)."""
+        return np.maximum(self.dur - children_ns, 0)
+
+
+@dataclass(frozen=True)
+class _WindowSpanners:
+    """The spanners built in one window: which (rows of `_Spanners`), where among its host ops, and whether it is
+    the one that keeps them."""
+
+    spanner: np.ndarray
+    local: np.ndarray  # ascending
+    kept: np.ndarray  # bool
+
+    def children_ns(self, parent: np.ndarray, dur: np.ndarray) -> np.ndarray:
+        """Per spanner here, its direct children's time in this window (`parent` of the window's host ops, from
+        `enclosing_parents`); a spanner child is counted in the window that keeps it, once."""
+        if not len(self.local):
+            return np.zeros(0, dtype=np.int64)
+        slot = np.full(len(parent), -1, dtype=np.int64)
+        slot[self.local] = np.arange(len(self.local))
+        counted = np.ones(len(parent), dtype=bool)
+        counted[self.local[~self.kept]] = False  # a visitor: a child where it is kept
+        child = np.flatnonzero((parent >= 0) & counted)
+        owner = slot[parent[child]]
+        children_ns = np.zeros(len(self.local), dtype=np.int64)
+        np.add.at(children_ns, owner[owner >= 0], dur[child[owner >= 0]])
+        return children_ns
+
+    def visitors(self) -> np.ndarray:
+        """Where among the window's host ops the spanners kept by an earlier window are (left out of its table)."""
+        return self.local[~self.kept]
+
+    def kept_rows(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the window's table (its ops by `order`) that hold the spanners it keeps, and which each is."""
+        rows = np.flatnonzero(np.isin(order, self.local[self.kept]))
+        return rows, self.spanner[self.kept][np.searchsorted(self.local[self.kept], order[rows])]
+
+
+class _SpannedInWindow(NamedTuple):
+    """What a window's table needs from the others for its spanners: their children's time here, and where it
+    keeps them (rows of its table, rows of `_Spanners`)."""
+
+    children_ns: np.ndarray
+    rows: np.ndarray
+    kept: np.ndarray
 
 
 #: In a trace without steps, the candidate window edges: about this many op starts per window's worth of ops.
@@ -911,7 +1019,7 @@ EDGES_PER_WINDOW = 16
 def _window_edges(ops: _OpEvents, steps: pd.DataFrame) -> np.ndarray:
     """Where windows may be cut: the steps' starts, or in a trace without step markers op starts sampled across it
     (about EDGES_PER_WINDOW per OP_BUILD_ROWS ops, in time order), so that it too is built a window at a time where
-    no op encloses an edge (a Python frame spanning the whole trace still leaves one window)."""
+    no operator or device range encloses an edge."""
     if not steps.empty:
         return steps["start_ns"].to_numpy(np.int64)
     every = max(1, OP_BUILD_ROWS // EDGES_PER_WINDOW)
@@ -919,7 +1027,7 @@ def _window_edges(ops: _OpEvents, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step edge: whether a container op spans it (starts before it and ends after it), whether an op of no
+    """Per step edge: whether an uncuttable op spans it (starts before it and ends after it), whether an op of no
     length starts at it, and how many ops start before it; summed a chunk of ops at a time."""
     order = np.argsort(edges, kind="stable")
     sorted_edges = edges[order]
@@ -928,7 +1036,7 @@ def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.nda
     starting = np.zeros(len(edges) + 1, dtype=np.int64)  # ops by how many edges are at or before their start
     for at in spill.chunks(len(ops.start)):
         start, dur = ops.start[at], ops.dur[at]
-        container = ops.containers(at)
+        container = ops.uncuttable(at)
         first = np.searchsorted(sorted_edges, start[container], side="right")  # the first edge after its start
         after_last = np.searchsorted(sorted_edges, (start + dur)[container], side="left")  # edges before its end
         spanning = first < after_last
@@ -1009,20 +1117,21 @@ _OP_ARG_FIELDS = (
 )
 
 
-def _window_ops(ops: _OpEvents, thread_names: list, steps: pd.DataFrame) -> dict[str, Any]:
-    """The op table's columns of one window's ops, in start order, redispatch copies left out: text as `Coded`
-    columns (made categoricals when the windows are joined), each column spilled as soon as it is made, so the
-    windows' tables wait for their join in files, not in memory."""
+def _window_ops(
+    ops: _OpEvents, thread_names: list, steps: pd.DataFrame, spanners: _WindowSpanners
+) -> tuple[dict[str, Any], _SpannedInWindow]:
+    """The op table's columns of one window's ops, in start order, redispatch copies and visiting spanners left out:
+    text as `Coded` columns (made categoricals when the windows are joined), each column spilled as soon as it is
+    made, so the windows' tables wait for their join in files, not in memory. The self time of the spanners it keeps
+    is set once every window has counted their children (`_ops`)."""
     n_host, n_dev = ops.host_count, len(ops.start) - ops.host_count
     host_start, host_dur = ops.start[:n_host], ops.dur[:n_host]
     host_end = host_start + host_dur
-    self_ns = np.concatenate(
-        [
-            self_times(enclosing_parents(ops.thread_of, host_start, host_end), host_dur),
-            ops.device.self_ns(ops.start[n_host:], ops.dur[n_host:]),
-        ]
-    )
-    copies = redispatch_copies(
+    parent = enclosing_parents(ops.thread_of, host_start, host_end)
+    children_ns = spanners.children_ns(parent, host_dur)
+    self_ns = np.concatenate([self_times(parent, host_dur), ops.device.self_ns(ops.start[n_host:], ops.dur[n_host:])])
+    del parent
+    left_out = redispatch_copies(
         ops.thread_code,
         ops.host_category.map(lambda c: c == "host", dtype=bool),
         ops.name.codes[:n_host],
@@ -1030,9 +1139,10 @@ def _window_ops(ops: _OpEvents, thread_names: list, steps: pd.DataFrame) -> dict
         host_end,
         self_ns[:n_host],  # a view: the copies' self time goes to their outer ops in self_ns
     )
+    left_out[spanners.visitors()] = True
     del host_start, host_dur, host_end
     order = np.argsort(ops.start, kind="stable")
-    order = order[~np.concatenate([copies, np.zeros(n_dev, dtype=bool)])[order]]
+    order = order[~np.concatenate([left_out, np.zeros(n_dev, dtype=bool)])[order]]
     device = ops.device
     made = {
         "device": lambda: Coded.concat(Coded.constant("cpu", n_host), device.device()),
@@ -1054,7 +1164,7 @@ def _window_ops(ops: _OpEvents, thread_names: list, steps: pd.DataFrame) -> dict
     table.update(
         start_ns=start, dur_ns=spill.gathered(ops.dur, order), self_ns=spill.gathered(self_ns, order), step=step
     )
-    return table
+    return table, _SpannedInWindow(children_ns, *spanners.kept_rows(order))
 
 
 def _joined_windows(windows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -50,18 +50,48 @@ def test_the_op_table_built_in_step_windows_is_the_whole_ones(captures, monkeypa
         monkeypatch.undo()
 
 
-def test_a_window_edge_never_cuts_an_op_that_encloses_others(monkeypatch) -> None:
+def test_a_window_edge_never_cuts_an_operator_that_encloses_others(monkeypatch) -> None:
     trace = Trace().step(1, 0, 100).step(2, 100, 100).step(3, 200, 100)
-    trace.module("Net", 50, 100)  # a Python frame from step 1 into step 2
-    trace.op("aten::mm", 60, 10).op("aten::add", 120, 10).op("aten::relu", 250, 10)
+    trace.op("aten::conv2d", 50, 100).op("aten::mm", 60, 10).op("aten::add", 120, 10).op("aten::relu", 250, 10)
     whole = trace.run().ops
     monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 1)
     sizes = _windows_built(monkeypatch)
     windowed = trace.run().ops
     _assert_same_table(windowed, whole)
-    assert len(sizes) == 2  # cut at step 3 only: the frame spans step 2's start
-    net = windowed.set_index("name").loc["nn.Module: Net"]
-    assert net["self_ns"] == 80_000  # 100 µs less its two children
+    assert sizes == [3, 1]  # cut at step 3 only: the operator spans step 2's start
+    assert windowed.set_index("name").loc["aten::conv2d", "self_ns"] == 80_000  # 100 µs less its two children
+
+
+def test_a_python_frame_across_window_edges_is_built_in_each_and_kept_once(monkeypatch) -> None:
+    """Python frames (here nn.Module frames, nested, the outer one across all three steps) may be cut: each is built
+    in every window it overlaps, where its children find it, kept in the table of its start's, its self time its
+    duration less its direct children's in all of them (a frame child counted once)."""
+    trace = Trace().step(1, 0, 100).step(2, 100, 100).step(3, 200, 100)
+    trace.module("Net", 10, 280).module("Block", 40, 120)  # Net over steps 1-3, Block over step 2's start
+    trace.op("aten::mm", 60, 10).op("aten::add", 120, 10).op("aten::relu", 250, 10).op("aten::sum", 170, 5)
+    trace.op("aten::div", 210, 20).op("aten::div", 212, 10)  # a redispatch copy under Net in step 3's window
+    whole = trace.run().ops
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 1)
+    sizes = _windows_built(monkeypatch)
+    windowed = trace.run().ops
+    _assert_same_table(windowed, whole)
+    assert sizes == [3, 4, 4]  # Net, Block, mm; Net and Block visit add, sum; Net visits relu and the divs
+    self_ns = windowed.groupby("name")["self_ns"].sum()
+    assert self_ns["nn.Module: Block"] == 120_000 - 20_000
+    assert self_ns["nn.Module: Net"] == 280_000 - 120_000 - 5_000 - 20_000 - 10_000
+    assert self_ns["aten::div"] == 20_000 and (windowed["name"] == "aten::div").sum() == 1
+
+
+def test_a_with_stack_trace_is_built_in_windows(captures, monkeypatch) -> None:
+    """A real torch trace recorded with with_stack and with_modules (no step markers; its outermost Python frames span
+    it all, so it was one window): cut inside the frames, its table is the one a single window gives."""
+    path = captures / "recorded" / "views" / "torch_memory_modules" / "raw" / "r0-p12781-torch-0.json.gz"
+    whole = read_kineto_trace(path).ops
+    assert (whole["category"] == "python").sum() > 1000
+    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 500)
+    sizes = _windows_built(monkeypatch)
+    _assert_same_table(read_kineto_trace(path).ops, whole)
+    assert len(sizes) >= 4 and max(sizes) < len(whole) / 2
 
 
 def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_path, monkeypatch) -> None:
@@ -73,7 +103,7 @@ def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_pat
 
     def kept(*args):
         table = build(*args)
-        tables.append(dict(table))  # the join takes the columns out of the table
+        tables.append(dict(table[0]))  # the join takes the columns out of the table
         return table
 
     monkeypatch.setattr(kineto, "_window_ops", kept)
