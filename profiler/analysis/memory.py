@@ -85,8 +85,9 @@ def allocating_ops(
         ),
     )
     holder = parent[len(nodes) :]
-    owner = np.where(holder >= 0, nodes[np.maximum(holder, 0)], -1).astype(np.int64)
-    owner[owner >= 0] = np.where(framework[owner[owner >= 0]], owner[owner >= 0], -1)  # in a module: none
+    owner = np.full(len(holder), -1, dtype=np.int64)
+    held = np.flatnonzero(holder >= 0)
+    owner[held] = np.where(framework[nodes[holder[held]]], nodes[holder[held]], -1)  # in a module: none
     op_parent = spill.filled(len(ops), np.int64, -1)
     for at in spill.chunks(len(nodes)):
         node_parent = parent[at]

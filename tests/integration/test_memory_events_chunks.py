@@ -17,12 +17,14 @@ from profiler import spill
 from profiler.analysis.launches import framework_ops, sums_by
 from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory
 from profiler.analysis.modules import module_rows
+from profiler.analysis.results import analyse_run
 from profiler.analysis.steps import ensure_steps
 from profiler.formats.columns import OP_MEMORY_COLUMNS
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.grouping import codes_and_labels
 from profiler.kernels.nesting import enclosing_parents, nesting_depths
 
+from support.kineto_builder import Trace
 from support.recorded import RECORDED
 
 CHUNKS = (7, 4096)  # rows per chunk: many chunks, and one
@@ -171,3 +173,20 @@ def test_memory_analysis_in_chunks_is_the_whole_table_one(whole, rows, monkeypat
     allocated = events["op"] != ""  # each allocation's op is its owner's name (the definition)
     assert allocated.sum() > 100 and set(events.loc[allocated, "op"]) <= set(names[owner[owner >= 0]])
     assert curve["device"].tolist() == whole.allocations["device"].astype(str).tolist()
+
+
+def test_allocations_in_a_trace_without_operators_belong_to_no_op() -> None:
+    """A trace whose only ops are Python frames (no framework operator, no module frame, so no op an allocation can
+    belong to): every allocation is listed with op "" and no op is charged (it raised IndexError); one inside
+    an operator of another trace still is its."""
+    frames = Trace().op("train.py(10): main", 0, 100, cat="python_function")
+    frames.memory(10, 512, 1, 512).memory(50, -512, 1, 0)
+    analysis = analyse_run(ensure_steps(frames.run()))
+    assert analysis.memory_events[["op", "bytes", "alloc_ms", "free_ms"]].values.tolist() == [["", 512, 0.01, 0.05]]
+    assert analysis.op_memory.empty
+
+    operator = Trace().op("train.py(10): main", 0, 100, cat="python_function").op("aten::empty", 5, 10)
+    operator.memory(10, 512, 1, 512).memory(50, -512, 1, 0)
+    analysis = analyse_run(ensure_steps(operator.run()))
+    assert analysis.memory_events["op"].tolist() == ["aten::empty"]
+    assert analysis.op_memory.set_index("op").loc["aten::empty", "alloc_bytes"] == 512
