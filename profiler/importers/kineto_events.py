@@ -703,22 +703,25 @@ def _object_array(values: Sequence[Any]) -> np.ndarray:
 
 
 def _numbers(values: Sequence[Any]) -> np.ndarray:
-    """Numbers as float64; anything else (None, text, lists, booleans) as NaN."""
+    """Numbers as float64, as numpy converts a list of them (decimal text and true / false too); anything else
+    (null, other text, lists, objects) as NaN."""
     try:
-        return np.asarray(values, dtype=np.float64)
+        numbers = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):  # Kineto's text pids ("Spans"): convert per distinct value
+        numbers = None
+    if numbers is None or numbers.ndim != 1:  # a value numpy cannot convert; or lists of one length (a 2-d array)
         return Coded.of(values).map(_number_or_nan, dtype=np.float64)
+    return numbers
 
 
 def _number_or_nan(value: Any) -> float:
-    """A JSON number as a float; a decimal number written as text ("1234.5", as MindSpore's
-    trace_view.json and some converters write ts / dur) too; anything else NaN."""
-    if value.__class__ is str and _DECIMAL_TEXT.match(value):
-        return float(value)
-    return json_number(value)
-
-
-_DECIMAL_TEXT = re.compile(r"^\s*-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\s*$")
+    """One value as numpy converts it in a list it can convert whole, else NaN: the same number whatever the values
+    beside it (a chunk of events with a text pid is converted a value at a time, its neighbour chunks whole)."""
+    try:
+        number = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return _NAN
+    return float(number) if number.ndim == 0 else _NAN
 
 
 #: torch 1.8's device lanes: `"tid": "stream 7"`.
