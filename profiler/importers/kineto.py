@@ -18,9 +18,8 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Optional, Union
 from warnings import warn
 
 import numpy as np
@@ -30,31 +29,31 @@ from profiler import spill
 from profiler.errors import IncompleteInputWarning, ProfviewError
 from profiler.importers.base import NAMED, NOT_IT, Importer
 from profiler.importers.kineto_events import (
+    SOURCE,
+    Clock,
     Coded,
     Cut,
     EventColumns,
     check_trace_file,
     combine,
-    dense_ids,
     event_columns,
     gc_paused,
     json_number,
     load_trace,
     looks_like_kineto,
-    release_columns,
+    rows_where,
     to_int,
     trace_confidence,
 )
+from profiler.importers.kineto_ops import DEVICE_OP_CATEGORIES, HOST_OP_CATEGORIES, is_collective_name, op_table
 from profiler.importers.kineto_stream import DEFAULT_CHUNK_BYTES, NotStreamable, stream_trace
 from profiler.kernels.grouping import sorted_codes
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing, self_times
+from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing
 from profiler.memory import give_back_freed_memory
 from profiler.model import (
     ALLOCATION_COLUMNS,
-    COLLECTIVE_PREFIXES,
     COUNTER_COLUMNS,
     INSTANT_COLUMNS,
-    OP_COLUMNS,
     SPAN_COLUMNS,
     STEP_COLUMNS,
     THREAD_COLUMNS,
@@ -62,46 +61,6 @@ from profiler.model import (
     RunInfo,
 )
 
-SOURCE = "kineto"
-
-#: Kineto categories imported as host ops, with their op category, in every schema in use: today's
-#: lowercase names (torch >= 1.9), torch 1.8's capitalised ones (`Operator`, `Runtime`, `Python`,
-#: as the TensorBoard plugin's samples have them) and ROCm's (Kineto writes HIP calls under
-#: `cuda_runtime`; `hip_runtime` is accepted too). Python frames (`with_stack=True`, `nn.Module: Linear_0`
-#: among them) get category "python": where the work was called from, not work (model.NOT_WORK_CATEGORIES).
-#: Runtime / driver calls of any device API get
-#: their own category: launch overhead and sync waits are not framework work (analysis/device_time.py
-#: tells them apart).
-HOST_OP_CATEGORIES = {
-    "cpu_op": "host",
-    "Operator": "host",
-    "python_function": "python",
-    "Python": "python",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "runtime",
-    "Runtime": "runtime",
-    "hip_runtime": "runtime",
-    "xpu_runtime": "runtime",
-    "mtia_runtime": "runtime",
-    "privateuse1_runtime": "runtime",
-    "privateuse1_driver": "runtime",
-}
-#: Kineto categories imported as device ops, with their op category (NCCL / RCCL kernels become
-#: "comm"). `gpu_user_annotation` ranges are the device-side projection of record_function
-#: annotations: category "annotation", shown on the device lane, never counted as work.
-DEVICE_OP_CATEGORIES = {
-    "kernel": "compute",
-    "Kernel": "compute",
-    "gpu_memcpy": "memcpy",
-    "Memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "Memset": "memset",
-    "mtia_ccp_events": "compute",
-    "cuda_sync": "sync",
-    "gpu_user_annotation": "annotation",
-}
-#: Device ops that are executions (self time == duration); annotations may contain them.
-DEVICE_ACTIVITIES = ("compute", "comm", "memcpy", "memset", "sync")
 #: Names of record_function annotations torch writes, recognised in any category: torch 1.8 wrote
 #: them as `Operator` (cpu_op) events, later torch as `user_annotation`. They are spans (steps for
 #: ProfilerStep#N), never host ops: the profiler step, phase annotations (`## forward ##`), the
@@ -129,14 +88,6 @@ _NOT_IMPORTED = {METADATA: "metadata", FLOW: "flow", PROFILER: "profiler"}
 _STEP_NAME = re.compile(r"ProfilerStep#(\d{1,18})$")
 #: A ProfilerStep annotation whose number does not fit an int64 step: damaged, not a step.
 _BAD_STEP_NAME = re.compile(r"ProfilerStep#\d{19,}$")
-_NCCL_COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_CAMEL_WORD = re.compile(r"(?<!^)(?=[A-Z])")
-_MEMCPY_KIND = re.compile(r"Memcpy [A-Za-z]+")
-#: Unix time in microseconds of 2001-09-09: older traces without baseTimeNanoseconds write
-#: Unix-epoch microseconds, which are all above this.
-_UNIX_US_FLOOR = 1e15
-#: Unix times at or beyond this (ns, year 2116) are not believed: absolute times stay int64 with room to spare.
-_MAX_UNIX_NS = 2**62
 #: "Device Type" of Kineto's "[memory]" instant events (c10::DeviceType codes) -> device prefix.
 _MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 
@@ -297,7 +248,7 @@ def _kinds(cols: EventColumns, rows: slice) -> np.ndarray:
     kind[np.isin(kind, (HOST_OP, SPAN)) & is_step] = STEP
     framework_op = (kind == HOST_OP) & cat.map(lambda c: HOST_OP_CATEGORIES.get(c) == "host", dtype=bool)
     kind[framework_op & name.map(_is_annotation_name, dtype=bool)] = SPAN
-    kind[np.isin(kind, (HOST_OP, SPAN)) & name.map(_is_collective_name, dtype=bool)] = HOST_OP
+    kind[np.isin(kind, (HOST_OP, SPAN)) & name.map(is_collective_name, dtype=bool)] = HOST_OP
     instant = kind == INSTANT
     kind[instant & name.map(lambda v: v == "[memory]", dtype=bool)] = MEMORY
     kind[instant & np.isnan(pid)] = PROFILER
@@ -318,10 +269,6 @@ def _kinds(cols: EventColumns, rows: slice) -> np.ndarray:
     return kind
 
 
-def _is_collective_name(name: Any) -> bool:
-    return isinstance(name, str) and name.startswith(COLLECTIVE_PREFIXES)
-
-
 def _is_annotation_name(name: Any) -> bool:
     return isinstance(name, str) and _ANNOTATION_NAME.fullmatch(name) is not None
 
@@ -336,7 +283,7 @@ def _ends(cols: EventColumns, rows: Union[slice, np.ndarray]) -> tuple[np.ndarra
 def _trace_window(cols: EventColumns, kind: np.ndarray) -> Optional[tuple[float, float]]:
     """The times an event may have when the trace has Kineto's own window (the `Trace` event "PyTorch Profiler
     (0)"): within it give or take its length (at least 1 s); None without one."""
-    rows = _rows_where(kind, PROFILER)
+    rows = rows_where(kind, PROFILER)
     ts, end, complete = _ends(cols, rows)
     dur = cols.dur_us[rows]
     window = (
@@ -363,19 +310,6 @@ def _plausible_times(cols: EventColumns, rows: slice, window: Optional[tuple[flo
     if window is not None:
         ok &= (ts >= window[0]) & (end <= window[1])
     return ok
-
-
-def _rows_where(values: np.ndarray, *wanted: int) -> np.ndarray:
-    """np.flatnonzero(np.isin(values, wanted)) (int64), counted then written a chunk of rows at a time into a spilled
-    array: no temporary of the trace's length (a byte per event for a mask, 8 per row found before its spill)."""
-    out = spill.empty(sum(int(np.isin(values[at], wanted).sum()) for at in spill.chunks(len(values))), np.int64)
-    done = 0
-    for at in spill.chunks(len(values)):
-        rows = at.start + np.flatnonzero(np.isin(values[at], wanted))
-        out[done : done + len(rows)] = rows
-        done += len(rows)
-        spill.drop_resident()
-    return out
 
 
 def _kind_counts(kind: np.ndarray) -> Counter:
@@ -412,7 +346,7 @@ def _build_run(
 ) -> Run:
     """Assemble every table of the run from the classified columns."""
     warnings: list[str] = _event_warnings(cols, kind, not_objects)
-    clock = _Clock.of(trace, math.floor(_first_time_us(cols, kind)))
+    clock = Clock.of(trace, math.floor(_first_time_us(cols, kind)))
     if clock.rule == "unknown":
         base = trace.get("baseTimeNanoseconds")
         why = (
@@ -423,7 +357,7 @@ def _build_run(
         warnings.append(f"the trace gives no absolute time ({why}): origin_unix_ns is 0")
 
     thread_of, threads = _threads(cols, kind)
-    steps, step_warnings = _steps(cols, _rows_where(kind, STEP), clock)
+    steps, step_warnings = _steps(cols, rows_where(kind, STEP), clock)
     warnings += step_warnings
     if cut is not None:
         steps, cut_text = cut_steps(steps, cols, kind, clock, cut)
@@ -433,17 +367,19 @@ def _build_run(
             "no ProfilerStep#N annotations (the trace was not recorded with a "
             "torch.profiler schedule and prof.step()): every op has step -1"
         )
-    spans = _spans(cols, _rows_where(kind, SPAN), thread_of, clock)
+    spans = _spans(cols, rows_where(kind, SPAN), thread_of, clock)
     steps = _with_phase_bounds(steps, spans)
-    steps = _with_overhead(steps, cols, _rows_where(kind, OVERHEAD), clock)
+    steps = _with_overhead(steps, cols, rows_where(kind, OVERHEAD), clock)
     info = _info(trace, cols, kind, clock, warnings)
-    instants = _instants(cols, _rows_where(kind, INSTANT), thread_of, clock)
+    instants = _instants(cols, rows_where(kind, INSTANT), thread_of, clock)
     counters = _counters(cols, kind, clock)
-    allocations = _allocations(cols, _rows_where(kind, MEMORY), thread_of, clock)
+    allocations = _allocations(cols, rows_where(kind, MEMORY), thread_of, clock)
     give_back_freed_memory()  # the pages the tables above read of the spilled event columns
     return Run(
         info=info,
-        ops=_ops(cols, kind, thread_of, threads, steps, clock),  # last: it spends the event columns
+        ops=op_table(  # last: it spends the event columns
+            cols, rows_where(kind, HOST_OP), rows_where(kind, DEVICE_OP), thread_of, threads, steps, clock
+        ),
         spans=spans.drop(columns=["end_ns", "phase"]),
         instants=instants,
         steps=steps,
@@ -451,39 +387,6 @@ def _build_run(
         threads=threads,
         allocations=allocations,
     )
-
-
-@dataclass(frozen=True)
-class _Clock:
-    """The run's origin, and the conversion of Kineto microseconds into int64 ns from it.
-
-    The origin is a whole microsecond, so `ts - origin` is exact in float64 and the rounding
-    to ns recovers the 3 decimals Kineto writes.
-    """
-
-    origin_us: int
-    origin_unix_ns: int
-    rule: str  # how origin_unix_ns was found
-
-    @classmethod
-    def of(cls, trace: Mapping[str, Any], origin_us: int) -> _Clock:
-        """Newer Kineto writes ts relative to `baseTimeNanoseconds` (Unix ns =
-        base + ts_us * 1000); older traces write Unix-epoch microseconds directly."""
-        base = trace.get("baseTimeNanoseconds")
-        if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 <= base < _MAX_UNIX_NS:
-            unix = int(base) + origin_us * 1000
-            if 0 <= unix < _MAX_UNIX_NS:
-                return cls(origin_us, unix, "baseTimeNanoseconds + ts")
-        if _UNIX_US_FLOOR <= origin_us and origin_us * 1000 < _MAX_UNIX_NS:
-            return cls(origin_us, origin_us * 1000, "ts is Unix time in us")
-        return cls(origin_us, 0, "unknown")
-
-    def ns(self, ts_us: np.ndarray) -> np.ndarray:
-        return np.rint((ts_us - self.origin_us) * 1000.0).astype(np.int64)
-
-    @staticmethod
-    def dur_ns(dur_us: np.ndarray) -> np.ndarray:
-        return np.rint(dur_us * 1000.0).astype(np.int64)
 
 
 def _event_warnings(cols: EventColumns, kind: np.ndarray, not_objects: int) -> list[str]:
@@ -502,7 +405,7 @@ def _event_warnings(cols: EventColumns, kind: np.ndarray, not_objects: int) -> l
             f"skipped {outside} events whose times cannot be real (negative, beyond 2**53 us, or far outside "
             "the profiler's own window): the trace's times are damaged there"
         )
-    rows = _rows_where(kind, UNKNOWN)
+    rows = rows_where(kind, UNKNOWN)
     unknown = Counter(f"{ph}/{cat}" for ph, cat in zip(cols.ph[rows].decoded(), cols.cat[rows].decoded()))
     if unknown:
         listed = ", ".join(f"{key} ({n})" for key, n in sorted(unknown.items()))
@@ -527,7 +430,7 @@ def _threads(cols: EventColumns, kind: np.ndarray) -> tuple[np.ndarray, pd.DataF
         distinct, of_row = _lane_pairs(cols, chunk)
         thread_of[chunk] = np.array([number[pair] for pair in map(tuple, distinct.tolist())], dtype=np.int64)[of_row]
         spill.drop_resident()
-    names = _thread_names(cols, _rows_where(kind, METADATA))
+    names = _thread_names(cols, rows_where(kind, METADATA))
     threads = pd.DataFrame(
         {
             "tid": np.arange(len(pairs), dtype=np.int64),
@@ -567,7 +470,7 @@ def _thread_names(cols: EventColumns, rows: np.ndarray) -> dict[tuple[int, int],
 # ----------------------------------------------------------------------------- steps
 
 
-def _steps(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> tuple[pd.DataFrame, list[str]]:
+def _steps(cols: EventColumns, rows: np.ndarray, clock: Clock) -> tuple[pd.DataFrame, list[str]]:
     """One row per ProfilerStep#N annotation (step = N), in time order.
 
     fp_start_ns / bp_end_ns are filled later from phase annotations; overhead_ns from
@@ -607,7 +510,7 @@ CUT_SHORT = "the trace file is cut short"
 
 
 def cut_steps(
-    steps: pd.DataFrame, cols: EventColumns, kind: np.ndarray, clock: _Clock, cut: Cut
+    steps: pd.DataFrame, cols: EventColumns, kind: np.ndarray, clock: Clock, cut: Cut
 ) -> tuple[pd.DataFrame, str]:
     """The steps of a trace cut short that its events cover, and the warning saying where it ends.
 
@@ -694,7 +597,7 @@ def _with_phase_bounds(steps: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame
     return steps
 
 
-def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, clock: _Clock) -> pd.DataFrame:
+def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, clock: Clock) -> pd.DataFrame:
     """overhead_ns = summed duration of Kineto's own overhead events starting in the step."""
     if steps.empty or rows.size == 0:
         return steps
@@ -710,7 +613,7 @@ def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, cl
 # ----------------------------------------------------------------------------- spans, instants
 
 
-def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
+def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: Clock) -> pd.DataFrame:
     """User annotations (record_function ranges) other than ProfilerStep, in start order (kind: `_span_kind`), with
     their nesting depth among the annotations of their thread. Keeps end_ns and the phase they
     mark (`_phase_of`) for the step phase bounds.
@@ -747,7 +650,7 @@ def _span_kind(cat: Any) -> str:
     return "scope" if HOST_OP_CATEGORIES.get(cat) in ("host", "python") else "span"
 
 
-def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
+def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: Clock) -> pd.DataFrame:
     """Instant events of the program's threads (Kineto's own markers are not imported)."""
     return pd.DataFrame(
         {
@@ -760,550 +663,16 @@ def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock
     )
 
 
-# ----------------------------------------------------------------------------- ops
-
-
-def redispatch_copies(
-    thread: np.ndarray, framework: np.ndarray, name: np.ndarray, start: np.ndarray, end: np.ndarray, self_ns: np.ndarray
-) -> np.ndarray:
-    """Which ops are redispatch copies (torch tables drop them); their self time is added to the op they
-    are a copy of, in `self_ns` (changed in place).
-
-    A framework op whose only child on its thread has its own name (aten::div inside aten::div) is one
-    operator dispatched twice (runtime calls are never copies: two back-to-back calls of whole-µs
-    traces can share one interval); torch's tables keep the outer one and give it the inner one's self
-    time. Doing the same keeps counts and totals equal to torch's own (the timeline loses nothing
-    visible: the two intervals coincide up to the dispatch cost).
-
-    Per op: `thread` a code of its thread's name, -1 for device ops; `framework` whether its category is
-    "host"; `name` a code of its name; start and end ns. Any row order (of two identical intervals the
-    first listed is the outer one).
-    """
-    kept = np.ones(len(thread), dtype=bool)
-    while True:
-        host = np.flatnonzero((thread >= 0) & kept)
-        framework_host = framework[host]
-        parent = enclosing_parents(thread[host], start[host], end[host])
-        child = np.flatnonzero(parent >= 0)
-        names = name[host]
-        only_child = np.bincount(parent[child], minlength=len(host))[parent[child]] == 1
-        copy = np.zeros(len(host), dtype=bool)
-        copy[child] = (
-            only_child & (names[parent[child]] == names[child]) & framework_host[child] & framework_host[parent[child]]
-        )
-        copy[child] &= ~copy[parent[child]]  # chains collapse one level per round
-        if not copy.any():
-            return ~kept
-        np.add.at(self_ns, host[parent[copy]], self_ns[host[copy]])
-        kept[host[copy]] = False
-
-
-def _ops(
-    cols: EventColumns,
-    kind: np.ndarray,
-    thread_of: np.ndarray,
-    threads: pd.DataFrame,
-    steps: pd.DataFrame,
-    clock: _Clock,
-) -> pd.DataFrame:
-    """Host ops and device ops in one table, in start order, with self time and step; redispatch copies
-    left out (`redispatch_copies`).
-
-    Built a window of whole steps at a time (`_op_windows`: at most OP_BUILD_ROWS ops, cut where no operator or
-    device range that contains others is open; Python frames and other host ranges open across a cut are built in
-    each window they overlap, `_Spanners`), so its sorting and nesting copies stay a window's size: the ops' event
-    data is split by window a column at a time (`_split_by_window`), each window's goes once its table is made, and
-    the windows' columns are joined a column at a time. The event columns are spent: each goes once used
-    (`release_columns`)."""
-    ops = _op_events(cols, kind, thread_of, threads, clock)
-    release_columns(cols, "ph", "cat", "pid", "tid", "ts_us", "dur_us", "other_args")
-    release_columns(cols.op_args, "device", "stream")
-    positions, spanners = _op_windows(ops, steps)
-    placed = [spanners.in_window(w, p) for w, p in enumerate(positions)]
-    windows = _split_by_window(ops, cols, positions)
-    del positions
-    tables, built, children_ns = [], [], np.zeros(len(spanners.position), dtype=np.int64)
-    for here in placed:  # a window's event data goes once its table is made, its columns to the spill (if on) at once
-        table, spanned = _window_ops(windows.pop(0), threads["name"].tolist(), steps, here)
-        children_ns[here.spanner] += spanned.children_ns
-        tables.append(table)
-        built.append(spanned)
-        give_back_freed_memory()
-    self_ns = spanners.self_ns(children_ns)  # now that every window counted the spanners' children
-    for table, spanned in zip(tables, built):
-        table["self_ns"][spanned.rows] = self_ns[spanned.kept]
-    return pd.DataFrame(_joined_windows(tables), columns=list(OP_COLUMNS), copy=False)  # no copy into 2-d blocks
-
-
-def _op_events(
-    cols: EventColumns, kind: np.ndarray, thread_of: np.ndarray, threads: pd.DataFrame, clock: _Clock
-) -> _OpEvents:
-    """The ops' event data (`_OpEvents`), made a chunk of ops at a time into spilled arrays (spill.chunked)."""
-    host, dev = _rows_where(kind, HOST_OP), _rows_where(kind, DEVICE_OP)
-    rows = spill.concatenated([host, dev])
-    name_code = pd.factorize(threads["name"])[0]  # a code per thread name
-    return _OpEvents(
-        host_count=len(host),
-        rows=rows,
-        start=spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
-        dur=spill.chunked(len(rows), np.int64, lambda at: clock.dur_ns(cols.dur_us[rows[at]])),
-        device=_DeviceOps.of(cols, dev),
-        host_category=Coded.chunked(len(host), lambda at: combine(cols.cat[host[at]], cols.name[host[at]])).mapped(
-            _host_category
-        ),
-        thread_of=spill.chunked(len(host), np.int64, lambda at: thread_of[host[at]]),
-        thread_code=spill.chunked(len(host), name_code.dtype, lambda at: name_code[thread_of[host[at]]]),
-    )
-
-
-#: Ops built at a time: a window of whole steps (more when one step holds more).
-OP_BUILD_ROWS = 1 << 20
-
-
-@dataclass(frozen=True)
-class _OpEvents:
-    """The ops' event data, host ops first then device ops (an op's position): times, lanes, categories and
-    their columns from the trace. `_split_by_window` cuts it by window (the trace's columns added)."""
-
-    host_count: int
-    rows: Optional[np.ndarray]  # per position: row in the event columns (until split)
-    start: np.ndarray  # ns, per position
-    dur: np.ndarray  # ns, per position
-    device: _DeviceOps  # device ops
-    host_category: Coded  # host ops
-    thread_of: np.ndarray  # host ops: row of the threads table
-    thread_code: np.ndarray  # host ops: a code of the thread's name
-    name: Optional[Coded] = None  # per position; this and the fields below: from the split on
-    correlation: Optional[np.ndarray] = None  # per position
-    shapes: Optional[Coded] = None  # host ops
-    dtypes: Optional[Coded] = None  # host ops
-    blocks_per_sm: Optional[np.ndarray] = None  # device ops
-    occupancy_pct: Optional[np.ndarray] = None  # device ops
-
-    def containers(self, at: slice) -> np.ndarray:
-        """Whether each op at positions `at` is one whose self time excludes what it encloses (a host op, a device
-        range that is not an activity). Read for those ops alone (no flag per device op of the trace)."""
-        position = np.arange(at.start, at.stop)
-        device = position >= self.host_count
-        container = ~device
-        container[device] = ~self.device[position[device] - self.host_count].activity()
-        return container
-
-    def uncuttable(self, at: slice) -> np.ndarray:
-        """Whether each op at positions `at` is a container a window edge must not cut: a framework operator (its
-        redispatch copy is found among its children) or a device range. Other host ranges (Python frames,
-        annotations, runtime calls) may be cut: they are built in every window they overlap (`_Spanners`)."""
-        uncuttable = self.containers(at)
-        host = slice(at.start, min(at.stop, self.host_count))
-        if host.stop > host.start:
-            uncuttable[: host.stop - host.start] = self.host_category[host].map(lambda c: c == "host", dtype=bool)
-        return uncuttable
-
-
-def _op_windows(ops: _OpEvents, steps: pd.DataFrame) -> tuple[list[np.ndarray], _Spanners]:
-    """The positions of each window's ops (ascending), and the host ranges built in several windows: windows of whole
-    steps holding at most OP_BUILD_ROWS ops where a step edge allows, cut only at step starts (`_window_edges`) that
-    no operator or device range spans (`_OpEvents.uncuttable`), so each operator's nesting, self time and redispatch
-    copy lie in its window; a range open across a cut (`_Spanners`) is in each window it overlaps. What decides the
-    cuts is found a chunk of ops at a time (`_edge_figures`); the windows are spilled."""
-    n = len(ops.start)
-    if n <= OP_BUILD_ROWS:
-        return [np.arange(n)], _Spanners.found(ops, np.zeros(0, dtype=np.int64))
-    edges = _window_edges(ops, steps)
-    spanned, zero_start, ops_before = _edge_figures(ops, edges)
-    cuttable = ~spanned & ~zero_start  # an op ending at the edge holds any op of no length starting there
-    cuts: list[int] = []
-    last, previous = 0, None  # ops before the last cut; the cuttable edge before this one, when it may be cut
-    for edge, before_edge in [*zip(edges[cuttable].tolist(), ops_before[cuttable].tolist()), (None, n)]:
-        if before_edge - last > OP_BUILD_ROWS and previous is not None:
-            cuts.append(previous[0])
-            last = previous[1]
-        previous = (edge, before_edge) if before_edge > last else None
-    cut_at = np.asarray(cuts, dtype=np.int64)
-    window = spill.chunked(n, np.int32, lambda at: np.searchsorted(cut_at, ops.start[at], side="right"))
-    spanners = _Spanners.found(ops, cut_at)
-    return [spanners.visiting(w, _rows_where(window, w)) for w in range(len(cuts) + 1)], spanners
-
-
-@dataclass(frozen=True)
-class _Spanners:
-    """The host ranges open across a window cut (Python frames, annotations: never operators, `_OpEvents.uncuttable`):
-    each is built in every window it overlaps, so that its children there find it as their parent, and kept in the
-    table of the first (its start's); its self time is its duration less its direct children's in all of them."""
-
-    position: np.ndarray  # the op's position, ascending
-    first: np.ndarray  # the window of its start
-    last: np.ndarray  # the window of its end
-    dur: np.ndarray  # ns
-
-    @classmethod
-    def found(cls, ops: _OpEvents, cut_at: np.ndarray) -> _Spanners:
-        """The containers that start before a cut and end after it (a few per cut: the frames open there), found a
-        chunk of ops at a time."""
-        found = [(np.zeros(0, dtype=np.int64),) * 4]
-        for at in spill.chunks(ops.host_count if len(cut_at) else 0):
-            start, dur = ops.start[at], ops.dur[at]
-            first = np.searchsorted(cut_at, start, side="right")  # the window of its start
-            last = np.searchsorted(cut_at, start + dur, side="left")  # the window of its end
-            spanning = np.flatnonzero(first < last)  # host ops: containers all
-            found.append((at.start + spanning, first[spanning], last[spanning], dur[spanning]))
-            spill.drop_resident()
-        return cls(*(np.concatenate(column).astype(np.int64) for column in zip(*found)))
-
-    def visiting(self, window: int, positions: np.ndarray) -> np.ndarray:
-        """A window's op positions (ascending) with those of the spanners starting in an earlier one that overlap it."""
-        visitors = self.position[(self.first < window) & (self.last >= window)]
-        return (
-            spill.spilled(np.insert(positions, np.searchsorted(positions, visitors), visitors))
-            if len(visitors)
-            else positions
-        )
-
-    def in_window(self, window: int, positions: np.ndarray) -> _WindowSpanners:
-        """The spanners in a window whose op positions are `positions` (`visiting`'s)."""
-        here = np.flatnonzero((self.first <= window) & (self.last >= window))
-        return _WindowSpanners(here, np.searchsorted(positions, self.position[here]), self.first[here] == window)
-
-    def self_ns(self, children_ns: np.ndarray) -> np.ndarray:
-        """Their self time, given their direct children's time summed over the windows (as `self_times` makes it)."""
-        return np.maximum(self.dur - children_ns, 0)
-
-
-@dataclass(frozen=True)
-class _WindowSpanners:
-    """The spanners built in one window: which (rows of `_Spanners`), where among its host ops, and whether it is
-    the one that keeps them."""
-
-    spanner: np.ndarray
-    local: np.ndarray  # ascending
-    kept: np.ndarray  # bool
-
-    def children_ns(self, parent: np.ndarray, dur: np.ndarray) -> np.ndarray:
-        """Per spanner here, its direct children's time in this window (`parent` of the window's host ops, from
-        `enclosing_parents`); a spanner child is counted in the window that keeps it, once."""
-        if not len(self.local):
-            return np.zeros(0, dtype=np.int64)
-        slot = np.full(len(parent), -1, dtype=np.int64)
-        slot[self.local] = np.arange(len(self.local))
-        counted = np.ones(len(parent), dtype=bool)
-        counted[self.local[~self.kept]] = False  # a visitor: a child where it is kept
-        child = np.flatnonzero((parent >= 0) & counted)
-        owner = slot[parent[child]]
-        children_ns = np.zeros(len(self.local), dtype=np.int64)
-        np.add.at(children_ns, owner[owner >= 0], dur[child[owner >= 0]])
-        return children_ns
-
-    def visitors(self) -> np.ndarray:
-        """Where among the window's host ops the spanners kept by an earlier window are (left out of its table)."""
-        return self.local[~self.kept]
-
-    def kept_rows(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of the window's table (its ops by `order`) that hold the spanners it keeps, and which each is."""
-        rows = np.flatnonzero(np.isin(order, self.local[self.kept]))
-        return rows, self.spanner[self.kept][np.searchsorted(self.local[self.kept], order[rows])]
-
-
-class _SpannedInWindow(NamedTuple):
-    """What a window's table needs from the others for its spanners: their children's time here, and where it
-    keeps them (rows of its table, rows of `_Spanners`)."""
-
-    children_ns: np.ndarray
-    rows: np.ndarray
-    kept: np.ndarray
-
-
-#: In a trace without steps, the candidate window edges: about this many op starts per window's worth of ops.
-EDGES_PER_WINDOW = 16
-
-
-def _window_edges(ops: _OpEvents, steps: pd.DataFrame) -> np.ndarray:
-    """Where windows may be cut: the steps' starts, or in a trace without step markers op starts sampled across it
-    (about EDGES_PER_WINDOW per OP_BUILD_ROWS ops, in time order), so that it too is built a window at a time where
-    no operator or device range encloses an edge."""
-    if not steps.empty:
-        return steps["start_ns"].to_numpy(np.int64)
-    every = max(1, OP_BUILD_ROWS // EDGES_PER_WINDOW)
-    return np.unique(np.concatenate([ops.start[at][::every] for at in spill.chunks(len(ops.start), every * 64)]))
-
-
-def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step edge: whether an uncuttable op spans it (starts before it and ends after it), whether an op of no
-    length starts at it, and how many ops start before it; summed a chunk of ops at a time."""
-    order = np.argsort(edges, kind="stable")
-    sorted_edges = edges[order]
-    spans = np.zeros(len(edges) + 1, dtype=np.int64)  # +1 where a container's spanned edges begin, -1 after
-    zero_start = np.zeros(len(edges), dtype=bool)
-    starting = np.zeros(len(edges) + 1, dtype=np.int64)  # ops by how many edges are at or before their start
-    for at in spill.chunks(len(ops.start)):
-        start, dur = ops.start[at], ops.dur[at]
-        container = ops.uncuttable(at)
-        first = np.searchsorted(sorted_edges, start[container], side="right")  # the first edge after its start
-        after_last = np.searchsorted(sorted_edges, (start + dur)[container], side="left")  # edges before its end
-        spanning = first < after_last
-        np.add.at(spans, first[spanning], 1)
-        np.add.at(spans, after_last[spanning], -1)
-        zero_start |= np.isin(sorted_edges, start[dur == 0])
-        starting += np.bincount(np.searchsorted(sorted_edges, start, side="right"), minlength=len(edges) + 1)
-        spill.drop_resident()
-    figures = np.cumsum(spans)[:-1] > 0, zero_start, np.cumsum(starting)[:-1]
-    return tuple(_unsorted(values, order) for values in figures)  # type: ignore[return-value]
-
-
-def _unsorted(values: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Values found for sorted items, back in the items' own order (`order` sorted them)."""
-    out = np.empty_like(values)
-    out[order] = values
-    return out
-
-
-def _split_by_window(ops: _OpEvents, cols: EventColumns, windows: list[np.ndarray]) -> list[_OpEvents]:
-    """Each window's event data, with the trace's columns of its ops (name, correlation, shapes, dtypes, kernel
-    args). Spends `ops` and those columns a field at a time, each dropped once split, so the data is held about
-    once; one window takes views of them all."""
-    host_count = ops.host_count
-    if len(windows) == 1:
-        cuts, index = [host_count], {"position": [slice(None)], "host": [slice(None, host_count)]}
-        index["device"] = [slice(None)]  # the device fields hold the device ops alone
-    else:
-        cuts = [int(np.searchsorted(positions, host_count)) for positions in windows]
-        index = {"position": windows, "host": [p[:k] for p, k in zip(windows, cuts)]}
-        index["device"] = [spill.spilled(p[k:] - host_count) for p, k in zip(windows, cuts)]
-    split = {}
-    for name, kind in _OP_EVENT_FIELDS:
-        split[name] = [_spilled_piece(getattr(ops, name)[i]) for i in index[kind]]
-        release_columns(ops, name)
-    rows = {"position": [_spilled_piece(ops.rows[i]) for i in index["position"]]}  # the ops' rows in the events
-    release_columns(ops, "rows")
-    rows["host"] = [r[:k] for r, k in zip(rows["position"], cuts)]
-    rows["device"] = [r[k:] for r, k in zip(rows["position"], cuts)]
-    split["name"] = [_spilled_piece(cols.name[r]) for r in rows["position"]]
-    release_columns(cols, "name")
-    for name, kind in _OP_ARG_FIELDS:
-        split[name] = [_spilled_piece(getattr(cols.op_args, name)[r]) for r in rows[kind]]
-        release_columns(cols.op_args, name)
-    release_columns(cols, "op_args")
-    return [
-        _OpEvents(host_count=k, rows=None, **{name: pieces[w] for name, pieces in split.items()})
-        for w, k in enumerate(cuts)
-    ]
-
-
-def _spilled_piece(piece: Any) -> Any:
-    """A window's piece of a field or of its op table (an array, a coded column, the device ops' arrays), its
-    arrays spilled: the windows wait their turn, and their tables their join, in files, not in memory."""
-    if isinstance(piece, np.ndarray):
-        return spill.spilled(piece)
-    if isinstance(piece, Coded):
-        return Coded(spill.spilled(piece.codes), piece.values)
-    return _DeviceOps(spill.spilled(piece.device_id), spill.spilled(piece.stream_id), _spilled_piece(piece.kinds))
-
-
-#: The fields of `_OpEvents` made before the split, and the fields of the event columns' op args it takes,
-#: with the ops they are of (all, the host ops, the device ops).
-_OP_EVENT_FIELDS = (
-    ("start", "position"),
-    ("dur", "position"),
-    ("device", "device"),
-    ("host_category", "host"),
-    ("thread_of", "host"),
-    ("thread_code", "host"),
-)
-_OP_ARG_FIELDS = (
-    ("correlation", "position"),
-    ("shapes", "host"),
-    ("dtypes", "host"),
-    ("blocks_per_sm", "device"),
-    ("occupancy_pct", "device"),
-)
-
-
-def _window_ops(
-    ops: _OpEvents, thread_names: list, steps: pd.DataFrame, spanners: _WindowSpanners
-) -> tuple[dict[str, Any], _SpannedInWindow]:
-    """The op table's columns of one window's ops, in start order, redispatch copies and visiting spanners left out:
-    text as `Coded` columns (made categoricals when the windows are joined), each column spilled as soon as it is
-    made, so the windows' tables wait for their join in files, not in memory. The self time of the spanners it keeps
-    is set once every window has counted their children (`_ops`)."""
-    n_host, n_dev = ops.host_count, len(ops.start) - ops.host_count
-    host_start, host_dur = ops.start[:n_host], ops.dur[:n_host]
-    host_end = host_start + host_dur
-    parent = enclosing_parents(ops.thread_of, host_start, host_end)
-    children_ns = spanners.children_ns(parent, host_dur)
-    self_ns = np.concatenate([self_times(parent, host_dur), ops.device.self_ns(ops.start[n_host:], ops.dur[n_host:])])
-    del parent
-    left_out = redispatch_copies(
-        ops.thread_code,
-        ops.host_category.map(lambda c: c == "host", dtype=bool),
-        ops.name.codes[:n_host],
-        host_start,
-        host_end,
-        self_ns[:n_host],  # a view: the copies' self time goes to their outer ops in self_ns
-    )
-    left_out[spanners.visitors()] = True
-    del host_start, host_dur, host_end
-    order = np.argsort(ops.start, kind="stable")
-    order = order[~np.concatenate([left_out, np.zeros(n_dev, dtype=bool)])[order]]
-    device = ops.device
-    made = {
-        "device": lambda: Coded.concat(Coded.constant("cpu", n_host), device.device()),
-        "stream": lambda: Coded.concat(Coded(ops.thread_of, thread_names), device.stream()),
-        "name": lambda: ops.name,
-        "op_type": lambda: Coded.concat(ops.name[:n_host], device.op_type()),
-        "category": lambda: Coded.concat(ops.host_category, device.category()),
-        "shapes": lambda: _host_texts(ops.shapes, n_dev),
-        "dtypes": lambda: _host_texts(ops.dtypes, n_dev),
-        "correlation": lambda: ops.correlation,
-        "source": lambda: Coded.constant(SOURCE, n_host + n_dev),
-        "blocks_per_sm": lambda: _device_numbers(ops.blocks_per_sm, n_host),
-        "occupancy_pct": lambda: _device_numbers(ops.occupancy_pct, n_host),
-    }
-    table = {key: _spilled_piece(make()[order]) for key, make in made.items()}
-    start = spill.gathered(ops.start, order)
-    step_of_row = np.append(steps["step"].to_numpy(), -1)
-    step = spill.chunked(len(start), step_of_row.dtype, lambda at: step_of_row[_step_rows(start[at], steps)])
-    table.update(
-        start_ns=start, dur_ns=spill.gathered(ops.dur, order), self_ns=spill.gathered(self_ns, order), step=step
-    )
-    return table, _SpannedInWindow(children_ns, *spanners.kept_rows(order))
-
-
-def _joined_windows(windows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The windows' op columns one after the other, a column at a time, each column's pieces freed once
-    joined; coded text becomes a categorical (`_joined_categorical`)."""
-    joined = {}
-    for name in list(windows[0]):
-        pieces = [window.pop(name) for window in windows]
-        if isinstance(pieces[0], Coded):
-            joined[name] = _joined_categorical(pieces)
-        else:
-            joined[name] = pieces[0] if len(pieces) == 1 else spill.concatenated(pieces)
-        del pieces
-        spill.drop_resident()
-    return joined
-
-
-def _joined_categorical(pieces: list[Coded]) -> pd.Categorical:
-    """The coded pieces one after the other as a categorical of the values that occur in them, in first-seen order
-    (one piece's categories are the index of its values; several pieces' are joined as pandas' union_categoricals
-    joins them), its codes written into a spilled array a piece at a time from the pieces' spilled codes."""
-    occurring = [pd.unique(piece.codes) for piece in pieces]  # each piece's codes that occur, in first-seen order
-    own = [pd.CategoricalDtype([p.values[u] for u in used.tolist()]).categories for p, used in zip(pieces, occurring)]
-    categories = (
-        own[0] if len(own) == 1 else pd.Index(pd.unique(np.concatenate([np.asarray(c, dtype=object) for c in own])))
-    )
-    dtype = pd.Categorical.from_codes([], categories=categories).codes.dtype  # pandas' choice for that many
-    codes = spill.empty(sum(len(p) for p in pieces), dtype)
-    at = 0
-    for piece, used, values in zip(pieces, occurring, own):
-        recode = np.zeros(len(piece.values), dtype=dtype)  # a piece's code -> the joined one's (for codes that occur)
-        recode[used] = categories.get_indexer(values)
-        codes[at : at + len(piece)] = recode[piece.codes]
-        at += len(piece)
-        spill.drop_resident()
-    return pd.Categorical.from_codes(codes, categories=categories)
-
-
-def _host_texts(texts: Coded, device_ops: int) -> Coded:
-    """A text column of the host ops (input shapes, dtypes), "" for the device ops after them: coded (the op
-    table's categorical: a code per op, spilled, where an object per op stays in memory)."""
-    return Coded.concat(texts, Coded.constant("", device_ops))
-
-
-def _host_category(cat_and_name: tuple[Any, Any]) -> Optional[str]:
-    """A host op's category: `comm` for a collective range, else its Kineto category's."""
-    cat, name = cat_and_name
-    return "comm" if _is_collective_name(name) else HOST_OP_CATEGORIES.get(cat)
-
-
-@dataclass(frozen=True)
-class _DeviceOps:
-    """What the device ops' columns are made of: "cuda:<device>", the stream id as text, category and op
-    type by `_device_category_type`; their lane is the (device, stream) pair."""
-
-    device_id: np.ndarray
-    stream_id: np.ndarray
-    kinds: Coded  # (cat, name) pairs
-
-    @classmethod
-    def of(cls, cols: EventColumns, rows: np.ndarray) -> _DeviceOps:
-        """Those of the device ops at `rows` of the event columns, a chunk of rows at a time (spill.chunked)."""
-        args, n = cols.op_args, len(rows)
-        return cls(
-            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.device[rows[at]], cols.pid[rows[at]])),
-            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.stream[rows[at]], cols.tid[rows[at]])),
-            Coded.chunked(n, lambda at: combine(cols.cat[rows[at]], cols.name[rows[at]])),
-        )
-
-    def device(self) -> Coded:
-        return Coded.of(self.device_id).mapped(lambda d: f"cuda:{d}")
-
-    def stream(self) -> Coded:
-        return Coded.of(self.stream_id).mapped(str)
-
-    def op_type(self) -> Coded:
-        return self.kinds.mapped(lambda pair: _device_category_type(*pair)[1])
-
-    def category(self) -> Coded:
-        return self.kinds.mapped(lambda pair: _device_category_type(*pair)[0])
-
-    def __getitem__(self, rows: np.ndarray) -> _DeviceOps:
-        """Those of some device ops."""
-        return _DeviceOps(self.device_id[rows], self.stream_id[rows], self.kinds[rows])
-
-    def activity(self) -> np.ndarray:
-        """Whether each is an activity (a kernel, a copy: DEVICE_ACTIVITIES), not a range enclosing others."""
-        return self.kinds.map(lambda pair: _device_category_type(*pair)[0] in DEVICE_ACTIVITIES, dtype=bool)
-
-    def self_ns(self, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
-        """Activities' (kernels, copies) self time is their duration; other device ranges' excludes what
-        they enclose on their stream."""
-        lane = dense_ids(self.device_id, self.stream_id)[0]
-        return np.where(self.activity(), dur, self_times(enclosing_parents(lane, start, start + dur), dur))
-
-
-def _arg_or_lane(value: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    """Integer args (device / stream) of device events where they have one, else their pid / tid."""
-    return np.where(value >= 0, value, lane.astype(np.int64))
-
-
-def _device_category_type(cat: str, name: str) -> tuple[str, str]:
-    """(category, op_type) of one device event.
-
-    NCCL kernels ("ncclKernel_AllReduce_RING_LL_Sum_float(...)", "ncclDevKernel_SendRecv(...)")
-    are "comm" with op type "nccl:<collective in snake case>", like torch's own
-    record_function names (nccl:all_reduce); memcpy op type is its direction ("Memcpy HtoD");
-    memset is "Memset"; other kernels keep their full name as op type.
-    """
-    category = DEVICE_OP_CATEGORIES[cat]
-    if category == "compute" and (name.startswith("nccl") or "ncclKernel" in name or "ncclDevKernel" in name):
-        collective = _NCCL_COLLECTIVE.search(name)
-        if collective is None:
-            return "comm", name
-        return "comm", "nccl:" + _CAMEL_WORD.sub("_", collective.group(1)).lower()
-    if category == "memcpy":
-        kind = _MEMCPY_KIND.match(name)
-        return category, kind.group(0) if kind else name
-    if category == "memset":
-        return category, "Memset"
-    return category, name
-
-
-def _device_numbers(values: np.ndarray, host_count: int) -> np.ndarray:
-    """A numeric kernel arg (float32) of the host ops then the device ops (`values`): NaN for host ops and
-    where the arg is absent or not a number."""
-    return np.concatenate([np.full(host_count, np.nan, dtype=np.float32), values])
-
-
 # ----------------------------------------------------------------------------- counters
 
 
-def _counters(cols: EventColumns, kind: np.ndarray, clock: _Clock) -> pd.DataFrame:
+def _counters(cols: EventColumns, kind: np.ndarray, clock: Clock) -> pd.DataFrame:
     """Memory counters from "[memory]" instants and the series of "C" counter events, in (time, device, metric)
     order (a stable sort). The numbers are joined and put in that order a column at a time into spilled arrays; the
     text columns hold one shared str per distinct value (object), not one per row."""
     parts = [
-        *_memory_counters(cols, _rows_where(kind, MEMORY), clock),
-        _chrome_counters(cols, _rows_where(kind, COUNTER), clock),
+        *_memory_counters(cols, rows_where(kind, MEMORY), clock),
+        _chrome_counters(cols, rows_where(kind, COUNTER), clock),
     ]
     joined = {column: _joined([part[column] for part in parts]) for column in COUNTER_COLUMNS}
     order = np.lexsort([sorted_codes(joined["metric"])[0], sorted_codes(joined["device"])[0], joined["time_ns"]])
@@ -1321,7 +690,7 @@ def _joined(pieces: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(pieces) if pieces[0].dtype.hasobject else spill.concatenated(pieces)
 
 
-def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> list[dict[str, np.ndarray]]:
+def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> list[dict[str, np.ndarray]]:
     """allocated_bytes / reserved_bytes after every allocation Kineto recorded (profile_memory=True), per device
     ("host" for CPU memory, "cuda:N"): the columns of each metric, its rows whose value is a number, in event
     order."""
@@ -1353,7 +722,7 @@ def _repeated(text: str, n: int) -> np.ndarray:
     return out
 
 
-def _allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: _Clock) -> pd.DataFrame:
+def _allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: Clock) -> pd.DataFrame:
     """Every allocation and free of the "[memory]" instants (model.ALLOCATION_COLUMNS), in time order: the numbers
     read and put in that order a chunk of rows at a time into spilled arrays."""
     numbers = {
@@ -1399,7 +768,7 @@ def _memory_device(dev_type: int, dev_id: int) -> str:
     return prefix if prefix == "host" else f"{prefix}:{dev_id}"
 
 
-def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> dict[str, np.ndarray]:
+def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> dict[str, np.ndarray]:
     """The counter columns of "C" events, a row per numeric series value: metric "<event name>.<series>"."""
     metric, time_ns, value = [], [], []
     events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args.take(rows))
@@ -1425,9 +794,7 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: _Clock) -> dic
 # ----------------------------------------------------------------------------- info
 
 
-def _info(
-    trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock: _Clock, warnings: list[str]
-) -> RunInfo:
+def _info(trace: Mapping[str, Any], cols: EventColumns, kind: np.ndarray, clock: Clock, warnings: list[str]) -> RunInfo:
     """Run metadata: rank / world size, clock origin, devices, versions, import counts."""
     dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
     versions = {}

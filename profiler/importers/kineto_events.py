@@ -17,7 +17,7 @@ import os
 import re
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -35,6 +35,8 @@ try:
 except ImportError:  # orjson is an optional speed-up
     orjson = None
 
+#: The ops' and counters' source, and the runs' data origin.
+SOURCE = "kineto"
 GZIP_MAGIC = b"\x1f\x8b"
 _NAN = float("nan")
 #: How much of a file `trace_confidence` reads: the trace header and its first events.
@@ -770,3 +772,56 @@ def event_columns(events: Sequence[Any]) -> tuple[EventColumns, int]:
         other_args=SparseArgs.of([None if c else a for a, c in zip(args, complete)]),
     )
     return columns, 0
+
+
+#: Unix time in microseconds of 2001-09-09: older traces without baseTimeNanoseconds write
+#: Unix-epoch microseconds, which are all above this.
+_UNIX_US_FLOOR = 1e15
+#: Unix times at or beyond this (ns, year 2116) are not believed: absolute times stay int64 with room to spare.
+_MAX_UNIX_NS = 2**62
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The run's origin, and the conversion of Kineto microseconds into int64 ns from it.
+
+    The origin is a whole microsecond, so `ts - origin` is exact in float64 and the rounding
+    to ns recovers the 3 decimals Kineto writes.
+    """
+
+    origin_us: int
+    origin_unix_ns: int
+    rule: str  # how origin_unix_ns was found
+
+    @classmethod
+    def of(cls, trace: Mapping[str, Any], origin_us: int) -> Clock:
+        """Newer Kineto writes ts relative to `baseTimeNanoseconds` (Unix ns =
+        base + ts_us * 1000); older traces write Unix-epoch microseconds directly."""
+        base = trace.get("baseTimeNanoseconds")
+        if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 <= base < _MAX_UNIX_NS:
+            unix = int(base) + origin_us * 1000
+            if 0 <= unix < _MAX_UNIX_NS:
+                return cls(origin_us, unix, "baseTimeNanoseconds + ts")
+        if _UNIX_US_FLOOR <= origin_us and origin_us * 1000 < _MAX_UNIX_NS:
+            return cls(origin_us, origin_us * 1000, "ts is Unix time in us")
+        return cls(origin_us, 0, "unknown")
+
+    def ns(self, ts_us: np.ndarray) -> np.ndarray:
+        return np.rint((ts_us - self.origin_us) * 1000.0).astype(np.int64)
+
+    @staticmethod
+    def dur_ns(dur_us: np.ndarray) -> np.ndarray:
+        return np.rint(dur_us * 1000.0).astype(np.int64)
+
+
+def rows_where(values: np.ndarray, *wanted: int) -> np.ndarray:
+    """np.flatnonzero(np.isin(values, wanted)) (int64), counted then written a chunk of rows at a time into a spilled
+    array: no temporary of the trace's length (a byte per event for a mask, 8 per row found before its spill)."""
+    out = spill.empty(sum(int(np.isin(values[at], wanted).sum()) for at in spill.chunks(len(values))), np.int64)
+    done = 0
+    for at in spill.chunks(len(values)):
+        rows = at.start + np.flatnonzero(np.isin(values[at], wanted))
+        out[done : done + len(rows)] = rows
+        done += len(rows)
+        spill.drop_resident()
+    return out

@@ -422,9 +422,9 @@ def no_copies(thread: np.ndarray, *columns: np.ndarray) -> np.ndarray:
 def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path, monkeypatch) -> None:
     """Every cpu_op with its thread and input shapes (redispatch copies kept here: redispatch_copies,
     which the import applies, is tested on its own)."""
-    import profiler.importers.kineto as kineto
+    import profiler.importers.kineto_ops as kineto_ops
 
-    monkeypatch.setattr(kineto, "redispatch_copies", no_copies)
+    monkeypatch.setattr(kineto_ops, "redispatch_copies", no_copies)
     run = read_kineto_trace(kineto_dir / "sampled_rank-0.json.gz")
     host = run.ops[run.ops["device"] == "cpu"]
     assert set(host["stream"]) == set(run.threads["name"]) == {"thread 4037 (python3.8)", "thread 23695 (python3.8)"}
@@ -443,11 +443,11 @@ def test_host_ops_keep_thread_and_input_shapes(kineto_dir: Path, monkeypatch) ->
 def test_redispatch_copies_are_one_op(kineto_dir: Path) -> None:
     """aten::add inside aten::add (its only child) is one op, as torch's key_averages() counts it: the
     copy is gone, its self time went to the outer op, and the host self time of the thread is unchanged."""
-    import profiler.importers.kineto as kineto
+    import profiler.importers.kineto_ops as kineto_ops
 
     run = imported(kineto_dir / "sampled_rank-0.json.gz")
     host = (run.ops["device"] == "cpu").to_numpy()
-    left = kineto.redispatch_copies(
+    left = kineto_ops.redispatch_copies(
         np.where(host, pd.factorize(run.ops["stream"])[0], -1),
         (run.ops["category"] == "host").to_numpy(),
         pd.factorize(run.ops["name"])[0],
@@ -456,12 +456,12 @@ def test_redispatch_copies_are_one_op(kineto_dir: Path) -> None:
         run.ops["self_ns"].to_numpy().copy(),
     )
     assert not left.any()  # nothing left to collapse
-    original = kineto.redispatch_copies
+    original = kineto_ops.redispatch_copies
     try:
-        kineto.redispatch_copies = no_copies
+        kineto_ops.redispatch_copies = no_copies
         whole = read_kineto_trace(kineto_dir / "sampled_rank-0.json.gz")
     finally:
-        kineto.redispatch_copies = original
+        kineto_ops.redispatch_copies = original
     copies = len(whole.ops) - len(run.ops)
     assert copies > 0
     whole_host = (whole.ops["device"] == "cpu").to_numpy()

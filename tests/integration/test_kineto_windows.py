@@ -1,4 +1,4 @@
-"""The Kineto importer builds its op table a window of whole steps at a time (profiler/importers/kineto.py,
+"""The Kineto importer builds its op table a window of whole steps at a time (profiler/importers/kineto_ops.py,
 `_op_windows`): the table is the one a single window gives, byte for byte (columns, dtypes, categories in
 first-seen order), on real captures with windows of every step; and a window edge never cuts an op that
 encloses others (a Python frame across a step edge keeps its children's time out of its self time); the windows'
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from profiler import spill
-from profiler.importers import kineto
+from profiler.importers import kineto_ops
 from profiler.importers.kineto import read_kineto_trace
 from profiler.importers.kineto_events import Coded
 
@@ -20,13 +20,13 @@ from support.kineto_builder import Trace
 def _windows_built(monkeypatch) -> list[int]:
     """Records the number of ops of every window the importer builds."""
     sizes: list[int] = []
-    build = kineto._window_ops
+    build = kineto_ops._window_ops
 
     def counted(ops, *rest):
         sizes.append(len(ops.start))
         return build(ops, *rest)
 
-    monkeypatch.setattr(kineto, "_window_ops", counted)
+    monkeypatch.setattr(kineto_ops, "_window_ops", counted)
     return sizes
 
 
@@ -43,7 +43,7 @@ def test_the_op_table_built_in_step_windows_is_the_whole_ones(captures, monkeypa
     whole = read_kineto_trace(path).ops
     steps = read_kineto_trace(path).steps
     for rows in (1, len(whole) // 2):
-        monkeypatch.setattr(kineto, "OP_BUILD_ROWS", rows)
+        monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", rows)
         sizes = _windows_built(monkeypatch)
         _assert_same_table(read_kineto_trace(path).ops, whole)
         assert 2 <= len(sizes) <= len(steps) + 1 and sum(sizes) >= len(whole)  # several windows; copies dropped after
@@ -54,7 +54,7 @@ def test_a_window_edge_never_cuts_an_operator_that_encloses_others(monkeypatch) 
     trace = Trace().step(1, 0, 100).step(2, 100, 100).step(3, 200, 100)
     trace.op("aten::conv2d", 50, 100).op("aten::mm", 60, 10).op("aten::add", 120, 10).op("aten::relu", 250, 10)
     whole = trace.run().ops
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 1)
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 1)
     sizes = _windows_built(monkeypatch)
     windowed = trace.run().ops
     _assert_same_table(windowed, whole)
@@ -71,7 +71,7 @@ def test_a_python_frame_across_window_edges_is_built_in_each_and_kept_once(monke
     trace.op("aten::mm", 60, 10).op("aten::add", 120, 10).op("aten::relu", 250, 10).op("aten::sum", 170, 5)
     trace.op("aten::div", 210, 20).op("aten::div", 212, 10)  # a redispatch copy under Net in step 3's window
     whole = trace.run().ops
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 1)
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 1)
     sizes = _windows_built(monkeypatch)
     windowed = trace.run().ops
     _assert_same_table(windowed, whole)
@@ -88,7 +88,7 @@ def test_a_with_stack_trace_is_built_in_windows(captures, monkeypatch) -> None:
     path = captures / "recorded" / "views" / "torch_memory_modules" / "raw" / "r0-p12781-torch-0.json.gz"
     whole = read_kineto_trace(path).ops
     assert (whole["category"] == "python").sum() > 1000
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 500)
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 500)
     sizes = _windows_built(monkeypatch)
     _assert_same_table(read_kineto_trace(path).ops, whole)
     assert len(sizes) >= 4 and max(sizes) < len(whole) / 2
@@ -97,16 +97,16 @@ def test_a_with_stack_trace_is_built_in_windows(captures, monkeypatch) -> None:
 def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_path, monkeypatch) -> None:
     """Every column of every window's table (text as codes) is spilled as it is made: in memory, the windows' tables
     (a categorical's codes, a few bytes per op and column) grew with the trace until they were joined."""
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 2000)
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 2000)
     tables: list[dict] = []
-    build = kineto._window_ops
+    build = kineto_ops._window_ops
 
     def kept(*args):
         table = build(*args)
         tables.append(dict(table[0]))  # the join takes the columns out of the table
         return table
 
-    monkeypatch.setattr(kineto, "_window_ops", kept)
+    monkeypatch.setattr(kineto_ops, "_window_ops", kept)
     with spill.spilling(tmp_path, min_bytes=1):
         ops = read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz").ops
         assert len(tables) >= 2 and set(tables[0]) == set(ops.columns)
@@ -127,7 +127,7 @@ def test_a_trace_without_step_markers_is_built_in_windows_too(captures, tmp_path
     path.write_text(json.dumps(trace))
     whole = read_kineto_trace(path)
     assert whole.steps.empty and len(whole.ops) > 4000
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 1000)
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 1000)
     sizes = _windows_built(monkeypatch)
     _assert_same_table(read_kineto_trace(path).ops, whole.ops)
     assert len(sizes) >= 3 and max(sizes) < len(whole.ops) / 2  # several windows, none near the whole trace

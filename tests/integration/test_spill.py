@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 
 from profiler import spill
-from profiler.importers import kineto
+from profiler.importers import kineto, kineto_ops
 from profiler.importers.kineto import read_kineto_trace
+from profiler.importers.kineto_events import rows_where
 from profiler.postprocess.imported import SpillSetting, import_capture, spilling_beside
 
 from support.trace_variants import load_trace, write_trace
@@ -31,7 +32,7 @@ def test_an_import_with_every_array_spilled_writes_the_same_files(captures, tmp_
     trace = captures / "kineto" / f"{capture}.json.gz"
     import_capture(trace, tmp_path / "memory")
     monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 1)  # every array with a byte in it
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 2000)  # and the op table joined from several windows
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 2000)  # and the op table joined from several windows
     drops = spill.watcher_drops()
     import_capture(trace, tmp_path / "spilled", spill=SpillSetting(memory_limit=1))  # pages dropped all along
     assert spill.watcher_drops() > drops + 10
@@ -43,7 +44,7 @@ def test_an_import_with_every_array_spilled_writes_the_same_files(captures, tmp_
 
 
 def test_the_run_read_while_spilling_has_its_columns_in_files(captures, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 2000)
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 2000)
     trace = captures / "kineto" / "sampled_rank-0.json.gz"
     with spill.spilling(tmp_path, min_bytes=1):
         run = read_kineto_trace(trace, chunk_bytes=50_000)  # chunks' columns joined into spilled parts too
@@ -67,7 +68,7 @@ def test_a_run_built_a_few_rows_at_a_time_is_the_whole_ones(captures, monkeypatc
     trace = captures / "kineto" / f"{capture}.json.gz"
     whole = read_kineto_trace(trace)
     monkeypatch.setattr(spill, "CHUNK_ROWS", 100)  # spill.chunked's pieces and the loops that follow them
-    monkeypatch.setattr(kineto, "OP_BUILD_ROWS", 500)  # and op windows cut from chunked edge figures
+    monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 500)  # and op windows cut from chunked edge figures
     run = read_kineto_trace(trace)
     assert len(run.ops) > 3 * 100
     for table in ("ops", "spans", "steps", "threads", "counters", "instants"):
@@ -348,7 +349,7 @@ def test_rows_of_some_kinds_and_the_host_pid_found_chunk_by_chunk_are_the_whole_
     host = np.flatnonzero(kind == kineto.HOST_OP)
     monkeypatch.setattr(spill, "CHUNK_ROWS", 64)
     for wanted in [(kineto.HOST_OP,), (kineto.SPAN, kineto.STEP, 11)]:
-        np.testing.assert_array_equal(kineto._rows_where(kind, *wanted), np.flatnonzero(np.isin(kind, wanted)))
+        np.testing.assert_array_equal(rows_where(kind, *wanted), np.flatnonzero(np.isin(kind, wanted)))
     assert dict(kineto._kind_counts(kind)) == dict(zip(*(v.tolist() for v in np.unique(kind, return_counts=True))))
     cols = SimpleNamespace(pid=pid)
     assert kineto._host_pid(cols, kind) == int(pd.Series(pid[host]).mode().iloc[0]) == 3

@@ -1,4 +1,4 @@
-"""redispatch_copies (profiler/importers/kineto.py) on hand-made op tables: a chain of copies collapses over
+"""redispatch_copies (profiler/importers/kineto_ops.py) on hand-made op tables: a chain of copies collapses over
 several rounds into its outermost op, which gets their self time; an op with two children, a different name,
 a runtime call or another thread is not a copy."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.importers.kineto import redispatch_copies
+from profiler.importers.kineto_ops import redispatch_copies
 
 
 def ops_table(rows: list[tuple[str, str, str, int, int, int]]) -> pd.DataFrame:
