@@ -111,7 +111,7 @@ def test_steps_inferred_seven_launches_at_a_time_are_the_whole_ones(captures, tm
 
 
 def test_a_table_out_of_start_order_is_sorted_first(captures, tmp_path, monkeypatch):
-    """Ops and spans in shuffled rows (a native recording writes an op as it ends): the lanes are sorted by start,
+    """Ops and spans in shuffled rows (a table not in start order): the lanes are sorted by start,
     spans first on ties, and the steps are those of the table in start order."""
     run = _run(captures, "with_stack", tmp_path)
     extent = capture_extent(run)
