@@ -13,15 +13,18 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import pandas as pd
 
+from profiler import spill
 from profiler.analysis.step_trace import GAP_PHASES
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.importers.registry import importer_for
-from profiler.kernels.intervals import assign_steps
+from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.intervals import assign_steps, in_order
+from profiler.kernels.nesting import counting_order, positions_passing, positions_where
 from profiler.model import NATIVE_ORIGIN, STEP_COLUMNS, Run, RunInfo, data_origin, with_columns
 
 #: Where a run's step boundaries come from (step_trace's step_source column).
@@ -52,7 +55,7 @@ class Lane:
 
     label: str  # "thread MainThread", "cuda:0 stream 7"
     kind: str  # phases (a thread with phases) | host | device | spans (a thread with spans only)
-    codes: np.ndarray  # int32 name code per launch
+    codes: np.ndarray  # int32 name code per launch (the three arrays per launch: spilled when big)
     names: np.ndarray  # name of each code
     is_op: np.ndarray  # per code: an op name (else a phase / span name)
     is_phase: np.ndarray  # per code: a phase name
@@ -123,14 +126,33 @@ class StepInference:
 # ----------------------------------------------------------------------------- the period of a sequence
 
 
-def name_codes(column: pd.Series, dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
-    """Codes (of `dtype`; a fresh array) and the names they stand for, for a (categorical or text)
-    name column. int32, not int64: at 1e7 launches every full-length array is 40-80 MB of fresh
-    memory, which is what this analysis spends its time on."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy().astype(dtype), column.cat.categories.to_numpy(dtype=object)
-    codes, names = pd.factorize(column, sort=False)
-    return codes.astype(dtype), np.asarray(names, dtype=object)
+def code_counts(codes: np.ndarray, n_codes: int, span: slice = slice(None)) -> np.ndarray:
+    """Occurrences of each code 0..n_codes-1 in codes[span], counted a chunk at a time."""
+    part = codes[span]
+    counts = np.zeros(n_codes, dtype=np.int64)
+    for at in spill.chunks(len(part)):
+        counts += np.bincount(part[at], minlength=n_codes)
+    return counts
+
+
+def occurrences(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The positions (ascending; `positions_passing`: spilled when many) of the launches whose code is `wanted`
+    (a bool per code)."""
+    return positions_passing(len(codes), lambda at: wanted[codes[at]])
+
+
+def first_occurrence(codes: np.ndarray, wanted: np.ndarray) -> int:
+    """The position of the first launch whose code is `wanted` (a bool per code); IndexError when there is none."""
+    for at in spill.chunks(len(codes)):
+        hits = np.flatnonzero(wanted[codes[at]])
+        if len(hits):
+            return at.start + int(hits[0])
+    raise IndexError("no launch of the wanted names")
+
+
+def code_is(n_codes: int, code: int) -> np.ndarray:
+    """A bool per code, true for `code` alone."""
+    return np.arange(n_codes) == code
 
 
 def candidate_counts(counts: np.ndarray) -> list[int]:
@@ -148,35 +170,45 @@ def evenest_anchors(codes: np.ndarray, counts: np.ndarray, tried: list[int]) -> 
     """For each count in `tried`, of the names occurring that many times (the first CANDIDATE_ANCHORS),
     the one whose occurrences are most evenly spaced in the sequence (the range of its index gaps
     over their median; the earliest first on ties), with its positions. One pass over the sequence
-    finds the occurrences of every candidate name; a radix sort groups them by name."""
+    finds the occurrences of every candidate name (spilled when many); a counting sort groups them by name."""
     names = [np.flatnonzero(counts == c)[:CANDIDATE_ANCHORS] for c in tried]
     every = np.concatenate(names)
     rank = np.full(len(counts), -1, dtype=np.int16)  # <= 8 x 64 names
     rank[every] = np.arange(len(every))
-    of = rank[codes]
-    at = np.flatnonzero(of >= 0)
-    at = at[np.argsort(of[at], kind="stable")]  # grouped by name, positions ascending
-    del of
+    at = occurrences(codes, rank >= 0)
+    order, bounds = counting_order(spill.chunked(len(at), np.int16, lambda c: rank[codes[at[c]]]), 0, len(every))
+
+    def positions(k: int) -> np.ndarray:  # of the name ranked k
+        return at[order[bounds[k] : bounds[k + 1]]].astype(np.int64)
+
     out, offset = [], 0
-    for count, group in zip(tried, names):
-        rows = at[offset : offset + len(group) * count].reshape(len(group), count)
-        offset += len(group) * count
-        gaps = np.diff(rows, axis=1)
-        spread = (gaps.max(axis=1) - gaps.min(axis=1)) / np.maximum(np.median(gaps, axis=1), 1)
-        best = int(np.lexsort((rows[:, 0], spread))[0])
-        out.append((int(group[best]), rows[best]))
+    for group in names:
+        ranks = range(offset, offset + len(group))
+        offset += len(group)
+        spread = np.array([gaps_spread(np.diff(positions(k))) for k in ranks])
+        best = int(np.lexsort((np.array([at[order[bounds[k]]] for k in ranks]), spread))[0])
+        out.append((int(group[best]), positions(ranks[best])))
     return out
 
 
+def gaps_spread(gaps: np.ndarray) -> float:
+    """How unevenly a name's occurrences are spaced: the range of its index gaps over their median."""
+    return (gaps.max() - gaps.min()) / np.maximum(np.median(gaps), 1)
+
+
 def sampled_periods(at: np.ndarray, limit: int = EVALUATED_PERIODS) -> tuple[np.ndarray, np.ndarray]:
-    """The launches of at most `limit` full periods (from one anchor to the next), evenly spread over
-    the sequence: their indices and each one's period number among the chosen (0..k-1)."""
+    """At most `limit` full periods (from one anchor to the next), evenly spread over the sequence: where each
+    begins and ends (the next anchor's position)."""
     full = len(at) - 1
     chosen = np.unique(np.linspace(0, full - 1, max(min(full, limit), 1)).round().astype(np.int64))
-    lengths = at[chosen + 1] - at[chosen]
-    which = np.repeat(np.arange(len(chosen)), lengths)
-    first = np.repeat(at[chosen] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    return np.arange(int(lengths.sum())) + first, which
+    return at[chosen], at[chosen + 1]
+
+
+def sampled_launches(codes: np.ndarray, periods: tuple[np.ndarray, np.ndarray], wanted: np.ndarray) -> np.ndarray:
+    """The positions (ascending, int64) of the launches of `wanted` codes (a bool per code) in the sampled
+    `periods` (`sampled_periods`)."""
+    found = [lo + occurrences(codes[lo:hi], wanted).astype(np.int64) for lo, hi in zip(*periods)]
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
 def period_contents(codes: np.ndarray, n_codes: int, anchor: int, at: Optional[np.ndarray] = None) -> Optional[Period]:
@@ -187,23 +219,26 @@ def period_contents(codes: np.ndarray, n_codes: int, anchor: int, at: Optional[n
     At most EVALUATED_PERIODS full periods, evenly spread, are compared (a names x periods count
     table of bounded size), so the cost past finding the anchor is independent of the run's length.
     """
-    at = np.flatnonzero(codes == anchor) if at is None else at
+    at = occurrences(codes, code_is(n_codes, anchor)) if at is None else at
     if len(at) - 1 < MIN_FULL_PERIODS:
         return None
     limit = max(MIN_FULL_PERIODS, min(EVALUATED_PERIODS, 20_000_000 // max(n_codes, 1)))
-    idx, which = sampled_periods(at, limit)
-    shown = int(which[-1]) + 1
-    table = np.bincount(codes[idx].astype(np.int64) * shown + which, minlength=n_codes * shown).reshape(n_codes, shown)
+    first, stop = sampled_periods(at, limit)
+    table = np.empty((n_codes, len(first)), dtype=np.int64)  # names x periods
+    for k, (lo, hi) in enumerate(zip(first.tolist(), stop.tolist())):
+        table[:, k] = code_counts(codes, n_codes, slice(lo, hi))
+    shown = len(first)
     typical = np.rint(np.median(table, axis=1)).astype(np.int64)
     agree = (table == typical[:, None]).sum(axis=1)
     regular = (typical >= 1) & (agree >= REGULAR_SHARE * shown)
     frequent = (table > 0).sum(axis=1) >= FREQUENT_SHARE * shown
+    launches = int((stop - first).sum())
     return Period(
         anchor=anchor,
         repetitions=len(at),
         launches=int(np.median(np.diff(at))),
         per_period=np.where(regular, typical, 0),
-        regular_share=float(table[regular].sum()) / max(len(idx), 1),
+        regular_share=float(table[regular].sum()) / max(launches, 1),
         regular_frequent=float((regular & frequent).sum()) / max(int(frequent.sum()), 1),
     )
 
@@ -227,7 +262,7 @@ def find_period(
     the loop names, which run once an iteration, irregular; without loop names it cannot be told from
     an iteration with a name every few iterations, and the shortest period is taken.
     """
-    counts = np.bincount(codes, minlength=n_codes)
+    counts = code_counts(codes, n_codes)
     tried = candidate_counts(counts)
     if not tried:
         return None, f"no name occurs {MIN_FULL_PERIODS + 1} times or more"
@@ -258,22 +293,49 @@ def find_period(
 # ----------------------------------------------------------------------------- where iterations begin
 
 
-def work_reach(lane: Lane, period: Period) -> np.ndarray:
-    """Per launch, the latest end of the regular work (regular names that are not gap names) launched
-    up to and including it (_NO_TIME when none yet): `reach[i - 1]` is what ran before launch i."""
-    work = ((period.per_period > 0) & (lane.role != "gap"))[lane.codes]
-    return ends_reach(lane.end_ns, work)
+@dataclass(frozen=True)
+class Reach:
+    """The latest end of the counted launches (`counted`: a bool per code) launched before each launch of a lane
+    (_NO_TIME before the first), read a chunk at a time in order: the running maximum is carried from chunk to
+    chunk, never kept for the whole lane."""
+
+    codes: np.ndarray
+    end_ns: np.ndarray
+    counted: np.ndarray
+
+    def chunks(self) -> Iterator[tuple[slice, np.ndarray]]:
+        """Each chunk of the lane's positions, in order, with the reach just before each of its launches."""
+        carry = _NO_TIME
+        for at in spill.chunks(len(self.codes)):
+            ends = np.concatenate([[carry], np.where(self.counted[self.codes[at]], self.end_ns[at], _NO_TIME)])
+            np.maximum.accumulate(ends, out=ends)
+            carry = ends[-1]
+            yield at, ends[:-1]
+            spill.drop_resident()
+
+    def before(self, at: np.ndarray) -> np.ndarray:
+        """The reach just before each launch position in `at` (ascending)."""
+        out = np.full(len(at), _NO_TIME, dtype=np.int64)
+        for rows, reach in self.chunks():
+            if not len(at) or rows.start > at[-1]:
+                break
+            lo, hi = np.searchsorted(at, [rows.start, rows.stop])
+            out[lo:hi] = reach[at[lo:hi] - rows.start]
+        return out
 
 
-def ends_reach(end_ns: np.ndarray, counted: np.ndarray) -> np.ndarray:
-    """Running maximum of the counted launches' ends (_NO_TIME before the first)."""
-    ends = np.where(counted, end_ns, _NO_TIME)
-    return np.maximum.accumulate(ends, out=ends)
+def work_reach(lane: Lane, period: Period) -> Reach:
+    """The latest end of the regular work (regular names that are not gap names) launched before each launch."""
+    return Reach(lane.codes, lane.end_ns, (period.per_period > 0) & (lane.role != "gap"))
 
 
-def before(reach: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """reach just before each launch index in `at`."""
-    return np.where(at > 0, reach[np.maximum(at - 1, 0)], _NO_TIME)
+def launches_outside(lane: Lane, reach: Reach, wanted: np.ndarray) -> np.ndarray:
+    """The positions of the launches of `wanted` codes (a bool per code) that start at or after the reach
+    before them (not inside the counted launches before them), found a chunk at a time."""
+    outside = spill.empty(len(lane.codes), bool)
+    for at, before in reach.chunks():
+        outside[at] = wanted[lane.codes[at]] & (lane.start_ns[at] >= before)
+    return positions_where(outside)
 
 
 def names_role(names: np.ndarray, is_op: np.ndarray) -> np.ndarray:
@@ -300,7 +362,7 @@ def names_role(names: np.ndarray, is_op: np.ndarray) -> np.ndarray:
     return np.where(is_op, "", role)
 
 
-def boundary_name(lane: Lane, period: Period, reach: np.ndarray) -> Boundary:
+def boundary_name(lane: Lane, period: Period, reach: Reach) -> Boundary:
     """The name each iteration begins with, among the names that occur once per period, by the
     first rule that applies:
 
@@ -319,23 +381,20 @@ def boundary_name(lane: Lane, period: Period, reach: np.ndarray) -> Boundary:
     candidates = once & ~np.isin(role, ("gap", "end"))
     candidates = candidates if candidates.any() else once & (role != "gap")
     candidates = candidates if candidates.any() else once
-    is_candidate = candidates[lane.codes]
-    end = (once & (role == "end"))[lane.codes]
-    if end.any():
-        inside = lane.start_ns < before(ends_reach(lane.end_ns, end), np.arange(len(end)))
-        ok = np.flatnonzero(is_candidate & ~inside)
-        following = np.searchsorted(ok, np.flatnonzero(end), side="right")
+    end = once & (role == "end")
+    if end.any():  # a name once per period occurs in the lane
+        ok = launches_outside(lane, Reach(lane.codes, lane.end_ns, end), candidates)
+        following = np.searchsorted(ok, occurrences(lane.codes, end), side="right")
         following = ok[following[following < len(ok)]]
         if len(following):
             return Boundary(int(pd.Series(lane.codes[following]).mode().iloc[0]), "after the optimizer step")
-    forward = np.flatnonzero(once & (role == "forward"))
-    if len(forward):
-        first = np.flatnonzero(np.isin(lane.codes, forward))[0]
+    forward = once & (role == "forward")
+    if forward.any():
+        first = first_occurrence(lane.codes, forward)
         return Boundary(int(lane.codes[first]), "forward")
-    anchors = np.flatnonzero(lane.codes == period.anchor)
-    sample, _ = sampled_periods(anchors)
-    sample = sample[is_candidate[sample]]
-    previous = before(reach, sample)
+    anchors = occurrences(lane.codes, code_is(len(lane.names), period.anchor))
+    sample = sampled_launches(lane.codes, sampled_periods(anchors), candidates)
+    previous = reach.before(sample)
     at, previous = sample[previous != _NO_TIME], previous[previous != _NO_TIME]
     idle = pd.Series(np.maximum(lane.start_ns[at] - previous, 0)).groupby(lane.codes[at]).median()
     idle = idle.sort_values(ascending=False, kind="stable")
@@ -344,11 +403,11 @@ def boundary_name(lane: Lane, period: Period, reach: np.ndarray) -> Boundary:
         second = float(idle.iloc[1]) if len(idle) > 1 else 0.0
         if float(idle.iloc[0]) >= max(GAP_DOMINANCE * second, floor):
             return Boundary(int(idle.index[0]), "longest idle gap")
-    first = np.flatnonzero(is_candidate)[0]
+    first = first_occurrence(lane.codes, candidates)
     return Boundary(int(lane.codes[first]), "sequence start")
 
 
-def iteration_starts(lane: Lane, boundary: Boundary, reach: np.ndarray) -> tuple[np.ndarray, bool]:
+def iteration_starts(lane: Lane, boundary: Boundary, reach: Reach) -> tuple[np.ndarray, bool]:
     """Where each iteration begins (ns), and whether regular work ran before the first one (the
     capture began inside an iteration, or the boundary is not the loop body's first launch).
 
@@ -357,11 +416,11 @@ def iteration_starts(lane: Lane, boundary: Boundary, reach: np.ndarray) -> tuple
     iteration gap, as it is for a step() at the end of the loop body. Occurrences of the boundary
     name closer than half the usual spacing to the previous one are not iterations (a stray launch).
     """
-    at = np.flatnonzero(lane.codes == boundary.code)
+    at = occurrences(lane.codes, code_is(len(lane.names), boundary.code))
     spacing = np.diff(at)
     if len(spacing):
         at = at[np.concatenate([[True], spacing >= 0.5 * np.median(spacing)])]
-    previous = before(reach, at)
+    previous = reach.before(at)
     starts = lane.start_ns[at]
     cut = np.where(previous == _NO_TIME, starts, np.minimum(previous, starts))
     return cut, bool(previous[0] != _NO_TIME)
@@ -370,17 +429,21 @@ def iteration_starts(lane: Lane, boundary: Boundary, reach: np.ndarray) -> tuple
 def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool, bool]:
     """Whether the first / last of the steps beginning at `starts` holds less than 90 % of the
     regular work of a period (a capture that began or ended inside an iteration)."""
-    work = ((period.per_period > 0) & (lane.role != "gap"))[lane.codes]
-    at = np.searchsorted(lane.start_ns[work], starts, side="left")  # the lane is in start order
-    per_step = np.diff(np.append(at, int(work.sum())))
+    work = (period.per_period > 0) & (lane.role != "gap")
+    at, total = np.zeros(len(starts), dtype=np.int64), 0
+    for rows in spill.chunks(len(lane.codes)):  # the lane is in start order: so is each chunk's work
+        started = lane.start_ns[rows][work[lane.codes[rows]]]
+        at += np.searchsorted(started, starts, side="left")
+        total += len(started)
+    per_step = np.diff(np.append(at, total))
     full = float(period.per_period[lane.role != "gap"].sum())
     return bool(per_step[0] < 0.9 * full), bool(len(starts) > 1 and per_step[-1] < 0.9 * full)
 
 
 def period_composition(lane: Lane, period: Period) -> str:
     """What one period holds on average, for sentences: "43 ops", "4 phases", "3 phases + 5 ops"."""
-    at = np.flatnonzero(lane.codes == period.anchor)
-    inside = np.bincount(lane.codes[at[0] : at[-1]], minlength=len(lane.names))
+    at = occurrences(lane.codes, code_is(len(lane.names), period.anchor))
+    inside = code_counts(lane.codes, len(lane.names), slice(int(at[0]), int(at[-1])))
     phases, ops = int(inside[lane.is_phase].sum()), int(inside[lane.is_op].sum())
     counts = {"phases": phases, "spans": int(inside.sum()) - phases - ops, "ops": ops}
     parts = [f"{round(n / (len(at) - 1))} {what}" for what, n in counts.items() if round(n / (len(at) - 1))]
@@ -388,6 +451,113 @@ def period_composition(lane: Lane, period: Period) -> str:
 
 
 # ----------------------------------------------------------------------------- lanes of a run
+
+
+class Sequence(NamedTuple):
+    """Launches in start order: their codes (int32), starts and ends (spilled when big)."""
+
+    codes: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+
+
+@dataclass(frozen=True)
+class Launches:
+    """A table's launches as the lanes read them: its name codes (a categorical's own: a view) shifted by `offset`
+    into the lanes' code space, its starts and durations."""
+
+    codes: np.ndarray
+    offset: int
+    start_ns: np.ndarray
+    dur_ns: np.ndarray
+
+    @classmethod
+    def of(cls, table: pd.DataFrame, offset: int = 0) -> tuple[Launches, np.ndarray]:
+        """The launches of a span or op table, and the names its codes stand for."""
+        codes, names = codes_and_labels(table["name"])
+        return cls(codes, offset, table["start_ns"].to_numpy(np.int64), table["dur_ns"].to_numpy(np.int64)), names
+
+    def code(self, rows: slice | np.ndarray) -> np.ndarray:
+        """The lane codes (int32) of the launches at `rows`."""
+        codes = self.codes[rows].astype(np.int32)
+        codes += self.offset
+        return codes
+
+    def in_start_order(self, rows: Optional[np.ndarray] = None) -> Sequence:
+        """The launches at `rows` (every one when None), stably ordered by start, made a chunk at a time (spilled
+        when big). Sorted whole only when they are not in start order (a Kineto op table is)."""
+        start = self.start_ns if rows is None else spill.gathered(self.start_ns, rows)
+        if not in_order(start):
+            order = np.argsort(start, kind="stable")
+            rows = order if rows is None else rows[order]
+            start = spill.gathered(self.start_ns, rows)
+        source = (lambda at: at) if rows is None else (lambda at: rows[at])
+        codes = spill.chunked(len(start), np.int32, lambda at: self.code(source(at)))
+        return Sequence(
+            codes, start, spill.chunked(len(start), np.int64, lambda at: start[at] + self.dur_ns[source(at)])
+        )
+
+
+def merged(first: Sequence, second: Sequence) -> Sequence:
+    """Two start-ordered sequences as one in start order, `first`'s launches before `second`'s on equal starts
+    (what a stable sort of their concatenation gives): each launch placed at its own index plus the number of the
+    other sequence's launches before it, a chunk at a time into spill files when big."""
+    if not len(first.start_ns) or not len(second.start_ns):
+        return second if not len(first.start_ns) else first
+    n = len(first.start_ns) + len(second.start_ns)
+    out = Sequence(spill.empty(n, np.int32), spill.empty(n, np.int64), spill.empty(n, np.int64))
+    for own, other, ties in ((first, second, "left"), (second, first, "right")):
+        for at in spill.chunks(len(own.start_ns)):
+            to = np.arange(at.start, at.stop) + np.searchsorted(other.start_ns, own.start_ns[at], side=ties)
+            for column, values in zip(out, own):
+                column[to] = values[at]
+            spill.drop_resident()
+    return out
+
+
+@dataclass(frozen=True)
+class OpLanes:
+    """Each op's (device, stream) as one lane number, device code x width + stream code, read a chunk at a time."""
+
+    device: np.ndarray  # codes (a categorical's own: a view)
+    stream: np.ndarray
+    devices: np.ndarray  # what the codes stand for
+    streams: np.ndarray
+
+    @classmethod
+    def of(cls, ops: pd.DataFrame) -> OpLanes:
+        (device, devices), (stream, streams) = codes_and_labels(ops["device"]), codes_and_labels(ops["stream"])
+        return cls(device, stream, devices, streams)
+
+    @property
+    def width(self) -> int:
+        return max(len(self.streams), 1)
+
+    @property
+    def count(self) -> int:
+        return len(self.devices) * self.width
+
+    def lane(self, rows: slice | np.ndarray) -> np.ndarray:
+        """The lane numbers (int32) of the ops at `rows`."""
+        lane = self.device[rows].astype(np.int32)
+        lane *= self.width
+        lane += self.stream[rows]
+        return lane
+
+    def figures(self, start_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per lane number: its ops, and the first one's start (int64 max when none), a chunk of ops at a time."""
+        size, first = np.zeros(self.count, dtype=np.int64), np.full(self.count, np.iinfo(np.int64).max)
+        for at in spill.chunks(len(start_ns)):
+            lane = self.lane(at)
+            size += np.bincount(lane, minlength=self.count)
+            np.minimum.at(first, lane, start_ns[at])
+        return size, first
+
+    def rows_on(self, lanes: np.ndarray) -> np.ndarray:
+        """The positions of the ops on `lanes` (lane numbers), found a chunk at a time (spilled when many)."""
+        wanted = np.zeros(self.count, dtype=bool)
+        wanted[lanes] = True  # a lookup: np.isin would sort the column
+        return positions_passing(len(self.device), lambda at: wanted[self.lane(at)])
 
 
 def launch_lanes(run: Run) -> Iterator[Lane]:
@@ -400,29 +570,20 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
     3. device streams, busiest first;
     4. threads with spans only.
 
-    Per-lane figures come from the small (device, stream) codes in one pass over the ops.
+    Per-lane figures come from the small (device, stream) codes in one pass over the ops, a chunk at a time;
+    a lane's arrays are made a chunk at a time into spill files (`Launches.in_start_order`, `merged`).
     """
     spans, ops = run.spans, run.ops
     thread = _thread_names(run.threads)
     tid_of = {name: tid for tid, name in thread.items()}
     s_tid = spans["tid"].to_numpy(np.int64)
-    s_start, s_dur = spans["start_ns"].to_numpy(np.int64), spans["dur_ns"].to_numpy(np.int64)
-    s_codes, s_names = name_codes(spans["name"])
+    span_launches, s_names = Launches.of(spans)
+    s_start = span_launches.start_ns
     s_phase = (spans["kind"] == "phase").to_numpy()
-    o_start, o_dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
-    o_codes, o_names = name_codes(ops["name"])
-    o_codes += len(s_names)  # one code space: span names, then op names
-    device, devices = name_codes(ops["device"])
-    stream, streams = name_codes(ops["stream"])
-    width = max(len(streams), 1)
-    o_lane = device
-    o_lane *= width
-    o_lane += stream  # (device, stream) of each op, in place
-    del device, stream
-    n_lanes = len(devices) * width
-    size = np.bincount(o_lane, minlength=n_lanes)
-    first_op = np.full(n_lanes, np.iinfo(np.int64).max)
-    np.minimum.at(first_op, o_lane, o_start)
+    op_launches, o_names = Launches.of(ops, len(s_names))  # one code space: span names, then op names
+    op_lanes = OpLanes.of(ops)
+    devices, streams, width = op_lanes.devices, op_lanes.streams, op_lanes.width
+    size, first_op = op_lanes.figures(op_launches.start_ns)
     present = np.flatnonzero(size)
     lane_host = np.array([str(devices[k // width]) == "cpu" for k in present], dtype=bool)
     lane_tid = np.array(
@@ -431,25 +592,16 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
     names = np.concatenate([s_names, o_names])
     is_op = np.concatenate([np.zeros(len(s_names), dtype=bool), np.ones(len(o_names), dtype=bool)])
     is_phase = np.zeros(len(names), dtype=bool)
-    is_phase[s_codes[s_phase]] = True
+    is_phase[span_launches.code(s_phase)] = True
     role = names_role(names, is_op)
 
-    def merged(label: str, kind: str, span_rows: np.ndarray, lanes: np.ndarray, tid: int) -> Lane:
-        wanted = np.zeros(n_lanes, dtype=bool)
-        wanted[lanes] = True
-        if int(size[lanes].sum()) == len(o_lane):  # every op: no copy
-            codes, start, dur = o_codes, o_start, o_dur
-        else:
-            op_rows = np.flatnonzero(wanted[o_lane])  # a lookup: np.isin would sort the column
-            codes, start, dur = o_codes[op_rows], o_start[op_rows], o_dur[op_rows]
-        if len(span_rows):
-            codes = np.concatenate([s_codes[span_rows], codes])
-            start = np.concatenate([s_start[span_rows], start])
-            dur = np.concatenate([s_dur[span_rows], dur])
-        if len(start) > 1 and bool((np.diff(start) < 0).any()):
-            order = np.argsort(start, kind="stable")  # spans first on ties: they enclose
-            codes, start, dur = codes[order], start[order], dur[order]
-        return Lane(label, kind, codes, names, is_op, is_phase, role, start, start + dur, tid)
+    def lane(label: str, kind: str, span_rows: np.ndarray, lanes: np.ndarray, tid: int) -> Lane:
+        every_op = int(size[lanes].sum()) == len(ops)  # no gathering
+        launches = merged(
+            span_launches.in_start_order(span_rows),  # spans first on ties: they enclose
+            op_launches.in_start_order(None if every_op else op_lanes.rows_on(lanes)),
+        )
+        return Lane(label, kind, launches.codes, names, is_op, is_phase, role, launches.start_ns, launches.end_ns, tid)
 
     first = pd.concat(
         [
@@ -462,7 +614,7 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
     with_ops = set(lane_tid[lane_tid >= 0].tolist())
     order = [t for t in first.index if t in with_phases] + [t for t in first.index if t in with_ops - with_phases]
     for tid in order:
-        yield merged(
+        yield lane(
             _thread_label(thread.get(tid, str(tid))),
             "phases" if tid in with_phases else "host",
             np.flatnonzero(s_tid == tid),
@@ -478,10 +630,10 @@ def launch_lanes(run: Run) -> Iterator[Lane]:
         for key in rows["lane"].tolist():
             dev, name = devices[key // width], streams[key % width]
             label = f"{dev} thread {name}" if kind == "host" else f"{dev} stream {name}"
-            yield merged(label, kind, np.empty(0, dtype=np.int64), np.array([key]), -1)
+            yield lane(label, kind, np.empty(0, dtype=np.int64), np.array([key]), -1)
     for tid in first.index:
         if tid not in with_phases and tid not in with_ops:
-            yield merged(
+            yield lane(
                 _thread_label(thread.get(tid, str(tid))),
                 "spans",
                 np.flatnonzero(s_tid == tid),
@@ -503,17 +655,27 @@ def _thread_names(threads: pd.DataFrame) -> dict[int, str]:
 
 def capture_extent(run: Run) -> Optional[tuple[int, int]]:
     """The first and last time of anything recorded (span / op starts and ends, instants), or None."""
-    times = [
-        run.spans["start_ns"],
-        run.spans["start_ns"] + run.spans["dur_ns"],
-        run.ops["start_ns"],
-        run.ops["start_ns"] + run.ops["dur_ns"],
-        run.instants["time_ns"],
+    extents = [
+        time_extent(table["start_ns"].to_numpy(np.int64), table["dur_ns"].to_numpy(np.int64))
+        for table in (run.spans, run.ops)
     ]
-    present = [np.asarray(t, dtype=np.int64) for t in times if len(t)]
+    present = [e for e in extents + [time_extent(run.instants["time_ns"].to_numpy(np.int64))] if e is not None]
     if not present:
         return None
-    return int(min(t.min() for t in present)), int(max(t.max() for t in present))
+    return min(e[0] for e in present), max(e[1] for e in present)
+
+
+def time_extent(start_ns: np.ndarray, dur_ns: Optional[np.ndarray] = None) -> Optional[tuple[int, int]]:
+    """The earliest and latest of the starts and of the ends (start + dur, when given), a chunk at a time; None when
+    there is none."""
+    if not len(start_ns):
+        return None
+    low, high = [], []
+    for at in spill.chunks(len(start_ns)):
+        times = [start_ns[at]] if dur_ns is None else [start_ns[at], start_ns[at] + dur_ns[at]]
+        low.append(min(int(t.min()) for t in times))
+        high.append(max(int(t.max()) for t in times))
+    return min(low), max(high)
 
 
 def steps_from_starts(starts: np.ndarray, end_ns: int) -> pd.DataFrame:
