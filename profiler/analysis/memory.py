@@ -22,16 +22,24 @@ from profiler.kernels.nesting import by_depth, enclosing_parents, positions_pass
 
 
 def memory_curve(allocations: pd.DataFrame) -> pd.DataFrame:
-    """Allocated and reserved memory of each device right after each allocation or free (MEMORY_COLUMNS)."""
+    """Allocated and reserved memory of each device right after each allocation or free (MEMORY_COLUMNS): the
+    allocations' own number columns (no copy), the times made a chunk at a time (spilled when big), the device
+    one shared str per distinct device (objects: pandas 3 makes a str column's text anew per row)."""
     return pd.DataFrame(
         {
-            "device": _texts(allocations["device"]),
-            "time_ms": allocations["time_ns"].to_numpy(np.int64) / 1e6,
+            "device": pd.Series(_texts(allocations["device"]), dtype=object, copy=False),
+            "time_ms": milliseconds(allocations["time_ns"].to_numpy(np.int64)),
             "allocated_bytes": allocations["allocated_bytes"].to_numpy(np.float64),
             "reserved_bytes": allocations["reserved_bytes"].to_numpy(np.float64),
         },
         columns=MEMORY_COLUMNS,
+        copy=False,
     )
+
+
+def milliseconds(ns: np.ndarray) -> np.ndarray:
+    """ns / 1e6 (float64), a chunk at a time into a spill file when big: a big table's times in ms."""
+    return spill.chunked(len(ns), np.float64, lambda at: ns[at] / 1e6)
 
 
 def step_peaks(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -> pd.DataFrame:

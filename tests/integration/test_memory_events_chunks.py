@@ -17,8 +17,13 @@ from profiler import spill
 from profiler.analysis.launches import framework_ops, sums_by
 from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory
 from profiler.analysis.modules import module_rows
-from profiler.analysis.results import analyse_run
+from profiler.analysis.results import Analysis, analyse_run
 from profiler.analysis.steps import ensure_steps
+from profiler.export import csv_json
+from profiler.export.csv_rows import FLOAT_FORMAT
+from profiler.export.writers.base import WriteOptions
+from profiler.export.writers.device_counters import DeviceCounters
+from profiler.export.writers.tensorboard_views import MemoryCurve
 from profiler.formats.columns import OP_MEMORY_COLUMNS
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.grouping import codes_and_labels
@@ -190,3 +195,23 @@ def test_allocations_in_a_trace_without_operators_belong_to_no_op() -> None:
     analysis = analyse_run(ensure_steps(operator.run()))
     assert analysis.memory_events["op"].tolist() == ["aten::empty"]
     assert analysis.op_memory.set_index("op").loc["aten::empty", "alloc_bytes"] == 512
+
+
+@pytest.mark.parametrize("rows", CHUNKS)
+def test_memory_and_counter_files_in_chunks_hold_the_whole_tables(whole, rows, monkeypatch, tmp_path) -> None:
+    """memory_N.csv and device_counters_N.csv, their times made a chunk at a time into spill files and their text
+    checked for carriage returns CSV_ROWS rows at a time, hold pandas' CSV of the tables made whole."""
+    a, c = whole.allocations, whole.counters
+    curve = pd.DataFrame({"device": a["device"].astype(str), "time_ms": a["time_ns"] / 1e6})
+    curve[["allocated_bytes", "reserved_bytes"]] = a[["allocated_bytes", "reserved_bytes"]]
+    counters = pd.DataFrame({"source": c["source"], "device": c["device"], "metric": c["metric"]})
+    counters["time_ms"], counters["value"] = c["time_ns"] / 1e6, c["value"]
+    assert len(curve) > 100 and len(counters) > 200  # many chunks
+    monkeypatch.setattr(spill, "CHUNK_ROWS", rows)
+    monkeypatch.setattr(csv_json, "CSV_ROWS", 5)
+    analysis = Analysis(whole, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    with spill.spilling(tmp_path, min_bytes=1):
+        written = [w.write(analysis, tmp_path, WriteOptions()) for w in (MemoryCurve(), DeviceCounters())]
+    for path, table, na_rep in zip(written, (curve, counters), ("", "nan")):
+        text = table.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n", na_rep=na_rep)
+        assert path.read_bytes() == text.encode(), path.name
