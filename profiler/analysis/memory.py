@@ -18,6 +18,7 @@ from profiler.analysis.launches import framework_ops, with_descendants
 from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.intervals import in_windows
 from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing
 
 
@@ -58,18 +59,36 @@ def step_peaks(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) ->
 def peak_memory(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -> pd.DataFrame:
     """Per device, the highest allocated and reserved memory inside the steps [start, end) (sorted, not
     overlapping): device, peak_allocated_bytes, peak_reserved_bytes, peak_time_ms (when the allocated peak
-    was reached). Devices with no allocation or free inside a step are left out."""
-    rows = []
-    for device, points in curve.groupby("device", sort=True):
-        time = points["time_ms"].to_numpy()
-        step = np.searchsorted(start_ms, time, "right") - 1
-        inside = (step >= 0) & (time < end_ms[np.maximum(step, 0)])
-        if not inside.any():
-            continue
-        allocated, reserved = points["allocated_bytes"].to_numpy()[inside], points["reserved_bytes"].to_numpy()[inside]
-        top = int(np.nanargmax(allocated))
-        rows.append((device, float(allocated[top]), float(np.nanmax(reserved)), float(time[inside][top])))
+    was first reached). Devices with no allocation or free inside a step are left out. Read a chunk of rows
+    at a time, each device's peaks carried from chunk to chunk."""
+    device_code, devices = codes_and_labels(curve["device"])
+    time, allocated, reserved = (curve[c].to_numpy() for c in ("time_ms", "allocated_bytes", "reserved_bytes"))
+    peaks: dict[int, list[float]] = {}  # device code -> [peak allocated, its time, peak reserved]
+    for at in spill.chunks(len(curve)):
+        rows = at.start + np.flatnonzero(in_windows(time[at], start_ms, end_ms))
+        codes = device_code[rows]
+        for code in np.unique(codes[codes >= 0]).tolist():
+            mine = rows[codes == code]
+            _raise_peaks(peaks.setdefault(code, [np.nan, np.nan, np.nan]), allocated[mine], time[mine], reserved[mine])
+    rows = [(devices[code], *_peak_row(peaks[code])) for code in sorted(peaks, key=lambda code: devices[code])]
     return pd.DataFrame(rows, columns=["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ms"])
+
+
+def _raise_peaks(peak: list[float], allocated: np.ndarray, time: np.ndarray, reserved: np.ndarray) -> None:
+    """Raise a device's running peaks (allocated, its time, reserved) by its rows of a later chunk: an allocated
+    value only above the peak (a tie keeps the first), NaN values left out."""
+    if not np.isnan(allocated).all():
+        top = int(np.nanargmax(allocated))
+        if not allocated[top] <= peak[0]:  # above it, or no peak yet (NaN)
+            peak[0], peak[1] = allocated[top], time[top]
+    peak[2] = np.fmax(peak[2], np.fmax.reduce(reserved))
+
+
+def _peak_row(peak: list[float]) -> tuple[float, float, float]:
+    """A device's peak allocated, peak reserved and the time of the allocated peak."""
+    if np.isnan(peak[0]):
+        raise ValueError("All-NaN slice encountered")  # np.nanargmax's error over the device's rows, as before
+    return float(peak[0]), float(peak[2]), float(peak[1])
 
 
 def allocating_ops(
