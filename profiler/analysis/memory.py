@@ -59,12 +59,12 @@ def step_peaks(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) ->
 def peak_memory(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -> pd.DataFrame:
     """Per device, the highest allocated and reserved memory inside the steps [start, end) (sorted, not
     overlapping): device, peak_allocated_bytes, peak_reserved_bytes, peak_time_ms (when the allocated peak
-    was first reached). Devices with no allocation or free inside a step are left out. Read a chunk of rows
-    at a time, each device's peaks carried from chunk to chunk."""
+    was first reached). Devices with no allocation or free inside a step are left out. Read a piece of rows at a
+    time (`spill.pieces`: ~50 bytes of temporaries a row), each device's peaks carried from piece to piece."""
     device_code, devices = codes_and_labels(curve["device"])
     time, allocated, reserved = (curve[c].to_numpy() for c in ("time_ms", "allocated_bytes", "reserved_bytes"))
     peaks: dict[int, list[float]] = {}  # device code -> [peak allocated, its time, peak reserved]
-    for at in spill.chunks(len(curve)):
+    for at in spill.pieces(len(curve)):
         rows = at.start + np.flatnonzero(in_windows(time[at], start_ms, end_ms))
         codes = device_code[rows]
         for code in np.unique(codes[codes >= 0]).tolist():
@@ -75,7 +75,7 @@ def peak_memory(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -
 
 
 def _raise_peaks(peak: list[float], allocated: np.ndarray, time: np.ndarray, reserved: np.ndarray) -> None:
-    """Raise a device's running peaks (allocated, its time, reserved) by its rows of a later chunk: an allocated
+    """Raise a device's running peaks (allocated, its time, reserved) by its rows of a later piece: an allocated
     value only above the peak (a tie keeps the first), NaN values left out."""
     if not np.isnan(allocated).all():
         top = int(np.nanargmax(allocated))
