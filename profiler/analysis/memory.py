@@ -63,28 +63,35 @@ def peak_memory(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -
     time (`spill.pieces`: ~50 bytes of temporaries a row), each device's peaks carried from piece to piece."""
     device_code, devices = codes_and_labels(curve["device"])
     time, allocated, reserved = (curve[c].to_numpy() for c in ("time_ms", "allocated_bytes", "reserved_bytes"))
-    peaks: dict[int, list[float]] = {}  # device code -> [peak allocated, its time, peak reserved]
+    peaks: dict[int, tuple[float, float, float]] = {}  # device code -> (peak allocated, its time, peak reserved)
     for at in spill.pieces(len(curve)):
         rows = at.start + np.flatnonzero(in_windows(time[at], start_ms, end_ms))
         codes = device_code[rows]
         for code in np.unique(codes[codes >= 0]).tolist():
             mine = rows[codes == code]
-            _raise_peaks(peaks.setdefault(code, [np.nan, np.nan, np.nan]), allocated[mine], time[mine], reserved[mine])
+            peaks[code] = _raised(peaks.get(code, _NO_PEAKS), allocated[mine], time[mine], reserved[mine])
     rows = [(devices[code], *_peak_row(peaks[code])) for code in sorted(peaks, key=lambda code: devices[code])]
     return pd.DataFrame(rows, columns=["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ms"])
 
 
-def _raise_peaks(peak: list[float], allocated: np.ndarray, time: np.ndarray, reserved: np.ndarray) -> None:
-    """Raise a device's running peaks (allocated, its time, reserved) by its rows of a later piece: an allocated
+#: A device's running peaks (allocated, its time, reserved) before any of its rows.
+_NO_PEAKS = (np.nan, np.nan, np.nan)
+
+
+def _raised(
+    peak: tuple[float, float, float], allocated: np.ndarray, time: np.ndarray, reserved: np.ndarray
+) -> tuple[float, float, float]:
+    """A device's running peaks (allocated, its time, reserved) raised by its rows of a later piece: an allocated
     value only above the peak (a tie keeps the first), NaN values left out."""
+    top_allocated, top_time, top_reserved = peak
     if not np.isnan(allocated).all():
         top = int(np.nanargmax(allocated))
-        if not allocated[top] <= peak[0]:  # above it, or no peak yet (NaN)
-            peak[0], peak[1] = allocated[top], time[top]
-    peak[2] = np.fmax(peak[2], np.fmax.reduce(reserved))
+        if not allocated[top] <= top_allocated:  # above it, or no peak yet (NaN)
+            top_allocated, top_time = allocated[top], time[top]
+    return top_allocated, top_time, np.fmax(top_reserved, np.fmax.reduce(reserved))
 
 
-def _peak_row(peak: list[float]) -> tuple[float, float, float]:
+def _peak_row(peak: tuple[float, float, float]) -> tuple[float, float, float]:
     """A device's peak allocated, peak reserved and the time of the allocated peak."""
     if np.isnan(peak[0]):
         raise ValueError("All-NaN slice encountered")  # np.nanargmax's error over the device's rows, as before
