@@ -125,6 +125,12 @@ def chunks(n: int, rows: Optional[int] = None) -> Iterator[slice]:
         yield slice(lo, min(lo + rows, n))
 
 
+def pieces(n: int) -> Iterator[slice]:
+    """The positions 0..n-1 as slices of a quarter of CHUNK_ROWS, in order: for work whose temporaries take ~40
+    bytes or more a position (a sort's, several gathers'), so that they stay ~10 MB."""
+    return chunks(n, max(CHUNK_ROWS // 4, 1))
+
+
 def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
     """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
     values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size."""

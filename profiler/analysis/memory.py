@@ -18,20 +18,29 @@ from profiler.analysis.launches import framework_ops, with_descendants
 from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
 from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.intervals import in_windows
 from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing
 
 
 def memory_curve(allocations: pd.DataFrame) -> pd.DataFrame:
-    """Allocated and reserved memory of each device right after each allocation or free (MEMORY_COLUMNS)."""
+    """Allocated and reserved memory of each device right after each allocation or free (MEMORY_COLUMNS): the
+    allocations' own number columns (no copy), the times made a chunk at a time (spilled when big), the device
+    one shared str per distinct device (objects: pandas 3 makes a str column's text anew per row)."""
     return pd.DataFrame(
         {
-            "device": _texts(allocations["device"]),
-            "time_ms": allocations["time_ns"].to_numpy(np.int64) / 1e6,
+            "device": pd.Series(_texts(allocations["device"]), dtype=object, copy=False),
+            "time_ms": milliseconds(allocations["time_ns"].to_numpy(np.int64)),
             "allocated_bytes": allocations["allocated_bytes"].to_numpy(np.float64),
             "reserved_bytes": allocations["reserved_bytes"].to_numpy(np.float64),
         },
         columns=MEMORY_COLUMNS,
+        copy=False,
     )
+
+
+def milliseconds(ns: np.ndarray) -> np.ndarray:
+    """ns / 1e6 (float64), a chunk at a time into a spill file when big: a big table's times in ms."""
+    return spill.chunked(len(ns), np.float64, lambda at: ns[at] / 1e6)
 
 
 def step_peaks(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -> pd.DataFrame:
@@ -50,18 +59,43 @@ def step_peaks(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) ->
 def peak_memory(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -> pd.DataFrame:
     """Per device, the highest allocated and reserved memory inside the steps [start, end) (sorted, not
     overlapping): device, peak_allocated_bytes, peak_reserved_bytes, peak_time_ms (when the allocated peak
-    was reached). Devices with no allocation or free inside a step are left out."""
-    rows = []
-    for device, points in curve.groupby("device", sort=True):
-        time = points["time_ms"].to_numpy()
-        step = np.searchsorted(start_ms, time, "right") - 1
-        inside = (step >= 0) & (time < end_ms[np.maximum(step, 0)])
-        if not inside.any():
-            continue
-        allocated, reserved = points["allocated_bytes"].to_numpy()[inside], points["reserved_bytes"].to_numpy()[inside]
-        top = int(np.nanargmax(allocated))
-        rows.append((device, float(allocated[top]), float(np.nanmax(reserved)), float(time[inside][top])))
+    was first reached). Devices with no allocation or free inside a step are left out. Read a piece of rows at a
+    time (`spill.pieces`: ~50 bytes of temporaries a row), each device's peaks carried from piece to piece."""
+    device_code, devices = codes_and_labels(curve["device"])
+    time, allocated, reserved = (curve[c].to_numpy() for c in ("time_ms", "allocated_bytes", "reserved_bytes"))
+    peaks: dict[int, tuple[float, float, float]] = {}  # device code -> (peak allocated, its time, peak reserved)
+    for at in spill.pieces(len(curve)):
+        rows = at.start + np.flatnonzero(in_windows(time[at], start_ms, end_ms))
+        codes = device_code[rows]
+        for code in np.unique(codes[codes >= 0]).tolist():
+            mine = rows[codes == code]
+            peaks[code] = _raised(peaks.get(code, _NO_PEAKS), allocated[mine], time[mine], reserved[mine])
+    rows = [(devices[code], *_peak_row(peaks[code])) for code in sorted(peaks, key=lambda code: devices[code])]
     return pd.DataFrame(rows, columns=["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ms"])
+
+
+#: A device's running peaks (allocated, its time, reserved) before any of its rows.
+_NO_PEAKS = (np.nan, np.nan, np.nan)
+
+
+def _raised(
+    peak: tuple[float, float, float], allocated: np.ndarray, time: np.ndarray, reserved: np.ndarray
+) -> tuple[float, float, float]:
+    """A device's running peaks (allocated, its time, reserved) raised by its rows of a later piece: an allocated
+    value only above the peak (a tie keeps the first), NaN values left out."""
+    top_allocated, top_time, top_reserved = peak
+    if not np.isnan(allocated).all():
+        top = int(np.nanargmax(allocated))
+        if not allocated[top] <= top_allocated:  # above it, or no peak yet (NaN)
+            top_allocated, top_time = allocated[top], time[top]
+    return top_allocated, top_time, np.fmax(top_reserved, np.fmax.reduce(reserved))
+
+
+def _peak_row(peak: tuple[float, float, float]) -> tuple[float, float, float]:
+    """A device's peak allocated, peak reserved and the time of the allocated peak."""
+    if np.isnan(peak[0]):
+        raise ValueError("All-NaN slice encountered")  # np.nanargmax's error over the device's rows, as before
+    return float(peak[0]), float(peak[2]), float(peak[1])
 
 
 def allocating_ops(

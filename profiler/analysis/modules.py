@@ -45,31 +45,37 @@ def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFram
     calls = positions_where(gathered(module, rows))  # the module frames among the nodes
     levels = by_depth(parent)
     device_total, device_self = _device_ns(ops, launched, rows, parent, levels)
-    names = ops["name"].iloc[rows[calls]].astype(str).to_numpy(dtype=object)
-    calls_table = pd.DataFrame(
-        {
-            "path": _paths(names, calls, parent, levels),
-            "first_ns": start[calls],
-            "host_total_ms": dur[calls] / 1e6,
-            "host_self_ms": (dur[calls] - _children_sums(parent, dur)[calls]) / 1e6,
-            "device_total_ms": device_total[calls] / 1e6,
-            "device_self_ms": device_self[calls] / 1e6,
-        }
-    )
-    table = calls_table.groupby("path", sort=False).agg(
-        first_ns=("first_ns", "min"),
-        occurrences=("path", "size"),
-        host_total_ms=("host_total_ms", "sum"),
-        host_self_ms=("host_self_ms", "sum"),
-        device_total_ms=("device_total_ms", "sum"),
-        device_self_ms=("device_self_ms", "sum"),
-    )
-    table = table.sort_values(["first_ns"], kind="stable").reset_index()
-    table["name"] = [p.rsplit("/", 1)[-1] for p in table["path"]]
-    table["parent"] = [p.rsplit("/", 1)[0] if "/" in p else "" for p in table["path"]]
-    if launched is None:
-        table[["device_total_ms", "device_self_ms"]] = np.nan
+    path, texts = _paths(gathered_column(ops["name"], gathered(rows, calls)), calls, parent, levels)
+    values = [dur, _children_sums(parent, dur), device_total, device_self]
+    first, count, (host_total, children, *device) = _per_path(path, calls, len(texts), start, values)
+    kept = np.flatnonzero(count)
+    kept = kept[np.lexsort((first[1][kept], first[0][kept]))]  # by first start, then as first entered
+    paths = [texts[code] for code in kept.tolist()]
+    table = pd.DataFrame({"path": paths, "occurrences": count[kept]})
+    table["name"] = [p.rsplit("/", 1)[-1] for p in paths]
+    table["parent"] = [p.rsplit("/", 1)[0] if "/" in p else "" for p in paths]
+    table["host_total_ms"], table["host_self_ms"] = host_total[kept] / 1e6, (host_total - children)[kept] / 1e6
+    for column, total in zip(["device_total_ms", "device_self_ms"], device):
+        table[column] = total[kept] / 1e6 if launched is not None else np.nan
     return table[MODULE_COLUMNS]
+
+
+def _per_path(
+    path: np.ndarray, calls: np.ndarray, n_paths: int, start: np.ndarray, values: list[np.ndarray]
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, list[np.ndarray]]:
+    """Per path code (`path`: each module call's, `calls`: their nodes): (its calls' first start, the position of its
+    first call), its count of calls and the int64 sums of each of `values` (per node) over its calls, a chunk of calls
+    at a time."""
+    first = (np.full(n_paths, np.iinfo(np.int64).max), np.full(n_paths, np.iinfo(np.int64).max))
+    count, sums = np.zeros(n_paths, dtype=np.int64), [np.zeros(n_paths, dtype=np.int64) for _ in values]
+    for at in chunks(len(calls)):
+        code, node = path[at], calls[at]
+        np.minimum.at(first[0], code, start[node])
+        np.minimum.at(first[1], code, np.arange(at.start, at.stop))
+        count += np.bincount(code, minlength=n_paths)
+        for total, value in zip(sums, values):
+            np.add.at(total, code, value[node])
+    return first, count, sums
 
 
 def module_rows(ops: pd.DataFrame) -> np.ndarray:
@@ -131,16 +137,20 @@ def _children_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _paths(names: np.ndarray, calls: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
-    """Each module frame's call path (`names`: the frames' names; `calls`: their nodes): its enclosing modules' names
-    and its own, outermost first, joined by "/" (without MODULE_PREFIX). Each node gets the code of the path it is
-    in (`PathCodes`), roots first, then a depth's chunk at a time (parents before children)."""
-    own, distinct = pd.factorize(np.array([str(n)[len(MODULE_PREFIX) :] for n in names], dtype=object))
+def _paths(
+    names: pd.Categorical | np.ndarray, calls: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]
+) -> tuple[np.ndarray, list[str]]:
+    """Each module frame's call path (`names`: the frames' names; `calls`: their nodes) as a code into the distinct
+    paths' texts: its enclosing modules' names and its own, outermost first, joined by "/" (without
+    MODULE_PREFIX). Each node gets the code of the path it is in (`PathCodes`), roots first, then a depth's chunk at
+    a time (parents before children); only the distinct names are made text."""
+    own, labels = codes_and_labels(names)
+    paths, code = PathCodes([str(n)[len(MODULE_PREFIX) :] for n in labels], "/"), empty(len(parent), np.int32)
     name = filled(len(parent), np.int32, -1)  # -1: not a module
     name[calls] = own
-    paths, code = PathCodes(distinct.tolist(), "/"), empty(len(parent), np.int32)
     for at in chunks(len(parent)):  # the roots (the others are done below, by depth)
         code[at] = paths.entered(np.zeros(at.stop - at.start, np.int32), np.where(parent[at] < 0, name[at], -1))
     for piece in levels:
         code[piece] = paths.entered(code[parent[piece]], name[piece])
-    return np.array(paths.texts, dtype=object)[code[calls]]
+    text_of, texts = pd.factorize(np.array(paths.texts, dtype=object))  # a path whose names hold "/" may repeat one
+    return chunked(len(calls), np.int64, lambda at: text_of[code[calls[at]]]), texts.tolist()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +61,24 @@ def _fixed_decimals(values: np.ndarray, na_rep: str) -> np.ndarray:
 
 
 def _holds_carriage_return(df: pd.DataFrame) -> bool:
-    """Whether a text cell (or a column name) of `df` holds a carriage return."""
+    """Whether a text cell (or a column name) of `df` holds a carriage return: a categorical's categories, other
+    text columns CSV_ROWS rows at a time (pd.unique's hash table is as long as what it is given)."""
     if any("\r" in str(c) for c in df.columns):
         return True
-    for col in df.columns:
-        column = df[col]
-        if isinstance(column.dtype, pd.CategoricalDtype):
-            values = column.cat.categories
-        elif column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
-            values = column
-        else:
-            continue
-        if any(isinstance(v, str) and "\r" in v for v in pd.unique(np.asarray(values, dtype=object))):
-            return True
-    return False
+    return any(
+        any(isinstance(v, str) and "\r" in v for v in pd.unique(part))
+        for i in range(df.shape[1])
+        for part in _text_parts(df.iloc[:, i])
+    )
+
+
+def _text_parts(column: pd.Series) -> Iterator[np.ndarray]:
+    """A text column's values as objects, CSV_ROWS at a time (a categorical's categories); nothing for numbers."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        yield np.asarray(column.cat.categories, dtype=object)
+    elif column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+        for start in range(0, len(column), CSV_ROWS):
+            yield np.asarray(column.iloc[start : start + CSV_ROWS], dtype=object)
 
 
 def write_json(obj: Any, path: Path) -> Path:

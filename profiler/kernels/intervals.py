@@ -97,6 +97,13 @@ def sorted_run_breaks(times: np.ndarray) -> np.ndarray:
     return np.flatnonzero(times[1:] < times[:-1]) + 1
 
 
+def in_windows(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each time lies in one of the windows [starts[k], ends[k]) (sorted by start, not overlapping): in the
+    last window starting at or before it, if that one ends after it."""
+    slot = np.searchsorted(starts, times, side="right") - 1
+    return (slot >= 0) & (times < ends[np.maximum(slot, 0)])
+
+
 def place(
     times: np.ndarray, starts: np.ndarray, ends: np.ndarray, labels: np.ndarray, end_inclusive: bool = False
 ) -> np.ndarray:

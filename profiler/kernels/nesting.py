@@ -330,16 +330,17 @@ def ascending(values: np.ndarray, strictly: bool = False, rows: Optional[int] = 
 
 def counting_order(key: np.ndarray, low: int, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions 0..n-1 stably sorted by `key` (integers in [low, low + size)), in `position_dtype`, and where
-    each key's positions begin (`size` + 1 bounds): counted, then placed a chunk at a time into a spill file when
-    big. What np.argsort(key, kind="stable") gives, with chunk-sized temporaries instead of int64 per position."""
+    each key's positions begin (`size` + 1 bounds): counted, then placed a piece at a time into a spill file when
+    big. What np.argsort(key, kind="stable") gives, with temporaries of a piece (~40 bytes a position:
+    `spill.pieces`) instead of int64 per position."""
     n = len(key)
     counts = np.zeros(size, dtype=np.int64)
-    for at in spill.chunks(n):
+    for at in spill.pieces(n):
         counts += np.bincount(key[at].astype(np.int64) - low, minlength=size)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     order = spill.empty(n, position_dtype(n))
     placed = bounds[:-1].copy()  # where each key's next position goes
-    for at in spill.chunks(n):
+    for at in spill.pieces(n):
         k = key[at].astype(np.int64) - low
         by_key = np.argsort(k.astype(np.int16) if size <= 2**15 else k, kind="stable")  # 16 bits: a radix sort
         k = k[by_key]

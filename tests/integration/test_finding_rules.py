@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profiler import spill
 from profiler.analysis.advisor import framework_of, resolve_thresholds
 from profiler.analysis.cluster import cluster_summary
 from profiler.analysis.findings import QUESTIONS, question_of
@@ -276,6 +277,16 @@ def test_a_leak_in_a_run_shorter_than_memory_trend_s_is_found():
     assert measured["loop_s"] < MIN_SPAN_S and measured["rss_end_mb"] >= 1.5 * measured["rss_start_mb"]
     f = one(answer("memory_growth", "recorded/scenarios/memory_growth_short"), "memory_growth")
     assert f.metrics["grown_mb"] >= 0.5 * measured["rss_start_mb"] and "any span when it grows" in f.threshold
+
+
+@pytest.mark.parametrize("source", ["recorded/scenarios/memory_growth", "recorded/scenarios/memory_growth_short"])
+def test_memory_growth_read_in_chunks_is_the_one_chunk_answer(source, monkeypatch):
+    """The counter samples the rule watches are found a chunk of rows at a time (findings/memory.py): tiny
+    chunks give the same finding, every figure equal."""
+    whole = answer("memory_growth", source)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 3)
+    assert len(tables(source)[0].counters) > 30 and len(whole) == 1  # many chunks
+    assert answer("memory_growth", source) == whole
 
 
 # ----------------------------------------------------------------------------- hand-built tables

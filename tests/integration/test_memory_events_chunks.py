@@ -15,10 +15,15 @@ import pytest
 
 from profiler import spill
 from profiler.analysis.launches import framework_ops, sums_by
-from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory
+from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory, peak_memory
 from profiler.analysis.modules import module_rows
-from profiler.analysis.results import analyse_run
+from profiler.analysis.results import Analysis, analyse_run
 from profiler.analysis.steps import ensure_steps
+from profiler.export import csv_json
+from profiler.export.csv_rows import FLOAT_FORMAT
+from profiler.export.writers.base import WriteOptions
+from profiler.export.writers.device_counters import DeviceCounters
+from profiler.export.writers.tensorboard_views import MemoryCurve
 from profiler.formats.columns import OP_MEMORY_COLUMNS
 from profiler.importers.kineto import read_kineto_trace
 from profiler.kernels.grouping import codes_and_labels
@@ -190,3 +195,59 @@ def test_allocations_in_a_trace_without_operators_belong_to_no_op() -> None:
     analysis = analyse_run(ensure_steps(operator.run()))
     assert analysis.memory_events["op"].tolist() == ["aten::empty"]
     assert analysis.op_memory.set_index("op").loc["aten::empty", "alloc_bytes"] == 512
+
+
+@pytest.mark.parametrize("rows", CHUNKS)
+def test_memory_and_counter_files_in_chunks_hold_the_whole_tables(whole, rows, monkeypatch, tmp_path) -> None:
+    """memory_N.csv and device_counters_N.csv, their times made a chunk at a time into spill files and their text
+    checked for carriage returns CSV_ROWS rows at a time, hold pandas' CSV of the tables made whole."""
+    a, c = whole.allocations, whole.counters
+    curve = pd.DataFrame({"device": a["device"].astype(str), "time_ms": a["time_ns"] / 1e6})
+    curve[["allocated_bytes", "reserved_bytes"]] = a[["allocated_bytes", "reserved_bytes"]]
+    counters = pd.DataFrame({"source": c["source"], "device": c["device"], "metric": c["metric"]})
+    counters["time_ms"], counters["value"] = c["time_ns"] / 1e6, c["value"]
+    assert len(curve) > 100 and len(counters) > 200  # many chunks
+    monkeypatch.setattr(spill, "CHUNK_ROWS", rows)
+    monkeypatch.setattr(csv_json, "CSV_ROWS", 5)
+    analysis = Analysis(whole, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    with spill.spilling(tmp_path, min_bytes=1):
+        written = [w.write(analysis, tmp_path, WriteOptions()) for w in (MemoryCurve(), DeviceCounters())]
+    for path, table, na_rep in zip(written, (curve, counters), ("", "nan")):
+        text = table.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n", na_rep=na_rep)
+        assert path.read_bytes() == text.encode(), path.name
+
+
+def _whole_peaks(curve: pd.DataFrame, start_ms: np.ndarray, end_ms: np.ndarray) -> pd.DataFrame:
+    """memory.peak_memory as it was, a device's rows at a time, whole."""
+    rows = []
+    for device, points in curve.groupby("device", sort=True):
+        time = points["time_ms"].to_numpy()
+        step = np.searchsorted(start_ms, time, "right") - 1
+        inside = (step >= 0) & (time < end_ms[np.maximum(step, 0)])
+        if inside.any():
+            allocated, reserved = (
+                points["allocated_bytes"].to_numpy()[inside],
+                points["reserved_bytes"].to_numpy()[inside],
+            )
+            top = int(np.nanargmax(allocated))
+            rows.append((device, float(allocated[top]), float(np.nanmax(reserved)), float(time[inside][top])))
+    return pd.DataFrame(rows, columns=["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ms"])
+
+
+@pytest.mark.parametrize("rows", CHUNKS)
+def test_peak_memory_in_chunks_is_the_whole_one(whole, rows, monkeypatch, tmp_path) -> None:
+    """Each device's peaks inside the steps, read a chunk of rows at a time, are those of its rows taken whole, in
+    steps that leave rows out (before the first, between steps, after the last) and the real inferred steps."""
+    curve = memory_curve(whole.allocations)
+    time = curve["time_ms"].to_numpy()
+    edges = np.quantile(time, [0.1, 0.3, 0.35, 0.6, 0.65, 0.9])
+    gapped = (edges[::2], edges[1::2])
+    steps = (whole.steps["start_ns"].to_numpy() / 1e6, whole.steps["end_ns"].to_numpy() / 1e6)
+    expected = [_whole_peaks(curve, start, end) for start, end in (gapped, steps)]
+    assert all(len(e) and (e["peak_allocated_bytes"] > 0).all() for e in expected)  # not vacuous
+    assert ((time >= edges[1]) & (time < edges[2])).sum() > 0  # rows between the steps are left out
+    monkeypatch.setattr(spill, "CHUNK_ROWS", rows)
+    with spill.spilling(tmp_path, min_bytes=1):
+        got = [peak_memory(memory_curve(whole.allocations), start, end) for start, end in (gapped, steps)]
+    for g, e in zip(got, expected):
+        pd.testing.assert_frame_equal(g, e, check_exact=True)

@@ -108,3 +108,15 @@ def test_numbers_only_tables_are_pandas_bytes(tmp_path, monkeypatch, na_rep):
     assert write_csv(numbers, tmp_path / "n.csv", na_rep=na_rep).read_bytes() == pandas_bytes(
         numbers, na_rep, csv.QUOTE_MINIMAL
     )
+
+
+@pytest.mark.parametrize("dtype", [object, "str", "category"])
+def test_a_carriage_return_in_a_later_block_of_any_text_column_is_found(tmp_path, monkeypatch, dtype):
+    """The text is checked CSV_ROWS rows at a time (a categorical's categories): a carriage return in the last
+    block of an object, str or categorical column still quotes every field."""
+    monkeypatch.setattr(csv_json, "CSV_ROWS", 5)
+    df = tricky_table(23, seed=4)
+    df["name"] = df["name"].where(df.index != 21, "two\rlines").astype(dtype)
+    assert write_csv(df, tmp_path / "t.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_ALL)
+    df["name"] = df["name"].astype(str).str.replace("\r", "\n").astype(dtype)
+    assert write_csv(df, tmp_path / "u.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_MINIMAL)

@@ -12,7 +12,7 @@ import pytest
 
 from profiler import spill
 from profiler.analysis.launches import launches
-from profiler.analysis.modules import module_table
+from profiler.analysis.modules import MODULE_PREFIX, module_table
 from profiler.importers.kineto import read_kineto_trace
 
 from support.kineto_builder import Trace
@@ -67,3 +67,23 @@ def test_device_times_summed_a_depth_chunk_at_a_time_are_the_whole_ones(rows, mo
         chunked = module_table(ops, launches(ops)).set_index("path")
     pd.testing.assert_frame_equal(chunked, whole, check_exact=True)
     assert np.all(chunked["host_self_ms"] <= chunked["host_total_ms"])
+
+
+@pytest.mark.parametrize("rows", [3, 1 << 20])
+def test_each_paths_calls_and_host_time_are_its_frames_integer_sums(rows, monkeypatch, tmp_path):
+    """A path's figures are summed per path a chunk of module calls at a time, in integer ns: on the real trace
+    (each module name at one place in the tree, so one path) its occurrences are its frames and its host total their
+    summed durations, exactly, whatever the chunk size."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # inferred steps
+        ops = read_kineto_trace(TORCH_TRACE).ops
+    names = ops["name"].astype(str)
+    frames = ops[names.str.startswith(MODULE_PREFIX).to_numpy() & (ops["category"] == "python").to_numpy()]
+    monkeypatch.setattr(spill, "CHUNK_ROWS", rows)
+    with spill.spilling(tmp_path, min_bytes=0):
+        table = module_table(ops, launches(ops)).set_index("name")
+    assert len(frames) > 10 * 3 and len(table) == frames["name"].nunique() == 5  # many chunks of calls
+    for name, calls in frames.groupby(frames["name"].astype(str)):
+        row = table.loc[name[len(MODULE_PREFIX) :]]
+        assert row["occurrences"] == len(calls)
+        assert row["host_total_ms"] == calls["dur_ns"].sum() / 1e6

@@ -12,6 +12,8 @@ import pandas as pd
 
 from profiler.analysis.findings.base import MB, Context, Finding, Question, Rule, StepWindow, Threshold
 from profiler.analysis.trend import BINS, MIN_SPAN_S, NOISE_RATIO, RISING_BINS, STRONG_GROWTH, sustained_growth
+from profiler.kernels.intervals import in_windows
+from profiler.kernels.nesting import positions_passing
 
 THRESHOLDS = {
     "memory_growth_mb": Threshold(
@@ -60,10 +62,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
         return []
     lo = (steps["start_ms"] * 1e6).to_numpy()
     hi = ((steps["start_ms"] + steps["total_ms"]) * 1e6).to_numpy()
-    t_all = counters["time_ns"].to_numpy(np.int64)
-    slot = np.searchsorted(lo, t_all, side="right") - 1
-    inside = (slot >= 0) & (t_all < hi[np.clip(slot, 0, None)])
-    watched = counters[counters["metric"].isin(list(MEMORY_METRICS)).to_numpy() & inside]
+    watched = counters.iloc[_watched_rows(counters, lo, hi)]
     out = []
     for (source, device, metric), series in watched.groupby(["source", "device", "metric"], sort=True, observed=True):
         series = series.sort_values("time_ns", kind="stable")
@@ -114,6 +113,15 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
             )
         )
     return out
+
+
+def _watched_rows(counters: pd.DataFrame, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The positions of the counters' samples of MEMORY_METRICS inside the steps [lo, hi) (ns), found a chunk of
+    rows at a time."""
+    time, metric = counters["time_ns"].to_numpy(np.int64), counters["metric"]
+    return positions_passing(
+        len(counters), lambda at: metric.iloc[at].isin(list(MEMORY_METRICS)).to_numpy() & in_windows(time[at], lo, hi)
+    )
 
 
 def _bytes(n: float) -> str:
