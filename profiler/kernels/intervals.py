@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.spill import chunked, chunks, drop_resident
+from profiler.spill import chunked, chunks, drop_resident, filled
 
 #: Intervals merged at a time by `union` (its copies: ~10 B per interval of a chunk, not of the whole input).
 UNION_CHUNK = 1 << 18
@@ -165,7 +165,7 @@ def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     """The step whose [start, end) contains each time, -1 outside every step; a chunk of times at a time into a spill
     file when big (a step per op of a big run)."""
     if len(steps) == 0 or len(times) == 0:
-        return np.full(len(times), -1, dtype=np.int64)
+        return filled(len(times), np.int64, -1)  # spilled too: a run without steps has a -1 per op
     st = steps.sort_values("start_ns", kind="stable")
     bounds = [st[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")]
     return chunked(len(times), np.int64, lambda at: place(times[at], *bounds))

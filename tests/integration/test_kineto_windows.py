@@ -6,6 +6,9 @@ tables wait for their join in spill files."""
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import pandas as pd
 import pytest
 
@@ -94,9 +97,12 @@ def test_a_with_stack_trace_is_built_in_windows(captures, monkeypatch) -> None:
     assert len(sizes) >= 4 and max(sizes) < len(whole) / 2
 
 
-def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_path, monkeypatch) -> None:
-    """Every column of every window's table (text as codes) is spilled as it is made: in memory, the windows' tables
-    (a categorical's codes, a few bytes per op and column) grew with the trace until they were joined."""
+@pytest.mark.parametrize("markers", [True, False])
+def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_path, monkeypatch, markers) -> None:
+    """Every column of every window's table (text as codes) is spilled as it is made, with step markers and without
+    (every op's step -1: it stayed in memory, 8 bytes an op, 272 MB at 34 M ops): in memory, the windows' tables
+    grew with the trace until they were joined."""
+    path = captures / "kineto" / "sampled_rank-0.json.gz" if markers else _without_step_markers(captures, tmp_path)
     monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 2000)
     tables: list[dict] = []
     build = kineto_ops._window_ops
@@ -108,23 +114,27 @@ def test_the_windows_tables_wait_for_their_join_in_spill_files(captures, tmp_pat
 
     monkeypatch.setattr(kineto_ops, "_window_ops", kept)
     with spill.spilling(tmp_path, min_bytes=1):
-        ops = read_kineto_trace(captures / "kineto" / "sampled_rank-0.json.gz").ops
+        ops = read_kineto_trace(path).ops
         assert len(tables) >= 2 and set(tables[0]) == set(ops.columns)
+        assert (ops["step"] >= 0).any() == markers
         for table in tables:
             for name, column in table.items():
                 assert spill.is_spilled(column.codes if isinstance(column, Coded) else column), name
 
 
-def test_a_trace_without_step_markers_is_built_in_windows_too(captures, tmp_path, monkeypatch) -> None:
-    """A real capture with its ProfilerStep annotations taken out: no step edges, so the windows are cut at op starts
-    sampled across the trace where no op encloses them; the table is the one a single window gives."""
-    import gzip
-    import json
-
+def _without_step_markers(captures, tmp_path):
+    """sampled_rank-0 with its ProfilerStep annotations taken out (a trace file in tmp_path)."""
     trace = json.loads(gzip.decompress((captures / "kineto" / "sampled_rank-0.json.gz").read_bytes()))
     trace["traceEvents"] = [e for e in trace["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
     path = tmp_path / "no_steps.json"
     path.write_text(json.dumps(trace))
+    return path
+
+
+def test_a_trace_without_step_markers_is_built_in_windows_too(captures, tmp_path, monkeypatch) -> None:
+    """A real capture with its ProfilerStep annotations taken out: no step edges, so the windows are cut at op starts
+    sampled across the trace where no op encloses them; the table is the one a single window gives."""
+    path = _without_step_markers(captures, tmp_path)
     whole = read_kineto_trace(path)
     assert whole.steps.empty and len(whole.ops) > 4000
     monkeypatch.setattr(kineto_ops, "OP_BUILD_ROWS", 1000)
