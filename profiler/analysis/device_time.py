@@ -37,7 +37,7 @@ import pandas as pd
 
 from profiler.analysis.ops import gathered_column, op_rows
 from profiler.formats.columns import DEVICE_TIME_COLUMNS
-from profiler.kernels.grouping import is_in, text_matches
+from profiler.kernels.grouping import code_counts, is_in, text_matches
 from profiler.kernels.intervals import RunningUnion, WindowCoverage, covered_ns, in_order, start_ordered, union
 from profiler.kernels.nesting import enclosing_parents, positions_passing
 from profiler.model import DEVICE_WORK_CATEGORIES, op_times
@@ -134,15 +134,6 @@ def _categorical(column: pd.Series, rows: Optional[np.ndarray] = None) -> pd.Cat
     renumbered[1:][used] = np.arange(int(used.sum()))
     new_codes = chunked(len(codes), kept, lambda at: renumbered[codes[at] + 1])
     return pd.Categorical.from_codes(new_codes, dtype=pd.CategoricalDtype(column.cat.categories[used]))
-
-
-def code_counts(codes: np.ndarray, n_codes: int) -> np.ndarray:
-    """How many of `codes` (-1: missing, else below `n_codes`) are each code, missing first, counted a chunk at a
-    time."""
-    counts = np.zeros(n_codes + 1, dtype=np.int64)
-    for at in chunks(len(codes)):
-        counts += np.bincount(codes[at] + 1, minlength=len(counts))
-    return counts
 
 
 def runtime_calls(ops: pd.DataFrame) -> pd.DataFrame:

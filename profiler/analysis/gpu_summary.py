@@ -24,13 +24,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.device_time import code_counts
 from profiler.analysis.kernels import kernel_rows
 from profiler.analysis.launches import Launches
 from profiler.analysis.ops import gathered_column
 from profiler.analysis.tensor_cores import tensor_core_kernels
 from profiler.formats.columns import GPU_SUMMARY_COLUMNS
-from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.grouping import code_counts, codes_and_labels
 from profiler.kernels.intervals import RunningUnion, in_order, start_ordered
 from profiler.kernels.nesting import positions_passing
 from profiler.model import op_times

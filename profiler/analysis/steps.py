@@ -22,7 +22,7 @@ from profiler import spill
 from profiler.analysis.step_trace import GAP_PHASES
 from profiler.errors import ProfilerUsageWarning, ProfviewError
 from profiler.importers.registry import importer_for
-from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.grouping import code_counts, codes_and_labels
 from profiler.kernels.intervals import assign_steps, in_order
 from profiler.kernels.nesting import counting_order, positions_passing, positions_where
 from profiler.model import NATIVE_ORIGIN, STEP_COLUMNS, Run, RunInfo, data_origin, with_columns
@@ -126,15 +126,6 @@ class StepInference:
 # ----------------------------------------------------------------------------- the period of a sequence
 
 
-def code_counts(codes: np.ndarray, n_codes: int, span: slice = slice(None)) -> np.ndarray:
-    """Occurrences of each code 0..n_codes-1 in codes[span], counted a chunk at a time."""
-    part = codes[span]
-    counts = np.zeros(n_codes, dtype=np.int64)
-    for at in spill.chunks(len(part)):
-        counts += np.bincount(part[at], minlength=n_codes)
-    return counts
-
-
 def occurrences(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The positions (ascending; `positions_passing`: spilled when many) of the launches whose code is `wanted`
     (a bool per code)."""
@@ -226,7 +217,7 @@ def period_contents(codes: np.ndarray, n_codes: int, anchor: int, at: Optional[n
     first, stop = sampled_periods(at, limit)
     table = np.empty((n_codes, len(first)), dtype=np.int64)  # names x periods
     for k, (lo, hi) in enumerate(zip(first.tolist(), stop.tolist())):
-        table[:, k] = code_counts(codes, n_codes, slice(lo, hi))
+        table[:, k] = code_counts(codes[lo:hi], n_codes)[1:]
     shown = len(first)
     typical = np.rint(np.median(table, axis=1)).astype(np.int64)
     agree = (table == typical[:, None]).sum(axis=1)
@@ -262,7 +253,7 @@ def find_period(
     the loop names, which run once an iteration, irregular; without loop names it cannot be told from
     an iteration with a name every few iterations, and the shortest period is taken.
     """
-    counts = code_counts(codes, n_codes)
+    counts = code_counts(codes, n_codes)[1:]
     tried = candidate_counts(counts)
     if not tried:
         return None, f"no name occurs {MIN_FULL_PERIODS + 1} times or more"
@@ -443,7 +434,7 @@ def partial_edges(lane: Lane, period: Period, starts: np.ndarray) -> tuple[bool,
 def period_composition(lane: Lane, period: Period) -> str:
     """What one period holds on average, for sentences: "43 ops", "4 phases", "3 phases + 5 ops"."""
     at = occurrences(lane.codes, code_is(len(lane.names), period.anchor))
-    inside = code_counts(lane.codes, len(lane.names), slice(int(at[0]), int(at[-1])))
+    inside = code_counts(lane.codes[int(at[0]) : int(at[-1])], len(lane.names))[1:]
     phases, ops = int(inside[lane.is_phase].sum()), int(inside[lane.is_op].sum())
     counts = {"phases": phases, "spans": int(inside.sum()) - phases - ops, "ops": ops}
     parts = [f"{round(n / (len(at) - 1))} {what}" for what, n in counts.items() if round(n / (len(at) - 1))]

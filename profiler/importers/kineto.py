@@ -48,6 +48,7 @@ from profiler.importers.kineto_events import (
 from profiler.importers.kineto_ops import DEVICE_OP_CATEGORIES, HOST_OP_CATEGORIES, is_collective_name, op_table
 from profiler.importers.kineto_stream import DEFAULT_CHUNK_BYTES, NotStreamable, stream_trace
 from profiler.kernels.grouping import sorted_codes
+from profiler.kernels.intervals import place
 from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing
 from profiler.memory import give_back_freed_memory
 from profiler.model import (
@@ -550,15 +551,10 @@ def _step_number(name: Any) -> int:
 
 
 def _step_rows(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Index (row of `steps`, which is in time order) of the step whose window
-    [start_ns, end_ns) holds each time, -1 when none does."""
-    if steps.empty:
-        return np.full(len(times_ns), -1, dtype=np.int64)
-    starts = steps["start_ns"].to_numpy()
-    ends = steps["end_ns"].to_numpy()
-    row = np.searchsorted(starts, times_ns, side="right") - 1
-    inside = (row >= 0) & (times_ns < ends[np.maximum(row, 0)])
-    return np.where(inside, row, -1)
+    """Index (row of `steps`, which is in time order) of the step whose window [start_ns, end_ns) holds each time,
+    -1 when none does (`intervals.place` with the rows as labels)."""
+    starts, ends = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    return place(times_ns, starts, ends, np.arange(len(steps), dtype=np.int64))
 
 
 def _phase_of(name: Any, user_range: bool) -> str:

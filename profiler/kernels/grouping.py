@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from profiler.spill import chunked
+from profiler.spill import chunked, chunks
 
 #: Above this many key combinations the groups are found by np.unique (a sort) instead of counting.
 MAX_DENSE_KEYS = 1 << 24
@@ -136,6 +136,15 @@ def is_in(column, values: Sequence[str]) -> np.ndarray:
     if isinstance(getattr(column, "dtype", None), pd.CategoricalDtype):
         return text_matches(column, frozenset(values).__contains__)
     return np.asarray(column.isin(values))
+
+
+def code_counts(codes: np.ndarray, n_codes: int) -> np.ndarray:
+    """How many of `codes` (-1: missing, else below `n_codes`) are each code, missing first, counted a chunk at a
+    time."""
+    counts = np.zeros(n_codes + 1, dtype=np.int64)
+    for at in chunks(len(codes)):
+        counts += np.bincount(codes[at] + 1, minlength=len(counts))
+    return counts
 
 
 def sorted_codes(column) -> tuple[np.ndarray, int]:
