@@ -93,6 +93,7 @@ STEP_COLUMNS: dict[str, str] = {
 
 #: Sampled counters: host (psutil), GPU (NVML), user counters (profiler.counter).
 COUNTER_COLUMNS: dict[str, str] = {
+    # String columns are "object" or pandas categoricals (the Kineto importer's: millions of memory samples).
     "source": "object",  # host | nvml | user | queue
     "device": "object",  # "host", "cuda:0", ...
     "metric": "object",  # cpu_percent, rss_bytes, gpu_util_percent, ...
@@ -113,6 +114,7 @@ QUEUE_COLUMNS: dict[str, str] = {
 
 #: The framework allocator's allocations and frees (Kineto's "[memory]" events, profile_memory=True).
 ALLOCATION_COLUMNS: dict[str, str] = {
+    # "device" is "object" or a pandas categorical (the Kineto importer's).
     "device": "object",  # the memory's device: "host" (CPU memory), "cuda:0", ...
     "tid": "int64",  # thread that allocated / freed (threads table)
     "time_ns": "int64",

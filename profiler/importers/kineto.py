@@ -27,33 +27,28 @@ import pandas as pd
 
 from profiler import spill
 from profiler.errors import IncompleteInputWarning, ProfviewError
+from profiler.importers import kineto_memory
 from profiler.importers.base import NAMED, NOT_IT, Importer
 from profiler.importers.kineto_events import (
     SOURCE,
     Clock,
-    Coded,
     Cut,
     EventColumns,
     check_trace_file,
     combine,
     event_columns,
     gc_paused,
-    json_number,
     load_trace,
     looks_like_kineto,
     rows_where,
-    to_int,
     trace_confidence,
 )
 from profiler.importers.kineto_ops import DEVICE_OP_CATEGORIES, HOST_OP_CATEGORIES, is_collective_name, op_table
 from profiler.importers.kineto_stream import DEFAULT_CHUNK_BYTES, NotStreamable, stream_trace
-from profiler.kernels.grouping import sorted_codes
 from profiler.kernels.intervals import place
-from profiler.kernels.nesting import enclosing_parents, nesting_depths, positions_passing
+from profiler.kernels.nesting import enclosing_parents, nesting_depths
 from profiler.memory import give_back_freed_memory
 from profiler.model import (
-    ALLOCATION_COLUMNS,
-    COUNTER_COLUMNS,
     INSTANT_COLUMNS,
     SPAN_COLUMNS,
     STEP_COLUMNS,
@@ -89,8 +84,6 @@ _NOT_IMPORTED = {METADATA: "metadata", FLOW: "flow", PROFILER: "profiler"}
 _STEP_NAME = re.compile(r"ProfilerStep#(\d{1,18})$")
 #: A ProfilerStep annotation whose number does not fit an int64 step: damaged, not a step.
 _BAD_STEP_NAME = re.compile(r"ProfilerStep#\d{19,}$")
-#: "Device Type" of Kineto's "[memory]" instant events (c10::DeviceType codes) -> device prefix.
-_MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 
 
 # ----------------------------------------------------------------------------- public API
@@ -373,8 +366,8 @@ def _build_run(
     steps = _with_overhead(steps, cols, rows_where(kind, OVERHEAD), clock)
     info = _info(trace, cols, kind, clock, warnings)
     instants = _instants(cols, rows_where(kind, INSTANT), thread_of, clock)
-    counters = _counters(cols, kind, clock)
-    allocations = _allocations(cols, rows_where(kind, MEMORY), thread_of, clock)
+    counters = kineto_memory.counters(cols, rows_where(kind, MEMORY), rows_where(kind, COUNTER), clock)
+    allocations = kineto_memory.allocations(cols, rows_where(kind, MEMORY), thread_of, clock)
     give_back_freed_memory()  # the pages the tables above read of the spilled event columns
     return Run(
         info=info,
@@ -657,134 +650,6 @@ def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock
         },
         columns=list(INSTANT_COLUMNS),
     )
-
-
-# ----------------------------------------------------------------------------- counters
-
-
-def _counters(cols: EventColumns, kind: np.ndarray, clock: Clock) -> pd.DataFrame:
-    """Memory counters from "[memory]" instants and the series of "C" counter events, in (time, device, metric)
-    order (a stable sort). The numbers are joined and put in that order a column at a time into spilled arrays; the
-    text columns hold one shared str per distinct value (object), not one per row."""
-    parts = [
-        *_memory_counters(cols, rows_where(kind, MEMORY), clock),
-        _chrome_counters(cols, rows_where(kind, COUNTER), clock),
-    ]
-    joined = {column: _joined([part[column] for part in parts]) for column in COUNTER_COLUMNS}
-    order = np.lexsort([sorted_codes(joined["metric"])[0], sorted_codes(joined["device"])[0], joined["time_ns"]])
-    return pd.DataFrame(
-        {
-            column: pd.Series(values[order], dtype=object) if values.dtype.hasobject else spill.gathered(values, order)
-            for column, values in joined.items()
-        },
-        copy=False,
-    )
-
-
-def _joined(pieces: list[np.ndarray]) -> np.ndarray:
-    """The pieces one after the other: text as objects (their str shared, not copied), numbers in a spilled array."""
-    return np.concatenate(pieces) if pieces[0].dtype.hasobject else spill.concatenated(pieces)
-
-
-def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> list[dict[str, np.ndarray]]:
-    """allocated_bytes / reserved_bytes after every allocation Kineto recorded (profile_memory=True), per device
-    ("host" for CPU memory, "cuda:N"): the columns of each metric, its rows whose value is a number, in event
-    order."""
-    device = _memory_devices(cols, rows)
-    time_ns = spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]))
-    return [
-        _metric_rows(metric, device, time_ns, _arg_numbers(cols, rows, key, _json_numbers, np.float64))
-        for metric, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
-    ]
-
-
-def _metric_rows(metric: str, device: np.ndarray, time_ns: np.ndarray, value: np.ndarray) -> dict[str, np.ndarray]:
-    """The counter columns (COUNTER_COLUMNS) of one metric of the "[memory]" instants, its rows whose value is a
-    number: the numbers gathered into spilled arrays, the text shared objects."""
-    kept = positions_passing(len(value), lambda at: ~np.isnan(value[at]))
-    return {
-        "source": _repeated(SOURCE, len(kept)),
-        "device": device[kept],
-        "metric": _repeated(metric, len(kept)),
-        "time_ns": spill.gathered(time_ns, kept),
-        "value": spill.gathered(value, kept),
-    }
-
-
-def _repeated(text: str, n: int) -> np.ndarray:
-    """`text` n times as objects, all the one str (np.full makes a str per row of a str fill value)."""
-    out = np.empty(n, dtype=object)
-    out.fill(text)
-    return out
-
-
-def _allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: Clock) -> pd.DataFrame:
-    """Every allocation and free of the "[memory]" instants (model.ALLOCATION_COLUMNS), in time order: the numbers
-    read and put in that order a chunk of rows at a time into spilled arrays."""
-    numbers = {
-        "tid": spill.chunked(len(rows), np.int64, lambda at: thread_of[rows[at]]),
-        "time_ns": spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
-        "bytes": _arg_numbers(cols, rows, "Bytes", lambda v: to_int(v, default=0), np.int64),
-        "addr": _arg_numbers(cols, rows, "Addr", lambda v: to_int(v, default=-1), np.int64),
-        "allocated_bytes": _arg_numbers(cols, rows, "Total Allocated", _json_numbers, np.float64),
-        "reserved_bytes": _arg_numbers(cols, rows, "Total Reserved", _json_numbers, np.float64),
-    }
-    order = np.argsort(numbers["time_ns"], kind="stable")
-    columns = {"device": _memory_devices(cols, rows)[order]}
-    columns.update({column: spill.gathered(values, order) for column, values in numbers.items()})
-    return pd.DataFrame(columns, columns=list(ALLOCATION_COLUMNS), copy=False)
-
-
-def _arg_numbers(cols: EventColumns, rows: np.ndarray, key: str, numbers: Any, dtype: Any) -> np.ndarray:
-    """numbers(the values of args[key]) of the non-complete events `rows`, read a chunk of rows at a time (a list
-    per chunk, not per trace) into a spilled array."""
-    return spill.chunked(len(rows), dtype, lambda at: numbers(cols.arg(key, rows[at])))
-
-
-def _json_numbers(values: list) -> np.ndarray:
-    """json_number of each value, as float64."""
-    return np.array([json_number(v) for v in values], dtype=np.float64)
-
-
-def _memory_devices(cols: EventColumns, rows: np.ndarray) -> np.ndarray:
-    """The device of each "[memory]" instant (`_memory_device` of its Device Type / Id args), one shared str per
-    distinct device, made a chunk of rows at a time."""
-    names: dict[tuple[int, int], str] = {}
-    out = np.empty(len(rows), dtype=object)
-    for at in spill.chunks(len(rows)):
-        dev_type = to_int(cols.arg("Device Type", rows[at]), default=-1)
-        dev_id = to_int(cols.arg("Device Id", rows[at]), default=-1)
-        pairs = combine(Coded.of(dev_type), Coded.of(dev_id))
-        out[at] = pairs.map(lambda pair: names.setdefault(pair, _memory_device(*pair)))
-    return out
-
-
-def _memory_device(dev_type: int, dev_id: int) -> str:
-    prefix = _MEMORY_DEVICE_PREFIX.get(dev_type, f"device_type_{dev_type}")
-    return prefix if prefix == "host" else f"{prefix}:{dev_id}"
-
-
-def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> dict[str, np.ndarray]:
-    """The counter columns of "C" events, a row per numeric series value: metric "<event name>.<series>"."""
-    metric, time_ns, value = [], [], []
-    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args.take(rows))
-    for name, t, args in events:
-        for series, v in args.items() if isinstance(args, dict) else ():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                try:
-                    number = float(v)
-                except OverflowError:  # an integer too large for a float: not a sample
-                    continue
-                metric.append(f"{name}.{series}")
-                time_ns.append(t)
-                value.append(number)
-    return {
-        "source": _repeated(SOURCE, len(metric)),
-        "device": _repeated("host", len(metric)),
-        "metric": np.array(metric, dtype=object),
-        "time_ns": np.array(time_ns, dtype=np.int64),
-        "value": np.array(value, dtype=np.float64),
-    }
 
 
 # ----------------------------------------------------------------------------- info

@@ -1,5 +1,5 @@
 """The "[memory]" events of a trace recorded with `profile_memory=True` are read and analysed a chunk of rows at a
-time (importers/kineto.py `_counters`, `_allocations`; analysis/memory.py): on the real torch 2.13 capture of
+time (importers/kineto_memory.py; analysis/memory.py): on the real torch 2.13 capture of
 tests/data/recorded/views/torch_memory_modules, the counters and allocations are the events' own numbers, the same
 for any chunk size, spilled when spilling; the memory analysis equals the whole-table computation it replaced."""
 
@@ -81,8 +81,8 @@ def test_memory_counters_are_the_allocations_totals(whole) -> None:
 
 @pytest.mark.parametrize("rows", CHUNKS)
 def test_counters_and_allocations_read_in_chunks_are_the_whole_ones(whole, rows, monkeypatch, tmp_path) -> None:
-    """Any chunk size gives the same tables; spilling, their numbers are in spill files and the text columns
-    hold one object per distinct value."""
+    """Any chunk size gives the same tables; spilling, their numbers and their text columns' codes are in spill
+    files (categoricals: nothing is kept per row in memory)."""
     run = _read_in_chunks_of(rows, monkeypatch, tmp_path)
     pd.testing.assert_frame_equal(run.counters, whole.counters, check_exact=True)
     pd.testing.assert_frame_equal(run.allocations, whole.allocations, check_exact=True)
@@ -90,9 +90,37 @@ def test_counters_and_allocations_read_in_chunks_are_the_whole_ones(whole, rows,
         assert spill.is_spilled(run.allocations[column].to_numpy()), column
     for column in ("time_ns", "value"):
         assert spill.is_spilled(run.counters[column].to_numpy()), column
-    for column in ("source", "device", "metric"):
-        values = run.counters[column].to_numpy()
-        assert len({id(v) for v in values}) == len(set(values.tolist())), column
+    for table, column in (
+        ("counters", "source"),
+        ("counters", "device"),
+        ("counters", "metric"),
+        ("allocations", "device"),
+    ):
+        assert spill.is_spilled(getattr(run, table)[column].array.codes), (table, column)
+
+
+def test_counter_texts_are_categoricals_in_sorted_order() -> None:
+    """Memory samples of two devices and a "C" event's two series: the rows in (time, device, metric) order, each
+    text column a categorical of the values that occur, sorted (a group-by sees the order the text has)."""
+    trace = Trace().memory(20, 512, 1, 512, device_type=1).memory(10, 256, 2, 256).memory(20, 64, 3, 320)
+    trace.events.append({"ph": "C", "name": "queue", "pid": 1, "tid": 1, "ts": 20, "args": {"b": 2, "a": 1.5}})
+    run = trace.run()
+    counters, allocations = run.counters, run.allocations
+    assert counters[["device", "metric", "time_ns", "value"]].values.tolist() == [
+        ["host", "allocated_bytes", 0, 256.0],
+        ["host", "reserved_bytes", 0, 4096.0],
+        ["cuda:0", "allocated_bytes", 10000, 512.0],
+        ["cuda:0", "reserved_bytes", 10000, 4096.0],
+        ["host", "allocated_bytes", 10000, 320.0],
+        ["host", "queue.a", 10000, 1.5],
+        ["host", "queue.b", 10000, 2.0],
+        ["host", "reserved_bytes", 10000, 4096.0],
+    ]
+    assert counters["metric"].cat.categories.tolist() == ["allocated_bytes", "queue.a", "queue.b", "reserved_bytes"]
+    assert counters["device"].cat.categories.tolist() == ["cuda:0", "host"]
+    assert counters["source"].cat.categories.tolist() == ["kineto"]
+    assert allocations[["device", "bytes"]].values.tolist() == [["host", 256], ["cuda:0", 512], ["host", 64]]
+    assert allocations["device"].cat.categories.tolist() == ["cuda:0", "host"]
 
 
 # ----------------------------------------------------------------------------- the whole-table computations

@@ -1,0 +1,152 @@
+"""Kineto's memory records and counter events as a `Run`'s `counters` and `allocations` tables.
+
+A "[memory]" instant (profile_memory=True) is one allocation or free of the framework's allocator
+(`allocations`) and, after it, the allocator's allocated and reserved totals on that device (two rows of
+`counters`); a Chrome "C" event is a sample of one or more counter series. A big trace holds millions of
+them, so nothing is kept per row in memory: numbers go into spilled arrays a chunk of rows at a time, text
+columns are categoricals (a code per row, spilled) whose categories are in sorted order, so a group-by or a
+sort on them sees the order the text itself has.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from profiler import spill
+from profiler.importers.kineto_events import SOURCE, Clock, Coded, EventColumns, combine, json_number, to_int
+from profiler.kernels.grouping import code_counts
+from profiler.kernels.nesting import positions_passing
+from profiler.model import ALLOCATION_COLUMNS, COUNTER_COLUMNS
+
+#: Kineto's "Device Type" of a memory event (c10::DeviceType) -> the name of the memory's device.
+_MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
+#: The counters' text columns (categoricals); the others are numbers.
+_COUNTER_TEXTS = ("source", "device", "metric")
+
+
+def counters(cols: EventColumns, memory_rows: np.ndarray, counter_rows: np.ndarray, clock: Clock) -> pd.DataFrame:
+    """The counters (model.COUNTER_COLUMNS) of the "[memory]" instants `memory_rows` and the "C" events
+    `counter_rows`, in (time, device, metric) order (a stable sort), each column put in that order into a spilled
+    array."""
+    parts = [*_memory_counters(cols, memory_rows, clock), _chrome_counters(cols, counter_rows, clock)]
+    texts = {column: _sorted_values(Coded.concat(*[part[column] for part in parts])) for column in _COUNTER_TEXTS}
+    numbers = {column: spill.concatenated([part[column] for part in parts]) for column in ("time_ns", "value")}
+    order = np.lexsort([texts["metric"].codes, texts["device"].codes, numbers["time_ns"]])
+    columns: dict[str, Any] = {column: _categorical(texts[column], order) for column in _COUNTER_TEXTS}
+    columns.update({column: spill.gathered(values, order) for column, values in numbers.items()})
+    return pd.DataFrame(columns, columns=list(COUNTER_COLUMNS), copy=False)
+
+
+def allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: Clock) -> pd.DataFrame:
+    """Every allocation and free of the "[memory]" instants `rows` (model.ALLOCATION_COLUMNS), in time order: the
+    numbers read and put in that order a chunk of rows at a time into spilled arrays."""
+    numbers = {
+        "tid": spill.chunked(len(rows), np.int64, lambda at: thread_of[rows[at]]),
+        "time_ns": spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
+        "bytes": _arg_numbers(cols, rows, "Bytes", lambda v: to_int(v, default=0), np.int64),
+        "addr": _arg_numbers(cols, rows, "Addr", lambda v: to_int(v, default=-1), np.int64),
+        "allocated_bytes": _arg_numbers(cols, rows, "Total Allocated", _json_numbers, np.float64),
+        "reserved_bytes": _arg_numbers(cols, rows, "Total Reserved", _json_numbers, np.float64),
+    }
+    order = np.argsort(numbers["time_ns"], kind="stable")
+    columns: dict[str, Any] = {"device": _categorical(_sorted_values(_memory_devices(cols, rows)), order)}
+    columns.update({column: spill.gathered(values, order) for column, values in numbers.items()})
+    return pd.DataFrame(columns, columns=list(ALLOCATION_COLUMNS), copy=False)
+
+
+def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> list[dict[str, Any]]:
+    """allocated_bytes / reserved_bytes after every allocation Kineto recorded (profile_memory=True), per device
+    ("host" for CPU memory, "cuda:N"): the columns of each metric, its rows whose value is a number, in event
+    order."""
+    device = _memory_devices(cols, rows)
+    time_ns = spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]))
+    return [
+        _metric_rows(metric, device, time_ns, _arg_numbers(cols, rows, key, _json_numbers, np.float64))
+        for metric, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
+    ]
+
+
+def _metric_rows(metric: str, device: Coded, time_ns: np.ndarray, value: np.ndarray) -> dict[str, Any]:
+    """The counter columns of one metric of the "[memory]" instants, its rows whose value is a number: the numbers
+    and the device's codes gathered into spilled arrays."""
+    kept = positions_passing(len(value), lambda at: ~np.isnan(value[at]))
+    return {
+        "source": Coded.constant(SOURCE, len(kept)),
+        "device": Coded(spill.gathered(device.codes, kept), device.values),
+        "metric": Coded.constant(metric, len(kept)),
+        "time_ns": spill.gathered(time_ns, kept),
+        "value": spill.gathered(value, kept),
+    }
+
+
+def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> dict[str, Any]:
+    """The counter columns of "C" events, a row per numeric series value: metric "<event name>.<series>"."""
+    metric, time_ns, value = [], [], []
+    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args.take(rows))
+    for name, t, args in events:
+        for series, v in args.items() if isinstance(args, dict) else ():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                try:
+                    number = float(v)
+                except OverflowError:  # an integer too large for a float: not a sample
+                    continue
+                metric.append(f"{name}.{series}")
+                time_ns.append(t)
+                value.append(number)
+    return {
+        "source": Coded.constant(SOURCE, len(metric)),
+        "device": Coded.constant("host", len(metric)),
+        "metric": Coded.of(metric),
+        "time_ns": np.array(time_ns, dtype=np.int64),
+        "value": np.array(value, dtype=np.float64),
+    }
+
+
+def _arg_numbers(cols: EventColumns, rows: np.ndarray, key: str, numbers: Callable, dtype: Any) -> np.ndarray:
+    """numbers(the values of args[key]) of the non-complete events `rows`, read a chunk of rows at a time (a list
+    per chunk, not per trace) into a spilled array."""
+    return spill.chunked(len(rows), dtype, lambda at: numbers(cols.arg(key, rows[at])))
+
+
+def _json_numbers(values: list) -> np.ndarray:
+    """json_number of each value, as float64."""
+    return np.array([json_number(v) for v in values], dtype=np.float64)
+
+
+def _memory_devices(cols: EventColumns, rows: np.ndarray) -> Coded:
+    """The device of each "[memory]" instant (`_memory_device` of its Device Type / Id args), coded a chunk of rows
+    at a time."""
+
+    def devices(at: slice) -> Coded:
+        dev_type = to_int(cols.arg("Device Type", rows[at]), default=-1)
+        dev_id = to_int(cols.arg("Device Id", rows[at]), default=-1)
+        return combine(Coded.of(dev_type), Coded.of(dev_id)).mapped(lambda pair: _memory_device(*pair))
+
+    return Coded.chunked(len(rows), devices)
+
+
+def _memory_device(dev_type: int, dev_id: int) -> str:
+    prefix = _MEMORY_DEVICE_PREFIX.get(dev_type, f"device_type_{dev_type}")
+    return prefix if prefix == "host" else f"{prefix}:{dev_id}"
+
+
+def _sorted_values(column: Coded) -> Coded:
+    """The column with the values that occur in it, in sorted order (a code's order is its value's), its codes in
+    the type pandas keeps for that many categories, recoded a chunk of rows at a time into a spilled array."""
+    occurring = np.flatnonzero(code_counts(column.codes, len(column.values))[1:])
+    values = sorted(column.values[code] for code in occurring.tolist())
+    dtype = pd.Categorical.from_codes([], categories=values).codes.dtype
+    recode = np.full(len(column.values), -1, dtype=dtype)
+    recode[occurring] = pd.Index(values, dtype=object).get_indexer([column.values[code] for code in occurring])
+    return Coded(spill.chunked(len(column), dtype, lambda at: recode[column.codes[at]]), values)
+
+
+def _categorical(column: Coded, order: np.ndarray) -> pd.Categorical:
+    """The column's rows in `order` as a categorical of its values (its codes gathered into a spilled array, which
+    pandas keeps as they are)."""
+    return pd.Categorical.from_codes(
+        spill.gathered(column.codes, order), categories=pd.Index(column.values, dtype=object)
+    )
