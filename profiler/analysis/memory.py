@@ -17,7 +17,7 @@ from profiler import spill
 from profiler.analysis.launches import framework_ops, with_descendants
 from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
-from profiler.kernels.grouping import codes_and_labels
+from profiler.kernels.grouping import code_sums, codes_and_labels
 from profiler.kernels.intervals import in_windows
 from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing
 
@@ -196,7 +196,7 @@ def op_memory(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray, p
         return pd.DataFrame(columns=OP_MEMORY_COLUMNS)
     name_code, names = _text_codes(ops["name"])
     framework = framework_ops(ops)
-    calls, _ = _per_name(name_code, len(names), lambda at: framework[at], [])
+    calls, _ = code_sums(name_code, len(names), [], lambda at: framework[at])
     device_code, devices = codes_and_labels(allocations["device"])
     order = by_depth(parent)[::-1]  # deepest first: children before their parents
     size = allocations["bytes"].to_numpy(np.int64)
@@ -205,7 +205,7 @@ def op_memory(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray, p
         mine = held & (device_code == code)
         own = _own_memory(owner[mine], size[mine], len(ops))
         sums = [*own, *(with_descendants(value, parent, order) for value in own)]
-        kept, totals = _per_name(name_code, len(names), _nonzero_in(framework, sums), sums)
+        kept, totals = code_sums(name_code, len(names), sums, _nonzero_in(framework, sums))
         present = np.flatnonzero(kept)
         columns = {"device": str(devices[code]), "op": names[present], "calls": calls[present]}
         columns.update({column: total[present] for column, total in zip(OP_MEMORY_COLUMNS[3:], totals)})
@@ -241,17 +241,3 @@ def _own_memory(to: np.ndarray, amount: np.ndarray, n: int) -> list[np.ndarray]:
         np.add.at(out[1], to[at][grown], amount[at][grown])
         np.add.at(out[2], to[at][grown], 1)
     return out
-
-
-def _per_name(
-    code: np.ndarray, n_names: int, kept: Callable[[slice], np.ndarray], values: list[np.ndarray]
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Per name code, the count of the op rows where `kept(chunk)` holds and the sums of each of `values` over
-    them, a chunk of rows at a time."""
-    count, sums = np.zeros(n_names, dtype=np.int64), [np.zeros(n_names, dtype=np.int64) for _ in values]
-    for at in spill.chunks(len(code)):
-        rows = np.flatnonzero(kept(at))
-        count += np.bincount(code[at][rows], minlength=n_names)
-        for total, value in zip(sums, values):
-            np.add.at(total, code[at][rows], value[at][rows])
-    return count, sums

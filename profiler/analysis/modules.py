@@ -19,8 +19,8 @@ import pandas as pd
 from profiler.analysis.launches import FRAMEWORK_CATEGORIES, Launches, with_descendants
 from profiler.analysis.ops import gathered_column
 from profiler.formats.columns import MODULE_COLUMNS
-from profiler.kernels.grouping import codes_and_labels, text_matches
-from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing, positions_where
+from profiler.kernels.grouping import code_sums, codes_and_labels, text_matches
+from profiler.kernels.nesting import by_depth, children_sums, enclosing_parents, positions_passing, positions_where
 from profiler.kernels.paths import PathCodes
 from profiler.spill import chunked, chunks, drop_resident, empty, filled, gathered
 
@@ -46,7 +46,7 @@ def module_table(ops: pd.DataFrame, launched: Optional[Launches]) -> pd.DataFram
     levels = by_depth(parent)
     device_total, device_self = _device_ns(ops, launched, rows, parent, levels)
     path, texts = _paths(gathered_column(ops["name"], gathered(rows, calls)), calls, parent, levels)
-    values = [dur, _children_sums(parent, dur), device_total, device_self]
+    values = [dur, children_sums(parent, dur), device_total, device_self]
     first, count, (host_total, children, *device) = _per_path(path, calls, len(texts), start, values)
     kept = np.flatnonzero(count)
     kept = kept[np.lexsort((first[1][kept], first[0][kept]))]  # by first start, then as first entered
@@ -67,14 +67,10 @@ def _per_path(
     first call), its count of calls and the int64 sums of each of `values` (per node) over its calls, a chunk of calls
     at a time."""
     first = (np.full(n_paths, np.iinfo(np.int64).max), np.full(n_paths, np.iinfo(np.int64).max))
-    count, sums = np.zeros(n_paths, dtype=np.int64), [np.zeros(n_paths, dtype=np.int64) for _ in values]
     for at in chunks(len(calls)):
-        code, node = path[at], calls[at]
-        np.minimum.at(first[0], code, start[node])
-        np.minimum.at(first[1], code, np.arange(at.start, at.stop))
-        count += np.bincount(code, minlength=n_paths)
-        for total, value in zip(sums, values):
-            np.add.at(total, code, value[node])
+        np.minimum.at(first[0], path[at], start[calls[at]])
+        np.minimum.at(first[1], path[at], np.arange(at.start, at.stop))
+    count, sums = code_sums(path, n_paths, values, value_rows=calls)
     return first, count, sums
 
 
@@ -109,7 +105,7 @@ def _device_ns(
         zeros = filled(len(rows), np.int64, 0)
         return zeros, zeros
     own = _launched_ns(ops, launched, rows)
-    return with_descendants(own, parent, levels[::-1]), _children_sums(parent, own)
+    return with_descendants(own, parent, levels[::-1]), children_sums(parent, own)
 
 
 def _launched_ns(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> np.ndarray:
@@ -123,16 +119,6 @@ def _launched_ns(ops: pd.DataFrame, launched: Launches, rows: np.ndarray) -> np.
         node = np.minimum(np.searchsorted(rows, call), max(len(rows) - 1, 0))
         found = rows[node] == call
         np.add.at(out, node[found], dur[at][executions[found]])
-        drop_resident()
-    return out
-
-
-def _children_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per node, the sum of `values` (int64) over its direct children, added a chunk of nodes at a time."""
-    out = filled(len(parent), np.int64, 0)
-    for at in chunks(len(parent)):
-        nested = parent[at] >= 0
-        np.add.at(out, parent[at][nested], values[at][nested])
         drop_resident()
     return out
 

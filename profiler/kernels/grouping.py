@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -145,6 +145,28 @@ def code_counts(codes: np.ndarray, n_codes: int) -> np.ndarray:
     for at in chunks(len(codes)):
         counts += np.bincount(codes[at] + 1, minlength=len(counts))
     return counts
+
+
+def code_sums(
+    codes: np.ndarray,
+    n_codes: int,
+    values: Sequence[np.ndarray],
+    kept: Optional[Callable[[slice], np.ndarray]] = None,
+    value_rows: Optional[np.ndarray] = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per code (`codes`: below `n_codes`, one per row): its count of rows and the int64 sums of each of `values`
+    over them, a chunk of rows at a time. `kept(chunk)` (a bool per row of the chunk) picks the rows counted (all by
+    default); `value_rows` gives each row's position in `values` (its own by default)."""
+    count, sums = np.zeros(n_codes, dtype=np.int64), [np.zeros(n_codes, dtype=np.int64) for _ in values]
+    for at in chunks(len(codes)):
+        code, where = codes[at], at if value_rows is None else value_rows[at]
+        if kept is not None:
+            rows = np.flatnonzero(kept(at))
+            code, where = code[rows], at.start + rows if value_rows is None else where[rows]
+        count += np.bincount(code, minlength=n_codes)
+        for total, value in zip(sums, values):
+            np.add.at(total, code, value[where])
+    return count, sums
 
 
 def sorted_codes(column) -> tuple[np.ndarray, int]:

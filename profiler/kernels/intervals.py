@@ -100,8 +100,17 @@ def sorted_run_breaks(times: np.ndarray) -> np.ndarray:
 def in_windows(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Whether each time lies in one of the windows [starts[k], ends[k]) (sorted by start, not overlapping): in the
     last window starting at or before it, if that one ends after it."""
+    return _holding(times, starts, ends)[1]
+
+
+def _holding(
+    times: np.ndarray, starts: np.ndarray, ends: np.ndarray, end_inclusive: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per time, the last interval starting at or before it (0 when none does) and whether that one holds it (ends
+    after it, or at it when `end_inclusive`): a binary search per time."""
     slot = np.searchsorted(starts, times, side="right") - 1
-    return (slot >= 0) & (times < ends[np.maximum(slot, 0)])
+    last = np.maximum(slot, 0)
+    return last, (slot >= 0) & ((times <= ends[last]) if end_inclusive else (times < ends[last]))
 
 
 def place(
@@ -129,9 +138,7 @@ def place(
         for lo, hi in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(times)]])):
             out[lo:hi] = _place_sorted(times[lo:hi], starts, ends, labels, side)
         return out
-    i = np.searchsorted(starts, times, side="right") - 1
-    last = np.maximum(i, 0)
-    ok = (i >= 0) & ((times <= ends[last]) if end_inclusive else (times < ends[last]))
+    last, ok = _holding(times, starts, ends, end_inclusive)
     return np.where(ok, labels[last], -1).astype(labels.dtype)
 
 

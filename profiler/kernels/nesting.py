@@ -282,7 +282,7 @@ def self_time(start: np.ndarray, dur: np.ndarray, lane: np.ndarray, level: np.nd
 #   candidate i-1 and, while its candidate ends too early, jumps to the candidate's own candidate.
 #   Everything skipped by a jump ends before the candidate, hence before i, so no container is
 #   ever skipped; the jumps double in length, so ~log2(n) rounds over the unresolved intervals.
-# - `self_times`: duration minus the summed durations of the direct children (`np.bincount`).
+# - `self_times`: duration minus the summed durations of the direct children (`children_sums`: exact int64).
 # - `nesting_depths`: distance to the root by pointer jumping over the parent array
 #   (Wyllie's list ranking), also ~log2(depth) rounds, a chunk of intervals at a time.
 #
@@ -474,9 +474,18 @@ def _previous_at_least(lane_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
 
 def self_times(parent: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Each interval's duration minus the durations of its direct children (int64, >= 0)."""
-    child = parent >= 0
-    children = np.bincount(parent[child], weights=dur[child], minlength=len(dur))
-    return np.maximum(dur - np.rint(children).astype(np.int64), 0)
+    return np.maximum(dur - children_sums(parent, dur), 0)
+
+
+def children_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per interval, the exact int64 sum of `values` over its direct children (`parent`: each one's, -1 at a root),
+    added a chunk of intervals at a time, in a spill file when big."""
+    out = spill.filled(len(parent), np.int64, 0)
+    for at in spill.chunks(len(parent)):
+        nested = parent[at] >= 0
+        np.add.at(out, parent[at][nested], values[at][nested])
+        spill.drop_resident()
+    return out
 
 
 def nesting_depths(parent: np.ndarray) -> np.ndarray:
