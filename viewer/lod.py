@@ -22,6 +22,7 @@ import pandas as pd
 
 from profiler.analysis.steps import median_position
 from profiler.kernels.intervals import covered_before
+from profiler.kernels.nesting import children_sums
 from viewer.trace import Timeline
 
 OVERVIEW_BINS = 1200
@@ -231,10 +232,7 @@ def self_times(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     """Duration minus the time of the events nested directly inside (same lane)."""
     _, parent = nesting(lane, start, end)
     own = (end - start).astype(np.int64)
-    inner = np.zeros(len(lane), dtype=np.int64)
-    has = parent >= 0
-    np.add.at(inner, parent[has], own[has])
-    return own - inner
+    return own - children_sums(parent, own)
 
 
 def captured_runs(steps: list[int]) -> list[tuple[int, int]]:

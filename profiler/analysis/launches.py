@@ -204,13 +204,6 @@ def _launched_time(launcher: np.ndarray, dur: np.ndarray, which: Optional[np.nda
     return out
 
 
-def sums_by(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Per index 0..n-1: the sum of `values` whose `to` is that index."""
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, to, values)
-    return out
-
-
 def _eligible_names(names: pd.Series) -> np.ndarray:
     return text_matches(names, TENSOR_CORE_ELIGIBLE_OPS.__contains__)
 

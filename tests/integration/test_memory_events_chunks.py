@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from profiler import spill
-from profiler.analysis.launches import framework_ops, sums_by
+from profiler.analysis.launches import framework_ops
 from profiler.analysis.memory import allocating_ops, memory_curve, memory_events, op_memory, peak_memory
 from profiler.analysis.modules import module_rows
 from profiler.analysis.results import Analysis, analyse_run
@@ -158,6 +158,13 @@ def _whole_op_memory(ops, allocations, owner, parent) -> pd.DataFrame:
         tables.append(table)
     out = pd.concat(tables, ignore_index=True)[OP_MEMORY_COLUMNS]
     return out.sort_values(["device", "self_increase_bytes", "op"], ascending=[True, False, True], ignore_index=True)
+
+
+def sums_by(to: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per index 0..n-1: the sum of `values` whose `to` is that index (the whole-array reference)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, to, values)
+    return out
 
 
 def _whole_owners(ops, allocations, threads) -> tuple[np.ndarray, np.ndarray]:
