@@ -220,6 +220,7 @@ class _Reader:
                 at = 0
                 continue
             events, at = chunk
+            del chunk  # it holds the events too: kept, the next chunk would be parsed beside this one's dicts
             self._add(events)
             del events  # the chunk's dicts go before the next chunk is read
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import weakref
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from profiler.importers import kineto_events
+from profiler.importers import kineto_events, kineto_stream
 from profiler.importers.kineto import read_kineto_trace, run_from_kineto_trace
 from profiler.importers.kineto_stream import NotStreamable, stream_trace
 
@@ -50,6 +51,35 @@ def test_chunks_give_the_whole_documents_run(kineto_dir: Path, trace: str, chunk
     streamed = stream_trace(path, chunk_bytes)  # the chunked reader follows every real trace (no fallback)
     assert streamed.cut is None and streamed.items == len(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"])
     assert_same_run(read_kineto_trace(path, chunk_bytes=chunk_bytes), whole_run(path))
+
+
+def test_a_chunks_events_are_freed_before_the_next_chunk_is_parsed(
+    tmp_path: Path, kineto_dir: Path, monkeypatch
+) -> None:
+    """At most one chunk's parsed events exist at a time: held while the next chunk was parsed, they doubled the
+    reading's peak (a 2 GB trace's reading stage: 389 -> 325 MB anonymous)."""
+
+    class Events(list):  # a list that a weak reference can follow
+        pass
+
+    parsed, alive_when_parsing = [], []
+    whole_events = kineto_stream._whole_events
+
+    def tracked(buf: bytes, at: int):
+        alive_when_parsing.append(sum(ref() is not None for ref in parsed))
+        chunk = whole_events(buf, at)
+        if chunk is None:
+            return None
+        events = Events(chunk[0])
+        parsed.append(weakref.ref(events))
+        return events, chunk[1]
+
+    monkeypatch.setattr(kineto_stream, "_whole_events", tracked)
+    path = tmp_path / "nccl_data.json"  # a chunk is the text of at least one block read: 1 MiB when not gzipped
+    path.write_bytes(gzip.decompress((kineto_dir / "nccl_data.json.gz").read_bytes()))
+    streamed = stream_trace(path, 1 << 16)
+    assert streamed.items > 10_000 and len(parsed) >= 9
+    assert max(alive_when_parsing) == 0
 
 
 def test_the_keys_around_the_event_list_are_read(kineto_dir: Path) -> None:
