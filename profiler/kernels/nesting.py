@@ -508,7 +508,7 @@ def nesting_depths(parent: np.ndarray) -> np.ndarray:
                 depth[pending] += depth[above]
                 up[pending] = up[above]
                 jumped = True
-        spill.drop_resident()
+            spill.drop_resident()  # the chunk's pages, and the heap its jumps freed
     return depth
 
 
