@@ -17,11 +17,9 @@ the C library part does nothing.
 
 from __future__ import annotations
 
-import ctypes
 import sys
-from typing import Callable
 
-from profiler.spill import drop_resident
+from profiler.spill import drop_resident, glibc_function
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD_BYTES = 1 << 20  # blocks at least this large get a mapping of their own. Measured: 64 KiB lowers
@@ -30,22 +28,11 @@ MMAP_THRESHOLD_BYTES = 1 << 20  # blocks at least this large get a mapping of th
 # heap): 0.96 GB trace 776 -> 756 MB, 3.84 GB 2433 -> 2367 MiB (docs/kineto.md)
 
 
-def _glibc(name: str) -> Callable[..., int] | None:
-    """glibc's allocator function `name`, or None elsewhere (musl, macOS)."""
-    try:
-        return getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
-        return None
-
-
 def return_freed_memory() -> bool:
     """Have the C library give large freed blocks back to the operating system from now on; whether it
     could (glibc)."""
-    mallopt = _glibc("mallopt")
+    mallopt = glibc_function("mallopt")
     return mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-
-
-_MALLOC_TRIM = _glibc("malloc_trim")
 
 
 def give_back_freed_memory() -> None:
@@ -56,9 +43,7 @@ def give_back_freed_memory() -> None:
     what is freed in it for later; the importer calls this when it frees many at once (the chunks' columns
     joined, the event columns dropped), so the next stage's tables do not come on top of them. It changes
     no allocator setting and costs ~milliseconds, so it is safe in a library user's process too."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
-    drop_resident()  # the spilled arrays' pages (profiler/spill.py)
+    drop_resident()  # the C heap's free pages and the spilled arrays' pages (profiler/spill.py)
     arrow = sys.modules.get("pyarrow")  # Arrow's own allocator keeps what its buffers freed, too
     if arrow is not None:
         arrow.default_memory_pool().release_unused()

@@ -23,6 +23,7 @@ output directory.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import mmap
 import os
@@ -63,6 +64,17 @@ def _native_resident() -> Any:
 
 
 _NATIVE = _native_resident()
+
+
+def glibc_function(name: str) -> Optional[Callable[..., int]]:
+    """glibc's allocator function `name`, or None elsewhere (musl, macOS)."""
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = glibc_function("malloc_trim")
 
 
 @contextmanager
@@ -192,9 +204,16 @@ def _mapping(fd: int, nbytes: int, writable: bool) -> Any:
 
 def drop_resident() -> None:
     """Hand every spilled array's resident pages back to the page cache (their values stay: the next read
-    maps them in again). Called where a stage has finished with the arrays it touched, and by the watcher
-    at any moment: the mappings are shared ones of files, so a page dropped while another thread reads or
-    writes it is read back from (or written to) the file's page, never lost."""
+    maps them in again), and the C heap's free pages to the operating system (glibc's malloc_trim). Called where
+    a stage has finished with the arrays it touched (after each chunk of `chunked` and the loops like it), and by
+    the watcher at any moment: the mappings are shared ones of files, so a page dropped while another thread reads
+    or writes it is read back from (or written to) the file's page, never lost.
+
+    The heap: a chunk's temporaries below the mmap threshold (profiler/memory.py) come from it, and what they free
+    stayed resident, the next chunk's coming partly on top, so a loop over a big table kept ~1 MB more per chunk
+    (nesting.children_sums over 34 M nodes: +11 MB at 8.5 M, +34 MB at 34 M); ~0.25 ms a call."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
     if _NATIVE is not None:
         _NATIVE.drop()
     for mapping in _live_mappings():

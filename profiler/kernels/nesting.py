@@ -410,6 +410,7 @@ def enclosing_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
         parent_p = _previous_at_least(lane[rows], end[rows])
         has_parent = parent_p >= 0
         parent[rows[has_parent]] = rows[parent_p[has_parent]]
+        spill.drop_resident()  # the piece's pages, and the heap its pointer jumping freed
     return parent
 
 
@@ -442,6 +443,7 @@ def _independent_pieces(
         if lo > 0 and len(free) and lo + free[0] > edges[-1]:
             edges.append(lo + int(free[0]))
         lane_before, latest_end = lane_p[-1], max(int(ended[-1]), int(end_p[-1]))
+        spill.drop_resident()
     return [(a, b) for a, b in zip(edges, [*edges[1:], n]) if b > a]
 
 
@@ -506,7 +508,7 @@ def nesting_depths(parent: np.ndarray) -> np.ndarray:
                 depth[pending] += depth[above]
                 up[pending] = up[above]
                 jumped = True
-        spill.drop_resident()
+            spill.drop_resident()  # the chunk's pages, and the heap its jumps freed
     return depth
 
 

@@ -213,6 +213,8 @@ def test_memory_analysis_in_chunks_is_the_whole_table_one(whole, rows, monkeypat
     allocated = events["op"] != ""  # each allocation's op is its owner's name (the definition)
     assert allocated.sum() > 100 and set(events.loc[allocated, "op"]) <= set(names[owner[owner >= 0]])
     assert curve["device"].tolist() == whole.allocations["device"].astype(str).tolist()
+    numbers = ["bytes", "alloc_ms", "free_ms", "lifetime_ms"]  # held until written: in spill files, not in memory
+    assert all(spill.is_spilled(events[c].to_numpy()) for c in numbers)
 
 
 def test_allocations_in_a_trace_without_operators_belong_to_no_op() -> None:

@@ -120,3 +120,17 @@ def test_a_carriage_return_in_a_later_block_of_any_text_column_is_found(tmp_path
     assert write_csv(df, tmp_path / "t.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_ALL)
     df["name"] = df["name"].astype(str).str.replace("\r", "\n").astype(dtype)
     assert write_csv(df, tmp_path / "u.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_MINIMAL)
+
+
+def test_the_heap_is_given_back_after_each_block(tmp_path, monkeypatch):
+    """Each block's text and objects are freed before the next (memory.give_back_freed_memory after each): the
+    freed heap of a big table's blocks, and of one file's before the next, no longer piles up."""
+    calls = []
+    monkeypatch.setattr(csv_json, "CSV_ROWS", 5)
+    monkeypatch.setattr(csv_json, "give_back_freed_memory", lambda: calls.append(1))
+    df = tricky_table(23, seed=4)
+    assert write_csv(df, tmp_path / "t.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_MINIMAL)
+    assert len(calls) == 5
+    numbers = df[["calls", "ms", "flag"]]  # rows of numbers only, with a header before the first block
+    assert write_csv(numbers, tmp_path / "n.csv").read_bytes() == pandas_bytes(numbers, "", csv.QUOTE_MINIMAL)
+    assert len(calls) == 10

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from profiler import memory
+from profiler import memory, spill
 from profiler.memory import MMAP_THRESHOLD_BYTES
 
 PATTERN = """
@@ -60,12 +60,12 @@ def test_large_tables_get_mappings_of_their_own():
 
 
 TRIM = """
-import importlib.util, sys
+import ctypes, importlib.util, sys
 import numpy as np
-spec = importlib.util.spec_from_file_location("memory", sys.argv[1])
-memory = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(memory)
-memory.return_freed_memory()
+ctypes.CDLL(None).mallopt(-3, 1 << 20)  # memory.return_freed_memory's setting: 300 KB tables from the heap
+spec = importlib.util.spec_from_file_location("module", sys.argv[1])  # the module alone (see PATTERN)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
 def rss_mib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / (1 << 20)
@@ -75,14 +75,18 @@ chunks = [np.ones(300 << 10, np.uint8) for _ in range(201)]  # 60 MB of a trace'
 pin = chunks.pop(max(range(len(chunks)), key=lambda i: chunks[i].ctypes.data))
 del chunks
 freed = rss_mib()
-memory.give_back_freed_memory()
+getattr(module, sys.argv[2])()
 print(freed - rss_mib())
 """
 
 
 @pytest.mark.skipif(not glibc_with_mallinfo2(), reason="glibc's allocator (2.33+)")
-def test_freed_heap_pages_go_back_to_the_system():
-    """60 MB of small tables freed under one that stays: resident until give_back_freed_memory, then returned."""
-    args = [sys.executable, "-c", TRIM, memory.__file__]
+@pytest.mark.parametrize(
+    "module, give_back", [(memory, "give_back_freed_memory"), (spill, "drop_resident")], ids=["memory", "spill"]
+)
+def test_freed_heap_pages_go_back_to_the_system(module, give_back):
+    """60 MB of small tables freed under one that stays: resident until give_back_freed_memory, then returned; and
+    by spill.drop_resident, which every chunked loop calls after a chunk (its freed temporaries had piled up)."""
+    args = [sys.executable, "-c", TRIM, module.__file__, give_back]
     returned_mib = float(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
     assert returned_mib >= 50
