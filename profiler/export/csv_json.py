@@ -15,7 +15,7 @@ import pandas as pd
 
 from profiler.export.csv_rows import float_texts, numeric_rows
 from profiler.export.files import AtomicWrite, write_atomic
-from profiler.memory import give_back_freed_memory
+from profiler.spill import drop_resident
 
 CSV_ROWS = 65_536  # rows formatted and written at a time: bounded memory for any table
 
@@ -36,7 +36,7 @@ def write_csv(df: pd.DataFrame, path: Path, na_rep: str = "") -> Path:
     with AtomicWrite(path) as out, open(out.tmp, "wb") as f:
         for start in range(0, max(len(df), 1), CSV_ROWS):
             f.write(_rows_text(df.iloc[start : start + CSV_ROWS], quoting, na_rep, floats, header=start == 0))
-            give_back_freed_memory()  # the chunk's text: else the heap kept ~1 MB more per chunk (and per file)
+            drop_resident()  # the heap the chunk's text freed: else it kept ~1 MB more per chunk (and per file)
     return out.path
 
 

@@ -366,8 +366,8 @@ def _build_run(
     steps = _with_overhead(steps, cols, rows_where(kind, OVERHEAD), clock)
     info = _info(trace, cols, kind, clock, warnings)
     instants = _instants(cols, rows_where(kind, INSTANT), thread_of, clock)
-    counters = kineto_memory.counters(cols, rows_where(kind, MEMORY), rows_where(kind, COUNTER), clock)
     allocations = kineto_memory.allocations(cols, rows_where(kind, MEMORY), thread_of, clock)
+    counters = kineto_memory.counters(cols, rows_where(kind, COUNTER), allocations, clock)
     give_back_freed_memory()  # the pages the tables above read of the spilled event columns
     return Run(
         info=info,

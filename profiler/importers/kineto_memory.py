@@ -27,11 +27,11 @@ _MEMORY_DEVICE_PREFIX = {0: "host", 1: "cuda"}
 _COUNTER_TEXTS = ("source", "device", "metric")
 
 
-def counters(cols: EventColumns, memory_rows: np.ndarray, counter_rows: np.ndarray, clock: Clock) -> pd.DataFrame:
-    """The counters (model.COUNTER_COLUMNS) of the "[memory]" instants `memory_rows` and the "C" events
-    `counter_rows`, in (time, device, metric) order (a stable sort), each column put in that order into a spilled
-    array."""
-    parts = [*_memory_counters(cols, memory_rows, clock), _chrome_counters(cols, counter_rows, clock)]
+def counters(cols: EventColumns, counter_rows: np.ndarray, allocations: pd.DataFrame, clock: Clock) -> pd.DataFrame:
+    """The counters (model.COUNTER_COLUMNS) of the "[memory]" instants (their totals, from `allocations`: this
+    module's table of them) and of the "C" events `counter_rows`, in (time, device, metric) order (a stable sort),
+    each column put in that order into a spilled array."""
+    parts = [*_memory_counters(allocations), _chrome_counters(cols, counter_rows, clock)]
     texts = {column: _sorted_values(Coded.concat(*[part[column] for part in parts])) for column in _COUNTER_TEXTS}
     numbers = {column: spill.concatenated([part[column] for part in parts]) for column in ("time_ns", "value")}
     order = np.lexsort([texts["metric"].codes, texts["device"].codes, numbers["time_ns"]])
@@ -57,15 +57,16 @@ def allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clo
     return pd.DataFrame(columns, columns=list(ALLOCATION_COLUMNS), copy=False)
 
 
-def _memory_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> list[dict[str, Any]]:
+def _memory_counters(allocations: pd.DataFrame) -> list[dict[str, Any]]:
     """allocated_bytes / reserved_bytes after every allocation Kineto recorded (profile_memory=True), per device
-    ("host" for CPU memory, "cuda:N"): the columns of each metric, its rows whose value is a number, in event
-    order."""
-    device = _memory_devices(cols, rows)
-    time_ns = spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]))
+    ("host" for CPU memory, "cuda:N"): the columns of each metric, its rows whose value is a number, in the
+    allocations' (time) order. Read from the allocations' own columns: the events' args are read once."""
+    device = allocations["device"].array
+    coded = Coded(device.codes, list(device.categories))
+    time_ns = allocations["time_ns"].to_numpy()
     return [
-        _metric_rows(metric, device, time_ns, _arg_numbers(cols, rows, key, _json_numbers, np.float64))
-        for metric, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved"))
+        _metric_rows(metric, coded, time_ns, allocations[metric].to_numpy())
+        for metric in ("allocated_bytes", "reserved_bytes")
     ]
 
 

@@ -123,11 +123,11 @@ def test_a_carriage_return_in_a_later_block_of_any_text_column_is_found(tmp_path
 
 
 def test_the_heap_is_given_back_after_each_block(tmp_path, monkeypatch):
-    """Each block's text and objects are freed before the next (memory.give_back_freed_memory after each): the
-    freed heap of a big table's blocks, and of one file's before the next, no longer piles up."""
+    """Each block's text and objects are freed before the next (spill.drop_resident, which trims the heap, after
+    each): the freed heap of a big table's blocks, and of one file's before the next, no longer piles up."""
     calls = []
     monkeypatch.setattr(csv_json, "CSV_ROWS", 5)
-    monkeypatch.setattr(csv_json, "give_back_freed_memory", lambda: calls.append(1))
+    monkeypatch.setattr(csv_json, "drop_resident", lambda: calls.append(1))
     df = tricky_table(23, seed=4)
     assert write_csv(df, tmp_path / "t.csv").read_bytes() == pandas_bytes(df, "", csv.QUOTE_MINIMAL)
     assert len(calls) == 5
