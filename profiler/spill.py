@@ -32,11 +32,11 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 
@@ -44,6 +44,8 @@ import numpy as np
 SPILL_MIN_BYTES = 1 << 20
 #: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
 CHUNK_ROWS = 1 << 20
+
+T = TypeVar("T")
 
 #: (directory, min bytes) while spilling, per thread and task (contextvars): imports in threads of one process
 #: (a Dask worker's) each keep their own setting
@@ -151,6 +153,14 @@ def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optio
         out[at] = fill(at)
         drop_resident()  # the chunk's pages of the spilled inputs and of `out`
     return out
+
+
+def dropping(pieces: Iterable[T]) -> Iterator[T]:
+    """Each of `pieces` in turn, the spilled pages handed back (drop_resident) once the loop's body is done with it:
+    for loops over pieces of rows (nesting.by_depth's) that gather from and scatter into big columns."""
+    for piece in pieces:
+        yield piece
+        drop_resident()
 
 
 def filled(n: int, dtype: Any, value: Any, rows: Optional[int] = None) -> np.ndarray:

@@ -59,7 +59,7 @@ def _own_stacks(ops: pd.DataFrame, host: np.ndarray, python: np.ndarray, stacks:
     inside = spill.empty(len(host), np.int32)  # the stack a row's children are in
     for at in spill.chunks(len(host)):  # the roots: under no frame (the others are done below, by depth)
         inside[at] = stacks.entered(own[at], host[at], python[at] & (parent[at] < 0))
-    for rows in by_depth(parent):
+    for rows in spill.dropping(by_depth(parent)):
         above = inside[parent[rows]]
         own[rows] = above
         inside[rows] = stacks.entered(above, host[rows], python[rows])

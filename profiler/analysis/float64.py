@@ -55,10 +55,10 @@ def float64_charged(ops: pd.DataFrame) -> np.ndarray:
     parent = _lane_nesting(ops, lane, on)
     levels = by_depth(parent)
     holds = spill.chunked(len(on), bool, lambda at: own[at])  # a charged op at or below it: innermost level first
-    for rows in reversed(levels):
+    for rows in spill.dropping(reversed(levels)):
         holds[parent[rows[holds[rows]]]] = True
     charged = spill.chunked(len(on), bool, lambda at: own[at] | (holds[at] & cast[at]))
-    for rows in levels:  # what a charged op runs inside it: outermost first
+    for rows in spill.dropping(levels):  # what a charged op runs inside it: outermost first
         charged[rows] |= charged[parent[rows]]
     out = _nothing_charged(n)
     for at in spill.chunks(len(on)):

@@ -212,13 +212,13 @@ def with_descendants(own: np.ndarray, parent: np.ndarray, order: list[np.ndarray
     """Per node, `own` summed over it and every node nested in it (`parent`: each node's parent, -1 at a root): the
     pieces of `order` deepest first (`by_depth`'s reversed), each added into its parents, in a spill file when big."""
     total = spill.chunked(len(own), own.dtype, lambda at: own[at])
-    for rows in order:
+    for rows in spill.dropping(order):
         np.add.at(total, parent[rows], total[rows])
     return total
 
 
 def _any_descendant(flag: np.ndarray, parent: np.ndarray, order: list[np.ndarray]) -> np.ndarray:
     out = spill.chunked(len(flag), bool, lambda at: flag[at])
-    for rows in order:
+    for rows in spill.dropping(order):
         out[parent[rows[out[rows]]]] = True
     return out

@@ -22,7 +22,7 @@ from profiler.formats.columns import MODULE_COLUMNS
 from profiler.kernels.grouping import code_sums, codes_and_labels, text_matches
 from profiler.kernels.nesting import by_depth, children_sums, enclosing_parents, positions_passing, positions_where
 from profiler.kernels.paths import PathCodes
-from profiler.spill import chunked, chunks, drop_resident, empty, filled, gathered
+from profiler.spill import chunked, chunks, drop_resident, dropping, empty, filled, gathered
 
 #: How Kineto names a module's frame: this prefix, the class name and the instance's number.
 MODULE_PREFIX = "nn.Module: "
@@ -136,7 +136,7 @@ def _paths(
     name[calls] = own
     for at in chunks(len(parent)):  # the roots (the others are done below, by depth)
         code[at] = paths.entered(np.zeros(at.stop - at.start, np.int32), np.where(parent[at] < 0, name[at], -1))
-    for piece in levels:
+    for piece in dropping(levels):
         code[piece] = paths.entered(code[parent[piece]], name[piece])
     text_of, texts = pd.factorize(np.array(paths.texts, dtype=object))  # a path whose names hold "/" may repeat one
     return chunked(len(calls), np.int64, lambda at: text_of[code[calls[at]]]), texts.tolist()

@@ -466,6 +466,14 @@ def depths_by_walking(parent: np.ndarray) -> np.ndarray:
     return depth
 
 
+def test_dropping_hands_the_pages_back_after_each_piece(monkeypatch) -> None:
+    done = []
+    monkeypatch.setattr(spill, "drop_resident", lambda: done.append("drop"))
+    for piece in spill.dropping(iter(["a", "b"])):
+        done.append(piece)
+    assert done == ["a", "drop", "b", "drop"]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
     rng = np.random.default_rng(seed)
@@ -476,6 +484,8 @@ def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
     np.testing.assert_array_equal(got, depth)
     pieces = nesting.by_depth(parent)
     assert all(0 < len(p) <= spill.CHUNK_ROWS for p in pieces)
+    span = nesting.DEPTH_SPAN_CHUNKS * spill.CHUNK_ROWS  # a piece's pages: within one stretch of the table
+    assert all(p[0] // span == p[-1] // span for p in pieces)
     assert all(depth[a[-1]] <= depth[b[0]] for a, b in zip(pieces, pieces[1:]))  # outermost first
     joined = np.concatenate([np.empty(0, dtype=np.int64), *pieces])
     want = np.concatenate([np.flatnonzero(depth == d) for d in range(1, int(depth.max()) + 1)] or [joined[:0]])
