@@ -187,7 +187,9 @@ def spilled(values: np.ndarray) -> np.ndarray:
     out = empty(len(values), values.dtype)
     if not is_spilled(out):  # kept in memory: the original will do
         return values
-    out[:] = values
+    for at in chunks(len(values)):  # a chunk at a time: a whole column's pages are mapped in a few ms
+        out[at] = values[at]
+        drop_resident()
     return out
 
 

@@ -33,7 +33,7 @@ from profiler.kernels.grouping import code_counts, codes_and_labels
 from profiler.kernels.intervals import RunningUnion, in_order, start_ordered
 from profiler.kernels.nesting import positions_passing
 from profiler.model import op_times
-from profiler.spill import chunked, chunks, drop_resident, empty, gathered
+from profiler.spill import chunked, chunks, drop_resident, empty, filled, gathered
 
 #: Kernels read at a time by `_device_summary` (its temporaries: ~10 arrays of 8 B per kernel of a chunk).
 SUMMARY_CHUNK = 1 << 16
@@ -191,12 +191,9 @@ def sm_filled_ns(
 
 def _innermost_eligible(launched: Launches, n: int) -> np.ndarray:
     """The tensor-core eligible ops none of whose descendants is eligible (the children found a chunk of ops at a
-    time: one array of the ops' size, in a spill file when big)."""
-    innermost = empty(n, bool)  # first: has an eligible child
-    innermost.fill(False)
+    time: arrays of the ops' size, made a chunk at a time into spill files when big)."""
+    has_eligible_child = filled(n, bool, False)
     for at in chunks(n, SUMMARY_CHUNK):
         parent = launched.parent[at]
-        innermost[parent[launched.tc_eligible[at] & (parent >= 0)]] = True
-    np.logical_not(innermost, out=innermost)
-    innermost &= launched.tc_eligible
-    return innermost
+        has_eligible_child[parent[launched.tc_eligible[at] & (parent >= 0)]] = True
+    return chunked(n, bool, lambda at: launched.tc_eligible[at] & ~has_eligible_child[at])

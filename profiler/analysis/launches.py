@@ -141,8 +141,7 @@ def _owners(ops: pd.DataFrame, on_host: np.ndarray, framework: np.ndarray) -> tu
     nested_in = _host_nesting(ops, host)
     is_framework = spill.gathered(framework, host)
     owner = spill.chunked(len(host), host.dtype, lambda at: _framework_owner(at, nested_in, is_framework))
-    full_owner, full_parent = spill.empty(n, host.dtype), spill.empty(n, host.dtype)
-    full_owner[:], full_parent[:] = -1, -1
+    full_owner, full_parent = spill.filled(n, host.dtype, -1), spill.filled(n, host.dtype, -1)
     for at in spill.chunks(len(host)):
         own, up, rows, framework_at = owner[at], nested_in[at], host[at], is_framework[at]
         full_owner[rows] = np.where(own >= 0, host[np.maximum(own, 0)], -1)
@@ -195,8 +194,7 @@ def _call_with_id(correlation: np.ndarray, ids: np.ndarray, calls: np.ndarray) -
 def _launched_time(launcher: np.ndarray, dur: np.ndarray, which: Optional[np.ndarray] = None) -> np.ndarray:
     """Per row, the summed durations of the executions it launched itself (of those `which` marks): int64, summed
     a chunk of rows at a time into a spill file when big."""
-    out = spill.empty(len(launcher), np.int64)
-    out[:] = 0
+    out = spill.filled(len(launcher), np.int64, 0)
     for at in spill.chunks(len(launcher)):
         to = launcher[at]
         mine = (to >= 0) if which is None else which[at] & (to >= 0)
