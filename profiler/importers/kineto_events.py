@@ -344,14 +344,22 @@ class Coded:
         for part in parts:
             codes[at : at + len(part)] = remap[offset : offset + len(part.values)][part.codes]
             at, offset = at + len(part), offset + len(part.values)
+            if spill.is_spilled(codes):
+                spill.drop_resident()  # the part's pages and those just written
         return cls(codes, list(uniques))
 
     @classmethod
     def chunked(cls, n: int, make: Callable[[slice], Coded]) -> Coded:
         """The coded column of `n` rows made a chunk at a time (`make(positions)`), as one column: its temporaries
-        stay a chunk's size (spill.chunked); values in first-seen order, as one column made whole has them."""
+        stay a chunk's size (spill.chunked), each chunk's codes spilled until they are joined (they were the whole
+        column's in memory: 240 MB for a 16 GB trace's host ops); values in first-seen order, as one column made
+        whole has them."""
         chunks = list(spill.chunks(n))
-        return cls.concat(*[make(at) for at in chunks]) if len(chunks) > 1 else make(slice(0, n))
+        return cls.concat(*[make(at).spilled() for at in chunks]) if len(chunks) > 1 else make(slice(0, n))
+
+    def spilled(self) -> Coded:
+        """The same column, its codes copied into a spill file when spilling and big enough (spill.spilled)."""
+        return Coded(spill.spilled(self.codes), self.values)
 
     def _deduplicated(self) -> Coded:
         """The same column with each value once; the codes recoded a chunk at a time into a spill file when big (a

@@ -406,7 +406,7 @@ def _spilled_piece(piece: Any) -> Any:
     if isinstance(piece, np.ndarray):
         return spill.spilled(piece)
     if isinstance(piece, Coded):
-        return Coded(spill.spilled(piece.codes), piece.values)
+        return piece.spilled()
     return _DeviceOps(spill.spilled(piece.device_id), spill.spilled(piece.stream_id), _spilled_piece(piece.kinds))
 
 
