@@ -19,7 +19,7 @@ from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
 from profiler.kernels.grouping import code_sums, codes_and_labels
 from profiler.kernels.intervals import in_windows
-from profiler.kernels.nesting import by_depth, enclosing_parents, positions_passing
+from profiler.kernels.nesting import by_depth, enclosing_parents_of_two, positions_passing
 
 
 def memory_curve(allocations: pd.DataFrame) -> pd.DataFrame:
@@ -111,12 +111,16 @@ def allocating_ops(
     op_start, op_dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     when = allocations["time_ns"].to_numpy(np.int64)
     # an allocation at t is the interval [t, t + 1): an op ending at t no longer holds it
-    parent = enclosing_parents(
+    parent = enclosing_parents_of_two(
         spill.concatenated([node_lane, thread_lane]),
         spill.concatenated([spill.gathered(op_start, nodes), when]),
         spill.concatenated(
-            [spill.chunked(len(nodes), np.int64, lambda at: op_start[nodes[at]] + op_dur[nodes[at]]), when + 1]
+            [
+                spill.chunked(len(nodes), np.int64, lambda at: op_start[nodes[at]] + op_dur[nodes[at]]),
+                spill.chunked(len(when), np.int64, lambda at: when[at] + 1),
+            ]
         ),
+        len(nodes),
     )
     holder = parent[len(nodes) :]
     owner = np.full(len(holder), -1, dtype=np.int64)

@@ -370,6 +370,34 @@ def start_ordered(rng: np.random.Generator, n: int, lanes: int) -> tuple[np.ndar
 
 
 @pytest.mark.parametrize("seed", range(6))
+def test_two_start_ordered_sets_merged_are_the_stable_argsort(seed, small_chunks) -> None:
+    rng = np.random.default_rng(seed)
+    first, second = (np.sort(rng.integers(0, 30, int(rng.integers(0, 60)))) for _ in range(2))  # many equal starts
+    got = nesting.merged_order(first, second)
+    np.testing.assert_array_equal(got, np.argsort(np.concatenate([first, second]), kind="stable"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_parents_of_two_start_ordered_sets_are_those_of_their_concatenation(seed, small_chunks) -> None:
+    """The ops and the allocations they hold (`memory.allocating_ops`): each set in start order, the two not; twins
+    across the sets (the first set's is the parent), zero-length intervals at an op's start and end."""
+    rng = np.random.default_rng(seed)
+    lane, start, end = start_ordered(rng, int(rng.integers(50, 300)), 3)
+    when = np.sort(rng.choice(np.concatenate([start, end]), int(rng.integers(1, 80))))  # on the ops' edges
+    held = (rng.integers(-1, 2, len(when)).astype(lane.dtype), when, when + rng.integers(0, 2, len(when)))
+    twins = (lane[: len(lane) // 4], start[: len(lane) // 4], end[: len(lane) // 4])  # a second set's start too
+    for second in (held, twins):
+        both = [np.concatenate([ours, theirs]) for ours, theirs in zip((lane, start, end), second)]
+        want = innermost_container_by_stack(*both)
+        np.testing.assert_array_equal(nesting.enclosing_parents_of_two(*both, len(lane)), want)
+        np.testing.assert_array_equal(nesting.enclosing_parents(*both), want)
+    unordered = [np.concatenate([ours, ours[::-1]]) for ours in (lane, start, end)]  # a set out of order: as it is
+    np.testing.assert_array_equal(
+        nesting.enclosing_parents_of_two(*unordered, len(lane)), innermost_container_by_stack(*unordered)
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("lanes", [1, 3, 300])
 def test_counted_order_of_start_ordered_intervals_is_the_lexsort(seed, lanes, small_chunks, monkeypatch) -> None:
     rng = np.random.default_rng(seed)
