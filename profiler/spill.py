@@ -148,8 +148,13 @@ def pieces(n: int) -> Iterator[slice]:
 def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
     """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
     values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size."""
-    out = empty(n, dtype)
-    for at in chunks(n, rows):
+    return _written(empty(n, dtype), fill, rows)
+
+
+def _written(out: np.ndarray, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
+    """`out` with each chunk of `rows` (default CHUNK_ROWS) positions set to `fill(positions)`, the pages handed
+    back after each: a whole column written at once maps all its pages in a few ms, faster than the watcher looks."""
+    for at in chunks(len(out), rows):
         out[at] = fill(at)
         drop_resident()  # the chunk's pages of the spilled inputs and of `out`
     return out
@@ -187,10 +192,7 @@ def spilled(values: np.ndarray) -> np.ndarray:
     out = empty(len(values), values.dtype)
     if not is_spilled(out):  # kept in memory: the original will do
         return values
-    for at in chunks(len(values)):  # a chunk at a time: a whole column's pages are mapped in a few ms
-        out[at] = values[at]
-        drop_resident()
-    return out
+    return _written(out, lambda at: values[at])
 
 
 def mapped_file(path: str | os.PathLike[str]) -> Any:
