@@ -17,7 +17,7 @@ import pandas as pd
 
 from profiler import spill
 from profiler.importers.kineto_events import SOURCE, Clock, Coded, EventColumns, combine, json_number, to_int
-from profiler.kernels.grouping import code_counts
+from profiler.kernels.grouping import occurring_sorted
 from profiler.kernels.nesting import positions_passing
 from profiler.model import ALLOCATION_COLUMNS, COUNTER_COLUMNS
 
@@ -137,12 +137,7 @@ def _memory_device(dev_type: int, dev_id: int) -> str:
 def _sorted_values(column: Coded) -> Coded:
     """The column with the values that occur in it, in sorted order (a code's order is its value's), its codes in
     the type pandas keeps for that many categories, recoded a chunk of rows at a time into a spilled array."""
-    occurring = np.flatnonzero(code_counts(column.codes, len(column.values))[1:])
-    values = sorted(column.values[code] for code in occurring.tolist())
-    dtype = pd.Categorical.from_codes([], categories=values).codes.dtype
-    recode = np.full(len(column.values), -1, dtype=dtype)
-    recode[occurring] = pd.Index(values, dtype=object).get_indexer([column.values[code] for code in occurring])
-    return Coded(spill.chunked(len(column), dtype, lambda at: recode[column.codes[at]]), values)
+    return Coded(*occurring_sorted(column.codes, column.values))
 
 
 def _categorical(column: Coded, order: np.ndarray) -> pd.Categorical:

@@ -147,6 +147,19 @@ def code_counts(codes: np.ndarray, n_codes: int) -> np.ndarray:
     return counts
 
 
+def occurring_sorted(codes: np.ndarray, values: Sequence[Any]) -> tuple[np.ndarray, list]:
+    """(codes, values) of a coded column (`codes`: positions in `values`) with only the values that occur, sorted and
+    each once (two positions may hold one value), the codes recoded to them in the type pandas keeps for that many
+    categories, a chunk at a time into a spill file when big: a text column as a categorical whose categories are in
+    sorted order (a group-by or a sort sees the text's order; the CSV writer sees only the text that is written)."""
+    occurring = np.flatnonzero(code_counts(codes, len(values))[1:]).tolist()
+    texts = sorted({values[code] for code in occurring})
+    dtype = pd.Categorical.from_codes([], categories=texts).codes.dtype
+    recode = np.full(len(values), -1, dtype=dtype)
+    recode[occurring] = pd.Index(texts, dtype=object).get_indexer([values[code] for code in occurring])
+    return chunked(len(codes), dtype, lambda at: recode[codes[at]]), texts
+
+
 def code_sums(
     codes: np.ndarray,
     n_codes: int,
