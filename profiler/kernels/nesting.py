@@ -319,9 +319,10 @@ def positions_passing(n: int, test: Callable[[slice], np.ndarray], rows: Optiona
 
 def ascending(values: np.ndarray, strictly: bool = False, rows: Optional[int] = None) -> bool:
     """Whether `values` never decrease (each is above the one before, when `strictly`), read `rows` (default
-    spill.CHUNK_ROWS) at a time: no whole-length temporaries."""
+    spill.CHUNK_ROWS) at a time, the pages of a spilled `values` handed back after each: no whole-length temporaries,
+    and a check of a big column is not a whole column's pages at once."""
     below = np.less_equal if strictly else np.less
-    for at in spill.chunks(len(values), rows):
+    for at in spill.dropping(spill.chunks(len(values), rows)):
         window = values[max(at.start - 1, 0) : at.stop]  # with the value before the chunk
         if np.any(below(window[1:], window[:-1])):
             return False
