@@ -8,6 +8,8 @@ every op belongs to none. Pure: the run's tables in, tables out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -17,9 +19,9 @@ from profiler import spill
 from profiler.analysis.launches import framework_ops, with_descendants
 from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
-from profiler.kernels.grouping import code_sums, codes_and_labels
+from profiler.kernels.grouping import code_sums, codes_and_labels, occurring_sorted
 from profiler.kernels.intervals import in_windows
-from profiler.kernels.nesting import by_depth, enclosing_parents_of_two, positions_passing
+from profiler.kernels.nesting import ascending, by_depth, enclosing_parents_of_two, positions_passing
 
 
 def memory_curve(allocations: pd.DataFrame) -> pd.DataFrame:
@@ -152,53 +154,161 @@ def _lanes(
 def memory_events(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray) -> pd.DataFrame:
     """Each block's life (MEMORY_EVENT_COLUMNS): an allocation paired with the next free of its address
     on its device. alloc_ms is empty for a block allocated before the trace, free_ms for one still held
-    at its end; lifetime_ms when both are known."""
+    at its end; lifetime_ms when both are known. Rows in (alloc_ms, free_ms) order, empty first, ties by device,
+    address and time: the blocks allocated before the trace by when they were freed, then the allocations.
+
+    Made a piece of allocations at a time (`spill.pieces`) into spilled columns, device and op as categoricals
+    (their codes spilled): in memory, the blocks still held at a piece's end (`_partners`), never a sort or a
+    text object per allocation."""
     if len(allocations) == 0:
         return pd.DataFrame(columns=MEMORY_EVENT_COLUMNS)
     device_code, devices = _text_codes(allocations["device"])
-    device = devices[device_code]
-    addr = allocations["addr"].to_numpy(np.int64)
-    when = allocations["time_ns"].to_numpy(np.int64)
-    size = allocations["bytes"].to_numpy(np.int64)
-    order = np.lexsort((np.arange(len(when)), when, addr, device_code))
-    alloc, free = size[order] > 0, size[order] < 0
-    same_block = (device_code[order][1:] == device_code[order][:-1]) & (addr[order][1:] == addr[order][:-1])
-    paired = np.zeros(len(order), dtype=bool)
-    paired[:-1] = alloc[:-1] & free[1:] & same_block  # an allocation followed by its free
-    freed_later = np.zeros(len(order), dtype=bool)
-    freed_later[1:] = paired[:-1]
-    alone_free = free & ~freed_later  # a free of a block allocated before the trace
-    first = order[alloc | alone_free]
-    free_at = np.full(len(order), -1, dtype=np.int64)
-    free_at[np.flatnonzero(paired)] = order[np.flatnonzero(paired) + 1]
-    free_at = free_at[alloc | alone_free]
-    is_alloc = size[first] > 0
-    name_code, names = _text_codes(ops["name"])
-    op = np.where(is_alloc & (owner[first] >= 0), names[name_code[np.maximum(owner[first], 0)]], "").astype(object)
-    alloc_ms = np.where(is_alloc, when[first] / 1e6, np.nan)
-    free_ms = np.where(~is_alloc, when[first] / 1e6, np.where(free_at >= 0, when[np.maximum(free_at, 0)] / 1e6, np.nan))
-    table = pd.DataFrame(
-        {
-            "device": device[first],
-            "op": op,
-            "bytes": np.abs(size[first]),
-            "alloc_ms": alloc_ms,
-            "free_ms": free_ms,
-            "lifetime_ms": free_ms - alloc_ms,
-        },
-        columns=MEMORY_EVENT_COLUMNS,
+    events = _time_ordered(device_code, allocations, owner)
+    partner = _partners(events)
+    texts = _Texts(devices, *_text_codes(ops["name"]))
+    n = sum(
+        int(np.count_nonzero(_freed_only(events, partner, at) | (events.size[at] > 0)))
+        for at in spill.dropping(spill.chunks(len(events.when)))
     )
-    return _spilled_numbers(
-        table.sort_values(["alloc_ms", "free_ms"], kind="stable", na_position="first", ignore_index=True)
-    )
+    columns = {column: spill.empty(n, dtype) for column, dtype in _EVENT_TYPES.items()}
+    done = 0
+    for rows in _block_rows(events, partner):
+        for column, values in _block_columns(events, partner, texts, rows).items():
+            columns[column][done : done + len(rows)] = values
+        done += len(rows)
+    columns["device"] = _sorted_categorical(columns["device"], devices)
+    columns["op"] = _sorted_categorical(columns["op"], np.append(texts.names, ""))
+    return pd.DataFrame(columns, columns=MEMORY_EVENT_COLUMNS, copy=False)
 
 
-def _spilled_numbers(table: pd.DataFrame) -> pd.DataFrame:
-    """`table` with its number columns copied into spill files (spill.spilled: when spilling and big), its text
-    columns as they are: a big run's memory events are held from the analysis until written (~32 bytes a block of
-    numbers in memory: 12 MB at 8 GB of trace)."""
-    columns = {c: spill.spilled(table[c].to_numpy()) if table[c].dtype.kind in "iuf" else table[c] for c in table}
-    return pd.DataFrame(columns, columns=table.columns, copy=False)
+#: The memory events' columns as they are made: device and op as positions in their texts (the op's "" last).
+_EVENT_TYPES = {
+    "device": np.int64,
+    "op": np.int64,
+    "bytes": np.int64,
+    "alloc_ms": np.float64,
+    "free_ms": np.float64,
+    "lifetime_ms": np.float64,
+}
+
+
+@dataclass
+class _Events:
+    """The allocations and frees in time order, ties in the table's order: each one's device code (-1: missing),
+    address, time, bytes (> 0 an allocation, < 0 a free) and owner (the ops-table row of its op, -1: none)."""
+
+    device: np.ndarray
+    addr: np.ndarray
+    when: np.ndarray
+    size: np.ndarray
+    owner: np.ndarray
+
+
+@dataclass
+class _Texts:
+    """The memory events' texts: the devices', the op names' and each op row's code in these (-1: missing)."""
+
+    devices: np.ndarray
+    name_code: np.ndarray
+    names: np.ndarray
+
+
+def _time_ordered(device_code: np.ndarray, allocations: pd.DataFrame, owner: np.ndarray) -> _Events:
+    """The allocations' columns as `_Events`: as they are when the table is in time order (the importers' tables
+    are), else gathered in a stable time order."""
+    columns = [
+        device_code,
+        allocations["addr"].to_numpy(np.int64),
+        allocations["time_ns"].to_numpy(np.int64),
+        allocations["bytes"].to_numpy(np.int64),
+        owner,
+    ]
+    if ascending(columns[2]):
+        return _Events(*columns)
+    order = np.argsort(columns[2], kind="stable")
+    return _Events(*(spill.gathered(column, order) for column in columns))
+
+
+def _partners(events: _Events) -> np.ndarray:
+    """Per event, the event it pairs with (-1: none): an allocation and the next event at its device and address
+    when that is a free. Read a piece at a time, the allocations not yet followed by an event at their address
+    carried from piece to piece (the blocks held at that moment, however long the trace)."""
+    n = len(events.when)
+    partner = spill.filled(n, np.int64, -1)
+    held = np.empty(0, dtype=np.int64)  # in (device, address) order, one per address
+    for at in spill.dropping(spill.pieces(n)):
+        rows = np.concatenate([held, np.arange(at.start, at.stop)])
+        device, addr = events.device[rows], events.addr[rows]
+        by_address = np.lexsort((rows, addr, device))  # then in time order: the events are
+        rows, device, addr = rows[by_address], device[by_address], addr[by_address]
+        next_same = (device[1:] == device[:-1]) & (addr[1:] == addr[:-1])
+        size = events.size[rows]
+        paired = np.flatnonzero((size[:-1] > 0) & (size[1:] < 0) & next_same)
+        partner[rows[paired]], partner[rows[paired + 1]] = rows[paired + 1], rows[paired]
+        held = rows[(size > 0) & np.append(~next_same, True)]
+    return partner
+
+
+def _freed_only(events: _Events, partner: np.ndarray, at: slice) -> np.ndarray:
+    """Whether each event of `at` is the free of a block allocated before the trace (a free paired with no
+    allocation): a row of the memory events, as each allocation is."""
+    return (events.size[at] < 0) & (partner[at] < 0)
+
+
+def _block_rows(events: _Events, partner: np.ndarray) -> Iterator[np.ndarray]:
+    """The events that are rows of the memory events, in its order, a piece at a time: the frees of blocks
+    allocated before the trace (no alloc_ms: first), then the allocations."""
+    yield from _in_table_order(events, partner, lambda at: _freed_only(events, partner, at))
+    yield from _in_table_order(events, partner, lambda at: events.size[at] > 0)
+
+
+def _in_table_order(events: _Events, partner: np.ndarray, kept: Callable[[slice], np.ndarray]) -> Iterator[np.ndarray]:
+    """The events `kept(piece)` holds, a piece at a time in (own time in ms, free_ms with none first, device, address,
+    time, position) order: as the whole table sorted stably by (alloc_ms, free_ms) had them. The events are in time
+    order, so only a run of events at one ms can be out of it, and a run that reaches a piece's end is carried into
+    the next piece."""
+    n, carried = len(events.when), np.empty(0, dtype=np.int64)
+    for at in spill.dropping(spill.pieces(n)):
+        rows = np.concatenate([carried, at.start + np.flatnonzero(kept(at))])
+        ms = events.when[rows] / 1e6
+        cut = len(rows) if at.stop == n or not len(rows) else int(np.searchsorted(ms, ms[-1]))
+        rows, ms, carried = rows[:cut], ms[:cut], rows[cut:]
+        free_ms = np.nan_to_num(_free_ms(events, partner, rows), nan=-np.inf)  # none first
+        yield rows[np.lexsort((rows, events.when[rows], events.addr[rows], events.device[rows], free_ms, ms))]
+
+
+def _free_ms(events: _Events, partner: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """When each of the block rows `rows` was freed (ms): a free's own time, an allocation's free's, NaN for an
+    allocation never freed."""
+    freed = np.where(events.size[rows] < 0, rows, partner[rows])
+    return np.where(freed >= 0, events.when[np.maximum(freed, 0)] / 1e6, np.nan)
+
+
+def _block_columns(events: _Events, partner: np.ndarray, texts: _Texts, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The memory events' columns (`_EVENT_TYPES`) of the block rows `rows`: the device's position in the devices'
+    texts, the op's in the op names' (none: the "" after them); a missing device or name (code -1) is the last
+    text, as indexing the texts by its code was."""
+    alloc = events.size[rows] > 0
+    owner = np.where(alloc, events.owner[rows], -1)
+    op = np.full(len(rows), len(texts.names), dtype=np.int64)
+    op[owner >= 0] = texts.name_code[owner[owner >= 0]] % len(texts.names)
+    alloc_ms = np.where(alloc, events.when[rows] / 1e6, np.nan)
+    free_ms = _free_ms(events, partner, rows)
+    return {
+        "device": events.device[rows] % len(texts.devices),
+        "op": op,
+        "bytes": np.abs(events.size[rows]),
+        "alloc_ms": alloc_ms,
+        "free_ms": free_ms,
+        "lifetime_ms": free_ms - alloc_ms,
+    }
+
+
+def _sorted_categorical(positions: np.ndarray, texts: np.ndarray) -> pd.Categorical:
+    """The text at each of `positions` as a categorical of the texts that occur, sorted, its codes spilled
+    (grouping.occurring_sorted): a text column with no object per row, whose CSV is that of its texts as objects."""
+    codes, categories = occurring_sorted(positions, list(texts))
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
 
 
 def op_memory(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray, parent: np.ndarray) -> pd.DataFrame:
