@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -124,10 +124,8 @@ def allocating_ops(
         ),
         len(nodes),
     )
-    holder = parent[len(nodes) :]
-    owner = np.full(len(holder), -1, dtype=np.int64)
-    held = np.flatnonzero(holder >= 0)
-    owner[held] = np.where(framework[nodes[holder[held]]], nodes[holder[held]], -1)  # in a module: none
+    holder = _past_allocations(parent, len(nodes))[len(nodes) :]
+    owner = spill.chunked(len(holder), np.int64, lambda at: _framework_rows(holder[at], nodes, framework))
     op_parent = spill.filled(len(ops), np.int64, -1)
     for at in spill.chunks(len(nodes)):
         node_parent = parent[at]
@@ -135,20 +133,42 @@ def allocating_ops(
     return owner, op_parent
 
 
+def _past_allocations(parent: np.ndarray, n_nodes: int) -> np.ndarray:
+    """`parent` (of the nodes, then the allocations: positions in that order) with each link to an allocation led on
+    to that allocation's own parent, in place: an allocation [t, t + 1) holds no op or other allocation, yet nests an
+    allocation at the same time on its thread listed after it, or an op of no duration starting then. Pointer
+    jumping (each pass doubles the links skipped), a chunk at a time; one pass finds nothing in most traces."""
+    while True:
+        rows = positions_passing(len(parent), lambda at: parent[at] >= n_nodes)
+        if not len(rows):
+            return parent
+        parent[rows] = parent[parent[rows]]
+
+
+def _framework_rows(holder: np.ndarray, nodes: np.ndarray, framework: np.ndarray) -> np.ndarray:
+    """The ops-table row of each holder (a position in `nodes`, -1: none) when it is a framework op, else -1 (an
+    allocation directly in a module belongs to no op)."""
+    out = np.full(len(holder), -1, dtype=np.int64)
+    held = np.flatnonzero(holder >= 0)
+    out[held] = np.where(framework[nodes[holder[held]]], nodes[holder[held]], -1)
+    return out
+
+
 def _lanes(
     stream: pd.Series, nodes: np.ndarray, tid: np.ndarray, threads: pd.DataFrame
 ) -> tuple[np.ndarray, np.ndarray]:
     """(lane of each of the `nodes` op rows, lane per allocation): one number per distinct name, an op's its
-    stream's, an allocation's its thread's name ("tid N" when unnamed); numbered per name, not per row."""
+    stream's, an allocation's its thread's name ("tid N" when unnamed); numbered per name, not per row, the threads
+    found and the lanes made a chunk at a time (np.unique of every allocation's thread sorted a copy of the column)."""
     thread_name = dict(zip(threads["tid"].tolist(), threads["name"].astype(str).tolist()))
     lane_of: dict[str, int] = {}
     stream_code, streams = codes_and_labels(stream)
     stream_lanes = np.array([lane_of.setdefault(str(s), len(lane_of)) for s in streams], dtype=np.int64)
-    tids, tid_code = np.unique(tid, return_inverse=True)
+    tids = _distinct(tid)
     names = [thread_name.get(t, f"tid {t}") for t in tids.tolist()]
     thread_lanes = np.array([lane_of.setdefault(name, len(lane_of)) for name in names], dtype=np.int64)
     by_node = spill.chunked(len(nodes), np.int64, lambda at: stream_lanes[stream_code[nodes[at]]])
-    return by_node, thread_lanes[tid_code.reshape(-1)]
+    return by_node, spill.chunked(len(tid), np.int64, lambda at: thread_lanes[np.searchsorted(tids, tid[at])])
 
 
 def memory_events(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray) -> pd.DataFrame:
@@ -325,9 +345,8 @@ def op_memory(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray, p
     order = by_depth(parent)[::-1]  # deepest first: children before their parents
     size = allocations["bytes"].to_numpy(np.int64)
     tables = []
-    for code in sorted(np.unique(device_code[held]).tolist(), key=lambda d: str(devices[d])):
-        mine = held & (device_code == code)
-        own = _own_memory(owner[mine], size[mine], len(ops))
+    for code in sorted(_distinct(device_code, held).tolist(), key=lambda d: str(devices[d])):
+        own = _own_memory(owner, size, _held_on(held, device_code, code), len(ops))
         sums = [*own, *(with_descendants(value, parent, order) for value in own)]
         kept, totals = code_sums(name_code, len(names), sums, _nonzero_in(framework, sums))
         present = np.flatnonzero(kept)
@@ -336,6 +355,11 @@ def op_memory(ops: pd.DataFrame, allocations: pd.DataFrame, owner: np.ndarray, p
         tables.append(pd.DataFrame(columns, columns=OP_MEMORY_COLUMNS))
     out = pd.concat(tables, ignore_index=True)
     return out.sort_values(["device", "self_increase_bytes", "op"], ascending=[True, False, True], ignore_index=True)
+
+
+def _held_on(held: np.ndarray, device_code: np.ndarray, code: int) -> Callable[[slice], np.ndarray]:
+    """A chunk test: the allocations `held` (a bool per allocation) on the device `code`."""
+    return lambda at: held[at] & (device_code[at] == code)
 
 
 def _nonzero_in(rows: np.ndarray, values: list[np.ndarray]) -> Callable[[slice], np.ndarray]:
@@ -355,13 +379,28 @@ def _texts(column: pd.Series) -> np.ndarray:
     return labels[code]
 
 
-def _own_memory(to: np.ndarray, amount: np.ndarray, n: int) -> list[np.ndarray]:
-    """Per op row (`to`: the owner of each of a device's allocations, `amount` its bytes): the bytes it allocated
-    minus those it freed, the bytes it allocated and its count of allocations, in spilled arrays."""
+def _own_memory(owner: np.ndarray, size: np.ndarray, mine: Callable[[slice], np.ndarray], n: int) -> list[np.ndarray]:
+    """Per op row (`owner`: the op of each allocation, `size` its bytes; `mine`: which allocations of a chunk count,
+    a device's owned ones): the bytes it allocated minus those it freed, the bytes it allocated and its count of
+    allocations, in spilled arrays. Selected a chunk at a time (a device's owners and sizes were two whole-length
+    int64 copies)."""
     out = [spill.filled(n, np.int64, 0) for _ in range(3)]
-    for at in spill.chunks(len(to)):
-        grown = amount[at] > 0
-        np.add.at(out[0], to[at], amount[at])
-        np.add.at(out[1], to[at][grown], amount[at][grown])
-        np.add.at(out[2], to[at][grown], 1)
+    for at in spill.dropping(spill.chunks(len(owner))):
+        kept = mine(at)
+        to, amount = owner[at][kept], size[at][kept]
+        grown = amount > 0
+        np.add.at(out[0], to, amount)
+        np.add.at(out[1], to[grown], amount[grown])
+        np.add.at(out[2], to[grown], 1)
     return out
+
+
+def _distinct(values: np.ndarray, kept: Optional[np.ndarray] = None) -> np.ndarray:
+    """np.unique(values[kept]) (`kept`: a bool per value; None: all), a chunk at a time: each sort a chunk's, not
+    the whole column's."""
+    return np.unique(
+        np.concatenate(
+            [np.unique(values[at] if kept is None else values[at][kept[at]]) for at in spill.chunks(len(values))]
+            or [values[:0]]
+        )
+    )

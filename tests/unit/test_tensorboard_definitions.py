@@ -204,6 +204,28 @@ def test_memory_freed_in_a_later_step_and_the_edges_of_an_op() -> None:
     assert peaks["peak_bytes"].tolist() == [1280, 96]
 
 
+def test_allocations_at_one_instant_and_an_op_of_no_duration_belong_to_the_op_around_them() -> None:
+    """Two allocations and a free at one instant on one thread, and an op of no duration starting then: each
+    allocation is its op's (an allocation [t, t + 1) nests none of them; an allocation nested in its twin raised
+    IndexError), the op of no duration is aten::mm's child, and the twins pair with their frees as before."""
+    trace = Trace().step(1, 0, 100).op("aten::mm", 10, 20).op("aten::view", 15, 0)
+    trace.memory(15, 512, 0xA, 512).memory(15, 256, 0xB, 768).memory(15, -64, 0xC, 704)
+    trace.memory(40, -512, 0xA, 192).memory(40, -256, 0xB, -64)
+    run = trace.run()
+    owner, parent = allocating_ops(run.ops, run.allocations, run.threads)
+    names = run.ops["name"].astype(str).to_numpy()
+    assert [names[o] if o >= 0 else "" for o in owner] == ["aten::mm"] * 3 + ["", ""]
+    assert names[parent[names.tolist().index("aten::view")]] == "aten::mm"
+    events = memory_events(run.ops, run.allocations, owner)
+    assert events[["op", "bytes", "free_ms"]].values.tolist() == [
+        ["", 64, 0.015],
+        ["aten::mm", 512, 0.04],
+        ["aten::mm", 256, 0.04],
+    ]
+    stats = op_memory(run.ops, run.allocations, owner, parent).set_index("op")
+    assert stats.loc["aten::mm", "self_alloc_count"] == 2 and stats.loc["aten::mm", "self_increase_bytes"] == 704
+
+
 def test_memory_of_two_devices_is_kept_apart() -> None:
     trace = (
         Trace().step(1, 0, 100).op("aten::to", 1, 50).memory(2, 512, 0xA, 512).memory(3, 512, 0xA, 512, device_type=1)
