@@ -8,7 +8,7 @@ vectorised numpy reference below; both give identical results (tests/unit/test_c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -349,6 +349,30 @@ def counting_order(key: np.ndarray, low: int, size: int) -> tuple[np.ndarray, np
         placed += np.bincount(k, minlength=size)
         spill.drop_resident()
     return order, bounds
+
+
+def bucketed_lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """np.lexsort(keys) (the last key the primary one, numbers; ties in input order), in `position_dtype` in a spill
+    file when big: the positions counted into ranges of the primary key of about a piece each (`counting_order`;
+    the ranges cut at quantiles of a sample of it), then each range lexsorted in memory. Temporaries of a piece (a
+    range holds more only when one primary value alone does) where np.lexsort takes int64 and more per position."""
+    primary, n = keys[-1], len(keys[-1])
+    cuts = _range_cuts(primary, -(-n // spill.piece_rows()))
+    bucket = spill.chunked(n, np.int32, lambda at: np.searchsorted(cuts, primary[at], side="right"))
+    order, bounds = counting_order(bucket, 0, len(cuts) + 1)
+    for lo, hi in spill.dropping(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+        rows = order[lo:hi]  # a view: each range in input order, sorted in place
+        rows[:] = rows[np.lexsort([key[rows] for key in keys])]
+    return order
+
+
+def _range_cuts(values: np.ndarray, ranges: int) -> np.ndarray:
+    """Up to `ranges` - 1 distinct values cutting `values` into ranges of about equal counts: quantiles of every
+    k-th value (~64 a range)."""
+    if ranges <= 1:
+        return values[:0]
+    sample = np.sort(values[:: max(len(values) // (64 * ranges), 1)])
+    return np.unique(sample[(np.arange(1, ranges) * len(sample)) // ranges])
 
 
 #: Widest range of lane numbers `nesting_order` sorts by counting (its counts: one int64 per number).

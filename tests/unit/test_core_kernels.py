@@ -451,6 +451,23 @@ def test_counting_order_is_the_stable_argsort(seed, small_chunks) -> None:
         np.testing.assert_array_equal(bounds, np.searchsorted(np.sort(key), np.arange(low, low + size + 1)))
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("chunk_rows", [7, 40, 1 << 20])
+def test_bucketed_lexsort_is_the_lexsort(seed, chunk_rows, monkeypatch, tmp_path) -> None:
+    """Out-of-order keys with many ties (codes from -1, a run of one primary value longer than a range, an empty
+    and a one-row input), in ranges of one row, of ten and in one range; spilled."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", chunk_rows)
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, int(rng.integers(50, 500))):
+        primary = rng.integers(-(10**12), 10**12, n) // 10**10 * 10**10  # ~200 values, ties
+        primary[n // 3 : n // 3 + 60] = primary[n // 3] if n else 0
+        keys = [rng.integers(-1, 2, n), rng.integers(0, 3, n).astype(np.int8), primary]
+        with spill.spilling(tmp_path, min_bytes=1):
+            order = nesting.bucketed_lexsort(keys)
+        np.testing.assert_array_equal(order, np.lexsort(keys))
+        assert order.dtype == np.int32 and (n < 2 or spill.is_spilled(order))
+
+
 def test_positions_where_passing_and_ascending_read_chunks(small_chunks) -> None:
     rng = np.random.default_rng(1)
     for mask in (rng.random(100) < 0.3, np.zeros(30, dtype=bool), np.ones(15, dtype=bool)):
