@@ -140,9 +140,15 @@ def chunks(n: int, rows: Optional[int] = None) -> Iterator[slice]:
 
 
 def pieces(n: int) -> Iterator[slice]:
-    """The positions 0..n-1 as slices of a quarter of CHUNK_ROWS, in order: for work whose temporaries take ~40
-    bytes or more a position (a sort's, several gathers'), so that they stay ~10 MB."""
-    return chunks(n, max(CHUNK_ROWS // 4, 1))
+    """The positions 0..n-1 as slices of `piece_rows()`, in order: for work whose temporaries take ~40 bytes or more
+    a position (a sort's, several gathers'), so that they stay ~10 MB."""
+    return chunks(n, piece_rows())
+
+
+def piece_rows() -> int:
+    """Rows in a piece (`pieces`): a quarter of CHUNK_ROWS; also `chunked`'s `rows` for a fill that makes ~40 bytes
+    or more a row (a list of Python objects per row: an event's args read)."""
+    return max(CHUNK_ROWS // 4, 1)
 
 
 def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:

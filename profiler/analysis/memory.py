@@ -21,7 +21,13 @@ from profiler.analysis.modules import module_rows
 from profiler.formats.columns import MEMORY_COLUMNS, MEMORY_EVENT_COLUMNS, OP_MEMORY_COLUMNS
 from profiler.kernels.grouping import code_sums, codes_and_labels, occurring_sorted
 from profiler.kernels.intervals import in_windows
-from profiler.kernels.nesting import ascending, by_depth, enclosing_parents_of_two, positions_passing
+from profiler.kernels.nesting import (
+    ascending,
+    bucketed_lexsort,
+    by_depth,
+    enclosing_parents_of_two,
+    positions_passing,
+)
 
 
 def memory_curve(allocations: pd.DataFrame) -> pd.DataFrame:
@@ -235,7 +241,7 @@ class _Texts:
 
 def _time_ordered(device_code: np.ndarray, allocations: pd.DataFrame, owner: np.ndarray) -> _Events:
     """The allocations' columns as `_Events`: as they are when the table is in time order (the importers' tables
-    are), else gathered in a stable time order."""
+    are), else gathered in a stable time order (`bucketed_lexsort`)."""
     columns = [
         device_code,
         allocations["addr"].to_numpy(np.int64),
@@ -245,7 +251,7 @@ def _time_ordered(device_code: np.ndarray, allocations: pd.DataFrame, owner: np.
     ]
     if ascending(columns[2]):
         return _Events(*columns)
-    order = np.argsort(columns[2], kind="stable")
+    order = bucketed_lexsort([columns[2]])
     return _Events(*(spill.gathered(column, order) for column in columns))
 
 

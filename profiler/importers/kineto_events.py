@@ -349,12 +349,12 @@ class Coded:
         return cls(codes, list(uniques))
 
     @classmethod
-    def chunked(cls, n: int, make: Callable[[slice], Coded]) -> Coded:
+    def chunked(cls, n: int, make: Callable[[slice], Coded], rows: Optional[int] = None) -> Coded:
         """The coded column of `n` rows made a chunk at a time (`make(positions)`), as one column: its temporaries
         stay a chunk's size (spill.chunked), each chunk's codes spilled until they are joined (they were the whole
         column's in memory: 240 MB for a 16 GB trace's host ops); values in first-seen order, as one column made
-        whole has them."""
-        chunks = list(spill.chunks(n))
+        whole has them. `rows`: a chunk's rows (default spill.CHUNK_ROWS)."""
+        chunks = list(spill.chunks(n, rows))
         return cls.concat(*[make(at).spilled() for at in chunks]) if len(chunks) > 1 else make(slice(0, n))
 
     def spilled(self) -> Coded:

@@ -10,7 +10,7 @@ sort on them sees the order the text itself has.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ import pandas as pd
 from profiler import spill
 from profiler.importers.kineto_events import SOURCE, Clock, Coded, EventColumns, combine, json_number, to_int
 from profiler.kernels.grouping import occurring_sorted
-from profiler.kernels.nesting import positions_passing
+from profiler.kernels.nesting import ascending, bucketed_lexsort, positions_passing
 from profiler.model import ALLOCATION_COLUMNS, COUNTER_COLUMNS
 
 #: Kineto's "Device Type" of a memory event (c10::DeviceType) -> the name of the memory's device.
@@ -29,12 +29,12 @@ _COUNTER_TEXTS = ("source", "device", "metric")
 
 def counters(cols: EventColumns, counter_rows: np.ndarray, allocations: pd.DataFrame, clock: Clock) -> pd.DataFrame:
     """The counters (model.COUNTER_COLUMNS) of the "[memory]" instants (their totals, from `allocations`: this
-    module's table of them) and of the "C" events `counter_rows`, in (time, device, metric) order (a stable sort),
-    each column put in that order into a spilled array."""
+    module's table of them) and of the "C" events `counter_rows`, in (time, device, metric) order (a stable sort a
+    range of times at a time: `bucketed_lexsort`), each column put in that order into a spilled array."""
     parts = [*_memory_counters(allocations), _chrome_counters(cols, counter_rows, clock)]
     texts = {column: _sorted_values(Coded.concat(*[part[column] for part in parts])) for column in _COUNTER_TEXTS}
     numbers = {column: spill.concatenated([part[column] for part in parts]) for column in ("time_ns", "value")}
-    order = np.lexsort([texts["metric"].codes, texts["device"].codes, numbers["time_ns"]])
+    order = bucketed_lexsort([texts["metric"].codes, texts["device"].codes, numbers["time_ns"]])
     columns: dict[str, Any] = {column: _categorical(texts[column], order) for column in _COUNTER_TEXTS}
     columns.update({column: spill.gathered(values, order) for column, values in numbers.items()})
     return pd.DataFrame(columns, columns=list(COUNTER_COLUMNS), copy=False)
@@ -42,7 +42,8 @@ def counters(cols: EventColumns, counter_rows: np.ndarray, allocations: pd.DataF
 
 def allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: Clock) -> pd.DataFrame:
     """Every allocation and free of the "[memory]" instants `rows` (model.ALLOCATION_COLUMNS), in time order: the
-    numbers read and put in that order a chunk of rows at a time into spilled arrays."""
+    numbers read a chunk of rows at a time (the args a piece at a time) into spilled arrays, then put in that order
+    when they are not in it already (a trace writes them in it: no sort and no gather then)."""
     numbers = {
         "tid": spill.chunked(len(rows), np.int64, lambda at: thread_of[rows[at]]),
         "time_ns": spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
@@ -51,9 +52,9 @@ def allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clo
         "allocated_bytes": _arg_numbers(cols, rows, "Total Allocated", _json_numbers, np.float64),
         "reserved_bytes": _arg_numbers(cols, rows, "Total Reserved", _json_numbers, np.float64),
     }
-    order = np.argsort(numbers["time_ns"], kind="stable")
+    order = None if ascending(numbers["time_ns"]) else bucketed_lexsort([numbers["time_ns"]])
     columns: dict[str, Any] = {"device": _categorical(_sorted_values(_memory_devices(cols, rows)), order)}
-    columns.update({column: spill.gathered(values, order) for column, values in numbers.items()})
+    columns.update({column: _in_order(values, order) for column, values in numbers.items()})
     return pd.DataFrame(columns, columns=list(ALLOCATION_COLUMNS), copy=False)
 
 
@@ -107,9 +108,9 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> dict
 
 
 def _arg_numbers(cols: EventColumns, rows: np.ndarray, key: str, numbers: Callable, dtype: Any) -> np.ndarray:
-    """numbers(the values of args[key]) of the non-complete events `rows`, read a chunk of rows at a time (a list
-    per chunk, not per trace) into a spilled array."""
-    return spill.chunked(len(rows), dtype, lambda at: numbers(cols.arg(key, rows[at])))
+    """numbers(the values of args[key]) of the non-complete events `rows`, read a piece of rows at a time (a list of
+    Python values per piece, ~100 bytes a row: ~100 MB for a chunk) into a spilled array."""
+    return spill.chunked(len(rows), dtype, lambda at: numbers(cols.arg(key, rows[at])), spill.piece_rows())
 
 
 def _json_numbers(values: list) -> np.ndarray:
@@ -118,15 +119,15 @@ def _json_numbers(values: list) -> np.ndarray:
 
 
 def _memory_devices(cols: EventColumns, rows: np.ndarray) -> Coded:
-    """The device of each "[memory]" instant (`_memory_device` of its Device Type / Id args), coded a chunk of rows
-    at a time."""
+    """The device of each "[memory]" instant (`_memory_device` of its Device Type / Id args), coded a piece of rows
+    at a time (two lists of Python values per piece)."""
 
     def devices(at: slice) -> Coded:
         dev_type = to_int(cols.arg("Device Type", rows[at]), default=-1)
         dev_id = to_int(cols.arg("Device Id", rows[at]), default=-1)
         return combine(Coded.of(dev_type), Coded.of(dev_id)).mapped(lambda pair: _memory_device(*pair))
 
-    return Coded.chunked(len(rows), devices)
+    return Coded.chunked(len(rows), devices, spill.piece_rows())
 
 
 def _memory_device(dev_type: int, dev_id: int) -> str:
@@ -140,9 +141,13 @@ def _sorted_values(column: Coded) -> Coded:
     return Coded(*occurring_sorted(column.codes, column.values))
 
 
-def _categorical(column: Coded, order: np.ndarray) -> pd.Categorical:
-    """The column's rows in `order` as a categorical of its values (its codes gathered into a spilled array, which
-    pandas keeps as they are)."""
-    return pd.Categorical.from_codes(
-        spill.gathered(column.codes, order), categories=pd.Index(column.values, dtype=object)
-    )
+def _categorical(column: Coded, order: Optional[np.ndarray]) -> pd.Categorical:
+    """The column's rows in `order` (None: as they are) as a categorical of its values (its codes gathered into a
+    spilled array, which pandas keeps as they are)."""
+    return pd.Categorical.from_codes(_in_order(column.codes, order), categories=pd.Index(column.values, dtype=object))
+
+
+def _in_order(values: np.ndarray, order: Optional[np.ndarray]) -> np.ndarray:
+    """values[order] gathered a chunk at a time into a spilled array (spill.gathered), or `values` when `order` is
+    None (the rows already in that order)."""
+    return values if order is None else spill.gathered(values, order)

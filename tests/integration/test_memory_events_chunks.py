@@ -288,3 +288,29 @@ def test_peak_memory_in_chunks_is_the_whole_one(whole, rows, monkeypatch, tmp_pa
         got = [peak_memory(memory_curve(whole.allocations), start, end) for start, end in (gapped, steps)]
     for g, e in zip(got, expected):
         pd.testing.assert_frame_equal(g, e, check_exact=True)
+
+
+@pytest.mark.parametrize("rows", (4, 4096))
+def test_memory_events_out_of_time_order_are_read_as_a_stable_sort(rows, monkeypatch, tmp_path) -> None:
+    """Memory events written out of time order (with twin times, two devices): the allocations are the events
+    stably sorted by time and the counters stably sorted by (time, device, metric), read in pieces of one row and
+    in one, spilled, as a whole stable sort gives them."""
+    rng = np.random.default_rng(4)
+    trace = Trace()
+    events = [(int(rng.integers(0, 40)), int(rng.choice([256, -256, 512])), int(rng.integers(0, 2))) for _ in range(90)]
+    for k, (ts, size, device) in enumerate(events):
+        trace.memory(ts, size, 0x10 * (k % 7), 1000 + k, device_type=device, reserved=5000 + k)
+    monkeypatch.setattr(spill, "CHUNK_ROWS", rows)
+    with spill.spilling(tmp_path, min_bytes=1):
+        run = trace.run()
+    in_time = sorted(range(len(events)), key=lambda k: events[k][0])
+    assert run.allocations["allocated_bytes"].tolist() == [1000.0 + k for k in in_time]
+    assert run.allocations["device"].tolist() == [("cuda:0" if events[k][2] else "host") for k in in_time]
+    a = run.allocations
+    rows_of = [
+        pd.DataFrame({"device": a["device"].astype(str), "metric": m, "time_ns": a["time_ns"], "value": a[m]})
+        for m in ("allocated_bytes", "reserved_bytes")
+    ]
+    expected = pd.concat(rows_of, ignore_index=True).sort_values(["time_ns", "device", "metric"], kind="stable")
+    for column in ("device", "metric", "time_ns", "value"):
+        assert run.counters[column].astype(expected[column].dtype).tolist() == expected[column].tolist(), column
