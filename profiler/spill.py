@@ -44,6 +44,11 @@ import numpy as np
 SPILL_MIN_BYTES = 1 << 20
 #: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
 CHUNK_ROWS = 1 << 20
+#: Widest stretch of a column, in chunks of CHUNK_ROWS, that one piece of sparse positions spans (`stretches`): a
+#: touched page of a spilled column maps its whole large folio (2 MB on ext4), so a few hundred positions spread over
+#: a big column map all of it between two drops (300 over 534 MB: 500 MB in one gather); a piece within a stretch
+#: maps at most the stretch (4 M rows: 32 MB of float64).
+SPAN_CHUNKS = 4
 
 T = TypeVar("T")
 
@@ -145,18 +150,25 @@ def pieces(n: int) -> Iterator[slice]:
     return chunks(n, max(CHUNK_ROWS // 4, 1))
 
 
-def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
+def chunked(
+    n: int,
+    dtype: Any,
+    fill: Callable[[slice], np.ndarray],
+    rows: Optional[int] = None,
+    along: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
-    values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size."""
-    return _written(empty(n, dtype), fill, rows)
+    values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size. With
+    `along` (the n positions into a big column that `fill` gathers from), a piece of those at a time (`stretches`)."""
+    return _written(empty(n, dtype), fill, chunks(n, rows) if along is None else stretches(along))
 
 
-def _written(out: np.ndarray, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
-    """`out` with each chunk of `rows` (default CHUNK_ROWS) positions set to `fill(positions)`, the pages handed
-    back after each: a whole column written at once maps all its pages in a few ms, faster than the watcher looks."""
-    for at in chunks(len(out), rows):
+def _written(out: np.ndarray, fill: Callable[[slice], np.ndarray], pieces: Iterable[slice]) -> np.ndarray:
+    """`out` with each of `pieces` of its positions set to `fill(positions)`, the pages handed back after each: a whole
+    column written at once maps all its pages in a few ms, faster than the watcher looks."""
+    for at in pieces:
         out[at] = fill(at)
-        drop_resident()  # the chunk's pages of the spilled inputs and of `out`
+        drop_resident()  # the piece's pages of the spilled inputs and of `out`
     return out
 
 
@@ -175,14 +187,31 @@ def filled(n: int, dtype: Any, value: Any, rows: Optional[int] = None) -> np.nda
 
 
 def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndarray:
-    """values[rows] (in `dtype`, values' own by default), gathered a chunk of rows at a time into a spill file when
-    big: a gather from a big column whose temporaries stay a chunk's size, its pages handed back as it goes."""
-    return chunked(len(rows), values.dtype if dtype is None else dtype, lambda at: values[rows[at]])
+    """values[rows] (in `dtype`, values' own by default), gathered a piece of `rows` at a time (`stretches`) into a
+    spill file when big, the pages handed back after each: temporaries a chunk's size, and a sparse gather from a big
+    column maps at most a stretch of it at a time."""
+    return chunked(len(rows), values.dtype if dtype is None else dtype, lambda at: values[rows[at]], along=rows)
+
+
+def stretches(positions: np.ndarray) -> Iterator[slice]:
+    """Slices of `positions` (into a column) of at most CHUNK_ROWS, in order, none across a multiple of SPAN_CHUNKS
+    chunks of the column where the positions ascend: work on a piece between two drops maps at most that stretch of
+    the column. Positions in any order are still covered once each, in order (only the stretch is not bounded)."""
+    stretch = SPAN_CHUNKS * CHUNK_ROWS
+    for at in chunks(len(positions)):
+        piece = positions[at]
+        first, last = int(piece[0]) // stretch, int(piece[-1]) // stretch
+        cuts = np.searchsorted(piece, np.arange(first + 1, last + 1) * stretch) if last > first else []
+        edges = (at.start + np.maximum.accumulate([0, *cuts, len(piece)])).tolist()  # in order, whatever `positions`
+        yield from (slice(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo)
 
 
 def taken(values: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:
-    """values[rows]: a slice's view, or the positions gathered a chunk at a time (`gathered`: spilled when big)."""
-    return values[rows] if isinstance(rows, slice) else gathered(values, rows)
+    """values[rows]: a slice's view, a boolean mask's selection, or the positions gathered a piece at a time
+    (`gathered`: spilled when big)."""
+    if isinstance(rows, slice) or np.asarray(rows).dtype == bool:
+        return values[rows]
+    return gathered(values, np.asarray(rows))
 
 
 def spilled(values: np.ndarray) -> np.ndarray:
@@ -192,7 +221,7 @@ def spilled(values: np.ndarray) -> np.ndarray:
     out = empty(len(values), values.dtype)
     if not is_spilled(out):  # kept in memory: the original will do
         return values
-    return _written(out, lambda at: values[at])
+    return _written(out, lambda at: values[at], chunks(len(out)))
 
 
 def mapped_file(path: str | os.PathLike[str]) -> Any:
