@@ -49,6 +49,8 @@ CHUNK_ROWS = 1 << 20
 #: a big column map all of it between two drops (300 over 534 MB: 500 MB in one gather); a piece within a stretch
 #: maps at most the stretch (4 M rows: 32 MB of float64).
 SPAN_CHUNKS = 4
+#: Runs of ascending positions in a chunk from which `stretches` no longer cuts the chunk (each cut costs a drop).
+MAX_RUNS = 64
 
 T = TypeVar("T")
 
@@ -195,15 +197,31 @@ def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndar
 
 def stretches(positions: np.ndarray) -> Iterator[slice]:
     """Slices of `positions` (into a column) of at most CHUNK_ROWS, in order, none across a multiple of SPAN_CHUNKS
-    chunks of the column where the positions ascend: work on a piece between two drops maps at most that stretch of
-    the column. Positions in any order are still covered once each, in order (only the stretch is not bounded)."""
+    chunks of the column within a run where they ascend (a run per lane of an order by lane and time): work on a
+    piece between two drops maps at most that stretch of the column. A chunk of positions in a more mixed order
+    (MAX_RUNS runs or more) is one piece: covered, not bounded."""
     stretch = SPAN_CHUNKS * CHUNK_ROWS
     for at in chunks(len(positions)):
         piece = positions[at]
-        first, last = int(piece[0]) // stretch, int(piece[-1]) // stretch
-        cuts = np.searchsorted(piece, np.arange(first + 1, last + 1) * stretch) if last > first else []
-        edges = (at.start + np.maximum.accumulate([0, *cuts, len(piece)])).tolist()  # in order, whatever `positions`
-        yield from (slice(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo)
+        descents = (np.flatnonzero(piece[1:] < piece[:-1]) + 1).tolist()
+        if len(descents) >= MAX_RUNS:
+            yield at
+            continue
+        edges = []
+        for lo, hi in zip([0, *descents], [*descents, len(piece)]):
+            run = piece[lo:hi]
+            first, last = int(run[0]) // stretch, int(run[-1]) // stretch
+            edges += [lo, *(lo + np.searchsorted(run, np.arange(first + 1, last + 1) * stretch)).tolist()]
+        edges.append(len(piece))
+        yield from (slice(at.start + lo, at.start + hi) for lo, hi in zip(edges, edges[1:]) if hi > lo)
+
+
+def sampled(n: int, every: int) -> Iterator[slice]:
+    """Every `every`th of the positions 0..n-1, as strided slices of a stretch (SPAN_CHUNKS chunks) each, the pages
+    handed back after each: a sample a folio apart from a big column would map all of it at once."""
+    rows = max(1, SPAN_CHUNKS * CHUNK_ROWS // every) * every
+    for at in dropping(chunks(n, rows)):
+        yield slice(at.start, at.stop, every)
 
 
 def taken(values: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:

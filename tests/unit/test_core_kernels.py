@@ -511,9 +511,23 @@ def test_stretches_keep_each_piece_within_a_stretch_and_every_position_in_order(
     assert all(0 < len(p) <= spill.CHUNK_ROWS for p in pieces)
     assert all(p[0] // stretch == p[-1] // stretch for p in pieces)  # sparse rows: a piece per stretch they meet
     np.testing.assert_array_equal(np.concatenate(pieces), ascending)
+    lanes = np.concatenate([ascending[::2], ascending[1::2]])  # an order by lane then time: two ascending runs
+    pieces = [lanes[at] for at in spill.stretches(lanes)]
+    assert all(p[0] // stretch == p[-1] // stretch and (np.diff(p) > 0).all() for p in pieces)
+    np.testing.assert_array_equal(np.concatenate(pieces), lanes)
     shuffled = rng.permutation(ascending)  # no stretch to keep, but every position once, in its order
     np.testing.assert_array_equal(np.concatenate([shuffled[at] for at in spill.stretches(shuffled)]), shuffled)
     assert list(spill.stretches(ascending[:0])) == []
+
+
+def test_samples_are_every_nth_position_a_stretch_at_a_time(monkeypatch) -> None:
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    drops = []
+    monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
+    slices = list(spill.sampled(1000, 7))
+    np.testing.assert_array_equal(np.concatenate([np.arange(1000)[at] for at in slices]), np.arange(0, 1000, 7))
+    assert all(at.stop - at.start <= spill.SPAN_CHUNKS * spill.CHUNK_ROWS for at in slices)
+    assert len(drops) == len(slices) > 1
 
 
 def test_a_sparse_gather_hands_the_pages_back_after_each_stretch(monkeypatch, tmp_path) -> None:
