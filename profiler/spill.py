@@ -44,6 +44,13 @@ import numpy as np
 SPILL_MIN_BYTES = 1 << 20
 #: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
 CHUNK_ROWS = 1 << 20
+#: Widest stretch of a column, in chunks of CHUNK_ROWS, that one piece of sparse positions spans (`stretches`): a
+#: touched page of a spilled column maps its whole large folio (2 MB on ext4), so a few hundred positions spread over
+#: a big column map all of it between two drops (300 over 534 MB: 500 MB in one gather); a piece within a stretch
+#: maps at most the stretch (4 M rows: 32 MB of float64).
+SPAN_CHUNKS = 4
+#: Runs of ascending positions in a chunk from which `stretches` no longer cuts the chunk (each cut costs a drop).
+MAX_RUNS = 64
 
 T = TypeVar("T")
 
@@ -151,18 +158,25 @@ def piece_rows() -> int:
     return max(CHUNK_ROWS // 4, 1)
 
 
-def chunked(n: int, dtype: Any, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
+def chunked(
+    n: int,
+    dtype: Any,
+    fill: Callable[[slice], np.ndarray],
+    rows: Optional[int] = None,
+    along: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
-    values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size."""
-    return _written(empty(n, dtype), fill, rows)
+    values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size. With
+    `along` (the n positions into a big column that `fill` gathers from), a piece of those at a time (`stretches`)."""
+    return _written(empty(n, dtype), fill, chunks(n, rows) if along is None else stretches(along))
 
 
-def _written(out: np.ndarray, fill: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:
-    """`out` with each chunk of `rows` (default CHUNK_ROWS) positions set to `fill(positions)`, the pages handed
-    back after each: a whole column written at once maps all its pages in a few ms, faster than the watcher looks."""
-    for at in chunks(len(out), rows):
+def _written(out: np.ndarray, fill: Callable[[slice], np.ndarray], pieces: Iterable[slice]) -> np.ndarray:
+    """`out` with each of `pieces` of its positions set to `fill(positions)`, the pages handed back after each: a whole
+    column written at once maps all its pages in a few ms, faster than the watcher looks."""
+    for at in pieces:
         out[at] = fill(at)
-        drop_resident()  # the chunk's pages of the spilled inputs and of `out`
+        drop_resident()  # the piece's pages of the spilled inputs and of `out`
     return out
 
 
@@ -181,14 +195,47 @@ def filled(n: int, dtype: Any, value: Any, rows: Optional[int] = None) -> np.nda
 
 
 def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndarray:
-    """values[rows] (in `dtype`, values' own by default), gathered a chunk of rows at a time into a spill file when
-    big: a gather from a big column whose temporaries stay a chunk's size, its pages handed back as it goes."""
-    return chunked(len(rows), values.dtype if dtype is None else dtype, lambda at: values[rows[at]])
+    """values[rows] (in `dtype`, values' own by default), gathered a piece of `rows` at a time (`stretches`) into a
+    spill file when big, the pages handed back after each: temporaries a chunk's size, and a sparse gather from a big
+    column maps at most a stretch of it at a time."""
+    return chunked(len(rows), values.dtype if dtype is None else dtype, lambda at: values[rows[at]], along=rows)
+
+
+def stretches(positions: np.ndarray) -> Iterator[slice]:
+    """Slices of `positions` (into a column) of at most CHUNK_ROWS, in order, none across a multiple of SPAN_CHUNKS
+    chunks of the column within a run where they ascend (a run per lane of an order by lane and time): work on a
+    piece between two drops maps at most that stretch of the column. A chunk of positions in a more mixed order
+    (MAX_RUNS runs or more) is one piece: covered, not bounded."""
+    stretch = SPAN_CHUNKS * CHUNK_ROWS
+    for at in chunks(len(positions)):
+        piece = positions[at]
+        descents = (np.flatnonzero(piece[1:] < piece[:-1]) + 1).tolist()
+        if len(descents) >= MAX_RUNS:
+            yield at
+            continue
+        edges = []
+        for lo, hi in zip([0, *descents], [*descents, len(piece)]):
+            run = piece[lo:hi]
+            first, last = int(run[0]) // stretch, int(run[-1]) // stretch
+            edges += [lo, *(lo + np.searchsorted(run, np.arange(first + 1, last + 1) * stretch)).tolist()]
+        edges.append(len(piece))
+        yield from (slice(at.start + lo, at.start + hi) for lo, hi in zip(edges, edges[1:]) if hi > lo)
+
+
+def sampled(n: int, every: int) -> Iterator[slice]:
+    """Every `every`th of the positions 0..n-1, as strided slices of a stretch (SPAN_CHUNKS chunks) each, the pages
+    handed back after each: a sample a folio apart from a big column would map all of it at once."""
+    rows = max(1, SPAN_CHUNKS * CHUNK_ROWS // every) * every
+    for at in dropping(chunks(n, rows)):
+        yield slice(at.start, at.stop, every)
 
 
 def taken(values: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:
-    """values[rows]: a slice's view, or the positions gathered a chunk at a time (`gathered`: spilled when big)."""
-    return values[rows] if isinstance(rows, slice) else gathered(values, rows)
+    """values[rows]: a slice's view, a boolean mask's selection, or the positions gathered a piece at a time
+    (`gathered`: spilled when big)."""
+    if isinstance(rows, slice) or np.asarray(rows).dtype == bool:
+        return values[rows]
+    return gathered(values, np.asarray(rows))
 
 
 def spilled(values: np.ndarray) -> np.ndarray:
@@ -198,7 +245,7 @@ def spilled(values: np.ndarray) -> np.ndarray:
     out = empty(len(values), values.dtype)
     if not is_spilled(out):  # kept in memory: the original will do
         return values
-    return _written(out, lambda at: values[at])
+    return _written(out, lambda at: values[at], chunks(len(out)))
 
 
 def mapped_file(path: str | os.PathLike[str]) -> Any:

@@ -344,8 +344,9 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents, flow_heads: FlowH
         (c, ev.complete_order, 0, True),
         (p, ev.points_order, n_complete_heads, False),
     ):
-        start, step, head = (_in_order(values, order) for values in (b.ts_ns, b.step, b.key))
-        dur = _in_order(b.dur_ns, order) if b.dur_ns is not None else None
+        # a lane's rows span the run: gathered a stretch of each column at a time, its pages handed back as it goes
+        start, step, head = (spill.gathered(values, order) for values in (b.ts_ns, b.step, b.key))
+        dur = spill.gathered(b.dur_ns, order) if b.dur_ns is not None else None
         for i in range(0, len(order), BATCH_ROWS):
             rows = slice(i, i + BATCH_ROWS)
             writer.write(
@@ -371,13 +372,6 @@ def _write_rows(writer: EventStreamWriter, ev: TimelineEvents, flow_heads: FlowH
             complete=False,
         )
         give_back_freed_memory()
-
-
-def _in_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """values[order], spilled, gathered a batch of rows at a time: a batch reads pages all over `values` (a lane's
-    rows span the run), handed back before the next, so the pages of one column are resident at a time, not
-    those of every column the batch writes."""
-    return spill.chunked(len(order), values.dtype, lambda at: values[order[at]], rows=BATCH_ROWS)
 
 
 class EventFile:

@@ -455,7 +455,7 @@ def thread_order(
     if n == 0:
         return np.empty(0, dtype=np.int64)
     key = _LaneTimeKey(lane, ts, chunk_rows)
-    sample = np.sort(key(slice(0, n, max(1, chunk_rows // 64))))  # ~64 rows a bucket
+    sample = np.sort(np.concatenate([key(at) for at in spill.sampled(n, max(1, chunk_rows // 64))]))  # ~64 a bucket
     cuts = np.unique(sample[32::32])  # buckets of ~chunk_rows / 2 rows
     order, sizes = _bucketed(lambda rows: np.searchsorted(cuts, key(rows), side="right"), n, len(cuts) + 1, chunk_rows)
     at = 0

@@ -269,9 +269,9 @@ def _is_annotation_name(name: Any) -> bool:
 
 def _ends(cols: EventColumns, rows: Union[slice, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, complete) of some rows: an event that is not complete ends where it starts."""
-    ts = cols.ts_us[rows]
+    ts = spill.taken(cols.ts_us, rows)
     complete = cols.ph[rows].map(lambda v: v == "X", dtype=bool)
-    return ts, ts + np.where(complete, np.nan_to_num(cols.dur_us[rows]), 0.0), complete
+    return ts, ts + np.where(complete, np.nan_to_num(spill.taken(cols.dur_us, rows)), 0.0), complete
 
 
 def _trace_window(cols: EventColumns, kind: np.ndarray) -> Optional[tuple[float, float]]:
@@ -279,7 +279,7 @@ def _trace_window(cols: EventColumns, kind: np.ndarray) -> Optional[tuple[float,
     (0)"): within it give or take its length (at least 1 s); None without one."""
     rows = rows_where(kind, PROFILER)
     ts, end, complete = _ends(cols, rows)
-    dur = cols.dur_us[rows]
+    dur = spill.taken(cols.dur_us, rows)
     window = (
         complete
         & cols.cat[rows].map(lambda v: v == "Trace", dtype=bool)
@@ -454,7 +454,9 @@ def _lane_pairs(cols: EventColumns, rows: np.ndarray) -> tuple[np.ndarray, np.nd
 def _thread_names(cols: EventColumns, rows: np.ndarray) -> dict[tuple[int, int], str]:
     """{(pid, tid): name} from the `thread_name` metadata events (a few dozen per trace)."""
     names = {}
-    events = zip(cols.name[rows].decoded(), cols.arg("name", rows), cols.pid[rows], cols.tid[rows])
+    events = zip(
+        cols.name[rows].decoded(), cols.arg("name", rows), spill.taken(cols.pid, rows), spill.taken(cols.tid, rows)
+    )
     for event, label, pid, tid in events:
         if event == "thread_name" and isinstance(label, str) and np.isfinite(pid) and np.isfinite(tid):
             names[(int(pid), int(tid))] = label
@@ -470,12 +472,12 @@ def _steps(cols: EventColumns, rows: np.ndarray, clock: Clock) -> tuple[pd.DataF
     fp_start_ns / bp_end_ns are filled later from phase annotations; overhead_ns from
     Kineto's own overhead events.
     """
-    start = clock.ns(cols.ts_us[rows])
+    start = clock.ns(spill.taken(cols.ts_us, rows))
     frame = pd.DataFrame(
         {
             "step": cols.name[rows].map(_step_number, dtype=np.int64),
             "start_ns": start,
-            "end_ns": start + clock.dur_ns(cols.dur_us[rows]),
+            "end_ns": start + clock.dur_ns(spill.taken(cols.dur_us, rows)),
         }
     ).sort_values(["start_ns", "step"], kind="stable")
     duplicated = frame["step"].duplicated()
@@ -590,11 +592,11 @@ def _with_overhead(steps: pd.DataFrame, cols: EventColumns, rows: np.ndarray, cl
     """overhead_ns = summed duration of Kineto's own overhead events starting in the step."""
     if steps.empty or rows.size == 0:
         return steps
-    row = _step_rows(clock.ns(cols.ts_us[rows]), steps)
+    row = _step_rows(clock.ns(spill.taken(cols.ts_us, rows)), steps)
     inside = row >= 0
     steps = steps.copy()
     steps["overhead_ns"] = np.bincount(
-        row[inside], weights=clock.dur_ns(cols.dur_us[rows])[inside], minlength=len(steps)
+        row[inside], weights=clock.dur_ns(spill.taken(cols.dur_us, rows))[inside], minlength=len(steps)
     ).astype(np.int64)
     return steps
 
@@ -611,9 +613,9 @@ def _spans(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock: C
     numbers are made and put in start order a chunk at a time into spilled arrays (spill.chunked), not held in
     memory. Only the start order itself (an int64 per annotation) is made whole."""
     n = len(rows)
-    tid = spill.chunked(n, np.int64, lambda at: thread_of[rows[at]])
-    start = spill.chunked(n, np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]))
-    end = spill.chunked(n, np.int64, lambda at: start[at] + clock.dur_ns(cols.dur_us[rows[at]]))
+    tid = spill.gathered(thread_of, rows)
+    start = spill.chunked(n, np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]), along=rows)
+    end = spill.chunked(n, np.int64, lambda at: start[at] + clock.dur_ns(cols.dur_us[rows[at]]), along=rows)
     depth = nesting_depths(enclosing_parents(tid, start, end))
     order = spill.spilled(np.argsort(start, kind="stable"))
     texts = {
@@ -643,10 +645,10 @@ def _instants(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clock
     """Instant events of the program's threads (Kineto's own markers are not imported)."""
     return pd.DataFrame(
         {
-            "tid": thread_of[rows],
+            "tid": spill.taken(thread_of, rows),
             "kind": np.full(len(rows), "instant", dtype=object),
             "name": cols.name[rows].decoded(),
-            "time_ns": clock.ns(cols.ts_us[rows]),
+            "time_ns": clock.ns(spill.taken(cols.ts_us, rows)),
         },
         columns=list(INSTANT_COLUMNS),
     )

@@ -323,8 +323,9 @@ class Coded:
             codes = [add(v if v.__hash__ is not None else None, len(index)) for v in column]
         return cls(np.asarray(codes, dtype=CODES), list(index))
 
-    def __getitem__(self, rows: np.ndarray) -> Coded:
-        return Coded(self.codes[rows], self.values)
+    def __getitem__(self, rows: slice | np.ndarray) -> Coded:
+        """These rows: a slice, a mask, or positions gathered a stretch of the column at a time (spill.taken)."""
+        return Coded(spill.taken(self.codes, rows), self.values)
 
     def __len__(self) -> int:
         return len(self.codes)

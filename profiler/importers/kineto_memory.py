@@ -45,8 +45,8 @@ def allocations(cols: EventColumns, rows: np.ndarray, thread_of: np.ndarray, clo
     numbers read a chunk of rows at a time (the args a piece at a time) into spilled arrays, then put in that order
     when they are not in it already (a trace writes them in it: no sort and no gather then)."""
     numbers = {
-        "tid": spill.chunked(len(rows), np.int64, lambda at: thread_of[rows[at]]),
-        "time_ns": spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
+        "tid": spill.gathered(thread_of, rows),
+        "time_ns": spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]), along=rows),
         "bytes": _arg_numbers(cols, rows, "Bytes", lambda v: to_int(v, default=0), np.int64),
         "addr": _arg_numbers(cols, rows, "Addr", lambda v: to_int(v, default=-1), np.int64),
         "allocated_bytes": _arg_numbers(cols, rows, "Total Allocated", _json_numbers, np.float64),
@@ -87,7 +87,9 @@ def _metric_rows(metric: str, device: Coded, time_ns: np.ndarray, value: np.ndar
 def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> dict[str, Any]:
     """The counter columns of "C" events, a row per numeric series value: metric "<event name>.<series>"."""
     metric, time_ns, value = [], [], []
-    events = zip(cols.name[rows].decoded(), clock.ns(cols.ts_us[rows]).tolist(), cols.other_args.take(rows))
+    events = zip(
+        cols.name[rows].decoded(), clock.ns(spill.taken(cols.ts_us, rows)).tolist(), cols.other_args.take(rows)
+    )
     for name, t, args in events:
         for series, v in args.items() if isinstance(args, dict) else ():
             if isinstance(v, (int, float)) and not isinstance(v, bool):

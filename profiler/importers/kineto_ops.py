@@ -335,7 +335,8 @@ def _window_edges(ops: _OpEvents, steps: pd.DataFrame) -> np.ndarray:
     if not steps.empty:
         return steps["start_ns"].to_numpy(np.int64)
     every = max(1, OP_BUILD_ROWS // EDGES_PER_WINDOW)
-    return np.unique(np.concatenate([ops.start[at][::every] for at in spill.chunks(len(ops.start), every * 64)]))
+    samples = [ops.start[at].copy() for at in spill.sampled(len(ops.start), every)]  # read before the next stretch
+    return np.unique(np.concatenate(samples))
 
 
 def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -567,25 +567,13 @@ def nesting_depths(parent: np.ndarray) -> np.ndarray:
     return depth
 
 
-#: Widest stretch of positions, in chunks (spill.CHUNK_ROWS), that one `by_depth` piece spans: work on a piece reads
-#: and writes its rows of whole-table columns, touching their pages across the stretch (a depth's million rows
-#: spread over a 68 M-node trace touched every page of four columns, ~1.3 GB, between two drops).
-DEPTH_SPAN_CHUNKS = 4
-
-
 def by_depth(parent: np.ndarray) -> list[np.ndarray]:
     """The intervals that have a parent, by nesting depth, outermost first (parents before their children), in
-    pieces of one depth each (ascending) of at most spill.CHUNK_ROWS positions within DEPTH_SPAN_CHUNKS chunks of
-    0..n-1: views of one spilled array. Iterate with spill.dropping to hand each piece's pages back."""
+    pieces of one depth each (ascending) of at most spill.CHUNK_ROWS positions within a stretch of 0..n-1
+    (spill.stretches: work on a piece reads and writes its rows of whole-table columns, touching their pages across
+    its stretch): views of one spilled array. Iterate with spill.dropping to hand each piece's pages back."""
     depth = nesting_depths(parent)
     deepest = max((int(depth[at].max()) for at in spill.chunks(len(depth))), default=0)
     order, bounds = counting_order(depth, 0, deepest + 1)
-    return [piece for d in range(1, deepest + 1) for piece in _spans(order[bounds[d] : bounds[d + 1]], len(parent))]
-
-
-def _spans(positions: np.ndarray, n: int) -> list[np.ndarray]:
-    """`positions` (ascending, in 0..n-1) in pieces of at most spill.CHUNK_ROWS, none across a multiple of
-    DEPTH_SPAN_CHUNKS chunks."""
-    span = DEPTH_SPAN_CHUNKS * spill.CHUNK_ROWS
-    edges = [0, *np.searchsorted(positions, np.arange(span, n, span)).tolist(), len(positions)]
-    return [positions[lo + at.start : lo + at.stop] for lo, hi in zip(edges, edges[1:]) for at in spill.chunks(hi - lo)]
+    levels = (order[bounds[d] : bounds[d + 1]] for d in range(1, deepest + 1))
+    return [level[at] for level in levels for at in spill.stretches(level)]

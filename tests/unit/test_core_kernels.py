@@ -520,6 +520,50 @@ def test_dropping_hands_the_pages_back_after_each_piece(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_stretches_keep_each_piece_within_a_stretch_and_every_position_in_order(seed, small_chunks) -> None:
+    rng = np.random.default_rng(seed)
+    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    ascending = np.sort(rng.choice(2000, size=int(rng.integers(1, 300)), replace=False))
+    pieces = [ascending[at] for at in spill.stretches(ascending)]
+    assert all(0 < len(p) <= spill.CHUNK_ROWS for p in pieces)
+    assert all(p[0] // stretch == p[-1] // stretch for p in pieces)  # sparse rows: a piece per stretch they meet
+    np.testing.assert_array_equal(np.concatenate(pieces), ascending)
+    lanes = np.concatenate([ascending[::2], ascending[1::2]])  # an order by lane then time: two ascending runs
+    pieces = [lanes[at] for at in spill.stretches(lanes)]
+    assert all(p[0] // stretch == p[-1] // stretch and (np.diff(p) > 0).all() for p in pieces)
+    np.testing.assert_array_equal(np.concatenate(pieces), lanes)
+    shuffled = rng.permutation(ascending)  # no stretch to keep, but every position once, in its order
+    np.testing.assert_array_equal(np.concatenate([shuffled[at] for at in spill.stretches(shuffled)]), shuffled)
+    assert list(spill.stretches(ascending[:0])) == []
+
+
+def test_samples_are_every_nth_position_a_stretch_at_a_time(monkeypatch) -> None:
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    drops = []
+    monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
+    slices = list(spill.sampled(1000, 7))
+    np.testing.assert_array_equal(np.concatenate([np.arange(1000)[at] for at in slices]), np.arange(0, 1000, 7))
+    assert all(at.stop - at.start <= spill.SPAN_CHUNKS * spill.CHUNK_ROWS for at in slices)
+    assert len(drops) == len(slices) > 1
+
+
+def test_a_sparse_gather_hands_the_pages_back_after_each_stretch(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 1000)
+    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    drops = []
+    with spill.spilling(tmp_path):
+        values = spill.chunked(20 * stretch, np.float64, lambda at: np.arange(at.start, at.stop) * 0.5)
+        rows = np.arange(0, len(values), 997)  # ~4 rows per stretch: one piece, and one drop, per stretch
+        monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
+        got = spill.gathered(values, rows, np.float32)
+        np.testing.assert_array_equal(got, (rows * 0.5).astype(np.float32))
+        assert got.dtype == np.float32 and len(drops) == 20
+        mask = np.zeros(len(values), dtype=bool)
+        mask[rows] = True
+        np.testing.assert_array_equal(spill.taken(values, mask), values[rows])  # a mask is a selection, not positions
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
     rng = np.random.default_rng(seed)
     parent = parents_of_a_forest(rng, int(rng.integers(1, 300)))
@@ -529,7 +573,7 @@ def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
     np.testing.assert_array_equal(got, depth)
     pieces = nesting.by_depth(parent)
     assert all(0 < len(p) <= spill.CHUNK_ROWS for p in pieces)
-    span = nesting.DEPTH_SPAN_CHUNKS * spill.CHUNK_ROWS  # a piece's pages: within one stretch of the table
+    span = spill.SPAN_CHUNKS * spill.CHUNK_ROWS  # a piece's pages: within one stretch of the table
     assert all(p[0] // span == p[-1] // span for p in pieces)
     assert all(depth[a[-1]] <= depth[b[0]] for a, b in zip(pieces, pieces[1:]))  # outermost first
     joined = np.concatenate([np.empty(0, dtype=np.int64), *pieces])
