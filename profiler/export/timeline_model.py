@@ -488,8 +488,9 @@ def _bucketed(bucket_of, n: int, buckets: int, chunk_rows: int) -> tuple[np.ndar
 
 def _sorted_rows(rows: np.ndarray, key, ts: np.ndarray, dur: Optional[np.ndarray]) -> np.ndarray:
     """`rows` (ascending) by key, start, longest first, then row; rows of one key (few: ties, or starts the key
-    rounds) settled among themselves."""
-    k = key(rows)
+    rounds) settled among themselves. A bucket's rows spread over the run: their keys are read a stretch of the
+    columns at a time (spill.chunked along them)."""
+    k = spill.chunked(len(rows), np.int64, lambda at: key(rows[at]), along=rows)
     by_key = np.argsort(k, kind="stable")
     rows, k = rows[by_key], k[by_key]
     tied = np.flatnonzero(k[1:] == k[:-1])
