@@ -1,10 +1,11 @@
 """enclosing_parents over a big multi-lane op table: its time and the memory it maps (issue #32).
 
-    python benchmarks/bench_nesting_memory.py [--intervals 3e7] [--commit 4bd9cde] [--limit-mb 0]
+    python benchmarks/bench_nesting_memory.py [--intervals 3e7] [--commit 4bd9cde] [--limit-mb 0] [--lanes 0.5,0.5]
 
 A synthetic op table as the importers hand it to the nesting (profiler/kernels/nesting.py): `intervals` intervals in
-start order on 4 interleaved threads (three busy ones and a minor one with 3 % of the rows, each lane's rows spread
-over the whole table), durations from 10 ns to 90 us (nesting a few levels deep), lane codes int32 and times int64 in
+start order on interleaved threads (by default three busy ones and a minor one with 3 % of the rows, each lane's rows
+spread over the whole table), durations from 10 ns to 90 us (nesting a few levels deep; 1 ms idle after every 10,000
+intervals, as between steps: where the nesting can be cut in pieces), lane codes int32 and times int64 in
 spill files. Built inside `spill.spilling` (a temporary directory beside this repository), its pages handed back; then
 a sampler process reads the process's VmRSS and RssFile every millisecond while enclosing_parents runs, and VmHWM is
 reset just before it (/proc/self/clear_refs). Printed: the seconds and, above what the process held before, the
@@ -50,19 +51,23 @@ while True:
 """
 
 
-def synthetic_intervals(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lane, start, end) of `n` intervals in start order on 4 interleaved lanes, made a chunk at a time, spilled."""
+def synthetic_intervals(n: int, shares: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lane, start, end) of `n` intervals in start order on interleaved lanes (each with its share of the rows), made
+    a chunk at a time, spilled."""
 
     def lanes(at: slice) -> np.ndarray:
-        return np.random.default_rng(at.start).choice(4, at.stop - at.start, p=[0.33, 0.33, 0.31, 0.03])
+        return np.random.default_rng(at.start).choice(len(shares), at.stop - at.start, p=shares)
 
     def ends(at: slice) -> np.ndarray:
         rng = np.random.default_rng(at.start + 1)
         dur = rng.integers(1, 10, at.stop - at.start) * 10 ** rng.integers(1, 5, at.stop - at.start)
-        return np.arange(at.start, at.stop) * 10 + dur
+        return starts(at) + dur
+
+    def starts(at: slice) -> np.ndarray:  # 10 ns apart, 1 ms idle after every 10,000 (where the nesting is cut)
+        return np.arange(at.start, at.stop) * 10 + np.arange(at.start, at.stop) // 10_000 * 1_000_000
 
     lane = spill.chunked(n, np.int32, lanes)
-    start = spill.chunked(n, np.int64, lambda at: np.arange(at.start, at.stop) * 10)
+    start = spill.chunked(n, np.int64, starts)
     return lane, start, spill.chunked(n, np.int64, ends)
 
 
@@ -76,13 +81,13 @@ def enclosing_parents_of(commit: str) -> Callable:
     return module.enclosing_parents
 
 
-def measure(n: int, commit: str, limit_mb: int) -> None:
+def measure(n: int, commit: str, limit_mb: int, shares: list[float]) -> None:
     """One run, in this process: build the intervals, then run enclosing_parents with the sampler beside it."""
     return_freed_memory()
     enclosing_parents = enclosing_parents_of(commit)
     limit = limit_mb << 20 if limit_mb else None
     with tempfile.TemporaryDirectory(dir=ROOT) as directory, spill.spilling(directory, resident_limit=limit):
-        lane, start, end = synthetic_intervals(n)
+        lane, start, end = synthetic_intervals(n, shares)
         gc.collect()
         spill.drop_resident()
         sampler = subprocess.Popen(
@@ -98,7 +103,8 @@ def measure(n: int, commit: str, limit_mb: int) -> None:
         peak_rss, peak_file = (int(x) for x in sampler.communicate("stop\n")[0].split())
         nested = sum(int(np.count_nonzero(parent[at] >= 0)) for at in spill.chunks(len(parent)))
         print(
-            f"{commit or 'this tree':>10} {n:>11,} intervals ({nested:,} nested), limit {limit_mb or '-'} MB:"
+            f"{commit or 'this tree':>10} {n:>11,} intervals ({nested:,} nested), lanes {shares}, limit"
+            f" {limit_mb or '-'} MB:"
             f" {seconds:6.1f} s, VmRSS +{(peak_rss - before[0]) / 1024:6.1f} MB,"
             f" RssFile +{(peak_file - before[1]) / 1024:6.1f} MB, VmHWM +{(hwm - before[0]) / 1024:6.1f} MB",
             flush=True,
@@ -110,14 +116,16 @@ def main() -> None:
     ap.add_argument("--intervals", default="3e7", help="intervals per table, comma-separated")
     ap.add_argument("--commit", default="", help="measure enclosing_parents as of this commit instead")
     ap.add_argument("--limit-mb", type=int, default=0, help="run the watcher at this resident limit (0: none)")
+    ap.add_argument("--lanes", default="0.33,0.33,0.31,0.03", help="the lanes' shares of the rows, comma-separated")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a size in this process (the runs' own)
     args = ap.parse_args()
     sizes = [args.one] if args.one is not None else [int(float(x)) for x in args.intervals.split(",")]
+    shares = [float(x) for x in args.lanes.split(",")]
     for n in sizes:
         if args.one is not None:
-            measure(n, args.commit, args.limit_mb)
+            measure(n, args.commit, args.limit_mb, shares)
         else:  # each size in a process of its own
-            own = ["--one", str(n), "--commit", args.commit, "--limit-mb", str(args.limit_mb)]
+            own = ["--one", str(n), "--commit", args.commit, "--limit-mb", str(args.limit_mb), "--lanes", args.lanes]
             subprocess.run([sys.executable, __file__, *own], check=True)
 
 
