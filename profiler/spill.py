@@ -230,6 +230,27 @@ def sampled(n: int, every: int) -> Iterator[slice]:
         yield slice(at.start, at.stop, every)
 
 
+def scattered(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """out[rows] = values, a chunk of `rows` at a time cut at the stretches (`stretches`), the pages handed back after
+    each piece: a sparse scatter into a big column maps at most a stretch of it at a time. A chunk in a mixed order
+    (MAX_RUNS descents or more: a lane's runs of equal starts put latest end first) is sorted by row first (stably:
+    of two writes to one row the last still wins), which `stretches` alone would leave whole."""
+    for at in chunks(len(rows)):
+        piece, given = rows[at], values[at]
+        if np.count_nonzero(piece[1:] < piece[:-1]) >= MAX_RUNS:
+            by_row = np.argsort(piece, kind="stable")
+            piece, given = piece[by_row], given[by_row]
+        for part in stretches(piece):
+            out[piece[part]] = given[part]
+            drop_resident()
+
+
+def sample(values: np.ndarray, every: int) -> np.ndarray:
+    """values[::every], read a stretch at a time (`sampled`), each stretch's values copied before its pages are handed
+    back: a sample a folio apart from a big column would map all of it in one call."""
+    return np.concatenate([values[at].copy() for at in sampled(len(values), every)] or [values[:0]])
+
+
 def taken(values: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:
     """values[rows]: a slice's view, a boolean mask's selection, or the positions gathered a piece at a time
     (`gathered`: spilled when big)."""

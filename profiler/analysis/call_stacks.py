@@ -52,7 +52,7 @@ def _own_stacks(ops: pd.DataFrame, host: np.ndarray, python: np.ndarray, stacks:
     lane, _ = codes_and_labels(gathered_column(ops["stream"], host))
     start_ns, dur_ns = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
     start = spill.gathered(start_ns, host)
-    end = spill.chunked(len(host), np.int64, lambda at: start[at] + dur_ns[host[at]])
+    end = spill.chunked(len(host), np.int64, lambda at: start[at] + dur_ns[host[at]], along=host)
     parent = enclosing_parents(lane, start, end)
     del lane
     own = spill.filled(len(host), np.int32, 0)

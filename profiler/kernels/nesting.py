@@ -336,7 +336,7 @@ def counting_order(key: np.ndarray, low: int, size: int) -> tuple[np.ndarray, np
     `spill.pieces`) instead of int64 per position."""
     n = len(key)
     counts = np.zeros(size, dtype=np.int64)
-    for at in spill.pieces(n):
+    for at in spill.dropping(spill.pieces(n)):  # a big key's pages handed back as read: 120 MB at 30 M int32 keys
         counts += np.bincount(key[at].astype(np.int64) - low, minlength=size)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     order = spill.empty(n, position_dtype(n))
@@ -368,10 +368,10 @@ def bucketed_lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
 
 def _range_cuts(values: np.ndarray, ranges: int) -> np.ndarray:
     """Up to `ranges` - 1 distinct values cutting `values` into ranges of about equal counts: quantiles of every
-    k-th value (~64 a range)."""
+    k-th value (~64 a range), sampled a stretch at a time (a sample a folio apart maps the whole column)."""
     if ranges <= 1:
         return values[:0]
-    sample = np.sort(values[:: max(len(values) // (64 * ranges), 1)])
+    sample = np.sort(spill.sample(values, max(len(values) // (64 * ranges), 1)))
     return np.unique(sample[(np.arange(1, ranges) * len(sample)) // ranges])
 
 
@@ -381,42 +381,59 @@ LANE_RANGE = 1 << 15
 
 def nesting_order(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The intervals' positions by (lane, start, -end), ties in input order: np.lexsort((-end, start, lane)), in a
-    spill file when big. Intervals already in start order (an op table is) are counted into lane order, which
-    keeps their start order, then each run of equal (lane, start) is put latest end first: chunk-sized
-    temporaries where the lexsort takes three int64 per interval. Other inputs take the lexsort."""
+    spill file when big (`nesting_sorted`)."""
+    return nesting_sorted(lane, start, end)[0]
+
+
+def nesting_sorted(
+    lane: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`nesting_order`, and `lane`, `start` and `end` in it (each in a spill file when big): the columns gathered once
+    a stretch at a time (`spill.gathered`: a lane's positions ascend), so that the nesting reads contiguous slices of
+    them, where gathers through pieces of the order mapped each whole column (a lane's rows are spread over the
+    table). Intervals already in start order (an op table is) are counted into lane order, which keeps their start
+    order, then each run of equal (lane, start) is put latest end first: chunk-sized temporaries where the lexsort
+    takes three int64 per interval. Other inputs take the lexsort."""
     if (
         np.issubdtype(lane.dtype, np.integer)
         and np.issubdtype(start.dtype, np.integer)
         and len(lane)
         and ascending(start)
     ):
-        low = min(int(lane[at].min()) for at in spill.chunks(len(lane)))
-        size = max(int(lane[at].max()) for at in spill.chunks(len(lane))) - low + 1
+        edges = [(int(lane[at].min()), int(lane[at].max())) for at in spill.dropping(spill.chunks(len(lane)))]
+        low = min(lo for lo, _ in edges)
+        size = max(hi for _, hi in edges) - low + 1
         if size <= LANE_RANGE:
             order, _ = counting_order(lane, low, size)
-            _latest_end_first(order, lane, start, end)
-            return order
-    return spill.spilled(np.lexsort((-end, start, lane)))
+            lane_s, start_s, end_s = (spill.gathered(column, order) for column in (lane, start, end))
+            _latest_end_first(order, lane_s, start_s, end_s)
+            return order, lane_s, start_s, end_s
+    order = spill.spilled(np.lexsort((-end, start, lane)))
+    return order, spill.gathered(lane, order), spill.gathered(start, order), spill.gathered(end, order)
 
 
-def _latest_end_first(order: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+def _latest_end_first(order: np.ndarray, lane_s: np.ndarray, start_s: np.ndarray, end_s: np.ndarray) -> None:
     """Sort, in place, each run of `order` of equal (lane, start) by end, latest first, equal ends kept in their
-    order (the lexsort's last key): a chunk of `order` at a time, cut before the run its next position is in."""
+    order (the lexsort's last key), and `end_s` (the ends in `order`, as `lane_s` and `start_s`) with it: a chunk
+    at a time, cut before the run its next position is in; contiguous slices of the sorted columns."""
     n, lo, size = len(order), 0, spill.CHUNK_ROWS
     while lo < n:
-        rows = order[lo : lo + size + 1]  # a view: the chunk and, when there is one, the position after it
-        tied = (lane[rows[1:]] == lane[rows[:-1]]) & (start[rows[1:]] == start[rows[:-1]])  # same run as before
+        lanes, starts = lane_s[lo : lo + size + 1], start_s[lo : lo + size + 1]  # the chunk and the position after
+        tied = (lanes[1:] == lanes[:-1]) & (starts[1:] == starts[:-1])  # in the same run as the one before
+        count = len(lanes)
         if lo + size < n:  # end the chunk where the last run that begins in it begins
             begins = np.flatnonzero(~tied) + 1
             if not len(begins):  # one run longer than the chunk: look further
                 size *= 2
                 continue
-            rows, tied = rows[: begins[-1]], tied[: begins[-1] - 1]
+            count, tied = int(begins[-1]), tied[: begins[-1] - 1]
         if tied.any():
             in_run = np.flatnonzero(np.append(tied, False) | np.insert(tied, 0, False))
             run = np.cumsum(np.insert(~tied, 0, True))[in_run]
-            rows[in_run] = rows[in_run][np.lexsort((-end[rows[in_run]], run))]
-        lo, size = lo + len(rows), spill.CHUNK_ROWS
+            rows, ends = order[lo : lo + count], end_s[lo : lo + count]  # views: sorted in place
+            latest_first = np.lexsort((-ends[in_run], run))
+            rows[in_run], ends[in_run] = rows[in_run][latest_first], ends[in_run][latest_first]
+        lo, size = lo + count, spill.CHUNK_ROWS
         spill.drop_resident()
 
 
@@ -427,14 +444,12 @@ def enclosing_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
     `lane`, `start` and `end` are equal-length integer arrays in any order. Of two identical
     intervals the one listed first is the parent of the other.
     """
-    order = nesting_order(lane, start, end)  # kept while the pieces are nested
-    parent = spill.filled(len(order), np.int64, -1)  # a chunk at a time: a whole 520 MB column's pages at once
-    for lo, hi in _independent_pieces(lane, start, end, order):
-        rows = order[lo:hi]
-        parent_p = _previous_at_least(lane[rows], end[rows])
-        has_parent = parent_p >= 0
-        parent[rows[has_parent]] = rows[parent_p[has_parent]]
-        spill.drop_resident()  # the piece's pages, and the heap its pointer jumping freed
+    order, lane_s, start_s, end_s = nesting_sorted(lane, start, end)  # kept while the pieces are nested
+    parent = spill.empty(len(order), np.int64)  # every position written once: `order` is a permutation
+    for lo, hi in _independent_pieces(lane_s, start_s, end_s):
+        rows = order[lo:hi]  # slices of the sorted columns: each maps its own pages only
+        above = _previous_at_least(np.array(lane_s[lo:hi]), np.array(end_s[lo:hi]))
+        spill.scattered(parent, rows, np.where(above >= 0, rows[np.maximum(above, 0)], -1))  # a stretch at a time
     return parent
 
 
@@ -475,19 +490,18 @@ def merged_order(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 NESTING_PIECE = 1 << 18
 
 
-def _independent_pieces(
-    lane: np.ndarray, start: np.ndarray, end: np.ndarray, order: np.ndarray
-) -> list[tuple[int, int]]:
-    """[lo, hi) ranges of `order` (sorted by lane, start, -end) of about NESTING_PIECE intervals, cut only where
-    no interval before the cut can contain one after it: at a new lane, or where an interval starts after
-    every earlier interval of its lane has ended (so each interval's container is in its own piece)."""
-    n, size = len(order), NESTING_PIECE
+def _independent_pieces(lane_s: np.ndarray, start_s: np.ndarray, end_s: np.ndarray) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of intervals sorted by (lane, start, -end) (`nesting_sorted`) of about NESTING_PIECE
+    intervals, cut only where no interval before the cut can contain one after it: at a new lane, or where an
+    interval starts after every earlier interval of its lane has ended (so each interval's container is in its
+    own piece). Reads contiguous slices of the sorted columns."""
+    n, size = len(lane_s), NESTING_PIECE
     edges = [0]
     lane_before, latest_end = None, None  # the previous interval's lane, and the latest end on it so far
     for lo in range(0, n if n > size else 0, size):  # a cut in each slice of `size`: its first free place
-        rows = order[lo : lo + size]
-        lane_p, start_p, end_p = lane[rows], start[rows], end[rows].astype(np.int64)
-        new_lane = np.empty(len(rows), dtype=bool)
+        rows = slice(lo, min(lo + size, n))
+        lane_p, start_p, end_p = lane_s[rows], start_s[rows], end_s[rows].astype(np.int64)
+        new_lane = np.empty(len(lane_p), dtype=bool)
         new_lane[0] = lo == 0 or lane_p[0] != lane_before
         new_lane[1:] = lane_p[1:] != lane_p[:-1]
         ended = np.where(new_lane, np.iinfo(np.int64).min, np.roll(end_p, 1))  # the previous interval's end

@@ -321,7 +321,7 @@ def test_enclosing_parents_in_pieces_equal_the_whole_walk(seed: int, monkeypatch
     for piece in (1, 7, 64, n // 3, 1 << 18):
         monkeypatch.setattr(nesting, "NESTING_PIECE", piece)
         order = np.lexsort((-end, start, lane))
-        pieces = nesting._independent_pieces(lane, start, end, order)
+        pieces = nesting._independent_pieces(lane[order], start[order], end[order])
         assert pieces[0][0] == 0 and pieces[-1][1] == n and all(b == c for (_, b), (c, _) in zip(pieces, pieces[1:]))
         if piece < n // 4:
             assert len(pieces) > 1  # the cuts were found, not one piece of everything
@@ -336,7 +336,8 @@ def test_enclosing_parents_pieces_restart_at_each_lane(monkeypatch) -> None:
     lane = np.concatenate([np.zeros(6, dtype=np.int64), np.ones(len(steps), dtype=np.int64)])
     start = np.concatenate([[0, 10, 20, 30, 40, 50], steps + np.tile(np.arange(10) * 50, 500)])
     end = np.concatenate([[10**9], start[1:6] + 5, start[6:] + 40])  # lane 0: a root range and 5 ops in it
-    pieces = nesting._independent_pieces(lane, start, end, np.lexsort((-end, start, lane)))
+    order = np.lexsort((-end, start, lane))
+    pieces = nesting._independent_pieces(lane[order], start[order], end[order])
     assert max(b - a for a, b in pieces) <= 2 * 100 and len(pieces) >= len(lane) // 200
     np.testing.assert_array_equal(
         nesting.enclosing_parents(lane, start, end), innermost_container_by_stack(lane, start, end)
@@ -579,3 +580,126 @@ def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
     joined = np.concatenate([np.empty(0, dtype=np.int64), *pieces])
     want = np.concatenate([np.flatnonzero(depth == d) for d in range(1, int(depth.max()) + 1)] or [joined[:0]])
     np.testing.assert_array_equal(joined, want)
+
+
+def test_a_scatter_hands_the_pages_back_after_each_stretch(monkeypatch) -> None:
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    rows = np.concatenate([np.arange(0, 1000, 7), np.arange(3, 1000, 11)])  # two lanes' ascending rows
+    out, drops = np.full(1000, -1), []
+    monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
+    spill.scattered(out, rows, rows * 2)
+    want = np.full(1000, -1)
+    want[rows] = rows * 2
+    np.testing.assert_array_equal(out, want)
+    assert len(drops) >= 2 * (1000 // stretch)  # a drop per stretch of each lane's rows
+    monkeypatch.setattr(spill, "drop_resident", lambda: None)
+    mixed = np.random.default_rng(0).permutation(np.repeat(np.arange(1000), 2))  # each row written twice
+    out, want = np.full(1000, -1), np.full(1000, -1)
+    spill.scattered(out, mixed, np.arange(len(mixed)))
+    want[mixed] = np.arange(len(mixed))  # the last write wins
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 999, 1000])
+def test_a_sample_is_every_nth_value(n, monkeypatch) -> None:
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    values = np.arange(n) * 0.5
+    got = spill.sample(values, 7)
+    np.testing.assert_array_equal(got, values[::7])
+    assert got.dtype == values.dtype
+
+
+class Watched(np.ndarray):
+    """An array whose positions read or written through an array of positions (a sparse gather or scatter, not a
+    slice) are logged with the array's name, between the drops the test logs too."""
+
+    log: list = []
+    names: dict = {}
+
+    def __getitem__(self, key):
+        self._note(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        self._note(key)
+        super().__setitem__(key, value)
+
+    def _note(self, key) -> None:
+        name = Watched.names.get(id(self))
+        if name is not None and isinstance(key, np.ndarray) and key.dtype != bool and key.size:
+            Watched.log.append((name, int(key.min()), int(key.max())))
+
+
+def interleaved_lanes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nested intervals of 4 threads in one start order (a trace's op table): three busy lanes and a minor one with a
+    few % of the rows, each lane's rows spread over the whole table; equal starts, twins, zero lengths."""
+    lane = rng.choice(4, n, p=[0.33, 0.33, 0.31, 0.03]).astype(np.int32)
+    start = np.sort(rng.integers(0, n // 2, n))
+    end = start + rng.integers(0, 40, n) * (rng.random(n) < 0.9)
+    twins = rng.choice(n - 1, n // 20, replace=False)
+    lane[twins + 1], start[twins + 1], end[twins + 1] = lane[twins], start[twins], end[twins]
+    keep = np.argsort(start, kind="stable")
+    return lane[keep], start[keep], end[keep]
+
+
+def test_nesting_gathers_and_scatters_a_stretch_of_each_big_column_between_drops(monkeypatch) -> None:
+    """Between two drops, the sparse reads of the inputs and writes of the parents stay within one stretch of each
+    (a touched page maps its whole 2 MB folio: gathers through pieces of the lane order mapped whole columns)."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 16)
+    monkeypatch.setattr(spill, "MAX_RUNS", 3)  # runs of equal starts reordered: chunks of the order in mixed order
+    monkeypatch.setattr(nesting, "NESTING_PIECE", 32)
+    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    lane, start, end = (x.view(Watched) for x in interleaved_lanes(np.random.default_rng(5), 3000))
+    Watched.names = {id(lane): "lane", id(start): "start", id(end): "end"}
+    Watched.log = []
+    made = spill.empty
+
+    def watched_empty(n, dtype):  # int64 columns: the parents, and the sorted starts and ends (only ever sliced)
+        out = made(n, dtype)
+        if n == len(lane) and np.dtype(dtype) == np.int64:
+            out = out.view(Watched)
+            Watched.names[id(out)] = "made"
+        return out
+
+    monkeypatch.setattr(spill, "empty", watched_empty)
+    monkeypatch.setattr(spill, "drop_resident", lambda: Watched.log.append(("drop", 0, 0)))
+    parent = nesting.enclosing_parents(lane, start, end)
+    reach: dict[str, tuple[int, int]] = {}
+    for name, low, high in Watched.log:
+        if name == "drop":
+            reach = {}
+            continue
+        was = reach.get(name, (low, high))
+        reach[name] = min(was[0], low), max(was[1], high)
+        assert reach[name][0] // stretch == reach[name][1] // stretch, f"{name}: {reach[name]} between two drops"
+    assert {name for name, _, _ in Watched.log} >= {"lane", "start", "end", "made"}  # made: the parents
+    Watched.names = {}
+    plain = [np.asarray(x) for x in (lane, start, end)]
+    np.testing.assert_array_equal(np.asarray(parent), innermost_container_by_stack(*plain))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("chunk_rows", [5, 16, 1 << 20])
+def test_parents_of_interleaved_lanes_spilled_are_the_walks(seed, chunk_rows, monkeypatch, tmp_path) -> None:
+    """Many lanes in one start order, small chunks and pieces, spilled: the parents of the walk over the lexsort (and
+    of the two-set merge when the table is cut in two)."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(nesting, "NESTING_PIECE", [3, 50, 1 << 18][seed % 3])
+    rng = np.random.default_rng(seed)
+    lane, start, end = interleaved_lanes(rng, int(rng.integers(200, 3000)))
+    want = innermost_container_by_stack(lane, start, end)
+    with spill.spilling(tmp_path, min_bytes=1):
+        got = nesting.enclosing_parents(lane, start, end)
+        assert got.dtype == np.int64 and spill.is_spilled(got)
+        np.testing.assert_array_equal(got, want)
+        order, lane_s, start_s, end_s = nesting.nesting_sorted(lane, start, end)
+        np.testing.assert_array_equal(order, np.lexsort((-end, start, lane)))
+        for column, sorted_column in ((lane, lane_s), (start, start_s), (end, end_s)):
+            np.testing.assert_array_equal(sorted_column, column[order])
+        split = len(lane) // 3
+        second = np.argsort(start[split:][::-1], kind="stable")  # the second set in its own start order
+        both = [np.concatenate([x[:split], x[split:][::-1][second]]) for x in (lane, start, end)]
+        np.testing.assert_array_equal(
+            nesting.enclosing_parents_of_two(*both, split), innermost_container_by_stack(*both)
+        )
