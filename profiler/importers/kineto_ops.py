@@ -335,8 +335,7 @@ def _window_edges(ops: _OpEvents, steps: pd.DataFrame) -> np.ndarray:
     if not steps.empty:
         return steps["start_ns"].to_numpy(np.int64)
     every = max(1, OP_BUILD_ROWS // EDGES_PER_WINDOW)
-    samples = [ops.start[at].copy() for at in spill.sampled(len(ops.start), every)]  # read before the next stretch
-    return np.unique(np.concatenate(samples))
+    return np.unique(spill.sample(ops.start, every))
 
 
 def _edge_figures(ops: _OpEvents, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
