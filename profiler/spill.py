@@ -44,12 +44,14 @@ import numpy as np
 SPILL_MIN_BYTES = 1 << 20
 #: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
 CHUNK_ROWS = 1 << 20
-#: Widest stretch of a column, in chunks of CHUNK_ROWS, that one piece of sparse positions spans (`stretches`): a
-#: touched page of a spilled column maps its whole large folio (2 MB on ext4), so a few hundred positions spread over
-#: a big column map all of it between two drops (300 over 534 MB: 500 MB in one gather); a piece within a stretch
-#: maps at most the stretch (4 M rows: 32 MB of float64).
-SPAN_CHUNKS = 4
-#: Runs of ascending positions in a chunk from which `stretches` no longer cuts the chunk (each cut costs a drop).
+#: Widest stretch of a column, in rows, that one piece of sparse positions spans (`stretches`, `sampled`): a touched
+#: page of a spilled column maps its whole large folio (2 MB on ext4), so a few hundred positions spread over a big
+#: column map all of it between two drops (300 over 534 MB: 500 MB in one gather); a piece within a stretch maps at
+#: most the stretch (32 MB of float64). Its own setting, not a multiple of CHUNK_ROWS: tests shrink the chunks to a
+#: few rows, and a stretch of a few rows would cost a drop per few positions.
+SPAN_ROWS = 4 << 20
+#: Returns to an earlier stretch within a chunk of positions from which `stretches` no longer cuts the chunk (each
+#: cut costs a drop).
 MAX_RUNS = 64
 
 T = TypeVar("T")
@@ -202,30 +204,33 @@ def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndar
 
 
 def stretches(positions: np.ndarray) -> Iterator[slice]:
-    """Slices of `positions` (into a column) of at most CHUNK_ROWS, in order, none across a multiple of SPAN_CHUNKS
-    chunks of the column within a run where they ascend (a run per lane of an order by lane and time): work on a
-    piece between two drops maps at most that stretch of the column. A chunk of positions in a more mixed order
-    (MAX_RUNS runs or more) is one piece: covered, not bounded."""
-    stretch = SPAN_CHUNKS * CHUNK_ROWS
+    """Slices of `positions` (into a column) of at most CHUNK_ROWS, in order, each within one stretch of SPAN_ROWS
+    rows of the column (an order by lane and time: a piece per stretch each lane's run meets): work on a piece
+    between two drops maps at most that stretch of the column. A chunk of positions in a more mixed order (going
+    back to an earlier stretch MAX_RUNS times or more) is one piece: covered, not bounded."""
     for at in chunks(len(positions)):
-        piece = positions[at]
-        descents = (np.flatnonzero(piece[1:] < piece[:-1]) + 1).tolist()
-        if len(descents) >= MAX_RUNS:
+        cuts = _stretch_cuts(positions[at])
+        if cuts is None:
             yield at
             continue
-        edges = []
-        for lo, hi in zip([0, *descents], [*descents, len(piece)]):
-            run = piece[lo:hi]
-            first, last = int(run[0]) // stretch, int(run[-1]) // stretch
-            edges += [lo, *(lo + np.searchsorted(run, np.arange(first + 1, last + 1) * stretch)).tolist()]
-        edges.append(len(piece))
-        yield from (slice(at.start + lo, at.start + hi) for lo, hi in zip(edges, edges[1:]) if hi > lo)
+        yield from (slice(at.start + lo, at.start + hi) for lo, hi in zip(cuts, cuts[1:]))
+
+
+def _stretch_cuts(piece: np.ndarray) -> Optional[list[int]]:
+    """Where a chunk of positions is cut: wherever the stretch (of SPAN_ROWS rows) its positions fall in changes (0
+    first, len(piece) last), so positions in any order within one stretch stay one piece; None when the stretch goes
+    back MAX_RUNS times or more (a mixed order over many stretches: a cut per position or two)."""
+    stretch = piece // SPAN_ROWS
+    changes = np.flatnonzero(stretch[1:] != stretch[:-1]) + 1
+    if np.count_nonzero(stretch[changes] < stretch[changes - 1]) >= MAX_RUNS:
+        return None
+    return [0, *changes.tolist(), len(piece)]
 
 
 def sampled(n: int, every: int) -> Iterator[slice]:
-    """Every `every`th of the positions 0..n-1, as strided slices of a stretch (SPAN_CHUNKS chunks) each, the pages
+    """Every `every`th of the positions 0..n-1, as strided slices of a stretch (SPAN_ROWS rows) each, the pages
     handed back after each: a sample a folio apart from a big column would map all of it at once."""
-    rows = max(1, SPAN_CHUNKS * CHUNK_ROWS // every) * every
+    rows = max(1, SPAN_ROWS // every) * every
     for at in dropping(chunks(n, rows)):
         yield slice(at.start, at.stop, every)
 
@@ -233,15 +238,17 @@ def sampled(n: int, every: int) -> Iterator[slice]:
 def scattered(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
     """out[rows] = values, a chunk of `rows` at a time cut at the stretches (`stretches`), the pages handed back after
     each piece: a sparse scatter into a big column maps at most a stretch of it at a time. A chunk in a mixed order
-    (MAX_RUNS descents or more: a lane's runs of equal starts put latest end first) is sorted by row first (stably:
+    (going back to an earlier stretch MAX_RUNS times or more) is sorted by row first (stably:
     of two writes to one row the last still wins), which `stretches` alone would leave whole."""
     for at in chunks(len(rows)):
         piece, given = rows[at], values[at]
-        if np.count_nonzero(piece[1:] < piece[:-1]) >= MAX_RUNS:
+        cuts = _stretch_cuts(piece)
+        if cuts is None:
             by_row = np.argsort(piece, kind="stable")
             piece, given = piece[by_row], given[by_row]
-        for part in stretches(piece):
-            out[piece[part]] = given[part]
+            cuts = _stretch_cuts(piece)
+        for lo, hi in zip(cuts, cuts[1:]):
+            out[piece[lo:hi]] = given[lo:hi]
             drop_resident()
 
 

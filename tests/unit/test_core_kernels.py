@@ -352,8 +352,9 @@ def test_enclosing_parents_pieces_restart_at_each_lane(monkeypatch) -> None:
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of 7 rows: every kernel's chunk edges land inside its runs."""
+    """Chunks of 7 rows, stretches of 28: every kernel's chunk edges land inside its runs."""
     monkeypatch.setattr(spill, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(spill, "SPAN_ROWS", 28)
 
 
 def start_ordered(rng: np.random.Generator, n: int, lanes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -523,7 +524,7 @@ def test_dropping_hands_the_pages_back_after_each_piece(monkeypatch) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_stretches_keep_each_piece_within_a_stretch_and_every_position_in_order(seed, small_chunks) -> None:
     rng = np.random.default_rng(seed)
-    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    stretch = spill.SPAN_ROWS
     ascending = np.sort(rng.choice(2000, size=int(rng.integers(1, 300)), replace=False))
     pieces = [ascending[at] for at in spill.stretches(ascending)]
     assert all(0 < len(p) <= spill.CHUNK_ROWS for p in pieces)
@@ -533,6 +534,10 @@ def test_stretches_keep_each_piece_within_a_stretch_and_every_position_in_order(
     pieces = [lanes[at] for at in spill.stretches(lanes)]
     assert all(p[0] // stretch == p[-1] // stretch and (np.diff(p) > 0).all() for p in pieces)
     np.testing.assert_array_equal(np.concatenate(pieces), lanes)
+    within = rng.permutation(np.arange(stretch))  # any order within one stretch: a piece per chunk, not per run
+    assert [(at.start, at.stop) for at in spill.stretches(within)] == [
+        (at.start, at.stop) for at in spill.chunks(stretch)
+    ]
     shuffled = rng.permutation(ascending)  # no stretch to keep, but every position once, in its order
     np.testing.assert_array_equal(np.concatenate([shuffled[at] for at in spill.stretches(shuffled)]), shuffled)
     assert list(spill.stretches(ascending[:0])) == []
@@ -540,17 +545,19 @@ def test_stretches_keep_each_piece_within_a_stretch_and_every_position_in_order(
 
 def test_samples_are_every_nth_position_a_stretch_at_a_time(monkeypatch) -> None:
     monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    monkeypatch.setattr(spill, "SPAN_ROWS", 40)
     drops = []
     monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
     slices = list(spill.sampled(1000, 7))
     np.testing.assert_array_equal(np.concatenate([np.arange(1000)[at] for at in slices]), np.arange(0, 1000, 7))
-    assert all(at.stop - at.start <= spill.SPAN_CHUNKS * spill.CHUNK_ROWS for at in slices)
+    assert all(at.stop - at.start <= spill.SPAN_ROWS for at in slices)
     assert len(drops) == len(slices) > 1
 
 
 def test_a_sparse_gather_hands_the_pages_back_after_each_stretch(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(spill, "CHUNK_ROWS", 1000)
-    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    monkeypatch.setattr(spill, "SPAN_ROWS", 4000)
+    stretch = spill.SPAN_ROWS
     drops = []
     with spill.spilling(tmp_path):
         values = spill.chunked(20 * stretch, np.float64, lambda at: np.arange(at.start, at.stop) * 0.5)
@@ -574,7 +581,7 @@ def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
     np.testing.assert_array_equal(got, depth)
     pieces = nesting.by_depth(parent)
     assert all(0 < len(p) <= spill.CHUNK_ROWS for p in pieces)
-    span = spill.SPAN_CHUNKS * spill.CHUNK_ROWS  # a piece's pages: within one stretch of the table
+    span = spill.SPAN_ROWS  # a piece's pages: within one stretch of the table
     assert all(p[0] // span == p[-1] // span for p in pieces)
     assert all(depth[a[-1]] <= depth[b[0]] for a, b in zip(pieces, pieces[1:]))  # outermost first
     joined = np.concatenate([np.empty(0, dtype=np.int64), *pieces])
@@ -584,7 +591,8 @@ def test_depths_jumped_a_chunk_at_a_time_and_levels(seed, small_chunks) -> None:
 
 def test_a_scatter_hands_the_pages_back_after_each_stretch(monkeypatch) -> None:
     monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
-    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    monkeypatch.setattr(spill, "SPAN_ROWS", 40)
+    stretch = spill.SPAN_ROWS
     rows = np.concatenate([np.arange(0, 1000, 7), np.arange(3, 1000, 11)])  # two lanes' ascending rows
     out, drops = np.full(1000, -1), []
     monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
@@ -593,17 +601,23 @@ def test_a_scatter_hands_the_pages_back_after_each_stretch(monkeypatch) -> None:
     want[rows] = rows * 2
     np.testing.assert_array_equal(out, want)
     assert len(drops) >= 2 * (1000 // stretch)  # a drop per stretch of each lane's rows
-    monkeypatch.setattr(spill, "drop_resident", lambda: None)
+    monkeypatch.setattr(spill, "MAX_RUNS", 3)  # a chunk of 10 rows in random order goes back 3 times or more: sorted
     mixed = np.random.default_rng(0).permutation(np.repeat(np.arange(1000), 2))  # each row written twice
-    out, want = np.full(1000, -1), np.full(1000, -1)
+    out, want = np.full(1000, -1).view(Watched), np.full(1000, -1)
+    Watched.names, Watched.log = {id(out): "out"}, []
     spill.scattered(out, mixed, np.arange(len(mixed)))
+    Watched.names = {}
     want[mixed] = np.arange(len(mixed))  # the last write wins
-    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(np.asarray(out), want)
+    writes = [(low, high) for _, low, high in Watched.log]
+    assert len(writes) > len(mixed) // spill.CHUNK_ROWS  # chunks cut: sorted by row, then at the stretches
+    assert all(low // stretch == high // stretch for low, high in writes)  # a write, then a drop: within a stretch
 
 
 @pytest.mark.parametrize("n", [0, 1, 999, 1000])
 def test_a_sample_is_every_nth_value(n, monkeypatch) -> None:
     monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    monkeypatch.setattr(spill, "SPAN_ROWS", 40)
     values = np.arange(n) * 0.5
     got = spill.sample(values, 7)
     np.testing.assert_array_equal(got, values[::7])
@@ -647,9 +661,9 @@ def test_nesting_gathers_and_scatters_a_stretch_of_each_big_column_between_drops
     """Between two drops, the sparse reads of the inputs and writes of the parents stay within one stretch of each
     (a touched page maps its whole 2 MB folio: gathers through pieces of the lane order mapped whole columns)."""
     monkeypatch.setattr(spill, "CHUNK_ROWS", 16)
-    monkeypatch.setattr(spill, "MAX_RUNS", 3)  # runs of equal starts reordered: chunks of the order in mixed order
+    monkeypatch.setattr(spill, "SPAN_ROWS", 64)
     monkeypatch.setattr(nesting, "NESTING_PIECE", 32)
-    stretch = spill.SPAN_CHUNKS * spill.CHUNK_ROWS
+    stretch = spill.SPAN_ROWS
     lane, start, end = (x.view(Watched) for x in interleaved_lanes(np.random.default_rng(5), 3000))
     Watched.names = {id(lane): "lane", id(start): "start", id(end): "end"}
     Watched.log = []
