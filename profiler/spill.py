@@ -44,6 +44,9 @@ import numpy as np
 SPILL_MIN_BYTES = 1 << 20
 #: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
 CHUNK_ROWS = 1 << 20
+#: Rows worked on between two drops (`_Pace`): every chunk of CHUNK_ROWS, several small ones (a chunk of a few rows
+#: maps a few KB of each column, and a drop costs ~20 us and more per spilled array).
+DROP_ROWS = 1 << 16
 #: Widest stretch of a column, in rows, that one piece of sparse positions spans (`stretches`, `sampled`): a touched
 #: page of a spilled column maps its whole large folio (2 MB on ext4), so a few hundred positions spread over a big
 #: column map all of it between two drops (300 over 534 MB: 500 MB in one gather); a piece within a stretch maps at
@@ -170,16 +173,47 @@ def chunked(
     """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
     values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size. With
     `along` (the n positions into a big column that `fill` gathers from), a piece of those at a time (`stretches`)."""
-    return _written(empty(n, dtype), fill, chunks(n, rows) if along is None else stretches(along))
+    return _written(empty(n, dtype), fill, chunks(n, rows) if along is None else stretches(along), along)
 
 
-def _written(out: np.ndarray, fill: Callable[[slice], np.ndarray], pieces: Iterable[slice]) -> np.ndarray:
-    """`out` with each of `pieces` of its positions set to `fill(positions)`, the pages handed back after each: a whole
-    column written at once maps all its pages in a few ms, faster than the watcher looks."""
+def _written(
+    out: np.ndarray, fill: Callable[[slice], np.ndarray], pieces: Iterable[slice], along: Optional[np.ndarray] = None
+) -> np.ndarray:
+    """`out` with each of `pieces` of its positions set to `fill(positions)`, the pages handed back between pieces
+    (`_Pace`: pieces of `along`'s positions, a stretch of the column at a time) and after the last: a whole column
+    written at once maps all its pages in a few ms, faster than the watcher looks."""
+    pace = _Pace()
     for at in pieces:
+        pace.next(at.stop - at.start, None if along is None else along[at])
         out[at] = fill(at)
-        drop_resident()  # the piece's pages of the spilled inputs and of `out`
+    pace.done()
     return out
+
+
+class _Pace:
+    """When to hand the spilled pages back between pieces of work (drop_resident): before a piece once those since
+    the last drop cover DROP_ROWS rows, or when its positions (of a sparse read or write) reach another stretch of
+    the column than theirs, or several; and after the last. A drop per chunk of a few rows (tests') cost more than
+    the work: ~20 us and more per spilled array."""
+
+    def __init__(self) -> None:
+        self.pending = 0  # rows worked on since the last drop
+        self.held: Optional[tuple[int, int]] = None  # the first and last stretch their positions reach
+
+    def next(self, rows: int, positions: Optional[np.ndarray] = None) -> None:
+        """Before a piece of `rows` rows (`positions`: where it reads or writes a column sparsely): drop if due."""
+        reach = None if positions is None else (int(positions.min()) // SPAN_ROWS, int(positions.max()) // SPAN_ROWS)
+        moved = reach != self.held or (reach is not None and reach[0] != reach[1])
+        if self.pending and (self.pending >= DROP_ROWS or moved):
+            drop_resident()  # the pieces' pages of the spilled inputs and outputs
+            self.pending = 0
+        self.pending += rows
+        self.held = reach
+
+    def done(self) -> None:
+        if self.pending:
+            drop_resident()
+            self.pending = 0
 
 
 def dropping(pieces: Iterable[T]) -> Iterator[T]:
@@ -240,6 +274,7 @@ def scattered(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
     each piece: a sparse scatter into a big column maps at most a stretch of it at a time. A chunk in a mixed order
     (going back to an earlier stretch MAX_RUNS times or more) is sorted by row first (stably:
     of two writes to one row the last still wins), which `stretches` alone would leave whole."""
+    pace = _Pace()
     for at in chunks(len(rows)):
         piece, given = rows[at], values[at]
         cuts = _stretch_cuts(piece)
@@ -248,8 +283,9 @@ def scattered(out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
             piece, given = piece[by_row], given[by_row]
             cuts = _stretch_cuts(piece)
         for lo, hi in zip(cuts, cuts[1:]):
+            pace.next(hi - lo, piece[lo:hi])
             out[piece[lo:hi]] = given[lo:hi]
-            drop_resident()
+    pace.done()
 
 
 def sample(values: np.ndarray, every: int) -> np.ndarray:

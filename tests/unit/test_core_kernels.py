@@ -554,6 +554,22 @@ def test_samples_are_every_nth_position_a_stretch_at_a_time(monkeypatch) -> None
     assert len(drops) == len(slices) > 1
 
 
+def test_small_chunks_hand_the_pages_back_once_per_drop_rows(monkeypatch) -> None:
+    """A drop per DROP_ROWS rows of chunks, and after the last: a drop per chunk of a few rows cost more than the work
+    (the deterministic tier spent a quarter of its time in drops)."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    monkeypatch.setattr(spill, "DROP_ROWS", 100)
+    drops = []
+    monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
+    got = spill.chunked(1005, np.int64, lambda at: np.arange(at.start, at.stop) * 3)
+    np.testing.assert_array_equal(got, np.arange(1005) * 3)
+    assert len(drops) == 11  # after 100, 200, ..., 1000 rows, and after the last 5
+    drops.clear()
+    monkeypatch.setattr(spill, "DROP_ROWS", 1)  # the production sizes: a chunk is always more than DROP_ROWS
+    spill.chunked(1005, np.int64, lambda at: np.arange(at.start, at.stop))
+    assert len(drops) == 101
+
+
 def test_a_sparse_gather_hands_the_pages_back_after_each_stretch(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(spill, "CHUNK_ROWS", 1000)
     monkeypatch.setattr(spill, "SPAN_ROWS", 4000)
