@@ -44,6 +44,9 @@ import numpy as np
 SPILL_MIN_BYTES = 1 << 20
 #: Rows worked on at a time by `chunked` (its temporaries: a few MB per column).
 CHUNK_ROWS = 1 << 20
+#: `min_bytes` for arrays that are small but held by the dozen until the end of a stage (a trace's parts' sparse
+#: args: ~200 KB each, 40 MB for the 64 parts of a 16 GB trace): spilled from a page up.
+SMALL = 4096
 #: Rows worked on between two drops (`_Pace`): every chunk of CHUNK_ROWS, several small ones (a chunk of a few rows
 #: maps a few KB of each column, and a drop costs ~20 us and more per spilled array).
 DROP_ROWS = 1 << 16
@@ -109,10 +112,12 @@ def spilling(
         _SETTING.reset(token)
 
 
-def empty(n: int, dtype: Any) -> np.ndarray:
-    """An uninitialised array of `n` values: in a spill file when spilling and it is big enough."""
+def empty(n: int, dtype: Any, min_bytes: Optional[int] = None) -> np.ndarray:
+    """An uninitialised array of `n` values: in a spill file when spilling and it is big enough (the setting's
+    minimum, or `min_bytes`: SMALL for arrays many of which are held at once)."""
     dtype, setting = np.dtype(dtype), _SETTING.get()
-    if setting is None or n * dtype.itemsize < max(setting[1], 1) or dtype.hasobject:
+    least = max(setting[1] if min_bytes is None else min_bytes, 1) if setting is not None else 0
+    if setting is None or n * dtype.itemsize < least or dtype.hasobject:
         return np.empty(n, dtype=dtype)
     nbytes = n * dtype.itemsize
     try:
@@ -130,11 +135,11 @@ def empty(n: int, dtype: Any) -> np.ndarray:
     return np.frombuffer(mapping, dtype=dtype, count=n)
 
 
-def concatenated(pieces: Sequence[np.ndarray]) -> np.ndarray:
-    """np.concatenate of 1-d pieces of one dtype, into a spill file when spilling and big enough."""
+def concatenated(pieces: Sequence[np.ndarray], min_bytes: Optional[int] = None) -> np.ndarray:
+    """np.concatenate of 1-d pieces of one dtype, into a spill file when spilling and big enough (`empty`)."""
     if not pieces or pieces[0].dtype.hasobject:
         return np.concatenate(pieces)
-    out = empty(sum(len(p) for p in pieces), np.result_type(*pieces))
+    out = empty(sum(len(p) for p in pieces), np.result_type(*pieces), min_bytes)
     at = 0
     for piece in pieces:
         out[at : at + len(piece)] = piece

@@ -486,13 +486,15 @@ class SparseArgs:
 
     An args object whose values are all plain numbers (a "[memory]" instant's, a "C" counter's) is kept as int64
     cells, its keys and value types once per distinct layout: ~70 B per event where its dict took ~420 B (a
-    profile_memory trace has one per allocation, held to the end of the reading). `take` gives equal dicts back."""
+    profile_memory trace has one per allocation, held to the end of the reading). `take` gives equal dicts back.
+    Only the other args are objects (an object array never spills: a pointer per args row was 12 MB of Nones at
+    16 GB), and a part's arrays spill whatever their size (`spill.SMALL`: 64 parts held 40 MB below the threshold)."""
 
     length: int  # the rows covered
     rows: np.ndarray  # int64, ascending: the rows with args
-    values: np.ndarray  # object: their args, None where kept as cells
+    values: np.ndarray  # object: the args not kept as cells, in row order
     layout: np.ndarray  # int32 per args row: its layout's index in `layouts`, -1 where its args are in `values`
-    start: np.ndarray  # int64 per args row: where its cells begin
+    start: np.ndarray  # int64 per args row: where its cells begin, or (layout -1) its index in `values`
     cells: np.ndarray  # int64: the numbers, in their args' key order (a bool as 0 / 1, a float by its bits)
     layouts: tuple  # each distinct ((key, type), ...) of the args kept as cells
 
@@ -505,11 +507,14 @@ class SparseArgs:
                 continue
             plain = _plain_layout(a)
             rows.append(i)
-            start.append(len(cells))
-            values.append(None if plain else a)
-            layout.append(layouts.setdefault(plain, len(layouts)) if plain else -1)
             if plain:
+                start.append(len(cells))
+                layout.append(layouts.setdefault(plain, len(layouts)))
                 cells.extend(_cell(v) for v in a.values())
+            else:
+                start.append(len(values))
+                layout.append(-1)
+                values.append(a)
         return cls(
             len(args),
             np.asarray(rows, dtype=np.int64),
@@ -525,7 +530,7 @@ class SparseArgs:
         out = np.full(len(rows), None, dtype=object)
         for at, positions, layout in self._groups(rows):
             if layout is None:
-                out[positions] = self.values[at]
+                out[positions] = self.values[self.start[at]]
             else:
                 columns = [self._numbers(at, j, kind) for j, (_, kind) in enumerate(layout)]
                 keys = [key for key, _ in layout]
@@ -540,7 +545,7 @@ class SparseArgs:
         for at, positions, layout in self._groups(rows):
             if layout is None:
                 out[positions] = _object_array(
-                    [a.get(key, default) if a.__class__ is dict else default for a in self.values[at]]
+                    [a.get(key, default) if a.__class__ is dict else default for a in self.values[self.start[at]]]
                 )
             elif key in (keys := [k for k, _ in layout]):
                 j = keys.index(key)
@@ -569,18 +574,23 @@ class SparseArgs:
 
     @classmethod
     def concat(cls, parts: list[SparseArgs]) -> SparseArgs:
-        """The parts one after the other (the numbers in spilled arrays when spilling)."""
+        """The parts one after the other (the numbers in spilled arrays when spilling, whatever their size)."""
         offsets = np.cumsum([0, *[p.length for p in parts[:-1]]]).tolist()
         cell_offsets = np.cumsum([0, *[len(p.cells) for p in parts[:-1]]]).tolist()
+        value_offsets = np.cumsum([0, *[len(p.values) for p in parts[:-1]]]).tolist()
         layouts: dict[tuple, int] = {}
         numbers = [np.array([*(layouts.setdefault(x, len(layouts)) for x in p.layouts), -1]) for p in parts]
+        starts = [
+            p.start + np.where(p.layout < 0, value_offset, cell_offset)
+            for p, cell_offset, value_offset in zip(parts, cell_offsets, value_offsets)
+        ]
         return cls(
             sum(p.length for p in parts),
-            spill.concatenated([p.rows + offset for p, offset in zip(parts, offsets)]),
+            spill.concatenated([p.rows + offset for p, offset in zip(parts, offsets)], spill.SMALL),
             np.concatenate([p.values for p in parts]),
-            spill.concatenated([number[p.layout].astype(np.int32) for p, number in zip(parts, numbers)]),
-            spill.concatenated([p.start + offset for p, offset in zip(parts, cell_offsets)]),
-            spill.concatenated([p.cells for p in parts]),
+            spill.concatenated([number[p.layout].astype(np.int32) for p, number in zip(parts, numbers)], spill.SMALL),
+            spill.concatenated(starts, spill.SMALL),
+            spill.concatenated([p.cells for p in parts], spill.SMALL),
             tuple(layouts),
         )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from profiler import spill
 from profiler.importers.kineto_events import SparseArgs
 
 MEMORY = {
@@ -64,5 +65,21 @@ def test_plain_numbers_are_cells_not_dicts() -> None:
     """The memory instants' args are no dicts held: 8 int64 cells each, their layout once."""
     args = SparseArgs.of([dict(MEMORY, Bytes=n) for n in range(1000)])
     assert len(args.layouts) == 1 and len(args.cells) == 8 * 1000
-    assert all(v is None for v in args.values.tolist())
+    assert len(args.values) == 0  # no pointer per event (an object array never spills)
     assert args.arg("Bytes", np.arange(1000)) == list(range(1000))
+
+
+def test_parts_joined_while_spilling_spill_their_small_arrays(tmp_path) -> None:
+    """A trace's parts' args arrays are a few hundred KB each, held by the dozen: joined, they spill whatever their
+    size; only the args that are not cells stay objects; the args given back are the events' own."""
+    parts = [ARGS[:3], ARGS[3:7], ARGS[7:]] * 200  # each array a page (spill.SMALL) or more
+    flat = [a for part in parts for a in part]
+    with spill.spilling(tmp_path):  # the default threshold (1 MB): these arrays are far below it
+        args = SparseArgs.concat([SparseArgs.of(part) for part in parts])
+        assert all(spill.is_spilled(a) for a in (args.rows, args.layout, args.start, args.cells))
+        assert len(args.values) == 4 * 200  # {"name": ...}, {"Addr": 2**64}, [1, 2], {} per copy
+        rows = np.arange(len(flat))
+        assert all(_same(a, b) for a, b in zip(flat, args.take(rows).tolist()))
+        assert repr(args.arg("name", rows, "-")) == repr(
+            [a.get("name", "-") if isinstance(a, dict) else "-" for a in flat]
+        )
