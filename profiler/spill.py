@@ -187,12 +187,20 @@ def _written(
     """`out` with each of `pieces` of its positions set to `fill(positions)`, the pages handed back between pieces
     (`_Pace`: pieces of `along`'s positions, a stretch of the column at a time) and after the last: a whole column
     written at once maps all its pages in a few ms, faster than the watcher looks."""
+    for at in paced(pieces, along):
+        out[at] = fill(at)
+    return out
+
+
+def paced(pieces: Iterable[slice], along: Optional[np.ndarray] = None) -> Iterator[slice]:
+    """Each of `pieces` (slices of rows; `along`: the positions into a big column they read or write, if sparse) in
+    turn, the spilled pages handed back between two once due (`_Pace`) and after the last: for loops over chunks of a
+    big table that read spilled columns."""
     pace = _Pace()
     for at in pieces:
         pace.next(at.stop - at.start, None if along is None else along[at])
-        out[at] = fill(at)
+        yield at
     pace.done()
-    return out
 
 
 class _Pace:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.spill import chunked, chunks
+from profiler.spill import chunked, chunks, paced
 
 #: Above this many key combinations the groups are found by np.unique (a sort) instead of counting.
 MAX_DENSE_KEYS = 1 << 24
@@ -171,7 +171,7 @@ def code_sums(
     over them, a chunk of rows at a time. `kept(chunk)` (a bool per row of the chunk) picks the rows counted (all by
     default); `value_rows` gives each row's position in `values` (its own by default)."""
     count, sums = np.zeros(n_codes, dtype=np.int64), [np.zeros(n_codes, dtype=np.int64) for _ in values]
-    for at in chunks(len(codes)):
+    for at in paced(chunks(len(codes)), value_rows):  # the pages handed back between chunks (`op_memory`'s sums)
         code, where = codes[at], at if value_rows is None else value_rows[at]
         if kept is not None:
             rows = np.flatnonzero(kept(at))

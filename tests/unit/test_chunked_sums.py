@@ -30,6 +30,18 @@ def test_code_sums_counts_and_sums_each_code(small_chunks) -> None:
     assert all(s.dtype == np.int64 for s in (count, first, second))
 
 
+def test_code_sums_hand_the_pages_back_between_chunks(small_chunks, monkeypatch) -> None:
+    """A drop once the chunks since the last one cover DROP_ROWS rows, and after the last (op_memory's sums read six
+    whole-table spilled columns: 386 MB of file pages between two drops on a 16 GB trace)."""
+    monkeypatch.setattr(spill, "DROP_ROWS", 6)
+    drops = []
+    monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(drops)))
+    codes = np.arange(20) % 4
+    count, (total,) = code_sums(codes, 4, [np.arange(20)])
+    assert count.tolist() == [5] * 4 and total.tolist() == [40, 45, 50, 55]
+    assert len(drops) == 4  # chunks of 3 rows: after 6, 12 and 18 rows, and after the last 2
+
+
 def test_code_sums_of_the_kept_rows(small_chunks) -> None:
     codes = np.array([2, 0, 2, 1, 2, 0, 3, 2])
     value = np.array([10, 20, 30, 40, 50, 60, 70, 80])
