@@ -838,9 +838,8 @@ def rows_where(values: np.ndarray, *wanted: int) -> np.ndarray:
     array: no temporary of the trace's length (a byte per event for a mask, 8 per row found before its spill)."""
     out = spill.empty(sum(int(np.isin(values[at], wanted).sum()) for at in spill.chunks(len(values))), np.int64)
     done = 0
-    for at in spill.chunks(len(values)):
+    for at in spill.paced(spill.chunks(len(values))):
         rows = at.start + np.flatnonzero(np.isin(values[at], wanted))
         out[done : done + len(rows)] = rows
         done += len(rows)
-        spill.drop_resident()
     return out

@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profiler.spill import chunked, chunks, drop_resident, filled
+from profiler.spill import chunked, chunks, filled, paced
 
 #: Intervals merged at a time by `union` (its copies: ~10 B per interval of a chunk, not of the whole input).
 UNION_CHUNK = 1 << 18
@@ -180,11 +180,10 @@ def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 def start_ordered(start: np.ndarray, rows: int) -> Iterator[np.ndarray]:
     """The positions of `start` in stable start order, `rows` at a time (sorted only when not in order already),
-    with the pages of spilled arrays read for each chunk handed back after it."""
+    with the pages of spilled arrays read for each chunk handed back after it (`spill.paced`)."""
     order = None if in_order(start) else np.argsort(start, kind="stable")
-    for at in chunks(len(start), rows):
+    for at in paced(chunks(len(start), rows)):
         yield np.arange(at.start, at.stop) if order is None else order[at]
-        drop_resident()
 
 
 class RunningUnion:

@@ -303,11 +303,10 @@ def positions_where(mask: np.ndarray) -> np.ndarray:
     n = len(mask)
     out = spill.empty(sum(int(np.count_nonzero(mask[at])) for at in spill.chunks(n)), position_dtype(n))
     done = 0
-    for at in spill.chunks(n):
+    for at in spill.paced(spill.chunks(n)):
         rows = np.flatnonzero(mask[at]) + at.start
         out[done : done + len(rows)] = rows
         done += len(rows)
-        spill.drop_resident()
     return out
 
 
