@@ -197,10 +197,12 @@ def paced(pieces: Iterable[slice], along: Optional[np.ndarray] = None) -> Iterat
     turn, the spilled pages handed back between two once due (`_Pace`) and after the last: for loops over chunks of a
     big table that read spilled columns."""
     pace = _Pace()
-    for at in pieces:
-        pace.next(at.stop - at.start, None if along is None else along[at])
-        yield at
-    pace.done()
+    try:
+        for at in pieces:
+            pace.next(at.stop - at.start, None if along is None else along[at])
+            yield at
+    finally:  # also when the loop stops early
+        pace.done()
 
 
 class _Pace:

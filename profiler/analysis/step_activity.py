@@ -22,7 +22,7 @@ from profiler.formats.columns import COMM_SPLIT_COLUMNS, STEP_ACTIVITY_COLUMNS
 from profiler.kernels.grouping import is_in, text_matches
 from profiler.kernels.intervals import SettledUnion, covered_ns, in_order, union
 from profiler.model import DEVICE_WORK_CATEGORIES
-from profiler.spill import chunks
+from profiler.spill import chunks, sample
 
 #: A data loader's fetch annotation (torch's `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`,
 #: a DataPipe's `enumerate(DataPipe)#...`).
@@ -175,7 +175,8 @@ def _activity_pieces(ops: pd.DataFrame, spans: pd.DataFrame) -> Iterator[tuple[d
     start order are one chunk."""
     start = ops["start_ns"].to_numpy()
     rows = (list(chunks(len(ops), CHUNK_ROWS)) if in_order(start) else [slice(0, len(ops))]) or [slice(0, 0)]
-    laters = [int(start[at.stop]) if at.stop < len(ops) else None for at in rows]
+    # the chunks' first starts: a sample of the column a stretch at a time (one read per chunk maps a folio each)
+    laters = [*sample(start[CHUNK_ROWS:], CHUNK_ROWS).tolist(), None] if len(rows) > 1 else [None]
     span_pieces = {name: _cut(s, e, laters[:-1]) for name, (s, e) in _span_intervals(spans).items()}
     for i, (at, later) in enumerate(zip(rows, laters)):
         pieces = _op_intervals(ops, at)

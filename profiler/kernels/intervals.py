@@ -63,8 +63,8 @@ class SettledUnion:
 
 def in_order(values: np.ndarray, chunk: int = UNION_CHUNK) -> bool:
     """Whether `values` never decrease, checked `chunk` values at a time (no whole-array temporaries)."""
-    for lo in range(0, len(values) - 1, chunk):
-        piece = values[lo : lo + chunk + 1]
+    for at in paced(chunks(max(len(values) - 1, 0), chunk)):  # the pages of a spilled column handed back as it goes
+        piece = values[at.start : at.stop + 1]
         if not bool(np.all(piece[1:] >= piece[:-1])):
             return False
     return True

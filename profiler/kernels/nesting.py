@@ -586,7 +586,7 @@ def by_depth(parent: np.ndarray) -> list[np.ndarray]:
     (spill.stretches: work on a piece reads and writes its rows of whole-table columns, touching their pages across
     its stretch): views of one spilled array. Iterate with spill.dropping to hand each piece's pages back."""
     depth = nesting_depths(parent)
-    deepest = max((int(depth[at].max()) for at in spill.chunks(len(depth))), default=0)
+    deepest = max((int(depth[at].max()) for at in spill.paced(spill.chunks(len(depth)))), default=0)
     order, bounds = counting_order(depth, 0, deepest + 1)
     levels = (order[bounds[d] : bounds[d + 1]] for d in range(1, deepest + 1))
     return [level[at] for level in levels for at in spill.stretches(level)]
