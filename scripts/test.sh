@@ -2,7 +2,7 @@
 # Install everything (venv, PyTorch CPU, test dependencies, headless Chromium), check the style and the
 # architecture, and run a tier of the tests (docs/testing.md):
 #
-#     bash scripts/test.sh             the deterministic tier (the README's test command): ~3 min
+#     bash scripts/test.sh             the deterministic tier (the README's test command): ~6-7 min
 #     bash scripts/test.sh --all       the deterministic tier, then the timed tier (CI runs this)
 #     bash scripts/test.sh --timed     the timed tier only (scripts/load_check.sh runs this)
 #
