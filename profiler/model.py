@@ -136,7 +136,9 @@ def op_times(ops: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """(start_ns, end_ns) of the ops at `rows`, int64, gathered a chunk of rows at a time (spill.gathered): in
     spill files when the run is spilled, with no whole-column temporaries."""
     start, dur = ops["start_ns"].to_numpy(np.int64), ops["dur_ns"].to_numpy(np.int64)
-    return spill.gathered(start, rows), spill.chunked(len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]])
+    return spill.gathered(start, rows), spill.chunked(
+        len(rows), np.int64, lambda at: start[rows[at]] + dur[rows[at]], along=rows
+    )
 
 
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:

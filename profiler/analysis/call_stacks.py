@@ -37,7 +37,7 @@ def call_stacks(ops: pd.DataFrame) -> pd.Categorical:
     codes = spill.filled(n, np.int32, 0)
     device, category = ops["device"], ops["category"]
     host = positions_passing(n, lambda at: (device.iloc[at] == "cpu").to_numpy())
-    python = spill.chunked(len(host), bool, lambda at: (category.iloc[host[at]] == "python").to_numpy())
+    python = spill.chunked(len(host), bool, lambda at: (category.iloc[host[at]] == "python").to_numpy(), along=host)
     if len(host) and any(python[at].any() for at in spill.chunks(len(host))):
         own = _own_stacks(ops, host, python, stacks)
         for at in spill.chunks(len(host)):

@@ -47,7 +47,7 @@ def gpu_summary(ops: pd.DataFrame, launched: Launches | None, steps: pd.DataFram
         return pd.DataFrame(columns=["device", *GPU_SUMMARY_COLUMNS])
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
     names = ops["name"]
-    tensor_cores = chunked(len(rows), bool, lambda at: tensor_core_kernels(names.iloc[rows[at]]))
+    tensor_cores = chunked(len(rows), bool, lambda at: tensor_core_kernels(names.iloc[rows[at]]), along=rows)
     codes, labels = codes_and_labels(pd.Series(gathered_column(ops["device"], rows), copy=False))
     bottom = _innermost_eligible(launched, len(ops)) if launched is not None else None
     present = np.flatnonzero(code_counts(codes, len(labels))) - 1  # np.unique's, a chunk at a time

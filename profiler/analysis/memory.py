@@ -124,7 +124,7 @@ def allocating_ops(
         spill.concatenated([spill.gathered(op_start, nodes), when]),
         spill.concatenated(
             [
-                spill.chunked(len(nodes), np.int64, lambda at: op_start[nodes[at]] + op_dur[nodes[at]]),
+                spill.chunked(len(nodes), np.int64, lambda at: op_start[nodes[at]] + op_dur[nodes[at]], along=nodes),
                 spill.chunked(len(when), np.int64, lambda at: when[at] + 1),
             ]
         ),

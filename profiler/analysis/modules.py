@@ -139,4 +139,4 @@ def _paths(
     for piece in dropping(levels):
         code[piece] = paths.entered(code[parent[piece]], name[piece])
     text_of, texts = pd.factorize(np.array(paths.texts, dtype=object))  # a path whose names hold "/" may repeat one
-    return chunked(len(calls), np.int64, lambda at: text_of[code[calls[at]]]), texts.tolist()
+    return chunked(len(calls), np.int64, lambda at: text_of[code[calls[at]]], along=calls), texts.tolist()

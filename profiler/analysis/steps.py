@@ -167,7 +167,9 @@ def evenest_anchors(codes: np.ndarray, counts: np.ndarray, tried: list[int]) -> 
     rank = np.full(len(counts), -1, dtype=np.int16)  # <= 8 x 64 names
     rank[every] = np.arange(len(every))
     at = occurrences(codes, rank >= 0)
-    order, bounds = counting_order(spill.chunked(len(at), np.int16, lambda c: rank[codes[at[c]]]), 0, len(every))
+    order, bounds = counting_order(
+        spill.chunked(len(at), np.int16, lambda c: rank[codes[at[c]]], along=at), 0, len(every)
+    )
 
     def positions(k: int) -> np.ndarray:  # of the name ranked k
         return at[order[bounds[k] : bounds[k + 1]]].astype(np.int64)

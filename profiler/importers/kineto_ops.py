@@ -157,14 +157,14 @@ def _op_events(
     return _OpEvents(
         host_count=len(host),
         rows=rows,
-        start=spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]])),
-        dur=spill.chunked(len(rows), np.int64, lambda at: clock.dur_ns(cols.dur_us[rows[at]])),
+        start=spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]), along=rows),
+        dur=spill.chunked(len(rows), np.int64, lambda at: clock.dur_ns(cols.dur_us[rows[at]]), along=rows),
         device=_DeviceOps.of(cols, dev),
         host_category=Coded.chunked(len(host), lambda at: combine(cols.cat[host[at]], cols.name[host[at]])).mapped(
             _host_category
         ),
-        thread_of=spill.chunked(len(host), np.int64, lambda at: thread_of[host[at]]),
-        thread_code=spill.chunked(len(host), name_code.dtype, lambda at: name_code[thread_of[host[at]]]),
+        thread_of=spill.chunked(len(host), np.int64, lambda at: thread_of[host[at]], along=host),
+        thread_code=spill.chunked(len(host), name_code.dtype, lambda at: name_code[thread_of[host[at]]], along=host),
     )
 
 
@@ -540,8 +540,8 @@ class _DeviceOps:
         """Those of the device ops at `rows` of the event columns, a chunk of rows at a time (spill.chunked)."""
         args, n = cols.op_args, len(rows)
         return cls(
-            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.device[rows[at]], cols.pid[rows[at]])),
-            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.stream[rows[at]], cols.tid[rows[at]])),
+            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.device[rows[at]], cols.pid[rows[at]]), along=rows),
+            spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.stream[rows[at]], cols.tid[rows[at]]), along=rows),
             Coded.chunked(n, lambda at: combine(cols.cat[rows[at]], cols.name[rows[at]])),
         )
 

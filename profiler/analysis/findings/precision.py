@@ -57,7 +57,9 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     if not len(rows):
         return []
     n, self_ns = len(captured), ops["self_ns"].to_numpy(np.int64)
-    self_ms = spill.chunked(len(rows), np.float64, lambda at: self_ns[rows[at]].astype(np.float64) / 1e6 / n)
+    self_ms = spill.chunked(
+        len(rows), np.float64, lambda at: self_ns[rows[at]].astype(np.float64) / 1e6 / n, along=rows
+    )
     rank, names = _name_ranks(ops["name"], rows)
     is_cast = np.array([bool(CAST_OP_NAME.search(name)) for name in names], dtype=bool)
     cast = positions_passing(len(rows), lambda at: is_cast[rank[at]])
