@@ -116,8 +116,11 @@ def empty(n: int, dtype: Any, min_bytes: Optional[int] = None) -> np.ndarray:
     """An uninitialised array of `n` values: in a spill file when spilling and it is big enough (the setting's
     minimum, or `min_bytes`: SMALL for arrays many of which are held at once)."""
     dtype, setting = np.dtype(dtype), _SETTING.get()
-    least = max(setting[1] if min_bytes is None else min_bytes, 1) if setting is not None else 0
-    if setting is None or n * dtype.itemsize < least or dtype.hasobject:
+    if (
+        setting is None
+        or dtype.hasobject
+        or n * dtype.itemsize < max(setting[1] if min_bytes is None else min_bytes, 1)
+    ):
         return np.empty(n, dtype=dtype)
     nbytes = n * dtype.itemsize
     try:
@@ -178,7 +181,7 @@ def chunked(
     """An array of `n` values made `rows` (default CHUNK_ROWS) at a time (`fill(positions)` gives those positions'
     values), in a spill file when big: elementwise work over a big table whose temporaries stay a chunk's size. With
     `along` (the n positions into a big column that `fill` gathers from), a piece of those at a time (`stretches`)."""
-    return _written(empty(n, dtype), fill, chunks(n, rows) if along is None else stretches(along), along)
+    return _written(empty(n, dtype), fill, chunks(n, rows) if along is None else stretches(along, rows), along)
 
 
 def _written(
@@ -252,12 +255,12 @@ def gathered(values: np.ndarray, rows: np.ndarray, dtype: Any = None) -> np.ndar
     return chunked(len(rows), values.dtype if dtype is None else dtype, lambda at: values[rows[at]], along=rows)
 
 
-def stretches(positions: np.ndarray) -> Iterator[slice]:
-    """Slices of `positions` (into a column) of at most CHUNK_ROWS, in order, each within one stretch of SPAN_ROWS
-    rows of the column (an order by lane and time: a piece per stretch each lane's run meets): work on a piece
-    between two drops maps at most that stretch of the column. A chunk of positions in a more mixed order (going
-    back to an earlier stretch MAX_RUNS times or more) is one piece: covered, not bounded."""
-    for at in chunks(len(positions)):
+def stretches(positions: np.ndarray, rows: Optional[int] = None) -> Iterator[slice]:
+    """Slices of `positions` (into a column) of at most `rows` (default CHUNK_ROWS), in order, each within one
+    stretch of SPAN_ROWS rows of the column (an order by lane and time: a piece per stretch each lane's run meets):
+    work on a piece between two drops maps at most that stretch of the column. A chunk of positions in a more mixed
+    order (going back to an earlier stretch MAX_RUNS times or more) is one piece: covered, not bounded."""
+    for at in chunks(len(positions), rows):
         cuts = _stretch_cuts(positions[at])
         if cuts is None:
             yield at

@@ -173,7 +173,7 @@ def _lanes(
     tids = _distinct(tid)
     names = [thread_name.get(t, f"tid {t}") for t in tids.tolist()]
     thread_lanes = np.array([lane_of.setdefault(name, len(lane_of)) for name in names], dtype=np.int64)
-    by_node = spill.chunked(len(nodes), np.int64, lambda at: stream_lanes[stream_code[nodes[at]]])
+    by_node = spill.chunked(len(nodes), np.int64, lambda at: stream_lanes[stream_code[nodes[at]]], along=nodes)
     return by_node, spill.chunked(len(tid), np.int64, lambda at: thread_lanes[np.searchsorted(tids, tid[at])])
 
 

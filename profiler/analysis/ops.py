@@ -74,7 +74,7 @@ def gathered_column(column: pd.Series, rows: np.ndarray, chunk: Optional[int] = 
     into a spill file when the run is spilled (the device findings' tables too)."""
     coded = isinstance(column.dtype, pd.CategoricalDtype)
     values = column.array.codes if coded else column.to_numpy()
-    out = chunked(len(rows), values.dtype, lambda at: values[rows[at]], chunk)
+    out = chunked(len(rows), values.dtype, lambda at: values[rows[at]], chunk, along=rows)
     return pd.Categorical.from_codes(out, dtype=column.dtype) if coded else out
 
 

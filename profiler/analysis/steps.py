@@ -485,10 +485,9 @@ class Launches:
             rows = order if rows is None else rows[order]
             start = spill.gathered(self.start_ns, rows)
         source = (lambda at: at) if rows is None else (lambda at: rows[at])
-        codes = spill.chunked(len(start), np.int32, lambda at: self.code(source(at)))
-        return Sequence(
-            codes, start, spill.chunked(len(start), np.int64, lambda at: start[at] + self.dur_ns[source(at)])
-        )
+        codes = spill.chunked(len(start), np.int32, lambda at: self.code(source(at)), along=rows)
+        end = spill.chunked(len(start), np.int64, lambda at: start[at] + self.dur_ns[source(at)], along=rows)
+        return Sequence(codes, start, end)
 
 
 def merged(first: Sequence, second: Sequence) -> Sequence:

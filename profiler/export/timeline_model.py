@@ -381,7 +381,8 @@ def _texts_at(column: pd.Series, rows: np.ndarray, chunk_rows: int) -> tuple[np.
     codes, labels = codes_and_labels(column)
     text_codes, texts = pd.factorize(np.array([str(u) for u in [*labels, np.nan]], dtype=object))  # -1: missing
     text_code = text_codes.astype(np.int32)
-    return spill.chunked(len(rows), np.int32, lambda at: text_code[codes[rows[at]]], rows=chunk_rows), list(texts)
+    text_of_row = spill.chunked(len(rows), np.int32, lambda at: text_code[codes[rows[at]]], chunk_rows, along=rows)
+    return text_of_row, list(texts)
 
 
 def _first_met(values: np.ndarray, n: int, chunk_rows: int) -> np.ndarray:

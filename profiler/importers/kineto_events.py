@@ -350,13 +350,18 @@ class Coded:
         return cls(codes, list(uniques))
 
     @classmethod
-    def chunked(cls, n: int, make: Callable[[slice], Coded], rows: Optional[int] = None) -> Coded:
+    def chunked(
+        cls, n: int, make: Callable[[slice], Coded], rows: Optional[int] = None, along: Optional[np.ndarray] = None
+    ) -> Coded:
         """The coded column of `n` rows made a chunk at a time (`make(positions)`), as one column: its temporaries
         stay a chunk's size (spill.chunked), each chunk's codes spilled until they are joined (they were the whole
         column's in memory: 240 MB for a 16 GB trace's host ops); values in first-seen order, as one column made
-        whole has them. `rows`: a chunk's rows (default spill.CHUNK_ROWS)."""
-        chunks = list(spill.chunks(n, rows))
-        return cls.concat(*[make(at).spilled() for at in chunks]) if len(chunks) > 1 else make(slice(0, n))
+        whole has them. `rows`: a chunk's rows (default spill.CHUNK_ROWS); `along`: the n positions into big
+        columns that `make` reads, a piece of them at a time within a stretch (spill.stretches), as spill.chunked."""
+        pieces = list(spill.chunks(n, rows) if along is None else spill.stretches(along, rows))
+        if len(pieces) <= 1:
+            return make(slice(0, n))
+        return cls.concat(*[make(at).spilled() for at in spill.paced(pieces, along)])
 
     def spilled(self) -> Coded:
         """The same column, its codes copied into a spill file when spilling and big enough (spill.spilled)."""

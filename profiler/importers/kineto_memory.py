@@ -112,7 +112,7 @@ def _chrome_counters(cols: EventColumns, rows: np.ndarray, clock: Clock) -> dict
 def _arg_numbers(cols: EventColumns, rows: np.ndarray, key: str, numbers: Callable, dtype: Any) -> np.ndarray:
     """numbers(the values of args[key]) of the non-complete events `rows`, read a piece of rows at a time (a list of
     Python values per piece, ~100 bytes a row: ~100 MB for a chunk) into a spilled array."""
-    return spill.chunked(len(rows), dtype, lambda at: numbers(cols.arg(key, rows[at])), spill.piece_rows())
+    return spill.chunked(len(rows), dtype, lambda at: numbers(cols.arg(key, rows[at])), spill.piece_rows(), rows)
 
 
 def _json_numbers(values: list) -> np.ndarray:
@@ -129,7 +129,7 @@ def _memory_devices(cols: EventColumns, rows: np.ndarray) -> Coded:
         dev_id = to_int(cols.arg("Device Id", rows[at]), default=-1)
         return combine(Coded.of(dev_type), Coded.of(dev_id)).mapped(lambda pair: _memory_device(*pair))
 
-    return Coded.chunked(len(rows), devices, spill.piece_rows())
+    return Coded.chunked(len(rows), devices, spill.piece_rows(), along=rows)
 
 
 def _memory_device(dev_type: int, dev_id: int) -> str:

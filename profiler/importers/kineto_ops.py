@@ -160,9 +160,9 @@ def _op_events(
         start=spill.chunked(len(rows), np.int64, lambda at: clock.ns(cols.ts_us[rows[at]]), along=rows),
         dur=spill.chunked(len(rows), np.int64, lambda at: clock.dur_ns(cols.dur_us[rows[at]]), along=rows),
         device=_DeviceOps.of(cols, dev),
-        host_category=Coded.chunked(len(host), lambda at: combine(cols.cat[host[at]], cols.name[host[at]])).mapped(
-            _host_category
-        ),
+        host_category=Coded.chunked(
+            len(host), lambda at: combine(cols.cat[host[at]], cols.name[host[at]]), along=host
+        ).mapped(_host_category),
         thread_of=spill.chunked(len(host), np.int64, lambda at: thread_of[host[at]], along=host),
         thread_code=spill.chunked(len(host), name_code.dtype, lambda at: name_code[thread_of[host[at]]], along=host),
     )
@@ -542,7 +542,7 @@ class _DeviceOps:
         return cls(
             spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.device[rows[at]], cols.pid[rows[at]]), along=rows),
             spill.chunked(n, np.int64, lambda at: _arg_or_lane(args.stream[rows[at]], cols.tid[rows[at]]), along=rows),
-            Coded.chunked(n, lambda at: combine(cols.cat[rows[at]], cols.name[rows[at]])),
+            Coded.chunked(n, lambda at: combine(cols.cat[rows[at]], cols.name[rows[at]]), along=rows),
         )
 
     def device(self) -> Coded:

@@ -344,9 +344,9 @@ def counting_order(key: np.ndarray, low: int, size: int) -> tuple[np.ndarray, np
         k = key[at].astype(np.int64) - low
         by_key = np.argsort(k.astype(np.int16) if size <= 2**15 else k, kind="stable")  # 16 bits: a radix sort
         k = k[by_key]
-        order[placed[k] + np.arange(len(k)) - np.searchsorted(k, k)] = by_key + at.start
+        # ascending places, one run per key: written a stretch of `order` at a time (a piece's keys reach all of it)
+        spill.scattered(order, placed[k] + np.arange(len(k)) - np.searchsorted(k, k), by_key + at.start)
         placed += np.bincount(k, minlength=size)
-        spill.drop_resident()
     return order, bounds
 
 

@@ -37,3 +37,31 @@ def test_each_chunks_codes_are_spilled_before_they_are_joined(tmp_path, monkeypa
         assert all(spill.is_spilled(part.codes) for part in joined)
         assert spill.is_spilled(column.codes)
     assert list(column.decoded()) == list(NAMES)
+
+
+def test_a_column_coded_along_sparse_positions_reads_a_stretch_between_drops(monkeypatch) -> None:
+    """With `along` (the positions `make` reads a big column at), a piece within one stretch of the column at a time,
+    a drop between two: the same column as coded whole."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 8)
+    monkeypatch.setattr(spill, "SPAN_ROWS", 10)
+    column = np.array([f"op{i % 9}" for i in range(60)], dtype=object)
+    rows = np.concatenate([np.arange(0, 60, 3), np.arange(1, 60, 5)])  # two lanes' ascending rows
+    log: list = []
+    monkeypatch.setattr(spill, "drop_resident", lambda: log.append("drop"))
+
+    def make(at: slice) -> Coded:
+        log.append((int(rows[at].min()), int(rows[at].max())))
+        return Coded.of(column[rows[at]])
+
+    coded = Coded.chunked(len(rows), make, along=rows)
+    assert list(coded.decoded()) == list(column[rows])
+    assert coded.values == Coded.of(column[rows]).values  # first-seen order
+    read = [entry for entry in log if entry != "drop"]
+    assert len(read) >= 6 + 6 and all(low // 10 == high // 10 for low, high in read)  # a piece per stretch and lane
+    held = None  # the stretch read since the last drop
+    for entry in log:
+        if entry == "drop":
+            held = None
+            continue
+        assert held in (None, entry[0] // 10), "two stretches read between two drops"
+        held = entry[0] // 10
