@@ -279,6 +279,19 @@ def _stretch_cuts(piece: np.ndarray) -> Optional[list[int]]:
     return [0, *changes.tolist(), len(piece)]
 
 
+def flatnonzero(n: int, test: Callable[[slice], np.ndarray], dtype: Any) -> np.ndarray:
+    """np.flatnonzero of the mask of n positions that `test(positions)` gives a chunk at a time, in `dtype`: counted,
+    then written a chunk at a time (into a spill file when big), the pages handed back between chunks: no
+    whole-length temporary. `test` runs twice a chunk: for cheap ones (a mask's slice, an isin of small codes)."""
+    out = empty(sum(int(np.count_nonzero(test(at))) for at in paced(chunks(n))), dtype)
+    done = 0
+    for at in paced(chunks(n)):
+        rows = np.flatnonzero(test(at)) + at.start
+        out[done : done + len(rows)] = rows
+        done += len(rows)
+    return out
+
+
 def sampled(n: int, every: int) -> Iterator[slice]:
     """Every `every`th of the positions 0..n-1, as strided slices of a stretch (SPAN_ROWS rows) each, the pages
     handed back after each: a sample a folio apart from a big column would map all of it at once."""

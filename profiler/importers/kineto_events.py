@@ -841,10 +841,4 @@ class Clock:
 def rows_where(values: np.ndarray, *wanted: int) -> np.ndarray:
     """np.flatnonzero(np.isin(values, wanted)) (int64), counted then written a chunk of rows at a time into a spilled
     array: no temporary of the trace's length (a byte per event for a mask, 8 per row found before its spill)."""
-    out = spill.empty(sum(int(np.isin(values[at], wanted).sum()) for at in spill.chunks(len(values))), np.int64)
-    done = 0
-    for at in spill.paced(spill.chunks(len(values))):
-        rows = at.start + np.flatnonzero(np.isin(values[at], wanted))
-        out[done : done + len(rows)] = rows
-        done += len(rows)
-    return out
+    return spill.flatnonzero(len(values), lambda at: np.isin(values[at], wanted), np.int64)

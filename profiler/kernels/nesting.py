@@ -300,14 +300,7 @@ def position_dtype(n: int) -> type:
 def positions_where(mask: np.ndarray) -> np.ndarray:
     """np.flatnonzero(mask) as `position_dtype` values, counted then written a chunk at a time (into a spill file
     when big): a big table's rows of some kind with no whole-length temporaries."""
-    n = len(mask)
-    out = spill.empty(sum(int(np.count_nonzero(mask[at])) for at in spill.chunks(n)), position_dtype(n))
-    done = 0
-    for at in spill.paced(spill.chunks(n)):
-        rows = np.flatnonzero(mask[at]) + at.start
-        out[done : done + len(rows)] = rows
-        done += len(rows)
-    return out
+    return spill.flatnonzero(len(mask), lambda at: mask[at], position_dtype(len(mask)))
 
 
 def positions_passing(n: int, test: Callable[[slice], np.ndarray], rows: Optional[int] = None) -> np.ndarray:

@@ -499,10 +499,30 @@ def test_bucketed_lexsort_is_the_lexsort(seed, chunk_rows, monkeypatch, tmp_path
         assert order.dtype == np.int32 and (n < 2 or spill.is_spilled(order))
 
 
+def test_flatnonzero_hands_the_pages_back_between_chunks_of_both_passes(monkeypatch) -> None:
+    """Counted, then written, a chunk at a time: a drop between chunks of each pass (the count read a whole column
+    of a big table's kinds at once), not one per chunk of a few rows."""
+    monkeypatch.setattr(spill, "CHUNK_ROWS", 10)
+    monkeypatch.setattr(spill, "DROP_ROWS", 20)
+    tested, drops = [], []
+    monkeypatch.setattr(spill, "drop_resident", lambda: drops.append(len(tested)))
+    mask = np.arange(95) % 3 == 0
+
+    def test(at: slice) -> np.ndarray:
+        tested.append(at.start)
+        return mask[at]
+
+    got = spill.flatnonzero(len(mask), test, np.int64)
+    np.testing.assert_array_equal(got, np.flatnonzero(mask))
+    assert got.dtype == np.int64 and tested == list(range(0, 95, 10)) * 2
+    assert drops == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]  # every 20 rows, and after the last chunk of each pass
+
+
 def test_positions_where_passing_and_ascending_read_chunks(small_chunks) -> None:
     rng = np.random.default_rng(1)
     for mask in (rng.random(100) < 0.3, np.zeros(30, dtype=bool), np.ones(15, dtype=bool)):
         np.testing.assert_array_equal(nesting.positions_where(mask), np.flatnonzero(mask))
+        assert nesting.positions_where(mask).dtype == nesting.position_dtype(len(mask))
         for rows in (None, 7):  # the mask's chunks at the default size and at another
             np.testing.assert_array_equal(
                 nesting.positions_passing(len(mask), mask.__getitem__, rows), np.flatnonzero(mask)
