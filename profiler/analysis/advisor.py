@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional, Protocol
 
+import pandas as pd
+
 from profiler.analysis.findings import QUESTIONS
 from profiler.analysis.findings.base import (
     BALANCED,
@@ -185,7 +187,6 @@ def key_figures(data: RankFacts) -> dict[str, Any]:
     `wall_ms` is the analysed steps' summed time (outliers included)."""
     steps = data.steps
     steady = steps.steady
-    steady_ms = float(steady["total_ms"].sum())
     present = [c for c in KEY_FIGURES if c in steady and steady[c].notna().any()]  # gap_host_ms: unmeasured
     return {
         "analysed": int(len(steps.analysed)),
@@ -197,14 +198,20 @@ def key_figures(data: RankFacts) -> dict[str, Any]:
         "median_ms": round(median_of(steady["total_ms"].to_numpy()), 4),
         "wall_ms": round(float(steps.analysed["total_ms"].sum()), 4),
         "mean_phase_ms": {c: round(steps.per_step(c), 4) for c in present},
-        "share_pct": {
-            c: round(100.0 * float(steady[c].sum()) / steady_ms, 3) if steady_ms > 0 else 0.0 for c in present
-        },
+        "share_pct": {c: round(share_pct(steady, c), 3) for c in present},
         "op_captured_steps": int(len(steps.captured)) if "op_count" in steps.analysed else None,
         "data_wait_measured": data_wait_measured(steps),
         # only for steps that were not marked (absent: step() / annotations / the device marked them)
         **({"source": data.step_source, "source_note": data.step_source_note} if data.step_source != "marked" else {}),
     }
+
+
+def share_pct(steps: pd.DataFrame, column: str) -> float:
+    """A column's % of the step time, over the steps where it is a number (a data wait measured in some steps only,
+    op capture's: of their time), 0 when they have none."""
+    measured = steps[column].notna()
+    total = float(steps["total_ms"][measured].sum())
+    return 100.0 * float(steps[column][measured].sum()) / total if total > 0 else 0.0
 
 
 def headline(verdict: str, findings: list[Finding], data: RankFacts) -> str:
@@ -213,13 +220,17 @@ def headline(verdict: str, findings: list[Finding], data: RankFacts) -> str:
     gap = steps.per_step("iteration_gap_ms")
     gap_text = f"iteration gap {gap:.2f} ms"
     if data_wait_measured(steps):
-        in_gap = gap - steps.per_step("gap_host_ms")
+        split_gap = steps.per_split_step("iteration_gap_ms")  # the gap of the steps that measured the wait
+        in_gap = split_gap - steps.per_step("gap_host_ms")
         wait = steps.per_step("data_wait_ms")  # wherever it falls: DataLoader ranges inside ProfilerStep too
         inside = wait - in_gap
+        where = (
+            f" of a {split_gap:.2f} ms gap in the {len(steps.split)} steps that measured it" if steps.split_note else ""
+        )
         gap_text += (
-            f" ({wait:.2f} ms data wait, {inside:.2f} ms of it inside forward + backward)"
+            f" ({wait:.2f} ms data wait{where}, {inside:.2f} ms of it inside forward + backward)"
             if inside >= 0.005
-            else f" ({in_gap:.2f} ms data wait)"
+            else f" ({in_gap:.2f} ms data wait{where})"
         )
     split = (
         f"mean steady step {steps.mean_ms:.2f} ms: {gap_text}, forward + backward "

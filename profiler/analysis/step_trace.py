@@ -166,7 +166,6 @@ def step_trace(
     start = steps["start_ns"].to_numpy()
     end = steps["end_ns"].to_numpy()
     dw_s, dw_e = data_wait_intervals(spans, queues, step_tid)
-    measured_wait = data_wait_recorded(spans, queues, step_tid)
     fp_m, bp_m = marked_boundaries(steps, spans, instants)
     fp_i, bp_i = inferred_boundaries(steps, spans, ops, step_lane, step_tid, (dw_s, dw_e))
     fp_src = np.where(fp_m >= 0, "marked", np.where(fp_i >= 0, "inferred", "missing"))
@@ -177,6 +176,7 @@ def step_trace(
     wait = covered_ns(dw_s, dw_e, start, end)
     gap_wait = covered_ns(dw_s, dw_e, start, fp)
     op_count = op_counts(ops, steps)
+    measured = data_wait_measured_steps(spans, queues, step_tid, op_count)
     ms = 1e-6
     return pd.DataFrame(
         {
@@ -188,8 +188,8 @@ def step_trace(
             "total_ms": (end - start) * ms,
             "all_reduce_ms": all_reduce * ms,
             "all_reduce_overlap_ms": overlap * ms,
-            "data_wait_ms": wait * ms,
-            "gap_host_ms": (fp - start - gap_wait) * ms if measured_wait else np.full(len(steps), np.nan),
+            "data_wait_ms": np.where(measured | ~measured.any(), wait * ms, np.nan),  # 0: nothing measured it
+            "gap_host_ms": np.where(measured, (fp - start - gap_wait) * ms, np.nan),
             "op_count": op_count,
             "profiler_overhead_ms": steps["overhead_ns"].to_numpy() * ms,
             "start_unix_ns": start + origin_unix_ns,
@@ -248,23 +248,39 @@ def _comm_intervals(spans: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray,
 def is_data_wait(spans: pd.DataFrame) -> np.ndarray:
     """Spans that are data waits: `data` phases (each fetch of a ProfiledDataLoader, or the user's
     own) and torch.profiler's DataLoader ranges (TORCH_DATA_SPAN) of imported or captured traces."""
+    return _data_phases(spans) | _torch_data_ranges(spans)
+
+
+def _data_phases(spans: pd.DataFrame) -> np.ndarray:
+    return ((spans["kind"] == "phase") & (spans["name"] == "data")).to_numpy()
+
+
+def _torch_data_ranges(spans: pd.DataFrame) -> np.ndarray:
     names = spans["name"]
     if isinstance(names.dtype, pd.CategoricalDtype):  # recordings: millions of spans, few names
         torch_data = np.append(names.cat.categories.astype(str).str.startswith(TORCH_DATA_SPAN), False)
-        torch_data = torch_data[names.cat.codes.to_numpy()]
-    else:
-        torch_data = names.astype(str).str.startswith(TORCH_DATA_SPAN).to_numpy()
-    return ((spans["kind"] == "phase") & (names == "data")).to_numpy() | torch_data
+        return torch_data[names.cat.codes.to_numpy()]
+    return names.astype(str).str.startswith(TORCH_DATA_SPAN).to_numpy()
 
 
-def data_wait_recorded(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> bool:
-    """Whether anything measured the stepping thread's data wait: a data-wait span (`is_data_wait`) or a
-    get from a probed queue, blocked or not. Without one, the gap's split is unknown (gap_host_ms NaN)."""
-    data_tid = spans["tid"][is_data_wait(spans)]
-    get_tid = queues["tid"][queues["event"] == "get"]
-    if step_tid >= 0:
-        data_tid, get_tid = data_tid[data_tid == step_tid], get_tid[get_tid == step_tid]
-    return bool(len(data_tid) or len(get_tid))
+def data_wait_measured_steps(
+    spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int, op_count: np.ndarray
+) -> np.ndarray:
+    """Per step, whether anything measured the stepping thread's data wait in it. profview's own measures (`data`
+    phases, gets from a probed queue, blocked or not) are recorded all along: every step. torch.profiler's
+    DataLoader ranges exist only where op capture recorded (an ops_schedule's active steps): those steps (ops
+    counted in them). Where not measured, the gap's split is unknown (gap_host_ms NaN; a wait measured in some steps
+    only is NaN in the others, not 0: a mean over every step would count the unmeasured ones as never waiting)."""
+
+    def on_thread(tid: pd.Series) -> np.ndarray:
+        return (tid == step_tid).to_numpy() if step_tid >= 0 else np.ones(len(tid), dtype=bool)
+
+    gets = (queues["event"] == "get").to_numpy() & on_thread(queues["tid"])
+    if gets.any() or (_data_phases(spans) & on_thread(spans["tid"])).any():
+        return np.ones(len(op_count), dtype=bool)
+    if (_torch_data_ranges(spans) & on_thread(spans["tid"])).any():
+        return np.asarray(op_count) > 0
+    return np.zeros(len(op_count), dtype=bool)
 
 
 def data_wait_intervals(spans: pd.DataFrame, queues: pd.DataFrame, step_tid: int) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,7 @@ from profiler.formats.columns import (
     COMM_PIECE_COLUMNS,
     COMM_SPLIT_COLUMNS,
     DATA_QUEUE_COLUMNS,
+    DATA_WAIT,
     DEVICE_BUSY,
     DEVICE_COUNTER_COLUMNS,
     DEVICE_IDLE,
@@ -157,7 +158,8 @@ NON_FINITE_CELLS: dict[tuple[str, str], tuple[str, ...]] = {
     ("device_counters", "value"): ("nan", "inf", "-inf"),
     ("step_trace", DEVICE_BUSY[0]): ("",),  # empty: no device data in the step
     ("step_trace", DEVICE_IDLE[0]): ("",),
-    ("step_trace", GAP_HOST[0]): ("",),  # empty: the run did not measure its data wait
+    ("step_trace", GAP_HOST[0]): ("",),  # empty: the run did not measure its data wait in the step
+    ("step_trace", DATA_WAIT[0]): ("",),  # empty: measured in other steps of the run, not this one
     # empty: not a framework op, or a run whose kernels carry no launch (OP_DEVICE_COLUMNS)
     **{
         (kind, column): ("",)

@@ -6,6 +6,9 @@ profiler must say (verdict, finding kind, the key numbers against what the loop 
 
 from __future__ import annotations
 
+import json
+
+import pandas as pd
 import pytest
 
 from support.recorded import analysed_copy, recorded_names, truth
@@ -30,3 +33,30 @@ def test_recorded_scenario(name, tmp_path):
             f"{name}: injected {sc.injected}; expected {sc.expected}; profview says {outcome.top}. "
             f"Key figures: {sc.figures(outcome)}. Wrong: " + "; ".join(problems)
         )
+
+
+def test_a_wait_measured_only_in_the_captured_steps_is_theirs(tmp_path):
+    """torch.profiler's DataLoader ranges measure the wait only in the steps op capture recorded: the split is
+    over those steps (the others' data_wait_ms and gap_host_ms empty, not 0 and the whole gap), and the report
+    says so (before: 0 in 21 of 29 steps, whose gap became "host work between steps", the verdict host_bound)."""
+    name = "data_sleep_w2_ops_8_of_30"
+    out = analysed_copy("scenarios", name, tmp_path / name)
+    steps = pd.read_csv(out / "step_trace_0.csv")
+    captured = steps["step"].isin(truth("scenarios", name)["captured_steps"]).to_numpy()
+    assert 0 < captured.sum() < len(steps)
+    assert steps["data_wait_ms"][~captured].isna().all() and steps["gap_host_ms"][~captured].isna().all()
+    assert steps["data_wait_ms"][captured].notna().all() and (steps["data_wait_ms"][captured] > 0).all()
+    report = json.loads((out / "report_0.json").read_text())
+    figures = report["steps"]
+    assert figures["outliers"] == 0  # the steady steps: the analysed ones
+    steady = steps.iloc[figures["warmup_skipped"] :]
+    measured = steady[steady["data_wait_ms"].notna()]
+    want_share = 100 * measured["data_wait_ms"].sum() / measured["total_ms"].sum()
+    assert figures["share_pct"]["data_wait_ms"] == pytest.approx(want_share, abs=1e-3)
+    assert figures["mean_phase_ms"]["data_wait_ms"] == pytest.approx(measured["data_wait_ms"].mean(), abs=1e-4)
+    split_gap = measured["iteration_gap_ms"].mean()
+    assert f"of a {split_gap:.2f} ms gap in the {len(measured)} steps that measured it" in report["headline"]
+    top = report["findings"][0]
+    assert top["kind"] == "input_bound"
+    assert f"the data wait was measured in {len(measured)} of the {len(steady)} steps" in top["evidence"]
+    assert f"iteration gap {split_gap:.2f} ms, of it {measured['gap_host_ms'].mean():.2f} ms" in top["evidence"]

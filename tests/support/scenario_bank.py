@@ -396,6 +396,46 @@ def shard_loop(workers: int, batch_ms: float, steps: int) -> Callable[[Path], di
     return run
 
 
+def capture_only_loop(workers: int, batch_ms: float, active: int, steps: int = DATA_STEPS) -> Callable[[Path], dict]:
+    """A plain torch DataLoader (nothing of profview's times its fetches: no ProfiledDataLoader, no iterate())
+    with `workers` processes and a slow __getitem__, attach(model, optimizer) with op capture on `active` steps
+    (an ops_schedule): torch.profiler's DataLoader ranges, in those steps only, are all that measures the wait."""
+
+    def run(out: Path) -> dict:
+        torch.manual_seed(0)
+        model = mlp()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        items = SlowDataset(DATA_BATCH * (steps + 2), batch_ms / DATA_BATCH, False)
+        data = DataLoader(items, batch_size=DATA_BATCH, num_workers=workers, prefetch_factor=2)
+        kw, captured = op_schedule(active, steps)
+        clock = Clock()
+        profiler = new_profiler(out, **kw)
+        profiler.attach(model, optimizer)
+        for i, (x, y) in enumerate(clock.timed(data)):
+            train_step(model, optimizer, x, y)
+            clock.iteration()
+            if i + 1 == steps:
+                break
+        profiler.analyse(progress=False)
+        return clock.truth(batch_ms=batch_ms, workers=workers, captured=len(captured), captured_steps=captured)
+
+    return run
+
+
+def judge_input_captured(o: Outcome) -> list[str]:
+    """judge_input, and the wait is what the captured steps measured: a number there, empty (not 0) in the
+    others, whose gap the report does not call host work."""
+    problems = judge_input(o)
+    captured = o.steps["step"].isin(o.truth["captured_steps"])
+    if o.steps["data_wait_ms"][~captured].notna().any() or o.steps["gap_host_ms"][~captured].notna().any():
+        problems.append("data_wait_ms / gap_host_ms given in steps that did not measure the data wait")
+    if o.steps["data_wait_ms"][captured].isna().any():
+        problems.append("data_wait_ms empty in a captured step")
+    if o.finding("host_bound") is not None:
+        problems.append("the unmeasured steps' gap reported as host work")
+    return problems
+
+
 def judge_input(o: Outcome) -> list[str]:
     wait = truth_mean(o, "wait_ms")
     problems = verdict_is(o, "input_bound")
@@ -1659,6 +1699,18 @@ def _bank() -> list[Scenario]:
         )
     )
     s.append(input_scenario("data_sleep_w8", 8, 400.0, cpu=False))
+    s.append(
+        Scenario(
+            "data_sleep_w2_ops_8_of_30",
+            "slow __getitem__, time.sleep (I/O-bound), 60 ms per batch per worker, a plain DataLoader "
+            "num_workers=2 (nothing of profview's times its fetches); ops captured on 8 of 30 steps",
+            "input_bound",
+            capture_only_loop(2, 60.0, active=8),
+            judge_input_captured,
+            sane_input,
+            figures_input,
+        )
+    )
     # 8 spinning workers also slow the loop's own step (they share its 2 cores): 400 ms a batch keeps the
     # wait well above half the loop's time on a loaded machine (120 ms gave 47 % at load 14-17, 240 ms 58 %
     # at load 17 and under 50 % at load 19)

@@ -202,6 +202,30 @@ class StepWindow:
         input pipeline's (a burst loader's long wait often lands on a step that is slower otherwise too)."""
         return float(self.analysed[column].mean()) if column in self.analysed and len(self.analysed) else 0.0
 
+    @functools.cached_property
+    def split(self) -> pd.DataFrame:
+        """The steady steps whose gap split (data wait / other host work) was measured: all of them, or those
+        where op capture recorded torch.profiler's DataLoader ranges when nothing else measured the wait."""
+        if "gap_host_ms" not in self.steady:
+            return self.steady
+        measured = self.steady["gap_host_ms"].notna()
+        return self.steady if measured.all() else self.steady[measured]
+
+    def per_split_step(self, column: str) -> float:
+        """A column's mean over the steps whose gap split was measured (`split`), 0 when none: the gap the
+        split's halves add up to."""
+        return float(self.split[column].mean()) if column in self.split and len(self.split) else 0.0
+
+    @property
+    def split_note(self) -> str:
+        """Which steps measured the gap's split, in words, when not every steady step did ("" then)."""
+        if len(self.split) == len(self.steady):
+            return ""
+        return (
+            f"; the data wait was measured in {len(self.split)} of the {len(self.steady)} steps (torch.profiler's "
+            "DataLoader ranges, in the steps op capture recorded): the split is theirs"
+        )
+
     def share(self, part_ms: float) -> float:
         """`part_ms` as a % of the mean steady step."""
         mean = self.mean_ms

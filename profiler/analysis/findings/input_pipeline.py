@@ -116,6 +116,7 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
             return []
         return [_gap_finding(steps, ctx, gap)]
     host = steps.per_step("gap_host_ms")
+    gap = steps.per_split_step("iteration_gap_ms")  # the gap of the steps that measured its split
     return _data_wait_finding(data, ctx, gap) + _host_gap_finding(data, ctx, gap, host)
 
 
@@ -125,7 +126,7 @@ def _gap_evidence(data: Needs, ctx: Context, gap: float, wait: float, host: floa
     files = [ctx.file("step_trace")]
     evidence = (
         f"the loop waited {wait:.2f} ms for data per step of {steps.mean_ms:.2f} ms; iteration gap "
-        f"{gap:.2f} ms, of it {host:.2f} ms other host work ({steps.note}) "
+        f"{gap:.2f} ms, of it {host:.2f} ms other host work ({steps.note}{steps.split_note}) "
         f"[{files[0]}: iteration_gap_ms, gap_host_ms, data_wait_ms, total_ms]"
     )
     verdict, reason = queue_verdict(data.queue_summary)

@@ -67,7 +67,11 @@ def find(data: Needs, ctx: Context) -> list[Finding]:
     median = steps.median(numeric_only=True)
     # the slow steps' extra data wait is the input rule's (a loader delivering in bursts), and the profiler's
     # own extra time (a capture window exported, its trace compressed) is not the loop's: neither is theirs
-    extra = sum((slow[c] - median[c]).clip(lower=0) for c in ("data_wait_ms", "profiler_overhead_ms") if c in slow)
+    extra = sum(
+        (slow[c] - median[c]).clip(lower=0).fillna(0.0)  # a wait not measured in a step: none taken out
+        for c in ("data_wait_ms", "profiler_overhead_ms")
+        if c in slow
+    )
     excess = float((slow["total_ms"] - median["total_ms"] - extra).clip(lower=0).sum()) / len(steps)
     mean_all = float(steps["total_ms"].mean())
     share = 100.0 * excess / mean_all if mean_all > 0 else 0.0  # of the whole run: outliers included
