@@ -307,12 +307,20 @@ def expanded_tail(confidence: float, se: tuple[float, float], blocks: tuple[int,
     return 1.0 - NormalDist().cdf(t_quantile(1.0 - plain, df) * inflate)
 
 
+def measured_means(values: np.ndarray) -> np.ndarray:
+    """Each column's mean over the steps where it is a number (a data wait measured in op capture's steps only:
+    theirs; no interval then, the resampled means are NaN), NaN for a column measured nowhere."""
+    counts = np.count_nonzero(~np.isnan(values), axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(counts > 0, np.nansum(values, axis=0) / counts, np.nan)
+
+
 def _mean_change(
     base: pd.DataFrame, new: pd.DataFrame, columns: list[str], confidence: float, resamples: int, seed: int
 ) -> tuple[pd.DataFrame, Optional[dict[str, Any]]]:
     b = base[columns].to_numpy(np.float64)
     n = new[columns].to_numpy(np.float64)
-    out = pd.DataFrame({"column": columns, "base_mean_ms": b.mean(axis=0), "new_mean_ms": n.mean(axis=0)})
+    out = pd.DataFrame({"column": columns, "base_mean_ms": measured_means(b), "new_mean_ms": measured_means(n)})
     out["delta_ms"] = out["new_mean_ms"] - out["base_mean_ms"]
     out["delta_pct"] = _pct_change(out["base_mean_ms"].to_numpy(), out["new_mean_ms"].to_numpy())
     nan = np.full(len(columns), np.nan)
@@ -408,9 +416,15 @@ def phase_deltas(base: pd.DataFrame, new: pd.DataFrame, noise_pct: float = DEFAU
     table["new_median_ms"] = [float(new[c].median()) for c in columns]
     table["median_delta_ms"] = table["new_median_ms"] - table["base_median_ms"]
     table["median_delta_pct"] = _pct_change(table["base_median_ms"].to_numpy(), table["new_median_ms"].to_numpy())
-    table["base_share_pct"] = [100.0 * base[c].sum(min_count=1) / (base[STEP].sum() or 1.0) for c in columns]
-    table["new_share_pct"] = [100.0 * new[c].sum(min_count=1) / (new[STEP].sum() or 1.0) for c in columns]
+    table["base_share_pct"] = [share_of_measured(base, c) for c in columns]
+    table["new_share_pct"] = [share_of_measured(new, c) for c in columns]
     return table
+
+
+def share_of_measured(steps: pd.DataFrame, column: str) -> float:
+    """A phase's % of the time of the steps where it is a number (a data wait measured in op capture's steps
+    only: of theirs); NaN when none is."""
+    return 100.0 * steps[column].sum(min_count=1) / (steps[STEP][steps[column].notna()].sum() or 1.0)
 
 
 def unmeasured_split_as_nan(steps: pd.DataFrame) -> pd.DataFrame:

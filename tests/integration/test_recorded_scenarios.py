@@ -11,6 +11,8 @@ import json
 import pandas as pd
 import pytest
 
+from profiler.analysis.compare import phase_deltas
+
 from support.recorded import analysed_copy, recorded_names, truth
 from support.scenario_bank import SCENARIOS, Outcome, WrongVerdict
 
@@ -60,3 +62,6 @@ def test_a_wait_measured_only_in_the_captured_steps_is_theirs(tmp_path):
     assert top["kind"] == "input_bound"
     assert f"the data wait was measured in {len(measured)} of the {len(steady)} steps" in top["evidence"]
     assert f"iteration gap {split_gap:.2f} ms, of it {measured['gap_host_ms'].mean():.2f} ms" in top["evidence"]
+    phases = phase_deltas(steady, steady).set_index("phase")  # compare: the same split
+    assert phases.loc["data wait", "base_share_pct"] == pytest.approx(want_share)
+    assert phases.loc["data wait", "base_mean_ms"] == pytest.approx(measured["data_wait_ms"].mean())
