@@ -159,6 +159,9 @@ class Damage:
         }
 
 
+#: Why a chunk the file ends inside is skipped: the write a kill interrupted (the damage finding tells it from a
+#: corrupt chunk)
+CUT_SHORT = "cut short (the run was probably killed while writing)"
 #: why a walk over a growing file stopped before its end (RawFile.waiting)
 SHORT = "short"  # the next chunk is not whole yet: a write still landing, or a torn tail
 CHECKSUM = "checksum"  # the last chunk fails its checksum: maybe a write still landing
@@ -276,7 +279,7 @@ class RawFile:
                     self._damaged(
                         base + pos,
                         end - pos,
-                        "the chunk header is cut short (the run was probably killed while writing)",
+                        f"the chunk header is {CUT_SHORT}",
                     )
                     pos = end
                     return
@@ -302,7 +305,7 @@ class RawFile:
                         self._damaged(
                             base + pos,
                             end - pos,
-                            "the chunk is cut short (the run was probably killed while writing)",
+                            f"the chunk is {CUT_SHORT}",
                             head,
                             payload_len,
                         )

@@ -326,6 +326,18 @@ def test_what_the_recording_lost_is_said_and_nothing_else(recording, kinds):
         assert f.at_stake_ms == 0 and f.at_stake_pct == 0  # no time at stake: every figure is an undercount
 
 
+def test_a_chunk_cut_short_by_a_kill_is_told_from_corruption():
+    """A file that ends inside a chunk (a kill interrupted the write) needs no repair; a checksum mismatch does."""
+    cut = {"why": "the chunk is cut short (the run was probably killed while writing)"}
+    corrupt = {"why": "checksum mismatch (damaged bytes)"}
+    for chunks, killed in (([cut], True), ([cut, corrupt], False), ([corrupt], False), (None, False)):
+        rec = {"events": 1000, "torn_chunks": len(chunks or [1]), "lost_events": 8, "damaged_chunks": chunks}
+        (f,) = recording_find(RecordingNeeds(window(), rec), CTX)
+        assert f.kind == "damaged_raw_store" and f.metrics["lost_events"] == 8
+        assert f.title.startswith("The run was killed while writing") == killed
+        assert ("nothing to repair" in f.suggestion) == killed and ("copying" in f.suggestion) != killed
+
+
 def test_dropped_share_is_of_everything_recorded():
     (f,) = recording_find(RecordingNeeds(window(), {"events": 900, "dropped_events": 100}), CTX)
     assert f.metrics == {"dropped_events": 100, "dropped_pct": pytest.approx(10.0)}

@@ -381,6 +381,23 @@ def test_a_corrupt_chunk_in_the_middle_costs_only_its_own_events(tmp_path):
     assert any("recording-window start" in w for w in info["warnings"])
 
 
+def test_a_file_that_ends_inside_a_chunk_is_a_kill_not_a_damaged_copy(run_dir):
+    """A store cut inside a chunk, as a kill during a write leaves it: the chunks before the cut are analysed and
+    the finding says the run was killed (nothing to repair), not that a copy damaged the store."""
+    path = _raw(run_dir)
+    data = path.read_bytes()
+    head, payload = _chunks(data)[-1]
+    path.write_bytes(data[: len(data) - len(payload) // 2 - 1])  # half of the last chunk's payload written
+    analyse_directory(run_dir, progress=False)
+    info = _info(run_dir)
+    assert info["recording"]["torn_chunks"] == 1 and "cut short" in info["recording"]["damaged_chunks"][0]["why"]
+    report = json.loads((run_dir / "report_0.json").read_text())
+    (found,) = [f for f in report["findings"] if f["kind"] == "damaged_raw_store"]
+    assert found["title"].startswith("The run was killed while writing its raw store")
+    assert "nothing to repair" in found["suggestion"] and "copying" not in found["suggestion"]
+    assert _op_count(run_dir) > 0
+
+
 def test_a_lost_metadata_chunk_keeps_the_records(run_dir):
     path = _raw(run_dir)
     i = _index(path, "meta")

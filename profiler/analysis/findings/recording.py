@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from profiler.analysis.findings.base import MB, Context, Finding, Question, Rule, StepWindow, Threshold, pct_text
+from profiler.store.raw import CUT_SHORT
 
 THRESHOLDS = {
     "profiler_overhead_pct": Threshold(5.0, "share of step time the profiler itself took"),
@@ -33,6 +34,12 @@ FIXES: dict[str, dict[str, str]] = {
         ("torch", "mindspore", "plain"),
         "the raw store was damaged after it was written (a killed run tears at most its last chunk): keep the "
         "raw/ files whole when copying them (no partial copies, no editing), and re-run `profview analyse`",
+    ),
+    "killed_while_writing": dict.fromkeys(
+        ("torch", "mindspore", "plain"),
+        "nothing to repair: everything flushed before the kill is analysed. A normal exit stops the Profiler (an "
+        "atexit hook); a SIGKILL (out of memory, a scheduler's time limit) loses at most the records of the last "
+        "flush_interval_s (0.2 s by default: a smaller one loses less)",
     ),
 }
 
@@ -116,24 +123,37 @@ def _loss_findings(recording: Mapping[str, Any], ctx: Context) -> list[Finding]:
     lost, damaged = _count(rec.get("lost_events")), _count(rec.get("torn_chunks"))
     if damaged:
         share = 100.0 * lost / (lost + kept) if lost + kept else 0.0
+        killed = _killed_while_writing(rec.get("damaged_chunks"))
         out.append(
             Finding(
                 kind="damaged_raw_store",
                 at_stake_ms=0.0,
                 at_stake_pct=0.0,
-                title=f"{damaged} raw-store chunk(s) were damaged and skipped: {lost:,} recorded events lost with them",
+                title=(
+                    f"The run was killed while writing its raw store: {lost:,} recorded events lost with the chunk "
+                    "it was writing"
+                    if killed
+                    else f"{damaged} raw-store chunk(s) were damaged and skipped: {lost:,} recorded events lost with "
+                    "them"
+                ),
                 evidence=(
                     f"{damaged} damaged chunk(s), {lost:,} events lost, {kept:,} analysed; which chunks, where: "
                     f"[{f}: recording.damaged_chunks]"
                 ),
                 threshold="any damaged chunk",
-                suggestion=FIXES["damaged_raw_store"][ctx.framework],
+                suggestion=FIXES["killed_while_writing" if killed else "damaged_raw_store"][ctx.framework],
                 files=[f],
                 severity=_loss_severity(lost, lost + kept) if lost else "low",
                 metrics={"damaged_chunks": damaged, "lost_events": lost, "lost_pct": share},
             )
         )
     return out
+
+
+def _killed_while_writing(damaged: Any) -> bool:
+    """Whether every skipped chunk is one a file ends inside (a kill interrupted its write), none corrupt."""
+    chunks = damaged if isinstance(damaged, list) else []
+    return bool(chunks) and all(isinstance(c, Mapping) and CUT_SHORT in str(c.get("why", "")) for c in chunks)
 
 
 QUESTION = Question(
