@@ -311,8 +311,10 @@ def run_analyse(args: argparse.Namespace) -> int:
     from profiler.formats.names import info_files
     from profiler.postprocess.recording import verdict_line
 
-    for path in analyse_directory(args.dir, thresholds=dict(args.threshold)):
+    written = analyse_directory(args.dir, thresholds=dict(args.threshold))
+    for path in written:
         print(path)
+    _print_run_warnings(written)  # a store a kill cut short, chunks skipped: said here, not only in the report
     for rank in info_files(args.dir):
         print(verdict_line(args.dir, rank), file=sys.stderr)
     return 0
@@ -627,7 +629,7 @@ def _say_memory_over_limit(limit: Optional[int]) -> None:
 
 
 def _print_run_warnings(written: Sequence[Path]) -> None:
-    """Each imported rank's warnings (what its info file says was skipped, guessed or cut), one line each on
+    """Each imported or analysed rank's warnings (what its info file says was skipped, guessed or cut), one line each on
     stderr, but for those its importer has already said while reading."""
     from profiler.formats.documents import read_profiler_info
     from profiler.formats.names import INFO_PATTERN

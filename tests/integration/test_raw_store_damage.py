@@ -396,6 +396,8 @@ def test_a_file_that_ends_inside_a_chunk_is_a_kill_not_a_damaged_copy(run_dir):
     assert found["title"].startswith("The run was killed while writing its raw store")
     assert "nothing to repair" in found["suggestion"] and "copying" not in found["suggestion"]
     assert _op_count(run_dir) > 0
+    r = _cli("analyse", run_dir)  # the command says it too, not only the report
+    assert r.returncode == 0 and "profview: warning: rank 0: " in r.stderr and "cut short" in r.stderr
 
 
 def test_a_lost_metadata_chunk_keeps_the_records(run_dir):
