@@ -350,12 +350,15 @@ DATA_STEPS = 30  # 29 analysed steps (odd: see data_sleep_w2)
 DATA_BATCH = 32
 
 
-def attached_training(out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, data, steps: int) -> Clock:
-    """The plain loop: `steps` training steps on `data` with attach(model, optimizer) marking them, each
-    batch's wait timed by the loop's own clock; analysed. Returns the clock."""
+def attached_training(
+    out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, data, steps: int, ops_schedule=None
+) -> Clock:
+    """The plain loop: `steps` training steps on `data` with attach(model, optimizer) marking them (and
+    capturing ops on `ops_schedule`, when given), each batch's wait timed by the loop's own clock; analysed.
+    Returns the clock."""
     clock = Clock()
-    profiler = new_profiler(out)
-    profiler.attach(model, optimizer, ops=False)
+    profiler = new_profiler(out, **({"ops_schedule": ops_schedule} if ops_schedule is not None else {}))
+    profiler.attach(model, optimizer, ops=ops_schedule is not None)
     for i, (x, y) in enumerate(clock.timed(data)):
         train_step(model, optimizer, x, y)
         clock.iteration()
@@ -408,15 +411,7 @@ def capture_only_loop(workers: int, batch_ms: float, active: int, steps: int = D
         items = SlowDataset(DATA_BATCH * (steps + 2), batch_ms / DATA_BATCH, False)
         data = DataLoader(items, batch_size=DATA_BATCH, num_workers=workers, prefetch_factor=2)
         kw, captured = op_schedule(active, steps)
-        clock = Clock()
-        profiler = new_profiler(out, **kw)
-        profiler.attach(model, optimizer)
-        for i, (x, y) in enumerate(clock.timed(data)):
-            train_step(model, optimizer, x, y)
-            clock.iteration()
-            if i + 1 == steps:
-                break
-        profiler.analyse(progress=False)
+        clock = attached_training(out, model, optimizer, data, steps, kw["ops_schedule"])
         return clock.truth(batch_ms=batch_ms, workers=workers, captured=len(captured), captured_steps=captured)
 
     return run
