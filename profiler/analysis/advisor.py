@@ -208,8 +208,10 @@ def key_figures(data: RankFacts) -> dict[str, Any]:
 
 def share_pct(steps: pd.DataFrame, column: str) -> float:
     """A column's % of the step time, over the steps where it is a number (a data wait measured in some steps only,
-    op capture's: of their time), 0 when they have none."""
+    op capture's: of their time); NaN when none is (not measured), 0 when their time is."""
     measured = steps[column].notna()
+    if not measured.any():
+        return float("nan")
     total = float(steps["total_ms"][measured].sum())
     return 100.0 * float(steps[column][measured].sum()) / total if total > 0 else 0.0
 

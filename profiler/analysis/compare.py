@@ -34,7 +34,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from profiler.analysis.advisor import DEFAULT_THRESHOLDS
+from profiler.analysis.advisor import DEFAULT_THRESHOLDS, share_pct
 from profiler.analysis.steps import analysed_steps
 from profiler.formats import columns
 
@@ -416,15 +416,9 @@ def phase_deltas(base: pd.DataFrame, new: pd.DataFrame, noise_pct: float = DEFAU
     table["new_median_ms"] = [float(new[c].median()) for c in columns]
     table["median_delta_ms"] = table["new_median_ms"] - table["base_median_ms"]
     table["median_delta_pct"] = _pct_change(table["base_median_ms"].to_numpy(), table["new_median_ms"].to_numpy())
-    table["base_share_pct"] = [share_of_measured(base, c) for c in columns]
-    table["new_share_pct"] = [share_of_measured(new, c) for c in columns]
+    table["base_share_pct"] = [share_pct(base, c) for c in columns]
+    table["new_share_pct"] = [share_pct(new, c) for c in columns]
     return table
-
-
-def share_of_measured(steps: pd.DataFrame, column: str) -> float:
-    """A phase's % of the time of the steps where it is a number (a data wait measured in op capture's steps
-    only: of theirs); NaN when none is."""
-    return 100.0 * steps[column].sum(min_count=1) / (steps[STEP][steps[column].notna()].sum() or 1.0)
 
 
 def unmeasured_split_as_nan(steps: pd.DataFrame) -> pd.DataFrame:

@@ -196,3 +196,26 @@ def test_a_tracker_that_refuses_is_dropped_with_a_warning_and_the_run_goes_on(tm
     outputs = profiler.analyse(quiet=True)
     live.finish(profiler, bool(outputs))
     assert pd.read_csv(tmp_path / "prof" / "step_trace_0.csv")["step"].tolist() == list(range(6))
+
+
+def test_a_data_wait_measured_in_some_steps_is_logged_in_those(tmp_path, capsys, monkeypatch):
+    """A step whose data wait nothing measured (NaN: outside op capture) has no data-wait scalar in TensorBoard or
+    MLflow (not a NaN point), the other metrics every step."""
+    from support.recorded import analysed_copy
+
+    out = analysed_copy("scenarios", "data_sleep_w2_ops_8_of_30", tmp_path / "run")
+    trace, _ = expected(out)
+    measured = trace["step"][trace["data_wait_ms"].notna()].tolist()
+    assert 0 < len(measured) < len(trace)
+    assert main(["export", str(out), "--to", "tensorboard", "--logdir", str(tmp_path / "tb")]) == 0
+    scalars, _ = tensorboard_run(tmp_path / "tb" / "rank0")
+    assert sorted(scalars["profview/data_wait_ms"]) == measured
+    assert sorted(scalars["profview/iteration_gap_ms"]) == trace["step"].tolist()
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    store = (tmp_path / "mlruns").as_uri()
+    assert main(["export", str(out), "--to", "mlflow", "--tracking-uri", store]) == 0
+    run_id = capsys.readouterr().err.split("MLflow run ")[1].split()[0]
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client, _ = mlflow_run(store, run_id)
+    assert sorted(mlflow_metric(client, run_id, "profview/data_wait_ms")) == measured
+    assert sorted(mlflow_metric(client, run_id, "profview/total_ms")) == trace["step"].tolist()

@@ -119,6 +119,7 @@ class MlflowSink:
             Metric(PREFIX + name, float(value), now, int(step))
             for name in names
             for step, value in zip(steps["step"].to_numpy(), steps[name].to_numpy())
+            if value == value  # NaN: not measured in the step (a data wait op capture did not see), not logged
         ]
         self._log(metrics)
 

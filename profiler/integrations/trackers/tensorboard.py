@@ -48,7 +48,11 @@ class TensorBoardSink:
         now = time.time()
         for row in steps.itertuples(index=False):
             step = int(row.step)
-            values = [Summary.Value(tag=PREFIX + name, simple_value=float(getattr(row, name))) for name in metrics]
+            values = [  # a metric not measured in the step (NaN: a data wait op capture did not see) is not logged
+                Summary.Value(tag=PREFIX + name, simple_value=value)
+                for name in metrics
+                if (value := float(getattr(row, name))) == value
+            ]
             self._writer.add_event(Event(wall_time=now, step=step, summary=Summary(value=values)))
             self._last_step = max(self._last_step, step)
 
