@@ -10,11 +10,21 @@ it). `profiler.iterate(loader)` is the public form.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
 from profiler.record.recorder import active_recorder, now_ns
 from profiler.store.kinds import PHASE
+
+#: Set on a thread while a TimedFetches fetches: what that fetch iterates (a ProfiledDataLoader's DataLoader,
+#: which `profview run` also patches) is timed and probed once, by the outer one.
+_INSIDE = threading.local()
+
+
+def fetching() -> bool:
+    """Whether this thread is inside a TimedFetches' fetch (a loader iterated there is timed already)."""
+    return getattr(_INSIDE, "fetch", False)
 
 
 class TimedFetches:
@@ -39,14 +49,19 @@ class TimedFetches:
         return self
 
     def __next__(self) -> Any:
+        outer = fetching()
         timed = self._timing is None or self._timing()
-        recorder = active_recorder() if timed else None
+        recorder = active_recorder() if timed and not outer else None  # inside another fetch: that one's phase
         fetch = recorder.span(PHASE, "data") if recorder is not None else contextlib.nullcontext()
         t0 = now_ns()
         with fetch:
-            if self._it is None:
-                self._it = iter(self._iterable)
-            item = next(self._it)
+            _INSIDE.fetch = True
+            try:
+                if self._it is None:
+                    self._it = iter(self._iterable)
+                item = next(self._it)
+            finally:
+                _INSIDE.fetch = outer
             if timed and self._then is not None:
                 self._then(t0, now_ns())
         return item

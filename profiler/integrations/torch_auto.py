@@ -23,7 +23,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 from profiler.capture.distributed import Collectives, initialised_dist
-from profiler.data.fetch import TimedFetches
+from profiler.data.fetch import TimedFetches, fetching
 from profiler.data.torch_data import ProfiledDataLoader
 from profiler.errors import ProfilerUsageWarning
 from profiler.formats.columns import HOST_QUEUE
@@ -126,7 +126,7 @@ class TorchFollower:
 
         @functools.wraps(original)
         def __iter__(loader: Any) -> Any:
-            if not follower.following():
+            if not follower.following() or fetching():  # a ProfiledDataLoader's own: it times and probes it
                 return original(loader)
             probe = follower._epoch_probe(loader)  # first: it wraps collate_fn before the workers start
             return TimedFetches(original(loader), then=probe, timing=follower.following)

@@ -102,3 +102,30 @@ def test_the_follower_attaches_the_first_optimizer_and_times_loader_fetches(tmp_
     assert steps["step"].tolist() == [0, 1, 2]
     assert (steps["data_wait_ms"] >= FETCH_S * 1e3).all()  # four samples of FETCH_S / 4 per batch
     assert (steps["fp_bp_ms"] > 0).all()
+
+
+def test_a_profiled_data_loader_under_the_follower_is_timed_and_probed_once(tmp_path):
+    """A script that already wraps its DataLoader in ProfiledDataLoader, run by `profview run`: the follower's
+    DataLoader patch leaves the loader it iterates alone (each fetch was two nested `data` phases, and the worker
+    queue two probes: 2 puts and 2 gets per batch, its sizes counted twice)."""
+    import json
+
+    from profiler.data.torch_data import ProfiledDataLoader
+
+    p = Profiler(tmp_path, host_counters=False, gpu_counters=False)
+    patches = Patches()
+    TorchFollower(p, patches, lambda: True).install()
+    loader = ProfiledDataLoader(torch.utils.data.DataLoader(SlowSamples(), batch_size=4, num_workers=2))
+    try:
+        batches = [x for x, _ in loader]
+        for _ in batches:
+            p.step()
+    finally:
+        patches.undo()
+    p.analyse(progress=False, quiet=True)
+    timeline = json.loads((tmp_path / "timeline_0.json").read_text())
+    events = timeline["traceEvents"] if isinstance(timeline, dict) else timeline
+    assert len(batches) == 3 and sum(e.get("name") == "data" for e in events) == 3 + 1  # + the one that ends it
+    queue = pd.read_csv(tmp_path / "data_queue_0.csv")
+    assert queue.groupby("event").size().to_dict() == {"get": 3, "put": 3}
+    assert queue["size"].max() <= queue["capacity"].max()

@@ -62,3 +62,16 @@ def test_then_runs_without_a_recording():
     fetches = []
     assert list(TimedFetches(range(3), then=lambda t0, t1: fetches.append(t1 >= t0))) == [0, 1, 2]
     assert fetches == [True, True, True]
+
+
+def test_a_fetch_inside_a_fetch_is_one_data_phase_and_keeps_its_bookkeeping(tmp_path):
+    """profiler.iterate() over a ProfiledDataLoader (or `profview run`'s DataLoader patch under one): the inner
+    fetch records no phase of its own (it was a second, nested one), but its probe's bookkeeping still runs."""
+    p = Profiler(tmp_path, host_counters=False, gpu_counters=False)
+    inner_fetches = []
+    batches = p.iterate(TimedFetches(SlowLoader(), then=lambda t0, t1: inner_fetches.append(t1 - t0)))
+    assert list(batches) == [0, 1, 2, 3]
+    p.analyse(progress=False, quiet=True)
+    run = load_rank(tmp_path, 0)
+    assert (run.spans["name"] == "data").sum() == 5  # four batches and the end: one phase each
+    assert len(inner_fetches) == 4 and min(inner_fetches) >= FETCH_S * 1e9
