@@ -276,9 +276,10 @@ def data_wait_measured_steps(
         return (tid == step_tid).to_numpy() if step_tid >= 0 else np.ones(len(tid), dtype=bool)
 
     gets = (queues["event"] == "get").to_numpy() & on_thread(queues["tid"])
-    if gets.any() or (_data_phases(spans) & on_thread(spans["tid"])).any():
+    stepping = on_thread(spans["tid"])
+    if gets.any() or (_data_phases(spans) & stepping).any():
         return np.ones(len(op_count), dtype=bool)
-    if (_torch_data_ranges(spans) & on_thread(spans["tid"])).any():
+    if (_torch_data_ranges(spans) & stepping).any():
         return np.asarray(op_count) > 0
     return np.zeros(len(op_count), dtype=bool)
 
